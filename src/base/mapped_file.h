@@ -1,0 +1,31 @@
+// A read-only memory map of a whole file. Weights are read through it without copying.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace latent {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only; throws latent::Error naming the path when it cannot.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Release();
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace latent

@@ -1,0 +1,131 @@
+// `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]`:
+// what a checkpoint is, how many parameters it has (as transformers counts them), which dtypes it
+// stores, and what each layer caches per token.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cache/cache_layout.h"
+#include "cli/commands.h"
+#include "model/cache_rows.h"
+#include "model/model_config.h"
+#include "model/weight_table.h"
+#include "weights/checkpoint.h"
+
+namespace latent::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model_dir;
+  bool json = false;
+  std::string cache_dtype = "auto";
+  uint32_t block_tokens = 16;
+};
+
+nlohmann::json BuildInfo(const InfoOptions& opt) {
+  const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
+  const weights::Checkpoint ckpt = weights::Checkpoint::Open(opt.model_dir);
+  const model::CheckpointReport report = model::ValidateCheckpoint(config, ckpt);
+  const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
+  const cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype);
+  const cache::CacheLayout layout = cache::CacheLayout::Build(rows, opt.block_tokens);
+
+  nlohmann::json info;
+  info["model"] = opt.model_dir;
+  info["model_type"] = config.model_type;
+  info["architecture"] = model::ArchitectureName(config.architecture);
+  info["num_layers"] = config.num_hidden_layers;
+  info["num_parameters"] = model::CountParameters(report.weights);
+  info["expert_layout"] = report.expert_layout == model::ExpertLayout::kFused ? "fused" : "per_expert";
+  nlohmann::json dtypes = nlohmann::json::array();
+  for (DType d : ckpt.DTypes()) dtypes.push_back(DTypeName(d));
+  info["dtypes"] = dtypes;
+  info["config_dtype"] = config.dtype;
+  if (config.quantization.fp8) {
+    info["quantization"] = {{"method", "fp8"},
+                            {"weight_block_size",
+                             {config.quantization.block_n, config.quantization.block_k}}};
+  }
+  info["moe"] = {{"routed_experts", config.n_routed_experts},
+                 {"experts_per_token", config.num_experts_per_tok},
+                 {"shared_experts", config.n_shared_experts},
+                 {"topk_method", model::TopkMethodName(config.topk_method)},
+                 {"scoring_func", model::ScoringFuncName(config.scoring_func)}};
+  info["ignored_tensors"] = report.ignored.size();
+  info["unused_tensors"] = report.unused;
+
+  info["cache_dtype"] = model::CacheDTypeName(cache_dtype);
+  nlohmann::json layers = nlohmann::json::array();
+  for (size_t l = 0; l < rows.size(); ++l) {
+    nlohmann::json layer_rows = nlohmann::json::array();
+    for (size_t r = 0; r < rows[l].size(); ++r) {
+      layer_rows.push_back({{"name", rows[l][r].name},
+                            {"values", model::MlaLatentRowValues(config)},
+                            {"bytes_per_token", rows[l][r].bytes_per_token},
+                            {"block_offset", layout.slab_offset[l][r]}});
+    }
+    layers.push_back({{"layer", l}, {"rows", layer_rows}});
+  }
+  info["cache_layers"] = layers;
+  info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
+  info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
+  return info;
+}
+
+void PrintText(const nlohmann::json& info) {
+  std::cout << "model:            " << info["model"].get<std::string>() << "\n"
+            << "architecture:     " << info["architecture"].get<std::string>() << " (model_type "
+            << info["model_type"].get<std::string>() << ")\n"
+            << "layers:           " << info["num_layers"] << "\n"
+            << "parameters:       " << info["num_parameters"] << "\n"
+            << "dtypes:           ";
+  for (size_t i = 0; i < info["dtypes"].size(); ++i)
+    std::cout << (i ? ", " : "") << info["dtypes"][i].get<std::string>();
+  std::cout << "\n";
+  if (info.contains("quantization")) {
+    std::cout << "quantization:     fp8 e4m3, blocks " << info["quantization"]["weight_block_size"][0]
+              << "x" << info["quantization"]["weight_block_size"][1] << "\n";
+  }
+  const auto& moe = info["moe"];
+  std::cout << "experts:          " << moe["routed_experts"] << " routed, "
+            << moe["experts_per_token"] << " per token, " << moe["shared_experts"]
+            << " shared; " << moe["scoring_func"].get<std::string>() << " + "
+            << moe["topk_method"].get<std::string>() << " (" << info["expert_layout"].get<std::string>()
+            << " layout)\n";
+  if (info["ignored_tensors"].get<size_t>() > 0)
+    std::cout << "ignored:          " << info["ignored_tensors"] << " MTP tensors\n";
+  if (!info["unused_tensors"].empty())
+    std::cout << "unused tensors:   " << info["unused_tensors"].size() << "\n";
+  std::cout << "cache rows (" << info["cache_dtype"].get<std::string>() << "):\n";
+  for (const auto& layer : info["cache_layers"]) {
+    for (const auto& row : layer["rows"]) {
+      std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
+                << row["values"] << " values, " << row["bytes_per_token"]
+                << " bytes/token, block offset " << row["block_offset"] << "\n";
+    }
+  }
+  std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "\n"
+            << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "
+            << info["cache_block"]["bytes"] << " bytes\n";
+}
+
+}  // namespace
+
+Runner RegisterInfo(CLI::App& app) {
+  auto opt = std::make_shared<InfoOptions>();
+  CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint: parameters, dtypes, cache rows");
+  sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
+  sub->add_flag("--json", opt->json, "Print JSON");
+  sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
+  sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  return [opt] {
+    nlohmann::json info = BuildInfo(*opt);
+    if (opt->json) {
+      std::cout << info.dump(2) << "\n";
+    } else {
+      PrintText(info);
+    }
+    return 0;
+  };
+}
+
+}  // namespace latent::cli

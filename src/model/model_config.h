@@ -1,0 +1,87 @@
+// ModelConfig: the plain fields of a checkpoint's config.json that the forward pass needs.
+// Parsed once; every later stage reads these fields and never the JSON.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/rope_config.h"
+
+namespace latent::model {
+
+enum class Architecture : uint8_t { kDeepseekV2, kDeepseekV3 };
+enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
+enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+using ops::RopeConfig;
+using ops::RopeType;
+
+struct QuantizationConfig {
+  bool fp8 = false;                  // quant_method "fp8", fmt e4m3
+  int64_t block_n = 0, block_k = 0;  // weight_block_size: scales cover block_n rows x block_k cols
+  std::string activation_scheme;     // "dynamic"
+  std::string scale_fmt;             // "" (fp32 scales) or "ue8m0"
+};
+
+struct ModelConfig {
+  std::string model_type;  // As written in config.json ("kimi_k2" stays "kimi_k2").
+  Architecture architecture = Architecture::kDeepseekV3;
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;  // Dense MLP layers.
+  int64_t num_hidden_layers = 0;  // Without MTP layers, which latent does not load.
+  int64_t num_attention_heads = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";
+
+  // Multi-head latent attention.
+  std::optional<int64_t> q_lora_rank;  // nullopt: q_proj straight from hidden (V2-Lite).
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = true;  // Rotary pairs are adjacent (2i, 2i+1), not split in halves.
+  RopeConfig rope;
+
+  // Mixture of experts.
+  int64_t n_routed_experts = 0;  // 0: every layer dense.
+  int64_t n_shared_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  int64_t first_k_dense_replace = 0;
+  int64_t moe_layer_freq = 1;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+
+  QuantizationConfig quantization;
+  std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool IsMoeLayer(int64_t layer) const {
+    return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
+  }
+
+  // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or
+  // contradictory field, and for an unknown model_type (listing the supported ones).
+  static ModelConfig FromJson(const std::string& text, const std::string& source);
+  // Reads DIR/config.json.
+  static ModelConfig Load(const std::string& dir);
+};
+
+// "deepseek_v2, deepseek_v3, kimi_k2"
+std::string SupportedModelTypes();
+const char* ArchitectureName(Architecture arch);
+const char* TopkMethodName(TopkMethod method);
+const char* ScoringFuncName(ScoringFunc func);
+
+}  // namespace latent::model

@@ -1,0 +1,124 @@
+#include "weights/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace latent::weights {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+Json ReadJsonFile(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) Fail(path.string(), ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    Fail(path.string(), ": invalid JSON: ", e.what());
+  }
+}
+
+// Reads the index's weight_map: tensor name -> shard file name.
+std::map<std::string, std::string> ReadWeightMap(const fs::path& index_path) {
+  Json index = ReadJsonFile(index_path);
+  const std::string where = index_path.string();
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    Fail(where, ": missing object 'weight_map'");
+  }
+  std::map<std::string, std::string> weight_map;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    if (!it->is_string()) Fail(where, ": weight_map entry '", it.key(), "' is not a file name");
+    std::string shard = it->get<std::string>();
+    // A shard is a file beside the index; never follow a path out of the directory.
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      Fail(where, ": weight_map entry '", it.key(), "' names an invalid shard file '", shard, "'");
+    }
+    weight_map.emplace(it.key(), std::move(shard));
+  }
+  if (weight_map.empty()) Fail(where, ": weight_map is empty");
+  return weight_map;
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::Open(const std::string& dir) {
+  Checkpoint ckpt;
+  ckpt.dir_ = dir;
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) Fail(dir, ": not a directory");
+
+  auto add_file = [&](const std::string& name) -> SafetensorsFile* {
+    ckpt.files_.push_back(std::make_unique<SafetensorsFile>((root / name).string()));
+    return ckpt.files_.back().get();
+  };
+  auto claim = [&](const std::string& name, const SafetensorsFile* file) {
+    auto [it, inserted] = ckpt.where_.emplace(name, file);
+    if (!inserted) {
+      Fail(dir, ": duplicate tensor name '", name, "' in ", it->second->path(), " and ",
+           file->path());
+    }
+  };
+
+  if (fs::exists(root / kIndexFile)) {
+    const auto weight_map = ReadWeightMap(root / kIndexFile);
+    std::map<std::string, SafetensorsFile*> shards;
+    for (const auto& [name, shard] : weight_map) {
+      if (!shards.count(shard)) {
+        if (!fs::exists(root / shard)) {
+          Fail((root / kIndexFile).string(), ": shard '", shard, "' (holding '", name,
+               "') does not exist");
+        }
+        shards[shard] = add_file(shard);
+      }
+    }
+    for (const auto& [name, shard] : weight_map) {
+      if (!shards[shard]->Has(name)) {
+        Fail((root / kIndexFile).string(), ": tensor '", name, "' is named in the index but missing from shard ",
+             shards[shard]->path());
+      }
+    }
+    for (const auto& [shard, file] : shards)
+      for (const auto& e : file->entries()) claim(e.name, file);
+  } else if (fs::exists(root / kSingleFile)) {
+    SafetensorsFile* file = add_file(kSingleFile);
+    for (const auto& e : file->entries()) claim(e.name, file);
+  } else {
+    Fail(dir, ": no ", kSingleFile, " or ", kIndexFile, " found");
+  }
+  return ckpt;
+}
+
+TensorView Checkpoint::Get(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) Fail(dir_, ": checkpoint has no tensor '", name, "'");
+  return it->second->View(name);
+}
+
+std::vector<std::string> Checkpoint::Names() const {
+  std::vector<std::string> names;
+  names.reserve(where_.size());
+  for (const auto& [name, file] : where_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::set<DType> Checkpoint::DTypes() const {
+  std::set<DType> dtypes;
+  for (const auto& file : files_)
+    for (const auto& e : file->entries()) dtypes.insert(e.dtype);
+  return dtypes;
+}
+
+}  // namespace latent::weights

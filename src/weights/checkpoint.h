@@ -1,0 +1,39 @@
+// A Hugging Face checkpoint directory: model.safetensors, or shards listed in
+// model.safetensors.index.json. Looks tensors up by name across shards, without copying.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+#include "weights/safetensors_file.h"
+
+namespace latent::weights {
+
+class Checkpoint {
+ public:
+  // Opens the checkpoint in `dir`; throws latent::Error naming the file and the problem
+  // (no weights, a bad index, a missing shard, a tensor the index names but its shard lacks,
+  // one name in two shards).
+  static Checkpoint Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  bool Has(const std::string& name) const { return where_.count(name) != 0; }
+  // Throws latent::Error naming the checkpoint when `name` is absent.
+  TensorView Get(const std::string& name) const;
+  // All tensor names, sorted.
+  std::vector<std::string> Names() const;
+  // The element types found, in DType order.
+  std::set<DType> DTypes() const;
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::unordered_map<std::string, const SafetensorsFile*> where_;
+};
+
+}  // namespace latent::weights
