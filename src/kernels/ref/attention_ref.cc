@@ -1,0 +1,34 @@
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.h"
+
+namespace latent::kernels {
+
+void AttentionRef(const AttentionArgs& a) {
+  for (int64_t h = 0; h < a.num_heads; ++h) {
+    const float* q = a.q + h * a.qk_dim;
+    float max_score = -INFINITY;
+    for (int64_t t = 0; t < a.length; ++t) {
+      const float* k = a.keys[t] + h * a.key_head_stride;
+      float dot = 0.0f;
+      for (int64_t i = 0; i < a.qk_dim; ++i) dot += q[i] * k[i];
+      a.scratch[t] = dot * a.scale;
+      max_score = std::max(max_score, a.scratch[t]);
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < a.length; ++t) {
+      a.scratch[t] = std::exp(a.scratch[t] - max_score);
+      sum += a.scratch[t];
+    }
+    float* out = a.out + h * a.v_dim;
+    std::fill(out, out + a.v_dim, 0.0f);
+    for (int64_t t = 0; t < a.length; ++t) {
+      const float p = a.scratch[t] / sum;
+      const float* v = a.values[t] + h * a.value_head_stride;
+      for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * v[i];
+    }
+  }
+}
+
+}  // namespace latent::kernels

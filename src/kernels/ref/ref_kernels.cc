@@ -1,0 +1,93 @@
+// Plain scalar kernels: simple loops in the order the math is written, f32 accumulation.
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+
+namespace latent::kernels {
+namespace {
+
+float LoadScalar(const void* base, DType dtype, int64_t i) {
+  const uint8_t* p = static_cast<const uint8_t*>(base);
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);  // Mapped tensors need not be aligned.
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      return dtype == DType::kBF16 ? BF16ToF32(v) : F16ToF32(v);
+    }
+    case DType::kF8E4M3: return F8E4M3ToF32(p[i]);
+    case DType::kF8E8M0: return F8E8M0ToF32(p[i]);
+    default: return 0.0f;
+  }
+}
+
+void RefDequantRow(const WeightRef& w, int64_t row, float* out) {
+  const int64_t base = row * w.k;
+  for (int64_t c = 0; c < w.k; ++c) out[c] = LoadScalar(w.data, w.dtype, base + c);
+  if (w.scale != nullptr) {
+    const int64_t scale_cols = (w.k + w.block_k - 1) / w.block_k;
+    const int64_t scale_row = row / w.block_n;
+    for (int64_t c = 0; c < w.k; ++c) {
+      out[c] *= LoadScalar(w.scale, w.scale_dtype, scale_row * scale_cols + c / w.block_k);
+    }
+  }
+}
+
+void RefLinear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  for (int64_t r = 0; r < w.n; ++r) {
+    RefDequantRow(w, r, scratch);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * w.k;
+      float acc = 0.0f;
+      for (int64_t c = 0; c < w.k; ++c) acc += xi[c] * scratch[c];
+      y[i * w.n + r] = acc;
+    }
+  }
+}
+
+void RefRmsNorm(const float* x, int64_t m, int64_t d, const void* weight, DType weight_dtype,
+                float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * d;
+    float sum_sq = 0.0f;
+    for (int64_t c = 0; c < d; ++c) sum_sq += xi[c] * xi[c];
+    const float inv = 1.0f / std::sqrt(sum_sq / static_cast<float>(d) + eps);
+    for (int64_t c = 0; c < d; ++c) y[i * d + c] = LoadScalar(weight, weight_dtype, c) * (xi[c] * inv);
+  }
+}
+
+void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace
+
+WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
+  WeightRef sub = *this;
+  sub.n = rows;
+  sub.data = static_cast<const uint8_t*>(data) + row * k * DTypeSize(dtype);
+  if (scale != nullptr) {
+    // Row slices of block-quantized weights must start on a block boundary.
+    LATENT_CHECK(row % block_n == 0);
+    const int64_t scale_cols = (k + block_k - 1) / block_k;
+    sub.scale = static_cast<const uint8_t*>(scale) +
+                (row / block_n) * scale_cols * DTypeSize(scale_dtype);
+  }
+  return sub;
+}
+
+const KernelTable& RefKernels() {
+  static const KernelTable table{RefLinear, RefDequantRow, RefRmsNorm, RefSiluMul};
+  return table;
+}
+
+const KernelTable& BestKernels() { return RefKernels(); }
+
+}  // namespace latent::kernels

@@ -1,0 +1,15 @@
+// Factories of the supported architectures; model/registry.cc maps config.json's
+// model_type to them.
+#pragma once
+
+#include <memory>
+
+#include "model/model.h"
+#include "weights/checkpoint.h"
+
+namespace latent::model {
+
+std::unique_ptr<Model> CreateDeepseekV2(ModelConfig config, weights::Checkpoint ckpt);
+std::unique_ptr<Model> CreateDeepseekV3(ModelConfig config, weights::Checkpoint ckpt);
+
+}  // namespace latent::model

@@ -1,0 +1,94 @@
+#include "model/deepseek_moe.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/kernel_table.h"
+
+namespace latent::model {
+namespace {
+
+void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
+  std::vector<float> scratch(w.k);
+  kernels::BestKernels().linear(x, m, w, y, scratch.data());
+}
+
+}  // namespace
+
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out) {
+  const int64_t inter = w.gate.n;
+  std::vector<float> gate(tokens * inter), up(tokens * inter);
+  Linear(x, tokens, w.gate, gate.data());
+  Linear(x, tokens, w.up, up.data());
+  kernels::BestKernels().silu_mul(gate.data(), up.data(), tokens * inter, gate.data());
+  Linear(gate.data(), tokens, w.down, out);
+}
+
+void RouteTokens(const ModelConfig& c, const MoeWeights& w, RouteFn route, const float* x,
+                 int64_t tokens, int32_t* experts, float* weights) {
+  const int64_t e = c.n_routed_experts;
+  const int64_t d = c.hidden_size;
+  kernels::WeightRef router{w.router.data(), DType::kF32, e, d};
+  std::vector<float> logits(tokens * e);
+  Linear(x, tokens, router, logits.data());
+  std::vector<float> scratch(2 * e + c.n_group);
+  for (int64_t t = 0; t < tokens; ++t) {
+    ops::RouteArgs args;
+    args.logits = &logits[t * e];
+    args.num_experts = e;
+    args.top_k = c.num_experts_per_tok;
+    args.n_group = c.n_group;
+    args.topk_group = c.topk_group;
+    args.norm_topk_prob = c.norm_topk_prob;
+    args.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    args.bias = w.bias.empty() ? nullptr : w.bias.data();
+    args.experts = experts + t * c.num_experts_per_tok;
+    args.weights = weights + t * c.num_experts_per_tok;
+    args.scratch = scratch.data();
+    route(args);
+  }
+}
+
+void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const float* x,
+                int64_t tokens, float* out, std::vector<int32_t>* chosen) {
+  const int64_t d = c.hidden_size;
+  const int64_t k = c.num_experts_per_tok;
+  std::vector<int32_t> experts(tokens * k);
+  std::vector<float> weights(tokens * k);
+  RouteTokens(c, w, route, x, tokens, experts.data(), weights.data());
+  if (chosen != nullptr) {
+    *chosen = experts;
+    for (int64_t t = 0; t < tokens; ++t) std::sort(chosen->begin() + t * k, chosen->begin() + (t + 1) * k);
+  }
+
+  std::fill(out, out + tokens * d, 0.0f);
+  std::vector<float> gathered, expert_out;
+  std::vector<int64_t> token_of;
+  std::vector<float> weight_of;
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+    token_of.clear();
+    weight_of.clear();
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        if (experts[t * k + j] != e) continue;
+        token_of.push_back(t);
+        weight_of.push_back(weights[t * k + j]);
+      }
+    }
+    if (token_of.empty()) continue;
+    const int64_t m = static_cast<int64_t>(token_of.size());
+    gathered.resize(m * d);
+    expert_out.resize(m * d);
+    for (int64_t i = 0; i < m; ++i) std::copy(x + token_of[i] * d, x + (token_of[i] + 1) * d, &gathered[i * d]);
+    MlpForward(w.experts[e], gathered.data(), m, expert_out.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
+  }
+  if (w.shared) {
+    std::vector<float> shared(tokens * d);
+    MlpForward(*w.shared, x, tokens, shared.data());
+    for (int64_t i = 0; i < tokens * d; ++i) out[i] += shared[i];
+  }
+}
+
+}  // namespace latent::model

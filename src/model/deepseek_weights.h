@@ -1,0 +1,58 @@
+// Views of a DeepSeek-family checkpoint's weights, pointing into the mapped files (no copies,
+// except the small router tensors, which transformers also keeps in f32).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kernels/weight_ref.h"
+#include "model/model_config.h"
+#include "weights/checkpoint.h"
+
+namespace latent::model {
+
+struct NormWeight {
+  const void* data = nullptr;  // [d]
+  DType dtype = DType::kF32;
+};
+
+struct MlpWeights {
+  kernels::WeightRef gate, up, down;  // [I, D], [I, D], [D, I]
+};
+
+struct MoeWeights {
+  std::vector<float> router;  // [E, D] f32
+  std::vector<float> bias;    // [E] e_score_correction_bias (noaux_tc), else empty
+  std::vector<MlpWeights> experts;
+  std::optional<MlpWeights> shared;
+};
+
+struct AttentionWeights {
+  std::optional<kernels::WeightRef> q_proj;  // [H*dqk, D] when q_lora_rank is null
+  std::optional<kernels::WeightRef> q_a;     // [Q, D]
+  NormWeight q_a_norm;                       // [Q]
+  std::optional<kernels::WeightRef> q_b;     // [H*dqk, Q]
+  kernels::WeightRef kv_a;                   // [C+R, D]
+  NormWeight kv_a_norm;                      // [C]
+  kernels::WeightRef kv_b;                   // [H*(dn+dv), C]: per head dn k_nope rows, dv v rows
+  kernels::WeightRef o;                      // [D, H*dv]
+};
+
+struct LayerWeights {
+  NormWeight input_norm, post_attention_norm;
+  AttentionWeights attention;
+  std::optional<MlpWeights> dense;  // Dense layers
+  std::optional<MoeWeights> moe;    // MoE layers
+};
+
+struct DeepseekWeights {
+  kernels::WeightRef embed;  // [V, D]
+  std::vector<LayerWeights> layers;
+  NormWeight final_norm;
+  kernels::WeightRef lm_head;  // [V, D]
+};
+
+// Validates `ckpt` against `config` and builds the views. Throws latent::Error.
+DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt);
+
+}  // namespace latent::model

@@ -1,0 +1,29 @@
+// Multi-head latent attention of one layer over a packed batch, in either form (DESIGN §5).
+#pragma once
+
+#include "model/deepseek_weights.h"
+#include "model/model.h"
+#include "ops/rope.h"
+
+namespace latent::model {
+
+struct MlaDims {
+  int64_t heads, q_lora, latent, nope, rope, v;  // H, Q (0: none), C, dn, dr, dv
+  int64_t qk() const { return nope + rope; }
+  int64_t row() const { return latent + rope; }  // floats of a cached latent row
+};
+
+MlaDims MlaDimsOf(const ModelConfig& config);
+
+// True when the expanded form costs fewer FLOPs for a chunk of `chunk_tokens` new tokens: it
+// rebuilds k_nope/v of every attended token once (C*(dn+dv) per token and head), while the
+// absorbed form pays per query token for folding W_UK/W_UV and for attending over 576-wide rows.
+bool PreferExpanded(const MlaDims& dims, int64_t chunk_tokens);
+
+// x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`
+// into `cache`, then attends each token over its sequence's rows 0..position.
+void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
+                         int64_t layer, const ForwardBatch& batch, const float* x,
+                         LatentCache& cache, AttentionForm form, float* out);
+
+}  // namespace latent::model

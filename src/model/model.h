@@ -1,0 +1,56 @@
+// The Model interface: one forward pass over a packed batch of tokens from any number of
+// sequences. Each layer writes the rows it caches for the new tokens, then reads back the rows
+// of every token its tokens attend to.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace latent::model {
+
+// A packed batch: T tokens, each with its sequence's cache slot and its absolute position.
+// A sequence's tokens in the batch have consecutive positions and sit after its cached ones.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;    // [T]
+  std::vector<int64_t> positions;    // [T]
+  std::vector<int32_t> seq_slots;    // [T] cache slot of the token's sequence
+  std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
+};
+
+// Where the MLA latent rows live. A row is kv_lora_rank + qk_rope_head_dim floats:
+// [kv_a_layernorm(c_kv) | rotated k_pe].
+class LatentCache {
+ public:
+  virtual ~LatentCache() = default;
+  // The row of (layer, slot, position) for writing; valid until the next MutableRow call.
+  virtual float* MutableRow(int64_t layer, int32_t slot, int64_t position) = 0;
+  // The row for reading; valid until the next MutableRow call.
+  virtual const float* Row(int64_t layer, int32_t slot, int64_t position) const = 0;
+};
+
+// How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.
+enum class AttentionForm : uint8_t { kAuto, kAbsorbed, kExpanded };
+
+// Optional record of what a forward pass decided, for tests and debugging.
+struct ForwardTrace {
+  // experts[layer]: [T, k] chosen experts, ascending per token; empty for dense layers.
+  std::vector<std::vector<int32_t>> experts;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs `batch`; writes logits [R, vocab_size] for batch.logits_rows.
+  virtual void Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
+                       float* logits, ForwardTrace* trace = nullptr) const = 0;
+};
+
+// Loads the checkpoint in `dir` with the architecture its config.json names.
+std::unique_ptr<Model> LoadModel(const std::string& dir);
+
+}  // namespace latent::model

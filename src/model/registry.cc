@@ -1,0 +1,28 @@
+#include <map>
+
+#include "model/arch/architectures.h"
+#include "model/model.h"
+
+namespace latent::model {
+namespace {
+
+using Factory = std::unique_ptr<Model> (*)(ModelConfig, weights::Checkpoint);
+
+const std::map<Architecture, Factory>& Registry() {
+  static const std::map<Architecture, Factory> registry{
+      {Architecture::kDeepseekV2, CreateDeepseekV2},
+      {Architecture::kDeepseekV3, CreateDeepseekV3},
+  };
+  return registry;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> LoadModel(const std::string& dir) {
+  ModelConfig config = ModelConfig::Load(dir);
+  weights::Checkpoint ckpt = weights::Checkpoint::Open(dir);
+  const Architecture arch = config.architecture;
+  return Registry().at(arch)(std::move(config), std::move(ckpt));
+}
+
+}  // namespace latent::model

@@ -1,0 +1,33 @@
+// Mixture-of-experts routers of the DeepSeek family, per token, on f32 router logits [E].
+// Each writes the k chosen experts and their weights (already times routed_scaling_factor).
+#pragma once
+
+#include <cstdint>
+
+namespace latent::ops {
+
+struct RouteArgs {
+  const float* logits = nullptr;  // [E] router logits (hidden . gate^T, f32)
+  int64_t num_experts = 0;        // E
+  int64_t top_k = 0;              // k
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+  const float* bias = nullptr;  // [E] e_score_correction_bias (noaux_tc only): for choice only.
+  int32_t* experts = nullptr;   // [k] out
+  float* weights = nullptr;     // [k] out
+  float* scratch = nullptr;     // [2 * E + n_group]
+};
+
+// DeepSeek V2: softmax scores, the k best.
+void RouteSoftmaxGreedy(const RouteArgs& args);
+// DeepSeek V2: softmax scores; groups ranked by their best expert, the topk_group best groups
+// kept (others scored 0), then the k best.
+void RouteSoftmaxGroupLimited(const RouteArgs& args);
+// DeepSeek V3 / Kimi K2: sigmoid scores plus the correction bias for choice; groups ranked by
+// the sum of their two best biased scores; the k best in the kept groups (others -inf);
+// weights are the unbiased sigmoid scores, renormalised when norm_topk_prob.
+void RouteSigmoidNoauxTc(const RouteArgs& args);
+
+}  // namespace latent::ops

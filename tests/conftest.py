@@ -1,0 +1,118 @@
+"""Shared pytest helpers: the latent binary, tiny models made with tools/make_tiny_model.py, and
+transformers loaded on the same checkpoints as the reference."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LATENT = REPO / "build" / "latent"
+MAKE_TINY_MODEL = REPO / "tools" / "make_tiny_model.py"
+sys.path.insert(0, str(REPO / "tools"))
+
+
+def run_latent(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if not LATENT.exists():
+        raise RuntimeError(f"{LATENT} is missing: run `make build` first")
+    proc = subprocess.run([str(LATENT), *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"latent {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def make_tiny_model(out: Path, preset: str, *extra: str, config: dict | None = None,
+                    seed: int = 0) -> dict:
+    """Runs tools/make_tiny_model.py and returns its JSON summary."""
+    cmd = [sys.executable, str(MAKE_TINY_MODEL), "--preset", preset, "--out", str(out),
+           "--seed", str(seed), *extra]
+    if config:
+        cmd += ["--config-json", json.dumps(config)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"make_tiny_model failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class TinyModels:
+    """Makes each (preset, options) model once per test session."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.cache: dict[str, Path] = {}
+
+    def get(self, preset: str, *extra: str, config: dict | None = None, seed: int = 0) -> Path:
+        key = json.dumps([preset, extra, config, seed], sort_keys=True)
+        if key not in self.cache:
+            out = self.root / f"m{len(self.cache)}-{preset}"
+            make_tiny_model(out, preset, *extra, config=config, seed=seed)
+            self.cache[key] = out
+        return self.cache[key]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> TinyModels:
+    return TinyModels(tmp_path_factory.mktemp("tiny-models"))
+
+
+def reference_dir(model_dir: Path, scratch: Path) -> Path:
+    """A directory transformers can load for `model_dir`: kimi_k2 becomes deepseek_v3 (transformers
+    has no kimi_k2 mapping), and fp8 checkpoints are dequantized to f32 (the tool's helper)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if "quantization_config" in config:
+        from make_tiny_model import dequantize_fp8_checkpoint
+
+        out = scratch / (model_dir.name + "-dequantized")
+        if not out.exists():
+            dequantize_fp8_checkpoint(model_dir, out)
+        model_dir = out
+        config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") == "kimi_k2":
+        out = scratch / (model_dir.name + "-as-v3")
+        if not out.exists():
+            shutil.copytree(model_dir, out)
+            config["model_type"] = "deepseek_v3"
+            (out / "config.json").write_text(json.dumps(config, indent=2))
+        model_dir = out
+    return model_dir
+
+
+def load_reference(model_dir: Path, scratch: Path, dtype=None):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        reference_dir(model_dir, scratch), dtype=dtype or torch.float32,
+        attn_implementation="eager",
+        # The grouped-GEMM experts kernel needs 16-byte strides, which odd tiny dims lack; eager
+        # is the plain per-expert loop.
+        experts_implementation="eager")
+    model.eval()
+    return model
+
+
+def latent_logits(model_dir: Path, ids: list[int], form: str = "auto", experts: bool = False):
+    import numpy as np
+
+    args = ["logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+            "--attention", form]
+    if experts:
+        args.append("--experts")
+    out = json.loads(run_latent(*args).stdout)
+    logits = np.asarray(out["logits"], dtype=np.float32)
+    return (logits, out["experts"]) if experts else logits
+
+
+def latent_generate(model_dir: Path, ids: list[int], max_tokens: int, form: str = "auto",
+                    ignore_eos: bool = False) -> list[int]:
+    args = ["generate", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+            "--max-tokens", str(max_tokens), "--attention", form]
+    if ignore_eos:
+        args.append("--ignore-eos")
+    out = run_latent(*args)
+    return json.loads(out.stdout)["ids"]

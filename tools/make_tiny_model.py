@@ -1,0 +1,807 @@
+#!/usr/bin/env python3
+"""Make a tiny, randomly initialised MLA model (DeepSeek V2/V3, Kimi K2) as a HF checkpoint.
+
+The model is built and saved by the installed `transformers` itself, so config.json and the
+safetensors layout are exactly what transformers writes (the only hand edits are the kimi_k2
+`model_type` and, with --fp8, the DeepSeek-style block-quantized weights plus their
+`quantization_config`).
+
+Weights are re-randomized after construction: transformers' default init (std 0.02, zero router
+bias) gives near-uniform logits, near-uniform attention and expert choices decided by noise,
+under which almost any inference bug goes unnoticed.
+
+Example:
+    tools/make_tiny_model.py --preset deepseek_v3 --out /tmp/tiny_v3
+    tools/make_tiny_model.py --preset kimi_k2 --out /tmp/kimi --fp8 --max-shard-size 20KB
+    tools/make_tiny_model.py --preset deepseek_v3 --out /tmp/v3tok --tokenizer /work/shared/tokenizers/deepseek_v3
+
+Library use (tests put tools/ on sys.path and `import make_tiny_model`):
+  * dequantize_fp8_checkpoint(src_dir, dst_dir): float32, non-quantized copy of an --fp8
+    checkpoint, loadable by transformers (the reference for fp8 parity tests);
+  * load_reference_model(ckpt_dir, dtype): loads an output with transformers, handling
+    model_type kimi_k2 and the odd dims (experts_implementation="eager").
+
+Prints a one-line JSON summary on stdout; notes and progress go to stderr; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FP8_E4M3_MAX = 448.0  # largest finite float8_e4m3fn value
+DEFAULT_FP8_BLOCK = 16  # DeepSeek ships 128x128 blocks; 16 gives several (partial) blocks on tiny dims
+SAFETENSORS_METADATA = {"format": "pt"}
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+# Tokenizer files copied by --tokenizer when present (LICENSE files are left behind on purpose:
+# outputs are throwaway test fixtures).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "tiktoken.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.json",
+    "chat_template.jinja",
+)
+
+
+# Saved model_type values transformers has no mapping for, loaded as DeepseekV3.
+MODEL_TYPE_ALIASES = {"kimi_k2": "deepseek_v3"}
+REFERENCE_EXPERTS_IMPLEMENTATION = "eager"
+
+
+class UsageError(Exception):
+    """A problem with the user's request; reported on stderr with exit code 2."""
+
+
+# --------------------------------------------------------------------------------------------
+# Presets
+# --------------------------------------------------------------------------------------------
+# Dims are deliberately odd / non-power-of-two and differ between presets and between fields
+# (qk_nope != v_head, heads*v_head != hidden, ...) so that mixed-up dims or tiling assumptions
+# fail loudly. qk_rope_head_dim must be even (rotary pairs). DeepseekV2Config validates that
+# hidden_size % num_attention_heads == 0, V3 does not (MLA never uses hidden/heads).
+#
+# YaRN: max_position_embeddings == factor * original_max_position_embeddings, as in the real
+# checkpoints; transformers warns (and uses the explicit factor) when they disagree.
+#
+# `num_mtp_layers` (saved as num_nextn_predict_layers) is 0 for V3-style presets: transformers
+# builds no MTP module, so advertising one would describe weights the checkpoint lacks.
+
+_V3_COMMON: dict[str, Any] = {
+    "vocab_size": 257,
+    "hidden_size": 61,
+    "num_attention_heads": 5,
+    "num_key_value_heads": 5,
+    "intermediate_size": 74,
+    "moe_intermediate_size": 22,
+    "num_hidden_layers": 3,
+    "first_k_dense_replace": 1,
+    "q_lora_rank": 37,
+    "kv_lora_rank": 27,
+    "qk_nope_head_dim": 19,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 14,
+    "n_routed_experts": 12,
+    "num_experts_per_tok": 3,
+    "n_shared_experts": 1,
+    "n_group": 4,
+    "topk_group": 2,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    # Not fields of DeepseekV3Config (its router is always noaux_tc/sigmoid), but present in
+    # the real configs; transformers keeps and saves extra kwargs.
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "max_position_embeddings": 512,
+    "rope_interleave": True,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 128,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+    "num_mtp_layers": 0,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "tie_word_embeddings": False,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "deepseek_v2_lite": {
+        "arch": "deepseek_v2",
+        "help": "V2-Lite style: no q LoRA, greedy softmax routing, 2 shared experts, YaRN mscale 0.707",
+        "config": {
+            "vocab_size": 251,
+            "hidden_size": 63,
+            "num_attention_heads": 3,
+            "num_key_value_heads": 3,
+            "intermediate_size": 77,
+            "moe_intermediate_size": 21,
+            "num_hidden_layers": 3,
+            "first_k_dense_replace": 1,
+            "q_lora_rank": None,
+            "kv_lora_rank": 26,  # V2: even, see check_v2_rope_dims
+            "qk_nope_head_dim": 18,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 13,
+            "n_routed_experts": 10,
+            "num_experts_per_tok": 3,
+            "n_shared_experts": 2,
+            "topk_method": "greedy",
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": False,
+            "routed_scaling_factor": 1.0,
+            "scoring_func": "softmax",  # extra kwarg, as in the real config
+            "max_position_embeddings": 512,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 128,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 0.707,
+                "mscale_all_dim": 0.707,
+            },
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "tie_word_embeddings": False,
+        },
+    },
+    "deepseek_v2": {
+        "arch": "deepseek_v2",
+        "help": "V2 style: q LoRA, group_limited_greedy (4 groups, top 2), scaling 1.5, default rope",
+        "config": {
+            "vocab_size": 253,
+            "hidden_size": 60,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "intermediate_size": 72,
+            "moe_intermediate_size": 19,
+            "num_hidden_layers": 3,
+            "first_k_dense_replace": 1,
+            "q_lora_rank": 35,
+            "kv_lora_rank": 22,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 11,
+            "n_routed_experts": 12,
+            "num_experts_per_tok": 3,
+            "n_shared_experts": 2,
+            "topk_method": "group_limited_greedy",
+            "n_group": 4,
+            "topk_group": 2,
+            "norm_topk_prob": False,
+            "routed_scaling_factor": 1.5,
+            "scoring_func": "softmax",
+            "max_position_embeddings": 512,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "tie_word_embeddings": False,
+        },
+    },
+    "deepseek_v3": {
+        "arch": "deepseek_v3",
+        "help": "V3 style: q LoRA, noaux_tc sigmoid routing (4 groups, top 2), interleaved rope, YaRN",
+        "config": _V3_COMMON,
+    },
+    "deepseek_v3_no_interleave": {
+        "arch": "deepseek_v3",
+        "help": "deepseek_v3 with rope_interleave false (rotate-half rope)",
+        "config": {**_V3_COMMON, "rope_interleave": False},
+    },
+    "kimi_k2": {
+        "arch": "deepseek_v3",
+        "saved_model_type": "kimi_k2",
+        "help": "Kimi K2 style: V3 architecture, 1 group, rope_theta 50000, YaRN factor 32, "
+        "scaling 2.827; saved with model_type kimi_k2",
+        "config": {
+            **_V3_COMMON,
+            "vocab_size": 263,
+            "hidden_size": 58,
+            "num_attention_heads": 3,
+            "num_key_value_heads": 3,
+            "intermediate_size": 70,
+            "moe_intermediate_size": 18,
+            "q_lora_rank": 33,
+            "kv_lora_rank": 29,
+            "qk_nope_head_dim": 13,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 10,
+            "n_routed_experts": 11,  # prime: nothing may assume experts divide into groups > 1
+            "num_experts_per_tok": 3,
+            "n_shared_experts": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 2.827,
+            "max_position_embeddings": 512,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 50000.0,
+                "factor": 32.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 1,
+                "beta_slow": 1,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+        },
+    },
+}
+
+
+def preset_listing() -> str:
+    lines = []
+    for name, preset in PRESETS.items():
+        c = preset["config"]
+        dims = (
+            f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c['q_lora_rank']} "
+            f"kv_lora={c['kv_lora_rank']} nope/rope/v={c['qk_nope_head_dim']}/{c['qk_rope_head_dim']}/"
+            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c['num_experts_per_tok']} "
+            f"shared={c['n_shared_experts']} layers={c['num_hidden_layers']} vocab={c['vocab_size']}"
+        )
+        lines.append(f"{name:28s} {preset['help']}\n{'':28s} {dims}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Config assembly
+# --------------------------------------------------------------------------------------------
+
+
+def parse_config_json(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--config-json is not valid JSON: {e}") from e
+    if not isinstance(overrides, dict):
+        raise UsageError("--config-json must be a JSON object")
+    return overrides
+
+
+def read_tokenizer_info(tok_dir: Path) -> dict[str, Any]:
+    """Highest token id (base vocab + added tokens) and the bos/eos ids named by tokenizer_config."""
+    tok_json = tok_dir / "tokenizer.json"
+    if not tok_json.is_file():
+        raise UsageError(f"--tokenizer: {tok_json} not found")
+    tok = json.loads(tok_json.read_text(encoding="utf-8"))
+    vocab = tok.get("model", {}).get("vocab") or {}
+    # BPE/WordPiece store {token: id}; Unigram stores [[token, score], ...] indexed by position.
+    if isinstance(vocab, dict):
+        token_to_id = dict(vocab)
+    else:
+        token_to_id = {entry[0]: i for i, entry in enumerate(vocab)}
+    for added in tok.get("added_tokens", []):
+        token_to_id[added["content"]] = added["id"]
+    if not token_to_id:
+        raise UsageError(f"--tokenizer: {tok_json} has no vocabulary")
+
+    special_ids: dict[str, int] = {}
+    cfg_path = tok_dir / "tokenizer_config.json"
+    if cfg_path.is_file():
+        tok_cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        for role in ("bos", "eos"):
+            token = tok_cfg.get(f"{role}_token")
+            if isinstance(token, dict):  # serialized AddedToken
+                token = token.get("content")
+            if isinstance(token, str) and token in token_to_id:
+                special_ids[f"{role}_token_id"] = token_to_id[token]
+    return {"max_id": max(token_to_id.values()), "special_ids": special_ids}
+
+
+def assemble_config_kwargs(
+    preset: dict[str, Any], overrides: dict[str, Any], tok_info: dict[str, Any] | None
+) -> dict[str, Any]:
+    # Top-level merge: nested dicts such as rope_parameters are replaced whole, never merged,
+    # so an override cannot leave stale yarn keys behind.
+    kwargs = copy.deepcopy(preset["config"])
+    kwargs.update(copy.deepcopy(overrides))
+    if tok_info is None:
+        return kwargs
+
+    needed = tok_info["max_id"] + 1
+    if kwargs["vocab_size"] < needed:
+        if "vocab_size" in overrides:
+            raise UsageError(
+                f"vocab_size {overrides['vocab_size']} from --config-json does not cover the "
+                f"tokenizer (highest id {tok_info['max_id']}, needs vocab_size >= {needed})"
+            )
+        note(f"raising vocab_size {kwargs['vocab_size']} -> {needed} to cover the tokenizer")
+        kwargs["vocab_size"] = needed
+    for key, token_id in tok_info["special_ids"].items():
+        if key not in overrides:  # an explicit --config-json value wins
+            kwargs[key] = token_id
+    return kwargs
+
+
+def check_v2_rope_dims(kwargs: dict[str, Any]) -> None:
+    """transformers' DeepseekV2 rope does view_as_complex on slices of q and of the kv_a output;
+    in float32 that needs even row strides, i.e. even qk_nope+qk_rope and kv_lora_rank+qk_rope
+    (bf16 works only because .float() makes a copy). Fail clearly instead of deep in a forward."""
+    rope = kwargs["qk_rope_head_dim"]
+    for other in ("qk_nope_head_dim", "kv_lora_rank"):
+        if (kwargs[other] + rope) % 2:
+            raise UsageError(
+                f"deepseek_v2 in transformers needs {other} + qk_rope_head_dim to be even "
+                f"(got {kwargs[other]} + {rope})"
+            )
+
+
+def check_routing_groups(arch: str, kwargs: dict[str, Any]) -> None:
+    """Expert groups must tile the experts (transformers views scores as [groups, E/groups]);
+    V3 scores a group by its top-2 experts, so groups need >= 2 experts."""
+    grouped = arch == "deepseek_v3" or kwargs.get("topk_method") == "group_limited_greedy"
+    if not grouped:
+        return
+    experts, groups = kwargs["n_routed_experts"], kwargs.get("n_group") or 1
+    if experts % groups or (arch == "deepseek_v3" and experts // groups < 2):
+        raise UsageError(f"n_routed_experts {experts} cannot be split into n_group {groups} groups")
+    if not 1 <= (kwargs.get("topk_group") or 1) <= groups:
+        raise UsageError(f"topk_group must be in [1, n_group={groups}], got {kwargs.get('topk_group')}")
+
+
+def build_config(arch: str, kwargs: dict[str, Any]):
+    from huggingface_hub.errors import StrictDataclassError  # raised by @strict configs
+    from transformers import DeepseekV2Config, DeepseekV3Config
+
+    if kwargs.get("qk_rope_head_dim", 2) % 2:
+        raise UsageError(f"qk_rope_head_dim must be even (rotary pairs), got {kwargs['qk_rope_head_dim']}")
+    if arch == "deepseek_v2":
+        check_v2_rope_dims(kwargs)
+    check_routing_groups(arch, kwargs)
+
+    config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config}[arch]
+    try:
+        return config_cls(**kwargs)
+    except (StrictDataclassError, TypeError, ValueError) as e:
+        raise UsageError(f"transformers rejected the config: {e}") from e
+
+
+# --------------------------------------------------------------------------------------------
+# Model construction and re-randomization
+# --------------------------------------------------------------------------------------------
+
+# Weight std = gain / sqrt(fan_in) (fan_in = last dim). Chosen so that, at these tiny sizes,
+# every part of the network visibly matters (the tests check the resulting properties):
+#  * q/k producing projections get gain 1.5 so attention is clearly non-uniform (otherwise
+#    rope / position / mask bugs barely change the output) without being one-hot;
+#  * gate/up projections (dense, shared and routed experts) get 1.5 so the SiLU is in its
+#    non-linear range and the MLP/MoE output is comparable to the residual stream;
+#  * lm_head gets 2.5, for a logit std over the vocab of ~2.5 (clear argmax margins);
+#  * everything else (o_proj, down_proj, q_a_proj) uses 0.5, keeping the residual bounded.
+DEFAULT_GAIN = 0.5
+GAIN_BY_SUFFIX = {
+    "self_attn.q_proj.weight": 1.5,
+    "self_attn.q_b_proj.weight": 1.5,
+    "self_attn.kv_a_proj_with_mqa.weight": 1.5,
+    "self_attn.kv_b_proj.weight": 1.5,
+    "gate_proj.weight": 1.5,
+    "up_proj.weight": 1.5,
+    "experts.gate_up_proj": 1.5,  # fused [E, 2I, D] in memory
+    "lm_head.weight": 2.5,
+}
+EMBED_STD = 1.0
+NORM_JITTER = 0.1  # RMSNorm weight = 1 + NORM_JITTER * randn
+# Router logits std ~2 (std 2/sqrt(hidden) on a unit-RMS input): top-k choices differ between
+# tokens because of the router, not noise (default init gives logit std ~0.15). Near-ties still
+# occur for some tokens, so fp8/bf16 rounding can flip a few choices.
+ROUTER_GAIN = 2.0
+SCORE_BIAS_STD = 0.1  # e_score_correction_bias, shifts V3 choices without dominating them
+
+
+def weight_gain(name: str) -> float:
+    for suffix, gain in GAIN_BY_SUFFIX.items():
+        if name.endswith(suffix):
+            return gain
+    return DEFAULT_GAIN
+
+
+@torch.no_grad()
+def rerandomize(model: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn_like(t: torch.Tensor) -> torch.Tensor:
+        # Draw in float32 from our own generator so values do not depend on the storage dtype.
+        return torch.randn(t.shape, generator=gen, dtype=torch.float32)
+
+    for name, param in model.named_parameters():
+        if name.endswith("embed_tokens.weight"):
+            value = randn_like(param) * EMBED_STD
+        elif param.ndim == 1 and name.endswith("norm.weight"):
+            value = 1.0 + NORM_JITTER * randn_like(param)
+        elif name.endswith("mlp.gate.weight"):
+            value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
+        elif param.ndim >= 2:
+            # Linear weights [out, in] and fused experts [E, out, in]: fan_in is the last dim.
+            value = randn_like(param) * (weight_gain(name) / math.sqrt(param.shape[-1]))
+        else:
+            raise RuntimeError(f"no re-randomization rule for parameter {name} {tuple(param.shape)}")
+        param.copy_(value)
+
+    for name, buf in model.named_buffers():
+        if name.endswith("e_score_correction_bias"):
+            buf.copy_(randn_like(buf) * SCORE_BIAS_STD)
+
+
+def build_model(arch: str, config, seed: int, dtype: torch.dtype):
+    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+
+    model_cls = {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM}[arch]
+    torch.manual_seed(seed)
+    model = model_cls(config)  # float32
+    # Randomize in float32 so a bf16 model is exactly the rounded float32 model of the same seed.
+    rerandomize(model, seed)
+    if dtype != torch.float32:
+        # Let transformers pick per-tensor dtypes (_keep_in_fp32_modules_strict keeps the router
+        # weight and e_score_correction_bias in float32), then copy the values in.
+        low = model_cls._from_config(config, dtype=dtype)
+        low.load_state_dict(model.state_dict())
+        model = low
+    # The default "grouped_mm" experts path needs 16-byte aligned rows, which odd dims break.
+    model.set_experts_implementation(REFERENCE_EXPERTS_IMPLEMENTATION)
+    return model.eval()
+
+
+def load_reference_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32):
+    """Load a (non-fp8) checkpoint made by this tool with transformers, for reference outputs.
+
+    Handles what plain AutoModelForCausalLM.from_pretrained cannot: model_type kimi_k2 (loaded as
+    DeepseekV3), and odd dims (experts_implementation "eager"). For --fp8 checkpoints, call
+    dequantize_fp8_checkpoint first.
+    """
+    from transformers import AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM
+
+    ckpt = Path(ckpt_dir)
+    raw = read_json(ckpt / "config.json")
+    if "quantization_config" in raw:
+        raise ValueError(f"{ckpt} is quantized; load the output of dequantize_fp8_checkpoint instead")
+    load_kwargs = {"dtype": dtype, "experts_implementation": REFERENCE_EXPERTS_IMPLEMENTATION}
+    if raw.get("model_type") in MODEL_TYPE_ALIASES:
+        fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
+        config = DeepseekV3Config(**fields)
+        model = DeepseekV3ForCausalLM.from_pretrained(ckpt, config=config, **load_kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(ckpt, **load_kwargs)
+    return model.eval()
+
+
+@torch.no_grad()
+def logit_std(model, vocab_size: int, seed: int) -> float:
+    """Mean over positions of the std of logits over the vocab, for a random 16-token prompt."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, vocab_size, (1, 16), generator=gen)
+    logits = model(input_ids=ids).logits.float()
+    return float(logits.std(dim=-1).mean())
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+
+def note(message: str) -> None:
+    print(f"make_tiny_model: {message}", file=sys.stderr)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    # Same layout transformers uses for config.json.
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def update_config_json(out: Path, updates: dict[str, Any], remove: tuple[str, ...] = ()) -> None:
+    path = out / "config.json"
+    data = read_json(path)
+    data.update(updates)
+    for key in remove:
+        data.pop(key, None)
+    write_json(path, data)
+
+
+def remove_stale_weights(out: Path) -> None:
+    """Drop weight files of an earlier run: save_pretrained removes old shards but leaves an old
+    index next to a new single-file checkpoint, and loaders prefer the index."""
+    for path in [*out.glob("model*.safetensors"), *out.glob("model*.safetensors.tmp"), out / INDEX_FILE]:
+        if path.is_file():
+            path.unlink()
+
+
+def copy_tokenizer(tok_dir: Path, out: Path) -> list[str]:
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (tok_dir / name).is_file():
+            shutil.copyfile(tok_dir / name, out / name)
+            copied.append(name)
+    return copied
+
+
+def shard_files(ckpt: Path) -> list[str]:
+    if (ckpt / INDEX_FILE).is_file():
+        return sorted(set(read_json(ckpt / INDEX_FILE)["weight_map"].values()))
+    if (ckpt / SINGLE_FILE).is_file():
+        return [SINGLE_FILE]
+    raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {ckpt}")
+
+
+def rewrite_shards(src: Path, dst: Path, transform) -> None:
+    """Apply `transform(state_dict) -> state_dict` to every shard of src, writing dst.
+
+    Keeps the shard layout; the index (if any) gets the new tensor names mapped to the shard
+    their source tensor lived in, and a recomputed total_size.
+    """
+    from safetensors.torch import load_file, save_file
+
+    weight_map: dict[str, str] = {}
+    total_size = 0
+    for fname in shard_files(src):
+        tensors = transform(load_file(src / fname))
+        # Write beside and rename: src may be dst (in-place fp8 rewrite).
+        tmp = dst / (fname + ".tmp")
+        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata=SAFETENSORS_METADATA)
+        tmp.replace(dst / fname)
+        for key, tensor in tensors.items():
+            weight_map[key] = fname
+            total_size += tensor.numel() * tensor.element_size()
+    if (src / INDEX_FILE).is_file():
+        index = read_json(src / INDEX_FILE)
+        index["metadata"] = {**index.get("metadata", {}), "total_size": total_size}
+        index["weight_map"] = dict(sorted(weight_map.items()))
+        (dst / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# FP8 block quantization (DeepSeek V3 release format)
+# --------------------------------------------------------------------------------------------
+
+
+def is_fp8_quantized_weight(name: str, tensor: torch.Tensor) -> bool:
+    """Every Linear weight except embeddings, lm_head and the router (norms are 1-D)."""
+    if tensor.ndim != 2 or not name.endswith(".weight"):
+        return False
+    return not (
+        name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight") or name.endswith("mlp.gate.weight")
+    )
+
+
+def quantize_fp8_block(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (q float8_e4m3fn [N,K], scale_inv float32 [ceil(N/B), ceil(K/B)]).
+
+    Dequantization is W[n,k] = q[n,k] * scale_inv[n // B, k // B].
+    """
+    w = weight.float()
+    n, k = w.shape
+    nb, kb = math.ceil(n / block), math.ceil(k / block)
+    padded = torch.zeros(nb * block, kb * block)
+    padded[:n, :k] = w
+    blocks = padded.view(nb, block, kb, block)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scale = torch.where(amax > 0, amax / FP8_E4M3_MAX, torch.ones_like(amax))  # all-zero block: any scale
+    scaled = (blocks / scale[:, None, :, None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)  # clamp: e4m3fn has no inf
+    q = scaled.view(nb * block, kb * block)[:n, :k].to(torch.float8_e4m3fn)
+    return q.contiguous(), scale.to(torch.float32).contiguous()
+
+
+def dequantize_fp8_block(q: torch.Tensor, scale_inv: torch.Tensor, block: int) -> torch.Tensor:
+    n, k = q.shape
+    expanded = scale_inv.repeat_interleave(block, dim=0)[:n].repeat_interleave(block, dim=1)[:, :k]
+    return q.float() * expanded
+
+
+def quantize_checkpoint_fp8(out: Path, block: int) -> None:
+    def transform(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        result = {}
+        for name, tensor in tensors.items():
+            if is_fp8_quantized_weight(name, tensor):
+                q, scale = quantize_fp8_block(tensor, block)
+                result[name] = q
+                result[name + "_scale_inv"] = scale
+            else:
+                result[name] = tensor
+        return result
+
+    rewrite_shards(out, out, transform)
+    update_config_json(
+        out,
+        {
+            "quantization_config": {
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "activation_scheme": "dynamic",
+                "weight_block_size": [block, block],
+            }
+        },
+    )
+
+
+def dequantize_fp8_checkpoint(src_dir: str | Path, dst_dir: str | Path) -> None:
+    """Write a float32, non-quantized copy of an --fp8 checkpoint (same shard layout).
+
+    Every tensor becomes float32, `X.weight_scale_inv` is folded into `X.weight`, and config.json
+    loses its quantization_config, so transformers loads it as the reference model (with
+    experts_implementation="eager" for odd dims: use load_reference_model).
+    """
+    src, dst = Path(src_dir), Path(dst_dir)
+    config = read_json(src / "config.json")
+    qcfg = config.get("quantization_config")
+    if not qcfg or qcfg.get("quant_method") != "fp8":
+        raise ValueError(f"{src} is not an fp8 checkpoint (no fp8 quantization_config)")
+    block_n, block_k = qcfg["weight_block_size"]
+    if block_n != block_k:
+        raise ValueError(f"only square blocks are supported, got {qcfg['weight_block_size']}")
+
+    def transform(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        result = {}
+        for name, tensor in tensors.items():
+            if name.endswith("_scale_inv"):
+                continue
+            scale = tensors.get(name + "_scale_inv")
+            if scale is not None:
+                result[name] = dequantize_fp8_block(tensor, scale, block_n)
+            else:
+                result[name] = tensor.float()
+        return result
+
+    dst.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():  # config, generation config, tokenizer files, ...
+        if item.is_file() and not item.name.endswith(".safetensors") and item.name != INDEX_FILE:
+            shutil.copyfile(item, dst / item.name)
+    rewrite_shards(src, dst, transform)
+    config.pop("quantization_config")
+    config["dtype"] = "float32"
+    if "torch_dtype" in config:
+        config["torch_dtype"] = "float32"
+    write_json(dst / "config.json", config)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="presets:\n" + preset_listing(),
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="model preset (see below)")
+    parser.add_argument("--out", type=Path, help="output directory (created; existing files are overwritten)")
+    parser.add_argument(
+        "--config-json",
+        help="JSON object merged over the preset's config kwargs; nested dicts (rope_parameters) are replaced whole",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="directory with tokenizer.json (+ tokenizer_config.json, ...) to copy; vocab_size is raised to "
+        "cover every token id and bos/eos ids are taken from tokenizer_config.json",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for construction and re-randomization (default 0)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        help="dtype of saved weights (default float32; bfloat16 with --fp8). The router weight and "
+        "e_score_correction_bias always stay float32, as transformers keeps them",
+    )
+    parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="store Linear weights (attention, dense MLP, experts, shared experts) as float8_e4m3fn with "
+        "per-block float32 weight_scale_inv, as in DeepSeek's FP8 release; embeddings, lm_head, norms and "
+        "the router keep --dtype",
+    )
+    parser.add_argument(
+        "--fp8-block", type=int, default=DEFAULT_FP8_BLOCK, help=f"fp8 block size B (default {DEFAULT_FP8_BLOCK})"
+    )
+    parser.add_argument(
+        "--max-shard-size", help='passed to save_pretrained, e.g. "20KB", to get a sharded checkpoint with an index'
+    )
+    parser.add_argument("--list-presets", action="store_true", help="list presets and exit")
+    args = parser.parse_args(argv)
+    if args.list_presets:
+        return args
+    if args.preset is None or args.out is None:
+        parser.error("--preset and --out are required")  # exits 2
+    if args.fp8_block <= 0:
+        parser.error("--fp8-block must be positive")
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.fp8 else "float32"
+    return args
+
+
+def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
+    from transformers import GenerationConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # keep stderr readable
+    preset = PRESETS[args.preset]
+    overrides = parse_config_json(args.config_json)
+    tok_info = None
+    if args.tokenizer is not None:
+        if not args.tokenizer.is_dir():
+            raise UsageError(f"--tokenizer: {args.tokenizer} is not a directory")
+        tok_info = read_tokenizer_info(args.tokenizer)
+    kwargs = assemble_config_kwargs(preset, overrides, tok_info)
+    config = build_config(preset["arch"], kwargs)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+
+    model = build_model(preset["arch"], config, args.seed, dtype)
+    num_parameters = model.num_parameters()  # parameters only: no buffers, no fp8 scales
+    std = logit_std(model, config.vocab_size, args.seed)
+    if std <= 1.0:
+        note(f"warning: logits are close to uniform (std over vocab {std:.3f})")
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_weights(out)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, do_sample=False
+    )
+    save_kwargs: dict[str, Any] = {"safe_serialization": True}
+    if args.max_shard_size:
+        save_kwargs["max_shard_size"] = args.max_shard_size
+    model.save_pretrained(out, **save_kwargs)
+
+    saved_model_type = preset.get("saved_model_type")
+    if saved_model_type:
+        # transformers has no kimi_k2 mapping: the architecture stays DeepseekV3ForCausalLM.
+        update_config_json(out, {"model_type": saved_model_type})
+    if args.fp8:
+        quantize_checkpoint_fp8(out, args.fp8_block)
+    if args.tokenizer is not None:
+        copy_tokenizer(args.tokenizer, out)
+
+    return {
+        "out": str(out),
+        "preset": args.preset,
+        "model_type": saved_model_type or config.model_type,
+        "num_parameters": num_parameters,
+        "fp8": bool(args.fp8),
+        "dtype": args.dtype,
+        "vocab_size": config.vocab_size,
+        "logits_std": round(std, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list_presets:
+        print(preset_listing())
+        return 0
+    try:
+        summary = make_tiny_model(args)
+    except UsageError as e:
+        print(f"make_tiny_model: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
