@@ -1,11 +1,15 @@
 // `latent generate --model DIR --ids 1,2,3 --max-tokens N [--attention ...]`: greedy
-// continuation of one prompt, as JSON {"ids": [...]}. The prompt runs as one chunk, then one
-// token per step, reading the cached latent rows. Stops at an EOS id (generation_config.json).
+// continuation of one prompt, as JSON {"ids": [...]}, computed directly on the model (no
+// engine): the prompt as one chunk, then one token per step. It is the "alone" reference that
+// batched runs are tested against. Stops at an EOS id (generation_config.json).
+// `latent generate --model DIR --prompts FILE.jsonl [engine flags]`: many requests at once
+// through the engine (batch_generate.cc).
 #include <algorithm>
 #include <iostream>
 #include <memory>
 
 #include "cli/attention_form.h"
+#include "cli/batch_generate.h"
 #include "cli/commands.h"
 #include "cli/token_ids.h"
 #include "model/contiguous_latent_cache.h"
@@ -14,21 +18,43 @@
 
 namespace latent::cli {
 
+namespace {
+
 Runner RegisterGenerate(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, attention = "auto";
     int64_t max_tokens = 16;
     bool ignore_eos = false;
+    std::string prompts;
+    engine::EngineOptions engine;
+    bool no_prefix_cache = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("generate", "Greedy generation for one prompt");
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
-  sub->add_option("--ids", opt->ids, "Prompt token ids, e.g. 1,2,3")->required();
+  auto* ids = sub->add_option("--ids", opt->ids, "One prompt's token ids, e.g. 1,2,3");
+  auto* prompts = sub->add_option("--prompts", opt->prompts, "JSONL requests run through the engine");
+  ids->excludes(prompts);
+  sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
+  sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
+  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks (default: from --cache-memory)")->check(CLI::PositiveNumber);
+  sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
+  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
+  sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  sub->add_flag("--check-invariants", opt->engine.check_invariants, "Verify block accounting after every step");
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
   return [opt] {
     const model::AttentionForm form = ParseAttentionForm(opt->attention);
+    if (!opt->prompts.empty()) {
+      BatchGenerateOptions batch{opt->model_dir, opt->prompts, opt->engine};
+      batch.engine.attention = form;
+      batch.engine.prefix_caching = !opt->no_prefix_cache;
+      return RunBatchGenerate(batch);
+    }
+    if (opt->ids.empty()) Fail("generate needs --ids or --prompts");
     std::vector<int32_t> ids = ParseTokenIds(opt->ids);
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
@@ -61,5 +87,9 @@ Runner RegisterGenerate(CLI::App& app) {
     return 0;
   };
 }
+
+}  // namespace
+
+LATENT_COMMAND(20, RegisterGenerate);
 
 }  // namespace latent::cli

@@ -110,6 +110,8 @@ void PrintText(const nlohmann::json& info) {
 
 }  // namespace
 
+namespace {
+
 Runner RegisterInfo(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
   CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint: parameters, dtypes, cache rows");
@@ -127,5 +129,9 @@ Runner RegisterInfo(CLI::App& app) {
     return 0;
   };
 }
+
+}  // namespace
+
+LATENT_COMMAND(10, RegisterInfo);
 
 }  // namespace latent::cli

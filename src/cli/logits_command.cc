@@ -11,6 +11,8 @@
 
 namespace latent::cli {
 
+namespace {
+
 Runner RegisterLogits(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, attention = "auto";
@@ -78,5 +80,9 @@ Runner RegisterLogits(CLI::App& app) {
     return 0;
   };
 }
+
+}  // namespace
+
+LATENT_COMMAND(30, RegisterLogits);
 
 }  // namespace latent::cli

@@ -1,23 +1,33 @@
 // latent: serve multi-head latent attention models. This file only dispatches subcommands and
 // turns latent::Error into a one-line message and exit code 1.
+#include <algorithm>
 #include <iostream>
 #include <vector>
 
 #include "base/error.h"
 #include "cli/commands.h"
 
+namespace latent::cli {
+
+std::vector<std::pair<int, Registrar>>& CommandRegistry() {
+  static std::vector<std::pair<int, Registrar>> registry;
+  return registry;
+}
+
+}  // namespace latent::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"latent: an inference engine for multi-head latent attention models"};
   app.require_subcommand(1);
+  auto registry = latent::cli::CommandRegistry();
+  std::sort(registry.begin(), registry.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<CLI::App*, latent::cli::Runner>> commands;
-  auto add = [&](latent::cli::Runner (*reg)(CLI::App&)) {
-    size_t before = app.get_subcommands({}).size();
-    latent::cli::Runner runner = reg(app);
+  for (const auto& [order, registrar] : registry) {
+    const size_t before = app.get_subcommands({}).size();
+    latent::cli::Runner runner = registrar(app);
     commands.emplace_back(app.get_subcommands({})[before], std::move(runner));
-  };
-  add(latent::cli::RegisterInfo);
-  add(latent::cli::RegisterLogits);
-  add(latent::cli::RegisterGenerate);
+  }
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -166,15 +166,16 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     for (int64_t h = 0; h < d.heads; ++h) {
       rope.Apply(&q[(t * d.heads + h) * d.qk() + d.nope], cos.data(), sin.data());
     }
-    float* dst = cache.MutableRow(layer, batch.seq_slots[t], batch.positions[t]);
-    std::copy(row, row + d.row(), dst);
+    cache.WriteRow(layer, batch.seq_slots[t], batch.positions[t], row);
   }
 
   // Attention per sequence, over its cached rows.
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
   for (const auto& [slot, seq] : GroupBySequence(batch)) {
+    std::vector<float> gathered(seq.context * d.row());  // [context, C + dr]
+    cache.GatherRows(layer, slot, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
-    for (int64_t p = 0; p < seq.context; ++p) rows[p] = cache.Row(layer, slot, p);
+    for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
     const bool expanded = form == AttentionForm::kExpanded ||
                           (form == AttentionForm::kAuto &&
                            PreferExpanded(d, static_cast<int64_t>(seq.rows.size())));

@@ -21,15 +21,16 @@ struct ForwardBatch {
   std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
 };
 
-// Where the MLA latent rows live. A row is kv_lora_rank + qk_rope_head_dim floats:
-// [kv_a_layernorm(c_kv) | rotated k_pe].
+// Where the MLA latent rows live. A row is kv_lora_rank + qk_rope_head_dim values:
+// [kv_a_layernorm(c_kv) | rotated k_pe]. Storage may hold them in another dtype (bf16); the
+// model always hands over and receives f32.
 class LatentCache {
  public:
   virtual ~LatentCache() = default;
-  // The row of (layer, slot, position) for writing; valid until the next MutableRow call.
-  virtual float* MutableRow(int64_t layer, int32_t slot, int64_t position) = 0;
-  // The row for reading; valid until the next MutableRow call.
-  virtual const float* Row(int64_t layer, int32_t slot, int64_t position) const = 0;
+  // Stores the row of (layer, slot, position).
+  virtual void WriteRow(int64_t layer, int32_t slot, int64_t position, const float* row) = 0;
+  // Copies the rows of positions [0, count) of (layer, slot) to out [count, row].
+  virtual void GatherRows(int64_t layer, int32_t slot, int64_t count, float* out) const = 0;
 };
 
 // How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.

@@ -1,0 +1,74 @@
+#include "cache/block_table.h"
+
+#include "base/error.h"
+
+namespace latent::cache {
+
+int32_t BlockTable::BlocksNeeded(int64_t tokens) const {
+  const int64_t needed = (tokens + block_tokens_ - 1) / block_tokens_;
+  return needed > static_cast<int64_t>(blocks_.size())
+             ? static_cast<int32_t>(needed - static_cast<int64_t>(blocks_.size()))
+             : 0;
+}
+
+bool BlockTable::Grow(BlockPool& pool, int64_t tokens) {
+  const int32_t needed = BlocksNeeded(tokens);
+  if (needed > pool.NumAvailable()) return false;
+  for (int32_t i = 0; i < needed; ++i) {
+    std::optional<BlockId> block = pool.Allocate();
+    LATENT_CHECK(block.has_value());
+    blocks_.push_back(*block);
+  }
+  return true;
+}
+
+void BlockTable::Free(BlockPool& pool) {
+  // Release the tail first, so that a prompt's later blocks are evicted before its earlier
+  // ones (which more prompts share).
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool.Release(*it);
+  blocks_.clear();
+  hashes_.clear();
+}
+
+int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens) {
+  LATENT_CHECK(blocks_.empty());
+  if (tokens.empty()) return 0;
+  const int64_t max_blocks = static_cast<int64_t>(tokens.size() - 1) / block_tokens_;
+  BlockHash parent = 0;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
+    const BlockHash hash = HashBlock(parent, block_tokens);
+    std::optional<BlockId> block = pool.Lookup(hash, block_tokens);
+    if (!block) break;
+    pool.Retain(*block);
+    blocks_.push_back(*block);
+    hashes_.push_back(hash);
+    parent = hash;
+  }
+  return static_cast<int64_t>(blocks_.size()) * block_tokens_;
+}
+
+void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed) {
+  if (!pool.prefix_caching()) return;
+  const int64_t full = std::min<int64_t>(computed / block_tokens_, blocks_.size());
+  for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
+    auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
+    const BlockHash hash = HashBlock(hashes_.empty() ? 0 : hashes_.back(), block_tokens);
+    pool.Register(blocks_[i], hash, block_tokens);
+    hashes_.push_back(hash);
+  }
+}
+
+int64_t BlockTable::ShareFullBlocks(BlockPool& pool, const BlockTable& other, int64_t tokens) {
+  LATENT_CHECK(blocks_.empty());
+  const int64_t full = tokens / block_tokens_;
+  for (int64_t i = 0; i < full; ++i) {
+    pool.Retain(other.blocks_[i]);
+    blocks_.push_back(other.blocks_[i]);
+  }
+  hashes_.assign(other.hashes_.begin(),
+                 other.hashes_.begin() + std::min<int64_t>(full, other.hashes_.size()));
+  return full * block_tokens_;
+}
+
+}  // namespace latent::cache

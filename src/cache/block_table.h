@@ -1,0 +1,42 @@
+// BlockTable: the blocks of one sequence, in order; block i holds positions
+// [i * block_tokens, (i + 1) * block_tokens) of every row of every layer.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/block_pool.h"
+
+namespace latent::cache {
+
+class BlockTable {
+ public:
+  explicit BlockTable(uint32_t block_tokens) : block_tokens_(block_tokens) {}
+
+  const std::vector<BlockId>& blocks() const { return blocks_; }
+  uint32_t block_tokens() const { return block_tokens_; }
+  int64_t capacity() const { return static_cast<int64_t>(blocks_.size()) * block_tokens_; }
+
+  // Blocks that holding `tokens` positions needs beyond those held.
+  int32_t BlocksNeeded(int64_t tokens) const;
+  // Grows to hold `tokens` positions; all or nothing. False when the pool runs out.
+  bool Grow(BlockPool& pool, int64_t tokens);
+  // Releases every block.
+  void Free(BlockPool& pool);
+  // Takes the longest chain of cached full blocks matching `tokens`, never covering the last
+  // token (its logits must be computed). Returns the number of tokens covered.
+  int64_t MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens);
+  // Registers the full blocks among the first `computed` tokens for prefix caching.
+  void RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed);
+  // Shares `other`'s full blocks (retained) and returns how many tokens they cover; the caller
+  // copies the partial last block into a fresh one.
+  int64_t ShareFullBlocks(BlockPool& pool, const BlockTable& other, int64_t tokens);
+
+ private:
+  uint32_t block_tokens_;
+  std::vector<BlockId> blocks_;
+  std::vector<BlockHash> hashes_;  // hashes of the leading full blocks registered so far
+};
+
+}  // namespace latent::cache

@@ -1,0 +1,42 @@
+// CacheStorage: the bytes of all blocks, one allocation, laid out by CacheLayout. Hands out the
+// address of (block, layer, row, token-in-block); never interprets the bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cache/cache_layout.h"
+
+namespace latent::cache {
+
+class CacheStorage {
+ public:
+  CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks);
+
+  const CacheLayout& layout() const { return layout_; }
+  const ModelCacheRows& rows() const { return rows_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  uint64_t total_bytes() const { return layout_.block_bytes * static_cast<uint64_t>(num_blocks_); }
+
+  uint8_t* RowAt(int32_t block, int64_t layer, int64_t row, uint32_t token_in_block) {
+    return data_.get() + static_cast<uint64_t>(block) * layout_.block_bytes +
+           layout_.slab_offset[layer][row] + token_in_block * rows_[layer][row].bytes_per_token;
+  }
+  const uint8_t* RowAt(int32_t block, int64_t layer, int64_t row, uint32_t token_in_block) const {
+    return const_cast<CacheStorage*>(this)->RowAt(block, layer, row, token_in_block);
+  }
+
+  // Number of blocks that fit in `bytes` (at least 0).
+  static int32_t BlocksForBytes(const ModelCacheRows& rows, uint32_t block_tokens, uint64_t bytes);
+
+ private:
+  ModelCacheRows rows_;
+  CacheLayout layout_;
+  int32_t num_blocks_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> data_;
+};
+
+}  // namespace latent::cache

@@ -1,0 +1,191 @@
+// Input: one JSON object per line: {"ids": [...]} plus optional "max_tokens", sampling fields
+// ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
+// "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
+// token's only), "n"), "stop_token_ids", "ignore_eos", and "arrival_step" (submit the request
+// when the engine reaches that step; for tests of requests arriving mid-flight).
+// Output, in input order: {"index": i, "ids": [...], "finish_reason": "stop"|"length", ...};
+// with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
+#include "cli/batch_generate.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "model/generation_config.h"
+
+namespace latent::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Job {
+  engine::Request request;
+  int64_t arrival_step = 0;
+  std::string error;  // Set when the line is malformed or the engine refused it.
+  struct Sample {
+    std::vector<int32_t> ids;
+    std::vector<Json> logprobs;
+    engine::FinishReason finish = engine::FinishReason::kNone;
+    std::string error;
+  };
+  std::vector<Sample> samples;
+  int32_t done = 0;
+};
+
+template <typename T>
+T Field(const Json& line, const char* key, T fallback) {
+  if (!line.contains(key) || line[key].is_null()) return fallback;
+  try {
+    return line[key].get<T>();
+  } catch (const Json::exception&) {
+    Fail("field '", key, "' has the wrong type: ", line[key].dump());
+  }
+}
+
+engine::Request ParseRequest(const Json& line, int64_t* arrival_step) {
+  if (!line.is_object()) Fail("not a JSON object");
+  if (!line.contains("ids")) Fail("missing 'ids' (text prompts need a tokenizer)");
+  engine::Request r;
+  r.prompt = Field<std::vector<int32_t>>(line, "ids", {});
+  r.max_tokens = Field<int64_t>(line, "max_tokens", 16);
+  engine::SamplingParams& s = r.sampling;
+  s.temperature = Field<float>(line, "temperature", 0.0f);
+  s.top_k = Field<int32_t>(line, "top_k", 0);
+  s.top_p = Field<float>(line, "top_p", 1.0f);
+  s.min_p = Field<float>(line, "min_p", 0.0f);
+  s.repetition_penalty = Field<float>(line, "repetition_penalty", 1.0f);
+  s.presence_penalty = Field<float>(line, "presence_penalty", 0.0f);
+  s.frequency_penalty = Field<float>(line, "frequency_penalty", 0.0f);
+  if (line.contains("seed") && !line["seed"].is_null()) s.seed = Field<uint64_t>(line, "seed", 0);
+  s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
+  s.n = Field<int32_t>(line, "n", 1);
+  r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
+  r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  *arrival_step = Field<int64_t>(line, "arrival_step", 0);
+  return r;
+}
+
+void PrintProgress(size_t done, size_t total, bool tty) {
+  if (!tty) return;
+  const int width = 30;
+  const int filled = total ? static_cast<int>(width * done / total) : width;
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu requests", filled, "##############################",
+               width - filled, "", done, total);
+  if (done == total) std::fputc('\n', stderr);
+}
+
+}  // namespace
+
+int RunBatchGenerate(const BatchGenerateOptions& options) {
+  std::ifstream in(options.prompts_path);
+  if (!in) Fail(options.prompts_path, ": cannot open");
+  std::vector<Job> jobs;
+  std::string text;
+  for (int64_t line_no = 1; std::getline(in, text); ++line_no) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Job& job = jobs.emplace_back();
+    try {
+      job.request = ParseRequest(Json::parse(text), &job.arrival_step);
+    } catch (const Json::exception& e) {
+      job.error = StrCat(options.prompts_path, ":", line_no, ": invalid JSON: ", e.what());
+    } catch (const Error& e) {
+      job.error = StrCat(options.prompts_path, ":", line_no, ": ", e.what());
+    }
+  }
+
+  std::unique_ptr<model::Model> m = model::LoadModel(options.model_dir);
+  model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
+  engine::Engine engine(std::move(m), std::move(gen), options.engine);
+
+  size_t finished = 0;
+  const bool tty = ::isatty(STDERR_FILENO);
+  std::vector<size_t> pending;  // Jobs not yet submitted, in input order.
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].error.empty()) pending.push_back(i); else ++finished;
+  }
+  int64_t step = 0;
+  while (finished < jobs.size()) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      Job& job = jobs[*it];
+      if (job.arrival_step > step) {
+        ++it;
+        continue;
+      }
+      job.samples.resize(job.request.sampling.n);
+      auto on_output = [&job, &finished](const engine::RequestOutput& out) {
+        Job::Sample& sample = job.samples[out.sample];
+        if (out.has_token) {
+          sample.ids.push_back(out.token);
+          if (job.request.sampling.top_logprobs >= 0) {
+            Json entry = {{"token", out.token}, {"logprob", out.logprob}};
+            Json top = Json::array();
+            for (const auto& alt : out.top_logprobs) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
+            entry["top_logprobs"] = top;
+            sample.logprobs.push_back(entry);
+          }
+        }
+        if (out.finish != engine::FinishReason::kNone) {
+          sample.finish = out.finish;
+          sample.error = out.error;
+          if (++job.done == static_cast<int32_t>(job.samples.size())) ++finished;
+        }
+      };
+      try {
+        engine.Submit(job.request, on_output);
+      } catch (const Error& e) {
+        job.error = e.what();
+        ++finished;
+      }
+      it = pending.erase(it);
+    }
+    engine.Step();
+    ++step;
+    PrintProgress(finished, jobs.size(), tty);
+  }
+
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
+    nlohmann::ordered_json out = {{"index", i}};
+    if (!job.error.empty()) {
+      out["error"] = job.error;
+    } else {
+      auto sample_json = [&](const Job::Sample& s) {
+        nlohmann::ordered_json j = {{"ids", s.ids}, {"finish_reason", engine::FinishReasonName(s.finish)}};
+        if (job.request.sampling.top_logprobs >= 0) j["logprobs"] = s.logprobs;
+        if (!s.error.empty()) j["error"] = s.error;
+        return j;
+      };
+      if (job.samples.size() == 1) {
+        out.update(sample_json(job.samples[0]));
+      } else {
+        out["samples"] = nlohmann::ordered_json::array();
+        for (const auto& s : job.samples) out["samples"].push_back(sample_json(s));
+      }
+    }
+    std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+  }
+
+  const engine::EngineMetrics metrics = engine.Metrics();
+  Json summary = {
+      {"requests", jobs.size()},
+      {"generated_tokens", metrics.generated_tokens},
+      {"prompt_tokens", metrics.prompt_tokens},
+      {"tokens_per_second", metrics.busy_seconds > 0 ? metrics.generated_tokens / metrics.busy_seconds : 0.0},
+      {"steps", metrics.steps},
+      {"cache_bytes_per_token", metrics.cache_bytes_per_token},
+      {"cache_blocks", metrics.total_blocks},
+      {"block_tokens", metrics.block_tokens},
+      {"prefix_hit_tokens", metrics.prefix_hit_tokens},
+      {"prefix_hit_rate", metrics.prompt_tokens ? static_cast<double>(metrics.prefix_hit_tokens) / metrics.prompt_tokens : 0.0},
+      {"preemptions", metrics.preemptions},
+      {"used_blocks_at_end", metrics.used_blocks},
+  };
+  std::cerr << "latent: summary " << summary.dump() << "\n";
+  return 0;
+}
+
+}  // namespace latent::cli

@@ -1,0 +1,315 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "model/mla_attention.h"
+
+namespace latent::engine {
+
+Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig generation,
+               EngineOptions options)
+    : model_(std::move(model)), generation_(std::move(generation)), options_(options) {
+  const model::ModelConfig& config = model_->config();
+  if (options_.block_tokens == 0) Fail("--block-tokens must be positive");
+  cache_dtype_ = model::ParseCacheDType(options_.cache_dtype, config);
+  cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype_);
+  int32_t num_blocks = options_.num_blocks;
+  if (num_blocks <= 0) {
+    const double bytes = options_.cache_memory_gib * (1ull << 30);
+    if (!(bytes > 0)) Fail("--cache-memory must be positive");
+    num_blocks = cache::CacheStorage::BlocksForBytes(rows, options_.block_tokens, static_cast<uint64_t>(bytes));
+    if (num_blocks == 0) Fail("--cache-memory ", options_.cache_memory_gib, " GiB holds no cache block");
+  }
+  metrics_.cache_bytes_per_token = cache::BytesPerToken(rows);
+  storage_ = std::make_unique<cache::CacheStorage>(std::move(rows), options_.block_tokens, num_blocks);
+  pool_ = std::make_unique<cache::BlockPool>(num_blocks, options_.prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
+  paged_ = std::make_unique<PagedLatentCache>(*storage_, model::MlaLatentRowValues(config), cache_dtype_);
+  seed_base_ = std::random_device{}();
+  metrics_.total_blocks = num_blocks;
+  metrics_.block_tokens = options_.block_tokens;
+}
+
+Engine::~Engine() { Stop(); }
+
+int64_t Engine::Submit(Request request, OutputCallback on_output) {
+  const model::ModelConfig& c = model_->config();
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (prompt == 0) Fail("the prompt is empty");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= c.vocab_size) Fail("prompt token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
+  }
+  if (request.max_tokens < 1) Fail("max_tokens must be at least 1, got ", request.max_tokens);
+  request.sampling.Validate();
+  const int64_t total = prompt + request.max_tokens;
+  if (total > c.max_position_embeddings) {
+    Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,
+         ") exceeds the model's max_position_embeddings (", c.max_position_embeddings, ")");
+  }
+  const int64_t capacity = static_cast<int64_t>(pool_->num_blocks()) * options_.block_tokens;
+  if (total > capacity) {
+    Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,
+         ") can never fit in the cache (", capacity, " tokens)");
+  }
+  auto state = std::make_unique<RequestState>();
+  state->request = std::move(request);
+  state->on_output = std::move(on_output);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t id = next_request_id_++;
+  submit_queue_.push_back({id, std::move(state)});
+  wake_.notify_one();
+  return id;
+}
+
+void Engine::Cancel(int64_t request_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancel_queue_.push_back(request_id);
+  wake_.notify_one();
+}
+
+void Engine::DrainQueues() {
+  std::vector<Submission> submissions;
+  std::vector<int64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    submissions.swap(submit_queue_);
+    cancels.swap(cancel_queue_);
+  }
+  for (auto& s : submissions) Admit(s.id, std::move(s.state));
+  for (int64_t id : cancels) CancelNow(id);
+}
+
+void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
+  const Request& r = state->request;
+  const uint64_t seed = r.sampling.seed ? *r.sampling.seed : seed_base_ + static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ull;
+  for (int32_t i = 0; i < r.sampling.n; ++i) {
+    auto seq = std::make_unique<Sequence>(next_sequence_id_++, options_.block_tokens);
+    seq->request_id = id;
+    seq->sample = i;
+    seq->request = &state->request;
+    seq->seed = seed + static_cast<uint64_t>(i);
+    seq->tokens = r.prompt;
+    seq->num_prompt = static_cast<int64_t>(r.prompt.size());
+    state->samples.push_back(std::move(seq));
+  }
+  state->live = r.sampling.n;
+  // Sample 0 computes the prompt; the others fork its blocks once it has (ForkSamples).
+  scheduler_->AddWaiting(state->samples[0].get());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
+  }
+  requests_.emplace(id, std::move(state));
+}
+
+void Engine::CancelNow(int64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  for (auto& seq : it->second->samples) {
+    if (seq->status != SequenceStatus::kFinished) Finish(*seq, FinishReason::kCancelled);
+  }
+}
+
+void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error) {
+  if (seq.status == SequenceStatus::kFinished) return;
+  scheduler_->Remove(&seq);
+  seq.status = SequenceStatus::kFinished;
+  auto it = requests_.find(seq.request_id);
+  RequestState& state = *it->second;
+  RequestOutput out;
+  out.request_id = seq.request_id;
+  out.sample = seq.sample;
+  out.finish = reason;
+  out.error = error;
+  if (state.on_output) state.on_output(out);
+  // Samples that never started (sample 0 ended before forking them) end with it.
+  if (seq.sample == 0 && seq.num_generated() == 0) {
+    for (auto& other : state.samples) {
+      if (other.get() != &seq && other->status != SequenceStatus::kFinished) Finish(*other, reason, error);
+    }
+  }
+  --state.live;  // Retired by RetireFinished, once no caller holds the state.
+}
+
+void Engine::AcceptToken(Sequence& seq, const float* logits) {
+  const Request& r = *seq.request;
+  const SampledToken sampled = SampleNext(logits, model_->config().vocab_size, seq, r.sampling);
+  seq.tokens.push_back(sampled.token);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++metrics_.generated_tokens;
+  }
+  RequestOutput out;
+  out.request_id = seq.request_id;
+  out.sample = seq.sample;
+  out.has_token = true;
+  out.token = sampled.token;
+  out.logprob = sampled.logprob;
+  out.top_logprobs = sampled.top_logprobs;
+  const auto& eos = generation_.eos_token_ids;
+  const bool is_eos = !r.ignore_eos && std::count(eos.begin(), eos.end(), sampled.token) > 0;
+  const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
+  if (is_eos || is_stop) {
+    out.finish = FinishReason::kStop;
+  } else if (seq.num_generated() >= r.max_tokens) {
+    out.finish = FinishReason::kLength;
+  }
+  RequestState& state = *requests_.at(seq.request_id);
+  if (out.finish == FinishReason::kNone) {
+    if (state.on_output) state.on_output(out);
+    return;
+  }
+  // Report the token and the end in one event, then release the sequence.
+  scheduler_->Remove(&seq);
+  seq.status = SequenceStatus::kFinished;
+  if (state.on_output) state.on_output(out);
+  --state.live;
+}
+
+void Engine::RetireFinished() {
+  int64_t retired = 0;
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->second->live > 0) {
+      ++it;
+      continue;
+    }
+    it = requests_.erase(it);
+    ++retired;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  metrics_.requests_finished += retired;
+}
+
+void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logits) {
+  // Called when sample 0 has just computed the whole prompt: the others share its full blocks,
+  // copy its partial last block, and draw their first token from the same logits.
+  for (size_t i = 1; i < state.samples.size(); ++i) {
+    Sequence& seq = *state.samples[i];
+    if (seq.status == SequenceStatus::kFinished) continue;
+    const int64_t shared = seq.table.ShareFullBlocks(*pool_, first.table, first.num_prompt);
+    const uint32_t rest = static_cast<uint32_t>(first.num_prompt - shared);
+    bool forked = true;
+    if (rest > 0) {
+      if (seq.table.Grow(*pool_, first.num_prompt)) {
+        paged_->CopyBlock(first.table.blocks()[shared / options_.block_tokens], seq.table.blocks().back(), rest);
+      } else {
+        forked = false;  // No block for the copy: recompute the prompt like a new request.
+        seq.table.Free(*pool_);
+      }
+    }
+    if (!forked) {
+      scheduler_->AddWaiting(&seq);
+      continue;
+    }
+    seq.num_computed = first.num_prompt;
+    scheduler_->AddRunning(&seq);
+    AcceptToken(seq, logits);
+  }
+}
+
+void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const std::vector<float>& logits) {
+  const int64_t vocab = model_->config().vocab_size;
+  for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
+    Sequence& seq = *plan.chunks[slot].seq;
+    seq.num_computed += plan.chunks[slot].num_tokens;
+    seq.table.RegisterComputed(*pool_, seq.tokens, seq.num_computed);
+    if (batch.logits_index[slot] < 0) continue;
+    const float* row = &logits[batch.logits_index[slot] * vocab];
+    RequestState& state = *requests_.at(seq.request_id);
+    const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
+    AcceptToken(seq, row);
+    // Also when sample 0 finished on its first token: its siblings go on.
+    if (fork) ForkSamples(state, seq, row);
+  }
+}
+
+bool Engine::Step() {
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
+  const auto start = std::chrono::steady_clock::now();
+  DrainQueues();
+  RetireFinished();
+  if (!scheduler_->HasWork()) return false;
+  const SchedulePlan plan = scheduler_->Schedule();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.preemptions += plan.num_preempted;
+    metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
+  }
+  if (plan.chunks.empty()) {
+    if (options_.check_invariants) CheckInvariants();
+    return true;
+  }
+  BuildBatch(plan, batch_);
+  paged_->SetTables(batch_.tables);
+  std::vector<float> logits(batch_.forward.logits_rows.size() * model_->config().vocab_size);
+  try {
+    model_->Forward(batch_.forward, *paged_, options_.attention, logits.data());
+  } catch (const Error& e) {
+    // Fail what ran in this step; the rest of the engine goes on.
+    for (const ScheduledChunk& chunk : plan.chunks) Finish(*chunk.seq, FinishReason::kError, e.what());
+    RetireFinished();
+    return true;
+  }
+  Commit(plan, batch_, logits);
+  RetireFinished();
+  if (options_.check_invariants) CheckInvariants();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++metrics_.steps;
+  metrics_.busy_seconds += seconds;
+  return true;
+}
+
+void Engine::CheckInvariants() const {
+  const std::string pool_error = pool_->CheckConsistency();
+  if (!pool_error.empty()) Fail("block pool: ", pool_error);
+  std::vector<int32_t> holders(pool_->num_blocks(), 0);
+  for (const auto& [id, state] : requests_) {
+    for (const auto& seq : state->samples) {
+      if (seq->status == SequenceStatus::kFinished) continue;
+      for (cache::BlockId b : seq->table.blocks()) ++holders[b];
+    }
+  }
+  for (cache::BlockId b = 0; b < pool_->num_blocks(); ++b) {
+    if (holders[b] != pool_->ref_count(b)) {
+      Fail("block ", b, " has reference count ", pool_->ref_count(b), " but ", holders[b], " block tables hold it");
+    }
+  }
+  if (requests_.empty() && pool_->NumUsed() != 0) Fail(pool_->NumUsed(), " blocks still used with no request left");
+}
+
+void Engine::Start() {
+  stop_ = false;
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      if (Step()) continue;
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stop_ || !submit_queue_.empty() || !cancel_queue_.empty(); });
+    }
+  });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineMetrics Engine::Metrics() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EngineMetrics m = metrics_;
+  m.running = static_cast<int32_t>(scheduler_->running().size());
+  m.waiting = static_cast<int32_t>(scheduler_->waiting().size());
+  m.used_blocks = pool_->NumUsed();
+  m.cached_blocks = pool_->NumCachedUnowned();
+  return m;
+}
+
+}  // namespace latent::engine

@@ -1,0 +1,119 @@
+// Engine: continuous batching over one model. Requests are submitted and cancelled from any
+// thread; each step schedules running and waiting sequences under the token budget, runs one
+// forward pass over the packed batch, samples, and reports tokens through each request's
+// callback. Step() can be driven directly (offline, tests) or by Start()'s background thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/block_pool.h"
+#include "cache/cache_storage.h"
+#include "engine/batch_builder.h"
+#include "engine/paged_latent_cache.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/generation_config.h"
+#include "model/model.h"
+
+namespace latent::engine {
+
+struct EngineOptions {
+  int64_t max_batch_tokens = 2048;
+  int32_t max_seqs = 256;
+  uint32_t block_tokens = 64;  // FlashMLA's page size.
+  int32_t num_blocks = 0;      // 0: from cache_memory_gib.
+  double cache_memory_gib = 1.0;
+  bool prefix_caching = true;
+  std::string cache_dtype = "auto";
+  model::AttentionForm attention = model::AttentionForm::kAuto;
+  bool check_invariants = false;  // Verify block accounting after every step (tests).
+};
+
+struct EngineMetrics {
+  int32_t running = 0, waiting = 0;
+  int32_t total_blocks = 0, used_blocks = 0, cached_blocks = 0;
+  uint32_t block_tokens = 0;
+  uint64_t cache_bytes_per_token = 0;
+  int64_t requests_finished = 0;
+  int64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0;
+  int64_t preemptions = 0, steps = 0;
+  double busy_seconds = 0;  // Time spent in steps.
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<model::Model> model, model::GenerationConfig generation, EngineOptions options);
+  ~Engine();
+
+  // Validates and queues `request`; returns its id. Throws latent::Error for a request that is
+  // malformed or can never fit (longer than the cache or max_position_embeddings).
+  int64_t Submit(Request request, OutputCallback on_output);
+  // Ends the request at once, freeing its blocks; its callback gets kCancelled. Unknown or
+  // finished ids are ignored.
+  void Cancel(int64_t request_id);
+
+  // Runs one step on the calling thread. Returns false when there was nothing to do.
+  bool Step();
+  // Runs steps on a background thread until Stop().
+  void Start();
+  void Stop();
+
+  EngineMetrics Metrics() const;
+  const model::ModelConfig& config() const { return model_->config(); }
+
+ private:
+  struct RequestState {
+    Request request;
+    OutputCallback on_output;
+    std::vector<std::unique_ptr<Sequence>> samples;
+    int32_t live = 0;
+  };
+  struct Submission {
+    int64_t id;
+    std::unique_ptr<RequestState> state;
+  };
+
+  void DrainQueues();
+  void Admit(int64_t id, std::unique_ptr<RequestState> state);
+  void CancelNow(int64_t id);
+  void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const std::vector<float>& logits);
+  // Appends a sampled token to `seq`, reports it, and finishes the sequence when it stops.
+  void AcceptToken(Sequence& seq, const float* logits);
+  void ForkSamples(RequestState& state, Sequence& first, const float* logits);
+  void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
+  void CheckInvariants() const;
+  // Drops requests whose samples have all finished.
+  void RetireFinished();
+
+  std::unique_ptr<model::Model> model_;
+  model::GenerationConfig generation_;
+  EngineOptions options_;
+  model::CacheDType cache_dtype_;
+  std::unique_ptr<cache::CacheStorage> storage_;
+  std::unique_ptr<cache::BlockPool> pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<PagedLatentCache> paged_;
+  BuiltBatch batch_;
+  std::map<int64_t, std::unique_ptr<RequestState>> requests_;
+  int64_t next_sequence_id_ = 0;
+  uint64_t seed_base_;
+
+  mutable std::mutex mutex_;  // Guards the queues, next_request_id_ and metrics_.
+  std::condition_variable wake_;
+  std::vector<Submission> submit_queue_;
+  std::vector<int64_t> cancel_queue_;
+  int64_t next_request_id_ = 0;
+  EngineMetrics metrics_;
+  std::mutex step_mutex_;  // One step at a time.
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace latent::engine

@@ -1,0 +1,143 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+#include "base/error.h"
+
+namespace latent::engine {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from the (seed, step) pair.
+double UniformDraw(uint64_t seed, int64_t step) {
+  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(step));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+void ApplyPenalties(std::vector<float>& logits, const Sequence& seq, const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f) {
+    // transformers' RepetitionPenaltyLogitsProcessor: over prompt and output, once per token.
+    std::vector<bool> seen(logits.size(), false);
+    for (int32_t t : seq.tokens) {
+      if (seen[t]) continue;
+      seen[t] = true;
+      logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    // OpenAI's form: over generated tokens only.
+    std::unordered_map<int32_t, int32_t> counts;
+    for (int64_t i = seq.num_prompt; i < static_cast<int64_t>(seq.tokens.size()); ++i) ++counts[seq.tokens[i]];
+    for (const auto& [token, count] : counts) {
+      logits[token] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+    }
+  }
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace
+
+void SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) Fail("temperature must be >= 0");
+  if (top_k < 0) Fail("top_k must be >= 0");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) Fail("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) Fail("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) Fail("repetition_penalty must be > 0");
+  if (!std::isfinite(presence_penalty) || std::abs(presence_penalty) > 2.0f) Fail("presence_penalty must be in [-2, 2]");
+  if (!std::isfinite(frequency_penalty) || std::abs(frequency_penalty) > 2.0f) Fail("frequency_penalty must be in [-2, 2]");
+  if (top_logprobs < -1 || top_logprobs > 20) Fail("top_logprobs must be in [0, 20]");
+  if (n < 1 || n > 128) Fail("n must be in [1, 128]");
+}
+
+SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p) {
+  SampledToken out;
+  std::vector<float> logits(raw, raw + vocab);
+  ApplyPenalties(logits, seq, p);
+
+  if (p.temperature == 0.0f) {
+    out.token = Argmax(logits);
+  } else {
+    // Probabilities at this temperature, then the top-k / top-p / min-p filters on the sorted
+    // candidates, then one draw.
+    const float max_logit = *std::max_element(logits.begin(), logits.end());
+    std::vector<double> probs(vocab);
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += probs[i] = std::exp((logits[i] - max_logit) / p.temperature);
+    for (double& q : probs) q /= sum;
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
+    int64_t keep = vocab;
+    if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
+    if (p.top_p < 1.0f) {
+      double cumulative = 0;
+      for (int64_t i = 0; i < keep; ++i) {
+        cumulative += probs[order[i]];
+        if (cumulative >= p.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+    if (p.min_p > 0.0f) {
+      const double floor = p.min_p * probs[order[0]];
+      int64_t i = 1;
+      while (i < keep && probs[order[i]] >= floor) ++i;
+      keep = i;
+    }
+    double kept = 0;
+    for (int64_t i = 0; i < keep; ++i) kept += probs[order[i]];
+    const double u = UniformDraw(seq.seed, seq.num_generated()) * kept;
+    double cumulative = 0;
+    out.token = order[keep - 1];
+    for (int64_t i = 0; i < keep; ++i) {
+      cumulative += probs[order[i]];
+      if (u < cumulative) {
+        out.token = order[i];
+        break;
+      }
+    }
+  }
+
+  if (p.top_logprobs >= 0) {
+    const float max_logit = *std::max_element(raw, raw + vocab);
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(raw[i] - max_logit));
+    const float log_z = max_logit + static_cast<float>(std::log(sum));
+    out.logprob = raw[out.token] - log_z;
+    if (p.top_logprobs > 0) {
+      std::vector<int32_t> order(vocab);
+      std::iota(order.begin(), order.end(), 0);
+      const int64_t n = std::min<int64_t>(p.top_logprobs, vocab);
+      std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                        [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
+      for (int64_t i = 0; i < n; ++i) out.top_logprobs.push_back({order[i], raw[order[i]] - log_z});
+    }
+  }
+  return out;
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+}  // namespace latent::engine

@@ -1,0 +1,24 @@
+// Picks the next token of one sequence from its logits row.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sequence.h"
+
+namespace latent::engine {
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;  // log p(token) under the model's raw distribution (no penalties).
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+// `logits` [vocab] is the model's output for the sequence's last token. The draw uses a
+// generator seeded from (seq.seed, tokens generated so far) only, so a seeded request gives the
+// same tokens alone, in any batch, and after preemption.
+SampledToken SampleNext(const float* logits, int64_t vocab, const Sequence& seq,
+                        const SamplingParams& params);
+
+}  // namespace latent::engine

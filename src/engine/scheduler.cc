@@ -1,0 +1,109 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace latent::engine {
+
+Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool) : options_(options), pool_(pool) {
+  if (options_.max_batch_tokens <= 0) Fail("max batch tokens must be positive");
+  if (options_.max_seqs <= 0) Fail("max seqs must be positive");
+}
+
+void Scheduler::AddWaiting(Sequence* seq) {
+  seq->status = SequenceStatus::kWaiting;
+  InsertWaiting(seq);
+}
+
+void Scheduler::AddRunning(Sequence* seq) {
+  seq->status = SequenceStatus::kRunning;
+  running_.push_back(seq);
+}
+
+void Scheduler::InsertWaiting(Sequence* seq) {
+  // Keep arrival order, so a preempted sequence goes back ahead of later arrivals.
+  auto it = std::upper_bound(waiting_.begin(), waiting_.end(), seq,
+                             [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+  waiting_.insert(it, seq);
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  seq->table.Free(pool_);
+  std::erase(running_, seq);
+  std::erase(waiting_, seq);
+}
+
+void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
+  for (auto it = plan.chunks.begin(); it != plan.chunks.end(); ++it) {
+    if (it->seq != victim) continue;
+    plan.num_tokens -= it->num_tokens;
+    plan.chunks.erase(it);
+    break;
+  }
+  victim->table.Free(pool_);
+  victim->num_computed = 0;
+  std::erase(running_, victim);
+  victim->status = SequenceStatus::kWaiting;
+  InsertWaiting(victim);
+  ++plan.num_preempted;
+}
+
+SchedulePlan Scheduler::Schedule() {
+  SchedulePlan plan;
+  int64_t budget = options_.max_batch_tokens;
+
+  // Running sequences: decodes first, then prefills; each group in admission order.
+  std::vector<Sequence*> order;
+  for (Sequence* s : running_)
+    if (!s->is_prefill()) order.push_back(s);
+  for (Sequence* s : running_)
+    if (s->is_prefill()) order.push_back(s);
+
+  for (Sequence* seq : order) {
+    if (seq->status != SequenceStatus::kRunning) continue;  // Preempted earlier in this loop.
+    if (budget == 0 || static_cast<int32_t>(plan.chunks.size()) >= options_.max_seqs) break;
+    const int64_t want = std::min(seq->num_pending(), budget);
+    bool scheduled = true;
+    while (!seq->table.Grow(pool_, seq->num_computed + want)) {
+      // Free blocks by preempting the newest running sequence; maybe this one.
+      Sequence* victim = *std::max_element(running_.begin(), running_.end(),
+                                           [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+      const bool self = victim == seq;
+      Preempt(victim, plan);
+      if (self) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) continue;
+    plan.chunks.push_back({seq, want});
+    plan.num_tokens += want;
+    budget = options_.max_batch_tokens - plan.num_tokens;
+  }
+
+  // Waiting sequences, in arrival order; none while this step had to preempt (they would only
+  // take the blocks just freed from older work).
+  while (plan.num_preempted == 0 && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(plan.chunks.size()) < options_.max_seqs) {
+    Sequence* seq = waiting_.front();
+    const int64_t hit = seq->table.MatchPrefix(pool_, seq->tokens);
+    seq->num_computed = hit;
+    const int64_t want = std::min(seq->num_pending(), budget);
+    if (!seq->table.Grow(pool_, seq->num_computed + want)) {
+      seq->table.Free(pool_);
+      seq->num_computed = 0;
+      break;  // First come, first served: later arrivals do not jump the queue.
+    }
+    plan.prefix_hit_tokens += std::min(hit, seq->num_prompt);
+    waiting_.pop_front();
+    seq->status = SequenceStatus::kRunning;
+    running_.push_back(seq);
+    plan.chunks.push_back({seq, want});
+    plan.num_tokens += want;
+    budget -= want;
+  }
+  return plan;
+}
+
+}  // namespace latent::engine

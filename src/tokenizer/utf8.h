@@ -1,0 +1,21 @@
+// UTF-8 helpers shared by the tokenizer and the chat template renderer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace latent::tokenizer {
+
+// Length in bytes of the valid UTF-8 character starting at s[0], or 0 when s does not start
+// with one (a stray continuation byte, an overlong form, a surrogate, a truncated sequence).
+size_t ValidUtf8CharLength(std::string_view s);
+
+// Number of bytes at the start of `s` that form complete, valid characters: what can be emitted
+// now without splitting a character.
+size_t CompleteUtf8Prefix(std::string_view s);
+
+// Appends the UTF-8 encoding of code point `cp` (must be a valid scalar value).
+void AppendUtf8(uint32_t cp, std::string& out);
+
+}  // namespace latent::tokenizer
