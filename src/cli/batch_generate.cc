@@ -2,7 +2,8 @@
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
 // token's only), "n"), "stop_token_ids", "ignore_eos", and "arrival_step" (submit the request
-// when the engine reaches that step; for tests of requests arriving mid-flight).
+// when the engine reaches that step; for tests of requests arriving mid-flight) and
+// "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "finish_reason": "stop"|"length", ...};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "cli/batch_generate.h"
@@ -25,6 +26,8 @@ using Json = nlohmann::json;
 struct Job {
   engine::Request request;
   int64_t arrival_step = 0;
+  int64_t cancel_step = -1;
+  int64_t id = -1;  // The engine's request id once submitted.
   std::string error;  // Set when the line is malformed or the engine refused it.
   struct Sample {
     std::vector<int32_t> ids;
@@ -46,7 +49,7 @@ T Field(const Json& line, const char* key, T fallback) {
   }
 }
 
-engine::Request ParseRequest(const Json& line, int64_t* arrival_step) {
+engine::Request ParseRequest(const Json& line, int64_t* arrival_step, int64_t* cancel_step) {
   if (!line.is_object()) Fail("not a JSON object");
   if (!line.contains("ids")) Fail("missing 'ids' (text prompts need a tokenizer)");
   engine::Request r;
@@ -66,6 +69,7 @@ engine::Request ParseRequest(const Json& line, int64_t* arrival_step) {
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", false);
   *arrival_step = Field<int64_t>(line, "arrival_step", 0);
+  *cancel_step = Field<int64_t>(line, "cancel_step", -1);
   return r;
 }
 
@@ -89,7 +93,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     Job& job = jobs.emplace_back();
     try {
-      job.request = ParseRequest(Json::parse(text), &job.arrival_step);
+      job.request = ParseRequest(Json::parse(text), &job.arrival_step, &job.cancel_step);
     } catch (const Json::exception& e) {
       job.error = StrCat(options.prompts_path, ":", line_no, ": invalid JSON: ", e.what());
     } catch (const Error& e) {
@@ -135,12 +139,15 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         }
       };
       try {
-        engine.Submit(job.request, on_output);
+        job.id = engine.Submit(job.request, on_output);
       } catch (const Error& e) {
         job.error = e.what();
         ++finished;
       }
       it = pending.erase(it);
+    }
+    for (const Job& job : jobs) {
+      if (job.cancel_step == step && job.id >= 0) engine.Cancel(job.id);
     }
     engine.Step();
     ++step;

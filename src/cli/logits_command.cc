@@ -6,6 +6,11 @@
 #include "cli/attention_form.h"
 #include "cli/commands.h"
 #include "cli/token_ids.h"
+#include "cache/block_pool.h"
+#include "cache/block_table.h"
+#include "cache/cache_storage.h"
+#include "engine/paged_latent_cache.h"
+#include "model/cache_rows.h"
 #include "model/contiguous_latent_cache.h"
 #include "model/mla_attention.h"
 
@@ -13,10 +18,40 @@ namespace latent::cli {
 
 namespace {
 
+// The prompt in chunks through the engine's paged cache, as chunked prefill runs it.
+void RunChunked(const model::Model& m, const std::vector<int32_t>& ids, int64_t chunk,
+                uint32_t block_tokens, const std::string& cache_dtype_name,
+                model::AttentionForm form, float* logits) {
+  const model::ModelConfig& config = m.config();
+  const model::CacheDType dtype = model::ParseCacheDType(cache_dtype_name, config);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int32_t blocks = static_cast<int32_t>((n + block_tokens - 1) / block_tokens);
+  cache::CacheStorage storage(model::CacheRows(config, dtype), block_tokens, blocks);
+  cache::BlockPool pool(blocks, /*prefix_caching=*/false);
+  cache::BlockTable table(block_tokens);
+  engine::PagedLatentCache paged(storage, model::MlaLatentRowValues(config), dtype);
+  paged.SetTables({&table});
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t end = std::min(n, start + chunk);
+    if (!table.Grow(pool, end)) Fail("internal: chunked cache too small");
+    model::ForwardBatch batch;
+    for (int64_t i = start; i < end; ++i) {
+      batch.token_ids.push_back(ids[i]);
+      batch.positions.push_back(i);
+      batch.seq_slots.push_back(0);
+      batch.logits_rows.push_back(static_cast<int32_t>(i - start));
+    }
+    m.Forward(batch, paged, form, logits + start * config.vocab_size);
+  }
+}
+
 Runner RegisterLogits(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, attention = "auto";
     bool experts = false;
+    int64_t chunk_tokens = 0;
+    uint32_t block_tokens = 16;
+    std::string cache_dtype = "auto";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("logits", "Print the logits of every position of a prompt");
@@ -25,6 +60,12 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--experts", opt->experts,
                 "Also print the routed experts of every MoE layer and token (\"experts\")");
+  sub->add_option("--chunk-tokens", opt->chunk_tokens,
+                  "Run the prompt in chunks of N tokens through the paged cache (0: one chunk, "
+                  "contiguous cache)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size (with --chunk-tokens)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32 or bf16");
   return [opt] {
     const model::AttentionForm form = ParseAttentionForm(opt->attention);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);
@@ -38,10 +79,14 @@ Runner RegisterLogits(CLI::App& app) {
       batch.seq_slots.push_back(0);
       batch.logits_rows.push_back(static_cast<int32_t>(i));
     }
-    model::ContiguousLatentCache cache(model::MlaDimsOf(m->config()).row());
     std::vector<float> logits(ids.size() * vocab);
     model::ForwardTrace trace;
-    m->Forward(batch, cache, form, logits.data(), opt->experts ? &trace : nullptr);
+    if (opt->chunk_tokens == 0) {
+      model::ContiguousLatentCache cache(model::MlaDimsOf(m->config()).row());
+      m->Forward(batch, cache, form, logits.data(), opt->experts ? &trace : nullptr);
+    } else {
+      RunChunked(*m, ids, opt->chunk_tokens, opt->block_tokens, opt->cache_dtype, form, logits.data());
+    }
 
     // %.9g prints every f32 exactly enough to round-trip.
     std::string out = "{\"logits\": [";

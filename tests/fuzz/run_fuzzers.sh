@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target built in BUILD_DIR for SECONDS each, from a fresh temporary corpus:
+# the safetensors fixtures when ctest has made them (BUILD_DIR/../build/test-data), plus a few
+# minimal headers written here, so it also works on a fresh checkout. Prints one summary line per
+# fuzzer and exits non-zero if any crashed, leaked, hung or ran out of memory; the input that did
+# it is kept in BUILD_DIR/fuzz-artifacts and the full log in BUILD_DIR/fuzz-logs.
+#
+# Usage: tests/fuzz/run_fuzzers.sh BUILD_DIR SECONDS
+set -euo pipefail
+export LC_ALL=C
+
+if [[ $# -ne 2 || ! -d $1 || ! $2 =~ ^[0-9]+$ ]]; then
+  echo "usage: $0 BUILD_DIR SECONDS" >&2
+  exit 2
+fi
+build_dir=$(cd "$1" && pwd)
+seconds=$2
+here=$(cd "$(dirname "$0")" && pwd)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/latent-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+artifacts=$build_dir/fuzz-artifacts
+logs=$build_dir/fuzz-logs
+mkdir -p "$artifacts" "$logs"
+
+# u64 little-endian, as raw bytes.
+le64() {
+  local n=$1 i
+  for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done
+}
+
+# seed_header FILE JSON DATA_BYTES: a safetensors file with that header and a zeroed data buffer.
+seed_header() {
+  { le64 ${#2}; printf '%s' "$2"; head -c "$3" /dev/zero; } >"$1"
+}
+
+seed_safetensors_header_fuzzer() {
+  local dir=$1 fixtures f
+  seed_header "$dir/empty" '{}' 0
+  seed_header "$dir/one_f32" '{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}' 8
+  seed_header "$dir/scalar_and_empty" '{"s":{"dtype":"BF16","shape":[],"data_offsets":[0,2]},'\
+'"z":{"dtype":"I64","shape":[0,3],"data_offsets":[2,2]}}' 2
+  seed_header "$dir/metadata_two_dtypes" '{"__metadata__":{"format":"pt"},'\
+'"a":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,6]},'\
+'"b":{"dtype":"I32","shape":[1,1,1,1,1,1],"data_offsets":[6,10]}}' 10
+  # The fixtures, good and malformed, from make_safetensors_fixtures.py (run by ctest).
+  for fixtures in "$build_dir/../build/test-data/safetensors" \
+    "$here/../../build/test-data/safetensors"; do
+    [[ -d $fixtures ]] || continue
+    while IFS= read -r -d '' f; do
+      cp "$f" "$dir/fixture_$(echo "${f#"$fixtures"/}" | tr / _)"
+    done < <(find "$fixtures" -name '*.safetensors' -type f -size -64k -print0)
+    break
+  done
+}
+
+shopt -s nullglob
+fuzzers=()
+for f in "$build_dir"/tests/fuzz/*_fuzzer; do
+  if [[ -x $f ]]; then fuzzers+=("$f"); fi
+done
+if [[ ${#fuzzers[@]} -eq 0 ]]; then
+  echo "fuzz: no *_fuzzer executables in $build_dir/tests/fuzz (build with -DLATENT_FUZZ=ON)" >&2
+  exit 2
+fi
+
+failed=0
+for fuzzer in "${fuzzers[@]}"; do
+  name=$(basename "$fuzzer")
+  corpus=$work/$name
+  mkdir -p "$corpus"
+  if declare -F "seed_$name" >/dev/null; then "seed_$name" "$corpus"; fi
+  seeds=$(find "$corpus" -type f | wc -l)
+  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+        -artifact_prefix="$artifacts/$name-")
+  if [[ -f $here/$name.dict ]]; then args+=(-dict="$here/$name.dict"); fi
+  log=$logs/$name.log
+  # UBSan reports and carries on by default; halt so undefined behaviour counts as a crash.
+  rc=0
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+    "$fuzzer" "${args[@]}" "$corpus" >"$log" 2>&1 || rc=$?
+
+  # libFuzzer's last status line: "#N DONE cov: C ft: F corp: U/S ... exec/s: E rss: R".
+  status=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
+  runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$log")
+  execs=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+)/\1/p' "$log")
+  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$status")
+  ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$status")
+  corp=$(sed -nE 's/.* corp: ([0-9]+).*/\1/p' <<<"$status")
+  summary="${runs:-?} runs in ${seconds} s (${execs:-?} exec/s), cov ${cov:-?}, ft ${ft:-?},"
+  summary+=" corpus ${seeds} seeds -> ${corp:-?}"
+  if [[ $rc -eq 0 ]]; then
+    echo "fuzz: $name OK: $summary"
+  else
+    failed=$((failed + 1))
+    tail -n 40 "$log" >&2
+    artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -n 1 | cut -d' ' -f5 || true)
+    echo "fuzz: $name FAILED (exit $rc): $summary; input: ${artifact:-none}; log: $log"
+  fi
+done
+exit $((failed > 0))

@@ -1,0 +1,179 @@
+"""Properties of the engine (continuous batching over the paged latent cache), checked on a tiny
+random DeepSeek V3 model:
+- batched greedy output equals each request run alone, whatever the token budget, block size and
+  arrival steps; chunked prefill equals one-shot prefill;
+- preemption (forced by a small cache) and prefix hits change nothing in the outputs;
+- seeded sampling gives the same tokens whatever the batch;
+- block accounting holds after every step (--check-invariants) and the pool is full at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from conftest import latent_generate, latent_logits, run_latent
+
+NUM_PROMPTS = 50
+
+
+def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
+    """Runs `latent generate --prompts` with invariant checks; returns (results, summary)."""
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                      "--check-invariants", *flags)
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary_lines = [l for l in proc.stderr.splitlines() if l.startswith("latent: summary ")]
+    summary = json.loads(summary_lines[-1][len("latent: summary "):])
+    assert [r["index"] for r in results] == list(range(len(requests)))
+    assert summary["used_blocks_at_end"] == 0, "blocks leaked after every request ended"
+    return results, summary
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_models):
+    return tiny_models.get("deepseek_v3")
+
+
+@pytest.fixture(scope="module")
+def workload(model_dir):
+    """50 prompts of random lengths (1..300) arriving at random steps, and each one's output when
+    run alone (no engine: one-shot prefill on a contiguous cache, then decode)."""
+    rng = random.Random(1234)
+    requests = []
+    for i in range(NUM_PROMPTS):
+        length = rng.choice([1, 2, 3]) if i < 5 else rng.randint(1, 300)
+        requests.append({
+            "ids": [rng.randint(2, 250) for _ in range(length)],
+            "max_tokens": rng.randint(1, 10),
+            "ignore_eos": i % 2 == 0,
+            "arrival_step": rng.randint(0, 40),
+        })
+    alone = []
+    for r in requests:
+        ids = latent_generate(model_dir, r["ids"], r["max_tokens"], ignore_eos=r["ignore_eos"])
+        alone.append(ids)
+    # The workload must exercise early stops and full lengths both.
+    assert any(len(a) < r["max_tokens"] for a, r in zip(alone, requests))
+    return requests, alone
+
+
+@pytest.mark.parametrize("block_tokens,budget", [(1, 1), (16, 1), (16, 7), (16, 64), (64, 33),
+                                                 (64, 300), (1, 4096), (64, 4096)])
+def test_batched_equals_alone(model_dir, workload, tmp_path, block_tokens, budget):
+    requests, alone = workload
+    results, summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", str(block_tokens),
+                                 "--max-batch-tokens", str(budget))
+    for r, a, req in zip(results, alone, requests):
+        assert r["ids"] == a, f"request {r['index']} ({len(req['ids'])} prompt tokens)"
+        expected = "length" if len(a) == req["max_tokens"] and (req["ignore_eos"] or a[-1] != 1) else "stop"
+        assert r["finish_reason"] == expected
+    if budget < 300:
+        # Chunked prefill really happened: more steps than the longest prompt needs in one go.
+        assert summary["steps"] > max(len(r["ids"]) for r in requests) // budget
+
+
+@pytest.mark.parametrize("chunk,block_tokens", [(1, 1), (7, 16), (64, 64), (100, 16)])
+@pytest.mark.parametrize("form", ["absorbed", "expanded"])
+def test_chunked_prefill_equals_one_shot(model_dir, chunk, block_tokens, form):
+    ids = random.Random(chunk).sample(range(2, 250), 200)
+    one_shot = latent_logits(model_dir, ids, form)
+    chunked = np.asarray(json.loads(run_latent(
+        "logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)), "--attention", form,
+        "--chunk-tokens", str(chunk), "--block-tokens", str(block_tokens)).stdout)["logits"])
+    err = np.abs(chunked - one_shot).max()
+    assert err <= 1e-5 * np.abs(one_shot).max(), f"max |chunked - one-shot| {err}"
+
+
+def test_preemption_loses_nothing(model_dir, workload, tmp_path):
+    requests, alone = workload
+    # 40 blocks of 16 tokens: enough for the longest request alone, far too few for all at once.
+    results, summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16",
+                                 "--num-blocks", "40", "--max-batch-tokens", "256")
+    assert summary["preemptions"] > 0, "the small cache forced no preemption"
+    assert [r["ids"] for r in results] == alone
+
+
+def test_prefix_hits_equal_misses(model_dir, tmp_path):
+    rng = random.Random(7)
+    system = [rng.randint(2, 250) for _ in range(150)]
+    requests = [{"ids": system + [rng.randint(2, 250) for _ in range(rng.randint(1, 40))],
+                 "max_tokens": 6, "ignore_eos": True, "arrival_step": 3 * i} for i in range(12)]
+    # One request equal to a prefix-aligned prompt: the match must stop before its last token.
+    requests.append({"ids": system[:128], "max_tokens": 4, "ignore_eos": True, "arrival_step": 40})
+    hits, hit_summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16", name="hits")
+    misses, miss_summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16",
+                                     "--no-prefix-cache", name="misses")
+    assert hit_summary["prefix_hit_tokens"] >= 11 * 144
+    assert miss_summary["prefix_hit_tokens"] == 0
+    assert [r["ids"] for r in hits] == [r["ids"] for r in misses]
+    # And preemption with prefix caching on: all at once, decodes long enough to need new blocks
+    # in a cache that holds the shared prefix and a few requests' own blocks.
+    crowd = [dict(r, arrival_step=0, max_tokens=40) for r in requests[:-1]]
+    plain, _ = run_batch(model_dir, tmp_path, crowd, "--block-tokens", "16", "--no-prefix-cache",
+                         name="crowd-plain")
+    pressured, summary = run_batch(model_dir, tmp_path, crowd, "--block-tokens", "16",
+                                   "--num-blocks", "20", name="crowd-pressured")
+    assert summary["preemptions"] > 0 and summary["prefix_hit_tokens"] > 0
+    assert [r["ids"] for r in pressured] == [r["ids"] for r in plain]
+
+
+def test_seeded_sampling_is_independent_of_the_batch(model_dir, tmp_path):
+    rng = random.Random(5)
+    sampled = [{"ids": [rng.randint(2, 250) for _ in range(rng.randint(1, 80))], "max_tokens": 12,
+                "temperature": 0.9, "top_k": 50, "top_p": 0.95, "min_p": 0.01, "seed": 100 + i,
+                "repetition_penalty": 1.1, "presence_penalty": 0.3, "frequency_penalty": 0.2,
+                "ignore_eos": True} for i in range(10)]
+    sampled.append({"ids": [5, 6, 7], "max_tokens": 8, "temperature": 1.0, "seed": 9, "n": 4,
+                    "ignore_eos": True})
+    noise = [{"ids": [rng.randint(2, 250) for _ in range(rng.randint(1, 200))], "max_tokens": 8,
+              "arrival_step": rng.randint(0, 10)} for _ in range(20)]
+    alone = [run_batch(model_dir, tmp_path, [r], name=f"alone{i}")[0][0] for i, r in enumerate(sampled)]
+    mixed, _ = run_batch(model_dir, tmp_path, noise[:10] + sampled + noise[10:], "--max-batch-tokens",
+                         "50", "--block-tokens", "16", "--num-blocks", "60", name="mixed")
+    together = mixed[10:10 + len(sampled)]
+    for a, t in zip(alone, together):
+        assert {k: v for k, v in a.items() if k != "index"} == {k: v for k, v in t.items() if k != "index"}
+    # Sampling is really random: different seeds give different tokens, n samples differ.
+    assert len({tuple(a["ids"]) for a in alone[:10]}) == 10
+    assert len({tuple(s["ids"]) for s in alone[10]["samples"]}) > 1
+
+
+def test_cancellation_frees_blocks(model_dir, tmp_path):
+    requests = [{"ids": list(range(2, 2 + 100)), "max_tokens": 50, "ignore_eos": True,
+                 "cancel_step": 5},
+                {"ids": list(range(3, 3 + 60)), "max_tokens": 5, "ignore_eos": True}]
+    results, summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16")
+    assert results[0]["finish_reason"] == "cancelled" and len(results[0]["ids"]) < 50
+    assert results[1]["finish_reason"] == "length" and len(results[1]["ids"]) == 5
+
+
+def test_requests_that_can_never_fit_fail_alone(model_dir, tmp_path):
+    requests = [{"ids": [5] * 100, "max_tokens": 2},
+                {"ids": [5] * 400, "max_tokens": 200},  # beyond max_position_embeddings (512)
+                {"ids": [5] * 300, "max_tokens": 10},   # beyond the cache (16 blocks of 16)
+                {"ids": [], "max_tokens": 2},
+                {"ids": [5, 99999]},
+                {"ids": [5], "temperature": -1},
+                {"ids": "nope"}]
+    results, _ = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16", "--num-blocks", "16")
+    assert len(results[0]["ids"]) == 2
+    assert "max_position_embeddings" in results[1]["error"]
+    assert "can never fit in the cache" in results[2]["error"]
+    assert "prompt is empty" in results[3]["error"]
+    assert "outside the vocabulary" in results[4]["error"]
+    assert "temperature" in results[5]["error"]
+    assert "'ids'" in results[6]["error"]
+
+
+@pytest.mark.parametrize("cache_dtype,size", [("f32", 4), ("bf16", 2)])
+def test_reported_cache_bytes_per_token(model_dir, tmp_path, cache_dtype, size):
+    config = json.loads((model_dir / "config.json").read_text())
+    _, summary = run_batch(model_dir, tmp_path, [{"ids": [5, 6], "max_tokens": 1}], "--cache-dtype",
+                           cache_dtype)
+    expected = config["num_hidden_layers"] * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * size
+    assert summary["cache_bytes_per_token"] == expected

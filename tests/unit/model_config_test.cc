@@ -1,0 +1,483 @@
+// ModelConfig::FromJson on real-world configs (DeepSeek V2-Lite, V3, Kimi K2, a transformers 5
+// save) and on broken ones, each of which must fail with a message naming the field.
+#include "model/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/error.h"
+
+namespace latent::model {
+namespace {
+
+using Json = nlohmann::json;
+
+// deepseek-ai/DeepSeek-V3 config.json, as published (auto_map trimmed).
+constexpr const char* kDeepseekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false, "attention_dropout": 0.0,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+  "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+  "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+  "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+  "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+  "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 129280
+})";
+
+// deepseek-ai/DeepSeek-V2-Lite config.json: no q LoRA, greedy softmax routing, YaRN with mscale.
+constexpr const char* kDeepseekV2Lite = R"({
+  "architectures": ["DeepseekV2ForCausalLM"],
+  "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001,
+  "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+  "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+  "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+  "model_type": "deepseek_v2", "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+  "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": false,
+  "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27,
+  "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": null,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                   "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy",
+  "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 102400
+})";
+
+// moonshotai/Kimi-K2-Instruct config.json, with eos_token_id given as a list.
+constexpr const char* kKimiK2 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001,
+  "bos_token_id": 163584, "eos_token_id": [163585, 163586], "first_k_dense_replace": 1,
+  "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+  "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 131072,
+  "model_type": "kimi_k2", "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 1,
+  "n_routed_experts": 384, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+  "num_key_value_heads": 64, "num_nextn_predict_layers": 0, "pretraining_tp": 1,
+  "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 50000.0, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid",
+  "seq_aux": true, "tie_word_embeddings": false, "topk_group": 1, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.48.3", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 163840
+})";
+
+// What transformers 5.24 save_pretrained writes for a small DeepseekV3Config: rope_parameters
+// with rope_theta inside and no top-level rope_theta, `dtype` instead of torch_dtype.
+constexpr const char* kTransformers5 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 0, "dtype": "bfloat16",
+  "eos_token_id": 1, "first_k_dense_replace": 1, "head_dim": 8, "hidden_act": "silu",
+  "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128, "kv_lora_rank": 16,
+  "max_position_embeddings": 8192, "model_type": "deepseek_v3", "moe_intermediate_size": 32,
+  "n_group": 2, "n_routed_experts": 8, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+  "num_key_value_heads": 4, "num_nextn_predict_layers": 1, "output_router_logits": false,
+  "pad_token_id": null, "pretraining_tp": 1, "q_lora_rank": 32, "qk_head_dim": 24,
+  "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "rms_norm_eps": 1e-06,
+  "rope_interleave": false,
+  "rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0, "mscale": 1.0,
+                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 2048,
+                      "rope_theta": 50000.0, "rope_type": "yarn", "type": "yarn"},
+  "routed_scaling_factor": 2.5, "tie_word_embeddings": false, "topk_group": 1,
+  "transformers_version": "5.24.0", "use_cache": true, "v_head_dim": 16, "vocab_size": 1000
+})";
+
+// A small valid V3 config that the error cases below break one field at a time.
+Json TinyV3() {
+  return Json::parse(R"({
+    "model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+    "v_head_dim": 16, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+    "max_position_embeddings": 512
+  })");
+}
+
+Json TinyV2() {
+  Json j = TinyV3();
+  j["model_type"] = "deepseek_v2";
+  j["topk_method"] = "greedy";
+  return j;
+}
+
+ModelConfig Parse(const std::string& text) { return ModelConfig::FromJson(text, "config.json"); }
+
+// The message FromJson throws for `text`, or "(no error)".
+std::string ErrorFor(const std::string& text) {
+  try {
+    Parse(text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+std::string ErrorFor(const Json& j) { return ErrorFor(j.dump()); }
+
+// Every message starts with the source, then names the problem.
+#define EXPECT_CONFIG_ERROR(input, substring)                         \
+  do {                                                                \
+    const std::string message = ErrorFor(input);                      \
+    EXPECT_EQ(message.rfind("config.json", 0), 0u) << message;        \
+    EXPECT_NE(message.find(substring), std::string::npos) << message; \
+  } while (0)
+
+TEST(ModelConfigTest, ParsesDeepseekV3) {
+  ModelConfig c = Parse(kDeepseekV3);
+  EXPECT_EQ(c.model_type, "deepseek_v3");
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV3);
+  EXPECT_EQ(c.vocab_size, 129280);
+  EXPECT_EQ(c.hidden_size, 7168);
+  EXPECT_EQ(c.intermediate_size, 18432);
+  EXPECT_EQ(c.num_hidden_layers, 61);
+  EXPECT_EQ(c.num_attention_heads, 128);
+  EXPECT_EQ(c.max_position_embeddings, 163840);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.qk_head_dim(), 192);
+  EXPECT_EQ(c.v_head_dim, 128);
+  EXPECT_TRUE(c.rope_interleave);
+
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.mscale, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 1.0);
+  EXPECT_FALSE(c.rope.attention_factor.has_value());
+  EXPECT_TRUE(c.rope.truncate);
+
+  EXPECT_EQ(c.n_routed_experts, 256);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 2048);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_EQ(c.topk_method, TopkMethod::kNoauxTc);
+  EXPECT_EQ(c.scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_FALSE(c.IsMoeLayer(2));  // first_k_dense_replace = 3
+  EXPECT_TRUE(c.IsMoeLayer(3));
+  EXPECT_TRUE(c.IsMoeLayer(60));
+
+  EXPECT_TRUE(c.quantization.fp8);
+  EXPECT_EQ(c.quantization.block_n, 128);
+  EXPECT_EQ(c.quantization.block_k, 128);
+  EXPECT_EQ(c.quantization.activation_scheme, "dynamic");
+  EXPECT_EQ(c.quantization.scale_fmt, "");
+  EXPECT_EQ(c.dtype, "bfloat16");
+  EXPECT_EQ(c.bos_token_id, 0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{1});
+}
+
+TEST(ModelConfigTest, ParsesTransformers5RopeParameters) {
+  ModelConfig c = Parse(kTransformers5);
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 50000.0);  // From inside rope_parameters.
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 2048);
+  EXPECT_FALSE(c.rope_interleave);
+  EXPECT_EQ(c.dtype, "bfloat16");
+  EXPECT_EQ(c.n_group, 2);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_EQ(c.topk_method, TopkMethod::kNoauxTc);  // The V3 default when topk_method is absent.
+  EXPECT_EQ(c.quantization.fp8, false);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{1});
+}
+
+TEST(ModelConfigTest, DefaultRopeParametersCarryTheta) {
+  Json j = TinyV3();
+  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.rope.type, RopeType::kDefault);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  // Without rope_parameters or rope_scaling, the top-level rope_theta is used.
+  j = TinyV3();
+  j["rope_theta"] = 500000;
+  EXPECT_DOUBLE_EQ(Parse(j.dump()).rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(Parse(TinyV3().dump()).rope.theta, 10000.0);
+}
+
+TEST(ModelConfigTest, AgreeingRopeScalingAndRopeParametersAreAccepted) {
+  Json j = TinyV3();
+  j["rope_theta"] = 10000;
+  j["rope_scaling"] = {
+      {"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}};
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"factor", 40.0},  // 40 and 40.0 are the same number.
+                          {"original_max_position_embeddings", 4096},
+                          {"rope_theta", 10000.0}};
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+}
+
+TEST(ModelConfigTest, ParsesDeepseekV2Lite) {
+  ModelConfig c = Parse(kDeepseekV2Lite);
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV2);
+  EXPECT_FALSE(c.q_lora_rank.has_value());
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_TRUE(c.rope_interleave);  // V2 always pairs adjacent dims.
+  EXPECT_EQ(c.topk_method, TopkMethod::kGreedy);
+  EXPECT_EQ(c.scoring_func, ScoringFunc::kSoftmax);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.n_routed_experts, 64);
+  EXPECT_EQ(c.n_shared_experts, 2);
+  EXPECT_EQ(c.num_experts_per_tok, 6);
+  EXPECT_EQ(c.first_k_dense_replace, 1);
+  EXPECT_FALSE(c.IsMoeLayer(0));
+  EXPECT_TRUE(c.IsMoeLayer(1));
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+  EXPECT_DOUBLE_EQ(c.rope.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 0.707);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_FALSE(c.quantization.fp8);
+  EXPECT_EQ(c.bos_token_id, 100000);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{100001});
+}
+
+TEST(ModelConfigTest, KimiK2IsTheDeepseekV3Architecture) {
+  ModelConfig c = Parse(kKimiK2);
+  EXPECT_EQ(c.model_type, "kimi_k2");
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV3);
+  EXPECT_STREQ(ArchitectureName(c.architecture), "deepseek_v3");
+  EXPECT_EQ(c.n_routed_experts, 384);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 50000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 1.0);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.827);
+  EXPECT_EQ(c.bos_token_id, 163584);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{163585, 163586}));
+}
+
+TEST(ModelConfigTest, TokenIdDefaultsAndNulls) {
+  Json j = TinyV3();
+  ModelConfig absent = Parse(j.dump());  // transformers' V3 defaults: bos 0, eos 1.
+  EXPECT_EQ(absent.bos_token_id, 0);
+  EXPECT_EQ(absent.eos_token_ids, std::vector<int64_t>{1});
+  j["bos_token_id"] = nullptr;
+  j["eos_token_id"] = nullptr;
+  ModelConfig nulls = Parse(j.dump());
+  EXPECT_FALSE(nulls.bos_token_id.has_value());
+  EXPECT_TRUE(nulls.eos_token_ids.empty());
+  ModelConfig v2 = Parse(TinyV2().dump());  // V2 defaults: bos 1, eos 2.
+  EXPECT_EQ(v2.bos_token_id, 1);
+  EXPECT_EQ(v2.eos_token_ids, std::vector<int64_t>{2});
+}
+
+TEST(ModelConfigTest, DenseModelNeedsNoMoeFields) {
+  Json j = TinyV3();
+  for (const char* key : {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                          "n_group", "topk_group"}) {
+    j.erase(key);
+  }
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.n_routed_experts, 0);
+  EXPECT_FALSE(c.IsMoeLayer(2));
+}
+
+TEST(ModelConfigTest, AcceptsIntegralFloats) {
+  Json j = TinyV3();
+  j["hidden_size"] = 64.0;
+  EXPECT_EQ(Parse(j.dump()).hidden_size, 64);
+}
+
+TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
+  EXPECT_CONFIG_ERROR(std::string("{\"model_type\": "), "invalid JSON");
+  EXPECT_CONFIG_ERROR(std::string("[1, 2]"), "not a JSON object");
+  Json j = TinyV3();
+  j["model_type"] = "llama";
+  EXPECT_CONFIG_ERROR(
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2)");
+  j.erase("model_type");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2");
+}
+
+TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
+  Json j = TinyV3();
+  j.erase("kv_lora_rank");
+  EXPECT_CONFIG_ERROR(j, "missing required field 'kv_lora_rank'");
+  j = TinyV3();
+  j.erase("q_lora_rank");
+  EXPECT_CONFIG_ERROR(j, "missing field 'q_lora_rank' (null for none)");
+  j = TinyV3();
+  j["qk_rope_head_dim"] = 7;
+  EXPECT_CONFIG_ERROR(j, "qk_rope_head_dim (7) must be even");
+  j = TinyV3();
+  j["hidden_size"] = 0;
+  EXPECT_CONFIG_ERROR(j, "field 'hidden_size' must be positive, got 0");
+  j["hidden_size"] = 1.5;
+  EXPECT_CONFIG_ERROR(j, "field 'hidden_size' must be an integer, got 1.5");
+  j["hidden_size"] = "64";
+  EXPECT_CONFIG_ERROR(j, "field 'hidden_size' must be an integer");
+}
+
+TEST(ModelConfigTest, RejectsIntegersOutsideInt64) {
+  // Casting 1e300 to int64 is undefined behaviour, and 2^64 - 1 would wrap to -1.
+  Json j = TinyV3();
+  j["hidden_size"] = 1e300;
+  EXPECT_CONFIG_ERROR(j, "field 'hidden_size' must be an integer, got 1e+300");
+  j["hidden_size"] = 9223372036854775808.0;  // 2^63
+  EXPECT_CONFIG_ERROR(j, "field 'hidden_size' must be an integer");
+  EXPECT_CONFIG_ERROR(
+      std::string(R"({"model_type": "deepseek_v3", "vocab_size": 18446744073709551615})"),
+      "field 'vocab_size' is out of range, got 18446744073709551615");
+  j = TinyV3();
+  j["first_k_dense_replace"] = 18446744073709551615u;
+  EXPECT_CONFIG_ERROR(j, "field 'first_k_dense_replace' is out of range");
+}
+
+TEST(ModelConfigTest, RejectsInconsistentMoe) {
+  Json j = TinyV3();
+  j["num_experts_per_tok"] = 9;
+  EXPECT_CONFIG_ERROR(j, "num_experts_per_tok (9) exceeds n_routed_experts (8)");
+  j = TinyV3();
+  j["topk_group"] = 5;
+  EXPECT_CONFIG_ERROR(j, "topk_group (5) exceeds n_group (4)");
+  j = TinyV3();
+  j["n_group"] = 3;
+  EXPECT_CONFIG_ERROR(j, "n_routed_experts (8) is not divisible by n_group (3)");
+  j = TinyV3();
+  j["n_group"] = 4;
+  j["topk_group"] = 1;
+  j["num_experts_per_tok"] = 3;  // One group of 2 experts cannot supply 3.
+  EXPECT_CONFIG_ERROR(j, "cannot supply num_experts_per_tok (3)");
+  j = TinyV3();
+  j["n_group"] = 8;
+  j["topk_group"] = 2;
+  EXPECT_CONFIG_ERROR(j, "noaux_tc needs at least 2 experts per group, got 1");
+  j = TinyV3();
+  j["moe_layer_freq"] = 2;
+  EXPECT_CONFIG_ERROR(j, "moe_layer_freq 2 is not supported");
+  j = TinyV3();
+  j.erase("moe_intermediate_size");
+  EXPECT_CONFIG_ERROR(j, "missing required field 'moe_intermediate_size'");
+}
+
+TEST(ModelConfigTest, RejectsRoutingThatContradictsTheModelType) {
+  Json j = TinyV3();
+  j["scoring_func"] = "softmax";
+  EXPECT_CONFIG_ERROR(
+      j, "scoring_func 'softmax' contradicts model_type 'deepseek_v3', which routes with sigmoid");
+  j = TinyV2();
+  j["scoring_func"] = "sigmoid";
+  EXPECT_CONFIG_ERROR(
+      j, "scoring_func 'sigmoid' contradicts model_type 'deepseek_v2', which routes with softmax");
+  j = TinyV2();
+  j["topk_method"] = "noaux_tc";
+  EXPECT_CONFIG_ERROR(j, "topk_method 'noaux_tc' is not supported for model_type 'deepseek_v2'");
+  j = TinyV3();
+  j["topk_method"] = "greedy";
+  EXPECT_CONFIG_ERROR(j, "topk_method 'greedy' is not supported for model_type 'deepseek_v3'");
+  // V2's group_limited_greedy has no n_group default in transformers; it must be stated.
+  j = TinyV2();
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = nullptr;
+  EXPECT_CONFIG_ERROR(j, "topk_method 'group_limited_greedy' needs 'n_group'");
+}
+
+TEST(ModelConfigTest, RejectsBadRope) {
+  Json j = TinyV3();
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}};
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 32}};
+  EXPECT_CONFIG_ERROR(
+      j, "contradictory rope settings: rope_scaling.factor = 40 but rope_parameters.factor = 32");
+  j["rope_scaling"] = {{"type", "yarn"}};
+  j["rope_parameters"] = {{"rope_type", "default"}};
+  EXPECT_CONFIG_ERROR(j, R"(rope_scaling.type = "yarn" but rope_parameters.rope_type = "default")");
+  j = TinyV3();
+  j["rope_theta"] = 10000;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 50000}};
+  EXPECT_CONFIG_ERROR(j, "contradictory rope_theta: 10000 at top level, 50000 in rope_parameters");
+  j = TinyV3();
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2}};
+  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn)");
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8}};
+  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'llama3'");
+  j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};
+  EXPECT_CONFIG_ERROR(j, "config.json rope_scaling: yarn needs 'factor'");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 0}};
+  EXPECT_CONFIG_ERROR(j, "yarn 'factor' must be positive");
+  j["rope_scaling"] = "yarn";
+  EXPECT_CONFIG_ERROR(j, "'rope_scaling' must be an object");
+}
+
+TEST(ModelConfigTest, RejectsUnsupportedQuantization) {
+  Json j = TinyV3();
+  j["quantization_config"] = {{"quant_method", "compressed-tensors"}};
+  EXPECT_CONFIG_ERROR(j, "unsupported quant_method 'compressed-tensors' (supported: fp8)");
+  j["quantization_config"] = {
+      {"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}};
+  EXPECT_CONFIG_ERROR(j, "unsupported fp8 fmt 'e5m2'");
+  for (const Json& bad : {Json::array({128}), Json::array({128, 128, 1}), Json::array({128.5, 128}),
+                          Json("128x128")}) {
+    j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", bad}};
+    EXPECT_CONFIG_ERROR(j, "'weight_block_size' must be [rows, cols]");
+  }
+  j["quantization_config"] = {{"quant_method", "fp8"}};
+  EXPECT_CONFIG_ERROR(j, "'weight_block_size' must be [rows, cols]");
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}};
+  EXPECT_CONFIG_ERROR(j, "'weight_block_size' entries must be positive");
+  j["quantization_config"] = {
+      {"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"scale_fmt", "ue8m0"}};
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.quantization.scale_fmt, "ue8m0");
+  EXPECT_EQ(c.quantization.activation_scheme, "dynamic");
+}
+
+TEST(ModelConfigTest, RejectsUnsupportedLayers) {
+  Json j = TinyV3();
+  j["hidden_act"] = "gelu";
+  EXPECT_CONFIG_ERROR(j, "hidden_act 'gelu' is not supported (supported: silu)");
+  j = TinyV3();
+  j["attention_bias"] = true;
+  EXPECT_CONFIG_ERROR(j, "'attention_bias' true is not supported");
+  j = TinyV3();
+  j["eos_token_id"] = {1, "2"};
+  EXPECT_CONFIG_ERROR(j, "'eos_token_id' entries must be integers");
+}
+
+TEST(ModelConfigTest, LoadNamesTheMissingFile) {
+  try {
+    ModelConfig::Load("/nonexistent-latent-dir");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-latent-dir/config.json: cannot open"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace latent::model
