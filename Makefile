@@ -53,10 +53,15 @@ py-test: build
 
 test: unit-test py-test
 
-# The main job: make the tiny default model with transformers and describe it. (#4 makes it generate.)
-run: build
-	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 > /dev/null
+# The main job: make the tiny default model with transformers, describe it, and serve a batch of
+# requests through the engine (continuous batching, chunked prefill, prefix caching).
+run: build $(DEFAULT_MODEL)/config.json
 	$(BUILD_DIR)/latent info --model $(DEFAULT_MODEL)
+	$(BUILD_DIR)/latent generate --model $(DEFAULT_MODEL) --prompts tools/demo_prompts.jsonl \
+	  --max-batch-tokens 64 --block-tokens 16
+
+$(DEFAULT_MODEL)/config.json: tools/make_tiny_model.py | $(STAMPS)/venv
+	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 > /dev/null
 
 # libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS.
 fuzz: setup
