@@ -251,6 +251,37 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# DeepSeek sparse attention (DSA): V3-style MLA and routing plus the indexer. index_topk is small
+# (8) so that prompts of tens of tokens really drop keys; 8 index heads make exact score ties
+# (every head's relu at zero) rare. DSA configs have no rope_interleave (always interleaved) and
+# no MTP field.
+_DSA_COMMON: dict[str, Any] = {
+    **{k: v for k, v in _V3_COMMON.items() if k not in ("rope_interleave", "num_mtp_layers")},
+    "num_hidden_layers": 4,
+    "index_topk": 8,
+    "index_n_heads": 8,
+    "index_head_dim": 16,
+}
+PRESETS["deepseek_v32"] = {
+    "arch": "deepseek_v32",
+    "help": "DeepSeek V3.2 style: V3 MLA/routing + DSA indexer (half-split rope), index_topk 8",
+    "config": _DSA_COMMON,
+}
+PRESETS["glm_moe_dsa"] = {
+    "arch": "glm_moe_dsa",
+    "help": "GLM-5 style: DSA with interleaved indexer rope and IndexShare (full, shared, full, "
+    "shared), 1 expert group, rms eps 1e-5",
+    "config": {
+        **_DSA_COMMON,
+        "n_group": 1,
+        "topk_group": 1,
+        "rms_norm_eps": 1e-5,
+        "indexer_types": ["full", "shared", "full", "shared"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    },
+}
+
+
 def preset_listing() -> str:
     lines = []
     for name, preset in PRESETS.items():
@@ -353,11 +384,12 @@ def check_v2_rope_dims(kwargs: dict[str, Any]) -> None:
 def check_routing_groups(arch: str, kwargs: dict[str, Any]) -> None:
     """Expert groups must tile the experts (transformers views scores as [groups, E/groups]);
     V3 scores a group by its top-2 experts, so groups need >= 2 experts."""
-    grouped = arch == "deepseek_v3" or kwargs.get("topk_method") == "group_limited_greedy"
+    sigmoid_router = arch in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+    grouped = sigmoid_router or kwargs.get("topk_method") == "group_limited_greedy"
     if not grouped:
         return
     experts, groups = kwargs["n_routed_experts"], kwargs.get("n_group") or 1
-    if experts % groups or (arch == "deepseek_v3" and experts // groups < 2):
+    if experts % groups or (sigmoid_router and experts // groups < 2):
         raise UsageError(f"n_routed_experts {experts} cannot be split into n_group {groups} groups")
     if not 1 <= (kwargs.get("topk_group") or 1) <= groups:
         raise UsageError(f"topk_group must be in [1, n_group={groups}], got {kwargs.get('topk_group')}")
@@ -365,7 +397,7 @@ def check_routing_groups(arch: str, kwargs: dict[str, Any]) -> None:
 
 def build_config(arch: str, kwargs: dict[str, Any]):
     from huggingface_hub.errors import StrictDataclassError  # raised by @strict configs
-    from transformers import DeepseekV2Config, DeepseekV3Config
+    from transformers import DeepseekV2Config, DeepseekV3Config, DeepseekV32Config, GlmMoeDsaConfig
 
     if kwargs.get("qk_rope_head_dim", 2) % 2:
         raise UsageError(f"qk_rope_head_dim must be even (rotary pairs), got {kwargs['qk_rope_head_dim']}")
@@ -373,7 +405,8 @@ def build_config(arch: str, kwargs: dict[str, Any]):
         check_v2_rope_dims(kwargs)
     check_routing_groups(arch, kwargs)
 
-    config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config}[arch]
+    config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config,
+                  "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}[arch]
     try:
         return config_cls(**kwargs)
     except (StrictDataclassError, TypeError, ValueError) as e:
@@ -401,6 +434,8 @@ GAIN_BY_SUFFIX = {
     "gate_proj.weight": 1.5,
     "up_proj.weight": 1.5,
     "experts.gate_up_proj": 1.5,  # fused [E, 2I, D] in memory
+    "indexer.wq_b.weight": 1.5,  # DSA indexer queries and keys: clear score differences
+    "indexer.wk.weight": 1.5,
     "lm_head.weight": 2.5,
 }
 EMBED_STD = 1.0
@@ -432,6 +467,8 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
             value = randn_like(param) * EMBED_STD
         elif param.ndim == 1 and name.endswith("norm.weight"):
             value = 1.0 + NORM_JITTER * randn_like(param)
+        elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm
+            value = NORM_JITTER * randn_like(param)
         elif name.endswith("mlp.gate.weight"):
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:
@@ -447,9 +484,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
 
 
 def build_model(arch: str, config, seed: int, dtype: torch.dtype):
-    from transformers import DeepseekV2ForCausalLM, DeepseekV3ForCausalLM
+    from transformers import (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM,
+                              GlmMoeDsaForCausalLM)
 
-    model_cls = {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM}[arch]
+    model_cls = {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM,
+                 "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}[arch]
     torch.manual_seed(seed)
     model = model_cls(config)  # float32
     # Randomize in float32 so a bf16 model is exactly the rounded float32 model of the same seed.

@@ -14,7 +14,7 @@
 #include "cli/token_ids.h"
 #include "model/contiguous_latent_cache.h"
 #include "model/generation_config.h"
-#include "model/mla_attention.h"
+#include "model/cache_rows.h"
 
 namespace latent::cli {
 
@@ -59,7 +59,7 @@ Runner RegisterGenerate(CLI::App& app) {
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
-    model::ContiguousLatentCache cache(model::MlaDimsOf(m->config()).row());
+    model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
     std::vector<float> logits(vocab);
 
     std::vector<int32_t> generated;

@@ -54,12 +54,13 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["unused_tensors"] = report.unused;
 
   info["cache_dtype"] = model::CacheDTypeName(cache_dtype);
+  const auto row_values = model::CacheRowValues(config);
   nlohmann::json layers = nlohmann::json::array();
   for (size_t l = 0; l < rows.size(); ++l) {
     nlohmann::json layer_rows = nlohmann::json::array();
     for (size_t r = 0; r < rows[l].size(); ++r) {
       layer_rows.push_back({{"name", rows[l][r].name},
-                            {"values", model::MlaLatentRowValues(config)},
+                            {"values", row_values[l][r]},
                             {"bytes_per_token", rows[l][r].bytes_per_token},
                             {"block_offset", layout.slab_offset[l][r]}});
     }

@@ -2,6 +2,7 @@
 // every position of one prompt, as JSON {"logits": [[...], ...]}.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/attention_form.h"
 #include "cli/commands.h"
@@ -12,7 +13,6 @@
 #include "engine/paged_latent_cache.h"
 #include "model/cache_rows.h"
 #include "model/contiguous_latent_cache.h"
-#include "model/mla_attention.h"
 
 namespace latent::cli {
 
@@ -29,7 +29,7 @@ void RunChunked(const model::Model& m, const std::vector<int32_t>& ids, int64_t 
   cache::CacheStorage storage(model::CacheRows(config, dtype), block_tokens, blocks);
   cache::BlockPool pool(blocks, /*prefix_caching=*/false);
   cache::BlockTable table(block_tokens);
-  engine::PagedLatentCache paged(storage, model::MlaLatentRowValues(config), dtype);
+  engine::PagedLatentCache paged(storage, model::CacheRowValues(config), dtype);
   paged.SetTables({&table});
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t end = std::min(n, start + chunk);
@@ -49,6 +49,7 @@ Runner RegisterLogits(CLI::App& app) {
   struct Options {
     std::string model_dir, ids, attention = "auto";
     bool experts = false;
+    bool selected = false;
     int64_t chunk_tokens = 0;
     uint32_t block_tokens = 16;
     std::string cache_dtype = "auto";
@@ -60,6 +61,9 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--experts", opt->experts,
                 "Also print the routed experts of every MoE layer and token (\"experts\")");
+  sub->add_flag("--selected", opt->selected,
+                "Also print the key positions DSA selected per layer and token (\"selected\"; "
+                "[] where the token attended densely)");
   sub->add_option("--chunk-tokens", opt->chunk_tokens,
                   "Run the prompt in chunks of N tokens through the paged cache (0: one chunk, "
                   "contiguous cache)")->check(CLI::NonNegativeNumber);
@@ -82,8 +86,8 @@ Runner RegisterLogits(CLI::App& app) {
     std::vector<float> logits(ids.size() * vocab);
     model::ForwardTrace trace;
     if (opt->chunk_tokens == 0) {
-      model::ContiguousLatentCache cache(model::MlaDimsOf(m->config()).row());
-      m->Forward(batch, cache, form, logits.data(), opt->experts ? &trace : nullptr);
+      model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
+      m->Forward(batch, cache, form, logits.data(), opt->experts || opt->selected ? &trace : nullptr);
     } else {
       RunChunked(*m, ids, opt->chunk_tokens, opt->block_tokens, opt->cache_dtype, form, logits.data());
     }
@@ -119,6 +123,9 @@ Runner RegisterLogits(CLI::App& app) {
         out += "]";
       }
       out += "]";
+    }
+    if (opt->selected) {
+      out += ", \"selected\": " + nlohmann::json(trace.selected).dump();
     }
     out += "}\n";
     std::fwrite(out.data(), 1, out.size(), stdout);

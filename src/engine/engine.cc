@@ -28,7 +28,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   storage_ = std::make_unique<cache::CacheStorage>(std::move(rows), options_.block_tokens, num_blocks);
   pool_ = std::make_unique<cache::BlockPool>(num_blocks, options_.prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
-  paged_ = std::make_unique<PagedLatentCache>(*storage_, model::MlaLatentRowValues(config), cache_dtype_);
+  paged_ = std::make_unique<PagedLatentCache>(*storage_, model::CacheRowValues(config), cache_dtype_);
   seed_base_ = std::random_device{}();
   metrics_.total_blocks = num_blocks;
   metrics_.block_tokens = options_.block_tokens;

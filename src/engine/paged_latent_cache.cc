@@ -7,43 +7,47 @@
 
 namespace latent::engine {
 
-PagedLatentCache::PagedLatentCache(cache::CacheStorage& storage, int64_t row_values,
-                                   model::CacheDType dtype)
-    : storage_(storage), row_values_(row_values), dtype_(dtype) {
+PagedLatentCache::PagedLatentCache(cache::CacheStorage& storage,
+                                   std::vector<std::vector<int64_t>> row_values, model::CacheDType dtype)
+    : storage_(storage), row_values_(std::move(row_values)), dtype_(dtype) {
   if (dtype != model::CacheDType::kF32 && dtype != model::CacheDType::kBF16) {
     Fail("the engine caches latent rows in f32 or bf16; ", model::CacheDTypeName(dtype),
          " rows are not supported yet");
   }
 }
 
-const uint8_t* PagedLatentCache::Locate(int64_t layer, int32_t slot, int64_t position) const {
+const uint8_t* PagedLatentCache::Locate(int64_t layer, int row, int32_t slot, int64_t position) const {
   const cache::BlockTable& table = *tables_.at(slot);
   const uint32_t bt = table.block_tokens();
   LATENT_CHECK(position < table.capacity());
-  return storage_.RowAt(table.blocks()[position / bt], layer, 0, static_cast<uint32_t>(position % bt));
+  return storage_.RowAt(table.blocks()[position / bt], layer, row, static_cast<uint32_t>(position % bt));
 }
 
-void PagedLatentCache::WriteRow(int64_t layer, int32_t slot, int64_t position, const float* row) {
-  uint8_t* dst = const_cast<uint8_t*>(Locate(layer, slot, position));
+void PagedLatentCache::WriteRow(int64_t layer, int row, int32_t slot, int64_t position,
+                                const float* values) {
+  uint8_t* dst = const_cast<uint8_t*>(Locate(layer, row, slot, position));
+  const int64_t width = row_values_[layer][row];
   if (dtype_ == model::CacheDType::kF32) {
-    std::memcpy(dst, row, row_values_ * sizeof(float));
+    std::memcpy(dst, values, width * sizeof(float));
     return;
   }
-  for (int64_t i = 0; i < row_values_; ++i) {
-    const uint16_t v = F32ToBF16(row[i]);
+  for (int64_t i = 0; i < width; ++i) {
+    const uint16_t v = F32ToBF16(values[i]);
     std::memcpy(dst + 2 * i, &v, 2);
   }
 }
 
-void PagedLatentCache::GatherRows(int64_t layer, int32_t slot, int64_t count, float* out) const {
+void PagedLatentCache::GatherRows(int64_t layer, int row, int32_t slot, int64_t count,
+                                  float* out) const {
+  const int64_t width = row_values_[layer][row];
   for (int64_t p = 0; p < count; ++p) {
-    const uint8_t* src = Locate(layer, slot, p);
-    float* dst = out + p * row_values_;
+    const uint8_t* src = Locate(layer, row, slot, p);
+    float* dst = out + p * width;
     if (dtype_ == model::CacheDType::kF32) {
-      std::memcpy(dst, src, row_values_ * sizeof(float));
+      std::memcpy(dst, src, width * sizeof(float));
       continue;
     }
-    for (int64_t i = 0; i < row_values_; ++i) {
+    for (int64_t i = 0; i < width; ++i) {
       uint16_t v;
       std::memcpy(&v, src + 2 * i, 2);
       dst[i] = BF16ToF32(v);

@@ -14,25 +14,26 @@ namespace latent::engine {
 
 class PagedLatentCache : public model::LatentCache {
  public:
-  // Row values per token (kv_lora_rank + qk_rope_head_dim) and their storage dtype (f32 or
-  // bf16).
-  PagedLatentCache(cache::CacheStorage& storage, int64_t row_values, model::CacheDType dtype);
+  // Values per token of each row of each layer ([layer][row], model::CacheRowValues) and their
+  // storage dtype (f32 or bf16).
+  PagedLatentCache(cache::CacheStorage& storage, std::vector<std::vector<int64_t>> row_values,
+                   model::CacheDType dtype);
 
   // The block tables of this step's slots.
   void SetTables(std::vector<const cache::BlockTable*> tables) { tables_ = std::move(tables); }
 
-  void WriteRow(int64_t layer, int32_t slot, int64_t position, const float* row) override;
-  void GatherRows(int64_t layer, int32_t slot, int64_t count, float* out) const override;
+  void WriteRow(int64_t layer, int row, int32_t slot, int64_t position, const float* values) override;
+  void GatherRows(int64_t layer, int row, int32_t slot, int64_t count, float* out) const override;
 
   // Copies every row of positions [0, count) of block `from` into block `to` (forking a
   // partially filled block).
   void CopyBlock(cache::BlockId from, cache::BlockId to, uint32_t count);
 
  private:
-  const uint8_t* Locate(int64_t layer, int32_t slot, int64_t position) const;
+  const uint8_t* Locate(int64_t layer, int row, int32_t slot, int64_t position) const;
 
   cache::CacheStorage& storage_;
-  int64_t row_values_;
+  std::vector<std::vector<int64_t>> row_values_;
   model::CacheDType dtype_;
   std::vector<const cache::BlockTable*> tables_;
 };

@@ -17,6 +17,10 @@ struct KernelTable {
   // y[m, d] = x * rsqrt(mean(x^2) + eps) * weight[d]; weight f32/bf16/f16. In place allowed.
   void (*rms_norm)(const float* x, int64_t m, int64_t d, const void* weight, DType weight_dtype,
                    float eps, float* y);
+  // y[m, d] = (x - mean) / sqrt(var + eps) * weight[d] + bias[d] (biased variance, as
+  // torch.nn.LayerNorm); weight/bias f32/bf16/f16. In place allowed.
+  void (*layer_norm)(const float* x, int64_t m, int64_t d, const void* weight, const void* bias,
+                     DType dtype, float eps, float* y);
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
 };

@@ -39,10 +39,32 @@ uint64_t MlaLatentRowBytes(const ModelConfig& c, CacheDType dtype) {
   return 0;
 }
 
+std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config) {
+  std::vector<std::vector<int64_t>> values(config.num_hidden_layers);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    values[l].push_back(MlaLatentRowValues(config));
+    if (config.HasIndexer(l)) values[l].push_back(config.index_head_dim);
+  }
+  return values;
+}
+
+std::vector<int64_t> CacheRowWidths(const ModelConfig& config) {
+  std::vector<int64_t> widths{MlaLatentRowValues(config)};
+  if (config.is_dsa()) widths.push_back(config.index_head_dim);
+  return widths;
+}
+
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype) {
   cache::ModelCacheRows rows(config.num_hidden_layers);
-  for (auto& layer : rows) {
-    layer.push_back({"mla.latent", MlaLatentRowBytes(config, dtype)});
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    rows[l].push_back({"mla.latent", MlaLatentRowBytes(config, dtype)});
+    if (!config.HasIndexer(l)) continue;
+    const int64_t d = config.index_head_dim;
+    // fp8: DeepSeek's layout, e4m3 values and one f32 scale per 128 (132 bytes for 128 values).
+    const uint64_t bytes = dtype == CacheDType::kF32    ? 4 * d
+                           : dtype == CacheDType::kBF16 ? 2 * d
+                                                        : d + 4 * ((d + kFp8ScaleGroup - 1) / kFp8ScaleGroup);
+    rows[l].push_back({"dsa.index_k", bytes});
   }
   return rows;
 }

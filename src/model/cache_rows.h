@@ -26,7 +26,13 @@ int64_t MlaLatentRowValues(const ModelConfig& config);
 // Bytes of one token's MLA latent row in `dtype`.
 uint64_t MlaLatentRowBytes(const ModelConfig& config, CacheDType dtype);
 
-// One "mla.latent" row per layer for the DeepSeek V2/V3 family.
+// Values per token of each row of each layer: [layer][row], rows in CacheRowKind order:
+// "mla.latent" for every layer, plus "dsa.index_k" for layers that run a DSA indexer.
+std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config);
+// Values per token of each row kind: {latent, index key (DSA only)}.
+std::vector<int64_t> CacheRowWidths(const ModelConfig& config);
+
+// The rows above, in bytes of `dtype`.
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype);
 
 }  // namespace latent::model

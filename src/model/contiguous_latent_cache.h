@@ -1,10 +1,10 @@
-// The simplest LatentCache: for each (layer, slot), f32 rows of positions 0..n-1 back to back.
-// Used for single requests; the engine puts the paged cache behind the same interface.
+// The simplest LatentCache: for each (layer, row, slot), f32 values of positions 0..n-1 back
+// to back. Used for single requests; the engine puts the paged cache behind the same interface.
 #pragma once
 
 #include <algorithm>
 #include <map>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -14,23 +14,26 @@ namespace latent::model {
 
 class ContiguousLatentCache : public LatentCache {
  public:
-  explicit ContiguousLatentCache(int64_t row_floats) : row_floats_(row_floats) {}
+  // widths[row]: values per token of each row kind (latent, then index keys when DSA).
+  explicit ContiguousLatentCache(std::vector<int64_t> widths) : widths_(std::move(widths)) {}
 
-  void WriteRow(int64_t layer, int32_t slot, int64_t position, const float* row) override {
-    std::vector<float>& rows = rows_[{layer, slot}];
-    const size_t needed = static_cast<size_t>((position + 1) * row_floats_);
+  void WriteRow(int64_t layer, int row, int32_t slot, int64_t position, const float* values) override {
+    const int64_t width = widths_.at(row);
+    std::vector<float>& rows = rows_[{layer, row, slot}];
+    const size_t needed = static_cast<size_t>((position + 1) * width);
     if (rows.size() < needed) rows.resize(needed);
-    std::copy(row, row + row_floats_, rows.data() + position * row_floats_);
+    std::copy(values, values + width, rows.data() + position * width);
   }
-  void GatherRows(int64_t layer, int32_t slot, int64_t count, float* out) const override {
-    const std::vector<float>& rows = rows_.at({layer, slot});
-    LATENT_CHECK(static_cast<size_t>(count * row_floats_) <= rows.size());
-    std::copy(rows.data(), rows.data() + count * row_floats_, out);
+  void GatherRows(int64_t layer, int row, int32_t slot, int64_t count, float* out) const override {
+    const int64_t width = widths_.at(row);
+    const std::vector<float>& rows = rows_.at({layer, row, slot});
+    LATENT_CHECK(static_cast<size_t>(count * width) <= rows.size());
+    std::copy(rows.data(), rows.data() + count * width, out);
   }
 
  private:
-  int64_t row_floats_;
-  std::map<std::pair<int64_t, int32_t>, std::vector<float>> rows_;  // (layer, slot) -> [n, row]
+  std::vector<int64_t> widths_;
+  std::map<std::tuple<int64_t, int, int32_t>, std::vector<float>> rows_;
 };
 
 }  // namespace latent::model

@@ -15,7 +15,10 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
       weights_(LoadDeepseekWeights(config_, ckpt_)),
       dims_(MlaDimsOf(config_)),
       rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim, config_.qk_head_dim(),
-                                  variant.rope_interleaved, /*round_bf16=*/false)) {}
+                                  variant.rope_interleaved, /*round_bf16=*/false)),
+      index_rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim,
+                                        config_.qk_head_dim(), variant.index_rope_interleaved,
+                                        /*round_bf16=*/false)) {}
 
 void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
                             float* logits, ForwardTrace* trace) const {
@@ -35,12 +38,22 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
     k.dequant_row(weights_.embed, id, &hidden[t * d]);
   }
 
+  DsaSelection selection;  // Carried across layers: GLM's shared layers reuse the last one.
+  if (trace != nullptr && config_.is_dsa()) trace->selected.assign(config_.num_hidden_layers, {});
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     k.rms_norm(hidden.data(), tokens, d, layer.input_norm.data, layer.input_norm.dtype, eps,
                normed.data());
-    MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), cache, form,
-                        branch.data());
+    DsaLayer dsa;
+    if (config_.is_dsa()) {
+      dsa.indexer = layer.indexer ? &*layer.indexer : nullptr;
+      dsa.rope = &index_rope_;
+      dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
+      dsa.selection = &selection;
+    }
+    MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), d, cache, form,
+                        config_.is_dsa() ? &dsa : nullptr, branch.data());
+    if (trace != nullptr && config_.is_dsa()) trace->selected[l] = selection;
     for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
 
     k.rms_norm(hidden.data(), tokens, d, layer.post_attention_norm.data,

@@ -16,6 +16,7 @@ namespace latent::model {
 struct DeepseekVariant {
   bool rope_interleaved = true;  // Rotary pairs adjacent (V2 complex form, V3 rope_interleave).
   RouteFn route = nullptr;       // Router of the MoE layers.
+  bool index_rope_interleaved = false;  // DSA indexer pairing (V3.2 half-split, GLM-5 adjacent).
 };
 
 class DeepseekModel : public Model {
@@ -33,6 +34,7 @@ class DeepseekModel : public Model {
   DeepseekWeights weights_;
   MlaDims dims_;
   ops::Rope rope_;
+  ops::Rope index_rope_;  // DSA models only.
 };
 
 }  // namespace latent::model

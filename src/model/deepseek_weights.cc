@@ -92,6 +92,15 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     a.kv_a_norm = load.Norm(s + "kv_a_layernorm.weight");
     a.kv_b = load.Linear(s + "kv_b_proj.weight");
     a.o = load.Linear(s + "o_proj.weight");
+    if (config.HasIndexer(l)) {
+      IndexerWeights& ix = layer.indexer.emplace();
+      const std::string x = s + "indexer.";
+      ix.wq_b = load.Linear(x + "wq_b.weight");
+      ix.wk = load.Linear(x + "wk.weight");
+      ix.k_norm = load.Norm(x + "k_norm.weight");
+      ix.k_norm_bias = load.Norm(x + "k_norm.bias");
+      ix.weights_proj = load.ToF32(x + "weights_proj.weight");
+    }
 
     if (!config.IsMoeLayer(l)) {
       layer.dense = load.Mlp(p + "mlp.");

@@ -38,9 +38,18 @@ struct AttentionWeights {
   kernels::WeightRef o;                      // [D, H*dv]
 };
 
+// DeepSeek sparse attention's indexer (layers that run one).
+struct IndexerWeights {
+  kernels::WeightRef wq_b;          // [n_h * d_i, Q]
+  kernels::WeightRef wk;            // [d_i, D]
+  NormWeight k_norm, k_norm_bias;   // [d_i] LayerNorm weight and bias
+  std::vector<float> weights_proj;  // [n_h, D] f32, as transformers keeps it
+};
+
 struct LayerWeights {
   NormWeight input_norm, post_attention_norm;
   AttentionWeights attention;
+  std::optional<IndexerWeights> indexer;
   std::optional<MlpWeights> dense;  // Dense layers
   std::optional<MoeWeights> moe;    // MoE layers
 };

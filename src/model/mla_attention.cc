@@ -82,7 +82,7 @@ void AbsorbedToken(const MlaDims& d, const kernels::WeightRef& kv_b, const float
 // then ordinary attention for each of its batch tokens.
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
                       const std::vector<const float*>& rows, const ForwardBatch& batch,
-                      const float* q, float scale, float* attn_out) {
+                      const DsaSelection* selection, const float* q, float scale, float* attn_out) {
   const int64_t n = seq.context;
   const int64_t head_rows = d.nope + d.v;
   std::vector<float> latents(n * d.latent);  // [n, C]
@@ -104,6 +104,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     value_ptrs[t] = &kv[t * d.heads * head_rows + d.nope];
   }
   std::vector<float> scores(n);
+  std::vector<const float*> picked_keys, picked_values;
   for (int64_t row : seq.rows) {
     kernels::AttentionArgs args;
     args.q = q + row * d.heads * d.qk();
@@ -115,6 +116,18 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     args.value_head_stride = head_rows;
     args.v_dim = d.v;
     args.length = batch.positions[row] + 1;  // causal: up to and including itself
+    if (selection != nullptr && !(*selection)[row].empty()) {
+      const std::vector<int32_t>& picked = (*selection)[row];
+      picked_keys.clear();
+      picked_values.clear();
+      for (int32_t p : picked) {
+        picked_keys.push_back(key_ptrs[p]);
+        picked_values.push_back(value_ptrs[p]);
+      }
+      args.keys = picked_keys.data();
+      args.values = picked_values.data();
+      args.length = static_cast<int64_t>(picked.size());
+    }
     args.scale = scale;
     args.out = attn_out + row * d.heads * d.v;
     args.scratch = scores.data();
@@ -138,16 +151,18 @@ bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
 
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
-                         LatentCache& cache, AttentionForm form, float* out) {
+                         int64_t hidden, LatentCache& cache, AttentionForm form,
+                         const DsaLayer* dsa, float* out) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
 
   // Queries [T, H, dn + dr].
   std::vector<float> q(tokens * d.heads * d.qk());
+  std::vector<float> q_a;  // [T, Q] q_a_layernorm(q_a_proj(x)); the DSA indexer reads it too.
   if (w.q_proj) {
     Linear(x, tokens, *w.q_proj, q.data());
   } else {
-    std::vector<float> q_a(tokens * d.q_lora);
+    q_a.resize(tokens * d.q_lora);
     Linear(x, tokens, *w.q_a, q_a.data());
     k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, kLatentNormEps,
                q_a.data());
@@ -166,25 +181,39 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     for (int64_t h = 0; h < d.heads; ++h) {
       rope.Apply(&q[(t * d.heads + h) * d.qk() + d.nope], cos.data(), sin.data());
     }
-    cache.WriteRow(layer, batch.seq_slots[t], batch.positions[t], row);
+    cache.WriteRow(layer, kLatentRow, batch.seq_slots[t], batch.positions[t], row);
   }
 
-  // Attention per sequence, over its cached rows.
+  const DsaSelection* selection = nullptr;
+  if (dsa != nullptr) {
+    if (dsa->indexer != nullptr) {
+      RunDsaIndexer(dsa->dims, *dsa->indexer, *dsa->rope, layer, batch, x, hidden, q_a.data(),
+                    d.q_lora, cache, *dsa->selection);
+    }
+    selection = dsa->selection;
+  }
+
+  // Attention per sequence, over its cached rows (or the ones DSA selected).
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
   for (const auto& [slot, seq] : GroupBySequence(batch)) {
     std::vector<float> gathered(seq.context * d.row());  // [context, C + dr]
-    cache.GatherRows(layer, slot, seq.context, gathered.data());
+    cache.GatherRows(layer, kLatentRow, slot, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
     const bool expanded = form == AttentionForm::kExpanded ||
                           (form == AttentionForm::kAuto &&
                            PreferExpanded(d, static_cast<int64_t>(seq.rows.size())));
     if (expanded) {
-      ExpandedSequence(d, w.kv_b, seq, rows, batch, q.data(), rope.softmax_scale, attn.data());
+      ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale, attn.data());
       continue;
     }
     for (int64_t row : seq.rows) {
-      std::vector<const float*> visible(rows.begin(), rows.begin() + batch.positions[row] + 1);
+      std::vector<const float*> visible;
+      if (selection != nullptr && !(*selection)[row].empty()) {
+        for (int32_t p : (*selection)[row]) visible.push_back(rows[p]);
+      } else {
+        visible.assign(rows.begin(), rows.begin() + batch.positions[row] + 1);
+      }
       AbsorbedToken(d, w.kv_b, &q[row * d.heads * d.qk()], visible, rope.softmax_scale,
                     &attn[row * d.heads * d.v]);
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "model/deepseek_weights.h"
+#include "model/dsa_indexer.h"
 #include "model/model.h"
 #include "ops/rope.h"
 
@@ -20,10 +21,21 @@ MlaDims MlaDimsOf(const ModelConfig& config);
 // absorbed form pays per query token for folding W_UK/W_UV and for attending over 576-wide rows.
 bool PreferExpanded(const MlaDims& dims, int64_t chunk_tokens);
 
+// DeepSeek sparse attention of one layer: its indexer (null on GLM "shared" layers, which reuse
+// the selection the previous layer left in `selection`).
+struct DsaLayer {
+  const IndexerWeights* indexer = nullptr;
+  const ops::Rope* rope = nullptr;  // The indexer's rotary pairing.
+  DsaDims dims;
+  DsaSelection* selection = nullptr;  // [T] in/out
+};
+
 // x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`
-// into `cache`, then attends each token over its sequence's rows 0..position.
+// into `cache`, then attends each token over its sequence's rows 0..position, or over the
+// positions DSA selected for it when `dsa` is given.
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
-                         LatentCache& cache, AttentionForm form, float* out);
+                         int64_t hidden, LatentCache& cache, AttentionForm form,
+                         const DsaLayer* dsa, float* out);
 
 }  // namespace latent::model

@@ -21,16 +21,23 @@ struct ForwardBatch {
   std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
 };
 
-// Where the MLA latent rows live. A row is kv_lora_rank + qk_rope_head_dim values:
-// [kv_a_layernorm(c_kv) | rotated k_pe]. Storage may hold them in another dtype (bf16); the
-// model always hands over and receives f32.
+// The rows a layer caches per token (DESIGN §4).
+enum CacheRowKind : int {
+  kLatentRow = 0,  // mla.latent: [kv_a_layernorm(c_kv) | rotated k_pe], C + dr values
+  kIndexRow = 1,   // dsa.index_k: the DSA indexer's key, index_head_dim values
+};
+
+// Where the cached rows live. Storage may hold them in another dtype (bf16); the model always
+// hands over and receives f32.
 class LatentCache {
  public:
   virtual ~LatentCache() = default;
-  // Stores the row of (layer, slot, position).
-  virtual void WriteRow(int64_t layer, int32_t slot, int64_t position, const float* row) = 0;
-  // Copies the rows of positions [0, count) of (layer, slot) to out [count, row].
-  virtual void GatherRows(int64_t layer, int32_t slot, int64_t count, float* out) const = 0;
+  // Stores row `row` of (layer, slot, position).
+  virtual void WriteRow(int64_t layer, int row, int32_t slot, int64_t position,
+                        const float* values) = 0;
+  // Copies row `row` of positions [0, count) of (layer, slot) to out [count, width].
+  virtual void GatherRows(int64_t layer, int row, int32_t slot, int64_t count,
+                          float* out) const = 0;
 };
 
 // How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.
@@ -40,6 +47,9 @@ enum class AttentionForm : uint8_t { kAuto, kAbsorbed, kExpanded };
 struct ForwardTrace {
   // experts[layer]: [T, k] chosen experts, ascending per token; empty for dense layers.
   std::vector<std::vector<int32_t>> experts;
+  // selected[layer][t]: the key positions DSA kept for token t, ascending; empty when the
+  // token attended densely (context <= index_topk) or the model has no DSA.
+  std::vector<std::vector<std::vector<int32_t>>> selected;
 };
 
 class Model {

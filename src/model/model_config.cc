@@ -86,17 +86,26 @@ struct ArchDefaults {
 };
 
 ArchDefaults DefaultsFor(Architecture arch) {
-  if (arch == Architecture::kDeepseekV2) {
-    return {0, std::nullopt, std::nullopt, 2, 1.0, false, TopkMethod::kGreedy,
-            ScoringFunc::kSoftmax, 2048, 1, 2};
+  switch (arch) {
+    case Architecture::kDeepseekV2:
+      return {0, std::nullopt, std::nullopt, 2, 1.0, false, TopkMethod::kGreedy,
+              ScoringFunc::kSoftmax, 2048, 1, 2};
+    case Architecture::kDeepseekV3:
+      return {3, 8, 4, 1, 2.5, true, TopkMethod::kNoauxTc, ScoringFunc::kSigmoid, 4096, 0, 1};
+    case Architecture::kDeepseekV32:
+      return {3, 8, 4, 1, 2.5, true, TopkMethod::kNoauxTc, ScoringFunc::kSigmoid, 163840, 0, 1};
+    case Architecture::kGlmMoeDsa:
+      return {3, 1, 1, 1, 2.5, true, TopkMethod::kNoauxTc, ScoringFunc::kSigmoid, 202752, 0, 1};
   }
-  return {3, 8, 4, 1, 2.5, true, TopkMethod::kNoauxTc, ScoringFunc::kSigmoid, 4096, 0, 1};
+  return {};
 }
 
 Architecture ParseModelType(const std::string& model_type, const std::string& source) {
   if (model_type == "deepseek_v2") return Architecture::kDeepseekV2;
   // Kimi K2 ships the DeepSeek V3 architecture under its own model_type.
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return Architecture::kDeepseekV3;
+  if (model_type == "deepseek_v32") return Architecture::kDeepseekV32;
+  if (model_type == "glm_moe_dsa") return Architecture::kGlmMoeDsa;
   Fail(source, ": unsupported model_type '", model_type, "' (supported: ", SupportedModelTypes(),
        ")");
 }
@@ -287,12 +296,90 @@ void ParseMoe(const FieldReader& top, const ArchDefaults& d, ModelConfig& config
   }
 }
 
+// Per-layer list of `names[0]` / `names[1]` strings -> bools (true for names[1]).
+std::vector<bool> ParseLayerKinds(const FieldReader& top, const char* key, int64_t layers,
+                                  const char* no, const char* yes) {
+  const Json& list = top[key];
+  if (!list.is_array() || static_cast<int64_t>(list.size()) != layers) {
+    Fail(top.source(), ": '", key, "' must list one entry per layer (", layers, ")");
+  }
+  std::vector<bool> kinds;
+  for (const Json& v : list) {
+    if (v == no) {
+      kinds.push_back(false);
+    } else if (v == yes) {
+      kinds.push_back(true);
+    } else {
+      Fail(top.source(), ": '", key, "' entries must be \"", no, "\" or \"", yes, "\", got ", v.dump());
+    }
+  }
+  return kinds;
+}
+
+void ParseLayerTypes(const FieldReader& top, ModelConfig& config) {
+  const int64_t layers = config.num_hidden_layers;
+  if (top.Has("mlp_layer_types")) {
+    config.moe_layers = ParseLayerKinds(top, "mlp_layer_types", layers, "dense", "sparse");
+  } else {
+    for (int64_t l = 0; l < layers; ++l) {
+      config.moe_layers.push_back(config.n_routed_experts > 0 && l >= config.first_k_dense_replace &&
+                                  l % config.moe_layer_freq == 0);
+    }
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    if (config.moe_layers[l] && config.n_routed_experts == 0) {
+      Fail(top.source(), ": layer ", l, " is sparse (MoE) but n_routed_experts is 0");
+    }
+  }
+}
+
+void ParseDsa(const FieldReader& top, ModelConfig& config) {
+  const std::string& source = top.source();
+  if (!config.q_lora_rank) Fail(source, ": ", config.model_type, " needs q_lora_rank (the indexer reads the query latent)");
+  config.index_n_heads = top.IntOr("index_n_heads", config.architecture == Architecture::kGlmMoeDsa ? 32 : 64);
+  config.index_head_dim = top.IntOr("index_head_dim", 128);
+  config.index_topk = top.IntOr("index_topk", 2048);
+  if (config.index_n_heads <= 0 || config.index_head_dim <= 0 || config.index_topk <= 0) {
+    Fail(source, ": index_n_heads, index_head_dim and index_topk must be positive");
+  }
+  if (config.index_head_dim < config.qk_rope_head_dim) {
+    Fail(source, ": index_head_dim (", config.index_head_dim, ") is smaller than qk_rope_head_dim (",
+         config.qk_rope_head_dim, "), which the indexer rotates");
+  }
+  const int64_t layers = config.num_hidden_layers;
+  if (config.architecture != Architecture::kGlmMoeDsa) {
+    config.indexer_layers.assign(layers, true);
+    return;
+  }
+  // GLM IndexShare: "full" layers run the indexer, "shared" ones reuse the previous selection.
+  if (top.Has("indexer_types")) {
+    config.indexer_layers = ParseLayerKinds(top, "indexer_types", layers, "shared", "full");
+  } else if (top.Has("index_topk_pattern")) {
+    const std::string pattern = top.StringOr("index_topk_pattern", "");
+    if (static_cast<int64_t>(pattern.size()) != layers || pattern.find_first_not_of("FS") != std::string::npos) {
+      Fail(source, ": 'index_topk_pattern' must be one F or S per layer");
+    }
+    for (char c : pattern) config.indexer_layers.push_back(c == 'F');
+  } else {
+    const int64_t freq = std::max<int64_t>(top.IntOr("index_topk_freq", 1), 1);
+    const int64_t offset = top.IntOr("index_skip_topk_offset", 2);
+    for (int64_t i = 0; i < layers; ++i) config.indexer_layers.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0);
+  }
+  if (!config.indexer_layers[0]) Fail(source, ": layer 0 is a shared indexer layer, but no earlier layer selects for it");
+}
+
 }  // namespace
 
-std::string SupportedModelTypes() { return "deepseek_v2, deepseek_v3, kimi_k2"; }
+std::string SupportedModelTypes() { return "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa"; }
 
 const char* ArchitectureName(Architecture arch) {
-  return arch == Architecture::kDeepseekV2 ? "deepseek_v2" : "deepseek_v3";
+  switch (arch) {
+    case Architecture::kDeepseekV2: return "deepseek_v2";
+    case Architecture::kDeepseekV3: return "deepseek_v3";
+    case Architecture::kDeepseekV32: return "deepseek_v32";
+    case Architecture::kGlmMoeDsa: return "glm_moe_dsa";
+  }
+  return "?";
 }
 const char* TopkMethodName(TopkMethod method) {
   switch (method) {
@@ -354,11 +441,15 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
     Fail(source, ": qk_rope_head_dim (", config.qk_rope_head_dim, ") must be even for rotary pairs");
   }
   // V2 rotates adjacent pairs through its complex form (the interleaved pairing) and has no
-  // such field; V3 reads it, default true.
-  config.rope_interleave = config.architecture == Architecture::kDeepseekV2 ||
+  // such field; V3.2 and GLM-5 always interleave; V3 reads it, default true.
+  config.rope_interleave = config.architecture != Architecture::kDeepseekV3 ||
                            top.BoolOr("rope_interleave", true);
   ParseRope(top, config);
   ParseMoe(top, d, config);
+  ParseLayerTypes(top, config);
+  if (config.architecture == Architecture::kDeepseekV32 || config.architecture == Architecture::kGlmMoeDsa) {
+    ParseDsa(top, config);
+  }
   ParseQuantization(top, config);
 
   config.dtype = top.StringOr("dtype", top.StringOr("torch_dtype", "float32"));

@@ -11,7 +11,7 @@
 
 namespace latent::model {
 
-enum class Architecture : uint8_t { kDeepseekV2, kDeepseekV3 };
+enum class Architecture : uint8_t { kDeepseekV2, kDeepseekV3, kDeepseekV32, kGlmMoeDsa };
 enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
 enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 using ops::RopeConfig;
@@ -61,15 +61,26 @@ struct ModelConfig {
   bool norm_topk_prob = false;
   double routed_scaling_factor = 1.0;
 
+  // DeepSeek sparse attention (deepseek_v32, glm_moe_dsa); index_topk == 0 means none.
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  // Per layer: runs its own indexer (GLM's IndexShare "shared" layers reuse the previous
+  // layer's selection and hold no indexer weights). Empty without DSA.
+  std::vector<bool> indexer_layers;
+
+  // Per layer: MoE ("sparse") or dense MLP, from mlp_layer_types or first_k_dense_replace.
+  std::vector<bool> moe_layers;
+
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
-  bool IsMoeLayer(int64_t layer) const {
-    return n_routed_experts > 0 && layer >= first_k_dense_replace && layer % moe_layer_freq == 0;
-  }
+  bool IsMoeLayer(int64_t layer) const { return moe_layers[layer]; }
+  bool is_dsa() const { return index_topk > 0; }
+  bool HasIndexer(int64_t layer) const { return is_dsa() && indexer_layers[layer]; }
 
   // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or
   // contradictory field, and for an unknown model_type (listing the supported ones).

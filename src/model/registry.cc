@@ -12,6 +12,8 @@ const std::map<Architecture, Factory>& Registry() {
   static const std::map<Architecture, Factory> registry{
       {Architecture::kDeepseekV2, CreateDeepseekV2},
       {Architecture::kDeepseekV3, CreateDeepseekV3},
+      {Architecture::kDeepseekV32, CreateDeepseekV32},
+      {Architecture::kGlmMoeDsa, CreateGlmMoeDsa},
   };
   return registry;
 }

@@ -29,6 +29,17 @@ void AddAttention(const ModelConfig& c, const std::string& p, std::vector<Expect
   out.push_back({a + "o_proj.weight", {d, h * c.v_head_dim}, WeightKind::kLinear});
 }
 
+void AddIndexer(const ModelConfig& c, const std::string& p, std::vector<ExpectedWeight>& out) {
+  const std::string x = p + "self_attn.indexer.";
+  const int64_t di = c.index_head_dim;
+  out.push_back({x + "wq_b.weight", {c.index_n_heads * di, *c.q_lora_rank}, WeightKind::kLinear});
+  out.push_back({x + "wk.weight", {di, c.hidden_size}, WeightKind::kLinear});
+  out.push_back({x + "k_norm.weight", {di}, WeightKind::kNorm});
+  out.push_back({x + "k_norm.bias", {di}, WeightKind::kNorm});
+  // Kept in f32 and never quantized, like the router.
+  out.push_back({x + "weights_proj.weight", {c.index_n_heads, c.hidden_size}, WeightKind::kRouter});
+}
+
 void AddMlp(const std::string& p, int64_t d, int64_t inter, std::vector<ExpectedWeight>& out) {
   out.push_back({p + "gate_proj.weight", {inter, d}, WeightKind::kLinear});
   out.push_back({p + "up_proj.weight", {inter, d}, WeightKind::kLinear});
@@ -76,6 +87,7 @@ std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& c, ExpertLayout l
     const std::string p = LayerPrefix(l);
     out.push_back({p + "input_layernorm.weight", {d}, WeightKind::kNorm});
     AddAttention(c, p, out);
+    if (c.HasIndexer(l)) AddIndexer(c, p, out);
     out.push_back({p + "post_attention_layernorm.weight", {d}, WeightKind::kNorm});
     if (c.IsMoeLayer(l)) {
       AddMoe(c, p, layout, out);

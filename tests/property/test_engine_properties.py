@@ -1,5 +1,5 @@
-"""Properties of the engine (continuous batching over the paged latent cache), checked on a tiny
-random DeepSeek V3 model:
+"""Properties of the engine (continuous batching over the paged latent cache), checked on tiny
+random DeepSeek V3, V3.2 and GLM-5 (DSA: a second cached row, top-k selection) models:
 - batched greedy output equals each request run alone, whatever the token budget, block size and
   arrival steps; chunked prefill equals one-shot prefill;
 - preemption (forced by a small cache) and prefix hits change nothing in the outputs;
@@ -34,9 +34,9 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
     return results, summary
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_models):
-    return tiny_models.get("deepseek_v3")
+@pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa"])
+def model_dir(tiny_models, request):
+    return tiny_models.get(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -175,5 +175,9 @@ def test_reported_cache_bytes_per_token(model_dir, tmp_path, cache_dtype, size):
     config = json.loads((model_dir / "config.json").read_text())
     _, summary = run_batch(model_dir, tmp_path, [{"ids": [5, 6], "max_tokens": 1}], "--cache-dtype",
                            cache_dtype)
-    expected = config["num_hidden_layers"] * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * size
+    layers = config["num_hidden_layers"]
+    expected = layers * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * size
+    if "index_topk" in config:  # DSA: plus the indexer key row of every layer with an indexer
+        indexers = sum(t == "full" for t in config.get("indexer_types", ["full"] * layers))
+        expected += indexers * config["index_head_dim"] * size
     assert summary["cache_bytes_per_token"] == expected

@@ -63,6 +63,23 @@ void RefRmsNorm(const float* x, int64_t m, int64_t d, const void* weight, DType 
   }
 }
 
+void RefLayerNorm(const float* x, int64_t m, int64_t d, const void* weight, const void* bias,
+                  DType dtype, float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * d;
+    float mean = 0.0f;
+    for (int64_t c = 0; c < d; ++c) mean += xi[c];
+    mean /= static_cast<float>(d);
+    float var = 0.0f;
+    for (int64_t c = 0; c < d; ++c) var += (xi[c] - mean) * (xi[c] - mean);
+    var /= static_cast<float>(d);
+    const float inv = 1.0f / std::sqrt(var + eps);
+    for (int64_t c = 0; c < d; ++c) {
+      y[i * d + c] = (xi[c] - mean) * inv * LoadScalar(weight, dtype, c) + LoadScalar(bias, dtype, c);
+    }
+  }
+}
+
 void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
@@ -84,7 +101,7 @@ WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
 }
 
 const KernelTable& RefKernels() {
-  static const KernelTable table{RefLinear, RefDequantRow, RefRmsNorm, RefSiluMul};
+  static const KernelTable table{RefLinear, RefDequantRow, RefRmsNorm, RefLayerNorm, RefSiluMul};
   return table;
 }
 

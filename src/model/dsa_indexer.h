@@ -1,0 +1,34 @@
+// DeepSeek sparse attention (DSA) indexer: for each query token, which cached key positions
+// the MLA attention of this layer reads (DESIGN §5). The indexer's key of every token is cached
+// as its own row (dsa.index_k) through the same block table as the latent row.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/deepseek_weights.h"
+#include "model/model.h"
+#include "ops/rope.h"
+
+namespace latent::model {
+
+struct DsaDims {
+  int64_t heads = 0;     // index_n_heads
+  int64_t head_dim = 0;  // index_head_dim; its first qk_rope_head_dim dims are rotated
+  int64_t topk = 0;      // index_topk
+};
+
+// Per batch token, the key positions it attends to (ascending); empty: all of 0..position.
+using DsaSelection = std::vector<std::vector<int32_t>>;
+
+// x [T, D] (after input_layernorm), q_resid [T, Q] (q_a_layernorm(q_a_proj(x))). Writes the index
+// keys of the batch's tokens into `cache`, then for every token whose context (position + 1)
+// exceeds topk keeps the topk positions with the largest
+//   sum_h w[h] * relu(q[h] . k[j] / sqrt(head_dim)),  w = weights_proj(x) / sqrt(heads)
+// among positions 0..position (ties to the lower position). A shorter context attends densely,
+// which is what the top-k would select anyway.
+void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope& rope,
+                   int64_t layer, const ForwardBatch& batch, const float* x, int64_t hidden,
+                   const float* q_resid, int64_t q_lora, LatentCache& cache, DsaSelection& selection);
+
+}  // namespace latent::model
