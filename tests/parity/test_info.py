@@ -1,0 +1,91 @@
+"""`latent info` against transformers: parameter count (num_parameters()) and the MLA cache row
+(kv_lora_rank + qk_rope_head_dim values per layer and token)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import load_reference, run_latent
+
+PRESETS = ["deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "deepseek_v3_no_interleave", "kimi_k2"]
+# DeepSeek V3's real attention dims on a tiny body: 576-value rows, 1152 bytes in bf16.
+V3_ATTENTION_DIMS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                     "v_head_dim": 128, "num_attention_heads": 2}
+
+
+def info(model_dir, *extra):
+    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
+
+
+VARIANTS = [(p, ()) for p in PRESETS] + [
+    ("deepseek_v3", ("--dtype", "bfloat16")),
+    ("deepseek_v3", ("--fp8", "--fp8-block", "16")),
+    ("deepseek_v2", ("--max-shard-size", "40KB")),
+]
+
+
+@pytest.mark.parametrize("preset,extra", VARIANTS, ids=lambda v: str(v))
+def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
+    model_dir = tiny_models.get(preset, *extra)
+    reference = load_reference(model_dir, tmp_path)
+    config = reference.config
+    got = info(model_dir)
+
+    assert got["num_parameters"] == reference.num_parameters()
+    assert got["num_layers"] == config.num_hidden_layers
+    row_values = config.kv_lora_rank + config.qk_rope_head_dim
+    dtype_bytes = 4 if got["cache_dtype"] == "f32" else 2
+    assert got["cache_dtype"] == ("f32" if "--dtype" not in extra and "--fp8" not in extra else "bf16")
+    for layer in got["cache_layers"]:
+        assert [r["name"] for r in layer["rows"]] == ["mla.latent"]
+        assert layer["rows"][0]["values"] == row_values
+        assert layer["rows"][0]["bytes_per_token"] == row_values * dtype_bytes
+    assert got["cache_bytes_per_token"] == config.num_hidden_layers * row_values * dtype_bytes
+    if "--fp8" in extra:
+        assert "F8_E4M3" in got["dtypes"] and got["quantization"]["weight_block_size"] == [16, 16]
+
+
+def test_sharded_checkpoint_really_has_shards(tiny_models):
+    model_dir = tiny_models.get("deepseek_v2", "--max-shard-size", "40KB")
+    assert (model_dir / "model.safetensors.index.json").exists()
+    assert len(list(model_dir.glob("model-*.safetensors"))) > 1
+
+
+def test_deepseek_v3_dims_cache_576_values(tiny_models, tmp_path):
+    model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16", config=V3_ATTENTION_DIMS)
+    got = info(model_dir)
+    assert got["num_parameters"] == load_reference(model_dir, tmp_path).num_parameters()
+    assert got["cache_dtype"] == "bf16"
+    rows = [layer["rows"][0] for layer in got["cache_layers"]]
+    assert all(r["values"] == 576 and r["bytes_per_token"] == 1152 for r in rows)
+    # DeepSeek's fp8 latent layout: 512 e4m3 + 4 f32 scales + 64 bf16 rope values.
+    fp8 = info(model_dir, "--cache-dtype", "fp8")
+    assert all(layer["rows"][0]["bytes_per_token"] == 656 for layer in fp8["cache_layers"])
+
+
+def test_text_output_names_the_essentials(tiny_models):
+    out = run_latent("info", "--model", str(tiny_models.get("kimi_k2"))).stdout
+    assert "deepseek_v3 (model_type kimi_k2)" in out
+    assert "mla.latent" in out and "parameters:" in out
+
+
+@pytest.mark.parametrize("mutation,message", [
+    (lambda c: c.update(model_type="llama"), "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa)"),
+    (lambda c: c.pop("kv_lora_rank"), "missing required field 'kv_lora_rank'"),
+    (lambda c: c.update(num_experts_per_tok=99), "num_experts_per_tok (99) exceeds n_routed_experts"),
+    (lambda c: c.update(hidden_size=62), "has shape"),
+])
+def test_bad_checkpoint_gets_a_clear_error(tiny_models, tmp_path, mutation, message):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_models.get("deepseek_v3"), model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    mutation(config)
+    (model_dir / "config.json").write_text(json.dumps(config))
+    proc = run_latent("info", "--model", str(model_dir), check=False)
+    assert proc.returncode == 1
+    assert message in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("latent: error: ")
