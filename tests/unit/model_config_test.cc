@@ -321,7 +321,7 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
       j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa)");
   j.erase("model_type");
   EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
@@ -477,6 +477,64 @@ TEST(ModelConfigTest, LoadNamesTheMissingFile) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(ModelConfigTest, ParsesDeepseekV32Dsa) {
+  Json j = TinyV3();
+  j["model_type"] = "deepseek_v32";
+  j["index_n_heads"] = 4;
+  j["index_head_dim"] = 16;
+  j["index_topk"] = 8;
+  j["mlp_layer_types"] = {"dense", "sparse", "dense"};
+  const ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV32);
+  EXPECT_TRUE(c.is_dsa());
+  EXPECT_TRUE(c.rope_interleave);  // V3.2 always interleaves the MLA rotary pairs.
+  EXPECT_EQ(c.indexer_layers, (std::vector<bool>{true, true, true}));
+  // mlp_layer_types wins over first_k_dense_replace.
+  EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, false}));
+}
+
+TEST(ModelConfigTest, ParsesGlmIndexShare) {
+  Json j = TinyV3();
+  j["model_type"] = "glm_moe_dsa";
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["num_hidden_layers"] = 8;
+  j["index_topk_freq"] = 4;
+  j["index_skip_topk_offset"] = 3;
+  // GLM-5.2's schedule: full below 3, then every 4th from 2.
+  EXPECT_EQ(Parse(j.dump()).indexer_layers,
+            (std::vector<bool>{true, true, true, false, false, false, true, false}));
+  j.erase("index_topk_freq");
+  j["index_topk_pattern"] = "FSFSFSFS";
+  EXPECT_EQ(Parse(j.dump()).indexer_layers,
+            (std::vector<bool>{true, false, true, false, true, false, true, false}));
+  j.erase("index_topk_pattern");
+  j["indexer_types"] = {"full", "shared", "shared", "full", "full", "full", "full", "shared"};
+  EXPECT_EQ(Parse(j.dump()).indexer_layers[2], false);
+}
+
+TEST(ModelConfigTest, RejectsBadDsa) {
+  Json j = TinyV3();
+  j["model_type"] = "glm_moe_dsa";
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  j["indexer_types"] = {"shared", "full", "full"};
+  EXPECT_CONFIG_ERROR(j, "layer 0 is a shared indexer layer");
+  j["indexer_types"] = {"full", "sometimes", "full"};
+  EXPECT_CONFIG_ERROR(j, "'indexer_types' entries must be");
+  j["indexer_types"] = {"full"};
+  EXPECT_CONFIG_ERROR(j, "'indexer_types' must list one entry per layer (3)");
+  j.erase("indexer_types");
+  j["q_lora_rank"] = nullptr;
+  EXPECT_CONFIG_ERROR(j, "glm_moe_dsa needs q_lora_rank");
+  j["q_lora_rank"] = 32;
+  j["index_head_dim"] = 4;
+  EXPECT_CONFIG_ERROR(j, "index_head_dim (4) is smaller than qk_rope_head_dim (8)");
+  j["index_head_dim"] = 16;
+  j["mlp_layer_types"] = {"dense", "moe", "dense"};
+  EXPECT_CONFIG_ERROR(j, "'mlp_layer_types' entries must be");
 }
 
 }  // namespace
