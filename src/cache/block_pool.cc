@@ -8,8 +8,10 @@
 namespace latent::cache {
 
 BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens) {
-  // FNV-1a over the parent hash and the token ids, then a final avalanche (splitmix64).
-  uint64_t h = 0xcbf29ce484222325ull ^ parent;
+  // FNV-1a over the parent hash and the token ids, then a final avalanche (splitmix64). The
+  // parent goes in through mix() only: also XOR-ing it into the offset basis cancelled its low
+  // byte, so parents differing only there (0 and 1, say) gave the same hash.
+  uint64_t h = 0xcbf29ce484222325ull;
   auto mix = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
       h ^= (v >> (8 * i)) & 0xff;
@@ -26,14 +28,21 @@ BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens) {
   return h;
 }
 
+namespace {
+int32_t CheckedBlockCount(int32_t num_blocks) {
+  if (num_blocks <= 0) Fail("the cache needs at least one block, got ", num_blocks);
+  return num_blocks;
+}
+}  // namespace
+
 BlockPool::BlockPool(int32_t num_blocks, bool prefix_caching)
     : prefix_caching_(prefix_caching),
-      ref_count_(num_blocks, 0),
+      ref_count_(CheckedBlockCount(num_blocks), 0),
       lru_pos_(num_blocks),
       in_lru_(num_blocks, false),
       hash_of_(num_blocks),
-      tokens_of_(num_blocks) {
-  if (num_blocks <= 0) Fail("the cache needs at least one block, got ", num_blocks);
+      tokens_of_(num_blocks),
+      parent_of_(num_blocks, 0) {
   // Hand out low ids first: pop from the back of a descending stack.
   for (BlockId b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -82,19 +91,24 @@ void BlockPool::Release(BlockId block) {
   }
 }
 
-std::optional<BlockId> BlockPool::Lookup(BlockHash hash, std::span<const int32_t> tokens) const {
+std::optional<BlockId> BlockPool::Lookup(BlockHash hash, std::span<const int32_t> tokens,
+                                         BlockHash parent) const {
   if (!prefix_caching_) return std::nullopt;
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
-  // Compare the tokens too, so a hash collision can never serve another prompt's rows.
+  // Compare the tokens and the parent too, so a hash collision can never serve another
+  // prompt's rows.
   const auto& stored = tokens_of_[it->second];
   if (!std::equal(stored.begin(), stored.end(), tokens.begin(), tokens.end())) return std::nullopt;
+  if (parent_of_[it->second] != parent) return std::nullopt;
   return it->second;
 }
 
-void BlockPool::Register(BlockId block, BlockHash hash, std::span<const int32_t> tokens) {
+void BlockPool::Register(BlockId block, BlockHash hash, std::span<const int32_t> tokens,
+                         BlockHash parent) {
   if (!prefix_caching_ || hash_of_[block] || by_hash_.count(hash)) return;
   hash_of_[block] = hash;
+  parent_of_[block] = parent;
   tokens_of_[block].assign(tokens.begin(), tokens.end());
   by_hash_[hash] = block;
 }

@@ -42,11 +42,15 @@ class BlockPool {
   // One holder fewer. At zero a hashed block becomes cached (evictable), others become free.
   void Release(BlockId block);
 
-  // The block holding exactly `tokens` after `parent`, if one is cached.
-  std::optional<BlockId> Lookup(BlockHash hash, std::span<const int32_t> tokens) const;
-  // Marks a full, computed block as holding `tokens` (hash `hash`). No-op when prefix caching is
-  // off or another block already holds that content.
-  void Register(BlockId block, BlockHash hash, std::span<const int32_t> tokens);
+  // The block holding exactly `tokens` after the block hashed `parent` (0: first block), if one
+  // is cached. Both the tokens and the parent hash are compared, so (matching block by block
+  // from the first) a hash collision can never serve another prompt's rows.
+  std::optional<BlockId> Lookup(BlockHash hash, std::span<const int32_t> tokens,
+                                BlockHash parent = 0) const;
+  // Marks a full, computed block as holding `tokens` after `parent` (hash `hash`). No-op when
+  // prefix caching is off or another block already holds that content.
+  void Register(BlockId block, BlockHash hash, std::span<const int32_t> tokens,
+                BlockHash parent = 0);
 
   // Internal consistency (counts, lists, hashes). Returns an empty string or what is wrong.
   std::string CheckConsistency() const;
@@ -62,6 +66,7 @@ class BlockPool {
   std::vector<bool> in_lru_;                 // [num_blocks]
   std::vector<std::optional<BlockHash>> hash_of_;      // [num_blocks]
   std::vector<std::vector<int32_t>> tokens_of_;        // [num_blocks] tokens of hashed blocks
+  std::vector<BlockHash> parent_of_;                   // [num_blocks] parent hash of hashed blocks
   std::unordered_map<BlockHash, BlockId> by_hash_;
   int32_t num_used_ = 0;
 };

@@ -38,7 +38,7 @@ int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens
   for (int64_t i = 0; i < max_blocks; ++i) {
     auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
     const BlockHash hash = HashBlock(parent, block_tokens);
-    std::optional<BlockId> block = pool.Lookup(hash, block_tokens);
+    std::optional<BlockId> block = pool.Lookup(hash, block_tokens, parent);
     if (!block) break;
     pool.Retain(*block);
     blocks_.push_back(*block);
@@ -53,8 +53,9 @@ void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> toke
   const int64_t full = std::min<int64_t>(computed / block_tokens_, blocks_.size());
   for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
     auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
-    const BlockHash hash = HashBlock(hashes_.empty() ? 0 : hashes_.back(), block_tokens);
-    pool.Register(blocks_[i], hash, block_tokens);
+    const BlockHash parent = hashes_.empty() ? 0 : hashes_.back();
+    const BlockHash hash = HashBlock(parent, block_tokens);
+    pool.Register(blocks_[i], hash, block_tokens, parent);
     hashes_.push_back(hash);
   }
 }

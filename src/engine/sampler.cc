@@ -82,10 +82,17 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     int64_t keep = vocab;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
     if (p.top_p < 1.0f) {
+      // Top-p acts on what top-k left, renormalized (as transformers and vLLM apply them).
+      double mass = 1.0;
+      if (keep < vocab) {
+        mass = 0;
+        for (int64_t i = 0; i < keep; ++i) mass += probs[order[i]];
+      }
+      const double target = p.top_p * mass;
       double cumulative = 0;
       for (int64_t i = 0; i < keep; ++i) {
         cumulative += probs[order[i]];
-        if (cumulative >= p.top_p) {
+        if (cumulative >= target) {
           keep = i + 1;
           break;
         }

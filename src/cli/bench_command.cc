@@ -1,0 +1,195 @@
+// `latent bench --model DIR [--pp 128,512] [--tg 32] [--batch 1,4,16] [engine flags]`: a sweep in
+// the style of llama-batched-bench through the real engine. For every (PP, TG, B): B requests
+// of PP random prompt tokens (no shared prefix) each generate TG tokens (EOS ignored), all
+// submitted at once. Prints a table and, with --json, one JSON line per point: machine, commit,
+// flags, prefill and decode tokens/s, time to first token and inter-token latency percentiles.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/generation_config.h"
+
+#ifndef LATENT_GIT_COMMIT
+#define LATENT_GIT_COMMIT "unknown"
+#endif
+
+namespace latent::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> ParseList(const std::string& text, const char* flag) {
+  std::vector<int64_t> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(item, &used);
+      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
+      values.push_back(v);
+    } catch (const std::exception&) {
+      Fail(flag, ": '", item, "' is not a positive integer");
+    }
+  }
+  if (values.empty()) Fail(flag, ": no values");
+  return values;
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+struct Point {
+  int64_t pp, tg, batch;
+};
+
+nlohmann::ordered_json RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(vocab - 1));
+  struct Timing {
+    Clock::time_point first;
+    std::vector<Clock::time_point> tokens;
+    bool done = false;
+  };
+  std::vector<Timing> timings(pt.batch);
+  int64_t remaining = pt.batch;
+  const Clock::time_point start = Clock::now();
+  for (int64_t i = 0; i < pt.batch; ++i) {
+    engine::Request r;
+    for (int64_t t = 0; t < pt.pp; ++t) r.prompt.push_back(token(rng));
+    r.max_tokens = pt.tg;
+    r.ignore_eos = true;
+    engine.Submit(std::move(r), [&timings, &remaining, i](const engine::RequestOutput& out) {
+      Timing& timing = timings[i];
+      if (out.has_token) timing.tokens.push_back(Clock::now());
+      if (out.finish != engine::FinishReason::kNone) {
+        timing.done = true;
+        --remaining;
+      }
+    });
+  }
+  while (remaining > 0) engine.Step();
+  const Clock::time_point end = Clock::now();
+
+  // Prefill ends when the last request got its first token; decode is the rest.
+  Clock::time_point prefill_end = start;
+  std::vector<double> ttft, itl;
+  for (const Timing& t : timings) {
+    prefill_end = std::max(prefill_end, t.tokens.front());
+    ttft.push_back(std::chrono::duration<double>(t.tokens.front() - start).count());
+    for (size_t k = 1; k < t.tokens.size(); ++k) {
+      itl.push_back(std::chrono::duration<double>(t.tokens[k] - t.tokens[k - 1]).count());
+    }
+  }
+  const double prefill_s = std::chrono::duration<double>(prefill_end - start).count();
+  const double decode_s = std::chrono::duration<double>(end - prefill_end).count();
+  const double total_s = std::chrono::duration<double>(end - start).count();
+  nlohmann::ordered_json j;
+  j["pp"] = pt.pp;
+  j["tg"] = pt.tg;
+  j["batch"] = pt.batch;
+  j["total_s"] = total_s;
+  j["prefill_tokens_per_s"] = prefill_s > 0 ? pt.batch * pt.pp / prefill_s : 0.0;
+  // The first generated token of each request comes with the prefill; TG - 1 follow.
+  j["decode_tokens_per_s"] = decode_s > 0 ? pt.batch * (pt.tg - 1) / decode_s : 0.0;
+  j["tokens_per_s"] = pt.batch * (pt.pp + pt.tg) / total_s;
+  j["ttft_ms_p50"] = 1e3 * Percentile(ttft, 0.5);
+  j["ttft_ms_p99"] = 1e3 * Percentile(ttft, 0.99);
+  j["itl_ms_p50"] = 1e3 * Percentile(itl, 0.5);
+  j["itl_ms_p90"] = 1e3 * Percentile(itl, 0.9);
+  j["itl_ms_p99"] = 1e3 * Percentile(itl, 0.99);
+  return j;
+}
+
+Runner RegisterBench(CLI::App& app) {
+  struct Options {
+    std::string model_dir, pp = "128", tg = "32", batch = "1,4,16";
+    bool json = false;
+    uint64_t seed = 0;
+    engine::EngineOptions engine;
+    bool no_prefix_cache = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
+  sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
+  sub->add_option("--pp", opt->pp, "Prompt lengths, e.g. 128,512");
+  sub->add_option("--tg", opt->tg, "Generated tokens per request, e.g. 32");
+  sub->add_option("--batch", opt->batch, "Concurrent requests, e.g. 1,4,16,64");
+  sub->add_flag("--json", opt->json, "Also print one JSON line per point");
+  sub->add_option("--seed", opt->seed, "Prompt token seed");
+  sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
+  sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
+  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks")->check(CLI::PositiveNumber);
+  sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
+  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
+  sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  return [opt] {
+    const auto pps = ParseList(opt->pp, "--pp");
+    const auto tgs = ParseList(opt->tg, "--tg");
+    const auto batches = ParseList(opt->batch, "--batch");
+    opt->engine.prefix_caching = !opt->no_prefix_cache;
+    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    const int64_t vocab = m->config().vocab_size;
+    model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
+    engine::Engine engine(std::move(m), std::move(gen), opt->engine);
+
+    nlohmann::ordered_json context;
+    context["machine"] = {{"cpu", CpuName()}, {"threads", std::thread::hardware_concurrency()}};
+    context["commit"] = LATENT_GIT_COMMIT;
+    context["model"] = opt->model_dir;
+    context["flags"] = {{"max_batch_tokens", opt->engine.max_batch_tokens},
+                        {"block_tokens", opt->engine.block_tokens},
+                        {"cache_dtype", opt->engine.cache_dtype},
+                        {"prefix_cache", opt->engine.prefix_caching}};
+    std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
+                "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
+    uint64_t seed = opt->seed;
+    for (int64_t pp : pps) {
+      for (int64_t tg : tgs) {
+        for (int64_t b : batches) {
+          nlohmann::ordered_json point = RunPoint(engine, {pp, tg, b}, vocab, seed++);
+          std::printf("%6lld %6lld %6lld | %12.1f %12.1f | %10.2f %10.2f %10.2f\n",
+                      static_cast<long long>(pp), static_cast<long long>(tg), static_cast<long long>(b),
+                      point["prefill_tokens_per_s"].get<double>(), point["decode_tokens_per_s"].get<double>(),
+                      point["ttft_ms_p50"].get<double>(), point["itl_ms_p50"].get<double>(),
+                      point["itl_ms_p99"].get<double>());
+          if (opt->json) {
+            nlohmann::ordered_json line = context;
+            line.update(point);
+            std::printf("%s\n", line.dump().c_str());
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+    return 0;
+  };
+}
+
+}  // namespace
+
+LATENT_COMMAND(60, RegisterBench);
+
+}  // namespace latent::cli

@@ -1,0 +1,100 @@
+#include "engine/batch_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+
+namespace latent::engine {
+namespace {
+
+Sequence MakeSequence(int64_t id, int32_t first_token, int32_t num_tokens, int64_t num_prompt,
+                      int64_t num_computed) {
+  Sequence seq(id, 4);
+  seq.tokens.resize(num_tokens);
+  std::iota(seq.tokens.begin(), seq.tokens.end(), first_token);
+  seq.num_prompt = num_prompt;
+  seq.num_computed = num_computed;
+  return seq;
+}
+
+TEST(BatchBuilderTest, DecodeMidPrefillAndFinalPrefillChunks) {
+  // A decode: 4 prompt tokens + 1 generated, 4 computed; runs token 14 at position 4.
+  Sequence decode = MakeSequence(0, 10, 5, 4, 4);
+  // A prefill in the middle: 10 tokens, 3 computed; runs positions 3..6 and stops short.
+  Sequence middle = MakeSequence(1, 20, 10, 10, 3);
+  // The last chunk of a prefill: 6 tokens, 2 computed; runs positions 2..5.
+  Sequence last = MakeSequence(2, 30, 6, 6, 2);
+  SchedulePlan plan;
+  plan.chunks = {{&decode, 1}, {&middle, 4}, {&last, 4}};
+  plan.num_tokens = 9;
+
+  BuiltBatch batch;
+  BuildBatch(plan, batch);
+  const model::ForwardBatch& f = batch.forward;
+  EXPECT_EQ(f.token_ids, (std::vector<int32_t>{14, 23, 24, 25, 26, 32, 33, 34, 35}));
+  EXPECT_EQ(f.positions, (std::vector<int64_t>{4, 3, 4, 5, 6, 2, 3, 4, 5}));
+  EXPECT_EQ(f.seq_slots, (std::vector<int32_t>{0, 1, 1, 1, 1, 2, 2, 2, 2}));
+  // Logits for the decode's token and the final prefill's last token, in slot order.
+  EXPECT_EQ(f.logits_rows, (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{0, -1, 1}));
+  ASSERT_EQ(batch.tables.size(), 3u);
+  EXPECT_EQ(batch.tables[0], &decode.table);
+  EXPECT_EQ(batch.tables[1], &middle.table);
+  EXPECT_EQ(batch.tables[2], &last.table);
+}
+
+TEST(BatchBuilderTest, LogitsRowsFollowSlotOrder) {
+  // Prefill first, then two decodes: each logits row points at its chunk's last token.
+  Sequence prefill = MakeSequence(5, 100, 3, 3, 0);
+  Sequence a = MakeSequence(1, 200, 8, 7, 7);
+  Sequence b = MakeSequence(2, 300, 2, 1, 1);
+  SchedulePlan plan;
+  plan.chunks = {{&prefill, 3}, {&a, 1}, {&b, 1}};
+  BuiltBatch batch;
+  BuildBatch(plan, batch);
+  EXPECT_EQ(batch.forward.token_ids, (std::vector<int32_t>{100, 101, 102, 207, 301}));
+  EXPECT_EQ(batch.forward.positions, (std::vector<int64_t>{0, 1, 2, 7, 1}));
+  EXPECT_EQ(batch.forward.logits_rows, (std::vector<int32_t>{2, 3, 4}));
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{0, 1, 2}));
+}
+
+TEST(BatchBuilderTest, ReusedOutputIsCleared) {
+  Sequence long_prompt = MakeSequence(0, 0, 20, 20, 0);
+  Sequence other = MakeSequence(1, 50, 3, 3, 0);
+  BuiltBatch batch;
+  SchedulePlan big;
+  big.chunks = {{&long_prompt, 8}, {&other, 3}};
+  BuildBatch(big, batch);
+  EXPECT_EQ(batch.forward.token_ids.size(), 11u);
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{-1, 0}));
+  EXPECT_EQ(batch.forward.logits_rows, (std::vector<int32_t>{10}));
+
+  long_prompt.num_computed = 8;
+  SchedulePlan small;
+  small.chunks = {{&long_prompt, 12}};
+  BuildBatch(small, batch);
+  std::vector<int32_t> expected_tokens(12);
+  std::iota(expected_tokens.begin(), expected_tokens.end(), 8);
+  EXPECT_EQ(batch.forward.token_ids, expected_tokens);
+  EXPECT_EQ(batch.forward.positions.front(), 8);
+  EXPECT_EQ(batch.forward.positions.back(), 19);
+  EXPECT_EQ(batch.forward.seq_slots, std::vector<int32_t>(12, 0));
+  EXPECT_EQ(batch.forward.logits_rows, (std::vector<int32_t>{11}));
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{0}));
+  EXPECT_EQ(batch.tables.size(), 1u);
+
+  BuildBatch(SchedulePlan{}, batch);
+  EXPECT_TRUE(batch.forward.token_ids.empty());
+  EXPECT_TRUE(batch.forward.positions.empty());
+  EXPECT_TRUE(batch.forward.seq_slots.empty());
+  EXPECT_TRUE(batch.forward.logits_rows.empty());
+  EXPECT_TRUE(batch.tables.empty());
+  EXPECT_TRUE(batch.logits_index.empty());
+}
+
+}  // namespace
+}  // namespace latent::engine

@@ -1,0 +1,495 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "cache/block_pool.h"
+#include "engine/sequence.h"
+
+namespace latent::engine {
+namespace {
+
+// Sequences built by hand, owned by the test; the scheduler only sees pointers.
+class SchedulerTest : public ::testing::Test {
+ protected:
+  Sequence* NewSequence(int64_t id, std::vector<int32_t> prompt, uint32_t block_tokens = 4) {
+    auto seq = std::make_unique<Sequence>(id, block_tokens);
+    seq->tokens = std::move(prompt);
+    seq->num_prompt = static_cast<int64_t>(seq->tokens.size());
+    sequences_.push_back(std::move(seq));
+    return sequences_.back().get();
+  }
+
+  static std::vector<int32_t> Prompt(int32_t first, int32_t n) {
+    std::vector<int32_t> out(n);
+    std::iota(out.begin(), out.end(), first);
+    return out;
+  }
+
+  // What Engine::Commit does, without a model: the chunks' tokens become computed, full blocks
+  // are registered, and a chunk that reached the end of its sequence samples one token.
+  static void Commit(const SchedulePlan& plan, cache::BlockPool& pool, int32_t next_token = 1) {
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      Sequence& seq = *chunk.seq;
+      seq.num_computed += chunk.num_tokens;
+      ASSERT_LE(seq.num_computed, seq.table.capacity());
+      seq.table.RegisterComputed(pool, seq.tokens, seq.num_computed);
+      if (seq.num_computed == static_cast<int64_t>(seq.tokens.size())) {
+        seq.tokens.push_back(next_token);
+      }
+    }
+  }
+
+  static std::vector<int64_t> ChunkIds(const SchedulePlan& plan) {
+    std::vector<int64_t> ids;
+    for (const ScheduledChunk& c : plan.chunks) ids.push_back(c.seq->id);
+    return ids;
+  }
+  static std::vector<int64_t> ChunkTokens(const SchedulePlan& plan) {
+    std::vector<int64_t> n;
+    for (const ScheduledChunk& c : plan.chunks) n.push_back(c.num_tokens);
+    return n;
+  }
+  static std::vector<int64_t> IdsOf(const auto& seqs) {
+    std::vector<int64_t> ids;
+    for (const Sequence* s : seqs) ids.push_back(s->id);
+    return ids;
+  }
+
+  std::vector<std::unique_ptr<Sequence>> sequences_;
+};
+
+using Ids = std::vector<int64_t>;
+
+TEST_F(SchedulerTest, RejectsBadOptions) {
+  cache::BlockPool pool(4, true);
+  EXPECT_THROW(Scheduler({.max_batch_tokens = 0}, pool), Error);
+  EXPECT_THROW(Scheduler({.max_seqs = 0}, pool), Error);
+}
+
+TEST_F(SchedulerTest, EmptySchedulerPlansNothing) {
+  cache::BlockPool pool(4, true);
+  Scheduler scheduler({}, pool);
+  EXPECT_FALSE(scheduler.HasWork());
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_TRUE(plan.chunks.empty());
+  EXPECT_EQ(plan.num_tokens, 0);
+}
+
+TEST_F(SchedulerTest, DecodesThenRunningPrefillsThenWaitingInArrivalOrder) {
+  cache::BlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  // A running prefill admitted before a running decode.
+  Sequence* prefill = NewSequence(0, Prompt(0, 12));
+  ASSERT_TRUE(prefill->table.Grow(pool, 4));
+  prefill->num_computed = 4;
+  scheduler.AddRunning(prefill);
+  Sequence* decode = NewSequence(1, Prompt(100, 3));
+  decode->tokens.push_back(7);
+  ASSERT_TRUE(decode->table.Grow(pool, 3));
+  decode->num_computed = 3;
+  scheduler.AddRunning(decode);
+  EXPECT_TRUE(prefill->is_prefill());
+  EXPECT_FALSE(decode->is_prefill());
+  // Waiting sequences queued out of order still run in arrival (id) order.
+  Sequence* late = NewSequence(3, Prompt(300, 2));
+  Sequence* early = NewSequence(2, Prompt(200, 5));
+  scheduler.AddWaiting(late);
+  scheduler.AddWaiting(early);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{2, 3}));
+
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{1, 0, 2, 3}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1, 8, 5, 2}));
+  EXPECT_EQ(plan.num_tokens, 16);
+  EXPECT_EQ(plan.num_preempted, 0);
+  EXPECT_EQ(plan.prefix_hit_tokens, 0);
+  EXPECT_TRUE(scheduler.waiting().empty());
+  EXPECT_EQ(IdsOf(scheduler.running()), (Ids{0, 1, 2, 3}));  // Admission order.
+  for (Sequence* s : {prefill, decode, late, early}) {
+    EXPECT_EQ(s->status, SequenceStatus::kRunning);
+  }
+  // Every chunk has the blocks it writes.
+  for (const ScheduledChunk& c : plan.chunks) {
+    EXPECT_GE(c.seq->table.capacity(), c.seq->num_computed + c.num_tokens);
+  }
+}
+
+TEST_F(SchedulerTest, LongPromptIsChunkedUnderTheTokenBudget) {
+  cache::BlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 8, .max_seqs = 16}, pool);
+  Sequence* seq = NewSequence(0, Prompt(0, 20));
+  scheduler.AddWaiting(seq);
+
+  std::vector<int64_t> chunks;
+  for (int step = 0; step < 3; ++step) {
+    SchedulePlan plan = scheduler.Schedule();
+    ASSERT_EQ(plan.chunks.size(), 1u);
+    EXPECT_LE(plan.num_tokens, 8);
+    EXPECT_EQ(seq->table.capacity(), (seq->num_computed + plan.chunks[0].num_tokens + 3) / 4 * 4)
+        << "blocks only for what runs";
+    chunks.push_back(plan.chunks[0].num_tokens);
+    Commit(plan, pool);
+  }
+  EXPECT_EQ(chunks, (Ids{8, 8, 4}));
+  EXPECT_EQ(seq->num_computed, 20);
+  EXPECT_EQ(seq->num_generated(), 1);
+  EXPECT_FALSE(seq->is_prefill());
+  SchedulePlan decode = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(decode), (Ids{1}));
+}
+
+TEST_F(SchedulerTest, TokenBudgetIsSharedAndTheLastAdmittedPromptIsCut) {
+  cache::BlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 8, .max_seqs = 16}, pool);
+  Sequence* a = NewSequence(0, Prompt(0, 5));
+  Sequence* b = NewSequence(1, Prompt(10, 6));
+  Sequence* c = NewSequence(2, Prompt(20, 2));
+  for (Sequence* s : {a, b, c}) scheduler.AddWaiting(s);
+
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{5, 3}));
+  EXPECT_EQ(plan.num_tokens, 8);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{2}));
+  Commit(plan, pool);
+
+  // a decodes (1), b finishes its prompt (3), c is admitted with what is left (2).
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1, 2}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1, 3, 2}));
+  EXPECT_LE(plan.num_tokens, 8);
+}
+
+TEST_F(SchedulerTest, MaxSeqsIsRespected) {
+  cache::BlockPool pool(64, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 2}, pool);
+  for (int64_t id = 0; id < 3; ++id) scheduler.AddWaiting(NewSequence(id, Prompt(10 * id, 3)));
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(scheduler.running().size(), 2u);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{2}));
+  Commit(plan, pool);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{2}));
+
+  scheduler.Remove(sequences_[0].get());
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{1, 2}));
+}
+
+TEST_F(SchedulerTest, PreemptsTheNewestRunningSequenceWhenBlocksRunOut) {
+  cache::BlockPool pool(4, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* a = NewSequence(0, Prompt(0, 4), 2);
+  Sequence* b = NewSequence(1, Prompt(10, 4), 2);
+  scheduler.AddWaiting(a);
+  scheduler.AddWaiting(b);
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(pool.NumAvailable(), 0);
+  Commit(plan, pool);
+
+  // A later arrival that would fit in one block once b is gone.
+  Sequence* c = NewSequence(2, Prompt(20, 1), 2);
+  scheduler.AddWaiting(c);
+
+  // a's decode at position 4 needs a third block: b (newest) is preempted.
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 1);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(plan.num_tokens, 1);
+  EXPECT_EQ(b->status, SequenceStatus::kWaiting);
+  EXPECT_EQ(b->num_computed, 0);
+  EXPECT_TRUE(b->table.blocks().empty());
+  EXPECT_EQ(b->tokens.size(), 5u);  // Its generated token is kept, to be recomputed.
+  EXPECT_TRUE(b->is_prefill());
+  EXPECT_EQ(IdsOf(scheduler.running()), (Ids{0}));
+  // b waits ahead of the later arrival, and nobody was admitted in a step that preempted.
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1, 2}));
+  EXPECT_EQ(c->status, SequenceStatus::kWaiting);
+  EXPECT_TRUE(c->table.blocks().empty());
+  EXPECT_EQ(a->table.blocks().size(), 3u);
+  EXPECT_EQ(pool.NumUsed(), 3);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerTest, NoWaitingSequenceIsAdmittedInAStepThatPreempted) {
+  cache::BlockPool pool(4, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  // An older waiting sequence (id 1) that would fit in the blocks the preemption frees.
+  Sequence* older = NewSequence(1, Prompt(10, 2), 2);
+  scheduler.AddWaiting(older);
+  Sequence* a = NewSequence(0, Prompt(0, 4), 2);  // Decodes position 4: needs a third block.
+  a->tokens.push_back(9);
+  ASSERT_TRUE(a->table.Grow(pool, 4));
+  a->num_computed = 4;
+  scheduler.AddRunning(a);
+  Sequence* victim = NewSequence(2, Prompt(20, 3), 2);
+  victim->tokens.push_back(9);
+  ASSERT_TRUE(victim->table.Grow(pool, 4));
+  victim->num_computed = 3;
+  scheduler.AddRunning(victim);
+  ASSERT_EQ(pool.NumAvailable(), 0);
+
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 1);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(pool.NumAvailable(), 1);  // Enough for `older`, yet it waits for the next step.
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1, 2}));
+  EXPECT_EQ(older->status, SequenceStatus::kWaiting);
+  EXPECT_TRUE(older->table.blocks().empty());
+  EXPECT_EQ(older->num_computed, 0);
+
+  Commit(plan, pool);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 0);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+}
+
+TEST_F(SchedulerTest, PreemptingAnAlreadyScheduledSequenceDropsItsChunk) {
+  cache::BlockPool pool(3, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  // An old prefill (id 0) with 2 of 6 tokens computed, and a newer decode (id 1) that is
+  // scheduled first (decodes go first) and then evicted for the prefill.
+  Sequence* old_prefill = NewSequence(0, Prompt(0, 6), 2);
+  ASSERT_TRUE(old_prefill->table.Grow(pool, 2));
+  old_prefill->num_computed = 2;
+  scheduler.AddRunning(old_prefill);
+  Sequence* new_decode = NewSequence(1, Prompt(10, 2), 2);
+  new_decode->tokens.push_back(5);
+  ASSERT_TRUE(new_decode->table.Grow(pool, 3));
+  new_decode->num_computed = 2;
+  scheduler.AddRunning(new_decode);
+  ASSERT_EQ(pool.NumAvailable(), 0);
+
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 1);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{4}));
+  EXPECT_EQ(plan.num_tokens, 4);
+  EXPECT_EQ(new_decode->status, SequenceStatus::kWaiting);
+  EXPECT_EQ(new_decode->num_computed, 0);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1}));
+  EXPECT_EQ(old_prefill->table.blocks().size(), 3u);
+}
+
+TEST_F(SchedulerTest, TheNewestSequencePreemptsItselfWhenNothingElseCanGo) {
+  cache::BlockPool pool(3, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* a = NewSequence(0, Prompt(0, 2), 2);  // Decodes position 2 into a block it holds.
+  a->tokens.push_back(9);
+  ASSERT_TRUE(a->table.Grow(pool, 4));
+  a->num_computed = 2;
+  scheduler.AddRunning(a);
+  Sequence* b = NewSequence(1, Prompt(10, 2), 2);  // Decodes position 2: needs a new block.
+  b->tokens.push_back(9);
+  ASSERT_TRUE(b->table.Grow(pool, 2));
+  b->num_computed = 2;
+  scheduler.AddRunning(b);
+  ASSERT_EQ(pool.NumAvailable(), 0);
+
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 1);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(plan.num_tokens, 1);
+  EXPECT_EQ(b->status, SequenceStatus::kWaiting);
+  EXPECT_TRUE(b->table.blocks().empty());
+  EXPECT_EQ(b->num_computed, 0);
+  EXPECT_EQ(a->status, SequenceStatus::kRunning);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1}));
+  EXPECT_EQ(pool.NumAvailable(), 1);
+}
+
+TEST_F(SchedulerTest, AWaitingRequestThatDoesNotFitBlocksLaterOnes) {
+  cache::BlockPool pool(4, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* a = NewSequence(0, Prompt(0, 3), 2);
+  scheduler.AddWaiting(a);
+  SchedulePlan plan = scheduler.Schedule();
+  Commit(plan, pool);  // a: 4 tokens, 3 computed, 2 blocks.
+  ASSERT_EQ(pool.NumAvailable(), 2);
+
+  Sequence* big = NewSequence(1, Prompt(10, 6), 2);    // 3 blocks.
+  Sequence* small = NewSequence(2, Prompt(20, 2), 2);  // 1 block: would fit.
+  scheduler.AddWaiting(big);
+  scheduler.AddWaiting(small);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(plan.num_preempted, 0);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1, 2}));
+  EXPECT_EQ(big->num_computed, 0);
+  EXPECT_TRUE(big->table.blocks().empty());
+  EXPECT_TRUE(small->table.blocks().empty());
+  EXPECT_EQ(pool.NumAvailable(), 2);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+
+  // Once a is gone, both go in order.
+  scheduler.Remove(a);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{1, 2}));
+}
+
+TEST_F(SchedulerTest, PrefixHitStartsAfterTheMatchedTokens) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* first = NewSequence(0, Prompt(0, 10));
+  scheduler.AddWaiting(first);
+  Commit(scheduler.Schedule(), pool);  // Registers blocks [0, 4) and [4, 8).
+
+  Sequence* second = NewSequence(1, Prompt(0, 10));
+  scheduler.AddWaiting(second);
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1, 2}));
+  EXPECT_EQ(plan.prefix_hit_tokens, 8);
+  EXPECT_EQ(second->num_computed, 8);
+  ASSERT_GE(second->table.blocks().size(), 3u);
+  EXPECT_EQ(second->table.blocks()[0], first->table.blocks()[0]);
+  EXPECT_EQ(second->table.blocks()[1], first->table.blocks()[1]);
+  EXPECT_NE(second->table.blocks()[2], first->table.blocks()[2]);
+  EXPECT_EQ(pool.ref_count(first->table.blocks()[0]), 2);
+  Commit(plan, pool);
+
+  // After both finish, a third with a prompt of exactly 8 of those tokens matches one block
+  // from the cached, unowned blocks (never its last token).
+  scheduler.Remove(first);
+  scheduler.Remove(second);
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_GE(pool.NumCachedUnowned(), 2);
+  Sequence* third = NewSequence(2, Prompt(0, 8));
+  scheduler.AddWaiting(third);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(plan.prefix_hit_tokens, 4);
+  EXPECT_EQ(third->num_computed, 4);
+  EXPECT_EQ(ChunkTokens(plan), (Ids{4}));
+
+  scheduler.Remove(third);
+  EXPECT_FALSE(scheduler.HasWork());
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_EQ(pool.NumAvailable(), pool.num_blocks());
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerTest, PrefixHitCountsOnlyPromptTokensOfAPreemptedSequence) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* seq = NewSequence(0, Prompt(0, 5), 2);
+  scheduler.AddWaiting(seq);
+  for (int i = 0; i < 4; ++i) Commit(scheduler.Schedule(), pool, 50 + i);
+  ASSERT_EQ(seq->tokens.size(), 9u);  // 5 prompt + 4 generated, 8 computed.
+  ASSERT_EQ(seq->num_computed, 8);
+
+  // Preemption as Scheduler does it, then readmission: 8 of 9 tokens are cached.
+  scheduler.Remove(seq);
+  seq->num_computed = 0;
+  scheduler.AddWaiting(seq);
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(seq->num_computed, 8);
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1}));
+  EXPECT_EQ(plan.prefix_hit_tokens, 5);  // Only prompt tokens count.
+}
+
+TEST_F(SchedulerTest, RemovingEverythingLeavesThePoolFull) {
+  cache::BlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 6, .max_seqs = 4}, pool);
+  for (int64_t id = 0; id < 6; ++id) scheduler.AddWaiting(NewSequence(id, Prompt(0, 3 + id), 2));
+  for (int step = 0; step < 5; ++step) Commit(scheduler.Schedule(), pool);
+  EXPECT_GT(pool.NumUsed(), 0);
+  for (auto& s : sequences_) scheduler.Remove(s.get());
+  EXPECT_FALSE(scheduler.HasWork());
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_EQ(pool.NumAvailable(), 16);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+// Random arrivals and finishes against a tight pool: every plan keeps the limits, every chunk
+// has its blocks, block counts match the tables, and all work completes.
+TEST_F(SchedulerTest, RandomWorkloadKeepsInvariantsAndFinishes) {
+  constexpr int32_t kBlocks = 12;
+  constexpr uint32_t kBlockTokens = 2;
+  constexpr int64_t kBudget = 7;
+  constexpr int32_t kMaxSeqs = 3;
+  constexpr int64_t kSequences = 40;
+  for (bool prefix_caching : {true, false}) {
+    sequences_.clear();
+    cache::BlockPool pool(kBlocks, prefix_caching);
+    Scheduler scheduler({.max_batch_tokens = kBudget, .max_seqs = kMaxSeqs}, pool);
+    std::mt19937 rng(7);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    std::vector<int64_t> max_len;  // By id: prompt + tokens to generate (fits the pool).
+    int64_t next_id = 0, finished = 0, preemptions = 0, hits = 0;
+    for (int step = 0; step < 5000; ++step) {
+      if (next_id < kSequences && pick(0, 2) == 0) {
+        const int32_t first = pick(0, 1) * 100;
+        const int32_t length = pick(1, 9);
+        Sequence* s = NewSequence(next_id++, Prompt(first, length), kBlockTokens);
+        max_len.push_back(s->num_prompt + pick(1, 8));
+        scheduler.AddWaiting(s);
+      }
+      if (!scheduler.HasWork()) {
+        if (next_id == kSequences) break;
+        continue;
+      }
+      const std::vector<int64_t> running_before = IdsOf(scheduler.running());
+      SchedulePlan plan = scheduler.Schedule();
+      preemptions += plan.num_preempted;
+      hits += plan.prefix_hit_tokens;
+      ASSERT_LE(plan.num_tokens, kBudget);
+      ASSERT_LE(static_cast<int32_t>(plan.chunks.size()), kMaxSeqs);
+      ASSERT_LE(static_cast<int32_t>(scheduler.running().size()), kMaxSeqs);
+      int64_t sum = 0;
+      for (const ScheduledChunk& c : plan.chunks) {
+        sum += c.num_tokens;
+        ASSERT_GT(c.num_tokens, 0);
+        ASSERT_LE(c.num_tokens, c.seq->num_pending());
+        ASSERT_EQ(c.seq->status, SequenceStatus::kRunning);
+        ASSERT_GE(c.seq->table.capacity(), c.seq->num_computed + c.num_tokens);
+        if (plan.num_preempted > 0) {  // Nobody admitted in a step that preempted.
+          ASSERT_NE(std::find(running_before.begin(), running_before.end(), c.seq->id),
+                    running_before.end());
+        }
+      }
+      ASSERT_EQ(sum, plan.num_tokens);
+      Commit(plan, pool, pick(0, 3));
+      // Finish sequences that reached their length.
+      for (const ScheduledChunk& c : plan.chunks) {
+        if (static_cast<int64_t>(c.seq->tokens.size()) >= max_len[c.seq->id]) {
+          scheduler.Remove(c.seq);
+          c.seq->status = SequenceStatus::kFinished;
+          ++finished;
+        }
+      }
+      ASSERT_EQ(pool.CheckConsistency(), "");
+      std::vector<int32_t> holders(kBlocks, 0);
+      for (auto& s : sequences_) {
+        if (s->status == SequenceStatus::kFinished) continue;
+        for (cache::BlockId b : s->table.blocks()) ++holders[b];
+        if (s->status == SequenceStatus::kWaiting) {
+          ASSERT_TRUE(s->table.blocks().empty());
+        }
+      }
+      for (cache::BlockId b = 0; b < kBlocks; ++b) ASSERT_EQ(pool.ref_count(b), holders[b]);
+    }
+    EXPECT_EQ(next_id, kSequences);
+    EXPECT_EQ(finished, kSequences) << "prefix caching " << prefix_caching;
+    EXPECT_FALSE(scheduler.HasWork());
+    EXPECT_EQ(pool.NumUsed(), 0);
+    EXPECT_GT(preemptions, 0) << "the pool should be tight enough to preempt";
+    if (prefix_caching) {
+      EXPECT_GT(hits, 0);
+    } else {
+      EXPECT_EQ(hits, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace latent::engine
