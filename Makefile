@@ -15,7 +15,7 @@ DEFAULT_MODEL := $(BUILD_DIR)/models/deepseek_v3-tiny
 APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libpcre2-dev libcpp-httplib-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev libicu-dev
 
 .PHONY: setup build test run fuzz format clean unit-test py-test
 

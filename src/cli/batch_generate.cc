@@ -1,10 +1,13 @@
-// Input: one JSON object per line: {"ids": [...]} plus optional "max_tokens", sampling fields
+// Input: one JSON object per line: {"ids": [...]}, {"prompt": "text"} or {"messages": [...]}
+// (chat, rendered with the checkpoint's chat template; optional "tools",
+// "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
 // token's only), "n"), "stop_token_ids", "ignore_eos", and "arrival_step" (submit the request
 // when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
-// Output, in input order: {"index": i, "ids": [...], "finish_reason": "stop"|"length", ...};
+// Output, in input order: {"index": i, "ids": [...], "text": ... (with a tokenizer),
+// "finish_reason": "stop"|"length", ...};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "cli/batch_generate.h"
 
@@ -17,6 +20,8 @@
 
 #include "base/error.h"
 #include "model/generation_config.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
 namespace {
@@ -49,12 +54,52 @@ T Field(const Json& line, const char* key, T fallback) {
   }
 }
 
-engine::Request ParseRequest(const Json& line, int64_t* arrival_step, int64_t* cancel_step) {
+// Loaded on first use: only text and chat prompts need them.
+class TextTools {
+ public:
+  explicit TextTools(std::string dir) : dir_(std::move(dir)) {}
+  const tokenizer::Tokenizer& Tokenizer() {
+    if (!tokenizer_) tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromDir(dir_));
+    return *tokenizer_;
+  }
+  const tokenizer::ChatTemplate& Template() {
+    if (!template_) template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer::ChatTemplate::FromTokenizerDir(dir_));
+    return *template_;
+  }
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> template_;
+};
+
+// The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
+// transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
+// special tokens: the template writes them).
+std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
+  if (line.contains("ids")) return Field<std::vector<int32_t>>(line, "ids", {});
+  if (line.contains("prompt")) {
+    if (!line["prompt"].is_string()) Fail("field 'prompt' must be a string");
+    return text.Tokenizer().Encode(line["prompt"].get<std::string>(), /*add_special_tokens=*/true);
+  }
+  if (line.contains("messages")) {
+    tokenizer::ChatRequest chat;
+    chat.messages = nlohmann::ordered_json::parse(line["messages"].dump());
+    if (line.contains("tools")) chat.tools = nlohmann::ordered_json::parse(line["tools"].dump());
+    chat.add_generation_prompt = Field<bool>(line, "add_generation_prompt", true);
+    const std::string rendered = text.Template().Render(chat);
+    return text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
+  }
+  Fail("needs 'ids', 'prompt' or 'messages'");
+}
+
+engine::Request ParseRequest(const Json& line, TextTools& text, int64_t default_max_tokens,
+                             int64_t* arrival_step, int64_t* cancel_step) {
   if (!line.is_object()) Fail("not a JSON object");
-  if (!line.contains("ids")) Fail("missing 'ids' (text prompts need a tokenizer)");
   engine::Request r;
-  r.prompt = Field<std::vector<int32_t>>(line, "ids", {});
-  r.max_tokens = Field<int64_t>(line, "max_tokens", 16);
+  r.prompt = PromptIds(line, text);
+  r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
   engine::SamplingParams& s = r.sampling;
   s.temperature = Field<float>(line, "temperature", 0.0f);
   s.top_k = Field<int32_t>(line, "top_k", 0);
@@ -85,19 +130,32 @@ void PrintProgress(size_t done, size_t total, bool tty) {
 }  // namespace
 
 int RunBatchGenerate(const BatchGenerateOptions& options) {
-  std::ifstream in(options.prompts_path);
-  if (!in) Fail(options.prompts_path, ": cannot open");
+  TextTools text_tools(options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir);
+  std::vector<std::string> lines;
+  std::string source = options.prompts_path;
+  if (!options.prompts_path.empty()) {
+    std::ifstream in(options.prompts_path);
+    if (!in) Fail(options.prompts_path, ": cannot open");
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  } else {
+    // --prompt TEXT [--chat]: one request.
+    Json line = options.chat ? Json{{"messages", {{{"role", "user"}, {"content", options.prompt_text}}}}}
+                             : Json{{"prompt", options.prompt_text}};
+    lines.push_back(line.dump());
+    source = "--prompt";
+  }
   std::vector<Job> jobs;
-  std::string text;
-  for (int64_t line_no = 1; std::getline(in, text); ++line_no) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& text = lines[i];
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     Job& job = jobs.emplace_back();
     try {
-      job.request = ParseRequest(Json::parse(text), &job.arrival_step, &job.cancel_step);
+      job.request = ParseRequest(Json::parse(text), text_tools, options.max_tokens, &job.arrival_step,
+                                 &job.cancel_step);
     } catch (const Json::exception& e) {
-      job.error = StrCat(options.prompts_path, ":", line_no, ": invalid JSON: ", e.what());
+      job.error = StrCat(source, ":", i + 1, ": invalid JSON: ", e.what());
     } catch (const Error& e) {
-      job.error = StrCat(options.prompts_path, ":", line_no, ": ", e.what());
+      job.error = StrCat(source, ":", i + 1, ": ", e.what());
     }
   }
 
@@ -161,7 +219,11 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       out["error"] = job.error;
     } else {
       auto sample_json = [&](const Job::Sample& s) {
-        nlohmann::ordered_json j = {{"ids", s.ids}, {"finish_reason", engine::FinishReasonName(s.finish)}};
+        nlohmann::ordered_json j = {{"ids", s.ids}};
+        if (text_tools.has_tokenizer()) {
+          j["text"] = text_tools.Tokenizer().Decode(s.ids, /*skip_special_tokens=*/true);
+        }
+        j["finish_reason"] = engine::FinishReasonName(s.finish);
         if (job.request.sampling.top_logprobs >= 0) j["logprobs"] = s.logprobs;
         if (!s.error.empty()) j["error"] = s.error;
         return j;

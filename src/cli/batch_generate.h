@@ -9,7 +9,11 @@ namespace latent::cli {
 
 struct BatchGenerateOptions {
   std::string model_dir;
-  std::string prompts_path;
+  std::string tokenizer_dir;  // Defaults to model_dir; needed for text prompts and chat.
+  std::string prompts_path;   // JSONL requests; or:
+  std::string prompt_text;    // one text prompt (--prompt)
+  bool chat = false;          // --prompt is a user message rendered with the chat template
+  int64_t max_tokens = 16;    // Default for requests that do not say.
   engine::EngineOptions engine;
 };
 

@@ -25,7 +25,8 @@ Runner RegisterGenerate(CLI::App& app) {
     std::string model_dir, ids, attention = "auto";
     int64_t max_tokens = 16;
     bool ignore_eos = false;
-    std::string prompts;
+    std::string prompts, prompt, tokenizer;
+    bool chat = false;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
   };
@@ -34,7 +35,11 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
   auto* ids = sub->add_option("--ids", opt->ids, "One prompt's token ids, e.g. 1,2,3");
   auto* prompts = sub->add_option("--prompts", opt->prompts, "JSONL requests run through the engine");
-  ids->excludes(prompts);
+  auto* prompt = sub->add_option("--prompt", opt->prompt, "One text prompt, run through the engine");
+  ids->excludes(prompts)->excludes(prompt);
+  prompts->excludes(prompt);
+  sub->add_flag("--chat", opt->chat, "With --prompt: a user message, rendered by the chat template");
+  sub->add_option("--tokenizer", opt->tokenizer, "Tokenizer directory (default: --model)");
   sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
   sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
@@ -48,13 +53,20 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
   return [opt] {
     const model::AttentionForm form = ParseAttentionForm(opt->attention);
-    if (!opt->prompts.empty()) {
-      BatchGenerateOptions batch{opt->model_dir, opt->prompts, opt->engine};
+    if (!opt->prompts.empty() || !opt->prompt.empty()) {
+      BatchGenerateOptions batch;
+      batch.model_dir = opt->model_dir;
+      batch.tokenizer_dir = opt->tokenizer;
+      batch.prompts_path = opt->prompts;
+      batch.prompt_text = opt->prompt;
+      batch.chat = opt->chat;
+      batch.max_tokens = opt->max_tokens;
+      batch.engine = opt->engine;
       batch.engine.attention = form;
       batch.engine.prefix_caching = !opt->no_prefix_cache;
       return RunBatchGenerate(batch);
     }
-    if (opt->ids.empty()) Fail("generate needs --ids or --prompts");
+    if (opt->ids.empty()) Fail("generate needs --ids, --prompt or --prompts");
     std::vector<int32_t> ids = ParseTokenIds(opt->ids);
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());

@@ -150,6 +150,9 @@ void Engine::AcceptToken(Sequence& seq, const float* logits) {
   out.token = sampled.token;
   out.logprob = sampled.logprob;
   out.top_logprobs = sampled.top_logprobs;
+  if (seq.num_generated() == 1) {
+    out.cached_prompt_tokens = std::max<int64_t>(seq.prefix_hit_tokens, 0);
+  }
   const auto& eos = generation_.eos_token_ids;
   const bool is_eos = !r.ignore_eos && std::count(eos.begin(), eos.end(), sampled.token) > 0;
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
@@ -303,6 +306,8 @@ void Engine::Stop() {
 }
 
 EngineMetrics Engine::Metrics() const {
+  // The scheduler's queues and the block pool change inside steps only.
+  std::lock_guard<std::mutex> step_lock(step_mutex_);
   std::lock_guard<std::mutex> lock(mutex_);
   EngineMetrics m = metrics_;
   m.running = static_cast<int32_t>(scheduler_->running().size());

@@ -111,7 +111,7 @@ class Engine {
   std::vector<int64_t> cancel_queue_;
   int64_t next_request_id_ = 0;
   EngineMetrics metrics_;
-  std::mutex step_mutex_;  // One step at a time.
+  mutable std::mutex step_mutex_;  // One step at a time; Metrics() reads between steps.
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -35,6 +35,7 @@ struct RequestOutput {
   int32_t token = -1;
   float logprob = 0.0f;                  // When logprobs were asked for.
   std::vector<TokenLogprob> top_logprobs;
+  int64_t cached_prompt_tokens = -1;  // First token only: prompt tokens the prefix cache held.
   FinishReason finish = FinishReason::kNone;  // kNone while running.
   std::string error;                          // With kError.
 };

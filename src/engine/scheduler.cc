@@ -96,6 +96,7 @@ SchedulePlan Scheduler::Schedule() {
       break;  // First come, first served: later arrivals do not jump the queue.
     }
     plan.prefix_hit_tokens += std::min(hit, seq->num_prompt);
+    if (seq->prefix_hit_tokens < 0) seq->prefix_hit_tokens = std::min(hit, seq->num_prompt);
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);

@@ -22,6 +22,7 @@ struct Sequence {
   std::vector<int32_t> tokens;  // Prompt, then generated tokens.
   int64_t num_prompt = 0;
   int64_t num_computed = 0;     // Tokens whose rows are in the cache.
+  int64_t prefix_hit_tokens = -1;  // Prompt tokens found in the prefix cache when first scheduled.
   cache::BlockTable table;
   SequenceStatus status = SequenceStatus::kWaiting;
 

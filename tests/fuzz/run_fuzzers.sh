@@ -54,6 +54,41 @@ seed_safetensors_header_fuzzer() {
   done
 }
 
+# Chat templates: the real ones in /work/shared when present, and a few of each construct.
+seed_chat_template_fuzzer() {
+  local dir=$1 f
+  for f in "$here"/../../../shared/chat-templates/*.jinja /work/shared/chat-templates/*.jinja; do if [[ -f $f ]]; then cp "$f" "$dir/"; fi; done
+  printf '%s' "{{ bos_token }}{% for m in messages %}{{ '<|' + m['role'] + '|>' }}{{ m.content | trim }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}" >"$dir/loop"
+  printf '%s' "{% set ns = namespace(sys='', n=0) %}{% for m in messages if m.role == 'system' %}{% set ns.sys = ns.sys + m.content %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.sys }}{{ ns.n }}" >"$dir/namespace"
+  printf '%s' "{% macro text(c) -%}{%- if c is string %}{{ c }}{% elif c is iterable %}{% for p in c %}{{ p.text }}{% endfor %}{% endif -%}{%- endmacro %}{% for m in messages %}{{ text(m.content) }}{% endfor %}" >"$dir/macro"
+  printf '%s' "{% if tools %}{{ tools | tojson(indent=2) }}{% for t in tools %}{{ t.function.name }}{% endfor %}{% endif %}{% for m in messages %}{% for c in m.tool_calls | default([]) %}{{ c.function.arguments | tojson if c.function.arguments is mapping else c.function.arguments }}{% endfor %}{% endfor %}" >"$dir/tools"
+  printf '%s' "{{ messages[-1].content.split('</think>')[-1].lstrip('\\n') }}|{{ messages[::-1] | map(attribute='role') | join(',') }}|{{ '%s=%d' % ('a', 1) }}|{{ '{:>4}'.format(7) }}|{{ 7 // 2 ** 3 }}" >"$dir/expressions"
+  printf '%s' "  {%- if x -%}
+    a
+  {%+ elif y %}b{% else -%} c {%- endif %}
+{# comment #}{% raw %}{{ raw }}{% endraw %}" >"$dir/whitespace"
+}
+
+# The tokenizer fuzzers: small tokenizer.json files covering each supported component.
+seed_tokenizer_load_fuzzer() { cp "$here"/tokenizer_seeds/*.json "$1"/; }
+# OpenAI request bodies; the first byte picks the endpoint: 0 completions, 1 chat, 2 tokenize,
+# 3 detokenize (openai_request_fuzzer.cc).
+seed_openai_request_fuzzer() {
+  local dir=$1
+  printf '\x00%s' '{"model":"m","prompt":"Hello","max_tokens":8,"temperature":0.7,"top_p":0.9,"stop":["\n","lo"],"stream":true,"stream_options":{"include_usage":true}}' >"$dir/completion"
+  printf '\x04%s' '{"prompt":[[1,2,3],[4,5]],"n":2,"logprobs":3,"seed":-1,"top_k":-1,"min_p":0.1,"return_token_ids":true}' >"$dir/ids"
+  printf '\x08%s' '{"prompt":["a","b"],"presence_penalty":1.5,"frequency_penalty":-2,"repetition_penalty":1.1,"stop":"b","echo":false,"logit_bias":{}}' >"$dir/strings"
+  printf '\x01%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}],"max_completion_tokens":4,"logprobs":true,"top_logprobs":2}' >"$dir/chat"
+  printf '\x05%s' '{"messages":[{"role":"developer","content":null},{"role":"assistant","content":"x","tool_calls":[]}],"tools":[{"type":"function","function":{"name":"f"}}],"chat_template_kwargs":{"enable_thinking":false},"response_format":{"type":"text"}}' >"$dir/chat_tools"
+  printf '\x02%s' '{"prompt":"Hello","add_special_tokens":false,"return_token_strs":true}' >"$dir/tokenize"
+  printf '\x06%s' '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true}' >"$dir/tokenize_chat"
+  printf '\x03%s' '{"model":"m","tokens":[0,1,999]}' >"$dir/detokenize"
+}
+seed_tokenizer_encode_fuzzer() {
+  printf 'AHello, world! 123 \xe4\xb8\xad <s>x</s> <|im_start|> \xff' >"$1/mixed"
+  printf '\001 ab  c\t\n\xe4\xb8\xad\xf0\x9f\x98\x80' >"$1/sentencepiece"
+}
+
 shopt -s nullglob
 fuzzers=()
 for f in "$build_dir"/tests/fuzz/*_fuzzer; do

@@ -1,0 +1,135 @@
+// `latent render-chat --tokenizer DIR --request FILE.json`: prints the prompt the tokenizer's chat
+// template makes of a conversation, byte for byte as transformers' apply_chat_template(...,
+// tokenize=False) renders it. `--model DIR` is accepted for --tokenizer.
+//
+// A request is a JSON object: "messages" (required), "tools", "documents",
+// "add_generation_prompt" (default false), and template variables under "chat_template_kwargs"
+// (as in OpenAI-compatible servers) or as any other top-level key (enable_thinking, ...).
+// `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
+// prompt as a JSON string, or {"error": "..."}; it exits 1 if any failed.
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "tokenizer/chat_template/chat_template.h"
+
+namespace latent::cli {
+namespace {
+
+struct RenderChatOptions {
+  std::string tokenizer_dir;
+  std::string model_dir;
+  std::string request_file;
+  std::string requests_file;
+};
+
+std::string ReadAll(const std::string& path) {
+  if (path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot read ", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
+  if (!j.is_object()) Fail("a chat request must be a JSON object");
+  if (!j.contains("messages")) Fail("the chat request has no \"messages\"");
+  tokenizer::ChatRequest request;
+  request.kwargs = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : j.items()) {
+    if (key == "messages") {
+      request.messages = value;
+    } else if (key == "tools") {
+      request.tools = value;
+    } else if (key == "documents") {
+      request.documents = value;
+    } else if (key == "add_generation_prompt") {
+      if (!value.is_boolean()) Fail("\"add_generation_prompt\" must be true or false");
+      request.add_generation_prompt = value.get<bool>();
+    } else if (key != "chat_template_kwargs") {
+      request.kwargs[key] = value;
+    }
+  }
+  if (j.contains("chat_template_kwargs") && !j["chat_template_kwargs"].is_null()) {
+    const auto& extra = j["chat_template_kwargs"];
+    if (!extra.is_object()) Fail("\"chat_template_kwargs\" must be an object");
+    for (const auto& [key, value] : extra.items()) request.kwargs[key] = value;
+  }
+  return request;
+}
+
+tokenizer::ChatRequest ParseRequestText(const std::string& text, const std::string& where) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    Fail(where, ": invalid JSON: ", e.what());
+  }
+  return ParseRequest(j);
+}
+
+int Run(const RenderChatOptions& opt) {
+  const std::string dir = !opt.tokenizer_dir.empty() ? opt.tokenizer_dir : opt.model_dir;
+  if (dir.empty()) Fail("render-chat needs --tokenizer DIR (or --model DIR)");
+  if (opt.request_file.empty() == opt.requests_file.empty()) {
+    Fail("render-chat needs exactly one of --request FILE.json and --requests FILE.jsonl");
+  }
+  const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir);
+  if (!opt.request_file.empty()) {
+    std::cout << chat.Render(ParseRequestText(ReadAll(opt.request_file), opt.request_file));
+    std::cout.flush();
+    return 0;
+  }
+  std::istringstream lines(ReadAll(opt.requests_file));
+  std::string line;
+  int failed = 0;
+  for (size_t n = 1; std::getline(lines, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::ordered_json result;
+    try {
+      result =
+          chat.Render(ParseRequestText(line, opt.requests_file + " line " + std::to_string(n)));
+    } catch (const Error& e) {
+      result = {{"error", e.what()}};
+      ++failed;
+    }
+    // Invalid UTF-8 cannot reach the output (templates and JSON input are checked), but replace
+    // rather than throw if it ever does.
+    std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  std::cout.flush();
+  return failed ? 1 : 0;
+}
+
+Runner RegisterRenderChat(CLI::App& app) {
+  auto opt = std::make_shared<RenderChatOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "render-chat",
+      "Render a conversation with the tokenizer's chat template and print the prompt");
+  sub->add_option("--tokenizer", opt->tokenizer_dir,
+                  "Tokenizer directory (tokenizer_config.json and/or chat_template.jinja)");
+  sub->add_option("--model", opt->model_dir,
+                  "Checkpoint directory, used when --tokenizer is not given");
+  sub->add_option(
+      "--request", opt->request_file,
+      "JSON request: messages, tools, add_generation_prompt, template kwargs ('-': stdin)");
+  sub->add_option(
+      "--requests", opt->requests_file,
+      "JSON Lines, one request per line; prints one JSON string (or {\"error\"}) per line");
+  return [opt] { return Run(*opt); };
+}
+
+}  // namespace
+
+LATENT_COMMAND(42, RegisterRenderChat);
+
+}  // namespace latent::cli

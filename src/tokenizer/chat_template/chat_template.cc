@@ -1,0 +1,266 @@
+#include "tokenizer/chat_template/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "tokenizer/chat_template/ast.h"
+#include "tokenizer/chat_template/interpreter.h"
+#include "tokenizer/chat_template/lexer.h"
+#include "tokenizer/chat_template/parser.h"
+#include "tokenizer/chat_template/pystr.h"
+#include "tokenizer/chat_template/value.h"
+
+namespace latent::tokenizer {
+
+struct ChatTemplate::Compiled {
+  std::string name;
+  std::vector<jinja::NodePtr> body;
+};
+
+namespace {
+
+namespace fs = std::filesystem;
+using jinja::Value;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot read ", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::ordered_json ReadJson(const fs::path& path) {
+  try {
+    return nlohmann::ordered_json::parse(ReadFile(path));
+  } catch (const nlohmann::json::exception& e) {
+    Fail(path.string(), ": invalid JSON: ", e.what());
+  }
+}
+
+// A special token's text: a string, or an AddedToken object {"content": ...}.
+std::optional<std::string> TokenText(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    return v["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// The named special tokens transformers passes to templates (its special_tokens_map): the
+// standard ones, and any other "*_token" key of the config.
+void CollectSpecialTokens(const nlohmann::ordered_json& config,
+                          std::map<std::string, std::string>& out) {
+  if (!config.is_object()) return;
+  static const char* const kStandard[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                          "pad_token", "cls_token", "mask_token"};
+  for (const char* key : kStandard) {
+    if (config.contains(key)) {
+      if (auto text = TokenText(config[key])) {
+        out[key] = *text;
+      } else if (config[key].is_null()) {
+        out.erase(key);
+      }
+    }
+  }
+  for (const auto& [key, value] : config.items()) {
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0 && !out.count(key)) {
+      if (value.is_string() || (value.is_object() && value.value("__type", "") == "AddedToken")) {
+        if (auto text = TokenText(value)) out[key] = *text;
+      }
+    }
+  }
+  if (config.contains("extra_special_tokens") && config["extra_special_tokens"].is_object()) {
+    for (const auto& [key, value] : config["extra_special_tokens"].items()) {
+      if (auto text = TokenText(value)) out[key] = *text;
+    }
+  }
+}
+
+// What transformers does to messages before rendering: drop keys whose value is null, and copy
+// the reasoning under both "thinking" (first) and "reasoning_content" (last).
+Value PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
+  if (!message.is_object()) {
+    Fail("chat request: message ", index, " is not an object (got ", message.type_name(), ")");
+  }
+  nlohmann::ordered_json m = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : message.items()) {
+    if (!value.is_null()) m[key] = value;
+  }
+  const nlohmann::ordered_json* reasoning = nullptr;
+  for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+    if (m.contains(key)) {
+      reasoning = &m[key];
+      break;
+    }
+  }
+  if (reasoning) {
+    nlohmann::ordered_json r = *reasoning;
+    nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
+    aliased["thinking"] = r;
+    for (const auto& [key, value] : m.items()) aliased[key] = value;
+    aliased["reasoning_content"] = r;
+    m = std::move(aliased);
+  }
+  return jinja::FromJson(m);
+}
+
+Value ListOfObjects(const nlohmann::ordered_json& v, const char* what) {
+  if (v.is_null()) return Value::None();
+  if (!v.is_array()) Fail("chat request: ", what, " must be a list (got ", v.type_name(), ")");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_object()) Fail("chat request: ", what, " item ", i, " is not an object");
+  }
+  return jinja::FromJson(v);
+}
+
+}  // namespace
+
+std::shared_ptr<const ChatTemplate::Compiled> ChatTemplate::Compile(const std::string& name,
+                                                                    const std::string& source) {
+  size_t bad = 0;
+  if (!jinja::ValidUtf8(source, &bad)) {
+    Fail("chat template", name == "default" ? "" : " '" + name + "'",
+         " is not valid UTF-8 (byte offset ", bad, ")");
+  }
+  auto compiled = std::make_shared<Compiled>();
+  compiled->name = name;
+  compiled->body = jinja::Parse(jinja::Tokenize(source));
+  return compiled;
+}
+
+ChatTemplate ChatTemplate::FromString(const std::string& source,
+                                      std::map<std::string, std::string> special_tokens) {
+  ChatTemplate t;
+  t.templates_["default"] = Compile("default", source);
+  t.special_tokens_ = std::move(special_tokens);
+  return t;
+}
+
+ChatTemplate ChatTemplate::FromTokenizerDir(const std::string& dir) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) Fail("tokenizer directory ", dir, " does not exist");
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  const fs::path config_path = root / "tokenizer_config.json";
+  if (fs::exists(config_path)) config = ReadJson(config_path);
+
+  std::map<std::string, std::string> sources;
+  if (fs::exists(root / "chat_template.jinja")) {
+    sources["default"] = ReadFile(root / "chat_template.jinja");
+  }
+  if (fs::is_directory(root / "additional_chat_templates")) {
+    for (const auto& entry : fs::directory_iterator(root / "additional_chat_templates")) {
+      if (entry.path().extension() == ".jinja") {
+        sources[entry.path().stem().string()] = ReadFile(entry.path());
+      }
+    }
+  }
+  if (sources.empty() && config.is_object() && config.contains("chat_template")) {
+    const auto& ct = config["chat_template"];
+    if (ct.is_string()) {
+      sources["default"] = ct.get<std::string>();
+    } else if (ct.is_array()) {
+      for (const auto& item : ct) {
+        if (!item.is_object() || !item.contains("name") || !item.contains("template") ||
+            !item["name"].is_string() || !item["template"].is_string()) {
+          Fail(config_path.string(),
+               ": chat_template list items must be {\"name\": ..., \"template\": ...}");
+        }
+        sources[item["name"].get<std::string>()] = item["template"].get<std::string>();
+      }
+    } else if (!ct.is_null()) {
+      Fail(config_path.string(), ": chat_template must be a string or a list of named templates");
+    }
+  }
+  if (sources.empty()) {
+    Fail("no chat template in ", dir,
+         ": tokenizer_config.json has no chat_template and there is no chat_template.jinja");
+  }
+
+  ChatTemplate t;
+  for (const auto& [name, source] : sources) t.templates_[name] = Compile(name, source);
+  // special_tokens_map.json (legacy) overrides the config when the config has no
+  // added_tokens_decoder, as transformers reads it.
+  CollectSpecialTokens(config, t.special_tokens_);
+  const fs::path map_path = root / "special_tokens_map.json";
+  if (fs::exists(map_path) && !(config.is_object() && config.contains("added_tokens_decoder"))) {
+    CollectSpecialTokens(ReadJson(map_path), t.special_tokens_);
+  }
+  return t;
+}
+
+std::vector<std::string> ChatTemplate::template_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, compiled] : templates_) names.push_back(name);
+  return names;
+}
+
+std::string ChatTemplate::Render(const nlohmann::ordered_json& messages,
+                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& extra_kwargs) const {
+  ChatRequest request;
+  request.messages = messages;
+  request.tools = tools;
+  request.add_generation_prompt = add_generation_prompt;
+  request.kwargs = extra_kwargs;
+  return Render(request);
+}
+
+std::string ChatTemplate::Render(const ChatRequest& request) const {
+  const Compiled* compiled = nullptr;
+  if (templates_.size() == 1) {
+    compiled = templates_.begin()->second.get();
+  } else {
+    auto pick = [&](const char* name) -> const Compiled* {
+      auto it = templates_.find(name);
+      return it == templates_.end() ? nullptr : it->second.get();
+    };
+    if (!request.tools.is_null()) compiled = pick("tool_use");
+    if (!compiled) compiled = pick("default");
+    if (!compiled) {
+      std::string names;
+      for (const auto& [name, c] : templates_) names += (names.empty() ? "" : ", ") + name;
+      Fail("this tokenizer has several chat templates (", names, ") and none named 'default'");
+    }
+  }
+
+  std::vector<std::pair<std::string, Value>> vars;
+  try {
+    if (!request.messages.is_array()) {
+      Fail("chat request: messages must be a list (got ", request.messages.type_name(), ")");
+    }
+    if (request.messages.empty()) {
+      Fail("chat request: cannot apply a chat template to an empty conversation");
+    }
+    std::vector<Value> messages;
+    for (size_t i = 0; i < request.messages.size(); ++i) {
+      messages.push_back(PrepareMessage(request.messages[i], i));
+    }
+    vars.emplace_back("messages", Value::List(std::move(messages)));
+    vars.emplace_back("tools", ListOfObjects(request.tools, "tools"));
+    vars.emplace_back("documents", ListOfObjects(request.documents, "documents"));
+    vars.emplace_back("add_generation_prompt", Value::Bool(request.add_generation_prompt));
+    std::map<std::string, Value> kwargs;
+    for (const auto& [name, text] : special_tokens_) kwargs[name] = Value::String(text);
+    if (!request.kwargs.is_null()) {
+      if (!request.kwargs.is_object())
+        Fail("chat request: extra template kwargs must be an object");
+      for (const auto& [key, value] : request.kwargs.items()) {
+        if (key == "messages" || key == "tools" || key == "documents" ||
+            key == "add_generation_prompt") {
+          Fail("chat request: '", key, "' cannot be passed as an extra template kwarg");
+        }
+        kwargs[key] = jinja::FromJson(value);
+      }
+    }
+    for (auto& [name, value] : kwargs) vars.emplace_back(name, std::move(value));
+  } catch (const jinja::TemplateError& e) {
+    Fail("chat request: ", e.what());
+  }
+  jinja::Interpreter interp(limits_);
+  return interp.Render(compiled->body, std::move(vars));
+}
+
+}  // namespace latent::tokenizer

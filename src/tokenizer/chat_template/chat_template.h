@@ -1,0 +1,76 @@
+// Chat templates: the Jinja templates Hugging Face tokenizers ship to turn a conversation into a
+// prompt. latent renders them with its own interpreter of the Jinja subset these templates use,
+// byte for byte as transformers' apply_chat_template(..., tokenize=False) does: same sandboxed
+// semantics (jinja2's ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks), same
+// globals (raise_exception, strftime_now, namespace, dict), same tojson, and the same input
+// preparation (keys whose value is null dropped from messages, reasoning fields aliased).
+//
+// Rendering is sandboxed: templates cannot reach files or the environment, and output size, loop
+// iterations, work and nesting are bounded. Every failure is a latent::Error; template errors say
+// "chat template line L col C: ...".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace latent::tokenizer {
+
+namespace jinja {
+struct Node;
+}
+
+struct ChatTemplateLimits {
+  size_t max_output_bytes = size_t{16} << 20;  // the prompt, and any string built on the way
+  int64_t max_loop_iterations = 1'000'000;     // for-loop iterations per render
+  int max_call_depth = 100;                    // nested macro calls
+  uint64_t max_work = uint64_t{1} << 30;       // bytes and items produced per render
+  size_t max_list_items = size_t{1} << 20;     // items of any list the template builds
+};
+
+struct ChatRequest {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;      // null: no tools
+  nlohmann::ordered_json documents;  // null: no documents
+  bool add_generation_prompt = false;
+  // More template variables (enable_thinking, ...): an object, or null.
+  nlohmann::ordered_json kwargs;
+};
+
+class ChatTemplate {
+ public:
+  // The template of a Hugging Face tokenizer directory: chat_template.jinja (with
+  // additional_chat_templates/*.jinja) if present, else tokenizer_config.json's "chat_template"
+  // (a string, or a list of {name, template}); special tokens (bos_token, eos_token, ...) from
+  // tokenizer_config.json.
+  static ChatTemplate FromTokenizerDir(const std::string& dir);
+  // One template from source text; `special_tokens` become template variables.
+  static ChatTemplate FromString(const std::string& source,
+                                 std::map<std::string, std::string> special_tokens = {});
+
+  // The prompt for a conversation. With several named templates, "tool_use" is used when tools
+  // are given and exists, else "default".
+  std::string Render(const ChatRequest& request) const;
+  std::string Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                     bool add_generation_prompt,
+                     const nlohmann::ordered_json& extra_kwargs = nullptr) const;
+
+  void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
+  const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
+  std::vector<std::string> template_names() const;
+
+ private:
+  struct Compiled;
+  static std::shared_ptr<const Compiled> Compile(const std::string& name,
+                                                 const std::string& source);
+
+  std::map<std::string, std::shared_ptr<const Compiled>> templates_;
+  std::map<std::string, std::string> special_tokens_;
+  ChatTemplateLimits limits_;
+};
+
+}  // namespace latent::tokenizer

@@ -1,0 +1,234 @@
+"""latent's tokenizer against HF `tokenizers` on the real tokenizers in ../shared/tokenizers
+(deepseek_v3, qwen3, llama2): encode ids with and without special tokens, decode text with and
+without skip_special_tokens, and streaming detokenization token by token, over a seeded corpus of
+3,000+ strings (tokenizer_corpus.py) plus random id sequences for decoding.
+
+The reference for add_special_tokens=True is tokenizer.json's post_processor, which is what HF
+tokenizers and transformers 5's AutoTokenizer both apply for deepseek_v3 and qwen3 (transformers 5
+ignores tokenizer_config's add_bos_token when tokenizer.json exists; DeepSeek V3 therefore gets no
+BOS). For llama2, transformers 5's LlamaTokenizer rebuilds the pipeline (a Metaspace pre-tokenizer
+instead of the file's Prepend/Replace normalizers), which differs from tokenizer.json on leading
+spaces and text after special tokens; latent follows tokenizer.json, as HF tokenizers does."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import LATENT as BUILT_LATENT
+from conftest import REPO
+from tokenizer_corpus import corpus
+
+# LATENT_BIN runs another build of latent (e.g. a sanitizer build) against the same checks.
+LATENT = Path(os.environ.get("LATENT_BIN", BUILT_LATENT))
+TOKENIZERS_DIR = Path(os.environ.get("LATENT_TOKENIZERS_DIR", REPO.parent / "shared" / "tokenizers"))
+NAMES = ["deepseek_v3", "qwen3", "llama2"]
+
+
+def tokenizer_dir(name: str) -> Path:
+    d = TOKENIZERS_DIR / name
+    if not (d / "tokenizer.json").exists():
+        raise FileNotFoundError(f"{d}/tokenizer.json is missing (set LATENT_TOKENIZERS_DIR)")
+    return d
+
+
+def run_jsonl(args: list[str], lines: list[dict], tmp_path: Path) -> list[dict]:
+    """Runs `latent ARGS --jsonl FILE` over `lines` and returns one JSON object per line."""
+    if not LATENT.exists():
+        raise RuntimeError(f"{LATENT} is missing: build first")
+    path = tmp_path / "input.jsonl"
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
+                    encoding="utf-8")
+    proc = subprocess.run([str(LATENT), *args, "--jsonl", str(path)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    # Split on "\n" only: str.splitlines() would also split inside texts at U+2028, \x85, ...
+    out = [json.loads(line) for line in proc.stdout.decode().split("\n")[:-1]]
+    assert len(out) == len(lines)
+    return out
+
+
+class Reference:
+    """HF tokenizers on one tokenizer.json, and the corpus for it."""
+
+    def __init__(self, name: str):
+        from tokenizers import Tokenizer
+
+        self.name = name
+        self.dir = tokenizer_dir(name)
+        self.hf = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
+        added = self.hf.get_added_tokens_decoder()
+        # All non-special added tokens and a spread of the special ones (DeepSeek has ~800).
+        specials = sorted((t.content for t in added.values() if t.special))
+        plain = sorted(t.content for t in added.values() if not t.special)
+        picked = plain + specials[:: max(1, len(specials) // 24)]
+        self.texts = corpus(picked)
+        self.ids = {True: self.encode_all(True), False: self.encode_all(False)}
+
+    def encode_all(self, add_special_tokens: bool) -> list[list[int]]:
+        return [e.ids for e in self.hf.encode_batch(self.texts, add_special_tokens=add_special_tokens)]
+
+    def id_sequences(self) -> list[list[int]]:
+        """Ids to decode: the corpus encodings, and random sequences over the whole vocabulary
+        (specials, byte tokens and partial UTF-8 included)."""
+        rng = random.Random(7)
+        vocab = self.hf.get_vocab_size(with_added_tokens=True)
+        specials = sorted(self.hf.get_added_tokens_decoder())
+        byte_ids = [self.hf.token_to_id(f"<0x{b:02X}>") for b in range(256)]
+        byte_ids = [i for i in byte_ids if i is not None]
+        seqs = list(self.ids[True])
+        for _ in range(400):
+            seq = []
+            for _ in range(rng.randint(1, 40)):
+                r = rng.random()
+                if r < 0.15 and specials:
+                    seq.append(rng.choice(specials))
+                elif r < 0.35 and byte_ids:
+                    seq.append(rng.choice(byte_ids))
+                else:
+                    seq.append(rng.randrange(vocab))
+            seqs.append(seq)
+        return seqs
+
+
+_references: dict[str, Reference] = {}
+
+
+def reference(name: str) -> Reference:
+    if name not in _references:
+        _references[name] = Reference(name)
+    return _references[name]
+
+
+def first_mismatch(texts, got, want):
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            return f"item {i} {texts[i]!r}:\n  latent {g!r}\n  HF     {w!r}"
+    return None
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("add_special_tokens", [True, False])
+def test_encode_matches_hf(name, add_special_tokens, tmp_path):
+    ref = reference(name)
+    assert len(ref.texts) >= 2000
+    args = ["tokenize", "--tokenizer", str(ref.dir)]
+    if not add_special_tokens:
+        args.append("--no-special-tokens")
+    got = [o["ids"] for o in run_jsonl(args, [{"text": t} for t in ref.texts], tmp_path)]
+    mismatch = first_mismatch(ref.texts, got, ref.ids[add_special_tokens])
+    n_bad = sum(g != w for g, w in zip(got, ref.ids[add_special_tokens]))
+    assert mismatch is None, f"{n_bad} of {len(got)} differ; first: {mismatch}"
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "qwen3"])
+def test_encode_matches_transformers_autotokenizer(name):
+    """The user-facing truth for add_special_tokens=True: AutoTokenizer(...).encode(text)."""
+    from transformers import AutoTokenizer
+
+    ref = reference(name)
+    auto = AutoTokenizer.from_pretrained(str(ref.dir))
+    sample = ref.texts[::7]
+    want = [auto.encode(t) for t in sample]
+    got = ref.ids[True][::7]
+    assert got == want, first_mismatch(sample, got, want)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("skip_special_tokens", [False, True])
+@pytest.mark.parametrize("stream", [False, True])
+def test_decode_matches_hf(name, skip_special_tokens, stream, tmp_path):
+    """One-shot decoding equals HF's; streaming token by token gives the same text in pieces of
+    whole characters."""
+    ref = reference(name)
+    seqs = ref.id_sequences()
+    want = ref.hf.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
+    args = ["detokenize", "--tokenizer", str(ref.dir)]
+    if skip_special_tokens:
+        args.append("--skip-special-tokens")
+    if stream:
+        args.append("--stream")
+    out = run_jsonl(args, [{"ids": s} for s in seqs], tmp_path)
+    got = [o["text"] for o in out]
+    n_bad = sum(g != w for g, w in zip(got, want))
+    assert n_bad == 0, f"{n_bad} of {len(got)} differ; first: {first_mismatch(seqs, got, want)}"
+    if stream:
+        assert sum(o["partial_pieces"] for o in out) == 0
+        # The streaming really streamed: most multi-token texts came out in several pieces.
+        multi = [o for s, o in zip(seqs, out) if len(s) > 4 and o["text"]]
+        assert sum(len(o["pieces"]) > 1 for o in multi) > 0.8 * len(multi)
+
+
+INVALID_UTF8 = [b"\xff", b"abc\xffdef", b"\xe4\xb8", b"x\xe4\xb8", b"\xed\xa0\x80 surrogate",
+                b"\xc0\xaf overlong", b"\xf4\x90\x80\x80 too big", b"\xf0\x9f\x98 cut emoji",
+                b"\x80\x80\x80 continuation", b"ok \xe2\x82\xac \xe2\x82 \xe2", b"\xfe\xfe\xff\xff"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_invalid_utf8_is_replaced_like_python(name):
+    """Policy: each maximal invalid subsequence becomes U+FFFD, as bytes.decode('utf-8',
+    'replace') does, so ids equal HF's on the text a Python client would decode."""
+    ref = reference(name)
+    for raw in INVALID_UTF8:
+        proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(ref.dir), "--text", raw],
+                              capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)["ids"]
+        assert got == ref.hf.encode(raw.decode("utf-8", "replace")).ids, raw
+
+
+def test_tokenizer_defaults_to_model_dir():
+    ref = reference("qwen3")
+    proc = subprocess.run([str(LATENT), "tokenize", "--model", str(ref.dir), "--text", "Hello"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ids"] == ref.hf.encode("Hello").ids
+    proc = subprocess.run([str(LATENT), "detokenize", "--model", str(ref.dir), "--ids", "9707,1879"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["text"] == ref.hf.decode([9707, 1879])
+
+
+def test_unreadable_input_is_a_clean_error(tmp_path):
+    ref = reference("qwen3")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\nnot json\n')
+    proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(ref.dir), "--jsonl", str(bad)],
+                          capture_output=True, text=True, errors="replace")
+    assert proc.returncode == 1
+    assert "bad.jsonl:2" in proc.stderr
+
+
+SEEDS = REPO / "tests" / "fuzz" / "tokenizer_seeds"
+
+
+@pytest.mark.parametrize("seed", ["byte_level", "sentencepiece", "metaspace_first", "misc", "split"])
+def test_component_tokenizers_match_hf(seed, tmp_path):
+    """The fuzz seeds' small tokenizer.json files cover what the three real tokenizers do not use
+    (Whitespace, Punctuation, Digits, Metaspace "first", NFKD, StripAccents, Nmt, Strip,
+    subword prefix/suffix with unk, ignore_merges, Split behaviours and invert, Bert/Roberta
+    templates, Metaspace/BPEDecoder/Strip decoders): encode and decode, streaming included."""
+    from tokenizers import Tokenizer
+
+    d = tmp_path / seed
+    d.mkdir()
+    (d / "tokenizer.json").write_bytes((SEEDS / f"{seed}.json").read_bytes())
+    hf = Tokenizer.from_file(str(d / "tokenizer.json"))
+    texts = corpus([t.content for t in hf.get_added_tokens_decoder().values()])[::3]
+    for special in (True, False):
+        args = ["tokenize", "--tokenizer", str(d)] + ([] if special else ["--no-special-tokens"])
+        got = [o["ids"] for o in run_jsonl(args, [{"text": t} for t in texts], tmp_path)]
+        want = [e.ids for e in hf.encode_batch(texts, add_special_tokens=special)]
+        assert got == want, first_mismatch(texts, got, want)
+    seqs = [e.ids for e in hf.encode_batch(texts)]
+    for skip in (False, True):
+        want = hf.decode_batch(seqs, skip_special_tokens=skip)
+        for stream in (False, True):
+            args = (["detokenize", "--tokenizer", str(d)] + (["--skip-special-tokens"] if skip else [])
+                    + (["--stream"] if stream else []))
+            got = [o["text"] for o in run_jsonl(args, [{"ids": s} for s in seqs], tmp_path)]
+            assert got == want, first_mismatch(seqs, got, want)
