@@ -220,7 +220,9 @@ def test_preset_checkpoint(runs, preset):
     # config.json: what transformers wrote, carrying every preset value.
     config = run.config
     assert config["model_type"] == saved_type
-    assert config["architectures"] == [{"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}[spec["arch"]]]
+    assert config["architectures"] == [{"deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+                                        "deepseek_v32": "DeepseekV32ForCausalLM",
+                                        "glm_moe_dsa": "GlmMoeDsaForCausalLM"}[spec["arch"]]]
     assert "quantization_config" not in config and config["dtype"] == "float32"
     for key, value in spec["config"].items():
         assert config[SAVED_NAME.get(key, key)] == value, key
