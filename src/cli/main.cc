@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "threads/thread_pool.h"
 
 namespace latent::cli {
 
@@ -19,6 +20,11 @@ std::vector<std::pair<int, Registrar>>& CommandRegistry() {
 int main(int argc, char** argv) {
   CLI::App app{"latent: an inference engine for multi-head latent attention models"};
   app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "Compute threads (default: LATENT_THREADS, else the hardware concurrency)")
+      ->check(CLI::NonNegativeNumber);
+  app.fallthrough();  // `latent generate --threads 2 ...` works too
   auto registry = latent::cli::CommandRegistry();
   std::sort(registry.begin(), registry.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -30,6 +36,7 @@ int main(int argc, char** argv) {
   }
 
   CLI11_PARSE(app, argc, argv);
+  if (threads > 0) latent::threads::SetNumThreads(threads);
   try {
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();

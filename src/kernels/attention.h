@@ -20,9 +20,10 @@ struct AttentionArgs {
   int64_t length = 0;  // L
   float scale = 1.0f;  // Softmax scale applied to q.k.
   float* out = nullptr;     // [num_heads, v_dim]
-  float* scratch = nullptr; // [L] scores
+  float* scratch = nullptr; // [L] scores (the reference kernel's; the AVX-512 one keeps its own)
 };
 
+// The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);
 
 }  // namespace latent::kernels

@@ -1,16 +1,27 @@
 // The kernels latent runs, as one table of function pointers filled once at start from the
 // CPU's features. ref/ holds the plain scalar versions: the oracle every faster kernel is tested
-// against. Kernels are pure functions on raw pointers and never allocate; callers pass scratch.
+// against (tests/kernels/). avx512/ holds the AVX-512 versions (compiled in every x86-64 build
+// under a target pragma, chosen at run time by dispatch.cc). Kernels are pure functions on raw
+// pointers; callers pass scratch (the AVX-512 attention keeps a per-thread workspace).
+//
+// Batch invariance: every kernel computes each output row of a token the same way whatever else
+// is in the call (m, the other rows, the thread count), so a token's result never depends on its
+// batch. The fast kernels use their own fixed f32 summation order, not the reference's.
+//
+// Threads: the fast linear and attention kernels split their work over the process-wide pool of
+// threads/thread_pool.h (threads::SetNumThreads; the CLI's --threads).
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/weight_ref.h"
 
 namespace latent::kernels {
 
 struct KernelTable {
-  // y[m, n] = x[m, k] . W[n, k]^T, accumulating in f32. scratch: k floats.
+  // y[m, n] = x[m, k] . W[n, k]^T, accumulating in f32. scratch: k floats (the reference
+  // kernel's; the AVX-512 one ignores it).
   void (*linear)(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch);
   // out[k] = row `row` of W, dequantized to f32.
   void (*dequant_row)(const WeightRef& w, int64_t row, float* out);
@@ -23,11 +34,22 @@ struct KernelTable {
                      DType dtype, float eps, float* y);
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
+  // y[m, c] = sum over r of x[m, r] * W[r, c]: x [m, w.n], y [m, w.k] (x . W, not x . W^T; MLA's
+  // q_nope . W_UK). Each y lane is summed over r in order.
+  void (*transposed_linear)(const float* x, int64_t m, const WeightRef& w, float* y);
+  // Attention of one query token over its positions (kernels/attention.h).
+  void (*attention)(const AttentionArgs& args);
 };
 
 // The scalar reference kernels.
 const KernelTable& RefKernels();
-// The best kernels this CPU supports (today: the reference ones).
+// The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
+// lacks them.
+const KernelTable* Avx512Kernels();
+// The best kernels this CPU supports, chosen once: AVX-512 when available, else the reference.
+// The environment variable LATENT_KERNELS=ref forces the reference kernels.
 const KernelTable& BestKernels();
+// "avx512" or "ref": what BestKernels() chose.
+const char* BestKernelsName();
 
 }  // namespace latent::kernels

@@ -18,8 +18,10 @@ struct WeightRef {
   DType scale_dtype = DType::kF32;
   int64_t block_n = 0;
   int64_t block_k = 0;
+  // FP8 only: the row of the full matrix (the one `scale` covers) that row 0 of this view is.
+  int64_t scale_row0 = 0;
 
-  // The sub-matrix of rows [row, row + rows): shares data and (block-aligned) scales.
+  // The sub-matrix of rows [row, row + rows): shares data and scales; any row, also mid-block.
   WeightRef Rows(int64_t row, int64_t rows) const;
 };
 

@@ -9,7 +9,8 @@ namespace latent::model {
 namespace {
 
 void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  std::vector<float> scratch(w.k);
+  thread_local std::vector<float> scratch;  // the reference kernel's k floats
+  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
   kernels::BestKernels().linear(x, m, w, y, scratch.data());
 }
 

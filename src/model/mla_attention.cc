@@ -6,6 +6,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
+#include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
@@ -14,7 +15,8 @@ namespace {
 constexpr float kLatentNormEps = 1e-6f;
 
 void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  std::vector<float> scratch(w.k);
+  thread_local std::vector<float> scratch;  // the reference kernel's k floats
+  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
   kernels::BestKernels().linear(x, m, w, y, scratch.data());
 }
 
@@ -34,27 +36,39 @@ std::map<int32_t, SequenceTokens> GroupBySequence(const ForwardBatch& batch) {
   return seqs;
 }
 
-// Absorbed: fold W_UK into the query, attend over the latent rows with one shared head,
-// then apply W_UV. q [H, dqk] of one token -> attn_out [H, dv].
-void AbsorbedToken(const MlaDims& d, const kernels::WeightRef& kv_b, const float* q,
-                   const std::vector<const float*>& rows, float scale, float* attn_out) {
+// Absorbed form, for a group of batch tokens of any sequences. W_UK is folded into the queries
+// of the whole group at once (each head's W_UK is read once per group, not once per token):
+// q_cat [n, H, C + dr] = [q_nope . W_UK[h] | q_pe] for the batch rows `group`.
+void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float* q,
+                   const std::vector<int64_t>& group, float* q_cat) {
   const auto& k = kernels::BestKernels();
+  const int64_t n = static_cast<int64_t>(group.size());
   const int64_t head_rows = d.nope + d.v;
-  std::vector<float> q_cat(d.heads * d.row(), 0.0f);  // [H, C + dr]: [q_lat | q_pe]
-  std::vector<float> w_row(d.latent);
-  for (int64_t h = 0; h < d.heads; ++h) {
-    float* q_lat = &q_cat[h * d.row()];
-    const float* q_nope = q + h * d.qk();
-    for (int64_t j = 0; j < d.nope; ++j) {  // q_lat = q_nope . W_UK[h]
-      k.dequant_row(kv_b, h * head_rows + j, w_row.data());
-      for (int64_t c = 0; c < d.latent; ++c) q_lat[c] += q_nope[j] * w_row[c];
+  threads::ParallelFor(d.heads, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> q_nope(n * d.nope), q_lat(n * d.latent);
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = q + (group[i] * d.heads + h) * d.qk();
+        std::copy(src, src + d.nope, &q_nope[i * d.nope]);
+      }
+      k.transposed_linear(q_nope.data(), n, kv_b.Rows(h * head_rows, d.nope), q_lat.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = q + (group[i] * d.heads + h) * d.qk();
+        float* dst = q_cat + (i * d.heads + h) * d.row();
+        std::copy(&q_lat[i * d.latent], &q_lat[(i + 1) * d.latent], dst);
+        std::copy(src + d.nope, src + d.qk(), dst + d.latent);
+      }
     }
-    std::copy(q_nope + d.nope, q_nope + d.qk(), q_lat + d.latent);
-  }
-  std::vector<float> out_lat(d.heads * d.latent);
+  });
+}
+
+// One token: attention over the latent rows with one shared head. q_cat [H, C + dr] ->
+// out_lat [H, C].
+void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const float*>& rows,
+                  float scale, float* out_lat) {
   std::vector<float> scores(rows.size());
   kernels::AttentionArgs args;
-  args.q = q_cat.data();
+  args.q = q_cat;
   args.num_heads = d.heads;
   args.qk_dim = d.row();
   args.keys = rows.data();
@@ -64,18 +78,29 @@ void AbsorbedToken(const MlaDims& d, const kernels::WeightRef& kv_b, const float
   args.v_dim = d.latent;
   args.length = static_cast<int64_t>(rows.size());
   args.scale = scale;
-  args.out = out_lat.data();
+  args.out = out_lat;
   args.scratch = scores.data();
-  kernels::AttentionRef(args);
-  for (int64_t h = 0; h < d.heads; ++h) {  // out[h] = out_lat[h] . W_UV[h]^T
-    const float* lat = &out_lat[h * d.latent];
-    for (int64_t i = 0; i < d.v; ++i) {
-      k.dequant_row(kv_b, h * head_rows + d.nope + i, w_row.data());
-      float acc = 0.0f;
-      for (int64_t c = 0; c < d.latent; ++c) acc += lat[c] * w_row[c];
-      attn_out[h * d.v + i] = acc;
+  kernels::BestKernels().attention(args);
+}
+
+// attn[group[i], h] = out_lat[i, h] . W_UV[h]^T, for the whole group at once.
+void ProjectValues(const MlaDims& d, const kernels::WeightRef& kv_b, const float* out_lat,
+                   const std::vector<int64_t>& group, float* attn) {
+  const int64_t n = static_cast<int64_t>(group.size());
+  const int64_t head_rows = d.nope + d.v;
+  threads::ParallelFor(d.heads, 1, [&](int64_t h0, int64_t h1) {
+    std::vector<float> lat(n * d.latent), o(n * d.v);
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* src = out_lat + (i * d.heads + h) * d.latent;
+        std::copy(src, src + d.latent, &lat[i * d.latent]);
+      }
+      Linear(lat.data(), n, kv_b.Rows(h * head_rows + d.nope, d.v), o.data());
+      for (int64_t i = 0; i < n; ++i) {
+        std::copy(&o[i * d.v], &o[(i + 1) * d.v], attn + (group[i] * d.heads + h) * d.v);
+      }
     }
-  }
+  });
 }
 
 // Expanded: rebuild k_nope and v of the sequence's first `context` tokens through kv_b_proj,
@@ -103,36 +128,41 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     key_ptrs[t] = &keys[t * d.heads * d.qk()];
     value_ptrs[t] = &kv[t * d.heads * head_rows + d.nope];
   }
-  std::vector<float> scores(n);
-  std::vector<const float*> picked_keys, picked_values;
-  for (int64_t row : seq.rows) {
-    kernels::AttentionArgs args;
-    args.q = q + row * d.heads * d.qk();
-    args.num_heads = d.heads;
-    args.qk_dim = d.qk();
-    args.keys = key_ptrs.data();
-    args.key_head_stride = d.qk();
-    args.values = value_ptrs.data();
-    args.value_head_stride = head_rows;
-    args.v_dim = d.v;
-    args.length = batch.positions[row] + 1;  // causal: up to and including itself
-    if (selection != nullptr && !(*selection)[row].empty()) {
-      const std::vector<int32_t>& picked = (*selection)[row];
-      picked_keys.clear();
-      picked_values.clear();
-      for (int32_t p : picked) {
-        picked_keys.push_back(key_ptrs[p]);
-        picked_values.push_back(value_ptrs[p]);
+  const auto& k = kernels::BestKernels();
+  // The batch tokens of this sequence in parallel; each one's attention is independent.
+  threads::ParallelFor(static_cast<int64_t>(seq.rows.size()), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scores(n);
+    std::vector<const float*> picked_keys, picked_values;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t row = seq.rows[i];
+      kernels::AttentionArgs args;
+      args.q = q + row * d.heads * d.qk();
+      args.num_heads = d.heads;
+      args.qk_dim = d.qk();
+      args.keys = key_ptrs.data();
+      args.key_head_stride = d.qk();
+      args.values = value_ptrs.data();
+      args.value_head_stride = head_rows;
+      args.v_dim = d.v;
+      args.length = batch.positions[row] + 1;  // causal: up to and including itself
+      if (selection != nullptr && !(*selection)[row].empty()) {
+        const std::vector<int32_t>& picked = (*selection)[row];
+        picked_keys.clear();
+        picked_values.clear();
+        for (int32_t p : picked) {
+          picked_keys.push_back(key_ptrs[p]);
+          picked_values.push_back(value_ptrs[p]);
+        }
+        args.keys = picked_keys.data();
+        args.values = picked_values.data();
+        args.length = static_cast<int64_t>(picked.size());
       }
-      args.keys = picked_keys.data();
-      args.values = picked_values.data();
-      args.length = static_cast<int64_t>(picked.size());
+      args.scale = scale;
+      args.out = attn_out + row * d.heads * d.v;
+      args.scratch = scores.data();
+      k.attention(args);
     }
-    args.scale = scale;
-    args.out = attn_out + row * d.heads * d.v;
-    args.scratch = scores.data();
-    kernels::AttentionRef(args);
-  }
+  });
 }
 
 }  // namespace
@@ -195,28 +225,59 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
 
   // Attention per sequence, over its cached rows (or the ones DSA selected).
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
-  for (const auto& [slot, seq] : GroupBySequence(batch)) {
+  const std::map<int32_t, SequenceTokens> seqs = GroupBySequence(batch);
+  std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
+  for (const auto& [slot, seq] : seqs) {
+    const bool expanded = form == AttentionForm::kExpanded ||
+                          (form == AttentionForm::kAuto &&
+                           PreferExpanded(d, static_cast<int64_t>(seq.rows.size())));
+    if (!expanded) {
+      absorbed.insert(absorbed.end(), seq.rows.begin(), seq.rows.end());
+      continue;
+    }
     std::vector<float> gathered(seq.context * d.row());  // [context, C + dr]
     cache.GatherRows(layer, kLatentRow, slot, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
-    const bool expanded = form == AttentionForm::kExpanded ||
-                          (form == AttentionForm::kAuto &&
-                           PreferExpanded(d, static_cast<int64_t>(seq.rows.size())));
-    if (expanded) {
-      ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale, attn.data());
-      continue;
+    ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale,
+                     attn.data());
+  }
+  // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
+  // runs for the group's sequences in parallel (each gathers its rows once).
+  constexpr size_t kAbsorbedGroup = 64;
+  for (size_t g0 = 0; g0 < absorbed.size(); g0 += kAbsorbedGroup) {
+    const size_t g1 = std::min(absorbed.size(), g0 + kAbsorbedGroup);
+    const std::vector<int64_t> group(absorbed.begin() + g0, absorbed.begin() + g1);
+    const int64_t n = static_cast<int64_t>(group.size());
+    std::vector<float> q_cat(n * d.heads * d.row()), out_lat(n * d.heads * d.latent);
+    AbsorbQueries(d, w.kv_b, q.data(), group, q_cat.data());
+    std::vector<int64_t> starts;  // where each sequence's run of tokens in the group starts
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == 0 || batch.seq_slots[group[i]] != batch.seq_slots[group[i - 1]]) starts.push_back(i);
     }
-    for (int64_t row : seq.rows) {
-      std::vector<const float*> visible;
-      if (selection != nullptr && !(*selection)[row].empty()) {
-        for (int32_t p : (*selection)[row]) visible.push_back(rows[p]);
-      } else {
-        visible.assign(rows.begin(), rows.begin() + batch.positions[row] + 1);
+    starts.push_back(n);
+    threads::ParallelFor(static_cast<int64_t>(starts.size()) - 1, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        const int32_t slot = batch.seq_slots[group[starts[s]]];
+        const int64_t context = seqs.at(slot).context;
+        std::vector<float> gathered(context * d.row());  // [context, C + dr]
+        cache.GatherRows(layer, kLatentRow, slot, context, gathered.data());
+        std::vector<const float*> rows(context);
+        for (int64_t p = 0; p < context; ++p) rows[p] = &gathered[p * d.row()];
+        for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
+          const int64_t row = group[i];
+          std::vector<const float*> visible;
+          if (selection != nullptr && !(*selection)[row].empty()) {
+            for (int32_t p : (*selection)[row]) visible.push_back(rows[p]);
+          } else {
+            visible.assign(rows.begin(), rows.begin() + batch.positions[row] + 1);
+          }
+          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale,
+                       &out_lat[i * d.heads * d.latent]);
+        }
       }
-      AbsorbedToken(d, w.kv_b, &q[row * d.heads * d.qk()], visible, rope.softmax_scale,
-                    &attn[row * d.heads * d.v]);
-    }
+    });
+    ProjectValues(d, w.kv_b, out_lat.data(), group, attn.data());
   }
   Linear(attn.data(), tokens, w.o, out);
 }

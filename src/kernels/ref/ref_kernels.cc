@@ -1,6 +1,8 @@
 // Plain scalar kernels: simple loops in the order the math is written, f32 accumulation.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
@@ -33,7 +35,7 @@ void RefDequantRow(const WeightRef& w, int64_t row, float* out) {
   for (int64_t c = 0; c < w.k; ++c) out[c] = LoadScalar(w.data, w.dtype, base + c);
   if (w.scale != nullptr) {
     const int64_t scale_cols = (w.k + w.block_k - 1) / w.block_k;
-    const int64_t scale_row = row / w.block_n;
+    const int64_t scale_row = (w.scale_row0 + row) / w.block_n;
     for (int64_t c = 0; c < w.k; ++c) {
       out[c] *= LoadScalar(w.scale, w.scale_dtype, scale_row * scale_cols + c / w.block_k);
     }
@@ -84,27 +86,33 @@ void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void RefTransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
+  std::vector<float> row(w.k);
+  std::fill(y, y + m * w.k, 0.0f);
+  for (int64_t r = 0; r < w.n; ++r) {
+    RefDequantRow(w, r, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      const float a = x[i * w.n + r];
+      float* yi = y + i * w.k;
+      for (int64_t c = 0; c < w.k; ++c) yi[c] += a * row[c];
+    }
+  }
+}
+
 }  // namespace
 
 WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
   WeightRef sub = *this;
   sub.n = rows;
   sub.data = static_cast<const uint8_t*>(data) + row * k * DTypeSize(dtype);
-  if (scale != nullptr) {
-    // Row slices of block-quantized weights must start on a block boundary.
-    LATENT_CHECK(row % block_n == 0);
-    const int64_t scale_cols = (k + block_k - 1) / block_k;
-    sub.scale = static_cast<const uint8_t*>(scale) +
-                (row / block_n) * scale_cols * DTypeSize(scale_dtype);
-  }
+  sub.scale_row0 = scale_row0 + row;  // scales stay those of the full matrix
   return sub;
 }
 
 const KernelTable& RefKernels() {
-  static const KernelTable table{RefLinear, RefDequantRow, RefRmsNorm, RefLayerNorm, RefSiluMul};
+  static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
+                                 RefSiluMul, RefTransposedLinear, AttentionRef};
   return table;
 }
-
-const KernelTable& BestKernels() { return RefKernels(); }
 
 }  // namespace latent::kernels

@@ -1,0 +1,295 @@
+// Kernel benchmark (not a test): weight-streaming GB/s of linear for decode-sized M over at least
+// 2 GiB of distinct weight matrices (so every call reads DRAM, as successive layers do), and
+// decode attention time over 576-wide shared latent rows (absorbed MLA). Prints one JSON object.
+//
+//   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
+//       [--dtypes bf16,fp8,f32] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
+//       [--kernels best|ref]
+//
+// Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
+// attention at 4k and 16k positions with 16 heads. With --n 64 --gib 0.0001 the weights stay in
+// cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
+// "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine).
+// The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
+#include <sys/mman.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/kernel_table.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using latent::DType;
+using latent::kernels::KernelTable;
+using latent::kernels::WeightRef;
+
+std::vector<int64_t> ParseInts(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) v.push_back(std::atoll(item.c_str()));
+  return v;
+}
+
+std::vector<std::string> ParseStrings(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) v.push_back(item);
+  return v;
+}
+
+struct Rng {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  uint64_t Next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+};
+
+// Anonymous memory with transparent huge pages (what a loader copying weights would use).
+uint8_t* AllocHuge(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("mmap");
+    std::exit(1);
+  }
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return static_cast<uint8_t*>(p);
+}
+
+// Normal (never denormal) values of modest size for each dtype.
+void FillWeights(uint8_t* p, size_t bytes, DType dtype) {
+  Rng rng;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t r = rng.Next();
+    uint64_t v = 0;
+    switch (dtype) {
+      case DType::kF32:
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t bits = static_cast<uint32_t>(r >> (32 * h));
+          const uint32_t f = (bits & 0x807fffffu) | ((118u + (bits >> 23) % 8) << 23);
+          v |= static_cast<uint64_t>(f) << (32 * h);
+        }
+        break;
+      case DType::kBF16:
+      case DType::kF16:
+        for (int h = 0; h < 4; ++h) {
+          const uint32_t bits = static_cast<uint16_t>(r >> (16 * h));
+          const uint32_t f = dtype == DType::kBF16
+                                 ? (bits & 0x807fu) | ((118u + (bits >> 7) % 8) << 7)
+                                 : (bits & 0x83ffu) | ((8u + (bits >> 10) % 8) << 10);
+          v |= static_cast<uint64_t>(f) << (16 * h);
+        }
+        break;
+      default:  // fp8: any byte but NaN
+        for (int h = 0; h < 8; ++h) {
+          uint64_t b = (r >> (8 * h)) & 0xff;
+          if ((b & 0x7f) == 0x7f) b &= 0xfe;
+          v |= b << (8 * h);
+        }
+        break;
+    }
+    std::memcpy(p + i, &v, 8);
+  }
+}
+
+// CPU time of this thread: with one thread, steadier than wall time on a shared machine.
+double ThreadCpuMs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string LoadAvg() {
+  std::ifstream in("/proc/loadavg");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+struct Options {
+  double gib = 2.0;
+  int reps = 3;
+  std::vector<int64_t> threads = {1, 2};
+  std::vector<int64_t> ms = {1, 4, 16};
+  std::vector<std::string> dtypes = {"bf16", "fp8", "f32"};
+  int64_t n = 4096, k = 4096;
+  std::vector<int64_t> contexts = {4096, 16384};
+  int64_t heads = 16;
+  bool ref = false;
+};
+
+DType DTypeOf(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  if (name == "fp8") return DType::kF8E4M3;
+  std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  latent::threads::FlushDenormals();
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--gib")
+      o.gib = std::atof(value.c_str());
+    else if (flag == "--reps")
+      o.reps = std::atoi(value.c_str());
+    else if (flag == "--threads")
+      o.threads = ParseInts(value);
+    else if (flag == "--m")
+      o.ms = ParseInts(value);
+    else if (flag == "--dtypes")
+      o.dtypes = ParseStrings(value);
+    else if (flag == "--n")
+      o.n = std::atoll(value.c_str());
+    else if (flag == "--k")
+      o.k = std::atoll(value.c_str());
+    else if (flag == "--contexts")
+      o.contexts = ParseInts(value);
+    else if (flag == "--heads")
+      o.heads = std::atoll(value.c_str());
+    else if (flag == "--kernels")
+      o.ref = value == "ref";
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  const KernelTable& kt = o.ref ? latent::kernels::RefKernels() : latent::kernels::BestKernels();
+  std::printf("{\"kernels\": \"%s\", \"loadavg_start\": \"%s\", \"n\": %lld, \"k\": %lld,\n",
+              o.ref ? "ref" : latent::kernels::BestKernelsName(), LoadAvg().c_str(),
+              static_cast<long long>(o.n), static_cast<long long>(o.k));
+  std::printf(" \"linear\": [");
+  bool first = true;
+  for (const std::string& name : o.dtypes) {
+    const DType dtype = DTypeOf(name);
+    const size_t matrix_bytes = static_cast<size_t>(o.n * o.k) * latent::DTypeSize(dtype);
+    const int64_t count = std::max<int64_t>(
+        2, static_cast<int64_t>(o.gib * (1ull << 30) / static_cast<double>(matrix_bytes) + 0.999));
+    // Matrices start 32 bytes past a page: checkpoint tensors are not 64-byte aligned.
+    const size_t stride = (matrix_bytes + 4096 + 32 + 4095) / 4096 * 4096;
+    uint8_t* base = AllocHuge(stride * count);
+    std::vector<WeightRef> ws(count);
+    const int64_t block = 128;
+    const int64_t scale_count = ((o.n + block - 1) / block) * ((o.k + block - 1) / block);
+    std::vector<float> scales(scale_count, 0.01f);
+    for (int64_t i = 0; i < count; ++i) {
+      uint8_t* p = base + i * stride + 32;
+      FillWeights(p, matrix_bytes, dtype);
+      ws[i].data = p;
+      ws[i].dtype = dtype;
+      ws[i].n = o.n;
+      ws[i].k = o.k;
+      if (dtype == DType::kF8E4M3) {
+        ws[i].scale = scales.data();
+        ws[i].scale_dtype = DType::kF32;
+        ws[i].block_n = block;
+        ws[i].block_k = block;
+      }
+    }
+    const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
+    std::vector<float> x(max_m * o.k), y(max_m * o.n), scratch(o.k);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (int64_t t : o.threads) {
+      latent::threads::SetNumThreads(static_cast<int>(t));
+      for (int64_t m : o.ms) {
+        for (int64_t i = 0; i < std::min<int64_t>(count, 4); ++i) {
+          kt.linear(x.data(), m, ws[i], y.data(), scratch.data());  // warm-up
+        }
+        std::vector<double> gbs;
+        for (int r = 0; r < o.reps; ++r) {
+          const auto start = Clock::now();
+          for (int64_t i = 0; i < count; ++i)
+            kt.linear(x.data(), m, ws[i], y.data(), scratch.data());
+          const double s = std::chrono::duration<double>(Clock::now() - start).count();
+          gbs.push_back(static_cast<double>(matrix_bytes) * count / s / 1e9);
+        }
+        std::printf(
+            "%s\n  {\"dtype\": \"%s\", \"m\": %lld, \"threads\": %lld, \"gb_per_s\": %.2f, "
+            "\"gflops\": %.1f, \"matrices\": %lld, \"gib\": %.2f}",
+            first ? "" : ",", name.c_str(), static_cast<long long>(m), static_cast<long long>(t),
+            Median(gbs), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
+            static_cast<long long>(count),
+            static_cast<double>(matrix_bytes) * count / (1ull << 30));
+        std::fflush(stdout);
+        first = false;
+      }
+    }
+    munmap(base, stride * count);
+  }
+  std::printf("\n ],\n \"attention\": [");
+  first = true;
+  const int64_t qk = 576, dv = 512;
+  for (int64_t length : o.contexts) {
+    std::vector<float> rows(length * qk), q(o.heads * qk), out(o.heads * dv), scratch(length);
+    for (size_t i = 0; i < rows.size(); ++i)
+      rows[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.0f;
+    for (size_t i = 0; i < q.size(); ++i)
+      q[i] = static_cast<float>((i * 40503u) % 2001) * 1e-3f - 1.0f;
+    std::vector<const float*> ptrs(length);
+    for (int64_t t = 0; t < length; ++t) ptrs[t] = &rows[t * qk];
+    latent::kernels::AttentionArgs a;
+    a.q = q.data();
+    a.num_heads = o.heads;
+    a.qk_dim = qk;
+    a.keys = ptrs.data();
+    a.key_head_stride = 0;
+    a.values = ptrs.data();
+    a.value_head_stride = 0;
+    a.v_dim = dv;
+    a.length = length;
+    a.scale = 0.04f;
+    a.out = out.data();
+    a.scratch = scratch.data();
+    for (int64_t t : o.threads) {
+      latent::threads::SetNumThreads(static_cast<int>(t));
+      kt.attention(a);
+      std::vector<double> ms, cpu_ms;
+      for (int r = 0; r < std::max(5, o.reps); ++r) {
+        const auto start = Clock::now();
+        const double cpu_start = ThreadCpuMs();
+        kt.attention(a);
+        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      }
+      std::printf(
+          "%s\n  {\"context\": %lld, \"heads\": %lld, \"row\": %lld, \"threads\": %lld, "
+          "\"ms\": %.3f, \"caller_cpu_ms\": %.3f}",
+          first ? "" : ",", static_cast<long long>(length), static_cast<long long>(o.heads),
+          static_cast<long long>(qk), static_cast<long long>(t), Median(ms), Median(cpu_ms));
+      std::fflush(stdout);
+      first = false;
+    }
+  }
+  std::printf("\n ],\n \"loadavg_end\": \"%s\"}\n", LoadAvg().c_str());
+  return 0;
+}

@@ -1,0 +1,171 @@
+// Shared pieces of the AVX-512 kernels. Include it only from files under kernels/avx512/, after
+// every other header and inside LATENT_AVX512_BEGIN ... LATENT_AVX512_END: the target pragma then
+// applies to these functions and to the kernels, while the standard library stays baseline x86-64
+// (no global -mavx512f, so no AVX-512 code leaks into inline functions other files share; the
+// binary still runs on CPUs without AVX-512, where dispatch picks the reference kernels).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "tensor/dtype.h"
+
+// clang-format off
+#if defined(__clang__)
+#define LATENT_AVX512_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_AVX512_END _Pragma("clang attribute pop")
+#else
+#define LATENT_AVX512_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_AVX512_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+LATENT_AVX512_BEGIN
+namespace latent::kernels::avx512 {
+
+// Sum of the 16 lanes, always in the same order (every kernel uses this one tree).
+inline float ReduceAdd(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+inline float ReduceMax(__m512 v) {
+  const __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_max_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+inline __mmask16 TailMask(int64_t count) {  // count in [0, 16]
+  return static_cast<__mmask16>((1u << count) - 1u);
+}
+
+// exp(x) for 16 lanes: Cody-Waite reduction by ln 2, Cephes' degree-5 polynomial (about 1 ulp),
+// 2^n by vscalefps (overflow gives +inf, underflow 0 under FTZ). NaN stays NaN.
+inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.0f)), _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline float ExpScalar(float x) { return _mm512_cvtss_f32(Exp(_mm512_set1_ps(x))); }
+
+// Weight decoders: 16 consecutive weights at p as f32. Part() reads only the lanes in the mask
+// (the others are 0), so tails never touch memory past the tensor. Pointers may be unaligned.
+// kDecodeRows (weight rows per tile at m = 1) and kPrefetch (software prefetch distance in bytes
+// in decode) were tuned by bench/kernels on 4096x4096 weights streamed from DRAM.
+struct LoadF32 {
+  static constexpr int kBytes = 4;
+  static constexpr bool kFp8 = false;
+  static constexpr int kDecodeRows = 4;
+  static constexpr int64_t kPrefetch = 2048;
+  static __m512 Full(const uint8_t* p) { return _mm512_loadu_ps(p); }
+  static __m512 Part(const uint8_t* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+
+struct LoadBF16 {  // bf16 is the high half of an f32
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+  static constexpr int kDecodeRows = 4;
+  static constexpr int64_t kPrefetch = 2048;
+  static __m512 Widen(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+  static __m512 Full(const uint8_t* p) {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 Part(const uint8_t* p, __mmask16 m) {
+    return Widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+struct LoadF16 {
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+  static constexpr int kDecodeRows = 4;
+  static constexpr int64_t kPrefetch = 2048;
+  static __m512 Full(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static __m512 Part(const uint8_t* p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+// fp8 e4m3fn -> f16 bits by shifting (sign-extend to 16 bits, << 7, keep sign|exponent|mantissa):
+// the f16 value is exactly the e4m3 value * 2^-8, subnormals included (e4m3's exponent bias 7
+// against f16's 15). Callers fold the 2^8 into the block scale. NaN (0x7f/0xff) decodes as
+// +-480 instead: checkpoints hold none.
+struct LoadF8 {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+  static constexpr int kDecodeRows = 8;
+  static constexpr int64_t kPrefetch = 4096;
+  static __m512 Widen(__m128i b) {
+    const __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(static_cast<int16_t>(0xBF80))));
+  }
+  static __m512 Full(const uint8_t* p) {
+    return Widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static __m512 Part(const uint8_t* p, __mmask16 m) { return Widen(_mm_maskz_loadu_epi8(m, p)); }
+};
+constexpr float kF8Unscale = 256.0f;  // LoadF8 yields value * 2^-8
+
+// One scalar of a small tensor (norm weights, block scales), as the reference reads it.
+inline float LoadScalar(const void* base, DType dtype, int64_t i) {
+  const uint8_t* p = static_cast<const uint8_t*>(base);
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      return dtype == DType::kBF16 ? BF16ToF32(v) : F16ToF32(v);
+    }
+    case DType::kF8E4M3:
+      return F8E4M3ToF32(p[i]);
+    case DType::kF8E8M0:
+      return F8E8M0ToF32(p[i]);
+    default:
+      return 0.0f;
+  }
+}
+
+// 16 consecutive elements of a norm weight/bias vector (f32, bf16 or f16) as f32.
+inline __m512 LoadVector(const void* base, DType dtype, int64_t i, __mmask16 m) {
+  const uint8_t* p = static_cast<const uint8_t*>(base);
+  switch (dtype) {
+    case DType::kBF16:
+      return LoadBF16::Part(p + 2 * i, m);
+    case DType::kF16:
+      return LoadF16::Part(p + 2 * i, m);
+    default:
+      return LoadF32::Part(p + 4 * i, m);
+  }
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_AVX512_END

@@ -1,0 +1,522 @@
+// AVX-512 linear, transposed linear and dequant_row over f32 / bf16 / f16 / fp8-e4m3 weights.
+//
+// Summation order (the contract that keeps batched = alone): every output y[m, n] is one f32x16
+// accumulator, zeroed, then fma(x[m, chunk], w[n, chunk], acc) over the 16-wide chunks of k in
+// order (for fp8, per scale block: its full chunks then its masked tail chunk; otherwise one
+// block of k), then ReduceAdd. That sequence is the same whatever M is, however M and N are
+// tiled and whichever thread runs the tile, so a token's output never depends on its batch.
+//
+// Decode (M <= 4): each tile of 4 weight rows is streamed once from memory and converted in
+// registers; all M activation rows share it. Batches (M > 4): blocks of up to 32 activation rows
+// (copied to a padded stride when theirs is a multiple of 4 KiB, which would alias in L1); per
+// block, tiles of 4 weight rows go through k in 512-column segments, each converted once per
+// 4-row M-tile while the next segment is prefetched; partial sums go to the stack between
+// segments (which does not change the arithmetic). Threads split N into chunks of whole tiles.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "threads/thread_pool.h"
+// Last: opens nothing, but defines the AVX-512 helpers under the target pragma.
+#include "kernels/avx512/avx512_common.h"
+
+LATENT_AVX512_BEGIN
+namespace latent::kernels::avx512 {
+namespace {
+
+constexpr int kNt = 4;       // decode: weight rows per tile
+constexpr int kMt = 4;       // decode: at most this many activation rows
+constexpr int64_t kMb = 32;  // batches: activation rows per block (at most)
+
+struct Job {
+  const float* x;
+  int64_t ldx;  // floats between activation rows
+  int64_t m;
+  const uint8_t* w;
+  int64_t n, k;
+  int64_t row_bytes;
+  float* y;
+  // fp8 block scales; `block` is the k-extent of one scale (k when unscaled).
+  const void* scale;
+  DType scale_dtype;
+  int64_t block_n, block;
+  int64_t scale_cols;
+  int64_t scale_row0;
+};
+
+// Loads x once into a register for all its FMAs (GCC would otherwise fold the load into every
+// FMA, which makes the tiles load-bound).
+inline __m512 InRegister(__m512 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+// The multiplier of row `row` for scale block `kb`: the block scale times 2^8 for LoadF8.
+inline float RowScale(const Job& j, int64_t row, int64_t kb) {
+  if (j.scale == nullptr) return kF8Unscale;
+  return LoadScalar(j.scale, j.scale_dtype,
+                    ((j.scale_row0 + row) / j.block_n) * j.scale_cols + kb) *
+         kF8Unscale;
+}
+
+// Direct tile: MT activation rows x NT weight rows over all of k, accumulators in registers.
+template <class L, int MT, int NT>
+void TileDirect(const Job& j, int64_t m0, int64_t n0) {
+  const uint8_t* rows[NT];
+  for (int b = 0; b < NT; ++b) rows[b] = j.w + (n0 + b) * j.row_bytes;
+  const float* xs[MT];
+  for (int a = 0; a < MT; ++a) xs[a] = j.x + (m0 + a) * j.ldx;
+  __m512 acc[MT][NT];
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_setzero_ps();
+  for (int64_t k0 = 0, kb = 0; k0 < j.k; k0 += j.block, ++kb) {
+    const int64_t k1 = std::min(j.k, k0 + j.block);
+    __m512 s[NT];
+    if constexpr (L::kFp8) {
+      for (int b = 0; b < NT; ++b) s[b] = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+    }
+    int64_t c = k0;
+    for (; c + 16 <= k1; c += 16) {
+      if (((c * L::kBytes) & 63) < 16 * L::kBytes) {  // one prefetch per new cache line
+        for (int b = 0; b < NT; ++b) {
+          _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c * L::kBytes + L::kPrefetch),
+                       _MM_HINT_T0);
+        }
+      }
+      __m512 w[NT];
+      for (int b = 0; b < NT; ++b) {
+        w[b] = L::Full(rows[b] + c * L::kBytes);
+        if constexpr (L::kFp8) w[b] = _mm512_mul_ps(w[b], s[b]);
+      }
+      for (int a = 0; a < MT; ++a) {
+        const __m512 xv = InRegister(_mm512_loadu_ps(xs[a] + c));
+        for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(xv, w[b], acc[a][b]);
+      }
+    }
+    if (c < k1) {
+      const __mmask16 mask = TailMask(k1 - c);
+      __m512 w[NT];
+      for (int b = 0; b < NT; ++b) {
+        w[b] = L::Part(rows[b] + c * L::kBytes, mask);
+        if constexpr (L::kFp8) w[b] = _mm512_mul_ps(w[b], s[b]);
+      }
+      for (int a = 0; a < MT; ++a) {
+        const __m512 xv = _mm512_maskz_loadu_ps(mask, xs[a] + c);
+        for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(xv, w[b], acc[a][b]);
+      }
+    }
+  }
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) j.y[(m0 + a) * j.n + n0 + b] = ReduceAdd(acc[a][b]);
+}
+
+// Decode: weight rows [r0, r1) against the m <= kMt activation rows, one pass per tile.
+template <class L, int MT>
+void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
+  constexpr int kTile = MT == 1 ? L::kDecodeRows : kNt;
+  int64_t n = r0;
+  for (; n + kTile <= r1; n += kTile) TileDirect<L, MT, kTile>(j, 0, n);
+  for (; n + 2 <= r1; n += 2) TileDirect<L, MT, 2>(j, 0, n);
+  if (n < r1) TileDirect<L, MT, 1>(j, 0, n);
+}
+
+// Batches (m > kMt): register tiles of up to kMtBig activation rows x kNtBig weight rows over one
+// k-segment [c0, c1) (inside one scale block; only the block's last chunk may be partial), with
+// the partial sums carried in `io` between segments. Pass 0 over a segment also prefetches the
+// weights the next segment will read (`pf`: that segment's start in each row).
+constexpr int kMtBig = 4;
+constexpr int kNtBig = 4;
+constexpr int64_t kSegment = 512;  // columns per k-segment, a multiple of 16
+
+// seg[b]: column c0 of weight row n0 + b (or of its staged f32 copy).
+template <class L, int MT, int NT>
+void TileSegment(const Job& j, int64_t m0, int64_t n0, int64_t c0, int64_t c1, int64_t kb,
+                 const uint8_t* const* seg, __m512* io, bool first, const uint8_t* const* pf) {
+  const float* xs[MT];
+  for (int a = 0; a < MT; ++a) xs[a] = j.x + (m0 + a) * j.ldx;
+  __m512 acc[MT][NT];
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) acc[a][b] = first ? _mm512_setzero_ps() : io[a * kNtBig + b];
+  __m512 s[NT];
+  if constexpr (L::kFp8) {
+    for (int b = 0; b < NT; ++b) s[b] = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+  }
+  int64_t c = c0;
+  for (; c + 16 <= c1; c += 16) {
+    if (pf != nullptr && ((c * L::kBytes) & 63) < 16 * L::kBytes) {  // a new cache line
+      for (int b = 0; b < NT; ++b) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[b] + (c - c0) * L::kBytes), _MM_HINT_T0);
+      }
+    }
+    __m512 w[NT];
+    for (int b = 0; b < NT; ++b) {
+      w[b] = L::Full(seg[b] + (c - c0) * L::kBytes);
+      if constexpr (L::kFp8) w[b] = _mm512_mul_ps(w[b], s[b]);
+    }
+    for (int a = 0; a < MT; ++a) {
+      const __m512 xv = InRegister(_mm512_loadu_ps(xs[a] + c));
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(xv, w[b], acc[a][b]);
+    }
+  }
+  if (c < c1) {
+    const __mmask16 mask = TailMask(c1 - c);
+    __m512 w[NT];
+    for (int b = 0; b < NT; ++b) {
+      w[b] = L::Part(seg[b] + (c - c0) * L::kBytes, mask);
+      if constexpr (L::kFp8) w[b] = _mm512_mul_ps(w[b], s[b]);
+    }
+    for (int a = 0; a < MT; ++a) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, xs[a] + c);
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(xv, w[b], acc[a][b]);
+    }
+  }
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) io[a * kNtBig + b] = acc[a][b];
+}
+
+template <class L, int NT>
+void TileSegmentAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, int64_t c0, int64_t c1,
+                     int64_t kb, const uint8_t* const* seg, __m512* io, bool first,
+                     const uint8_t* const* pf) {
+  static_assert(kMtBig == 4);
+  switch (mt) {
+    case 4:
+      TileSegment<L, 4, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
+    case 3:
+      TileSegment<L, 3, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
+    case 2:
+      TileSegment<L, 2, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
+    default:
+      TileSegment<L, 1, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
+  }
+}
+
+// fp8 batches: the segment [c0, c1) of the NT rows converted and scaled once into f32 (exactly
+// the vectors TileSegment<LoadF8> would compute, so the sums are the same), prefetching `pf`.
+template <int NT>
+void StageF8(const Job& j, int64_t n0, int64_t c0, int64_t c1, const uint8_t* const* pf,
+             float* stage) {
+  for (int b = 0; b < NT; ++b) {
+    const uint8_t* row = j.w + (n0 + b) * j.row_bytes;
+    int64_t kb = c0 / j.block, block_end = (kb + 1) * j.block;
+    __m512 s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+    for (int64_t c = c0; c < c1; c += 16) {
+      if (c >= block_end) {  // chunks never straddle two scale blocks
+        ++kb;
+        block_end += j.block;
+        s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+      }
+      if (pf != nullptr && (c & 63) < 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[b] + (c - c0)), _MM_HINT_T0);
+      }
+      const __m512 w =
+          c + 16 <= c1 ? LoadF8::Full(row + c) : LoadF8::Part(row + c, TailMask(c1 - c));
+      _mm512_store_ps(stage + b * kSegment + (c - c0), _mm512_mul_ps(w, s));
+    }
+  }
+}
+
+// Weight rows [n0, n0 + NT) (next tile at `next`, or null) against activation rows [m0, m1).
+template <class L, int NT>
+void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1, const uint8_t* next) {
+  alignas(64) __m512 io[kMb * kNtBig];
+  alignas(64) float stage[L::kFp8 ? NT * kSegment : 1];
+  // fp8 converts slowly: with more than one M-tile, convert each segment once. When no chunk
+  // ends inside a scale block (block % 16 == 0), staged segments may span several blocks.
+  const bool staged = L::kFp8 && m1 - m0 > kMtBig;
+  const int64_t span = staged && j.block % 16 == 0 ? j.k : j.block;
+  bool first = true;
+  const uint8_t* pf[NT];
+  const uint8_t* seg[NT];
+  for (int64_t k0 = 0; k0 < j.k; k0 += span) {
+    const int64_t k1 = std::min(j.k, k0 + span);
+    for (int64_t c0 = k0; c0 < k1; c0 += kSegment) {
+      const int64_t c1 = std::min(k1, c0 + kSegment);
+      const bool last = c1 >= j.k;
+      for (int b = 0; b < NT; ++b) {
+        pf[b] = last ? (next != nullptr ? next + b * j.row_bytes : nullptr)
+                     : j.w + (n0 + b) * j.row_bytes + c1 * L::kBytes;
+        seg[b] = j.w + (n0 + b) * j.row_bytes + c0 * L::kBytes;
+      }
+      const bool prefetch = !last || next != nullptr;
+      if (staged) {
+        if constexpr (L::kFp8) StageF8<NT>(j, n0, c0, c1, prefetch ? pf : nullptr, stage);
+        for (int b = 0; b < NT; ++b)
+          seg[b] = reinterpret_cast<const uint8_t*>(stage + b * kSegment);
+        for (int64_t m = m0; m < m1; m += kMtBig) {
+          TileSegmentAnyM<LoadF32, NT>(j, m, std::min<int64_t>(kMtBig, m1 - m), n0, c0, c1, 0, seg,
+                                       &io[(m - m0) * kNtBig], first, nullptr);
+        }
+      } else {
+        for (int64_t m = m0; m < m1; m += kMtBig) {
+          TileSegmentAnyM<L, NT>(j, m, std::min<int64_t>(kMtBig, m1 - m), n0, c0, c1, c0 / j.block,
+                                 seg, &io[(m - m0) * kNtBig], first,
+                                 m == m0 && prefetch ? pf : nullptr);
+        }
+      }
+      first = false;
+    }
+  }
+  for (int64_t m = m0; m < m1; ++m)
+    for (int b = 0; b < NT; ++b) j.y[m * j.n + n0 + b] = ReduceAdd(io[(m - m0) * kNtBig + b]);
+}
+
+// Weight rows [r0, r1) against all activation rows. m <= kMt: each weight tile streams from
+// memory once, converted in registers, all rows at once. Larger m: blocks of at most kMb
+// activation rows; per block, tiles of kNtBig weight rows go through k in segments, each segment
+// converted once per kMtBig activation rows while the next one is prefetched.
+template <class L>
+void Rows(const Job& j, int64_t r0, int64_t r1) {
+  switch (j.m) {
+    case 1:
+      RowsDecode<L, 1>(j, r0, r1);
+      return;
+    case 2:
+      RowsDecode<L, 2>(j, r0, r1);
+      return;
+    case 3:
+      RowsDecode<L, 3>(j, r0, r1);
+      return;
+    case 4:
+      RowsDecode<L, 4>(j, r0, r1);
+      return;
+    default:
+      break;
+  }
+  for (int64_t m0 = 0; m0 < j.m; m0 += kMb) {
+    const int64_t m1 = std::min(j.m, m0 + kMb);
+    for (int64_t n = r0; n < r1; n += kNtBig) {
+      const int64_t rows = std::min<int64_t>(kNtBig, r1 - n);
+      const uint8_t* next = n + kNtBig < r1 ? j.w + (n + kNtBig) * j.row_bytes : nullptr;
+      static_assert(kNtBig <= 4);
+      switch (rows) {
+        case 4:
+          TileBatch<L, 4>(j, n, m0, m1, next);
+          break;
+        case 3:
+          TileBatch<L, 3>(j, n, m0, m1, next);
+          break;
+        case 2:
+          TileBatch<L, 2>(j, n, m0, m1, next);
+          break;
+        default:
+          TileBatch<L, 1>(j, n, m0, m1, next);
+          break;
+      }
+    }
+  }
+}
+
+template <class L>
+void LinearTyped(const Job& job) {
+  // Batches read up to kMtBig activation rows at once; rows whose stride is a multiple of 4 KiB
+  // would all fall into the same L1 sets (with the weight rows), so copy them to a padded stride.
+  Job j = job;
+  thread_local std::vector<float> padded;
+  if (j.m > kMt && (j.k * 4) % 4096 < 256) {
+    const int64_t stride = j.k + 16;
+    if (static_cast<int64_t>(padded.size()) < j.m * stride) padded.resize(j.m * stride);
+    for (int64_t m = 0; m < j.m; ++m) std::memcpy(&padded[m * stride], j.x + m * j.k, 4 * j.k);
+    j.x = padded.data();
+    j.ldx = stride;
+  }
+  const auto rows = [&j](int64_t r0, int64_t r1) { Rows<L>(j, r0, r1); };
+  // Chunks of whole tiles with about 128 KiB of weights each, at least 4 per thread.
+  const int64_t tile = j.m <= kMt ? kNt : kNtBig;
+  const int64_t threads = threads::NumThreads();
+  int64_t grain = std::max<int64_t>(tile, (int64_t{128} << 10) / std::max<int64_t>(j.row_bytes, 1));
+  grain = std::min(grain, (j.n + 4 * threads - 1) / (4 * threads));
+  grain = std::max<int64_t>(tile, (grain + tile - 1) / tile * tile);
+  const double work =
+      static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(j.m);
+  if (threads == 1 || work < 32768.0 || grain >= j.n) {
+    rows(0, j.n);
+    return;
+  }
+  threads::ParallelFor(j.n, grain, rows);
+}
+
+Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
+  Job j;
+  j.x = x;
+  j.ldx = w.k;
+  j.m = m;
+  j.w = static_cast<const uint8_t*>(w.data);
+  j.n = w.n;
+  j.k = w.k;
+  j.row_bytes = w.k * DTypeSize(w.dtype);
+  j.y = y;
+  j.scale = w.dtype == DType::kF8E4M3 ? w.scale : nullptr;
+  j.scale_dtype = w.scale_dtype;
+  j.block_n = w.block_n > 0 ? w.block_n : 1;
+  j.block = (j.scale != nullptr && w.block_k > 0) ? w.block_k : std::max<int64_t>(w.k, 1);
+  j.scale_cols = (w.k + j.block - 1) / j.block;
+  j.scale_row0 = w.scale_row0;
+  return j;
+}
+
+void Linear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  if (m <= 0 || w.n <= 0) return;
+  const Job j = MakeJob(x, m, w, y);
+  switch (w.dtype) {
+    case DType::kF32:
+      LinearTyped<LoadF32>(j);
+      break;
+    case DType::kBF16:
+      LinearTyped<LoadBF16>(j);
+      break;
+    case DType::kF16:
+      LinearTyped<LoadF16>(j);
+      break;
+    case DType::kF8E4M3:
+      LinearTyped<LoadF8>(j);
+      break;
+    default:
+      RefKernels().linear(x, m, w, y, scratch);
+      break;
+  }
+}
+
+// ---- dequant_row ----
+
+template <class L>
+void DequantTyped(const Job& j, int64_t row, float* out) {
+  const uint8_t* p = j.w + row * j.row_bytes;
+  for (int64_t k0 = 0, kb = 0; k0 < j.k; k0 += j.block, ++kb) {
+    const int64_t k1 = std::min(j.k, k0 + j.block);
+    __m512 s = _mm512_setzero_ps();
+    if constexpr (L::kFp8) s = _mm512_set1_ps(RowScale(j, row, kb));
+    int64_t c = k0;
+    for (; c + 16 <= k1; c += 16) {
+      __m512 v = L::Full(p + c * L::kBytes);
+      if constexpr (L::kFp8) v = _mm512_mul_ps(v, s);
+      _mm512_storeu_ps(out + c, v);
+    }
+    if (c < k1) {
+      const __mmask16 mask = TailMask(k1 - c);
+      __m512 v = L::Part(p + c * L::kBytes, mask);
+      if constexpr (L::kFp8) v = _mm512_mul_ps(v, s);
+      _mm512_mask_storeu_ps(out + c, mask, v);
+    }
+  }
+}
+
+void DequantRow(const WeightRef& w, int64_t row, float* out) {
+  const Job j = MakeJob(nullptr, 0, w, nullptr);
+  switch (w.dtype) {
+    case DType::kF32:
+      DequantTyped<LoadF32>(j, row, out);
+      break;
+    case DType::kBF16:
+      DequantTyped<LoadBF16>(j, row, out);
+      break;
+    case DType::kF16:
+      DequantTyped<LoadF16>(j, row, out);
+      break;
+    case DType::kF8E4M3:
+      DequantTyped<LoadF8>(j, row, out);
+      break;
+    default:
+      RefKernels().dequant_row(w, row, out);
+      break;
+  }
+}
+
+// ---- transposed linear: y[m, c] = sum over r of x[m, r] * W[r, c] ----
+// Each y lane is one f32 chain over r in order: acc = fma(x[m, r], w[r, c], acc).
+
+constexpr int kCt = 8;  // 16-wide column chunks per tile
+
+template <class L, int CT>
+void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
+  // cols <= CT * 16; the last chunk may be partial.
+  __m512 acc[CT], s[CT];
+  for (int t = 0; t < CT; ++t) acc[t] = s[t] = _mm512_setzero_ps();
+  const float* xm = j.x + m * j.n;
+  const int64_t full = cols / 16;
+  const __mmask16 tail = TailMask(cols - full * 16);
+  const int chunks = static_cast<int>(full + (tail != 0 ? 1 : 0));
+  int64_t scale_row = -1;
+  for (int64_t r = 0; r < j.n; ++r) {
+    const uint8_t* row = j.w + r * j.row_bytes + c0 * L::kBytes;
+    if constexpr (L::kFp8) {
+      if ((j.scale_row0 + r) / j.block_n != scale_row) {  // a new row block: its scales here
+        scale_row = (j.scale_row0 + r) / j.block_n;
+        for (int t = 0; t < chunks; ++t)
+          s[t] = _mm512_set1_ps(RowScale(j, r, (c0 + t * 16) / j.block));
+      }
+    }
+    const __m512 xr = _mm512_set1_ps(xm[r]);
+    for (int t = 0; t < CT; ++t) {
+      if (t >= chunks) break;
+      __m512 w =
+          t < full ? L::Full(row + t * 16 * L::kBytes) : L::Part(row + t * 16 * L::kBytes, tail);
+      if constexpr (L::kFp8) w = _mm512_mul_ps(w, s[t]);
+      acc[t] = _mm512_fmadd_ps(xr, w, acc[t]);
+    }
+  }
+  float* ym = y + m * j.k + c0;
+  for (int t = 0; t < chunks; ++t) {
+    if (t < full) {
+      _mm512_storeu_ps(ym + t * 16, acc[t]);
+    } else {
+      _mm512_mask_storeu_ps(ym + t * 16, tail, acc[t]);
+    }
+  }
+}
+
+template <class L>
+void LinearTTyped(const Job& j, float* y) {
+  for (int64_t m = 0; m < j.m; ++m) {
+    for (int64_t c0 = 0; c0 < j.k; c0 += kCt * 16) {
+      ColumnTileT<L, kCt>(j, m, c0, std::min<int64_t>(kCt * 16, j.k - c0), y);
+    }
+  }
+}
+
+// x [m, w.n], y [m, w.k].
+void TransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.k <= 0) return;
+  Job j = MakeJob(x, m, w, y);
+  // A 16-wide chunk must not straddle two fp8 scale blocks; otherwise use the reference. The
+  // choice depends on the weight only, so results stay independent of m.
+  const bool fp8_ok = j.scale == nullptr || j.block % 16 == 0;
+  switch (w.dtype) {
+    case DType::kF32:
+      LinearTTyped<LoadF32>(j, y);
+      break;
+    case DType::kBF16:
+      LinearTTyped<LoadBF16>(j, y);
+      break;
+    case DType::kF16:
+      LinearTTyped<LoadF16>(j, y);
+      break;
+    case DType::kF8E4M3:
+      if (fp8_ok) {
+        LinearTTyped<LoadF8>(j, y);
+        break;
+      }
+      [[fallthrough]];
+    default:
+      RefKernels().transposed_linear(x, m, w, y);
+      break;
+  }
+}
+
+}  // namespace
+
+void FillLinearKernels(KernelTable& t) {
+  t.linear = Linear;
+  t.dequant_row = DequantRow;
+  t.transposed_linear = TransposedLinear;
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_AVX512_END

@@ -1,0 +1,57 @@
+// Picks the kernel table once from the CPU's features (and LATENT_KERNELS).
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+
+namespace latent::kernels {
+namespace {
+
+bool CpuHasAvx512() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // libgcc's checks include the OS's support for the zmm state (XCR0).
+  __builtin_cpu_init();
+  // Every AVX-512 CPU also has the FMA, F16C and BMI2 the kernels use (clang cannot query f16c).
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+const KernelTable* MakeAvx512() {
+#if defined(__x86_64__)
+  if (!CpuHasAvx512()) return nullptr;
+  static KernelTable table = RefKernels();
+  avx512::FillLinearKernels(table);
+  avx512::FillNormKernels(table);
+  avx512::FillAttentionKernel(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
+bool ForceRef() {
+  const char* env = std::getenv("LATENT_KERNELS");
+  return env != nullptr && std::strcmp(env, "ref") == 0;
+}
+
+}  // namespace
+
+const KernelTable* Avx512Kernels() {
+  static const KernelTable* table = MakeAvx512();
+  return table;
+}
+
+const KernelTable& BestKernels() {
+  static const KernelTable& table =
+      (!ForceRef() && Avx512Kernels() != nullptr) ? *Avx512Kernels() : RefKernels();
+  return table;
+}
+
+const char* BestKernelsName() { return &BestKernels() == &RefKernels() ? "ref" : "avx512"; }
+
+}  // namespace latent::kernels

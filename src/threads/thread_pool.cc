@@ -1,0 +1,209 @@
+#include "threads/thread_pool.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace latent::threads {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
+int64_t SpinMicros() {
+  static const int64_t micros = [] {
+    const char* env = std::getenv("LATENT_SPIN_US");
+    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{300};
+  }();
+  return micros;
+}
+
+class Pool {
+ public:
+  explicit Pool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  }
+
+  ~Pool() {
+    stop_.store(true, std::memory_order_seq_cst);
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    FutexWakeAll(&epoch_);
+    for (std::thread& t : workers_) t.join();
+  }
+
+  int num_threads() const { return num_threads_; }
+
+  void ParallelFor(int64_t n, int64_t grain, RangeFn fn) {
+    FlushDenormals();
+    if (n <= 0) return;
+    grain = std::max<int64_t>(1, grain);
+    const int64_t chunks = (n + grain - 1) / grain;
+    bool expected = false;
+    if (num_threads_ == 1 || chunks == 1 ||
+        !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+      for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
+      return;
+    }
+    // Publish the job: parameters first, then the tagged chunk counter, then the epoch.
+    n_.store(n, std::memory_order_relaxed);
+    grain_.store(grain, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    fn_obj_.store(&fn, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
+    state_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+    epoch_.store(gen, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&epoch_);
+
+    RunChunks(gen);
+    // The rest are running on workers. Spin; yield after a while in case a worker lost its core.
+    for (int i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
+      if (i < 4096) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+    busy_.store(false, std::memory_order_release);
+  }
+
+ private:
+  // Claims and runs chunks of job `gen` until none is left (or a newer job replaced it).
+  void RunChunks(uint32_t gen) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    while (true) {
+      if (static_cast<uint32_t>(s >> 32) != gen) return;
+      const int64_t chunks = chunks_.load(std::memory_order_relaxed);
+      const int64_t index = static_cast<int64_t>(s & 0xffffffffu);
+      if (index >= chunks) return;
+      const int64_t n = n_.load(std::memory_order_relaxed);
+      const int64_t grain = grain_.load(std::memory_order_relaxed);
+      const RangeFn* fn = fn_obj_.load(std::memory_order_relaxed);
+      // The claim succeeds only while job `gen` is current, so the parameters read above are
+      // that job's (a new job is published only after every chunk of this one is done).
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        continue;
+      }
+      (*fn)(index * grain, std::min(n, (index + 1) * grain));
+      done_.fetch_add(1, std::memory_order_release);
+      s = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  void WorkerLoop() {
+    FlushDenormals();
+    // The epoch the pool started with: a worker that starts late must still see every job
+    // published (and a stop requested) before it ran.
+    uint32_t seen = 0;
+    while (true) {
+      uint32_t now = epoch_.load(std::memory_order_acquire);
+      if (now == seen) {
+        // Spin for a while: the next kernel usually comes within microseconds.
+        const auto deadline = Clock::now() + std::chrono::microseconds(SpinMicros());
+        for (int i = 0;; ++i) {
+          CpuRelax();
+          now = epoch_.load(std::memory_order_acquire);
+          if (now != seen) break;
+          if ((i & 255) == 255 && Clock::now() >= deadline) break;
+        }
+        while (now == seen) {
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          if (epoch_.load(std::memory_order_seq_cst) == seen) FutexWait(&epoch_, seen);
+          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+          now = epoch_.load(std::memory_order_acquire);
+        }
+      }
+      if (stop_.load(std::memory_order_acquire)) return;
+      seen = now;
+      RunChunks(now);
+    }
+  }
+
+  const int num_threads_;
+  std::vector<std::thread> workers_;
+  alignas(64) std::atomic<uint64_t> state_{0};  // job generation << 32 | next chunk
+  alignas(64) std::atomic<uint32_t> epoch_{0};  // futex word: the current job generation
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished of the current job
+  alignas(64) std::atomic<bool> busy_{false};
+  std::atomic<int64_t> n_{0}, grain_{1}, chunks_{0};
+  std::atomic<const RangeFn*> fn_obj_{nullptr};
+};
+
+std::mutex g_pool_mutex;
+std::atomic<Pool*> g_pool{nullptr};
+
+int DefaultThreads() {
+  if (const char* env = std::getenv("LATENT_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Pool& GlobalPool() {
+  Pool* pool = g_pool.load(std::memory_order_acquire);
+  if (pool != nullptr) return *pool;
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  pool = g_pool.load(std::memory_order_relaxed);
+  if (pool == nullptr) {
+    pool = new Pool(DefaultThreads());  // Lives until exit: workers never outlive it.
+    g_pool.store(pool, std::memory_order_release);
+  }
+  return *pool;
+}
+
+}  // namespace
+
+void SetNumThreads(int n) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::lock_guard<std::mutex> lock(g_pool_mutex);
+  Pool* old = g_pool.load(std::memory_order_relaxed);
+  if (old != nullptr && old->num_threads() == n) return;
+  g_pool.store(new Pool(n), std::memory_order_release);
+  delete old;  // Joins its workers; no job may be running (see the header).
+}
+
+int NumThreads() { return GlobalPool().num_threads(); }
+
+void ParallelFor(int64_t n, int64_t grain, RangeFn fn) { GlobalPool().ParallelFor(n, grain, fn); }
+
+void FlushDenormals() {
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr unsigned kFtzDaz = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
+  const unsigned csr = _mm_getcsr();
+  if ((csr & kFtzDaz) != kFtzDaz) _mm_setcsr(csr | kFtzDaz);
+#endif
+}
+
+}  // namespace latent::threads

@@ -1,0 +1,53 @@
+// A small persistent thread pool for the compute kernels: the calling thread plus N - 1
+// workers that spin for a while after each job (a decode step runs hundreds of short kernels
+// back to back; waking a sleeping thread costs tens of microseconds) and then sleep on a futex.
+//
+// ParallelFor(n, grain, fn) cuts [0, n) into chunks of `grain` (chunk boundaries depend only on
+// n and grain) and hands them out dynamically; the caller runs chunks too and returns when all
+// are done. Kernels must compute each output the same way whichever thread runs its chunk, so
+// results never depend on the thread count or on timing. A ParallelFor issued while the pool is
+// busy (from inside a chunk, or from a second thread) runs its chunks inline on the caller.
+//
+// Why not OpenMP: the same pool semantics (spin then sleep, inline when nested) with no
+// -fopenmp on every library, and a process-wide thread count that also applies to jobs started
+// from threads other than main (the server's engine thread).
+//
+// Every pool thread and every ParallelFor caller runs with FTZ/DAZ set (denormals flushed):
+// denormal operands slow AVX-512 code down by orders of magnitude, and all threads must round
+// alike.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace latent::threads {
+
+// A non-owning reference to a callable `void(int64_t begin, int64_t end)`.
+class RangeFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& f)  // NOLINT: implicit, like std::function_ref
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* obj, int64_t begin, int64_t end) {
+          (*static_cast<std::remove_reference_t<F>*>(obj))(begin, end);
+        }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int64_t, int64_t);
+};
+
+// Sets the process-wide thread count (the caller included); n <= 0 means the hardware
+// concurrency. Call it at start-up (the CLI's --threads), not while kernels run. Without a call,
+// the count comes from LATENT_THREADS or the hardware concurrency.
+void SetNumThreads(int n);
+int NumThreads();
+
+// Runs fn(begin, end) over [0, n) in chunks of `grain` items on the process-wide pool.
+void ParallelFor(int64_t n, int64_t grain, RangeFn fn);
+
+// Sets FTZ and DAZ in this thread's MXCSR (x86; no-op elsewhere).
+void FlushDenormals();
+
+}  // namespace latent::threads

@@ -1,0 +1,452 @@
+// Every fast kernel against the reference kernels (the oracle), over shapes with odd tails,
+// unaligned weights and partial fp8 blocks; plus the batch invariance the engine relies on: a
+// row's result is bit-identical whatever m, the other rows and the thread count are.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/kernel_table.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+namespace latent::kernels {
+namespace {
+
+const KernelTable& Ref() { return RefKernels(); }
+
+// The fast table, or skip the test on CPUs without it.
+#define REQUIRE_FAST()                                                      \
+  if (Avx512Kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU"; \
+  const KernelTable& fast = *Avx512Kernels()
+
+// Restores the process-wide thread count after a test changes it.
+class ThreadCount {
+ public:
+  ThreadCount() : saved_(threads::NumThreads()) {}
+  ~ThreadCount() { threads::SetNumThreads(saved_); }
+
+ private:
+  int saved_;
+};
+
+std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A weight matrix stored at a deliberately odd address, with its scales.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> scale_bytes;
+  WeightRef ref;
+};
+
+// f32 -> f16 bits for test data in the normal f16 range (the mantissa is truncated).
+uint16_t F32ToF16Bits(float v) {
+  const uint32_t bits = F32ToBits(v);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const int32_t exp = static_cast<int32_t>((bits >> 23) & 0xffu) - 127 + 15;
+  if (exp <= 0) return static_cast<uint16_t>(sign);  // tiny: zero
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | ((bits >> 13) & 0x3ffu));
+}
+
+void AppendScalar(std::vector<uint8_t>& out, DType dtype, float v) {
+  switch (dtype) {
+    case DType::kF32: {
+      uint8_t b[4];
+      std::memcpy(b, &v, 4);
+      out.insert(out.end(), b, b + 4);
+      break;
+    }
+    case DType::kBF16: {
+      const uint16_t h = F32ToBF16(v);
+      out.push_back(static_cast<uint8_t>(h));
+      out.push_back(static_cast<uint8_t>(h >> 8));
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t h = F32ToF16Bits(v);
+      out.push_back(static_cast<uint8_t>(h));
+      out.push_back(static_cast<uint8_t>(h >> 8));
+      break;
+    }
+    default:
+      FAIL() << "unsupported";
+  }
+}
+
+// dtype f32/bf16/f16, or fp8 e4m3 with [block_n, block_k] scales of `scale_dtype`.
+TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int64_t misalign,
+                      int64_t block_n = 0, int64_t block_k = 0, DType scale_dtype = DType::kF32) {
+  TestWeight w;
+  w.bytes.assign(misalign, 0);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t i = 0; i < n * k; ++i) {
+    if (dtype == DType::kF8E4M3) {
+      int b;
+      do b = byte(rng);
+      while ((b & 0x7f) == 0x7f);  // no NaN encodings
+      w.bytes.push_back(static_cast<uint8_t>(b));
+    } else {
+      AppendScalar(w.bytes, dtype, dist(rng));
+    }
+  }
+  w.ref.dtype = dtype;
+  w.ref.n = n;
+  w.ref.k = k;
+  if (dtype == DType::kF8E4M3 && block_n > 0) {
+    const int64_t rows = (n + block_n - 1) / block_n, cols = (k + block_k - 1) / block_k;
+    w.scale_bytes.assign(3, 0);  // unaligned scales too
+    std::uniform_real_distribution<float> sdist(0.001f, 0.01f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      if (scale_dtype == DType::kF8E8M0) {
+        w.scale_bytes.push_back(static_cast<uint8_t>(118 + byte(rng) % 6));  // 2^-9 .. 2^-4
+      } else {
+        AppendScalar(w.scale_bytes, scale_dtype, sdist(rng));
+      }
+    }
+    w.ref.scale = w.scale_bytes.data() + 3;
+    w.ref.scale_dtype = scale_dtype;
+    w.ref.block_n = block_n;
+    w.ref.block_k = block_k;
+  }
+  w.ref.data = w.bytes.data() + misalign;
+  return w;
+}
+
+// Sum over c of |x[c] * W[r, c]| in double: the scale of the rounding error.
+double AbsDot(const float* x, const std::vector<float>& row) {
+  double s = 0.0;
+  for (size_t c = 0; c < row.size(); ++c) s += std::fabs(static_cast<double>(x[c]) * row[c]);
+  return s;
+}
+
+struct WeightCase {
+  std::string name;
+  DType dtype;
+  int64_t block_n = 0, block_k = 0;
+  DType scale_dtype = DType::kF32;
+};
+
+std::vector<WeightCase> WeightCases() {
+  return {
+      {"f32", DType::kF32},
+      {"bf16", DType::kBF16},
+      {"f16", DType::kF16},
+      {"fp8_b16", DType::kF8E4M3, 16, 16},
+      {"fp8_b128", DType::kF8E4M3, 128, 128},
+      {"fp8_b16x128_bf16scale", DType::kF8E4M3, 16, 128, DType::kBF16},
+      {"fp8_b128x16_e8m0", DType::kF8E4M3, 128, 16, DType::kF8E8M0},
+      {"fp8_b7x24", DType::kF8E4M3, 7, 24},  // blocks that do not fit 16-wide chunks
+      {"fp8_noscale", DType::kF8E4M3},
+  };
+}
+
+TEST(KernelDispatch, BestKernelsIsAvx512WhenAvailable) {
+  const char* env = std::getenv("LATENT_KERNELS");
+  if (env != nullptr && std::string(env) == "ref") {
+    EXPECT_STREQ(BestKernelsName(), "ref");
+  } else if (Avx512Kernels() != nullptr) {
+    EXPECT_STREQ(BestKernelsName(), "avx512");
+    EXPECT_EQ(&BestKernels(), Avx512Kernels());
+  } else {
+    EXPECT_STREQ(BestKernelsName(), "ref");
+  }
+}
+
+TEST(FastKernels, DequantRowMatchesRefExactly) {
+  REQUIRE_FAST();
+  std::mt19937 rng(1);
+  for (const WeightCase& wc : WeightCases()) {
+    for (int64_t k : {1, 15, 16, 17, 33, 130, 257}) {
+      const int64_t n = 19;
+      const TestWeight w =
+          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+      std::vector<float> a(k + 1, -7.0f), b(k + 1, -7.0f);
+      for (int64_t r : {int64_t{0}, int64_t{5}, n - 1}) {
+        Ref().dequant_row(w.ref, r, a.data());
+        fast.dequant_row(w.ref, r, b.data());
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * (k + 1)))
+            << wc.name << " k=" << k << " row=" << r;
+      }
+    }
+  }
+}
+
+TEST(FastKernels, LinearMatchesRef) {
+  REQUIRE_FAST();
+  std::mt19937 rng(2);
+  for (const WeightCase& wc : WeightCases()) {
+    for (int64_t k : {1, 15, 16, 17, 33, 130, 600}) {
+      for (int64_t n : {1, 7, 67}) {
+        for (int64_t misalign : {0, 1, 3}) {
+          if (misalign != 0 && (k != 33 || n != 7)) continue;
+          const TestWeight w =
+              MakeWeight(rng, wc.dtype, n, k, misalign, wc.block_n, wc.block_k, wc.scale_dtype);
+          for (int64_t m : {1, 3, 4, 5, 17}) {
+            const std::vector<float> x = RandomFloats(rng, m * k);
+            std::vector<float> want(m * n), got(m * n, NAN), scratch(k);
+            Ref().linear(x.data(), m, w.ref, want.data(), scratch.data());
+            fast.linear(x.data(), m, w.ref, got.data(), scratch.data());
+            std::vector<float> row(k);
+            for (int64_t r = 0; r < n; ++r) {
+              Ref().dequant_row(w.ref, r, row.data());
+              for (int64_t i = 0; i < m; ++i) {
+                const double tol = 1e-5 * AbsDot(&x[i * k], row) + 1e-30;
+                ASSERT_NEAR(got[i * n + r], want[i * n + r], tol)
+                    << wc.name << " m=" << m << " n=" << n << " k=" << k << " at (" << i << ", "
+                    << r << ")";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row's output is bit-identical alone (m = 1), inside any batch, at any position, with any
+// thread count, and for row slices of the weight (WeightRef::Rows).
+TEST(FastKernels, LinearIsBatchInvariant) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  std::mt19937 rng(3);
+  for (const WeightCase& wc : WeightCases()) {
+    const int64_t n = 300, k = 2050, m = 37;  // staged k-blocks, M tiles and thread chunks
+    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+    const std::vector<float> x = RandomFloats(rng, m * k);
+    threads::SetNumThreads(2);
+    std::vector<float> batch(m * n);
+    fast.linear(x.data(), m, w.ref, batch.data(), nullptr);
+    for (int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      for (int64_t take : {1, 2, 4, 5, 9}) {
+        for (int64_t start = 0; start + take <= m; start += 11) {
+          std::vector<float> part(take * n);
+          fast.linear(&x[start * k], take, w.ref, part.data(), nullptr);
+          ASSERT_EQ(0, std::memcmp(part.data(), &batch[start * n], sizeof(float) * take * n))
+              << wc.name << " threads=" << threads << " m=" << take << " start=" << start;
+        }
+      }
+    }
+    // Row slices, block-aligned or not (WeightRef::Rows), nested.
+    for (int64_t row0 : {int64_t{0}, int64_t{5}, int64_t{128}, int64_t{131}}) {
+      const WeightRef slice = w.ref.Rows(row0 / 2, 100 + row0 / 2).Rows(row0 - row0 / 2, 70);
+      std::vector<float> sliced(3 * 70), sliced_ref(3 * 70), scratch(k);
+      fast.linear(&x[5 * k], 3, slice, sliced.data(), nullptr);
+      for (int64_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(0, std::memcmp(&sliced[i * 70], &batch[(5 + i) * n + row0], sizeof(float) * 70))
+            << wc.name << " row0=" << row0;
+      }
+      std::vector<float> full_ref(3 * n);
+      Ref().linear(&x[5 * k], 3, w.ref, full_ref.data(), scratch.data());
+      Ref().linear(&x[5 * k], 3, slice, sliced_ref.data(), scratch.data());
+      for (int64_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(0, std::memcmp(&sliced_ref[i * 70], &full_ref[i * n + row0], sizeof(float) * 70))
+            << wc.name << " row0=" << row0;
+      }
+    }
+  }
+}
+
+TEST(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
+  REQUIRE_FAST();
+  std::mt19937 rng(4);
+  for (const WeightCase& wc : WeightCases()) {
+    for (int64_t k : {1, 15, 17, 130, 512}) {
+      for (int64_t n : {1, 7, 67, 128}) {
+        const TestWeight w =
+            MakeWeight(rng, wc.dtype, n, k, 3, wc.block_n, wc.block_k, wc.scale_dtype);
+        for (int64_t m : {1, 3, 5}) {
+          const std::vector<float> x = RandomFloats(rng, m * n);
+          std::vector<float> want(m * k), got(m * k, NAN);
+          Ref().transposed_linear(x.data(), m, w.ref, want.data());
+          fast.transposed_linear(x.data(), m, w.ref, got.data());
+          std::vector<std::vector<float>> rows(n, std::vector<float>(k));
+          for (int64_t r = 0; r < n; ++r) Ref().dequant_row(w.ref, r, rows[r].data());
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t c = 0; c < k; ++c) {
+              double abs_sum = 0.0;
+              for (int64_t r = 0; r < n; ++r)
+                abs_sum += std::fabs(double{x[i * n + r]} * rows[r][c]);
+              ASSERT_NEAR(got[i * k + c], want[i * k + c], 1e-5 * abs_sum + 1e-30)
+                  << wc.name << " m=" << m << " n=" << n << " k=" << k;
+            }
+            std::vector<float> alone(k);
+            fast.transposed_linear(&x[i * n], 1, w.ref, alone.data());
+            ASSERT_EQ(0, std::memcmp(alone.data(), &got[i * k], sizeof(float) * k)) << wc.name;
+          }
+          if (n > 3) {  // a row slice that starts mid-block matches the reference on it
+            const WeightRef slice = w.ref.Rows(3, n - 3);
+            std::vector<float> slice_want(m * k), slice_got(m * k);
+            std::vector<float> xs(m * (n - 3));
+            for (int64_t i = 0; i < m; ++i)
+              std::copy(&x[i * n + 3], &x[(i + 1) * n], &xs[i * (n - 3)]);
+            Ref().transposed_linear(xs.data(), m, slice, slice_want.data());
+            fast.transposed_linear(xs.data(), m, slice, slice_got.data());
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t c = 0; c < k; ++c) {
+                double abs_sum = 0.0;
+                for (int64_t r = 3; r < n; ++r)
+                  abs_sum += std::fabs(double{x[i * n + r]} * rows[r][c]);
+                ASSERT_NEAR(slice_got[i * k + c], slice_want[i * k + c], 1e-5 * abs_sum + 1e-30)
+                    << wc.name << " slice";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename F>
+void ForNormWeights(std::mt19937& rng, int64_t d, F f) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> w(1), b(1);  // odd addresses
+    std::uniform_real_distribution<float> dist(0.5f, 1.5f);
+    for (int64_t c = 0; c < d; ++c) {
+      AppendScalar(w, dtype, dist(rng));
+      AppendScalar(b, dtype, dist(rng) - 1.0f);
+    }
+    f(dtype, w.data() + 1, b.data() + 1);
+  }
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                 double abs, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + abs) << what << " at " << i;
+  }
+}
+
+TEST(FastKernels, RmsNormAndLayerNormMatchRef) {
+  REQUIRE_FAST();
+  std::mt19937 rng(5);
+  for (int64_t d : {1, 15, 16, 17, 130, 2048}) {
+    for (int64_t m : {1, 3}) {
+      const std::vector<float> x = RandomFloats(rng, m * d, -3.0f, 3.0f);
+      ForNormWeights(rng, d, [&](DType dtype, const void* w, const void* b) {
+        const std::string what =
+            "d=" + std::to_string(d) + " dtype=" + std::string(DTypeName(dtype));
+        std::vector<float> want(m * d), got(m * d), inplace = x;
+        Ref().rms_norm(x.data(), m, d, w, dtype, 1e-6f, want.data());
+        fast.rms_norm(x.data(), m, d, w, dtype, 1e-6f, got.data());
+        ExpectClose(got, want, 1e-6, 1e-7, "rms_norm " + what);
+        fast.rms_norm(inplace.data(), m, d, w, dtype, 1e-6f, inplace.data());
+        ASSERT_EQ(0, std::memcmp(inplace.data(), got.data(), sizeof(float) * m * d));
+
+        Ref().layer_norm(x.data(), m, d, w, b, dtype, 1e-6f, want.data());
+        fast.layer_norm(x.data(), m, d, w, b, dtype, 1e-6f, got.data());
+        // LayerNorm's output is a difference: compare relative to |(x - mean) * inv * w| + |b|.
+        for (int64_t i = 0; i < m * d; ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-6 * (std::fabs(want[i]) + 3.0) + 1e-7)
+              << "layer_norm " << what << " at " << i;
+        }
+      });
+    }
+  }
+}
+
+TEST(FastKernels, SiluMulMatchesRef) {
+  REQUIRE_FAST();
+  std::mt19937 rng(6);
+  for (int64_t n : {1, 15, 17, 1408, 4099}) {
+    std::vector<float> gate = RandomFloats(rng, n, -20.0f, 20.0f);
+    if (n > 10) {  // extremes: exp overflow / underflow and exact zero
+      gate[0] = 100.0f;
+      gate[1] = -100.0f;
+      gate[2] = 0.0f;
+      gate[3] = -88.5f;
+      gate[4] = 88.5f;
+      gate[5] = -1e-30f;
+    }
+    const std::vector<float> up = RandomFloats(rng, n, -2.0f, 2.0f);
+    std::vector<float> want(n), got(n);
+    Ref().silu_mul(gate.data(), up.data(), n, want.data());
+    fast.silu_mul(gate.data(), up.data(), n, got.data());
+    ExpectClose(got, want, 1e-6, 1e-30, "silu_mul n=" + std::to_string(n));
+  }
+}
+
+// Rows of one sequence for attention: `length` positions in shuffled storage order.
+struct AttentionCase {
+  int64_t heads, qk_dim, v_dim, length;
+  bool shared;  // one key/value head for all heads (absorbed MLA)
+};
+
+void RunAttention(const KernelTable& table, const AttentionCase& c, const std::vector<float>& q,
+                  const std::vector<const float*>& keys, const std::vector<const float*>& values,
+                  float* out) {
+  std::vector<float> scratch(std::max<int64_t>(c.length, 1));
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = c.heads;
+  a.qk_dim = c.qk_dim;
+  a.keys = keys.data();
+  a.key_head_stride = c.shared ? 0 : c.qk_dim;
+  a.values = values.data();
+  a.value_head_stride = c.shared ? 0 : c.v_dim + 3;
+  a.v_dim = c.v_dim;
+  a.length = c.length;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_dim));
+  a.out = out;
+  a.scratch = scratch.data();
+  table.attention(a);
+}
+
+TEST(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  std::mt19937 rng(7);
+  const std::vector<AttentionCase> cases = {
+      {16, 576, 512, 1, true},   {16, 576, 512, 65, true}, {16, 576, 512, 1500, true},
+      {3, 17, 15, 513, true},    {17, 33, 31, 2000, true}, {1, 1, 1, 7, true},
+      {16, 192, 128, 70, false}, {5, 17, 15, 1300, false}, {2, 192, 128, 4100, false},
+      {128, 64, 48, 600, true},  {4, 16, 16, 0, true},
+  };
+  for (const AttentionCase& c : cases) {
+    const std::string what = "H=" + std::to_string(c.heads) + " qk=" + std::to_string(c.qk_dim) +
+                             " v=" + std::to_string(c.v_dim) + " L=" + std::to_string(c.length) +
+                             (c.shared ? " shared" : " per-head");
+    const int64_t key_floats = c.shared ? c.qk_dim : c.heads * c.qk_dim;
+    const int64_t value_floats = c.shared ? c.v_dim : c.heads * (c.v_dim + 3);
+    const std::vector<float> q = RandomFloats(rng, c.heads * c.qk_dim, -2.0f, 2.0f);
+    const std::vector<float> kstore = RandomFloats(rng, c.length * key_floats + 1, -2.0f, 2.0f);
+    const std::vector<float> vstore = RandomFloats(rng, c.length * value_floats + 1);
+    std::vector<int64_t> order(c.length);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<const float*> keys(c.length), values(c.length);
+    for (int64_t t = 0; t < c.length; ++t) {
+      keys[t] = &kstore[order[t] * key_floats + 1];  // odd float offsets: unaligned rows
+      values[t] = &vstore[order[t] * value_floats + 1];
+    }
+    std::vector<float> want(c.heads * c.v_dim), got(c.heads * c.v_dim, NAN);
+    RunAttention(Ref(), c, q, keys, values, want.data());
+    threads::SetNumThreads(2);
+    RunAttention(fast, c, q, keys, values, got.data());
+    // Tolerance: rounding of sum_t p_t v_t is relative to sum_t p_t |v_t| <= max |v| = 1.
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5) << what << " at " << i;
+    threads::SetNumThreads(1);
+    std::vector<float> single(got.size());
+    RunAttention(fast, c, q, keys, values, single.data());
+    ASSERT_EQ(0, std::memcmp(single.data(), got.data(), sizeof(float) * got.size())) << what;
+  }
+}
+
+}  // namespace
+}  // namespace latent::kernels
