@@ -53,15 +53,29 @@ py-test: build
 
 test: unit-test py-test
 
-# The main job: make the tiny default model with transformers, describe it, and serve a batch of
-# requests through the engine (continuous batching, chunked prefill, prefix caching).
-run: build $(DEFAULT_MODEL)/config.json
-	$(BUILD_DIR)/latent info --model $(DEFAULT_MODEL)
-	$(BUILD_DIR)/latent generate --model $(DEFAULT_MODEL) --prompts tools/demo_prompts.jsonl \
-	  --max-batch-tokens 64 --block-tokens 16
+# The main job: serve the tiny default model (random weights, made with transformers, with
+# DeepSeek V3's tokenizer and chat template) over the OpenAI API until Ctrl-C, after printing a
+# curl command and the equivalent `openai` client call to try it with.
+SERVE_HOST ?= 127.0.0.1
+SERVE_PORT ?= 8000
+SERVED_NAME := deepseek_v3-tiny
+DEFAULT_TOKENIZER := ../shared/tokenizers/deepseek_v3
+run: build $(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json
+	@echo "latent: serving $(DEFAULT_MODEL) as '$(SERVED_NAME)' on http://$(SERVE_HOST):$(SERVE_PORT)"
+	@echo "latent: once it logs 'ready', try (random weights: the text is gibberish):"
+	@echo
+	@echo "  curl http://$(SERVE_HOST):$(SERVE_PORT)/v1/completions -H 'Content-Type: application/json' \\"
+	@echo "    -d '{\"model\": \"$(SERVED_NAME)\", \"prompt\": \"The capital of France is\", \"max_tokens\": 16}'"
+	@echo
+	@echo "  $(PY) -c 'from openai import OpenAI; c = OpenAI(base_url=\"http://$(SERVE_HOST):$(SERVE_PORT)/v1\", api_key=\"unused\"); print(c.chat.completions.create(model=\"$(SERVED_NAME)\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}], max_tokens=16).choices[0].message.content)'"
+	@echo
+	exec $(BUILD_DIR)/latent serve --model $(DEFAULT_MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) \
+	  --served-model-name $(SERVED_NAME) --block-tokens 16
 
-$(DEFAULT_MODEL)/config.json: tools/make_tiny_model.py | $(STAMPS)/venv
-	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 > /dev/null
+# Remade when the tokenizer is missing (models from before it was added).
+$(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json &: tools/make_tiny_model.py | $(STAMPS)/venv
+	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 \
+	  --tokenizer $(DEFAULT_TOKENIZER) > /dev/null
 
 # libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS.
 fuzz: setup

@@ -1,0 +1,78 @@
+// `latent serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+// [--served-model-name NAME] [engine flags]`: the OpenAI-compatible HTTP server (src/server/).
+#include <memory>
+
+#include "cli/attention_form.h"
+#include "cli/commands.h"
+#include "server/server.h"
+
+namespace latent::cli {
+namespace {
+
+Runner RegisterServe(CLI::App& app) {
+  struct Options {
+    server::ServeOptions serve;
+    std::string attention = "auto";
+    bool no_prefix_cache = false;
+    double max_body_mib = 8;
+  };
+  auto opt = std::make_shared<Options>();
+  server::ServeOptions& s = opt->serve;
+  CLI::App* sub = app.add_subcommand("serve", "Serve the OpenAI API (completions, chat) over HTTP");
+  sub->add_option("--model", s.model_dir, "Hugging Face checkpoint directory")->required();
+  sub->add_option("--host", s.http.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", s.http.port, "Port to listen on (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--api-key", s.http.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1 and /tokenize");
+  sub->add_option("--served-model-name", s.served_model_name,
+                  "The model name clients use (default: --model as given)");
+  sub->add_option("--max-batch-tokens", s.engine.max_batch_tokens, "Token budget per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-seqs", s.engine.max_seqs, "Sequences per step at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--block-tokens", s.engine.block_tokens, "Tokens per cache block")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--num-blocks", s.engine.num_blocks,
+                  "Cache blocks (default: from --cache-memory)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--cache-memory", s.engine.cache_memory_gib, "Cache size in GiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--cache-dtype", s.engine.cache_dtype, "auto, f32 or bf16")
+      ->capture_default_str();
+  sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  sub->add_option("--attention", opt->attention, "auto, absorbed or expanded")
+      ->capture_default_str();
+  sub->add_flag("--check-invariants", s.engine.check_invariants,
+                "Verify block accounting after every step (tests)");
+  sub->add_option("--max-request-mib", opt->max_body_mib,
+                  "Largest request body, in MiB (larger: 413)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-threads", s.http.threads, "Connections served at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--shutdown-timeout", s.shutdown_timeout_s,
+                  "Seconds requests in flight get to finish after SIGINT/SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--log-requests", s.http.log_requests, "Log every HTTP response on stderr");
+  return [opt] {
+    server::ServeOptions serve = opt->serve;
+    serve.engine.attention = ParseAttentionForm(opt->attention);
+    serve.engine.prefix_caching = !opt->no_prefix_cache;
+    serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
+    return server::RunServer(serve);
+  };
+}
+
+}  // namespace
+
+LATENT_COMMAND(5, RegisterServe);
+
+}  // namespace latent::cli

@@ -1,0 +1,335 @@
+#include "server/completion_session.h"
+
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "base/error.h"
+
+namespace latent::server {
+namespace {
+
+std::string RandomId(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%016llx%08llx", prefix, static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffu));
+  return buf;
+}
+
+double Seconds(CompletionSession::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+CompletionSession::CompletionSession(const ServerContext& context, GenerationRequest request,
+                                     Clock::time_point arrival)
+    : context_(context), request_(std::move(request)), arrival_(arrival) {
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  meta_.endpoint = request_.endpoint;
+  meta_.id = RandomId(chat ? "chatcmpl-" : "cmpl-");
+  meta_.created = static_cast<int64_t>(std::time(nullptr));
+  meta_.model = request_.model;
+  meta_.logprobs = request_.logprobs;
+  meta_.return_token_ids = request_.return_token_ids;
+  meta_.include_usage = request_.include_usage;
+}
+
+std::vector<int32_t> CompletionSession::Tokenize(const PromptSpec& prompt) const {
+  if (!prompt.is_text) return prompt.ids;
+  if (!context_.tokenizer) {
+    throw ApiError(400, "this model has no tokenizer: give the prompt as token ids", "prompt");
+  }
+  return context_.tokenizer->Encode(prompt.text, /*add_special_tokens=*/true);
+}
+
+std::vector<int32_t> CompletionSession::RenderChat() const {
+  if (!context_.tokenizer || !context_.chat_template) {
+    throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
+  }
+  std::string text;
+  try {
+    text = context_.chat_template->Render(request_.messages, request_.tools,
+                                          request_.add_generation_prompt,
+                                          request_.chat_template_kwargs);
+  } catch (const Error& e) {
+    throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
+                   "messages");
+  }
+  // The template writes the special tokens (BOS) itself.
+  return context_.tokenizer->Encode(text, /*add_special_tokens=*/false);
+}
+
+void CompletionSession::Start() {
+  // Tokenize and check every prompt before submitting any.
+  std::vector<engine::Request> requests;
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    requests.push_back(MakeEngineRequest(request_, RenderChat(), context_.limits));
+  } else {
+    for (const PromptSpec& prompt : request_.prompts) {
+      requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
+    }
+  }
+  const int32_t n = request_.sampling.n;
+  prompts_.resize(requests.size());
+  choices_.reserve(requests.size() * n);
+  for (size_t p = 0; p < requests.size(); ++p) {
+    prompts_[p].ids = requests[p].prompt;
+    for (int32_t s = 0; s < n; ++s) {
+      Choice& c = choices_.emplace_back(request_.stop);
+      c.index = static_cast<int32_t>(p) * n + s;
+      if (context_.tokenizer)
+        c.detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
+    }
+  }
+  auto self = shared_from_this();
+  for (size_t p = 0; p < requests.size(); ++p) {
+    const int32_t prompt = static_cast<int32_t>(p);
+    try {
+      prompts_[p].engine_id = context_.engine->Submit(
+          std::move(requests[p]),
+          [self, prompt](const engine::RequestOutput& out) { self->OnOutput(prompt, out); });
+    } catch (const Error& e) {
+      for (size_t q = 0; q < p; ++q) context_.engine->Cancel(prompts_[q].engine_id);
+      cancelled_ = true;
+      throw ApiError(400, e.what(),
+                     request_.endpoint == Endpoint::kCompletions ? "prompt" : "messages");
+    }
+  }
+}
+
+void CompletionSession::OnOutput(int32_t prompt, const engine::RequestOutput& output) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back({prompt, output, Clock::now()});
+  }
+  wake_.notify_one();
+}
+
+bool CompletionSession::Wait(std::chrono::milliseconds timeout) {
+  std::deque<Event> events;
+  std::optional<std::string> abort;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, timeout,
+                   [this] { return !events_.empty() || abort_message_.has_value(); });
+    events.swap(events_);
+    abort = abort_message_;
+  }
+  if (done_) return !events.empty();
+  for (const Event& e : events) {
+    Apply(e);
+    if (done_) break;
+  }
+  if (!done_ && abort) {
+    Fail(503, *abort, "server_shutting_down");
+  }
+  if (!done_) CancelEngineRequests(/*all=*/false);
+  return !events.empty();
+}
+
+LogprobEntry CompletionSession::MakeLogprob(const engine::RequestOutput& out,
+                                            int64_t offset) const {
+  LogprobEntry e;
+  e.token = TokenText(out.token);
+  e.logprob = out.logprob;
+  e.text_offset = offset;
+  for (const engine::TokenLogprob& alt : out.top_logprobs) {
+    if (static_cast<int32_t>(e.top.size()) >= request_.top_logprobs) break;
+    e.top.emplace_back(TokenText(alt.token), alt.logprob);
+  }
+  return e;
+}
+
+std::string CompletionSession::TokenText(int32_t token) const {
+  if (!context_.tokenizer) return StrCat("token_id:", token);
+  const int32_t ids[1] = {token};
+  return context_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
+}
+
+void CompletionSession::Apply(const Event& event) {
+  Prompt& prompt = prompts_[event.prompt];
+  const engine::RequestOutput& out = event.output;
+  if (out.finish != engine::FinishReason::kNone) ++prompt.samples_ended;
+  if (out.has_token && out.sample == 0 && out.cached_prompt_tokens >= 0) {
+    prompt.cached_tokens = out.cached_prompt_tokens;
+  }
+  Choice& c = choices_[static_cast<size_t>(event.prompt) * request_.sampling.n + out.sample];
+  if (c.ended) return;  // Tokens after a stop string.
+  if (out.has_token) {
+    if (!prompt.first_token_seen) {
+      prompt.first_token_seen = true;
+      context_.metrics->ObserveTimeToFirstToken(Seconds(event.at - arrival_));
+    }
+    if (c.tokens > 0) context_.metrics->ObserveInterTokenLatency(Seconds(event.at - c.last_token));
+    c.last_token = event.at;
+    ++c.tokens;
+    if (request_.return_token_ids) c.token_ids.push_back(out.token);
+    if (request_.logprobs)
+      c.logprobs.push_back(MakeLogprob(out, static_cast<int64_t>(c.text.size())));
+    const std::string piece = c.detokenizer ? c.detokenizer->Push(out.token) : std::string();
+    c.text += c.stop.Push(piece);
+    if (c.stop.stopped()) {
+      EndChoice(c, "stop");
+      return;
+    }
+  }
+  if (out.finish == engine::FinishReason::kNone) return;
+  const std::string rest = c.detokenizer ? c.detokenizer->Finish() : std::string();
+  c.text += c.stop.Push(rest);
+  if (!c.stop.stopped()) c.text += c.stop.Finish();
+  switch (out.finish) {
+    case engine::FinishReason::kStop:
+      EndChoice(c, "stop");
+      break;
+    case engine::FinishReason::kLength:
+      EndChoice(c, c.stop.stopped() ? "stop" : "length");
+      break;
+    case engine::FinishReason::kCancelled:
+      // Only this session cancels its requests; a choice still open then was aborted.
+      EndChoice(c, "abort");
+      break;
+    case engine::FinishReason::kError:
+    case engine::FinishReason::kNone:
+      Fail(500, StrCat("the engine failed on this request: ", out.error), "engine_error");
+      break;
+  }
+}
+
+void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
+  c.ended = true;
+  c.finish_reason = reason;
+  context_.metrics->CountFinished(reason);
+  CheckDone();
+}
+
+void CompletionSession::CheckDone() {
+  if (done_) return;
+  for (const Choice& c : choices_) {
+    if (!c.ended) return;
+  }
+  done_ = true;
+  context_.metrics->ObserveRequestLatency(Seconds(Clock::now() - arrival_));
+}
+
+void CompletionSession::Fail(int status, const std::string& message, const std::string& code) {
+  if (done_) return;
+  error_.emplace(status, message, "", code);
+  for (Choice& c : choices_) {
+    if (!c.ended) {
+      c.ended = true;
+      c.finish_reason = status == 503 ? "abort" : "error";
+      context_.metrics->CountFinished(c.finish_reason);
+    }
+  }
+  CancelEngineRequests(/*all=*/true);
+  done_ = true;
+  context_.metrics->ObserveRequestLatency(Seconds(Clock::now() - arrival_));
+}
+
+void CompletionSession::CancelEngineRequests(bool all) {
+  const int32_t n = request_.sampling.n;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    Prompt& prompt = prompts_[p];
+    if (prompt.cancelled || prompt.engine_id < 0 || prompt.samples_ended == n) continue;
+    bool open = false;
+    for (int32_t s = 0; s < n && !all; ++s) open |= !choices_[p * n + s].ended;
+    if (open) continue;
+    context_.engine->Cancel(prompt.engine_id);
+    prompt.cancelled = true;
+  }
+}
+
+void CompletionSession::Cancel() {
+  if (cancelled_) return;
+  cancelled_ = true;
+  if (!done_) {
+    for (Choice& c : choices_) {
+      if (!c.ended) {
+        c.ended = true;
+        c.finish_reason = "abort";
+        context_.metrics->CountFinished("abort");
+      }
+    }
+    done_ = true;
+  }
+  CancelEngineRequests(/*all=*/true);
+}
+
+void CompletionSession::Abort(const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!abort_message_) abort_message_ = message;
+  }
+  wake_.notify_all();
+}
+
+Usage CompletionSession::TotalUsage() const {
+  Usage usage;
+  for (const Prompt& p : prompts_) {
+    usage.prompt_tokens += static_cast<int64_t>(p.ids.size());
+    usage.cached_tokens += p.cached_tokens;
+  }
+  for (const Choice& c : choices_) usage.completion_tokens += c.tokens;
+  return usage;
+}
+
+std::string CompletionSession::TakeStream() {
+  std::string out;
+  if (stream_closed_) return out;
+  if (!stream_opened_) {
+    stream_opened_ = true;
+    if (request_.endpoint == Endpoint::kChatCompletions) {
+      for (const Choice& c : choices_) {
+        ChoiceOutput role;
+        role.index = c.index;
+        out += SseData(ChunkJson(meta_, role, /*role_only=*/true));
+      }
+    }
+  }
+  for (Choice& c : choices_) {
+    const bool new_end = c.ended && !c.sent_end && !error_;
+    if (c.sent_text == c.text.size() && c.sent_ids == c.token_ids.size() &&
+        c.sent_logprobs == c.logprobs.size() && !new_end) {
+      continue;
+    }
+    ChoiceOutput delta;
+    delta.index = c.index;
+    delta.text = c.text.substr(c.sent_text);
+    delta.token_ids.assign(c.token_ids.begin() + c.sent_ids, c.token_ids.end());
+    delta.logprobs.assign(c.logprobs.begin() + c.sent_logprobs, c.logprobs.end());
+    if (new_end) delta.finish_reason = c.finish_reason;
+    c.sent_text = c.text.size();
+    c.sent_ids = c.token_ids.size();
+    c.sent_logprobs = c.logprobs.size();
+    c.sent_end = c.sent_end || new_end;
+    out += SseData(ChunkJson(meta_, delta));
+  }
+  if (done_) {
+    if (error_) {
+      out += SseData(ErrorJson(*error_));
+    } else if (request_.include_usage) {
+      out += SseData(UsageChunkJson(meta_, TotalUsage()));
+    }
+    out += "data: [DONE]\n\n";
+    stream_closed_ = true;
+  }
+  return out;
+}
+
+std::pair<int, std::string> CompletionSession::Response() const {
+  if (error_) return {error_->status(), Dump(ErrorJson(*error_))};
+  std::vector<ChoiceOutput> choices;
+  choices.reserve(choices_.size());
+  for (const Choice& c : choices_) {
+    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason});
+  }
+  std::vector<std::vector<int32_t>> prompt_ids;
+  if (request_.return_token_ids) {
+    for (const Prompt& p : prompts_) prompt_ids.push_back(p.ids);
+  }
+  return {200, Dump(ResponseJson(meta_, choices, TotalUsage(), prompt_ids))};
+}
+
+}  // namespace latent::server

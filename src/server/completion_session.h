@@ -1,0 +1,126 @@
+// One /v1/completions or /v1/chat/completions request in flight: its prompts submitted to the
+// engine (one engine request per prompt, n samples each), the engine's token events turned into
+// choices (streaming detokenization, stop strings, logprobs), and the response: one JSON body,
+// or SSE chunks as tokens arrive.
+//
+// Threads: the engine calls OnOutput on its own thread, which only queues the event (the HTTP
+// layer never blocks the engine). The HTTP handler's thread does everything else through Wait()
+// and Take*/Response(). Abort() may come from any thread (shutdown).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/openai_schema.h"
+#include "server/server_context.h"
+#include "server/stop_strings.h"
+#include "tokenizer/streaming_detokenizer.h"
+
+namespace latent::server {
+
+class CompletionSession : public std::enable_shared_from_this<CompletionSession> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Create with std::make_shared (the engine's callbacks hold the session).
+  CompletionSession(const ServerContext& context, GenerationRequest request,
+                    Clock::time_point arrival);
+
+  // Tokenizes the prompts (through the chat template for chat) and submits them. Throws ApiError
+  // for a prompt that is refused; then nothing stays submitted.
+  void Start();
+
+  // Waits up to `timeout` for engine events and applies them. Returns whether any arrived.
+  bool Wait(std::chrono::milliseconds timeout);
+  // Every choice has ended, or the request failed or was aborted.
+  bool done() const { return done_; }
+
+  // Streaming: the SSE text produced since the last call. Once done(), it ends with the last
+  // chunks (finish reasons, then usage with include_usage, or an error event) and
+  // "data: [DONE]", exactly once; stream_closed() is then true.
+  std::string TakeStream();
+  bool stream_closed() const { return stream_closed_; }
+
+  // Non-streaming, once done(): the HTTP status and the JSON body.
+  std::pair<int, std::string> Response() const;
+
+  // The client went away: cancels what still runs in the engine. Idempotent.
+  void Cancel();
+  // The server is stopping: ends the request with a 503 error. Any thread.
+  void Abort(const std::string& message);
+
+  const GenerationRequest& request() const { return request_; }
+
+  // The engine's callback for prompt `prompt`.
+  void OnOutput(int32_t prompt, const engine::RequestOutput& output);
+
+ private:
+  struct Event {
+    int32_t prompt;
+    engine::RequestOutput output;
+    Clock::time_point at;
+  };
+  struct Prompt {
+    std::vector<int32_t> ids;
+    int64_t engine_id = -1;
+    int64_t cached_tokens = 0;
+    int32_t samples_ended = 0;  // Samples whose end the engine reported.
+    bool first_token_seen = false;
+    bool cancelled = false;
+  };
+  struct Choice {
+    explicit Choice(std::vector<std::string> stops) : stop(std::move(stops)) {}
+    int32_t index = 0;
+    std::optional<tokenizer::StreamingDetokenizer> detokenizer;
+    StopStringMatcher stop;
+    std::string text;  // Emitted text (what stop strings let through).
+    std::vector<int32_t> token_ids;
+    std::vector<LogprobEntry> logprobs;
+    int64_t tokens = 0;  // Completion tokens, up to the one that completed a stop string.
+    std::string finish_reason;
+    bool ended = false;
+    Clock::time_point last_token;
+    // How much of text / token_ids / logprobs went out in chunks, and whether the end did.
+    size_t sent_text = 0, sent_ids = 0, sent_logprobs = 0;
+    bool sent_end = false;
+  };
+
+  std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
+  std::vector<int32_t> RenderChat() const;
+  void Apply(const Event& event);
+  void EndChoice(Choice& choice, const std::string& reason);
+  LogprobEntry MakeLogprob(const engine::RequestOutput& output, int64_t text_offset) const;
+  std::string TokenText(int32_t token) const;
+  // Cancels engine requests whose choices have all ended (stop strings) or, with `all`, every one
+  // still running.
+  void CancelEngineRequests(bool all);
+  void Fail(int status, const std::string& message, const std::string& code);
+  void CheckDone();
+  Usage TotalUsage() const;
+
+  const ServerContext& context_;
+  const GenerationRequest request_;
+  const Clock::time_point arrival_;
+  ResponseMeta meta_;
+  std::vector<Prompt> prompts_;
+  std::vector<Choice> choices_;
+  bool done_ = false;
+  bool cancelled_ = false;
+  bool stream_opened_ = false, stream_closed_ = false;
+  std::optional<ApiError> error_;
+
+  std::mutex mutex_;  // Guards the fields below.
+  std::condition_variable wake_;
+  std::deque<Event> events_;
+  std::optional<std::string> abort_message_;
+};
+
+}  // namespace latent::server

@@ -1,0 +1,665 @@
+#include "server/openai_schema.h"
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+
+namespace latent::server {
+namespace {
+
+constexpr int kMaxJsonDepth = 64;
+
+[[noreturn]] void BadField(const std::string& field, const std::string& message,
+                           const std::string& code = "invalid_value") {
+  throw ApiError(400, message, field, code);
+}
+
+[[noreturn]] void WrongType(const std::string& field, const char* expected) {
+  BadField(field, StrCat("'", field, "' must be ", expected), "invalid_type");
+}
+
+// The value of `key`, or nullptr when it is absent or null (null means "default" in OpenAI's API).
+const Json* Find(const Json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool GetBool(const Json& object, const char* key, bool fallback) {
+  const Json* v = Find(object, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) WrongType(key, "a boolean");
+  return v->get<bool>();
+}
+
+// An integer; a float with an integral value (16.0) counts, as Python clients may send one.
+std::optional<int64_t> GetInt(const Json& object, const char* key) {
+  const Json* v = Find(object, key);
+  if (!v) return std::nullopt;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      BadField(key, StrCat("'", key, "' is too large"));
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e18)
+      return static_cast<int64_t>(d);
+  }
+  WrongType(key, "an integer");
+}
+
+std::optional<double> GetNumber(const Json& object, const char* key) {
+  const Json* v = Find(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) WrongType(key, "a number");
+  const double d = v->get<double>();
+  if (!std::isfinite(d)) BadField(key, StrCat("'", key, "' must be finite"));
+  return d;
+}
+
+std::optional<std::string> GetString(const Json& object, const char* key) {
+  const Json* v = Find(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) WrongType(key, "a string");
+  return v->get<std::string>();
+}
+
+void CheckModel(const Json& body, const ServingLimits& limits, std::string* model) {
+  const std::optional<std::string> name = GetString(body, "model");
+  if (!name) return;
+  if (*name != limits.model_name) {
+    throw ApiError(404,
+                   StrCat("The model '", *name, "' does not exist; this server serves '",
+                          limits.model_name, "'"),
+                   "model", "model_not_found");
+  }
+  *model = *name;
+}
+
+std::vector<int32_t> TokenIds(const Json& array, const std::string& field,
+                              const ServingLimits& limits) {
+  std::vector<int32_t> ids;
+  ids.reserve(array.size());
+  for (const Json& v : array) {
+    if (!v.is_number_integer()) WrongType(field, "a list of integer token ids");
+    const bool negative = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
+    const uint64_t id = negative ? 0 : v.get<uint64_t>();
+    if (negative || (limits.vocab_size > 0 && id >= static_cast<uint64_t>(limits.vocab_size)) ||
+        id > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      BadField(field, StrCat("token id ", v.dump(), " in '", field,
+                             "' is outside the vocabulary (size ", limits.vocab_size, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+std::vector<PromptSpec> ParsePrompt(const Json& body, const ServingLimits& limits) {
+  const Json* prompt = Find(body, "prompt");
+  if (!prompt) BadField("prompt", "'prompt' is required", "missing_required_parameter");
+  auto empty = [] { BadField("prompt", "the prompt is empty"); };
+  std::vector<PromptSpec> prompts;
+  if (prompt->is_string()) {
+    if (prompt->get_ref<const std::string&>().empty()) empty();
+    prompts.push_back({true, prompt->get<std::string>(), {}});
+    return prompts;
+  }
+  if (!prompt->is_array()) {
+    WrongType("prompt",
+              "a string, a list of strings, or a list of token ids (or of lists of them)");
+  }
+  if (prompt->empty()) empty();
+  const Json& first = prompt->front();
+  if (first.is_number()) {  // One prompt of token ids.
+    prompts.push_back({false, "", TokenIds(*prompt, "prompt", limits)});
+    return prompts;
+  }
+  for (const Json& item : *prompt) {
+    if (first.is_string() && item.is_string()) {
+      if (item.get_ref<const std::string&>().empty()) empty();
+      prompts.push_back({true, item.get<std::string>(), {}});
+    } else if (first.is_array() && item.is_array()) {
+      if (item.empty()) empty();
+      prompts.push_back({false, "", TokenIds(item, "prompt", limits)});
+    } else {
+      WrongType("prompt",
+                "a string, a list of strings, or a list of token ids (or of lists of them)");
+    }
+  }
+  return prompts;
+}
+
+// Chat content: a string, null, or a list of {"type": "text", "text": ...} parts (joined with
+// newlines, as vLLM does).
+OrderedJson FlattenContent(const Json& content, size_t index) {
+  const std::string field = StrCat("messages[", index, "].content");
+  if (content.is_null()) return nullptr;
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) WrongType(field, "a string or a list of content parts");
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    if (!part.is_object()) WrongType(field, "a string or a list of content parts");
+    const std::optional<std::string> type = GetString(part, "type");
+    if (type != "text") {
+      BadField(field, StrCat("content part type '", type.value_or(""),
+                             "' is not supported (only 'text')"));
+    }
+    const std::optional<std::string> part_text = GetString(part, "text");
+    if (!part_text) BadField(field, "a text content part needs 'text'");
+    if (i > 0) text += "\n";
+    text += *part_text;
+  }
+  return text;
+}
+
+// `ordered` is the same body parsed keeping key order, which templates may show (tojson).
+OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
+  const Json* messages = Find(body, "messages");
+  if (!messages) BadField("messages", "'messages' is required", "missing_required_parameter");
+  if (!messages->is_array()) WrongType("messages", "a list of messages");
+  if (messages->empty()) BadField("messages", "'messages' is empty");
+  OrderedJson out = OrderedJson::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    const std::string field = StrCat("messages[", i, "]");
+    if (!m.is_object()) WrongType(field, "an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      BadField(field + ".role", StrCat("'", field, ".role' must be a string"), "invalid_type");
+    }
+    OrderedJson message = ordered["messages"][i];
+    if (role->get_ref<const std::string&>() == "developer") message["role"] = "system";
+    if (m.contains("content")) message["content"] = FlattenContent(m["content"], i);
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+// The chat fields shared by /v1/chat/completions and /tokenize.
+void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messages,
+                     OrderedJson* tools, OrderedJson* kwargs) {
+  const OrderedJson ordered = OrderedJson::parse(text.begin(), text.end());
+  *messages = ParseMessages(body, ordered);
+  if (const Json* t = Find(body, "tools")) {
+    if (!t->is_array()) WrongType("tools", "a list");
+    if (!t->empty()) *tools = ordered["tools"];
+  }
+  if (const Json* k = Find(body, "chat_template_kwargs")) {
+    if (!k->is_object()) WrongType("chat_template_kwargs", "an object");
+    *kwargs = ordered["chat_template_kwargs"];
+  }
+}
+
+// Rejects fields whose meaning latent cannot honour, rather than silently ignoring them.
+void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
+  if (GetBool(body, "echo", false))
+    BadField("echo", "'echo' is not supported", "unsupported_parameter");
+  if (const std::optional<int64_t> best_of = GetInt(body, "best_of"); best_of && *best_of != n) {
+    BadField("best_of", "'best_of' other than n is not supported", "unsupported_parameter");
+  }
+  if (endpoint == Endpoint::kCompletions && Find(body, "suffix")) {
+    BadField("suffix", "'suffix' is not supported", "unsupported_parameter");
+  }
+  if (const Json* bias = Find(body, "logit_bias")) {
+    if (!bias->is_object()) WrongType("logit_bias", "an object");
+    if (!bias->empty())
+      BadField("logit_bias", "'logit_bias' is not supported", "unsupported_parameter");
+  }
+  if (const Json* format = Find(body, "response_format")) {
+    if (!format->is_object()) WrongType("response_format", "an object");
+    const std::optional<std::string> type = GetString(*format, "type");
+    if (type && *type != "text") {
+      BadField("response_format", StrCat("response_format type '", *type, "' is not supported"),
+               "unsupported_parameter");
+    }
+  }
+}
+
+void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
+  engine::SamplingParams& s = r.sampling;
+  s.temperature = 1.0f;  // OpenAI's default; the engine's struct defaults to greedy.
+  if (auto v = GetNumber(body, "temperature")) {
+    if (*v < 0) BadField("temperature", StrCat("'temperature' must be >= 0, got ", *v));
+    s.temperature = static_cast<float>(*v);
+  }
+  if (auto v = GetNumber(body, "top_p")) {
+    if (!(*v > 0 && *v <= 1)) BadField("top_p", StrCat("'top_p' must be in (0, 1], got ", *v));
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = GetInt(body, "top_k")) {
+    if (*v < -1)
+      BadField("top_k", StrCat("'top_k' must be -1 (off), 0 (off) or positive, got ", *v));
+    s.top_k =
+        *v <= 0 ? 0
+                : static_cast<int32_t>(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
+  }
+  if (auto v = GetNumber(body, "min_p")) {
+    if (!(*v >= 0 && *v <= 1)) BadField("min_p", StrCat("'min_p' must be in [0, 1], got ", *v));
+    s.min_p = static_cast<float>(*v);
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (auto v = GetNumber(body, key)) {
+      if (!(*v >= -2 && *v <= 2)) BadField(key, StrCat("'", key, "' must be in [-2, 2], got ", *v));
+      (key[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = static_cast<float>(*v);
+    }
+  }
+  if (auto v = GetNumber(body, "repetition_penalty")) {
+    if (!(*v > 0 && *v <= 100))
+      BadField("repetition_penalty", StrCat("'repetition_penalty' must be in (0, 100], got ", *v));
+    s.repetition_penalty = static_cast<float>(*v);
+  }
+  if (const Json* seed = Find(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer()) {
+      s.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    } else {
+      WrongType("seed", "an integer");
+    }
+  }
+  if (auto v = GetInt(body, "n")) {
+    if (*v < 1 || *v > limits.max_n)
+      BadField("n", StrCat("'n' must be in [1, ", limits.max_n, "], got ", *v));
+    s.n = static_cast<int32_t>(*v);
+  }
+
+  // Logprobs: an integer (alternatives per token) for completions; a boolean plus top_logprobs
+  // for chat.
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (const Json* lp = Find(body, "logprobs")) {
+      if (lp->is_boolean()) WrongType("logprobs", "an integer (the number of alternatives)");
+      const int64_t k = *GetInt(body, "logprobs");
+      if (k < 0 || k > limits.max_top_logprobs) {
+        BadField("logprobs",
+                 StrCat("'logprobs' must be in [0, ", limits.max_top_logprobs, "], got ", k));
+      }
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int32_t>(k);
+    }
+  } else {
+    r.logprobs = GetBool(body, "logprobs", false);
+    if (auto k = GetInt(body, "top_logprobs")) {
+      if (*k < 0 || *k > limits.max_top_logprobs) {
+        BadField("top_logprobs",
+                 StrCat("'top_logprobs' must be in [0, ", limits.max_top_logprobs, "], got ", *k));
+      }
+      if (*k > 0 && !r.logprobs) BadField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      r.top_logprobs = static_cast<int32_t>(*k);
+    }
+  }
+  s.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+}
+
+void ParseStop(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
+  const Json* stop = Find(body, "stop");
+  if (!stop) return;
+  auto add = [&](const Json& item) {
+    if (!item.is_string()) WrongType("stop", "a string or a list of strings");
+    const std::string& text = item.get_ref<const std::string&>();
+    if (text.empty()) BadField("stop", "stop strings must not be empty");
+    if (text.size() > limits.max_stop_bytes) {
+      BadField("stop", StrCat("stop strings are at most ", limits.max_stop_bytes, " bytes"));
+    }
+    r.stop.push_back(text);
+  };
+  if (stop->is_array()) {
+    if (static_cast<int64_t>(stop->size()) > limits.max_stop) {
+      BadField("stop", StrCat("at most ", limits.max_stop, " stop strings"));
+    }
+    for (const Json& item : *stop) add(item);
+  } else {
+    add(*stop);
+  }
+}
+
+void ParseMaxTokens(const Json& body, GenerationRequest& r) {
+  std::optional<int64_t> max_tokens;
+  const char* field = "max_tokens";
+  if (r.endpoint == Endpoint::kChatCompletions) {
+    if (auto v = GetInt(body, "max_completion_tokens")) {
+      max_tokens = v;
+      field = "max_completion_tokens";
+    }
+  }
+  if (!max_tokens) max_tokens = GetInt(body, "max_tokens");
+  if (max_tokens && *max_tokens < 1) {
+    BadField(field, StrCat("'", field, "' must be at least 1, got ", *max_tokens));
+  }
+  // Also validate max_tokens when max_completion_tokens won.
+  if (auto v = GetInt(body, "max_tokens"); v && *v < 1) {
+    BadField("max_tokens", StrCat("'max_tokens' must be at least 1, got ", *v));
+  }
+  r.max_tokens = max_tokens;
+}
+
+}  // namespace
+
+std::string ApiError::type() const {
+  return status_ >= 500 ? "server_error" : "invalid_request_error";
+}
+
+OrderedJson ErrorJson(const ApiError& error) {
+  OrderedJson e;
+  e["message"] = error.what();
+  e["type"] = error.type();
+  e["param"] = error.param().empty() ? OrderedJson(nullptr) : OrderedJson(error.param());
+  e["code"] = error.code().empty() ? OrderedJson(nullptr) : OrderedJson(error.code());
+  return {{"error", e}};
+}
+
+OrderedJson ErrorJson(int status, const std::string& message, const std::string& code) {
+  return ErrorJson(ApiError(status, message, "", code));
+}
+
+Json ParseJsonObject(std::string_view body) {
+  // Bound the nesting before parsing, so nothing later recurses deeply.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw ApiError(400,
+                       StrCat("the JSON body is nested deeper than ", kMaxJsonDepth, " levels"), "",
+                       "invalid_json");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  Json json;
+  try {
+    json = Json::parse(body.begin(), body.end());
+  } catch (const Json::exception& e) {
+    throw ApiError(400, StrCat("the body is not valid JSON: ", e.what()), "", "invalid_json");
+  }
+  if (!json.is_object()) throw ApiError(400, "the body must be a JSON object", "", "invalid_json");
+  return json;
+}
+
+GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint endpoint,
+                                         const ServingLimits& limits) {
+  const Json body = ParseJsonObject(body_text);
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  CheckModel(body, limits, &r.model);
+  if (r.model.empty()) r.model = limits.model_name;
+
+  if (endpoint == Endpoint::kCompletions) {
+    r.prompts = ParsePrompt(body, limits);
+  } else {
+    ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
+    r.add_generation_prompt = GetBool(body, "add_generation_prompt", true);
+  }
+
+  r.stream = GetBool(body, "stream", false);
+  if (const Json* options = Find(body, "stream_options")) {
+    if (!options->is_object()) WrongType("stream_options", "an object");
+    if (!r.stream)
+      BadField("stream_options", "'stream_options' is only allowed with 'stream': true");
+    r.include_usage = GetBool(*options, "include_usage", false);
+  }
+  ParseMaxTokens(body, r);
+  ParseSampling(body, limits, r);
+  RejectUnsupported(body, endpoint, r.sampling.n);
+  if (static_cast<int64_t>(r.num_prompts()) * r.sampling.n > limits.max_choices) {
+    BadField("n", StrCat("prompts x n is ", static_cast<int64_t>(r.num_prompts()) * r.sampling.n,
+                         "; at most ", limits.max_choices, " choices per request"));
+  }
+  ParseStop(body, limits, r);
+  if (const Json* ids = Find(body, "stop_token_ids")) {
+    if (!ids->is_array()) WrongType("stop_token_ids", "a list of token ids");
+    r.stop_token_ids = TokenIds(*ids, "stop_token_ids", limits);
+  }
+  r.ignore_eos = GetBool(body, "ignore_eos", false);
+  r.skip_special_tokens = GetBool(body, "skip_special_tokens", true);
+  r.return_token_ids = GetBool(body, "return_token_ids", false);
+  r.user = GetString(body, "user").value_or("");
+  // Engine::Submit validates the sampling fields again (SamplingParams::Validate); its errors
+  // become 400 too.
+  return r;
+}
+
+engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
+                                  const ServingLimits& limits) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n == 0) BadField("prompt", "the prompt is empty (no tokens)");
+  const int64_t room = std::min(limits.context_tokens, limits.cache_tokens);
+  const char* field = request.endpoint == Endpoint::kCompletions ? "prompt" : "messages";
+  if (n >= limits.context_tokens) {
+    BadField(field,
+             StrCat("This model's maximum context length is ", limits.context_tokens,
+                    " tokens, and the prompt is ", n, " tokens: no room for a completion"),
+             "context_length_exceeded");
+  }
+  if (n >= limits.cache_tokens) {
+    BadField(field,
+             StrCat("the prompt is ", n, " tokens, but the cache holds only ", limits.cache_tokens,
+                    " tokens: no room for a completion"),
+             "context_length_exceeded");
+  }
+  int64_t max_tokens = request.max_tokens.value_or(
+      request.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, room - n) : room - n);
+  if (n + max_tokens > limits.context_tokens) {
+    BadField("max_tokens",
+             StrCat("This model's maximum context length is ", limits.context_tokens,
+                    " tokens. However, you requested ", n + max_tokens, " tokens (", n,
+                    " in the prompt, ", max_tokens, " for the completion)"),
+             "context_length_exceeded");
+  }
+  if (n + max_tokens > limits.cache_tokens) {
+    BadField("max_tokens",
+             StrCat("the cache holds ", limits.cache_tokens, " tokens. However, you requested ",
+                    n + max_tokens, " tokens (", n, " in the prompt, ", max_tokens,
+                    " for the completion)"),
+             "context_length_exceeded");
+  }
+  engine::Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = request.sampling;
+  r.stop_token_ids = request.stop_token_ids;
+  r.ignore_eos = request.ignore_eos;
+  return r;
+}
+
+TokenizeRequest ParseTokenizeRequest(std::string_view body_text, const ServingLimits& limits) {
+  const Json body = ParseJsonObject(body_text);
+  TokenizeRequest r;
+  CheckModel(body, limits, &r.model);
+  const bool has_prompt = Find(body, "prompt") != nullptr;
+  const bool has_messages = Find(body, "messages") != nullptr;
+  if (has_prompt == has_messages) {
+    BadField("prompt", "give either 'prompt' (text) or 'messages' (a conversation)",
+             "missing_required_parameter");
+  }
+  if (has_prompt) {
+    r.prompt = *GetString(body, "prompt");
+    r.add_special_tokens = GetBool(body, "add_special_tokens", true);
+  } else {
+    r.is_chat = true;
+    ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
+    r.add_generation_prompt = GetBool(body, "add_generation_prompt", true);
+    r.add_special_tokens = GetBool(body, "add_special_tokens", false);
+  }
+  r.return_token_strs = GetBool(body, "return_token_strs", false);
+  return r;
+}
+
+DetokenizeRequest ParseDetokenizeRequest(std::string_view body_text, const ServingLimits& limits) {
+  const Json body = ParseJsonObject(body_text);
+  DetokenizeRequest r;
+  CheckModel(body, limits, &r.model);
+  const Json* tokens = Find(body, "tokens");
+  if (!tokens) BadField("tokens", "'tokens' is required", "missing_required_parameter");
+  if (!tokens->is_array()) WrongType("tokens", "a list of token ids");
+  r.tokens = TokenIds(*tokens, "tokens", limits);
+  return r;
+}
+
+// ---- Responses ----
+
+OrderedJson UsageJson(const Usage& usage) {
+  OrderedJson u;
+  u["prompt_tokens"] = usage.prompt_tokens;
+  u["completion_tokens"] = usage.completion_tokens;
+  u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  return u;
+}
+
+namespace {
+
+OrderedJson Bytes(const std::string& text) {
+  OrderedJson bytes = OrderedJson::array();
+  for (unsigned char c : text) bytes.push_back(c);
+  return bytes;
+}
+
+// Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. Chat: {"content":
+// [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& entries) {
+  if (endpoint == Endpoint::kCompletions) {
+    OrderedJson tokens = OrderedJson::array(), logprobs = OrderedJson::array(),
+                top = OrderedJson::array(), offsets = OrderedJson::array();
+    for (const LogprobEntry& e : entries) {
+      tokens.push_back(e.token);
+      logprobs.push_back(e.logprob);
+      OrderedJson alternatives = OrderedJson::object();
+      for (const auto& [token, lp] : e.top) {
+        if (!alternatives.contains(token)) alternatives[token] = lp;
+      }
+      top.push_back(std::move(alternatives));
+      offsets.push_back(e.text_offset);
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", logprobs},
+            {"top_logprobs", top},
+            {"text_offset", offsets}};
+  }
+  OrderedJson content = OrderedJson::array();
+  for (const LogprobEntry& e : entries) {
+    OrderedJson top = OrderedJson::array();
+    for (const auto& [token, lp] : e.top) {
+      top.push_back({{"token", token}, {"logprob", lp}, {"bytes", Bytes(token)}});
+    }
+    content.push_back({{"token", e.token},
+                       {"logprob", e.logprob},
+                       {"bytes", Bytes(e.token)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+OrderedJson FinishReason(const std::string& reason) {
+  return reason.empty() ? OrderedJson(nullptr) : OrderedJson(reason);
+}
+
+OrderedJson Envelope(const ResponseMeta& meta, bool chunk) {
+  OrderedJson j;
+  j["id"] = meta.id;
+  if (meta.endpoint == Endpoint::kCompletions) {
+    j["object"] = "text_completion";
+  } else {
+    j["object"] = chunk ? "chat.completion.chunk" : "chat.completion";
+  }
+  j["created"] = meta.created;
+  j["model"] = meta.model;
+  j["system_fingerprint"] = nullptr;
+  return j;
+}
+
+}  // namespace
+
+OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                         const Usage& usage,
+                         const std::vector<std::vector<int32_t>>& prompt_token_ids) {
+  OrderedJson j = Envelope(meta, false);
+  OrderedJson list = OrderedJson::array();
+  for (const ChoiceOutput& c : choices) {
+    OrderedJson choice;
+    choice["index"] = c.index;
+    if (meta.endpoint == Endpoint::kCompletions) {
+      choice["text"] = c.text;
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    }
+    choice["logprobs"] =
+        meta.logprobs ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
+    choice["finish_reason"] = FinishReason(c.finish_reason);
+    if (meta.return_token_ids) choice["token_ids"] = c.token_ids;
+    list.push_back(std::move(choice));
+  }
+  j["choices"] = std::move(list);
+  j["usage"] = UsageJson(usage);
+  if (meta.return_token_ids) {
+    if (meta.endpoint == Endpoint::kChatCompletions && prompt_token_ids.size() == 1) {
+      j["prompt_token_ids"] = prompt_token_ids[0];
+    } else {
+      j["prompt_token_ids"] = prompt_token_ids;
+    }
+  }
+  return j;
+}
+
+OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role_only) {
+  OrderedJson j = Envelope(meta, true);
+  OrderedJson choice;
+  choice["index"] = c.index;
+  if (meta.endpoint == Endpoint::kCompletions) {
+    choice["text"] = c.text;
+  } else if (role_only) {
+    choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+  } else if (c.text.empty() && !c.finish_reason.empty()) {
+    choice["delta"] = OrderedJson::object();
+  } else {
+    choice["delta"] = {{"content", c.text}};
+  }
+  choice["logprobs"] =
+      meta.logprobs && !role_only ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
+  choice["finish_reason"] = FinishReason(c.finish_reason);
+  if (meta.return_token_ids && !role_only) choice["token_ids"] = c.token_ids;
+  j["choices"] = OrderedJson::array({std::move(choice)});
+  if (meta.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+OrderedJson UsageChunkJson(const ResponseMeta& meta, const Usage& usage) {
+  OrderedJson j = Envelope(meta, true);
+  j["choices"] = OrderedJson::array();
+  j["usage"] = UsageJson(usage);
+  return j;
+}
+
+OrderedJson ModelsJson(const std::string& model_name, int64_t created, int64_t context_tokens) {
+  OrderedJson model = {{"id", model_name},
+                       {"object", "model"},
+                       {"created", created},
+                       {"owned_by", "latent"},
+                       {"max_model_len", context_tokens}};
+  return {{"object", "list"}, {"data", OrderedJson::array({model})}};
+}
+
+std::string Dump(const OrderedJson& json) {
+  return json.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+std::string SseData(const OrderedJson& json) { return "data: " + Dump(json) + "\n\n"; }
+
+}  // namespace latent::server

@@ -1,0 +1,196 @@
+// The OpenAI protocol as latent serves it: request bodies parsed and validated into plain structs
+// (every rejection is an ApiError naming the field), and the JSON of responses, stream chunks and
+// errors. Pure functions of their inputs, no I/O: the HTTP layer, the unit tests and the fuzzer
+// (tests/fuzz/openai_request_fuzzer.cc) drive them directly.
+//
+// Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
+// ignore_eos, stop_token_ids, skip_special_tokens, return_token_ids (the choice's "token_ids" and
+// the response's "prompt_token_ids"), add_generation_prompt and chat_template_kwargs. Fields
+// latent does not know are ignored; known ones it cannot honour (echo, best_of > n, suffix,
+// logit_bias, response_format other than text) are rejected.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace latent::server {
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+// A request the server refuses: the HTTP status and OpenAI's error fields.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
+      : std::runtime_error(message),
+        status_(status),
+        param_(std::move(param)),
+        code_(std::move(code)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }  // The offending field, or "".
+  const std::string& code() const { return code_; }    // e.g. "model_not_found", or "".
+  // OpenAI's error type for the status: invalid_request_error (4xx), server_error (5xx).
+  std::string type() const;
+
+ private:
+  int status_;
+  std::string param_;
+  std::string code_;
+};
+
+// {"error": {"message", "type", "param", "code"}}; absent param/code are null.
+OrderedJson ErrorJson(const ApiError& error);
+// The same for a status and message (HTTP-level errors: 404 route, 413 body).
+OrderedJson ErrorJson(int status, const std::string& message, const std::string& code = "");
+
+// Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than 64 levels
+// and non-objects with 400.
+Json ParseJsonObject(std::string_view body);
+
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions };
+
+// What requests are checked against; fixed for the life of the server.
+struct ServingLimits {
+  std::string model_name;      // The only name "model" may take.
+  int64_t context_tokens = 0;  // max_position_embeddings: prompt + completion at most.
+  int64_t cache_tokens = 0;    // Cache capacity in tokens: a request must fit it alone.
+  int64_t vocab_size = 0;      // Prompt token ids are below this.
+  int32_t max_n = 128;         // Samples per prompt.
+  int32_t max_choices = 1024;  // Prompts x n per request.
+  int32_t max_stop = 16;       // Stop strings per request.
+  size_t max_stop_bytes = 1024;
+  int32_t max_top_logprobs = 20;
+};
+
+// One prompt of a completions request: text to tokenize, or token ids.
+struct PromptSpec {
+  bool is_text = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::vector<PromptSpec> prompts;    // Completions: one or more prompts.
+  OrderedJson messages;               // Chat: the conversation, content parts flattened.
+  OrderedJson tools;                  // Chat: null or the tools array, for the template.
+  OrderedJson chat_template_kwargs;   // Chat: null or an object of template variables.
+  bool add_generation_prompt = true;  // Chat.
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage.
+  std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context.
+  engine::SamplingParams sampling;    // temperature defaults to 1, as OpenAI's does.
+  std::vector<std::string> stop;      // Stop strings, matched on the output text.
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool logprobs = false;     // Per-token logprobs in the response.
+  int32_t top_logprobs = 0;  // Alternatives per token with logprobs.
+  bool skip_special_tokens = true;
+  bool return_token_ids = false;
+  std::string user;
+
+  int32_t num_prompts() const {
+    return endpoint == Endpoint::kChatCompletions ? 1 : static_cast<int32_t>(prompts.size());
+  }
+  int32_t num_choices() const { return num_prompts() * sampling.n; }
+};
+
+// Parses and validates a /v1/completions or /v1/chat/completions body. Throws ApiError: 400 for
+// malformed JSON, wrong types and values out of range, 404 for a model other than
+// limits.model_name.
+GenerationRequest ParseGenerationRequest(std::string_view body, Endpoint endpoint,
+                                         const ServingLimits& limits);
+
+// The engine request for one tokenized prompt, with max_tokens resolved (the default, and a check
+// that prompt + completion fits the context and the cache). Throws ApiError 400.
+engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
+                                  const ServingLimits& limits);
+
+// POST /tokenize: {"prompt": text, "add_special_tokens": true} or {"messages": [...],
+// "add_generation_prompt": true, "add_special_tokens": false} (vLLM's shape).
+struct TokenizeRequest {
+  std::string model;
+  bool is_chat = false;
+  std::string prompt;
+  OrderedJson messages;
+  OrderedJson tools;
+  OrderedJson chat_template_kwargs;
+  bool add_generation_prompt = true;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+TokenizeRequest ParseTokenizeRequest(std::string_view body, const ServingLimits& limits);
+
+// POST /detokenize: {"tokens": [ids]}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+DetokenizeRequest ParseDetokenizeRequest(std::string_view body, const ServingLimits& limits);
+
+// ---- Responses ----
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // Prompt tokens served from the prefix cache.
+};
+OrderedJson UsageJson(const Usage& usage);
+
+// The logprob of one generated token and its best alternatives.
+struct LogprobEntry {
+  std::string token;  // The token's text.
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // Best first.
+  int64_t text_offset = 0;  // Completions: where the token's text starts in the choice's text.
+};
+
+// A choice, whole (a response) or the part new since the last chunk (a stream).
+struct ChoiceOutput {
+  int32_t index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;  // With return_token_ids.
+  std::vector<LogprobEntry> logprobs;
+  std::string finish_reason;  // "" while running: null in JSON.
+};
+
+// What every response and chunk of one request shares.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  bool logprobs = false;
+  bool return_token_ids = false;
+  bool include_usage = false;  // Streams: every chunk carries "usage": null, then a usage chunk.
+};
+
+// The non-streaming response. `prompt_token_ids` (one list per prompt) appears with
+// return_token_ids.
+OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                         const Usage& usage,
+                         const std::vector<std::vector<int32_t>>& prompt_token_ids);
+// A stream chunk with one choice. `role_only`: chat's opening chunk (delta {"role": "assistant",
+// "content": ""}).
+OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& choice, bool role_only = false);
+// The last chunk of a stream with include_usage: no choices, the usage.
+OrderedJson UsageChunkJson(const ResponseMeta& meta, const Usage& usage);
+
+// GET /v1/models.
+OrderedJson ModelsJson(const std::string& model_name, int64_t created, int64_t context_tokens);
+
+// "data: <json>\n\n"; invalid UTF-8 (never expected) is replaced, not thrown.
+std::string SseData(const OrderedJson& json);
+// The JSON text of a response body, with the same replacement.
+std::string Dump(const OrderedJson& json);
+
+}  // namespace latent::server

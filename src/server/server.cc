@@ -1,0 +1,294 @@
+#include "server/server.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "model/cache_rows.h"
+#include "model/generation_config.h"
+#include "model/model.h"
+#include "server/server_context.h"
+
+namespace latent::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+template <typename... Args>
+void Log(const Args&... args) {
+  const std::string line = StrCat("latent serve: ", args..., "\n");
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+std::string Gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4g GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+std::string Size(double bytes) {
+  char buf[32];
+  if (bytes >= double(1ull << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(1ull << 30));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / double(1ull << 20));
+  }
+  return buf;
+}
+
+// What the signal thread tells the main thread.
+struct SignalState {
+  std::mutex mutex;
+  std::condition_variable wake;
+  int count = 0;
+  int last = 0;
+  bool loading = true;
+};
+
+SignalState& Signals() {
+  static SignalState* state = new SignalState;  // Outlives the detached signal thread.
+  return *state;
+}
+
+// Blocks SIGINT and SIGTERM in this thread and every thread started after, and handles them on a
+// thread of their own: the first starts the drain, a second cuts it short. While the model loads,
+// there is nothing to drain: the process exits at once.
+void HandleSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // A client gone mid-write is an error code, not a signal.
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      SignalState& s = Signals();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.loading) {
+        Log(sig == SIGINT ? "SIGINT" : "SIGTERM", " while loading the model: exiting");
+        std::_Exit(0);
+      }
+      ++s.count;
+      s.last = sig;
+      s.wake.notify_all();
+    }
+  }).detach();
+}
+
+// Reads the checkpoint's files once, with a progress bar, so the page cache holds them before
+// the first request touches the mapped weights. Skipped when they would not fit in memory.
+void PreloadWeights(const std::string& dir) {
+  std::vector<fs::path> files;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec) || entry.path().extension() != ".safetensors") continue;
+    const uintmax_t size = entry.file_size(ec);
+    if (ec) continue;  // LoadModel reports unreadable files properly.
+    files.push_back(entry.path());
+    total += size;
+  }
+  std::sort(files.begin(), files.end());
+  const double available = double(sysconf(_SC_AVPHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (total == 0) return;
+  if (double(total) > available / 2) {
+    Log("weights: ", Size(double(total)), " in ", files.size(),
+        " files, more than half the free memory: mapped, read on first use");
+    return;
+  }
+  const bool tty = ::isatty(STDERR_FILENO);
+  const auto start = Clock::now();
+  uint64_t done = 0;
+  int last_reported = -1;
+  auto report = [&](bool final) {
+    const int percent = static_cast<int>(total ? 100 * done / total : 100);
+    if (tty) {
+      const int width = 30, filled = width * percent / 100;
+      std::fprintf(stderr, "\rlatent serve: loading weights [%.*s%*s] %3d%% %s / %s", filled,
+                   "##############################", width - filled, "", percent,
+                   Size(double(done)).c_str(), Size(double(total)).c_str());
+      if (final) std::fputc('\n', stderr);
+      std::fflush(stderr);
+    } else if (percent / 25 > std::max(last_reported, 0) / 25) {  // A line per quarter.
+      Log("loading weights: ", percent, "% of ", Size(double(total)));
+    }
+    last_reported = std::max(last_reported, percent);
+  };
+  report(false);
+  std::vector<char> buffer(size_t{16} << 20);
+  for (const fs::path& path : files) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // LoadModel reports unreadable files properly.
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    ssize_t n;
+    while ((n = ::read(fd, buffer.data(), buffer.size())) > 0) {
+      done += static_cast<uint64_t>(n);
+      report(false);
+    }
+    ::close(fd);
+  }
+  report(true);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.2f s",
+                std::chrono::duration<double>(Clock::now() - start).count());
+  Log("weights: ", Size(double(total)), " in ", files.size(),
+      files.size() == 1 ? " file" : " files", " read in ", seconds);
+}
+
+// The model and everything requests need, alive while the server is.
+struct Loaded {
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  ServerMetrics* metrics = nullptr;
+  ServerContext context;
+};
+
+std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
+                             ServerMetrics& metrics) {
+  auto loaded = std::make_unique<Loaded>();
+  PreloadWeights(o.model_dir);
+  std::unique_ptr<model::Model> m = model::LoadModel(o.model_dir);
+  const model::ModelConfig config = m->config();
+  model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
+  Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,
+      " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ", context ",
+      config.max_position_embeddings, " tokens), served as '", name, "'");
+
+  if (fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
+    loaded->tokenizer =
+        std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromDir(o.model_dir));
+    try {
+      loaded->chat_template = std::make_unique<tokenizer::ChatTemplate>(
+          tokenizer::ChatTemplate::FromTokenizerDir(o.model_dir));
+    } catch (const Error& e) {
+      Log("no chat template (", e.what(), "): /v1/chat/completions answers 400");
+    }
+  } else {
+    Log("no tokenizer.json: prompts must be token ids, and responses carry no text");
+  }
+
+  const std::string cache_dtype =
+      model::CacheDTypeName(model::ParseCacheDType(o.engine.cache_dtype, config));
+  loaded->engine = std::make_unique<engine::Engine>(std::move(m), std::move(generation), o.engine);
+  const engine::EngineMetrics em = loaded->engine->Metrics();
+  const int64_t cache_tokens = int64_t{em.total_blocks} * em.block_tokens;
+  Log("cache: ", cache_tokens, " tokens (", em.total_blocks, " blocks of ", em.block_tokens, "), ",
+      Gib(double(cache_tokens) * double(em.cache_bytes_per_token)), ", ", em.cache_bytes_per_token,
+      " bytes per token (", cache_dtype, "), prefix caching ",
+      o.engine.prefix_caching ? "on" : "off");
+
+  ServerContext& ctx = loaded->context;
+  ctx.engine = loaded->engine.get();
+  ctx.tokenizer = loaded->tokenizer.get();
+  ctx.chat_template = loaded->chat_template.get();
+  ctx.metrics = &metrics;
+  ctx.limits.model_name = name;
+  ctx.limits.context_tokens = config.max_position_embeddings;
+  ctx.limits.cache_tokens = cache_tokens;
+  ctx.limits.vocab_size = config.vocab_size;
+  loaded->engine->Start();
+  return loaded;
+}
+
+}  // namespace
+
+int RunServer(const ServeOptions& o) {
+  std::string name = o.served_model_name;
+  if (name.empty()) {
+    name = o.model_dir;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+  }
+  if (!fs::is_directory(o.model_dir)) Fail("--model ", o.model_dir, ": no such directory");
+  HandleSignals();
+  ServerMetrics metrics;
+  HttpServer http(o.http, name, metrics);
+  const int port = http.Bind();
+  Log("listening on http://", o.http.host, ":", port,
+      " (/health answers 503 until the model is loaded)");
+  std::atomic<bool> listening_done{false};
+  std::thread listener([&] {
+    http.Listen();
+    listening_done = true;
+  });
+
+  std::unique_ptr<Loaded> loaded;
+  try {
+    loaded = Load(o, name, metrics);
+  } catch (const std::exception& e) {
+    http.Stop();
+    listener.join();
+    if (dynamic_cast<const Error*>(&e)) throw;
+    Fail("loading ", o.model_dir, ": ", e.what());
+  }
+  SignalState& signals = Signals();
+  {
+    std::lock_guard<std::mutex> lock(signals.mutex);
+    signals.loading = false;
+  }
+  http.SetReady(&loaded->context);
+  Log("ready: http://", o.http.host, ":", port, "/v1 (",
+      o.http.api_key.empty() ? "no API key" : "API key required", ")");
+
+  std::unique_lock<std::mutex> lock(signals.mutex);
+  signals.wake.wait(lock, [&] { return signals.count > 0; });
+  lock.unlock();
+
+  // Drain: stop accepting, give requests in flight a bounded time, then cancel the rest.
+  const char* signal_name = signals.last == SIGINT ? "SIGINT" : "SIGTERM";
+  Log(signal_name, ": stopping: no new connections; requests in flight (", http.InFlight(),
+      ") get up to ", o.shutdown_timeout_s, " s to finish (a second signal cancels them now)");
+  http.StopAccepting();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(o.shutdown_timeout_s));
+  auto forced = [&] {
+    std::lock_guard<std::mutex> l(signals.mutex);
+    return signals.count > 1;
+  };
+  while (http.InFlight() > 0 && Clock::now() < deadline && !forced()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (const int left = http.InFlight(); left > 0) {
+    Log("cancelling the requests still in flight (", left, ")");
+    http.AbortAll("the server is shutting down");
+    const auto abort_deadline = Clock::now() + std::chrono::seconds(5);
+    while (http.InFlight() > 0 && Clock::now() < abort_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  loaded->engine->Stop();
+  // Idle keep-alive connections hold their threads until httplib's keep-alive timeout; nothing
+  // is left to answer them, so do not wait that long.
+  const auto listen_deadline = Clock::now() + std::chrono::milliseconds(500);
+  while (!listening_done && Clock::now() < listen_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!listening_done) {
+    Log("stopped (closing idle connections)");
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  listener.join();
+  Log("stopped");
+  return 0;
+}
+
+}  // namespace latent::server

@@ -1,0 +1,25 @@
+// `latent serve`: binds the address, loads the model (answering /health with 503 meanwhile),
+// serves the OpenAI API until SIGINT or SIGTERM, then drains: the listening socket closes,
+// requests in flight get `shutdown_timeout_s` to finish, the rest are cancelled, and the
+// process exits 0.
+#pragma once
+
+#include <string>
+
+#include "engine/engine.h"
+#include "server/http_server.h"
+
+namespace latent::server {
+
+struct ServeOptions {
+  std::string model_dir;
+  std::string served_model_name;  // Empty: model_dir as given.
+  HttpOptions http;
+  engine::EngineOptions engine;
+  double shutdown_timeout_s = 10;
+};
+
+// Serves until a signal; returns the exit code. Throws latent::Error when it cannot start.
+int RunServer(const ServeOptions& options);
+
+}  // namespace latent::server

@@ -1,0 +1,22 @@
+// What request handling needs from the loaded model: the engine, the tokenizer and chat template
+// (either may be absent from a checkpoint), the limits requests are checked against, and the
+// metrics. Built once the model is loaded; read-only afterwards (the engine is thread-safe).
+#pragma once
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+#include "server/openai_schema.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace latent::server {
+
+struct ServerContext {
+  engine::Engine* engine = nullptr;
+  const tokenizer::Tokenizer* tokenizer = nullptr;         // Null: token-id prompts only.
+  const tokenizer::ChatTemplate* chat_template = nullptr;  // Null: no chat completions.
+  ServingLimits limits;
+  ServerMetrics* metrics = nullptr;
+};
+
+}  // namespace latent::server

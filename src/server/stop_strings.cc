@@ -1,0 +1,49 @@
+#include "server/stop_strings.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace latent::server {
+
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  std::erase(stops_, std::string());
+}
+
+std::string StopStringMatcher::Push(std::string_view text) {
+  if (stopped_) return "";
+  if (stops_.empty()) return std::string(text);
+  std::string buffer = std::move(held_);
+  held_.clear();
+  buffer.append(text);
+  // The earliest occurrence of any stop string ends the output.
+  size_t first = std::string::npos;
+  for (const std::string& stop : stops_) first = std::min(first, buffer.find(stop));
+  if (first != std::string::npos) {
+    stopped_ = true;
+    buffer.resize(first);
+    return buffer;
+  }
+  // Hold back the longest suffix that a stop string starts with. Stop strings and the text are
+  // valid UTF-8, so the cut falls on a character boundary.
+  size_t hold = 0;
+  for (const std::string& stop : stops_) {
+    const size_t longest = std::min(stop.size() - 1, buffer.size());
+    for (size_t k = longest; k > hold; --k) {
+      if (std::string_view(buffer).substr(buffer.size() - k) ==
+          std::string_view(stop).substr(0, k)) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  held_ = buffer.substr(buffer.size() - hold);
+  buffer.resize(buffer.size() - hold);
+  return buffer;
+}
+
+std::string StopStringMatcher::Finish() {
+  if (stopped_) return "";
+  return std::exchange(held_, std::string());
+}
+
+}  // namespace latent::server

@@ -1,0 +1,226 @@
+"""A corpus of malformed requests: each gets the expected 4xx status with an OpenAI-style JSON error
+({"error": {"message", "type", "param", "code"}}) naming the problem, and the server keeps serving
+(/health and a real completion still work afterwards). Also the API key (401), the body size
+limit (413), and prompts longer than the context or the cache."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from e2e_harness import (CONTEXT, HOST, MODEL_NAME, chat_model, server,  # noqa: F401 (fixtures)
+                         start_server)
+
+C = "/v1/completions"
+CHAT = "/v1/chat/completions"
+OK = {"model": MODEL_NAME, "prompt": "hi", "max_tokens": 2}
+MSG = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def with_(base: dict, **fields) -> dict:
+    out = dict(base)
+    for k, v in fields.items():
+        if v is ...:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+# (id, method, path, body (dict: JSON; str/bytes: raw), status, param or None, words in message)
+CASES = [
+    # Not JSON, or not an object.
+    ("truncated-json", "POST", C, "{", 400, None, "not valid JSON"),
+    ("not-json", "POST", C, "prompt=hi", 400, None, "not valid JSON"),
+    ("trailing-garbage", "POST", C, '{"prompt": "hi"} x', 400, None, "not valid JSON"),
+    ("empty-body", "POST", C, "", 400, None, "not valid JSON"),
+    ("json-array", "POST", C, "[]", 400, None, "JSON object"),
+    ("json-string", "POST", C, '"hi"', 400, None, "JSON object"),
+    ("invalid-utf8", "POST", C, b'{"prompt": "\xff\xfe"}', 400, None, "not valid JSON"),
+    ("too-deep", "POST", C, '{"prompt": ' + "[" * 200 + "]" * 200 + "}", 400, None, "nested"),
+    # Prompts.
+    ("no-prompt", "POST", C, with_(OK, prompt=...), 400, "prompt", "required"),
+    ("empty-prompt", "POST", C, with_(OK, prompt=""), 400, "prompt", "empty"),
+    ("empty-prompt-list", "POST", C, with_(OK, prompt=[]), 400, "prompt", "empty"),
+    ("empty-string-in-list", "POST", C, with_(OK, prompt=["a", ""]), 400, "prompt", "empty"),
+    ("empty-id-list", "POST", C, with_(OK, prompt=[[]]), 400, "prompt", "empty"),
+    ("prompt-number", "POST", C, with_(OK, prompt=42), 400, "prompt", "must be"),
+    ("prompt-mixed-list", "POST", C, with_(OK, prompt=["a", 1]), 400, "prompt", "must be"),
+    ("prompt-negative-id", "POST", C, with_(OK, prompt=[1, -1]), 400, "prompt", "outside the vocabulary"),
+    ("prompt-id-past-vocab", "POST", C, with_(OK, prompt=[10**9]), 400, "prompt", "outside the vocabulary"),
+    ("prompt-float-id", "POST", C, with_(OK, prompt=[1.5]), 400, "prompt", "token ids"),
+    ("prompt-ids-past-context", "POST", C, with_(OK, prompt=[100] * (CONTEXT + 10)), 400, "prompt",
+     "context length"),
+    ("prompt-text-past-context", "POST", C, with_(OK, prompt="hello " * (CONTEXT + 10)), 400,
+     "prompt", "context length"),
+    ("prompt-plus-max-tokens-past-context", "POST", C,
+     with_(OK, prompt=[100] * 300, max_tokens=CONTEXT - 200), 400, "max_tokens", "context length"),
+    # Sampling fields.
+    ("max-tokens-zero", "POST", C, with_(OK, max_tokens=0), 400, "max_tokens", "at least 1"),
+    ("max-tokens-negative", "POST", C, with_(OK, max_tokens=-5), 400, "max_tokens", "at least 1"),
+    ("max-tokens-string", "POST", C, with_(OK, max_tokens="16"), 400, "max_tokens", "integer"),
+    ("max-tokens-fraction", "POST", C, with_(OK, max_tokens=1.5), 400, "max_tokens", "integer"),
+    ("temperature-negative", "POST", C, with_(OK, temperature=-0.5), 400, "temperature", ">= 0"),
+    ("temperature-string", "POST", C, with_(OK, temperature="hot"), 400, "temperature", "number"),
+    ("top-p-zero", "POST", C, with_(OK, top_p=0), 400, "top_p", "(0, 1]"),
+    ("top-p-above-one", "POST", C, with_(OK, top_p=1.5), 400, "top_p", "(0, 1]"),
+    ("top-p-negative", "POST", C, with_(OK, top_p=-1), 400, "top_p", "(0, 1]"),
+    ("top-k-below-minus-one", "POST", C, with_(OK, top_k=-2), 400, "top_k", "top_k"),
+    ("min-p-above-one", "POST", C, with_(OK, min_p=2), 400, "min_p", "[0, 1]"),
+    ("n-zero", "POST", C, with_(OK, n=0), 400, "n", "'n'"),
+    ("n-too-large", "POST", C, with_(OK, n=1000), 400, "n", "'n'"),
+    ("n-string", "POST", C, with_(OK, n="2"), 400, "n", "integer"),
+    ("logprobs-too-many", "POST", C, with_(OK, logprobs=50), 400, "logprobs", "logprobs"),
+    ("logprobs-bool-for-completions", "POST", C, with_(OK, logprobs=True), 400, "logprobs", "integer"),
+    ("presence-penalty-range", "POST", C, with_(OK, presence_penalty=3), 400, "presence_penalty", "[-2, 2]"),
+    ("frequency-penalty-range", "POST", C, with_(OK, frequency_penalty=-3), 400,
+     "frequency_penalty", "[-2, 2]"),
+    ("repetition-penalty-zero", "POST", C, with_(OK, repetition_penalty=0), 400,
+     "repetition_penalty", "repetition_penalty"),
+    ("seed-string", "POST", C, with_(OK, seed="x"), 400, "seed", "integer"),
+    ("stop-number", "POST", C, with_(OK, stop=5), 400, "stop", "string"),
+    ("stop-empty-string", "POST", C, with_(OK, stop=[""]), 400, "stop", "empty"),
+    ("stop-too-many", "POST", C, with_(OK, stop=[f"s{i}" for i in range(17)]), 400, "stop", "at most"),
+    ("stream-string", "POST", C, with_(OK, stream="yes"), 400, "stream", "boolean"),
+    ("stream-options-without-stream", "POST", C, with_(OK, stream_options={"include_usage": True}),
+     400, "stream_options", "stream"),
+    ("user-number", "POST", C, with_(OK, user=5), 400, "user", "string"),
+    ("echo-unsupported", "POST", C, with_(OK, echo=True), 400, "echo", "not supported"),
+    ("logit-bias-unsupported", "POST", C, with_(OK, logit_bias={"1": 5}), 400, "logit_bias", "not supported"),
+    ("best-of-unsupported", "POST", C, with_(OK, best_of=3), 400, "best_of", "not supported"),
+    # The model.
+    ("unknown-model", "POST", C, with_(OK, model="gpt-4"), 404, "model", "does not exist"),
+    ("model-number", "POST", C, with_(OK, model=5), 400, "model", "string"),
+    ("chat-unknown-model", "POST", CHAT, with_(MSG, model="nope"), 404, "model", "does not exist"),
+    # Chat.
+    ("chat-no-messages", "POST", CHAT, with_(MSG, messages=...), 400, "messages", "required"),
+    ("chat-empty-messages", "POST", CHAT, with_(MSG, messages=[]), 400, "messages", "empty"),
+    ("chat-messages-string", "POST", CHAT, with_(MSG, messages="hi"), 400, "messages", "list"),
+    ("chat-message-number", "POST", CHAT, with_(MSG, messages=[1]), 400, "messages[0]", "object"),
+    ("chat-message-no-role", "POST", CHAT, with_(MSG, messages=[{"content": "hi"}]), 400,
+     "messages[0].role", "role"),
+    ("chat-image-part", "POST", CHAT,
+     with_(MSG, messages=[{"role": "user",
+                           "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+     400, "messages[0].content", "not supported"),
+    ("chat-top-logprobs-without-logprobs", "POST", CHAT, with_(MSG, top_logprobs=5), 400,
+     "top_logprobs", "logprobs"),
+    ("chat-max-completion-tokens-zero", "POST", CHAT, with_(MSG, max_completion_tokens=0), 400,
+     "max_completion_tokens", "at least 1"),
+    ("chat-response-format-json", "POST", CHAT, with_(MSG, response_format={"type": "json_object"}), 400,
+     "response_format", "not supported"),
+    ("chat-logprobs-number", "POST", CHAT, with_(MSG, logprobs=3), 400, "logprobs", "boolean"),
+    # Tokenizer endpoints.
+    ("tokenize-nothing", "POST", "/tokenize", {}, 400, "prompt", "either"),
+    ("tokenize-prompt-number", "POST", "/tokenize", {"prompt": 3}, 400, "prompt", "string"),
+    ("detokenize-strings", "POST", "/detokenize", {"tokens": ["a"]}, 400, "tokens", "token ids"),
+    ("detokenize-negative", "POST", "/detokenize", {"tokens": [-1]}, 400, "tokens", "outside the vocabulary"),
+    # Routes and methods.
+    ("get-on-post-route", "GET", C, None, 405, None, "not allowed"),
+    ("unknown-route", "POST", "/v1/engines", OK, 404, None, "no route"),
+    ("unknown-get", "GET", "/v2/models", None, 404, None, "no route"),
+]
+
+
+def check_error(status: int, body: bytes, expected_status: int, param, words: str, case: str):
+    assert status == expected_status, f"{case}: status {status}: {body[:300]!r}"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}, case
+    assert isinstance(error["message"], str) and words in error["message"], f"{case}: {error}"
+    assert error["type"] == "invalid_request_error", case
+    if param is not None:
+        assert error["param"] == param, f"{case}: {error}"
+
+
+def test_corpus_size():
+    assert len(CASES) >= 40
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_malformed_request(server, case):
+    name, method, path, body, status, param, words = case
+    got, data = server.request(method, path, body)
+    check_error(got, data, status, param, words, name)
+
+
+def test_server_still_serves(server):
+    """After the whole corpus: healthy, serving, nothing leaked."""
+    assert server.request("GET", "/health") == (200, b'{"status":"ok"}')
+    status, out = server.post(C, OK)
+    assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
+    m = server.metrics()
+    assert m["latent_cache_blocks_used"] == 0 and m["latent_http_requests_in_flight"] == 0
+    assert m.get('latent_http_responses_total{path="/v1/completions",status="400"}', 0) >= 40
+
+
+def test_body_over_the_limit(server):
+    """The test server allows 1 MiB bodies."""
+    body = json.dumps({"prompt": "x" * (1 << 20)})
+    status, data = server.request("POST", C, body)
+    check_error(status, data, 413, None, "larger than the limit", "413")
+    # Chunked transfer encoding is limited too.
+    sock = socket.create_connection((HOST, server.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * 65536
+    try:
+        for _ in range(20):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    except OSError:
+        pass  # The server may answer and close before the rest is sent.
+    reply = sock.recv(65536)
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_post_without_length(server):
+    sock = socket.create_connection((HOST, server.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = sock.recv(65536)
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 411"), reply[:200]
+    assert b'"length_required"' in reply
+
+
+def test_api_key(start_server):
+    srv = start_server("--api-key", "sekret", "--block-tokens", "16", "--num-blocks", "64")
+    good = {"Authorization": "Bearer sekret"}
+    for headers, words in [({}, "missing API key"),
+                           ({"Authorization": "Bearer wrong"}, "invalid API key"),
+                           ({"Authorization": "Bearer sekret2"}, "invalid API key"),
+                           ({"Authorization": "Basic c2VrcmV0"}, "missing API key"),
+                           ({"Authorization": "sekret"}, "missing API key")]:
+        for method, path, body in [("POST", C, OK), ("POST", CHAT, MSG), ("GET", "/v1/models", None),
+                                   ("POST", "/tokenize", {"prompt": "hi"})]:
+            status, data = srv.request(method, path, body, headers)
+            check_error(status, data, 401, None, words, f"{path} {headers}")
+            assert json.loads(data)["error"]["code"] == "invalid_api_key"
+    # The openai client sends the key as a bearer token.
+    import openai
+
+    with pytest.raises(openai.AuthenticationError):
+        srv.client(api_key="wrong").completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2)
+    resp = srv.client(api_key="sekret").completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2)
+    assert resp.usage.completion_tokens >= 1
+    assert srv.request("GET", "/v1/models", headers=good)[0] == 200
+    # Health and metrics stay open (load balancers, Prometheus).
+    assert srv.request("GET", "/health")[0] == 200
+    assert srv.request("GET", "/metrics")[0] == 200
+
+
+def test_prompt_longer_than_the_cache(start_server):
+    """128 cache tokens, a longer context: a 200-token prompt fits the context, not the cache."""
+    srv = start_server("--block-tokens", "16", "--num-blocks", "8")
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 200))
+    check_error(status, data, 400, "prompt", "cache holds only 128 tokens", "cache")
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 100, max_tokens=100))
+    check_error(status, data, 400, "max_tokens", "cache holds 128 tokens", "cache")
+    # A chat with no max_tokens gets the room that is left.
+    status, data = srv.request("POST", CHAT, with_(MSG, max_tokens=..., temperature=0,
+                                                   ignore_eos=True))
+    out = json.loads(data)
+    assert status == 200, out
+    assert out["usage"]["total_tokens"] == 128 and out["choices"][0]["finish_reason"] == "length"

@@ -1,0 +1,249 @@
+"""`latent serve` driven by the official `openai` client: completions and chat, streaming and not,
+with usage; greedy output equal to `latent generate` on the same prompt ids, and the prompt ids and
+text equal to transformers' tokenizer; logprobs, stop strings, n with seeds, several prompts at
+once, prefix-cache hits reported as cached tokens, /v1/models, /tokenize and /detokenize."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import latent_generate
+from e2e_harness import CONTEXT, MODEL_NAME, chat_model, server  # noqa: F401 (fixtures)
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away, there lived",
+]
+MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(chat_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(chat_model)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return server.client()
+
+
+def extra(obj, key):
+    """A response field outside OpenAI's schema (vLLM's return_token_ids)."""
+    return obj.model_extra[key]
+
+
+def test_health_and_models(server, client):
+    status, body = server.request("GET", "/health")
+    assert (status, body) == (200, b'{"status":"ok"}')
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL_NAME]
+    assert models.data[0].owned_by == "latent"
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_completion_equals_generate(server, client, chat_model, hf_tokenizer, prompt):
+    resp = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
+                                     temperature=0, extra_body={"return_token_ids": True})
+    prompt_ids = extra(resp, "prompt_token_ids")[0]
+    assert prompt_ids == hf_tokenizer(prompt)["input_ids"]
+    choice = resp.choices[0]
+    ids = extra(choice, "token_ids")
+    expected = latent_generate(chat_model, prompt_ids, MAX_TOKENS)
+    assert ids == expected
+    assert choice.text == hf_tokenizer.decode(ids, skip_special_tokens=True)
+    assert choice.finish_reason == ("length" if len(ids) == MAX_TOKENS else "stop")
+    assert resp.object == "text_completion" and resp.model == MODEL_NAME and resp.id.startswith("cmpl-")
+    assert resp.usage.prompt_tokens == len(prompt_ids)
+    assert resp.usage.completion_tokens == len(ids)
+    assert resp.usage.total_tokens == len(prompt_ids) + len(ids)
+    assert resp.usage.prompt_tokens_details.cached_tokens >= 0
+
+
+def test_completion_stream_equals_non_stream(client):
+    prompt = PROMPTS[2]
+    whole = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
+                                      temperature=0)
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    text_chunks = [c for c in chunks if c.choices]
+    assert len(text_chunks) >= 2, "the text came in one piece: not streamed"
+    assert "".join(c.choices[0].text for c in text_chunks) == whole.choices[0].text
+    assert [c.choices[0].finish_reason for c in text_chunks][-1] == whole.choices[0].finish_reason
+    assert all(c.choices[0].finish_reason is None for c in text_chunks[:-1])
+    # include_usage: every chunk has usage null, then one chunk with the usage and no choices.
+    assert all(c.usage is None for c in text_chunks)
+    assert not chunks[-1].choices and chunks[-1].usage is not None
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_stream_without_usage(client):
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=4,
+                                            temperature=0, stream=True))
+    assert all(c.choices and c.usage is None for c in chunks)
+
+
+def test_chat_equals_generate(server, client, chat_model, hf_tokenizer):
+    messages = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Name a prime number."}]
+    resp = client.chat.completions.create(model=MODEL_NAME, messages=messages,
+                                          max_completion_tokens=MAX_TOKENS, temperature=0,
+                                          extra_body={"return_token_ids": True})
+    text = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt_ids = hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert extra(resp, "prompt_token_ids") == prompt_ids
+    choice = resp.choices[0]
+    ids = extra(choice, "token_ids")
+    assert ids == latent_generate(chat_model, prompt_ids, MAX_TOKENS)
+    assert choice.message.role == "assistant"
+    assert choice.message.content == hf_tokenizer.decode(ids, skip_special_tokens=True)
+    assert resp.object == "chat.completion" and resp.id.startswith("chatcmpl-")
+    assert resp.usage.prompt_tokens == len(prompt_ids)
+    assert resp.usage.completion_tokens == len(ids)
+
+    # Streaming: a role chunk first, then content deltas, the same text and usage.
+    chunks = list(client.chat.completions.create(model=MODEL_NAME, messages=messages,
+                                                 max_completion_tokens=MAX_TOKENS, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].object == "chat.completion.chunk"
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == choice.message.content
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [choice.finish_reason]
+    assert chunks[-1].usage.completion_tokens == resp.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == resp.usage.prompt_tokens
+
+
+def test_chat_content_parts_and_max_tokens(client):
+    """Content as a list of text parts; max_tokens (the older name) works for chat too."""
+    as_text = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Hello\nthere"}], max_tokens=5,
+        temperature=0)
+    as_parts = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Hello"},
+                                               {"type": "text", "text": "there"}]}],
+        max_tokens=5, temperature=0)
+    assert as_parts.choices[0].message.content == as_text.choices[0].message.content
+    assert as_parts.usage.completion_tokens <= 5
+
+
+def test_completion_logprobs(client):
+    resp = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=6,
+                                     temperature=0, logprobs=3)
+    lp = resp.choices[0].logprobs
+    n = resp.usage.completion_tokens
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
+    for logprob, top in zip(lp.token_logprobs, lp.top_logprobs):
+        assert logprob <= 0 and 1 <= len(top) <= 3
+        # Greedy: the sampled token is the most likely one.
+        assert math.isclose(logprob, max(top.values()), abs_tol=1e-5)
+    assert lp.text_offset == sorted(lp.text_offset)
+
+
+def test_chat_logprobs_streaming(client):
+    chunks = list(client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+        temperature=0, logprobs=True, top_logprobs=2, stream=True,
+        stream_options={"include_usage": True}))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs
+               for e in c.choices[0].logprobs.content]
+    assert len(entries) == chunks[-1].usage.completion_tokens
+    for e in entries:
+        assert len(e.top_logprobs) == 2
+        assert math.isclose(e.logprob, e.top_logprobs[0].logprob, abs_tol=1e-5)
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+        assert bytes(e.bytes).decode(errors="replace") == e.token
+
+
+def test_stop_strings(client):
+    prompt = PROMPTS[1]
+    full = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=24,
+                                     temperature=0, extra_body={"ignore_eos": True})
+    text = full.choices[0].text
+    assert len(text) >= 8, f"need a longer greedy text to cut: {text!r}"
+    # A stop string from the middle of the text (which may span tokens).
+    start = len(text) // 2
+    stop = text[start:start + 3]
+    expected = text[:text.find(stop)]
+    for stream in (False, True):
+        kwargs = dict(model=MODEL_NAME, prompt=prompt, max_tokens=24, temperature=0,
+                      stop=["never appears \u2603", stop], extra_body={"ignore_eos": True})
+        if stream:
+            chunks = list(client.completions.create(stream=True, **kwargs))
+            got = "".join(c.choices[0].text for c in chunks if c.choices)
+            reason = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        else:
+            resp = client.completions.create(**kwargs)
+            got, reason = resp.choices[0].text, resp.choices[0].finish_reason
+            assert resp.usage.completion_tokens <= full.usage.completion_tokens
+        assert (got, reason) == (expected, "stop"), f"stream={stream}"
+    # A stop string that never appears changes nothing.
+    resp = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=24, temperature=0,
+                                     stop="\u2603\u2603", extra_body={"ignore_eos": True})
+    assert resp.choices[0].text == text and resp.choices[0].finish_reason == "length"
+
+
+def test_n_samples_with_seed(client):
+    kwargs = dict(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=8, temperature=1.0, n=3, seed=7)
+    first = client.completions.create(**kwargs)
+    again = client.completions.create(**kwargs)
+    assert [c.index for c in first.choices] == [0, 1, 2]
+    assert [c.text for c in first.choices] == [c.text for c in again.choices]
+    assert len({c.text for c in first.choices}) > 1, "the samples of one request are all equal"
+    assert 3 <= first.usage.completion_tokens <= 3 * 8
+    other_seed = client.completions.create(**{**kwargs, "seed": 8})
+    assert [c.text for c in other_seed.choices] != [c.text for c in first.choices]
+
+
+def test_several_prompts_in_one_request(client):
+    batch = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[:2], max_tokens=6,
+                                      temperature=0, n=2)
+    assert [c.index for c in batch.choices] == [0, 1, 2, 3]
+    for i, prompt in enumerate(PROMPTS[:2]):
+        alone = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=6, temperature=0)
+        assert batch.choices[2 * i].text == alone.choices[0].text
+        assert batch.choices[2 * i + 1].text == alone.choices[0].text  # Greedy: samples agree.
+
+
+def test_token_id_prompts(client, hf_tokenizer):
+    ids = hf_tokenizer(PROMPTS[0])["input_ids"]
+    by_text = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=6, temperature=0)
+    by_ids = client.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=6, temperature=0)
+    two = client.completions.create(model=MODEL_NAME, prompt=[ids, ids], max_tokens=6, temperature=0)
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    assert [c.text for c in two.choices] == [by_text.choices[0].text] * 2
+
+
+def test_prefix_cache_hits_are_cached_tokens(client):
+    prompt = " ".join(f"word{i}" for i in range(60))  # Several 16-token blocks.
+    first = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=2, temperature=0)
+    second = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=2, temperature=0)
+    assert first.usage.prompt_tokens >= 48
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # Whole blocks only, and at least one token is always computed.
+    assert 32 <= cached < second.usage.prompt_tokens and cached % 16 == 0
+    assert second.choices[0].text == first.choices[0].text
+
+
+def test_tokenize_and_detokenize(server, hf_tokenizer):
+    text = "Hello, world! Ünïcödé and 数字 123"
+    status, out = server.post("/tokenize", {"model": MODEL_NAME, "prompt": text})
+    assert status == 200
+    ids = hf_tokenizer(text)["input_ids"]
+    assert out["tokens"] == ids and out["count"] == len(ids) and out["max_model_len"] == CONTEXT
+    status, out = server.post("/detokenize", {"model": MODEL_NAME, "tokens": ids})
+    assert (status, out["prompt"]) == (200, hf_tokenizer.decode(ids))
+    messages = [{"role": "user", "content": "Hi"}]
+    status, out = server.post("/tokenize", {"messages": messages})
+    expected = hf_tokenizer(hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                             tokenize=False),
+                            add_special_tokens=False)["input_ids"]
+    assert (status, out["tokens"]) == (200, expected)

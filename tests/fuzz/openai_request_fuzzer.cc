@@ -1,0 +1,141 @@
+// Fuzzes the server's request parser and validator (src/server/openai_schema.h) and the stop
+// string matcher: any bytes must either parse into a request that satisfies the limits or be
+// refused with a 4xx ApiError, and building the responses of whatever parsed must not throw.
+//
+// Input: the first byte picks the endpoint (completions, chat, tokenize, detokenize) and the
+// stream split points; the rest is the request body.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/openai_schema.h"
+#include "server/stop_strings.h"
+
+namespace {
+
+using latent::server::ApiError;
+using latent::server::Endpoint;
+
+#define FUZZ_CHECK(cond)           \
+  do {                             \
+    if (!(cond)) __builtin_trap(); \
+  } while (0)
+
+latent::server::ServingLimits Limits() {
+  latent::server::ServingLimits limits;
+  limits.model_name = "m";
+  limits.context_tokens = 512;
+  limits.cache_tokens = 256;
+  limits.vocab_size = 1000;
+  limits.max_n = 8;
+  limits.max_choices = 64;
+  return limits;
+}
+
+// Feeds `text` to a matcher in pieces of `step` bytes; the output must be the text up to the
+// first occurrence of any stop string.
+void CheckStopStrings(const std::vector<std::string>& stops, const std::string& text, size_t step) {
+  latent::server::StopStringMatcher matcher(stops);
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += step)
+    out += matcher.Push(std::string_view(text).substr(i, step));
+  out += matcher.Finish();
+  size_t first = std::string::npos;
+  for (const std::string& s : stops) first = std::min(first, text.find(s));
+  FUZZ_CHECK(out == text.substr(0, first));
+  FUZZ_CHECK(matcher.stopped() == (first != std::string::npos));
+}
+
+void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector) {
+  const latent::server::ServingLimits limits = Limits();
+  latent::server::GenerationRequest r;
+  try {
+    r = latent::server::ParseGenerationRequest(body, endpoint, limits);
+  } catch (const ApiError& e) {
+    FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
+    latent::server::Dump(latent::server::ErrorJson(e));
+    return;
+  }
+  FUZZ_CHECK(r.sampling.n >= 1 && r.sampling.n <= limits.max_n);
+  FUZZ_CHECK(r.num_choices() <= limits.max_choices);
+  FUZZ_CHECK(r.sampling.temperature >= 0 && r.sampling.top_p > 0 && r.sampling.top_p <= 1);
+  FUZZ_CHECK(!r.max_tokens || *r.max_tokens >= 1);
+  FUZZ_CHECK(static_cast<int32_t>(r.stop.size()) <= limits.max_stop);
+  if (endpoint == Endpoint::kCompletions) {
+    FUZZ_CHECK(!r.prompts.empty());
+  } else {
+    FUZZ_CHECK(r.messages.is_array() && !r.messages.empty());
+  }
+
+  // Each prompt as the server would submit it: ids as given, text as one token per byte.
+  std::string text_seen;
+  for (const latent::server::PromptSpec& p : r.prompts) {
+    std::vector<int32_t> ids = p.ids;
+    if (p.is_text) {
+      for (unsigned char c : p.text) ids.push_back(c);
+      text_seen += p.text;
+    }
+    try {
+      const latent::engine::Request e = latent::server::MakeEngineRequest(r, ids, limits);
+      FUZZ_CHECK(e.max_tokens >= 1);
+      FUZZ_CHECK(static_cast<int64_t>(e.prompt.size()) + e.max_tokens <= limits.context_tokens);
+      FUZZ_CHECK(static_cast<int64_t>(e.prompt.size()) + e.max_tokens <= limits.cache_tokens);
+    } catch (const ApiError& e) {
+      FUZZ_CHECK(e.status() == 400);
+    }
+  }
+  if (!r.stop.empty()) CheckStopStrings(r.stop, text_seen, 1 + selector % 7);
+
+  // The responses of such a request, with the prompt text as the output.
+  latent::server::ResponseMeta meta;
+  meta.endpoint = endpoint;
+  meta.id = "x";
+  meta.model = r.model;
+  meta.logprobs = r.logprobs;
+  meta.return_token_ids = r.return_token_ids;
+  meta.include_usage = r.include_usage;
+  latent::server::ChoiceOutput choice;
+  choice.text = text_seen;
+  choice.token_ids = {1, 2};
+  choice.logprobs.push_back({text_seen, -0.5f, {{text_seen, -0.5f}, {"b", -1.0f}}, 0});
+  choice.finish_reason = "stop";
+  latent::server::Dump(latent::server::ResponseJson(meta, {choice}, {3, 2, 1}, {{1, 2, 3}}));
+  latent::server::SseData(latent::server::ChunkJson(meta, choice, selector & 1));
+  latent::server::SseData(latent::server::UsageChunkJson(meta, {3, 2, 1}));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t selector = data[0];
+  const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const latent::server::ServingLimits limits = Limits();
+  switch (selector % 4) {
+    case 0:
+      CheckGeneration(body, Endpoint::kCompletions, selector >> 2);
+      break;
+    case 1:
+      CheckGeneration(body, Endpoint::kChatCompletions, selector >> 2);
+      break;
+    case 2:
+      try {
+        latent::server::ParseTokenizeRequest(body, limits);
+      } catch (const ApiError& e) {
+        FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
+      }
+      break;
+    case 3:
+      try {
+        const auto r = latent::server::ParseDetokenizeRequest(body, limits);
+        for (int32_t id : r.tokens) FUZZ_CHECK(id >= 0 && id < limits.vocab_size);
+      } catch (const ApiError& e) {
+        FUZZ_CHECK(e.status() >= 400 && e.status() < 500);
+      }
+      break;
+  }
+  return 0;
+}

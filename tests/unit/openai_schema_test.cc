@@ -1,0 +1,182 @@
+#include "server/openai_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/metrics.h"
+
+namespace latent::server {
+namespace {
+
+ServingLimits Limits() {
+  ServingLimits l;
+  l.model_name = "tiny";
+  l.context_tokens = 512;
+  l.cache_tokens = 256;
+  l.vocab_size = 1000;
+  return l;
+}
+
+GenerationRequest Parse(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  return ParseGenerationRequest(body, e, Limits());
+}
+
+// The ApiError `body` raises: status and param.
+std::pair<int, std::string> Refusal(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  try {
+    Parse(body, e);
+  } catch (const ApiError& err) {
+    return {err.status(), err.param()};
+  }
+  return {0, ""};
+}
+
+TEST(OpenAiSchemaTest, CompletionDefaults) {
+  const GenerationRequest r = Parse(R"({"prompt": "hi"})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_TRUE(r.prompts[0].is_text);
+  EXPECT_EQ(r.prompts[0].text, "hi");
+  EXPECT_EQ(r.model, "tiny");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);  // OpenAI's default, not greedy.
+  EXPECT_EQ(r.sampling.n, 1);
+  EXPECT_EQ(r.sampling.top_logprobs, -1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(MakeEngineRequest(r, {1, 2, 3}, Limits()).max_tokens, 16);
+}
+
+TEST(OpenAiSchemaTest, PromptForms) {
+  EXPECT_EQ(Parse(R"({"prompt": ["a", "b"]})").prompts.size(), 2u);
+  const GenerationRequest ids = Parse(R"({"prompt": [1, 2, 3]})");
+  ASSERT_EQ(ids.prompts.size(), 1u);
+  EXPECT_EQ(ids.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  const GenerationRequest lists = Parse(R"({"prompt": [[1], [2, 3]]})");
+  ASSERT_EQ(lists.prompts.size(), 2u);
+  EXPECT_EQ(lists.prompts[1].ids, (std::vector<int32_t>{2, 3}));
+}
+
+TEST(OpenAiSchemaTest, SamplingFields) {
+  const GenerationRequest r = Parse(
+      R"({"prompt": "x", "temperature": 0, "top_p": 0.5, "top_k": -1, "min_p": 0.2, "seed": -3,
+          "n": 2, "logprobs": 4, "presence_penalty": 1, "frequency_penalty": -1,
+          "repetition_penalty": 1.2, "stop": "\n", "max_tokens": 7.0, "ignore_eos": true})");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_EQ(*r.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(r.sampling.n, 2);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.top_logprobs, 4);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n"}));
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_TRUE(r.ignore_eos);
+}
+
+TEST(OpenAiSchemaTest, ChatFields) {
+  const GenerationRequest r = Parse(
+      R"({"messages": [{"role": "developer", "content": "be brief"},
+                       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+          "max_completion_tokens": 5, "max_tokens": 9, "logprobs": true, "top_logprobs": 2,
+          "stream": true, "stream_options": {"include_usage": true}})",
+      Endpoint::kChatCompletions);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_EQ(*r.max_tokens, 5);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.top_logprobs, 2);
+  EXPECT_TRUE(r.include_usage);
+  // The chat default is the rest of the room (min of context and cache).
+  GenerationRequest open =
+      Parse(R"({"messages": [{"role": "user", "content": "x"}]})", Endpoint::kChatCompletions);
+  EXPECT_EQ(MakeEngineRequest(open, std::vector<int32_t>(56, 1), Limits()).max_tokens, 200);
+}
+
+TEST(OpenAiSchemaTest, RefusalsNameTheField) {
+  EXPECT_EQ(Refusal("{"), std::make_pair(400, std::string()));
+  EXPECT_EQ(Refusal("[1]"), std::make_pair(400, std::string()));
+  EXPECT_EQ(Refusal(R"({})"), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(Refusal(R"({"prompt": ""})"), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(Refusal(R"({"prompt": [1000]})"), std::make_pair(400, std::string("prompt")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "model": "other"})"),
+            std::make_pair(404, std::string("model")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "max_tokens": 0})"),
+            std::make_pair(400, std::string("max_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "temperature": -1})"),
+            std::make_pair(400, std::string("temperature")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "top_p": 0})"), std::make_pair(400, std::string("top_p")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "top_p": 1.01})"),
+            std::make_pair(400, std::string("top_p")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "n": 129})"), std::make_pair(400, std::string("n")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "stream": 1})"), std::make_pair(400, std::string("stream")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "stream_options": {}})"),
+            std::make_pair(400, std::string("stream_options")));
+  // 9 prompts x 128 samples: more choices than the cap (1024).
+  EXPECT_EQ(Refusal(R"({"prompt": ["a", "a", "a", "a", "a", "a", "a", "a", "a"], "n": 128})"),
+            std::make_pair(400, std::string("n")));
+  EXPECT_EQ(Refusal(R"({"messages": []})", Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("messages")));
+  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 1})",
+                    Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("top_logprobs")));
+  EXPECT_EQ(Refusal("{\"prompt\": " + std::string(100, '[') + std::string(100, ']') + "}").first,
+            400);
+}
+
+TEST(OpenAiSchemaTest, ContextAndCacheLimits) {
+  const GenerationRequest r = Parse(R"({"prompt": "x", "max_tokens": 100})");
+  EXPECT_EQ(MakeEngineRequest(r, std::vector<int32_t>(156, 1), Limits()).max_tokens, 100);
+  EXPECT_THROW(MakeEngineRequest(r, std::vector<int32_t>(157, 1), Limits()), ApiError);  // Cache.
+  EXPECT_THROW(MakeEngineRequest(r, std::vector<int32_t>(600, 1), Limits()), ApiError);  // Context.
+  EXPECT_THROW(MakeEngineRequest(r, {}, Limits()), ApiError);
+}
+
+TEST(OpenAiSchemaTest, ErrorJsonShape) {
+  const OrderedJson e = ErrorJson(ApiError(400, "bad top_p", "top_p"));
+  EXPECT_EQ(
+      Dump(e),
+      R"({"error":{"message":"bad top_p","type":"invalid_request_error","param":"top_p","code":null}})");
+  EXPECT_EQ(ErrorJson(503, "stopping")["error"]["type"], "server_error");
+}
+
+TEST(OpenAiSchemaTest, ResponseAndChunks) {
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChatCompletions;
+  meta.id = "chatcmpl-1";
+  meta.model = "tiny";
+  meta.include_usage = true;
+  ChoiceOutput c;
+  c.text = "hi";
+  c.finish_reason = "length";
+  const OrderedJson whole = ResponseJson(meta, {c}, {5, 2, 3}, {});
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 7);
+  EXPECT_EQ(whole["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  const OrderedJson role = ChunkJson(meta, c, /*role_only=*/true);
+  EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(role["usage"].is_null());
+  const OrderedJson usage = UsageChunkJson(meta, {5, 2, 0});
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(SseData(OrderedJson{{"a", 1}}), "data: {\"a\":1}\n\n");
+  // Invalid UTF-8 is replaced, never thrown.
+  c.text = "\xff";
+  EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {}, {})));
+}
+
+TEST(MetricsTest, HistogramIsCumulative) {
+  Histogram h({0.1, 1.0});
+  h.Observe(0.05);
+  h.Observe(0.5);
+  h.Observe(5);
+  std::string out;
+  h.Render("x", "a=\"b\"", out);
+  EXPECT_EQ(out,
+            "x_bucket{a=\"b\",le=\"0.1\"} 1\nx_bucket{a=\"b\",le=\"1\"} "
+            "2\nx_bucket{a=\"b\",le=\"+Inf\"} 3\n"
+            "x_sum{a=\"b\"} 5.55\nx_count{a=\"b\"} 3\n");
+  EXPECT_EQ(PrometheusLabel("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+}  // namespace
+}  // namespace latent::server
