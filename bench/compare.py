@@ -1,0 +1,1153 @@
+#!/usr/bin/env python3
+"""Peer comparison and roofline figures (issue #8 items 4-5). Run it as `bench/compare [--quick]`.
+
+One invocation, one checkpoint, one machine:
+  * the checkpoint: DeepSeek-V2-Lite-shaped (hidden 2048, 16 heads, kv_lora 512, nope/rope/v
+    128/64/128, 64 routed experts of 1408 with 6 active + 2 shared, first layer dense with
+    intermediate 10944) with fewer layers, bf16, made by tools/make_tiny_model.py with the
+    DeepSeek V3 tokenizer from shared/tokenizers (vocab 129280: llama.cpp's converter needs a
+    real tokenizer; it identifies this one as "joyai-llm", which it tokenizes as deepseek-v3);
+  * latent: `build/latent bench` (continuous batching through the engine);
+  * llama.cpp: built from the sources inside PyPI's llama-cpp-python sdist, `llama-bench` and
+    `llama-batched-bench` on the checkpoint converted by llama.cpp's own convert_hf_to_gguf.py
+    to bf16;
+  * transformers: batched greedy `generate` (bench/hf_bench.py), and `generate_batch`
+    (continuous batching) where it runs;
+  * the machine: read bandwidth (bench/read_bw.c) and a bf16 matmul rate, for the roofline.
+
+Writes bench/results/compare.json (every figure and every ratio named in the issue, each a number
+or null with the reason), bench/results/throughput.png, and the results section of
+docs/performance.md. Everything built or downloaded is cached under bench/.cache/ (git-ignored),
+so a second run only measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+CACHE = BENCH / ".cache"
+RESULTS = BENCH / "results"
+DOC = REPO / "docs" / "performance.md"
+LATENT = REPO / "build" / "latent"
+TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
+
+LLAMA_CPP_PYTHON = "0.3.36"  # PyPI sdist whose vendor/llama.cpp is built and used.
+THREADS = 2
+# Peak bf16 matmul rate used for the prefill roofline: oneDNN bf16 GEMM measured on this machine
+# kind (2 cores), as given in the issue. The run also records what torch's bf16 matmul reaches.
+PEAK_BF16_GFLOPS = 1135.0
+PEAK_BF16_SOURCE = "oneDNN bf16 GEMM, 2 threads, measured on this machine kind (issue #8)"
+NOMINAL_READ_GB_S = 29.0  # 2-thread read bandwidth given in the issue; the run measures its own.
+
+# Ratio targets from issue #8 (goals, not tests).
+TARGETS = {
+    "batch1_decode_read_bw_fraction": 0.85,
+    "decode_b64_vs_llamacpp": 2.0,
+    "decode_b64_vs_transformers": 30.0,
+    "prefill_512_vs_llamacpp": 1.5,
+    "absorbed_vs_expanded_decode_16k": 10.0,
+    "dsa_vs_dense_decode_32k": 3.0,
+}
+
+V2_LITE = {
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 64,
+    "num_experts_per_tok": 6,
+    "n_shared_experts": 2,
+    "moe_intermediate_size": 1408,
+    "intermediate_size": 10944,
+    "first_k_dense_replace": 1,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+    },
+}
+
+# DSA checkpoint for the sparse-vs-dense decode step: the deepseek_v32 preset at V2-Lite sizes
+# plus V3.2's q LoRA and indexer (64 heads of 128, top 2048).
+DSA = {
+    **{k: v for k, v in V2_LITE.items() if k != "rope_parameters"},
+    "q_lora_rank": 1536,
+    "n_shared_experts": 1,
+    "n_group": 8,
+    "topk_group": 4,
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 2048,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+}
+
+# Per mode: checkpoint depth, the sweep, and a wall-clock budget per stage (seconds; a stage
+# that runs out keeps the points it finished and names the rest as skipped).
+MODES = {
+    "quick": {
+        "layers": 2,
+        "pp": 128,
+        "tg": 32,
+        # Run order: the points the ratios need first, so a stage cut short by its budget on a
+        # busy machine still has them (tables and the plot sort by concurrency).
+        "batches": [1, 64, 16, 4],
+        "prefill_pp": 512,
+        "llama_bench_reps": 2,
+        "experts_probe": True,
+        # The long-context steps need prefills of 16k and 32k tokens: not in a 10-minute run
+        # (`--long-budget` turns them on).
+        "budget": {"llama_bench": 45, "llama_batched": 90, "transformers": 210, "latent": 210, "long": 0},
+    },
+    "full": {
+        "layers": 4,
+        "pp": 128,
+        "tg": 32,
+        "batches": [1, 64, 16, 4, 32, 8, 2],
+        "prefill_pp": 512,
+        "llama_bench_reps": 5,
+        "experts_probe": True,
+        "budget": {"llama_bench": 300, "llama_batched": 900, "transformers": 1800, "latent": 1800, "long": 3600},
+    },
+}
+LONG_ABSORBED_CTX = 16384
+LONG_DSA_CTX = 32768
+LONG_DECODE_STEPS = 4  # decode steps timed by `latent bench` at long context (p50 of their ITLs)
+EXPANDED_DIFF_STEPS = 16  # decode steps in the `generate` difference for the expanded form
+
+
+# ------------------------------------------------------------------------------------------------
+# Small helpers
+# ------------------------------------------------------------------------------------------------
+
+T0 = time.monotonic()
+COMMANDS: list[str] = []
+
+
+def log(msg: str) -> None:
+    print(f"[compare {time.monotonic() - T0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def rel(p: Path | str) -> str:
+    p = Path(p)
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def shell_join(cmd: list[Any]) -> str:
+    import shlex
+
+    def show(c: Any) -> str:
+        text = str(c)
+        return rel(text) if isinstance(c, Path) or text.startswith(str(REPO) + "/") else text
+
+    return " ".join(shlex.quote(show(c)) for c in cmd)
+
+
+def load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def bench_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(THREADS)
+    env["MKL_NUM_THREADS"] = str(THREADS)
+    env["LATENT_THREADS"] = str(THREADS)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+class Run:
+    """A subprocess whose stdout and stderr lines are collected as they come; killed (its own
+    process group only) when it outlives its budget."""
+
+    def __init__(self, cmd: list[Any], budget_s: float, record: bool = True, env=None, cwd=REPO, show_env: str = ""):
+        self.cmd = [str(c) for c in cmd]
+        if record:
+            COMMANDS.append(show_env + shell_join(cmd))
+        self.out: list[str] = []
+        self.err: collections.deque[str] = collections.deque(maxlen=400)
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+            start_new_session=True, env=env or bench_env(), cwd=cwd,
+        )
+        pumps = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for t in pumps:
+            t.start()
+        self.timed_out = False
+        try:
+            self.proc.wait(timeout=max(1.0, budget_s))
+        except subprocess.TimeoutExpired:
+            self.timed_out = True
+            self._kill()
+        for t in pumps:
+            t.join(timeout=10)
+        self.rc = self.proc.returncode
+        self.elapsed = time.monotonic() - started
+
+    @staticmethod
+    def _pump(stream, sink) -> None:
+        for line in stream:
+            sink.append(line.rstrip("\n"))
+
+    def _kill(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def json_lines(self, stream: str = "out") -> list[dict]:
+        items = []
+        for line in self.out if stream == "out" else self.err:
+            line = line.strip()
+            if line.startswith("{") and line.endswith("}"):
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+        return items
+
+    def tail(self, n: int = 8) -> str:
+        return "\n".join(list(self.err)[-n:] or self.out[-n:])
+
+    def failure(self) -> str | None:
+        if self.timed_out:
+            return f"killed after its {self.elapsed:.0f} s budget"
+        if self.rc != 0:
+            return f"exit {self.rc}: {self.tail(4)}"
+        return None
+
+
+def must(cmd: list[Any], what: str, cwd=REPO, env=None, log_file: Path | None = None) -> None:
+    """Runs a setup step (not timed); raises with its output tail when it fails."""
+    log(f"{what}: {shell_join(cmd)}")
+    with open(log_file, "w") if log_file else open(os.devnull, "w") as sink:
+        p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, errors="replace")
+        sink.write(p.stdout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {p.returncode}):\n" + "\n".join(p.stdout.splitlines()[-20:]))
+
+
+def git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+# ------------------------------------------------------------------------------------------------
+# Builds and artifacts (all cached)
+# ------------------------------------------------------------------------------------------------
+
+
+def build_latent() -> dict:
+    """`ninja -C build latent` (or `make build` on a fresh tree). Others may be mid-edit: a failed
+    build is retried, then the existing binary is used and the failure recorded."""
+    info: dict[str, Any] = {}
+    cmd = ["ninja", "-C", "build", "latent"] if (REPO / "build" / "build.ninja").exists() else ["make", "build"]
+    for attempt in range(3):
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, errors="replace")
+        if p.returncode == 0:
+            info["build"] = "ok"
+            break
+        info["build"] = f"failed (attempt {attempt + 1}): " + "\n".join(p.stdout.splitlines()[-6:])
+        log(f"latent build failed (attempt {attempt + 1}); retrying in 30 s")
+        time.sleep(30)
+    if not LATENT.exists():
+        raise RuntimeError("build/latent does not exist and the build failed:\n" + info["build"])
+    help_text = subprocess.run([LATENT, "bench", "--help"], capture_output=True, text=True).stdout
+    info["bench_has_attention_flag"] = "--attention" in help_text
+    info["bench_has_threads_flag"] = "--threads" in help_text
+    return info
+
+
+def llama_cpp_dir() -> Path:
+    return CACHE / "src" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+
+
+def build_llama_cpp() -> dict:
+    build = CACHE / "llama-build"
+    binaries = {name: build / "bin" / name for name in ("llama-bench", "llama-batched-bench")}
+    src = llama_cpp_dir()
+    if not src.exists():
+        sdist = CACHE / "sdist" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+        if not sdist.exists():
+            must([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+                  f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", CACHE / "sdist"], "download llama-cpp-python sdist")
+        log(f"unpacking {rel(sdist)}")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(CACHE / "src", filter="data")
+    if not all(b.exists() for b in binaries.values()):
+        must(["cmake", "-S", src, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+              "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF",
+              "-DGGML_OPENMP=ON", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+              "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
+              "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF"],
+             "configure llama.cpp", log_file=CACHE / "llama-configure.log")
+        must(["ninja", "-C", build, f"-j{os.cpu_count() or 2}", *binaries.keys()], "build llama.cpp (minutes)",
+             log_file=CACHE / "llama-build.log")
+    commit = ""
+    cfg = (CACHE / "llama-configure.log")
+    if cfg.exists():
+        m = re.search(r"ggml commit:\s+(\S+)", cfg.read_text(errors="replace"))
+        commit = m.group(1) if m else ""
+    return {"llama_cpp_python_sdist": LLAMA_CPP_PYTHON, "ggml_commit": commit,
+            "flags": "Release, GGML_NATIVE=ON (-march=native), OpenMP, CPU only",
+            **{k: str(v) for k, v in binaries.items()}}
+
+
+def build_read_bw() -> Path:
+    exe = CACHE / "read_bw"
+    src = BENCH / "read_bw.c"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        must(["cc", "-O3", "-march=native", "-fopenmp", src, "-o", exe], "build read_bw")
+    return exe
+
+
+def make_checkpoint(name: str, preset: str, overrides: dict, tokenizer: Path | None) -> Path:
+    out = CACHE / "models" / name
+    stamp = {"preset": preset, "config": overrides, "tokenizer": str(tokenizer) if tokenizer else None,
+             "dtype": "bfloat16", "seed": 0, "tool_mtime": (REPO / "tools" / "make_tiny_model.py").stat().st_mtime}
+    stamp_file = out / ".compare-stamp.json"
+    if stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp and (out / "config.json").exists():
+        return out
+    cmd = [sys.executable, REPO / "tools" / "make_tiny_model.py", "--preset", preset, "--config-json",
+           json.dumps(overrides), "--dtype", "bfloat16", "--seed", "0", "--out", out]
+    if tokenizer:
+        cmd += ["--tokenizer", tokenizer]
+    must(cmd, f"make checkpoint {name} (a minute or two)")
+    stamp_file.write_text(json.dumps(stamp))
+    return out
+
+
+GGUF_NOTE = (
+    "llama.cpp's deepseek2 loader treats a checkpoint as V2-Lite (no q LoRA) only at 26 or 27 layers "
+    "(src/models/deepseek2.cpp, is_lite) and otherwise requires deepseek2.attention.q_lora_rank. The converter "
+    "writes that key only when config.json's q_lora_rank is not null, so it converts a view of the checkpoint "
+    "(symlinked weights and tokenizer) whose config.json says q_lora_rank 0: the GGUF then carries "
+    "q_lora_rank = 0 and the loader takes the plain q_proj path, as it does for V2-Lite itself. Tensors are "
+    "unchanged.")
+
+
+def convert_gguf(ckpt: Path) -> Path:
+    gguf = ckpt.with_suffix(".bf16.gguf")
+    stamp = ckpt / ".compare-stamp.json"
+    if gguf.exists() and gguf.stat().st_mtime >= stamp.stat().st_mtime:
+        return gguf
+    src = ckpt
+    cfg = json.loads((ckpt / "config.json").read_text())
+    if cfg.get("q_lora_rank") is None:
+        src = ckpt.parent / (ckpt.name + "-gguf-view")
+        shutil.rmtree(src, ignore_errors=True)
+        src.mkdir()
+        for item in ckpt.iterdir():
+            if item.name != "config.json" and not item.name.startswith("."):
+                (src / item.name).symlink_to(item.resolve())
+        (src / "config.json").write_text(json.dumps({**cfg, "q_lora_rank": 0}, indent=2))
+    cmd = [sys.executable, llama_cpp_dir() / "convert_hf_to_gguf.py", src, "--outtype", "bf16", "--outfile", gguf]
+    COMMANDS.append(shell_join(cmd))
+    must(cmd, "convert to GGUF with llama.cpp's convert_hf_to_gguf.py", log_file=CACHE / "convert.log")
+    return gguf
+
+
+def gguf_tokenizer_pre(gguf: Path) -> str | None:
+    try:
+        sys.path.insert(0, str(llama_cpp_dir() / "gguf-py"))
+        from gguf import GGUFReader  # type: ignore
+
+        field = GGUFReader(str(gguf)).get_field("tokenizer.ggml.pre")
+        return field.contents() if field is not None else None
+    except Exception as e:  # informative only
+        return f"unknown ({type(e).__name__})"
+
+
+def dsa_dense_variant(ckpt: Path, topk: int) -> Path:
+    """The same weights with index_topk >= the context: every position selected (dense)."""
+    out = ckpt.parent / (ckpt.name + "-dense")
+    out.mkdir(exist_ok=True)
+    for item in ckpt.iterdir():
+        if item.name in ("config.json",) or item.name.startswith("."):
+            continue
+        link = out / item.name
+        if not link.exists():
+            link.symlink_to(item.resolve())
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["index_topk"] = topk
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Model arithmetic: bytes read per decoded token, FLOPs of a prefill
+# ------------------------------------------------------------------------------------------------
+
+
+def safetensors_tensors(ckpt: Path) -> dict[str, tuple[str, list[int], int]]:
+    tensors = {}
+    for f in sorted(ckpt.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(n))
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = meta["data_offsets"]
+            tensors[name] = (meta["dtype"], meta["shape"], b - a)
+    return tensors
+
+
+def model_arithmetic(ckpt: Path) -> dict:
+    """Active weight bytes per decoded token (every tensor a token touches: attention, norms,
+    router, dense MLP, shared experts, top-k of the routed experts, one embedding row, lm_head),
+    cache bytes per token of context, and FLOPs per token."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    tensors = safetensors_tensors(ckpt)
+    E, k = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    total = routed = embed = lm_head = other = 0
+    linear_params_per_token = 0.0  # multiply-adds per token in the linear layers, lm_head apart
+    for name, (dtype, shape, nbytes) in tensors.items():
+        total += nbytes
+        numel = math.prod(shape)
+        if ".mlp.experts." in name:
+            routed += nbytes
+            if len(shape) == 2:
+                linear_params_per_token += numel * k / E
+        elif "embed_tokens" in name:
+            embed += nbytes
+        elif name.startswith("lm_head"):
+            lm_head += nbytes
+        else:
+            other += nbytes
+            if len(shape) == 2:
+                linear_params_per_token += numel
+    layers = cfg["num_hidden_layers"]
+    kv, dr = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    heads, dn, dv = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    cache_row_bytes = layers * (kv + dr) * 2  # bf16 rows (--cache-dtype auto on a bf16 checkpoint)
+    if cfg.get("index_topk"):
+        cache_row_bytes += layers * cfg.get("index_head_dim", 0) * 2
+    active_weight_bytes = other + routed * k / E + embed / V + lm_head
+    return {
+        "checkpoint_bytes": total,
+        "active_weight_bytes_per_token": active_weight_bytes,
+        "parts_bytes": {"attention_norms_router_dense_shared": other, "routed_experts_all": routed,
+                        "routed_experts_active": routed * k / E, "embedding_row": embed / V, "lm_head": lm_head},
+        "cache_bytes_per_context_token": cache_row_bytes,
+        "linear_flops_per_token": 2 * linear_params_per_token,
+        "lm_head_flops_per_row": 2 * V * H,
+        # Expanded-form causal attention per layer, per (query, key) pair: QK over nope+rope dims,
+        # PV over v dims, for every head.
+        "attention_flops_per_pair": 2 * heads * (dn + dr + dv) * layers
+        + 2 * cfg.get("index_n_heads", 0) * cfg.get("index_head_dim", 0) * layers,
+        # kv_b_proj over the prompt's latents: part of linear_flops_per_token already.
+    }
+
+
+def prefill_flops(arith: dict, pp: int) -> float:
+    pairs = pp * (pp + 1) / 2
+    return arith["linear_flops_per_token"] * pp + arith["attention_flops_per_pair"] * pairs + arith["lm_head_flops_per_row"]
+
+
+def decode_bytes(arith: dict, context: float) -> float:
+    return arith["active_weight_bytes_per_token"] + arith["cache_bytes_per_context_token"] * context
+
+
+# ------------------------------------------------------------------------------------------------
+# Measurements
+# ------------------------------------------------------------------------------------------------
+
+
+def measure_machine(read_bw_exe: Path) -> dict:
+    out: dict[str, Any] = {"nominal_read_gb_s": NOMINAL_READ_GB_S, "peak_bf16_gflops": PEAK_BF16_GFLOPS,
+                           "peak_bf16_source": PEAK_BF16_SOURCE}
+    for threads in (THREADS, 1):
+        env = bench_env()
+        env["OMP_NUM_THREADS"] = str(threads)
+        r = Run([read_bw_exe, 1024, 12], 120, env=env, show_env=f"OMP_NUM_THREADS={threads} ")
+        items = r.json_lines()
+        out[f"read_bw_{threads}t"] = items[0] if items else {"error": r.failure() or r.tail()}
+    code = (
+        "import time, torch, json\n"
+        f"torch.set_num_threads({THREADS})\n"
+        "n = 2048; a = torch.randn(n, n).bfloat16(); b = torch.randn(n, n).bfloat16()\n"
+        "for _ in range(3): a @ b\n"
+        "best = 0.0\n"
+        "for _ in range(8):\n"
+        "    t = time.perf_counter(); a @ b; best = max(best, 2 * n**3 / (time.perf_counter() - t) / 1e9)\n"
+        "print(json.dumps({'n': n, 'best_gflops': best}))\n"
+    )
+    r = Run([sys.executable, "-c", code], 120, record=False)
+    items = r.json_lines()
+    out["torch_bf16_matmul"] = items[0] if items else {"error": r.failure() or r.tail()}
+    measured = [out[k].get("best_gb_s") for k in (f"read_bw_{THREADS}t", "read_bw_1t") if out[k].get("best_gb_s")]
+    out["read_gb_s_used"] = max(measured) if measured else NOMINAL_READ_GB_S
+    out["read_gb_s_source"] = ("measured in this run (bench/read_bw.c over 1 GiB, best of 12 passes, the higher "
+                               f"of 1 and {THREADS} threads)" if measured else "nominal (the measurement failed)")
+    return out
+
+
+def run_llama_bench(exe: str, gguf: Path, mode: dict, budget: float) -> dict:
+    cmd = [exe, "-m", gguf, "-p", mode["prefill_pp"], "-n", mode["tg"], "-t", THREADS,
+           "-r", mode["llama_bench_reps"], "-o", "jsonl"]
+    r = Run(cmd, budget)
+    rows = r.json_lines()
+    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "raw": rows}
+    for row in rows:
+        if row.get("n_prompt") and not row.get("n_gen"):
+            res["prefill_tokens_per_s"] = row.get("avg_ts")
+            res["prefill_stddev"] = row.get("stddev_ts")
+        if row.get("n_gen") and not row.get("n_prompt"):
+            res["decode_tokens_per_s"] = row.get("avg_ts")
+            res["decode_stddev"] = row.get("stddev_ts")
+    if r.failure():
+        res["error"] = r.failure()
+    return res
+
+
+def run_llama_batched(exe: str, gguf: Path, mode: dict, budget: float) -> dict:
+    pp, tg, batches = mode["pp"], mode["tg"], mode["batches"]
+    ctx = max(batches) * (pp + tg)
+    cmd = [exe, "-m", gguf, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", pp, "-ntg", tg,
+           "-npl", ",".join(map(str, batches)), "-t", THREADS, "--output-format", "jsonl"]
+    r = Run(cmd, budget)
+    rows = [x for x in r.json_lines("out") + r.json_lines("err") if "speed_tg" in x]
+    points = [{"pp": x["pp"], "tg": x["tg"], "batch": x["pl"], "prefill_tokens_per_s": x["speed_pp"],
+               "decode_tokens_per_s": x["speed_tg"], "tokens_per_s": x["speed"], "total_s": x["t"],
+               "flash_attn": x.get("flash_attn")} for x in rows]
+    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "points": points}
+    done = {p["batch"] for p in points}
+    res["skipped"] = [{"batch": b, "reason": r.failure() or "not reported"} for b in batches if b not in done]
+    if r.failure():
+        res["error"] = r.failure()
+    return res
+
+
+def run_transformers(ckpt: Path, mode: dict, budget: float) -> dict:
+    experts = None
+    probe: dict[str, Any] = {}
+    if mode["experts_probe"]:
+        probe = probe_experts(ckpt, budget=min(300.0, budget / 5))
+        experts = probe.get("best")
+        budget -= probe.get("elapsed_s", 0)
+    cmd = [sys.executable, BENCH / "hf_bench.py", "--model", ckpt, "--pp", mode["pp"], "--tg", mode["tg"],
+           "--batch", ",".join(map(str, mode["batches"])), "--threads", THREADS, "--cb",
+           "--budget-s", max(10.0, budget - 60)]
+    if experts:
+        cmd += ["--experts", experts]
+    r = Run(cmd, budget)
+    items = [x for x in r.json_lines() if x.get("system") == "transformers"]
+    if items:
+        res = items[-1]
+    else:
+        # Killed mid-sweep: keep the points it reported on stderr.
+        pts = [x for x in r.json_lines("err") if "batch" in x and "decode_tokens_per_s" in x]
+        res = {"system": "transformers", "points": pts, "error": r.failure() or r.tail()}
+        done = {p["batch"] for p in pts}
+        res["skipped"] = [{"batch": b, "reason": r.failure() or "not reported"} for b in mode["batches"] if b not in done]
+    res["command"] = shell_join(cmd)
+    res["elapsed_s"] = r.elapsed
+    if probe:
+        res["experts_probe"] = probe
+    return res
+
+
+def probe_experts(ckpt: Path, budget: float) -> dict:
+    code = f"""
+import json, time, torch
+from transformers import AutoModelForCausalLM
+torch.set_num_threads({THREADS})
+m = AutoModelForCausalLM.from_pretrained({str(ckpt)!r}, dtype=torch.bfloat16).eval()
+res = {{}}
+# batched_mm is left out: it gathers one weight copy per token and expert (tens of GB here).
+for impl in ("grouped_mm", "eager"):
+    try:
+        m.set_experts_implementation(impl)
+        x = torch.randint(2, m.config.vocab_size, (16, 16))
+        with torch.inference_mode():
+            m(x[:, :4])
+            t = time.perf_counter(); m(x); m(x[:, :1]); res[impl] = time.perf_counter() - t
+    except Exception as e:
+        res[impl] = f"{{type(e).__name__}}: {{e}}"[:300]
+print(json.dumps(res))
+"""
+    r = Run([sys.executable, "-c", code], budget, record=False)
+    items = r.json_lines()
+    out: dict[str, Any] = {"elapsed_s": r.elapsed, "seconds": items[0] if items else None}
+    if items:
+        ok = {k: v for k, v in items[0].items() if isinstance(v, float)}
+        out["best"] = min(ok, key=ok.get) if ok else None
+    else:
+        out["error"] = r.failure() or r.tail()
+    return out
+
+
+def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: float, extra=()) -> dict:
+    cmd = [LATENT, "bench", "--model", ckpt, "--pp", ",".join(map(str, pps)), "--tg", tg,
+           "--batch", ",".join(map(str, batches)), "--json", *extra]
+    r = Run(cmd, budget)
+    points = [x for x in r.json_lines() if "decode_tokens_per_s" in x]
+    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "points": points}
+    done = {(p["pp"], p["batch"]) for p in points}
+    res["skipped"] = [{"pp": pp, "batch": b, "reason": r.failure() or "not reported"}
+                      for pp in pps for b in batches if (pp, b) not in done]
+    if r.failure():
+        res["error"] = r.failure()
+    return res
+
+
+def latent_generate_seconds(ckpt: Path, ctx: int, max_tokens: int, attention: str, budget: float) -> tuple[float | None, str | None]:
+    """Wall time of `latent generate --prompts` (through the engine) for one ctx-token prompt."""
+    import random
+
+    rng = random.Random(ctx)
+    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    prompt = CACHE / f"prompt-{ctx}-{max_tokens}.jsonl"
+    prompt.write_text(json.dumps({"ids": [rng.randrange(2, vocab) for _ in range(ctx)],
+                                  "max_tokens": max_tokens, "ignore_eos": True}) + "\n")
+    r = Run([LATENT, "generate", "--model", ckpt, "--prompts", prompt, "--attention", attention], budget)
+    return (None, r.failure()) if r.failure() else (r.elapsed, None)
+
+
+def estimate_prefill_s(arith: dict, latent_prefill_tps: float | None, ctx: int) -> float | None:
+    """Prefill time of a ctx-token prompt, scaled from the measured 512-token prefill rate by the
+    FLOPs (the attention part grows with the context)."""
+    if not latent_prefill_tps:
+        return None
+    flops_512 = prefill_flops(arith, 512)
+    return prefill_flops(arith, ctx) / flops_512 * 512 / latent_prefill_tps
+
+
+def run_long_context(ckpt: Path, mode_name: str, mode: dict, arith: dict, latent_info: dict,
+                     prefill_tps: float | None, budget: float) -> dict:
+    """absorbed vs expanded decode step at 16k context (this checkpoint); DSA (top 2048) vs dense
+    decode step at 32k context (a DSA checkpoint of the same sizes)."""
+    out: dict[str, Any] = {}
+    deadline = time.monotonic() + budget
+
+    # --- absorbed vs expanded at 16k ------------------------------------------------------------
+    ctx = LONG_ABSORBED_CTX
+    est = estimate_prefill_s(arith, prefill_tps, ctx)
+    entry: dict[str, Any] = {"context": ctx, "estimated_prefill_s": est}
+    # With `latent bench --attention` each form is one run (prefill + K steps). Without it, the
+    # absorbed step is `bench`'s (auto picks absorbed for one-token decode chunks, expanded for
+    # long prefill chunks) and the expanded step is a difference of two `generate --attention
+    # expanded` runs: three prefills.
+    prefills = 2 if latent_info.get("bench_has_attention_flag") else 3
+    entry["method"] = ("latent bench --attention absorbed|expanded, ITL p50" if prefills == 2 else
+                       "absorbed: latent bench (auto form) ITL p50; expanded: (T(generate, 1+K tokens) - "
+                       "T(generate, 1 token)) / K with --attention expanded")
+    if est is None:
+        entry["reason"] = "no latent prefill rate measured (the 512-token prefill did not finish)"
+    elif budget <= 0:
+        entry["reason"] = (f"not run in --{mode_name}: {prefills} prefills of {ctx} tokens, about {est * prefills:.0f} s "
+                           "at the measured 512-token prefill rate (bench/compare --long-budget SECONDS runs it)")
+    elif est * prefills * 1.3 > deadline - time.monotonic():
+        entry["reason"] = (f"infeasible in this run's budget: {prefills} prefills of {ctx} tokens at the measured "
+                           f"prefill rate take about {est * prefills:.0f} s, budget {deadline - time.monotonic():.0f} s")
+    else:
+        K = LONG_DECODE_STEPS
+        if prefills == 2:
+            steps = {}
+            for form in ("absorbed", "expanded"):
+                r = run_latent(ckpt, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()),
+                               extra=("--attention", form))
+                steps[form] = r["points"][0]["itl_ms_p50"] if r["points"] else None
+                entry[f"{form}_run"] = r
+        else:
+            r = run_latent(ckpt, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()))
+            entry["absorbed_run"] = r
+            steps = {"absorbed": r["points"][0]["itl_ms_p50"] if r["points"] else None}
+            KE = EXPANDED_DIFF_STEPS
+            t1, e1 = latent_generate_seconds(ckpt, ctx, 1, "expanded", max(30.0, deadline - time.monotonic()))
+            tk, ek = (None, None)
+            if t1 is not None:
+                tk, ek = latent_generate_seconds(ckpt, ctx, 1 + KE, "expanded", max(30.0, deadline - time.monotonic()))
+            steps["expanded"] = 1e3 * (tk - t1) / KE if (t1 is not None and tk is not None) else None
+            entry["expanded_generate_s"] = {"1": t1, str(1 + KE): tk}
+            if steps["expanded"] is None:
+                entry["expanded_error"] = e1 or ek
+        entry["step_ms"] = steps
+        if steps.get("absorbed") and steps.get("expanded"):
+            entry["ratio"] = steps["expanded"] / steps["absorbed"]
+        else:
+            entry["reason"] = "a run did not finish: " + json.dumps({k: v for k, v in entry.items() if "error" in k})[:500]
+    out["absorbed_vs_expanded"] = entry
+
+    # --- DSA vs dense at 32k --------------------------------------------------------------------
+    ctx = LONG_DSA_CTX
+    entry = {"context": ctx, "index_topk": DSA["index_topk"],
+             "method": "latent bench --pp 32768 --tg K --batch 1, ITL p50, on a DSA checkpoint with index_topk "
+                       "2048 and on the same weights with index_topk 65536 (every position selected: dense)"}
+    # Its prefill also runs the indexer (64 heads over every earlier position), whose speed the
+    # 512-token figure says nothing about: a 2048-token prefill on the DSA checkpoint calibrates
+    # the estimate (FLOPs-scaled, as above).
+    calib_ctx = 2048
+    rough = estimate_prefill_s(arith, prefill_tps, ctx)
+    entry["estimated_prefill_s_without_indexer"] = rough
+    dsa_ckpt = CACHE / "models" / f"v32-dsa-L{mode['layers']}"
+    if rough is None:
+        entry["reason"] = "no latent prefill rate measured (the 512-token prefill did not finish)"
+    elif budget <= 0:
+        entry["reason"] = (f"not run in --{mode_name}: 2 prefills of {ctx} tokens, at least {rough * 2:.0f} s at the "
+                           "measured 512-token prefill rate before the indexer's share (bench/compare --long-budget "
+                           "SECONDS runs it)")
+    elif rough * 2 * 1.3 + (0 if (dsa_ckpt / "config.json").exists() else 150) > deadline - time.monotonic():
+        entry["reason"] = (f"infeasible in this run's budget: 2 prefills of {ctx} tokens take at least {rough * 2:.0f} s "
+                           f"at the measured prefill rate (before the indexer's share), budget "
+                           f"{deadline - time.monotonic():.0f} s")
+    else:
+        dsa = make_checkpoint(dsa_ckpt.name, "deepseek_v32", {**DSA, "num_hidden_layers": mode["layers"]}, None)
+        dense = dsa_dense_variant(dsa, 65536)
+        dsa_arith = model_arithmetic(dsa)
+        calib = run_latent(dsa, [calib_ctx], 2, [1], max(30.0, deadline - time.monotonic()))
+        entry["calibration_run"] = calib
+        est = None
+        if calib["points"]:
+            ttft = calib["points"][0]["ttft_ms_p50"] / 1e3
+            est = ttft * prefill_flops(dsa_arith, ctx) / prefill_flops(dsa_arith, calib_ctx)
+        entry["estimated_prefill_s"] = est
+        if est is None:
+            entry["reason"] = f"the {calib_ctx}-token calibration prefill on the DSA checkpoint did not finish"
+        elif est * 2 * 1.2 > deadline - time.monotonic():
+            entry["reason"] = (f"infeasible in this run's budget: a {calib_ctx}-token prefill on the DSA checkpoint took "
+                               f"{ttft:.0f} s, so 2 prefills of {ctx} tokens take about {2 * est:.0f} s (FLOPs-scaled, "
+                               f"indexer included), budget {deadline - time.monotonic():.0f} s")
+        else:
+            K = LONG_DECODE_STEPS
+            steps = {}
+            for label, path in (("dsa", dsa), ("dense", dense)):
+                r = run_latent(path, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()))
+                entry[f"{label}_run"] = r
+                steps[label] = r["points"][0]["itl_ms_p50"] if r["points"] else None
+            entry["step_ms"] = steps
+            if steps.get("dsa") and steps.get("dense"):
+                entry["ratio"] = steps["dense"] / steps["dsa"]
+            else:
+                entry["reason"] = "a run did not finish within the budget"
+    out["dsa_vs_dense"] = entry
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Figures, ratios, outputs
+# ------------------------------------------------------------------------------------------------
+
+
+def point(points: list[dict], batch: int, pp: int | None = None) -> dict | None:
+    for p in points or []:
+        if p.get("batch") == batch and (pp is None or p.get("pp") == pp):
+            return p
+    return None
+
+
+def ratio(name: str, num: float | None, den: float | None, why_missing: str, inputs: dict) -> dict:
+    target = TARGETS[name]
+    if num and den:
+        value = num / den
+        return {"value": round(value, 4), "target": f">= {target}", "met": value >= target, "inputs": inputs}
+    return {"value": None, "target": f">= {target}", "met": None, "reason": why_missing, "inputs": inputs}
+
+
+def roofline(arith: dict, machine: dict, latent: dict, llama: dict, hf: dict, mode: dict) -> dict:
+    bw = machine["read_gb_s_used"]
+    pp, tg = mode["prefill_pp"], mode["tg"]
+    ctx = pp + tg / 2  # mean context over the decode steps
+    bytes_tok = decode_bytes(arith, ctx)
+    flops = prefill_flops(arith, pp)
+    out: dict[str, Any] = {
+        "decode_context_tokens": ctx,
+        "decode_bytes_per_token": bytes_tok,
+        "read_gb_s": bw,
+        "read_gb_s_source": machine["read_gb_s_source"],
+        "prefill_tokens": pp,
+        "prefill_flops": flops,
+        "peak_bf16_gflops": PEAK_BF16_GFLOPS,
+        "peak_bf16_source": PEAK_BF16_SOURCE,
+        "systems": {},
+    }
+    lp = point(latent.get("prefill_points", []), 1, pp)
+    entries = {
+        # step time = inter-token latency at batch 1 (p50), prefill time = time to first token.
+        "latent": (lp and lp["itl_ms_p50"] / 1e3, lp and lp["ttft_ms_p50"] / 1e3),
+        "llama.cpp": (llama.get("decode_tokens_per_s") and 1 / llama["decode_tokens_per_s"],
+                      llama.get("prefill_tokens_per_s") and pp / llama["prefill_tokens_per_s"]),
+    }
+    for system, (step_s, prefill_s) in entries.items():
+        e: dict[str, Any] = {"decode_step_ms": step_s and 1e3 * step_s, "prefill_s": prefill_s}
+        if step_s:
+            e["decode_gb_s"] = bytes_tok / step_s / 1e9
+            e["decode_fraction_of_read_bw"] = e["decode_gb_s"] / bw
+        if prefill_s:
+            e["prefill_gflops"] = flops / prefill_s / 1e9
+            e["prefill_fraction_of_peak"] = e["prefill_gflops"] / PEAK_BF16_GFLOPS
+        out["systems"][system] = e
+    out["note"] = ("llama.cpp's decode row is llama-bench tg at context 0..tg (its cache read is smaller); "
+                   "its prefill row is llama-bench pp (no lm_head over the prompt). Bytes per token count the "
+                   "active weights (attention, norms, router, dense MLP, shared experts, 6 of 64 routed "
+                   "experts, one embedding row, lm_head) at bf16 plus the bf16 latent cache rows read.")
+    return out
+
+
+def compute_ratios(res: dict) -> dict:
+    mode = res["workload"]
+    lat, llama_b, llama_bb, hf = (res["systems"]["latent"], res["systems"]["llama.cpp"]["bench"],
+                                  res["systems"]["llama.cpp"]["batched_bench"], res["systems"]["transformers"])
+    roof = res["roofline"]["systems"]["latent"]
+    ratios = {}
+    ratios["batch1_decode_read_bw_fraction"] = ratio(
+        "batch1_decode_read_bw_fraction", roof.get("decode_gb_s"), res["roofline"]["read_gb_s"],
+        "latent's batch-1 decode point (pp 512) did not finish: " + json.dumps(lat.get("prefill_skipped"))[:300],
+        {"latent_decode_gb_s": roof.get("decode_gb_s"), "read_gb_s": res["roofline"]["read_gb_s"]})
+    b = 64
+    lp, cp, hp = point(lat.get("points"), b), point(llama_bb.get("points"), b), point(hf.get("points"), b)
+    ratios["decode_b64_vs_llamacpp"] = ratio(
+        "decode_b64_vs_llamacpp", lp and lp["decode_tokens_per_s"], cp and cp["decode_tokens_per_s"],
+        ("latent" if not lp else "llama-batched-bench") + " has no batch-64 point (see skipped)",
+        {"latent": lp and lp["decode_tokens_per_s"], "llama.cpp": cp and cp["decode_tokens_per_s"]})
+    ratios["decode_b64_vs_transformers"] = ratio(
+        "decode_b64_vs_transformers", lp and lp["decode_tokens_per_s"], hp and hp.get("decode_tokens_per_s"),
+        ("latent" if not lp else "transformers") + " has no batch-64 point (see skipped)",
+        {"latent": lp and lp["decode_tokens_per_s"], "transformers": hp and hp.get("decode_tokens_per_s")})
+    pp = mode["prefill_pp"]
+    lpp = point(lat.get("prefill_points"), 1, pp)
+    ratios["prefill_512_vs_llamacpp"] = ratio(
+        "prefill_512_vs_llamacpp", lpp and lpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
+        ("latent's pp512 point" if not lpp else "llama-bench pp512") + " did not finish",
+        {"latent": lpp and lpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
+    lc = res.get("long_context", {})
+    ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
+    ratios["absorbed_vs_expanded_decode_16k"] = ratio(
+        "absorbed_vs_expanded_decode_16k", ae.get("ratio"), 1.0 if ae.get("ratio") else None,
+        ae.get("reason", "not measured"), {"step_ms": ae.get("step_ms")})
+    ratios["dsa_vs_dense_decode_32k"] = ratio(
+        "dsa_vs_dense_decode_32k", dd.get("ratio"), 1.0 if dd.get("ratio") else None,
+        dd.get("reason", "not measured"), {"step_ms": dd.get("step_ms")})
+    return ratios
+
+
+def series(res: dict) -> dict[str, list[tuple[int, float | None, float | None]]]:
+    """(batch, decode tok/s, prefill tok/s) per system at the sweep's PP/TG."""
+    s = res["systems"]
+    return {
+        "latent": [(p["batch"], p["decode_tokens_per_s"], p["prefill_tokens_per_s"]) for p in s["latent"].get("points", [])],
+        "llama.cpp": [(p["batch"], p["decode_tokens_per_s"], p["prefill_tokens_per_s"])
+                      for p in s["llama.cpp"]["batched_bench"].get("points", [])],
+        "transformers": [(p["batch"], p.get("decode_tokens_per_s"), p.get("prefill_tokens_per_s"))
+                         for p in s["transformers"].get("points", [])],
+    }
+
+
+def plot(res: dict, path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        return f"matplotlib unavailable: {e}"
+    w = res["workload"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=90)
+    styles = {"latent": ("tab:blue", "o"), "llama.cpp": ("tab:orange", "s"), "transformers": ("tab:green", "^")}
+    for name, pts in series(res).items():
+        pts = sorted(pts)
+        color, marker = styles[name]
+        for ax, idx in ((axes[0], 1), (axes[1], 2)):
+            xs = [p[0] for p in pts if p[idx]]
+            ys = [p[idx] for p in pts if p[idx]]
+            if xs:
+                ax.plot(xs, ys, marker=marker, color=color, label=name)
+    for ax, title in ((axes[0], f"decode (TG {w['tg']})"), (axes[1], f"prefill (PP {w['pp']})")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{res['checkpoint']['description']}, {THREADS} threads, {res['machine']['cpu']}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}" if abs(v) >= 1 else f"{v:.{max(digits, 3)}g}"
+    return str(v)
+
+
+def markdown(res: dict) -> str:
+    w, m = res["workload"], res["machine"]
+    lines = [
+        f"Run: `{res['invocation']}` ({res['mode']}), {res['finished']}, commit `{res['commit']['head']}`"
+        f"{' (+ uncommitted changes)' if res['commit']['dirty'] else ''}, {res['elapsed_s']:.0f} s.",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB; load average {m['load_avg_start']} at "
+        f"the start, {m['load_avg_end']} at the end (other work on the machine shares the 2 cores: "
+        "figures are noisy).",
+        f"Checkpoint: {res['checkpoint']['description']} ({res['checkpoint']['num_parameters'] / 1e9:.2f} B "
+        f"parameters, {res['checkpoint']['bytes'] / 2**30:.2f} GiB).",
+        "",
+        f"### Throughput against concurrency (PP {w['pp']}, TG {w['tg']}, {THREADS} threads)",
+        "",
+        "![throughput against concurrency](../bench/results/throughput.png)",
+        "",
+        "| requests | latent decode t/s | llama.cpp decode t/s | transformers decode t/s | latent prefill t/s | "
+        "llama.cpp prefill t/s | transformers prefill t/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    s = series(res)
+    for b in sorted(w["batches"]):
+        row = [str(b)]
+        for idx in (1, 2):
+            for name in ("latent", "llama.cpp", "transformers"):
+                v = next((p[idx] for p in s[name] if p[0] == b), None)
+                row.append(fmt(v))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "A dash: the point did not run within its stage's time budget, or failed (reasons in "
+              "`bench/results/compare.json`, `skipped` and `error`).", ""]
+    lb = res["systems"]["llama.cpp"]["bench"]
+    lines += [f"llama-bench: pp{w['prefill_pp']} {fmt(lb.get('prefill_tokens_per_s'))} t/s, "
+              f"tg{w['tg']} {fmt(lb.get('decode_tokens_per_s'))} t/s."]
+    lpp = point(res["systems"]["latent"].get("prefill_points"), 1, w["prefill_pp"])
+    lines += [f"latent at PP {w['prefill_pp']}, batch 1: prefill "
+              f"{fmt(lpp and lpp['prefill_tokens_per_s'])} t/s, decode {fmt(lpp and lpp['decode_tokens_per_s'])} t/s."]
+    cb = res["systems"]["transformers"].get("continuous_batching") or {}
+    if cb:
+        lines += ["transformers `generate_batch` (continuous batching): " +
+                  (f"{fmt(cb.get('generated_tokens_per_s'))} generated t/s at {cb.get('batch')} requests" if cb.get("ok")
+                   else f"does not run: `{(cb.get('error') or '').split(' (')[0][:300]}`")]
+    lines += ["", "### Ratios (goals, not tests)", "", "| ratio | value | target | met | note |", "|---|---:|---|---|---|"]
+    for name, r in res["ratios"].items():
+        lines.append(f"| {name} | {fmt(r['value'], 2)} | {r['target']} | {fmt(r['met'])} | "
+                     f"{(r.get('reason') or '').replace('|', '/')[:220]} |")
+    roof = res["roofline"]
+    lines += ["", "### Roofline", "",
+              f"Decode at batch 1, context {roof['decode_context_tokens']:.0f}: "
+              f"{roof['decode_bytes_per_token'] / 1e6:.1f} MB read per token; read bandwidth "
+              f"{roof['read_gb_s']:.1f} GB/s ({roof['read_gb_s_source']}; the issue's nominal figure is "
+              f"{NOMINAL_READ_GB_S} GB/s). Prefill of {roof['prefill_tokens']} tokens: "
+              f"{roof['prefill_flops'] / 1e9:.0f} GFLOP; peak {PEAK_BF16_GFLOPS:.0f} GFLOP/s ({PEAK_BF16_SOURCE}; "
+              f"torch's bf16 matmul reached {fmt((m.get('figures', {}).get('torch_bf16_matmul') or {}).get('best_gflops'))} "
+              "GFLOP/s in this run).", "",
+              "| system | decode step ms | decode GB/s | of read BW | prefill s | prefill GFLOP/s | of peak |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, e in roof["systems"].items():
+        lines.append(f"| {name} | {fmt(e.get('decode_step_ms'))} | {fmt(e.get('decode_gb_s'))} | "
+                     f"{fmt(e.get('decode_fraction_of_read_bw'), 2)} | {fmt(e.get('prefill_s'), 2)} | "
+                     f"{fmt(e.get('prefill_gflops'))} | {fmt(e.get('prefill_fraction_of_peak'), 2)} |")
+    lc = res.get("long_context", {})
+    lines += ["", "### Long-context decode steps (batch 1)", ""]
+    for key, label, a, b in (("absorbed_vs_expanded", "absorbed vs expanded", "absorbed", "expanded"),
+                             ("dsa_vs_dense", "DSA (top 2048) vs dense", "dsa", "dense")):
+        e = lc.get(key, {})
+        steps = e.get("step_ms") or {}
+        text = (f"- {label} at {e.get('context')} tokens: " +
+                (f"{a} step {fmt(steps.get(a))} ms, {b} step {fmt(steps.get(b))} ms, ratio {fmt(e.get('ratio'), 2)}"
+                 if e.get("ratio") else f"not measured: {e.get('reason')}"))
+        lines.append(text + f" (method: {e.get('method')})")
+    lines += ["", "### Commands run", "",
+              f"Every command ran with OMP_NUM_THREADS={THREADS} MKL_NUM_THREADS={THREADS} LATENT_THREADS={THREADS} "
+              "unless shown otherwise.", "", "```"] + res["commands"] + ["```"]
+    return "\n".join(lines)
+
+
+def update_doc(md: str) -> None:
+    begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
+    text = DOC.read_text() if DOC.exists() else f"# latent: performance\n\n## Latest results\n\n{begin}\n{end}\n"
+    if begin not in text:
+        text += f"\n## Latest results\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    DOC.write_text(f"{head}{begin}\n{md}\n{end}{tail}")
+
+
+def machine_info() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    mem = 0
+    try:
+        mem = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": round(mem / 2**20, 1),
+        "kernel": platform.release(),
+        "isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f" {f}" in flags],
+        "load_avg_start": load_avg(),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2-layer checkpoint, 4 concurrency levels, short budgets "
+                    "(under 10 minutes once bench/.cache holds the builds and the checkpoint)")
+    ap.add_argument("--long-budget", type=float, default=None, metavar="SECONDS",
+                    help="time for the long-context decode steps (16k absorbed vs expanded, 32k DSA vs dense); "
+                    "default 0 with --quick, 3600 otherwise")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md's results section")
+    args = ap.parse_args(argv)
+    mode_name = "quick" if args.quick else "full"
+    mode = json.loads(json.dumps(MODES[mode_name]))
+    if args.long_budget is not None:
+        mode["budget"]["long"] = args.long_budget
+    CACHE.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc)
+    res: dict[str, Any] = {
+        "schema": 1,
+        "mode": mode_name,
+        "invocation": "bench/compare" + (" --quick" if args.quick else "")
+        + (f" --long-budget {args.long_budget:g}" if args.long_budget is not None else ""),
+        "started": started.isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "commit": {"head": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "src"))},
+        "workload": {k: mode[k] for k in ("pp", "tg", "batches", "prefill_pp")} | {"threads": THREADS},
+        "budgets_s": mode["budget"],
+    }
+
+    # ---- setup (cached) ----
+    latent_info = build_latent()
+    llama = build_llama_cpp()
+    read_bw_exe = build_read_bw()
+    overrides = {**V2_LITE, "num_hidden_layers": mode["layers"]}
+    ckpt = make_checkpoint(f"v2lite-L{mode['layers']}", "deepseek_v2_lite", overrides, TOKENIZER)
+    gguf = convert_gguf(ckpt)
+    arith = model_arithmetic(ckpt)
+    summary = json.loads((ckpt / "config.json").read_text())
+    n_params = sum(math.prod(s) for _, s, _ in safetensors_tensors(ckpt).values())
+    res["checkpoint"] = {
+        "path": rel(ckpt),
+        "gguf": rel(gguf),
+        "gguf_tokenizer_pre": gguf_tokenizer_pre(gguf),
+        "gguf_note": GGUF_NOTE,
+        "description": f"DeepSeek-V2-Lite shape, {mode['layers']} layers (1 dense + {mode['layers'] - 1} MoE), bf16",
+        "num_parameters": n_params,
+        "bytes": arith["checkpoint_bytes"],
+        "config": {k: summary.get(k) for k in list(V2_LITE) + ["num_hidden_layers", "q_lora_rank"]},
+        "made_with": shell_join([".venv/bin/python", "tools/make_tiny_model.py", "--preset", "deepseek_v2_lite",
+                                 "--config-json", json.dumps(overrides), "--tokenizer", rel(TOKENIZER),
+                                 "--dtype", "bfloat16", "--seed", "0", "--out", rel(ckpt)]),
+    }
+    res["model_arithmetic"] = arith
+    log(f"setup done: checkpoint {rel(ckpt)}, gguf {rel(gguf)}")
+
+    # ---- measurements ----
+    budget = mode["budget"]
+    log("machine: read bandwidth, bf16 matmul")
+    figures = measure_machine(read_bw_exe)
+    res["machine"]["figures"] = figures
+
+    log("llama.cpp: llama-bench")
+    lb = run_llama_bench(llama["llama-bench"], gguf, mode, budget["llama_bench"])
+    log("llama.cpp: llama-batched-bench")
+    lbb = run_llama_batched(llama["llama-batched-bench"], gguf, mode, budget["llama_batched"])
+    res_llama = {"build": llama, "bench": lb, "batched_bench": lbb, "load_avg_after": load_avg()}
+
+    log("transformers: batched generate + generate_batch")
+    hf = run_transformers(ckpt, mode, budget["transformers"])
+    hf["load_avg_after"] = load_avg()
+
+    log("latent: bench")
+    lat_budget = budget["latent"]
+    t = time.monotonic()
+    lat_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], min(90.0, lat_budget * 0.4))
+    lat_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], mode["batches"], lat_budget - (time.monotonic() - t))
+    lat = {"binary": latent_info, "prefill_command": lat_prefill["command"], "prefill_points": lat_prefill["points"],
+           "prefill_skipped": lat_prefill["skipped"], "command": lat_sweep["command"], "points": lat_sweep["points"],
+           "skipped": lat_sweep["skipped"], "errors": [x.get("error") for x in (lat_prefill, lat_sweep) if x.get("error")],
+           "load_avg_after": load_avg()}
+    res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
+
+    lpp = point(lat["prefill_points"], 1, mode["prefill_pp"])
+    log("latent: long-context decode steps")
+    res["long_context"] = run_long_context(ckpt, mode_name, mode, arith, latent_info,
+                                           lpp and lpp["prefill_tokens_per_s"], budget["long"])
+
+    res["roofline"] = roofline(arith, figures, lat, lb, hf, mode)
+    res["ratios"] = compute_ratios(res)
+    res["machine"]["load_avg_end"] = load_avg()
+    res["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    res["elapsed_s"] = time.monotonic() - T0
+    res["commands"] = COMMANDS
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot_error = plot(res, RESULTS / "throughput.png")
+    if plot_error:
+        res["plot_error"] = plot_error
+    (RESULTS / "compare.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    if not args.no_doc:
+        update_doc(markdown(res))
+    log(f"wrote {rel(RESULTS / 'compare.json')}, {rel(RESULTS / 'throughput.png')}"
+        + ("" if args.no_doc else f", {rel(DOC)}"))
+    for name, r in res["ratios"].items():
+        log(f"  {name}: {r['value']} (target {r['target']})" + (f" — {r.get('reason')}" if r["value"] is None else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
