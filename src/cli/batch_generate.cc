@@ -3,16 +3,19 @@
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
-// token's only), "n"), "stop_token_ids", "ignore_eos", and "arrival_step" (submit the request
+// token's only), "n"), "stop_token_ids", "stop" (a string or a list of strings, matched on the
+// detokenized text), "ignore_eos", and "arrival_step" (submit the request
 // when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (with a tokenizer),
-// "finish_reason": "stop"|"length", ...};
+// "finish_reason": "stop"|"length", ...; "stop_reason": the stop string that ended it, if one
+// did: "text" then ends before it and "ids" end with the token that completed it};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "cli/batch_generate.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -20,7 +23,9 @@
 
 #include "base/error.h"
 #include "model/generation_config.h"
+#include "server/stop_strings.h"
 #include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
@@ -34,15 +39,52 @@ struct Job {
   int64_t cancel_step = -1;
   int64_t id = -1;  // The engine's request id once submitted.
   std::string error;  // Set when the line is malformed or the engine refused it.
+  std::vector<std::string> stop;  // Stop strings ("stop").
   struct Sample {
     std::vector<int32_t> ids;
     std::vector<Json> logprobs;
     engine::FinishReason finish = engine::FinishReason::kNone;
     std::string error;
+    // With stop strings: the text so far, matched as it streams.
+    std::unique_ptr<tokenizer::StreamingDetokenizer> detokenizer;
+    std::unique_ptr<server::StopStringMatcher> matcher;
+    std::string text;
+    std::string stop_reason;  // The stop string that ended this sample, if one did.
   };
   std::vector<Sample> samples;
-  int32_t done = 0;
+  int32_t done = 0;             // Samples the engine has finished.
+  int32_t stopped_by_text = 0;  // Samples a stop string ended (the engine runs them on).
+  bool cancel_sent = false;
 };
+
+// "stop": a string or a list of non-empty strings.
+std::vector<std::string> StopStrings(const Json& line) {
+  if (!line.contains("stop") || line["stop"].is_null()) return {};
+  const Json& stop = line["stop"];
+  std::vector<std::string> out;
+  if (stop.is_string()) {
+    out.push_back(stop.get<std::string>());
+  } else if (stop.is_array()) {
+    for (const Json& s : stop) {
+      if (!s.is_string()) Fail("field 'stop' must be a string or a list of strings: ", stop.dump());
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    Fail("field 'stop' must be a string or a list of strings: ", stop.dump());
+  }
+  for (const std::string& s : out) {
+    if (s.empty()) Fail("field 'stop' holds an empty string");
+  }
+  return out;
+}
+
+// The text of a stop-string sample: what the matcher released, the rest once the engine ends.
+void FinishText(Job::Sample& sample) {
+  if (!sample.matcher || !sample.stop_reason.empty()) return;
+  sample.text += sample.matcher->Push(sample.detokenizer->Finish());
+  if (sample.matcher->stopped()) return;
+  sample.text += sample.matcher->Finish();
+}
 
 template <typename T>
 T Field(const Json& line, const char* key, T fallback) {
@@ -95,7 +137,8 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
 }
 
 engine::Request ParseRequest(const Json& line, TextTools& text, int64_t default_max_tokens,
-                             int64_t* arrival_step, int64_t* cancel_step) {
+                             int64_t* arrival_step, int64_t* cancel_step,
+                             std::vector<std::string>* stop) {
   if (!line.is_object()) Fail("not a JSON object");
   engine::Request r;
   r.prompt = PromptIds(line, text);
@@ -113,6 +156,8 @@ engine::Request ParseRequest(const Json& line, TextTools& text, int64_t default_
   s.n = Field<int32_t>(line, "n", 1);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  *stop = StopStrings(line);
+  if (!stop->empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   *arrival_step = Field<int64_t>(line, "arrival_step", 0);
   *cancel_step = Field<int64_t>(line, "cancel_step", -1);
   return r;
@@ -151,7 +196,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     Job& job = jobs.emplace_back();
     try {
       job.request = ParseRequest(Json::parse(text), text_tools, options.max_tokens, &job.arrival_step,
-                                 &job.cancel_step);
+                                 &job.cancel_step, &job.stop);
     } catch (const Json::exception& e) {
       job.error = StrCat(source, ":", i + 1, ": invalid JSON: ", e.what());
     } catch (const Error& e) {
@@ -178,9 +223,16 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         continue;
       }
       job.samples.resize(job.request.sampling.n);
+      if (!job.stop.empty()) {
+        for (Job::Sample& sample : job.samples) {
+          sample.detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
+              text_tools.Tokenizer(), /*skip_special_tokens=*/true);
+          sample.matcher = std::make_unique<server::StopStringMatcher>(job.stop);
+        }
+      }
       auto on_output = [&job, &finished](const engine::RequestOutput& out) {
         Job::Sample& sample = job.samples[out.sample];
-        if (out.has_token) {
+        if (out.has_token && sample.stop_reason.empty()) {
           sample.ids.push_back(out.token);
           if (job.request.sampling.top_logprobs >= 0) {
             Json entry = {{"token", out.token}, {"logprob", out.logprob}};
@@ -189,10 +241,21 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
             entry["top_logprobs"] = top;
             sample.logprobs.push_back(entry);
           }
+          if (sample.matcher) {
+            sample.text += sample.matcher->Push(sample.detokenizer->Push(out.token));
+            if (sample.matcher->stopped()) {
+              sample.stop_reason = sample.matcher->matched();
+              sample.finish = engine::FinishReason::kStop;
+              ++job.stopped_by_text;
+            }
+          }
         }
         if (out.finish != engine::FinishReason::kNone) {
-          sample.finish = out.finish;
-          sample.error = out.error;
+          if (sample.stop_reason.empty()) {
+            sample.finish = out.finish;
+            sample.error = out.error;
+            FinishText(sample);
+          }
           if (++job.done == static_cast<int32_t>(job.samples.size())) ++finished;
         }
       };
@@ -204,8 +267,18 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       }
       it = pending.erase(it);
     }
-    for (const Job& job : jobs) {
+    for (Job& job : jobs) {
       if (job.cancel_step == step && job.id >= 0) engine.Cancel(job.id);
+      // Every sample ended on a stop string: the engine still runs them, so end the request (its
+      // samples' callbacks then bring kCancelled, which they ignore, and free the blocks).
+      const bool all_ended = std::all_of(job.samples.begin(), job.samples.end(), [](const Job::Sample& s) {
+        return s.finish != engine::FinishReason::kNone;
+      });
+      if (job.id >= 0 && !job.cancel_sent && job.stopped_by_text > 0 && all_ended &&
+          job.done < static_cast<int32_t>(job.samples.size())) {
+        engine.Cancel(job.id);
+        job.cancel_sent = true;
+      }
     }
     engine.Step();
     ++step;
@@ -223,7 +296,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         if (text_tools.has_tokenizer()) {
           j["text"] = text_tools.Tokenizer().Decode(s.ids, /*skip_special_tokens=*/true);
         }
+        if (s.matcher) j["text"] = s.text;
         j["finish_reason"] = engine::FinishReasonName(s.finish);
+        if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
         if (job.request.sampling.top_logprobs >= 0) j["logprobs"] = s.logprobs;
         if (!s.error.empty()) j["error"] = s.error;
         return j;

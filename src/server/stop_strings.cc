@@ -16,8 +16,15 @@ std::string StopStringMatcher::Push(std::string_view text) {
   held_.clear();
   buffer.append(text);
   // The earliest occurrence of any stop string ends the output.
+  // At equal positions the first listed stop string is the one reported.
   size_t first = std::string::npos;
-  for (const std::string& stop : stops_) first = std::min(first, buffer.find(stop));
+  for (const std::string& stop : stops_) {
+    const size_t at = buffer.find(stop);
+    if (at < first) {
+      first = at;
+      matched_ = stop;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     buffer.resize(first);

@@ -21,11 +21,14 @@ class StopStringMatcher {
   // The end of the output: releases the held-back text (no stop string completed).
   std::string Finish();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the output (empty until stopped()).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // A suffix that is a proper prefix of some stop string.
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace latent::server

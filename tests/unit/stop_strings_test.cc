@@ -65,6 +65,17 @@ TEST(StopStringsTest, EarliestOccurrenceOfAnyStopWins) {
   EXPECT_EQ(Feed(overlapping, {"xab", "cdef"}), "x");
 }
 
+TEST(StopStringsTest, MatchedNamesTheEarliestStopFirstListedOnTies) {
+  StopStringMatcher none({"x"});
+  EXPECT_EQ(none.matched(), "");
+  StopStringMatcher later({"cd", "b"});
+  EXPECT_EQ(Feed(later, {"a", "bcd"}), "a");
+  EXPECT_EQ(later.matched(), "b");
+  StopStringMatcher tie({"bc", "b"});
+  EXPECT_EQ(Feed(tie, {"abcd"}), "a");
+  EXPECT_EQ(tie.matched(), "bc");
+}
+
 TEST(StopStringsTest, Utf8StopStrings) {
   StopStringMatcher m({"\xe2\x98\x83"});  // U+2603
   EXPECT_EQ(Feed(m, {"a\xc3\xa9", "\xe2\x98",
