@@ -13,9 +13,12 @@
 #include <thread>
 
 #include "base/error.h"
+#include "cli/attention_form.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "kernels/kernel_table.h"
 #include "model/generation_config.h"
+#include "threads/thread_pool.h"
 
 #ifndef LATENT_GIT_COMMIT
 #define LATENT_GIT_COMMIT "unknown"
@@ -124,7 +127,7 @@ nlohmann::ordered_json RunPoint(engine::Engine& engine, const Point& pt, int64_t
 
 Runner RegisterBench(CLI::App& app) {
   struct Options {
-    std::string model_dir, pp = "128", tg = "32", batch = "1,4,16";
+    std::string model_dir, pp = "128", tg = "32", batch = "1,4,16", attention = "auto";
     bool json = false;
     uint64_t seed = 0;
     engine::EngineOptions engine;
@@ -145,7 +148,11 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  sub->add_option("--attention", opt->attention,
+                  "MLA form: auto (absorbed for decode, expanded for long prefill chunks), absorbed "
+                  "or expanded");
   return [opt] {
+    opt->engine.attention = ParseAttentionForm(opt->attention);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
@@ -156,13 +163,16 @@ Runner RegisterBench(CLI::App& app) {
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
 
     nlohmann::ordered_json context;
-    context["machine"] = {{"cpu", CpuName()}, {"threads", std::thread::hardware_concurrency()}};
+    context["machine"] = {{"cpu", CpuName()}, {"cores", std::thread::hardware_concurrency()}};
     context["commit"] = LATENT_GIT_COMMIT;
     context["model"] = opt->model_dir;
     context["flags"] = {{"max_batch_tokens", opt->engine.max_batch_tokens},
                         {"block_tokens", opt->engine.block_tokens},
                         {"cache_dtype", opt->engine.cache_dtype},
-                        {"prefix_cache", opt->engine.prefix_caching}};
+                        {"prefix_cache", opt->engine.prefix_caching},
+                        {"attention", opt->attention},
+                        {"threads", threads::NumThreads()},
+                        {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
                 "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
     uint64_t seed = opt->seed;
