@@ -132,9 +132,7 @@ MODES = {
         "prefill_pp": 512,
         "llama_bench_reps": 2,
         "experts_probe": True,
-        # The long-context steps need prefills of 16k and 32k tokens: not in a 10-minute run
-        # (`--long-budget` turns them on).
-        "budget": {"llama_bench": 45, "llama_batched": 90, "transformers": 210, "latent": 210, "long": 0},
+        "budget": {"llama_bench": 45, "llama_batched": 90, "transformers": 210, "latent": 210, "long": 120},
     },
     "full": {
         "layers": 4,
@@ -144,13 +142,12 @@ MODES = {
         "prefill_pp": 512,
         "llama_bench_reps": 5,
         "experts_probe": True,
-        "budget": {"llama_bench": 300, "llama_batched": 900, "transformers": 1800, "latent": 1800, "long": 3600},
+        "budget": {"llama_bench": 300, "llama_batched": 900, "transformers": 1800, "latent": 1800, "long": 600},
     },
 }
 LONG_ABSORBED_CTX = 16384
 LONG_DSA_CTX = 32768
-LONG_DECODE_STEPS = 4  # decode steps timed by `latent bench` at long context (p50 of their ITLs)
-EXPANDED_DIFF_STEPS = 16  # decode steps in the `generate` difference for the expanded form
+LONG_DECODE_STEPS = 4  # decode steps timed by `latent bench-step` at long context (their median)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -646,135 +643,55 @@ def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: 
     return res
 
 
-def latent_generate_seconds(ckpt: Path, ctx: int, max_tokens: int, attention: str, budget: float) -> tuple[float | None, str | None]:
-    """Wall time of `latent generate --prompts` (through the engine) for one ctx-token prompt."""
-    import random
-
-    rng = random.Random(ctx)
-    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
-    prompt = CACHE / f"prompt-{ctx}-{max_tokens}.jsonl"
-    prompt.write_text(json.dumps({"ids": [rng.randrange(2, vocab) for _ in range(ctx)],
-                                  "max_tokens": max_tokens, "ignore_eos": True}) + "\n")
-    r = Run([LATENT, "generate", "--model", ckpt, "--prompts", prompt, "--attention", attention], budget)
-    return (None, r.failure()) if r.failure() else (r.elapsed, None)
-
-
-def estimate_prefill_s(arith: dict, latent_prefill_tps: float | None, ctx: int) -> float | None:
-    """Prefill time of a ctx-token prompt, scaled from the measured 512-token prefill rate by the
-    FLOPs (the attention part grows with the context)."""
-    if not latent_prefill_tps:
-        return None
-    flops_512 = prefill_flops(arith, 512)
-    return prefill_flops(arith, ctx) / flops_512 * 512 / latent_prefill_tps
+def run_bench_step(ckpt: Path, ctx: int, forms: list[str], budget: float) -> dict:
+    """`latent bench-step`: batch-1 decode steps at `ctx` cached tokens (random rows), per form."""
+    cmd = [LATENT, "bench-step", "--model", ckpt, "--context", ctx, "--attention", ",".join(forms),
+           "--steps", LONG_DECODE_STEPS, "--json"]
+    r = Run(cmd, budget)
+    points = {x["attention"]: x for x in r.json_lines() if "step_ms_p50" in x}
+    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "points": points}
+    if r.failure():
+        res["error"] = r.failure()
+    return res
 
 
-def run_long_context(ckpt: Path, mode_name: str, mode: dict, arith: dict, latent_info: dict,
-                     prefill_tps: float | None, budget: float) -> dict:
+def run_long_context(ckpt: Path, mode: dict, budget: float) -> dict:
     """absorbed vs expanded decode step at 16k context (this checkpoint); DSA (top 2048) vs dense
-    decode step at 32k context (a DSA checkpoint of the same sizes)."""
+    decode step at 32k context (a DSA checkpoint of the same sizes, and the same weights with
+    every position selected). Each is `latent bench-step`: the paged cache filled with random rows
+    for the context, then timed batch-1 decode steps through the model's Forward; a step's cost
+    depends on how many rows it reads, not on their values, and this skips 16k-32k prefills."""
     out: dict[str, Any] = {}
     deadline = time.monotonic() + budget
+    method = ("latent bench-step (random cached rows, then {k} timed batch-1 decode steps after one warm-up; "
+              "median)").format(k=LONG_DECODE_STEPS)
 
-    # --- absorbed vs expanded at 16k ------------------------------------------------------------
     ctx = LONG_ABSORBED_CTX
-    est = estimate_prefill_s(arith, prefill_tps, ctx)
-    entry: dict[str, Any] = {"context": ctx, "estimated_prefill_s": est}
-    # With `latent bench --attention` each form is one run (prefill + K steps). Without it, the
-    # absorbed step is `bench`'s (auto picks absorbed for one-token decode chunks, expanded for
-    # long prefill chunks) and the expanded step is a difference of two `generate --attention
-    # expanded` runs: three prefills.
-    prefills = 2 if latent_info.get("bench_has_attention_flag") else 3
-    entry["method"] = ("latent bench --attention absorbed|expanded, ITL p50" if prefills == 2 else
-                       "absorbed: latent bench (auto form) ITL p50; expanded: (T(generate, 1+K tokens) - "
-                       "T(generate, 1 token)) / K with --attention expanded")
-    if est is None:
-        entry["reason"] = "no latent prefill rate measured (the 512-token prefill did not finish)"
-    elif budget <= 0:
-        entry["reason"] = (f"not run in --{mode_name}: {prefills} prefills of {ctx} tokens, about {est * prefills:.0f} s "
-                           "at the measured 512-token prefill rate (bench/compare --long-budget SECONDS runs it)")
-    elif est * prefills * 1.3 > deadline - time.monotonic():
-        entry["reason"] = (f"infeasible in this run's budget: {prefills} prefills of {ctx} tokens at the measured "
-                           f"prefill rate take about {est * prefills:.0f} s, budget {deadline - time.monotonic():.0f} s")
+    r = run_bench_step(ckpt, ctx, ["absorbed", "expanded"], max(30.0, (deadline - time.monotonic()) / 2))
+    steps = {form: p["step_ms_p50"] for form, p in r["points"].items()}
+    entry: dict[str, Any] = {"context": ctx, "method": method, "run": r, "step_ms": steps}
+    if steps.get("absorbed") and steps.get("expanded"):
+        entry["ratio"] = steps["expanded"] / steps["absorbed"]
     else:
-        K = LONG_DECODE_STEPS
-        if prefills == 2:
-            steps = {}
-            for form in ("absorbed", "expanded"):
-                r = run_latent(ckpt, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()),
-                               extra=("--attention", form))
-                steps[form] = r["points"][0]["itl_ms_p50"] if r["points"] else None
-                entry[f"{form}_run"] = r
-        else:
-            r = run_latent(ckpt, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()))
-            entry["absorbed_run"] = r
-            steps = {"absorbed": r["points"][0]["itl_ms_p50"] if r["points"] else None}
-            KE = EXPANDED_DIFF_STEPS
-            t1, e1 = latent_generate_seconds(ckpt, ctx, 1, "expanded", max(30.0, deadline - time.monotonic()))
-            tk, ek = (None, None)
-            if t1 is not None:
-                tk, ek = latent_generate_seconds(ckpt, ctx, 1 + KE, "expanded", max(30.0, deadline - time.monotonic()))
-            steps["expanded"] = 1e3 * (tk - t1) / KE if (t1 is not None and tk is not None) else None
-            entry["expanded_generate_s"] = {"1": t1, str(1 + KE): tk}
-            if steps["expanded"] is None:
-                entry["expanded_error"] = e1 or ek
-        entry["step_ms"] = steps
-        if steps.get("absorbed") and steps.get("expanded"):
-            entry["ratio"] = steps["expanded"] / steps["absorbed"]
-        else:
-            entry["reason"] = "a run did not finish: " + json.dumps({k: v for k, v in entry.items() if "error" in k})[:500]
+        entry["reason"] = "bench-step did not finish: " + str(r.get("error"))
     out["absorbed_vs_expanded"] = entry
 
-    # --- DSA vs dense at 32k --------------------------------------------------------------------
     ctx = LONG_DSA_CTX
+    dsa = make_checkpoint(f"v32-dsa-L{mode['layers']}", "deepseek_v32", {**DSA, "num_hidden_layers": mode["layers"]}, None)
+    dense = dsa_dense_variant(dsa, 65536)
     entry = {"context": ctx, "index_topk": DSA["index_topk"],
-             "method": "latent bench --pp 32768 --tg K --batch 1, ITL p50, on a DSA checkpoint with index_topk "
-                       "2048 and on the same weights with index_topk 65536 (every position selected: dense)"}
-    # Its prefill also runs the indexer (64 heads over every earlier position), whose speed the
-    # 512-token figure says nothing about: a 2048-token prefill on the DSA checkpoint calibrates
-    # the estimate (FLOPs-scaled, as above).
-    calib_ctx = 2048
-    rough = estimate_prefill_s(arith, prefill_tps, ctx)
-    entry["estimated_prefill_s_without_indexer"] = rough
-    dsa_ckpt = CACHE / "models" / f"v32-dsa-L{mode['layers']}"
-    if rough is None:
-        entry["reason"] = "no latent prefill rate measured (the 512-token prefill did not finish)"
-    elif budget <= 0:
-        entry["reason"] = (f"not run in --{mode_name}: 2 prefills of {ctx} tokens, at least {rough * 2:.0f} s at the "
-                           "measured 512-token prefill rate before the indexer's share (bench/compare --long-budget "
-                           "SECONDS runs it)")
-    elif rough * 2 * 1.3 + (0 if (dsa_ckpt / "config.json").exists() else 150) > deadline - time.monotonic():
-        entry["reason"] = (f"infeasible in this run's budget: 2 prefills of {ctx} tokens take at least {rough * 2:.0f} s "
-                           f"at the measured prefill rate (before the indexer's share), budget "
-                           f"{deadline - time.monotonic():.0f} s")
+             "method": method + " with the absorbed form, on a DSA checkpoint with index_topk 2048 and on the "
+                       "same weights with index_topk 65536 (every position selected: dense)"}
+    steps = {}
+    for label, path in (("dsa", dsa), ("dense", dense)):
+        r = run_bench_step(path, ctx, ["absorbed"], max(30.0, deadline - time.monotonic()))
+        entry[f"{label}_run"] = r
+        steps[label] = r["points"].get("absorbed", {}).get("step_ms_p50")
+    entry["step_ms"] = steps
+    if steps.get("dsa") and steps.get("dense"):
+        entry["ratio"] = steps["dense"] / steps["dsa"]
     else:
-        dsa = make_checkpoint(dsa_ckpt.name, "deepseek_v32", {**DSA, "num_hidden_layers": mode["layers"]}, None)
-        dense = dsa_dense_variant(dsa, 65536)
-        dsa_arith = model_arithmetic(dsa)
-        calib = run_latent(dsa, [calib_ctx], 2, [1], max(30.0, deadline - time.monotonic()))
-        entry["calibration_run"] = calib
-        est = None
-        if calib["points"]:
-            ttft = calib["points"][0]["ttft_ms_p50"] / 1e3
-            est = ttft * prefill_flops(dsa_arith, ctx) / prefill_flops(dsa_arith, calib_ctx)
-        entry["estimated_prefill_s"] = est
-        if est is None:
-            entry["reason"] = f"the {calib_ctx}-token calibration prefill on the DSA checkpoint did not finish"
-        elif est * 2 * 1.2 > deadline - time.monotonic():
-            entry["reason"] = (f"infeasible in this run's budget: a {calib_ctx}-token prefill on the DSA checkpoint took "
-                               f"{ttft:.0f} s, so 2 prefills of {ctx} tokens take about {2 * est:.0f} s (FLOPs-scaled, "
-                               f"indexer included), budget {deadline - time.monotonic():.0f} s")
-        else:
-            K = LONG_DECODE_STEPS
-            steps = {}
-            for label, path in (("dsa", dsa), ("dense", dense)):
-                r = run_latent(path, [ctx], K + 1, [1], max(30.0, deadline - time.monotonic()))
-                entry[f"{label}_run"] = r
-                steps[label] = r["points"][0]["itl_ms_p50"] if r["points"] else None
-            entry["step_ms"] = steps
-            if steps.get("dsa") and steps.get("dense"):
-                entry["ratio"] = steps["dense"] / steps["dsa"]
-            else:
-                entry["reason"] = "a run did not finish within the budget"
+        entry["reason"] = "a bench-step run did not finish within the budget"
     out["dsa_vs_dense"] = entry
     return out
 
@@ -1049,7 +966,7 @@ def main(argv=None) -> int:
                     "(under 10 minutes once bench/.cache holds the builds and the checkpoint)")
     ap.add_argument("--long-budget", type=float, default=None, metavar="SECONDS",
                     help="time for the long-context decode steps (16k absorbed vs expanded, 32k DSA vs dense); "
-                    "default 0 with --quick, 3600 otherwise")
+                    "default 120 with --quick, 600 otherwise")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md's results section")
     args = ap.parse_args(argv)
     mode_name = "quick" if args.quick else "full"
@@ -1123,10 +1040,8 @@ def main(argv=None) -> int:
            "load_avg_after": load_avg()}
     res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
 
-    lpp = point(lat["prefill_points"], 1, mode["prefill_pp"])
     log("latent: long-context decode steps")
-    res["long_context"] = run_long_context(ckpt, mode_name, mode, arith, latent_info,
-                                           lpp and lpp["prefill_tokens_per_s"], budget["long"])
+    res["long_context"] = run_long_context(ckpt, mode, budget["long"])
 
     res["roofline"] = roofline(arith, figures, lat, lb, hf, mode)
     res["ratios"] = compute_ratios(res)

@@ -1,0 +1,56 @@
+"""`latent bench` and `latent bench-step`: the JSON they print (what bench/compare reads) and
+their errors. Timings are not checked here (performance lives in bench/)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_latent
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(l) for l in stdout.splitlines() if l.startswith("{")]
+
+
+def test_bench_sweep_points(tiny_models):
+    model_dir = tiny_models.get("deepseek_v3")
+    for form in ["auto", "absorbed", "expanded"]:
+        out = run_latent("bench", "--model", str(model_dir), "--pp", "16,40", "--tg", "3",
+                         "--batch", "1,3", "--attention", form, "--json").stdout
+        points = json_lines(out)
+        assert [(p["pp"], p["tg"], p["batch"]) for p in points] == [
+            (16, 3, 1), (16, 3, 3), (40, 3, 1), (40, 3, 3)]
+        for p in points:
+            assert p["flags"]["attention"] == form
+            assert p["flags"]["threads"] >= 1 and p["flags"]["kernels"] in ("avx512", "ref")
+            assert p["prefill_tokens_per_s"] > 0 and p["decode_tokens_per_s"] > 0
+            assert 0 < p["itl_ms_p50"] <= p["itl_ms_p90"] <= p["itl_ms_p99"]
+    bad = run_latent("bench", "--model", str(model_dir), "--attention", "sideways", check=False)
+    assert bad.returncode != 0 and "--attention: unknown form 'sideways'" in bad.stderr
+
+
+def test_bench_step_points(tiny_models):
+    for preset in ["deepseek_v3", "deepseek_v32"]:
+        model_dir = tiny_models.get(preset)
+        out = run_latent("bench-step", "--model", str(model_dir), "--context", "50,200",
+                         "--attention", "absorbed,expanded", "--steps", "3", "--json").stdout
+        points = json_lines(out)
+        assert [(p["context"], p["attention"]) for p in points] == [
+            (50, "absorbed"), (50, "expanded"), (200, "absorbed"), (200, "expanded")]
+        for p in points:
+            assert len(p["step_ms"]) == 3 and all(t > 0 for t in p["step_ms"])
+            assert min(p["step_ms"]) == p["step_ms_min"] <= p["step_ms_p50"]
+            assert (p["index_topk"] > 0) == (preset == "deepseek_v32")
+
+
+def test_bench_step_errors(tiny_models):
+    model_dir = tiny_models.get("deepseek_v3")
+    max_pos = json.loads((model_dir / "config.json").read_text())["max_position_embeddings"]
+    too_long = run_latent("bench-step", "--model", str(model_dir), "--context", str(max_pos),
+                          check=False)
+    assert too_long.returncode != 0 and "exceeds max_position_embeddings" in too_long.stderr
+    for flag, value, message in [("--context", "0", "--context: '0' is not a positive integer"),
+                                 ("--context", "12x", "--context: '12x' is not a positive integer"),
+                                 ("--attention", "absorbed,nope", "unknown form 'nope'")]:
+        proc = run_latent("bench-step", "--model", str(model_dir), flag, value, check=False)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
