@@ -148,6 +148,7 @@ MODES = {
 LONG_ABSORBED_CTX = 16384
 LONG_DSA_CTX = 32768
 LONG_DECODE_STEPS = 4  # decode steps timed by `latent bench-step` at long context (their median)
+LONG_BASE_CTX = 128  # the same step at a short context: what the step costs besides the context
 
 
 # ------------------------------------------------------------------------------------------------
@@ -643,16 +644,40 @@ def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: 
     return res
 
 
-def run_bench_step(ckpt: Path, ctx: int, forms: list[str], budget: float) -> dict:
-    """`latent bench-step`: batch-1 decode steps at `ctx` cached tokens (random rows), per form."""
-    cmd = [LATENT, "bench-step", "--model", ckpt, "--context", ctx, "--attention", ",".join(forms),
-           "--steps", LONG_DECODE_STEPS, "--json"]
+def run_bench_step(ckpt: Path, contexts: list[int], forms: list[str], budget: float) -> dict:
+    """`latent bench-step`: batch-1 decode steps at each context (random cached rows), per form.
+    points[(context, form)] = the bench-step JSON line."""
+    cmd = [LATENT, "bench-step", "--model", ckpt, "--context", ",".join(map(str, contexts)),
+           "--attention", ",".join(forms), "--steps", LONG_DECODE_STEPS, "--json"]
     r = Run(cmd, budget)
-    points = {x["attention"]: x for x in r.json_lines() if "step_ms_p50" in x}
-    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "points": points}
+    points = {(x["context"], x["attention"]): x for x in r.json_lines() if "step_ms_p50" in x}
+    res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed,
+                           "points": [points[k] for k in sorted(points)]}
     if r.failure():
         res["error"] = r.failure()
+    res["_by_key"] = points
     return res
+
+
+def step_entry(entry: dict, runs: dict[str, tuple[dict, str]], ctx: int) -> None:
+    """Fills entry with step_ms per label at ctx, the ratio first/second label, and the ratio of
+    the context-dependent parts (step at ctx minus step at LONG_BASE_CTX): a decode step also
+    streams every weight once, which at 2 layers plus a 129k-row lm_head is most of the step."""
+    (a, (ra, fa)), (b, (rb, fb)) = runs.items()
+    step = lambda r, f, c: (r["_by_key"].get((c, f)) or {}).get("step_ms_p50")
+    steps = {a: step(ra, fa, ctx), b: step(rb, fb, ctx)}
+    base = {a: step(ra, fa, LONG_BASE_CTX), b: step(rb, fb, LONG_BASE_CTX)}
+    entry["step_ms"] = steps
+    entry[f"step_ms_at_{LONG_BASE_CTX}"] = base
+    for label, (r, _) in runs.items():
+        entry[f"{label}_run"] = {k: v for k, v in r.items() if k != "_by_key"}
+    if steps[a] and steps[b]:
+        entry["ratio"] = steps[b] / steps[a]
+        if base[a] and base[b] and steps[a] > base[a] and steps[b] > base[b]:
+            entry["context_part_ms"] = {a: steps[a] - base[a], b: steps[b] - base[b]}
+            entry["context_part_ratio"] = (steps[b] - base[b]) / (steps[a] - base[a])
+    else:
+        entry["reason"] = "a bench-step run did not finish: " + str(ra.get("error") or rb.get("error"))
 
 
 def run_long_context(ckpt: Path, mode: dict, budget: float) -> dict:
@@ -667,13 +692,10 @@ def run_long_context(ckpt: Path, mode: dict, budget: float) -> dict:
               "median)").format(k=LONG_DECODE_STEPS)
 
     ctx = LONG_ABSORBED_CTX
-    r = run_bench_step(ckpt, ctx, ["absorbed", "expanded"], max(30.0, (deadline - time.monotonic()) / 2))
-    steps = {form: p["step_ms_p50"] for form, p in r["points"].items()}
-    entry: dict[str, Any] = {"context": ctx, "method": method, "run": r, "step_ms": steps}
-    if steps.get("absorbed") and steps.get("expanded"):
-        entry["ratio"] = steps["expanded"] / steps["absorbed"]
-    else:
-        entry["reason"] = "bench-step did not finish: " + str(r.get("error"))
+    r = run_bench_step(ckpt, [LONG_BASE_CTX, ctx], ["absorbed", "expanded"],
+                       max(30.0, (deadline - time.monotonic()) / 2))
+    entry: dict[str, Any] = {"context": ctx, "method": method}
+    step_entry(entry, {"absorbed": (r, "absorbed"), "expanded": (r, "expanded")}, ctx)
     out["absorbed_vs_expanded"] = entry
 
     ctx = LONG_DSA_CTX
@@ -682,16 +704,9 @@ def run_long_context(ckpt: Path, mode: dict, budget: float) -> dict:
     entry = {"context": ctx, "index_topk": DSA["index_topk"],
              "method": method + " with the absorbed form, on a DSA checkpoint with index_topk 2048 and on the "
                        "same weights with index_topk 65536 (every position selected: dense)"}
-    steps = {}
-    for label, path in (("dsa", dsa), ("dense", dense)):
-        r = run_bench_step(path, ctx, ["absorbed"], max(30.0, deadline - time.monotonic()))
-        entry[f"{label}_run"] = r
-        steps[label] = r["points"].get("absorbed", {}).get("step_ms_p50")
-    entry["step_ms"] = steps
-    if steps.get("dsa") and steps.get("dense"):
-        entry["ratio"] = steps["dense"] / steps["dsa"]
-    else:
-        entry["reason"] = "a bench-step run did not finish within the budget"
+    rd = run_bench_step(dsa, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, (deadline - time.monotonic()) / 2))
+    rn = run_bench_step(dense, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, deadline - time.monotonic()))
+    step_entry(entry, {"dsa": (rd, "absorbed"), "dense": (rn, "absorbed")}, ctx)
     out["dsa_vs_dense"] = entry
     return out
 
@@ -786,10 +801,10 @@ def compute_ratios(res: dict) -> dict:
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(
         "absorbed_vs_expanded_decode_16k", ae.get("ratio"), 1.0 if ae.get("ratio") else None,
-        ae.get("reason", "not measured"), {"step_ms": ae.get("step_ms")})
+        ae.get("reason", "not measured"), {"step_ms": ae.get("step_ms"), "context_part_ratio": ae.get("context_part_ratio")})
     ratios["dsa_vs_dense_decode_32k"] = ratio(
         "dsa_vs_dense_decode_32k", dd.get("ratio"), 1.0 if dd.get("ratio") else None,
-        dd.get("reason", "not measured"), {"step_ms": dd.get("step_ms")})
+        dd.get("reason", "not measured"), {"step_ms": dd.get("step_ms"), "context_part_ratio": dd.get("context_part_ratio")})
     return ratios
 
 
@@ -915,8 +930,11 @@ def markdown(res: dict) -> str:
                              ("dsa_vs_dense", "DSA (top 2048) vs dense", "dsa", "dense")):
         e = lc.get(key, {})
         steps = e.get("step_ms") or {}
+        part = e.get("context_part_ms") or {}
         text = (f"- {label} at {e.get('context')} tokens: " +
-                (f"{a} step {fmt(steps.get(a))} ms, {b} step {fmt(steps.get(b))} ms, ratio {fmt(e.get('ratio'), 2)}"
+                (f"{a} step {fmt(steps.get(a))} ms, {b} step {fmt(steps.get(b))} ms, ratio {fmt(e.get('ratio'), 2)}; "
+                 f"the part that grows with the context (step minus the step at {LONG_BASE_CTX} tokens): {a} "
+                 f"{fmt(part.get(a))} ms, {b} {fmt(part.get(b))} ms, ratio {fmt(e.get('context_part_ratio'), 2)}"
                  if e.get("ratio") else f"not measured: {e.get('reason')}"))
         lines.append(text + f" (method: {e.get('method')})")
     lines += ["", "### Commands run", "",

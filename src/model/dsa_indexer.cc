@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/kernel_table.h"
+#include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
@@ -13,8 +14,53 @@ namespace {
 constexpr float kIndexNormEps = 1e-6f;  // The indexer's k_norm LayerNorm.
 
 void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  std::vector<float> scratch(w.k);
+  thread_local std::vector<float> scratch;  // the reference kernel's k floats
+  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
   kernels::BestKernels().linear(x, m, w, y, scratch.data());
+}
+
+// Positions scored per block: [kScoreBlock, heads] dot products stay in L1/L2.
+constexpr int64_t kScoreBlock = 256;
+
+// One token's indexer query: q [heads, head_dim] (rotated), w [heads] (already / sqrt(heads)).
+struct IndexQuery {
+  const float* q;
+  const float* w;
+  int64_t heads, head_dim;
+  float scale;  // 1 / sqrt(head_dim)
+};
+
+// scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]. The
+// dot products of a block are one linear call (keys as activations, the query heads as the
+// weight), so each is summed in the kernel's fixed order whatever the block or the thread; the
+// head sum runs in head order.
+void ScoreKeys(const IndexQuery& query, const float* keys, int64_t j0, int64_t j1, float* scores) {
+  thread_local std::vector<float> dots;  // [block, heads]
+  const kernels::WeightRef heads_as_weight{query.q, DType::kF32, query.heads, query.head_dim};
+  for (int64_t b0 = j0; b0 < j1; b0 += kScoreBlock) {
+    const int64_t b1 = std::min(j1, b0 + kScoreBlock);
+    dots.resize((b1 - b0) * query.heads);
+    Linear(keys + b0 * query.head_dim, b1 - b0, heads_as_weight, dots.data());
+    for (int64_t j = b0; j < b1; ++j) {
+      const float* dot = &dots[(j - b0) * query.heads];
+      float sum = 0.0f;
+      for (int64_t h = 0; h < query.heads; ++h) sum += query.w[h] * std::max(dot[h] * query.scale, 0.0f);
+      scores[j] = sum;
+    }
+  }
+}
+
+// chosen = the topk positions of the largest scores, ties to the lower position, ascending.
+// nth_element under that strict total order picks exactly the set a full sort would.
+void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int32_t>& order,
+                std::vector<int32_t>& chosen) {
+  order.resize(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::nth_element(order.begin(), order.begin() + topk, order.end(), [&](int32_t a, int32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  });
+  chosen.assign(order.begin(), order.begin() + topk);
+  std::sort(chosen.begin(), chosen.end());
 }
 
 }  // namespace
@@ -54,35 +100,42 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     int64_t& c = context[batch.seq_slots[t]];
     c = std::max(c, batch.positions[t] + 1);
   }
-  std::vector<float> cached, scores;
-  std::vector<int32_t> order;
+  std::vector<float> cached;
   for (const auto& [slot, length] : context) {
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
     cached.resize(length * d.head_dim);
     cache.GatherRows(layer, kIndexRow, slot, length, cached.data());
+    std::vector<int64_t> selecting;  // batch rows of this sequence that select
     for (int64_t t = 0; t < tokens; ++t) {
-      if (batch.seq_slots[t] != slot) continue;
+      if (batch.seq_slots[t] == slot && batch.positions[t] + 1 > d.topk) selecting.push_back(t);
+    }
+    // Many tokens (a prefill chunk): one token per thread. Few (decodes): each token's
+    // positions split across the threads. Every score is computed the same way either way.
+    const bool per_token = static_cast<int64_t>(selecting.size()) >= 2 * threads::NumThreads();
+    auto select = [&](int64_t i, bool split_positions) {
+      thread_local std::vector<float> scores;
+      thread_local std::vector<int32_t> order;
+      const int64_t t = selecting[i];
       const int64_t visible = batch.positions[t] + 1;
-      if (visible <= d.topk) continue;
-      scores.assign(visible, 0.0f);
-      for (int64_t h = 0; h < d.heads; ++h) {
-        const float* q = &queries[(t * d.heads + h) * d.head_dim];
-        const float weight = head_weights[t * d.heads + h];
-        for (int64_t j = 0; j < visible; ++j) {
-          const float* key = &cached[j * d.head_dim];
-          float dot = 0.0f;
-          for (int64_t i = 0; i < d.head_dim; ++i) dot += q[i] * key[i];
-          scores[j] += weight * std::max(dot * score_scale, 0.0f);
-        }
+      scores.resize(visible);
+      const IndexQuery query{&queries[t * d.heads * d.head_dim], &head_weights[t * d.heads], d.heads,
+                             d.head_dim, score_scale};
+      if (split_positions) {
+        float* out = scores.data();
+        threads::ParallelFor(visible, kScoreBlock, [&](int64_t j0, int64_t j1) {
+          ScoreKeys(query, cached.data(), j0, j1, out);
+        });
+      } else {
+        ScoreKeys(query, cached.data(), 0, visible, scores.data());
       }
-      order.resize(visible);
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + d.topk, order.end(), [&](int32_t a, int32_t b) {
-        return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+      SelectTopK(scores, d.topk, order, selection[t]);
+    };
+    if (per_token) {
+      threads::ParallelFor(static_cast<int64_t>(selecting.size()), 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) select(i, /*split_positions=*/false);
       });
-      std::vector<int32_t>& chosen = selection[t];
-      chosen.assign(order.begin(), order.begin() + d.topk);
-      std::sort(chosen.begin(), chosen.end());
+    } else {
+      for (int64_t i = 0; i < static_cast<int64_t>(selecting.size()); ++i) select(i, /*split_positions=*/true);
     }
   }
 }
