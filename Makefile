@@ -81,7 +81,7 @@ $(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json &: tools/make_tiny_
 fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
 	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
 format:
