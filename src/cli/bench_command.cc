@@ -16,13 +16,11 @@
 #include "cli/attention_form.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "git_commit.h"  // generated: LATENT_GIT_COMMIT
 #include "kernels/kernel_table.h"
 #include "model/generation_config.h"
 #include "threads/thread_pool.h"
 
-#ifndef LATENT_GIT_COMMIT
-#define LATENT_GIT_COMMIT "unknown"
-#endif
 
 namespace latent::cli {
 namespace {
