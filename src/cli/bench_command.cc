@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "engine/engine.h"
 #include "model/generation_config.h"
 
@@ -129,6 +130,7 @@ Runner RegisterBench(CLI::App& app) {
     uint64_t seed = 0;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
+    std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
@@ -145,12 +147,14 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
+    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
@@ -162,7 +166,8 @@ Runner RegisterBench(CLI::App& app) {
     context["flags"] = {{"max_batch_tokens", opt->engine.max_batch_tokens},
                         {"block_tokens", opt->engine.block_tokens},
                         {"cache_dtype", opt->engine.cache_dtype},
-                        {"prefix_cache", opt->engine.prefix_caching}};
+                        {"prefix_cache", opt->engine.prefix_caching},
+                        {"quantize", model::WeightQuantizationName(load.quantize)}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
                 "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
     uint64_t seed = opt->seed;
