@@ -7,7 +7,9 @@ weights: bf16, f32 or fp8) and `--quantize int8`, and reports
   * perplexity of each over the sequence (position i predicts token i + 1),
   * KL(p_none || p_int8) of the next-token distributions, mean and max over positions,
   * top-1 agreement: positions where both pick the same most likely token,
-  * max |logit difference|.
+  * max |logit difference|,
+  * routing: the tokens every MoE layer sends to the same experts in both runs (a flipped
+    near-tie changes a token's output discretely), and the mean KL over those tokens.
 
 The sequence: --ids, or text (--text / --text-file, default docs/architecture.md) encoded by
 `latent tokenize` with the model's tokenizer (or --tokenizer), cut to --tokens; random ids
@@ -55,16 +57,17 @@ def token_ids(args: argparse.Namespace, vocab: int) -> tuple[list[int], str]:
     return rng.integers(2, vocab, size=args.tokens).tolist(), f"random ids (seed {args.seed})"
 
 
-def logits(args: argparse.Namespace, ids: list[int], quantize: str) -> tuple[np.ndarray, float]:
+def logits(args: argparse.Namespace, ids: list[int], quantize: str) -> tuple[np.ndarray, list, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "logits.f32"
         extra = ["--threads", str(args.threads)] if args.threads else []
         start = time.perf_counter()
         meta = json.loads(run(args.latent, *extra, "logits", "--model", str(args.model), "--ids",
-                              ",".join(map(str, ids)), "--quantize", quantize, "--f32-out", str(out)))
+                              ",".join(map(str, ids)), "--quantize", quantize, "--f32-out", str(out),
+                              "--experts"))
         seconds = time.perf_counter() - start
         values = np.fromfile(out, dtype="<f4").reshape(meta["tokens"], meta["vocab"])
-    return values, seconds
+    return values, meta["experts"], seconds
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -73,8 +76,10 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def compare(ids: list[int], ref: np.ndarray, quant: np.ndarray) -> dict:
-    """Figures for `quant` against `ref` (both [T, V] logits of the sequence `ids`)."""
+def compare(ids: list[int], ref: np.ndarray, quant: np.ndarray, ref_experts: list,
+            quant_experts: list) -> dict:
+    """Figures for `quant` against `ref` (both [T, V] logits of the sequence `ids`, with the
+    experts `latent logits --experts` reports)."""
     lp, lq = log_softmax(ref), log_softmax(quant)
     targets = np.asarray(ids[1:])
     rows = np.arange(len(targets))
@@ -84,6 +89,8 @@ def compare(ids: list[int], ref: np.ndarray, quant: np.ndarray) -> dict:
 
     kl = (np.exp(lp) * (lp - lq)).sum(axis=-1)  # KL(p_ref || p_quant) per position
     top1 = ref.argmax(axis=-1) == quant.argmax(axis=-1)
+    same = np.array([all(sorted(a[t]) == sorted(b[t]) for a, b in zip(ref_experts, quant_experts)
+                         if a is not None) for t in range(len(ids))])
     return {
         "tokens": len(ids),
         "ppl_none": ppl(lp[:-1]),
@@ -92,6 +99,8 @@ def compare(ids: list[int], ref: np.ndarray, quant: np.ndarray) -> dict:
         "kl_max": float(kl.max()),
         "top1_agreement": float(top1.mean()),
         "max_abs_logit_diff": float(np.abs(ref - quant).max()),
+        "same_routing": float(same.mean()),
+        "kl_mean_same_routing": float(kl[same].mean()) if same.any() else float("nan"),
         "logit_std_none": float(ref.std(axis=-1).mean()),
     }
 
@@ -112,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     ids, source = token_ids(args, vocab)
-    ref, t_ref = logits(args, ids, "none")
-    quant, t_quant = logits(args, ids, "int8")
-    result = {"model": str(args.model), "source": source, **compare(ids, ref, quant),
+    ref, ref_experts, t_ref = logits(args, ids, "none")
+    quant, quant_experts, t_quant = logits(args, ids, "int8")
+    result = {"model": str(args.model), "source": source,
+              **compare(ids, ref, quant, ref_experts, quant_experts),
               "seconds_none": t_ref, "seconds_int8": t_quant}
     if args.json:
         print(json.dumps(result))
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"top-1 agreement:    {100 * result['top1_agreement']:.1f}%")
     print(f"max |dlogit|:       {result['max_abs_logit_diff']:.4g} "
           f"(mean logit std {result['logit_std_none']:.3g})")
+    print(f"same routing:       {100 * result['same_routing']:.1f}% of tokens in every MoE layer; "
+          f"KL mean over them {result['kl_mean_same_routing']:.3e}")
     return 0
 
 
