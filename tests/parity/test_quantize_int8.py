@@ -19,13 +19,15 @@ import torch
 from conftest import latent_logits, load_reference, reference_dir, run_latent
 from make_tiny_model import rewrite_shards
 
-# (case id, preset, tool args)
+# (case id, preset, tool args, config overrides)
 CASES = [
-    ("v3_f32", "deepseek_v3", ()),
-    ("v2_lite_f32", "deepseek_v2_lite", ()),
-    ("v3_bf16", "deepseek_v3", ("--dtype", "bfloat16")),
-    ("v3_fp8", "deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
-    ("v32_dsa", "deepseek_v32", ()),
+    ("v3_f32", "deepseek_v3", (), None),
+    ("v2_lite_f32", "deepseek_v2_lite", (), None),
+    ("v3_bf16", "deepseek_v3", ("--dtype", "bfloat16"), None),
+    ("v3_fp8", "deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32"), None),
+    ("v32_dsa", "deepseek_v32", (), None),
+    # The LM head is the embedding: latent quantizes a copy for the head, the embedding stays.
+    ("v3_tied", "deepseek_v3", (), {"tie_word_embeddings": True}),
 ]
 
 
@@ -57,12 +59,20 @@ def write_int8_reference(model_dir, scratch):
     for item in src.iterdir():
         if item.is_file() and not item.name.endswith(".safetensors") and not item.name.endswith(".index.json"):
             shutil.copyfile(item, dst / item.name)
+    config = json.loads((src / "config.json").read_text())
+    tied = config.get("tie_word_embeddings", False)
 
     def transform(tensors):
-        return {name: quantize_dequantize(t) if quantized_by_int8(name, t) else t.float()
-                for name, t in tensors.items()}
+        out = {name: quantize_dequantize(t) if quantized_by_int8(name, t) else t.float()
+               for name, t in tensors.items()}
+        if tied and "model.embed_tokens.weight" in tensors:  # an untied, quantized head
+            out["lm_head.weight"] = quantize_dequantize(tensors["model.embed_tokens.weight"])
+        return out
 
     rewrite_shards(src, dst, transform)
+    if tied:
+        config["tie_word_embeddings"] = False
+        (dst / "config.json").write_text(json.dumps(config, indent=2))
     return dst
 
 
@@ -82,8 +92,8 @@ def int8_logits(model_dir, ids, form="auto", experts=False):
 def cases(tiny_models, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("int8-reference")
     built = {}
-    for case_id, preset, extra in CASES:
-        model_dir = tiny_models.get(preset, *extra)
+    for case_id, preset, extra, config in CASES:
+        model_dir = tiny_models.get(preset, *extra, config=config)
         reference = load_reference(write_int8_reference(model_dir, scratch), scratch)
         ids = prompt(reference.config.vocab_size)
         with torch.no_grad():
@@ -140,7 +150,7 @@ def load_log_bytes(stderr: str) -> int:
     return int(m.group(1))
 
 
-@pytest.mark.parametrize("case_id", ["v3_f32", "v3_bf16", "v3_fp8", "v32_dsa"])
+@pytest.mark.parametrize("case_id", ["v3_f32", "v3_bf16", "v3_fp8", "v32_dsa", "v3_tied"])
 def test_info_reports_the_bytes_the_load_log_gives(cases, case_id):
     model_dir = cases[case_id][0]
     none = json.loads(run_latent("info", "--model", str(model_dir), "--json").stdout)["weights"]
@@ -151,6 +161,7 @@ def test_info_reports_the_bytes_the_load_log_gives(cases, case_id):
 
     # The same count from the tensors: converted ones as int8 + one f32 scale per row.
     from safetensors.torch import load_file
+    tied = json.loads((model_dir / "config.json").read_text()).get("tie_word_embeddings", False)
     want = 0
     for shard in sorted(model_dir.glob("*.safetensors")):
         tensors = load_file(shard)
@@ -163,6 +174,8 @@ def test_info_reports_the_bytes_the_load_log_gives(cases, case_id):
             else:
                 want += t.numel() * t.element_size() + (
                     scale.numel() * scale.element_size() if scale is not None else 0)
+            if name == "model.embed_tokens.weight" and tied:
+                want += t.numel() + 4 * t.shape[0]  # tied: the int8 copy for the LM head
     assert int8["bytes"] == want
     assert int8["bytes"] < none["bytes"]
 
