@@ -110,10 +110,10 @@ def test_int8_logits_match_python_quantization_in_transformers(cases, case_id, f
     assert ours.shape == ref_logits.shape
     assert ref_logits.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
     # f32 rounding only: the int8 values and scales are the same numbers on both sides, summed in
-    # other orders (latent applies the row scale after the sum). The unquantized f32 parity
-    # test allows 1e-4 x max |logit|; this one 2e-5.
+    # other orders (latent applies the row scale after the sum). Measured: 0.7-1.2e-6 x max
+    # |logit| over these cases; the unquantized f32 parity test allows 1e-4, this one 1e-5.
     err = np.abs(ours - ref_logits).max()
-    assert err <= 2e-5 * np.abs(ref_logits).max(), f"max |dlogit| {err}"
+    assert err <= 1e-5 * np.abs(ref_logits).max(), f"max |dlogit| {err}"
 
 
 def log_softmax(x):
