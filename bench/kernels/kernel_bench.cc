@@ -3,7 +3,7 @@
 // decode attention time over 576-wide shared latent rows (absorbed MLA). Prints one JSON object.
 //
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
-//       [--dtypes bf16,fp8,f32] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
+//       [--dtypes bf16,fp8,f32,i8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
 //       [--kernels best|ref]
 //
 // Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
@@ -99,7 +99,7 @@ void FillWeights(uint8_t* p, size_t bytes, DType dtype) {
           v |= static_cast<uint64_t>(f) << (16 * h);
         }
         break;
-      default:  // fp8: any byte but NaN
+      default:  // fp8: any byte but NaN (i8: any byte but the few NaN-looking ones, no matter)
         for (int h = 0; h < 8; ++h) {
           uint64_t b = (r >> (8 * h)) & 0xff;
           if ((b & 0x7f) == 0x7f) b &= 0xfe;
@@ -147,6 +147,7 @@ DType DTypeOf(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
   if (name == "f16") return DType::kF16;
   if (name == "fp8") return DType::kF8E4M3;
+  if (name == "i8") return DType::kI8;  // --quantize int8: per-row f32 scales
   std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
   std::exit(2);
 }
@@ -200,7 +201,7 @@ int main(int argc, char** argv) {
     std::vector<WeightRef> ws(count);
     const int64_t block = 128;
     const int64_t scale_count = ((o.n + block - 1) / block) * ((o.k + block - 1) / block);
-    std::vector<float> scales(scale_count, 0.01f);
+    std::vector<float> scales(std::max(scale_count, o.n), 0.01f);
     for (int64_t i = 0; i < count; ++i) {
       uint8_t* p = base + i * stride + 32;
       FillWeights(p, matrix_bytes, dtype);
@@ -213,6 +214,11 @@ int main(int argc, char** argv) {
         ws[i].scale_dtype = DType::kF32;
         ws[i].block_n = block;
         ws[i].block_k = block;
+      } else if (dtype == DType::kI8) {
+        ws[i].scale = scales.data();
+        ws[i].scale_dtype = DType::kF32;
+        ws[i].block_n = 1;
+        ws[i].block_k = o.k;
       }
     }
     const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());

@@ -29,3 +29,12 @@ class MappedFile {
 };
 
 }  // namespace latent
+
+namespace latent {
+
+// Drops the pages wholly inside [data, data + bytes) of a read-only file mapping from this
+// process (madvise MADV_DONTNEED): for weights converted at load, whose originals are not read
+// again. Reading them later still works (they come back from the file). Errors are ignored.
+void ReleaseMappedPages(const void* data, size_t bytes);
+
+}  // namespace latent

@@ -204,7 +204,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     }
   }
 
-  std::unique_ptr<model::Model> m = model::LoadModel(options.model_dir);
+  std::unique_ptr<model::Model> m = model::LoadModel(options.model_dir, options.load);
   model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
   engine::Engine engine(std::move(m), std::move(gen), options.engine);
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "model/load_options.h"
 
 namespace latent::cli {
 
@@ -15,6 +16,7 @@ struct BatchGenerateOptions {
   bool chat = false;          // --prompt is a user message rendered with the chat template
   int64_t max_tokens = 16;    // Default for requests that do not say.
   engine::EngineOptions engine;
+  model::LoadOptions load;    // --quantize
 };
 
 // Reads the JSONL requests, runs them concurrently, writes JSONL results in input order to

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "cli/attention_form.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "engine/engine.h"
 #include "git_commit.h"  // generated: LATENT_GIT_COMMIT
 #include "kernels/kernel_table.h"
@@ -130,6 +131,7 @@ Runner RegisterBench(CLI::App& app) {
     uint64_t seed = 0;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
+    std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
@@ -149,13 +151,15 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--attention", opt->attention,
                   "MLA form: auto (absorbed for decode, expanded for long prefill chunks), absorbed "
                   "or expanded");
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
     opt->engine.attention = ParseAttentionForm(opt->attention);
+    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
@@ -169,6 +173,7 @@ Runner RegisterBench(CLI::App& app) {
                         {"cache_dtype", opt->engine.cache_dtype},
                         {"prefix_cache", opt->engine.prefix_caching},
                         {"attention", opt->attention},
+                        {"quantize", model::WeightQuantizationName(load.quantize)},
                         {"threads", threads::NumThreads()},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",

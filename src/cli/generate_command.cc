@@ -11,6 +11,7 @@
 #include "cli/attention_form.h"
 #include "cli/batch_generate.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "cli/token_ids.h"
 #include "model/contiguous_latent_cache.h"
 #include "model/generation_config.h"
@@ -29,6 +30,7 @@ Runner RegisterGenerate(CLI::App& app) {
     bool chat = false;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
+    std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("generate", "Greedy generation for one prompt");
@@ -51,8 +53,10 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
     const model::AttentionForm form = ParseAttentionForm(opt->attention);
+    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     if (!opt->prompts.empty() || !opt->prompt.empty()) {
       BatchGenerateOptions batch;
       batch.model_dir = opt->model_dir;
@@ -62,13 +66,14 @@ Runner RegisterGenerate(CLI::App& app) {
       batch.chat = opt->chat;
       batch.max_tokens = opt->max_tokens;
       batch.engine = opt->engine;
+      batch.load = load;
       batch.engine.attention = form;
       batch.engine.prefix_caching = !opt->no_prefix_cache;
       return RunBatchGenerate(batch);
     }
     if (opt->ids.empty()) Fail("generate needs --ids, --prompt or --prompts");
     std::vector<int32_t> ids = ParseTokenIds(opt->ids);
-    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
     model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));

@@ -1,13 +1,16 @@
-// `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]`:
-// what a checkpoint is, how many parameters it has (as transformers counts them), which dtypes it
-// stores, and what each layer caches per token.
+// `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]
+// [--quantize none|int8]`: what a checkpoint is, how many parameters it has (as transformers
+// counts them), which dtypes it stores, the bytes of its weights as loaded (after --quantize),
+// and what each layer caches per token.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_layout.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
+#include "model/weight_quantization.h"
 #include "model/weight_table.h"
 #include "weights/checkpoint.h"
 
@@ -19,6 +22,7 @@ struct InfoOptions {
   bool json = false;
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
+  std::string quantize = "none";
 };
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
@@ -28,6 +32,10 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
   const cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype);
   const cache::CacheLayout layout = cache::CacheLayout::Build(rows, opt.block_tokens);
+  const model::LoadOptions load = ParseLoadOptions(opt.quantize);
+  int64_t checkpoint_bytes = 0;
+  const int64_t weight_bytes =
+      model::LoadedWeightBytes(config, ckpt, report, load.quantize, &checkpoint_bytes);
 
   nlohmann::json info;
   info["model"] = opt.model_dir;
@@ -50,6 +58,10 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                  {"shared_experts", config.n_shared_experts},
                  {"topk_method", model::TopkMethodName(config.topk_method)},
                  {"scoring_func", model::ScoringFuncName(config.scoring_func)}};
+  // The decoder's weights in memory as loaded with --quantize (the same count the load log gives).
+  info["weights"] = {{"quantize", model::WeightQuantizationName(load.quantize)},
+                     {"bytes", weight_bytes},
+                     {"checkpoint_bytes", checkpoint_bytes}};
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -86,6 +98,10 @@ void PrintText(const nlohmann::json& info) {
     std::cout << "quantization:     fp8 e4m3, blocks " << info["quantization"]["weight_block_size"][0]
               << "x" << info["quantization"]["weight_block_size"][1] << "\n";
   }
+  const auto& weights = info["weights"];
+  std::cout << "weight bytes:     " << weights["bytes"] << " (--quantize "
+            << weights["quantize"].get<std::string>() << "; checkpoint "
+            << weights["checkpoint_bytes"] << ")\n";
   const auto& moe = info["moe"];
   std::cout << "experts:          " << moe["routed_experts"] << " routed, "
             << moe["experts_per_token"] << " per token, " << moe["shared_experts"]
@@ -120,6 +136,7 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
     nlohmann::json info = BuildInfo(*opt);
     if (opt->json) {

@@ -1,11 +1,14 @@
-// `latent logits --model DIR --ids 1,2,3 [--attention auto|absorbed|expanded]`: f32 logits of
-// every position of one prompt, as JSON {"logits": [[...], ...]}.
+// `latent logits --model DIR --ids 1,2,3 [--attention auto|absorbed|expanded]
+// [--quantize none|int8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
+// {"logits": [[...], ...]}; with --f32-out, as raw little-endian f32 [tokens, vocab] in PATH
+// (large vocabularies), the JSON then giving "tokens" and "vocab" instead.
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/attention_form.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "cli/token_ids.h"
 #include "cache/block_pool.h"
 #include "cache/block_table.h"
@@ -53,6 +56,8 @@ Runner RegisterLogits(CLI::App& app) {
     int64_t chunk_tokens = 0;
     uint32_t block_tokens = 16;
     std::string cache_dtype = "auto";
+    std::string quantize = "none";
+    std::string f32_out;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("logits", "Print the logits of every position of a prompt");
@@ -70,10 +75,14 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size (with --chunk-tokens)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32 or bf16");
+  AddLoadOptions(sub, opt->quantize);
+  sub->add_option("--f32-out", opt->f32_out,
+                  "Write the logits as raw little-endian f32 [tokens, vocab] to this file");
   return [opt] {
     const model::AttentionForm form = ParseAttentionForm(opt->attention);
+    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);
-    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
 
     model::ForwardBatch batch;
@@ -92,18 +101,27 @@ Runner RegisterLogits(CLI::App& app) {
       RunChunked(*m, ids, opt->chunk_tokens, opt->block_tokens, opt->cache_dtype, form, logits.data());
     }
 
-    // %.9g prints every f32 exactly enough to round-trip.
-    std::string out = "{\"logits\": [";
-    char buf[32];
-    for (size_t i = 0; i < ids.size(); ++i) {
-      out += i ? ", [" : "[";
-      for (int64_t v = 0; v < vocab; ++v) {
-        std::snprintf(buf, sizeof buf, v ? ", %.9g" : "%.9g", logits[i * vocab + v]);
-        out += buf;
+    std::string out;
+    if (!opt->f32_out.empty()) {
+      std::FILE* f = std::fopen(opt->f32_out.c_str(), "wb");
+      if (f == nullptr) Fail("--f32-out: cannot write ", opt->f32_out);
+      const size_t written = std::fwrite(logits.data(), sizeof(float), logits.size(), f);
+      if (std::fclose(f) != 0 || written != logits.size()) Fail("--f32-out: cannot write ", opt->f32_out);
+      out = "{\"tokens\": " + std::to_string(ids.size()) + ", \"vocab\": " + std::to_string(vocab);
+    } else {
+      // %.9g prints every f32 exactly enough to round-trip.
+      out = "{\"logits\": [";
+      char buf[32];
+      for (size_t i = 0; i < ids.size(); ++i) {
+        out += i ? ", [" : "[";
+        for (int64_t v = 0; v < vocab; ++v) {
+          std::snprintf(buf, sizeof buf, v ? ", %.9g" : "%.9g", logits[i * vocab + v]);
+          out += buf;
+        }
+        out += "]";
       }
       out += "]";
     }
-    out += "]";
     if (opt->experts) {
       // "experts": per layer (null for dense ones), per token, the chosen expert ids.
       const int64_t k = m->config().num_experts_per_tok;

@@ -4,6 +4,7 @@
 
 #include "cli/attention_form.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "server/server.h"
 
 namespace latent::cli {
@@ -15,6 +16,7 @@ Runner RegisterServe(CLI::App& app) {
     std::string attention = "auto";
     bool no_prefix_cache = false;
     double max_body_mib = 8;
+    std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
   server::ServeOptions& s = opt->serve;
@@ -62,8 +64,10 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--log-requests", s.http.log_requests, "Log every HTTP response on stderr");
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
     server::ServeOptions serve = opt->serve;
+    serve.load = ParseLoadOptions(opt->quantize);
     serve.engine.attention = ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));

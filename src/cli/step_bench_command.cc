@@ -21,6 +21,7 @@
 #include "cache/cache_storage.h"
 #include "cli/attention_form.h"
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "engine/paged_latent_cache.h"
 #include "kernels/kernel_table.h"
 #include "model/cache_rows.h"
@@ -99,7 +100,8 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t steps, mod
 
 Runner RegisterStepBench(CLI::App& app) {
   struct Options {
-    std::string model_dir, context = "16384", attention = "absorbed,expanded", cache_dtype = "auto";
+    std::string model_dir, context = "16384", attention = "absorbed,expanded", cache_dtype = "auto",
+                quantize = "none";
     int64_t steps = 5;
     uint32_t block_tokens = 64;
     uint64_t seed = 0;
@@ -117,13 +119,15 @@ Runner RegisterStepBench(CLI::App& app) {
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32 or bf16");
   sub->add_option("--seed", opt->seed, "Seed of the random rows and tokens");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
+  AddLoadOptions(sub, opt->quantize);
   return [opt] {
+    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     std::vector<int64_t> contexts;
     for (const std::string& item : SplitCommas(opt->context)) contexts.push_back(ParsePositive(item, "--context"));
     std::vector<std::pair<std::string, model::AttentionForm>> forms;
     for (const std::string& item : SplitCommas(opt->attention)) forms.emplace_back(item, ParseAttentionForm(item));
     if (contexts.empty() || forms.empty()) Fail("--context and --attention need at least one value");
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir);
+    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const model::ModelConfig& config = m->config();
     const model::CacheDType dtype = model::ParseCacheDType(opt->cache_dtype, config);
     for (int64_t context : contexts) {
@@ -152,6 +156,7 @@ Runner RegisterStepBench(CLI::App& app) {
                                       {"index_topk", config.index_topk},
                                       {"block_tokens", opt->block_tokens},
                                       {"cache_dtype", model::CacheDTypeName(dtype)},
+                                      {"quantize", opt->quantize},
                                       {"threads", threads::NumThreads()},
                                       {"kernels", kernels::BestKernelsName()}};
           std::cout << j.dump() << std::endl;

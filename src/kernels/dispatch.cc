@@ -26,6 +26,7 @@ const KernelTable* MakeAvx512() {
   if (!CpuHasAvx512()) return nullptr;
   static KernelTable table = RefKernels();
   avx512::FillLinearKernels(table);
+  avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
   return &table;

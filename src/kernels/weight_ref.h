@@ -1,5 +1,6 @@
 // WeightRef: a raw view of one weight matrix [n, k] as stored in the checkpoint (f32, bf16, f16
-// or fp8 e4m3 with block scales). Kernels convert inside, so weights are never copied at load.
+// or fp8 e4m3 with block scales), or as quantized at load (int8 with per-row scales, see I8
+// below). Kernels convert inside, so checkpoint weights are never copied at load.
 #pragma once
 
 #include <cstdint>
@@ -13,12 +14,16 @@ struct WeightRef {
   DType dtype = DType::kF32;
   int64_t n = 0;  // Output features (rows).
   int64_t k = 0;  // Input features (columns).
-  // FP8 only: scales [ceil(n / block_n), ceil(k / block_k)], W[r, c] = q[r, c] * s[r / bn, c / bk].
+  // FP8 and I8: scales [ceil(n / block_n), ceil(k / block_k)], W[r, c] = q[r, c] * s[r / bn, c / bk].
+  // I8 (symmetric per-output-channel int8, `--quantize int8`): one f32 scale per row, so
+  // scale_dtype is F32, block_n = 1 and block_k = k: W[r, c] = q[r, c] * s[r]. The reference
+  // dequantizes rows; the AVX-512 linear computes y[m, r] = s[r] * sum over c of x[m, c] * q[r, c]
+  // (the scale applied once per output).
   const void* scale = nullptr;
   DType scale_dtype = DType::kF32;
   int64_t block_n = 0;
   int64_t block_k = 0;
-  // FP8 only: the row of the full matrix (the one `scale` covers) that row 0 of this view is.
+  // FP8 and I8: the row of the full matrix (the one `scale` covers) that row 0 of this view is.
   int64_t scale_row0 = 0;
 
   // The sub-matrix of rows [row, row + rows): shares data and scales; any row, also mid-block.

@@ -8,11 +8,12 @@
 
 namespace latent::model {
 
-DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant)
+DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant,
+                             const LoadOptions& options)
     : config_(std::move(config)),
       ckpt_(std::move(ckpt)),
       variant_(variant),
-      weights_(LoadDeepseekWeights(config_, ckpt_)),
+      weights_(LoadDeepseekWeights(config_, ckpt_, options)),
       dims_(MlaDimsOf(config_)),
       rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim, config_.qk_head_dim(),
                                   variant.rope_interleaved, /*round_bf16=*/false)),

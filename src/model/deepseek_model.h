@@ -21,7 +21,8 @@ struct DeepseekVariant {
 
 class DeepseekModel : public Model {
  public:
-  DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant);
+  DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant,
+                const LoadOptions& options = {});
 
   const ModelConfig& config() const override { return config_; }
   void Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,

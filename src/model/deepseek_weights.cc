@@ -1,6 +1,10 @@
 #include "model/deepseek_weights.h"
 
+#include <chrono>
+#include <cstdio>
+
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "kernels/kernel_table.h"
 #include "model/weight_table.h"
 
@@ -67,12 +71,49 @@ class Loader {
   const weights::Checkpoint& ckpt_;
 };
 
+// Applies --quantize to the decoder's linear weights as they are loaded.
+class Converter {
+ public:
+  Converter(WeightQuantization mode, DeepseekWeights& out) : mode_(mode), out_(out) {}
+
+  // `w` converted (or as is with --quantize none). `release`: the original is read by nothing
+  // else, so its pages leave the mapping once converted.
+  kernels::WeightRef operator()(const kernels::WeightRef& w, bool release = true) {
+    if (mode_ == WeightQuantization::kNone) return w;
+    const kernels::WeightRef q = QuantizeInt8(w, out_.owned);
+    ++matrices_;
+    bytes_before_ += WeightBytes(w);
+    bytes_after_ += WeightBytes(q);
+    if (release) {
+      ReleaseMappedPages(w.data, static_cast<size_t>(w.n * w.k) * DTypeSize(w.dtype));
+    } else {
+      shared_bytes_ += WeightBytes(w);  // a tied LM head: the embedding stays
+    }
+    return q;
+  }
+  MlpWeights operator()(const MlpWeights& m) { return {(*this)(m.gate), (*this)(m.up), (*this)(m.down)}; }
+
+  int64_t matrices() const { return matrices_; }
+  // Bytes removed from the checkpoint's (those of converted originals that are not shared).
+  int64_t bytes_released() const { return bytes_before_ - shared_bytes_; }
+  int64_t bytes_added() const { return bytes_after_; }
+  int64_t bytes_before() const { return bytes_before_; }
+
+ private:
+  WeightQuantization mode_;
+  DeepseekWeights& out_;
+  int64_t matrices_ = 0, bytes_before_ = 0, bytes_after_ = 0, shared_bytes_ = 0;
+};
+
 }  // namespace
 
-DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt) {
+DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
+                                    const LoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   const CheckpointReport report = ValidateCheckpoint(config, ckpt);
   const Loader load(config, ckpt);
   DeepseekWeights w;
+  Converter convert(options.quantize, w);
   w.embed = load.Linear("model.embed_tokens.weight");
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const std::string p = StrCat("model.layers.", l, ".");
@@ -82,16 +123,16 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     AttentionWeights& a = layer.attention;
     const std::string s = p + "self_attn.";
     if (config.q_lora_rank) {
-      a.q_a = load.Linear(s + "q_a_proj.weight");
+      a.q_a = convert(load.Linear(s + "q_a_proj.weight"));
       a.q_a_norm = load.Norm(s + "q_a_layernorm.weight");
-      a.q_b = load.Linear(s + "q_b_proj.weight");
+      a.q_b = convert(load.Linear(s + "q_b_proj.weight"));
     } else {
-      a.q_proj = load.Linear(s + "q_proj.weight");
+      a.q_proj = convert(load.Linear(s + "q_proj.weight"));
     }
-    a.kv_a = load.Linear(s + "kv_a_proj_with_mqa.weight");
+    a.kv_a = convert(load.Linear(s + "kv_a_proj_with_mqa.weight"));
     a.kv_a_norm = load.Norm(s + "kv_a_layernorm.weight");
-    a.kv_b = load.Linear(s + "kv_b_proj.weight");
-    a.o = load.Linear(s + "o_proj.weight");
+    a.kv_b = convert(load.Linear(s + "kv_b_proj.weight"));
+    a.o = convert(load.Linear(s + "o_proj.weight"));
     if (config.HasIndexer(l)) {
       IndexerWeights& ix = layer.indexer.emplace();
       const std::string x = s + "indexer.";
@@ -103,7 +144,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     }
 
     if (!config.IsMoeLayer(l)) {
-      layer.dense = load.Mlp(p + "mlp.");
+      layer.dense = convert(load.Mlp(p + "mlp."));
       continue;
     }
     MoeWeights& moe = layer.moe.emplace();
@@ -114,17 +155,34 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     const int64_t inter = config.moe_intermediate_size;
     for (int64_t e = 0; e < config.n_routed_experts; ++e) {
       if (report.expert_layout == ExpertLayout::kPerExpert) {
-        moe.experts.push_back(load.Mlp(StrCat(p, "mlp.experts.", e, ".")));
+        moe.experts.push_back(convert(load.Mlp(StrCat(p, "mlp.experts.", e, "."))));
       } else {
-        moe.experts.push_back({load.FusedExpert(p + "mlp.experts.gate_up_proj", e, 0, inter),
+        moe.experts.push_back(
+            convert(MlpWeights{load.FusedExpert(p + "mlp.experts.gate_up_proj", e, 0, inter),
                                load.FusedExpert(p + "mlp.experts.gate_up_proj", e, inter, inter),
-                               load.FusedExpert(p + "mlp.experts.down_proj", e, 0, config.hidden_size)});
+                               load.FusedExpert(p + "mlp.experts.down_proj", e, 0, config.hidden_size)}));
       }
     }
-    if (config.n_shared_experts > 0) moe.shared = load.Mlp(p + "mlp.shared_experts.");
+    if (config.n_shared_experts > 0) moe.shared = convert(load.Mlp(p + "mlp.shared_experts."));
   }
   w.final_norm = load.Norm("model.norm.weight");
-  w.lm_head = load.Linear(config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  // Tied: the LM head is the embedding, which stays as stored (its rows are read per token).
+  w.lm_head = convert(load.Linear(config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"),
+                      /*release=*/!config.tie_word_embeddings);
+  int64_t checkpoint_bytes = 0;
+  LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes);
+  w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added();
+  if (options.quantize != WeightQuantization::kNone) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr,
+                 "latent: --quantize %s: %lld weight matrices, %lld -> %lld bytes; weights now "
+                 "%lld bytes (checkpoint %lld), loaded in %.2f s\n",
+                 WeightQuantizationName(options.quantize), static_cast<long long>(convert.matrices()),
+                 static_cast<long long>(convert.bytes_before()),
+                 static_cast<long long>(convert.bytes_added()), static_cast<long long>(w.bytes),
+                 static_cast<long long>(checkpoint_bytes), seconds);
+  }
   return w;
 }
 

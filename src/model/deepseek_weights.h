@@ -1,12 +1,15 @@
 // Views of a DeepSeek-family checkpoint's weights, pointing into the mapped files (no copies,
-// except the small router tensors, which transformers also keeps in f32).
+// except the small router tensors, which transformers also keeps in f32), or into buffers of
+// weights converted at load (`--quantize int8`, model/weight_quantization.h).
 #pragma once
 
 #include <optional>
 #include <vector>
 
 #include "kernels/weight_ref.h"
+#include "model/load_options.h"
 #include "model/model_config.h"
+#include "model/weight_quantization.h"
 #include "weights/checkpoint.h"
 
 namespace latent::model {
@@ -59,9 +62,13 @@ struct DeepseekWeights {
   std::vector<LayerWeights> layers;
   NormWeight final_norm;
   kernels::WeightRef lm_head;  // [V, D]
+  OwnedWeights owned;          // Buffers of the weights converted at load.
+  int64_t bytes = 0;           // Bytes of all the weights as held (as LoadedWeightBytes counts).
 };
 
-// Validates `ckpt` against `config` and builds the views. Throws latent::Error.
-DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt);
+// Validates `ckpt` against `config` and builds the views, converting the linear weights as
+// `options` asks (and logging what it did on stderr). Throws latent::Error.
+DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
+                                    const LoadOptions& options = {});
 
 }  // namespace latent::model

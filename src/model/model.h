@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/load_options.h"
 #include "model/model_config.h"
 
 namespace latent::model {
@@ -62,6 +63,6 @@ class Model {
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.
-std::unique_ptr<Model> LoadModel(const std::string& dir);
+std::unique_ptr<Model> LoadModel(const std::string& dir, const LoadOptions& options = {});
 
 }  // namespace latent::model

@@ -6,7 +6,7 @@
 namespace latent::model {
 namespace {
 
-using Factory = std::unique_ptr<Model> (*)(ModelConfig, weights::Checkpoint);
+using Factory = std::unique_ptr<Model> (*)(ModelConfig, weights::Checkpoint, const LoadOptions&);
 
 const std::map<Architecture, Factory>& Registry() {
   static const std::map<Architecture, Factory> registry{
@@ -20,11 +20,11 @@ const std::map<Architecture, Factory>& Registry() {
 
 }  // namespace
 
-std::unique_ptr<Model> LoadModel(const std::string& dir) {
+std::unique_ptr<Model> LoadModel(const std::string& dir, const LoadOptions& options) {
   ModelConfig config = ModelConfig::Load(dir);
   weights::Checkpoint ckpt = weights::Checkpoint::Open(dir);
   const Architecture arch = config.architecture;
-  return Registry().at(arch)(std::move(config), std::move(ckpt));
+  return Registry().at(arch)(std::move(config), std::move(ckpt), options);
 }
 
 }  // namespace latent::model

@@ -165,8 +165,9 @@ struct Loaded {
 std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
                              ServerMetrics& metrics) {
   auto loaded = std::make_unique<Loaded>();
-  PreloadWeights(o.model_dir);
-  std::unique_ptr<model::Model> m = model::LoadModel(o.model_dir);
+  // --quantize int8 reads every converted tensor once at load and drops its pages: no preload.
+  if (o.load.quantize == model::WeightQuantization::kNone) PreloadWeights(o.model_dir);
+  std::unique_ptr<model::Model> m = model::LoadModel(o.model_dir, o.load);
   const model::ModelConfig config = m->config();
   model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
   Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,

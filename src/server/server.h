@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "model/load_options.h"
 #include "server/http_server.h"
 
 namespace latent::server {
@@ -16,6 +17,7 @@ struct ServeOptions {
   std::string served_model_name;  // Empty: model_dir as given.
   HttpOptions http;
   engine::EngineOptions engine;
+  model::LoadOptions load;  // --quantize
   double shutdown_timeout_s = 10;
 };
 

@@ -1,5 +1,5 @@
 // Every fast kernel against the reference kernels (the oracle), over shapes with odd tails,
-// unaligned weights and partial fp8 blocks; plus the batch invariance the engine relies on: a
+// unaligned weights, partial fp8 blocks and int8 weights with per-row scales; plus the batch invariance the engine relies on: a
 // row's result is bit-identical whatever m, the other rows and the thread count are.
 #include <gtest/gtest.h>
 
@@ -85,10 +85,15 @@ void AppendScalar(std::vector<uint8_t>& out, DType dtype, float v) {
   }
 }
 
-// dtype f32/bf16/f16, or fp8 e4m3 with [block_n, block_k] scales of `scale_dtype`.
+// dtype f32/bf16/f16, fp8 e4m3 with [block_n, block_k] scales of `scale_dtype`, or int8 with
+// one f32 scale per row (`--quantize int8`'s layout: block_n 1, block_k k; any block_n > 0).
 TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int64_t misalign,
                       int64_t block_n = 0, int64_t block_k = 0, DType scale_dtype = DType::kF32) {
   TestWeight w;
+  if (dtype == DType::kI8 && block_n > 0) {
+    block_n = 1;
+    block_k = k;
+  }
   w.bytes.assign(misalign, 0);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -98,6 +103,8 @@ TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int6
       do b = byte(rng);
       while ((b & 0x7f) == 0x7f);  // no NaN encodings
       w.bytes.push_back(static_cast<uint8_t>(b));
+    } else if (dtype == DType::kI8) {
+      w.bytes.push_back(static_cast<uint8_t>(byte(rng)));  // all of -128..127
     } else {
       AppendScalar(w.bytes, dtype, dist(rng));
     }
@@ -105,7 +112,7 @@ TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int6
   w.ref.dtype = dtype;
   w.ref.n = n;
   w.ref.k = k;
-  if (dtype == DType::kF8E4M3 && block_n > 0) {
+  if ((dtype == DType::kF8E4M3 || dtype == DType::kI8) && block_n > 0) {
     const int64_t rows = (n + block_n - 1) / block_n, cols = (k + block_k - 1) / block_k;
     w.scale_bytes.assign(3, 0);  // unaligned scales too
     std::uniform_real_distribution<float> sdist(0.001f, 0.01f);
@@ -150,6 +157,7 @@ std::vector<WeightCase> WeightCases() {
       {"fp8_b128x16_e8m0", DType::kF8E4M3, 128, 16, DType::kF8E8M0},
       {"fp8_b7x24", DType::kF8E4M3, 7, 24},  // blocks that do not fit 16-wide chunks
       {"fp8_noscale", DType::kF8E4M3},
+      {"i8_per_row", DType::kI8, 1},  // per-row f32 scales (block_k = k)
   };
 }
 

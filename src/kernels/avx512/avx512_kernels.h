@@ -7,6 +7,9 @@
 namespace latent::kernels::avx512 {
 
 void FillLinearKernels(KernelTable& table);    // linear, dequant_row, transposed_linear
+// Wraps the table's linear, dequant_row and transposed_linear: int8 weights (DType::kI8) go to
+// linear_int8_avx512.cc, the others to the kernels it wrapped.
+void FillInt8Kernels(KernelTable& table);
 void FillNormKernels(KernelTable& table);      // rms_norm, layer_norm, silu_mul
 void FillAttentionKernel(KernelTable& table);  // attention
 

@@ -26,6 +26,7 @@ float LoadScalar(const void* base, DType dtype, int64_t i) {
     }
     case DType::kF8E4M3: return F8E4M3ToF32(p[i]);
     case DType::kF8E8M0: return F8E8M0ToF32(p[i]);
+    case DType::kI8: return static_cast<float>(static_cast<int8_t>(p[i]));
     default: return 0.0f;
   }
 }

@@ -9,9 +9,13 @@
 
 namespace latent::model {
 
-std::unique_ptr<Model> CreateDeepseekV2(ModelConfig config, weights::Checkpoint ckpt);
-std::unique_ptr<Model> CreateDeepseekV3(ModelConfig config, weights::Checkpoint ckpt);
-std::unique_ptr<Model> CreateDeepseekV32(ModelConfig config, weights::Checkpoint ckpt);
-std::unique_ptr<Model> CreateGlmMoeDsa(ModelConfig config, weights::Checkpoint ckpt);
+std::unique_ptr<Model> CreateDeepseekV2(ModelConfig config, weights::Checkpoint ckpt,
+                                        const LoadOptions& options);
+std::unique_ptr<Model> CreateDeepseekV3(ModelConfig config, weights::Checkpoint ckpt,
+                                        const LoadOptions& options);
+std::unique_ptr<Model> CreateDeepseekV32(ModelConfig config, weights::Checkpoint ckpt,
+                                         const LoadOptions& options);
+std::unique_ptr<Model> CreateGlmMoeDsa(ModelConfig config, weights::Checkpoint ckpt,
+                                       const LoadOptions& options);
 
 }  // namespace latent::model

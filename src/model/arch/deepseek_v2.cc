@@ -5,13 +5,14 @@
 
 namespace latent::model {
 
-std::unique_ptr<Model> CreateDeepseekV2(ModelConfig config, weights::Checkpoint ckpt) {
+std::unique_ptr<Model> CreateDeepseekV2(ModelConfig config, weights::Checkpoint ckpt,
+                                        const LoadOptions& options) {
   DeepseekVariant variant;
   variant.rope_interleaved = true;
   variant.route = config.topk_method == TopkMethod::kGroupLimitedGreedy
                       ? ops::RouteSoftmaxGroupLimited
                       : ops::RouteSoftmaxGreedy;
-  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant);
+  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant, options);
 }
 
 }  // namespace latent::model

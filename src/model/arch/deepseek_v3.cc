@@ -5,11 +5,12 @@
 
 namespace latent::model {
 
-std::unique_ptr<Model> CreateDeepseekV3(ModelConfig config, weights::Checkpoint ckpt) {
+std::unique_ptr<Model> CreateDeepseekV3(ModelConfig config, weights::Checkpoint ckpt,
+                                        const LoadOptions& options) {
   DeepseekVariant variant;
   variant.rope_interleaved = config.rope_interleave;
   variant.route = ops::RouteSigmoidNoauxTc;
-  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant);
+  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant, options);
 }
 
 }  // namespace latent::model

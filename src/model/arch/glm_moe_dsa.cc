@@ -5,12 +5,13 @@
 
 namespace latent::model {
 
-std::unique_ptr<Model> CreateGlmMoeDsa(ModelConfig config, weights::Checkpoint ckpt) {
+std::unique_ptr<Model> CreateGlmMoeDsa(ModelConfig config, weights::Checkpoint ckpt,
+                                       const LoadOptions& options) {
   DeepseekVariant variant;
   variant.rope_interleaved = true;
   variant.route = ops::RouteSigmoidNoauxTc;
   variant.index_rope_interleaved = true;
-  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant);
+  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant, options);
 }
 
 }  // namespace latent::model
