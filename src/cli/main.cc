@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int threads = 0;
   app.add_option("--threads", threads,
-                 "Compute threads (default: LATENT_THREADS, else the hardware concurrency)")
+                 "Compute threads (default: LATENT_THREADS, else the CPUs this process may use)")
       ->check(CLI::NonNegativeNumber);
   app.fallthrough();  // `latent generate --threads 2 ...` works too
   auto registry = latent::cli::CommandRegistry();

@@ -1,6 +1,7 @@
 #include "threads/thread_pool.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,10 +47,47 @@ int64_t SpinMicros() {
   return micros;
 }
 
+// The CPUs this process may run on, in order (its affinity mask; containers often restrict it).
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// LATENT_PIN_THREADS=1: pool thread i runs on the i-th allowed CPU only (the thread that issues
+// ParallelFor calls is thread 0). Off by default: on a machine shared with other work, a pinned
+// thread waits for its core instead of moving to an idle one.
+bool PinThreads() {
+  static const bool pin = [] {
+    const char* env = std::getenv("LATENT_PIN_THREADS");
+    return env != nullptr && std::atoi(env) != 0;
+  }();
+  return pin;
+}
+
+void PinCurrentThread(int index) {
+  const std::vector<int> cpus = AllowedCpus();
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpus[static_cast<size_t>(index) % cpus.size()], &set);
+  sched_setaffinity(0, sizeof(set), &set);  // Best effort: a refusal leaves the thread free.
+}
+
 class Pool {
  public:
   explicit Pool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    for (int i = 1; i < num_threads_; ++i) {
+      workers_.emplace_back([this, i] {
+        if (PinThreads()) PinCurrentThread(i);
+        WorkerLoop();
+      });
+    }
   }
 
   ~Pool() {
@@ -63,6 +101,11 @@ class Pool {
 
   void ParallelFor(int64_t n, int64_t grain, RangeFn fn) {
     FlushDenormals();
+    thread_local bool pinned = false;
+    if (!pinned && PinThreads()) {
+      PinCurrentThread(0);
+      pinned = true;
+    }
     if (n <= 0) return;
     grain = std::max<int64_t>(1, grain);
     const int64_t chunks = (n + grain - 1) / grain;
@@ -168,7 +211,9 @@ int DefaultThreads() {
     const int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  // The CPUs the affinity mask allows (a container's share), else what the hardware has.
+  const size_t allowed = AllowedCpus().size();
+  return allowed > 0 ? static_cast<int>(allowed) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 Pool& GlobalPool() {
@@ -186,7 +231,7 @@ Pool& GlobalPool() {
 }  // namespace
 
 void SetNumThreads(int n) {
-  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n <= 0) n = DefaultThreads();
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   Pool* old = g_pool.load(std::memory_order_relaxed);
   if (old != nullptr && old->num_threads() == n) return;

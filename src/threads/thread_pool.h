@@ -38,9 +38,10 @@ class RangeFn {
   void (*call_)(void*, int64_t, int64_t);
 };
 
-// Sets the process-wide thread count (the caller included); n <= 0 means the hardware
-// concurrency. Call it at start-up (the CLI's --threads), not while kernels run. Without a call,
-// the count comes from LATENT_THREADS or the hardware concurrency.
+// Sets the process-wide thread count (the caller included); n <= 0 means the default. Call it at
+// start-up (the CLI's --threads), not while kernels run. The default: LATENT_THREADS, else the
+// CPUs the process's affinity mask allows. LATENT_PIN_THREADS=1 pins thread i to the i-th of
+// those CPUs (the thread issuing ParallelFor is thread 0).
 void SetNumThreads(int n);
 int NumThreads();
 

@@ -1,13 +1,56 @@
 #include "threads/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <set>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 namespace latent::threads {
 namespace {
+
+// Each thread that runs a chunk: the CPUs its affinity mask allows.
+std::set<std::vector<int>> MasksOfPoolThreads(int threads) {
+  SetNumThreads(threads);
+  std::mutex mutex;
+  std::set<std::vector<int>> masks;
+  ParallelFor(64, 1, [&](int64_t, int64_t) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof(set), &set);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    // Hold the chunk a moment so that every thread takes some.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    masks.insert(cpus);
+  });
+  return masks;
+}
+
+// LATENT_PIN_THREADS=1 is read once per process, so the pinned pool runs in a child process.
+TEST(ThreadPoolDeathTest, PinnedThreadsRunOnOneCpuEach) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child re-runs this test from the start
+  setenv("LATENT_PIN_THREADS", "1", 1);  // (with "0" the child fails: its masks hold every CPU)
+  EXPECT_EXIT(
+      {
+        const std::set<std::vector<int>> masks = MasksOfPoolThreads(2);
+        bool ok = !masks.empty() && masks.size() <= 2;
+        for (const auto& m : masks) ok = ok && m.size() == 1;
+        std::exit(ok ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
+  unsetenv("LATENT_PIN_THREADS");
+}
 
 TEST(ThreadPool, EveryIndexRunsOnce) {
   const int saved = NumThreads();
