@@ -37,21 +37,29 @@ void PagedLatentCache::WriteRow(int64_t layer, int row, int32_t slot, int64_t po
   }
 }
 
+void PagedLatentCache::CopyOut(const uint8_t* src, int64_t width, float* dst) const {
+  if (dtype_ == model::CacheDType::kF32) {
+    std::memcpy(dst, src, width * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < width; ++i) {
+    uint16_t v;
+    std::memcpy(&v, src + 2 * i, 2);
+    dst[i] = BF16ToF32(v);
+  }
+}
+
 void PagedLatentCache::GatherRows(int64_t layer, int row, int32_t slot, int64_t count,
                                   float* out) const {
   const int64_t width = row_values_[layer][row];
-  for (int64_t p = 0; p < count; ++p) {
-    const uint8_t* src = Locate(layer, row, slot, p);
-    float* dst = out + p * width;
-    if (dtype_ == model::CacheDType::kF32) {
-      std::memcpy(dst, src, width * sizeof(float));
-      continue;
-    }
-    for (int64_t i = 0; i < width; ++i) {
-      uint16_t v;
-      std::memcpy(&v, src + 2 * i, 2);
-      dst[i] = BF16ToF32(v);
-    }
+  for (int64_t p = 0; p < count; ++p) CopyOut(Locate(layer, row, slot, p), width, out + p * width);
+}
+
+void PagedLatentCache::GatherPositions(int64_t layer, int row, int32_t slot,
+                                       std::span<const int32_t> positions, float* out) const {
+  const int64_t width = row_values_[layer][row];
+  for (size_t i = 0; i < positions.size(); ++i) {
+    CopyOut(Locate(layer, row, slot, positions[i]), width, out + i * width);
   }
 }
 

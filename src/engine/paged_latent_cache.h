@@ -24,6 +24,8 @@ class PagedLatentCache : public model::LatentCache {
 
   void WriteRow(int64_t layer, int row, int32_t slot, int64_t position, const float* values) override;
   void GatherRows(int64_t layer, int row, int32_t slot, int64_t count, float* out) const override;
+  void GatherPositions(int64_t layer, int row, int32_t slot, std::span<const int32_t> positions,
+                       float* out) const override;
 
   // Copies every row of positions [0, count) of block `from` into block `to` (forking a
   // partially filled block).
@@ -31,6 +33,8 @@ class PagedLatentCache : public model::LatentCache {
 
  private:
   const uint8_t* Locate(int64_t layer, int row, int32_t slot, int64_t position) const;
+  // One stored row of `width` values to f32.
+  void CopyOut(const uint8_t* src, int64_t width, float* dst) const;
 
   cache::CacheStorage& storage_;
   std::vector<std::vector<int64_t>> row_values_;

@@ -30,6 +30,15 @@ class ContiguousLatentCache : public LatentCache {
     LATENT_CHECK(static_cast<size_t>(count * width) <= rows.size());
     std::copy(rows.data(), rows.data() + count * width, out);
   }
+  void GatherPositions(int64_t layer, int row, int32_t slot, std::span<const int32_t> positions,
+                       float* out) const override {
+    const int64_t width = widths_.at(row);
+    const std::vector<float>& rows = rows_.at({layer, row, slot});
+    for (size_t i = 0; i < positions.size(); ++i) {
+      LATENT_CHECK(static_cast<size_t>((positions[i] + 1) * width) <= rows.size());
+      std::copy_n(rows.data() + positions[i] * width, width, out + i * width);
+    }
+  }
 
  private:
   std::vector<int64_t> widths_;

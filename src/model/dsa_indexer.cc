@@ -31,21 +31,22 @@ struct IndexQuery {
 };
 
 // scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]. The
-// dot products of a block are one linear call (keys as activations, the query heads as the
-// weight), so each is summed in the kernel's fixed order whatever the block or the thread; the
-// head sum runs in head order.
+// dot products of a block are one linear call (the query heads as activations, the block's keys
+// as the weight: dots [heads, block]), so each is summed in the kernel's fixed order whatever the
+// block or the thread; the head sum then runs in head order, vectorized across positions.
 void ScoreKeys(const IndexQuery& query, const float* keys, int64_t j0, int64_t j1, float* scores) {
-  thread_local std::vector<float> dots;  // [block, heads]
-  const kernels::WeightRef heads_as_weight{query.q, DType::kF32, query.heads, query.head_dim};
+  thread_local std::vector<float> dots;  // [heads, block]
   for (int64_t b0 = j0; b0 < j1; b0 += kScoreBlock) {
-    const int64_t b1 = std::min(j1, b0 + kScoreBlock);
-    dots.resize((b1 - b0) * query.heads);
-    Linear(keys + b0 * query.head_dim, b1 - b0, heads_as_weight, dots.data());
-    for (int64_t j = b0; j < b1; ++j) {
-      const float* dot = &dots[(j - b0) * query.heads];
-      float sum = 0.0f;
-      for (int64_t h = 0; h < query.heads; ++h) sum += query.w[h] * std::max(dot[h] * query.scale, 0.0f);
-      scores[j] = sum;
+    const int64_t n = std::min(j1, b0 + kScoreBlock) - b0;
+    dots.resize(query.heads * n);
+    const kernels::WeightRef block_keys{keys + b0 * query.head_dim, DType::kF32, n, query.head_dim};
+    Linear(query.q, query.heads, block_keys, dots.data());
+    float* out = scores + b0;
+    std::fill(out, out + n, 0.0f);
+    for (int64_t h = 0; h < query.heads; ++h) {
+      const float w = query.w[h];
+      const float* dot = &dots[h * n];
+      for (int64_t j = 0; j < n; ++j) out[j] += w * std::max(dot[j] * query.scale, 0.0f);
     }
   }
 }

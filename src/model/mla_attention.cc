@@ -260,17 +260,40 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
       for (int64_t s = s0; s < s1; ++s) {
         const int32_t slot = batch.seq_slots[group[starts[s]]];
         const int64_t context = seqs.at(slot).context;
-        std::vector<float> gathered(context * d.row());  // [context, C + dr]
-        cache.GatherRows(layer, kLatentRow, slot, context, gathered.data());
-        std::vector<const float*> rows(context);
-        for (int64_t p = 0; p < context; ++p) rows[p] = &gathered[p * d.row()];
+        // When DSA selected for every token of this run, only the selected rows are read (at
+        // long context a small share of them); otherwise rows 0..context-1.
+        bool all_selected = selection != nullptr;
+        for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
+          all_selected = !(*selection)[group[i]].empty();
+        std::vector<int32_t> wanted;  // positions gathered, ascending; empty: all of them
+        if (all_selected) {
+          for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
+            const std::vector<int32_t>& picked = (*selection)[group[i]];
+            wanted.insert(wanted.end(), picked.begin(), picked.end());
+          }
+          std::sort(wanted.begin(), wanted.end());
+          wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+        }
+        const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
+        std::vector<float> gathered(count * d.row());  // [count, C + dr]
+        if (all_selected) {
+          cache.GatherPositions(layer, kLatentRow, slot, wanted, gathered.data());
+        } else {
+          cache.GatherRows(layer, kLatentRow, slot, context, gathered.data());
+        }
+        // The row of a position.
+        auto row_at = [&](int32_t p) -> const float* {
+          if (!all_selected) return &gathered[p * d.row()];
+          const int64_t at = std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin();
+          return &gathered[at * d.row()];
+        };
         for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
           const int64_t row = group[i];
           std::vector<const float*> visible;
           if (selection != nullptr && !(*selection)[row].empty()) {
-            for (int32_t p : (*selection)[row]) visible.push_back(rows[p]);
+            for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
           } else {
-            visible.assign(rows.begin(), rows.begin() + batch.positions[row] + 1);
+            for (int64_t p = 0; p <= batch.positions[row]; ++p) visible.push_back(row_at(static_cast<int32_t>(p)));
           }
           AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale,
                        &out_lat[i * d.heads * d.latent]);

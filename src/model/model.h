@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ class LatentCache {
   // Copies row `row` of positions [0, count) of (layer, slot) to out [count, width].
   virtual void GatherRows(int64_t layer, int row, int32_t slot, int64_t count,
                           float* out) const = 0;
+  // Copies row `row` of the listed positions of (layer, slot) to out [positions.size(), width]
+  // (DSA: only the rows the indexer selected).
+  virtual void GatherPositions(int64_t layer, int row, int32_t slot,
+                               std::span<const int32_t> positions, float* out) const = 0;
 };
 
 // How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.

@@ -122,6 +122,17 @@ TEST_P(PagedLatentCacheRoundTrip, WriteThenGatherThroughBlockTables) {
       cache.GatherRows(layer, row, slot, 4, prefix.data());
       EXPECT_TRUE(std::equal(prefix.begin(), prefix.end() - 1, out.begin()));
       EXPECT_EQ(prefix.back(), -7.0f);
+      // Listed positions (DSA's selection), out of order and repeated: each is its full row.
+      const std::vector<int32_t> positions = {static_cast<int32_t>(count - 1), 0, 3,
+                                              static_cast<int32_t>(count / 2), 3};
+      std::vector<float> picked(positions.size() * width + 1, -7.0f);
+      cache.GatherPositions(layer, row, slot, positions, picked.data());
+      for (size_t i = 0; i < positions.size(); ++i) {
+        EXPECT_TRUE(std::equal(picked.begin() + i * width, picked.begin() + (i + 1) * width,
+                               out.begin() + positions[i] * width))
+            << "position " << positions[i];
+      }
+      EXPECT_EQ(picked.back(), -7.0f);
     }
   }
 }
