@@ -267,9 +267,10 @@ int main(int argc, char** argv) {
         }
         std::printf(
             "%s\n  {\"dtype\": \"%s\", \"m\": %lld, \"threads\": %lld, \"gb_per_s\": %.2f, "
+            "\"best_gb_per_s\": %.2f, "
             "\"gflops\": %.1f, \"matrices\": %lld, \"gib\": %.2f}",
             first ? "" : ",", name.c_str(), static_cast<long long>(m), static_cast<long long>(t),
-            Median(gbs), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
+            Median(gbs), *std::max_element(gbs.begin(), gbs.end()), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
             static_cast<long long>(count),
             static_cast<double>(matrix_bytes) * count / (1ull << 30));
         std::fflush(stdout);
