@@ -11,7 +11,10 @@
 // cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
 // "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine).
 // The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -140,6 +143,10 @@ struct Options {
   std::vector<int64_t> contexts = {4096, 16384};
   int64_t heads = 16;
   bool ref = false;
+  // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
+  // lm_head, say), as the engine reads its weights, instead of anonymous huge pages.
+  std::string file;
+  int64_t offset = 0;
 };
 
 DType DTypeOf(const std::string& name) {
@@ -179,6 +186,10 @@ int main(int argc, char** argv) {
       o.heads = std::atoll(value.c_str());
     else if (flag == "--kernels")
       o.ref = value == "ref";
+    else if (flag == "--file")
+      o.file = value;
+    else if (flag == "--offset")
+      o.offset = std::atoll(value.c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -193,18 +204,39 @@ int main(int argc, char** argv) {
   for (const std::string& name : o.dtypes) {
     const DType dtype = DTypeOf(name);
     const size_t matrix_bytes = static_cast<size_t>(o.n * o.k) * latent::DTypeSize(dtype);
-    const int64_t count = std::max<int64_t>(
+    int64_t count = std::max<int64_t>(
         2, static_cast<int64_t>(o.gib * (1ull << 30) / static_cast<double>(matrix_bytes) + 0.999));
     // Matrices start 32 bytes past a page: checkpoint tensors are not 64-byte aligned.
     const size_t stride = (matrix_bytes + 4096 + 32 + 4095) / 4096 * 4096;
-    uint8_t* base = AllocHuge(stride * count);
+    uint8_t* base = nullptr;
+    size_t mapped = 0;
+    if (!o.file.empty()) {
+      count = 1;
+      const int fd = open(o.file.c_str(), O_RDONLY);
+      struct stat st;
+      if (fd < 0 || fstat(fd, &st) != 0 ||
+          static_cast<size_t>(o.offset) + matrix_bytes > static_cast<size_t>(st.st_size)) {
+        std::fprintf(stderr, "cannot map %s: [%lld, +%zu)\n", o.file.c_str(),
+                     static_cast<long long>(o.offset), matrix_bytes);
+        return 1;
+      }
+      mapped = st.st_size;
+      base = static_cast<uint8_t*>(mmap(nullptr, mapped, PROT_READ, MAP_PRIVATE, fd, 0));
+      close(fd);
+    } else {
+      base = AllocHuge(stride * count);
+    }
     std::vector<WeightRef> ws(count);
     const int64_t block = 128;
     const int64_t scale_count = ((o.n + block - 1) / block) * ((o.k + block - 1) / block);
     std::vector<float> scales(std::max(scale_count, o.n), 0.01f);
     for (int64_t i = 0; i < count; ++i) {
       uint8_t* p = base + i * stride + 32;
-      FillWeights(p, matrix_bytes, dtype);
+      if (mapped != 0) {
+        p = base + o.offset;
+      } else {
+        FillWeights(p, matrix_bytes, dtype);
+      }
       ws[i].data = p;
       ws[i].dtype = dtype;
       ws[i].n = o.n;
@@ -241,16 +273,17 @@ int main(int argc, char** argv) {
         }
         std::printf(
             "%s\n  {\"dtype\": \"%s\", \"m\": %lld, \"threads\": %lld, \"gb_per_s\": %.2f, "
+            "\"best_gb_per_s\": %.2f, "
             "\"gflops\": %.1f, \"matrices\": %lld, \"gib\": %.2f}",
             first ? "" : ",", name.c_str(), static_cast<long long>(m), static_cast<long long>(t),
-            Median(gbs), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
+            Median(gbs), *std::max_element(gbs.begin(), gbs.end()), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
             static_cast<long long>(count),
             static_cast<double>(matrix_bytes) * count / (1ull << 30));
         std::fflush(stdout);
         first = false;
       }
     }
-    munmap(base, stride * count);
+    munmap(base, mapped != 0 ? mapped : stride * count);
   }
   std::printf("\n ],\n \"attention\": [");
   first = true;

@@ -28,7 +28,12 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Files up to half the RAM are mapped populated: the page tables are filled now, at load,
+    // not by hundreds of thousands of page faults inside the first forward passes (a decode step
+    // streams every weight page once; an embedding row is a fresh page per new token).
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    const bool populate = pages > 0 && page > 0 && size_ <= static_cast<size_t>(pages) / 2 * page;
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "base/error.h"
+#include "base/profile.h"
 #include "engine/sampler.h"
 #include "model/mla_attention.h"
 
@@ -236,6 +238,8 @@ bool Engine::Step() {
   DrainQueues();
   RetireFinished();
   if (!scheduler_->HasWork()) return false;
+  std::optional<profile::Scope> scope;
+  scope.emplace(profile::Op::kSchedule);
   const SchedulePlan plan = scheduler_->Schedule();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -248,6 +252,12 @@ bool Engine::Step() {
   }
   BuildBatch(plan, batch_);
   paged_->SetTables(batch_.tables);
+  if (profile::Enabled()) {
+    bool decode = true;
+    for (const ScheduledChunk& chunk : plan.chunks) decode = decode && chunk.num_tokens == 1;
+    profile::SetPhase(decode ? profile::Phase::kDecode : profile::Phase::kPrefill);
+  }
+  scope.reset();
   std::vector<float> logits(batch_.forward.logits_rows.size() * model_->config().vocab_size);
   try {
     model_->Forward(batch_.forward, *paged_, options_.attention, logits.data());
@@ -257,7 +267,9 @@ bool Engine::Step() {
     RetireFinished();
     return true;
   }
+  scope.emplace(profile::Op::kSampling);
   Commit(plan, batch_, logits);
+  scope.reset();
   RetireFinished();
   if (options_.check_invariants) CheckInvariants();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

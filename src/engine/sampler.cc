@@ -43,8 +43,45 @@ void ApplyPenalties(std::vector<float>& logits, const Sequence& seq, const Sampl
   }
 }
 
+// The first index of the largest value, as std::max_element, with 8 independent lanes (lane j
+// scans i = j mod 8) so the compare chains overlap.
+int32_t Argmax(const float* v, int64_t n) {
+  if (n <= 0) return 0;
+  constexpr int kLanes = 8;
+  float best[kLanes];
+  int64_t at[kLanes];
+  for (int j = 0; j < kLanes; ++j) {
+    best[j] = v[0];
+    at[j] = 0;
+  }
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      if (best[j] < v[i + j]) {  // strict: the first of equal values stays (per lane)
+        best[j] = v[i + j];
+        at[j] = i + j;
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (best[0] < v[i]) {
+      best[0] = v[i];
+      at[0] = i;
+    }
+  }
+  int64_t result = at[0];
+  float value = best[0];
+  for (int j = 1; j < kLanes; ++j) {
+    if (value < best[j] || (!(best[j] < value) && at[j] < result)) {
+      value = best[j];
+      result = at[j];
+    }
+  }
+  return static_cast<int32_t>(result);
+}
+
 int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  return Argmax(v.data(), static_cast<int64_t>(v.size()));
 }
 
 }  // namespace
@@ -63,10 +100,19 @@ void SamplingParams::Validate() const {
 
 SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p) {
   SampledToken out;
-  std::vector<float> logits(raw, raw + vocab);
-  ApplyPenalties(logits, seq, p);
+  const bool penalties =
+      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  std::vector<float> logits;
+  if (p.temperature == 0.0f && !penalties) {
+    out.token = Argmax(raw, vocab);  // greedy on the raw row: no copy
+  } else {
+    logits.assign(raw, raw + vocab);
+    ApplyPenalties(logits, seq, p);
+  }
 
-  if (p.temperature == 0.0f) {
+  if (out.token >= 0) {
+    // greedy without penalties: done
+  } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
   } else {
     // Probabilities at this temperature, then the top-k / top-p / min-p filters on the sorted

@@ -35,6 +35,22 @@ const KernelTable* MakeAvx512() {
 #endif
 }
 
+const KernelTable* MakeBf16Dot() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (Avx512Kernels() == nullptr || !__builtin_cpu_supports("avx512bf16")) return nullptr;
+  static KernelTable table = *Avx512Kernels();
+  avx512::FillBf16DotLinear(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
+bool UseBf16Dot() {
+  const char* env = std::getenv("LATENT_BF16_DOT");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 bool ForceRef() {
   const char* env = std::getenv("LATENT_KERNELS");
   return env != nullptr && std::strcmp(env, "ref") == 0;
@@ -47,12 +63,22 @@ const KernelTable* Avx512Kernels() {
   return table;
 }
 
-const KernelTable& BestKernels() {
-  static const KernelTable& table =
-      (!ForceRef() && Avx512Kernels() != nullptr) ? *Avx512Kernels() : RefKernels();
+const KernelTable* Bf16DotKernels() {
+  static const KernelTable* table = MakeBf16Dot();
   return table;
 }
 
-const char* BestKernelsName() { return &BestKernels() == &RefKernels() ? "ref" : "avx512"; }
+const KernelTable& BestKernels() {
+  static const KernelTable& table =
+      ForceRef() || Avx512Kernels() == nullptr ? RefKernels()
+      : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
+                                                    : *Avx512Kernels();
+  return table;
+}
+
+const char* BestKernelsName() {
+  if (&BestKernels() == &RefKernels()) return "ref";
+  return &BestKernels() == Bf16DotKernels() ? "avx512-bf16dot" : "avx512";
+}
 
 }  // namespace latent::kernels

@@ -46,10 +46,15 @@ const KernelTable& RefKernels();
 // The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
 // lacks them.
 const KernelTable* Avx512Kernels();
+// The AVX-512 kernels with linear over bf16 weights replaced by the bf16-activation kernel
+// (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), or null without
+// AVX512_BF16. Not parity-exact with f32 math: opt-in only.
+const KernelTable* Bf16DotKernels();
 // The best kernels this CPU supports, chosen once: AVX-512 when available, else the reference.
-// The environment variable LATENT_KERNELS=ref forces the reference kernels.
+// The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
+// picks Bf16DotKernels() when available.
 const KernelTable& BestKernels();
-// "avx512" or "ref": what BestKernels() chose.
+// "avx512", "avx512-bf16dot" or "ref": what BestKernels() chose.
 const char* BestKernelsName();
 
 }  // namespace latent::kernels

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/profile.h"
 #include "kernels/kernel_table.h"
 
 namespace latent::model {
@@ -23,6 +24,7 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
 
 void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
                             float* logits, ForwardTrace* trace) const {
+  LATENT_PROFILE_SCOPE(kStep);
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t d = config_.hidden_size;
@@ -32,6 +34,7 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
 
   std::vector<float> hidden(tokens * d), normed(tokens * d), branch(tokens * d);  // [T, D]
   for (int64_t t = 0; t < tokens; ++t) {
+    LATENT_PROFILE_SCOPE(kEmbed);
     const int32_t id = batch.token_ids[t];
     if (id < 0 || id >= config_.vocab_size) {
       Fail("token id ", id, " is outside the vocabulary (size ", config_.vocab_size, ")");
@@ -43,8 +46,11 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
   if (trace != nullptr && config_.is_dsa()) trace->selected.assign(config_.num_hidden_layers, {});
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const LayerWeights& layer = weights_.layers[l];
-    k.rms_norm(hidden.data(), tokens, d, layer.input_norm.data, layer.input_norm.dtype, eps,
-               normed.data());
+    {
+      LATENT_PROFILE_SCOPE(kNorm);
+      k.rms_norm(hidden.data(), tokens, d, layer.input_norm.data, layer.input_norm.dtype, eps,
+                 normed.data());
+    }
     DsaLayer dsa;
     if (config_.is_dsa()) {
       dsa.indexer = layer.indexer ? &*layer.indexer : nullptr;
@@ -55,10 +61,15 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
     MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), d, cache, form,
                         config_.is_dsa() ? &dsa : nullptr, branch.data());
     if (trace != nullptr && config_.is_dsa()) trace->selected[l] = selection;
-    for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
-
-    k.rms_norm(hidden.data(), tokens, d, layer.post_attention_norm.data,
-               layer.post_attention_norm.dtype, eps, normed.data());
+    {
+      LATENT_PROFILE_SCOPE(kResidual);
+      for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
+    }
+    {
+      LATENT_PROFILE_SCOPE(kNorm);
+      k.rms_norm(hidden.data(), tokens, d, layer.post_attention_norm.data,
+                 layer.post_attention_norm.dtype, eps, normed.data());
+    }
     if (layer.moe) {
       std::vector<int32_t>* chosen = nullptr;
       if (trace != nullptr) {
@@ -67,8 +78,10 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
       }
       MoeForward(config_, *layer.moe, variant_.route, normed.data(), tokens, branch.data(), chosen);
     } else {
+      LATENT_PROFILE_SCOPE(kDenseMlp);
       MlpForward(*layer.dense, normed.data(), tokens, branch.data());
     }
+    LATENT_PROFILE_SCOPE(kResidual);
     for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
   }
 
@@ -79,8 +92,12 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
     LATENT_CHECK(t >= 0 && t < tokens);
     std::copy(&hidden[t * d], &hidden[(t + 1) * d], &last[r * d]);
   }
-  k.rms_norm(last.data(), rows, d, weights_.final_norm.data, weights_.final_norm.dtype, eps,
-             last.data());
+  {
+    LATENT_PROFILE_SCOPE(kNorm);
+    k.rms_norm(last.data(), rows, d, weights_.final_norm.data, weights_.final_norm.dtype, eps,
+               last.data());
+  }
+  LATENT_PROFILE_SCOPE(kLmHead);
   std::vector<float> scratch(d);
   k.linear(last.data(), rows, weights_.lm_head, logits, scratch.data());
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/profile.h"
 #include "kernels/kernel_table.h"
 
 namespace latent::model {
@@ -56,12 +57,17 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const 
   const int64_t k = c.num_experts_per_tok;
   std::vector<int32_t> experts(tokens * k);
   std::vector<float> weights(tokens * k);
-  RouteTokens(c, w, route, x, tokens, experts.data(), weights.data());
+  {
+    LATENT_PROFILE_SCOPE(kRouter);
+    RouteTokens(c, w, route, x, tokens, experts.data(), weights.data());
+  }
   if (chosen != nullptr) {
     *chosen = experts;
     for (int64_t t = 0; t < tokens; ++t) std::sort(chosen->begin() + t * k, chosen->begin() + (t + 1) * k);
   }
 
+  {
+  LATENT_PROFILE_SCOPE(kExperts);
   std::fill(out, out + tokens * d, 0.0f);
   std::vector<float> gathered, expert_out;
   std::vector<int64_t> token_of;
@@ -85,7 +91,9 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const 
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
   }
+  }
   if (w.shared) {
+    LATENT_PROFILE_SCOPE(kSharedExperts);
     std::vector<float> shared(tokens * d);
     MlpForward(*w.shared, x, tokens, shared.data());
     for (int64_t i = 0; i < tokens * d; ++i) out[i] += shared[i];

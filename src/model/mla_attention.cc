@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <vector>
 
+#include "base/profile.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "threads/thread_pool.h"
@@ -187,6 +189,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
 
   // Queries [T, H, dn + dr].
+  std::optional<profile::Scope> scope;
+  scope.emplace(profile::Op::kAttnProj);
   std::vector<float> q(tokens * d.heads * d.qk());
   std::vector<float> q_a;  // [T, Q] q_a_layernorm(q_a_proj(x)); the DSA indexer reads it too.
   if (w.q_proj) {
@@ -215,7 +219,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   }
 
   const DsaSelection* selection = nullptr;
+  scope.reset();
   if (dsa != nullptr) {
+    LATENT_PROFILE_SCOPE(kDsaIndexer);
     if (dsa->indexer != nullptr) {
       RunDsaIndexer(dsa->dims, *dsa->indexer, *dsa->rope, layer, batch, x, hidden, q_a.data(),
                     d.q_lora, cache, *dsa->selection);
@@ -224,6 +230,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   }
 
   // Attention per sequence, over its cached rows (or the ones DSA selected).
+  scope.emplace(profile::Op::kAttnCore);
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
   const std::map<int32_t, SequenceTokens> seqs = GroupBySequence(batch);
   std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
@@ -250,7 +257,11 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     const std::vector<int64_t> group(absorbed.begin() + g0, absorbed.begin() + g1);
     const int64_t n = static_cast<int64_t>(group.size());
     std::vector<float> q_cat(n * d.heads * d.row()), out_lat(n * d.heads * d.latent);
+    scope.reset();
+    scope.emplace(profile::Op::kAttnAbsorb);
     AbsorbQueries(d, w.kv_b, q.data(), group, q_cat.data());
+    scope.reset();
+    scope.emplace(profile::Op::kAttnCore);
     std::vector<int64_t> starts;  // where each sequence's run of tokens in the group starts
     for (int64_t i = 0; i < n; ++i) {
       if (i == 0 || batch.seq_slots[group[i]] != batch.seq_slots[group[i - 1]]) starts.push_back(i);
@@ -300,8 +311,14 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         }
       }
     });
+    scope.reset();
+    scope.emplace(profile::Op::kAttnAbsorb);
     ProjectValues(d, w.kv_b, out_lat.data(), group, attn.data());
+    scope.reset();
+    scope.emplace(profile::Op::kAttnCore);
   }
+  scope.reset();
+  scope.emplace(profile::Op::kAttnProj);
   Linear(attn.data(), tokens, w.o, out);
 }
 

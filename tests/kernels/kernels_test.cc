@@ -165,9 +165,14 @@ TEST(KernelDispatch, BestKernelsIsAvx512WhenAvailable) {
   const char* env = std::getenv("LATENT_KERNELS");
   if (env != nullptr && std::string(env) == "ref") {
     EXPECT_STREQ(BestKernelsName(), "ref");
-  } else if (Avx512Kernels() != nullptr) {
+  } else if (Avx512Kernels() != nullptr && (std::getenv("LATENT_BF16_DOT") == nullptr ||
+                                             Bf16DotKernels() == nullptr)) {
     EXPECT_STREQ(BestKernelsName(), "avx512");
     EXPECT_EQ(&BestKernels(), Avx512Kernels());
+  } else if (Avx512Kernels() != nullptr) {
+    EXPECT_EQ(&BestKernels(), std::string(std::getenv("LATENT_BF16_DOT")) == "1"
+                                  ? Bf16DotKernels()
+                                  : Avx512Kernels());
   } else {
     EXPECT_STREQ(BestKernelsName(), "ref");
   }
@@ -266,6 +271,93 @@ TEST(FastKernels, LinearIsBatchInvariant) {
       }
     }
   }
+}
+
+// Large batches: activation blocks sized by k and super-blocks of rows (8 MiB of activations)
+// with a short last one (m = 13 after 208 rows at k = 10001); every row bit-identical to the
+// row alone and close to the reference.
+TEST(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  std::mt19937 rng(4);
+  for (const WeightCase& wc : WeightCases()) {
+    if (wc.name != "f32" && wc.name != "bf16" && wc.name != "fp8_b128" &&
+        wc.name != "fp8_b7x24") {
+      continue;
+    }
+    const int64_t n = 37, k = 10001, m = 221;
+    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+    const std::vector<float> x = RandomFloats(rng, m * k);
+    for (int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      std::vector<float> batch(m * n);
+      fast.linear(x.data(), m, w.ref, batch.data(), nullptr);
+      for (int64_t i = 0; i < m; i += (i < 200 ? 7 : 1)) {
+        std::vector<float> alone(n);
+        fast.linear(&x[i * k], 1, w.ref, alone.data(), nullptr);
+        ASSERT_EQ(0, std::memcmp(alone.data(), &batch[i * n], sizeof(float) * n))
+            << wc.name << " threads=" << threads << " row=" << i;
+      }
+      std::vector<float> want(3 * n), scratch(k), row(k);
+      Ref().linear(&x[(m - 3) * k], 3, w.ref, want.data(), scratch.data());
+      for (int64_t r = 0; r < n; ++r) {
+        Ref().dequant_row(w.ref, r, row.data());
+        for (int64_t i = 0; i < 3; ++i) {
+          const double tol = 1e-5 * AbsDot(&x[(m - 3 + i) * k], row) + 1e-30;
+          ASSERT_NEAR(batch[(m - 3 + i) * n + r], want[i * n + r], tol) << wc.name;
+        }
+      }
+    }
+  }
+}
+
+// The opt-in bf16-activation linear (LATENT_BF16_DOT=1): the reference over activations rounded
+// to bf16, and bit-identical rows alone, in any batch and with any thread count.
+TEST(Bf16DotKernels, LinearMatchesRefOnRoundedActivationsAndIsBatchInvariant) {
+  if (Bf16DotKernels() == nullptr) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  const KernelTable& dot = *Bf16DotKernels();
+  ThreadCount restore;
+  std::mt19937 rng(5);
+  for (int64_t k : {1, 15, 31, 32, 33, 600, 2050}) {
+    for (int64_t n : {1, 7, 67}) {
+      const TestWeight w = MakeWeight(rng, DType::kBF16, n, k, n == 7 ? 1 : 0, 0, 0, DType::kF32);
+      const int64_t m = 13;
+      const std::vector<float> x = RandomFloats(rng, m * k);
+      std::vector<float> rounded(x.size());
+      for (size_t i = 0; i < x.size(); ++i) rounded[i] = RoundToBF16(x[i]);
+      std::vector<float> want(m * n), batch(m * n, NAN), scratch(k), row(k);
+      Ref().linear(rounded.data(), m, w.ref, want.data(), scratch.data());
+      threads::SetNumThreads(2);
+      dot.linear(x.data(), m, w.ref, batch.data(), scratch.data());
+      for (int64_t r = 0; r < n; ++r) {
+        Ref().dequant_row(w.ref, r, row.data());
+        for (int64_t i = 0; i < m; ++i) {
+          const double tol = 1e-5 * AbsDot(&rounded[i * k], row) + 1e-30;
+          ASSERT_NEAR(batch[i * n + r], want[i * n + r], tol)
+              << "m=" << m << " n=" << n << " k=" << k << " at (" << i << ", " << r << ")";
+        }
+      }
+      for (int threads : {1, 2}) {
+        threads::SetNumThreads(threads);
+        for (int64_t take : {1, 2, 4, 5, 6, 7}) {
+          for (int64_t start = 0; start + take <= m; start += 5) {
+            std::vector<float> part(take * n);
+            dot.linear(&x[start * k], take, w.ref, part.data(), scratch.data());
+            ASSERT_EQ(0, std::memcmp(part.data(), &batch[start * n], sizeof(float) * take * n))
+                << "k=" << k << " n=" << n << " threads=" << threads << " m=" << take
+                << " start=" << start;
+          }
+        }
+      }
+    }
+  }
+  // Other weight dtypes go to the f32 kernel unchanged.
+  const TestWeight w = MakeWeight(rng, DType::kF32, 9, 40, 0, 0, 0, DType::kF32);
+  const std::vector<float> x = RandomFloats(rng, 3 * 40);
+  std::vector<float> a(3 * 9), b(3 * 9), scratch(40);
+  dot.linear(x.data(), 3, w.ref, a.data(), scratch.data());
+  Avx512Kernels()->linear(x.data(), 3, w.ref, b.data(), scratch.data());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
 }
 
 TEST(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {

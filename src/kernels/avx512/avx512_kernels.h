@@ -12,5 +12,8 @@ void FillLinearKernels(KernelTable& table);    // linear, dequant_row, transpose
 void FillInt8Kernels(KernelTable& table);
 void FillNormKernels(KernelTable& table);      // rms_norm, layer_norm, silu_mul
 void FillAttentionKernel(KernelTable& table);  // attention
+// Replaces table.linear (the f32 one, filled before) for bf16 weights by the bf16-activation
+// vdpbf16ps kernel (linear_bf16dot.cc); needs AVX512_BF16.
+void FillBf16DotLinear(KernelTable& table);
 
 }  // namespace latent::kernels::avx512

@@ -7,11 +7,14 @@
 // tiled and whichever thread runs the tile, so a token's output never depends on its batch.
 //
 // Decode (M <= 4): each tile of 4 weight rows is streamed once from memory and converted in
-// registers; all M activation rows share it. Batches (M > 4): blocks of up to 32 activation rows
-// (copied to a padded stride when theirs is a multiple of 4 KiB, which would alias in L1); per
-// block, tiles of 4 weight rows go through k in 512-column segments, each converted once per
-// 4-row M-tile while the next segment is prefetched; partial sums go to the stack between
-// segments (which does not change the arithmetic). Threads split N into chunks of whole tiles.
+// registers; all M activation rows share it; each tile also prefetches the next one (a 2048-wide
+// bf16 row is one 4 KiB page, where hardware prefetchers stop). Batches (M > 4): super-blocks of
+// at most ~8 MiB of activation rows (one parallel pass over the weights each, so the rows stay in
+// L3), inside them blocks of BlockRows(k) rows (<= 256 KiB, L2; copied to a padded stride when
+// theirs is a multiple of 4 KiB, which would alias in L1); per block, tiles of 4 weight rows go
+// through k in 512-column segments, each converted once per 6-row M-tile (6 x 4 register tile)
+// while the segment two ahead is prefetched; partial sums go to the stack between segments
+// (which does not change the arithmetic). Threads split N into chunks of whole tiles.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +32,7 @@ namespace {
 
 constexpr int kNt = 4;       // decode: weight rows per tile
 constexpr int kMt = 4;       // decode: at most this many activation rows
-constexpr int64_t kMb = 32;  // batches: activation rows per block (at most)
+constexpr int64_t kMb = 36;  // batches: activation rows per block (at most; a multiple of 6)
 
 struct Job {
   const float* x;
@@ -63,10 +66,14 @@ inline float RowScale(const Job& j, int64_t row, int64_t kb) {
 }
 
 // Direct tile: MT activation rows x NT weight rows over all of k, accumulators in registers.
+// Prefetch: `lead` prefetches each row kPrefetch bytes ahead; `next` also prefetches the cache
+// line at the same offset in the next tile (the row NT rows on), so every line of the next tile
+// is requested a whole tile ahead.
 template <class L, int MT, int NT>
-void TileDirect(const Job& j, int64_t m0, int64_t n0) {
+void TileDirect(const Job& j, int64_t m0, int64_t n0, bool lead = true, bool next = false) {
   const uint8_t* rows[NT];
   for (int b = 0; b < NT; ++b) rows[b] = j.w + (n0 + b) * j.row_bytes;
+  const int64_t ahead = NT * j.row_bytes;
   const float* xs[MT];
   for (int a = 0; a < MT; ++a) xs[a] = j.x + (m0 + a) * j.ldx;
   __m512 acc[MT][NT];
@@ -81,9 +88,17 @@ void TileDirect(const Job& j, int64_t m0, int64_t n0) {
     int64_t c = k0;
     for (; c + 16 <= k1; c += 16) {
       if (((c * L::kBytes) & 63) < 16 * L::kBytes) {  // one prefetch per new cache line
-        for (int b = 0; b < NT; ++b) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c * L::kBytes + L::kPrefetch),
-                       _MM_HINT_T0);
+        if (lead) {
+          for (int b = 0; b < NT; ++b) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c * L::kBytes + L::kPrefetch),
+                         _MM_HINT_T0);
+          }
+        }
+        if (next) {
+          for (int b = 0; b < NT; ++b) {
+            _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c * L::kBytes + ahead),
+                         _MM_HINT_T0);
+          }
         }
       }
       __m512 w[NT];
@@ -118,7 +133,12 @@ template <class L, int MT>
 void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
   constexpr int kTile = MT == 1 ? L::kDecodeRows : kNt;
   int64_t n = r0;
-  for (; n + kTile <= r1; n += kTile) TileDirect<L, MT, kTile>(j, 0, n);
+  // Every tile prefetches its own rows kPrefetch bytes ahead and the next tile's rows at the
+  // same offsets (a tile is one 4 KiB page per row for 2048-wide bf16: the hardware prefetchers
+  // stop at page boundaries, so without the second prefetch each tile starts with misses).
+  for (; n + kTile <= r1; n += kTile) {
+    TileDirect<L, MT, kTile>(j, 0, n, /*lead=*/true, /*next=*/n + 2 * kTile <= r1);
+  }
   for (; n + 2 <= r1; n += 2) TileDirect<L, MT, 2>(j, 0, n);
   if (n < r1) TileDirect<L, MT, 1>(j, 0, n);
 }
@@ -127,9 +147,10 @@ void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
 // k-segment [c0, c1) (inside one scale block; only the block's last chunk may be partial), with
 // the partial sums carried in `io` between segments. Pass 0 over a segment also prefetches the
 // weights the next segment will read (`pf`: that segment's start in each row).
-constexpr int kMtBig = 4;
+constexpr int kMtBig = 6;  // 6 x 4 accumulators + 4 weight vectors + 1 activation: 29 of 32 zmm
 constexpr int kNtBig = 4;
 constexpr int64_t kSegment = 512;  // columns per k-segment, a multiple of 16
+constexpr int64_t kPfSegments = 2;  // batches: prefetch distance in segments
 
 // seg[b]: column c0 of weight row n0 + b (or of its staged f32 copy).
 template <class L, int MT, int NT>
@@ -181,8 +202,14 @@ template <class L, int NT>
 void TileSegmentAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, int64_t c0, int64_t c1,
                      int64_t kb, const uint8_t* const* seg, __m512* io, bool first,
                      const uint8_t* const* pf) {
-  static_assert(kMtBig == 4);
+  static_assert(kMtBig == 6);
   switch (mt) {
+    case 6:
+      TileSegment<L, 6, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
+    case 5:
+      TileSegment<L, 5, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+      break;
     case 4:
       TileSegment<L, 4, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
       break;
@@ -198,27 +225,31 @@ void TileSegmentAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, int64_t c
   }
 }
 
-// fp8 batches: the segment [c0, c1) of the NT rows converted and scaled once into f32 (exactly
-// the vectors TileSegment<LoadF8> would compute, so the sums are the same), prefetching `pf`.
-template <int NT>
-void StageF8(const Job& j, int64_t n0, int64_t c0, int64_t c1, const uint8_t* const* pf,
-             float* stage) {
+// Batches: the segment [c0, c1) of the NT rows converted (and for fp8 scaled) once into f32:
+// exactly the vectors TileSegment<L> would compute, so the sums are the same; prefetches `pf`.
+template <class L, int NT>
+void StageRows(const Job& j, int64_t n0, int64_t c0, int64_t c1, const uint8_t* const* pf,
+               float* stage) {
   for (int b = 0; b < NT; ++b) {
     const uint8_t* row = j.w + (n0 + b) * j.row_bytes;
     int64_t kb = c0 / j.block, block_end = (kb + 1) * j.block;
-    __m512 s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+    __m512 s = _mm512_setzero_ps();
+    if constexpr (L::kFp8) s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
     for (int64_t c = c0; c < c1; c += 16) {
-      if (c >= block_end) {  // chunks never straddle two scale blocks
-        ++kb;
-        block_end += j.block;
-        s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+      if constexpr (L::kFp8) {
+        if (c >= block_end) {  // chunks never straddle two scale blocks
+          ++kb;
+          block_end += j.block;
+          s = _mm512_set1_ps(RowScale(j, n0 + b, kb));
+        }
       }
-      if (pf != nullptr && (c & 63) < 16) {
-        _mm_prefetch(reinterpret_cast<const char*>(pf[b] + (c - c0)), _MM_HINT_T0);
+      if (pf != nullptr && ((c * L::kBytes) & 63) < 16 * L::kBytes) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[b] + (c - c0) * L::kBytes), _MM_HINT_T0);
       }
-      const __m512 w =
-          c + 16 <= c1 ? LoadF8::Full(row + c) : LoadF8::Part(row + c, TailMask(c1 - c));
-      _mm512_store_ps(stage + b * kSegment + (c - c0), _mm512_mul_ps(w, s));
+      __m512 w = c + 16 <= c1 ? L::Full(row + c * L::kBytes)
+                              : L::Part(row + c * L::kBytes, TailMask(c1 - c));
+      if constexpr (L::kFp8) w = _mm512_mul_ps(w, s);
+      _mm512_store_ps(stage + b * kSegment + (c - c0), w);
     }
   }
 }
@@ -228,8 +259,9 @@ template <class L, int NT>
 void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1, const uint8_t* next) {
   alignas(64) __m512 io[kMb * kNtBig];
   alignas(64) float stage[L::kFp8 ? NT * kSegment : 1];
-  // fp8 converts slowly: with more than one M-tile, convert each segment once. When no chunk
-  // ends inside a scale block (block % 16 == 0), staged segments may span several blocks.
+  // fp8 converts slowly: with more than one M-tile, convert each segment once (for bf16 and f16
+  // converting in registers per M-tile measured faster). When no chunk ends inside a scale
+  // block (block % 16 == 0), staged segments may span several blocks.
   const bool staged = L::kFp8 && m1 - m0 > kMtBig;
   const int64_t span = staged && j.block % 16 == 0 ? j.k : j.block;
   bool first = true;
@@ -240,14 +272,25 @@ void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1, const uint8_t* 
     for (int64_t c0 = k0; c0 < k1; c0 += kSegment) {
       const int64_t c1 = std::min(k1, c0 + kSegment);
       const bool last = c1 >= j.k;
-      for (int b = 0; b < NT; ++b) {
-        pf[b] = last ? (next != nullptr ? next + b * j.row_bytes : nullptr)
-                     : j.w + (n0 + b) * j.row_bytes + c1 * L::kBytes;
-        seg[b] = j.w + (n0 + b) * j.row_bytes + c0 * L::kBytes;
+      bool prefetch = !last || next != nullptr;
+      if (span == j.k) {
+        // Segment i prefetches segment i + kPfSegments of the same rows, or of the next tile.
+        const int64_t t = c0 / kSegment + kPfSegments, segs = (j.k + kSegment - 1) / kSegment;
+        prefetch = t < segs || (next != nullptr && t - segs < segs);
+        for (int b = 0; b < NT; ++b) {
+          pf[b] = t < segs ? j.w + (n0 + b) * j.row_bytes + t * kSegment * L::kBytes
+                           : next + b * j.row_bytes + (t - segs) * kSegment * L::kBytes;
+          seg[b] = j.w + (n0 + b) * j.row_bytes + c0 * L::kBytes;
+        }
+      } else {
+        for (int b = 0; b < NT; ++b) {
+          pf[b] = last ? (next != nullptr ? next + b * j.row_bytes : nullptr)
+                       : j.w + (n0 + b) * j.row_bytes + c1 * L::kBytes;
+          seg[b] = j.w + (n0 + b) * j.row_bytes + c0 * L::kBytes;
+        }
       }
-      const bool prefetch = !last || next != nullptr;
       if (staged) {
-        if constexpr (L::kFp8) StageF8<NT>(j, n0, c0, c1, prefetch ? pf : nullptr, stage);
+        if constexpr (L::kFp8) StageRows<L, NT>(j, n0, c0, c1, prefetch ? pf : nullptr, stage);
         for (int b = 0; b < NT; ++b)
           seg[b] = reinterpret_cast<const uint8_t*>(stage + b * kSegment);
         for (int64_t m = m0; m < m1; m += kMtBig) {
@@ -268,10 +311,18 @@ void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1, const uint8_t* 
     for (int b = 0; b < NT; ++b) j.y[m * j.n + n0 + b] = ReduceAdd(io[(m - m0) * kNtBig + b]);
 }
 
+// Activation rows per block: the block (rows x k f32) stays in L2 (256 KiB) while every weight
+// tile of a chunk goes past it; 2 * kMtBig to kMb rows, a multiple of kMtBig.
+inline int64_t BlockRows(int64_t k) {
+  const int64_t rows = ((int64_t{256} << 10) / std::max<int64_t>(4 * k, 1)) / kMtBig * kMtBig;
+  return std::clamp<int64_t>(rows, 2 * kMtBig, kMb);
+}
+
 // Weight rows [r0, r1) against all activation rows. m <= kMt: each weight tile streams from
-// memory once, converted in registers, all rows at once. Larger m: blocks of at most kMb
+// memory once, converted in registers, all rows at once. Larger m: blocks of BlockRows(k)
 // activation rows; per block, tiles of kNtBig weight rows go through k in segments, each segment
-// converted once per kMtBig activation rows while the next one is prefetched.
+// converted once into f32 (for more than kMtBig rows) and used by every M-tile of the block
+// while the next one is prefetched.
 template <class L>
 void Rows(const Job& j, int64_t r0, int64_t r1) {
   switch (j.m) {
@@ -290,8 +341,13 @@ void Rows(const Job& j, int64_t r0, int64_t r1) {
     default:
       break;
   }
-  for (int64_t m0 = 0; m0 < j.m; m0 += kMb) {
-    const int64_t m1 = std::min(j.m, m0 + kMb);
+  // Equal blocks (64 rows: 24 + 24 + 16, not 30 + 30 + 4), each at most BlockRows(k) rounded
+  // up to whole M-tiles.
+  const int64_t blocks = (j.m + BlockRows(j.k) - 1) / BlockRows(j.k);
+  const int64_t mb =
+      std::min(kMb, ((j.m + blocks - 1) / blocks + kMtBig - 1) / kMtBig * kMtBig);
+  for (int64_t m0 = 0; m0 < j.m; m0 += mb) {
+    const int64_t m1 = std::min(j.m, m0 + mb);
     for (int64_t n = r0; n < r1; n += kNtBig) {
       const int64_t rows = std::min<int64_t>(kNtBig, r1 - n);
       const uint8_t* next = n + kNtBig < r1 ? j.w + (n + kNtBig) * j.row_bytes : nullptr;
@@ -327,20 +383,37 @@ void LinearTyped(const Job& job) {
     j.x = padded.data();
     j.ldx = stride;
   }
-  const auto rows = [&j](int64_t r0, int64_t r1) { Rows<L>(j, r0, r1); };
-  // Chunks of whole tiles with about 128 KiB of weights each, at least 4 per thread.
+  // Chunks of whole tiles with about 128 KiB of weights each (256 KiB for batches: every
+  // activation block streams past a chunk's weights, so bigger chunks read the activations
+  // fewer times), at least 4 per thread.
   const int64_t tile = j.m <= kMt ? kNt : kNtBig;
   const int64_t threads = threads::NumThreads();
-  int64_t grain = std::max<int64_t>(tile, (int64_t{128} << 10) / std::max<int64_t>(j.row_bytes, 1));
+  const int64_t chunk_bytes = j.m <= kMt ? int64_t{128} << 10 : int64_t{256} << 10;
+  int64_t grain = std::max<int64_t>(tile, chunk_bytes / std::max<int64_t>(j.row_bytes, 1));
   grain = std::min(grain, (j.n + 4 * threads - 1) / (4 * threads));
   grain = std::max<int64_t>(tile, (grain + tile - 1) / tile * tile);
-  const double work =
-      static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(j.m);
-  if (threads == 1 || work < 32768.0 || grain >= j.n) {
-    rows(0, j.n);
-    return;
+  // Large batches go in super-blocks of activation rows (at most about 8 MiB of them, so they stay
+  // in L3 while every chunk of weights reads them); each super-block is one parallel pass over
+  // the weights. Outputs are computed as in one pass: the split only changes the order of tiles.
+  int64_t super_rows = j.m;
+  if (j.m > kMt) {
+    const int64_t mb = BlockRows(j.k);
+    super_rows = std::max<int64_t>(mb, (int64_t{8} << 20) / std::max<int64_t>(4 * j.k, 1) / mb * mb);
   }
-  threads::ParallelFor(j.n, grain, rows);
+  for (int64_t m0 = 0; m0 < j.m; m0 += super_rows) {
+    Job sub = j;
+    sub.x = j.x + m0 * j.ldx;
+    sub.y = j.y + m0 * j.n;
+    sub.m = std::min(super_rows, j.m - m0);
+    const auto rows = [&sub](int64_t r0, int64_t r1) { Rows<L>(sub, r0, r1); };
+    const double work =
+        static_cast<double>(sub.n) * static_cast<double>(sub.k) * static_cast<double>(sub.m);
+    if (threads == 1 || work < 32768.0 || grain >= sub.n) {
+      rows(0, sub.n);
+    } else {
+      threads::ParallelFor(sub.n, grain, rows);
+    }
+  }
 }
 
 Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
