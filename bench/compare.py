@@ -66,6 +66,9 @@ TARGETS = {
     "prefill_512_vs_llamacpp": 1.5,
     "absorbed_vs_expanded_decode_16k": 10.0,
     "dsa_vs_dense_decode_32k": 3.0,
+    # The same two targets with latent's opt-in bf16 activations (LATENT_BF16_DOT=1).
+    "decode_b64_vs_llamacpp_bf16dot": 2.0,
+    "prefill_512_vs_llamacpp_bf16dot": 1.5,
 }
 
 V2_LITE = {
@@ -630,10 +633,14 @@ print(json.dumps(res))
     return out
 
 
-def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: float, extra=()) -> dict:
+def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: float, extra=(),
+               env_extra: dict | None = None) -> dict:
     cmd = [LATENT, "bench", "--model", ckpt, "--pp", ",".join(map(str, pps)), "--tg", tg,
            "--batch", ",".join(map(str, batches)), "--json", *extra]
-    r = Run(cmd, budget)
+    env = None
+    if env_extra:
+        env = bench_env() | env_extra
+    r = Run(cmd, budget, env=env, show_env="".join(f"{k}={v} " for k, v in (env_extra or {}).items()))
     points = [x for x in r.json_lines() if "decode_tokens_per_s" in x]
     res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed, "points": points}
     done = {(p["pp"], p["batch"]) for p in points}
@@ -797,6 +804,16 @@ def compute_ratios(res: dict) -> dict:
         "prefill_512_vs_llamacpp", lpp and lpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
         ("latent's pp512 point" if not lpp else "llama-bench pp512") + " did not finish",
         {"latent": lpp and lpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
+    bf = lat.get("bf16_dot") or {}
+    bp, bpp = point(bf.get("points"), b), point(bf.get("prefill_points"), 1, pp)
+    ratios["decode_b64_vs_llamacpp_bf16dot"] = ratio(
+        "decode_b64_vs_llamacpp_bf16dot", bp and bp["decode_tokens_per_s"], cp and cp["decode_tokens_per_s"],
+        "a batch-64 point is missing (opt-in LATENT_BF16_DOT=1 run)",
+        {"latent": bp and bp["decode_tokens_per_s"], "llama.cpp": cp and cp["decode_tokens_per_s"]})
+    ratios["prefill_512_vs_llamacpp_bf16dot"] = ratio(
+        "prefill_512_vs_llamacpp_bf16dot", bpp and bpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
+        "a pp512 point is missing (opt-in LATENT_BF16_DOT=1 run)",
+        {"latent": bpp and bpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
     lc = res.get("long_context", {})
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(
@@ -900,6 +917,11 @@ def markdown(res: dict) -> str:
     lpp = point(res["systems"]["latent"].get("prefill_points"), 1, w["prefill_pp"])
     lines += [f"latent at PP {w['prefill_pp']}, batch 1: prefill "
               f"{fmt(lpp and lpp['prefill_tokens_per_s'])} t/s, decode {fmt(lpp and lpp['decode_tokens_per_s'])} t/s."]
+    bf = res["systems"]["latent"].get("bf16_dot") or {}
+    bpp, bp = point(bf.get("prefill_points"), 1, w["prefill_pp"]), point(bf.get("points"), 64)
+    lines += [f"latent with the opt-in `LATENT_BF16_DOT=1` (bf16 activations): PP {w['prefill_pp']} batch 1 prefill "
+              f"{fmt(bpp and bpp['prefill_tokens_per_s'])} t/s, decode {fmt(bpp and bpp['decode_tokens_per_s'])} t/s; "
+              f"PP {w['pp']} batch 64 decode {fmt(bp and bp['decode_tokens_per_s'])} t/s."]
     cb = res["systems"]["transformers"].get("continuous_batching") or {}
     if cb:
         lines += ["transformers `generate_batch` (continuous batching): " +
@@ -1056,6 +1078,16 @@ def main(argv=None) -> int:
            "prefill_skipped": lat_prefill["skipped"], "command": lat_sweep["command"], "points": lat_sweep["points"],
            "skipped": lat_sweep["skipped"], "errors": [x.get("error") for x in (lat_prefill, lat_sweep) if x.get("error")],
            "load_avg_after": load_avg()}
+    # The opt-in bf16 activation path (LATENT_BF16_DOT=1: activations of bf16-weight linears
+    # rounded to bf16 for vdpbf16ps, as llama.cpp and transformers-bf16 compute): reported beside
+    # the default f32-activation figures, never instead of them.
+    log("latent: bench with LATENT_BF16_DOT=1 (opt-in)")
+    bf16_env = {"LATENT_BF16_DOT": "1"}
+    b_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0, env_extra=bf16_env)
+    b_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0, env_extra=bf16_env)
+    lat["bf16_dot"] = {"commands": [b_prefill["command"], b_sweep["command"]],
+                       "prefill_points": b_prefill["points"], "points": b_sweep["points"],
+                       "errors": [x.get("error") for x in (b_prefill, b_sweep) if x.get("error")]}
     res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
 
     log("latent: long-context decode steps")
