@@ -110,16 +110,8 @@ DSA = {
     "index_n_heads": 64,
     "index_head_dim": 128,
     "index_topk": 2048,
-    "rope_parameters": {
-        "rope_type": "yarn",
-        "rope_theta": 10000.0,
-        "factor": 40.0,
-        "original_max_position_embeddings": 4096,
-        "beta_fast": 32,
-        "beta_slow": 1,
-        "mscale": 1.0,
-        "mscale_all_dim": 1.0,
-    },
+    # V3.2's YaRN has mscale 1 (V2-Lite's 0.707).
+    "rope_parameters": {**V2_LITE["rope_parameters"], "mscale": 1.0, "mscale_all_dim": 1.0},
 }
 
 # Per mode: checkpoint depth, the sweep, and a wall-clock budget per stage (seconds; a stage
