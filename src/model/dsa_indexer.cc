@@ -30,6 +30,20 @@ struct IndexQuery {
   float scale;  // 1 / sqrt(head_dim)
 };
 
+// out[j] = sum over h in order of w[h] * relu(scale * dots[h, j]), vectorized across j: an
+// AVX-512 clone where the CPU has it (picked at load time), SSE2 otherwise. The build does not
+// contract a * b + c into FMA (-std=c++20), so every clone rounds exactly as the scalar loop does.
+__attribute__((target_clones("avx512f", "default")))
+void WeightedReluSum(const float* __restrict dots, const float* __restrict w, int64_t heads, int64_t n,
+                     float scale, float* __restrict out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float wh = w[h];
+    const float* __restrict dot = dots + h * n;
+    for (int64_t j = 0; j < n; ++j) out[j] += wh * std::max(dot[j] * scale, 0.0f);
+  }
+}
+
 // scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]. The
 // dot products of a block are one linear call (the query heads as activations, the block's keys
 // as the weight: dots [heads, block]), so each is summed in the kernel's fixed order whatever the
@@ -41,13 +55,7 @@ void ScoreKeys(const IndexQuery& query, const float* keys, int64_t j0, int64_t j
     dots.resize(query.heads * n);
     const kernels::WeightRef block_keys{keys + b0 * query.head_dim, DType::kF32, n, query.head_dim};
     Linear(query.q, query.heads, block_keys, dots.data());
-    float* out = scores + b0;
-    std::fill(out, out + n, 0.0f);
-    for (int64_t h = 0; h < query.heads; ++h) {
-      const float w = query.w[h];
-      const float* dot = &dots[h * n];
-      for (int64_t j = 0; j < n; ++j) out[j] += w * std::max(dot[j] * query.scale, 0.0f);
-    }
+    WeightedReluSum(dots.data(), query.w, query.heads, n, query.scale, scores + b0);
   }
 }
 
@@ -101,11 +109,14 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     int64_t& c = context[batch.seq_slots[t]];
     c = std::max(c, batch.positions[t] + 1);
   }
-  std::vector<float> cached;
+  // Reused: tens of MB at long context. Lambdas below must use `cached_keys`, not the thread_local
+  // (in a pool thread that name is that thread's own, empty vector).
+  thread_local std::vector<float> cached_buffer;
   for (const auto& [slot, length] : context) {
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
-    cached.resize(length * d.head_dim);
-    cache.GatherRows(layer, kIndexRow, slot, length, cached.data());
+    if (static_cast<int64_t>(cached_buffer.size()) < length * d.head_dim) cached_buffer.resize(length * d.head_dim);
+    const float* cached_keys = cached_buffer.data();  // [length, head_dim]
+    cache.GatherRows(layer, kIndexRow, slot, length, cached_buffer.data());
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
     for (int64_t t = 0; t < tokens; ++t) {
       if (batch.seq_slots[t] == slot && batch.positions[t] + 1 > d.topk) selecting.push_back(t);
@@ -124,10 +135,10 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
       if (split_positions) {
         float* out = scores.data();
         threads::ParallelFor(visible, kScoreBlock, [&](int64_t j0, int64_t j1) {
-          ScoreKeys(query, cached.data(), j0, j1, out);
+          ScoreKeys(query, cached_keys, j0, j1, out);
         });
       } else {
-        ScoreKeys(query, cached.data(), 0, visible, scores.data());
+        ScoreKeys(query, cached_keys, 0, visible, scores.data());
       }
       SelectTopK(scores, d.topk, order, selection[t]);
     };

@@ -22,6 +22,15 @@ void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
   kernels::BestKernels().linear(x, m, w, y, scratch.data());
 }
 
+// This thread's buffer for gathered cache rows, at least `floats` long. Reused across calls: at
+// long context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB
+// mmap threshold), so every step paid a page fault per 4 KiB and the zeroing.
+std::vector<float>& GatherBuffer(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer;
+}
+
 // The tokens of one sequence in the batch.
 struct SequenceTokens {
   std::vector<int64_t> rows;  // batch rows, in position order
@@ -242,7 +251,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
       absorbed.insert(absorbed.end(), seq.rows.begin(), seq.rows.end());
       continue;
     }
-    std::vector<float> gathered(seq.context * d.row());  // [context, C + dr]
+    std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
     cache.GatherRows(layer, kLatentRow, slot, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
@@ -286,7 +295,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
           wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
         }
         const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
-        std::vector<float> gathered(count * d.row());  // [count, C + dr]
+        std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
         if (all_selected) {
           cache.GatherPositions(layer, kLatentRow, slot, wanted, gathered.data());
         } else {
