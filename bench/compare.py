@@ -100,9 +100,14 @@ V2_LITE = {
 }
 
 # DSA checkpoint for the sparse-vs-dense decode step: the deepseek_v32 preset at V2-Lite sizes
-# plus V3.2's q LoRA and indexer (64 heads of 128, top 2048).
+# plus V3.2's attention: 128 heads, q LoRA and indexer (64 heads of 128, top 2048). The head count
+# matters: the indexer costs 64 x 128 multiply-adds per cached position whatever the model, dense
+# absorbed MLA heads x (2 x 512 + 64); with V2-Lite's 16 heads the two are about even, with
+# V3.2's 128 dense costs 17 times the indexer.
 DSA = {
     **{k: v for k, v in V2_LITE.items() if k != "rope_parameters"},
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
     "q_lora_rank": 1536,
     "n_shared_experts": 1,
     "n_group": 8,
