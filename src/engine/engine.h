@@ -101,6 +101,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<PagedLatentCache> paged_;
   BuiltBatch batch_;
+  std::vector<float> logits_;  // The step's logits, [R, vocab]; kept to reuse its pages.
   std::map<int64_t, std::unique_ptr<RequestState>> requests_;
   int64_t next_sequence_id_ = 0;
   uint64_t seed_base_;

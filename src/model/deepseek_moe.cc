@@ -19,11 +19,19 @@ void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
 
 void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out) {
   const int64_t inter = w.gate.n;
-  std::vector<float> gate(tokens * inter), up(tokens * inter);
-  Linear(x, tokens, w.gate, gate.data());
-  Linear(x, tokens, w.up, up.data());
-  kernels::BestKernels().silu_mul(gate.data(), up.data(), tokens * inter, gate.data());
-  Linear(gate.data(), tokens, w.down, out);
+  // [T, inter] each, reused by this thread: a 2048-token chunk through the dense MLP needs
+  // 90 MB apiece, which glibc would otherwise map, page-fault and zero at every call.
+  thread_local std::vector<float> gate_buffer, up_buffer;
+  if (static_cast<int64_t>(gate_buffer.size()) < tokens * inter) {
+    gate_buffer.resize(tokens * inter);
+    up_buffer.resize(tokens * inter);
+  }
+  float* gate = gate_buffer.data();
+  float* up = up_buffer.data();
+  Linear(x, tokens, w.gate, gate);
+  Linear(x, tokens, w.up, up);
+  kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
+  Linear(gate, tokens, w.down, out);
 }
 
 void RouteTokens(const ModelConfig& c, const MoeWeights& w, RouteFn route, const float* x,
