@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 
 namespace latent::model {
 
@@ -98,8 +99,7 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
                last.data());
   }
   LATENT_PROFILE_SCOPE(kLmHead);
-  std::vector<float> scratch(d);
-  k.linear(last.data(), rows, weights_.lm_head, logits, scratch.data());
+  kernels::Linear(last.data(), rows, weights_.lm_head, logits);
 }
 
 }  // namespace latent::model

@@ -5,15 +5,12 @@
 
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 
 namespace latent::model {
 namespace {
 
-void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  thread_local std::vector<float> scratch;  // the reference kernel's k floats
-  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
-  kernels::BestKernels().linear(x, m, w, y, scratch.data());
-}
+using kernels::Linear;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -13,11 +14,7 @@ namespace {
 
 constexpr float kIndexNormEps = 1e-6f;  // The indexer's k_norm LayerNorm.
 
-void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  thread_local std::vector<float> scratch;  // the reference kernel's k floats
-  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
-  kernels::BestKernels().linear(x, m, w, y, scratch.data());
-}
+using kernels::Linear;
 
 // Positions scored per block: [kScoreBlock, heads] dot products stay in L1/L2.
 constexpr int64_t kScoreBlock = 256;

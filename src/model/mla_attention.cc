@@ -8,6 +8,7 @@
 #include "base/profile.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -16,11 +17,7 @@ namespace {
 // q.k and q_nope/q_pe norms use this eps regardless of rms_norm_eps, as transformers does.
 constexpr float kLatentNormEps = 1e-6f;
 
-void Linear(const float* x, int64_t m, const kernels::WeightRef& w, float* y) {
-  thread_local std::vector<float> scratch;  // the reference kernel's k floats
-  if (static_cast<int64_t>(scratch.size()) < w.k) scratch.resize(w.k);
-  kernels::BestKernels().linear(x, m, w, y, scratch.data());
-}
+using kernels::Linear;
 
 // This thread's buffer for gathered cache rows, at least `floats` long. Reused across calls: at
 // long context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB

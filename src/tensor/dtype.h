@@ -64,4 +64,27 @@ inline float F8E8M0ToF32(uint8_t v) {
   return BitsToF32(static_cast<uint32_t>(v) << 23);
 }
 
+// Element i of a tensor of `dtype` at `base`, as f32 (for scalars: norm weights, block scales,
+// the reference kernels). Mapped tensors need not be aligned, hence memcpy. 0 for other dtypes.
+inline float LoadAsF32(const void* base, DType dtype, int64_t i) {
+  const uint8_t* p = static_cast<const uint8_t*>(base);
+  switch (dtype) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16:
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);
+      return dtype == DType::kBF16 ? BF16ToF32(v) : F16ToF32(v);
+    }
+    case DType::kF8E4M3: return F8E4M3ToF32(p[i]);
+    case DType::kF8E8M0: return F8E8M0ToF32(p[i]);
+    case DType::kI8: return static_cast<float>(static_cast<int8_t>(p[i]));
+    default: return 0.0f;
+  }
+}
+
 }  // namespace latent

@@ -47,6 +47,17 @@ inline __mmask16 TailMask(int64_t count) {  // count in [0, 16]
   return static_cast<__mmask16>((1u << count) - 1u);
 }
 
+// Stores `chunks` accumulators of 16 lanes at y: the first `full` whole, the rest under `tail`.
+inline void StoreChunks(float* y, const __m512* acc, int64_t chunks, int64_t full, __mmask16 tail) {
+  for (int64_t t = 0; t < chunks; ++t) {
+    if (t < full) {
+      _mm512_storeu_ps(y + t * 16, acc[t]);
+    } else {
+      _mm512_mask_storeu_ps(y + t * 16, tail, acc[t]);
+    }
+  }
+}
+
 // exp(x) for 16 lanes: Cody-Waite reduction by ln 2, Cephes' degree-5 polynomial (about 1 ulp),
 // 2^n by vscalefps (overflow gives +inf, underflow 0 under FTZ). NaN stays NaN.
 inline __m512 Exp(__m512 x) {
@@ -129,30 +140,6 @@ struct LoadF8 {
   static __m512 Part(const uint8_t* p, __mmask16 m) { return Widen(_mm_maskz_loadu_epi8(m, p)); }
 };
 constexpr float kF8Unscale = 256.0f;  // LoadF8 yields value * 2^-8
-
-// One scalar of a small tensor (norm weights, block scales), as the reference reads it.
-inline float LoadScalar(const void* base, DType dtype, int64_t i) {
-  const uint8_t* p = static_cast<const uint8_t*>(base);
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    case DType::kBF16:
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return dtype == DType::kBF16 ? BF16ToF32(v) : F16ToF32(v);
-    }
-    case DType::kF8E4M3:
-      return F8E4M3ToF32(p[i]);
-    case DType::kF8E8M0:
-      return F8E8M0ToF32(p[i]);
-    default:
-      return 0.0f;
-  }
-}
 
 // 16 consecutive elements of a norm weight/bias vector (f32, bf16 or f16) as f32.
 inline __m512 LoadVector(const void* base, DType dtype, int64_t i, __mmask16 m) {

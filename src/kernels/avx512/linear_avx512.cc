@@ -60,7 +60,7 @@ inline __m512 InRegister(__m512 v) {
 // The multiplier of row `row` for scale block `kb`: the block scale times 2^8 for LoadF8.
 inline float RowScale(const Job& j, int64_t row, int64_t kb) {
   if (j.scale == nullptr) return kF8Unscale;
-  return LoadScalar(j.scale, j.scale_dtype,
+  return LoadAsF32(j.scale, j.scale_dtype,
                     ((j.scale_row0 + row) / j.block_n) * j.scale_cols + kb) *
          kF8Unscale;
 }
@@ -535,14 +535,7 @@ void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
       acc[t] = _mm512_fmadd_ps(xr, w, acc[t]);
     }
   }
-  float* ym = y + m * j.k + c0;
-  for (int t = 0; t < chunks; ++t) {
-    if (t < full) {
-      _mm512_storeu_ps(ym + t * 16, acc[t]);
-    } else {
-      _mm512_mask_storeu_ps(ym + t * 16, tail, acc[t]);
-    }
-  }
+  StoreChunks(y + m * j.k + c0, acc, chunks, full, tail);
 }
 
 template <class L>

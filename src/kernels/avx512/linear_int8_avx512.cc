@@ -301,14 +301,7 @@ void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
       acc[t] = _mm512_fmadd_ps(xr, w, acc[t]);
     }
   }
-  float* ym = y + m * j.k + c0;
-  for (int t = 0; t < chunks; ++t) {
-    if (t < full) {
-      _mm512_storeu_ps(ym + t * 16, acc[t]);
-    } else {
-      _mm512_mask_storeu_ps(ym + t * 16, tail, acc[t]);
-    }
-  }
+  StoreChunks(y + m * j.k + c0, acc, chunks, full, tail);
 }
 
 void TransposedLinearI8(const float* x, int64_t m, const WeightRef& w, float* y) {

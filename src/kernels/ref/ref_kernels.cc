@@ -10,35 +10,14 @@
 namespace latent::kernels {
 namespace {
 
-float LoadScalar(const void* base, DType dtype, int64_t i) {
-  const uint8_t* p = static_cast<const uint8_t*>(base);
-  switch (dtype) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);  // Mapped tensors need not be aligned.
-      return v;
-    }
-    case DType::kBF16:
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return dtype == DType::kBF16 ? BF16ToF32(v) : F16ToF32(v);
-    }
-    case DType::kF8E4M3: return F8E4M3ToF32(p[i]);
-    case DType::kF8E8M0: return F8E8M0ToF32(p[i]);
-    case DType::kI8: return static_cast<float>(static_cast<int8_t>(p[i]));
-    default: return 0.0f;
-  }
-}
-
 void RefDequantRow(const WeightRef& w, int64_t row, float* out) {
   const int64_t base = row * w.k;
-  for (int64_t c = 0; c < w.k; ++c) out[c] = LoadScalar(w.data, w.dtype, base + c);
+  for (int64_t c = 0; c < w.k; ++c) out[c] = LoadAsF32(w.data, w.dtype, base + c);
   if (w.scale != nullptr) {
     const int64_t scale_cols = (w.k + w.block_k - 1) / w.block_k;
     const int64_t scale_row = (w.scale_row0 + row) / w.block_n;
     for (int64_t c = 0; c < w.k; ++c) {
-      out[c] *= LoadScalar(w.scale, w.scale_dtype, scale_row * scale_cols + c / w.block_k);
+      out[c] *= LoadAsF32(w.scale, w.scale_dtype, scale_row * scale_cols + c / w.block_k);
     }
   }
 }
@@ -62,7 +41,7 @@ void RefRmsNorm(const float* x, int64_t m, int64_t d, const void* weight, DType 
     float sum_sq = 0.0f;
     for (int64_t c = 0; c < d; ++c) sum_sq += xi[c] * xi[c];
     const float inv = 1.0f / std::sqrt(sum_sq / static_cast<float>(d) + eps);
-    for (int64_t c = 0; c < d; ++c) y[i * d + c] = LoadScalar(weight, weight_dtype, c) * (xi[c] * inv);
+    for (int64_t c = 0; c < d; ++c) y[i * d + c] = LoadAsF32(weight, weight_dtype, c) * (xi[c] * inv);
   }
 }
 
@@ -78,7 +57,7 @@ void RefLayerNorm(const float* x, int64_t m, int64_t d, const void* weight, cons
     var /= static_cast<float>(d);
     const float inv = 1.0f / std::sqrt(var + eps);
     for (int64_t c = 0; c < d; ++c) {
-      y[i * d + c] = (xi[c] - mean) * inv * LoadScalar(weight, dtype, c) + LoadScalar(bias, dtype, c);
+      y[i * d + c] = (xi[c] - mean) * inv * LoadAsF32(weight, dtype, c) + LoadAsF32(bias, dtype, c);
     }
   }
 }

@@ -61,16 +61,6 @@ const Value kNone = Value::None();
 const Value kFalse = Value::Bool(false);
 const Value kUndefined;
 
-bool IntLike(const Value& v) { return v.IsInt() || v.IsBool(); }
-
-int64_t ToInt(const Value& v, std::string_view what) {
-  if (!IntLike(v)) {
-    Throw("'" + TypeName(v) + "' object cannot be interpreted as an integer (" + std::string(what) +
-          ")");
-  }
-  return v.AsInt();
-}
-
 std::optional<std::string> OptString(const Value& v, std::string_view what) {
   if (v.IsNone() || v.IsUndefined()) return std::nullopt;
   if (!v.IsString()) Throw(std::string(what) + " arg must be None or str");

@@ -545,8 +545,6 @@ void CheckDefined(const Value& a, const Value& b) {
   if (b.IsUndefined()) ThrowUndefined(b);
 }
 
-bool IntLike(const Value& v) { return v.IsInt() || v.IsBool(); }
-
 [[noreturn]] void Unsupported(const char* op, const Value& a, const Value& b) {
   Throw(std::string("unsupported operand type(s) for ") + op + ": '" + TypeName(a) + "' and '" +
         TypeName(b) + "'");

@@ -15,16 +15,6 @@
 namespace latent::tokenizer::jinja {
 namespace {
 
-bool IntLike(const Value& v) { return v.IsInt() || v.IsBool(); }
-
-int64_t ToInt(const Value& v, std::string_view what) {
-  if (!IntLike(v)) {
-    Throw("'" + TypeName(v) + "' object cannot be interpreted as an integer (" + std::string(what) +
-          ")");
-  }
-  return v.AsInt();
-}
-
 std::optional<int64_t> OptIndex(const CallArgs& args, size_t i) {
   if (i >= args.args.size() || args.args[i].IsNone()) return std::nullopt;
   const Value& v = args.args[i];

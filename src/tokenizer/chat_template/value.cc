@@ -248,6 +248,16 @@ bool Truthy(const Value& v) {
   return false;
 }
 
+bool IntLike(const Value& v) { return v.IsInt() || v.IsBool(); }
+
+int64_t ToInt(const Value& v, std::string_view what) {
+  if (!IntLike(v)) {
+    Throw("'" + TypeName(v) + "' object cannot be interpreted as an integer (" + std::string(what) +
+          ")");
+  }
+  return v.AsInt();
+}
+
 std::string TypeName(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined:
@@ -444,8 +454,6 @@ std::string Repr(const Value& v) {
 }
 
 namespace {
-
-bool IntLike(const Value& v) { return v.IsInt() || v.IsBool(); }
 
 bool NumEquals(const Value& a, const Value& b) {
   if (IntLike(a) && IntLike(b)) return a.AsInt() == b.AsInt();

@@ -158,6 +158,10 @@ class Object {
 bool Truthy(const Value& v);
 // Python type name ("str", "int", "dict", "Undefined"...).
 std::string TypeName(const Value& v);
+// int or bool (Python's bool is an int).
+bool IntLike(const Value& v);
+// v as an integer; throws Python's "cannot be interpreted as an integer" naming `what`.
+int64_t ToInt(const Value& v, std::string_view what);
 
 // str(v) and repr(v), appended to `out`. Printing an iterator throws (Python would print an
 // address). str of undefined is empty.
