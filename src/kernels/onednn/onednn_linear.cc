@@ -1,0 +1,129 @@
+#include "kernels/onednn/onednn_linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/onednn/onednn_cache.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// libgomp: the threading runtime of Debian's oneDNN build (DNNL_CPU_RUNTIME OMP), linked by name
+// (src/kernels/CMakeLists.txt) and declared here, so that none of our sources needs -fopenmp.
+extern "C" void omp_set_num_threads(int num_threads);
+
+namespace latent::kernels::onednn {
+namespace {
+
+// Output columns per slice are a multiple of this: oneDNN's bf16 kernels block N by up to 64.
+constexpr int64_t kSliceAlign = 64;
+
+std::atomic<bool> g_unavailable{false};
+
+// oneDNN's OpenMP team size is a per-thread setting: one thread here, the pool does the rest.
+void SingleThreadedOnednn() {
+  thread_local bool done = false;
+  if (!done) {
+    omp_set_num_threads(1);
+    done = true;
+  }
+}
+
+// This thread's 64-byte-aligned oneDNN scratchpad of at least `bytes` (null for none).
+void* Scratchpad(size_t bytes) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> buffer;
+  thread_local size_t size = 0;
+  if (bytes > size) {
+    size = (bytes + 63) / 64 * 64;
+    buffer.reset(std::aligned_alloc(64, size));
+  }
+  return buffer.get();
+}
+
+// y[m, w.n] (rows ldy floats apart) = xb[m, w.k] . W^T on this thread.
+void RunSlice(const uint16_t* xb, int64_t m, const WeightRef& w, float* y, int64_t ldy) {
+  SingleThreadedOnednn();
+  const Matmul& mm = GetMatmul(m, w.n, w.k, ldy);
+  const dnnl::memory& weights = GetPackedWeights(w, mm.weights);
+  const dnnl::engine& engine = CpuEngine();
+  thread_local dnnl::stream stream(engine);
+  dnnl::memory src(mm.src, engine, const_cast<uint16_t*>(xb));  // only read
+  dnnl::memory dst(mm.dst, engine, y);
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (mm.scratchpad_bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(mm.scratchpad, engine, Scratchpad(mm.scratchpad_bytes)));
+  }
+  mm.primitive.execute(stream, args);
+  stream.wait();
+}
+
+void (*g_fallback)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
+
+void LinearOrFallback(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  if (w.dtype == DType::kBF16 && m >= MinRows() && Linear(x, m, w, y)) return;
+  g_fallback(x, m, w, y, scratch);
+}
+
+}  // namespace
+
+bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (g_unavailable.load(std::memory_order_relaxed) || w.dtype != DType::kBF16 || w.k <= 0) {
+    return false;
+  }
+  if (m <= 0 || w.n <= 0) return true;
+  const int64_t n = w.n, k = w.k;
+  const int64_t threads = threads::NumThreads();
+  const int64_t width = ((n + threads - 1) / threads + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
+  const int64_t slices = (n + width - 1) / width;
+  // Create the (at most two) matmuls here, where a failure can still fall back: an exception
+  // must not escape a pool thread.
+  SingleThreadedOnednn();
+  try {
+    GetMatmul(m, std::min(width, n), k, n);
+    GetMatmul(m, n - (slices - 1) * width, k, n);
+  } catch (const dnnl::error& e) {
+    if (!g_unavailable.exchange(true)) {
+      std::fprintf(stderr, "latent: LATENT_GEMM=onednn disabled, no oneDNN matmul: %s\n", e.what());
+    }
+    return false;
+  }
+  thread_local std::vector<uint16_t> rounded;  // [m, k] bf16
+  if (static_cast<int64_t>(rounded.size()) < m * k) rounded.resize(m * k);
+  uint16_t* xb = rounded.data();  // not `rounded` in the lambdas: that names each thread's own
+  threads::ParallelFor(m, std::max<int64_t>(1, 32768 / k), [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * k; i < r1 * k; ++i) xb[i] = F32ToBF16(x[i]);
+  });
+  threads::ParallelFor(slices, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t r0 = s * width;
+      RunSlice(xb, m, w.Rows(r0, std::min(width, n - r0)), y + r0, n);
+    }
+  });
+  return true;
+}
+
+int64_t MinRows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("LATENT_GEMM_MIN_ROWS");
+    const long long v = env != nullptr ? std::atoll(env) : 0;
+    return v >= 1 ? static_cast<int64_t>(v) : int64_t{32};
+  }();
+  return rows;
+}
+
+void FillOnednnLinear(KernelTable& table) {
+  g_fallback = table.linear;
+  table.linear = LinearOrFallback;
+}
+
+}  // namespace latent::kernels::onednn
