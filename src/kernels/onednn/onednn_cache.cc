@@ -16,7 +16,7 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 struct ShapeKey {
-  int64_t m, n, k, ldy;
+  int64_t m, n, k;
   bool operator==(const ShapeKey&) const = default;
 };
 
@@ -34,7 +34,7 @@ inline uint64_t Mix(uint64_t h, uint64_t v) {
 
 struct ShapeHash {
   size_t operator()(const ShapeKey& s) const {
-    return Mix(Mix(Mix(static_cast<uint64_t>(s.m), s.n), s.k), s.ldy);
+    return Mix(Mix(static_cast<uint64_t>(s.m), s.n), s.k);
   }
 };
 
@@ -82,7 +82,7 @@ Caches& TheCaches() {
 Matmul MakeMatmul(const ShapeKey& s) {
   const dnnl::memory::desc src({s.m, s.k}, dt::bf16, tag::ab);
   const dnnl::memory::desc weights({s.k, s.n}, dt::bf16, tag::any);
-  const dnnl::memory::desc dst({s.m, s.n}, dt::f32, dnnl::memory::dims{s.ldy, 1});
+  const dnnl::memory::desc dst({s.m, s.n}, dt::f32, tag::ab);
   dnnl::primitive_attr attr;
   // Our scratchpad, per executing thread: several threads run one primitive at once.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -115,9 +115,9 @@ const dnnl::engine& CpuEngine() {
   return *engine;
 }
 
-const Matmul& GetMatmul(int64_t m, int64_t n, int64_t k, int64_t ldy) {
+const Matmul& GetMatmul(int64_t m, int64_t n, int64_t k) {
   Caches& c = TheCaches();
-  const ShapeKey key{m, n, k, ldy};
+  const ShapeKey key{m, n, k};
   {
     std::lock_guard<std::mutex> lock(c.mu);
     if (auto it = c.matmuls.find(key); it != c.matmuls.end()) return it->second;

@@ -14,8 +14,9 @@ namespace latent::kernels::onednn {
 // The process's CPU engine.
 const dnnl::engine& CpuEngine();
 
-// y[m, n] (f32, rows ldy floats apart) = x[m, k] (bf16, dense) . W[n, k]^T (bf16, `weights`
-// layout), with a caller-provided scratchpad of `scratchpad_bytes`.
+// y[m, n] (f32) = x[m, k] (bf16) . W[n, k]^T (bf16, `weights` layout), all dense, with a
+// caller-provided scratchpad of `scratchpad_bytes`. (Dense y: with a row stride other than n,
+// oneDNN 2.6 falls back from its brgemm kernels, the AMX ones included, to gemm:jit.)
 struct Matmul {
   dnnl::matmul primitive;
   dnnl::memory::desc src, weights, dst, scratchpad;
@@ -25,7 +26,7 @@ struct Matmul {
 // The matmul for this exact shape, created on first use. oneDNN sizes its blocking for the
 // OpenMP thread count of the creating thread: call it where that count is what execution uses.
 // Throws dnnl::error when oneDNN has no implementation (a CPU without AVX-512).
-const Matmul& GetMatmul(int64_t m, int64_t n, int64_t k, int64_t ldy);
+const Matmul& GetMatmul(int64_t m, int64_t n, int64_t k);
 
 // The bf16 weight `w` ([n, k] row-major) reordered into `desc`, made on first use. Keyed by the
 // data pointer, the shape and a sample of the bytes (an address reused for other data of the

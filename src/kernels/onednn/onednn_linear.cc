@@ -48,15 +48,22 @@ void* Scratchpad(size_t bytes) {
   return buffer.get();
 }
 
-// y[m, w.n] (rows ldy floats apart) = xb[m, w.k] . W^T on this thread.
+// y[m, w.n] (rows ldy floats apart) = xb[m, w.k] . W^T on this thread. oneDNN writes a dense
+// [m, w.n] (see GetMatmul), so a slice narrower than y goes through a per-thread buffer.
 void RunSlice(const uint16_t* xb, int64_t m, const WeightRef& w, float* y, int64_t ldy) {
   SingleThreadedOnednn();
-  const Matmul& mm = GetMatmul(m, w.n, w.k, ldy);
+  const Matmul& mm = GetMatmul(m, w.n, w.k);
   const dnnl::memory& weights = GetPackedWeights(w, mm.weights);
+  thread_local std::vector<float> slice_out;  // [m, w.n] when ldy != w.n
+  float* out = y;
+  if (ldy != w.n) {
+    if (static_cast<int64_t>(slice_out.size()) < m * w.n) slice_out.resize(m * w.n);
+    out = slice_out.data();
+  }
   const dnnl::engine& engine = CpuEngine();
   thread_local dnnl::stream stream(engine);
   dnnl::memory src(mm.src, engine, const_cast<uint16_t*>(xb));  // only read
-  dnnl::memory dst(mm.dst, engine, y);
+  dnnl::memory dst(mm.dst, engine, out);
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
   if (mm.scratchpad_bytes > 0) {
@@ -65,6 +72,9 @@ void RunSlice(const uint16_t* xb, int64_t m, const WeightRef& w, float* y, int64
   }
   mm.primitive.execute(stream, args);
   stream.wait();
+  if (out != y) {
+    for (int64_t i = 0; i < m; ++i) std::copy(out + i * w.n, out + (i + 1) * w.n, y + i * ldy);
+  }
 }
 
 void (*g_fallback)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
@@ -89,8 +99,8 @@ bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
   // must not escape a pool thread.
   SingleThreadedOnednn();
   try {
-    GetMatmul(m, std::min(width, n), k, n);
-    GetMatmul(m, n - (slices - 1) * width, k, n);
+    GetMatmul(m, std::min(width, n), k);
+    GetMatmul(m, n - (slices - 1) * width, k);
   } catch (const dnnl::error& e) {
     if (!g_unavailable.exchange(true)) {
       std::fprintf(stderr, "latent: LATENT_GEMM=onednn disabled, no oneDNN matmul: %s\n", e.what());
