@@ -117,7 +117,7 @@ TEST(OnednnLinear, MatchesRefWithinBf16Rounding) {
     for (int64_t k : {17, 129, 1001}) {
       for (int64_t n : {7, 67, 129}) {  // 129 at 2 threads: slices of 128 and 1
         const Bf16Weight w = MakeBf16Weight(rng, n, k, n == 67 ? 1 : 0);
-        for (int64_t m : {32, 33, 100, 257}) {
+        for (int64_t m : {32, 33, 100, 257, 1100}) {  // 1100: row chunks of 512, 512, 76
           const std::vector<float> x = RandomFloats(rng, m * k);
           std::vector<float> got(m * n, NAN);
           ASSERT_TRUE(onednn::Linear(x.data(), m, w.ref, got.data()));

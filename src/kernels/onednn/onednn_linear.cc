@@ -22,6 +22,11 @@ namespace {
 
 // Output columns per slice are a multiple of this: oneDNN's bf16 kernels block N by up to 64.
 constexpr int64_t kSliceAlign = 64;
+// Rows per oneDNN call. Primitives are cached per exact m (oneDNN 2.6's brgemm matmul has no
+// run-time M; a run-time M falls back to gemm:jit), so longer calls go in chunks of this many
+// rows: at most kMaxRows primitives per weight shape in a long-running server, for one more
+// pass over a slice's weights (from cache or memory) per 512 rows.
+constexpr int64_t kMaxRows = 512;
 
 std::atomic<bool> g_unavailable{false};
 
@@ -95,12 +100,14 @@ bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
   const int64_t threads = threads::NumThreads();
   const int64_t width = ((n + threads - 1) / threads + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
   const int64_t slices = (n + width - 1) / width;
-  // Create the (at most two) matmuls here, where a failure can still fall back: an exception
+  // Create the (at most four) matmuls here, where a failure can still fall back: an exception
   // must not escape a pool thread.
   SingleThreadedOnednn();
   try {
-    GetMatmul(m, std::min(width, n), k);
-    GetMatmul(m, n - (slices - 1) * width, k);
+    for (int64_t rows : {std::min(m, kMaxRows), (m - 1) % kMaxRows + 1}) {
+      GetMatmul(rows, std::min(width, n), k);
+      GetMatmul(rows, n - (slices - 1) * width, k);
+    }
   } catch (const dnnl::error& e) {
     if (!g_unavailable.exchange(true)) {
       std::fprintf(stderr, "latent: LATENT_GEMM=onednn disabled, no oneDNN matmul: %s\n", e.what());
@@ -115,8 +122,11 @@ bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
   });
   threads::ParallelFor(slices, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
-      const int64_t r0 = s * width;
-      RunSlice(xb, m, w.Rows(r0, std::min(width, n - r0)), y + r0, n);
+      const int64_t c0 = s * width;
+      const WeightRef slice = w.Rows(c0, std::min(width, n - c0));
+      for (int64_t r0 = 0; r0 < m; r0 += kMaxRows) {
+        RunSlice(xb + r0 * k, std::min(kMaxRows, m - r0), slice, y + r0 * n + c0, n);
+      }
     }
   });
   return true;
