@@ -29,6 +29,7 @@ const KernelTable* MakeAvx512() {
   avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
+  avx512::FillIndexScoresKernel(table);
   return &table;
 #else
   return nullptr;

@@ -15,6 +15,8 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/index_scores.h"
+#include "kernels/norm_rope.h"
 #include "kernels/weight_ref.h"
 
 namespace latent::kernels {
@@ -39,6 +41,14 @@ struct KernelTable {
   void (*transposed_linear)(const float* x, int64_t m, const WeightRef& w, float* y);
   // Attention of one query token over its positions (kernels/attention.h).
   void (*attention)(const AttentionArgs& args);
+  // Several query tokens of one sequence, each over its own causal prefix; a query's output
+  // depends on nothing else in the call (kernels/attention.h).
+  void (*attention_queries)(const QueriesAttentionArgs& args);
+  // MLA's kv_a_layernorm and rotary embedding of keys and queries, fused (kernels/norm_rope.h);
+  // the norm equals this table's rms_norm bit for bit.
+  void (*norm_rope)(const NormRopeArgs& args);
+  // DSA indexer scores of one query over a run of index keys (kernels/index_scores.h).
+  void (*index_scores)(const IndexScoreArgs& args);
 };
 
 // The scalar reference kernels.

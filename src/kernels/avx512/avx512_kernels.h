@@ -10,8 +10,9 @@ void FillLinearKernels(KernelTable& table);    // linear, dequant_row, transpose
 // Wraps the table's linear, dequant_row and transposed_linear: int8 weights (DType::kI8) go to
 // linear_int8_avx512.cc, the others to the kernels it wrapped.
 void FillInt8Kernels(KernelTable& table);
-void FillNormKernels(KernelTable& table);      // rms_norm, layer_norm, silu_mul
-void FillAttentionKernel(KernelTable& table);  // attention
+void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope
+void FillAttentionKernel(KernelTable& table);  // attention, attention_queries
+void FillIndexScoresKernel(KernelTable& table);  // index_scores
 // Replaces table.linear (the f32 one, filled before) for bf16 weights by the bf16-activation
 // vdpbf16ps kernel (linear_bf16dot.cc); needs AVX512_BF16.
 void FillBf16DotLinear(KernelTable& table);

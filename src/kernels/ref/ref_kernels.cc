@@ -91,7 +91,8 @@ WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
 
 const KernelTable& RefKernels() {
   static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
-                                 RefSiluMul, RefTransposedLinear, AttentionRef};
+                                 RefSiluMul, RefTransposedLinear, AttentionRef,
+                                 AttentionQueriesRef, NormRopeRef, IndexScoresRef};
   return table;
 }
 
