@@ -329,7 +329,8 @@ void Attention(const AttentionArgs& a) {
 // ---- attention_queries: several causal queries of one sequence (expanded-form prefill) ----
 //
 // Flash-attention style, per head and per tile of kQueryTile queries: the keys are packed once
-// per call, transposed into blocks of kKeyBlock positions ([head][block][qk_dim][kKeyBlock]), so
+// per call, transposed into blocks of kKeyBlock positions ([head][block][qk_dim][kKeyBlock]) (and
+// the values per head, [head][position][v_dim]), so
 // the scores of 4 queries x 64 positions are a register tile of 16 accumulators fed by one
 // broadcast per query and 4 loads per qk column. Per query: each score is one f32 chain over the
 // qk columns in order, times the scale; the blocks from position 0 in order, each with an online
@@ -339,22 +340,34 @@ void Attention(const AttentionArgs& a) {
 // zeros), so a query's result depends only on its own query, length and rows: never on the other
 // queries of its tile or call, nor on the thread.
 constexpr int64_t kKeyBlock = 64;   // positions per block: 4 zmm of scores
-constexpr int64_t kQueryTile = 16;  // queries per task (they share each block from L1/L2)
+constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
 constexpr int kQs = 4;              // queries per register tile
 
-// kt [key_heads][blocks][qk][kKeyBlock] (zero past the last position) from the key rows.
-void PackKeys(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, float* kt) {
+// kt [key_heads][blocks][qk][kKeyBlock] (zero past the last position) from the key rows, and
+// vt [value_heads][positions][v_dim] from the value rows: each head's values contiguous, so a
+// block's p.v reads 64 consecutive rows instead of 64 rows of the whole expanded kv.
+void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, int64_t value_heads,
+          float* kt, float* vt) {
   const AttentionArgs& a = qa.shared;
-  const int64_t dq = a.qk_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
-  threads::ParallelFor(key_heads * blocks, 4, [&](int64_t j0, int64_t j1) {
+  const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
+  const int64_t heads = std::max(key_heads, value_heads);
+  threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t head = j / blocks, block = j % blocks;
-      float* dst = kt + j * dq * kKeyBlock;
       const int64_t t0 = block * kKeyBlock, rows = std::min(kKeyBlock, positions - t0);
-      if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* key = a.keys[t0 + r] + head * a.key_head_stride;
-        for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+      if (head < key_heads) {
+        float* dst = kt + (head * blocks + block) * dq * kKeyBlock;
+        if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* key = a.keys[t0 + r] + head * a.key_head_stride;
+          for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+        }
+      }
+      if (head < value_heads) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* value = a.values[t0 + r] + head * a.value_head_stride;
+          std::copy(value, value + dv, vt + (head * positions + t0 + r) * dv);
+        }
       }
     }
   });
@@ -383,18 +396,16 @@ void BlockScores(const float* const* q, int64_t dq, const float* block, float sc
 
 // o[q][c0..c0+16C) += sum over r < rows[q] of p[q][r] * value(t0 + r)[c0..], in order of r.
 template <int QS, int C>
-void BlockValues(const AttentionArgs& a, int64_t head, int64_t t0, int64_t rows_max,
-                 const int64_t* rows, float (*p)[kKeyBlock], float* const* o, int64_t c0,
-                 __mmask16 last) {
+void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
+                 float (*p)[kKeyBlock], float* const* o, int64_t c0, __mmask16 last) {
   __mmask16 mask[C];
   for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
   __m512 acc[QS][C];
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc)
       acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
-  const int64_t offset = head * a.value_head_stride + c0;
   for (int64_t r = 0; r < rows_max; ++r) {
-    const float* v = a.values[t0 + r] + offset;
+    const float* v = vt + (t0 + r) * dv + c0;
     __m512 vv[C];
     for (int cc = 0; cc < C; ++cc) vv[cc] = _mm512_maskz_loadu_ps(mask[cc], v + 16 * cc);
     for (int i = 0; i < QS; ++i) {
@@ -409,19 +420,19 @@ void BlockValues(const AttentionArgs& a, int64_t head, int64_t t0, int64_t rows_
 }
 
 template <int QS>
-void BlockValuesAll(const AttentionArgs& a, int64_t head, int64_t t0, int64_t rows_max,
-                    const int64_t* rows, float (*p)[kKeyBlock], float* const* o) {
-  const int64_t dv = a.v_dim, full = dv / 16;
+void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
+                    float (*p)[kKeyBlock], float* const* o) {
+  const int64_t full = dv / 16;
   const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
   int64_t c = 0;
-  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(a, head, t0, rows_max, rows, p, o, c * 16, all);
-  for (; c < full; ++c) BlockValues<QS, 1>(a, head, t0, rows_max, rows, p, o, c * 16, all);
-  if (tail != 0) BlockValues<QS, 1>(a, head, t0, rows_max, rows, p, o, full * 16, tail);
+  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
+  if (tail != 0) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, full * 16, tail);
 }
 
 // One register tile of QS queries (pointers q[i], lengths len[i], state mx/sum/o) over block b.
 template <int QS>
-void QueryTileBlock(const AttentionArgs& a, int64_t head, const float* block, int64_t b,
+void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block, int64_t b,
                     const float* const* q, const int64_t* len, float* mx, float* sum,
                     float* const* o) {
   const int64_t t0 = b * kKeyBlock;
@@ -454,21 +465,24 @@ void QueryTileBlock(const AttentionArgs& a, int64_t head, const float* block, in
     }
     sum[i] += ReduceAdd(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
   }
-  BlockValuesAll<QS>(a, head, t0, rows_max, rows, s, o);
+  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, rows, s, o);
 }
 
-using QueryTileBlockFn = void (*)(const AttentionArgs&, int64_t, const float*, int64_t,
+using QueryTileBlockFn = void (*)(const AttentionArgs&, const float*, const float*, int64_t,
                                   const float* const*, const int64_t*, float*, float*,
                                   float* const*);
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
                                                     QueryTileBlock<3>, QueryTileBlock<4>};
 
 // Head `head`, queries [i0, i1) (at most kQueryTile).
-void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, int64_t blocks, int64_t head,
-                 int64_t i0, int64_t i1) {
+// kt, vt: as Pack wrote them for `positions`.
+void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* vt,
+                 int64_t positions, int64_t head, int64_t i0, int64_t i1) {
   const AttentionArgs& a = qa.shared;
   const int64_t h = a.num_heads, dq = a.qk_dim, dv = a.v_dim;
+  const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
+  const float* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * positions * dv;
   thread_local std::vector<float> acc_rows;  // [kQueryTile, dv]
   if (static_cast<int64_t>(acc_rows.size()) < kQueryTile * dv) acc_rows.resize(kQueryTile * dv);
   float mx[kQueryTile], sum[kQueryTile];
@@ -487,7 +501,7 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, int64_t blocks
     const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
     for (int64_t j = 0; j < i1 - i0; j += kQs) {
       const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
-      kQueryTileBlocks[qs - 1](a, head, block, b, q + j, qa.lengths + i0 + j, mx + j, sum + j,
+      kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, mx + j, sum + j,
                                o + j);
     }
   }
@@ -508,18 +522,23 @@ void AttentionQueries(const QueriesAttentionArgs& qa) {
   for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
   const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t key_heads = a.key_head_stride == 0 ? 1 : a.num_heads;
-  thread_local std::vector<float> packed;  // [key_heads, blocks, qk, kKeyBlock]
-  const int64_t floats = key_heads * blocks * a.qk_dim * kKeyBlock;
+  const int64_t value_heads = a.value_head_stride == 0 ? 1 : a.num_heads;
+  // [key_heads, blocks, qk, kKeyBlock], then [value_heads, positions, v_dim].
+  thread_local std::vector<float> packed;
+  const int64_t key_floats = key_heads * blocks * a.qk_dim * kKeyBlock;
+  const int64_t floats = key_floats + value_heads * positions * a.v_dim;
   if (static_cast<int64_t>(packed.size()) < floats) packed.resize(floats);
-  if (floats > 0) PackKeys(qa, positions, key_heads, packed.data());
   const float* kt = packed.data();
+  const float* vt = packed.data() + key_floats;
+  if (positions > 0)
+    Pack(qa, positions, key_heads, value_heads, packed.data(), packed.data() + key_floats);
   const int64_t tiles = (qa.num_queries + kQueryTile - 1) / kQueryTile;
   // Tasks (head, tile of queries), later tiles first: they attend more positions, and the pool
   // hands tasks out dynamically.
   threads::ParallelFor(a.num_heads * tiles, 1, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t tile = tiles - 1 - j / a.num_heads, head = j % a.num_heads;
-      HeadQueries(qa, kt, blocks, head, tile * kQueryTile,
+      HeadQueries(qa, kt, vt, positions, head, tile * kQueryTile,
                   std::min(qa.num_queries, (tile + 1) * kQueryTile));
     }
   });
