@@ -3,7 +3,7 @@
 // decode attention time over 576-wide shared latent rows (absorbed MLA). Prints one JSON object.
 //
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
-//       [--dtypes bf16,fp8,f32,i8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
+//       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
 //       [--prefill 512,2048] [--kernels best|ref]
 //
 // Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
@@ -158,7 +158,7 @@ DType DTypeOf(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
   if (name == "f16") return DType::kF16;
   if (name == "fp8") return DType::kF8E4M3;
-  if (name == "i8") return DType::kI8;  // --quantize int8: per-row f32 scales
+  if (name == "i8" || name == "w8a8") return DType::kI8;  // --quantize int8/w8a8: row scales
   std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
   std::exit(2);
 }
@@ -236,6 +236,7 @@ int main(int argc, char** argv) {
     const int64_t block = 128;
     const int64_t scale_count = ((o.n + block - 1) / block) * ((o.k + block - 1) / block);
     std::vector<float> scales(std::max(scale_count, o.n), 0.01f);
+    std::vector<int32_t> row_sums(o.n, 0);  // w8a8: any values time the same
     for (int64_t i = 0; i < count; ++i) {
       uint8_t* p = base + i * stride + 32;
       if (mapped != 0) {
@@ -257,6 +258,7 @@ int main(int argc, char** argv) {
         ws[i].scale_dtype = DType::kF32;
         ws[i].block_n = 1;
         ws[i].block_k = o.k;
+        if (name == "w8a8") ws[i].row_sums = row_sums.data();
       }
     }
     const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());

@@ -56,6 +56,9 @@ const KernelTable& RefKernels();
 // The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
 // lacks them.
 const KernelTable* Avx512Kernels();
+// Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
+// with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
+bool Avx512HasW8A8Vnni();
 // The AVX-512 kernels with linear over bf16 weights replaced by the bf16-activation kernel
 // (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), or null without
 // AVX512_BF16. Not parity-exact with f32 math: opt-in only.

@@ -16,5 +16,8 @@ void FillIndexScoresKernel(KernelTable& table);  // index_scores
 // Replaces table.linear (the f32 one, filled before) for bf16 weights by the bf16-activation
 // vdpbf16ps kernel (linear_bf16dot.cc); needs AVX512_BF16.
 void FillBf16DotLinear(KernelTable& table);
+// Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
+// kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
+void FillW8A8VnniLinear(KernelTable& table);
 
 }  // namespace latent::kernels::avx512
