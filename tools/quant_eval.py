@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Quality of `--quantize int8` against the unquantized weights, with the built latent binary.
+"""Quality of `--quantize int8` and `w8a8` against the unquantized weights, with the built latent
+binary.
 
-Runs `latent logits` on one token sequence twice, with `--quantize none` (the checkpoint's own
-weights: bf16, f32 or fp8) and `--quantize int8`, and reports
+Runs `latent logits` on one token sequence with `--quantize none` (the checkpoint's own weights:
+bf16, f32 or fp8) and with each mode of --modes (default int8,w8a8), and reports for each mode
 
   * perplexity of each over the sequence (position i predicts token i + 1),
-  * KL(p_none || p_int8) of the next-token distributions, mean and max over positions,
+  * KL(p_none || p_mode) of the next-token distributions, mean and max over positions,
   * top-1 agreement: positions where both pick the same most likely token,
   * max |logit difference|,
   * routing: the tokens every MoE layer sends to the same experts in both runs (a flipped
@@ -15,7 +16,10 @@ The sequence: --ids, or text (--text / --text-file, default docs/architecture.md
 `latent tokenize` with the model's tokenizer (or --tokenizer), cut to --tokens; random ids
 (--seed) when there is no tokenizer or its ids do not fit the model's vocabulary.
 
-  .venv/bin/python tools/quant_eval.py --model DIR [--tokens 256] [--json]
+  .venv/bin/python tools/quant_eval.py --model DIR [--tokens 256] [--modes int8,w8a8] [--json]
+
+--json prints one object: the int8 figures at the top level (as before w8a8 existed) when int8 is
+among the modes, and every mode's under "modes": {"int8": {...}, "w8a8": {...}}.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ def compare(ids: list[int], ref: np.ndarray, quant: np.ndarray, ref_experts: lis
     return {
         "tokens": len(ids),
         "ppl_none": ppl(lp[:-1]),
-        "ppl_int8": ppl(lq[:-1]),
+        "ppl_quant": ppl(lq[:-1]),
         "kl_mean": float(kl.mean()),
         "kl_max": float(kl.max()),
         "top1_agreement": float(top1.mean()),
@@ -116,28 +120,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=256, help="at most this many tokens (default 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of random ids (no tokenizer)")
     p.add_argument("--threads", type=int, default=0, help="latent --threads (default: all)")
+    p.add_argument("--modes", default="int8,w8a8",
+                   help="--quantize modes to compare with none (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
 
     vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
     ids, source = token_ids(args, vocab)
+    modes = [m for m in args.modes.split(",") if m]
     ref, ref_experts, t_ref = logits(args, ids, "none")
-    quant, quant_experts, t_quant = logits(args, ids, "int8")
-    result = {"model": str(args.model), "source": source,
-              **compare(ids, ref, quant, ref_experts, quant_experts),
-              "seconds_none": t_ref, "seconds_int8": t_quant}
+    per_mode = {}
+    for mode in modes:
+        quant, quant_experts, t_quant = logits(args, ids, mode)
+        per_mode[mode] = {**compare(ids, ref, quant, ref_experts, quant_experts),
+                          "seconds": t_quant}
     if args.json:
+        result = {"model": str(args.model), "source": source, "seconds_none": t_ref}
+        if "int8" in per_mode:  # the keys of the int8-only version
+            int8 = dict(per_mode["int8"])
+            int8["ppl_int8"] = int8.pop("ppl_quant")
+            int8["seconds_int8"] = int8.pop("seconds")
+            result.update(int8)
+        result["modes"] = per_mode
         print(json.dumps(result))
         return 0
-    print(f"model:              {result['model']}")
-    print(f"sequence:           {result['tokens']} tokens, {source}")
-    print(f"perplexity:         none {result['ppl_none']:.4f}   int8 {result['ppl_int8']:.4f}")
-    print(f"KL(none || int8):   mean {result['kl_mean']:.3e}   max {result['kl_max']:.3e} nats")
-    print(f"top-1 agreement:    {100 * result['top1_agreement']:.1f}%")
-    print(f"max |dlogit|:       {result['max_abs_logit_diff']:.4g} "
-          f"(mean logit std {result['logit_std_none']:.3g})")
-    print(f"same routing:       {100 * result['same_routing']:.1f}% of tokens in every MoE layer; "
-          f"KL mean over them {result['kl_mean_same_routing']:.3e}")
+    first = next(iter(per_mode.values()))
+    print(f"model:              {args.model}")
+    print(f"sequence:           {first['tokens']} tokens, {source}")
+    print(f"perplexity none:    {first['ppl_none']:.4f} (mean logit std {first['logit_std_none']:.3g})")
+    for mode, r in per_mode.items():
+        print(f"--quantize {mode}:")
+        print(f"  perplexity:         {r['ppl_quant']:.4f}")
+        print(f"  KL(none || {mode}):   mean {r['kl_mean']:.3e}   max {r['kl_max']:.3e} nats")
+        print(f"  top-1 agreement:    {100 * r['top1_agreement']:.1f}%")
+        print(f"  max |dlogit|:       {r['max_abs_logit_diff']:.4g}")
+        print(f"  same routing:       {100 * r['same_routing']:.1f}% of tokens in every MoE layer; "
+              f"KL mean over them {r['kl_mean_same_routing']:.3e}")
     return 0
 
 

@@ -3,12 +3,15 @@
 // decode attention time over 576-wide shared latent rows (absorbed MLA). Prints one JSON object.
 //
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
-//       [--dtypes bf16,fp8,f32,i8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
-//       [--kernels best|ref]
+//       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
+//       [--prefill 512,2048] [--kernels best|ref]
 //
 // Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
 // attention at 4k and 16k positions with 16 heads. With --n 64 --gib 0.0001 the weights stay in
 // cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
+// "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
+// values (128), as the expanded form runs it: one `attention` call per query against one
+// `attention_queries` call for all of them (bit-identical results).
 // "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine).
 // The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
 #include <fcntl.h>
@@ -141,6 +144,7 @@ struct Options {
   std::vector<std::string> dtypes = {"bf16", "fp8", "f32"};
   int64_t n = 4096, k = 4096;
   std::vector<int64_t> contexts = {4096, 16384};
+  std::vector<int64_t> prefills = {512};
   int64_t heads = 16;
   bool ref = false;
   // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
@@ -154,7 +158,7 @@ DType DTypeOf(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
   if (name == "f16") return DType::kF16;
   if (name == "fp8") return DType::kF8E4M3;
-  if (name == "i8") return DType::kI8;  // --quantize int8: per-row f32 scales
+  if (name == "i8" || name == "w8a8") return DType::kI8;  // --quantize int8/w8a8: row scales
   std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
   std::exit(2);
 }
@@ -182,6 +186,8 @@ int main(int argc, char** argv) {
       o.k = std::atoll(value.c_str());
     else if (flag == "--contexts")
       o.contexts = ParseInts(value);
+    else if (flag == "--prefill")
+      o.prefills = ParseInts(value);
     else if (flag == "--heads")
       o.heads = std::atoll(value.c_str());
     else if (flag == "--kernels")
@@ -230,6 +236,7 @@ int main(int argc, char** argv) {
     const int64_t block = 128;
     const int64_t scale_count = ((o.n + block - 1) / block) * ((o.k + block - 1) / block);
     std::vector<float> scales(std::max(scale_count, o.n), 0.01f);
+    std::vector<int32_t> row_sums(o.n, 0);  // w8a8: any values time the same
     for (int64_t i = 0; i < count; ++i) {
       uint8_t* p = base + i * stride + 32;
       if (mapped != 0) {
@@ -251,6 +258,7 @@ int main(int argc, char** argv) {
         ws[i].scale_dtype = DType::kF32;
         ws[i].block_n = 1;
         ws[i].block_k = o.k;
+        if (name == "w8a8") ws[i].row_sums = row_sums.data();
       }
     }
     const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
@@ -327,6 +335,73 @@ int main(int argc, char** argv) {
           static_cast<long long>(qk), static_cast<long long>(t), Median(ms), Median(cpu_ms));
       std::fflush(stdout);
       first = false;
+    }
+  }
+  std::printf("\n ],\n \"prefill_attention\": [");
+  first = true;
+  for (int64_t p : o.prefills) {
+    const int64_t dq = 192, dvh = 128, kv_stride = 256;  // V2/V3 head dims
+    std::vector<float> keys(p * o.heads * dq), kv(p * o.heads * kv_stride);
+    std::vector<float> q(p * o.heads * dq), out(p * o.heads * dvh), scratch(p);
+    for (size_t i = 0; i < keys.size(); ++i)
+      keys[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.0f;
+    for (size_t i = 0; i < kv.size(); ++i)
+      kv[i] = static_cast<float>((i * 40503u) % 2001) * 1e-3f - 1.0f;
+    for (size_t i = 0; i < q.size(); ++i)
+      q[i] = static_cast<float>((i * 69069u) % 2001) * 1e-3f - 1.0f;
+    std::vector<const float*> key_ptrs(p), value_ptrs(p);
+    std::vector<int64_t> lengths(p);
+    for (int64_t t = 0; t < p; ++t) {
+      key_ptrs[t] = &keys[t * o.heads * dq];
+      value_ptrs[t] = &kv[t * o.heads * kv_stride + dq - 64];
+      lengths[t] = t + 1;
+    }
+    latent::kernels::QueriesAttentionArgs qa;
+    qa.shared.num_heads = o.heads;
+    qa.shared.qk_dim = dq;
+    qa.shared.keys = key_ptrs.data();
+    qa.shared.key_head_stride = dq;
+    qa.shared.values = value_ptrs.data();
+    qa.shared.value_head_stride = kv_stride;
+    qa.shared.v_dim = dvh;
+    qa.shared.scale = 0.07f;
+    qa.num_queries = p;
+    qa.q = q.data();
+    qa.lengths = lengths.data();
+    qa.out = out.data();
+    const auto per_query = [&] {
+      for (int64_t i = 0; i < p; ++i) {
+        latent::kernels::AttentionArgs a = qa.shared;
+        a.q = &q[i * o.heads * dq];
+        a.length = i + 1;
+        a.out = &out[i * o.heads * dvh];
+        a.scratch = scratch.data();
+        kt.attention(a);
+      }
+    };
+    const auto all_queries = [&] { kt.attention_queries(qa); };
+    // q.k and p.v flops over the causal triangle.
+    const double flops = 2.0 * o.heads * (dq + dvh) * (static_cast<double>(p) * (p + 1) / 2);
+    for (int64_t t : o.threads) {
+      latent::threads::SetNumThreads(static_cast<int>(t));
+      for (int way = 0; way < 2; ++way) {
+        const auto run = [&] { way == 0 ? per_query() : all_queries(); };
+        run();
+        std::vector<double> ms;
+        for (int r = 0; r < std::max(3, o.reps); ++r) {
+          const auto start = Clock::now();
+          run();
+          ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+        }
+        std::printf(
+            "%s\n  {\"tokens\": %lld, \"heads\": %lld, \"threads\": %lld, \"call\": \"%s\", "
+            "\"ms\": %.3f, \"gflops\": %.1f}",
+            first ? "" : ",", static_cast<long long>(p), static_cast<long long>(o.heads),
+            static_cast<long long>(t), way == 0 ? "attention per query" : "attention_queries",
+            Median(ms), flops / Median(ms) * 1e-6);
+        std::fflush(stdout);
+        first = false;
+      }
     }
   }
   std::printf("\n ],\n \"loadavg_end\": \"%s\"}\n", LoadAvg().c_str());

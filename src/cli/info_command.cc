@@ -1,5 +1,5 @@
 // `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]
-// [--quantize none|int8]`: what a checkpoint is, how many parameters it has (as transformers
+// [--quantize none|int8|w8a8]`: what a checkpoint is, how many parameters it has (as transformers
 // counts them), which dtypes it stores, the bytes of its weights as loaded (after --quantize),
 // and what each layer caches per token.
 #include <iostream>

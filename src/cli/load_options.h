@@ -11,8 +11,10 @@ namespace latent::cli {
 
 inline void AddLoadOptions(CLI::App* sub, std::string& quantize) {
   sub->add_option("--quantize", quantize,
-                  "Convert weights at load: none, or int8 (linear weights to int8 with a f32 "
-                  "scale per output row; embeddings, norms and the router stay as stored)")
+                  "Convert weights at load: none; int8 (linear weights to int8 with a f32 "
+                  "scale per output row; embeddings, norms and the router stay as stored); or "
+                  "w8a8 (int8's weights, and each linear's input quantized per token to int8 "
+                  "for integer dot products, AVX512-VNNI where available)")
       ->capture_default_str();
 }
 

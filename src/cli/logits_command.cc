@@ -1,5 +1,5 @@
 // `latent logits --model DIR --ids 1,2,3 [--attention auto|absorbed|expanded]
-// [--quantize none|int8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
+// [--quantize none|int8|w8a8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
 // {"logits": [[...], ...]}; with --f32-out, as raw little-endian f32 [tokens, vocab] in PATH
 // (large vocabularies), the JSON then giving "tokens" and "vocab" instead.
 #include <cstdio>

@@ -23,7 +23,22 @@ struct AttentionArgs {
   float* scratch = nullptr; // [L] scores (the reference kernel's; the AVX-512 one keeps its own)
 };
 
+// Causal attention of several query tokens of one sequence (an expanded-form prefill chunk): query
+// i attends positions [0, lengths[i]) of the shared keys and values. Each query's output depends
+// only on its own query, length and rows, never on the other queries of the call or the thread
+// count, so a token's result does not depend on the chunk it arrives in. The fast kernel reads a
+// block of keys and values once for many queries (not once per query, as `attention` would).
+struct QueriesAttentionArgs {
+  AttentionArgs shared;           // keys, values, strides, dims, scale; q, out, length unused
+  int64_t num_queries = 0;
+  const float* q = nullptr;       // [num_queries, num_heads, qk_dim]
+  const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
+  float* out = nullptr;           // [num_queries, num_heads, v_dim]
+};
+
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);
+// One AttentionRef per query (KernelTable::attention_queries of RefKernels()).
+void AttentionQueriesRef(const QueriesAttentionArgs& args);
 
 }  // namespace latent::kernels

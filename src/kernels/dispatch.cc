@@ -25,14 +25,25 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasVnni() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)
   if (!CpuHasAvx512()) return nullptr;
   static KernelTable table = RefKernels();
   avx512::FillLinearKernels(table);
   avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
+  // W8A8 weights: vpdpbusd with VNNI; without it the int8 kernel hands them to the reference.
+  if (CpuHasVnni()) avx512::FillW8A8VnniLinear(table);
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
+  avx512::FillIndexScoresKernel(table);
   return &table;
 #else
   return nullptr;
@@ -86,6 +97,8 @@ const KernelTable* MakeOnednn() {
 }
 
 }  // namespace
+
+bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasVnni(); }
 
 const KernelTable* Avx512Kernels() {
   static const KernelTable* table = MakeAvx512();

@@ -17,6 +17,8 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/index_scores.h"
+#include "kernels/norm_rope.h"
 #include "kernels/weight_ref.h"
 
 namespace latent::kernels {
@@ -41,6 +43,14 @@ struct KernelTable {
   void (*transposed_linear)(const float* x, int64_t m, const WeightRef& w, float* y);
   // Attention of one query token over its positions (kernels/attention.h).
   void (*attention)(const AttentionArgs& args);
+  // Several query tokens of one sequence, each over its own causal prefix; a query's output
+  // depends on nothing else in the call (kernels/attention.h).
+  void (*attention_queries)(const QueriesAttentionArgs& args);
+  // MLA's kv_a_layernorm and rotary embedding of keys and queries, fused (kernels/norm_rope.h);
+  // the norm equals this table's rms_norm bit for bit.
+  void (*norm_rope)(const NormRopeArgs& args);
+  // DSA indexer scores of one query over a run of index keys (kernels/index_scores.h).
+  void (*index_scores)(const IndexScoreArgs& args);
 };
 
 // The scalar reference kernels.
@@ -48,6 +58,9 @@ const KernelTable& RefKernels();
 // The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
 // lacks them.
 const KernelTable* Avx512Kernels();
+// Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
+// with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
+bool Avx512HasW8A8Vnni();
 // The AVX-512 kernels with linear over bf16 weights replaced by the bf16-activation kernel
 // (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), or null without
 // AVX512_BF16. Not parity-exact with f32 math: opt-in only.

@@ -25,6 +25,13 @@ struct WeightRef {
   int64_t block_k = 0;
   // FP8 and I8: the row of the full matrix (the one `scale` covers) that row 0 of this view is.
   int64_t scale_row0 = 0;
+  // I8 only, `--quantize w8a8`: sum over c of q[r, c] per row of the full matrix (int32 [n],
+  // indexed like `scale`, from scale_row0). Non-null selects the W8A8 linear: each activation row
+  // is quantized to int8 the same way as the weights (kernels/quantize_row.h; scale sx[m]) and
+  //   y[m, r] = float(sum over c of xq[m, c] * q[r, c]) * (sx[m] * s[r])
+  // with the integer sum exact (the VNNI kernel feeds xq + 128 as u8 to vpdpbusd and subtracts
+  // 128 * row_sums[r]). dequant_row and transposed_linear ignore it (W8A16 as plain I8).
+  const int32_t* row_sums = nullptr;
 
   // The sub-matrix of rows [row, row + rows): shares data and scales; any row, also mid-block.
   WeightRef Rows(int64_t row, int64_t rows) const;

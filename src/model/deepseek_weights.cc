@@ -77,10 +77,13 @@ class Converter {
   Converter(WeightQuantization mode, DeepseekWeights& out) : mode_(mode), out_(out) {}
 
   // `w` converted (or as is with --quantize none). `release`: the original is read by nothing
-  // else, so its pages leave the mapping once converted.
-  kernels::WeightRef operator()(const kernels::WeightRef& w, bool release = true) {
+  // else, so its pages leave the mapping once converted. `activations`: w8a8 quantizes this
+  // linear's inputs too (all but kv_b, see W8A8Activations).
+  kernels::WeightRef operator()(const kernels::WeightRef& w, bool release = true,
+                                bool activations = true) {
     if (mode_ == WeightQuantization::kNone) return w;
-    const kernels::WeightRef q = QuantizeInt8(w, out_.owned);
+    const bool w8a8 = mode_ == WeightQuantization::kW8A8 && activations;
+    const kernels::WeightRef q = QuantizeInt8(w, out_.owned, /*row_sums=*/w8a8);
     ++matrices_;
     bytes_before_ += WeightBytes(w);
     bytes_after_ += WeightBytes(q);
@@ -131,7 +134,8 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     }
     a.kv_a = convert(load.Linear(s + "kv_a_proj_with_mqa.weight"));
     a.kv_a_norm = load.Norm(s + "kv_a_layernorm.weight");
-    a.kv_b = convert(load.Linear(s + "kv_b_proj.weight"));
+    a.kv_b = convert(load.Linear(s + "kv_b_proj.weight"), /*release=*/true,
+                     W8A8Activations(s + "kv_b_proj.weight"));
     a.o = convert(load.Linear(s + "o_proj.weight"));
     if (config.HasIndexer(l)) {
       IndexerWeights& ix = layer.indexer.emplace();

@@ -16,8 +16,9 @@ constexpr float kIndexNormEps = 1e-6f;  // The indexer's k_norm LayerNorm.
 
 using kernels::Linear;
 
-// Positions scored per block: [kScoreBlock, heads] dot products stay in L1/L2.
-constexpr int64_t kScoreBlock = 256;
+// Positions per parallel chunk when one token's positions are split across the threads: each
+// chunk transposes the query once (heads x head_dim) before scoring its keys.
+constexpr int64_t kScoreChunk = 2048;
 
 // One token's indexer query: q [heads, head_dim] (rotated), w [heads] (already / sqrt(heads)).
 struct IndexQuery {
@@ -27,33 +28,19 @@ struct IndexQuery {
   float scale;  // 1 / sqrt(head_dim)
 };
 
-// out[j] = sum over h in order of w[h] * relu(scale * dots[h, j]), vectorized across j: an
-// AVX-512 clone where the CPU has it (picked at load time), SSE2 otherwise. The build does not
-// contract a * b + c into FMA (-std=c++20), so every clone rounds exactly as the scalar loop does.
-__attribute__((target_clones("avx512f", "default")))
-void WeightedReluSum(const float* __restrict dots, const float* __restrict w, int64_t heads, int64_t n,
-                     float scale, float* __restrict out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = 0.0f;
-  for (int64_t h = 0; h < heads; ++h) {
-    const float wh = w[h];
-    const float* __restrict dot = dots + h * n;
-    for (int64_t j = 0; j < n; ++j) out[j] += wh * std::max(dot[j] * scale, 0.0f);
-  }
-}
-
-// scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]. The
-// dot products of a block are one linear call (the query heads as activations, the block's keys
-// as the weight: dots [heads, block]), so each is summed in the kernel's fixed order whatever the
-// block or the thread; the head sum then runs in head order, vectorized across positions.
+// scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]; a
+// key's score does not depend on j0, j1 or the thread (kernels/index_scores.h).
 void ScoreKeys(const IndexQuery& query, const float* keys, int64_t j0, int64_t j1, float* scores) {
-  thread_local std::vector<float> dots;  // [heads, block]
-  for (int64_t b0 = j0; b0 < j1; b0 += kScoreBlock) {
-    const int64_t n = std::min(j1, b0 + kScoreBlock) - b0;
-    dots.resize(query.heads * n);
-    const kernels::WeightRef block_keys{keys + b0 * query.head_dim, DType::kF32, n, query.head_dim};
-    Linear(query.q, query.heads, block_keys, dots.data());
-    WeightedReluSum(dots.data(), query.w, query.heads, n, query.scale, scores + b0);
-  }
+  kernels::IndexScoreArgs args;
+  args.q = query.q;
+  args.w = query.w;
+  args.heads = query.heads;
+  args.dim = query.head_dim;
+  args.scale = query.scale;
+  args.keys = keys + j0 * query.head_dim;
+  args.n = j1 - j0;
+  args.scores = scores + j0;
+  kernels::BestKernels().index_scores(args);
 }
 
 // chosen = the topk positions of the largest scores, ties to the lower position, ascending.
@@ -131,7 +118,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
                              d.head_dim, score_scale};
       if (split_positions) {
         float* out = scores.data();
-        threads::ParallelFor(visible, kScoreBlock, [&](int64_t j0, int64_t j1) {
+        threads::ParallelFor(visible, kScoreChunk, [&](int64_t j0, int64_t j1) {
           ScoreKeys(query, cached_keys, j0, j1, out);
         });
       } else {

@@ -13,13 +13,20 @@ enum class WeightQuantization : uint8_t {
   // scale = max |w_row| / 127, round to nearest even). Embeddings, norms, the router and the DSA
   // indexer stay as stored.
   kInt8,
+  // The weights of kInt8, plus dynamic per-token int8 activations (W8A8): each linear's input row
+  // is quantized at run time the same way (scale = max |x_row| / 127) and the dot products are
+  // integer (AVX512-VNNI vpdpbusd where the CPU has it; kernels/weight_ref.h's row_sums). kv_b
+  // keeps f32 activations (W8A16, as kInt8): absorbed MLA multiplies its halves into the query
+  // and the attention output instead of the cached latents, so quantizing its input per row
+  // would make the two attention forms compute different things.
+  kW8A8,
 };
 
 struct LoadOptions {
   WeightQuantization quantize = WeightQuantization::kNone;
 };
 
-// "none" or "int8"; throws latent::Error ("--quantize: unknown mode ...") for anything else.
+// "none", "int8" or "w8a8"; throws latent::Error ("--quantize: unknown mode ...") for anything else.
 WeightQuantization ParseWeightQuantization(const std::string& name);
 const char* WeightQuantizationName(WeightQuantization quantize);
 

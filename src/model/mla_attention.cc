@@ -136,36 +136,61 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     key_ptrs[t] = &keys[t * d.heads * d.qk()];
     value_ptrs[t] = &kv[t * d.heads * head_rows + d.nope];
   }
+  kernels::AttentionArgs shared;
+  shared.num_heads = d.heads;
+  shared.qk_dim = d.qk();
+  shared.keys = key_ptrs.data();
+  shared.key_head_stride = d.qk();
+  shared.values = value_ptrs.data();
+  shared.value_head_stride = head_rows;
+  shared.v_dim = d.v;
+  shared.scale = scale;
+  // Tokens DSA picked positions for attend to those, one at a time; the others attend their
+  // causal prefix (up to and including themselves), all in one call that reads each block of
+  // keys and values once for many queries.
+  std::vector<int64_t> causal, picked_rows;
+  for (int64_t row : seq.rows) {
+    const bool picked = selection != nullptr && !(*selection)[row].empty();
+    (picked ? picked_rows : causal).push_back(row);
+  }
   const auto& k = kernels::BestKernels();
-  // The batch tokens of this sequence in parallel; each one's attention is independent.
-  threads::ParallelFor(static_cast<int64_t>(seq.rows.size()), 1, [&](int64_t i0, int64_t i1) {
+  if (!causal.empty()) {
+    const int64_t nq = static_cast<int64_t>(causal.size());
+    std::vector<float> q_rows(nq * d.heads * d.qk()), out_rows(nq * d.heads * d.v);
+    std::vector<int64_t> lengths(nq);
+    for (int64_t i = 0; i < nq; ++i) {
+      const float* src = q + causal[i] * d.heads * d.qk();
+      std::copy(src, src + d.heads * d.qk(), &q_rows[i * d.heads * d.qk()]);
+      lengths[i] = batch.positions[causal[i]] + 1;
+    }
+    kernels::QueriesAttentionArgs qa;
+    qa.shared = shared;
+    qa.num_queries = nq;
+    qa.q = q_rows.data();
+    qa.lengths = lengths.data();
+    qa.out = out_rows.data();
+    k.attention_queries(qa);
+    for (int64_t i = 0; i < nq; ++i) {
+      std::copy(&out_rows[i * d.heads * d.v], &out_rows[(i + 1) * d.heads * d.v],
+                attn_out + causal[i] * d.heads * d.v);
+    }
+  }
+  threads::ParallelFor(static_cast<int64_t>(picked_rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(n);
     std::vector<const float*> picked_keys, picked_values;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t row = seq.rows[i];
-      kernels::AttentionArgs args;
-      args.q = q + row * d.heads * d.qk();
-      args.num_heads = d.heads;
-      args.qk_dim = d.qk();
-      args.keys = key_ptrs.data();
-      args.key_head_stride = d.qk();
-      args.values = value_ptrs.data();
-      args.value_head_stride = head_rows;
-      args.v_dim = d.v;
-      args.length = batch.positions[row] + 1;  // causal: up to and including itself
-      if (selection != nullptr && !(*selection)[row].empty()) {
-        const std::vector<int32_t>& picked = (*selection)[row];
-        picked_keys.clear();
-        picked_values.clear();
-        for (int32_t p : picked) {
-          picked_keys.push_back(key_ptrs[p]);
-          picked_values.push_back(value_ptrs[p]);
-        }
-        args.keys = picked_keys.data();
-        args.values = picked_values.data();
-        args.length = static_cast<int64_t>(picked.size());
+      const int64_t row = picked_rows[i];
+      picked_keys.clear();
+      picked_values.clear();
+      for (int32_t p : (*selection)[row]) {
+        picked_keys.push_back(key_ptrs[p]);
+        picked_values.push_back(value_ptrs[p]);
       }
-      args.scale = scale;
+      kernels::AttentionArgs args = shared;
+      args.q = q + row * d.heads * d.qk();
+      args.keys = picked_keys.data();
+      args.values = picked_values.data();
+      args.length = static_cast<int64_t>(picked_keys.size());
       args.out = attn_out + row * d.heads * d.v;
       args.scratch = scores.data();
       k.attention(args);
@@ -212,16 +237,29 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   // Latent rows [T, C + dr]: normalised c_kv, then the rotated shared key; written to the cache.
   std::vector<float> kv_a(tokens * d.row());
   Linear(x, tokens, w.kv_a, kv_a.data());
-  std::vector<float> cos(d.rope / 2), sin(d.rope / 2);
+  const int64_t half = d.rope / 2;
+  std::vector<float> cos(tokens * half), sin(tokens * half);  // [T, dr / 2]
+  for (int64_t t = 0; t < tokens; ++t)
+    rope.CosSin(batch.positions[t], &cos[t * half], &sin[t * half]);
+  kernels::NormRopeArgs norm_rope;
+  norm_rope.tokens = tokens;
+  norm_rope.kv = kv_a.data();
+  norm_rope.kv_stride = d.row();
+  norm_rope.latent = d.latent;
+  norm_rope.norm_weight = w.kv_a_norm.data;
+  norm_rope.norm_dtype = w.kv_a_norm.dtype;
+  norm_rope.eps = kLatentNormEps;
+  norm_rope.q = q.data();
+  norm_rope.heads = d.heads;
+  norm_rope.q_stride = d.qk();
+  norm_rope.q_offset = d.nope;
+  norm_rope.rope = d.rope;
+  norm_rope.interleaved = rope.interleaved;
+  norm_rope.cos = cos.data();
+  norm_rope.sin = sin.data();
+  k.norm_rope(norm_rope);
   for (int64_t t = 0; t < tokens; ++t) {
-    float* row = &kv_a[t * d.row()];
-    k.rms_norm(row, 1, d.latent, w.kv_a_norm.data, w.kv_a_norm.dtype, kLatentNormEps, row);
-    rope.CosSin(batch.positions[t], cos.data(), sin.data());
-    rope.Apply(row + d.latent, cos.data(), sin.data());
-    for (int64_t h = 0; h < d.heads; ++h) {
-      rope.Apply(&q[(t * d.heads + h) * d.qk() + d.nope], cos.data(), sin.data());
-    }
-    cache.WriteRow(layer, kLatentRow, batch.seq_slots[t], batch.positions[t], row);
+    cache.WriteRow(layer, kLatentRow, batch.seq_slots[t], batch.positions[t], &kv_a[t * d.row()]);
   }
 
   const DsaSelection* selection = nullptr;

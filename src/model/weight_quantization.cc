@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quantize_row.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -13,38 +14,32 @@ namespace latent::model {
 WeightQuantization ParseWeightQuantization(const std::string& name) {
   if (name == "none") return WeightQuantization::kNone;
   if (name == "int8") return WeightQuantization::kInt8;
-  Fail("--quantize: unknown mode '", name, "' (supported: none, int8)");
+  if (name == "w8a8") return WeightQuantization::kW8A8;
+  Fail("--quantize: unknown mode '", name, "' (supported: none, int8, w8a8)");
 }
 
 const char* WeightQuantizationName(WeightQuantization quantize) {
-  return quantize == WeightQuantization::kInt8 ? "int8" : "none";
+  switch (quantize) {
+    case WeightQuantization::kInt8:
+      return "int8";
+    case WeightQuantization::kW8A8:
+      return "w8a8";
+    default:
+      return "none";
+  }
 }
 
-float QuantizeRowInt8(const float* w, int64_t k, int8_t* q) {
-  float amax = 0.0f;
-  for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(w[c]));
-  const float scale = amax / 127.0f;
-  if (!(scale > 0.0f)) {  // all zeros (or NaN): zeros, so the row contributes nothing
-    std::fill(q, q + k, int8_t{0});
-    return 0.0f;
-  }
-  for (int64_t c = 0; c < k; ++c) {
-    // nearbyint rounds to nearest even in the default rounding mode, as torch.round does.
-    const float v = std::nearbyint(w[c] / scale);
-    q[c] = v == v ? static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f)) : int8_t{0};  // NaN: 0
-  }
-  return scale;
-}
-
-kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned) {
+kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned, bool row_sums) {
   const int64_t n = w.n, k = w.k;
-  // [n, k] int8, then [n] f32 scales at a 64-byte boundary.
+  // [n, k] int8, then [n] f32 scales at a 64-byte boundary, then (W8A8) [n] int32 row sums.
   const int64_t scale_offset = (n * k + 63) / 64 * 64;
-  std::unique_ptr<uint8_t[]> buffer(new uint8_t[scale_offset + 4 * n + 64]);
+  const int64_t sums_offset = scale_offset + 4 * n;
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[sums_offset + (row_sums ? 4 * n : 0) + 64]);
   uint8_t* base = buffer.get();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   int8_t* q = reinterpret_cast<int8_t*>(base);
   float* scales = reinterpret_cast<float*>(base + scale_offset);
+  int32_t* sums = row_sums ? reinterpret_cast<int32_t*>(base + sums_offset) : nullptr;
   const auto& kernels = kernels::BestKernels();
   const int64_t grain = std::max<int64_t>(1, (int64_t{256} << 10) / std::max<int64_t>(k, 1));
   threads::ParallelFor(n, grain, [&](int64_t r0, int64_t r1) {
@@ -52,6 +47,7 @@ kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned
     for (int64_t r = r0; r < r1; ++r) {
       kernels.dequant_row(w, r, row.data());
       scales[r] = QuantizeRowInt8(row.data(), k, q + r * k);
+      if (sums != nullptr) sums[r] = kernels::SumRowInt8(q + r * k, k);
     }
   });
   owned.buffers.push_back(std::move(buffer));
@@ -65,6 +61,7 @@ kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned
   out.block_n = 1;
   out.block_k = k;
   out.scale_row0 = 0;
+  out.row_sums = sums;
   return out;
 }
 
@@ -74,6 +71,7 @@ int64_t WeightBytes(const kernels::WeightRef& w) {
     bytes += (w.n + w.block_n - 1) / w.block_n * ((w.k + w.block_k - 1) / w.block_k) *
              static_cast<int64_t>(DTypeSize(w.scale_dtype));
   }
+  if (w.row_sums != nullptr) bytes += 4 * w.n;
   return bytes;
 }
 
@@ -81,6 +79,10 @@ bool QuantizedByInt8(const ExpectedWeight& w) {
   if (w.name == "lm_head.weight") return true;
   if (w.kind != WeightKind::kLinear && w.kind != WeightKind::kExperts) return false;
   return w.name.find(".indexer.") == std::string::npos;
+}
+
+bool W8A8Activations(const std::string& name) {
+  return name.size() < 16 || name.compare(name.size() - 16, 16, "kv_b_proj.weight") != 0;
 }
 
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
@@ -95,15 +97,17 @@ int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& 
       bytes += static_cast<int64_t>(ckpt.Get(scale_name).NumBytes());
     }
     stored += bytes;
-    if (quantize == WeightQuantization::kInt8 && QuantizedByInt8(w)) {
+    if (quantize != WeightQuantization::kNone && QuantizedByInt8(w)) {
       const int64_t rows = t.NumElements() / std::max<int64_t>(1, t.shape[t.shape.rank() - 1]);
       loaded += t.NumElements() + 4 * rows;
+      if (quantize == WeightQuantization::kW8A8 && W8A8Activations(w.name)) loaded += 4 * rows;
     } else {
       loaded += bytes;
     }
   }
-  if (quantize == WeightQuantization::kInt8 && config.tie_word_embeddings) {
+  if (quantize != WeightQuantization::kNone && config.tie_word_embeddings) {
     loaded += config.vocab_size * config.hidden_size + 4 * config.vocab_size;  // the int8 LM head
+    if (quantize == WeightQuantization::kW8A8) loaded += 4 * config.vocab_size;  // its row sums
   }
   if (checkpoint_bytes != nullptr) *checkpoint_bytes = stored;
   return loaded;

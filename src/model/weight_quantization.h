@@ -1,12 +1,14 @@
-// Weight quantization at load (`--quantize int8`, model/load_options.h): per-row symmetric int8
-// with f32 scales, into buffers the model owns (the checkpoint's pages of the converted tensors
-// are released from the mapping).
+// Weight quantization at load (`--quantize int8|w8a8`, model/load_options.h): per-row symmetric
+// int8 with f32 scales (and, for W8A8, int32 row sums), into buffers the model owns (the
+// checkpoint's pages of the converted tensors are released from the mapping).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "kernels/quantize_row.h"
 #include "kernels/weight_ref.h"
 #include "model/load_options.h"
 #include "model/model_config.h"
@@ -15,9 +17,8 @@
 
 namespace latent::model {
 
-// Quantizes one f32 row: scale = max |w| / 127 (f32), q[c] = round-to-nearest-even(w[c] / scale)
-// clamped to [-127, 127]; an all-zero row gets scale 0 and q = 0. Returns the scale.
-float QuantizeRowInt8(const float* w, int64_t k, int8_t* q);
+// The row quantizer (kernels/quantize_row.h): the one rule for weights and W8A8 activations.
+using kernels::QuantizeRowInt8;
 
 // The owner of weights converted at load.
 struct OwnedWeights {
@@ -26,17 +27,24 @@ struct OwnedWeights {
 
 // `w` (any dtype the kernels read; each row dequantized to f32 first) as an I8 WeightRef with
 // per-row f32 scales, in a new buffer kept by `owned`. Rows are converted in parallel.
-kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned);
+// `row_sums`: also the int32 row sums that select the W8A8 linear (kernels/weight_ref.h).
+kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned,
+                                bool row_sums = false);
 
-// Bytes of a weight view as stored: its elements plus, for fp8/int8, its scales.
+// Bytes of a weight view as stored: its elements plus, for fp8/int8, its scales (and row sums).
 int64_t WeightBytes(const kernels::WeightRef& w);
 
 // Whether `--quantize int8` converts this checkpoint tensor (lm_head.weight included; with tied
 // embeddings the LM head is an int8 copy of model.embed_tokens.weight, which itself stays).
 bool QuantizedByInt8(const ExpectedWeight& w);
 
+// Whether `--quantize w8a8` also quantizes the activations of this converted tensor (W8A8, with
+// row sums): every one but kv_b_proj (model/load_options.h says why).
+bool W8A8Activations(const std::string& name);
+
 // Bytes of the decoder's weights in memory after loading with `quantize`: the checkpoint's
-// tensors as stored (fp8 scales included), with the converted ones as int8 plus f32 row scales.
+// tensors as stored (fp8 scales included), with the converted ones as int8 plus f32 row scales
+// (plus int32 row sums for W8A8).
 // `checkpoint_bytes` (optional) gets the bytes as stored.
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
                           const CheckpointReport& report, WeightQuantization quantize,

@@ -549,5 +549,232 @@ TEST(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
   }
 }
 
+// attention_queries: each query's output must match `attention` on it alone (the reference's
+// math; within rounding), and must be bit-identical whether the query comes alone or inside a
+// larger call, on 1 or 2 threads: the chunk a prefill token arrives in must not change its
+// result. Lengths cover one block, block tails, several blocks, 0, and a tile's queries far apart.
+struct QueriesCase {
+  int64_t heads, qk_dim, v_dim;
+  bool shared;
+  std::vector<int64_t> lengths;
+};
+
+struct QueriesData {
+  std::vector<float> q, kstore, vstore;
+  std::vector<const float*> keys, values;
+  QueriesAttentionArgs args;  // points into the vectors above
+};
+
+void MakeQueries(const QueriesCase& c, std::mt19937& rng, QueriesData& d) {
+  const int64_t positions = *std::max_element(c.lengths.begin(), c.lengths.end());
+  const int64_t nq = static_cast<int64_t>(c.lengths.size());
+  const int64_t key_floats = c.shared ? c.qk_dim : c.heads * c.qk_dim;
+  const int64_t value_floats = c.shared ? c.v_dim : c.heads * (c.v_dim + 3);
+  d.q = RandomFloats(rng, nq * c.heads * c.qk_dim, -2.0f, 2.0f);
+  d.kstore = RandomFloats(rng, positions * key_floats + 1, -2.0f, 2.0f);
+  d.vstore = RandomFloats(rng, positions * value_floats + 1);
+  std::vector<int64_t> order(positions);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  d.keys.resize(positions);
+  d.values.resize(positions);
+  for (int64_t t = 0; t < positions; ++t) {
+    d.keys[t] = &d.kstore[order[t] * key_floats + 1];  // odd float offsets: unaligned rows
+    d.values[t] = &d.vstore[order[t] * value_floats + 1];
+  }
+  QueriesAttentionArgs& qa = d.args;
+  qa.shared.num_heads = c.heads;
+  qa.shared.qk_dim = c.qk_dim;
+  qa.shared.keys = d.keys.data();
+  qa.shared.key_head_stride = c.shared ? 0 : c.qk_dim;
+  qa.shared.values = d.values.data();
+  qa.shared.value_head_stride = c.shared ? 0 : c.v_dim + 3;
+  qa.shared.v_dim = c.v_dim;
+  qa.shared.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_dim));
+  qa.num_queries = nq;
+  qa.q = d.q.data();
+  qa.lengths = c.lengths.data();
+}
+
+std::vector<QueriesCase> QueriesCases() {
+  std::vector<int64_t> prefix(40);
+  std::iota(prefix.begin(), prefix.end(), 1000);  // 40 consecutive positions: 2.5 tiles
+  return {
+      {16, 192, 128, false, {1, 2, 3, 64, 65, 130, 511, 512, 513, 700, 1029, 0}},
+      {5, 17, 15, false, prefix},
+      {3, 33, 31, true, {7, 600, 1, 64, 2000}},
+      {1, 1, 1, false, {3, 1, 2}},
+  };
+}
+
+void ExpectQueriesMatchRef(const KernelTable& table, const std::string& name) {
+  std::mt19937 rng(11);
+  for (const QueriesCase& c : QueriesCases()) {
+    QueriesData d;
+    MakeQueries(c, rng, d);
+    const int64_t nq = d.args.num_queries, per_query = c.heads * c.v_dim;
+    std::vector<float> got(nq * per_query, NAN);
+    d.args.out = got.data();
+    table.attention_queries(d.args);
+    std::vector<float> want(per_query), scratch(d.keys.size() + 1);
+    for (int64_t i = 0; i < nq; ++i) {
+      AttentionArgs a = d.args.shared;
+      a.q = d.q.data() + i * c.heads * c.qk_dim;
+      a.length = c.lengths[i];
+      a.out = want.data();
+      a.scratch = scratch.data();
+      Ref().attention(a);
+      for (int64_t j = 0; j < per_query; ++j) {
+        // Rounding of sum_t p_t v_t is relative to sum_t p_t |v_t| <= max |v| = 1.
+        ASSERT_NEAR(got[i * per_query + j], want[j], 2e-5)
+            << name << " H=" << c.heads << " query " << i << " length " << c.lengths[i];
+      }
+    }
+  }
+}
+
+TEST(RefKernels, AttentionQueriesMatchesOneQueryAtATime) { ExpectQueriesMatchRef(Ref(), "ref"); }
+
+TEST(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  ExpectQueriesMatchRef(fast, "avx512");
+  std::mt19937 rng(12);
+  for (const QueriesCase& c : QueriesCases()) {
+    QueriesData d;
+    MakeQueries(c, rng, d);
+    const int64_t nq = d.args.num_queries, per_query = c.heads * c.v_dim;
+    threads::SetNumThreads(2);
+    std::vector<float> all(nq * per_query, NAN);
+    d.args.out = all.data();
+    fast.attention_queries(d.args);
+    for (int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      for (int64_t i = 0; i < nq; ++i) {
+        QueriesAttentionArgs one = d.args;
+        one.num_queries = 1;
+        one.q = d.q.data() + i * c.heads * c.qk_dim;
+        one.lengths = &c.lengths[i];
+        std::vector<float> alone(per_query, NAN);
+        one.out = alone.data();
+        fast.attention_queries(one);
+        ASSERT_EQ(0, std::memcmp(alone.data(), &all[i * per_query], sizeof(float) * per_query))
+            << "H=" << c.heads << " query " << i << " length " << c.lengths[i]
+            << " threads=" << threads;
+      }
+    }
+  }
+}
+
+// norm_rope: the reference must equal rms_norm followed by ops::Rope's rotation (written out
+// here), and the fast kernel must equal the fast rms_norm and the same rotation bit for bit, for
+// both pairings, rotary widths with tails (2, 6, 34, 64, 66) and a bf16 norm weight.
+void RotateExpected(float* x, int64_t rope, bool interleaved, const float* cos, const float* sin) {
+  const int64_t half = rope / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    float* a = interleaved ? &x[2 * i] : &x[i];
+    float* b = interleaved ? &x[2 * i + 1] : &x[i + half];
+    const float x0 = *a, x1 = *b;
+    *a = x0 * cos[i] - x1 * sin[i];
+    *b = x1 * cos[i] + x0 * sin[i];
+  }
+}
+
+void ExpectNormRope(const KernelTable& table, const std::string& name) {
+  std::mt19937 rng(21);
+  for (const bool interleaved : {true, false}) {
+    for (const int64_t rope : {2, 6, 34, 64, 66}) {
+      const int64_t tokens = 3, heads = 5, latent = 37, nope = 7;
+      const int64_t kv_stride = latent + rope + 3, q_stride = nope + rope + 1;
+      const std::vector<float> kv0 = RandomFloats(rng, tokens * kv_stride, -3.0f, 3.0f);
+      const std::vector<float> q0 = RandomFloats(rng, tokens * heads * q_stride, -3.0f, 3.0f);
+      const std::vector<float> cos = RandomFloats(rng, tokens * rope / 2, -1.0f, 1.0f);
+      const std::vector<float> sin = RandomFloats(rng, tokens * rope / 2, -1.0f, 1.0f);
+      std::vector<uint16_t> weight;
+      for (float v : RandomFloats(rng, latent, 0.5f, 1.5f)) weight.push_back(F32ToBF16(v));
+      std::vector<float> kv = kv0, q = q0, kv_want = kv0, q_want = q0;
+      NormRopeArgs a;
+      a.tokens = tokens;
+      a.kv = kv.data();
+      a.kv_stride = kv_stride;
+      a.latent = latent;
+      a.norm_weight = weight.data();
+      a.norm_dtype = DType::kBF16;
+      a.eps = 1e-6f;
+      a.q = q.data();
+      a.heads = heads;
+      a.q_stride = q_stride;
+      a.q_offset = nope;
+      a.rope = rope;
+      a.interleaved = interleaved;
+      a.cos = cos.data();
+      a.sin = sin.data();
+      table.norm_rope(a);
+      for (int64_t t = 0; t < tokens; ++t) {
+        float* row = &kv_want[t * kv_stride];
+        table.rms_norm(row, 1, latent, weight.data(), DType::kBF16, 1e-6f, row);
+        RotateExpected(row + latent, rope, interleaved, &cos[t * rope / 2], &sin[t * rope / 2]);
+        for (int64_t h = 0; h < heads; ++h) {
+          RotateExpected(&q_want[(t * heads + h) * q_stride + nope], rope, interleaved,
+                         &cos[t * rope / 2], &sin[t * rope / 2]);
+        }
+      }
+      const std::string what = name + " rope=" + std::to_string(rope) +
+                               (interleaved ? " interleaved" : " halves");
+      ASSERT_EQ(0, std::memcmp(kv.data(), kv_want.data(), sizeof(float) * kv.size())) << what;
+      ASSERT_EQ(0, std::memcmp(q.data(), q_want.data(), sizeof(float) * q.size())) << what;
+    }
+  }
+}
+
+TEST(RefKernels, NormRopeIsNormThenRotation) { ExpectNormRope(Ref(), "ref"); }
+
+TEST(FastKernels, NormRopeIsNormThenRotation) {
+  REQUIRE_FAST();
+  ExpectNormRope(fast, "avx512");
+}
+
+// index_scores: the fast kernel against the reference (a dot summed in another order: relative
+// error ~ dim * 2^-24 of sum |q||k| per head), head counts with tails (64, 7, 17, 130), and each
+// key's score bit-identical whether scored alone or in any run of keys.
+TEST(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
+  REQUIRE_FAST();
+  std::mt19937 rng(31);
+  for (const int64_t heads : {64, 7, 17, 130}) {
+    for (const int64_t dim : {128, 5, 33}) {
+      const int64_t n = 41;
+      const std::vector<float> q = RandomFloats(rng, heads * dim, -1.0f, 1.0f);
+      const std::vector<float> w = RandomFloats(rng, heads, -1.0f, 1.0f);
+      const std::vector<float> keys = RandomFloats(rng, n * dim, -1.0f, 1.0f);
+      IndexScoreArgs a;
+      a.q = q.data();
+      a.w = w.data();
+      a.heads = heads;
+      a.dim = dim;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      a.keys = keys.data();
+      a.n = n;
+      std::vector<float> want(n), got(n, NAN);
+      a.scores = want.data();
+      Ref().index_scores(a);
+      a.scores = got.data();
+      fast.index_scores(a);
+      const std::string what = "heads=" + std::to_string(heads) + " dim=" + std::to_string(dim);
+      // |score| error <= sum_h |w_h| * scale * dim * 2^-23 * sum_c |q_c k_c| <= heads * dim * 1.2e-7.
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
+      for (int64_t j0 : {0, 1, 3, 7, 40}) {  // runs starting mid-tile, and single keys
+        std::vector<float> part(n - j0, NAN);
+        a.keys = keys.data() + j0 * dim;
+        a.n = n - j0;
+        a.scores = part.data();
+        fast.index_scores(a);
+        ASSERT_EQ(0, std::memcmp(part.data(), got.data() + j0, sizeof(float) * part.size()))
+            << what << " from key " << j0;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace latent::kernels

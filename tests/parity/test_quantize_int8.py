@@ -210,4 +210,4 @@ def test_bad_quantize_mode_gets_a_clear_error(cases, command):
     extra = {"logits": ["--ids", "1,2"], "generate": ["--ids", "1,2"]}.get(command, [])
     proc = run_latent(command, "--model", str(model_dir), *extra, "--quantize", "int4", check=False)
     assert proc.returncode == 1
-    assert "--quantize: unknown mode 'int4' (supported: none, int8)" in proc.stderr
+    assert "--quantize: unknown mode 'int4' (supported: none, int8, w8a8)" in proc.stderr

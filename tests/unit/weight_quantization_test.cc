@@ -36,13 +36,21 @@ TEST(QuantizeRowInt8, ScaleIsMaxOver127AndZeroRowsStayZero) {
 TEST(WeightQuantization, ParsesModesAndRejectsOthers) {
   EXPECT_EQ(ParseWeightQuantization("none"), WeightQuantization::kNone);
   EXPECT_EQ(ParseWeightQuantization("int8"), WeightQuantization::kInt8);
+  EXPECT_EQ(ParseWeightQuantization("w8a8"), WeightQuantization::kW8A8);
   EXPECT_STREQ(WeightQuantizationName(WeightQuantization::kInt8), "int8");
+  EXPECT_STREQ(WeightQuantizationName(WeightQuantization::kW8A8), "w8a8");
   try {
     ParseWeightQuantization("int4");
     FAIL() << "no error";
   } catch (const std::exception& e) {
-    EXPECT_STREQ(e.what(), "--quantize: unknown mode 'int4' (supported: none, int8)");
+    EXPECT_STREQ(e.what(), "--quantize: unknown mode 'int4' (supported: none, int8, w8a8)");
   }
+}
+
+TEST(WeightQuantization, W8A8KeepsKvBActivationsInF32) {
+  EXPECT_TRUE(W8A8Activations("model.layers.0.self_attn.q_b_proj.weight"));
+  EXPECT_TRUE(W8A8Activations("lm_head.weight"));
+  EXPECT_FALSE(W8A8Activations("model.layers.3.self_attn.kv_b_proj.weight"));
 }
 
 }  // namespace

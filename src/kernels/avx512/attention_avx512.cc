@@ -266,6 +266,35 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
   }
 }
 
+// a.out [H, dv] from the per-segment states at `base` (each per_segment = H * (dv + 2) floats:
+// max [H], sum [H], unnormalised acc [H, dv]), merged in segment order.
+void MergeSegments(const AttentionArgs& a, const float* base, int64_t segments,
+                   int64_t per_segment) {
+  const int64_t h = a.num_heads, dv = a.v_dim;
+  for (int64_t i = 0; i < h; ++i) {
+    float global_max = -INFINITY;
+    for (int64_t s = 0; s < segments; ++s)
+      global_max = std::max(global_max, base[s * per_segment + i]);
+    float* out = a.out + i * dv;
+    std::fill(out, out + dv, 0.0f);
+    float total = 0.0f;
+    for (int64_t s = 0; s < segments; ++s) {
+      const float* seg = base + s * per_segment;
+      const float f = ExpScalar(seg[i] - global_max);
+      total += f * seg[h + i];
+      const __m512 fv = _mm512_set1_ps(f);
+      const float* acc = seg + 2 * h + i * dv;
+      for (int64_t c = 0; c < dv; c += 16) {
+        const __mmask16 m = TailMask(std::min<int64_t>(16, dv - c));
+        const __m512 v = _mm512_fmadd_ps(fv, _mm512_maskz_loadu_ps(m, acc + c),
+                                         _mm512_maskz_loadu_ps(m, out + c));
+        _mm512_mask_storeu_ps(out + c, m, v);
+      }
+    }
+    DivideRow(out, dv, total);
+  }
+}
+
 void Attention(const AttentionArgs& a) {
   const int64_t h = a.num_heads, dv = a.v_dim;
   if (a.length <= 0) {
@@ -294,33 +323,233 @@ void Attention(const AttentionArgs& a) {
                       seg + 2 * h);
     }
   });
-  for (int64_t i = 0; i < h; ++i) {
-    float global_max = -INFINITY;
-    for (int64_t s = 0; s < segments; ++s)
-      global_max = std::max(global_max, base[s * per_segment + i]);
-    float* out = a.out + i * dv;
-    std::fill(out, out + dv, 0.0f);
-    float total = 0.0f;
-    for (int64_t s = 0; s < segments; ++s) {
-      const float* seg = base + s * per_segment;
-      const float f = ExpScalar(seg[i] - global_max);
-      total += f * seg[h + i];
-      const __m512 fv = _mm512_set1_ps(f);
-      const float* acc = seg + 2 * h + i * dv;
-      for (int64_t c = 0; c < dv; c += 16) {
-        const __mmask16 m = TailMask(std::min<int64_t>(16, dv - c));
-        const __m512 v = _mm512_fmadd_ps(fv, _mm512_maskz_loadu_ps(m, acc + c),
-                                         _mm512_maskz_loadu_ps(m, out + c));
-        _mm512_mask_storeu_ps(out + c, m, v);
+  MergeSegments(a, base, segments, per_segment);
+}
+
+// ---- attention_queries: several causal queries of one sequence (expanded-form prefill) ----
+//
+// Flash-attention style, per head and per tile of kQueryTile queries: the keys are packed once
+// per call, transposed into blocks of kKeyBlock positions ([head][block][qk_dim][kKeyBlock]) (and
+// the values per head, [head][position][v_dim]), so
+// the scores of 4 queries x 64 positions are a register tile of 16 accumulators fed by one
+// broadcast per query and 4 loads per qk column. Per query: each score is one f32 chain over the
+// qk columns in order, times the scale; the blocks from position 0 in order, each with an online
+// softmax (running max; the sum of a block's exps in one fixed tree; the output rescaled when
+// the max grows); p.v summed over the block's positions in order, vectorized over v columns.
+// Positions at or past a query's length are masked out of its max, sum and p.v (not added as
+// zeros), so a query's result depends only on its own query, length and rows: never on the other
+// queries of its tile or call, nor on the thread.
+constexpr int64_t kKeyBlock = 64;   // positions per block: 4 zmm of scores
+constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
+constexpr int kQs = 4;              // queries per register tile
+
+// kt [key_heads][blocks][qk][kKeyBlock] (zero past the last position) from the key rows, and
+// vt [value_heads][positions][v_dim] from the value rows: each head's values contiguous, so a
+// block's p.v reads 64 consecutive rows instead of 64 rows of the whole expanded kv.
+void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, int64_t value_heads,
+          float* kt, float* vt) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
+  const int64_t heads = std::max(key_heads, value_heads);
+  threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t head = j / blocks, block = j % blocks;
+      const int64_t t0 = block * kKeyBlock, rows = std::min(kKeyBlock, positions - t0);
+      if (head < key_heads) {
+        float* dst = kt + (head * blocks + block) * dq * kKeyBlock;
+        if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* key = a.keys[t0 + r] + head * a.key_head_stride;
+          for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+        }
+      }
+      if (head < value_heads) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* value = a.values[t0 + r] + head * a.value_head_stride;
+          std::copy(value, value + dv, vt + (head * positions + t0 + r) * dv);
+        }
       }
     }
-    DivideRow(out, dv, total);
+  });
+}
+
+// s[q][0..64) = scale * q_q . key(t0 + r) for the QS queries, from the packed block.
+template <int QS>
+void BlockScores(const float* const* q, int64_t dq, const float* block, float scale,
+                 float (*s)[kKeyBlock]) {
+  __m512 acc[QS][4];
+  for (int i = 0; i < QS; ++i)
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < dq; ++c) {
+    const float* col = block + c * kKeyBlock;
+    __m512 kv[4];
+    for (int v = 0; v < 4; ++v) kv[v] = _mm512_loadu_ps(col + 16 * v);
+    for (int i = 0; i < QS; ++i) {
+      const __m512 qb = _mm512_set1_ps(q[i][c]);
+      for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(qb, kv[v], acc[i][v]);
+    }
   }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int i = 0; i < QS; ++i)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(&s[i][16 * v], _mm512_mul_ps(acc[i][v], sc));
+}
+
+// o[q][c0..c0+16C) += sum over r < rows[q] of p[q][r] * value(t0 + r)[c0..], in order of r.
+template <int QS, int C>
+void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
+                 float (*p)[kKeyBlock], float* const* o, int64_t c0, __mmask16 last) {
+  __mmask16 mask[C];
+  for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
+  __m512 acc[QS][C];
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc)
+      acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
+  for (int64_t r = 0; r < rows_max; ++r) {
+    const float* v = vt + (t0 + r) * dv + c0;
+    __m512 vv[C];
+    for (int cc = 0; cc < C; ++cc) vv[cc] = _mm512_maskz_loadu_ps(mask[cc], v + 16 * cc);
+    for (int i = 0; i < QS; ++i) {
+      const __mmask16 live = r < rows[i] ? static_cast<__mmask16>(0xffff) : 0;
+      const __m512 pb = _mm512_set1_ps(p[i][r]);
+      for (int cc = 0; cc < C; ++cc)
+        acc[i][cc] = _mm512_mask3_fmadd_ps(pb, vv[cc], acc[i][cc], live);
+    }
+  }
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(o[i] + c0 + 16 * cc, mask[cc], acc[i][cc]);
+}
+
+template <int QS>
+void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
+                    float (*p)[kKeyBlock], float* const* o) {
+  const int64_t full = dv / 16;
+  const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
+  int64_t c = 0;
+  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
+  if (tail != 0) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, full * 16, tail);
+}
+
+// One register tile of QS queries (pointers q[i], lengths len[i], state mx/sum/o) over block b.
+template <int QS>
+void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block, int64_t b,
+                    const float* const* q, const int64_t* len, float* mx, float* sum,
+                    float* const* o) {
+  const int64_t t0 = b * kKeyBlock;
+  alignas(64) float s[QS][kKeyBlock];
+  BlockScores<QS>(q, a.qk_dim, block, a.scale, s);
+  int64_t rows[QS], rows_max = 0;
+  for (int i = 0; i < QS; ++i) {
+    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
+    rows_max = std::max(rows_max, rows[i]);
+    if (rows[i] == 0) continue;
+    __mmask16 m[4];
+    for (int v = 0; v < 4; ++v) m[v] = TailMask(std::clamp<int64_t>(rows[i] - 16 * v, 0, 16));
+    __m512 bm = _mm512_set1_ps(-INFINITY);
+    for (int v = 0; v < 4; ++v)
+      bm = _mm512_mask_max_ps(bm, m[v], bm, _mm512_load_ps(&s[i][16 * v]));
+    const float block_max = ReduceMax(bm);
+    if (block_max > mx[i]) {
+      if (mx[i] != -INFINITY) {
+        const float r = ExpScalar(mx[i] - block_max);
+        ScaleRow(o[i], a.v_dim, r);
+        sum[i] *= r;
+      }
+      mx[i] = block_max;
+    }
+    const __m512 mv = _mm512_set1_ps(mx[i]);
+    __m512 e[4];
+    for (int v = 0; v < 4; ++v) {
+      e[v] = _mm512_maskz_mov_ps(m[v], Exp(_mm512_sub_ps(_mm512_load_ps(&s[i][16 * v]), mv)));
+      _mm512_store_ps(&s[i][16 * v], e[v]);
+    }
+    sum[i] += ReduceAdd(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
+  }
+  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, rows, s, o);
+}
+
+using QueryTileBlockFn = void (*)(const AttentionArgs&, const float*, const float*, int64_t,
+                                  const float* const*, const int64_t*, float*, float*,
+                                  float* const*);
+constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
+                                                    QueryTileBlock<3>, QueryTileBlock<4>};
+
+// Head `head`, queries [i0, i1) (at most kQueryTile).
+// kt, vt: as Pack wrote them for `positions`.
+void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* vt,
+                 int64_t positions, int64_t head, int64_t i0, int64_t i1) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t h = a.num_heads, dq = a.qk_dim, dv = a.v_dim;
+  const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
+  const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
+  const float* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * positions * dv;
+  thread_local std::vector<float> acc_rows;  // [kQueryTile, dv]
+  if (static_cast<int64_t>(acc_rows.size()) < kQueryTile * dv) acc_rows.resize(kQueryTile * dv);
+  float mx[kQueryTile], sum[kQueryTile];
+  const float* q[kQueryTile];
+  float* o[kQueryTile];
+  int64_t longest = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    mx[i - i0] = -INFINITY;
+    sum[i - i0] = 0.0f;
+    q[i - i0] = qa.q + (i * h + head) * dq;
+    o[i - i0] = acc_rows.data() + (i - i0) * dv;
+    std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
+    longest = std::max(longest, qa.lengths[i]);
+  }
+  for (int64_t b = 0; b * kKeyBlock < longest; ++b) {
+    const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
+    for (int64_t j = 0; j < i1 - i0; j += kQs) {
+      const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
+      kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, mx + j, sum + j,
+                               o + j);
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    float* out = qa.out + (i * h + head) * dv;
+    if (qa.lengths[i] <= 0) {
+      std::fill(out, out + dv, 0.0f);
+      continue;
+    }
+    std::copy(o[i - i0], o[i - i0] + dv, out);
+    DivideRow(out, dv, sum[i - i0]);
+  }
+}
+
+void AttentionQueries(const QueriesAttentionArgs& qa) {
+  const AttentionArgs& a = qa.shared;
+  int64_t positions = 0;
+  for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
+  const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
+  const int64_t key_heads = a.key_head_stride == 0 ? 1 : a.num_heads;
+  const int64_t value_heads = a.value_head_stride == 0 ? 1 : a.num_heads;
+  // [key_heads, blocks, qk, kKeyBlock], then [value_heads, positions, v_dim].
+  thread_local std::vector<float> packed;
+  const int64_t key_floats = key_heads * blocks * a.qk_dim * kKeyBlock;
+  const int64_t floats = key_floats + value_heads * positions * a.v_dim;
+  if (static_cast<int64_t>(packed.size()) < floats) packed.resize(floats);
+  const float* kt = packed.data();
+  const float* vt = packed.data() + key_floats;
+  if (positions > 0)
+    Pack(qa, positions, key_heads, value_heads, packed.data(), packed.data() + key_floats);
+  const int64_t tiles = (qa.num_queries + kQueryTile - 1) / kQueryTile;
+  // Tasks (head, tile of queries), later tiles first: they attend more positions, and the pool
+  // hands tasks out dynamically.
+  threads::ParallelFor(a.num_heads * tiles, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t tile = tiles - 1 - j / a.num_heads, head = j % a.num_heads;
+      HeadQueries(qa, kt, vt, positions, head, tile * kQueryTile,
+                  std::min(qa.num_queries, (tile + 1) * kQueryTile));
+    }
+  });
 }
 
 }  // namespace
 
-void FillAttentionKernel(KernelTable& t) { t.attention = Attention; }
+void FillAttentionKernel(KernelTable& t) {
+  t.attention = Attention;
+  t.attention_queries = AttentionQueries;
+}
 
 }  // namespace latent::kernels::avx512
 LATENT_AVX512_END

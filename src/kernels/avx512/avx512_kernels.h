@@ -10,10 +10,14 @@ void FillLinearKernels(KernelTable& table);    // linear, dequant_row, transpose
 // Wraps the table's linear, dequant_row and transposed_linear: int8 weights (DType::kI8) go to
 // linear_int8_avx512.cc, the others to the kernels it wrapped.
 void FillInt8Kernels(KernelTable& table);
-void FillNormKernels(KernelTable& table);      // rms_norm, layer_norm, silu_mul
-void FillAttentionKernel(KernelTable& table);  // attention
+void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope
+void FillAttentionKernel(KernelTable& table);  // attention, attention_queries
+void FillIndexScoresKernel(KernelTable& table);  // index_scores
 // Replaces table.linear (the f32 one, filled before) for bf16 weights by the bf16-activation
 // vdpbf16ps kernel (linear_bf16dot.cc); needs AVX512_BF16.
 void FillBf16DotLinear(KernelTable& table);
+// Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
+// kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
+void FillW8A8VnniLinear(KernelTable& table);
 
 }  // namespace latent::kernels::avx512

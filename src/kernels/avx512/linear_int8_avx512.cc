@@ -248,7 +248,8 @@ Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 void LinearI8(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.dtype != DType::kI8) return g_next_linear(x, m, w, y, scratch);
-  if (!PerRowF32(w)) return RefKernels().linear(x, m, w, y, scratch);
+  // W8A8 weights (row_sums) reach this only without AVX512-VNNI: the reference computes them.
+  if (!PerRowF32(w) || w.row_sums != nullptr) return RefKernels().linear(x, m, w, y, scratch);
   if (m <= 0 || w.n <= 0) return;
   const Job j = MakeJob(x, m, w, y);
   const auto rows = [&j](int64_t r0, int64_t r1) { Rows(j, r0, r1); };

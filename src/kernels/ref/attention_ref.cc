@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/attention.h"
 
@@ -28,6 +29,21 @@ void AttentionRef(const AttentionArgs& a) {
       const float* v = a.values[t] + h * a.value_head_stride;
       for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * v[i];
     }
+  }
+}
+
+void AttentionQueriesRef(const QueriesAttentionArgs& qa) {
+  const AttentionArgs& shared = qa.shared;
+  int64_t longest = 1;
+  for (int64_t i = 0; i < qa.num_queries; ++i) longest = std::max(longest, qa.lengths[i]);
+  std::vector<float> scores(longest);
+  for (int64_t i = 0; i < qa.num_queries; ++i) {
+    AttentionArgs a = shared;
+    a.q = qa.q + i * shared.num_heads * shared.qk_dim;
+    a.length = qa.lengths[i];
+    a.out = qa.out + i * shared.num_heads * shared.v_dim;
+    a.scratch = scores.data();
+    AttentionRef(a);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/ref/linear_w8a8_ref.h"
 
 namespace latent::kernels {
 namespace {
@@ -23,6 +24,7 @@ void RefDequantRow(const WeightRef& w, int64_t row, float* out) {
 }
 
 void RefLinear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  if (w.row_sums != nullptr) return LinearW8A8Ref(x, m, w, y);
   for (int64_t r = 0; r < w.n; ++r) {
     RefDequantRow(w, r, scratch);
     for (int64_t i = 0; i < m; ++i) {
@@ -91,7 +93,8 @@ WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
 
 const KernelTable& RefKernels() {
   static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
-                                 RefSiluMul, RefTransposedLinear, AttentionRef};
+                                 RefSiluMul, RefTransposedLinear, AttentionRef,
+                                 AttentionQueriesRef, NormRopeRef, IndexScoresRef};
   return table;
 }
 

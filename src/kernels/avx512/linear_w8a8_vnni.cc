@@ -1,0 +1,300 @@
+// W8A8 linear with AVX512-VNNI vpdpbusd (`--quantize w8a8`; the math is kernels/weight_ref.h's
+// row_sums and ref/linear_w8a8_ref.cc): int8 weights [n, k] row-major with f32 row scales, and
+// activations quantized per row at each call by the same rule as the weights
+// (kernels/quantize_row.h), computed here with the same f32 operations, so the same bits.
+//
+// vpdpbusd multiplies u8 by s8: the activations are stored as xq + 128 (u8, padded with 128 to a
+// multiple of 64 columns, the weights' tail loads masked to 0), so each 16-lane int32 accumulator
+// sums (xq + 128) * q over its columns, and
+//
+//   dot[m, r] = (sum of the accumulator's lanes) - 128 * row_sums[r] = sum over c of xq * q
+//   y[m, r]   = float(dot[m, r]) * (sx[m] * s[r])
+//
+// Integer sums are exact in any order, so tiles, the k-tail and the thread split never change a
+// result: the output equals the reference's bit for bit and is batch invariant; the activation
+// row's quantization depends on that row alone. The final float formula is the reference's.
+//
+// Shapes: decode (m <= 4) streams the weights once, MT = m rows x 8 (or 4) weight rows per tile
+// with software prefetch; batches keep blocks of activation rows in L2 and run 6 x 4 register
+// tiles (24 int32 accumulators) over all of k, each 4-row weight tile read from memory by the
+// block's first M-tile and from L1 by the others.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ref/linear_w8a8_ref.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// clang-format off
+#if defined(__clang__)
+#define LATENT_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_VNNI_END _Pragma("clang attribute pop")
+#else
+#define LATENT_VNNI_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_VNNI_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+LATENT_VNNI_BEGIN
+#include "kernels/avx512/avx512_common.h"
+
+namespace latent::kernels::avx512 {
+namespace {
+
+decltype(KernelTable::linear) g_next_linear = nullptr;  // every other weight goes here
+
+constexpr int64_t kChunk = 64;       // k columns per vpdpbusd (64 u8 x 64 s8 -> 16 int32)
+constexpr int64_t kMtDecode = 4;     // m <= this: decode tiles
+constexpr int kMt = 6;               // batches: activation rows per tile
+constexpr int kNt = 4;               // batches: weight rows per tile
+constexpr int64_t kPrefetch = 4096;  // decode: prefetch distance in bytes within a row
+constexpr int64_t kBlockBytes = int64_t{512} << 10;  // batches: activation bytes per L2 block
+
+struct Job {
+  const uint8_t* x;  // [m, kp] u8 = xq + 128, padded with 128 (xq = 0)
+  const float* sx;   // [m] activation row scales
+  int64_t kp, m;
+  const int8_t* q;  // [n, k] this view's rows
+  int64_t n, k;
+  const uint8_t* scale;     // f32 [n] (this view's rows), possibly unaligned
+  const int32_t* row_sums;  // [n] (this view's rows)
+  float* y;                 // [m, n]
+};
+
+inline __m512i InRegisterI(__m512i v) {  // keeps x in a register for all its vpdpbusd
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+inline __mmask64 TailMask64(int64_t count) {  // count in [1, 64]
+  return count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
+}
+
+inline float Scale(const Job& j, int64_t row) {
+  float s;
+  std::memcpy(&s, j.scale + 4 * row, 4);
+  return s;
+}
+
+// y[row, r] for one weight row r from its accumulator: the reference's formula.
+inline void Store1(const Job& j, int64_t row, int64_t r, __m512i acc) {
+  const int32_t dot = _mm512_reduce_add_epi32(acc) - 128 * j.row_sums[r];
+  j.y[row * j.n + r] = static_cast<float>(dot) * (j.sx[row] * Scale(j, r));
+}
+
+// y[row, r0 .. r0 + 3] from four accumulators: a transposing add tree leaves lane i of the
+// 128-bit result = the lane sum of acc[i]; then the same per-lane formula as Store1.
+inline void Store4(const Job& j, int64_t row, int64_t r0, const __m512i* acc) {
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0], acc[1]),
+                                       _mm512_unpackhi_epi32(acc[0], acc[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2], acc[3]),
+                                       _mm512_unpackhi_epi32(acc[2], acc[3]));
+  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23),
+                                     _mm512_unpackhi_epi64(s01, s23));
+  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+  __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  const __m128i sums = _mm_loadu_si128(reinterpret_cast<const __m128i*>(j.row_sums + r0));
+  sum = _mm_sub_epi32(sum, _mm_slli_epi32(sums, 7));
+  const __m128 sw = _mm_loadu_ps(reinterpret_cast<const float*>(j.scale + 4 * r0));
+  const __m128 y = _mm_mul_ps(_mm_cvtepi32_ps(sum), _mm_mul_ps(_mm_set1_ps(j.sx[row]), sw));
+  _mm_storeu_ps(j.y + row * j.n + r0, y);
+}
+
+// MT activation rows (from m0) x NT weight rows (from n0) over all of k. `lead`: prefetch these
+// rows kPrefetch ahead (they stream from memory); `next`: prefetch the next tile's rows at the
+// same offsets.
+template <int MT, int NT>
+void Tile(const Job& j, int64_t m0, int64_t n0, bool lead, bool next) {
+  const int8_t* rows[NT];
+  for (int b = 0; b < NT; ++b) rows[b] = j.q + (n0 + b) * j.k;
+  const uint8_t* xs[MT];
+  for (int a = 0; a < MT; ++a) xs[a] = j.x + (m0 + a) * j.kp;
+  const int64_t ahead = NT * j.k;
+  __m512i acc[MT][NT];
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_setzero_si512();
+  int64_t c = 0;
+  for (; c + kChunk <= j.k; c += kChunk) {
+    if (lead) {
+      for (int b = 0; b < NT; ++b)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c + kPrefetch), _MM_HINT_T0);
+    }
+    if (next) {
+      for (int b = 0; b < NT; ++b)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[b] + c + ahead), _MM_HINT_T0);
+    }
+    __m512i w[NT];
+    for (int b = 0; b < NT; ++b) w[b] = _mm512_loadu_si512(rows[b] + c);
+    for (int a = 0; a < MT; ++a) {
+      const __m512i xv = InRegisterI(_mm512_loadu_si512(xs[a] + c));
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_dpbusd_epi32(acc[a][b], xv, w[b]);
+    }
+  }
+  if (c < j.k) {  // weights masked to 0 past k; the activations are padded (never read past kp)
+    const __mmask64 mask = TailMask64(j.k - c);
+    __m512i w[NT];
+    for (int b = 0; b < NT; ++b) w[b] = _mm512_maskz_loadu_epi8(mask, rows[b] + c);
+    for (int a = 0; a < MT; ++a) {
+      const __m512i xv = _mm512_loadu_si512(xs[a] + c);
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_dpbusd_epi32(acc[a][b], xv, w[b]);
+    }
+  }
+  for (int a = 0; a < MT; ++a) {
+    if constexpr (NT % 4 == 0) {
+      for (int b = 0; b < NT; b += 4) Store4(j, m0 + a, n0 + b, &acc[a][b]);
+    } else {
+      for (int b = 0; b < NT; ++b) Store1(j, m0 + a, n0 + b, acc[a][b]);
+    }
+  }
+}
+
+template <int NT>
+void TileAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
+  switch (mt) {
+    case 6: Tile<6, NT>(j, m0, n0, lead, next); break;
+    case 5: Tile<5, NT>(j, m0, n0, lead, next); break;
+    case 4: Tile<4, NT>(j, m0, n0, lead, next); break;
+    case 3: Tile<3, NT>(j, m0, n0, lead, next); break;
+    case 2: Tile<2, NT>(j, m0, n0, lead, next); break;
+    default: Tile<1, NT>(j, m0, n0, lead, next); break;
+  }
+}
+
+// Decode (m <= 4): every weight row read once, straight from memory.
+void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
+  int64_t n = r0;
+  if (j.m <= 2) {
+    for (; n + 8 <= r1; n += 8) TileAnyM<8>(j, 0, j.m, n, true, false);
+  }
+  for (; n + 4 <= r1; n += 4) TileAnyM<4>(j, 0, j.m, n, true, false);
+  for (; n < r1; ++n) TileAnyM<1>(j, 0, j.m, n, true, false);
+}
+
+// Batches: weight rows [r0, r1) against blocks of activation rows that stay in L2.
+void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
+  const int64_t most = std::max<int64_t>(2 * kMt, kBlockBytes / std::max<int64_t>(j.kp, 1) / kMt * kMt);
+  const int64_t blocks = (j.m + most - 1) / most;
+  const int64_t mb = ((j.m + blocks - 1) / blocks + kMt - 1) / kMt * kMt;  // balanced blocks
+  for (int64_t m0 = 0; m0 < j.m; m0 += mb) {
+    const int64_t m1 = std::min(j.m, m0 + mb);
+    int64_t n = r0;
+    for (; n + kNt <= r1; n += kNt) {
+      const bool next = n + 2 * kNt <= r1;
+      for (int64_t m = m0; m < m1; m += kMt) {
+        TileAnyM<kNt>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, m == m0 && next);
+      }
+    }
+    for (; n < r1; ++n) {
+      for (int64_t m = m0; m < m1; m += kMt) {
+        TileAnyM<1>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, false);
+      }
+    }
+  }
+}
+
+// One activation row to u8 = xq + 128 (padded with 128 to kp); returns its scale. The same f32
+// operations as QuantizeRowInt8: max of |x| (vmaxps returns its second operand, the running max,
+// when x is NaN, as std::max does), scale = max / 127, x / scale (vdivps, IEEE), rounded to
+// nearest even, NaN -> 0, clamped to [-127, 127].
+float QuantizeRowU8(const float* x, int64_t k, int64_t kp, uint8_t* out) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 amax = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) amax = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + c), abs_mask), amax);
+  if (c < k) {
+    const __m512 v = _mm512_maskz_loadu_ps(TailMask(k - c), x + c);
+    amax = _mm512_max_ps(_mm512_and_ps(v, abs_mask), amax);
+  }
+  const float scale = ReduceMax(amax) / 127.0f;
+  if (!(scale > 0.0f)) {
+    std::memset(out, 128, static_cast<size_t>(kp));
+    return 0.0f;
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i bias = _mm512_set1_epi32(128);
+  for (c = 0; c < k; c += 16) {
+    const __mmask16 mask = TailMask(std::min<int64_t>(16, k - c));
+    __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(mask, x + c), s),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+    r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+    const __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(r), bias);  // 1 .. 255
+    _mm512_mask_cvtepi32_storeu_epi8(out + c, mask, u);
+  }
+  if (kp > k) std::memset(out + k, 128, static_cast<size_t>(kp - k));
+  return scale;
+}
+
+void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  Job j;
+  j.kp = (w.k + kChunk - 1) / kChunk * kChunk;
+  thread_local std::vector<uint8_t> xu;  // [m, kp]
+  thread_local std::vector<float> sx;    // [m]
+  if (static_cast<int64_t>(xu.size()) < m * j.kp) xu.resize(m * j.kp);
+  if (static_cast<int64_t>(sx.size()) < m) sx.resize(m);
+  const int64_t threads = threads::NumThreads();
+  uint8_t* xu_data = xu.data();
+  float* sx_data = sx.data();
+  const int64_t k = w.k, kp = j.kp;
+  const auto quantize = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) sx_data[i] = QuantizeRowU8(x + i * k, k, kp, xu_data + i * kp);
+  };
+  if (threads > 1 && m * k >= (int64_t{1} << 16)) {
+    threads::ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(k, 1)),
+                         quantize);
+  } else {
+    quantize(0, m);
+  }
+  j.x = xu_data;
+  j.sx = sx_data;
+  j.m = m;
+  j.q = static_cast<const int8_t*>(w.data);
+  j.n = w.n;
+  j.k = w.k;
+  j.scale = static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0;
+  j.row_sums = w.row_sums + w.scale_row0;
+  j.y = y;
+  const bool decode = m <= kMtDecode;
+  const auto rows = [&j, decode](int64_t r0, int64_t r1) {
+    if (decode) {
+      RowsDecode(j, r0, r1);
+    } else {
+      RowsBatch(j, r0, r1);
+    }
+  };
+  // Chunks of whole tiles with about 128 KiB of weights each, at least 4 per thread.
+  const int64_t tile = decode ? 8 : kNt;
+  int64_t grain = std::max<int64_t>(tile, (int64_t{128} << 10) / std::max<int64_t>(j.k, 1));
+  grain = std::min(grain, (j.n + 4 * threads - 1) / (4 * threads));
+  grain = std::max<int64_t>(tile, (grain + tile - 1) / tile * tile);
+  const double work = static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(m);
+  if (threads == 1 || work < 32768.0 || grain >= j.n) {
+    rows(0, j.n);
+    return;
+  }
+  threads::ParallelFor(j.n, grain, rows);
+}
+
+void LinearW8A8OrNext(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  if (w.dtype != DType::kI8 || w.row_sums == nullptr) return g_next_linear(x, m, w, y, scratch);
+  if (!IsW8A8(w)) return LinearW8A8Ref(x, m, w, y);  // (it rejects the layout)
+  LinearW8A8(x, m, w, y);
+}
+
+}  // namespace
+
+void FillW8A8VnniLinear(KernelTable& t) {
+  g_next_linear = t.linear;
+  t.linear = LinearW8A8OrNext;
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_VNNI_END

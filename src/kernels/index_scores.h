@@ -1,0 +1,26 @@
+// DSA indexer scores of one query token over a run of cached index keys (DeepSeek V3.2's
+// lightning indexer): scores[j] = sum over heads h of w[h] * relu(scale * q[h] . keys[j]).
+// A key's score depends only on that key and the query, never on n or on which call or thread
+// scored it, so selections do not depend on how positions are split.
+#pragma once
+
+#include <cstdint>
+
+namespace latent::kernels {
+
+struct IndexScoreArgs {
+  const float* q = nullptr;  // [heads, dim], rotated
+  const float* w = nullptr;  // [heads] head weights (already / sqrt(heads))
+  int64_t heads = 0;
+  int64_t dim = 0;
+  float scale = 1.0f;           // 1 / sqrt(dim)
+  const float* keys = nullptr;  // [n, dim]
+  int64_t n = 0;
+  float* scores = nullptr;  // [n]
+};
+
+// The scalar reference (KernelTable::index_scores of RefKernels()): each dot in order of the dims,
+// the head sum in head order.
+void IndexScoresRef(const IndexScoreArgs& args);
+
+}  // namespace latent::kernels
