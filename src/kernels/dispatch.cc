@@ -1,9 +1,13 @@
-// Picks the kernel table once from the CPU's features (and LATENT_KERNELS).
+// Picks the kernel table once from the CPU's features (and LATENT_KERNELS, LATENT_BF16_DOT,
+// LATENT_GEMM).
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
+#if LATENT_HAVE_ONEDNN
+#include "kernels/onednn/onednn_linear.h"
+#endif
 
 namespace latent::kernels {
 namespace {
@@ -67,6 +71,31 @@ bool ForceRef() {
   return env != nullptr && std::strcmp(env, "ref") == 0;
 }
 
+bool UseOnednn() {
+  const char* env = std::getenv("LATENT_GEMM");
+  return env != nullptr && std::strcmp(env, "onednn") == 0;
+}
+
+// The choice without LATENT_GEMM.
+const KernelTable& OwnKernels() {
+  static const KernelTable& table =
+      ForceRef() || Avx512Kernels() == nullptr ? RefKernels()
+      : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
+                                                    : *Avx512Kernels();
+  return table;
+}
+
+const KernelTable* MakeOnednn() {
+#if LATENT_HAVE_ONEDNN
+  if (&OwnKernels() == &RefKernels()) return nullptr;
+  static KernelTable table = OwnKernels();
+  onednn::FillOnednnLinear(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
 }  // namespace
 
 bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasVnni(); }
@@ -81,17 +110,22 @@ const KernelTable* Bf16DotKernels() {
   return table;
 }
 
+const KernelTable* OnednnKernels() {
+  static const KernelTable* table = MakeOnednn();
+  return table;
+}
+
 const KernelTable& BestKernels() {
   static const KernelTable& table =
-      ForceRef() || Avx512Kernels() == nullptr ? RefKernels()
-      : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
-                                                    : *Avx512Kernels();
+      UseOnednn() && OnednnKernels() != nullptr ? *OnednnKernels() : OwnKernels();
   return table;
 }
 
 const char* BestKernelsName() {
-  if (&BestKernels() == &RefKernels()) return "ref";
-  return &BestKernels() == Bf16DotKernels() ? "avx512-bf16dot" : "avx512";
+  const bool onednn = &BestKernels() == OnednnKernels();
+  if (&OwnKernels() == &RefKernels()) return "ref";
+  if (&OwnKernels() == Bf16DotKernels()) return onednn ? "avx512-bf16dot+onednn" : "avx512-bf16dot";
+  return onednn ? "avx512+onednn" : "avx512";
 }
 
 }  // namespace latent::kernels

@@ -6,7 +6,9 @@
 //
 // Batch invariance: every kernel computes each output row of a token the same way whatever else
 // is in the call (m, the other rows, the thread count), so a token's result never depends on its
-// batch. The fast kernels use their own fixed f32 summation order, not the reference's.
+// batch. The fast kernels use their own fixed f32 summation order, not the reference's. The one
+// exception is the opt-in oneDNN GEMM (OnednnKernels, LATENT_GEMM=onednn): oneDNN's summation
+// order depends on M and its blocking, and it rounds the activations to bf16.
 //
 // Threads: the fast linear and attention kernels split their work over the process-wide pool of
 // threads/thread_pool.h (threads::SetNumThreads; the CLI's --threads).
@@ -63,11 +65,16 @@ bool Avx512HasW8A8Vnni();
 // (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), or null without
 // AVX512_BF16. Not parity-exact with f32 math: opt-in only.
 const KernelTable* Bf16DotKernels();
+// The AVX-512 (or, with LATENT_BF16_DOT=1, bf16-dot) kernels with linear over bf16 weights at
+// m >= LATENT_GEMM_MIN_ROWS (default 32) sent to oneDNN's bf16 matmul (onednn/onednn_linear.h;
+// AMX where the CPU has it). Activations rounded to bf16 and NOT batch invariant: opt-in only.
+// Null without AVX-512, under LATENT_KERNELS=ref, or in a build without oneDNN.
+const KernelTable* OnednnKernels();
 // The best kernels this CPU supports, chosen once: AVX-512 when available, else the reference.
 // The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
-// picks Bf16DotKernels() when available.
+// picks Bf16DotKernels() when available; LATENT_GEMM=onednn picks OnednnKernels() over that.
 const KernelTable& BestKernels();
-// "avx512", "avx512-bf16dot" or "ref": what BestKernels() chose.
+// "avx512", "avx512-bf16dot", either with "+onednn", or "ref": what BestKernels() chose.
 const char* BestKernelsName();
 
 }  // namespace latent::kernels

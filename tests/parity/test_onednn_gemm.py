@@ -1,0 +1,43 @@
+"""LATENT_GEMM=onednn (opt-in): linears over bf16 weights with at least 32 rows go through oneDNN's
+bf16 matmul, which rounds the activations to bf16 and sums in its own order. On a bf16 checkpoint
+its logits must stay within the error transformers itself makes in bf16, measured in the same run
+as in test_bf16.py: no further from the exact answer (transformers in f32 on the same weights)
+than 1.5x transformers-bf16's own distance from it, plus 1e-3 x max|logit|; and as close to
+latent's default f32 path. The prompt (80 tokens) puts every attention projection, the dense and
+shared MLPs and lm_head over the 32-row threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from conftest import latent_logits, load_reference, run_latent
+
+
+def test_onednn_gemm_within_transformers_bf16_error(tiny_models, tmp_path, monkeypatch):
+    model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16")
+    exact = load_reference(model_dir, tmp_path, dtype=torch.float32)
+    bf16 = load_reference(model_dir, tmp_path, dtype=torch.bfloat16)
+    ids = torch.randint(2, exact.config.vocab_size, (80,),
+                        generator=torch.Generator().manual_seed(4)).tolist()
+    with torch.no_grad():
+        ref_exact = exact(torch.tensor([ids])).logits[0].float().numpy()
+        ref_bf16 = bf16(torch.tensor([ids])).logits[0].float().numpy()
+    scale = np.abs(ref_exact).max()
+    bound = 1.5 * np.abs(ref_bf16 - ref_exact).max() + 1e-3 * scale
+
+    monkeypatch.delenv("LATENT_GEMM", raising=False)
+    default = latent_logits(model_dir, ids)
+    monkeypatch.setenv("LATENT_GEMM", "onednn")
+    ours = latent_logits(model_dir, ids)
+
+    # The oneDNN path really ran (its verbose log, on stdout, names the matmul) and changed the
+    # numbers.
+    monkeypatch.setenv("ONEDNN_VERBOSE", "1")
+    proc = run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)))
+    assert "onednn_verbose,exec,cpu,matmul" in proc.stdout
+    assert not np.array_equal(ours, default)
+
+    assert np.abs(ours - ref_exact).max() <= bound
+    assert np.abs(ours - default).max() <= bound
+    assert np.abs(default - ref_exact).max() <= 1e-4 * scale  # the default path is untouched
