@@ -7,10 +7,12 @@ One invocation, one checkpoint, one machine:
     intermediate 10944) with fewer layers, bf16, made by tools/make_tiny_model.py with the
     DeepSeek V3 tokenizer from shared/tokenizers (vocab 129280: llama.cpp's converter needs a
     real tokenizer; it identifies this one as "joyai-llm", which it tokenizes as deepseek-v3);
-  * latent: `build/latent bench` (continuous batching through the engine);
+  * latent: `build/latent bench` (continuous batching through the engine), also with the opt-in
+    bf16 activations (LATENT_BF16_DOT=1), the opt-in oneDNN GEMM (LATENT_GEMM=onednn) and
+    `--quantize w8a8`;
   * llama.cpp: built from the sources inside PyPI's llama-cpp-python sdist, `llama-bench` and
     `llama-batched-bench` on the checkpoint converted by llama.cpp's own convert_hf_to_gguf.py
-    to bf16;
+    to bf16, and on that GGUF quantized to Q8_0 by its llama-quantize (against latent's w8a8);
   * transformers: batched greedy `generate` (bench/hf_bench.py), and `generate_batch`
     (continuous batching) where it runs;
   * the machine: read bandwidth (bench/read_bw.c) and a bf16 matmul rate, for the roofline.
@@ -69,6 +71,15 @@ TARGETS = {
     # The same two targets with latent's opt-in bf16 activations (LATENT_BF16_DOT=1).
     "decode_b64_vs_llamacpp_bf16dot": 2.0,
     "prefill_512_vs_llamacpp_bf16dot": 1.5,
+    # And at 8 bits on both sides: latent --quantize w8a8 (int8 weights and per-token int8
+    # activations, VNNI) against llama.cpp's Q8_0 (int8 blocks of 32, int8 activations).
+    "decode_b64_w8a8_vs_llamacpp_q8_0": 2.0,
+    "prefill_512_w8a8_vs_llamacpp_q8_0": 1.5,
+    # The opt-in oneDNN GEMM for m >= 32 (LATENT_GEMM=onednn: bf16 activations, not batch
+    # invariant; AMX where the CPU has it), warm: the second point of one process, after its
+    # first use reordered the weights, as in a running server.
+    "decode_b64_vs_llamacpp_onednn": 2.0,
+    "prefill_512_vs_llamacpp_onednn": 1.5,
 }
 
 V2_LITE = {
@@ -315,7 +326,7 @@ def llama_cpp_dir() -> Path:
 
 def build_llama_cpp() -> dict:
     build = CACHE / "llama-build"
-    binaries = {name: build / "bin" / name for name in ("llama-bench", "llama-batched-bench")}
+    binaries = {name: build / "bin" / name for name in ("llama-bench", "llama-batched-bench", "llama-quantize")}
     src = llama_cpp_dir()
     if not src.exists():
         sdist = CACHE / "sdist" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
@@ -396,6 +407,17 @@ def convert_gguf(ckpt: Path) -> Path:
     COMMANDS.append(shell_join(cmd))
     must(cmd, "convert to GGUF with llama.cpp's convert_hf_to_gguf.py", log_file=CACHE / "convert.log")
     return gguf
+
+
+def quantize_gguf(exe: str, gguf: Path, kind: str = "Q8_0") -> Path:
+    """The bf16 GGUF quantized with llama.cpp's own llama-quantize (cached beside it)."""
+    out = gguf.with_name(gguf.name.replace(".bf16.gguf", f".{kind.lower()}.gguf"))
+    if out.exists() and out.stat().st_mtime >= gguf.stat().st_mtime:
+        return out
+    cmd = [exe, gguf, out, kind]
+    COMMANDS.append(shell_join(cmd))
+    must(cmd, f"quantize the GGUF to {kind} with llama-quantize", log_file=CACHE / "quantize.log")
+    return out
 
 
 def gguf_tokenizer_pre(gguf: Path) -> str | None:
@@ -811,6 +833,30 @@ def compute_ratios(res: dict) -> dict:
         "prefill_512_vs_llamacpp_bf16dot", bpp and bpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
         "a pp512 point is missing (opt-in LATENT_BF16_DOT=1 run)",
         {"latent": bpp and bpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
+    w8, q8 = lat.get("w8a8") or {}, res["systems"]["llama.cpp"].get("q8_0") or {}
+    wp, wpp = point(w8.get("points"), b), point(w8.get("prefill_points"), 1, pp)
+    qp = point((q8.get("batched_bench") or {}).get("points"), b)
+    q8_pp = (q8.get("bench") or {}).get("prefill_tokens_per_s")
+    od = lat.get("onednn") or {}
+    op = [p for p in od.get("points") or [] if p.get("batch") == b]
+    opp = [p for p in od.get("prefill_points") or [] if p.get("batch") == 1 and p.get("pp") == pp]
+    op, opp = op[-1] if op else None, opp[-1] if opp else None  # warm: the last of the repeats
+    ratios["decode_b64_vs_llamacpp_onednn"] = ratio(
+        "decode_b64_vs_llamacpp_onednn", op and op["decode_tokens_per_s"], cp and cp["decode_tokens_per_s"],
+        "a batch-64 point is missing (opt-in LATENT_GEMM=onednn run)",
+        {"latent": op and op["decode_tokens_per_s"], "llama.cpp": cp and cp["decode_tokens_per_s"]})
+    ratios["prefill_512_vs_llamacpp_onednn"] = ratio(
+        "prefill_512_vs_llamacpp_onednn", opp and opp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
+        "a pp512 point is missing (opt-in LATENT_GEMM=onednn run)",
+        {"latent": opp and opp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
+    ratios["decode_b64_w8a8_vs_llamacpp_q8_0"] = ratio(
+        "decode_b64_w8a8_vs_llamacpp_q8_0", wp and wp["decode_tokens_per_s"], qp and qp["decode_tokens_per_s"],
+        "a batch-64 point is missing (latent --quantize w8a8 or llama.cpp Q8_0)",
+        {"latent": wp and wp["decode_tokens_per_s"], "llama.cpp": qp and qp["decode_tokens_per_s"]})
+    ratios["prefill_512_w8a8_vs_llamacpp_q8_0"] = ratio(
+        "prefill_512_w8a8_vs_llamacpp_q8_0", wpp and wpp["prefill_tokens_per_s"], q8_pp,
+        "a pp512 point is missing (latent --quantize w8a8 or llama-bench on Q8_0)",
+        {"latent": wpp and wpp["prefill_tokens_per_s"], "llama.cpp": q8_pp})
     lc = res.get("long_context", {})
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(
@@ -919,6 +965,23 @@ def markdown(res: dict) -> str:
     lines += [f"latent with the opt-in `LATENT_BF16_DOT=1` (bf16 activations): PP {w['prefill_pp']} batch 1 prefill "
               f"{fmt(bpp and bpp['prefill_tokens_per_s'])} t/s, decode {fmt(bpp and bpp['decode_tokens_per_s'])} t/s; "
               f"PP {w['pp']} batch 64 decode {fmt(bp and bp['decode_tokens_per_s'])} t/s."]
+    od = res["systems"]["latent"].get("onednn") or {}
+    odp = [p for p in od.get("prefill_points") or [] if p.get("pp") == w["prefill_pp"]]
+    od64 = [p for p in od.get("points") or [] if p.get("batch") == 64]
+    lines += [f"latent with the opt-in `LATENT_GEMM=onednn` (oneDNN bf16 GEMM for m >= 32), cold / warm (first / "
+              f"second point of one process; the first reorders every weight it meets): PP {w['prefill_pp']} batch 1 "
+              f"prefill {' / '.join(fmt(p['prefill_tokens_per_s']) for p in odp) or '-'} t/s; PP {w['pp']} batch 64 "
+              f"decode {' / '.join(fmt(p['decode_tokens_per_s']) for p in od64) or '-'} t/s."]
+    w8 = res["systems"]["latent"].get("w8a8") or {}
+    q8 = res["systems"]["llama.cpp"].get("q8_0") or {}
+    wpp, wp = point(w8.get("prefill_points"), 1, w["prefill_pp"]), point(w8.get("points"), 64)
+    qp = point((q8.get("batched_bench") or {}).get("points"), 64)
+    qb = q8.get("bench") or {}
+    lines += [f"8 bits on both sides: latent `--quantize w8a8` PP {w['prefill_pp']} batch 1 prefill "
+              f"{fmt(wpp and wpp['prefill_tokens_per_s'])} t/s, decode {fmt(wpp and wpp['decode_tokens_per_s'])} t/s; "
+              f"PP {w['pp']} batch 64 decode {fmt(wp and wp['decode_tokens_per_s'])} t/s. llama.cpp Q8_0: "
+              f"pp{w['prefill_pp']} {fmt(qb.get('prefill_tokens_per_s'))} t/s, tg{w['tg']} "
+              f"{fmt(qb.get('decode_tokens_per_s'))} t/s; batch 64 decode {fmt(qp and qp['decode_tokens_per_s'])} t/s."]
     cb = res["systems"]["transformers"].get("continuous_batching") or {}
     if cb:
         lines += ["transformers `generate_batch` (continuous batching): " +
@@ -1031,6 +1094,7 @@ def main(argv=None) -> int:
     overrides = {**V2_LITE, "num_hidden_layers": mode["layers"]}
     ckpt = make_checkpoint(f"v2lite-L{mode['layers']}", "deepseek_v2_lite", overrides, TOKENIZER)
     gguf = convert_gguf(ckpt)
+    gguf_q8 = quantize_gguf(llama["llama-quantize"], gguf)
     arith = model_arithmetic(ckpt)
     summary = json.loads((ckpt / "config.json").read_text())
     n_params = sum(math.prod(s) for _, s, _ in safetensors_tensors(ckpt).values())
@@ -1060,7 +1124,13 @@ def main(argv=None) -> int:
     lb = run_llama_bench(llama["llama-bench"], gguf, mode, budget["llama_bench"])
     log("llama.cpp: llama-batched-bench")
     lbb = run_llama_batched(llama["llama-batched-bench"], gguf, mode, budget["llama_batched"])
-    res_llama = {"build": llama, "bench": lb, "batched_bench": lbb, "load_avg_after": load_avg()}
+    log("llama.cpp: llama-bench and llama-batched-bench (batch 64) on Q8_0")
+    q8_bench = run_llama_bench(llama["llama-bench"], gguf_q8, mode, budget["llama_bench"])
+    q8_batched = run_llama_batched(llama["llama-batched-bench"], gguf_q8, {**mode, "batches": [64]},
+                                   budget["llama_batched"])
+    res_llama = {"build": llama, "bench": lb, "batched_bench": lbb,
+                 "q8_0": {"gguf": rel(gguf_q8), "bench": q8_bench, "batched_bench": q8_batched},
+                 "load_avg_after": load_avg()}
 
     log("transformers: batched generate + generate_batch")
     hf = run_transformers(ckpt, mode, budget["transformers"])
@@ -1085,6 +1155,21 @@ def main(argv=None) -> int:
     lat["bf16_dot"] = {"commands": [b_prefill["command"], b_sweep["command"]],
                        "prefill_points": b_prefill["points"], "points": b_sweep["points"],
                        "errors": [x.get("error") for x in (b_prefill, b_sweep) if x.get("error")]}
+    # The opt-in oneDNN GEMM: each point twice in one process, the second one warm.
+    log("latent: bench with LATENT_GEMM=onednn (opt-in)")
+    od_env = {"LATENT_GEMM": "onednn"}
+    o_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1, 1], 120.0, env_extra=od_env)
+    o_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64, 64], 150.0, env_extra=od_env)
+    lat["onednn"] = {"commands": [o_prefill["command"], o_sweep["command"]],
+                     "prefill_points": o_prefill["points"], "points": o_sweep["points"],
+                     "errors": [x.get("error") for x in (o_prefill, o_sweep) if x.get("error")]}
+    # int8 against llama.cpp's Q8_0: latent --quantize w8a8 (per-token int8 activations, VNNI).
+    log("latent: bench with --quantize w8a8")
+    w_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0, extra=("--quantize", "w8a8"))
+    w_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0, extra=("--quantize", "w8a8"))
+    lat["w8a8"] = {"commands": [w_prefill["command"], w_sweep["command"]],
+                   "prefill_points": w_prefill["points"], "points": w_sweep["points"],
+                   "errors": [x.get("error") for x in (w_prefill, w_sweep) if x.get("error")]}
     res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
 
     log("latent: long-context decode steps")
