@@ -68,6 +68,8 @@ TARGETS = {
     "prefill_512_vs_llamacpp": 1.5,
     "absorbed_vs_expanded_decode_16k": 10.0,
     "dsa_vs_dense_decode_32k": 3.0,
+    # The same step with 8 concurrent requests at 32k (bench-step --batch 8).
+    "dsa_vs_dense_decode_32k_batch8": 3.0,
     # The same two targets with latent's opt-in bf16 activations (LATENT_BF16_DOT=1).
     "decode_b64_vs_llamacpp_bf16dot": 2.0,
     "prefill_512_vs_llamacpp_bf16dot": 1.5,
@@ -158,6 +160,7 @@ MODES = {
 }
 LONG_ABSORBED_CTX = 16384
 LONG_DSA_CTX = 32768
+LONG_DSA_BATCH = 8  # DSA vs dense is also measured with this many requests, each at LONG_DSA_CTX
 LONG_DECODE_STEPS = 4  # decode steps timed by `latent bench-step` at long context (their median)
 LONG_BASE_CTX = 128  # the same step at a short context: what the step costs besides the context
 
@@ -670,13 +673,15 @@ def run_latent(ckpt: Path, pps: list[int], tg: int, batches: list[int], budget: 
     return res
 
 
-def run_bench_step(ckpt: Path, contexts: list[int], forms: list[str], budget: float) -> dict:
-    """`latent bench-step`: batch-1 decode steps at each context (random cached rows), per form.
-    points[(context, form)] = the bench-step JSON line."""
+def run_bench_step(ckpt: Path, contexts: list[int], forms: list[str], budget: float,
+                   batches: tuple[int, ...] = (1,)) -> dict:
+    """`latent bench-step`: decode steps of `batch` sequences at each context (random cached
+    rows), per form. points[(context, form, batch)] = the bench-step JSON line."""
     cmd = [LATENT, "bench-step", "--model", ckpt, "--context", ",".join(map(str, contexts)),
-           "--attention", ",".join(forms), "--steps", LONG_DECODE_STEPS, "--json"]
+           "--attention", ",".join(forms), "--batch", ",".join(map(str, batches)),
+           "--steps", LONG_DECODE_STEPS, "--json"]
     r = Run(cmd, budget)
-    points = {(x["context"], x["attention"]): x for x in r.json_lines() if "step_ms_p50" in x}
+    points = {(x["context"], x["attention"], x["batch"]): x for x in r.json_lines() if "step_ms_p50" in x}
     res: dict[str, Any] = {"command": shell_join(cmd), "elapsed_s": r.elapsed,
                            "points": [points[k] for k in sorted(points)]}
     if r.failure():
@@ -685,12 +690,12 @@ def run_bench_step(ckpt: Path, contexts: list[int], forms: list[str], budget: fl
     return res
 
 
-def step_entry(entry: dict, runs: dict[str, tuple[dict, str]], ctx: int) -> None:
+def step_entry(entry: dict, runs: dict[str, tuple[dict, str]], ctx: int, batch: int = 1) -> None:
     """Fills entry with step_ms per label at ctx, the ratio first/second label, and the ratio of
     the context-dependent parts (step at ctx minus step at LONG_BASE_CTX): a decode step also
     streams every weight once, which at 2 layers plus a 129k-row lm_head is most of the step."""
     (a, (ra, fa)), (b, (rb, fb)) = runs.items()
-    step = lambda r, f, c: (r["_by_key"].get((c, f)) or {}).get("step_ms_p50")
+    step = lambda r, f, c: (r["_by_key"].get((c, f, batch)) or {}).get("step_ms_p50")
     steps = {a: step(ra, fa, ctx), b: step(rb, fb, ctx)}
     base = {a: step(ra, fa, LONG_BASE_CTX), b: step(rb, fb, LONG_BASE_CTX)}
     entry["step_ms"] = steps
@@ -730,10 +735,19 @@ def run_long_context(ckpt: Path, mode: dict, budget: float) -> dict:
     entry = {"context": ctx, "index_topk": DSA["index_topk"],
              "method": method + " with the absorbed form, on a DSA checkpoint with index_topk 2048 and on the "
                        "same weights with index_topk 65536 (every position selected: dense)"}
-    rd = run_bench_step(dsa, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, (deadline - time.monotonic()) / 2))
-    rn = run_bench_step(dense, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, deadline - time.monotonic()))
+    # Batch 1, and 8 concurrent requests each at the context (a serving step: the weights are read
+    # once for all 8, the cached rows once per request).
+    rd = run_bench_step(dsa, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, (deadline - time.monotonic()) / 2),
+                        batches=(1, LONG_DSA_BATCH))
+    rn = run_bench_step(dense, [LONG_BASE_CTX, ctx], ["absorbed"], max(30.0, deadline - time.monotonic()),
+                        batches=(1, LONG_DSA_BATCH))
     step_entry(entry, {"dsa": (rd, "absorbed"), "dense": (rn, "absorbed")}, ctx)
     out["dsa_vs_dense"] = entry
+    entry_b = {**{k: entry[k] for k in ("context", "index_topk")}, "batch": LONG_DSA_BATCH,
+               "method": entry["method"].replace("batch-1 decode steps", f"decode steps of {LONG_DSA_BATCH} "
+                                                 "sequences, each at the context")}
+    step_entry(entry_b, {"dsa": (rd, "absorbed"), "dense": (rn, "absorbed")}, ctx, LONG_DSA_BATCH)
+    out["dsa_vs_dense_batch"] = entry_b
     return out
 
 
@@ -865,6 +879,10 @@ def compute_ratios(res: dict) -> dict:
     ratios["dsa_vs_dense_decode_32k"] = ratio(
         "dsa_vs_dense_decode_32k", dd.get("ratio"), 1.0 if dd.get("ratio") else None,
         dd.get("reason", "not measured"), {"step_ms": dd.get("step_ms"), "context_part_ratio": dd.get("context_part_ratio")})
+    db = lc.get("dsa_vs_dense_batch", {})
+    ratios["dsa_vs_dense_decode_32k_batch8"] = ratio(
+        "dsa_vs_dense_decode_32k_batch8", db.get("ratio"), 1.0 if db.get("ratio") else None,
+        db.get("reason", "not measured"), {"step_ms": db.get("step_ms"), "context_part_ratio": db.get("context_part_ratio")})
     return ratios
 
 
@@ -1009,7 +1027,9 @@ def markdown(res: dict) -> str:
     lc = res.get("long_context", {})
     lines += ["", "### Long-context decode steps (batch 1)", ""]
     for key, label, a, b in (("absorbed_vs_expanded", "absorbed vs expanded", "absorbed", "expanded"),
-                             ("dsa_vs_dense", "DSA (top 2048) vs dense", "dsa", "dense")):
+                             ("dsa_vs_dense", "DSA (top 2048) vs dense", "dsa", "dense"),
+                             ("dsa_vs_dense_batch", f"DSA (top 2048) vs dense, {LONG_DSA_BATCH} requests",
+                              "dsa", "dense")):
         e = lc.get(key, {})
         steps = e.get("step_ms") or {}
         part = e.get("context_part_ms") or {}

@@ -1,13 +1,15 @@
-// `latent bench-step --model DIR --context 16384,32768 [--attention absorbed,expanded]`: the time
-// of one batch-1 decode step at long context, without the prefill that would reach it.
+// `latent bench-step --model DIR --context 16384,32768 [--attention absorbed,expanded] [--batch
+// 1,8]`: the time of one decode step at long context, without the prefill that would reach it.
 //
 // A decode step's cost depends on how many cached rows it reads, not on their values, so the
 // paged cache (the engine's storage, block tables and row dtype) is filled with random rows for
-// positions [0, L) and the model then decodes one untimed warm-up token at position L and
-// `--steps` timed ones after it, through the same Forward the engine calls. For DSA models the indexer's key rows are random too: top-k
-// still scans every position and keeps index_topk of them. This is how the long-context ratios of
-// docs/performance.md are measured (absorbed vs expanded at 16k, DSA vs dense at 32k), where a
-// real 16k-32k prefill on 2 cores would take most of the benchmark's budget.
+// positions [0, L) of each of B sequences (B = --batch: concurrent requests, each at context L)
+// and the model then decodes one untimed warm-up token per sequence at position L and `--steps`
+// timed ones after it, all B in one step, through the same Forward the engine calls. For DSA models
+// the indexer's key rows are random too: top-k still scans every position and keeps index_topk of
+// them. This is how the long-context ratios of docs/performance.md are measured (absorbed vs
+// expanded at 16k, DSA vs dense at 32k), where a real 16k-32k prefill on 2 cores would take most of
+// the benchmark's budget.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,18 +55,24 @@ struct StepResult {
   std::vector<double> step_ms;  // One per decoded token.
 };
 
-StepResult RunContext(const model::Model& m, int64_t context, int64_t steps, model::AttentionForm form,
-                      uint32_t block_tokens, model::CacheDType dtype, uint64_t seed) {
+StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int64_t steps,
+                      model::AttentionForm form, uint32_t block_tokens, model::CacheDType dtype,
+                      uint64_t seed) {
   const model::ModelConfig& config = m.config();
   const int64_t tokens = context + steps + 1;  // One untimed warm-up step first.
-  const int32_t num_blocks = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+  const int32_t per_sequence = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+  const int32_t num_blocks = per_sequence * static_cast<int32_t>(batch);
   cache::CacheStorage storage(model::CacheRows(config, dtype), block_tokens, num_blocks);
   cache::BlockPool pool(num_blocks, /*prefix_caching=*/false);
-  cache::BlockTable table(block_tokens);
-  LATENT_CHECK(table.Grow(pool, tokens));
+  std::vector<cache::BlockTable> tables(batch, cache::BlockTable(block_tokens));
+  std::vector<const cache::BlockTable*> slots;  // slot i: sequence i
+  for (cache::BlockTable& table : tables) {
+    LATENT_CHECK(table.Grow(pool, tokens));
+    slots.push_back(&table);
+  }
   const std::vector<std::vector<int64_t>> row_values = model::CacheRowValues(config);
   engine::PagedLatentCache paged(storage, row_values, dtype);
-  paged.SetTables({&table});
+  paged.SetTables(slots);
 
   // Random rows, N(0, 1): the scale of a normalized latent and of a rotated key.
   std::mt19937_64 rng(seed);
@@ -74,34 +82,39 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t steps, mod
     for (int row = 0; row < static_cast<int>(row_values[layer].size()); ++row) {
       values.resize(static_cast<size_t>(row_values[layer][row]));
       for (int64_t p = 0; p < context; ++p) {
-        for (float& v : values) v = normal(rng);
-        paged.WriteRow(layer, row, /*slot=*/0, p, values.data());
+        for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
+          for (float& v : values) v = normal(rng);
+          paged.WriteRow(layer, row, slot, p, values.data());
+        }
       }
     }
   }
 
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(config.vocab_size - 1));
-  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
+  std::vector<float> logits(static_cast<size_t>(batch * config.vocab_size));
   StepResult result;
   for (int64_t s = 0; s <= steps; ++s) {
-    model::ForwardBatch batch;
-    batch.token_ids = {token(rng)};
-    batch.positions = {context + s};
-    batch.seq_slots = {0};
-    batch.logits_rows = {0};
+    model::ForwardBatch step;
+    for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
+      step.token_ids.push_back(token(rng));
+      step.positions.push_back(context + s);
+      step.seq_slots.push_back(slot);
+      step.logits_rows.push_back(slot);
+    }
     const Clock::time_point start = Clock::now();
-    m.Forward(batch, paged, form, logits.data());
+    m.Forward(step, paged, form, logits.data());
     // Step 0 warms up: it faults in the mapped weights and sizes the scratch buffers.
-    if (s > 0) result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+    if (s > 0)
+      result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
   }
-  table.Free(pool);
+  for (cache::BlockTable& table : tables) table.Free(pool);
   return result;
 }
 
 Runner RegisterStepBench(CLI::App& app) {
   struct Options {
-    std::string model_dir, context = "16384", attention = "absorbed,expanded", cache_dtype = "auto",
-                quantize = "none";
+    std::string model_dir, context = "16384", attention = "absorbed,expanded", batch = "1",
+                           cache_dtype = "auto", quantize = "none";
     int64_t steps = 5;
     uint32_t block_tokens = 64;
     uint64_t seed = 0;
@@ -109,13 +122,16 @@ Runner RegisterStepBench(CLI::App& app) {
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand(
-      "bench-step", "Time of one batch-1 decode step at long context (random cached rows)");
+      "bench-step", "Time of one decode step at long context (random cached rows)");
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
   sub->add_option("--context", opt->context, "Cached tokens before the step, e.g. 16384,32768");
   sub->add_option("--attention", opt->attention, "MLA forms to time, e.g. absorbed,expanded");
+  sub->add_option("--batch", opt->batch,
+                  "Concurrent sequences, each at the context, decoded in one step, e.g. 1,8");
   sub->add_option("--steps", opt->steps, "Decode steps per point (the median is reported)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32 or bf16");
   sub->add_option("--seed", opt->seed, "Seed of the random rows and tokens");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
@@ -123,10 +139,17 @@ Runner RegisterStepBench(CLI::App& app) {
   return [opt] {
     const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     std::vector<int64_t> contexts;
-    for (const std::string& item : SplitCommas(opt->context)) contexts.push_back(ParsePositive(item, "--context"));
+    for (const std::string& item : SplitCommas(opt->context))
+      contexts.push_back(ParsePositive(item, "--context"));
+    std::vector<int64_t> batches;
+    for (const std::string& item : SplitCommas(opt->batch))
+      batches.push_back(ParsePositive(item, "--batch"));
     std::vector<std::pair<std::string, model::AttentionForm>> forms;
-    for (const std::string& item : SplitCommas(opt->attention)) forms.emplace_back(item, ParseAttentionForm(item));
-    if (contexts.empty() || forms.empty()) Fail("--context and --attention need at least one value");
+    for (const std::string& item : SplitCommas(opt->attention))
+      forms.emplace_back(item, ParseAttentionForm(item));
+    if (contexts.empty() || forms.empty() || batches.empty()) {
+      Fail("--context, --attention and --batch need at least one value");
+    }
     std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const model::ModelConfig& config = m->config();
     const model::CacheDType dtype = model::ParseCacheDType(opt->cache_dtype, config);
@@ -136,32 +159,37 @@ Runner RegisterStepBench(CLI::App& app) {
              config.max_position_embeddings, ")");
       }
     }
-    std::printf("%8s %10s | %12s %12s\n", "context", "attention", "step ms p50", "step ms min");
+    std::printf("%8s %6s %10s | %12s %12s\n", "context", "batch", "attention", "step ms p50",
+                "step ms min");
     for (int64_t context : contexts) {
-      for (const auto& [name, form] : forms) {
-        StepResult r = RunContext(*m, context, opt->steps, form, opt->block_tokens, dtype, opt->seed);
-        std::vector<double> sorted = r.step_ms;
-        std::sort(sorted.begin(), sorted.end());
-        const double p50 = sorted[sorted.size() / 2];
-        std::printf("%8lld %10s | %12.2f %12.2f\n", static_cast<long long>(context), name.c_str(), p50,
-                    sorted.front());
-        if (opt->json) {
-          nlohmann::ordered_json j = {{"model", opt->model_dir},
-                                      {"context", context},
-                                      {"attention", name},
-                                      {"steps", opt->steps},
-                                      {"step_ms_p50", p50},
-                                      {"step_ms_min", sorted.front()},
-                                      {"step_ms", r.step_ms},
-                                      {"index_topk", config.index_topk},
-                                      {"block_tokens", opt->block_tokens},
-                                      {"cache_dtype", model::CacheDTypeName(dtype)},
-                                      {"quantize", opt->quantize},
-                                      {"threads", threads::NumThreads()},
-                                      {"kernels", kernels::BestKernelsName()}};
-          std::cout << j.dump() << std::endl;
+      for (int64_t batch : batches) {
+        for (const auto& [name, form] : forms) {
+          StepResult r =
+              RunContext(*m, context, batch, opt->steps, form, opt->block_tokens, dtype, opt->seed);
+          std::vector<double> sorted = r.step_ms;
+          std::sort(sorted.begin(), sorted.end());
+          const double p50 = sorted[sorted.size() / 2];
+          std::printf("%8lld %6lld %10s | %12.2f %12.2f\n", static_cast<long long>(context),
+                      static_cast<long long>(batch), name.c_str(), p50, sorted.front());
+          if (opt->json) {
+            nlohmann::ordered_json j = {{"model", opt->model_dir},
+                                        {"context", context},
+                                        {"batch", batch},
+                                        {"attention", name},
+                                        {"steps", opt->steps},
+                                        {"step_ms_p50", p50},
+                                        {"step_ms_min", sorted.front()},
+                                        {"step_ms", r.step_ms},
+                                        {"index_topk", config.index_topk},
+                                        {"block_tokens", opt->block_tokens},
+                                        {"cache_dtype", model::CacheDTypeName(dtype)},
+                                        {"quantize", opt->quantize},
+                                        {"threads", threads::NumThreads()},
+                                        {"kernels", kernels::BestKernelsName()}};
+            std::cout << j.dump() << std::endl;
+          }
+          std::fflush(stdout);
         }
-        std::fflush(stdout);
       }
     }
     return 0;

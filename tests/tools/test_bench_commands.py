@@ -33,10 +33,11 @@ def test_bench_step_points(tiny_models):
     for preset in ["deepseek_v3", "deepseek_v32"]:
         model_dir = tiny_models.get(preset)
         out = run_latent("bench-step", "--model", str(model_dir), "--context", "50,200",
-                         "--attention", "absorbed,expanded", "--steps", "3", "--json").stdout
+                         "--attention", "absorbed,expanded", "--batch", "1,3", "--steps", "3",
+                         "--json").stdout
         points = json_lines(out)
-        assert [(p["context"], p["attention"]) for p in points] == [
-            (50, "absorbed"), (50, "expanded"), (200, "absorbed"), (200, "expanded")]
+        assert [(p["context"], p["batch"], p["attention"]) for p in points] == [
+            (c, b, a) for c in (50, 200) for b in (1, 3) for a in ("absorbed", "expanded")]
         for p in points:
             assert len(p["step_ms"]) == 3 and all(t > 0 for t in p["step_ms"])
             assert min(p["step_ms"]) == p["step_ms_min"] <= p["step_ms_p50"]
@@ -51,6 +52,7 @@ def test_bench_step_errors(tiny_models):
     assert too_long.returncode != 0 and "exceeds max_position_embeddings" in too_long.stderr
     for flag, value, message in [("--context", "0", "--context: '0' is not a positive integer"),
                                  ("--context", "12x", "--context: '12x' is not a positive integer"),
+                                 ("--batch", "0", "--batch: '0' is not a positive integer"),
                                  ("--attention", "absorbed,nope", "unknown form 'nope'")]:
         proc = run_latent("bench-step", "--model", str(model_dir), flag, value, check=False)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr
