@@ -16,9 +16,13 @@
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
+#include "kernel_test_util.h"
 
 namespace latent::kernels {
 namespace {
+
+using testing::RandomFloats;
+using testing::ThreadCount;
 
 const KernelTable& Ref() { return RefKernels(); }
 
@@ -26,23 +30,6 @@ const KernelTable& Ref() { return RefKernels(); }
 #define REQUIRE_FAST()                                                      \
   if (Avx512Kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU"; \
   const KernelTable& fast = *Avx512Kernels()
-
-// Restores the process-wide thread count after a test changes it.
-class ThreadCount {
- public:
-  ThreadCount() : saved_(threads::NumThreads()) {}
-  ~ThreadCount() { threads::SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
-
-std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // A weight matrix stored at a deliberately odd address, with its scales.
 struct TestWeight {

@@ -14,12 +14,16 @@
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
+#include "kernel_test_util.h"
 #if LATENT_HAVE_ONEDNN
 #include "kernels/onednn/onednn_linear.h"
 #endif
 
 namespace latent::kernels {
 namespace {
+
+using testing::RandomFloats;
+using testing::ThreadCount;
 
 TEST(OnednnDispatch, BestKernelsUseOnednnOnlyWhenAskedFor) {
   const char* env = std::getenv("LATENT_GEMM");
@@ -37,16 +41,6 @@ TEST(OnednnDispatch, BestKernelsUseOnednnOnlyWhenAskedFor) {
 
 #define REQUIRE_ONEDNN() \
   if (OnednnKernels() == nullptr) GTEST_SKIP() << "no AVX-512, or LATENT_KERNELS=ref"
-
-// Restores the process-wide thread count after a test changes it.
-class ThreadCount {
- public:
-  ThreadCount() : saved_(threads::NumThreads()) {}
-  ~ThreadCount() { threads::SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
 
 // A bf16 weight [n, k] at `misalign` bytes past an aligned buffer (mapped files give any address).
 struct Bf16Weight {
@@ -67,13 +61,6 @@ Bf16Weight MakeBf16Weight(std::mt19937& rng, int64_t n, int64_t k, int64_t misal
   w.ref.n = n;
   w.ref.k = k;
   return w;
-}
-
-std::vector<float> RandomFloats(std::mt19937& rng, int64_t count) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
-  return v;
 }
 
 // y = x . W^T by the reference kernel, on x as given.

@@ -14,22 +14,17 @@
 #include "kernels/kernel_table.h"
 #include "kernels/quantize_row.h"
 #include "threads/thread_pool.h"
+#include "kernel_test_util.h"
 
 namespace latent::kernels {
 namespace {
 
+using testing::RandomFloats;
+using testing::ThreadCount;
+
 #define REQUIRE_VNNI()                                                                   \
   if (!Avx512HasW8A8Vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";                \
   const KernelTable& fast = *Avx512Kernels()
-
-class ThreadCount {
- public:
-  ThreadCount() : saved_(threads::NumThreads()) {}
-  ~ThreadCount() { threads::SetNumThreads(saved_); }
-
- private:
-  int saved_;
-};
 
 // An int8 weight [n, k] at an odd address, with unaligned f32 row scales and its row sums: the
 // layout QuantizeInt8(..., row_sums = true) makes.

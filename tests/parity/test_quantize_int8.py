@@ -80,9 +80,10 @@ def prompt(vocab: int, length: int = 24, seed: int = 1) -> list[int]:
     return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def int8_logits(model_dir, ids, form="auto", experts=False):
+def int8_logits(model_dir, ids, form="auto", experts=False, mode="int8"):
+    """latent's logits (and with experts, its routing) under --quantize `mode`."""
     args = ["logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)), "--attention",
-            form, "--quantize", "int8"]
+            form, "--quantize", mode]
     out = json.loads(run_latent(*args, *(["--experts"] if experts else [])).stdout)
     logits = np.asarray(out["logits"], dtype=np.float32)
     return (logits, out["experts"]) if experts else logits
@@ -184,22 +185,23 @@ def test_info_reports_the_bytes_the_load_log_gives(cases, case_id):
     assert "--quantize int8" in proc.stderr
 
 
-def test_engine_batches_decode_int8_as_alone(cases, tmp_path):
-    """Batch invariance holds with int8 weights: greedy tokens through the engine, several
-    prompts at once, equal each prompt generated alone."""
+@pytest.mark.parametrize("mode", ["int8", "w8a8"])
+def test_engine_batches_decode_quantized_as_alone(cases, tmp_path, mode):
+    """Batch invariance holds with int8 weights, and with w8a8's per-token activation scales:
+    greedy tokens through the engine, several prompts at once, equal each prompt generated alone."""
     model_dir = cases["v3_f32"][0]
     vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     prompts = [prompt(vocab, 5 + 7 * i, seed=20 + i) for i in range(4)]
     alone = []
     for ids in prompts:
         out = run_latent("generate", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-                         "--max-tokens", "12", "--ignore-eos", "--quantize", "int8")
+                         "--max-tokens", "12", "--ignore-eos", "--quantize", mode)
         alone.append(json.loads(out.stdout)["ids"])
     requests = tmp_path / "prompts.jsonl"
     requests.write_text("".join(json.dumps({"ids": ids, "max_tokens": 12, "ignore_eos": True}) + "\n"
                                 for ids in prompts))
     out = run_latent("generate", "--model", str(model_dir), "--prompts", str(requests),
-                     "--quantize", "int8", "--max-batch-tokens", "16")
+                     "--quantize", mode, "--max-batch-tokens", "16")
     batched = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert [b["ids"] for b in batched] == alone
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import latent_logits, load_reference, run_latent
-from test_quantize_int8 import log_softmax, prompt, quantized_by_int8
+from test_quantize_int8 import int8_logits, log_softmax, prompt, quantized_by_int8
 
 CASES = [
     ("v3_f32", "deepseek_v3", (), None),
@@ -88,11 +88,7 @@ class W8A8Reference:
 
 
 def w8a8_logits(model_dir, ids, form="auto", experts=False):
-    args = ["logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)), "--attention",
-            form, "--quantize", "w8a8"]
-    out = json.loads(run_latent(*args, *(["--experts"] if experts else [])).stdout)
-    logits = np.asarray(out["logits"], dtype=np.float32)
-    return (logits, out["experts"]) if experts else logits
+    return int8_logits(model_dir, ids, form, experts, mode="w8a8")
 
 
 @pytest.fixture(scope="module")
@@ -192,23 +188,3 @@ def test_info_reports_the_bytes_the_load_log_gives(cases, case_id):
     proc = run_latent("logits", "--model", str(model_dir), "--ids", "1,2,3", "--quantize", "w8a8")
     assert load_log_bytes(proc.stderr) == w8a8["bytes"]
     assert "--quantize w8a8" in proc.stderr
-
-
-def test_engine_batches_decode_w8a8_as_alone(cases, tmp_path):
-    """Per-token activation scales keep batch invariance: greedy tokens through the engine,
-    several prompts at once, equal each prompt generated alone."""
-    model_dir = cases["v3_f32"][0]
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
-    prompts = [prompt(vocab, 5 + 7 * i, seed=20 + i) for i in range(4)]
-    alone = []
-    for ids in prompts:
-        out = run_latent("generate", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-                         "--max-tokens", "12", "--ignore-eos", "--quantize", "w8a8")
-        alone.append(json.loads(out.stdout)["ids"])
-    requests = tmp_path / "prompts.jsonl"
-    requests.write_text("".join(json.dumps({"ids": ids, "max_tokens": 12, "ignore_eos": True}) + "\n"
-                                for ids in prompts))
-    out = run_latent("generate", "--model", str(model_dir), "--prompts", str(requests),
-                     "--quantize", "w8a8", "--max-batch-tokens", "16")
-    batched = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-    assert [b["ids"] for b in batched] == alone

@@ -27,6 +27,20 @@ LATENT_AVX512_BEGIN
 namespace latent::kernels::avx512 {
 
 // Sum of the 16 lanes, always in the same order (every kernel uses this one tree).
+// Calls f.template operator()<R>() with R = min(rows, Max) (at least 1) as a compile-time
+// constant: register tiles are templates on their row count, and the last tile of a batch may
+// be short.
+template <int Max, class F>
+inline void WithRowCount(int64_t rows, F&& f) {
+  if constexpr (Max <= 1) {
+    f.template operator()<1>();
+  } else if (rows >= Max) {
+    f.template operator()<Max>();
+  } else {
+    WithRowCount<Max - 1>(rows, f);
+  }
+}
+
 inline float ReduceAdd(__m512 v) {
   const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -202,27 +202,9 @@ template <class L, int NT>
 void TileSegmentAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, int64_t c0, int64_t c1,
                      int64_t kb, const uint8_t* const* seg, __m512* io, bool first,
                      const uint8_t* const* pf) {
-  static_assert(kMtBig == 6);
-  switch (mt) {
-    case 6:
-      TileSegment<L, 6, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-    case 5:
-      TileSegment<L, 5, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-    case 4:
-      TileSegment<L, 4, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-    case 3:
-      TileSegment<L, 3, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-    case 2:
-      TileSegment<L, 2, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-    default:
-      TileSegment<L, 1, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
-      break;
-  }
+  WithRowCount<kMtBig>(mt, [&]<int MT>() {
+    TileSegment<L, MT, NT>(j, m0, n0, c0, c1, kb, seg, io, first, pf);
+  });
 }
 
 // Batches: the segment [c0, c1) of the NT rows converted (and for fp8 scaled) once into f32:

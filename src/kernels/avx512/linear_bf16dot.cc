@@ -105,14 +105,7 @@ void Tile(const DotJob& j, int64_t m0, int64_t n0, bool lead, bool next) {
 
 template <int NT>
 void TileAnyM(const DotJob& j, int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
-  switch (mt) {
-    case 6: Tile<6, NT>(j, m0, n0, lead, next); break;
-    case 5: Tile<5, NT>(j, m0, n0, lead, next); break;
-    case 4: Tile<4, NT>(j, m0, n0, lead, next); break;
-    case 3: Tile<3, NT>(j, m0, n0, lead, next); break;
-    case 2: Tile<2, NT>(j, m0, n0, lead, next); break;
-    default: Tile<1, NT>(j, m0, n0, lead, next); break;
-  }
+  WithRowCount<kMt>(mt, [&]<int MT>() { Tile<MT, NT>(j, m0, n0, lead, next); });
 }
 
 // Weight rows [r0, r1) in blocks of activation rows that stay in L2 (256 KiB of bf16): per

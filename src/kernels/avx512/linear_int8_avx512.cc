@@ -147,20 +147,7 @@ void TileSegment(const Job& j, int64_t m0, int64_t c0, int64_t c1, const float* 
 template <int NT>
 void TileSegmentAnyM(const Job& j, int64_t m0, int64_t mt, int64_t c0, int64_t c1,
                      const float* stage, __m512* io, bool first) {
-  switch (mt) {
-    case 4:
-      TileSegment<4, NT>(j, m0, c0, c1, stage, io, first);
-      break;
-    case 3:
-      TileSegment<3, NT>(j, m0, c0, c1, stage, io, first);
-      break;
-    case 2:
-      TileSegment<2, NT>(j, m0, c0, c1, stage, io, first);
-      break;
-    default:
-      TileSegment<1, NT>(j, m0, c0, c1, stage, io, first);
-      break;
-  }
+  WithRowCount<4>(mt, [&]<int MT>() { TileSegment<MT, NT>(j, m0, c0, c1, stage, io, first); });
 }
 
 // Weight rows [n0, n0 + NT) against activation rows [m0, m1) (at most kMb).

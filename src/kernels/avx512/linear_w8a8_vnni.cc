@@ -156,14 +156,7 @@ void Tile(const Job& j, int64_t m0, int64_t n0, bool lead, bool next) {
 
 template <int NT>
 void TileAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
-  switch (mt) {
-    case 6: Tile<6, NT>(j, m0, n0, lead, next); break;
-    case 5: Tile<5, NT>(j, m0, n0, lead, next); break;
-    case 4: Tile<4, NT>(j, m0, n0, lead, next); break;
-    case 3: Tile<3, NT>(j, m0, n0, lead, next); break;
-    case 2: Tile<2, NT>(j, m0, n0, lead, next); break;
-    default: Tile<1, NT>(j, m0, n0, lead, next); break;
-  }
+  WithRowCount<6>(mt, [&]<int MT>() { Tile<MT, NT>(j, m0, n0, lead, next); });
 }
 
 // Decode (m <= 4): every weight row read once, straight from memory.

@@ -1,0 +1,31 @@
+// Helpers shared by the kernel tests: restoring the thread count, random test data.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "threads/thread_pool.h"
+
+namespace latent::kernels::testing {
+
+// Restores the process-wide thread count after a test changes it.
+class ThreadCount {
+ public:
+  ThreadCount() : saved_(threads::NumThreads()) {}
+  ~ThreadCount() { threads::SetNumThreads(saved_); }
+
+ private:
+  int saved_;
+};
+
+// n floats drawn uniformly from [lo, hi).
+inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = -1.0f,
+                                       float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace latent::kernels::testing
