@@ -115,12 +115,14 @@ class Pool {
       for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
       return;
     }
-    // Publish the job: parameters first, then the tagged chunk counter, then the epoch.
-    n_.store(n, std::memory_order_relaxed);
-    grain_.store(grain, std::memory_order_relaxed);
-    chunks_.store(chunks, std::memory_order_relaxed);
-    fn_obj_.store(&fn, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
+    // Publish the job: parameters first, then the tagged chunk counter, then the epoch. The
+    // parameters are stored with release (plain stores on x86) so that a worker that reads one of
+    // them reads the closing of the previous job too (see RunChunks).
+    n_.store(n, std::memory_order_release);
+    grain_.store(grain, std::memory_order_release);
+    chunks_.store(chunks, std::memory_order_release);
+    fn_obj_.store(&fn, std::memory_order_release);
+    done_.store(0, std::memory_order_release);
     const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
     state_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
     epoch_.store(gen, std::memory_order_seq_cst);
@@ -135,6 +137,11 @@ class Pool {
         std::this_thread::yield();
       }
     }
+    // Close the job before the next one reuses the parameters. A worker may have read this
+    // job's state (every chunk claimed) and then the next job's chunk count, larger: without the
+    // close, its claim on this job's state would succeed, run a chunk with mixed parameters and
+    // count it done for the next job, which would then return while a chunk still runs.
+    state_.store((static_cast<uint64_t>(gen) << 32) | kClosed, std::memory_order_seq_cst);
     busy_.store(false, std::memory_order_release);
   }
 
@@ -144,14 +151,17 @@ class Pool {
     uint64_t s = state_.load(std::memory_order_acquire);
     while (true) {
       if (static_cast<uint32_t>(s >> 32) != gen) return;
-      const int64_t chunks = chunks_.load(std::memory_order_relaxed);
       const int64_t index = static_cast<int64_t>(s & 0xffffffffu);
+      if (index == kClosed) return;
+      // Acquire: if these read a later job's parameters, this thread also sees this job closed
+      // (the caller closes it before it publishes the next), and the claim below fails.
+      const int64_t chunks = chunks_.load(std::memory_order_acquire);
       if (index >= chunks) return;
-      const int64_t n = n_.load(std::memory_order_relaxed);
-      const int64_t grain = grain_.load(std::memory_order_relaxed);
-      const RangeFn* fn = fn_obj_.load(std::memory_order_relaxed);
-      // The claim succeeds only while job `gen` is current, so the parameters read above are
-      // that job's (a new job is published only after every chunk of this one is done).
+      const int64_t n = n_.load(std::memory_order_acquire);
+      const int64_t grain = grain_.load(std::memory_order_acquire);
+      const RangeFn* fn = fn_obj_.load(std::memory_order_acquire);
+      // The claim succeeds only while job `gen` is current and open, so the parameters read
+      // above are that job's (a new job is published only after this one is done and closed).
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
         continue;
@@ -190,6 +200,9 @@ class Pool {
       RunChunks(now);
     }
   }
+
+  // The chunk index of a finished job's state: no claim on it can succeed.
+  static constexpr int64_t kClosed = 0xffffffff;
 
   const int num_threads_;
   std::vector<std::thread> workers_;

@@ -73,6 +73,33 @@ TEST(ThreadPool, EveryIndexRunsOnce) {
   SetNumThreads(saved);
 }
 
+// Back-to-back jobs whose chunk counts alternate between few and many: a worker that lags
+// behind one job must never claim a chunk of it with the next job's parameters, nor make the
+// next job return before all of its chunks have run (that once crashed the expanded attention,
+// which runs a packing job and then a larger one). Each job counts its own chunks in an object
+// that lives only until its ParallelFor returns; a chunk that ran late or twice shows up as a
+// wrong count, in this job or in the next one (the same stack slot).
+TEST(ThreadPool, BackToBackJobsNeverOverlap) {
+  const int saved = NumThreads();
+  for (int threads : {2, 3}) {
+    SetNumThreads(threads);
+    for (int iter = 0; iter < 100000; ++iter) {
+      const int64_t n = iter % 2 == 0 ? 2 : 3 + iter % 61;
+      struct Job {
+        std::atomic<int64_t> running{0}, finished{0};
+      } job;
+      ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+        job.running.fetch_add(1);
+        job.finished.fetch_add(end - begin);
+        job.running.fetch_sub(1);
+      });
+      ASSERT_EQ(job.finished.load(), n) << "threads " << threads << " job " << iter;
+      ASSERT_EQ(job.running.load(), 0) << "threads " << threads << " job " << iter;
+    }
+  }
+  SetNumThreads(saved);
+}
+
 TEST(ThreadPool, NestedAndConcurrentCallsRunInline) {
   const int saved = NumThreads();
   SetNumThreads(2);
