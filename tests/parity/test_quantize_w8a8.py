@@ -12,14 +12,14 @@ reports, and the engine's batches decode as each prompt alone."""
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import latent_logits, load_reference, run_latent
-from test_quantize_int8 import int8_logits, log_softmax, prompt, quantized_by_int8
+from conftest import load_reference, run_latent
+from test_quantize_int8 import (closeness_to_unquantized, int8_logits, load_log_bytes, prompt,
+                                quantized_by_int8)
 
 CASES = [
     ("v3_f32", "deepseek_v3", (), None),
@@ -144,26 +144,13 @@ def test_w8a8_reference_kernels_match_too(cases, case_id, monkeypatch):
 
 @pytest.mark.parametrize("case_id", ["v3_f32", "v2_lite_f32", "v3_bf16"])
 def test_w8a8_stays_close_to_the_unquantized_model(cases, case_id):
-    model_dir, _, _ = cases[case_id]
-    ids = prompt(json.loads((model_dir / "config.json").read_text())["vocab_size"], 64, seed=7)
-    full, full_experts = latent_logits(model_dir, ids, experts=True)
-    quant, quant_experts = w8a8_logits(model_dir, ids, experts=True)
-    lp, lq = log_softmax(full), log_softmax(quant)
-    kl = (np.exp(lp) * (lp - lq)).sum(axis=-1)
-    same = np.array([all(sorted(a[t]) == sorted(b[t]) for a, b in zip(full_experts, quant_experts)
-                         if a is not None) for t in range(len(ids))])
+    kl, same, top1 = closeness_to_unquantized(cases[case_id][0], "w8a8")
     # Per-token int8 activations add rounding noise of max|x_row| / 254 per element on top of
     # int8's weight noise: roughly twice int8's KL on these tiny models (test_quantize_int8.py's
     # bounds: median 5e-3, max 0.05 where routing agrees); the bounds here are doubled.
     assert same.mean() >= 0.75, f"routing flipped for {int((~same).sum())} of {len(ids)} tokens"
     assert np.median(kl[same]) < 1e-2 and kl[same].max() < 0.1, (np.median(kl[same]), kl[same].max())
-    assert (full.argmax(-1) == quant.argmax(-1)).mean() >= 0.8
-
-
-def load_log_bytes(stderr: str) -> int:
-    m = re.search(r"weights now (\d+) bytes", stderr)
-    assert m, stderr
-    return int(m.group(1))
+    assert top1 >= 0.8
 
 
 @pytest.mark.parametrize("case_id", ["v3_f32", "v3_fp8", "v32_dsa", "v3_tied"])

@@ -114,23 +114,10 @@ void TileAnyM(const DotJob& j, int64_t m0, int64_t mt, int64_t n0, bool lead, bo
 void Rows(const DotJob& j, int64_t r0, int64_t r1) {
   const int64_t most = std::max<int64_t>(
       2 * kMt, ((int64_t{256} << 10) / std::max<int64_t>(2 * j.kp, 1)) / kMt * kMt);
-  const int64_t blocks = (j.m + most - 1) / most;
-  const int64_t mb = ((j.m + blocks - 1) / blocks + kMt - 1) / kMt * kMt;
-  for (int64_t m0 = 0; m0 < j.m; m0 += mb) {
-    const int64_t m1 = std::min(j.m, m0 + mb);
-    int64_t n = r0;
-    for (; n + kNt <= r1; n += kNt) {
-      const bool next = n + 2 * kNt <= r1;
-      for (int64_t m = m0; m < m1; m += kMt) {
-        TileAnyM<kNt>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, m == m0 && next);
-      }
-    }
-    for (; n < r1; ++n) {
-      for (int64_t m = m0; m < m1; m += kMt) {
-        TileAnyM<1>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, false);
-      }
-    }
-  }
+  BlockedRows<kMt, kNt>(j.m, most, r0, r1,
+                        [&]<int NT>(int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
+                          TileAnyM<NT>(j, m0, mt, n0, lead, next);
+                        });
 }
 
 // f32 -> bf16, round to nearest even (NaN stays NaN), zero-padded to kp.

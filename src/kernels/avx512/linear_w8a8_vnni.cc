@@ -172,23 +172,10 @@ void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
 // Batches: weight rows [r0, r1) against blocks of activation rows that stay in L2.
 void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
   const int64_t most = std::max<int64_t>(2 * kMt, kBlockBytes / std::max<int64_t>(j.kp, 1) / kMt * kMt);
-  const int64_t blocks = (j.m + most - 1) / most;
-  const int64_t mb = ((j.m + blocks - 1) / blocks + kMt - 1) / kMt * kMt;  // balanced blocks
-  for (int64_t m0 = 0; m0 < j.m; m0 += mb) {
-    const int64_t m1 = std::min(j.m, m0 + mb);
-    int64_t n = r0;
-    for (; n + kNt <= r1; n += kNt) {
-      const bool next = n + 2 * kNt <= r1;
-      for (int64_t m = m0; m < m1; m += kMt) {
-        TileAnyM<kNt>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, m == m0 && next);
-      }
-    }
-    for (; n < r1; ++n) {
-      for (int64_t m = m0; m < m1; m += kMt) {
-        TileAnyM<1>(j, m, std::min<int64_t>(kMt, m1 - m), n, m == m0, false);
-      }
-    }
-  }
+  BlockedRows<kMt, kNt>(j.m, most, r0, r1,
+                        [&]<int NT>(int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
+                          TileAnyM<NT>(j, m0, mt, n0, lead, next);
+                        });
 }
 
 // One activation row to u8 = xq + 128 (padded with 128 to kp); returns its scale. The same f32
