@@ -822,6 +822,21 @@ def roofline(arith: dict, machine: dict, latent: dict, llama: dict, hf: dict, mo
     return out
 
 
+def decode_prefill_ratios(ratios: dict, names: tuple[str, str], decode: dict | None, prefill: dict | None,
+                          llama_decode: dict | None, llama_prefill: float | None, run: str) -> None:
+    """One latent variant against llama.cpp: decode t/s at 64 requests (latent's point `decode`
+    against llama-batched-bench's `llama_decode`) and prefill t/s at PP 512 (latent's point
+    `prefill` against llama-bench's `llama_prefill`), named `names`."""
+    ratios[names[0]] = ratio(
+        names[0], decode and decode["decode_tokens_per_s"], llama_decode and llama_decode["decode_tokens_per_s"],
+        f"a batch-64 point is missing ({run})",
+        {"latent": decode and decode["decode_tokens_per_s"],
+         "llama.cpp": llama_decode and llama_decode["decode_tokens_per_s"]})
+    ratios[names[1]] = ratio(
+        names[1], prefill and prefill["prefill_tokens_per_s"], llama_prefill, f"a pp512 point is missing ({run})",
+        {"latent": prefill and prefill["prefill_tokens_per_s"], "llama.cpp": llama_prefill})
+
+
 def compute_ratios(res: dict) -> dict:
     mode = res["workload"]
     lat, llama_b, llama_bb, hf = (res["systems"]["latent"], res["systems"]["llama.cpp"]["bench"],
@@ -848,40 +863,23 @@ def compute_ratios(res: dict) -> dict:
         "prefill_512_vs_llamacpp", lpp and lpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
         ("latent's pp512 point" if not lpp else "llama-bench pp512") + " did not finish",
         {"latent": lpp and lpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
+    llama_pp = llama_b.get("prefill_tokens_per_s")
     bf = lat.get("bf16_dot") or {}
-    bp, bpp = point(bf.get("points"), b), point(bf.get("prefill_points"), 1, pp)
-    ratios["decode_b64_vs_llamacpp_bf16dot"] = ratio(
-        "decode_b64_vs_llamacpp_bf16dot", bp and bp["decode_tokens_per_s"], cp and cp["decode_tokens_per_s"],
-        "a batch-64 point is missing (opt-in LATENT_BF16_DOT=1 run)",
-        {"latent": bp and bp["decode_tokens_per_s"], "llama.cpp": cp and cp["decode_tokens_per_s"]})
-    ratios["prefill_512_vs_llamacpp_bf16dot"] = ratio(
-        "prefill_512_vs_llamacpp_bf16dot", bpp and bpp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
-        "a pp512 point is missing (opt-in LATENT_BF16_DOT=1 run)",
-        {"latent": bpp and bpp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
-    w8, q8 = lat.get("w8a8") or {}, res["systems"]["llama.cpp"].get("q8_0") or {}
-    wp, wpp = point(w8.get("points"), b), point(w8.get("prefill_points"), 1, pp)
-    qp = point((q8.get("batched_bench") or {}).get("points"), b)
-    q8_pp = (q8.get("bench") or {}).get("prefill_tokens_per_s")
+    decode_prefill_ratios(ratios, ("decode_b64_vs_llamacpp_bf16dot", "prefill_512_vs_llamacpp_bf16dot"),
+                          point(bf.get("points"), b), point(bf.get("prefill_points"), 1, pp), cp, llama_pp,
+                          "opt-in LATENT_BF16_DOT=1 run")
     od = lat.get("onednn") or {}
     op = [p for p in od.get("points") or [] if p.get("batch") == b]
     opp = [p for p in od.get("prefill_points") or [] if p.get("batch") == 1 and p.get("pp") == pp]
-    op, opp = op[-1] if op else None, opp[-1] if opp else None  # warm: the last of the repeats
-    ratios["decode_b64_vs_llamacpp_onednn"] = ratio(
-        "decode_b64_vs_llamacpp_onednn", op and op["decode_tokens_per_s"], cp and cp["decode_tokens_per_s"],
-        "a batch-64 point is missing (opt-in LATENT_GEMM=onednn run)",
-        {"latent": op and op["decode_tokens_per_s"], "llama.cpp": cp and cp["decode_tokens_per_s"]})
-    ratios["prefill_512_vs_llamacpp_onednn"] = ratio(
-        "prefill_512_vs_llamacpp_onednn", opp and opp["prefill_tokens_per_s"], llama_b.get("prefill_tokens_per_s"),
-        "a pp512 point is missing (opt-in LATENT_GEMM=onednn run)",
-        {"latent": opp and opp["prefill_tokens_per_s"], "llama.cpp": llama_b.get("prefill_tokens_per_s")})
-    ratios["decode_b64_w8a8_vs_llamacpp_q8_0"] = ratio(
-        "decode_b64_w8a8_vs_llamacpp_q8_0", wp and wp["decode_tokens_per_s"], qp and qp["decode_tokens_per_s"],
-        "a batch-64 point is missing (latent --quantize w8a8 or llama.cpp Q8_0)",
-        {"latent": wp and wp["decode_tokens_per_s"], "llama.cpp": qp and qp["decode_tokens_per_s"]})
-    ratios["prefill_512_w8a8_vs_llamacpp_q8_0"] = ratio(
-        "prefill_512_w8a8_vs_llamacpp_q8_0", wpp and wpp["prefill_tokens_per_s"], q8_pp,
-        "a pp512 point is missing (latent --quantize w8a8 or llama-bench on Q8_0)",
-        {"latent": wpp and wpp["prefill_tokens_per_s"], "llama.cpp": q8_pp})
+    decode_prefill_ratios(ratios, ("decode_b64_vs_llamacpp_onednn", "prefill_512_vs_llamacpp_onednn"),
+                          op[-1] if op else None, opp[-1] if opp else None,  # warm: the last repeat
+                          cp, llama_pp, "opt-in LATENT_GEMM=onednn run")
+    w8, q8 = lat.get("w8a8") or {}, res["systems"]["llama.cpp"].get("q8_0") or {}
+    decode_prefill_ratios(ratios, ("decode_b64_w8a8_vs_llamacpp_q8_0", "prefill_512_w8a8_vs_llamacpp_q8_0"),
+                          point(w8.get("points"), b), point(w8.get("prefill_points"), 1, pp),
+                          point((q8.get("batched_bench") or {}).get("points"), b),
+                          (q8.get("bench") or {}).get("prefill_tokens_per_s"),
+                          "latent --quantize w8a8, or llama.cpp on Q8_0")
     lc = res.get("long_context", {})
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(

@@ -307,21 +307,9 @@ inline int64_t BlockRows(int64_t k) {
 // while the next one is prefetched.
 template <class L>
 void Rows(const Job& j, int64_t r0, int64_t r1) {
-  switch (j.m) {
-    case 1:
-      RowsDecode<L, 1>(j, r0, r1);
-      return;
-    case 2:
-      RowsDecode<L, 2>(j, r0, r1);
-      return;
-    case 3:
-      RowsDecode<L, 3>(j, r0, r1);
-      return;
-    case 4:
-      RowsDecode<L, 4>(j, r0, r1);
-      return;
-    default:
-      break;
+  if (j.m <= kMt) {
+    WithRowCount<kMt>(j.m, [&]<int MT>() { RowsDecode<L, MT>(j, r0, r1); });
+    return;
   }
   // Equal blocks (64 rows: 24 + 24 + 16, not 30 + 30 + 4), each at most BlockRows(k) rounded
   // up to whole M-tiles.

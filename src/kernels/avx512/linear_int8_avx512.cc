@@ -179,21 +179,9 @@ void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1) {
 }
 
 void Rows(const Job& j, int64_t r0, int64_t r1) {
-  switch (j.m) {
-    case 1:
-      RowsDecode<1>(j, r0, r1);
-      return;
-    case 2:
-      RowsDecode<2>(j, r0, r1);
-      return;
-    case 3:
-      RowsDecode<3>(j, r0, r1);
-      return;
-    case 4:
-      RowsDecode<4>(j, r0, r1);
-      return;
-    default:
-      break;
+  if (j.m <= kMtDecode) {
+    WithRowCount<kMtDecode>(j.m, [&]<int MT>() { RowsDecode<MT>(j, r0, r1); });
+    return;
   }
   for (int64_t m0 = 0; m0 < j.m; m0 += kMb) {
     const int64_t m1 = std::min(j.m, m0 + kMb);
