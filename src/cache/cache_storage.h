@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cache/cache_layout.h"
+#include "cache/paged_rows.h"
 
 namespace latent::cache {
 
@@ -25,6 +26,9 @@ class CacheStorage {
   const uint8_t* RowAt(int32_t block, int64_t layer, int64_t row, uint32_t token_in_block) const {
     return const_cast<CacheStorage*>(this)->RowAt(block, layer, row, token_in_block);
   }
+
+  // The plain view of these bytes, rows holding `dtype` elements (f32 or bf16).
+  PagedRows View(DType dtype) { return PagedRows::Of(data_.get(), rows_, layout_, num_blocks_, dtype); }
 
   // Number of blocks that fit in `bytes` (at least 0).
   static int32_t BlocksForBytes(const ModelCacheRows& rows, uint32_t block_tokens, uint64_t bytes);

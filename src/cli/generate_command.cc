@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
-#include "model/contiguous_latent_cache.h"
+#include "engine/cache_manager.h"
 #include "model/generation_config.h"
 #include "model/cache_rows.h"
 
@@ -76,28 +76,37 @@ Runner RegisterGenerate(CLI::App& app) {
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
-    model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
+    // Rows in f32 (exact), in blocks enough for the prompt and every generated token.
+    engine::CacheOptions cache_options;
+    cache_options.block_tokens = opt->engine.block_tokens;
+    const int64_t most = static_cast<int64_t>(ids.size()) + opt->max_tokens;
+    cache_options.num_blocks = static_cast<int32_t>((most + cache_options.block_tokens - 1) / cache_options.block_tokens);
+    cache_options.prefix_caching = false;
+    cache_options.dtype = model::CacheDType::kF32;
+    engine::CacheManager cache(m->config(), cache_options);
+    cache::BlockTable table = cache.NewTable();
     std::vector<float> logits(vocab);
 
     std::vector<int32_t> generated;
     model::ForwardBatch batch;
-    batch.token_ids = ids;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      batch.positions.push_back(static_cast<int64_t>(i));
-      batch.seq_slots.push_back(0);
-    }
-    int64_t next_position = static_cast<int64_t>(ids.size());
+    batch.rows = &cache.rows();
+    std::vector<int32_t> step = ids;  // This step's tokens: the prompt, then the last token.
+    int64_t position = 0;
     while (static_cast<int64_t>(generated.size()) < opt->max_tokens) {
-      batch.logits_rows = {static_cast<int32_t>(batch.token_ids.size() - 1)};
-      m->Forward(batch, cache, form, logits.data());
+      if (!table.Grow(cache.pool(), position + static_cast<int64_t>(step.size()))) {
+        Fail("internal: generate's cache is too small");
+      }
+      batch.Clear();
+      batch.AddSequence(step, position, table.blocks(), /*last_logits=*/true);
+      m->Forward(batch, form, logits.data());
+      position += static_cast<int64_t>(step.size());
       const int32_t token =
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       generated.push_back(token);
       if (!opt->ignore_eos && std::count(gen.eos_token_ids.begin(), gen.eos_token_ids.end(), token)) break;
-      batch.token_ids = {token};
-      batch.positions = {next_position++};
-      batch.seq_slots = {0};
+      step = {token};
     }
+    table.Free(cache.pool());
     std::cout << "{\"ids\": [";
     for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? ", " : "") << generated[i];
     std::cout << "]}\n";

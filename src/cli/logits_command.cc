@@ -10,42 +10,38 @@
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
-#include "cache/block_pool.h"
-#include "cache/block_table.h"
-#include "cache/cache_storage.h"
-#include "engine/paged_latent_cache.h"
+#include "engine/cache_manager.h"
 #include "model/cache_rows.h"
-#include "model/contiguous_latent_cache.h"
 
 namespace latent::cli {
 
 namespace {
 
-// The prompt in chunks through the engine's paged cache, as chunked prefill runs it.
-void RunChunked(const model::Model& m, const std::vector<int32_t>& ids, int64_t chunk,
-                uint32_t block_tokens, const std::string& cache_dtype_name,
-                model::AttentionForm form, float* logits) {
+// The prompt in chunks of `chunk` tokens through a paged cache of `dtype` rows, as chunked
+// prefill runs it; logits of every position. One chunk with f32 rows is the plain forward pass.
+void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t chunk,
+               uint32_t block_tokens, model::CacheDType dtype, model::AttentionForm form,
+               float* logits, model::ForwardTrace* trace) {
   const model::ModelConfig& config = m.config();
-  const model::CacheDType dtype = model::ParseCacheDType(cache_dtype_name, config);
   const int64_t n = static_cast<int64_t>(ids.size());
-  const int32_t blocks = static_cast<int32_t>((n + block_tokens - 1) / block_tokens);
-  cache::CacheStorage storage(model::CacheRows(config, dtype), block_tokens, blocks);
-  cache::BlockPool pool(blocks, /*prefix_caching=*/false);
-  cache::BlockTable table(block_tokens);
-  engine::PagedLatentCache paged(storage, model::CacheRowValues(config), dtype);
-  paged.SetTables({&table});
+  engine::CacheOptions options;
+  options.block_tokens = block_tokens;
+  options.num_blocks = static_cast<int32_t>((n + block_tokens - 1) / block_tokens);
+  options.prefix_caching = false;
+  options.dtype = dtype;
+  engine::CacheManager cache(config, options);
+  cache::BlockTable table = cache.NewTable();
+  model::ForwardBatch batch;
+  batch.rows = &cache.rows();
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t end = std::min(n, start + chunk);
-    if (!table.Grow(pool, end)) Fail("internal: chunked cache too small");
-    model::ForwardBatch batch;
-    for (int64_t i = start; i < end; ++i) {
-      batch.token_ids.push_back(ids[i]);
-      batch.positions.push_back(i);
-      batch.seq_slots.push_back(0);
-      batch.logits_rows.push_back(static_cast<int32_t>(i - start));
-    }
-    m.Forward(batch, paged, form, logits + start * config.vocab_size);
+    if (!table.Grow(cache.pool(), end)) Fail("internal: chunked cache too small");
+    batch.Clear();
+    batch.AddSequence(std::span<const int32_t>(ids).subspan(start, end - start), start,
+                      table.blocks(), /*last_logits=*/true, /*all_logits=*/true);
+    m.Forward(batch, form, logits + start * config.vocab_size, trace);
   }
+  table.Free(cache.pool());
 }
 
 Runner RegisterLogits(CLI::App& app) {
@@ -85,20 +81,16 @@ Runner RegisterLogits(CLI::App& app) {
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
 
-    model::ForwardBatch batch;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      batch.token_ids.push_back(ids[i]);
-      batch.positions.push_back(static_cast<int64_t>(i));
-      batch.seq_slots.push_back(0);
-      batch.logits_rows.push_back(static_cast<int32_t>(i));
-    }
     std::vector<float> logits(ids.size() * vocab);
     model::ForwardTrace trace;
     if (opt->chunk_tokens == 0) {
-      model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
-      m->Forward(batch, cache, form, logits.data(), opt->experts || opt->selected ? &trace : nullptr);
+      // One chunk, rows kept in f32 (exact).
+      RunPrompt(*m, ids, static_cast<int64_t>(ids.size()), opt->block_tokens,
+                model::CacheDType::kF32, form, logits.data(),
+                opt->experts || opt->selected ? &trace : nullptr);
     } else {
-      RunChunked(*m, ids, opt->chunk_tokens, opt->block_tokens, opt->cache_dtype, form, logits.data());
+      RunPrompt(*m, ids, opt->chunk_tokens, opt->block_tokens,
+                model::ParseCacheDType(opt->cache_dtype, m->config()), form, logits.data(), nullptr);
     }
 
     std::string out;

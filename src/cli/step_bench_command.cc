@@ -18,13 +18,11 @@
 #include <random>
 
 #include "base/error.h"
-#include "cache/block_pool.h"
 #include "cache/block_table.h"
-#include "cache/cache_storage.h"
 #include "cli/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
-#include "engine/paged_latent_cache.h"
+#include "engine/cache_manager.h"
 #include "kernels/kernel_table.h"
 #include "model/cache_rows.h"
 #include "threads/thread_pool.h"
@@ -62,29 +60,28 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   const int64_t tokens = context + steps + 1;  // One untimed warm-up step first.
   const int32_t per_sequence = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
   const int32_t num_blocks = per_sequence * static_cast<int32_t>(batch);
-  cache::CacheStorage storage(model::CacheRows(config, dtype), block_tokens, num_blocks);
-  cache::BlockPool pool(num_blocks, /*prefix_caching=*/false);
-  std::vector<cache::BlockTable> tables(batch, cache::BlockTable(block_tokens));
-  std::vector<const cache::BlockTable*> slots;  // slot i: sequence i
-  for (cache::BlockTable& table : tables) {
-    LATENT_CHECK(table.Grow(pool, tokens));
-    slots.push_back(&table);
-  }
-  const std::vector<std::vector<int64_t>> row_values = model::CacheRowValues(config);
-  engine::PagedLatentCache paged(storage, row_values, dtype);
-  paged.SetTables(slots);
+  engine::CacheOptions options;
+  options.block_tokens = block_tokens;
+  options.num_blocks = num_blocks;
+  options.prefix_caching = false;
+  options.dtype = dtype;
+  engine::CacheManager cache(config, options);
+  std::vector<cache::BlockTable> tables(batch, cache.NewTable());  // table i: sequence i
+  for (cache::BlockTable& table : tables) LATENT_CHECK(table.Grow(cache.pool(), tokens));
+  const cache::PagedRows& rows = cache.rows();
 
   // Random rows, N(0, 1): the scale of a normalized latent and of a rotated key.
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values;
+  const std::vector<std::vector<int64_t>> row_values = model::CacheRowValues(config);
   for (int64_t layer = 0; layer < static_cast<int64_t>(row_values.size()); ++layer) {
     for (int row = 0; row < static_cast<int>(row_values[layer].size()); ++row) {
       values.resize(static_cast<size_t>(row_values[layer][row]));
       for (int64_t p = 0; p < context; ++p) {
         for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
           for (float& v : values) v = normal(rng);
-          paged.WriteRow(layer, row, slot, p, values.data());
+          rows.WriteRow(tables[slot].blocks(), layer, row, p, values.data());
         }
       }
     }
@@ -95,19 +92,19 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   StepResult result;
   for (int64_t s = 0; s <= steps; ++s) {
     model::ForwardBatch step;
+    step.rows = &rows;
     for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
-      step.token_ids.push_back(token(rng));
-      step.positions.push_back(context + s);
-      step.seq_slots.push_back(slot);
-      step.logits_rows.push_back(slot);
+      const int32_t id = token(rng);
+      step.AddSequence(std::span<const int32_t>(&id, 1), context + s, tables[slot].blocks(),
+                       /*last_logits=*/true);
     }
     const Clock::time_point start = Clock::now();
-    m.Forward(step, paged, form, logits.data());
+    m.Forward(step, form, logits.data());
     // Step 0 warms up: it faults in the mapped weights and sizes the scratch buffers.
     if (s > 0)
       result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
   }
-  for (cache::BlockTable& table : tables) table.Free(pool);
+  for (cache::BlockTable& table : tables) table.Free(cache.pool());
   return result;
 }
 

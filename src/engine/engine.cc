@@ -8,7 +8,6 @@
 #include "base/error.h"
 #include "base/profile.h"
 #include "engine/sampler.h"
-#include "model/mla_attention.h"
 
 namespace latent::engine {
 
@@ -16,24 +15,20 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
                EngineOptions options)
     : model_(std::move(model)), generation_(std::move(generation)), options_(options) {
   const model::ModelConfig& config = model_->config();
-  if (options_.block_tokens == 0) Fail("--block-tokens must be positive");
-  cache_dtype_ = model::ParseCacheDType(options_.cache_dtype, config);
-  cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype_);
-  int32_t num_blocks = options_.num_blocks;
-  if (num_blocks <= 0) {
-    const double bytes = options_.cache_memory_gib * (1ull << 30);
-    if (!(bytes > 0)) Fail("--cache-memory must be positive");
-    num_blocks = cache::CacheStorage::BlocksForBytes(rows, options_.block_tokens, static_cast<uint64_t>(bytes));
-    if (num_blocks == 0) Fail("--cache-memory ", options_.cache_memory_gib, " GiB holds no cache block");
-  }
-  metrics_.cache_bytes_per_token = cache::BytesPerToken(rows);
-  storage_ = std::make_unique<cache::CacheStorage>(std::move(rows), options_.block_tokens, num_blocks);
-  pool_ = std::make_unique<cache::BlockPool>(num_blocks, options_.prefix_caching);
+  CacheOptions cache_options;
+  cache_options.block_tokens = options_.block_tokens;
+  cache_options.num_blocks = options_.num_blocks;
+  cache_options.memory_gib = options_.cache_memory_gib;
+  cache_options.prefix_caching = options_.prefix_caching;
+  cache_options.dtype = model::ParseCacheDType(options_.cache_dtype, config);
+  cache_ = std::make_unique<CacheManager>(config, cache_options);
+  pool_ = &cache_->pool();
+  batch_.forward.rows = &cache_->rows();
   scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
-  paged_ = std::make_unique<PagedLatentCache>(*storage_, model::CacheRowValues(config), cache_dtype_);
   seed_base_ = std::random_device{}();
-  metrics_.total_blocks = num_blocks;
-  metrics_.block_tokens = options_.block_tokens;
+  metrics_.cache_bytes_per_token = cache_->bytes_per_token();
+  metrics_.total_blocks = cache_->num_blocks();
+  metrics_.block_tokens = cache_->block_tokens();
 }
 
 Engine::~Engine() { Stop(); }
@@ -200,7 +195,7 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
     bool forked = true;
     if (rest > 0) {
       if (seq.table.Grow(*pool_, first.num_prompt)) {
-        paged_->CopyBlock(first.table.blocks()[shared / options_.block_tokens], seq.table.blocks().back(), rest);
+        cache_->rows().CopyBlock(first.table.blocks()[shared / options_.block_tokens], seq.table.blocks().back(), rest);
       } else {
         forked = false;  // No block for the copy: recompute the prompt like a new request.
         seq.table.Free(*pool_);
@@ -251,7 +246,6 @@ bool Engine::Step() {
     return true;
   }
   BuildBatch(plan, batch_);
-  paged_->SetTables(batch_.tables);
   if (profile::Enabled()) {
     bool decode = true;
     for (const ScheduledChunk& chunk : plan.chunks) decode = decode && chunk.num_tokens == 1;
@@ -263,7 +257,7 @@ bool Engine::Step() {
   std::vector<float>& logits = logits_;
   logits.resize(batch_.forward.logits_rows.size() * model_->config().vocab_size);
   try {
-    model_->Forward(batch_.forward, *paged_, options_.attention, logits.data());
+    model_->Forward(batch_.forward, options_.attention, logits.data());
   } catch (const Error& e) {
     // Fail what ran in this step; the rest of the engine goes on.
     for (const ScheduledChunk& chunk : plan.chunks) Finish(*chunk.seq, FinishReason::kError, e.what());

@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "cache/block_pool.h"
-#include "cache/cache_storage.h"
 #include "engine/batch_builder.h"
-#include "engine/paged_latent_cache.h"
+#include "engine/cache_manager.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/generation_config.h"
@@ -95,12 +94,10 @@ class Engine {
   std::unique_ptr<model::Model> model_;
   model::GenerationConfig generation_;
   EngineOptions options_;
-  model::CacheDType cache_dtype_;
-  std::unique_ptr<cache::CacheStorage> storage_;
-  std::unique_ptr<cache::BlockPool> pool_;
+  std::unique_ptr<CacheManager> cache_;
+  cache::BlockPool* pool_;  // cache_'s pool.
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<PagedLatentCache> paged_;
-  BuiltBatch batch_;
+  BuiltBatch batch_;  // batch_.forward.rows: cache_'s rows, set once.
   std::vector<float> logits_;  // The step's logits, [R, vocab]; kept to reuse its pages.
   std::map<int64_t, std::unique_ptr<RequestState>> requests_;
   int64_t next_sequence_id_ = 0;

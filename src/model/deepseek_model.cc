@@ -23,15 +23,14 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
                                         config_.qk_head_dim(), variant.index_rope_interleaved,
                                         /*round_bf16=*/false)) {}
 
-void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
+void DeepseekModel::Forward(const ForwardBatch& batch, AttentionForm form,
                             float* logits, ForwardTrace* trace) const {
   LATENT_PROFILE_SCOPE(kStep);
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t d = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  LATENT_CHECK(batch.positions.size() == batch.token_ids.size() &&
-               batch.seq_slots.size() == batch.token_ids.size());
+  batch.Validate();
 
   std::vector<float> hidden(tokens * d), normed(tokens * d), branch(tokens * d);  // [T, D]
   for (int64_t t = 0; t < tokens; ++t) {
@@ -59,7 +58,7 @@ void DeepseekModel::Forward(const ForwardBatch& batch, LatentCache& cache, Atten
       dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
       dsa.selection = &selection;
     }
-    MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), d, cache, form,
+    MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), d, form,
                         config_.is_dsa() ? &dsa : nullptr, branch.data());
     if (trace != nullptr && config_.is_dsa()) trace->selected[l] = selection;
     {

@@ -25,7 +25,7 @@ class DeepseekModel : public Model {
                 const LoadOptions& options = {});
 
   const ModelConfig& config() const override { return config_; }
-  void Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
+  void Forward(const ForwardBatch& batch, AttentionForm form,
                float* logits, ForwardTrace* trace) const override;
 
  private:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
 
 #include "kernels/kernel_table.h"
@@ -60,7 +59,7 @@ void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int3
 
 void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& rope,
                    int64_t layer, const ForwardBatch& batch, const float* x, int64_t hidden,
-                   const float* q_resid, int64_t q_lora, LatentCache& cache, DsaSelection& selection) {
+                   const float* q_resid, int64_t q_lora, DsaSelection& selection) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   selection.assign(tokens, {});
@@ -78,7 +77,8 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     rope.CosSin(batch.positions[t], cos.data(), sin.data());
     rope.Apply(&keys[t * d.head_dim], cos.data(), sin.data());
     for (int64_t h = 0; h < d.heads; ++h) rope.Apply(&queries[(t * d.heads + h) * d.head_dim], cos.data(), sin.data());
-    cache.WriteRow(layer, kIndexRow, batch.seq_slots[t], batch.positions[t], &keys[t * d.head_dim]);
+    batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kIndexRow, batch.positions[t],
+                         &keys[t * d.head_dim]);
   }
   // Head weights [T, n_h] in f32.
   std::vector<float> head_weights(tokens * d.heads);
@@ -88,22 +88,18 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(d.head_dim));
 
   // Per sequence: score its cached keys for each of its tokens that needs selecting.
-  std::map<int32_t, int64_t> context;  // slot -> largest position + 1
-  for (int64_t t = 0; t < tokens; ++t) {
-    int64_t& c = context[batch.seq_slots[t]];
-    c = std::max(c, batch.positions[t] + 1);
-  }
   // Reused: tens of MB at long context. Lambdas below must use `cached_keys`, not the thread_local
   // (in a pool thread that name is that thread's own, empty vector).
   thread_local std::vector<float> cached_buffer;
-  for (const auto& [slot, length] : context) {
+  for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
+    const int64_t length = batch.context_lens[slot];
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
     if (static_cast<int64_t>(cached_buffer.size()) < length * d.head_dim) cached_buffer.resize(length * d.head_dim);
     const float* cached_keys = cached_buffer.data();  // [length, head_dim]
-    cache.GatherRows(layer, kIndexRow, slot, length, cached_buffer.data());
+    batch.rows->GatherRows(batch.BlockTable(slot), layer, kIndexRow, length, cached_buffer.data());
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
-    for (int64_t t = 0; t < tokens; ++t) {
-      if (batch.seq_slots[t] == slot && batch.positions[t] + 1 > d.topk) selecting.push_back(t);
+    for (int64_t t = batch.seq_starts[slot]; t < batch.seq_starts[slot + 1]; ++t) {
+      if (batch.positions[t] + 1 > d.topk) selecting.push_back(t);
     }
     // Many tokens (a prefill chunk): one token per thread. Few (decodes): each token's
     // positions split across the threads. Every score is computed the same way either way.

@@ -22,13 +22,13 @@ struct DsaDims {
 using DsaSelection = std::vector<std::vector<int32_t>>;
 
 // x [T, D] (after input_layernorm), q_resid [T, Q] (q_a_layernorm(q_a_proj(x))). Writes the index
-// keys of the batch's tokens into `cache`, then for every token whose context (position + 1)
-// exceeds topk keeps the topk positions with the largest
+// keys of the batch's tokens into its paged cache, then for every token whose context
+// (position + 1) exceeds topk keeps the topk positions with the largest
 //   sum_h w[h] * relu(q[h] . k[j] / sqrt(head_dim)),  w = weights_proj(x) / sqrt(heads)
 // among positions 0..position (ties to the lower position). A shorter context attends densely,
 // which is what the top-k would select anyway.
 void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope& rope,
                    int64_t layer, const ForwardBatch& batch, const float* x, int64_t hidden,
-                   const float* q_resid, int64_t q_lora, LatentCache& cache, DsaSelection& selection);
+                   const float* q_resid, int64_t q_lora, DsaSelection& selection);
 
 }  // namespace latent::model

@@ -1,7 +1,6 @@
 #include "model/mla_attention.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <vector>
 
@@ -28,20 +27,14 @@ std::vector<float>& GatherBuffer(int64_t floats) {
   return buffer;
 }
 
-// The tokens of one sequence in the batch.
+// The tokens of one sequence in the batch (ForwardBatch's grouping).
 struct SequenceTokens {
-  std::vector<int64_t> rows;  // batch rows, in position order
-  int64_t context = 0;        // rows 0..context-1 are attended by the last token
+  int64_t begin = 0, end = 0;  // batch rows [begin, end), in position order
+  int64_t context = 0;         // rows 0..context-1 are attended by the last token
 };
 
-std::map<int32_t, SequenceTokens> GroupBySequence(const ForwardBatch& batch) {
-  std::map<int32_t, SequenceTokens> seqs;
-  for (size_t t = 0; t < batch.token_ids.size(); ++t) {
-    SequenceTokens& s = seqs[batch.seq_slots[t]];
-    s.rows.push_back(static_cast<int64_t>(t));
-    s.context = std::max(s.context, batch.positions[t] + 1);
-  }
-  return seqs;
+SequenceTokens SequenceOf(const ForwardBatch& batch, int64_t s) {
+  return {batch.seq_starts[s], batch.seq_starts[s + 1], batch.context_lens[s]};
 }
 
 // Absorbed form, for a group of batch tokens of any sequences. W_UK is folded into the queries
@@ -149,7 +142,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   // causal prefix (up to and including themselves), all in one call that reads each block of
   // keys and values once for many queries.
   std::vector<int64_t> causal, picked_rows;
-  for (int64_t row : seq.rows) {
+  for (int64_t row = seq.begin; row < seq.end; ++row) {
     const bool picked = selection != nullptr && !(*selection)[row].empty();
     (picked ? picked_rows : causal).push_back(row);
   }
@@ -214,7 +207,7 @@ bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
 
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
-                         int64_t hidden, LatentCache& cache, AttentionForm form,
+                         int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
@@ -258,8 +251,10 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   norm_rope.cos = cos.data();
   norm_rope.sin = sin.data();
   k.norm_rope(norm_rope);
+  const cache::PagedRows& cache = *batch.rows;
   for (int64_t t = 0; t < tokens; ++t) {
-    cache.WriteRow(layer, kLatentRow, batch.seq_slots[t], batch.positions[t], &kv_a[t * d.row()]);
+    cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kLatentRow, batch.positions[t],
+                   &kv_a[t * d.row()]);
   }
 
   const DsaSelection* selection = nullptr;
@@ -268,7 +263,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     LATENT_PROFILE_SCOPE(kDsaIndexer);
     if (dsa->indexer != nullptr) {
       RunDsaIndexer(dsa->dims, *dsa->indexer, *dsa->rope, layer, batch, x, hidden, q_a.data(),
-                    d.q_lora, cache, *dsa->selection);
+                    d.q_lora, *dsa->selection);
     }
     selection = dsa->selection;
   }
@@ -276,18 +271,17 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   // Attention per sequence, over its cached rows (or the ones DSA selected).
   scope.emplace(profile::Op::kAttnCore);
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
-  const std::map<int32_t, SequenceTokens> seqs = GroupBySequence(batch);
   std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
-  for (const auto& [slot, seq] : seqs) {
+  for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
+    const SequenceTokens seq = SequenceOf(batch, slot);
     const bool expanded = form == AttentionForm::kExpanded ||
-                          (form == AttentionForm::kAuto &&
-                           PreferExpanded(d, static_cast<int64_t>(seq.rows.size())));
+                          (form == AttentionForm::kAuto && PreferExpanded(d, seq.end - seq.begin));
     if (!expanded) {
-      absorbed.insert(absorbed.end(), seq.rows.begin(), seq.rows.end());
+      for (int64_t row = seq.begin; row < seq.end; ++row) absorbed.push_back(row);
       continue;
     }
     std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
-    cache.GatherRows(layer, kLatentRow, slot, seq.context, gathered.data());
+    cache.GatherRows(batch.BlockTable(slot), layer, kLatentRow, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
     ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale,
@@ -314,7 +308,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     threads::ParallelFor(static_cast<int64_t>(starts.size()) - 1, 1, [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s) {
         const int32_t slot = batch.seq_slots[group[starts[s]]];
-        const int64_t context = seqs.at(slot).context;
+        const int64_t context = batch.context_lens[slot];
         // When DSA selected for every token of this run, only the selected rows are read (at
         // long context a small share of them); otherwise rows 0..context-1.
         bool all_selected = selection != nullptr;
@@ -332,9 +326,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
         std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
         if (all_selected) {
-          cache.GatherPositions(layer, kLatentRow, slot, wanted, gathered.data());
+          cache.GatherPositions(batch.BlockTable(slot), layer, kLatentRow, wanted, gathered.data());
         } else {
-          cache.GatherRows(layer, kLatentRow, slot, context, gathered.data());
+          cache.GatherRows(batch.BlockTable(slot), layer, kLatentRow, context, gathered.data());
         }
         // The row of a position.
         auto row_at = [&](int32_t p) -> const float* {

@@ -31,11 +31,11 @@ struct DsaLayer {
 };
 
 // x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`
-// into `cache`, then attends each token over its sequence's rows 0..position, or over the
-// positions DSA selected for it when `dsa` is given.
+// into the batch's paged cache, then attends each token over its sequence's rows
+// 0..position, or over the positions DSA selected for it when `dsa` is given.
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
-                         int64_t hidden, LatentCache& cache, AttentionForm form,
+                         int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out);
 
 }  // namespace latent::model

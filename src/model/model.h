@@ -1,6 +1,6 @@
 // The Model interface: one forward pass over a packed batch of tokens from any number of
-// sequences. Each layer writes the rows it caches for the new tokens, then reads back the rows
-// of every token its tokens attend to.
+// sequences. Each layer writes the rows it caches for the new tokens into the paged cache
+// (ForwardBatch::rows), then reads back the rows of every token its tokens attend to.
 #pragma once
 
 #include <cstdint>
@@ -9,41 +9,52 @@
 #include <string>
 #include <vector>
 
+#include "cache/block_pool.h"
+#include "cache/paged_rows.h"
 #include "model/load_options.h"
 #include "model/model_config.h"
 
 namespace latent::model {
 
-// A packed batch: T tokens, each with its sequence's cache slot and its absolute position.
-// A sequence's tokens in the batch have consecutive positions and sit after its cached ones.
+// A packed batch: T tokens of S sequences, with everything a step needs to read and write their
+// cache rows. Sequence s is slot s: its tokens are the batch rows [seq_starts[s],
+// seq_starts[s + 1]), at consecutive positions right after its cached ones. Built once per step
+// (engine::BuildBatch, or AddSequence below); layers read the grouping from here.
 struct ForwardBatch {
   std::vector<int32_t> token_ids;    // [T]
   std::vector<int64_t> positions;    // [T]
-  std::vector<int32_t> seq_slots;    // [T] cache slot of the token's sequence
+  std::vector<int32_t> seq_slots;    // [T] slot (sequence index) of the token
   std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
+  std::vector<int32_t> seq_starts;   // [S + 1] first batch row of each sequence, then T
+  std::vector<int64_t> context_lens;  // [S] positions cached once the step ran (last position + 1)
+  // Block-table rows, ragged: sequence s's block ids are
+  // block_ids[block_table_starts[s] .. block_table_starts[s + 1]).
+  std::vector<int32_t> block_table_starts;  // [S + 1]
+  std::vector<cache::BlockId> block_ids;
+  const cache::PagedRows* rows = nullptr;  // The paged cache the step reads and writes.
+
+  int64_t num_sequences() const { return static_cast<int64_t>(context_lens.size()); }
+  // The block-table row of sequence `s`.
+  std::span<const cache::BlockId> BlockTable(int64_t s) const {
+    return std::span<const cache::BlockId>(block_ids).subspan(
+        block_table_starts.at(s), block_table_starts.at(s + 1) - block_table_starts[s]);
+  }
+  // Empties every array, keeping their memory and `rows`.
+  void Clear();
+  // Appends sequence `tokens` at positions [first_position, first_position + tokens.size()) with
+  // its block-table row as the next slot; logits of its last token when `last_logits`, of every
+  // token when `all_logits`.
+  void AddSequence(std::span<const int32_t> tokens, int64_t first_position,
+                   std::span<const cache::BlockId> table, bool last_logits, bool all_logits = false);
+  // Fails unless the per-sequence arrays agree with token_ids/positions/seq_slots and every
+  // table covers its sequence's context (a malformed batch, not bad input).
+  void Validate() const;
 };
 
 // The rows a layer caches per token (DESIGN §4).
 enum CacheRowKind : int {
   kLatentRow = 0,  // mla.latent: [kv_a_layernorm(c_kv) | rotated k_pe], C + dr values
   kIndexRow = 1,   // dsa.index_k: the DSA indexer's key, index_head_dim values
-};
-
-// Where the cached rows live. Storage may hold them in another dtype (bf16); the model always
-// hands over and receives f32.
-class LatentCache {
- public:
-  virtual ~LatentCache() = default;
-  // Stores row `row` of (layer, slot, position).
-  virtual void WriteRow(int64_t layer, int row, int32_t slot, int64_t position,
-                        const float* values) = 0;
-  // Copies row `row` of positions [0, count) of (layer, slot) to out [count, width].
-  virtual void GatherRows(int64_t layer, int row, int32_t slot, int64_t count,
-                          float* out) const = 0;
-  // Copies row `row` of the listed positions of (layer, slot) to out [positions.size(), width]
-  // (DSA: only the rows the indexer selected).
-  virtual void GatherPositions(int64_t layer, int row, int32_t slot,
-                               std::span<const int32_t> positions, float* out) const = 0;
 };
 
 // How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.
@@ -62,9 +73,10 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Runs `batch`; writes logits [R, vocab_size] for batch.logits_rows.
-  virtual void Forward(const ForwardBatch& batch, LatentCache& cache, AttentionForm form,
-                       float* logits, ForwardTrace* trace = nullptr) const = 0;
+  // Runs `batch`, writing and reading cache rows through batch.rows; writes logits
+  // [R, vocab_size] for batch.logits_rows.
+  virtual void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
+                       ForwardTrace* trace = nullptr) const = 0;
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.

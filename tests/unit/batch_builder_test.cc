@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cache/block_pool.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 
@@ -45,6 +46,28 @@ TEST(BatchBuilderTest, DecodeMidPrefillAndFinalPrefillChunks) {
   EXPECT_EQ(batch.tables[0], &decode.table);
   EXPECT_EQ(batch.tables[1], &middle.table);
   EXPECT_EQ(batch.tables[2], &last.table);
+}
+
+TEST(BatchBuilderTest, GroupsSequencesAndCarriesTheirBlockTables) {
+  Sequence decode = MakeSequence(0, 10, 5, 4, 4);
+  Sequence middle = MakeSequence(1, 20, 10, 10, 3);
+  cache::BlockPool pool(8, false);
+  ASSERT_TRUE(decode.table.Grow(pool, 5));   // 2 blocks of 4 tokens
+  ASSERT_TRUE(middle.table.Grow(pool, 7));   // 2 blocks
+  SchedulePlan plan;
+  plan.chunks = {{&decode, 1}, {&middle, 4}};
+  BuiltBatch batch;
+  BuildBatch(plan, batch);
+  const model::ForwardBatch& f = batch.forward;
+  EXPECT_EQ(f.num_sequences(), 2);
+  EXPECT_EQ(f.seq_starts, (std::vector<int32_t>{0, 1, 5}));
+  EXPECT_EQ(f.context_lens, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(f.block_table_starts, (std::vector<int32_t>{0, 2, 4}));
+  const auto table0 = f.BlockTable(0), table1 = f.BlockTable(1);
+  EXPECT_EQ(std::vector<cache::BlockId>(table0.begin(), table0.end()), decode.table.blocks());
+  EXPECT_EQ(std::vector<cache::BlockId>(table1.begin(), table1.end()), middle.table.blocks());
+  decode.table.Free(pool);
+  middle.table.Free(pool);
 }
 
 TEST(BatchBuilderTest, LogitsRowsFollowSlotOrder) {

@@ -1,0 +1,107 @@
+#include "cache/paged_rows.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "base/error.h"
+
+namespace latent::cache {
+namespace {
+
+// One stored row of `width` values to f32.
+void CopyOut(DType dtype, const uint8_t* src, int64_t width, float* dst) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, src, width * sizeof(float));
+    return;
+  }
+  // bf16 -> f32 is the bf16 bits in the high half: interleave with zeros, 8 at a time (SSE2,
+  // part of baseline x86-64).
+  int64_t i = 0;
+#if defined(__SSE2__)
+  const __m128i zero = _mm_setzero_si128();
+  for (; i + 8 <= width; i += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_unpacklo_epi16(zero, v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 4), _mm_unpackhi_epi16(zero, v));
+  }
+#endif
+  for (; i < width; ++i) {
+    uint16_t v;
+    std::memcpy(&v, src + 2 * i, 2);
+    const uint32_t bits = static_cast<uint32_t>(v) << 16;
+    std::memcpy(dst + i, &bits, 4);
+  }
+}
+
+}  // namespace
+
+PagedRows PagedRows::Of(uint8_t* base, const ModelCacheRows& rows, const CacheLayout& layout,
+                        int32_t num_blocks, DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    Fail("paged cache rows are f32 or bf16; ", DTypeName(dtype), " rows are not supported yet");
+  }
+  PagedRows v;
+  v.base = base;
+  v.block_bytes = layout.block_bytes;
+  v.block_tokens = layout.block_tokens;
+  v.num_blocks = num_blocks;
+  v.dtype = dtype;
+  for (const auto& layer : rows) v.rows_per_layer = std::max(v.rows_per_layer, static_cast<int32_t>(layer.size()));
+  v.slab_offset.assign(rows.size() * v.rows_per_layer, 0);
+  v.row_bytes.assign(rows.size() * v.rows_per_layer, 0);
+  for (size_t l = 0; l < rows.size(); ++l) {
+    for (size_t r = 0; r < rows[l].size(); ++r) {
+      v.slab_offset[l * v.rows_per_layer + r] = layout.slab_offset[l][r];
+      v.row_bytes[l * v.rows_per_layer + r] = rows[l][r].bytes_per_token;
+    }
+  }
+  return v;
+}
+
+uint8_t* PagedRows::Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const {
+  LATENT_CHECK(position >= 0 && position < static_cast<int64_t>(table.size()) * block_tokens);
+  return RowAt(table[position / block_tokens], layer, row, static_cast<uint32_t>(position % block_tokens));
+}
+
+void PagedRows::WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,
+                         const float* values) const {
+  uint8_t* dst = Locate(table, layer, row, position);
+  const int64_t width = Width(layer, row);
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, values, width * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < width; ++i) {
+    const uint16_t v = F32ToBF16(values[i]);
+    std::memcpy(dst + 2 * i, &v, 2);
+  }
+}
+
+void PagedRows::GatherRows(std::span<const BlockId> table, int64_t layer, int row, int64_t count,
+                           float* out) const {
+  const int64_t width = Width(layer, row);
+  for (int64_t p = 0; p < count; ++p) CopyOut(dtype, Locate(table, layer, row, p), width, out + p * width);
+}
+
+void PagedRows::GatherPositions(std::span<const BlockId> table, int64_t layer, int row,
+                                std::span<const int32_t> positions, float* out) const {
+  const int64_t width = Width(layer, row);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    CopyOut(dtype, Locate(table, layer, row, positions[i]), width, out + i * width);
+  }
+}
+
+void PagedRows::CopyBlock(BlockId from, BlockId to, uint32_t count) const {
+  for (int64_t i = 0; i < static_cast<int64_t>(row_bytes.size()); ++i) {
+    if (row_bytes[i] == 0) continue;
+    const int64_t layer = i / rows_per_layer;
+    const int row = static_cast<int>(i % rows_per_layer);
+    std::memcpy(RowAt(to, layer, row, 0), RowAt(from, layer, row, 0), row_bytes[i] * count);
+  }
+}
+
+}  // namespace latent::cache

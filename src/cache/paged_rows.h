@@ -1,0 +1,65 @@
+// PagedRows: a plain view of the paged cache's bytes, enough to find any row of any token in
+// place: block b starts at base + b * block_bytes; row r of layer l of the token at offset t in
+// the block starts at slab_offset[l, r] + t * row_bytes[l, r] within it. Rows hold `dtype`
+// elements (f32 or bf16). A sequence's block-table row (its block ids, in order) maps position
+// p to block row[p / block_tokens], offset p % block_tokens.
+//
+// A kernel can read rows through this view directly (no call per row); WriteRow and the Gather
+// helpers below convert to and from f32 for code that wants contiguous f32 rows.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/block_pool.h"
+#include "cache/cache_layout.h"
+#include "tensor/dtype.h"
+
+namespace latent::cache {
+
+struct PagedRows {
+  uint8_t* base = nullptr;  // Block 0; the storage owns the bytes.
+  uint64_t block_bytes = 0;
+  uint32_t block_tokens = 0;
+  int32_t num_blocks = 0;
+  DType dtype = DType::kF32;  // Element type of every row.
+  int32_t rows_per_layer = 0;  // Stride of the two tables below.
+  std::vector<uint64_t> slab_offset;  // [layers, rows_per_layer] byte offset in a block
+  std::vector<uint64_t> row_bytes;    // [layers, rows_per_layer] bytes per token; 0: no such row
+
+  // Builds the view of `num_blocks` blocks laid out by `layout` at `base`. Only f32 and bf16
+  // rows are supported; any other dtype fails.
+  static PagedRows Of(uint8_t* base, const ModelCacheRows& rows, const CacheLayout& layout,
+                      int32_t num_blocks, DType dtype);
+
+  int64_t num_layers() const { return rows_per_layer == 0 ? 0 : static_cast<int64_t>(row_bytes.size()) / rows_per_layer; }
+  // Values per token of (layer, row).
+  int64_t Width(int64_t layer, int row) const {
+    return static_cast<int64_t>(row_bytes[layer * rows_per_layer + row] / DTypeSize(dtype));
+  }
+  // The bytes of (layer, row) of the token at `token_in_block` of `block`.
+  uint8_t* RowAt(BlockId block, int64_t layer, int row, uint32_t token_in_block) const {
+    const int64_t i = layer * rows_per_layer + row;
+    return base + static_cast<uint64_t>(block) * block_bytes + slab_offset[i] +
+           token_in_block * row_bytes[i];
+  }
+  // The bytes of (layer, row) of `position` of the sequence whose block-table row is `table`;
+  // fails when the table does not reach `position`.
+  uint8_t* Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const;
+
+  // Stores f32 `values` as row (layer, row) of `position`.
+  void WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,
+                const float* values) const;
+  // Copies row (layer, row) of positions [0, count) to out [count, width] in f32.
+  void GatherRows(std::span<const BlockId> table, int64_t layer, int row, int64_t count,
+                  float* out) const;
+  // Copies row (layer, row) of the listed positions to out [positions.size(), width] in f32.
+  void GatherPositions(std::span<const BlockId> table, int64_t layer, int row,
+                       std::span<const int32_t> positions, float* out) const;
+  // Copies every row of the first `count` tokens of block `from` into block `to` (forking a
+  // partially filled block).
+  void CopyBlock(BlockId from, BlockId to, uint32_t count) const;
+};
+
+}  // namespace latent::cache
