@@ -174,7 +174,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ", context ",
       config.max_position_embeddings, " tokens), served as '", name, "'");
 
-  if (fs::exists(fs::path(o.model_dir) / "tokenizer.json")) {
+  if (tokenizer::Tokenizer::DirHasTokenizer(o.model_dir)) {
     loaded->tokenizer =
         std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromDir(o.model_dir));
     try {
@@ -184,7 +184,8 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       Log("no chat template (", e.what(), "): /v1/chat/completions answers 400");
     }
   } else {
-    Log("no tokenizer.json: prompts must be token ids, and responses carry no text");
+    Log("no tokenizer.json or tiktoken.model: prompts must be token ids, and responses carry no "
+        "text");
   }
 
   const std::string cache_dtype =

@@ -125,6 +125,21 @@ void AddedVocabulary::Build(const Json& list, const BpeModel& model, const Norma
     if (token.special) special_.insert(token.content);
     by_id_[id] = std::move(token);
   }
+  BuildTries();
+}
+
+void AddedVocabulary::BuildWithIds(std::vector<std::pair<int32_t, AddedToken>> tokens) {
+  for (auto& [id, token] : tokens) {
+    if (token.content.empty()) continue;
+    token.normalized = false;
+    by_content_[token.content] = id;
+    if (token.special) special_.insert(token.content);
+    by_id_[id] = std::move(token);
+  }
+  BuildTries();
+}
+
+void AddedVocabulary::BuildTries() {
   std::vector<int32_t> ids;
   for (const auto& [id, token] : by_id_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());

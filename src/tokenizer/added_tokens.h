@@ -42,6 +42,9 @@ class AddedVocabulary {
   // the model's vocabulary; the "id" fields only matter when they agree, as they do in files HF
   // wrote.
   void Build(const Json& list, const BpeModel& model, const Normalizer* normalizer);
+  // The same from tokens with their ids given (a tiktoken tokenizer's special tokens); contents
+  // and ids must be distinct, and tokens with normalized=true are matched like the others.
+  void BuildWithIds(std::vector<std::pair<int32_t, AddedToken>> tokens);
 
   // Splits `text` at the added tokens of one kind (normalized or not).
   void Split(std::string_view text, bool normalized, std::vector<TextSegment>& out) const;
@@ -59,6 +62,8 @@ class AddedVocabulary {
 
  private:
   // A byte trie of one kind's patterns, scanned for the longest match at each position.
+  void BuildTries();
+
   struct Trie {
     struct Node {
       std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte

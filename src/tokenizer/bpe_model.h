@@ -28,11 +28,17 @@ struct StringHash {
 };
 using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+struct TokenRank;  // tiktoken_ranks.h
+
 class BpeModel {
  public:
   // Builds the model from tokenizer.json's "model" object (type "BPE"); other model types fail
   // naming the type.
   static std::unique_ptr<BpeModel> FromJson(const Json& j);
+  // Builds tiktoken's BPE from token ranks (bpe_model_ranks.cc): tokens are the ranks' bytes in
+  // GPT-2's byte-level alphabet, a token's id is its rank, every split of a token into two tokens
+  // is a merge ranked by the merged token's rank, and a piece that is a token is taken whole.
+  static std::unique_ptr<BpeModel> FromTokenRanks(const std::vector<TokenRank>& ranks);
 
   // Appends the ids of one pre-tokenized piece.
   void Tokenize(std::string_view word, std::vector<int32_t>& out) const;

@@ -12,6 +12,7 @@
 #include "tokenizer/normalizers.h"
 #include "tokenizer/post_processors.h"
 #include "tokenizer/pre_tokenizers.h"
+#include "tokenizer/tiktoken_tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace latent::tokenizer {
@@ -76,14 +77,34 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+bool Tokenizer::DirHasTokenizer(const std::string& dir) {
+  const std::filesystem::path root(dir);
+  return std::filesystem::exists(root / "tokenizer.json") ||
+         std::filesystem::exists(root / "tiktoken.model");
+}
+
 Tokenizer Tokenizer::FromDir(const std::string& dir) {
   const std::filesystem::path root(dir);
   const auto tokenizer_path = root / "tokenizer.json";
-  if (!std::filesystem::exists(tokenizer_path)) {
-    Fail("tokenizer: ", tokenizer_path.string(),
-         " not found (latent reads Hugging Face tokenizer.json tokenizers)");
-  }
   const auto config_path = root / "tokenizer_config.json";
+  if (!std::filesystem::exists(tokenizer_path)) {
+    const auto tiktoken_path = root / "tiktoken.model";
+    if (!std::filesystem::exists(tiktoken_path)) {
+      Fail("tokenizer: ", tokenizer_path.string(),
+           " not found, nor tiktoken.model (latent reads Hugging Face tokenizer.json tokenizers "
+           "and Kimi's tiktoken.model with tokenizer_config.json)");
+    }
+    if (!std::filesystem::exists(config_path)) {
+      Fail("tokenizer: ", config_path.string(),
+           " not found (tiktoken.model needs it: its added_tokens_decoder names the special "
+           "tokens)");
+    }
+    try {
+      return FromTiktoken(ReadFile(tiktoken_path), ReadFile(config_path), tiktoken_path.string());
+    } catch (const Error& e) {
+      Fail(e.what(), " (in ", dir, ")");
+    }
+  }
   const std::string config =
       std::filesystem::exists(config_path) ? ReadFile(config_path) : std::string();
   try {
@@ -125,6 +146,20 @@ Tokenizer Tokenizer::FromJson(std::string_view tokenizer_json, std::string_view 
       tok.impl_->post_processor = MakeAffixProcessor(std::move(prefix), std::move(suffix));
     }
   }
+  return tok;
+}
+
+Tokenizer Tokenizer::FromTiktoken(std::string_view tiktoken_model, std::string_view config_json,
+                                  std::string_view model_name) {
+  TiktokenParts parts = LoadTiktokenParts(tiktoken_model, config_json, model_name);
+  auto impl = std::make_unique<Impl>();
+  impl->model = std::move(parts.model);
+  impl->pre_tokenizer = std::move(parts.pre_tokenizer);
+  impl->decoder = std::move(parts.decoder);
+  impl->added.BuildWithIds(std::move(parts.special_tokens));
+  Tokenizer tok(std::move(impl));
+  tok.impl_->bos = tok.TokenToId(parts.bos_token);
+  tok.impl_->eos = tok.TokenToId(parts.eos_token);
   return tok;
 }
 

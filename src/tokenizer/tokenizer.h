@@ -1,5 +1,6 @@
 // A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) that gives the ids and text HF
-// `tokenizers` gives. Encoding runs: added tokens matched in the raw text -> normalizer -> added
+// `tokenizers` gives, or Kimi's tiktoken tokenizer (tiktoken.model + tokenizer_config.json) that
+// gives tiktoken's (tiktoken_tokenizer.h). Encoding runs: added tokens matched in the raw text -> normalizer -> added
 // tokens matched in the normalized text -> pre-tokenizer -> BPE -> post-processor.
 //
 // Special tokens (add_special_tokens=true) are what tokenizer.json's post_processor adds, as in
@@ -25,10 +26,17 @@ namespace latent::tokenizer {
 
 class Tokenizer {
  public:
-  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json.
+  // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json; without a
+  // tokenizer.json, DIR/tiktoken.model and DIR/tokenizer_config.json (Kimi's tokenizer).
   static Tokenizer FromDir(const std::string& dir);
+  // Whether DIR holds a tokenizer FromDir reads (tokenizer.json or tiktoken.model).
+  static bool DirHasTokenizer(const std::string& dir);
   // The same from the files' contents; `config_json` may be empty.
   static Tokenizer FromJson(std::string_view tokenizer_json, std::string_view config_json = "");
+  // Kimi's tokenizer (tiktoken_tokenizer.h) from the contents of tiktoken.model and
+  // tokenizer_config.json; `model_name` names the first in errors.
+  static Tokenizer FromTiktoken(std::string_view tiktoken_model, std::string_view config_json,
+                                std::string_view model_name = "tiktoken.model");
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
