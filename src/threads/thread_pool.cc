@@ -1,3 +1,6 @@
+// The spin is bounded (LATENT_SPIN_US, default 300 us) for the workers and for the caller waiting
+// on their last chunks alike: an idle pool, or one whose worker lost its core, sleeps on a futex
+// instead of taking CPU from the process's other threads (on 2 cores, the HTTP threads).
 #include "threads/thread_pool.h"
 
 #include <linux/futex.h>

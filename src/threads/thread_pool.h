@@ -1,9 +1,6 @@
 // A small persistent thread pool for the compute kernels: the calling thread plus N - 1
 // workers that spin for a while after each job (a decode step runs hundreds of short kernels
 // back to back; waking a sleeping thread costs tens of microseconds) and then sleep on a futex.
-// The spin is bounded (LATENT_SPIN_US, default 300 us) for the workers and for the caller waiting
-// on their last chunks alike: an idle pool, or one whose worker lost its core, sleeps instead of
-// taking CPU from the process's other threads (on 2 cores, the HTTP threads).
 //
 // ParallelFor(n, grain, fn) cuts [0, n) into chunks of `grain` (chunk boundaries depend only on
 // n and grain) and hands them out dynamically; the caller runs chunks too and returns when all

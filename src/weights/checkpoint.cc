@@ -1,7 +1,6 @@
 #include "weights/checkpoint.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -53,26 +52,9 @@ std::map<std::string, std::string> ReadWeightMap(const fs::path& index_path) {
   return weight_map;
 }
 
-bool IsFloating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
-         dtype == DType::kF8E4M3 || dtype == DType::kF8E8M0;
-}
-
-bool ScanForNonFinite(const Checkpoint& ckpt, WeightCheck check) {
-  if (check != WeightCheck::kAuto) return check == WeightCheck::kAlways;
-  if (const char* env = std::getenv("LATENT_CHECK_WEIGHTS"); env != nullptr && *env != '\0') {
-    return std::string(env) != "0";
-  }
-  uint64_t floating_bytes = 0;
-  for (const auto& file : ckpt.files())
-    for (const SafetensorsEntry& e : file->entries())
-      if (IsFloating(e.dtype)) floating_bytes += e.end - e.begin;
-  return floating_bytes <= kAutoCheckBytes;
-}
-
 }  // namespace
 
-Checkpoint Checkpoint::Open(const std::string& dir, WeightCheck check) {
+Checkpoint Checkpoint::Open(const std::string& dir) {
   Checkpoint ckpt;
   ckpt.dir_ = dir;
   const fs::path root(dir);
@@ -116,21 +98,8 @@ Checkpoint Checkpoint::Open(const std::string& dir, WeightCheck check) {
   } else {
     Fail(dir, ": no ", kSingleFile, " or ", kIndexFile, " found");
   }
-  if (ScanForNonFinite(ckpt, check)) ckpt.CheckFinite();
+  if (ShouldCheckWeights(ckpt)) CheckFinite(ckpt);
   return ckpt;
-}
-
-void Checkpoint::CheckFinite() const {
-  for (const auto& file : files_) {
-    for (const SafetensorsEntry& e : file->entries()) {
-      const std::optional<NonFinite> bad = FindNonFinite(file->View(e.name));
-      if (!bad) continue;
-      Fail(file->path(), ": tensor '", e.name, "' (", DTypeName(e.dtype), " ", e.shape.ToString(),
-           ") holds ", bad->count, " NaN or infinite value", bad->count == 1 ? "" : "s",
-           ", the first (", bad->first_is_nan ? "NaN" : "infinity", ") at element ",
-           bad->first_index, ": the checkpoint is corrupt");
-    }
-  }
 }
 
 TensorView Checkpoint::Get(const std::string& name) const {

@@ -1,6 +1,11 @@
 #include "weights/finite_check.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "weights/checkpoint.h"
 
 namespace latent::weights {
 namespace {
@@ -51,6 +56,11 @@ std::optional<NonFinite> Scan(const uint8_t* data, int64_t n, Pattern<Bits> patt
   return found;
 }
 
+bool IsFloating(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kF8E4M3 || dtype == DType::kF8E8M0;
+}
+
 }  // namespace
 
 std::optional<NonFinite> FindNonFinite(const TensorView& tensor) {
@@ -70,6 +80,30 @@ std::optional<NonFinite> FindNonFinite(const TensorView& tensor) {
       return Scan<uint8_t>(data, n, {0xff, 0xff});
     default:
       return std::nullopt;
+  }
+}
+
+bool ShouldCheckWeights(const Checkpoint& ckpt) {
+  if (const char* env = std::getenv("LATENT_CHECK_WEIGHTS"); env != nullptr && *env != '\0') {
+    return std::string(env) != "0";
+  }
+  uint64_t floating_bytes = 0;
+  for (const auto& file : ckpt.files())
+    for (const SafetensorsEntry& e : file->entries())
+      if (IsFloating(e.dtype)) floating_bytes += e.end - e.begin;
+  return floating_bytes <= kAutoCheckBytes;
+}
+
+void CheckFinite(const Checkpoint& ckpt) {
+  for (const auto& file : ckpt.files()) {
+    for (const SafetensorsEntry& e : file->entries()) {
+      const std::optional<NonFinite> bad = FindNonFinite(file->View(e.name));
+      if (!bad) continue;
+      Fail(file->path(), ": tensor '", e.name, "' (", DTypeName(e.dtype), " ", e.shape.ToString(),
+           ") holds ", bad->count, " NaN or infinite value", bad->count == 1 ? "" : "s",
+           ", the first (", bad->first_is_nan ? "NaN" : "infinity", ") at element ",
+           bad->first_index, ": the checkpoint is corrupt");
+    }
   }
 }
 

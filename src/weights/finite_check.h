@@ -1,6 +1,6 @@
 // NaN and infinity in checkpoint tensors. A weight that is not finite makes every logit it
 // touches NaN: the server would answer with garbage (or one token forever) instead of failing, so
-// latent scans the floating-point tensors at load (Checkpoint::Open, see WeightCheck) and refuses
+// Checkpoint::Open scans the floating-point tensors (ShouldCheckWeights says when) and refuses
 // such a checkpoint with the file, the tensor and the first bad element.
 #pragma once
 
@@ -21,5 +21,17 @@ struct NonFinite {
 // NaN); integer and bool tensors have nothing to find. Reads every byte once, branch-free in
 // blocks, so it runs near memory bandwidth (bench: ~10 GB/s per thread on warm pages).
 std::optional<NonFinite> FindNonFinite(const TensorView& tensor);
+
+class Checkpoint;
+
+// Checkpoint::Open scans checkpoints of up to kAutoCheckBytes of floating-point data (a fraction
+// of a second at memory bandwidth) and skips larger ones, whose full read would add minutes to
+// start-up; the environment variable LATENT_CHECK_WEIGHTS=1 (or 0) forces the scan on (or off).
+inline constexpr uint64_t kAutoCheckBytes = uint64_t{4} << 30;
+bool ShouldCheckWeights(const Checkpoint& ckpt);
+
+// Throws latent::Error naming the shard, the tensor, the first bad element and the count when a
+// floating-point tensor of `ckpt` holds NaN or infinity.
+void CheckFinite(const Checkpoint& ckpt);
 
 }  // namespace latent::weights
