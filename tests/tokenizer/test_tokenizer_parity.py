@@ -233,7 +233,7 @@ def test_unreadable_input_is_a_clean_error(tmp_path):
     bad.write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\nnot json\n')
     proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(ref.dir), "--jsonl", str(bad)],
                           capture_output=True, text=True, errors="replace")
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "bad.jsonl:2" in proc.stderr
 
 
