@@ -119,7 +119,8 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDI
 ASAN_CTEST_EXCLUDE ?= ^$$
 ASAN_PYTESTS ?= tests/property tests/e2e tests/tools/test_load_faults.py
 TSAN_CTEST_REGEX ?= ThreadPool|EngineThreads|Scheduler|BlockPool|PagedLatentCache|BatchBuilder
-TSAN_PYTESTS ?= tests/e2e
+TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
+  tests/e2e/test_serve_shutdown.py
 
 $(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address
