@@ -65,6 +65,8 @@ def run(command: str, model: Path, *extra: str, env: dict | None = None) -> subp
         args += ["--ids", "1,2,3", "--max-tokens", "2"]
     elif command == "serve":
         args += ["--host", "127.0.0.1", "--port", "0"]
+    elif command == "tokenize":
+        args += ["--text", "Hello"]
     return subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 
@@ -127,12 +129,18 @@ def test_shard_of_four_bytes(model):
 
 
 def test_header_lies_about_offsets(model):
-    shard, name, entry = float_tensor(model)
-    header, data = read_safetensors(shard)
-    begin, end = header[name]["data_offsets"]
-    header[name]["data_offsets"] = [begin + 4, end + 4]  # overlaps the next tensor
+    # The second tensor (in data order) of a shard with several starts 4 bytes early.
+    for shard in shards(model):
+        header, data = read_safetensors(shard)
+        tensors = sorted((e["data_offsets"], n) for n, e in header.items() if n != "__metadata__")
+        if len(tensors) >= 2:
+            break
+    else:
+        raise AssertionError("no shard holds two tensors")
+    (begin, end), name = tensors[1]
+    header[name]["data_offsets"] = [begin - 4, end - 4]
     write_safetensors(shard, header, data)
-    assert_load_error(run("generate", model), shard.name, "overlaps")
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}' overlaps")
 
 
 def test_header_lies_about_offsets_past_the_end(model):
@@ -253,15 +261,12 @@ def damaged_tokenizer(model: Path, damage) -> None:
 
 @pytest.mark.parametrize("damage,message", [
     (lambda t: t.pop("model"), 'tokenizer.json: no "model"'),
-    (lambda t: t["model"].pop("vocab"), "tokenizer.json"),
-    (lambda t: t["model"].pop("merges"), "tokenizer.json"),
-    (lambda t: t["model"].pop("type"), "tokenizer.json"),
-    (lambda t: t["normalizer"]["normalizers"][0].pop("prepend"), "'prepend'"),
-    (lambda t: t["decoder"].pop("decoders"), "tokenizer.json"),
-    (lambda t: t["added_tokens"][0].pop("id"), "tokenizer.json"),
-    (lambda t: t["added_tokens"][0].pop("content"), "tokenizer.json"),
+    (lambda t: t["model"].pop("vocab"), 'tokenizer.json: BPE model: "vocab" must be an object'),
+    (lambda t: t["normalizer"]["normalizers"][0].pop("prepend"),
+     'tokenizer.json: Prepend normalizer: missing "prepend"'),
+    (lambda t: t["added_tokens"][0].pop("content"), 'tokenizer.json: added token: missing "content"'),
 ])
-@pytest.mark.parametrize("command", ["generate", "serve"])
+@pytest.mark.parametrize("command", ["tokenize", "serve"])  # generate --ids reads no tokenizer
 def test_tokenizer_json_missing_fields(model, damage, message, command):
     damaged_tokenizer(model, damage)
     assert_load_error(run(command, model), message, str(model))
@@ -270,7 +275,7 @@ def test_tokenizer_json_missing_fields(model, damage, message, command):
 # -- cache faults ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags", [("--num-blocks", "2000000000"), ("--cache-memory", "1000000")])
-@pytest.mark.parametrize("command", ["generate", "serve"])
-def test_cache_larger_than_memory(model, flags, command):
-    assert_load_error(run(command, model, *flags), "the KV cache needs", "of memory",
+def test_cache_larger_than_memory(model, flags):
+    # serve (the engine's paged cache); generate --ids runs without the engine and its cache.
+    assert_load_error(run("serve", model, *flags), "the KV cache needs", "of memory",
                       "lower --num-blocks or --cache-memory")
