@@ -17,7 +17,8 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   libpcre2-dev libcpp-httplib-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
   clang libclang-rt-14-dev libicu-dev
 
-.PHONY: setup build test run fuzz format clean unit-test py-test
+.PHONY: setup build test run fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
+  test-asan test-tsan
 
 setup: $(STAMPS)/apt $(STAMPS)/venv
 
@@ -77,15 +78,74 @@ $(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json &: tools/make_tiny_
 	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 \
 	  --tokenizer $(DEFAULT_TOKENIZER) > /dev/null
 
-# libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS.
+# libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS from the
+# committed seed corpora (tests/fuzz/corpus/<fuzzer>/).
 fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
 	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
+# An hour-long local run (FUZZ_LONG_SECONDS over all fuzzers, one at a time). New inputs that
+# found coverage are kept in $(FUZZ_BUILD_DIR)/fuzz-corpus/<fuzzer>/; `make fuzz-merge` folds
+# them, minimised, into the committed corpora.
+FUZZ_LONG_SECONDS ?= 3600
+fuzz-long: setup
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
+	n=$$(ls $(FUZZ_BUILD_DIR)/tests/fuzz/*_fuzzer | wc -l); \
+	  FUZZ_KEEP_CORPUS=1 tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $$(( $(FUZZ_LONG_SECONDS) / n ))
+fuzz-merge:
+	tests/fuzz/merge_corpus.sh $(FUZZ_BUILD_DIR)
+
+# Sanitizer builds: everything compiled with ASan+UBSan (build-asan) or TSan (build-tsan), with
+# oneDNN left out (its OpenMP runtime is not instrumented). Reports go to <dir>/sanitizer-logs;
+# a test run fails if any report was written, even by a server process a test killed.
+ASAN_BUILD_DIR ?= build-asan
+TSAN_BUILD_DIR ?= build-tsan
+SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON
+SANITIZER_TARGETS := latent latent_unit_tests latent_kernel_tests
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:log_path=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-logs/report \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-logs/report \
+  LATENT_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDIR)/$(TSAN_BUILD_DIR)/sanitizer-logs/report \
+  LATENT_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent
+# What each runs (trimmed for CI time; docs/reliability.md has the durations). ASan: all unit
+# and kernel tests (the slow parity-heavy kernel tests left out), the property tests, the server
+# end-to-end tests and the load fault tests. TSan: the threaded code: thread pool, scheduler,
+# engine (EngineThreads: Submit/Cancel/Metrics from many threads while the loop runs) and the
+# server end-to-end tests (HTTP threads, disconnects, shutdown).
+ASAN_CTEST_EXCLUDE ?= ^$$
+ASAN_PYTESTS ?= tests/property tests/e2e tests/tools/test_load_faults.py
+TSAN_CTEST_REGEX ?= ThreadPool|EngineThreads|Scheduler|BlockPool|PagedLatentCache|BatchBuilder
+TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
+  tests/e2e/test_serve_shutdown.py
+
+$(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
+	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address
+$(TSAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
+	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=thread
+
+build-asan: setup $(ASAN_BUILD_DIR)/build.ninja
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) --target $(SANITIZER_TARGETS)
+build-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(SANITIZER_TARGETS)
+
+test-asan: build-asan
+	rm -rf $(ASAN_BUILD_DIR)/sanitizer-logs && mkdir -p $(ASAN_BUILD_DIR)/sanitizer-logs
+	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -E '$(ASAN_CTEST_EXCLUDE)'
+	$(ASAN_ENV) $(PY) -m pytest -q -x $(ASAN_PYTESTS)
+	tests/sanitizer_reports.sh $(ASAN_BUILD_DIR)/sanitizer-logs
+
+test-tsan: build-tsan
+	rm -rf $(TSAN_BUILD_DIR)/sanitizer-logs && mkdir -p $(TSAN_BUILD_DIR)/sanitizer-logs
+	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD_DIR) --output-on-failure -j $(JOBS) -R '$(TSAN_CTEST_REGEX)'
+	$(TSAN_ENV) $(PY) -m pytest -q -x $(TSAN_PYTESTS)
+	tests/sanitizer_reports.sh $(TSAN_BUILD_DIR)/sanitizer-logs
+
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(STAMPS)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(STAMPS)

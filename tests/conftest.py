@@ -4,6 +4,7 @@ transformers loaded on the same checkpoints as the reference."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LATENT = REPO / "build" / "latent"
+# LATENT_BIN runs the tests against another build of latent (make test-asan: the ASan build).
+LATENT = Path(os.environ.get("LATENT_BIN", REPO / "build" / "latent"))
 MAKE_TINY_MODEL = REPO / "tools" / "make_tiny_model.py"
 sys.path.insert(0, str(REPO / "tools"))
 

@@ -1,14 +1,48 @@
 #include "cache/cache_storage.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "base/error.h"
 
 namespace latent::cache {
+namespace {
+
+// Physical memory, or the cgroup's limit when lower (containers); 0 when unknown.
+uint64_t MemoryLimitBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t limit = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    uint64_t cgroup = 0;
+    if (in >> cgroup && cgroup > 0 && (limit == 0 || cgroup < limit)) limit = cgroup;
+  }
+  return limit;
+}
+
+std::string GiB(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", double(bytes) / double(uint64_t{1} << 30));
+  return text;
+}
+
+}  // namespace
 
 CacheStorage::CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks)
     : rows_(std::move(rows)), layout_(CacheLayout::Build(rows_, block_tokens)), num_blocks_(num_blocks) {
   if (num_blocks <= 0) Fail("the cache needs at least one block, got ", num_blocks);
+  // calloc below would succeed (memory is overcommitted, pages come on first use) and the
+  // process would be killed mid-serving once the cache filled; refuse at start-up instead.
+  const uint64_t memory = MemoryLimitBytes();
+  if (memory > 0 && total_bytes() > memory) {
+    Fail("the KV cache needs ", GiB(total_bytes()), " (", num_blocks, " blocks of ",
+         layout_.block_bytes, " bytes) but this machine has only ", GiB(memory),
+         " of memory: lower --num-blocks or --cache-memory");
+  }
   // calloc: zeroed (a bug reading an unwritten row sees zeros, not garbage) yet lazily, page by
   // page, so a large cache costs nothing until used.
   data_.reset(static_cast<uint8_t*>(std::calloc(total_bytes(), 1)));

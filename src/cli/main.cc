@@ -1,5 +1,7 @@
 // latent: serve multi-head latent attention models. This file only dispatches subcommands and
-// turns latent::Error into a one-line message and exit code 1.
+// turns errors into a one-line message and an exit code: 2 for latent::Error (bad input: a
+// checkpoint, config, tokenizer, flag or request latent cannot use; the message names the file
+// and the problem), 1 for anything else (a bug in latent, or the system refusing memory).
 #include <algorithm>
 #include <iostream>
 #include <vector>
@@ -42,6 +44,9 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run();
   } catch (const latent::Error& e) {
     std::cerr << "latent: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "latent: internal error: " << e.what() << "\n";
     return 1;
   }
   return 1;

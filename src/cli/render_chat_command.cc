@@ -6,7 +6,7 @@
 // "add_generation_prompt" (default false), and template variables under "chat_template_kwargs"
 // (as in OpenAI-compatible servers) or as any other top-level key (enable_thinking, ...).
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
-// prompt as a JSON string, or {"error": "..."}; it exits 1 if any failed.
+// prompt as a JSON string, or {"error": "..."}; it exits 2 (bad input) if any failed.
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -107,7 +107,7 @@ int Run(const RenderChatOptions& opt) {
     std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   std::cout.flush();
-  return failed ? 1 : 0;
+  return failed ? 2 : 0;
 }
 
 Runner RegisterRenderChat(CLI::App& app) {

@@ -13,6 +13,11 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Bounds on sizes in config.json, far above any real model's (DeepSeek V3: 61 layers, hidden
+// 7168, vocabulary 129,280).
+constexpr int64_t kMaxSize = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxLayers = 1 << 16;
+
 // Reads typed fields from one JSON object and names `source` and the field in every error.
 class FieldReader {
  public:
@@ -26,9 +31,12 @@ class FieldReader {
     if (!Has(key)) Fail(source_, ": missing required field '", key, "'");
     return Int(key);
   }
+  // A size: positive, and at most kMaxSize, so that no product of two sizes (a weight's element
+  // count) overflows and no per-size allocation is absurd.
   int64_t PositiveInt(const char* key) const {
     int64_t v = RequiredInt(key);
     if (v <= 0) Fail(source_, ": field '", key, "' must be positive, got ", v);
+    if (v > kMaxSize) Fail(source_, ": field '", key, "' is ", v, ", larger than any model (at most ", kMaxSize, ")");
     return v;
   }
   int64_t IntOr(const char* key, int64_t fallback) const { return Has(key) ? Int(key) : fallback; }
@@ -415,9 +423,17 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   config.hidden_size = top.PositiveInt("hidden_size");
   config.intermediate_size = top.PositiveInt("intermediate_size");
   config.num_hidden_layers = top.PositiveInt("num_hidden_layers");
+  if (config.num_hidden_layers > kMaxLayers) {
+    Fail(source, ": field 'num_hidden_layers' is ", config.num_hidden_layers,
+         ", larger than any model (at most ", kMaxLayers, ")");
+  }
   config.num_attention_heads = top.PositiveInt("num_attention_heads");
   config.max_position_embeddings = top.IntOr("max_position_embeddings", d.max_position_embeddings);
   if (config.max_position_embeddings <= 0) Fail(source, ": 'max_position_embeddings' must be positive");
+  if (config.max_position_embeddings > kMaxSize) {
+    Fail(source, ": 'max_position_embeddings' is ", config.max_position_embeddings,
+         ", larger than any model (at most ", kMaxSize, ")");
+  }
   config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-6);
   if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   config.tie_word_embeddings = top.BoolOr("tie_word_embeddings", false);

@@ -1,3 +1,6 @@
+// The spin is bounded (LATENT_SPIN_US, default 300 us) for the workers and for the caller waiting
+// on their last chunks alike: an idle pool, or one whose worker lost its core, sleeps on a futex
+// instead of taking CPU from the process's other threads (on 2 cores, the HTTP threads).
 #include "threads/thread_pool.h"
 
 #include <linux/futex.h>
@@ -129,14 +132,7 @@ class Pool {
     if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&epoch_);
 
     RunChunks(gen);
-    // The rest are running on workers. Spin; yield after a while in case a worker lost its core.
-    for (int i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
-      if (i < 4096) {
-        CpuRelax();
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    WaitForChunks(chunks);
     // Close the job before the next one reuses the parameters. A worker may have read this
     // job's state (every chunk claimed) and then the next job's chunk count, larger: without the
     // close, its claim on this job's state would succeed, run a chunk with mixed parameters and
@@ -167,8 +163,34 @@ class Pool {
         continue;
       }
       (*fn)(index * grain, std::min(n, (index + 1) * grain));
-      done_.fetch_add(1, std::memory_order_release);
+      if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks) {
+        // The job's last chunk: wake the caller if it went to sleep waiting for it.
+        finished_.fetch_add(1, std::memory_order_seq_cst);
+        if (caller_sleeping_.load(std::memory_order_seq_cst)) FutexWakeAll(&finished_);
+      }
       s = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  // The caller, its own chunks done, waits for those still running on workers: it spins for a
+  // while (they usually end within microseconds), then sleeps until the last one ends. Spinning
+  // or yielding for longer would burn a core whenever a worker lost its own to another thread
+  // (on a small machine, the HTTP threads that need it).
+  void WaitForChunks(int64_t chunks) {
+    if (done_.load(std::memory_order_acquire) >= chunks) return;
+    const auto deadline = Clock::now() + std::chrono::microseconds(SpinMicros());
+    for (int i = 0; done_.load(std::memory_order_acquire) < chunks; ++i) {
+      CpuRelax();
+      if ((i & 255) == 255 && Clock::now() >= deadline) break;
+    }
+    // The worker finishing the last chunk bumps finished_ after its done_ increment and then
+    // reads caller_sleeping_; all seq_cst, so either it sees the flag, or this thread's read of
+    // done_ below sees its increment (or the futex word already changed and the wait returns).
+    while (done_.load(std::memory_order_acquire) < chunks) {
+      const uint32_t finished = finished_.load(std::memory_order_seq_cst);
+      caller_sleeping_.store(true, std::memory_order_seq_cst);
+      if (done_.load(std::memory_order_seq_cst) < chunks) FutexWait(&finished_, finished);
+      caller_sleeping_.store(false, std::memory_order_seq_cst);
     }
   }
 
@@ -211,6 +233,8 @@ class Pool {
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   alignas(64) std::atomic<int64_t> done_{0};  // chunks finished of the current job
+  std::atomic<uint32_t> finished_{0};           // futex word: jobs whose last chunk has ended
+  std::atomic<bool> caller_sleeping_{false};    // the caller sleeps on finished_
   alignas(64) std::atomic<bool> busy_{false};
   std::atomic<int64_t> n_{0}, grain_{1}, chunks_{0};
   std::atomic<const RangeFn*> fn_obj_{nullptr};

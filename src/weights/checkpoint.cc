@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "weights/finite_check.h"
 
 namespace latent::weights {
 namespace {
@@ -97,6 +98,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
   } else {
     Fail(dir, ": no ", kSingleFile, " or ", kIndexFile, " found");
   }
+  if (ShouldCheckWeights(ckpt)) CheckFinite(ckpt);
   return ckpt;
 }
 

@@ -212,7 +212,7 @@ def test_tokenizer_without_template():
     proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--request",
                            "-"], input=b'{"messages": [{"role": "user", "content": "x"}]}',
                           capture_output=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert b"no chat template" in proc.stderr
 
 
@@ -228,7 +228,7 @@ def test_bad_requests(tmp_path):
     for what, body in cases.items():
         proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--request",
                                "-"], input=body, capture_output=True)
-        assert proc.returncode == 1, what
+        assert proc.returncode == 2, what
         assert proc.stderr.startswith(b"latent: error: "), (what, proc.stderr)
 
 
@@ -239,5 +239,5 @@ def test_template_error_has_position(tmp_path):
     proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--request", "-"],
                           input=b'{"messages": [{"role": "user", "content": "x"}]}',
                           capture_output=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert b"chat template line 3 col 16: no filter named 'nosuchfilter'" in proc.stderr

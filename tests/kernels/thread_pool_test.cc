@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <time.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -132,6 +133,56 @@ TEST(ThreadPool, WorkersFlushDenormals) {
     });
   }
   EXPECT_EQ(flushed.load(), 200);
+  SetNumThreads(saved);
+}
+
+double CpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// The caller, its own chunk done, waits for a worker's slow chunk asleep, not spinning: on a
+// 2-core machine a spinning caller takes the core that the server's HTTP threads need.
+TEST(ThreadPool, CallerSleepsWhileAWorkerRunsALongChunk) {
+  const int saved = NumThreads();
+  SetNumThreads(2);
+  const auto caller = std::this_thread::get_id();
+  double caller_cpu = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::atomic<bool> worker_started{false};
+    const double before = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+    ParallelFor(2, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() != caller) {
+        worker_started = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(40));
+        return;
+      }
+      // The caller's chunk: let the worker claim the other one (polling asleep, not spinning).
+      for (int i = 0; i < 1000 && !worker_started; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    caller_cpu += CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - before;
+    ASSERT_TRUE(worker_started.load()) << "the worker never took a chunk";
+  }
+  // 5 waits of 40 ms: a spinning or yielding caller burns ~200 ms; a sleeping one, the bounded
+  // spin (300 us) and the wake-ups.
+  EXPECT_LT(caller_cpu, 0.05) << "caller CPU seconds over 5 waits of 40 ms";
+  SetNumThreads(saved);
+}
+
+// Between jobs the workers spin only briefly, then sleep: an idle pool costs no CPU.
+TEST(ThreadPool, IdleWorkersSleep) {
+  const int saved = NumThreads();
+  SetNumThreads(3);
+  std::atomic<int64_t> sum{0};
+  ParallelFor(64, 1, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+  ASSERT_EQ(sum.load(), 64);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin
+  const double before = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double used = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - before;
+  EXPECT_LT(used, 0.02) << "CPU seconds used by an idle pool of 3 threads in 200 ms";
   SetNumThreads(saved);
 }
 

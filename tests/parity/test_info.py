@@ -86,6 +86,6 @@ def test_bad_checkpoint_gets_a_clear_error(tiny_models, tmp_path, mutation, mess
     mutation(config)
     (model_dir / "config.json").write_text(json.dumps(config))
     proc = run_latent("info", "--model", str(model_dir), check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("latent: error: ")

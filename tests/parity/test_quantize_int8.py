@@ -216,5 +216,5 @@ def test_bad_quantize_mode_gets_a_clear_error(cases, command):
     model_dir = cases["v3_f32"][0]
     extra = {"logits": ["--ids", "1,2"], "generate": ["--ids", "1,2"]}.get(command, [])
     proc = run_latent(command, "--model", str(model_dir), *extra, "--quantize", "int4", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "--quantize: unknown mode 'int4' (supported: none, int8, w8a8)" in proc.stderr

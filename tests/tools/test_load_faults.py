@@ -1,0 +1,281 @@
+"""Fault injection at load (issue 18, point 5): a damaged checkpoint, config, tokenizer or an
+impossible cache size must give one clear error that names the file and the problem, exit code 2
+(latent's code for bad input), and no crash, for `latent generate` and `latent serve` alike.
+
+Each case copies one tiny sharded checkpoint (tools/make_tiny_model.py, deepseek_v3 preset, f32,
+several shards), damages the copy and runs latent on it. Runs in about 10 s; LATENT_BIN runs it
+against another build (`make test-asan` runs it under ASan+UBSan).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import LATENT, REPO
+
+TOKENIZERS = REPO.parent / "shared" / "tokenizers"
+
+
+# -- safetensors surgery --------------------------------------------------------------------------
+
+def read_safetensors(path: Path) -> tuple[dict, bytes]:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def write_safetensors(path: Path, header: dict, data: bytes) -> None:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def shards(model: Path) -> list[Path]:
+    return sorted(model.glob("*.safetensors"))
+
+
+def float_tensor(model: Path, min_dims: int = 1) -> tuple[Path, str, dict]:
+    """A float32 tensor of at least `min_dims` dims with unequal dims (so a transposed shape is
+    a different shape): its shard, name and header entry."""
+    for shard in shards(model):
+        header, _ = read_safetensors(shard)
+        for name, entry in sorted(header.items()):
+            if name == "__metadata__" or entry["dtype"] != "F32" or len(entry["shape"]) < min_dims:
+                continue
+            if min_dims == 2 and entry["shape"][0] == entry["shape"][1]:
+                continue
+            return shard, name, entry
+    raise AssertionError(f"no F32 tensor with {min_dims}+ dims in {model}")
+
+
+# -- running latent -------------------------------------------------------------------------------
+
+def run(command: str, model: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    if not LATENT.exists():
+        raise RuntimeError(f"{LATENT} is missing: run `make build` first")
+    args = [str(LATENT), command, "--model", str(model)]
+    if command == "generate":
+        args += ["--ids", "1,2,3", "--max-tokens", "2"]
+    elif command == "serve":
+        args += ["--host", "127.0.0.1", "--port", "0"]
+    elif command == "tokenize":
+        args += ["--text", "Hello"]
+    return subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_load_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit code 2, and exactly one error line, which holds every needle."""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("latent: ")
+              and "error" in line]
+    assert proc.returncode == 2, f"exit {proc.returncode}:\n{proc.stderr}"
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("latent: error: "), proc.stderr
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    from conftest import make_tiny_model
+
+    out = tmp_path_factory.mktemp("faults") / "base"
+    make_tiny_model(out, "deepseek_v3", "--max-shard-size", "100KB")
+    assert len(shards(out)) >= 2, "the fixture needs a sharded checkpoint"
+    return out
+
+
+@pytest.fixture
+def model(base_model, tmp_path) -> Path:
+    out = tmp_path / "model"
+    shutil.copytree(base_model, out)
+    return out
+
+
+def test_the_undamaged_model_loads(model):
+    proc = run("generate", model)
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- checkpoint faults ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_truncated_shard(model, command):
+    shard = shards(model)[-1]
+    raw = shard.read_bytes()
+    shard.write_bytes(raw[:-100])
+    assert_load_error(run(command, model), shard.name, "out of range", "file truncated?")
+
+
+def test_shard_truncated_inside_its_header(model):
+    shard = shards(model)[0]
+    shard.write_bytes(shard.read_bytes()[:50])
+    assert_load_error(run("generate", model), shard.name, "is larger than the file",
+                      "file truncated")
+
+
+def test_shard_of_four_bytes(model):
+    shard = shards(model)[0]
+    shard.write_bytes(b"\0\0\0\0")
+    assert_load_error(run("generate", model), shard.name, "truncated: 4 bytes")
+
+
+def test_header_lies_about_offsets(model):
+    # The second tensor (in data order) of a shard with several starts 4 bytes early.
+    for shard in shards(model):
+        header, data = read_safetensors(shard)
+        tensors = sorted((e["data_offsets"], n) for n, e in header.items() if n != "__metadata__")
+        if len(tensors) >= 2:
+            break
+    else:
+        raise AssertionError("no shard holds two tensors")
+    (begin, end), name = tensors[1]
+    header[name]["data_offsets"] = [begin - 4, end - 4]
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}' overlaps")
+
+
+def test_header_lies_about_offsets_past_the_end(model):
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin, (len(data) + 1) << 40]
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}'", "out of range")
+
+
+def test_header_lies_about_the_dtype(model):
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    header[name]["dtype"] = "BF16"
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}'", "size mismatch",
+                      "BF16")
+
+
+def test_header_names_an_unknown_dtype(model):
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    header[name]["dtype"] = "F128"
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}'",
+                      "unknown dtype 'F128'")
+
+
+def test_missing_shard_listed_in_the_index(model):
+    shard = shards(model)[1]
+    shard.unlink()
+    assert_load_error(run("generate", model), "model.safetensors.index.json",
+                      f"shard '{shard.name}'", "does not exist")
+
+
+def test_index_names_a_tensor_its_shard_lacks(model):
+    index_path = model / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"]["model.layers.0.ghost.weight"] = shards(model)[0].name
+    index_path.write_text(json.dumps(index))
+    assert_load_error(run("generate", model), "model.safetensors.index.json",
+                      "'model.layers.0.ghost.weight'", "missing from shard")
+
+
+def test_tensor_of_the_wrong_shape_for_the_config(model):
+    shard, name, entry = float_tensor(model, min_dims=2)
+    header, data = read_safetensors(shard)
+    rows, cols = header[name]["shape"][:2]
+    header[name]["shape"][:2] = [cols, rows]  # same bytes, transposed
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), f"tensor '{name}'",
+                      f"has shape [{cols}, {rows}", "config.json implies")
+
+
+@pytest.mark.parametrize("value,kind", [(float("nan"), "NaN"), (float("inf"), "infinity"),
+                                        (float("-inf"), "infinity")])
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_non_finite_weight_is_reported(model, value, kind, command):
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    begin, _ = header[name]["data_offsets"]
+    element = 3 if math.prod(entry["shape"]) > 3 else 0
+    at = begin + 4 * element
+    data = data[:at] + struct.pack("<f", value) + data[at + 4:]
+    write_safetensors(shard, header, data)
+    assert_load_error(run(command, model), shard.name, f"tensor '{name}'",
+                      "1 NaN or infinite value", f"the first ({kind}) at element {element}")
+
+
+def test_non_finite_scan_can_be_turned_off(model):
+    """LATENT_CHECK_WEIGHTS=0 skips the scan (for a huge checkpoint known to be good); the
+    damaged weight is then served, which is what the scan is there to prevent."""
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    begin, _ = header[name]["data_offsets"]
+    data = data[:begin] + struct.pack("<f", float("nan")) + data[begin + 4:]
+    write_safetensors(shard, header, data)
+    assert run("generate", model).returncode == 2
+    proc = run("generate", model, env={"LATENT_CHECK_WEIGHTS": "0"})
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- config faults --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,message", [
+    ("hidden_size", 0, "field 'hidden_size' must be positive, got 0"),
+    ("num_attention_heads", -4, "field 'num_attention_heads' must be positive, got -4"),
+    ("num_hidden_layers", 10**15, "'num_hidden_layers'"),
+    ("vocab_size", 2**62, "'vocab_size'"),
+    ("kv_lora_rank", 10**12, "'kv_lora_rank'"),
+    ("max_position_embeddings", 0, "'max_position_embeddings' must be positive"),
+    ("qk_rope_head_dim", 7, "qk_rope_head_dim (7) must be even"),
+    ("num_experts_per_tok", 10**6, "num_experts_per_tok (1000000) exceeds n_routed_experts"),
+    ("intermediate_size", 1.5, "field 'intermediate_size' must be an integer"),
+])
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_config_with_impossible_sizes(model, field, value, message, command):
+    config_path = model / "config.json"
+    config = json.loads(config_path.read_text())
+    config[field] = value
+    config_path.write_text(json.dumps(config))
+    assert_load_error(run(command, model), "config.json", message)
+
+
+def test_config_that_is_not_json(model):
+    (model / "config.json").write_text('{"model_type": "deepseek_v3", ')
+    assert_load_error(run("generate", model), "config.json", "invalid JSON")
+
+
+# -- tokenizer faults -----------------------------------------------------------------------------
+
+def damaged_tokenizer(model: Path, damage) -> None:
+    tokenizer = json.loads((TOKENIZERS / "llama2" / "tokenizer.json").read_text())
+    damage(tokenizer)
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda t: t.pop("model"), 'tokenizer.json: no "model"'),
+    (lambda t: t["model"].pop("vocab"), 'tokenizer.json: BPE model: "vocab" must be an object'),
+    (lambda t: t["normalizer"]["normalizers"][0].pop("prepend"),
+     'tokenizer.json: Prepend normalizer: missing "prepend"'),
+    (lambda t: t["added_tokens"][0].pop("content"), 'tokenizer.json: added token: missing "content"'),
+])
+@pytest.mark.parametrize("command", ["tokenize", "serve"])  # generate --ids reads no tokenizer
+def test_tokenizer_json_missing_fields(model, damage, message, command):
+    damaged_tokenizer(model, damage)
+    assert_load_error(run(command, model), message, str(model))
+
+
+# -- cache faults ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [("--num-blocks", "2000000000"), ("--cache-memory", "1000000")])
+def test_cache_larger_than_memory(model, flags):
+    # serve (the engine's paged cache); generate --ids runs without the engine and its cache.
+    assert_load_error(run("serve", model, *flags), "the KV cache needs", "of memory",
+                      "lower --num-blocks or --cache-memory")
