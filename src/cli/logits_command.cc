@@ -66,9 +66,9 @@ Runner RegisterLogits(CLI::App& app) {
                 "Also print the key positions DSA selected per layer and token (\"selected\"; "
                 "[] where the token attended densely)");
   sub->add_option("--chunk-tokens", opt->chunk_tokens,
-                  "Run the prompt in chunks of N tokens through the paged cache (0: one chunk, "
-                  "contiguous cache)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size (with --chunk-tokens)")
+                  "Run the prompt in chunks of N tokens through the paged cache in --cache-dtype "
+                  "(0: one chunk, f32 rows)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size")
       ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32 or bf16");
   AddLoadOptions(sub, opt->quantize);

@@ -25,6 +25,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   pool_ = &cache_->pool();
   batch_.forward.rows = &cache_->rows();
   scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
+  activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
   metrics_.total_blocks = cache_->num_blocks();
@@ -47,7 +48,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,
          ") exceeds the model's max_position_embeddings (", c.max_position_embeddings, ")");
   }
-  const int64_t capacity = static_cast<int64_t>(pool_->num_blocks()) * options_.block_tokens;
+  const int64_t capacity = cache_->capacity_tokens();
   if (total > capacity) {
     Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,
          ") can never fit in the cache (", capacity, " tokens)");
@@ -84,7 +85,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
   const Request& r = state->request;
   const uint64_t seed = r.sampling.seed ? *r.sampling.seed : seed_base_ + static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ull;
   for (int32_t i = 0; i < r.sampling.n; ++i) {
-    auto seq = std::make_unique<Sequence>(next_sequence_id_++, options_.block_tokens);
+    auto seq = std::make_unique<Sequence>(next_sequence_id_++, cache_->NewTable());
     seq->request_id = id;
     seq->sample = i;
     seq->request = &state->request;
@@ -115,6 +116,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   if (seq.status == SequenceStatus::kFinished) return;
   scheduler_->Remove(&seq);
   seq.status = SequenceStatus::kFinished;
+  PublishGauges();  // Whoever hears of the end sees its blocks released.
   auto it = requests_.find(seq.request_id);
   RequestState& state = *it->second;
   RequestOutput out;
@@ -163,9 +165,10 @@ void Engine::AcceptToken(Sequence& seq, const float* logits) {
     if (state.on_output) state.on_output(out);
     return;
   }
-  // Report the token and the end in one event, then release the sequence.
+  // Release the sequence, then report the token and the end in one event.
   scheduler_->Remove(&seq);
   seq.status = SequenceStatus::kFinished;
+  PublishGauges();
   if (state.on_output) state.on_output(out);
   --state.live;
 }
@@ -186,39 +189,25 @@ void Engine::RetireFinished() {
 
 void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logits) {
   // Called when sample 0 has just computed the whole prompt: the others share its full blocks,
-  // copy its partial last block, and draw their first token from the same logits.
+  // copy its partial last block, and draw their first token from the same logits (or wait to
+  // compute the prompt themselves when no block is free for the copy).
   for (size_t i = 1; i < state.samples.size(); ++i) {
     Sequence& seq = *state.samples[i];
     if (seq.status == SequenceStatus::kFinished) continue;
-    const int64_t shared = seq.table.ShareFullBlocks(*pool_, first.table, first.num_prompt);
-    const uint32_t rest = static_cast<uint32_t>(first.num_prompt - shared);
-    bool forked = true;
-    if (rest > 0) {
-      if (seq.table.Grow(*pool_, first.num_prompt)) {
-        cache_->rows().CopyBlock(first.table.blocks()[shared / options_.block_tokens], seq.table.blocks().back(), rest);
-      } else {
-        forked = false;  // No block for the copy: recompute the prompt like a new request.
-        seq.table.Free(*pool_);
-      }
-    }
-    if (!forked) {
-      scheduler_->AddWaiting(&seq);
-      continue;
-    }
-    seq.num_computed = first.num_prompt;
-    scheduler_->AddRunning(&seq);
+    std::optional<BlockCopy> copy;
+    if (!scheduler_->Fork(&seq, first, first.num_prompt, copy)) continue;
+    if (copy) cache_->rows().CopyBlock(copy->from, copy->to, copy->tokens);
     AcceptToken(seq, logits);
   }
 }
 
-void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const std::vector<float>& logits) {
+void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
+  scheduler_->CommitStep(plan);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
-    seq.num_computed += plan.chunks[slot].num_tokens;
-    seq.table.RegisterComputed(*pool_, seq.tokens, seq.num_computed);
     if (batch.logits_index[slot] < 0) continue;
-    const float* row = &logits[batch.logits_index[slot] * vocab];
+    const float* row = logits + batch.logits_index[slot] * vocab;
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
     AcceptToken(seq, row);
@@ -232,7 +221,10 @@ bool Engine::Step() {
   const auto start = std::chrono::steady_clock::now();
   DrainQueues();
   RetireFinished();
-  if (!scheduler_->HasWork()) return false;
+  if (!scheduler_->HasWork()) {
+    PublishGauges();
+    return false;
+  }
   std::optional<profile::Scope> scope;
   scope.emplace(profile::Op::kSchedule);
   const SchedulePlan plan = scheduler_->Schedule();
@@ -241,6 +233,7 @@ bool Engine::Step() {
     metrics_.preemptions += plan.num_preempted;
     metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
   }
+  PublishGauges();
   if (plan.chunks.empty()) {
     if (options_.check_invariants) CheckInvariants();
     return true;
@@ -252,16 +245,14 @@ bool Engine::Step() {
     profile::SetPhase(decode ? profile::Phase::kDecode : profile::Phase::kPrefill);
   }
   scope.reset();
-  // [R, vocab]: reused across steps (at 64 rows it is 33 MB, which glibc would map and
-  // page-fault anew every step).
-  std::vector<float>& logits = logits_;
-  logits.resize(batch_.forward.logits_rows.size() * model_->config().vocab_size);
+  float* logits = activations_.Logits(static_cast<int64_t>(batch_.forward.logits_rows.size()));
   try {
-    model_->Forward(batch_.forward, options_.attention, logits.data());
+    model_->Forward(batch_.forward, options_.attention, logits);
   } catch (const Error& e) {
     // Fail what ran in this step; the rest of the engine goes on.
     for (const ScheduledChunk& chunk : plan.chunks) Finish(*chunk.seq, FinishReason::kError, e.what());
     RetireFinished();
+    PublishGauges();
     return true;
   }
   scope.emplace(profile::Op::kSampling);
@@ -270,9 +261,12 @@ bool Engine::Step() {
   RetireFinished();
   if (options_.check_invariants) CheckInvariants();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++metrics_.steps;
-  metrics_.busy_seconds += seconds;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++metrics_.steps;
+    metrics_.busy_seconds += seconds;
+  }
+  PublishGauges();
   return true;
 }
 
@@ -314,16 +308,24 @@ void Engine::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-EngineMetrics Engine::Metrics() const {
-  // The scheduler's queues and the block pool change inside steps only.
-  std::lock_guard<std::mutex> step_lock(step_mutex_);
+void Engine::PublishGauges() {
+  // Read on the engine thread, which alone changes the queues and the pool.
+  const int32_t running = static_cast<int32_t>(scheduler_->running().size());
+  const int32_t waiting = static_cast<int32_t>(scheduler_->waiting().size());
+  const int32_t used = pool_->NumUsed();
+  const int32_t cached = pool_->NumCachedUnowned();
   std::lock_guard<std::mutex> lock(mutex_);
-  EngineMetrics m = metrics_;
-  m.running = static_cast<int32_t>(scheduler_->running().size());
-  m.waiting = static_cast<int32_t>(scheduler_->waiting().size());
-  m.used_blocks = pool_->NumUsed();
-  m.cached_blocks = pool_->NumCachedUnowned();
-  return m;
+  metrics_.running = running;
+  metrics_.waiting = waiting;
+  metrics_.used_blocks = used;
+  metrics_.cached_blocks = cached;
+}
+
+EngineMetrics Engine::Metrics() const {
+  // Never waits for a step: the counters and the gauges last published (at step boundaries and
+  // before a request's end is reported) sit under the small lock.
+  std::lock_guard<std::mutex> lock(mutex_);
+  return metrics_;
 }
 
 }  // namespace latent::engine

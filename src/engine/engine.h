@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/block_pool.h"
+#include "engine/activations.h"
 #include "engine/batch_builder.h"
 #include "engine/cache_manager.h"
 #include "engine/request.h"
@@ -82,12 +83,14 @@ class Engine {
   void DrainQueues();
   void Admit(int64_t id, std::unique_ptr<RequestState> state);
   void CancelNow(int64_t id);
-  void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const std::vector<float>& logits);
+  void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits);
   // Appends a sampled token to `seq`, reports it, and finishes the sequence when it stops.
   void AcceptToken(Sequence& seq, const float* logits);
   void ForkSamples(RequestState& state, Sequence& first, const float* logits);
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void CheckInvariants() const;
+  // Publishes the scheduler's and the pool's gauges for Metrics().
+  void PublishGauges();
   // Drops requests whose samples have all finished.
   void RetireFinished();
 
@@ -98,18 +101,20 @@ class Engine {
   cache::BlockPool* pool_;  // cache_'s pool.
   std::unique_ptr<Scheduler> scheduler_;
   BuiltBatch batch_;  // batch_.forward.rows: cache_'s rows, set once.
-  std::vector<float> logits_;  // The step's logits, [R, vocab]; kept to reuse its pages.
+  Activations activations_;
   std::map<int64_t, std::unique_ptr<RequestState>> requests_;
   int64_t next_sequence_id_ = 0;
   uint64_t seed_base_;
 
-  mutable std::mutex mutex_;  // Guards the queues, next_request_id_ and metrics_.
+  // Guards the queues, next_request_id_ and metrics_ (counters, and the gauges PublishGauges
+  // copies from the scheduler and the pool); never held across a step.
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Submission> submit_queue_;
   std::vector<int64_t> cancel_queue_;
   int64_t next_request_id_ = 0;
   EngineMetrics metrics_;
-  mutable std::mutex step_mutex_;  // One step at a time; Metrics() reads between steps.
+  std::mutex step_mutex_;  // One step at a time.
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -107,4 +107,31 @@ SchedulePlan Scheduler::Schedule() {
   return plan;
 }
 
+void Scheduler::CommitStep(const SchedulePlan& plan) {
+  for (const ScheduledChunk& chunk : plan.chunks) {
+    Sequence& seq = *chunk.seq;
+    seq.num_computed += chunk.num_tokens;
+    seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed);
+  }
+}
+
+bool Scheduler::Fork(Sequence* child, const Sequence& parent, int64_t tokens,
+                     std::optional<BlockCopy>& copy) {
+  copy.reset();
+  const int64_t shared = child->table.ShareFullBlocks(pool_, parent.table, tokens);
+  const uint32_t rest = static_cast<uint32_t>(tokens - shared);
+  if (rest > 0) {
+    if (!child->table.Grow(pool_, tokens)) {
+      child->table.Free(pool_);  // No block for the copy: recompute like a new request.
+      AddWaiting(child);
+      return false;
+    }
+    copy = BlockCopy{parent.table.blocks()[shared / parent.table.block_tokens()],
+                     child->table.blocks().back(), rest};
+  }
+  child->num_computed = tokens;
+  AddRunning(child);
+  return true;
+}
+
 }  // namespace latent::engine

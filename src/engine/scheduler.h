@@ -1,5 +1,7 @@
 // Scheduler: which sequences run this step and how many of their tokens. Policy only: it sees
 // sequences and the block pool (ids and counts), never tensors, so it is tested without weights.
+// It is the only code that changes block tables, the pool and num_computed: Schedule grows and
+// preempts, CommitStep advances what a step computed, Fork shares a prompt's blocks, Remove frees.
 //
 // Order: running decodes, then running prefills, then waiting sequences in arrival order, under
 // a token budget and a sequence cap. A prompt larger than the budget left is cut into chunks
@@ -10,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "cache/block_pool.h"
@@ -34,6 +37,13 @@ struct SchedulePlan {
   int64_t prefix_hit_tokens = 0;  // Prompt tokens served from cached blocks this step.
 };
 
+// Rows the caller copies between blocks (bytes are not the scheduler's business): the first
+// `tokens` positions of block `from` into block `to`.
+struct BlockCopy {
+  cache::BlockId from, to;
+  uint32_t tokens;
+};
+
 class Scheduler {
  public:
   Scheduler(SchedulerOptions options, cache::BlockPool& pool);
@@ -46,6 +56,14 @@ class Scheduler {
   void Remove(Sequence* seq);
   // Plans one step, allocating the blocks the chosen chunks need.
   SchedulePlan Schedule();
+  // After the step of `plan` ran: each chunk's tokens are computed (num_computed advances) and
+  // the full blocks among them are registered for prefix caching.
+  void CommitStep(const SchedulePlan& plan);
+  // Gives `child` (a sample that never ran) the first `tokens` computed positions of `parent`:
+  // it shares parent's full blocks and takes a fresh block for the partial last one, whose rows
+  // the caller copies (`copy`), and runs from there. With no block free it waits instead, to
+  // compute the prompt itself. Returns whether it was forked.
+  bool Fork(Sequence* child, const Sequence& parent, int64_t tokens, std::optional<BlockCopy>& copy);
 
   const std::vector<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }

@@ -12,6 +12,8 @@ namespace latent::engine {
 enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
 
 struct Sequence {
+  // `table`: empty, from the engine's CacheManager (NewTable), which holds the block size.
+  Sequence(int64_t id, cache::BlockTable table) : id(id), table(std::move(table)) {}
   Sequence(int64_t id, uint32_t block_tokens) : id(id), table(block_tokens) {}
 
   int64_t id;               // Unique; also the arrival order (a preempted sequence keeps it).

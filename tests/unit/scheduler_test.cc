@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -489,6 +490,75 @@ TEST_F(SchedulerTest, RandomWorkloadKeepsInvariantsAndFinishes) {
       EXPECT_EQ(hits, 0);
     }
   }
+}
+
+TEST_F(SchedulerTest, CommitStepAdvancesNumComputedAndRegistersFullBlocks) {
+  cache::BlockPool pool(8, true);
+  Scheduler scheduler({.max_batch_tokens = 6, .max_seqs = 4}, pool);
+  Sequence* seq = NewSequence(0, Prompt(10, 10));
+  scheduler.AddWaiting(seq);
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkTokens(plan), (std::vector<int64_t>{6}));
+  EXPECT_EQ(seq->num_computed, 0);
+  scheduler.CommitStep(plan);
+  EXPECT_EQ(seq->num_computed, 6);
+  // The first block (4 tokens) is full and computed: a later identical prompt hits it.
+  Sequence* twin = NewSequence(1, Prompt(10, 10));
+  EXPECT_EQ(twin->table.MatchPrefix(pool, twin->tokens), 4);
+  twin->table.Free(pool);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerTest, ForkSharesFullBlocksAndAsksForThePartialOneToBeCopied) {
+  cache::BlockPool pool(8, false);
+  Scheduler scheduler({.max_batch_tokens = 16, .max_seqs = 4}, pool);
+  Sequence* first = NewSequence(0, Prompt(0, 6));  // 6 tokens: one full block, 2 in the next
+  scheduler.AddWaiting(first);
+  scheduler.CommitStep(scheduler.Schedule());
+  ASSERT_EQ(first->num_computed, 6);
+  Sequence* child = NewSequence(1, Prompt(0, 6));
+  std::optional<BlockCopy> copy;
+  ASSERT_TRUE(scheduler.Fork(child, *first, 6, copy));
+  ASSERT_EQ(child->table.blocks().size(), 2u);
+  EXPECT_EQ(child->table.blocks()[0], first->table.blocks()[0]);  // shared
+  EXPECT_EQ(pool.ref_count(first->table.blocks()[0]), 2);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->from, first->table.blocks()[1]);
+  EXPECT_EQ(copy->to, child->table.blocks()[1]);
+  EXPECT_NE(copy->to, copy->from);
+  EXPECT_EQ(copy->tokens, 2u);
+  EXPECT_EQ(child->num_computed, 6);
+  EXPECT_EQ(child->status, SequenceStatus::kRunning);
+  EXPECT_EQ(IdsOf(scheduler.running()), (Ids{0, 1}));
+
+  // A prompt of whole blocks needs no copy.
+  Sequence* even = NewSequence(2, Prompt(0, 4));
+  Sequence* even_child = NewSequence(3, Prompt(0, 4));
+  scheduler.AddWaiting(even);
+  scheduler.CommitStep(scheduler.Schedule());
+  ASSERT_TRUE(scheduler.Fork(even_child, *even, 4, copy));
+  EXPECT_FALSE(copy.has_value());
+  for (auto& s : sequences_) scheduler.Remove(s.get());
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerTest, ForkWithoutAFreeBlockWaitsToComputeThePrompt) {
+  cache::BlockPool pool(2, false);
+  Scheduler scheduler({.max_batch_tokens = 16, .max_seqs = 4}, pool);
+  Sequence* first = NewSequence(0, Prompt(0, 6));  // takes both blocks
+  scheduler.AddWaiting(first);
+  scheduler.CommitStep(scheduler.Schedule());
+  Sequence* child = NewSequence(1, Prompt(0, 6));
+  std::optional<BlockCopy> copy;
+  EXPECT_FALSE(scheduler.Fork(child, *first, 6, copy));
+  EXPECT_FALSE(copy.has_value());
+  EXPECT_TRUE(child->table.blocks().empty());
+  EXPECT_EQ(child->num_computed, 0);
+  EXPECT_EQ(child->status, SequenceStatus::kWaiting);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1}));
+  EXPECT_EQ(pool.ref_count(first->table.blocks()[0]), 1);  // the shared block was given back
+  EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
 }  // namespace
