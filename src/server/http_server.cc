@@ -28,6 +28,7 @@
 #include "base/error.h"
 #include "server/completion_session.h"
 #include "server/constant_time.h"
+#include "server/engine_metrics_reader.h"
 #include "server/http_parser.h"
 #include "server/worker_pool.h"
 
@@ -49,6 +50,8 @@ constexpr size_t kReadChunk = 64 << 10;
 // Reads per wake-up on one connection, so one fast sender cannot hold the loop.
 constexpr size_t kMaxReadPerEvent = 1 << 20;
 constexpr int kRetryAfterSeconds = 1;
+// /metrics waits this long at most for the engine's figures as of now (then: the latest read).
+constexpr auto kMetricsMaxWait = std::chrono::milliseconds(30);
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -163,6 +166,7 @@ struct HttpServer::Impl {
   mutable std::mutex sessions_mutex;
   std::set<std::shared_ptr<CompletionSession>> sessions;
 
+  EngineMetricsReader engine_metrics;
   std::unique_ptr<WorkerPool> workers;  // Last: its threads stop before the rest goes.
 
   Impl(HttpOptions o, std::string name, ServerMetrics& m)
@@ -286,7 +290,7 @@ struct HttpServer::Impl {
   }
   Reply Tokenize(const std::string& body) const;
   Reply Detokenize(const std::string& body) const;
-  Reply Metrics() const;
+  Reply Metrics();
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -558,7 +562,7 @@ void HttpServer::Impl::Flush(Conn& c) {
 
 // A whole response went out: the next request on the connection, or the close.
 void HttpServer::Impl::AfterFlush(Conn& c) {
-  if (c.close_after_write && !c.linger) {
+  if ((c.close_after_write || draining) && !c.linger) {
     Close(c);
     return;
   }
@@ -919,12 +923,12 @@ Reply HttpServer::Impl::Detokenize(const std::string& body) const {
   return JsonReply(200, {{"prompt", ctx.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/false)}});
 }
 
-// On a worker: the engine's numbers are read between steps.
-Reply HttpServer::Impl::Metrics() const {
+// On a worker: at most kMetricsMaxWait for the engine's figures.
+Reply HttpServer::Impl::Metrics() {
   const ServerContext* ctx = context.load();
   Reply r;
   if (ctx) {
-    const engine::EngineMetrics m = ctx->engine->Metrics();
+    const engine::EngineMetrics m = engine_metrics.Read(*ctx->engine, kMetricsMaxWait);
     r.body = metrics.Render(model_name, &m);
   } else {
     r.body = metrics.Render(model_name, nullptr);
