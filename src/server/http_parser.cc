@@ -72,6 +72,7 @@ bool HttpRequest::ExpectsContinue() const {
 void HttpRequestParser::Reset() {
   request_ = HttpRequest();
   phase_ = Phase::kStart;
+  request_line_checked_ = false;
   chunk_left_ = 0;
   error_status_ = 0;
   error_message_.clear();
@@ -97,6 +98,13 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
   }
   if (phase_ == Phase::kHeaders) {
     const size_t first_nl = buffer.find('\n');
+    // Garbage is refused as soon as it shows, not when a timeout or a size limit passes: the
+    // method's characters as they come, the whole request line once it is there.
+    const size_t method_end = std::min({buffer.find(' '), first_nl, buffer.size()});
+    const std::string_view method = std::string_view(buffer).substr(0, method_end);
+    if (!std::all_of(method.begin(), method.end(), IsTokenChar) || method.size() > 32) {
+      return Fail(400, "malformed HTTP request");
+    }
     if (first_nl == std::string::npos) {
       if (buffer.size() > limits_.max_request_line_bytes) {
         return Fail(414, "the request URI is too long");
@@ -104,6 +112,12 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
       return Result::kNeedMore;
     }
     if (first_nl > limits_.max_request_line_bytes) return Fail(414, "the request URI is too long");
+    if (!request_line_checked_) {
+      std::string_view line = std::string_view(buffer).substr(0, first_nl);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (ParseRequestLine(line) == Result::kError) return Result::kError;
+      request_line_checked_ = true;
+    }
     // The end of the headers: an empty line.
     size_t end = std::string::npos;
     for (size_t nl = first_nl; nl != std::string::npos; nl = buffer.find('\n', nl + 1)) {
@@ -148,12 +162,8 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
   return ParseChunked(buffer);
 }
 
-HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
-  std::string_view line;
-  size_t pos = 0, next = 0;
-  TakeLine(head, pos, line, next);
-  pos = next;
-  // METHOD SP target SP HTTP/1.x
+// METHOD SP target SP HTTP/1.x
+HttpRequestParser::Result HttpRequestParser::ParseRequestLine(std::string_view line) {
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == 0 || sp2 == std::string_view::npos || sp2 == sp1 + 1) {
@@ -179,6 +189,15 @@ HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
   request_.method = std::string(method);
   request_.target = std::string(target);
   request_.path = request_.target.substr(0, request_.target.find('?'));
+  return Result::kHeaders;
+}
+
+HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
+  std::string_view line;
+  size_t pos = 0, next = 0;
+  TakeLine(head, pos, line, next);
+  pos = next;
+  if (ParseRequestLine(line) == Result::kError) return Result::kError;
 
   while (TakeLine(head, pos, line, next)) {
     pos = next;

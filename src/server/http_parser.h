@@ -70,12 +70,14 @@ class HttpRequestParser {
                      kDone, kError };
 
   Result Fail(int status, std::string message);
+  Result ParseRequestLine(std::string_view line);
   Result ParseHead(std::string_view head);
   Result ParseChunked(std::string& buffer);
 
   HttpParseLimits limits_;
   HttpRequest request_;
   Phase phase_ = Phase::kStart;
+  bool request_line_checked_ = false;
   size_t chunk_left_ = 0;
   int error_status_ = 0;
   std::string error_message_;

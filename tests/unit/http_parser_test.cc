@@ -91,6 +91,9 @@ TEST(HttpParserTest, Limits) {
       {"POST / HTTP/1.1\r\nContent-Length: 33\r\n\r\n", 413},
       {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n21\r\n", 413},
       {"GET / HTTP/2.0\r\n\r\n", 400},
+      // Garbage is refused on sight, before any line end or header end arrives.
+      {std::string("\x16\x03\x01\x02\x00 client hello", 19), 400},
+      {"GET / HTTP/1.1 and more\n", 400},
       {"GET /\r\n\r\n", 400},
       {"G@T / HTTP/1.1\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nNo colon\r\n\r\n", 400},
