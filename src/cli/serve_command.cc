@@ -16,6 +16,7 @@ Runner RegisterServe(CLI::App& app) {
     std::string attention = "auto";
     bool no_prefix_cache = false;
     double max_body_mib = 8;
+    double max_header_kib = 64;
     std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
@@ -56,7 +57,42 @@ Runner RegisterServe(CLI::App& app) {
                   "Largest request body, in MiB (larger: 413)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--http-threads", s.http.threads, "Connections served at once")
+  sub->add_option("--http-threads", s.http.threads,
+                  "Worker threads that parse, tokenize and submit requests (connections need no "
+                  "thread; 0: one per core)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-connections", s.http.max_connections,
+                  "Open connections at most (more: 503 and close)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-pending", s.http.max_pending,
+                  "Requests waiting for a worker thread at most (more: 503)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-waiting", s.http.max_waiting,
+                  "Generation requests waiting for the engine (no token yet) at most (more: 503 "
+                  "with Retry-After)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--header-timeout", s.http.header_timeout_s,
+                  "Seconds from a request's first byte to the end of its headers (later: 408)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--body-timeout", s.http.body_timeout_s,
+                  "Seconds from the end of the headers to the end of the body (later: 408)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--keep-alive-timeout", s.http.keep_alive_timeout_s,
+                  "Seconds an idle connection is kept between requests")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--write-timeout", s.http.write_timeout_s,
+                  "Seconds a client may leave a response unread before it is cut")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-header-kib", opt->max_header_kib,
+                  "Largest request line and headers, in KiB (larger: 431)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--shutdown-timeout", s.shutdown_timeout_s,
@@ -71,6 +107,7 @@ Runner RegisterServe(CLI::App& app) {
     serve.engine.attention = ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
+    serve.http.max_header_bytes = static_cast<size_t>(opt->max_header_kib * (1 << 10));
     return server::RunServer(serve);
   };
 }

@@ -105,6 +105,7 @@ void CompletionSession::OnOutput(int32_t prompt, const engine::RequestOutput& ou
     events_.push_back({prompt, output, Clock::now()});
   }
   wake_.notify_one();
+  if (notify_) notify_();
 }
 
 bool CompletionSession::Wait(std::chrono::milliseconds timeout) {
@@ -263,6 +264,7 @@ void CompletionSession::Abort(const std::string& message) {
     if (!abort_message_) abort_message_ = message;
   }
   wake_.notify_all();
+  if (notify_) notify_();
 }
 
 Usage CompletionSession::TotalUsage() const {

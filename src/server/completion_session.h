@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,6 +52,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
 
   // Non-streaming, once done(): the HTTP status and the JSON body.
   std::pair<int, std::string> Response() const;
+
+  // Called after each engine event is queued and after Abort(), on that thread, so that an event
+  // loop can wake up and call Wait(0) instead of blocking in Wait(). Set it before Start().
+  void SetNotify(std::function<void()> notify) { notify_ = std::move(notify); }
 
   // The client went away: cancels what still runs in the engine. Idempotent.
   void Cancel();
@@ -116,6 +121,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   bool cancelled_ = false;
   bool stream_opened_ = false, stream_closed_ = false;
   std::optional<ApiError> error_;
+  std::function<void()> notify_;
 
   std::mutex mutex_;  // Guards the fields below.
   std::condition_variable wake_;

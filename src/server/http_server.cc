@@ -1,109 +1,233 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "base/error.h"
 #include "server/completion_session.h"
+#include "server/constant_time.h"
+#include "server/engine_metrics_reader.h"
+#include "server/http_parser.h"
+#include "server/worker_pool.h"
 
 namespace latent::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kPollInterval = std::chrono::milliseconds(200);
-// While a stream has nothing to send, a comment line this often finds out whether the client
-// is still there (SSE clients ignore lines starting with ':').
+// How often the loop looks at every connection's timers (and writes SSE keep-alive comments).
+constexpr auto kSweepInterval = std::chrono::milliseconds(100);
+// While a stream has nothing to send, a comment line this often keeps proxies from timing it out
+// (SSE clients ignore lines starting with ':').
 constexpr auto kKeepAliveInterval = std::chrono::seconds(2);
+// After an error response that closes the connection, the rest of what the client sends is read
+// and dropped for this long, so that closing does not reset the connection before the client
+// has read the response.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kReadChunk = 64 << 10;
+// Reads per wake-up on one connection, so one fast sender cannot hold the loop.
+constexpr size_t kMaxReadPerEvent = 1 << 20;
+constexpr int kRetryAfterSeconds = 1;
+// /metrics waits this long at most for the engine's figures as of now (then: the latest read).
+constexpr auto kMetricsMaxWait = std::chrono::milliseconds(30);
 
-void SendJson(httplib::Response& res, int status, const OrderedJson& body) {
-  res.status = status;
-  res.set_content(Dump(body), "application/json");
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-void SendError(httplib::Response& res, const ApiError& error) {
-  if (error.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
-  SendJson(res, error.status(), ErrorJson(error));
+// The response head and body of a non-streaming response.
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Reply JsonReply(int status, const OrderedJson& body) {
+  Reply r;
+  r.status = status;
+  r.body = Dump(body);
+  return r;
 }
 
-// The message of an HTTP-level error that no handler wrote (httplib's own 400/404/413/414...).
-std::string StatusMessage(const httplib::Request& req, int status, size_t max_body_bytes) {
-  switch (status) {
-    case 400:
-      return "malformed HTTP request";
-    case 404:
-      return StrCat("no route for ", req.method, " ", req.path);
-    case 405:
-      return StrCat("method ", req.method, " is not allowed on ", req.path);
-    case 413:
-      return StrCat("the request body is larger than the limit of ", max_body_bytes, " bytes");
-    case 414:
-      return "the request URI is too long";
-    case 431:
-      return "the request headers are too large";
-    default:
-      return StrCat("HTTP error ", status);
+Reply ErrorReply(const ApiError& error) {
+  Reply r = JsonReply(error.status(), ErrorJson(error));
+  if (error.status() == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (error.status() == 503) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+  return r;
+}
+
+Reply ErrorReply(int status, const std::string& message, const std::string& code) {
+  Reply r = JsonReply(status, ErrorJson(status, message, code));
+  if (status == 503) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+  return r;
+}
+
+// Raises the open-file limit to its hard maximum: every connection is a descriptor.
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-}
-
-const char* StatusCode(int status) {
-  switch (status) {
-    case 404:
-      return "not_found";
-    case 405:
-      return "method_not_allowed";
-    case 413:
-      return "request_too_large";
-    default:
-      return "";
-  }
-}
-
-// Compares without an early exit, so the time taken does not tell how much of a guess matched.
-bool ConstantTimeEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
+  enum class State {
+    kRead,     // Reading a request (or idle between requests).
+    kWork,     // The request is with a worker thread.
+    kSession,  // A generation session is attached; its response goes out as events come.
+    kWrite,    // A whole response is queued; then the next request, or the close.
+    kLinger,   // Write side shut; reading and dropping until the client closes or time is up.
+  };
+
+  // What the engine's callback needs to wake the loop for a connection; shared with the session's
+  // notifier, which may outlive the connection.
+  struct Link {
+    Impl* impl;
+    uint64_t conn_id;
+    std::atomic<bool> queued{true};  // Counted in `waiting` until the first engine event.
+  };
+
+  struct Conn {
+    uint64_t id = 0;
+    int fd = -1;
+    State state = State::kRead;
+    uint32_t events = 0;  // Registered epoll events.
+    std::string in;
+    std::string out;
+    size_t out_sent = 0;
+    HttpRequestParser parser;
+    bool keep_alive = true;
+    bool close_after_write = false;
+    bool linger = false;  // Close after a lingering read (the request was refused unread).
+    Clock::time_point idle_since, request_start, headers_at, linger_until, last_write_progress,
+        last_stream_write;
+    // The request being served.
+    std::string method, path;
+    std::shared_ptr<CompletionSession> session;
+    std::shared_ptr<Link> link;
+    bool streaming = false;
+
+    explicit Conn(const HttpParseLimits& limits) : parser(limits) {}
+  };
+
   HttpOptions options;
   std::string model_name;
   ServerMetrics& metrics;
-  httplib::Server svr;
-  int listen_fd = -1;
+  HttpParseLimits parse_limits;
   int64_t started = static_cast<int64_t>(std::time(nullptr));
   std::atomic<const ServerContext*> context{nullptr};
   std::atomic<bool> draining{false};
+  std::atomic<bool> stopping{false};
+
+  int listen_fd = -1;
+  int epoll_fd = -1;
+  int wake_fd = -1;  // eventfd: the engine's callbacks and the workers wake the loop through it.
+  bool listening = false;  // listen_fd is in the epoll set.
+  uint64_t next_id = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
+  Clock::time_point last_sweep;
+
+  // Handed to the loop by other threads.
+  std::mutex inbox_mutex;
+  std::vector<uint64_t> ready_conns;  // Sessions with new events.
+  std::vector<std::function<void()>> closures;  // Workers' results.
+  bool wake_pending = false;
+
+  // Generation requests admitted (from the hand-off to a worker to the end of the response), and
+  // those of them without a first engine event yet.
+  std::atomic<int> admitted{0};
+  std::atomic<int> waiting{0};
   mutable std::mutex sessions_mutex;
   std::set<std::shared_ptr<CompletionSession>> sessions;
 
-  Impl(HttpOptions o, std::string name, ServerMetrics& m)
-      : options(std::move(o)), model_name(std::move(name)), metrics(m) {}
+  EngineMetricsReader engine_metrics;
+  std::unique_ptr<WorkerPool> workers;  // Last: its threads stop before the rest goes.
 
-  void Routes();
+  Impl(HttpOptions o, std::string name, ServerMetrics& m)
+      : options(std::move(o)), model_name(std::move(name)), metrics(m) {
+    parse_limits.max_body_bytes = options.max_body_bytes;
+    parse_limits.max_header_bytes = options.max_header_bytes;
+    parse_limits.max_request_line_bytes = std::min<size_t>(options.max_header_bytes, 8 << 10);
+    int threads = options.threads;
+    if (threads <= 0) threads = std::max(2u, std::min(16u, std::thread::hardware_concurrency()));
+    workers = std::make_unique<WorkerPool>(threads, static_cast<size_t>(options.max_pending));
+  }
+  ~Impl() {
+    workers.reset();
+    for (auto& [id, conn] : conns) {
+      if (conn->session) conn->session->Cancel();
+      ::close(conn->fd);
+    }
+    if (listen_fd >= 0) ::close(listen_fd);
+    if (epoll_fd >= 0) ::close(epoll_fd);
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
+
+  // -- cross-thread hand-offs --
+
+  void Wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));
+  }
+  void RunOnLoop(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(inbox_mutex);
+      closures.push_back(std::move(fn));
+      if (wake_pending) return;
+      wake_pending = true;
+    }
+    Wake();
+  }
+  // The engine's thread (or Abort's): a session of `link` has news.
+  void NotifySession(Link& link) {
+    if (link.queued.exchange(false)) waiting.fetch_sub(1);
+    {
+      std::lock_guard<std::mutex> lock(inbox_mutex);
+      ready_conns.push_back(link.conn_id);
+      if (wake_pending) return;
+      wake_pending = true;
+    }
+    Wake();
+  }
+
+  // -- request checks --
 
   // Throws ApiError 401 unless the request carries the API key (when one is set).
-  void CheckAuth(const httplib::Request& req) const {
+  void CheckAuth(const HttpRequest& req) const {
     if (options.api_key.empty()) return;
-    const std::string header = req.get_header_value("Authorization");
+    const std::string* header = req.Header("authorization");
     const std::string prefix = "Bearer ";
-    if (header.rfind(prefix, 0) != 0) {
+    if (!header || header->rfind(prefix, 0) != 0) {
       throw ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "",
                      "invalid_api_key");
     }
-    if (!ConstantTimeEqual(header.substr(prefix.size()), options.api_key)) {
+    if (!ConstantTimeEqual(std::string_view(*header).substr(prefix.size()), options.api_key)) {
       throw ApiError(401, "invalid API key", "", "invalid_api_key");
     }
   }
@@ -116,26 +240,45 @@ struct HttpServer::Impl {
     return *c;
   }
 
-  // Reads the body through `reader`, at most max_body_bytes. Throws ApiError 413/400.
-  std::string ReadBody(const httplib::Request& req, const httplib::ContentReader& reader) const {
-    std::string body;
-    bool too_large = false;
-    const bool ok = reader([&](const char* data, size_t n) {
-      if (body.size() + n > options.max_body_bytes) {
-        too_large = true;
-        return false;
-      }
-      body.append(data, n);
-      return true;
-    });
-    if (too_large || (req.has_header("Content-Length") &&
-                      req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes)) {
-      throw ApiError(413, StatusMessage(req, 413, options.max_body_bytes), "", "request_too_large");
-    }
-    if (!ok) throw ApiError(400, "could not read the request body", "", "invalid_body");
-    return body;
+  std::string TooLargeMessage() const {
+    return StrCat("the request body is larger than the limit of ", options.max_body_bytes,
+                  " bytes");
   }
 
+  // -- the loop --
+
+  void Loop();
+  void Accept();
+  void SetEvents(Conn& c, uint32_t events);
+  void WantEvents(Conn& c);
+  void Close(Conn& c);
+  void CloseId(uint64_t id) {
+    auto it = conns.find(id);
+    if (it != conns.end()) Close(*it->second);
+  }
+  void OnEvent(Conn& c, uint32_t events);
+  void ReadInput(Conn& c);
+  void ProcessInput(Conn& c);
+  void Flush(Conn& c);
+  void AfterFlush(Conn& c);
+  void Sweep(Clock::time_point now);
+  void BeginDrain();
+  void DrainInbox();
+
+  // -- requests --
+
+  void Dispatch(Conn& c);
+  void Respond(Conn& c, const Reply& reply, bool close = false);
+  void RespondError(Conn& c, int status, const std::string& message, const std::string& code,
+                    bool close) {
+    Respond(c, ErrorReply(status, message, code), close);
+  }
+  void StartGeneration(Conn& c, Endpoint endpoint, HttpRequest& req);
+  void OnGenerationStarted(uint64_t id, std::shared_ptr<CompletionSession> session,
+                           std::shared_ptr<Link> link, std::optional<Reply> error);
+  void RunJob(Conn& c, std::function<Reply()> job);
+  void Pump(Conn& c);
+  void EndSession(Conn& c);
   void Register(const std::shared_ptr<CompletionSession>& session) {
     std::lock_guard<std::mutex> lock(sessions_mutex);
     sessions.insert(session);
@@ -145,305 +288,730 @@ struct HttpServer::Impl {
     std::lock_guard<std::mutex> lock(sessions_mutex);
     if (sessions.erase(session)) metrics.AddInFlight(-1);
   }
-
-  void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
-                const httplib::ContentReader& reader);
-  void GenerateCompletions(const httplib::Request& req, httplib::Response& res,
-                           const httplib::ContentReader& reader) {
-    Generate(Endpoint::kCompletions, req, res, reader);
-  }
-  void GenerateChat(const httplib::Request& req, httplib::Response& res,
-                    const httplib::ContentReader& reader) {
-    Generate(Endpoint::kChatCompletions, req, res, reader);
-  }
-  void Tokenize(const httplib::Request& req, httplib::Response& res,
-                const httplib::ContentReader& reader);
-  void Detokenize(const httplib::Request& req, httplib::Response& res,
-                  const httplib::ContentReader& reader);
+  Reply Tokenize(const std::string& body) const;
+  Reply Detokenize(const std::string& body) const;
+  Reply Metrics();
 };
 
-void HttpServer::Impl::Generate(Endpoint endpoint, const httplib::Request& req,
-                                httplib::Response& res, const httplib::ContentReader& reader) {
-  const Clock::time_point arrival = Clock::now();
-  std::shared_ptr<CompletionSession> session;
-  try {
-    const std::string body = ReadBody(req, reader);
-    CheckAuth(req);
-    const ServerContext& ctx = Ready();
-    session = std::make_shared<CompletionSession>(
-        ctx, ParseGenerationRequest(body, endpoint, ctx.limits), arrival);
-    session->Start();
-  } catch (const ApiError& e) {
-    SendError(res, e);
+// ---------------------------------------------------------------------------------------------
+// The event loop.
+
+void HttpServer::Impl::SetEvents(Conn& c, uint32_t events) {
+  if (c.events == events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = c.id;
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+  c.events = events;
+}
+
+// What the connection's state needs to hear about. A hang-up is always asked for: a client that
+// goes away while its request runs is noticed at once, not at the next write.
+void HttpServer::Impl::WantEvents(Conn& c) {
+  uint32_t events = EPOLLRDHUP;
+  if (c.state == State::kRead || c.state == State::kLinger) events |= EPOLLIN;
+  if (c.out_sent < c.out.size()) events |= EPOLLOUT;
+  SetEvents(c, events);
+}
+
+void HttpServer::Impl::Close(Conn& c) {
+  if (c.session) EndSession(c);
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
+  ::close(c.fd);
+  conns.erase(c.id);  // Destroys c.
+}
+
+// The session's request is over (answered, or its client gone): cancel what still runs in the
+// engine (a no-op once it finished) and stop counting it.
+void HttpServer::Impl::EndSession(Conn& c) {
+  c.session->Cancel();
+  Unregister(c.session);
+  if (c.link && c.link->queued.exchange(false)) waiting.fetch_sub(1);
+  admitted.fetch_sub(1);
+  c.session.reset();
+  c.link.reset();
+}
+
+void HttpServer::Impl::Accept() {
+  for (int i = 0; i < 256; ++i) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop accepting until the next sweep instead of spinning.
+        ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        listening = false;
+        std::fprintf(stderr, "latent serve: cannot accept a connection: %s\n",
+                     std::strerror(errno));
+      }
+      return;  // EAGAIN: none left; other errors concern that one connection.
+    }
+    const int yes = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    if (static_cast<int>(conns.size()) >= options.max_connections) {
+      // Best effort: one write of a short answer, then the close.
+      const Reply r = ErrorReply(503, StrCat("too many connections (the limit is ",
+                                             options.max_connections, ")"),
+                                 "too_many_connections");
+      const std::string text =
+          StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n",
+                 "Retry-After: ", kRetryAfterSeconds, "\r\nConnection: close\r\nContent-Length: ",
+                 r.body.size(), "\r\n\r\n", r.body);
+      [[maybe_unused]] const ssize_t n = ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+      metrics.CountResponse("", 503);
+      ::close(fd);
+      continue;
+    }
+    auto conn = std::make_unique<Conn>(parse_limits);
+    conn->id = next_id++;
+    conn->fd = fd;
+    conn->idle_since = conn->request_start = Clock::now();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = conn->id;
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      continue;
+    }
+    conn->events = ev.events;
+    conns.emplace(conn->id, std::move(conn));
+  }
+}
+
+void HttpServer::Impl::Loop() {
+  std::vector<epoll_event> events(1024);
+  last_sweep = Clock::now();
+  for (;;) {
+    if (stopping) return;
+    if (draining && listen_fd >= 0) BeginDrain();
+    if (draining && conns.empty()) return;
+    const int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()),
+                               static_cast<int>(kSweepInterval.count()));
+    if (n < 0 && errno != EINTR) Fail("epoll_wait failed: ", std::strerror(errno));
+    for (int i = 0; i < n; ++i) {
+      const uint64_t key = events[i].data.u64;
+      if (key == 0) {
+        Accept();
+      } else if (key == ~uint64_t{0}) {
+        uint64_t count;
+        [[maybe_unused]] const ssize_t r = ::read(wake_fd, &count, sizeof(count));
+      } else if (auto it = conns.find(key); it != conns.end()) {
+        OnEvent(*it->second, events[i].events);
+      }
+    }
+    DrainInbox();
+    const Clock::time_point now = Clock::now();
+    if (now - last_sweep >= kSweepInterval) {
+      last_sweep = now;
+      Sweep(now);
+    }
+  }
+}
+
+void HttpServer::Impl::DrainInbox() {
+  std::vector<uint64_t> ready;
+  std::vector<std::function<void()>> fns;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex);
+    ready.swap(ready_conns);
+    fns.swap(closures);
+    wake_pending = false;
+  }
+  for (auto& fn : fns) fn();
+  std::sort(ready.begin(), ready.end());
+  ready.erase(std::unique(ready.begin(), ready.end()), ready.end());
+  for (uint64_t id : ready) {
+    auto it = conns.find(id);
+    if (it != conns.end() && it->second->state == State::kSession) Pump(*it->second);
+  }
+}
+
+// Shutdown: no new connections (closing the socket refuses them), idle ones closed now; the
+// others finish their request and close.
+void HttpServer::Impl::BeginDrain() {
+  if (listening) ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+  ::close(listen_fd);
+  listen_fd = -1;
+  listening = false;
+  std::vector<uint64_t> idle;
+  for (auto& [id, conn] : conns) {
+    if (conn->state == State::kRead && !conn->parser.started() && conn->in.empty()) {
+      idle.push_back(id);
+    }
+  }
+  for (uint64_t id : idle) CloseId(id);
+}
+
+void HttpServer::Impl::OnEvent(Conn& c, uint32_t events) {
+  const uint64_t id = c.id;
+  if (events & EPOLLERR) {
+    Close(c);
     return;
-  } catch (const Error& e) {
-    SendError(res, ApiError(400, e.what()));
+  }
+  if (events & EPOLLOUT) {
+    Flush(c);
+    if (!conns.count(id)) return;
+  }
+  if (c.state == State::kRead || c.state == State::kLinger) {
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) ReadInput(c);
+    return;
+  }
+  // The request is being served and the client hung up (or half-closed): nobody will read the
+  // answer, so stop generating it.
+  if (events & (EPOLLRDHUP | EPOLLHUP)) Close(c);
+}
+
+void HttpServer::Impl::ReadInput(Conn& c) {
+  const uint64_t id = c.id;
+  size_t total = 0;
+  char buf[kReadChunk];
+  bool eof = false;
+  while (total < kMaxReadPerEvent) {
+    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      total += static_cast<size_t>(n);
+      if (c.state == State::kLinger) continue;  // Dropped.
+      if (c.in.empty() && !c.parser.started()) c.request_start = Clock::now();
+      c.in.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) {
+      eof = true;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      eof = true;  // Reset.
+    }
+    break;
+  }
+  if (c.state == State::kLinger) {
+    if (eof) Close(c);
+    return;
+  }
+  if (total > 0) ProcessInput(c);
+  // A client that closed its side gets no answer to a partial request; one whose request is
+  // being answered is closed by OnEvent's hang-up check.
+  if (eof && conns.count(id) && c.state == State::kRead) Close(c);
+}
+
+void HttpServer::Impl::ProcessInput(Conn& c) {
+  for (;;) {
+    switch (c.parser.Parse(c.in)) {
+      case HttpRequestParser::Result::kNeedMore:
+        WantEvents(c);
+        return;
+      case HttpRequestParser::Result::kError: {
+        const int status = c.parser.error_status();
+        c.method = c.parser.request().method;
+        c.path = c.parser.request().path;
+        RespondError(c, status, status == 413 ? TooLargeMessage() : c.parser.error_message(),
+                     status == 413 ? "request_too_large" : "", /*close=*/true);
+        return;
+      }
+      case HttpRequestParser::Result::kHeaders: {
+        const HttpRequest& req = c.parser.request();
+        c.headers_at = Clock::now();
+        c.method = req.method;
+        c.path = req.path;
+        // Without a length, the body would run to the end of the connection.
+        if (req.method == "POST" && !req.has_content_length && !req.chunked) {
+          RespondError(c, 411, "a POST needs a Content-Length (or chunked encoding)",
+                       "length_required", /*close=*/true);
+          return;
+        }
+        if (req.ExpectsContinue() && (req.chunked || req.content_length > 0)) {
+          c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+          Flush(c);
+          if (!conns.count(c.id)) return;
+        }
+        continue;
+      }
+      case HttpRequestParser::Result::kComplete:
+        Dispatch(c);
+        return;
+    }
+  }
+}
+
+void HttpServer::Impl::Flush(Conn& c) {
+  while (c.out_sent < c.out.size()) {
+    const ssize_t n =
+        ::send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_sent += static_cast<size_t>(n);
+      c.last_write_progress = Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    Close(c);  // The client is gone.
+    return;
+  }
+  if (c.out_sent == c.out.size()) {
+    c.out.clear();
+    c.out_sent = 0;
+  } else if (c.out_sent > (1 << 20)) {
+    c.out.erase(0, c.out_sent);
+    c.out_sent = 0;
+  }
+  if (c.out.empty() && c.state == State::kWrite) {
+    AfterFlush(c);
+    return;
+  }
+  WantEvents(c);
+}
+
+// A whole response went out: the next request on the connection, or the close.
+void HttpServer::Impl::AfterFlush(Conn& c) {
+  if ((c.close_after_write || draining) && !c.linger) {
+    Close(c);
+    return;
+  }
+  if (c.close_after_write) {
+    // Lingering close: shut the write side, then drop what the client still sends until it
+    // closes, so that the response is not lost to a reset.
+    ::shutdown(c.fd, SHUT_WR);
+    c.state = State::kLinger;
+    c.linger_until = Clock::now() + kLingerTime;
+    c.in.clear();
+    WantEvents(c);
+    return;
+  }
+  c.state = State::kRead;
+  c.parser.Reset();
+  c.idle_since = c.request_start = Clock::now();
+  c.method.clear();
+  c.path.clear();
+  if (!c.in.empty()) {
+    ProcessInput(c);  // A pipelined request.
+  } else {
+    WantEvents(c);
+  }
+}
+
+void HttpServer::Impl::Sweep(Clock::time_point now) {
+  if (!listening && !draining && listen_fd >= 0) {
+    // Accepting stopped when descriptors ran out; try again.
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = 0;
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev) == 0) listening = true;
+  }
+  std::vector<std::pair<uint64_t, int>> expired;  // id, 0: close, else: answer that status.
+  std::vector<uint64_t> keep_alive;  // Streams to send a comment line.
+  for (auto& [id, conn] : conns) {
+    Conn& c = *conn;
+    switch (c.state) {
+      case State::kRead:
+        if (!c.parser.started() && c.in.empty()) {
+          if (now - c.idle_since > Seconds(options.keep_alive_timeout_s)) {
+            expired.emplace_back(id, 0);
+          }
+        } else if (c.parser.in_body()) {
+          if (now - c.headers_at > Seconds(options.body_timeout_s)) expired.emplace_back(id, 408);
+        } else if (now - c.request_start > Seconds(options.header_timeout_s)) {
+          expired.emplace_back(id, 408);
+        }
+        break;
+      case State::kLinger:
+        if (now > c.linger_until) expired.emplace_back(id, 0);
+        break;
+      case State::kSession:
+        if (c.streaming && c.out.empty() && now - c.last_stream_write >= kKeepAliveInterval) {
+          keep_alive.push_back(id);
+          break;
+        }
+        [[fallthrough]];
+      case State::kWrite:
+        if (!c.out.empty() && now - c.last_write_progress > Seconds(options.write_timeout_s)) {
+          expired.emplace_back(id, 0);  // The client stopped reading.
+        }
+        break;
+      case State::kWork:
+        break;
+    }
+  }
+  for (uint64_t id : keep_alive) {
+    auto it = conns.find(id);
+    if (it == conns.end()) continue;
+    Conn& c = *it->second;
+    c.out += "e\r\n: keep-alive\n\n\r\n";  // One chunk of 14 bytes.
+    c.last_stream_write = c.last_write_progress = now;
+    Flush(c);
+  }
+  for (auto [id, status] : expired) {
+    auto it = conns.find(id);
+    if (it == conns.end()) continue;
+    if (status == 0) {
+      Close(*it->second);
+    } else {
+      RespondError(*it->second, status, "the request was not received in time (timeout)",
+                   "request_timeout", /*close=*/true);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests.
+
+void HttpServer::Impl::Respond(Conn& c, const Reply& reply, bool close) {
+  metrics.CountResponse(c.path, reply.status);
+  if (options.log_requests) {
+    std::fprintf(stderr, "latent serve: %s %s %d\n", c.method.c_str(), c.path.c_str(),
+                 reply.status);
+  }
+  const HttpRequest& req = c.parser.request();
+  c.close_after_write = close || draining || !req.KeepAlive();
+  c.linger = close;
+  std::string head = StrCat("HTTP/1.1 ", reply.status, " ", StatusReason(reply.status),
+                            "\r\nContent-Type: ", reply.content_type,
+                            "\r\nContent-Length: ", reply.body.size(), "\r\n");
+  for (const auto& [name, value] : reply.headers) head += StrCat(name, ": ", value, "\r\n");
+  if (c.close_after_write) {
+    head += "Connection: close\r\n";
+  } else if (req.minor_version == 0) {
+    head += "Connection: keep-alive\r\n";
+  }
+  head += "\r\n";
+  c.out += head;
+  c.out += reply.body;
+  c.state = State::kWrite;
+  c.last_write_progress = Clock::now();
+  Flush(c);
+}
+
+void HttpServer::Impl::Dispatch(Conn& c) {
+  HttpRequest& req = c.parser.request();
+  const std::string& path = req.path;
+  const bool post = req.method == "POST";
+  const bool get = req.method == "GET";
+  try {
+    if (path == "/health") {
+      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
+                               "method_not_allowed");
+      if (draining) {
+        Respond(c, JsonReply(503, {{"status", "shutting down"}}));
+      } else if (!context.load()) {
+        Respond(c, JsonReply(503, {{"status", "loading"}}));
+      } else {
+        Respond(c, JsonReply(200, {{"status", "ok"}}));
+      }
+      return;
+    }
+    if (path == "/metrics") {
+      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
+                               "method_not_allowed");
+      RunJob(c, [this] { return Metrics(); });
+      return;
+    }
+    if (path == "/v1/models") {
+      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
+                               "method_not_allowed");
+      CheckAuth(req);
+      const ServerContext& ctx = Ready();
+      Respond(c, JsonReply(200, ModelsJson(model_name, started, ctx.limits.context_tokens)));
+      return;
+    }
+    const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
+    if (generation || path == "/tokenize" || path == "/detokenize") {
+      if (!post) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
+                                "method_not_allowed");
+      if (generation) {
+        StartGeneration(c,
+                        path == "/v1/completions" ? Endpoint::kCompletions
+                                                  : Endpoint::kChatCompletions,
+                        req);
+        return;
+      }
+      CheckAuth(req);
+      Ready();
+      const bool tokenize = path == "/tokenize";
+      RunJob(c, [this, tokenize, body = std::move(req.body)] {
+        return tokenize ? Tokenize(body) : Detokenize(body);
+      });
+      return;
+    }
+    throw ApiError(404, StrCat("no route for ", req.method, " ", path), "", "not_found");
+  } catch (const ApiError& e) {
+    Respond(c, ErrorReply(e));
+  }
+}
+
+// Runs `job` on a worker; its reply goes out on the loop. 503 when the workers' queue is full.
+void HttpServer::Impl::RunJob(Conn& c, std::function<Reply()> job) {
+  const uint64_t id = c.id;
+  c.state = State::kWork;
+  WantEvents(c);
+  const bool queued = workers->TryPost([this, id, job = std::move(job)] {
+    Reply reply;
+    try {
+      reply = job();
+    } catch (const ApiError& e) {
+      reply = ErrorReply(e);
+    } catch (const Error& e) {
+      reply = ErrorReply(ApiError(400, e.what()));
+    } catch (const std::exception& e) {
+      reply = ErrorReply(500, StrCat("internal error: ", e.what()), "internal_error");
+    }
+    RunOnLoop([this, id, reply = std::move(reply)] {
+      auto it = conns.find(id);
+      if (it != conns.end() && it->second->state == State::kWork) Respond(*it->second, reply);
+    });
+  });
+  if (!queued) {
+    Respond(c, ErrorReply(503, "the server is busy: too many requests are waiting (retry later)",
+                          "server_busy"));
+  }
+}
+
+void HttpServer::Impl::StartGeneration(Conn& c, Endpoint endpoint, HttpRequest& req) {
+  const Clock::time_point arrival = c.request_start;
+  CheckAuth(req);
+  const ServerContext& ctx = Ready();
+  // Back-pressure: a queue longer than --max-waiting would only make everyone wait longer.
+  if (waiting.load() >= options.max_waiting) {
+    throw ApiError(503,
+                   StrCat("the server is overloaded: ", options.max_waiting,
+                          " requests are already waiting for the engine (--max-waiting); retry "
+                          "later"),
+                   "", "server_overloaded");
+  }
+  auto link = std::make_shared<Link>();
+  link->impl = this;
+  link->conn_id = c.id;
+  waiting.fetch_add(1);
+  admitted.fetch_add(1);
+  c.state = State::kWork;
+  WantEvents(c);
+  const uint64_t id = c.id;
+  const bool queued = workers->TryPost([this, id, endpoint, &ctx, link, arrival,
+                                        body = std::move(req.body)] {
+    std::shared_ptr<CompletionSession> session;
+    std::optional<Reply> error;
+    try {
+      session = std::make_shared<CompletionSession>(
+          ctx, ParseGenerationRequest(body, endpoint, ctx.limits), arrival);
+      session->SetNotify([link] { link->impl->NotifySession(*link); });
+      session->Start();
+    } catch (const ApiError& e) {
+      error = ErrorReply(e);
+    } catch (const Error& e) {
+      error = ErrorReply(ApiError(400, e.what()));
+    } catch (const std::exception& e) {
+      error = ErrorReply(500, StrCat("internal error: ", e.what()), "internal_error");
+    }
+    if (error) session.reset();
+    RunOnLoop([this, id, session, link, error] { OnGenerationStarted(id, session, link, error); });
+  });
+  if (!queued) {
+    waiting.fetch_sub(1);
+    admitted.fetch_sub(1);
+    Respond(c, ErrorReply(503, "the server is busy: too many requests are waiting (retry later)",
+                          "server_busy"));
+  }
+}
+
+void HttpServer::Impl::OnGenerationStarted(uint64_t id, std::shared_ptr<CompletionSession> session,
+                                           std::shared_ptr<Link> link, std::optional<Reply> error) {
+  auto it = conns.find(id);
+  Conn* c = it == conns.end() ? nullptr : it->second.get();
+  if (error || !c || c->state != State::kWork) {
+    if (session) session->Cancel();  // The client left while its prompt was tokenized.
+    if (link->queued.exchange(false)) waiting.fetch_sub(1);
+    admitted.fetch_sub(1);
+    if (c && error) Respond(*c, *error);
     return;
   }
   Register(session);
-  if (!session->request().stream) {
-    std::pair<int, std::string> response;
-    try {
-      while (!session->done()) session->Wait(kPollInterval);
-      response = session->Response();
-    } catch (...) {
-      session->Cancel();
-      Unregister(session);
-      throw;  // The exception handler answers 500.
-    }
-    session->Cancel();  // A no-op unless the session ended early.
-    Unregister(session);
-    res.status = response.first;
-    res.set_content(response.second, "application/json");
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  auto last_write = std::make_shared<Clock::time_point>(Clock::now());
-  // httplib calls the provider again and again until it calls sink.done() or returns false.
-  // "text/event-stream" exactly: httplib never compresses that type, which would buffer chunks.
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, session, last_write](size_t, httplib::DataSink& sink) {
-        // Nothing may escape into httplib's writer loop, which would end the process.
-        try {
-          session->Wait(kPollInterval);
-          std::string text = session->TakeStream();
-          // Out of the in-flight count before the client can read the end of the stream.
-          if (session->stream_closed()) Unregister(session);
-          const Clock::time_point now = Clock::now();
-          if (text.empty() && now - *last_write >= kKeepAliveInterval) text = ": keep-alive\n\n";
-          if (!text.empty()) {
-            if (!sink.write(text.data(), text.size())) {
-              session->Cancel();
-              return false;
-            }
-            *last_write = now;
-          }
-          if (session->stream_closed()) {
-            sink.done();
-            return true;
-          }
-          if (!sink.is_writable()) {
-            session->Cancel();
-            return false;
-          }
-          return true;
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "latent serve: stream failed: %s\n", e.what());
-          session->Cancel();
-          return false;
-        }
-      },
-      // Always called once the response is over, written or not.
-      [this, session](bool) {
-        session->Cancel();
-        Unregister(session);
-      });
-}
-
-void HttpServer::Impl::Tokenize(const httplib::Request& req, httplib::Response& res,
-                                const httplib::ContentReader& reader) {
-  try {
-    const std::string body = ReadBody(req, reader);
-    CheckAuth(req);
-    const ServerContext& ctx = Ready();
-    const TokenizeRequest r = ParseTokenizeRequest(body, ctx.limits);
-    if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer", "prompt");
-    std::string text = r.prompt;
-    if (r.is_chat) {
-      if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
-      try {
-        text = ctx.chat_template->Render(r.messages, r.tools, r.add_generation_prompt,
-                                         r.chat_template_kwargs);
-      } catch (const Error& e) {
-        throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
-                       "messages");
-      }
-    }
-    const std::vector<int32_t> ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
-    OrderedJson out;
-    out["count"] = ids.size();
-    out["max_model_len"] = ctx.limits.context_tokens;
-    out["tokens"] = ids;
-    if (r.return_token_strs) {
-      OrderedJson strs = OrderedJson::array();
-      for (int32_t id : ids) strs.push_back(ctx.tokenizer->IdToToken(id).value_or(""));
-      out["token_strs"] = std::move(strs);
-    }
-    SendJson(res, 200, out);
-  } catch (const ApiError& e) {
-    SendError(res, e);
-  } catch (const Error& e) {
-    SendError(res, ApiError(400, e.what()));
-  }
-}
-
-void HttpServer::Impl::Detokenize(const httplib::Request& req, httplib::Response& res,
-                                  const httplib::ContentReader& reader) {
-  try {
-    const std::string body = ReadBody(req, reader);
-    CheckAuth(req);
-    const ServerContext& ctx = Ready();
-    const DetokenizeRequest r = ParseDetokenizeRequest(body, ctx.limits);
-    if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer", "tokens");
-    SendJson(res, 200,
-             {{"prompt", ctx.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/false)}});
-  } catch (const ApiError& e) {
-    SendError(res, e);
-  } catch (const Error& e) {
-    SendError(res, ApiError(400, e.what()));
-  }
-}
-
-void HttpServer::Impl::Routes() {
-  using httplib::ContentReader;
-  using httplib::Request;
-  using httplib::Response;
-  auto post = [this](const std::string& path, auto handler) {
-    svr.Post(path, [this, handler](const Request& req, Response& res, const ContentReader& reader) {
-      (this->*handler)(req, res, reader);
-    });
-    // Other methods on a POST route: 405, not 404.
-    svr.Get(path, [](const Request&, Response& res) { res.status = 405; });
-  };
-  post("/v1/completions", &Impl::GenerateCompletions);
-  post("/v1/chat/completions", &Impl::GenerateChat);
-  post("/tokenize", &Impl::Tokenize);
-  post("/detokenize", &Impl::Detokenize);
-
-  svr.Get("/v1/models", [this](const Request& req, Response& res) {
-    try {
-      CheckAuth(req);
-      const ServerContext& ctx = Ready();
-      SendJson(res, 200, ModelsJson(model_name, started, ctx.limits.context_tokens));
-    } catch (const ApiError& e) {
-      SendError(res, e);
-    }
-  });
-  svr.Get("/health", [this](const Request&, Response& res) {
-    if (draining) {
-      SendJson(res, 503, {{"status", "shutting down"}});
-    } else if (!context.load()) {
-      SendJson(res, 503, {{"status", "loading"}});
-    } else {
-      SendJson(res, 200, {{"status", "ok"}});
-    }
-  });
-  svr.Get("/metrics", [this](const Request&, Response& res) {
-    const ServerContext* ctx = context.load();
-    std::string text;
-    if (ctx) {
-      const engine::EngineMetrics m = ctx->engine->Metrics();
-      text = metrics.Render(model_name, &m);
-    } else {
-      text = metrics.Render(model_name, nullptr);
-    }
-    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  // Before the body is read: a POST without Content-Length or chunked encoding would have
-  // httplib read until the connection closes.
-  svr.set_pre_routing_handler([this](const Request& req, Response& res) {
-    if (req.method == "POST" && !req.has_header("Content-Length") &&
-        !req.has_header("Transfer-Encoding")) {
-      SendJson(
-          res, 411,
-          ErrorJson(411, "a POST needs a Content-Length (or chunked encoding)", "length_required"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Every response >= 400 passes here; fill in the ones no handler wrote (404, 405, httplib's 413).
-  svr.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
-        if (!res.body.empty() || res.content_provider_)
-          return httplib::Server::HandlerResponse::Unhandled;
-        SendJson(res, res.status,
-                 ErrorJson(res.status, StatusMessage(req, res.status, options.max_body_bytes),
-                           StatusCode(res.status)));
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  svr.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      message = StrCat("internal error: ", e.what());
-    } catch (...) {
-    }
-    SendJson(res, 500, ErrorJson(500, message, "internal_error"));
-  });
-  // Counted before the response is written, so a client that reads /metrics right after its
-  // response sees it.
-  svr.set_post_routing_handler(
-      [this](const Request& req, Response& res) { metrics.CountResponse(req.path, res.status); });
-  svr.set_logger([this](const Request& req, const Response& res) {
+  c->session = session;
+  c->link = link;
+  c->state = State::kSession;
+  c->streaming = session->request().stream;
+  if (c->streaming) {
+    metrics.CountResponse(c->path, 200);
     if (options.log_requests) {
-      std::fprintf(stderr, "latent serve: %s %s %d\n", req.method.c_str(), req.path.c_str(),
-                   res.status);
+      std::fprintf(stderr, "latent serve: %s %s 200\n", c->method.c_str(), c->path.c_str());
     }
-  });
+    c->close_after_write = draining || !c->parser.request().KeepAlive();
+    c->out += StrCat(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
+        c->close_after_write ? "Connection: close\r\n" : "", "\r\n");
+    c->last_stream_write = c->last_write_progress = Clock::now();
+  }
+  Pump(*c);  // Events may have come while the loop did not know the session yet.
 }
+
+// Applies the session's new engine events and writes what they produced.
+void HttpServer::Impl::Pump(Conn& c) {
+  const uint64_t id = c.id;
+  std::shared_ptr<CompletionSession> session = c.session;
+  try {
+    session->Wait(std::chrono::milliseconds(0));
+    if (c.streaming) {
+      const std::string text = session->TakeStream();
+      if (!text.empty()) {
+        if (c.out.empty()) c.last_write_progress = Clock::now();
+        char size[20];
+        std::snprintf(size, sizeof(size), "%zx\r\n", text.size());
+        c.out += size;
+        c.out += text;
+        c.out += "\r\n";
+        c.last_stream_write = Clock::now();
+      }
+      if (session->stream_closed()) {
+        // Out of the in-flight count before the client can read the end of the stream.
+        EndSession(c);
+        c.out += "0\r\n\r\n";
+        c.state = State::kWrite;
+      }
+      Flush(c);
+      return;
+    }
+    if (!session->done()) return;
+    const std::pair<int, std::string> response = session->Response();
+    EndSession(c);
+    Reply reply;
+    reply.status = response.first;
+    reply.body = response.second;
+    if (reply.status == 503) reply.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
+    Respond(c, reply);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "latent serve: request failed: %s\n", e.what());
+    if (!conns.count(id)) return;
+    if (c.streaming || c.state != State::kSession) {
+      Close(c);  // Mid-stream: nothing better to do than to cut it.
+    } else {
+      EndSession(c);
+      Respond(c, ErrorReply(500, StrCat("internal error: ", e.what()), "internal_error"));
+    }
+  }
+}
+
+// On a worker (the API key was checked on the loop).
+Reply HttpServer::Impl::Tokenize(const std::string& body) const {
+  const ServerContext& ctx = Ready();
+  const TokenizeRequest r = ParseTokenizeRequest(body, ctx.limits);
+  if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer", "prompt");
+  std::string text = r.prompt;
+  if (r.is_chat) {
+    if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
+    try {
+      text = ctx.chat_template->Render(r.messages, r.tools, r.add_generation_prompt,
+                                       r.chat_template_kwargs);
+    } catch (const Error& e) {
+      throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
+                     "messages");
+    }
+  }
+  const std::vector<int32_t> ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
+  OrderedJson out;
+  out["count"] = ids.size();
+  out["max_model_len"] = ctx.limits.context_tokens;
+  out["tokens"] = ids;
+  if (r.return_token_strs) {
+    OrderedJson strs = OrderedJson::array();
+    for (int32_t id : ids) strs.push_back(ctx.tokenizer->IdToToken(id).value_or(""));
+    out["token_strs"] = std::move(strs);
+  }
+  return JsonReply(200, out);
+}
+
+Reply HttpServer::Impl::Detokenize(const std::string& body) const {
+  const ServerContext& ctx = Ready();
+  const DetokenizeRequest r = ParseDetokenizeRequest(body, ctx.limits);
+  if (!ctx.tokenizer) throw ApiError(400, "this model has no tokenizer", "tokens");
+  return JsonReply(200, {{"prompt", ctx.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/false)}});
+}
+
+// On a worker: at most kMetricsMaxWait for the engine's figures.
+Reply HttpServer::Impl::Metrics() {
+  const ServerContext* ctx = context.load();
+  Reply r;
+  if (ctx) {
+    const engine::EngineMetrics m = engine_metrics.Read(*ctx->engine, kMetricsMaxWait);
+    r.body = metrics.Render(model_name, &m);
+  } else {
+    r.body = metrics.Render(model_name, nullptr);
+  }
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 HttpServer::HttpServer(HttpOptions options, std::string model_name, ServerMetrics& metrics)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(model_name), metrics)) {
-  Impl& m = *impl_;
-  const int threads = std::max(m.options.threads, 4);
-  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  m.svr.set_payload_max_length(m.options.max_body_bytes);
-  m.svr.set_keep_alive_max_count(1000);
-  m.svr.set_tcp_nodelay(true);
-  m.svr.set_socket_options([&m](socket_t fd) {
-    const int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-    m.listen_fd = fd;
-  });
-  m.Routes();
-}
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(model_name), metrics)) {}
 
 HttpServer::~HttpServer() = default;
 
 int HttpServer::Bind() {
   Impl& m = *impl_;
-  int port = m.options.port;
-  if (port == 0) {
-    port = m.svr.bind_to_any_port(m.options.host);
-  } else if (!m.svr.bind_to_port(m.options.host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
+  RaiseFileLimit();
+  auto fail = [&m] {
     Fail("cannot listen on ", m.options.host, ":", m.options.port,
          " (the port is in use, or the host is not an address of this machine)");
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port_text = std::to_string(m.options.port);
+  if (::getaddrinfo(m.options.host.c_str(), port_text.c_str(), &hints, &found) != 0) fail();
+  for (addrinfo* a = found; a && m.listen_fd < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            a->ai_protocol);
+    if (fd < 0) continue;
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, m.options.listen_backlog) == 0) {
+      m.listen_fd = fd;
+    } else {
+      ::close(fd);
+    }
   }
-  // httplib listens with a backlog of 5; a burst of clients connecting at once needs more.
-  if (m.listen_fd >= 0) ::listen(m.listen_fd, m.options.listen_backlog);
+  ::freeaddrinfo(found);
+  if (m.listen_fd < 0) fail();
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(m.listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.ss_family == AF_INET6
+                             ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+
+  m.epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  m.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (m.epoll_fd < 0 || m.wake_fd < 0) Fail("cannot create the event loop: ", std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  ::epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, m.listen_fd, &ev);
+  m.listening = true;
+  ev.data.u64 = ~uint64_t{0};
+  ::epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, m.wake_fd, &ev);
   return port;
 }
 
-void HttpServer::Listen() { impl_->svr.listen_after_bind(); }
+void HttpServer::Listen() { impl_->Loop(); }
 
 void HttpServer::SetReady(const ServerContext* context) { impl_->context.store(context); }
 
 void HttpServer::StopAccepting() {
   Impl& m = *impl_;
   if (m.draining.exchange(true)) return;
-  // Wakes the accept loop, which then closes the socket and waits for the connections' threads;
-  // unlike httplib's stop(), streams in flight are not cut.
-  if (m.listen_fd >= 0) ::shutdown(m.listen_fd, SHUT_RDWR);
+  m.Wake();  // The loop closes the listening socket.
 }
 
-int HttpServer::InFlight() const {
-  std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
-  return static_cast<int>(impl_->sessions.size());
-}
+int HttpServer::InFlight() const { return impl_->admitted.load(); }
 
 void HttpServer::AbortAll(const std::string& message) {
   std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
   for (const auto& session : impl_->sessions) session->Abort(message);
 }
 
-void HttpServer::Stop() { impl_->svr.stop(); }
+void HttpServer::Stop() {
+  impl_->stopping = true;
+  impl_->Wake();
+}
 
 }  // namespace latent::server

@@ -1,13 +1,19 @@
-// The HTTP side of `latent serve`, on cpp-httplib: routes, API-key check, body size limit,
-// OpenAI-style JSON errors for everything refused, SSE streaming, and the drain at shutdown.
+// The HTTP side of `latent serve`: an event-driven HTTP/1.1 server of its own (one epoll loop
+// thread over non-blocking sockets, plus a few worker threads), with the routes, API-key check,
+// body size limit, OpenAI-style JSON errors for everything refused, SSE streaming, and the drain
+// at shutdown.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
 // POST /detokenize (these need the API key when one is set), GET /health, GET /metrics.
 //
-// Each connection is served by one thread of a pool (`threads`, sized for many concurrent
-// streams); a generation request's thread waits on its session, never on the engine, and a
-// client that goes away mid-stream is noticed on the next write (tokens, or a keep-alive comment
-// every 2 s while there are none) and its engine requests are cancelled.
+// A connection needs no thread: the loop reads requests, answers the quick routes (/health,
+// /v1/models, errors) itself, hands parsing, tokenization and submission to the workers, and
+// writes a session's SSE chunks when the engine's callback wakes it. So thousands of streams and
+// idle keep-alive connections cost a socket each. Slow clients are bounded by the header, body,
+// keep-alive and write timeouts; a client that hangs up is seen at once (EPOLLRDHUP), and its
+// engine requests are cancelled. Back-pressure: past max_waiting generation requests without a
+// first token, or max_pending requests waiting for a worker, or max_connections open sockets,
+// new requests get 503 with Retry-After at once.
 #pragma once
 
 #include <atomic>
@@ -25,8 +31,16 @@ struct HttpOptions {
   int port = 8000;      // 0: any free port (Bind() returns it).
   std::string api_key;  // Empty: no authentication.
   size_t max_body_bytes = size_t{8} << 20;
-  int threads = 128;  // Connections served at once.
+  size_t max_header_bytes = size_t{64} << 10;  // Request line and headers (larger: 431).
+  int threads = 0;  // Worker threads (JSON, tokenization, submission); 0: one per core, >= 2.
   int listen_backlog = 1024;
+  int max_connections = 4096;  // Open connections at most; past it, 503 and close.
+  int max_pending = 1024;      // Requests waiting for a worker thread; past it, 503.
+  int max_waiting = 1024;      // Generation requests admitted without a first token; past it, 503.
+  double header_timeout_s = 10;      // From a request's first byte to the end of its headers.
+  double body_timeout_s = 30;        // From the end of the headers to the end of the body.
+  double keep_alive_timeout_s = 30;  // An idle connection between requests.
+  double write_timeout_s = 30;       // A response's bytes not taken by the client for this long.
   bool log_requests = false;  // One stderr line per response.
 };
 
@@ -37,8 +51,8 @@ class HttpServer {
 
   // Binds host:port; returns the port. Throws latent::Error when it cannot.
   int Bind();
-  // Accepts and serves connections until the listening socket closes (StopAccepting() or
-  // Stop()); returns once the connections' threads are done. Run it on its own thread.
+  // Runs the event loop: accepts and serves connections until Stop(), or after StopAccepting()
+  // until every connection is closed. Run it on its own thread.
   void Listen();
 
   // Until this is called, requests other than /health and /metrics get 503 "loading".
@@ -47,7 +61,7 @@ class HttpServer {
   // Shutdown, step 1: closes the listening socket (new connections are refused) and answers 503
   // to new requests on open connections. Requests in flight go on.
   void StopAccepting();
-  // Generation requests in flight.
+  // Generation requests in flight (admitted, from parsing to the end of the response).
   int InFlight() const;
   // Ends every generation request in flight with a 503 error (their engine requests are
   // cancelled); they finish within moments.

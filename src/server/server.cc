@@ -277,16 +277,16 @@ int RunServer(const ServeOptions& o) {
     }
   }
   loaded->engine->Stop();
-  // Idle keep-alive connections hold their threads until httplib's keep-alive timeout; nothing
-  // is left to answer them, so do not wait that long.
+  // The event loop ends by itself once every connection is closed (idle ones were closed when the
+  // drain began). A client still sending half a request, or slow to read the end of its stream,
+  // gets half a second; then the loop stops and the rest are closed.
   const auto listen_deadline = Clock::now() + std::chrono::milliseconds(500);
   while (!listening_done && Clock::now() < listen_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!listening_done) {
-    Log("stopped (closing idle connections)");
-    std::fflush(stdout);
-    std::_Exit(0);
+    Log("closing the connections left");
+    http.Stop();
   }
   listener.join();
   Log("stopped");

@@ -1,0 +1,329 @@
+#include "server/http_parser.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace latent::server {
+namespace {
+
+constexpr size_t kMaxChunkLineBytes = 1024;
+constexpr size_t kMaxTrailerBytes = 8 << 10;
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool IsTokenChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// The line at `pos` without its "\n" or "\r\n"; `next` is set past it. False when incomplete.
+bool TakeLine(std::string_view text, size_t pos, std::string_view& line, size_t& next) {
+  const size_t nl = text.find('\n', pos);
+  if (nl == std::string_view::npos) return false;
+  line = text.substr(pos, nl - pos);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  next = nl + 1;
+  return true;
+}
+
+// Whether a comma-separated header value lists `token` (case-insensitive).
+bool ListsToken(const std::string& value, std::string_view token) {
+  const std::string lower = Lower(value);
+  size_t start = 0;
+  while (start <= lower.size()) {
+    size_t end = lower.find(',', start);
+    if (end == std::string::npos) end = lower.size();
+    if (Trim(std::string_view(lower).substr(start, end - start)) == token) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::string* HttpRequest::Header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return &value;
+  }
+  return nullptr;
+}
+
+bool HttpRequest::KeepAlive() const {
+  const std::string* connection = Header("connection");
+  if (minor_version == 0) return connection && ListsToken(*connection, "keep-alive");
+  return !(connection && ListsToken(*connection, "close"));
+}
+
+bool HttpRequest::ExpectsContinue() const {
+  const std::string* expect = Header("expect");
+  return minor_version >= 1 && expect && Lower(*expect) == "100-continue";
+}
+
+void HttpRequestParser::Reset() {
+  request_ = HttpRequest();
+  phase_ = Phase::kStart;
+  request_line_checked_ = false;
+  chunk_left_ = 0;
+  error_status_ = 0;
+  error_message_.clear();
+}
+
+HttpRequestParser::Result HttpRequestParser::Fail(int status, std::string message) {
+  phase_ = Phase::kError;
+  error_status_ = status;
+  error_message_ = std::move(message);
+  return Result::kError;
+}
+
+HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
+  if (phase_ == Phase::kError) return Result::kError;
+  if (phase_ == Phase::kDone) return Result::kComplete;
+  if (phase_ == Phase::kStart) {
+    // Empty lines before a request line are allowed (RFC 9112 section 2.2).
+    size_t skip = 0;
+    while (skip < buffer.size() && (buffer[skip] == '\r' || buffer[skip] == '\n')) ++skip;
+    buffer.erase(0, skip);
+    if (buffer.empty()) return Result::kNeedMore;
+    phase_ = Phase::kHeaders;
+  }
+  if (phase_ == Phase::kHeaders) {
+    const size_t first_nl = buffer.find('\n');
+    // Garbage is refused as soon as it shows, not when a timeout or a size limit passes: the
+    // method's characters as they come, the whole request line once it is there.
+    const size_t method_end = std::min({buffer.find(' '), first_nl, buffer.size()});
+    const std::string_view method = std::string_view(buffer).substr(0, method_end);
+    if (!std::all_of(method.begin(), method.end(), IsTokenChar) || method.size() > 32) {
+      return Fail(400, "malformed HTTP request");
+    }
+    if (first_nl == std::string::npos) {
+      if (buffer.size() > limits_.max_request_line_bytes) {
+        return Fail(414, "the request URI is too long");
+      }
+      return Result::kNeedMore;
+    }
+    if (first_nl > limits_.max_request_line_bytes) return Fail(414, "the request URI is too long");
+    if (!request_line_checked_) {
+      std::string_view line = std::string_view(buffer).substr(0, first_nl);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (ParseRequestLine(line) == Result::kError) return Result::kError;
+      request_line_checked_ = true;
+    }
+    // The end of the headers: an empty line.
+    size_t end = std::string::npos;
+    for (size_t nl = first_nl; nl != std::string::npos; nl = buffer.find('\n', nl + 1)) {
+      if (nl + 1 < buffer.size() && buffer[nl + 1] == '\n') {
+        end = nl + 2;
+        break;
+      }
+      if (nl + 2 < buffer.size() && buffer[nl + 1] == '\r' && buffer[nl + 2] == '\n') {
+        end = nl + 3;
+        break;
+      }
+      if (nl > limits_.max_header_bytes) break;
+    }
+    if (end == std::string::npos) {
+      if (buffer.size() > limits_.max_header_bytes) {
+        return Fail(431, "the request headers are too large");
+      }
+      return Result::kNeedMore;
+    }
+    if (end > limits_.max_header_bytes + 4) return Fail(431, "the request headers are too large");
+    const Result head = ParseHead(std::string_view(buffer).substr(0, end));
+    buffer.erase(0, end);
+    if (head == Result::kError) return head;
+    if (request_.chunked) {
+      phase_ = Phase::kChunkSize;
+    } else if (request_.content_length > 0) {
+      phase_ = Phase::kBody;
+    } else {
+      phase_ = Phase::kDone;
+    }
+    return Result::kHeaders;
+  }
+  if (phase_ == Phase::kBody) {
+    const size_t want = request_.content_length - request_.body.size();
+    const size_t take = std::min(want, buffer.size());
+    request_.body.append(buffer, 0, take);
+    buffer.erase(0, take);
+    if (request_.body.size() < request_.content_length) return Result::kNeedMore;
+    phase_ = Phase::kDone;
+    return Result::kComplete;
+  }
+  return ParseChunked(buffer);
+}
+
+// METHOD SP target SP HTTP/1.x
+HttpRequestParser::Result HttpRequestParser::ParseRequestLine(std::string_view line) {
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == 0 || sp2 == std::string_view::npos || sp2 == sp1 + 1) {
+    return Fail(400, "malformed HTTP request");
+  }
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (!std::all_of(method.begin(), method.end(), IsTokenChar)) {
+    return Fail(400, "malformed HTTP request");
+  }
+  if (version == "HTTP/1.1") {
+    request_.minor_version = 1;
+  } else if (version == "HTTP/1.0") {
+    request_.minor_version = 0;
+  } else {
+    return Fail(400, "malformed HTTP request");
+  }
+  if (std::any_of(target.begin(), target.end(),
+                  [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == 127; })) {
+    return Fail(400, "malformed HTTP request");
+  }
+  request_.method = std::string(method);
+  request_.target = std::string(target);
+  request_.path = request_.target.substr(0, request_.target.find('?'));
+  return Result::kHeaders;
+}
+
+HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
+  std::string_view line;
+  size_t pos = 0, next = 0;
+  TakeLine(head, pos, line, next);
+  pos = next;
+  if (ParseRequestLine(line) == Result::kError) return Result::kError;
+
+  while (TakeLine(head, pos, line, next)) {
+    pos = next;
+    if (line.empty()) break;
+    const size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return Fail(400, "malformed HTTP request");
+    const std::string_view name = line.substr(0, colon);
+    if (!std::all_of(name.begin(), name.end(), IsTokenChar)) {
+      return Fail(400, "malformed HTTP request");  // Also obsolete line folding.
+    }
+    request_.headers.emplace_back(Lower(name), std::string(Trim(line.substr(colon + 1))));
+  }
+
+  for (const auto& [name, value] : request_.headers) {
+    if (name == "content-length") {
+      if (value.empty() || value.size() > 18 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return Fail(400, "malformed HTTP request (Content-Length)");
+      }
+      const size_t length = std::stoull(value);
+      if (request_.has_content_length && length != request_.content_length) {
+        return Fail(400, "malformed HTTP request (conflicting Content-Length)");
+      }
+      request_.has_content_length = true;
+      request_.content_length = length;
+    } else if (name == "transfer-encoding") {
+      if (Lower(Trim(value)) != "chunked" || request_.chunked) {
+        return Fail(501, "only chunked transfer encoding is supported");
+      }
+      request_.chunked = true;
+    }
+  }
+  if (request_.chunked && request_.has_content_length) {
+    return Fail(400, "malformed HTTP request (both Content-Length and Transfer-Encoding)");
+  }
+  if (request_.content_length > limits_.max_body_bytes) {
+    return Fail(413, "");  // The server words it (it knows the limit's flag).
+  }
+  return Result::kHeaders;
+}
+
+HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string& buffer) {
+  for (;;) {
+    std::string_view line;
+    size_t next = 0;
+    switch (phase_) {
+      case Phase::kChunkSize: {
+        if (!TakeLine(buffer, 0, line, next)) {
+          if (buffer.size() > kMaxChunkLineBytes) return Fail(400, "malformed chunked body");
+          return Result::kNeedMore;
+        }
+        const std::string_view digits = Trim(line.substr(0, line.find(';')));
+        if (digits.empty() || digits.size() > 15 ||
+            !std::all_of(digits.begin(), digits.end(),
+                         [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); })) {
+          return Fail(400, "malformed chunked body");
+        }
+        const size_t size = std::stoull(std::string(digits), nullptr, 16);
+        buffer.erase(0, next);
+        if (size == 0) {
+          phase_ = Phase::kTrailers;
+          break;
+        }
+        if (request_.body.size() + size > limits_.max_body_bytes) return Fail(413, "");
+        chunk_left_ = size;
+        phase_ = Phase::kChunkData;
+        break;
+      }
+      case Phase::kChunkData: {
+        const size_t take = std::min(chunk_left_, buffer.size());
+        request_.body.append(buffer, 0, take);
+        buffer.erase(0, take);
+        chunk_left_ -= take;
+        if (chunk_left_ > 0) return Result::kNeedMore;
+        phase_ = Phase::kChunkDataEnd;
+        break;
+      }
+      case Phase::kChunkDataEnd: {
+        if (!TakeLine(buffer, 0, line, next)) {
+          if (buffer.size() > 2) return Fail(400, "malformed chunked body");
+          return Result::kNeedMore;
+        }
+        if (!line.empty()) return Fail(400, "malformed chunked body");
+        buffer.erase(0, next);
+        phase_ = Phase::kChunkSize;
+        break;
+      }
+      case Phase::kTrailers: {
+        if (!TakeLine(buffer, 0, line, next)) {
+          if (buffer.size() > kMaxTrailerBytes) return Fail(431, "the request headers are too large");
+          return Result::kNeedMore;
+        }
+        buffer.erase(0, next);
+        if (line.empty()) {
+          phase_ = Phase::kDone;
+          return Result::kComplete;
+        }
+        break;  // Trailer fields are ignored.
+      }
+      default:
+        return Fail(400, "malformed HTTP request");
+    }
+  }
+}
+
+const char* StatusReason(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+}  // namespace latent::server
