@@ -1,5 +1,5 @@
 // Input: one JSON object per line: {"ids": [...]}, {"prompt": "text"} or {"messages": [...]}
-// (chat, rendered with the checkpoint's chat template; optional "tools",
+// (chat, rendered with the checkpoint's chat template; optional "tools", "chat_template_kwargs",
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled

@@ -290,7 +290,7 @@ class PyEngine {
 
   generate::TextTools text_;
   bool has_tokenizer_ = false;
-  std::vector<int32_t> eos_ids_;
+  std::vector<int64_t> eos_ids_;
   std::unique_ptr<engine::Engine> engine_;
   std::mutex parse_mutex_;
   std::mutex mutex_;  // Guards tracked_ and every Tracked.
