@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, run_latent
+from conftest import BUILD_PYTHON, REPO, run_latent
 
-sys.path.insert(0, str(REPO / "build" / "python"))
-import latent  # noqa: E402
+try:
+    import latent
+except ImportError as e:
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
+                       "in .venv (requirements-dev.txt)") from e
 
 DEMO = REPO / "models" / "demo"
 HELD_OUT_TOKENS = 512

@@ -17,11 +17,15 @@ from pathlib import Path
 
 import pytest
 
-import latent
-from conftest import REPO, run_latent
+from conftest import BUILD_PYTHON, REPO, run_latent
+
+try:
+    import latent
+except ImportError as e:
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
+                       "in .venv (requirements-dev.txt)") from e
 
 TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
-BUILD_PACKAGE = REPO / "build" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +213,7 @@ INTERRUPTED = textwrap.dedent("""
 
 
 def test_ctrl_c_during_generate_stops_cleanly(model_dir):
-    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(model_dir), str(BUILD_PACKAGE)],
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(model_dir), str(BUILD_PYTHON)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "READY"
     time.sleep(1.0)  # Inside generate, with 16 x 400 tokens to go.
