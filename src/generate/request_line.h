@@ -1,0 +1,49 @@
+// One generation request as a JSON object, the line format of `latent generate --prompts`
+// (documented in src/cli/batch_generate.cc); the Python module builds the same objects, so both
+// fronts parse, tokenize and validate requests with one piece of code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "tokenizer/chat_template/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace latent::generate {
+
+// The tokenizer and chat template of a checkpoint, loaded on first use: only text and chat
+// prompts need them. Not thread-safe while loading; call Tokenizer()/Template() once up front
+// when several threads share it.
+class TextTools {
+ public:
+  explicit TextTools(std::string dir) : dir_(std::move(dir)) {}
+  const tokenizer::Tokenizer& Tokenizer();
+  const tokenizer::ChatTemplate& Template();
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> template_;
+};
+
+struct RequestLine {
+  engine::Request request;
+  int64_t arrival_step = 0;        // Submit when the engine reaches this step (tests).
+  int64_t cancel_step = -1;        // Cancel when the engine reaches this step (tests).
+  std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
+};
+
+// Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
+RequestLine ParseRequestLine(const nlohmann::json& line, TextTools& text, int64_t default_max_tokens);
+
+// The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
+// transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
+// special tokens: the template writes them).
+std::vector<int32_t> PromptIds(const nlohmann::json& line, TextTools& text);
+
+}  // namespace latent::generate

@@ -1,0 +1,351 @@
+"""latent in Python: the engine runs in this process (continuous batching, its own thread; the GIL
+is released while it works), with an API close to vLLM's.
+
+    import latent
+    llm = latent.LLM("models/demo")
+    out = llm.generate(["To be, or not to be"], latent.SamplingParams(max_tokens=32, temperature=0))
+    print(out[0].outputs[0].text)
+    for chunk in llm.stream("ROMEO.", latent.SamplingParams(max_tokens=32)): print(chunk.text, end="")
+
+Requests are the JSON request lines of `latent generate --prompts` underneath, parsed, tokenized
+and validated by the same C++ code, so the same request gives the same tokens either way.
+Errors from the engine (a bad model directory, a prompt that cannot fit, a bad sampling field)
+raise `latent.LatentError` with latent's own message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence, Union
+
+from . import _latent
+
+__all__ = [
+    "LLM",
+    "SamplingParams",
+    "RequestOutput",
+    "CompletionOutput",
+    "TokenLogprob",
+    "StreamChunk",
+    "LatentError",
+]
+
+LatentError = _latent.LatentError
+"""Raised with latent's message when the engine refuses something (subclass of RuntimeError)."""
+
+# How long one wait holds the GIL released: Ctrl-C (KeyboardInterrupt) is seen between waits.
+_WAIT_SLICE_S = 0.05
+
+_ENGINE_OPTIONS = ("quantize", "attention", "max_batch_tokens", "max_seqs", "block_tokens",
+                   "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype", "check_invariants")
+
+
+@dataclass
+class SamplingParams:
+    """How to sample one request: the fields `latent serve` and `latent generate` take.
+
+    The defaults are vLLM's: temperature 1.0 (pass 0 for greedy decoding), 16 tokens at most.
+    Order of application: penalties, temperature, top-k, top-p, min-p, then a draw from the
+    request's own generator (seeded with `seed`: the same seed gives the same output whatever
+    else runs in the batch).
+    """
+
+    n: int = 1
+    """Samples to generate from the prompt (they share its cache blocks)."""
+    temperature: float = 1.0
+    """0: greedy (argmax)."""
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 (or -1, as vLLM spells it): off."""
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: Optional[int] = None
+    max_tokens: int = 16
+    stop: Optional[Union[str, list[str]]] = None
+    """Stop strings, matched on the text; the text ends before the one that matched."""
+    stop_token_ids: Optional[list[int]] = None
+    """Token ids that end a sample (besides the checkpoint's EOS)."""
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+    """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
+
+    def _line(self) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "n": self.n,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": 0 if self.top_k == -1 else self.top_k,
+            "min_p": self.min_p,
+            "repetition_penalty": self.repetition_penalty,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
+        }
+        if self.seed is not None:
+            line["seed"] = self.seed
+        if self.stop:
+            line["stop"] = self.stop
+        if self.stop_token_ids:
+            line["stop_token_ids"] = list(self.stop_token_ids)
+        if self.logprobs is not None:
+            line["logprobs"] = self.logprobs
+        return line
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token's log-probability, and the most likely alternatives when asked."""
+
+    token_id: int
+    logprob: float
+    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+    """(token id, logprob) of the `SamplingParams.logprobs` most likely tokens."""
+
+
+@dataclass
+class CompletionOutput:
+    """One sample of a request."""
+
+    index: int
+    text: Optional[str]
+    """The generated text (special tokens skipped); None without a tokenizer."""
+    token_ids: list[int]
+    finish_reason: str
+    """"stop" (EOS, a stop token or a stop string), "length" (max_tokens) or "cancelled"."""
+    stop_reason: Optional[str] = None
+    """The stop string that ended the sample, if one did."""
+    logprobs: Optional[list[TokenLogprob]] = None
+    """Per generated token, when `SamplingParams.logprobs` is set."""
+
+    @property
+    def cumulative_logprob(self) -> Optional[float]:
+        return None if self.logprobs is None else sum(t.logprob for t in self.logprobs)
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    """One request's result, as vLLM's `RequestOutput`."""
+
+    request_id: str
+    prompt: Optional[str]
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+
+
+@dataclass
+class StreamChunk:
+    """What one request added since the previous chunk of `LLM.stream`."""
+
+    text: str
+    """New text (may be empty while text that could start a stop string is held back)."""
+    token_ids: list[int]
+    logprobs: Optional[list[TokenLogprob]] = None
+    finish_reason: Optional[str] = None
+    """Set on the last chunk."""
+
+
+PromptType = Union[str, Sequence[int], dict]
+
+
+def _logprobs(entries) -> list[TokenLogprob]:
+    return [TokenLogprob(token, logprob, [tuple(t) for t in top]) for token, logprob, top in entries]
+
+
+class LLM:
+    """A model loaded in this process with a running engine.
+
+    `model`: a Hugging Face checkpoint directory (config.json, safetensors, and tokenizer.json
+    for text prompts). Engine options (`latent serve`'s flags, underscored):
+    quantize ("none", "int8", "w8a8"), attention ("auto", "absorbed", "expanded"),
+    max_batch_tokens, max_seqs, block_tokens, num_blocks, cache_memory_gib, prefix_caching,
+    cache_dtype ("auto", "f32", "bf16"), check_invariants.
+
+    Thread-safe: several threads may call generate/chat/stream at once; their requests share the
+    engine's batches. Use as a context manager, or call close(), to stop the engine thread.
+    """
+
+    def __init__(self, model: str, tokenizer: Optional[str] = None, **engine_options: Any) -> None:
+        args = _latent.EngineArgs()
+        for key, value in engine_options.items():
+            if key not in _ENGINE_OPTIONS:
+                raise TypeError(f"LLM() got an unknown engine option '{key}' (known: {', '.join(_ENGINE_OPTIONS)})")
+            setattr(args, key, value)
+        self.model = str(model)
+        self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
+        self._next_id = 0
+        self._id_lock = threading.Lock()
+
+    # -- generation -------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Union[PromptType, Sequence[PromptType]],
+        sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+    ) -> list[RequestOutput]:
+        """Runs the prompts concurrently and returns their results in order.
+
+        `prompts`: a string, a list of token ids, a dict {"prompt": str} or
+        {"prompt_token_ids": [...]}, or a list of these. `sampling_params`: one for all prompts or
+        one per prompt (default SamplingParams()). Ctrl-C cancels the requests and raises
+        KeyboardInterrupt; the LLM stays usable.
+        """
+        lines, texts = zip(*[self._prompt_line(p) for p in _as_prompt_list(prompts)]) if prompts else ((), ())
+        return self._run(list(lines), list(texts), sampling_params)
+
+    def chat(
+        self,
+        messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
+        sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Optional[dict] = None,
+        tools: Optional[list[dict]] = None,
+    ) -> list[RequestOutput]:
+        """Renders each conversation with the checkpoint's chat template and generates a reply.
+
+        `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them.
+        """
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        lines = []
+        for conversation in conversations:
+            line: dict[str, Any] = {"messages": list(conversation), "add_generation_prompt": add_generation_prompt}
+            if tools is not None:
+                line["tools"] = tools
+            if chat_template_kwargs:
+                line["chat_template_kwargs"] = chat_template_kwargs
+            lines.append(line)
+        return self._run(lines, [None] * len(lines), sampling_params)
+
+    def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]:
+        """Generates for one prompt (n must be 1), yielding chunks as the tokens come.
+
+        Leaving the loop early (break, an exception, Ctrl-C) cancels the request.
+        """
+        params = sampling_params or SamplingParams()
+        if params.n != 1:
+            raise ValueError(f"stream() generates one sample; SamplingParams.n is {params.n}")
+        line, _ = self._prompt_line(prompt)
+        line.update(params._line())
+        handle = self._engine.submit(json.dumps(line), params.max_tokens, True)
+        try:
+            while True:
+                ids, logprobs, text, finish = self._engine.poll(handle, _WAIT_SLICE_S)
+                if finish.startswith("error: "):
+                    raise LatentError(finish[len("error: "):])
+                if ids or text or finish:
+                    yield StreamChunk(text, list(ids), _logprobs(logprobs) if params.logprobs is not None else None,
+                                      finish or None)
+                if finish:
+                    return
+        finally:
+            self._engine.release(handle)
+
+    # -- tokenizer and template -------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text` (as transformers' tokenizer(text) with special tokens)."""
+        return self._engine.encode(text, add_special_tokens)
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._engine.decode(list(token_ids), skip_special_tokens)
+
+    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                            tools: Optional[list[dict]] = None, chat_template_kwargs: Optional[dict] = None) -> str:
+        """The prompt text the checkpoint's chat template renders for `messages`."""
+        return self._engine.render_chat(json.dumps(list(messages)), add_generation_prompt,
+                                        json.dumps(tools) if tools is not None else "",
+                                        json.dumps(chat_template_kwargs) if chat_template_kwargs else "")
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A few fields of the model's config: model_type, vocab_size, hidden_size, ..."""
+        return self._engine.config()
+
+    def metrics(self) -> dict[str, Any]:
+        """The engine's counters: running, waiting, blocks, tokens, steps, preemptions, ..."""
+        return self._engine.metrics()
+
+    def close(self) -> None:
+        """Stops the engine thread (requests still running are dropped)."""
+        self._engine.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _prompt_line(self, prompt: PromptType) -> tuple[dict[str, Any], Optional[str]]:
+        if isinstance(prompt, str):
+            return {"prompt": prompt}, prompt
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                return {"ids": [int(t) for t in prompt["prompt_token_ids"]]}, prompt.get("prompt")
+            if "prompt" in prompt:
+                return {"prompt": prompt["prompt"]}, prompt["prompt"]
+            raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
+        ids = list(prompt)
+        if not all(isinstance(t, int) for t in ids):
+            raise TypeError("a prompt is a string, a list of token ids or a dict; got a list holding "
+                            f"{type(next(t for t in ids if not isinstance(t, int))).__name__}")
+        return {"ids": ids}, None
+
+    def _run(self, lines: list[dict], texts: list[Optional[str]], sampling_params) -> list[RequestOutput]:
+        if isinstance(sampling_params, (list, tuple)):
+            if len(sampling_params) != len(lines):
+                raise ValueError(f"{len(lines)} prompts but {len(sampling_params)} SamplingParams")
+            params = list(sampling_params)
+        else:
+            params = [sampling_params or SamplingParams()] * len(lines)
+        handles: list[int] = []
+        try:
+            for i, (line, p) in enumerate(zip(lines, params)):
+                line = dict(line, **p._line())
+                try:
+                    handles.append(self._engine.submit(json.dumps(line), p.max_tokens, False))
+                except LatentError as e:
+                    raise LatentError(f"prompt {i}: {e}") from None
+            while not self._engine.wait(handles, _WAIT_SLICE_S):
+                pass
+            results = []
+            for handle, text, p in zip(handles, texts, params):
+                samples = self._engine.result(handle)
+                outputs = []
+                for index, (ids, out_text, finish, stop_reason, logprobs, error) in enumerate(samples):
+                    if error:
+                        raise LatentError(error)
+                    outputs.append(CompletionOutput(index, out_text, list(ids), finish, stop_reason or None,
+                                                    _logprobs(logprobs) if logprobs is not None else None))
+                results.append(RequestOutput(self._new_id(), text, list(self._engine.prompt_ids(handle)), outputs))
+            return results
+        finally:
+            for handle in handles:
+                self._engine.release(handle)
+
+    def _new_id(self) -> str:
+        with self._id_lock:
+            self._next_id += 1
+            return str(self._next_id - 1)
+
+
+def _as_prompt_list(prompts) -> list:
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # One prompt of token ids.
+    return prompts

@@ -1,0 +1,107 @@
+# Type hints for latent (the package's API; latent._latent is its private back end).
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence, Union
+
+class LatentError(RuntimeError):
+    """Raised with latent's message when the engine refuses something."""
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: Optional[int] = None
+    max_tokens: int = 16
+    stop: Optional[Union[str, list[str]]] = None
+    stop_token_ids: Optional[list[int]] = None
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top_logprobs: list[tuple[int, float]] = ...
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: Optional[str]
+    token_ids: list[int]
+    finish_reason: str
+    stop_reason: Optional[str] = None
+    logprobs: Optional[list[TokenLogprob]] = None
+    @property
+    def cumulative_logprob(self) -> Optional[float]: ...
+    def finished(self) -> bool: ...
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: Optional[str]
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = True
+
+@dataclass
+class StreamChunk:
+    text: str
+    token_ids: list[int]
+    logprobs: Optional[list[TokenLogprob]] = None
+    finish_reason: Optional[str] = None
+
+PromptType = Union[str, Sequence[int], dict[str, Any]]
+
+class LLM:
+    model: str
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Optional[str] = None,
+        *,
+        quantize: str = "none",
+        attention: str = "auto",
+        max_batch_tokens: int = 2048,
+        max_seqs: int = 256,
+        block_tokens: int = 64,
+        num_blocks: int = 0,
+        cache_memory_gib: float = 1.0,
+        prefix_caching: bool = True,
+        cache_dtype: str = "auto",
+        check_invariants: bool = False,
+    ) -> None: ...
+    def generate(
+        self,
+        prompts: Union[PromptType, Sequence[PromptType]],
+        sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+    ) -> list[RequestOutput]: ...
+    def chat(
+        self,
+        messages: Union[Sequence[dict[str, Any]], Sequence[Sequence[dict[str, Any]]]],
+        sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Optional[dict[str, Any]] = None,
+        tools: Optional[list[dict[str, Any]]] = None,
+    ) -> list[RequestOutput]: ...
+    def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+    def apply_chat_template(
+        self,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Optional[list[dict[str, Any]]] = None,
+        chat_template_kwargs: Optional[dict[str, Any]] = None,
+    ) -> str: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    def metrics(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "LLM": ...
+    def __exit__(self, *exc: object) -> None: ...

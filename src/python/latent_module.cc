@@ -1,0 +1,356 @@
+// latent._latent: the engine in the Python process (nanobind). One `Engine` object owns a loaded
+// model and a running engine thread; Python submits request lines (the JSON objects of
+// `latent generate --prompts`, parsed by the same code) and waits for them with the GIL released.
+// The Python package (latent/__init__.py) builds the vLLM-style API on top.
+//
+// Threads: the engine thread runs steps and calls OnOutput, which updates the request's
+// RequestJob under `mutex_` and wakes waiters. Python threads submit, wait (GIL released,
+// bounded slices so Ctrl-C is seen between them), read results and cancel.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/error.h"
+#include "cli/attention_form.h"
+#include "engine/engine.h"
+#include "generate/request_job.h"
+#include "generate/request_line.h"
+#include "model/generation_config.h"
+#include "model/model.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace latent::python {
+namespace {
+
+using Json = nlohmann::json;
+
+struct EngineArgs {
+  std::string quantize = "none";
+  std::string attention = "auto";
+  engine::EngineOptions engine;
+};
+
+// One submitted request as the Python side sees it.
+struct Tracked {
+  std::unique_ptr<generate::RequestJob> job;
+  int64_t engine_id = -1;
+  bool done = false;
+  uint64_t events = 0;  // Bumped at every event: streaming waits for it to move.
+  // Streaming reads of sample 0: how much has been handed out.
+  size_t streamed_tokens = 0;
+  size_t streamed_text = 0;
+};
+
+class PyEngine {
+ public:
+  PyEngine(const std::string& model_dir, const std::string& tokenizer_dir, const EngineArgs& args)
+      : text_(tokenizer_dir.empty() ? model_dir : tokenizer_dir) {
+    const std::string tok_dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
+    if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
+    model::LoadOptions load;
+    load.quantize = model::ParseWeightQuantization(args.quantize);
+    engine::EngineOptions options = args.engine;
+    options.attention = cli::ParseAttentionForm(args.attention);
+    {
+      nb::gil_scoped_release release;
+      std::unique_ptr<model::Model> m = model::LoadModel(model_dir, load);
+      model::GenerationConfig gen = model::LoadGenerationConfig(model_dir, m->config());
+      eos_ids_ = gen.eos_token_ids;
+      engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
+    }
+    // Loaded now, not on first use: several Python threads may submit text prompts at once.
+    if (std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json")) {
+      text_.Tokenizer();
+      has_tokenizer_ = true;
+    }
+    engine_->Start();
+  }
+
+  ~PyEngine() { Close(); }
+
+  void Close() {
+    if (!engine_) return;
+    nb::gil_scoped_release release;
+    engine_->Stop();
+    engine_.reset();
+  }
+
+  // Parses and submits one request line; returns its handle.
+  int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
+    Engine();
+    const Json line = Json::parse(line_json);
+    std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
+    auto tracked = std::make_shared<Tracked>();
+    tracked->job = std::make_unique<generate::RequestJob>(
+        generate::ParseRequestLine(line, text_, default_max_tokens), text_, stream_text && has_tokenizer_);
+    const int64_t handle = next_handle_++;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tracked_[handle] = tracked;
+    }
+    auto on_output = [this, tracked](const engine::RequestOutput& out) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (tracked->job->OnOutput(out)) tracked->done = true;
+      ++tracked->events;
+      if (tracked->job->TakeCancelNeeded()) engine_->Cancel(tracked->engine_id);
+      changed_.notify_all();
+    };
+    try {
+      const int64_t id = engine_->Submit(tracked->job->request(), on_output);
+      std::lock_guard<std::mutex> lock(mutex_);
+      tracked->engine_id = id;
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tracked_.erase(handle);
+      throw;
+    }
+    return handle;
+  }
+
+  // Waits up to `timeout_s` for all of `handles` to finish; true when they have.
+  bool Wait(const std::vector<int64_t>& handles, double timeout_s) {
+    std::vector<std::shared_ptr<Tracked>> items;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int64_t h : handles) items.push_back(Find(h));
+    }
+    nb::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, Seconds(timeout_s), [&] {
+      for (const auto& t : items) {
+        if (!t->done) return false;
+      }
+      return true;
+    });
+  }
+
+  // Waits up to `timeout_s` for news on one request (a token or its end); returns what is new
+  // for sample 0 since the last call: (token ids, logprob entries, text, finish reason or "").
+  nb::tuple Poll(int64_t handle, double timeout_s) {
+    std::shared_ptr<Tracked> t;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      t = Find(handle);
+    }
+    std::vector<int32_t> ids;
+    std::vector<engine::RequestOutput> logprobs;
+    std::string text;
+    std::string finish;
+    {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mutex_);
+      const auto& sample = t->job->samples()[0];
+      changed_.wait_for(lock, Seconds(timeout_s), [&] {
+        return t->done || sample.ids.size() > t->streamed_tokens || sample.text.size() > t->streamed_text;
+      });
+      ids.assign(sample.ids.begin() + t->streamed_tokens, sample.ids.end());
+      if (sample.logprobs.size() > t->streamed_tokens) {
+        logprobs.assign(sample.logprobs.begin() + t->streamed_tokens, sample.logprobs.end());
+      }
+      t->streamed_tokens = sample.ids.size();
+      text = sample.text.substr(t->streamed_text);
+      t->streamed_text = sample.text.size();
+      if (t->done) finish = engine::FinishReasonName(sample.finish);
+      if (t->done && !sample.error.empty()) finish = "error: " + sample.error;
+    }
+    return nb::make_tuple(ids, LogprobList(logprobs), text, finish);
+  }
+
+  // The finished request: a list of samples, each (ids, text or None, finish_reason,
+  // stop_reason, logprobs or None, error).
+  nb::list Result(int64_t handle) {
+    std::shared_ptr<Tracked> t;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      t = Find(handle);
+      if (!t->done) Fail("request ", handle, " has not finished");
+    }
+    nb::list out;
+    for (const auto& s : t->job->samples()) {
+      nb::object text = has_tokenizer_ ? nb::cast(t->job->Text(s)) : nb::none();
+      nb::object logprobs = t->job->request().sampling.top_logprobs >= 0 ? nb::object(LogprobList(s.logprobs)) : nb::none();
+      out.append(nb::make_tuple(s.ids, text, std::string(engine::FinishReasonName(s.finish)),
+                                s.stop_reason, logprobs, s.error));
+    }
+    return out;
+  }
+
+  std::vector<int32_t> PromptIds(int64_t handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return Find(handle)->job->request().prompt;
+  }
+
+  // Ends a request early (no-op once finished).
+  void Cancel(int64_t handle) {
+    int64_t id = -1;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = tracked_.find(handle);
+      if (it == tracked_.end() || it->second->done) return;
+      id = it->second->engine_id;
+    }
+    if (engine_ && id >= 0) engine_->Cancel(id);
+  }
+
+  // Forgets a request (cancelling it if it runs).
+  void Release(int64_t handle) {
+    Cancel(handle);
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracked_.erase(handle);
+  }
+
+  std::vector<int32_t> Encode(const std::string& text, bool add_special_tokens) {
+    return Tokenizer().Encode(text, add_special_tokens);
+  }
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) {
+    return Tokenizer().Decode(ids, skip_special_tokens);
+  }
+  std::string RenderChat(const std::string& messages_json, bool add_generation_prompt,
+                         const std::string& tools_json, const std::string& kwargs_json) {
+    std::lock_guard<std::mutex> parse_lock(parse_mutex_);
+    tokenizer::ChatRequest chat;
+    chat.messages = nlohmann::ordered_json::parse(messages_json);
+    if (!tools_json.empty()) chat.tools = nlohmann::ordered_json::parse(tools_json);
+    if (!kwargs_json.empty()) chat.kwargs = nlohmann::ordered_json::parse(kwargs_json);
+    chat.add_generation_prompt = add_generation_prompt;
+    return text_.Template().Render(chat);
+  }
+
+  nb::dict Metrics() {
+    const engine::EngineMetrics m = Engine().Metrics();
+    nb::dict d;
+    d["running"] = m.running;
+    d["waiting"] = m.waiting;
+    d["total_blocks"] = m.total_blocks;
+    d["used_blocks"] = m.used_blocks;
+    d["cached_blocks"] = m.cached_blocks;
+    d["block_tokens"] = m.block_tokens;
+    d["requests_finished"] = m.requests_finished;
+    d["prompt_tokens"] = m.prompt_tokens;
+    d["prefix_hit_tokens"] = m.prefix_hit_tokens;
+    d["generated_tokens"] = m.generated_tokens;
+    d["preemptions"] = m.preemptions;
+    d["steps"] = m.steps;
+    d["busy_seconds"] = m.busy_seconds;
+    return d;
+  }
+
+  nb::dict Config() {
+    const model::ModelConfig& c = Engine().config();
+    nb::dict d;
+    d["model_type"] = c.model_type;
+    d["vocab_size"] = c.vocab_size;
+    d["hidden_size"] = c.hidden_size;
+    d["num_hidden_layers"] = c.num_hidden_layers;
+    d["max_position_embeddings"] = c.max_position_embeddings;
+    d["eos_token_ids"] = eos_ids_;
+    return d;
+  }
+
+  bool has_tokenizer() const { return has_tokenizer_; }
+
+ private:
+  static std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s < 0 ? 0 : s); }
+
+  engine::Engine& Engine() {
+    if (!engine_) Fail("this LLM has been closed");
+    return *engine_;
+  }
+  const tokenizer::Tokenizer& Tokenizer() {
+    if (!has_tokenizer_) Fail("this model has no tokenizer.json: use token ids");
+    return text_.Tokenizer();
+  }
+  // Under mutex_.
+  std::shared_ptr<Tracked> Find(int64_t handle) {
+    auto it = tracked_.find(handle);
+    if (it == tracked_.end()) Fail("unknown request handle ", handle);
+    return it->second;
+  }
+  static nb::list LogprobList(const std::vector<engine::RequestOutput>& events) {
+    nb::list out;
+    for (const auto& e : events) {
+      std::vector<std::pair<int32_t, float>> top;
+      for (const auto& alt : e.top_logprobs) top.emplace_back(alt.token, alt.logprob);
+      out.append(nb::make_tuple(e.token, e.logprob, top));
+    }
+    return out;
+  }
+
+  generate::TextTools text_;
+  bool has_tokenizer_ = false;
+  std::vector<int64_t> eos_ids_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::mutex parse_mutex_;
+  std::mutex mutex_;  // Guards tracked_ and every Tracked.
+  std::condition_variable changed_;
+  std::map<int64_t, std::shared_ptr<Tracked>> tracked_;
+  int64_t next_handle_ = 0;
+};
+
+}  // namespace
+}  // namespace latent::python
+
+NB_MODULE(_latent, m) {
+  using namespace latent::python;
+  m.doc() = "latent's engine, in process (the API is latent.LLM; this module is its back end)";
+  nb::exception<latent::Error>(m, "LatentError", PyExc_RuntimeError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const nlohmann::json::exception& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<EngineArgs>(m, "EngineArgs")
+      .def(nb::init<>())
+      .def_rw("quantize", &EngineArgs::quantize)
+      .def_rw("attention", &EngineArgs::attention)
+      .def_prop_rw("max_batch_tokens", [](EngineArgs& a) { return a.engine.max_batch_tokens; },
+                   [](EngineArgs& a, int64_t v) { a.engine.max_batch_tokens = v; })
+      .def_prop_rw("max_seqs", [](EngineArgs& a) { return a.engine.max_seqs; },
+                   [](EngineArgs& a, int32_t v) { a.engine.max_seqs = v; })
+      .def_prop_rw("block_tokens", [](EngineArgs& a) { return a.engine.block_tokens; },
+                   [](EngineArgs& a, uint32_t v) { a.engine.block_tokens = v; })
+      .def_prop_rw("num_blocks", [](EngineArgs& a) { return a.engine.num_blocks; },
+                   [](EngineArgs& a, int32_t v) { a.engine.num_blocks = v; })
+      .def_prop_rw("cache_memory_gib", [](EngineArgs& a) { return a.engine.cache_memory_gib; },
+                   [](EngineArgs& a, double v) { a.engine.cache_memory_gib = v; })
+      .def_prop_rw("prefix_caching", [](EngineArgs& a) { return a.engine.prefix_caching; },
+                   [](EngineArgs& a, bool v) { a.engine.prefix_caching = v; })
+      .def_prop_rw("cache_dtype", [](EngineArgs& a) { return a.engine.cache_dtype; },
+                   [](EngineArgs& a, const std::string& v) { a.engine.cache_dtype = v; })
+      .def_prop_rw("check_invariants", [](EngineArgs& a) { return a.engine.check_invariants; },
+                   [](EngineArgs& a, bool v) { a.engine.check_invariants = v; });
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def(nb::init<const std::string&, const std::string&, const EngineArgs&>(), "model_dir"_a,
+           "tokenizer_dir"_a, "args"_a)
+      .def("close", &PyEngine::Close)
+      .def("submit", &PyEngine::Submit, "line_json"_a, "default_max_tokens"_a, "stream_text"_a)
+      .def("wait", &PyEngine::Wait, "handles"_a, "timeout_s"_a)
+      .def("poll", &PyEngine::Poll, "handle"_a, "timeout_s"_a)
+      .def("result", &PyEngine::Result, "handle"_a)
+      .def("prompt_ids", &PyEngine::PromptIds, "handle"_a)
+      .def("cancel", &PyEngine::Cancel, "handle"_a)
+      .def("release", &PyEngine::Release, "handle"_a)
+      .def("encode", &PyEngine::Encode, "text"_a, "add_special_tokens"_a)
+      .def("decode", &PyEngine::Decode, "ids"_a, "skip_special_tokens"_a)
+      .def("render_chat", &PyEngine::RenderChat, "messages_json"_a, "add_generation_prompt"_a,
+           "tools_json"_a, "kwargs_json"_a)
+      .def("metrics", &PyEngine::Metrics)
+      .def("config", &PyEngine::Config)
+      .def_prop_ro("has_tokenizer", &PyEngine::has_tokenizer);
+}

@@ -1,0 +1,226 @@
+"""latent.LLM against `latent generate --prompts`: the same requests give the same tokens, text,
+finish reasons and logprobs, alone, 64 at once, and from several threads; errors are Python
+exceptions with latent's messages; Ctrl-C during generate stops cleanly. On a tiny random model
+with DeepSeek V3's tokenizer (about 20 s in all)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD_PYTHON, REPO, run_latent
+
+try:
+    import latent
+except ImportError as e:
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
+                       "in .venv (requirements-dev.txt)") from e
+
+TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_models) -> Path:
+    return tiny_models.get("deepseek_v3", "--tokenizer", str(TOKENIZER))
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    with latent.LLM(str(model_dir), block_tokens=16, check_invariants=True) as llm:
+        yield llm
+
+
+def cli_generate(model_dir: Path, lines: list[dict], tmp_path: Path) -> list[dict]:
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    out = run_latent("generate", "--model", str(model_dir), "--prompts", str(path), "--block-tokens", "16")
+    return [json.loads(l) for l in out.stdout.splitlines()]
+
+
+def assert_same(output: latent.CompletionOutput, expected: dict) -> None:
+    assert output.token_ids == expected["ids"]
+    assert output.text == expected["text"]
+    assert output.finish_reason == expected["finish_reason"]
+    assert output.stop_reason == expected.get("stop_reason")
+    if "logprobs" in expected:
+        assert [t.token_id for t in output.logprobs] == [e["token"] for e in expected["logprobs"]]
+        for got, want in zip(output.logprobs, expected["logprobs"]):
+            assert got.logprob == pytest.approx(want["logprob"], abs=1e-5)
+            assert [t for t, _ in got.top_logprobs] == [a["token"] for a in want["top_logprobs"]]
+    else:
+        assert output.logprobs is None
+
+
+# (prompt for LLM.generate, the same request's prompt fields in a JSONL line, SamplingParams)
+CASES = [
+    ("Hello, world!", {"prompt": "Hello, world!"}, latent.SamplingParams(temperature=0, max_tokens=8)),
+    ([5, 6, 7, 8, 9], {"ids": [5, 6, 7, 8, 9]},
+     latent.SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=7, max_tokens=9, logprobs=2)),
+    ({"prompt_token_ids": [11, 3, 250]}, {"ids": [11, 3, 250]},
+     latent.SamplingParams(temperature=1.0, seed=3, n=3, max_tokens=5, ignore_eos=True)),
+    ("the stop test", {"prompt": "the stop test"},
+     latent.SamplingParams(temperature=1.2, seed=1, max_tokens=12, stop=["e", "a"], min_p=0.05,
+                           repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.2)),
+]
+
+
+def test_generate_equals_latent_generate(llm, model_dir, tmp_path):
+    lines = [dict(fields, **params._line()) for _, fields, params in CASES]
+    expected = cli_generate(model_dir, lines, tmp_path)
+    results = llm.generate([p for p, _, _ in CASES], [params for _, _, params in CASES])
+    assert len(results) == len(CASES)
+    for result, want, (prompt, _, params) in zip(results, expected, CASES):
+        samples = want.get("samples", [want])
+        assert len(result.outputs) == params.n == len(samples)
+        for output, sample in zip(result.outputs, samples):
+            assert_same(output, sample)
+        assert result.finished
+    assert results[0].prompt == "Hello, world!"
+    assert results[0].prompt_token_ids == llm.encode("Hello, world!")
+    assert results[1].prompt_token_ids == [5, 6, 7, 8, 9]
+
+
+def test_chat_uses_the_checkpoint_template(llm, model_dir, tmp_path):
+    conversations = [[{"role": "user", "content": "What is MLA?"}],
+                     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]]
+    params = latent.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    expected = cli_generate(model_dir, [dict({"messages": c}, **params._line()) for c in conversations], tmp_path)
+    results = llm.chat(conversations, params)
+    for result, want, conversation in zip(results, expected, conversations):
+        assert_same(result.outputs[0], want)
+        rendered = llm.apply_chat_template(conversation)
+        assert result.prompt_token_ids == llm.encode(rendered, add_special_tokens=False)
+    # One conversation (a list of messages) is one request.
+    assert llm.chat(conversations[0], params)[0].outputs[0].token_ids == results[0].outputs[0].token_ids
+
+
+def concurrent_requests(count: int) -> list[tuple[list[int], latent.SamplingParams]]:
+    requests = []
+    for i in range(count):
+        prompt = [(i * 37 + j * 11) % 250 + 3 for j in range(3 + i % 29)]
+        params = latent.SamplingParams(temperature=0 if i % 2 else 0.9, seed=i, max_tokens=4 + i % 13,
+                                       ignore_eos=True)
+        requests.append((prompt, params))
+    return requests
+
+
+def test_64_concurrent_requests(llm, model_dir, tmp_path):
+    requests = concurrent_requests(64)
+    expected = cli_generate(model_dir, [dict({"ids": p}, **s._line()) for p, s in requests], tmp_path)
+    results = llm.generate([p for p, _ in requests], [s for _, s in requests])
+    for result, want in zip(results, expected):
+        assert_same(result.outputs[0], want)
+    assert llm.metrics()["running"] == 0
+
+
+def test_threads_calling_generate_at_once(llm):
+    requests = concurrent_requests(24)
+    alone = [llm.generate([p], s)[0].outputs[0].token_ids for p, s in requests]
+    results: dict[int, list[list[int]]] = {}
+    errors = []
+
+    def worker(t: int) -> None:
+        try:
+            mine = requests[t::6]
+            results[t] = [r.outputs[0].token_ids for r in llm.generate([p for p, _ in mine], [s for _, s in mine])]
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not errors
+    for t in range(6):
+        assert results[t] == alone[t::6]
+
+
+def test_stream_yields_the_generated_text(llm):
+    params = latent.SamplingParams(temperature=0.7, seed=5, max_tokens=12, ignore_eos=True, logprobs=0)
+    whole = llm.generate("Streaming, one token at a time", params)[0].outputs[0]
+    chunks = list(llm.stream("Streaming, one token at a time", params))
+    assert [t for c in chunks for t in c.token_ids] == whole.token_ids
+    assert "".join(c.text for c in chunks) == whole.text
+    assert [l.logprob for c in chunks for l in c.logprobs] == pytest.approx([l.logprob for l in whole.logprobs], abs=1e-5)
+    assert chunks[-1].finish_reason == "length"
+    assert all(c.finish_reason is None for c in chunks[:-1])
+    # Leaving early cancels the request.
+    for chunk in llm.stream("Streaming", latent.SamplingParams(max_tokens=200, ignore_eos=True)):
+        break
+    deadline = time.time() + 10
+    while llm.metrics()["running"] and time.time() < deadline:
+        time.sleep(0.02)
+    assert llm.metrics()["running"] == 0
+
+
+def test_bad_model_dir_raises(tmp_path):
+    with pytest.raises(latent.LatentError, match="does-not-exist"):
+        latent.LLM(str(tmp_path / "does-not-exist"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(latent.LatentError, match="config.json"):
+        latent.LLM(str(tmp_path / "empty"))
+    with pytest.raises(TypeError, match="unknown engine option 'max_batch'"):
+        latent.LLM(str(tmp_path / "empty"), max_batch=3)
+
+
+def test_bad_requests_raise_with_latent_messages(llm, model_dir):
+    with pytest.raises(latent.LatentError, match="temperature"):
+        llm.generate("x", latent.SamplingParams(temperature=-1))
+    with pytest.raises(latent.LatentError, match="outside the vocabulary"):
+        llm.generate([[1, 2, 10**6]])
+    with pytest.raises(latent.LatentError, match="max_tokens"):
+        llm.generate("x", latent.SamplingParams(max_tokens=10**7))
+    with pytest.raises(ValueError, match="2 prompts but 1 SamplingParams"):
+        llm.generate(["a", "b"], [latent.SamplingParams()])
+    with pytest.raises(latent.LatentError, match="unknown mode"):
+        latent.LLM(str(model_dir), quantize="int4")
+    # Still usable after errors.
+    assert len(llm.generate("x", latent.SamplingParams(max_tokens=2))[0].outputs[0].token_ids) >= 1
+
+
+INTERRUPTED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    import latent
+    llm = latent.LLM(sys.argv[1], block_tokens=16, check_invariants=True)
+    params = latent.SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    print("READY", flush=True)
+    start = time.time()
+    try:
+        llm.generate([[3 + i, 4, 5] for i in range(16)], params)
+        print("NOT INTERRUPTED", flush=True)
+    except KeyboardInterrupt:
+        print("INTERRUPTED after %.2fs" % (time.time() - start), flush=True)
+    deadline = time.time() + 10
+    while llm.metrics()["running"] + llm.metrics()["waiting"] and time.time() < deadline:
+        time.sleep(0.02)
+    m = llm.metrics()
+    print("LEFT", m["running"], m["waiting"], m["used_blocks"], flush=True)
+    out = llm.generate([[7, 8, 9]], latent.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    print("AFTER", len(out[0].outputs[0].token_ids), flush=True)
+    llm.close()
+""")
+
+
+def test_ctrl_c_during_generate_stops_cleanly(model_dir):
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(model_dir), str(BUILD_PYTHON)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "READY"
+    time.sleep(1.0)  # Inside generate, with 16 x 400 tokens to go.
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("INTERRUPTED"), out
+    assert lines[1] == "LEFT 0 0 0", out  # Nothing running or waiting, no block held.
+    assert lines[2] == "AFTER 3", out
