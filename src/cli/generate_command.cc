@@ -76,7 +76,7 @@ Runner RegisterGenerate(CLI::App& app) {
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
-    model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
+    model::ContiguousLatentCache cache(model::CacheRowValues(m->config()));
     std::vector<float> logits(vocab);
 
     std::vector<int32_t> generated;

@@ -95,7 +95,7 @@ Runner RegisterLogits(CLI::App& app) {
     std::vector<float> logits(ids.size() * vocab);
     model::ForwardTrace trace;
     if (opt->chunk_tokens == 0) {
-      model::ContiguousLatentCache cache(model::CacheRowWidths(m->config()));
+      model::ContiguousLatentCache cache(model::CacheRowValues(m->config()));
       m->Forward(batch, cache, form, logits.data(), opt->experts || opt->selected ? &trace : nullptr);
     } else {
       RunChunked(*m, ids, opt->chunk_tokens, opt->block_tokens, opt->cache_dtype, form, logits.data());

@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "base/dump.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "threads/thread_pool.h"
@@ -80,6 +81,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     for (int64_t h = 0; h < d.heads; ++h) rope.Apply(&queries[(t * d.heads + h) * d.head_dim], cos.data(), sin.data());
     cache.WriteRow(layer, kIndexRow, batch.seq_slots[t], batch.positions[t], &keys[t * d.head_dim]);
   }
+  dump::Tensor("index_k", layer, keys.data(), tokens, d.head_dim);
   // Head weights [T, n_h] in f32.
   std::vector<float> head_weights(tokens * d.heads);
   Linear(x, tokens, kernels::WeightRef{w.weights_proj.data(), DType::kF32, d.heads, hidden}, head_weights.data());
