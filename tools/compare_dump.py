@@ -147,7 +147,7 @@ def compare(ours: dict, theirs: dict, tolerance: float) -> list[dict]:
             scale = max(np.abs(ref).max(), 1e-30)
             row.update(max_abs=float(np.abs(ours[key] - ref).max()), scale=float(scale))
             row["relative"] = row["max_abs"] / scale
-        row["ok"] = "error" not in row and row["relative"] <= tolerance
+        row["ok"] = bool("error" not in row and row["relative"] <= tolerance)
         rows.append(row)
     return rows
 
