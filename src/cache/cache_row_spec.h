@@ -1,5 +1,6 @@
-// What one layer caches per token, in bytes. The cache is generic over these rows: it knows
-// bytes and block ids, never heads or dtypes (the model layer decides those).
+// What one layer caches, in bytes. The cache is generic over these rows: it knows bytes and block
+// ids, never heads or dtypes (the model layer decides those; each family's arch file declares its
+// layers' rows, model/cache_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -9,19 +10,24 @@
 namespace latent::cache {
 
 enum class Retention : uint8_t {
-  kFull,  // Kept for the whole sequence (MLA latent, DSA index keys, full attention).
+  kFull,         // One row per token, kept for the whole sequence (MLA latent, DSA index keys).
+  kPerSequence,  // One fixed-size state per sequence, overwritten each step (the recurrent state
+                 // of a linear-attention layer): bytes_per_sequence, no per-token bytes.
 };
 
 struct CacheRowSpec {
-  std::string name;          // "mla.latent", "dsa.index_k", "attn.k", "attn.v"
-  uint64_t bytes_per_token;  // Honest bytes of one token's row, not a head size.
-  uint32_t align = 64;       // Alignment of the row's slab inside a block.
+  std::string name;              // "mla.latent", "dsa.index_k", "attn.k", "linear.state"
+  uint64_t bytes_per_token = 0;  // kFull: honest bytes of one token's row, not a head size.
+  uint32_t align = 64;           // Alignment of the row's slab inside a block.
   Retention retention = Retention::kFull;
+  int64_t values = 0;               // Values the model writes and reads per token (or sequence).
+  uint64_t bytes_per_sequence = 0;  // kPerSequence: bytes of one sequence's state.
 };
 
 // The rows of every layer: rows[layer] lists that layer's rows.
 using ModelCacheRows = std::vector<std::vector<CacheRowSpec>>;
 
+// Bytes per token of the kFull rows (kPerSequence rows take none).
 uint64_t BytesPerToken(const ModelCacheRows& rows);
 
 }  // namespace latent::cache

@@ -40,7 +40,7 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   nlohmann::json info;
   info["model"] = opt.model_dir;
   info["model_type"] = config.model_type;
-  info["architecture"] = model::ArchitectureName(config.architecture);
+  info["architecture"] = config.architecture;
   info["num_layers"] = config.num_hidden_layers;
   info["num_parameters"] = model::CountParameters(report.weights);
   info["expert_layout"] = report.expert_layout == model::ExpertLayout::kFused ? "fused" : "per_expert";

@@ -1,6 +1,7 @@
 #include "model/cache_rows.h"
 
 #include "base/error.h"
+#include "model/arch/registry.h"
 
 namespace latent::model {
 namespace {
@@ -25,48 +26,45 @@ const char* CacheDTypeName(CacheDType dtype) {
   return "?";
 }
 
-int64_t MlaLatentRowValues(const ModelConfig& c) { return c.kv_lora_rank + c.qk_rope_head_dim; }
-
-uint64_t MlaLatentRowBytes(const ModelConfig& c, CacheDType dtype) {
+cache::CacheRowSpec MlaLatentRow(const ModelConfig& c, CacheDType dtype) {
+  cache::CacheRowSpec row;
+  row.name = "mla.latent";
+  row.values = c.kv_lora_rank + c.qk_rope_head_dim;
   switch (dtype) {
-    case CacheDType::kF32: return 4 * MlaLatentRowValues(c);
-    case CacheDType::kBF16: return 2 * MlaLatentRowValues(c);
+    case CacheDType::kF32: row.bytes_per_token = 4 * row.values; break;
+    case CacheDType::kBF16: row.bytes_per_token = 2 * row.values; break;
     case CacheDType::kFP8: {
       const int64_t groups = (c.kv_lora_rank + kFp8ScaleGroup - 1) / kFp8ScaleGroup;
-      return c.kv_lora_rank + 4 * groups + 2 * c.qk_rope_head_dim;
+      row.bytes_per_token = c.kv_lora_rank + 4 * groups + 2 * c.qk_rope_head_dim;
+      break;
     }
   }
-  return 0;
+  return row;
 }
 
-std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config) {
-  std::vector<std::vector<int64_t>> values(config.num_hidden_layers);
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    values[l].push_back(MlaLatentRowValues(config));
-    if (config.HasIndexer(l)) values[l].push_back(config.index_head_dim);
-  }
-  return values;
-}
-
-std::vector<int64_t> CacheRowWidths(const ModelConfig& config) {
-  std::vector<int64_t> widths{MlaLatentRowValues(config)};
-  if (config.is_dsa()) widths.push_back(config.index_head_dim);
-  return widths;
+cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& c, CacheDType dtype) {
+  cache::CacheRowSpec row;
+  row.name = "dsa.index_k";
+  row.values = c.index_head_dim;
+  const int64_t d = c.index_head_dim;
+  // fp8: DeepSeek's layout, e4m3 values and one f32 scale per 128 (132 bytes for 128 values).
+  row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * d
+                        : dtype == CacheDType::kBF16 ? 2 * d
+                                                     : d + 4 * ((d + kFp8ScaleGroup - 1) / kFp8ScaleGroup);
+  return row;
 }
 
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype) {
-  cache::ModelCacheRows rows(config.num_hidden_layers);
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    rows[l].push_back({"mla.latent", MlaLatentRowBytes(config, dtype)});
-    if (!config.HasIndexer(l)) continue;
-    const int64_t d = config.index_head_dim;
-    // fp8: DeepSeek's layout, e4m3 values and one f32 scale per 128 (132 bytes for 128 values).
-    const uint64_t bytes = dtype == CacheDType::kF32    ? 4 * d
-                           : dtype == CacheDType::kBF16 ? 2 * d
-                                                        : d + 4 * ((d + kFp8ScaleGroup - 1) / kFp8ScaleGroup);
-    rows[l].push_back({"dsa.index_k", bytes});
+  return ArchOf(config).cache_rows(config, dtype);
+}
+
+std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config) {
+  const cache::ModelCacheRows rows = CacheRows(config, CacheDType::kF32);
+  std::vector<std::vector<int64_t>> values(rows.size());
+  for (size_t l = 0; l < rows.size(); ++l) {
+    for (const cache::CacheRowSpec& row : rows[l]) values[l].push_back(row.values);
   }
-  return rows;
+  return values;
 }
 
 }  // namespace latent::model

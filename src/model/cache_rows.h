@@ -1,7 +1,11 @@
-// The rows each layer of a model caches per token, and the element types they may use.
+// The rows each layer of a model caches, described once: each family's arch file declares its
+// layers' rows (Arch::cache_rows, in the style of vLLM's get_kv_cache_spec) from the row pieces
+// below, and every other view (values per row, bytes per token, the layout) derives from that
+// one ModelCacheRows.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cache/cache_row_spec.h"
 #include "model/model_config.h"
@@ -21,18 +25,17 @@ enum class CacheDType : uint8_t {
 CacheDType ParseCacheDType(const std::string& name, const ModelConfig& config);
 const char* CacheDTypeName(CacheDType dtype);
 
-// Values of the MLA latent row: kv_lora_rank + qk_rope_head_dim (576 for DeepSeek V3).
-int64_t MlaLatentRowValues(const ModelConfig& config);
-// Bytes of one token's MLA latent row in `dtype`.
-uint64_t MlaLatentRowBytes(const ModelConfig& config, CacheDType dtype);
+// Row pieces the families compose.
+// "mla.latent": [kv_a_layernorm(c_kv) | rotated k_pe], kv_lora_rank + qk_rope_head_dim values (576
+// for DeepSeek V3).
+cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype);
+// "dsa.index_k": the DSA indexer's key, index_head_dim values.
+cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& config, CacheDType dtype);
 
-// Values per token of each row of each layer: [layer][row], rows in CacheRowKind order:
-// "mla.latent" for every layer, plus "dsa.index_k" for layers that run a DSA indexer.
-std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config);
-// Values per token of each row kind: {latent, index key (DSA only)}.
-std::vector<int64_t> CacheRowWidths(const ModelConfig& config);
-
-// The rows above, in bytes of `dtype`.
+// The rows of every layer of `config` stored as `dtype`: its family's declaration.
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype);
+
+// Values per token of each row of each layer, [layer][row]: CacheRows' `values`.
+std::vector<std::vector<int64_t>> CacheRowValues(const ModelConfig& config);
 
 }  // namespace latent::model

@@ -3,36 +3,59 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/dump.h"
 #include "base/error.h"
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 
 namespace latent::model {
+namespace {
 
-DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant,
-                             const LoadOptions& options)
+ops::MoeDims MoeDimsOf(const ModelConfig& c) {
+  ops::MoeDims d;
+  d.hidden = c.hidden_size;
+  d.experts = c.n_routed_experts;
+  d.top_k = c.num_experts_per_tok;
+  d.n_group = c.n_group;
+  d.topk_group = c.topk_group;
+  d.norm_topk_prob = c.norm_topk_prob;
+  d.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  d.scoring = c.scoring_func;
+  d.topk_method = c.topk_method;
+  return d;
+}
+
+}  // namespace
+
+DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekTensorList tensors,
+                             const LoadOptions& options, bool index_rope_interleaved)
     : config_(std::move(config)),
       ckpt_(std::move(ckpt)),
-      variant_(variant),
-      weights_(LoadDeepseekWeights(config_, ckpt_, options)),
+      weights_(LoadDeepseekWeights(config_, ckpt_, tensors, options)),
       dims_(MlaDimsOf(config_)),
+      moe_dims_(MoeDimsOf(config_)),
       rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim, config_.qk_head_dim(),
-                                  variant.rope_interleaved, /*round_bf16=*/false)),
+                                  config_.rope_interleave, /*round_bf16=*/false)),
       index_rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim,
-                                        config_.qk_head_dim(), variant.index_rope_interleaved,
+                                        config_.qk_head_dim(), index_rope_interleaved,
                                         /*round_bf16=*/false)) {}
 
-void DeepseekModel::Forward(const ForwardBatch& batch, AttentionForm form,
-                            float* logits, ForwardTrace* trace) const {
-  LATENT_PROFILE_SCOPE(kStep);
-  const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
-  const int64_t d = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+DeepseekModel::Activations DeepseekModel::Start(const ForwardBatch& batch) const {
   batch.Validate();
+  Activations a;
+  a.tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t n = a.tokens * config_.hidden_size;
+  a.hidden.resize(n);
+  a.normed.resize(n);
+  a.branch.resize(n);
+  return a;
+}
 
-  std::vector<float> hidden(tokens * d), normed(tokens * d), branch(tokens * d);  // [T, D]
+void DeepseekModel::Embed(const ForwardBatch& batch, float* hidden) const {
+  const auto& k = kernels::BestKernels();
+  const int64_t d = config_.hidden_size;
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   for (int64_t t = 0; t < tokens; ++t) {
     LATENT_PROFILE_SCOPE(kEmbed);
     const int32_t id = batch.token_ids[t];
@@ -41,50 +64,57 @@ void DeepseekModel::Forward(const ForwardBatch& batch, AttentionForm form,
     }
     k.dequant_row(weights_.embed, id, &hidden[t * d]);
   }
+  dump::Tensor("embed", -1, hidden, tokens, d);
+}
 
-  DsaSelection selection;  // Carried across layers: GLM's shared layers reuse the last one.
-  if (trace != nullptr && config_.is_dsa()) trace->selected.assign(config_.num_hidden_layers, {});
-  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    const LayerWeights& layer = weights_.layers[l];
-    {
-      LATENT_PROFILE_SCOPE(kNorm);
-      k.rms_norm(hidden.data(), tokens, d, layer.input_norm.data, layer.input_norm.dtype, eps,
-                 normed.data());
-    }
-    DsaLayer dsa;
-    if (config_.is_dsa()) {
-      dsa.indexer = layer.indexer ? &*layer.indexer : nullptr;
-      dsa.rope = &index_rope_;
-      dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
-      dsa.selection = &selection;
-    }
-    MlaAttentionForward(dims_, layer.attention, rope_, l, batch, normed.data(), d, form,
-                        config_.is_dsa() ? &dsa : nullptr, branch.data());
-    if (trace != nullptr && config_.is_dsa()) trace->selected[l] = selection;
-    {
-      LATENT_PROFILE_SCOPE(kResidual);
-      for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
-    }
-    {
-      LATENT_PROFILE_SCOPE(kNorm);
-      k.rms_norm(hidden.data(), tokens, d, layer.post_attention_norm.data,
-                 layer.post_attention_norm.dtype, eps, normed.data());
-    }
-    if (layer.moe) {
-      std::vector<int32_t>* chosen = nullptr;
-      if (trace != nullptr) {
-        trace->experts.resize(config_.num_hidden_layers);
-        chosen = &trace->experts[l];
-      }
-      MoeForward(config_, *layer.moe, variant_.route, normed.data(), tokens, branch.data(), chosen);
-    } else {
-      LATENT_PROFILE_SCOPE(kDenseMlp);
-      MlpForward(*layer.dense, normed.data(), tokens, branch.data());
-    }
-    LATENT_PROFILE_SCOPE(kResidual);
-    for (int64_t i = 0; i < tokens * d; ++i) hidden[i] += branch[i];
+void DeepseekModel::RmsNorm(const float* x, int64_t tokens, const NormWeight& w, float* out) const {
+  LATENT_PROFILE_SCOPE(kNorm);
+  ops::RmsNorm(x, tokens, config_.hidden_size, w, static_cast<float>(config_.rms_norm_eps), out);
+}
+
+void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
+                                 AttentionForm form, DsaSelection* selection, float* out) const {
+  const LayerWeights& w = weights_.layers[l];
+  dump::Tensor("attn_in", l, x, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
+  DsaLayer dsa;
+  if (selection != nullptr) {
+    dsa.indexer = w.indexer ? &*w.indexer : nullptr;
+    dsa.rope = &index_rope_;
+    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
+    dsa.selection = selection;
   }
+  MlaAttentionForward(dims_, w.attention, rope_, l, batch, x, config_.hidden_size, form,
+                      selection != nullptr ? &dsa : nullptr, out);
+  dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
+}
 
+void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float* out,
+                                ForwardTrace* trace) const {
+  const LayerWeights& w = weights_.layers[l];
+  dump::Tensor("ffn_in", l, x, tokens, config_.hidden_size);
+  if (w.moe) {
+    std::vector<int32_t>* chosen = nullptr;
+    if (trace != nullptr) {
+      trace->experts.resize(config_.num_hidden_layers);
+      chosen = &trace->experts[l];
+    }
+    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen);
+    dump::Tensor("moe_out", l, out, tokens, config_.hidden_size);
+  } else {
+    LATENT_PROFILE_SCOPE(kDenseMlp);
+    ops::MlpForward(*w.dense, x, tokens, out);
+    dump::Tensor("mlp_out", l, out, tokens, config_.hidden_size);
+  }
+}
+
+void DeepseekModel::AddResidual(float* hidden, const float* branch, int64_t tokens) const {
+  LATENT_PROFILE_SCOPE(kResidual);
+  for (int64_t i = 0; i < tokens * config_.hidden_size; ++i) hidden[i] += branch[i];
+}
+
+void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits) const {
+  const int64_t d = config_.hidden_size;
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
   std::vector<float> last(rows * d);  // [R, D]
   for (int64_t r = 0; r < rows; ++r) {
@@ -94,8 +124,9 @@ void DeepseekModel::Forward(const ForwardBatch& batch, AttentionForm form,
   }
   {
     LATENT_PROFILE_SCOPE(kNorm);
-    k.rms_norm(last.data(), rows, d, weights_.final_norm.data, weights_.final_norm.dtype, eps,
-               last.data());
+    kernels::BestKernels().rms_norm(last.data(), rows, d, weights_.final_norm.data,
+                                    weights_.final_norm.dtype,
+                                    static_cast<float>(config_.rms_norm_eps), last.data());
   }
   LATENT_PROFILE_SCOPE(kLmHead);
   kernels::Linear(last.data(), rows, weights_.lm_head, logits);

@@ -1,39 +1,65 @@
-// The DeepSeek-family decoder (V2, V3, Kimi K2): embeddings, MLA + MLP/MoE layers, final norm,
-// LM head. The architecture files (arch/) supply only what differs: rotary pairing and router.
+// The DeepSeek-like decoder that the families in arch/ are built from: it owns the weights (loaded
+// through the family's tensor list), the rotary tables, and the blocks each family's Forward
+// composes (embedding, RMSNorm, MLA attention with or without the DSA indexer, dense MLP or MoE,
+// residual, final norm and LM head). What differs between families (config quirks, tensor list,
+// cache rows, the composition itself) lives in their arch file.
 #pragma once
 
-#include <memory>
+#include <cstdint>
+#include <vector>
 
-#include "model/deepseek_moe.h"
+#include "model/deepseek_tensors.h"
 #include "model/deepseek_weights.h"
+#include "model/dsa_indexer.h"
 #include "model/mla_attention.h"
 #include "model/model.h"
+#include "ops/moe.h"
 #include "ops/rope.h"
 #include "weights/checkpoint.h"
 
 namespace latent::model {
 
-struct DeepseekVariant {
-  bool rope_interleaved = true;  // Rotary pairs adjacent (V2 complex form, V3 rope_interleave).
-  RouteFn route = nullptr;       // Router of the MoE layers.
-  bool index_rope_interleaved = false;  // DSA indexer pairing (V3.2 half-split, GLM-5 adjacent).
-};
-
 class DeepseekModel : public Model {
  public:
-  DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekVariant variant,
-                const LoadOptions& options = {});
-
   const ModelConfig& config() const override { return config_; }
-  void Forward(const ForwardBatch& batch, AttentionForm form,
-               float* logits, ForwardTrace* trace) const override;
+
+ protected:
+  // `tensors`: the family's tensor list. `index_rope_interleaved`: the DSA indexer's rotary pairing
+  // (the attention's follows config.rope_interleave).
+  DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekTensorList tensors,
+                const LoadOptions& options, bool index_rope_interleaved = false);
+
+  // Per forward pass: the residual stream and two scratch rows per token, [T, D] each.
+  struct Activations {
+    int64_t tokens = 0;
+    std::vector<float> hidden, normed, branch;
+  };
+  Activations Start(const ForwardBatch& batch) const;
+
+  const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
+
+  // hidden [T, D] = the embedding rows of the batch's tokens.
+  void Embed(const ForwardBatch& batch, float* hidden) const;
+  // out [T, D] = RMSNorm(x) with the config's rms_norm_eps.
+  void RmsNorm(const float* x, int64_t tokens, const NormWeight& w, float* out) const;
+  // out [T, D] = MLA attention of layer `l` over x [T, D] (after input_layernorm); with `dsa`,
+  // restricted to what the DSA indexer selected (run here when the layer has its own indexer,
+  // else the selection the previous layer left).
+  void MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
+                    AttentionForm form, DsaSelection* dsa, float* out) const;
+  // out [T, D] = the layer's dense MLP or MoE over x [T, D]; the MoE's choices go to `trace`.
+  void FeedForward(int64_t l, const float* x, int64_t tokens, float* out, ForwardTrace* trace) const;
+  // hidden += branch, [T, D].
+  void AddResidual(float* hidden, const float* branch, int64_t tokens) const;
+  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows])).
+  void Head(const ForwardBatch& batch, const float* hidden, float* logits) const;
 
  private:
   ModelConfig config_;
   weights::Checkpoint ckpt_;  // Owns the mapped files the weight views point into.
-  DeepseekVariant variant_;
   DeepseekWeights weights_;
   MlaDims dims_;
+  ops::MoeDims moe_dims_;
   ops::Rope rope_;
   ops::Rope index_rope_;  // DSA models only.
 };

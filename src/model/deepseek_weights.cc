@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "kernels/kernel_table.h"
+#include "model/deepseek_tensors.h"
 #include "model/weight_table.h"
 
 namespace latent::model {
@@ -61,11 +62,6 @@ class Loader {
     return out;
   }
 
-  MlpWeights Mlp(const std::string& prefix) const {
-    return {Linear(prefix + "gate_proj.weight"), Linear(prefix + "up_proj.weight"),
-            Linear(prefix + "down_proj.weight")};
-  }
-
  private:
   const ModelConfig& config_;
   const weights::Checkpoint& ckpt_;
@@ -94,7 +90,6 @@ class Converter {
     }
     return q;
   }
-  MlpWeights operator()(const MlpWeights& m) { return {(*this)(m.gate), (*this)(m.up), (*this)(m.down)}; }
 
   int64_t matrices() const { return matrices_; }
   // Bytes removed from the checkpoint's (those of converted originals that are not shared).
@@ -111,68 +106,46 @@ class Converter {
 }  // namespace
 
 DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
-                                    const LoadOptions& options) {
+                                    DeepseekTensorList tensors, const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const CheckpointReport report = ValidateCheckpoint(config, ckpt);
   const Loader load(config, ckpt);
   DeepseekWeights w;
   Converter convert(options.quantize, w);
-  w.embed = load.Linear("model.embed_tokens.weight");
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    const std::string p = StrCat("model.layers.", l, ".");
-    LayerWeights& layer = w.layers.emplace_back();
-    layer.input_norm = load.Norm(p + "input_layernorm.weight");
-    layer.post_attention_norm = load.Norm(p + "post_attention_layernorm.weight");
-    AttentionWeights& a = layer.attention;
-    const std::string s = p + "self_attn.";
-    if (config.q_lora_rank) {
-      a.q_a = convert(load.Linear(s + "q_a_proj.weight"));
-      a.q_a_norm = load.Norm(s + "q_a_layernorm.weight");
-      a.q_b = convert(load.Linear(s + "q_b_proj.weight"));
-    } else {
-      a.q_proj = convert(load.Linear(s + "q_proj.weight"));
-    }
-    a.kv_a = convert(load.Linear(s + "kv_a_proj_with_mqa.weight"));
-    a.kv_a_norm = load.Norm(s + "kv_a_layernorm.weight");
-    a.kv_b = convert(load.Linear(s + "kv_b_proj.weight"), /*release=*/true,
-                     W8A8Activations(s + "kv_b_proj.weight"));
-    a.o = convert(load.Linear(s + "o_proj.weight"));
-    if (config.HasIndexer(l)) {
-      IndexerWeights& ix = layer.indexer.emplace();
-      const std::string x = s + "indexer.";
-      ix.wq_b = load.Linear(x + "wq_b.weight");
-      ix.wk = load.Linear(x + "wk.weight");
-      ix.k_norm = load.Norm(x + "k_norm.weight");
-      ix.k_norm_bias = load.Norm(x + "k_norm.bias");
-      ix.weights_proj = load.ToF32(x + "weights_proj.weight");
-    }
-
-    if (!config.IsMoeLayer(l)) {
-      layer.dense = convert(load.Mlp(p + "mlp."));
-      continue;
-    }
-    MoeWeights& moe = layer.moe.emplace();
-    moe.router = load.ToF32(p + "mlp.gate.weight");
-    if (config.topk_method == TopkMethod::kNoauxTc) {
-      moe.bias = load.ToF32(p + "mlp.gate.e_score_correction_bias");
-    }
-    const int64_t inter = config.moe_intermediate_size;
-    for (int64_t e = 0; e < config.n_routed_experts; ++e) {
-      if (report.expert_layout == ExpertLayout::kPerExpert) {
-        moe.experts.push_back(convert(load.Mlp(StrCat(p, "mlp.experts.", e, "."))));
-      } else {
-        moe.experts.push_back(
-            convert(MlpWeights{load.FusedExpert(p + "mlp.experts.gate_up_proj", e, 0, inter),
-                               load.FusedExpert(p + "mlp.experts.gate_up_proj", e, inter, inter),
-                               load.FusedExpert(p + "mlp.experts.down_proj", e, 0, config.hidden_size)}));
+  // The family's one tensor list, this time with targets: each tensor goes where it says, converted
+  // as its rule says.
+  tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
+    const bool quantized = t.quantize != QuantizeRule::kKeep;
+    const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
+    auto converted = [&](const kernels::WeightRef& ref) {
+      return quantized ? convert(ref, /*release=*/true, activations) : ref;
+    };
+    if (auto* linear = std::get_if<kernels::WeightRef*>(&t.target)) {
+      **linear = converted(load.Linear(t.name));
+    } else if (auto* norm = std::get_if<NormWeight*>(&t.target)) {
+      **norm = load.Norm(t.name);
+    } else if (auto* f32 = std::get_if<std::vector<float>*>(&t.target)) {
+      **f32 = load.ToF32(t.name);
+    } else if (auto* fused = std::get_if<FusedExperts>(&t.target)) {
+      const int64_t inter = config.moe_intermediate_size;
+      for (size_t e = 0; e < fused->experts->size(); ++e) {
+        MlpWeights& expert = (*fused->experts)[e];
+        if (fused->gate_up) {
+          expert.gate = converted(load.FusedExpert(t.name, e, 0, inter));
+          expert.up = converted(load.FusedExpert(t.name, e, inter, inter));
+        } else {
+          expert.down = converted(load.FusedExpert(t.name, e, 0, config.hidden_size));
+        }
       }
+    } else {
+      Fail("internal: tensor '", t.name, "' has no place to load into");
     }
-    if (config.n_shared_experts > 0) moe.shared = convert(load.Mlp(p + "mlp.shared_experts."));
+  });
+  // Tied: the LM head is the embedding, which stays as stored (its rows are read per token), and
+  // --quantize converts a copy of it.
+  if (config.tie_word_embeddings) {
+    w.lm_head = convert(load.Linear("model.embed_tokens.weight"), /*release=*/false);
   }
-  w.final_norm = load.Norm("model.norm.weight");
-  // Tied: the LM head is the embedding, which stays as stored (its rows are read per token).
-  w.lm_head = convert(load.Linear(config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"),
-                      /*release=*/!config.tie_word_embeddings);
   int64_t checkpoint_bytes = 0;
   LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes);
   w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added();

@@ -10,25 +10,15 @@
 #include "model/load_options.h"
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
 #include "weights/checkpoint.h"
 
 namespace latent::model {
 
-struct NormWeight {
-  const void* data = nullptr;  // [d]
-  DType dtype = DType::kF32;
-};
-
-struct MlpWeights {
-  kernels::WeightRef gate, up, down;  // [I, D], [I, D], [D, I]
-};
-
-struct MoeWeights {
-  std::vector<float> router;  // [E, D] f32
-  std::vector<float> bias;    // [E] e_score_correction_bias (noaux_tc), else empty
-  std::vector<MlpWeights> experts;
-  std::optional<MlpWeights> shared;
-};
+using ops::MlpWeights;
+using ops::MoeWeights;
+using ops::NormWeight;
 
 struct AttentionWeights {
   std::optional<kernels::WeightRef> q_proj;  // [H*dqk, D] when q_lora_rank is null
@@ -66,9 +56,12 @@ struct DeepseekWeights {
   int64_t bytes = 0;           // Bytes of all the weights as held (as LoadedWeightBytes counts).
 };
 
-// Validates `ckpt` against `config` and builds the views, converting the linear weights as
-// `options` asks (and logging what it did on stderr). Throws latent::Error.
+// Validates `ckpt` against `config` and builds the views by walking the family's tensor list
+// (`tensors`: its arch file's ForEachTensor), converting the weights as each entry's rule and
+// `options` ask (and logging what was done on stderr). Throws latent::Error.
+using DeepseekTensorList = void (*)(const ModelConfig& config, ExpertLayout layout,
+                                    DeepseekWeights* weights, const TensorVisitor& visit);
 DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
-                                    const LoadOptions& options = {});
+                                    DeepseekTensorList tensors, const LoadOptions& options = {});
 
 }  // namespace latent::model

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "base/dump.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "threads/thread_pool.h"
@@ -80,6 +81,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kIndexRow, batch.positions[t],
                          &keys[t * d.head_dim]);
   }
+  dump::Tensor("index_k", layer, keys.data(), tokens, d.head_dim);
   // Head weights [T, n_h] in f32.
   std::vector<float> head_weights(tokens * d.heads);
   Linear(x, tokens, kernels::WeightRef{w.weights_proj.data(), DType::kF32, d.heads, hidden}, head_weights.data());

@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/dump.h"
 #include "base/profile.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
@@ -225,7 +226,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, kLatentNormEps,
                q_a.data());
     Linear(q_a.data(), tokens, *w.q_b, q.data());
+    dump::Tensor("q_a", layer, q_a.data(), tokens, d.q_lora);
   }
+  dump::Tensor("q", layer, q.data(), tokens, d.heads * d.qk());
 
   // Latent rows [T, C + dr]: normalised c_kv, then the rotated shared key; written to the cache.
   std::vector<float> kv_a(tokens * d.row());
@@ -252,6 +255,14 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   norm_rope.sin = sin.data();
   k.norm_rope(norm_rope);
   const cache::PagedRows& cache = *batch.rows;
+  dump::Columns("kv_latent", layer, kv_a.data(), tokens, d.row(), 0, d.latent);
+  dump::Columns("k_pe", layer, kv_a.data(), tokens, d.row(), d.latent, d.rope);
+  if (dump::Wants("q_pe")) {
+    std::vector<float> q_pe(tokens * d.heads * d.rope);  // [T, H, dr], rotated
+    for (int64_t i = 0; i < tokens * d.heads; ++i)
+      std::copy(&q[i * d.qk() + d.nope], &q[(i + 1) * d.qk()], &q_pe[i * d.rope]);
+    dump::Tensor("q_pe", layer, q_pe.data(), tokens, d.heads * d.rope);
+  }
   for (int64_t t = 0; t < tokens; ++t) {
     cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kLatentRow, batch.positions[t],
                    &kv_a[t * d.row()]);

@@ -1,5 +1,7 @@
 // ModelConfig: the plain fields of a checkpoint's config.json that the forward pass needs.
-// Parsed once; every later stage reads these fields and never the JSON.
+// Parsed once; every later stage reads these fields and never the JSON. The common keys are read
+// here (model_config.cc); each family's own defaults, aliases and keys are read by its arch file
+// (arch/<family>.cc), found through the registry by model_type.
 #pragma once
 
 #include <cstdint>
@@ -7,15 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "ops/moe_route.h"
 #include "ops/rope_config.h"
 
 namespace latent::model {
 
-enum class Architecture : uint8_t { kDeepseekV2, kDeepseekV3, kDeepseekV32, kGlmMoeDsa };
-enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
-enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 using ops::RopeConfig;
 using ops::RopeType;
+using ops::ScoringFunc;
+using ops::TopkMethod;
+using ops::ScoringFuncName;
+using ops::TopkMethodName;
 
 struct QuantizationConfig {
   bool fp8 = false;                  // quant_method "fp8", fmt e4m3
@@ -25,8 +29,8 @@ struct QuantizationConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // As written in config.json ("kimi_k2" stays "kimi_k2").
-  Architecture architecture = Architecture::kDeepseekV3;
+  std::string model_type;    // As written in config.json ("kimi_k2" stays "kimi_k2").
+  std::string architecture;  // The family (arch/) that reads it: "deepseek_v3" for kimi_k2.
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -83,16 +87,14 @@ struct ModelConfig {
   bool HasIndexer(int64_t layer) const { return is_dsa() && indexer_layers[layer]; }
 
   // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or
-  // contradictory field, and for an unknown model_type (listing the supported ones).
+  // contradictory field, and for an unknown model_type (listing the registered ones).
   static ModelConfig FromJson(const std::string& text, const std::string& source);
   // Reads DIR/config.json.
   static ModelConfig Load(const std::string& dir);
 };
 
-// "deepseek_v2, deepseek_v3, kimi_k2"
+// The model_types of the registered families, in registration order:
+// "deepseek_v2, deepseek_v3, kimi_k2, ...".
 std::string SupportedModelTypes();
-const char* ArchitectureName(Architecture arch);
-const char* TopkMethodName(TopkMethod method);
-const char* ScoringFuncName(ScoringFunc func);
 
 }  // namespace latent::model

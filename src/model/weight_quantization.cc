@@ -75,14 +75,10 @@ int64_t WeightBytes(const kernels::WeightRef& w) {
   return bytes;
 }
 
-bool QuantizedByInt8(const ExpectedWeight& w) {
-  if (w.name == "lm_head.weight") return true;
-  if (w.kind != WeightKind::kLinear && w.kind != WeightKind::kExperts) return false;
-  return w.name.find(".indexer.") == std::string::npos;
-}
+bool QuantizedByInt8(const ExpectedWeight& w) { return w.quantize != QuantizeRule::kKeep; }
 
-bool W8A8Activations(const std::string& name) {
-  return name.size() < 16 || name.compare(name.size() - 16, 16, "kv_b_proj.weight") != 0;
+bool W8A8Activations(const ExpectedWeight& w) {
+  return w.quantize == QuantizeRule::kWeightsAndActivations;
 }
 
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
@@ -100,7 +96,7 @@ int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& 
     if (quantize != WeightQuantization::kNone && QuantizedByInt8(w)) {
       const int64_t rows = t.NumElements() / std::max<int64_t>(1, t.shape[t.shape.rank() - 1]);
       loaded += t.NumElements() + 4 * rows;
-      if (quantize == WeightQuantization::kW8A8 && W8A8Activations(w.name)) loaded += 4 * rows;
+      if (quantize == WeightQuantization::kW8A8 && W8A8Activations(w)) loaded += 4 * rows;
     } else {
       loaded += bytes;
     }

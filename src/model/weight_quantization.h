@@ -34,13 +34,14 @@ kernels::WeightRef QuantizeInt8(const kernels::WeightRef& w, OwnedWeights& owned
 // Bytes of a weight view as stored: its elements plus, for fp8/int8, its scales (and row sums).
 int64_t WeightBytes(const kernels::WeightRef& w);
 
-// Whether `--quantize int8` converts this checkpoint tensor (lm_head.weight included; with tied
-// embeddings the LM head is an int8 copy of model.embed_tokens.weight, which itself stays).
+// Whether `--quantize int8` converts this checkpoint tensor, as its family's tensor list says
+// (lm_head.weight included; with tied embeddings the LM head is an int8 copy of
+// model.embed_tokens.weight, which itself stays).
 bool QuantizedByInt8(const ExpectedWeight& w);
 
 // Whether `--quantize w8a8` also quantizes the activations of this converted tensor (W8A8, with
-// row sums): every one but kv_b_proj (model/load_options.h says why).
-bool W8A8Activations(const std::string& name);
+// row sums): every one but kv_b_proj (model/load_options.h says why), as the tensor list says.
+bool W8A8Activations(const ExpectedWeight& w);
 
 // Bytes of the decoder's weights in memory after loading with `quantize`: the checkpoint's
 // tensors as stored (fp8 scales included), with the converted ones as int8 plus f32 row scales

@@ -4,65 +4,12 @@
 #include <set>
 
 #include "base/error.h"
+#include "model/arch/registry.h"
 
 namespace latent::model {
 namespace {
 
 std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }
-
-void AddAttention(const ModelConfig& c, const std::string& p, std::vector<ExpectedWeight>& out) {
-  const int64_t h = c.num_attention_heads;
-  const int64_t d = c.hidden_size;
-  const std::string a = p + "self_attn.";
-  if (c.q_lora_rank) {
-    out.push_back({a + "q_a_proj.weight", {*c.q_lora_rank, d}, WeightKind::kLinear});
-    out.push_back({a + "q_a_layernorm.weight", {*c.q_lora_rank}, WeightKind::kNorm});
-    out.push_back({a + "q_b_proj.weight", {h * c.qk_head_dim(), *c.q_lora_rank}, WeightKind::kLinear});
-  } else {
-    out.push_back({a + "q_proj.weight", {h * c.qk_head_dim(), d}, WeightKind::kLinear});
-  }
-  out.push_back({a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, d},
-                 WeightKind::kLinear});
-  out.push_back({a + "kv_a_layernorm.weight", {c.kv_lora_rank}, WeightKind::kNorm});
-  out.push_back({a + "kv_b_proj.weight", {h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
-                 WeightKind::kLinear});
-  out.push_back({a + "o_proj.weight", {d, h * c.v_head_dim}, WeightKind::kLinear});
-}
-
-void AddIndexer(const ModelConfig& c, const std::string& p, std::vector<ExpectedWeight>& out) {
-  const std::string x = p + "self_attn.indexer.";
-  const int64_t di = c.index_head_dim;
-  out.push_back({x + "wq_b.weight", {c.index_n_heads * di, *c.q_lora_rank}, WeightKind::kLinear});
-  out.push_back({x + "wk.weight", {di, c.hidden_size}, WeightKind::kLinear});
-  out.push_back({x + "k_norm.weight", {di}, WeightKind::kNorm});
-  out.push_back({x + "k_norm.bias", {di}, WeightKind::kNorm});
-  // Kept in f32 and never quantized, like the router.
-  out.push_back({x + "weights_proj.weight", {c.index_n_heads, c.hidden_size}, WeightKind::kRouter});
-}
-
-void AddMlp(const std::string& p, int64_t d, int64_t inter, std::vector<ExpectedWeight>& out) {
-  out.push_back({p + "gate_proj.weight", {inter, d}, WeightKind::kLinear});
-  out.push_back({p + "up_proj.weight", {inter, d}, WeightKind::kLinear});
-  out.push_back({p + "down_proj.weight", {d, inter}, WeightKind::kLinear});
-}
-
-void AddMoe(const ModelConfig& c, const std::string& p, ExpertLayout layout,
-            std::vector<ExpectedWeight>& out) {
-  const int64_t d = c.hidden_size;
-  const int64_t e = c.n_routed_experts;
-  const int64_t i = c.moe_intermediate_size;
-  out.push_back({p + "mlp.gate.weight", {e, d}, WeightKind::kRouter});
-  if (c.topk_method == TopkMethod::kNoauxTc) {
-    out.push_back({p + "mlp.gate.e_score_correction_bias", {e}, WeightKind::kBuffer});
-  }
-  if (layout == ExpertLayout::kPerExpert) {
-    for (int64_t x = 0; x < e; ++x) AddMlp(StrCat(p, "mlp.experts.", x, "."), d, i, out);
-  } else {
-    out.push_back({p + "mlp.experts.gate_up_proj", {e, 2 * i, d}, WeightKind::kExperts});
-    out.push_back({p + "mlp.experts.down_proj", {e, d, i}, WeightKind::kExperts});
-  }
-  if (c.n_shared_experts > 0) AddMlp(p + "mlp.shared_experts.", d, i * c.n_shared_experts, out);
-}
 
 bool IsFloat8(DType dtype) { return dtype == DType::kF8E4M3; }
 
@@ -79,26 +26,9 @@ int64_t LayerOf(const std::string& name) {
 
 }  // namespace
 
-std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& c, ExpertLayout layout) {
+std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLayout layout) {
   std::vector<ExpectedWeight> out;
-  const int64_t d = c.hidden_size;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, WeightKind::kEmbedding});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = LayerPrefix(l);
-    out.push_back({p + "input_layernorm.weight", {d}, WeightKind::kNorm});
-    AddAttention(c, p, out);
-    if (c.HasIndexer(l)) AddIndexer(c, p, out);
-    out.push_back({p + "post_attention_layernorm.weight", {d}, WeightKind::kNorm});
-    if (c.IsMoeLayer(l)) {
-      AddMoe(c, p, layout, out);
-    } else {
-      AddMlp(p + "mlp.", d, c.intermediate_size, out);
-    }
-  }
-  out.push_back({"model.norm.weight", {d}, WeightKind::kNorm});
-  if (!c.tie_word_embeddings) {
-    out.push_back({"lm_head.weight", {c.vocab_size, d}, WeightKind::kEmbedding});
-  }
+  ArchOf(config).tensors(config, layout, [&](const ExpectedWeight& w) { out.push_back(w); });
   return out;
 }
 

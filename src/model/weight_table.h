@@ -1,11 +1,18 @@
-// The tensors a DeepSeek-family checkpoint must hold for a given config, with their shapes.
-// Used to validate a checkpoint before loading and to count parameters as transformers does.
+// The tensors a checkpoint must hold for a given config: each family lists them ONCE, in its arch
+// file (ForEachTensor, in the style of gemma.cpp), with name, shape, kind, what --quantize does
+// with it and, when loading, where it goes. That one list validates a checkpoint, counts its
+// parameters as transformers does, loads it and drives --quantize.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "kernels/weight_ref.h"
 #include "model/model_config.h"
+#include "ops/moe.h"
+#include "ops/norm.h"
 #include "tensor/tensor_view.h"
 #include "weights/checkpoint.h"
 
@@ -20,10 +27,28 @@ enum class WeightKind : uint8_t {
   kBuffer,     // e_score_correction_bias: a buffer, not a parameter.
 };
 
+// What `--quantize int8|w8a8` does with a tensor.
+enum class QuantizeRule : uint8_t {
+  kKeep,                  // Stays as stored (norms, routers, the DSA indexer, the embedding).
+  kWeights,               // int8 weights; activations stay f32 even under w8a8 (kv_b_proj).
+  kWeightsAndActivations, // int8 weights; w8a8 also quantizes the activations.
+};
+
+// Where loading puts a tensor: a view of a linear weight, a norm weight, an f32 copy (routers,
+// buffers), or one part of fused experts [E, out, in] sliced into each expert's MlpWeights.
+struct FusedExperts {
+  std::vector<ops::MlpWeights>* experts = nullptr;
+  bool gate_up = true;  // gate_up_proj [E, 2I, D] (else down_proj [E, D, I])
+};
+using TensorTarget = std::variant<std::monostate, kernels::WeightRef*, ops::NormWeight*,
+                                  std::vector<float>*, FusedExperts>;
+
 struct ExpectedWeight {
   std::string name;
   Shape shape;
   WeightKind kind;
+  QuantizeRule quantize = QuantizeRule::kKeep;
+  TensorTarget target;  // monostate when only listing
 };
 
 // How the routed experts of MoE layers are stored.
@@ -32,7 +57,10 @@ enum class ExpertLayout : uint8_t {
   kFused,      // mlp.experts.gate_up_proj [E, 2I, D], mlp.experts.down_proj [E, D, I]
 };
 
-// Every tensor the config implies, in checkpoint naming.
+using TensorVisitor = std::function<void(const ExpectedWeight&)>;
+
+// Every tensor the config implies, in checkpoint naming: the config's family's list (its arch
+// file), without targets.
 std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLayout layout);
 
 // Parameters as transformers' num_parameters() counts them: every weight but buffers, with

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <vector>
 
+#include "base/error.h"
+
 namespace latent::ops {
 namespace {
 
@@ -90,6 +92,29 @@ void RouteSigmoidNoauxTc(const RouteArgs& a) {
   for (int64_t i = 0; i < a.top_k; ++i) {
     a.weights[i] = a.weights[i] / denominator * a.routed_scaling_factor;
   }
+}
+
+const char* TopkMethodName(TopkMethod method) {
+  switch (method) {
+    case TopkMethod::kGreedy: return "greedy";
+    case TopkMethod::kGroupLimitedGreedy: return "group_limited_greedy";
+    case TopkMethod::kNoauxTc: return "noaux_tc";
+  }
+  return "?";
+}
+
+const char* ScoringFuncName(ScoringFunc func) {
+  return func == ScoringFunc::kSoftmax ? "softmax" : "sigmoid";
+}
+
+RouteFn RouterFor(ScoringFunc scoring, TopkMethod method) {
+  if (scoring == ScoringFunc::kSoftmax && method == TopkMethod::kGreedy) return RouteSoftmaxGreedy;
+  if (scoring == ScoringFunc::kSoftmax && method == TopkMethod::kGroupLimitedGreedy) {
+    return RouteSoftmaxGroupLimited;
+  }
+  if (scoring == ScoringFunc::kSigmoid && method == TopkMethod::kNoauxTc) return RouteSigmoidNoauxTc;
+  Fail("no router for scoring_func '", ScoringFuncName(scoring), "' with topk_method '",
+       TopkMethodName(method), "'");
 }
 
 }  // namespace latent::ops

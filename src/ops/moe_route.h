@@ -6,6 +6,13 @@
 
 namespace latent::ops {
 
+// How scores are made from the router logits, and how the top k are chosen (config.json's
+// scoring_func and topk_method).
+enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
+enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+const char* TopkMethodName(TopkMethod method);
+const char* ScoringFuncName(ScoringFunc func);
+
 struct RouteArgs {
   const float* logits = nullptr;  // [E] router logits (hidden . gate^T, f32)
   int64_t num_experts = 0;        // E
@@ -29,5 +36,10 @@ void RouteSoftmaxGroupLimited(const RouteArgs& args);
 // the sum of their two best biased scores; the k best in the kept groups (others -inf);
 // weights are the unbiased sigmoid scores, renormalised when norm_topk_prob.
 void RouteSigmoidNoauxTc(const RouteArgs& args);
+
+// The router of a (scoring, topk_method) pair: every router kind behind one function. Throws
+// latent::Error for a pair no family uses (softmax + noaux_tc, sigmoid + greedy).
+using RouteFn = void (*)(const RouteArgs&);
+RouteFn RouterFor(ScoringFunc scoring, TopkMethod method);
 
 }  // namespace latent::ops

@@ -5,9 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "model/load_options.h"
+#include "model/model_config.h"
+#include "model/weight_table.h"
 
 namespace latent::model {
 namespace {
@@ -47,10 +51,30 @@ TEST(WeightQuantization, ParsesModesAndRejectsOthers) {
   }
 }
 
+// The tensor list's rules: kv_b_proj is converted but keeps f32 activations, the DSA indexer and
+// the norms stay as stored.
 TEST(WeightQuantization, W8A8KeepsKvBActivationsInF32) {
-  EXPECT_TRUE(W8A8Activations("model.layers.0.self_attn.q_b_proj.weight"));
-  EXPECT_TRUE(W8A8Activations("lm_head.weight"));
-  EXPECT_FALSE(W8A8Activations("model.layers.3.self_attn.kv_b_proj.weight"));
+  const ModelConfig config = ModelConfig::FromJson(R"({
+    "model_type": "deepseek_v32", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+    "num_hidden_layers": 4, "num_attention_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 8, "n_group": 2, "topk_group": 1,
+    "first_k_dense_replace": 1, "index_n_heads": 2, "index_head_dim": 8, "index_topk": 4})",
+                                                   "test");
+  std::map<std::string, ExpectedWeight> by_name;
+  for (const ExpectedWeight& w : ExpectedWeights(config, ExpertLayout::kPerExpert)) by_name.emplace(w.name, w);
+  auto at = [&](const std::string& name) {
+    EXPECT_TRUE(by_name.count(name)) << name;
+    return by_name.at(name);
+  };
+  EXPECT_TRUE(W8A8Activations(at("model.layers.0.self_attn.q_b_proj.weight")));
+  EXPECT_TRUE(W8A8Activations(at("lm_head.weight")));
+  EXPECT_TRUE(QuantizedByInt8(at("model.layers.3.self_attn.kv_b_proj.weight")));
+  EXPECT_FALSE(W8A8Activations(at("model.layers.3.self_attn.kv_b_proj.weight")));
+  EXPECT_TRUE(W8A8Activations(at("model.layers.2.mlp.experts.3.down_proj.weight")));
+  EXPECT_FALSE(QuantizedByInt8(at("model.layers.1.self_attn.indexer.wq_b.weight")));
+  EXPECT_FALSE(QuantizedByInt8(at("model.layers.1.mlp.gate.weight")));
+  EXPECT_FALSE(QuantizedByInt8(at("model.embed_tokens.weight")));
 }
 
 }  // namespace

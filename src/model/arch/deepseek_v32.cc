@@ -1,17 +1,103 @@
-// DeepSeek V3.2: V3's MLA (always interleaved rotary pairs) and router, plus the DSA indexer
-// with half-split rotary pairs on every layer.
-#include "model/arch/architectures.h"
+// DeepSeek V3.2 (deepseek_v32): V3's MLA (always interleaved rotary pairs) and router, plus DeepSeek
+// sparse attention: every layer runs a DSA indexer (half-split rotary pairs) that picks the
+// index_topk positions its MLA attends to, and caches the indexer's key next to the latent.
+#include "base/dump.h"
+#include "base/profile.h"
+#include "model/arch/registry.h"
 #include "model/deepseek_model.h"
 
 namespace latent::model {
+namespace {
 
-std::unique_ptr<Model> CreateDeepseekV32(ModelConfig config, weights::Checkpoint ckpt,
-                                         const LoadOptions& options) {
-  DeepseekVariant variant;
-  variant.rope_interleaved = true;
-  variant.route = ops::RouteSigmoidNoauxTc;
-  variant.index_rope_interleaved = false;
-  return std::make_unique<DeepseekModel>(std::move(config), std::move(ckpt), variant, options);
+// transformers' DeepseekV32Config defaults.
+ArchDefaults Defaults() {
+  ArchDefaults d;
+  d.first_k_dense_replace = 3;
+  d.n_group = 8;
+  d.topk_group = 4;
+  d.n_shared_experts = 1;
+  d.routed_scaling_factor = 2.5;
+  d.norm_topk_prob = true;
+  d.topk_methods = {TopkMethod::kNoauxTc};
+  d.scoring = ScoringFunc::kSigmoid;
+  d.max_position_embeddings = 163840;
+  d.bos = 0;
+  d.eos = 1;
+  return d;
 }
+
+void Parse(const ConfigReader& top, ModelConfig& config) {
+  config.rope_interleave = true;  // Always adjacent pairs in the MLA; no rope_interleave field.
+  ParseDsaIndexer(top, config, /*default_heads=*/64);
+}
+
+// Every tensor, in checkpoint order; with `w`, where each one loads.
+void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w,
+                   const TensorVisitor& visit) {
+  DeepseekTensors t(c, layout, w, visit);
+  t.Embedding();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    t.InputNorm(l);
+    t.MlaAttention(l);
+    t.DsaIndexer(l);
+    t.PostAttentionNorm(l);
+    c.IsMoeLayer(l) ? t.Moe(l) : t.DenseMlp(l);
+  }
+  t.FinalNorm();
+  t.LmHead();
+}
+
+// Every layer caches its MLA latent row and its indexer's key.
+cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
+  return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype), DsaIndexKeyRow(c, dtype)});
+}
+
+class DeepseekV32 final : public DeepseekModel {
+ public:
+  DeepseekV32(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
+      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options,
+                      /*index_rope_interleaved=*/false) {}
+
+  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
+               ForwardTrace* trace) const override {
+    LATENT_PROFILE_SCOPE(kStep);
+    Activations a = Start(batch);
+    Embed(batch, a.hidden.data());
+    DsaSelection selection;  // [T] the positions each token attends to, from this layer's indexer
+    if (trace != nullptr) trace->selected.assign(config().num_hidden_layers, {});
+    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
+      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
+      MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
+      if (trace != nullptr) trace->selected[l] = selection;
+      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
+      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
+      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
+      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
+      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+    }
+    Head(batch, a.hidden.data(), logits);
+  }
+};
+
+Arch Make() {
+  Arch arch;
+  arch.name = "deepseek_v32";
+  arch.model_types = {"deepseek_v32"};
+  arch.defaults = Defaults();
+  arch.parse = Parse;
+  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
+    ForEachTensor(c, layout, nullptr, visit);
+  };
+  arch.cache_rows = CacheRows;
+  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
+                   const LoadOptions& options) -> std::unique_ptr<Model> {
+    return std::make_unique<DeepseekV32>(std::move(config), std::move(ckpt), options);
+  };
+  return arch;
+}
+
+}  // namespace
+
+LATENT_ARCH(30, Make);
 
 }  // namespace latent::model

@@ -1,4 +1,4 @@
-#include "model/deepseek_moe.h"
+#include "ops/moe.h"
 
 #include <algorithm>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 using kernels::Linear;
@@ -31,10 +31,11 @@ void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out)
   Linear(gate, tokens, w.down, out);
 }
 
-void RouteTokens(const ModelConfig& c, const MoeWeights& w, RouteFn route, const float* x,
-                 int64_t tokens, int32_t* experts, float* weights) {
-  const int64_t e = c.n_routed_experts;
-  const int64_t d = c.hidden_size;
+void RouteTokens(const MoeDims& c, const MoeWeights& w, const float* x, int64_t tokens,
+                 int32_t* experts, float* weights) {
+  const RouteFn route = RouterFor(c.scoring, c.topk_method);
+  const int64_t e = c.experts;
+  const int64_t d = c.hidden;
   kernels::WeightRef router{w.router.data(), DType::kF32, e, d};
   std::vector<float> logits(tokens * e);
   Linear(x, tokens, router, logits.data());
@@ -43,28 +44,28 @@ void RouteTokens(const ModelConfig& c, const MoeWeights& w, RouteFn route, const
     ops::RouteArgs args;
     args.logits = &logits[t * e];
     args.num_experts = e;
-    args.top_k = c.num_experts_per_tok;
+    args.top_k = c.top_k;
     args.n_group = c.n_group;
     args.topk_group = c.topk_group;
     args.norm_topk_prob = c.norm_topk_prob;
-    args.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    args.routed_scaling_factor = c.routed_scaling_factor;
     args.bias = w.bias.empty() ? nullptr : w.bias.data();
-    args.experts = experts + t * c.num_experts_per_tok;
-    args.weights = weights + t * c.num_experts_per_tok;
+    args.experts = experts + t * c.top_k;
+    args.weights = weights + t * c.top_k;
     args.scratch = scratch.data();
     route(args);
   }
 }
 
-void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const float* x,
-                int64_t tokens, float* out, std::vector<int32_t>* chosen) {
-  const int64_t d = c.hidden_size;
-  const int64_t k = c.num_experts_per_tok;
+void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t tokens, float* out,
+                std::vector<int32_t>* chosen) {
+  const int64_t d = c.hidden;
+  const int64_t k = c.top_k;
   std::vector<int32_t> experts(tokens * k);
   std::vector<float> weights(tokens * k);
   {
     LATENT_PROFILE_SCOPE(kRouter);
-    RouteTokens(c, w, route, x, tokens, experts.data(), weights.data());
+    RouteTokens(c, w, x, tokens, experts.data(), weights.data());
   }
   if (chosen != nullptr) {
     *chosen = experts;
@@ -77,7 +78,7 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const 
   std::vector<float> gathered, expert_out;
   std::vector<int64_t> token_of;
   std::vector<float> weight_of;
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+  for (int64_t e = 0; e < c.experts; ++e) {
     token_of.clear();
     weight_of.clear();
     for (int64_t t = 0; t < tokens; ++t) {
@@ -105,4 +106,4 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, RouteFn route, const 
   }
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

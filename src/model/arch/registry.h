@@ -1,0 +1,69 @@
+// The model families latent runs, keyed by config.json's model_type. Each family is one arch file
+// (arch/<family>.cc) that registers itself with LATENT_ARCH(order, MakeFn), the way CLI commands
+// register with LATENT_COMMAND: nothing outside arch/ switches on the family. The supported
+// model_types, the config quirks, the tensor list, the cache rows and the forward pass of a family
+// all come from its Arch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/cache_row_spec.h"
+#include "model/cache_rows.h"
+#include "model/config_reader.h"
+#include "model/load_options.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/weight_table.h"
+#include "weights/checkpoint.h"
+
+namespace latent::model {
+
+// transformers' class defaults of a family, used when config.json omits a non-dimension field,
+// so that latent reads a checkpoint exactly as transformers does.
+struct ArchDefaults {
+  int64_t first_k_dense_replace = 0;
+  std::optional<int64_t> n_group, topk_group;  // nullopt: required by grouped routers
+  int64_t n_shared_experts = 0;
+  double routed_scaling_factor = 1.0;
+  bool norm_topk_prob = false;
+  std::vector<TopkMethod> topk_methods;  // The ones it routes with; the first is the default.
+  ScoringFunc scoring = ScoringFunc::kSoftmax;
+  int64_t max_position_embeddings = 2048;
+  std::optional<int64_t> bos, eos;
+};
+
+struct Arch {
+  std::string name;                      // The family: "deepseek_v3"
+  std::vector<std::string> model_types;  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
+  ArchDefaults defaults;
+  // Reads and checks the family's own keys, after the common ones (model_config.cc). May be null.
+  void (*parse)(const ConfigReader& top, ModelConfig& config) = nullptr;
+  // Visits every tensor of a checkpoint of `config`, in checkpoint order (no targets).
+  void (*tensors)(const ModelConfig& config, ExpertLayout layout, const TensorVisitor& visit) = nullptr;
+  // The rows each layer caches per token, stored as `dtype`.
+  cache::ModelCacheRows (*cache_rows)(const ModelConfig& config, CacheDType dtype) = nullptr;
+  // Builds the model over a validated config and its checkpoint.
+  std::unique_ptr<Model> (*create)(ModelConfig config, weights::Checkpoint ckpt,
+                                   const LoadOptions& options) = nullptr;
+};
+
+// Registered families, in their registration order.
+const std::vector<Arch>& Archs();
+// The family that reads `model_type`, or null.
+const Arch* FindArch(const std::string& model_type);
+// The family of a parsed config (config.architecture).
+const Arch& ArchOf(const ModelConfig& config);
+
+struct ArchRegistration {
+  ArchRegistration(int order, Arch (*make)());
+};
+
+}  // namespace latent::model
+
+// LATENT_ARCH(order, MakeFn): registers MakeFn()'s Arch; `order` fixes the supported list's order.
+#define LATENT_ARCH(order, make) \
+  static const ::latent::model::ArchRegistration arch_registration_##make(order, make)

@@ -1,0 +1,94 @@
+// ConfigReader: typed fields of one config.json object, naming the file and the field in every
+// error. The generic parser (model_config.cc) and the family hooks (arch/) read through it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "model/model_config.h"
+
+namespace latent::model {
+
+using Json = nlohmann::json;
+
+// Bounds on sizes in config.json, far above any real model's (DeepSeek V3: 61 layers, hidden
+// 7168, vocabulary 129,280).
+constexpr int64_t kMaxConfigSize = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxConfigLayers = 1 << 16;
+
+// Reads typed fields from one JSON object and names `source` and the field in every error.
+class ConfigReader {
+ public:
+  ConfigReader(const Json& object, std::string source)
+      : object_(object), source_(std::move(source)) {}
+
+  bool Has(const char* key) const { return object_.contains(key) && !object_[key].is_null(); }
+  bool Present(const char* key) const { return object_.contains(key); }
+
+  int64_t RequiredInt(const char* key) const {
+    if (!Has(key)) Fail(source_, ": missing required field '", key, "'");
+    return Int(key);
+  }
+  // A size: positive, and at most kMaxConfigSize, so that no product of two sizes (a weight's
+  // element count) overflows and no per-size allocation is absurd.
+  int64_t PositiveInt(const char* key) const {
+    int64_t v = RequiredInt(key);
+    if (v <= 0) Fail(source_, ": field '", key, "' must be positive, got ", v);
+    if (v > kMaxConfigSize) {
+      Fail(source_, ": field '", key, "' is ", v, ", larger than any model (at most ", kMaxConfigSize, ")");
+    }
+    return v;
+  }
+  int64_t IntOr(const char* key, int64_t fallback) const { return Has(key) ? Int(key) : fallback; }
+  double NumberOr(const char* key, double fallback) const {
+    if (!Has(key)) return fallback;
+    if (!object_[key].is_number()) Fail(source_, ": field '", key, "' must be a number");
+    return object_[key].get<double>();
+  }
+  bool BoolOr(const char* key, bool fallback) const {
+    if (!Has(key)) return fallback;
+    if (!object_[key].is_boolean()) Fail(source_, ": field '", key, "' must be true or false");
+    return object_[key].get<bool>();
+  }
+  std::string StringOr(const char* key, const std::string& fallback) const {
+    if (!Has(key)) return fallback;
+    if (!object_[key].is_string()) Fail(source_, ": field '", key, "' must be a string");
+    return object_[key].get<std::string>();
+  }
+  int64_t Int(const char* key) const {
+    const Json& v = object_[key];
+    if (!v.is_number_integer()) {
+      // Some writers store integral values as 4096.0; accept those, refuse 1.5. The range check
+      // comes first because casting 1e300 to int64 is undefined behaviour.
+      if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+          std::fabs(v.get<double>()) < 0x1p63)
+        return static_cast<int64_t>(v.get<double>());
+      Fail(source_, ": field '", key, "' must be an integer, got ", v.dump());
+    }
+    // get<int64_t> would wrap 2^64 - 1 to -1, which can pass as a valid field.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      Fail(source_, ": field '", key, "' is out of range, got ", v.dump());
+    }
+    return v.get<int64_t>();
+  }
+  const Json& operator[](const char* key) const { return object_[key]; }
+  const std::string& source() const { return source_; }
+
+ private:
+  const Json& object_;
+  std::string source_;
+};
+
+// Per-layer list of `no` / `yes` strings -> bools (true for `yes`), one entry per layer.
+std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,
+                                  const char* no, const char* yes);
+
+// The DeepSeek sparse attention keys (index_n_heads, index_head_dim, index_topk) of a family with
+// an indexer; every layer runs its own unless the family then says otherwise (GLM IndexShare).
+void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads);
+
+}  // namespace latent::model

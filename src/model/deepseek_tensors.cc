@@ -1,0 +1,152 @@
+#include "model/deepseek_tensors.h"
+
+#include "base/error.h"
+
+namespace latent::model {
+namespace {
+
+// A pointer target, or none when listing.
+template <class T>
+TensorTarget To(T* p) {
+  return p != nullptr ? TensorTarget{p} : TensorTarget{};
+}
+
+std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }
+
+}  // namespace
+
+DeepseekTensors::DeepseekTensors(const ModelConfig& config, ExpertLayout layout,
+                                 DeepseekWeights* weights, const TensorVisitor& visit)
+    : c_(config), layout_(layout), w_(weights), visit_(visit) {
+  if (w_ != nullptr) w_->layers.resize(c_.num_hidden_layers);
+}
+
+LayerWeights* DeepseekTensors::Layer(int64_t layer) const {
+  return w_ != nullptr ? &w_->layers[layer] : nullptr;
+}
+
+void DeepseekTensors::Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule,
+                          TensorTarget target) {
+  visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target});
+}
+
+void DeepseekTensors::Embedding() {
+  Add("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
+      QuantizeRule::kKeep, To(w_ ? &w_->embed : nullptr));
+}
+
+void DeepseekTensors::InputNorm(int64_t l) {
+  LayerWeights* L = Layer(l);
+  Add(LayerPrefix(l) + "input_layernorm.weight", {c_.hidden_size}, WeightKind::kNorm,
+      QuantizeRule::kKeep, To(L ? &L->input_norm : nullptr));
+}
+
+void DeepseekTensors::PostAttentionNorm(int64_t l) {
+  LayerWeights* L = Layer(l);
+  Add(LayerPrefix(l) + "post_attention_layernorm.weight", {c_.hidden_size}, WeightKind::kNorm,
+      QuantizeRule::kKeep, To(L ? &L->post_attention_norm : nullptr));
+}
+
+void DeepseekTensors::MlaAttention(int64_t l) {
+  const int64_t h = c_.num_attention_heads;
+  const int64_t d = c_.hidden_size;
+  const std::string a = LayerPrefix(l) + "self_attn.";
+  AttentionWeights* w = Layer(l) ? &Layer(l)->attention : nullptr;
+  constexpr auto kLinear = WeightKind::kLinear;
+  constexpr auto kQuantized = QuantizeRule::kWeightsAndActivations;
+  if (c_.q_lora_rank) {
+    const int64_t q = *c_.q_lora_rank;
+    Add(a + "q_a_proj.weight", {q, d}, kLinear, kQuantized, To(w ? &w->q_a.emplace() : nullptr));
+    Add(a + "q_a_layernorm.weight", {q}, WeightKind::kNorm, QuantizeRule::kKeep,
+        To(w ? &w->q_a_norm : nullptr));
+    Add(a + "q_b_proj.weight", {h * c_.qk_head_dim(), q}, kLinear, kQuantized,
+        To(w ? &w->q_b.emplace() : nullptr));
+  } else {
+    Add(a + "q_proj.weight", {h * c_.qk_head_dim(), d}, kLinear, kQuantized,
+        To(w ? &w->q_proj.emplace() : nullptr));
+  }
+  Add(a + "kv_a_proj_with_mqa.weight", {c_.kv_lora_rank + c_.qk_rope_head_dim, d}, kLinear,
+      kQuantized, To(w ? &w->kv_a : nullptr));
+  Add(a + "kv_a_layernorm.weight", {c_.kv_lora_rank}, WeightKind::kNorm, QuantizeRule::kKeep,
+      To(w ? &w->kv_a_norm : nullptr));
+  // kv_b's inputs stay f32 under w8a8 (model/load_options.h says why).
+  Add(a + "kv_b_proj.weight", {h * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank},
+      kLinear, QuantizeRule::kWeights, To(w ? &w->kv_b : nullptr));
+  Add(a + "o_proj.weight", {d, h * c_.v_head_dim}, kLinear, kQuantized, To(w ? &w->o : nullptr));
+}
+
+void DeepseekTensors::DsaIndexer(int64_t l) {
+  const std::string x = LayerPrefix(l) + "self_attn.indexer.";
+  const int64_t di = c_.index_head_dim;
+  IndexerWeights* w = Layer(l) ? &Layer(l)->indexer.emplace() : nullptr;
+  // The indexer stays as stored under --quantize: its scores pick positions, and int8 would
+  // change which.
+  Add(x + "wq_b.weight", {c_.index_n_heads * di, *c_.q_lora_rank}, WeightKind::kLinear,
+      QuantizeRule::kKeep, To(w ? &w->wq_b : nullptr));
+  Add(x + "wk.weight", {di, c_.hidden_size}, WeightKind::kLinear, QuantizeRule::kKeep,
+      To(w ? &w->wk : nullptr));
+  Add(x + "k_norm.weight", {di}, WeightKind::kNorm, QuantizeRule::kKeep, To(w ? &w->k_norm : nullptr));
+  Add(x + "k_norm.bias", {di}, WeightKind::kNorm, QuantizeRule::kKeep,
+      To(w ? &w->k_norm_bias : nullptr));
+  // Kept in f32 and never quantized, like the router.
+  Add(x + "weights_proj.weight", {c_.index_n_heads, c_.hidden_size}, WeightKind::kRouter,
+      QuantizeRule::kKeep, To(w ? &w->weights_proj : nullptr));
+}
+
+void DeepseekTensors::Mlp(const std::string& p, int64_t inter, ops::MlpWeights* w) {
+  const int64_t d = c_.hidden_size;
+  constexpr auto kQuantized = QuantizeRule::kWeightsAndActivations;
+  Add(p + "gate_proj.weight", {inter, d}, WeightKind::kLinear, kQuantized, To(w ? &w->gate : nullptr));
+  Add(p + "up_proj.weight", {inter, d}, WeightKind::kLinear, kQuantized, To(w ? &w->up : nullptr));
+  Add(p + "down_proj.weight", {d, inter}, WeightKind::kLinear, kQuantized, To(w ? &w->down : nullptr));
+}
+
+void DeepseekTensors::DenseMlp(int64_t l) {
+  LayerWeights* L = Layer(l);
+  Mlp(LayerPrefix(l) + "mlp.", c_.intermediate_size, L ? &L->dense.emplace() : nullptr);
+}
+
+void DeepseekTensors::Moe(int64_t l) {
+  const std::string p = LayerPrefix(l);
+  const int64_t d = c_.hidden_size;
+  const int64_t e = c_.n_routed_experts;
+  const int64_t i = c_.moe_intermediate_size;
+  MoeWeights* w = Layer(l) ? &Layer(l)->moe.emplace() : nullptr;
+  if (w != nullptr) w->experts.resize(e);
+  Add(p + "mlp.gate.weight", {e, d}, WeightKind::kRouter, QuantizeRule::kKeep,
+      To(w ? &w->router : nullptr));
+  if (c_.topk_method == TopkMethod::kNoauxTc) {
+    Add(p + "mlp.gate.e_score_correction_bias", {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
+        To(w ? &w->bias : nullptr));
+  }
+  if (layout_ == ExpertLayout::kPerExpert) {
+    for (int64_t x = 0; x < e; ++x) {
+      Mlp(StrCat(p, "mlp.experts.", x, "."), i, w ? &w->experts[x] : nullptr);
+    }
+  } else {
+    const auto fused = [&](bool gate_up) {
+      return w ? TensorTarget{FusedExperts{&w->experts, gate_up}} : TensorTarget{};
+    };
+    Add(p + "mlp.experts.gate_up_proj", {e, 2 * i, d}, WeightKind::kExperts,
+        QuantizeRule::kWeightsAndActivations, fused(true));
+    Add(p + "mlp.experts.down_proj", {e, d, i}, WeightKind::kExperts,
+        QuantizeRule::kWeightsAndActivations, fused(false));
+  }
+  if (c_.n_shared_experts > 0) {
+    Mlp(p + "mlp.shared_experts.", i * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
+  }
+}
+
+void DeepseekTensors::FinalNorm() {
+  Add("model.norm.weight", {c_.hidden_size}, WeightKind::kNorm, QuantizeRule::kKeep,
+      To(w_ ? &w_->final_norm : nullptr));
+}
+
+void DeepseekTensors::LmHead() {
+  // Tied: the LM head is the embedding (the loader points lm_head at it).
+  if (c_.tie_word_embeddings) return;
+  Add("lm_head.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
+      QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr));
+}
+
+}  // namespace latent::model

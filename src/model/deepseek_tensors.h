@@ -1,0 +1,41 @@
+// The pieces DeepSeek-like families list their tensors with (MLA attention, DSA indexer, dense
+// MLP, MoE, embedding and head). An arch file's ForEachTensor composes them in checkpoint order;
+// given weights, each entry also says where loading puts the tensor.
+#pragma once
+
+#include <string>
+
+#include "model/deepseek_weights.h"
+#include "model/weight_table.h"
+
+namespace latent::model {
+
+class DeepseekTensors {
+ public:
+  // `weights` null: listing only (validation, counting). Otherwise its layers are sized here and
+  // every entry targets its slot in them.
+  DeepseekTensors(const ModelConfig& config, ExpertLayout layout, DeepseekWeights* weights,
+                  const TensorVisitor& visit);
+
+  void Embedding();                 // model.embed_tokens.weight
+  void InputNorm(int64_t layer);    // input_layernorm
+  void MlaAttention(int64_t layer); // self_attn: q (LoRA or not), kv_a, kv_a_layernorm, kv_b, o
+  void DsaIndexer(int64_t layer);   // self_attn.indexer: wq_b, wk, k_norm, weights_proj
+  void PostAttentionNorm(int64_t layer);
+  void DenseMlp(int64_t layer);     // mlp.{gate,up,down}_proj
+  void Moe(int64_t layer);          // mlp.gate (+ correction bias), experts, shared experts
+  void FinalNorm();                 // model.norm.weight
+  void LmHead();                    // lm_head.weight, unless tied to the embedding
+
+ private:
+  LayerWeights* Layer(int64_t layer) const;
+  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target);
+  void Mlp(const std::string& prefix, int64_t inter, ops::MlpWeights* target);
+
+  const ModelConfig& c_;
+  ExpertLayout layout_;
+  DeepseekWeights* w_;
+  const TensorVisitor& visit_;
+};
+
+}  // namespace latent::model

@@ -1,0 +1,50 @@
+// The feed-forward blocks of DeepSeek-like layers: a SiLU-gated MLP, and a mixture of experts
+// (router, routed experts, shared experts), on their own small dims, not the model's config.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kernels/weight_ref.h"
+#include "ops/moe_route.h"
+
+namespace latent::ops {
+
+struct MlpWeights {
+  kernels::WeightRef gate, up, down;  // [I, D], [I, D], [D, I]
+};
+
+struct MoeWeights {
+  std::vector<float> router;  // [E, D] f32
+  std::vector<float> bias;    // [E] e_score_correction_bias (noaux_tc), else empty
+  std::vector<MlpWeights> experts;
+  std::optional<MlpWeights> shared;
+};
+
+struct MoeDims {
+  int64_t hidden = 0;       // D
+  int64_t experts = 0;      // E routed experts
+  int64_t top_k = 0;        // k experts per token
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+  ScoringFunc scoring = ScoringFunc::kSoftmax;
+  TopkMethod topk_method = TopkMethod::kGreedy;
+};
+
+// x [T, D] -> out [T, D]
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out);
+
+// Router choices: experts [T, k] and weights [T, k], by the router of dims' scoring and method.
+void RouteTokens(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
+                 int32_t* experts, float* weights);
+
+// x [T, D] -> out [T, D]: sum over chosen experts in ascending expert order (as transformers
+// accumulates), plus the shared experts. When `chosen` is given it receives the experts [T, k],
+// ascending per token.
+void MoeForward(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
+                float* out, std::vector<int32_t>* chosen = nullptr);
+
+}  // namespace latent::ops
