@@ -40,7 +40,8 @@ struct TokenizerDirOptions {
 
 void AddDirOptions(CLI::App* sub, TokenizerDirOptions& opt) {
   sub->add_option("--tokenizer", opt.tokenizer_dir,
-                  "Directory with tokenizer.json (and tokenizer_config.json)");
+                  "Directory with tokenizer.json (and tokenizer_config.json), or with Kimi's "
+                  "tiktoken.model and tokenizer_config.json");
   sub->add_option("--model", opt.model_dir,
                   "Checkpoint directory, used when --tokenizer is absent");
 }

@@ -54,7 +54,9 @@ std::unique_ptr<BpeModel> BpeModel::FromTokenRanks(const std::vector<TokenRank>&
       Fail("tiktoken BPE: token '", mapped, "' is given twice");
     }
     max_id = std::max(max_id, r.rank);
-    if (r.bytes.size() == 1) m->char_ids_.Set(char_of_byte[static_cast<uint8_t>(r.bytes[0])], r.rank);
+    if (r.bytes.size() == 1) {
+      m->char_ids_.Set(char_of_byte[static_cast<uint8_t>(r.bytes[0])], r.rank);
+    }
   }
   m->id_to_token_.assign(static_cast<size_t>(max_id + 1), nullptr);
   for (const auto& [token, id] : m->vocab_) m->id_to_token_[id] = &token;

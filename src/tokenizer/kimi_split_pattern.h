@@ -1,10 +1,12 @@
 // The split pattern of Kimi's tokenizer (Kimi K2, Kimi Linear, Moonlight: `pat_str` of Moonshot's
 // tokenization_kimi.py), in a form PCRE2 compiles. Published, it reads
 //
+// clang-format off
 //   [\p{Han}]+
 //   |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
 //   |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
 //   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// clang-format on
 //
 // (one line; broken here to be read). Han characters are pieces of their own, and the two
 // letter classes leave Han out by class intersection, `[X&&[^\p{Han}]]`, which tiktoken's Rust

@@ -54,7 +54,8 @@ bool DecodeBase64(std::string_view in, std::string& out) {
   size_t padding = 0;
   while (padding < 2 && padding < in.size() && in[in.size() - 1 - padding] == '=') ++padding;
   const auto& values = Base64Values();
-  uint32_t buffer = 0;  // the last bits read; those left over at the end are ignored, as Python does
+  // The last bits read; those left over at the end are ignored, as Python's decoder does.
+  uint32_t buffer = 0;
   int bits = 0;
   for (size_t i = 0; i < in.size() - padding; ++i) {
     const int8_t v = values[static_cast<uint8_t>(in[i])];

@@ -31,7 +31,9 @@ std::map<int32_t, AddedToken> NamedSpecialTokens(const Json& config) {
   std::map<int32_t, AddedToken> named;
   auto it = config.find("added_tokens_decoder");
   if (it == config.end() || it->is_null()) return named;
-  if (!it->is_object()) Fail(kConfig, ": \"added_tokens_decoder\" must be an object of id -> token");
+  if (!it->is_object()) {
+    Fail(kConfig, ": \"added_tokens_decoder\" must be an object of id -> token");
+  }
   for (auto entry = it->begin(); entry != it->end(); ++entry) {
     const std::string& key = entry.key();
     int32_t id = -1;

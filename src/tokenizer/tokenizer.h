@@ -1,7 +1,8 @@
 // A Hugging Face tokenizer (tokenizer.json + tokenizer_config.json) that gives the ids and text HF
 // `tokenizers` gives, or Kimi's tiktoken tokenizer (tiktoken.model + tokenizer_config.json) that
-// gives tiktoken's (tiktoken_tokenizer.h). Encoding runs: added tokens matched in the raw text -> normalizer -> added
-// tokens matched in the normalized text -> pre-tokenizer -> BPE -> post-processor.
+// gives tiktoken's (tiktoken_tokenizer.h). Encoding runs: added tokens matched in the raw text ->
+// normalizer -> added tokens matched in the normalized text -> pre-tokenizer -> BPE ->
+// post-processor.
 //
 // Special tokens (add_special_tokens=true) are what tokenizer.json's post_processor adds, as in
 // HF tokenizers and transformers 5 (which ignores tokenizer_config's add_bos_token when a
