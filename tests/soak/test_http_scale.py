@@ -23,7 +23,7 @@ from e2e_harness import LatentServer
 
 STREAMS = 1000
 IDLE = 100
-MAX_TOKENS = 32
+MAX_TOKENS = 16
 PROBE_DEADLINE_S = 1.0
 FLAGS = ("--block-tokens", "16", "--num-blocks", "8192", "--max-seqs", "1024",
          "--max-batch-tokens", "16384", "--max-waiting", "4096", "--keep-alive-timeout", "600",
