@@ -292,7 +292,12 @@ void Engine::Start() {
   stop_ = false;
   thread_ = std::thread([this] {
     while (!stop_) {
-      if (Step()) continue;
+      if (Step()) {
+        // Lets a thread waiting for the step lock (Metrics()) in before the next step takes it
+        // again; without it, a busy loop can starve /metrics for many steps.
+        std::this_thread::yield();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return stop_ || !submit_queue_.empty() || !cancel_queue_.empty(); });
     }

@@ -1,13 +1,11 @@
-// Reads the engine's metrics for /metrics without making the HTTP side wait for a step.
+// Reads the engine's metrics for /metrics on a thread of its own.
 //
-// Engine::Metrics() reads between two steps, so it waits for the step in progress, and under load
-// the engine thread takes its step lock again at once, so a reader can wait for many steps. Here
-// one thread of its own makes that call; a /metrics request waits at most `max_wait` for figures
-// read after it arrived and otherwise answers with the latest ones (at most a few steps old).
-// When the engine is idle the figures are always fresh (tests compare them exactly).
+// Engine::Metrics() reads between two steps, so it waits for the step in progress (figures must be
+// exact: a client that got its last token and reads /metrics must see its request gone). Here
+// one thread makes that call for every /metrics request waiting at the time, so however many
+// arrive while a step runs, they hold one thread, not one worker each.
 #pragma once
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -32,15 +30,13 @@ class EngineMetricsReader {
   EngineMetricsReader(const EngineMetricsReader&) = delete;
   EngineMetricsReader& operator=(const EngineMetricsReader&) = delete;
 
-  // The engine's figures: fresh if they come within `max_wait`, else the latest read (waiting
-  // for the first read if there is none yet).
-  engine::EngineMetrics Read(const engine::Engine& engine, std::chrono::milliseconds max_wait) {
+  // The engine's figures, read after this call began.
+  engine::EngineMetrics Read(const engine::Engine& engine) {
     std::unique_lock<std::mutex> lock(mutex_);
     engine_ = &engine;
     const uint64_t ticket = ++requested_;
     wake_.notify_all();
-    done_wake_.wait_for(lock, max_wait, [&] { return read_ >= ticket; });
-    done_wake_.wait(lock, [&] { return latest_.has_value(); });
+    done_wake_.wait(lock, [&] { return read_ >= ticket; });
     return *latest_;
   }
 

@@ -50,8 +50,6 @@ constexpr size_t kReadChunk = 64 << 10;
 // Reads per wake-up on one connection, so one fast sender cannot hold the loop.
 constexpr size_t kMaxReadPerEvent = 1 << 20;
 constexpr int kRetryAfterSeconds = 1;
-// /metrics waits this long at most for the engine's figures as of now (then: the latest read).
-constexpr auto kMetricsMaxWait = std::chrono::milliseconds(30);
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -923,12 +921,12 @@ Reply HttpServer::Impl::Detokenize(const std::string& body) const {
   return JsonReply(200, {{"prompt", ctx.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/false)}});
 }
 
-// On a worker: at most kMetricsMaxWait for the engine's figures.
+// On a worker: the engine's figures are read between two steps.
 Reply HttpServer::Impl::Metrics() {
   const ServerContext* ctx = context.load();
   Reply r;
   if (ctx) {
-    const engine::EngineMetrics m = engine_metrics.Read(*ctx->engine, kMetricsMaxWait);
+    const engine::EngineMetrics m = engine_metrics.Read(*ctx->engine);
     r.body = metrics.Render(model_name, &m);
   } else {
     r.body = metrics.Render(model_name, nullptr);
