@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/profile.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "model/mla_attention.h"
 
@@ -29,7 +30,8 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   metrics_.cache_bytes_per_token = cache::BytesPerToken(rows);
   storage_ = std::make_unique<cache::CacheStorage>(std::move(rows), options_.block_tokens, num_blocks);
   pool_ = std::make_unique<cache::BlockPool>(num_blocks, options_.prefix_caching);
-  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_);
   paged_ = std::make_unique<PagedLatentCache>(*storage_, model::CacheRowValues(config), cache_dtype_);
   seed_base_ = std::random_device{}();
   metrics_.total_blocks = num_blocks;
@@ -45,7 +47,10 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= c.vocab_size) Fail("prompt token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
   }
-  if (request.max_tokens < 1) Fail("max_tokens must be at least 1, got ", request.max_tokens);
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20) {
+    Fail("prompt_logprobs must be in [0, 20], got ", request.prompt_logprobs);
+  }
+  if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
   request.sampling.Validate();
   const int64_t total = prompt + request.max_tokens;
   if (total > c.max_position_embeddings) {
@@ -96,6 +101,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->seed = seed + static_cast<uint64_t>(i);
     seq->tokens = r.prompt;
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
+    if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
     state->samples.push_back(std::move(seq));
   }
   state->live = r.sampling.n;
@@ -216,13 +222,40 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
   }
 }
 
+void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits) {
+  const int64_t vocab = model_->config().vocab_size;
+  const int32_t top = seq.request->prompt_logprobs;
+  RequestOutput out;
+  out.request_id = seq.request_id;
+  out.sample = seq.sample;
+  out.prompt_logprobs_start = rows.first_position + 1;
+  out.prompt_logprobs.resize(rows.count);
+  for (int32_t r = 0; r < rows.count; ++r) {
+    const float* row = logits + static_cast<int64_t>(r) * vocab;
+    const float log_z = LogPartition(row, vocab);
+    PromptTokenLogprob& e = out.prompt_logprobs[r];
+    e.token = seq.tokens[rows.first_position + 1 + r];
+    e.logprob = row[e.token] - log_z;
+    TopLogprobs(row, vocab, top, log_z, e.top);
+  }
+  seq.prompt_logprobs_next = rows.first_position + 1 + rows.count;
+  RequestState& state = *requests_.at(seq.request_id);
+  if (state.on_output) state.on_output(out);
+}
+
 void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const std::vector<float>& logits) {
   const int64_t vocab = model_->config().vocab_size;
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
     seq.num_computed += plan.chunks[slot].num_tokens;
     seq.table.RegisterComputed(*pool_, seq.tokens, seq.num_computed);
+    const PromptLogitsRows& prompt = batch.prompt_logits[slot];
+    if (prompt.count > 0) ReportPromptLogprobs(seq, prompt, &logits[prompt.first_row * vocab]);
     if (batch.logits_index[slot] < 0) continue;
+    if (seq.request->max_tokens == 0) {
+      Finish(seq, FinishReason::kLength);  // Prompt only (scoring); its samples end with it.
+      continue;
+    }
     const float* row = &logits[batch.logits_index[slot] * vocab];
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
