@@ -3,13 +3,16 @@
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
-// token's only), "n"), "stop_token_ids", "stop" (a string or a list of strings, matched on the
-// detokenized text), "ignore_eos", and "arrival_step" (submit the request
+// token's only), "n"), "prompt_logprobs" (the same for every prompt token: scoring; with
+// "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
+// matched on the detokenized text), "ignore_eos", and "arrival_step" (submit the request
 // when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (with a tokenizer),
 // "finish_reason": "stop"|"length", ...; "stop_reason": the stop string that ended it, if one
-// did: "text" then ends before it and "ids" end with the token that completed it};
+// did: "text" then ends before it and "ids" end with the token that completed it; with
+// "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
+// per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "cli/batch_generate.h"
 
@@ -52,6 +55,7 @@ struct Job {
     std::string stop_reason;  // The stop string that ended this sample, if one did.
   };
   std::vector<Sample> samples;
+  Json prompt_logprobs = Json::array();  // With "prompt_logprobs": null, then one per token.
   int32_t done = 0;             // Samples the engine has finished.
   int32_t stopped_by_text = 0;  // Samples a stop string ended (the engine runs them on).
   bool cancel_sent = false;
@@ -156,6 +160,7 @@ engine::Request ParseRequest(const Json& line, TextTools& text, int64_t default_
   s.n = Field<int32_t>(line, "n", 1);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
   *stop = StopStrings(line);
   if (!stop->empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   *arrival_step = Field<int64_t>(line, "arrival_step", 0);
@@ -230,8 +235,14 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
           sample.matcher = std::make_unique<server::StopStringMatcher>(job.stop);
         }
       }
+      if (job.request.prompt_logprobs >= 0) job.prompt_logprobs.push_back(nullptr);
       auto on_output = [&job, &finished](const engine::RequestOutput& out) {
         Job::Sample& sample = job.samples[out.sample];
+        for (const engine::PromptTokenLogprob& p : out.prompt_logprobs) {
+          Json top = Json::array();
+          for (const auto& alt : p.top) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
+          job.prompt_logprobs.push_back({{"token", p.token}, {"logprob", p.logprob}, {"top_logprobs", top}});
+        }
         if (out.has_token && sample.stop_reason.empty()) {
           sample.ids.push_back(out.token);
           if (job.request.sampling.top_logprobs >= 0) {
@@ -303,6 +314,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         if (!s.error.empty()) j["error"] = s.error;
         return j;
       };
+      if (job.request.prompt_logprobs >= 0) out["prompt_logprobs"] = job.prompt_logprobs;
       if (job.samples.size() == 1) {
         out.update(sample_json(job.samples[0]));
       } else {
