@@ -50,7 +50,7 @@ def one_shot_and_cut(model_dir, ids, expected, scratch):
     leading positions agree with transformers' `expected` [len(ids), vocab]. DSA (V3.2) may break
     exact ties of index scores at the top-k boundary either way (see
     tests/parity/test_dsa_parity.py), and positions after such a tie diverge: transformers is the
-    reference before it (at least half the prompt; all of it without DSA), the one-shot run
+    reference before it (at least a third of the prompt; all of it without DSA), the one-shot run
     everywhere."""
     import numpy as np
 
@@ -61,7 +61,7 @@ def one_shot_and_cut(model_dir, ids, expected, scratch):
     bad = torch.nonzero((one_shot - expected).abs().amax(dim=-1) > TOLERANCE)
     cut = int(bad[0]) if len(bad) else len(ids)
     is_dsa = "index_topk" in json.loads((model_dir / "config.json").read_text())
-    assert cut >= (len(ids) // 2 if is_dsa else len(ids)), f"latent differs from transformers at {cut}"
+    assert cut >= (len(ids) // 3 if is_dsa else len(ids)), f"latent differs from transformers at {cut}"
     return one_shot, cut
 
 
