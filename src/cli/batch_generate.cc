@@ -3,13 +3,16 @@
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
-// token's only), "n"), "stop_token_ids", "stop" (a string or a list of strings, matched on the
-// detokenized text), "ignore_eos", and "arrival_step" (submit the request
+// token's only), "n"), "prompt_logprobs" (the same for every prompt token: scoring; with
+// "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
+// matched on the detokenized text), "ignore_eos", and "arrival_step" (submit the request
 // when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (with a tokenizer),
 // "finish_reason": "stop"|"length", ...; "stop_reason": the stop string that ended it, if one
-// did: "text" then ends before it and "ids" end with the token that completed it};
+// did: "text" then ends before it and "ids" end with the token that completed it; with
+// "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
+// per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "cli/batch_generate.h"
 
@@ -129,6 +132,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       out["error"] = job.error;
     } else {
       const auto& samples = job.job->samples();
+      if (job.job->request().prompt_logprobs >= 0) out["prompt_logprobs"] = job.job->prompt_logprobs();
       if (samples.size() == 1) {
         out.update(job.job->SampleJson(samples[0]));
       } else {

@@ -17,9 +17,11 @@ class Activations {
     vocab_ = vocab;
     logits_.assign(static_cast<size_t>(max_rows * vocab), 0.0f);
   }
-  // This step's logits, [rows, vocab].
+  // This step's logits, [rows, vocab]. Only a step with prompt logprobs (scoring requests) asks
+  // for more rows than reserved: the buffer then grows once to that size, rather than every
+  // engine holding max_prompt_logits_rows rows it may never use.
   float* Logits(int64_t rows) {
-    LATENT_CHECK(rows * vocab_ <= static_cast<int64_t>(logits_.size()));
+    if (rows * vocab_ > static_cast<int64_t>(logits_.size())) logits_.resize(static_cast<size_t>(rows * vocab_));
     return logits_.data();
   }
 

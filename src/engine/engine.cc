@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/profile.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 
 namespace latent::engine {
@@ -24,7 +25,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   cache_ = std::make_unique<CacheManager>(config, cache_options);
   pool_ = &cache_->pool();
   batch_.forward.rows = &cache_->rows();
-  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs}, *pool_);
+  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_);
   activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
@@ -41,7 +42,10 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= c.vocab_size) Fail("prompt token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
   }
-  if (request.max_tokens < 1) Fail("max_tokens must be at least 1, got ", request.max_tokens);
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20) {
+    Fail("prompt_logprobs must be in [0, 20], got ", request.prompt_logprobs);
+  }
+  if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
   request.sampling.Validate();
   const int64_t total = prompt + request.max_tokens;
   if (total > c.max_position_embeddings) {
@@ -92,6 +96,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->seed = seed + static_cast<uint64_t>(i);
     seq->tokens = r.prompt;
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
+    if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
     state->samples.push_back(std::move(seq));
   }
   state->live = r.sampling.n;
@@ -201,12 +206,39 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
   }
 }
 
+void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits) {
+  const int64_t vocab = model_->config().vocab_size;
+  const int32_t top = seq.request->prompt_logprobs;
+  RequestOutput out;
+  out.request_id = seq.request_id;
+  out.sample = seq.sample;
+  out.prompt_logprobs_start = rows.first_position + 1;
+  out.prompt_logprobs.resize(rows.count);
+  for (int32_t r = 0; r < rows.count; ++r) {
+    const float* row = logits + static_cast<int64_t>(r) * vocab;
+    const float log_z = LogPartition(row, vocab);
+    PromptTokenLogprob& e = out.prompt_logprobs[r];
+    e.token = seq.tokens[rows.first_position + 1 + r];
+    e.logprob = row[e.token] - log_z;
+    TopLogprobs(row, vocab, top, log_z, e.top);
+  }
+  seq.prompt_logprobs_next = rows.first_position + 1 + rows.count;
+  RequestState& state = *requests_.at(seq.request_id);
+  if (state.on_output) state.on_output(out);
+}
+
 void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
   scheduler_->CommitStep(plan);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
+    const PromptLogitsRows& prompt = batch.prompt_logits[slot];
+    if (prompt.count > 0) ReportPromptLogprobs(seq, prompt, logits + prompt.first_row * vocab);
     if (batch.logits_index[slot] < 0) continue;
+    if (seq.request->max_tokens == 0) {
+      Finish(seq, FinishReason::kLength);  // Prompt only (scoring); its samples end with it.
+      continue;
+    }
     const float* row = logits + batch.logits_index[slot] * vocab;
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;

@@ -27,6 +27,7 @@ namespace latent::engine {
 struct EngineOptions {
   int64_t max_batch_tokens = 2048;
   int32_t max_seqs = 256;
+  int64_t max_prompt_logits_rows = 512;  // Prompt-logprob logits rows per step (SchedulerOptions).
   uint32_t block_tokens = 64;  // FlashMLA's page size.
   int32_t num_blocks = 0;      // 0: from cache_memory_gib.
   double cache_memory_gib = 1.0;
@@ -84,6 +85,8 @@ class Engine {
   void Admit(int64_t id, std::unique_ptr<RequestState> state);
   void CancelNow(int64_t id);
   void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits);
+  // Reports the prompt logprobs of `rows` (logits [rows.count, vocab] from `logits`).
+  void ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits);
   // Appends a sampled token to `seq`, reports it, and finishes the sequence when it stops.
   void AcceptToken(Sequence& seq, const float* logits);
   void ForkSamples(RequestState& state, Sequence& first, const float* logits);

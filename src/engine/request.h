@@ -13,10 +13,15 @@ namespace latent::engine {
 
 struct Request {
   std::vector<int32_t> prompt;         // Token ids.
-  int64_t max_tokens = 16;             // Generated tokens at most (per sample).
+  int64_t max_tokens = 16;             // Generated tokens at most (per sample); 0: the prompt
+                                       // only (scoring, with prompt_logprobs), ends "length".
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids; // Besides EOS.
   bool ignore_eos = false;
+  // -1: none; 0: the logprob of every prompt token after the first; n: and its n best
+  // alternatives (<= 20). Computed from the logits of the prompt positions during prefill; such a
+  // request gets no prefix-cache hit (cached blocks have no logits), it recomputes its prompt.
+  int32_t prompt_logprobs = -1;
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
@@ -27,7 +32,14 @@ struct TokenLogprob {
   float logprob;
 };
 
-// One event of one sample of a request: a new token, and/or its end.
+// The logprob of one prompt token under the model's distribution at the position before it.
+struct PromptTokenLogprob {
+  int32_t token;
+  float logprob;
+  std::vector<TokenLogprob> top;  // Best first, with prompt_logprobs > 0.
+};
+
+// One event of one sample of a request: prompt logprobs, a new token, and/or its end.
 struct RequestOutput {
   int64_t request_id = 0;
   int32_t sample = 0;        // 0 .. n-1
@@ -36,6 +48,11 @@ struct RequestOutput {
   float logprob = 0.0f;                  // When logprobs were asked for.
   std::vector<TokenLogprob> top_logprobs;
   int64_t cached_prompt_tokens = -1;  // First token only: prompt tokens the prefix cache held.
+  // With Request::prompt_logprobs (sample 0, before its first token): the logprobs of prompt
+  // tokens [prompt_logprobs_start, prompt_logprobs_start + size) computed in this step. Prompt
+  // token 0 has none; each token is reported once, in order, even across preemption.
+  int64_t prompt_logprobs_start = 0;
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;  // kNone while running.
   std::string error;                          // With kError.
 };

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "engine/logprobs.h"
 
 namespace latent::engine {
 namespace {
@@ -165,19 +166,9 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   }
 
   if (p.top_logprobs >= 0) {
-    const float max_logit = *std::max_element(raw, raw + vocab);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(raw[i] - max_logit));
-    const float log_z = max_logit + static_cast<float>(std::log(sum));
+    const float log_z = LogPartition(raw, vocab);
     out.logprob = raw[out.token] - log_z;
-    if (p.top_logprobs > 0) {
-      std::vector<int32_t> order(vocab);
-      std::iota(order.begin(), order.end(), 0);
-      const int64_t n = std::min<int64_t>(p.top_logprobs, vocab);
-      std::partial_sort(order.begin(), order.begin() + n, order.end(),
-                        [&](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
-      for (int64_t i = 0; i < n; ++i) out.top_logprobs.push_back({order[i], raw[order[i]] - log_z});
-    }
+    TopLogprobs(raw, vocab, p.top_logprobs, log_z, out.top_logprobs);
   }
   return out;
 }

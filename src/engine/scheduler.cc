@@ -1,14 +1,26 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 #include "base/error.h"
 
 namespace latent::engine {
+namespace {
+
+// Shortens a chunk of `want` tokens from seq.num_computed so its prompt logits rows fit
+// `rows_left`; 0 when the chunk would start with a row and none is left.
+int64_t CapPromptLogits(const Sequence& seq, int64_t want, int64_t rows_left) {
+  if (seq.PromptLogitsRows(seq.num_computed, want) <= rows_left) return want;
+  return seq.PromptLogitsFrom(seq.num_computed) + rows_left - seq.num_computed;
+}
+
+}  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool) : options_(options), pool_(pool) {
   if (options_.max_batch_tokens <= 0) Fail("max batch tokens must be positive");
   if (options_.max_seqs <= 0) Fail("max seqs must be positive");
+  if (options_.max_prompt_logits_rows <= 0) Fail("max prompt logits rows must be positive");
 }
 
 void Scheduler::AddWaiting(Sequence* seq) {
@@ -52,6 +64,7 @@ void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
 SchedulePlan Scheduler::Schedule() {
   SchedulePlan plan;
   int64_t budget = options_.max_batch_tokens;
+  int64_t rows_left = options_.max_prompt_logits_rows;
 
   // Running sequences: decodes first, then prefills; each group in admission order.
   std::vector<Sequence*> order;
@@ -63,7 +76,8 @@ SchedulePlan Scheduler::Schedule() {
   for (Sequence* seq : order) {
     if (seq->status != SequenceStatus::kRunning) continue;  // Preempted earlier in this loop.
     if (budget == 0 || static_cast<int32_t>(plan.chunks.size()) >= options_.max_seqs) break;
-    const int64_t want = std::min(seq->num_pending(), budget);
+    const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
+    if (want == 0) continue;
     bool scheduled = true;
     while (!seq->table.Grow(pool_, seq->num_computed + want)) {
       // Free blocks by preempting the newest running sequence; maybe this one.
@@ -77,6 +91,7 @@ SchedulePlan Scheduler::Schedule() {
       }
     }
     if (!scheduled) continue;
+    rows_left -= seq->PromptLogitsRows(seq->num_computed, want);
     plan.chunks.push_back({seq, want});
     plan.num_tokens += want;
     budget = options_.max_batch_tokens - plan.num_tokens;
@@ -87,10 +102,11 @@ SchedulePlan Scheduler::Schedule() {
   while (plan.num_preempted == 0 && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(plan.chunks.size()) < options_.max_seqs) {
     Sequence* seq = waiting_.front();
-    const int64_t hit = seq->table.MatchPrefix(pool_, seq->tokens);
+    const int64_t hit =
+        seq->table.MatchPrefix(pool_, std::span(seq->tokens).first(seq->prefix_match_limit()));
     seq->num_computed = hit;
-    const int64_t want = std::min(seq->num_pending(), budget);
-    if (!seq->table.Grow(pool_, seq->num_computed + want)) {
+    const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
+    if (want == 0 || !seq->table.Grow(pool_, seq->num_computed + want)) {
       seq->table.Free(pool_);
       seq->num_computed = 0;
       break;  // First come, first served: later arrivals do not jump the queue.
@@ -100,6 +116,7 @@ SchedulePlan Scheduler::Schedule() {
     waiting_.pop_front();
     seq->status = SequenceStatus::kRunning;
     running_.push_back(seq);
+    rows_left -= seq->PromptLogitsRows(seq->num_computed, want);
     plan.chunks.push_back({seq, want});
     plan.num_tokens += want;
     budget -= want;

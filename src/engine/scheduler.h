@@ -7,7 +7,9 @@
 // a token budget and a sequence cap. A prompt larger than the budget left is cut into chunks
 // across steps. When blocks run out, the newest running sequence is preempted: its blocks are
 // released and it waits again, to recompute its prompt and its generated tokens (cheap when
-// prefix caching kept its blocks).
+// prefix caching kept its blocks). A sequence that wants prompt logprobs takes no prefix hit over
+// the positions whose logits it still needs, and its chunks are capped by the step's budget of
+// prompt logits rows.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,9 @@ namespace latent::engine {
 struct SchedulerOptions {
   int64_t max_batch_tokens = 2048;
   int32_t max_seqs = 256;
+  // Logits rows for prompt logprobs per step, over all sequences: each is a vocab-wide f32 row
+  // (0.5 MB for DeepSeek V3), so a long scored prompt runs in chunks of this many positions.
+  int64_t max_prompt_logits_rows = 512;
 };
 
 struct ScheduledChunk {

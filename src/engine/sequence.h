@@ -1,7 +1,9 @@
 // The engine's state of one sample of one request.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "cache/block_table.h"
@@ -25,12 +27,33 @@ struct Sequence {
   int64_t num_prompt = 0;
   int64_t num_computed = 0;     // Tokens whose rows are in the cache.
   int64_t prefix_hit_tokens = -1;  // Prompt tokens found in the prefix cache when first scheduled.
+  // The next prompt token whose logprob is still to be reported: 1 at first (token 0 has none),
+  // num_prompt once all are; the max when not asked for (only sample 0 of a prompt_logprobs
+  // request asks: the other samples fork its computed prompt).
+  int64_t prompt_logprobs_next = std::numeric_limits<int64_t>::max();
   cache::BlockTable table;
   SequenceStatus status = SequenceStatus::kWaiting;
 
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
   int64_t num_pending() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
   bool is_prefill() const { return num_pending() > 1 || num_computed < num_prompt; }
+
+  // Prompt logprobs need the logits of positions [prompt_logprobs_next - 1, num_prompt - 1):
+  // position p gives the logprob of prompt token p + 1.
+  bool wants_prompt_logits() const { return prompt_logprobs_next < num_prompt; }
+  // How many positions of the chunk [from, from + count) need logits for prompt logprobs; they
+  // are the contiguous range starting at PromptLogitsFrom(from).
+  int64_t PromptLogitsFrom(int64_t from) const { return std::max(from, prompt_logprobs_next - 1); }
+  int64_t PromptLogitsRows(int64_t from, int64_t count) const {
+    if (!wants_prompt_logits()) return 0;
+    return std::max<int64_t>(std::min(from + count, num_prompt - 1) - PromptLogitsFrom(from), 0);
+  }
+  // Tokens a prefix-cache match may look at: cached blocks have no logits, so a sequence that
+  // still needs prompt logits may reuse only the positions before the first one it needs (none at
+  // first; after a preemption, those already reported).
+  int64_t prefix_match_limit() const {
+    return wants_prompt_logits() ? prompt_logprobs_next : static_cast<int64_t>(tokens.size());
+  }
 };
 
 }  // namespace latent::engine

@@ -30,10 +30,16 @@ RequestJob::RequestJob(RequestLine line, TextTools& text, bool stream_text)
     }
     if (!line_.stop.empty()) sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop);
   }
+  if (line_.request.prompt_logprobs >= 0) prompt_logprobs_.push_back(nullptr);
 }
 
 bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   Sample& sample = samples_.at(out.sample);
+  for (const engine::PromptTokenLogprob& p : out.prompt_logprobs) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& alt : p.top) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
+    prompt_logprobs_.push_back({{"token", p.token}, {"logprob", p.logprob}, {"top_logprobs", top}});
+  }
   if (out.has_token && sample.stop_reason.empty()) {
     sample.ids.push_back(out.token);
     if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);

@@ -45,6 +45,9 @@ class RequestJob {
   const RequestLine& line() const { return line_; }
   const engine::Request& request() const { return line_.request; }
   const std::vector<Sample>& samples() const { return samples_; }
+  // With "prompt_logprobs": null for the first prompt token, then {token, logprob, top_logprobs}
+  // per prompt token, as they arrive (vLLM's form).
+  const nlohmann::ordered_json& prompt_logprobs() const { return prompt_logprobs_; }
   // A sample's text: the streamed text with stop strings, else its ids decoded (special tokens
   // skipped). Needs a tokenizer.
   std::string Text(const Sample& sample) const;
@@ -56,6 +59,7 @@ class RequestJob {
   RequestLine line_;
   TextTools& text_;
   std::vector<Sample> samples_;
+  nlohmann::ordered_json prompt_logprobs_ = nlohmann::ordered_json::array();
   int32_t done_ = 0;             // Samples the engine has finished.
   int32_t stopped_by_text_ = 0;  // Samples a stop string ended (the engine runs them on).
   bool cancel_sent_ = false;

@@ -89,6 +89,7 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   s.n = Field<int32_t>(line, "n", 1);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
   out.stop = StopStrings(line);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   out.arrival_step = Field<int64_t>(line, "arrival_step", 0);

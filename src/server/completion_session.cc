@@ -1,5 +1,6 @@
 #include "server/completion_session.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <random>
@@ -76,11 +77,31 @@ void CompletionSession::Start() {
   choices_.reserve(requests.size() * n);
   for (size_t p = 0; p < requests.size(); ++p) {
     prompts_[p].ids = requests[p].prompt;
+    if (request_.echo) {
+      // The text as given; token-id prompts decoded as the output is (skip_special_tokens).
+      const PromptSpec& spec = request_.prompts[p];
+      if (spec.is_text) {
+        prompts_[p].echo_text = spec.text;
+      } else if (context_.tokenizer) {
+        prompts_[p].echo_text = context_.tokenizer->Decode(spec.ids, request_.skip_special_tokens);
+      }
+      if (request_.logprobs) {
+        LogprobEntry first;
+        first.token = TokenText(prompts_[p].ids[0]);
+        first.null_logprob = true;
+        prompts_[p].echo_logprobs.push_back(std::move(first));
+      }
+    }
     for (int32_t s = 0; s < n; ++s) {
       Choice& c = choices_.emplace_back(request_.stop);
       c.index = static_cast<int32_t>(p) * n + s;
       if (context_.tokenizer)
         c.detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
+    }
+    // Without logprobs (or with a one-token prompt) there is nothing to wait for.
+    const size_t awaited = request_.logprobs ? prompts_[p].ids.size() : 0;
+    if (request_.echo && prompts_[p].echo_logprobs.size() >= awaited) {
+      Echo(static_cast<int32_t>(p));
     }
   }
   auto self = shared_from_this();
@@ -149,9 +170,63 @@ std::string CompletionSession::TokenText(int32_t token) const {
   return context_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
 }
 
+void CompletionSession::AddPromptLogprobs(int32_t p, const engine::RequestOutput& out) {
+  Prompt& prompt = prompts_[p];
+  if (prompt.echoed || !request_.echo || !request_.logprobs) return;
+  // The engine reports each prompt token once, in order, from token 1.
+  if (out.prompt_logprobs_start != static_cast<int64_t>(prompt.echo_logprobs.size())) {
+    Fail(500,
+         StrCat("the engine reported prompt logprobs from token ", out.prompt_logprobs_start,
+                " after ", prompt.echo_logprobs.size()),
+         "engine_error");
+    return;
+  }
+  for (const engine::PromptTokenLogprob& token : out.prompt_logprobs) {
+    LogprobEntry e;
+    e.token = TokenText(token.token);
+    e.logprob = token.logprob;
+    for (const engine::TokenLogprob& alt : token.top) {
+      if (static_cast<int32_t>(e.top.size()) >= request_.top_logprobs) break;
+      e.top.emplace_back(TokenText(alt.token), alt.logprob);
+    }
+    prompt.echo_logprobs.push_back(std::move(e));
+  }
+  if (prompt.echo_logprobs.size() >= prompt.ids.size()) Echo(p);
+}
+
+void CompletionSession::Echo(int32_t p) {
+  Prompt& prompt = prompts_[p];
+  if (prompt.echoed) return;
+  prompt.echoed = true;
+  if (!prompt.echo_logprobs.empty()) {
+    // text_offset: where each token's text starts in the echoed text, from detokenizing the
+    // prompt as the output is; clamped, since a text prompt is echoed as given (no BOS text).
+    std::optional<tokenizer::StreamingDetokenizer> detokenizer;
+    if (context_.tokenizer) detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
+    int64_t offset = 0;
+    for (size_t i = 0; i < prompt.echo_logprobs.size(); ++i) {
+      prompt.echo_logprobs[i].text_offset =
+          std::min<int64_t>(offset, static_cast<int64_t>(prompt.echo_text.size()));
+      if (detokenizer) offset += static_cast<int64_t>(detokenizer->Push(prompt.ids[i]).size());
+    }
+  }
+  const int32_t n = request_.sampling.n;
+  for (int32_t s = 0; s < n; ++s) {
+    Choice& c = choices_[static_cast<size_t>(p) * n + s];
+    // Before any of the choice's tokens: the engine reports the whole prompt first.
+    c.text.insert(0, prompt.echo_text);
+    c.logprobs.insert(c.logprobs.begin(), prompt.echo_logprobs.begin(), prompt.echo_logprobs.end());
+  }
+  prompt.echo_logprobs.clear();
+}
+
 void CompletionSession::Apply(const Event& event) {
   Prompt& prompt = prompts_[event.prompt];
   const engine::RequestOutput& out = event.output;
+  if (!out.prompt_logprobs.empty()) {
+    AddPromptLogprobs(event.prompt, out);
+    if (done_) return;
+  }
   if (out.finish != engine::FinishReason::kNone) ++prompt.samples_ended;
   if (out.has_token && out.sample == 0 && out.cached_prompt_tokens >= 0) {
     prompt.cached_tokens = out.cached_prompt_tokens;

@@ -75,6 +75,11 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   };
   struct Prompt {
     std::vector<int32_t> ids;
+    // Echo: the prompt's text, and with logprobs its tokens' entries as the engine reports them
+    // (entry 0 has none); put before each of its choices once all have come (Echo()).
+    std::string echo_text;
+    std::vector<LogprobEntry> echo_logprobs;
+    bool echoed = false;
     int64_t engine_id = -1;
     int64_t cached_tokens = 0;
     int32_t samples_ended = 0;  // Samples whose end the engine reported.
@@ -101,6 +106,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
   std::vector<int32_t> RenderChat() const;
   void Apply(const Event& event);
+  // Takes prompt logprobs from the engine; echoes the prompt once they are complete.
+  void AddPromptLogprobs(int32_t prompt, const engine::RequestOutput& output);
+  // Puts prompt `p`'s text (and logprobs) before each of its choices, once.
+  void Echo(int32_t p);
   void EndChoice(Choice& choice, const std::string& reason);
   LogprobEntry MakeLogprob(const engine::RequestOutput& output, int64_t text_offset) const;
   std::string TokenText(int32_t token) const;

@@ -198,8 +198,9 @@ void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messa
 
 // Rejects fields whose meaning latent cannot honour, rather than silently ignoring them.
 void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
-  if (GetBool(body, "echo", false))
-    BadField("echo", "'echo' is not supported", "unsupported_parameter");
+  if (endpoint == Endpoint::kChatCompletions && GetBool(body, "echo", false)) {
+    BadField("echo", "'echo' is not supported for chat completions", "unsupported_parameter");
+  }
   if (const std::optional<int64_t> best_of = GetInt(body, "best_of"); best_of && *best_of != n) {
     BadField("best_of", "'best_of' other than n is not supported", "unsupported_parameter");
   }
@@ -328,12 +329,18 @@ void ParseMaxTokens(const Json& body, GenerationRequest& r) {
     }
   }
   if (!max_tokens) max_tokens = GetInt(body, "max_tokens");
-  if (max_tokens && *max_tokens < 1) {
-    BadField(field, StrCat("'", field, "' must be at least 1, got ", *max_tokens));
+  // 0 scores the prompt: only with echo, which is what returns something then.
+  const int64_t least = r.echo ? 0 : 1;
+  const char* zero_note = r.endpoint == Endpoint::kCompletions && !r.echo
+                              ? " (0 only with 'echo': true, to score the prompt)"
+                              : "";
+  if (max_tokens && *max_tokens < least) {
+    BadField(field, StrCat("'", field, "' must be at least ", least, zero_note, ", got ", *max_tokens));
   }
   // Also validate max_tokens when max_completion_tokens won.
-  if (auto v = GetInt(body, "max_tokens"); v && *v < 1) {
-    BadField("max_tokens", StrCat("'max_tokens' must be at least 1, got ", *v));
+  if (auto v = GetInt(body, "max_tokens"); v && *v < least) {
+    BadField("max_tokens",
+             StrCat("'max_tokens' must be at least ", least, zero_note, ", got ", *v));
   }
   r.max_tokens = max_tokens;
 }
@@ -415,6 +422,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
       BadField("stream_options", "'stream_options' is only allowed with 'stream': true");
     r.include_usage = GetBool(*options, "include_usage", false);
   }
+  if (endpoint == Endpoint::kCompletions) r.echo = GetBool(body, "echo", false);
   ParseMaxTokens(body, r);
   ParseSampling(body, limits, r);
   RejectUnsupported(body, endpoint, r.sampling.n);
@@ -442,13 +450,20 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   if (n == 0) BadField("prompt", "the prompt is empty (no tokens)");
   const int64_t room = std::min(limits.context_tokens, limits.cache_tokens);
   const char* field = request.endpoint == Endpoint::kCompletions ? "prompt" : "messages";
-  if (n >= limits.context_tokens) {
+  const bool score_only = request.max_tokens == 0;  // Needs no room beyond the prompt.
+  if (score_only && n > std::min(limits.context_tokens, limits.cache_tokens)) {
+    BadField(field,
+             StrCat("the prompt is ", n, " tokens, but this model's maximum context length is ",
+                    limits.context_tokens, " tokens and the cache holds ", limits.cache_tokens),
+             "context_length_exceeded");
+  }
+  if (!score_only && n >= limits.context_tokens) {
     BadField(field,
              StrCat("This model's maximum context length is ", limits.context_tokens,
                     " tokens, and the prompt is ", n, " tokens: no room for a completion"),
              "context_length_exceeded");
   }
-  if (n >= limits.cache_tokens) {
+  if (!score_only && n >= limits.cache_tokens) {
     BadField(field,
              StrCat("the prompt is ", n, " tokens, but the cache holds only ", limits.cache_tokens,
                     " tokens: no room for a completion"),
@@ -476,6 +491,7 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   r.sampling = request.sampling;
   r.stop_token_ids = request.stop_token_ids;
   r.ignore_eos = request.ignore_eos;
+  if (request.echo && request.logprobs) r.prompt_logprobs = request.top_logprobs;
   return r;
 }
 
@@ -540,13 +556,18 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
                 top = OrderedJson::array(), offsets = OrderedJson::array();
     for (const LogprobEntry& e : entries) {
       tokens.push_back(e.token);
+      offsets.push_back(e.text_offset);
+      if (e.null_logprob) {
+        logprobs.push_back(nullptr);
+        top.push_back(nullptr);
+        continue;
+      }
       logprobs.push_back(e.logprob);
       OrderedJson alternatives = OrderedJson::object();
       for (const auto& [token, lp] : e.top) {
         if (!alternatives.contains(token)) alternatives[token] = lp;
       }
       top.push_back(std::move(alternatives));
-      offsets.push_back(e.text_offset);
     }
     return {{"tokens", tokens},
             {"token_logprobs", logprobs},

@@ -6,8 +6,14 @@
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
 // ignore_eos, stop_token_ids, skip_special_tokens, return_token_ids (the choice's "token_ids" and
 // the response's "prompt_token_ids"), add_generation_prompt and chat_template_kwargs. Fields
-// latent does not know are ignored; known ones it cannot honour (echo, best_of > n, suffix,
-// logit_bias, response_format other than text) are rejected.
+// latent does not know are ignored; known ones it cannot honour (echo for chat, best_of > n,
+// suffix, logit_bias, response_format other than text) are rejected.
+//
+// Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
+// "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null
+// logprob and top_logprobs, as OpenAI and vLLM give it), and "max_tokens": 0 scores the prompt
+// without generating (finish_reason "length"). That is what lm-evaluation-harness's
+// local-completions model sends for loglikelihood tasks.
 #pragma once
 
 #include <cstdint>
@@ -87,13 +93,16 @@ struct GenerationRequest {
   bool add_generation_prompt = true;  // Chat.
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage.
-  std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context.
+  std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context;
+                                      // 0 only with echo (score the prompt).
   engine::SamplingParams sampling;    // temperature defaults to 1, as OpenAI's does.
   std::vector<std::string> stop;      // Stop strings, matched on the output text.
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool logprobs = false;     // Per-token logprobs in the response.
   int32_t top_logprobs = 0;  // Alternatives per token with logprobs.
+  bool echo = false;         // Completions: the prompt before each choice (with logprobs: its
+                             // tokens' logprobs too).
   bool skip_special_tokens = true;
   bool return_token_ids = false;
   std::string user;
@@ -111,7 +120,8 @@ GenerationRequest ParseGenerationRequest(std::string_view body, Endpoint endpoin
                                          const ServingLimits& limits);
 
 // The engine request for one tokenized prompt, with max_tokens resolved (the default, and a check
-// that prompt + completion fits the context and the cache). Throws ApiError 400.
+// that prompt + completion fits the context and the cache) and, for echo with logprobs, prompt
+// logprobs asked for. Throws ApiError 400.
 engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
                                   const ServingLimits& limits);
 
@@ -146,10 +156,11 @@ struct Usage {
 };
 OrderedJson UsageJson(const Usage& usage);
 
-// The logprob of one generated token and its best alternatives.
+// The logprob of one generated (or, with echo, prompt) token and its best alternatives.
 struct LogprobEntry {
   std::string token;  // The token's text.
   float logprob = 0;
+  bool null_logprob = false;  // An echoed prompt's first token: logprob and top_logprobs null.
   std::vector<std::pair<std::string, float>> top;  // Best first.
   int64_t text_offset = 0;  // Completions: where the token's text starts in the choice's text.
 };

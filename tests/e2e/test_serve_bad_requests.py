@@ -87,7 +87,8 @@ CASES = [
     ("stream-options-without-stream", "POST", C, with_(OK, stream_options={"include_usage": True}),
      400, "stream_options", "stream"),
     ("user-number", "POST", C, with_(OK, user=5), 400, "user", "string"),
-    ("echo-unsupported", "POST", C, with_(OK, echo=True), 400, "echo", "not supported"),
+    ("echo-string", "POST", C, with_(OK, echo="yes"), 400, "echo", "boolean"),
+    ("chat-echo-unsupported", "POST", CHAT, with_(MSG, echo=True), 400, "echo", "not supported"),
     ("logit-bias-unsupported", "POST", C, with_(OK, logit_bias={"1": 5}), 400, "logit_bias", "not supported"),
     ("best-of-unsupported", "POST", C, with_(OK, best_of=3), 400, "best_of", "not supported"),
     # The model.

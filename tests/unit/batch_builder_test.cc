@@ -85,6 +85,46 @@ TEST(BatchBuilderTest, LogitsRowsFollowSlotOrder) {
   EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{0, 1, 2}));
 }
 
+TEST(BatchBuilderTest, PromptLogitsRowsOnlyForSequencesThatAskForThem) {
+  // Does not ask: a mid-prefill chunk has no logits at all.
+  Sequence plain = MakeSequence(0, 10, 10, 10, 0);
+  // Asks, first chunk of 6 prompt tokens: positions 0..3 give tokens 1..4's logprobs.
+  Sequence first = MakeSequence(1, 20, 6, 6, 0);
+  first.prompt_logprobs_next = 1;
+  // Asks, recomputing after a preemption with tokens 1, 2 already reported: positions 0, 1 need
+  // no rows, 2, 3 give tokens 3, 4; position 4 is the last one (sampling), not a prompt row.
+  Sequence resumed = MakeSequence(2, 30, 5, 5, 0);
+  resumed.prompt_logprobs_next = 3;
+  // Asked, all reported: decodes like any other.
+  Sequence done = MakeSequence(3, 40, 4, 3, 3);
+  done.prompt_logprobs_next = 3;
+  SchedulePlan plan;
+  plan.chunks = {{&plain, 4}, {&first, 4}, {&resumed, 5}, {&done, 1}};
+  BuiltBatch batch;
+  BuildBatch(plan, batch);
+  EXPECT_EQ(batch.forward.logits_rows, (std::vector<int32_t>{4, 5, 6, 7, 10, 11, 12, 13}));
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{-1, -1, 6, 7}));
+  ASSERT_EQ(batch.prompt_logits.size(), 4u);
+  EXPECT_EQ(batch.prompt_logits[0].count, 0);
+  EXPECT_EQ(batch.prompt_logits[1].first_row, 0);
+  EXPECT_EQ(batch.prompt_logits[1].count, 4);
+  EXPECT_EQ(batch.prompt_logits[1].first_position, 0);
+  EXPECT_EQ(batch.prompt_logits[2].first_row, 4);
+  EXPECT_EQ(batch.prompt_logits[2].count, 2);
+  EXPECT_EQ(batch.prompt_logits[2].first_position, 2);
+  EXPECT_EQ(batch.prompt_logits[3].count, 0);
+
+  // The next chunk of `first`: positions 4, 5; only 4 is a prompt row (token 5), 5 samples.
+  first.num_computed = 4;
+  first.prompt_logprobs_next = 5;
+  plan.chunks = {{&first, 2}};
+  BuildBatch(plan, batch);
+  EXPECT_EQ(batch.forward.logits_rows, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(batch.prompt_logits[0].count, 1);
+  EXPECT_EQ(batch.prompt_logits[0].first_position, 4);
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{1}));
+}
+
 TEST(BatchBuilderTest, ReusedOutputIsCleared) {
   Sequence long_prompt = MakeSequence(0, 0, 20, 20, 0);
   Sequence other = MakeSequence(1, 50, 3, 3, 0);

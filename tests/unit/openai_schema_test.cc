@@ -131,6 +131,62 @@ TEST(OpenAiSchemaTest, ContextAndCacheLimits) {
   EXPECT_THROW(MakeEngineRequest(r, {}, Limits()), ApiError);
 }
 
+TEST(OpenAiSchemaTest, EchoScoresThePrompt) {
+  // lm-evaluation-harness's loglikelihood request: echo, logprobs, no completion.
+  const GenerationRequest r =
+      Parse(R"({"prompt": [[1, 2, 3]], "echo": true, "logprobs": 1, "max_tokens": 0})");
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(*r.max_tokens, 0);
+  engine::Request e = MakeEngineRequest(r, {1, 2, 3}, Limits());
+  EXPECT_EQ(e.max_tokens, 0);
+  EXPECT_EQ(e.prompt_logprobs, 1);
+  // Scoring needs no room for a completion: a prompt that fills the cache (256) is fine, one
+  // token more is not.
+  EXPECT_EQ(MakeEngineRequest(r, std::vector<int32_t>(256, 1), Limits()).max_tokens, 0);
+  EXPECT_THROW(MakeEngineRequest(r, std::vector<int32_t>(257, 1), Limits()), ApiError);
+  // Prompt logprobs only with both echo and logprobs.
+  EXPECT_EQ(MakeEngineRequest(Parse(R"({"prompt": "x", "echo": true})"), {1}, Limits()).prompt_logprobs,
+            -1);
+  EXPECT_EQ(MakeEngineRequest(Parse(R"({"prompt": "x", "logprobs": 2})"), {1}, Limits()).prompt_logprobs,
+            -1);
+  EXPECT_EQ(MakeEngineRequest(Parse(R"({"prompt": "x", "logprobs": 2, "echo": true})"), {1}, Limits())
+                .prompt_logprobs,
+            2);
+  // max_tokens 0 without echo would return nothing; echo is for completions only.
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "max_tokens": 0, "echo": false})"),
+            std::make_pair(400, std::string("max_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "max_tokens": -1, "echo": true})"),
+            std::make_pair(400, std::string("max_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "echo": 1})"), std::make_pair(400, std::string("echo")));
+  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})",
+                    Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("echo")));
+}
+
+TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
+  ResponseMeta meta;
+  meta.logprobs = true;
+  ChoiceOutput c;
+  c.text = "ab";
+  LogprobEntry first;
+  first.token = "a";
+  first.null_logprob = true;
+  LogprobEntry second;
+  second.token = "b";
+  second.logprob = -1.5f;
+  second.top = {{"c", -0.5f}};
+  second.text_offset = 1;
+  c.logprobs = {first, second};
+  const OrderedJson j = ResponseJson(meta, {c}, {}, {});
+  const OrderedJson& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], OrderedJson({"a", "b"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"][1], -1.5f);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1]["c"], -0.5f);
+  EXPECT_EQ(lp["text_offset"], OrderedJson({0, 1}));
+}
+
 TEST(OpenAiSchemaTest, ErrorJsonShape) {
   const OrderedJson e = ErrorJson(ApiError(400, "bad top_p", "top_p"));
   EXPECT_EQ(

@@ -72,6 +72,7 @@ TEST_F(SchedulerTest, RejectsBadOptions) {
   cache::BlockPool pool(4, true);
   EXPECT_THROW(Scheduler({.max_batch_tokens = 0}, pool), Error);
   EXPECT_THROW(Scheduler({.max_seqs = 0}, pool), Error);
+  EXPECT_THROW(Scheduler({.max_prompt_logits_rows = 0}, pool), Error);
 }
 
 TEST_F(SchedulerTest, EmptySchedulerPlansNothing) {
@@ -396,6 +397,66 @@ TEST_F(SchedulerTest, PrefixHitCountsOnlyPromptTokensOfAPreemptedSequence) {
   EXPECT_EQ(seq->num_computed, 8);
   EXPECT_EQ(ChunkTokens(plan), (Ids{1}));
   EXPECT_EQ(plan.prefix_hit_tokens, 5);  // Only prompt tokens count.
+}
+
+TEST_F(SchedulerTest, PromptLogprobsTakeNoPrefixHitOverPositionsTheyNeed) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
+  Sequence* cached = NewSequence(0, Prompt(0, 10));
+  scheduler.AddWaiting(cached);
+  Commit(scheduler.Schedule(), pool);  // Registers blocks [0, 4) and [4, 8).
+  scheduler.Remove(cached);
+
+  // Wants every prompt logprob: no hit, the whole prompt runs.
+  Sequence* scored = NewSequence(1, Prompt(0, 10));
+  scored->prompt_logprobs_next = 1;
+  scheduler.AddWaiting(scored);
+  SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.prefix_hit_tokens, 0);
+  EXPECT_EQ(scored->num_computed, 0);
+  EXPECT_EQ(ChunkTokens(plan), (Ids{10}));
+  scheduler.Remove(scored);
+
+  // Preempted after reporting tokens 1..5: positions 0..4 need no logits, so the hit may cover
+  // the first block (positions 0..3), not the second.
+  Sequence* resumed = NewSequence(2, Prompt(0, 10));
+  resumed->prompt_logprobs_next = 6;
+  scheduler.AddWaiting(resumed);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(resumed->num_computed, 4);
+  EXPECT_EQ(ChunkTokens(plan), (Ids{6}));
+  scheduler.Remove(resumed);
+
+  // Done with its prompt logprobs: hits like any other.
+  Sequence* done = NewSequence(3, Prompt(0, 10));
+  done->prompt_logprobs_next = 10;
+  scheduler.AddWaiting(done);
+  plan = scheduler.Schedule();
+  EXPECT_EQ(done->num_computed, 8);
+  scheduler.Remove(done);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerTest, PromptLogitsRowsPerStepCapTheChunks) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16, .max_prompt_logits_rows = 5}, pool);
+  Sequence* a = NewSequence(0, Prompt(0, 10));  // Needs rows for positions 0..8.
+  Sequence* b = NewSequence(1, Prompt(100, 4));  // Positions 0..2.
+  Sequence* plain = NewSequence(2, Prompt(200, 3));
+  a->prompt_logprobs_next = 1;
+  b->prompt_logprobs_next = 1;
+  for (Sequence* s : {a, b, plain}) scheduler.AddWaiting(s);
+  SchedulePlan plan = scheduler.Schedule();
+  // a takes all 5 rows; b would start with a row, so it waits, and plain behind it (FCFS).
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{5}));
+  Commit(plan, pool);
+  a->prompt_logprobs_next = 6;  // What the engine reports after the chunk.
+
+  // a's rest: positions 5..9, of which 5..8 are rows (9 samples); b gets the one row left.
+  plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1, 2}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{5, 1, 3}));
 }
 
 TEST_F(SchedulerTest, RemovingEverythingLeavesThePoolFull) {
