@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "base/error.h"
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "engine/engine.h"
@@ -153,7 +153,7 @@ Runner RegisterBench(CLI::App& app) {
                   "or expanded");
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
-    opt->engine.attention = ParseAttentionForm(opt->attention);
+    opt->engine.attention = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "cli/batch_generate.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
@@ -55,7 +55,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
-    const model::AttentionForm form = ParseAttentionForm(opt->attention);
+    const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     if (!opt->prompts.empty() || !opt->prompt.empty()) {
       BatchGenerateOptions batch;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
@@ -75,7 +75,7 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--f32-out", opt->f32_out,
                   "Write the logits as raw little-endian f32 [tokens, vocab] to this file");
   return [opt] {
-    const model::AttentionForm form = ParseAttentionForm(opt->attention);
+    const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);
     const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);

@@ -2,7 +2,7 @@
 // [--served-model-name NAME] [engine flags]`: the OpenAI-compatible HTTP server (src/server/).
 #include <memory>
 
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "server/server.h"
@@ -104,7 +104,7 @@ Runner RegisterServe(CLI::App& app) {
   return [opt] {
     server::ServeOptions serve = opt->serve;
     serve.load = ParseLoadOptions(opt->quantize);
-    serve.engine.attention = ParseAttentionForm(opt->attention);
+    serve.engine.attention = generate::ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
     serve.http.max_header_bytes = static_cast<size_t>(opt->max_header_kib * (1 << 10));

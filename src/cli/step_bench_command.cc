@@ -19,7 +19,7 @@
 
 #include "base/error.h"
 #include "cache/block_table.h"
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "engine/cache_manager.h"
@@ -143,7 +143,7 @@ Runner RegisterStepBench(CLI::App& app) {
       batches.push_back(ParsePositive(item, "--batch"));
     std::vector<std::pair<std::string, model::AttentionForm>> forms;
     for (const std::string& item : SplitCommas(opt->attention))
-      forms.emplace_back(item, ParseAttentionForm(item));
+      forms.emplace_back(item, generate::ParseAttentionForm(item));
     if (contexts.empty() || forms.empty() || batches.empty()) {
       Fail("--context, --attention and --batch need at least one value");
     }

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "cli/attention_form.h"
+#include "generate/attention_form.h"
 #include "engine/engine.h"
 #include "generate/request_job.h"
 #include "generate/request_line.h"
@@ -62,7 +62,7 @@ class PyEngine {
     model::LoadOptions load;
     load.quantize = model::ParseWeightQuantization(args.quantize);
     engine::EngineOptions options = args.engine;
-    options.attention = cli::ParseAttentionForm(args.attention);
+    options.attention = generate::ParseAttentionForm(args.attention);
     {
       nb::gil_scoped_release release;
       std::unique_ptr<model::Model> m = model::LoadModel(model_dir, load);

@@ -40,20 +40,22 @@ class FakeModel : public model::Model {
 
   // Each token's cached row holds its id; a logits row favours (sum of the ids its sequence has
   // cached up to it) mod vocab, so the output depends on what the cache holds.
-  void Forward(const model::ForwardBatch& batch, model::LatentCache& cache,
-               model::AttentionForm, float* logits, model::ForwardTrace*) const override {
+  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
+               model::ForwardTrace*) const override {
+    const cache::PagedRows& cache = *batch.rows;
     const int64_t width = c_.kv_lora_rank + c_.qk_rope_head_dim;
     std::vector<float> row(width);
     for (size_t t = 0; t < batch.token_ids.size(); ++t) {
       std::fill(row.begin(), row.end(), float(batch.token_ids[t]));
-      cache.WriteRow(0, model::kLatentRow, batch.seq_slots[t], batch.positions[t], row.data());
+      cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), 0, model::kLatentRow, batch.positions[t],
+                     row.data());
     }
     std::vector<float> rows;
     for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
       const int32_t t = batch.logits_rows[r];
       const int64_t count = batch.positions[t] + 1;
       rows.resize(count * width);
-      cache.GatherRows(0, model::kLatentRow, batch.seq_slots[t], count, rows.data());
+      cache.GatherRows(batch.BlockTable(batch.seq_slots[t]), 0, model::kLatentRow, count, rows.data());
       int64_t sum = 0;
       for (int64_t p = 0; p < count; ++p) sum += static_cast<int64_t>(rows[p * width]);
       float* out = logits + r * c_.vocab_size;

@@ -1,3 +1,4 @@
+// The --attention flag (auto|absorbed|expanded) for the CLI and the Python module.
 #pragma once
 
 #include <string>
@@ -5,7 +6,7 @@
 #include "base/error.h"
 #include "model/model.h"
 
-namespace latent::cli {
+namespace latent::generate {
 
 inline model::AttentionForm ParseAttentionForm(const std::string& name) {
   if (name == "auto") return model::AttentionForm::kAuto;
@@ -14,4 +15,4 @@ inline model::AttentionForm ParseAttentionForm(const std::string& name) {
   Fail("--attention: unknown form '", name, "' (supported: auto, absorbed, expanded)");
 }
 
-}  // namespace latent::cli
+}  // namespace latent::generate
