@@ -20,57 +20,28 @@ class UnicodeNormalizer : public Normalizer {
   NormalForm form_;
 };
 
-bool StartsWith(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
-
-// Prepend (Llama's "▁" dummy prefix), with the rule of the Metaspace pre-tokenizer that
-// transformers 5 rebuilds sentencepiece-style tokenizers with (LlamaTokenizer ignores the file's
-// Prepend/Replace normalizers): only non-empty text gets the prefix, and only when it does not
-// already start with it. Inside a Sequence the test is on the Sequence's result (see there), so
-// "  hi" becomes "▁▁hi" as in transformers, not "▁▁▁hi" as HF tokenizers reads tokenizer.json.
-class PrependNormalizer : public Normalizer {
- public:
-  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
-  void Normalize(std::string& text) const override {
-    if (!text.empty() && !StartsWith(text, prefix_)) text.insert(0, prefix_);
-  }
-  const std::string& prefix() const { return prefix_; }
-
- private:
-  std::string prefix_;
-};
-
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
-      : steps_(std::move(steps)) {
-    for (const auto& step : steps_) {
-      if (const auto* p = dynamic_cast<const PrependNormalizer*>(step.get())) {
-        prepend_ = p;
-        break;
-      }
-    }
-  }
+      : steps_(std::move(steps)) {}
   void Normalize(std::string& text) const override {
-    if (prepend_ != nullptr) {
-      // Llama's Sequence is [Prepend "▁", Replace " " -> "▁"]: whether the text starts with the
-      // prefix is known only after the later steps. Without the Prepend steps first; when that
-      // already starts with the prefix it is the result, as transformers' Metaspace has it.
-      std::string without = text;
-      for (const auto& step : steps_)
-        if (step.get() != prepend_) step->Normalize(without);
-      if (!without.empty() && StartsWith(without, prepend_->prefix())) {
-        text = std::move(without);
-        return;
-      }
-    }
     for (const auto& step : steps_) step->Normalize(text);
   }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
-  const PrependNormalizer* prepend_ = nullptr;  // the first Prepend step, if any
+};
+
+// Prepend (Llama's "▁" dummy prefix): only non-empty text gets the prefix.
+class PrependNormalizer : public Normalizer {
+ public:
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
+  void Normalize(std::string& text) const override {
+    if (!text.empty()) text.insert(0, prefix_);
+  }
+
+ private:
+  std::string prefix_;
 };
 
 // Replace: every match (a literal string or a regex) becomes `content`.

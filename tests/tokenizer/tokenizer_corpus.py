@@ -80,14 +80,6 @@ SPACES = [" ", "  ", "\t", "\n", "\r\n", "\r", "\u00a0", "\u2000", "\u2003", "\u
           "\u3000", "\u205f", "\u202f", "\u1680", "\u0085", "\u2028", "\u2029", "\u200b", "\ufeff",
           "\u000b", "\u000c", "\u180e"]
 
-# Runs that start a text: every kind of space alone and repeated, and mixtures (the reported
-# case is four spaces then a tab).
-LEADING_WHITESPACE = (
-    [sp * n for sp in SPACES for n in (1, 2, 4)]
-    + ["    \t", " \t", "\t ", "\t\t ", "  \t  ", " \n", "\n ", " \n ", "\r\n  ", " \r\n",
-       "\u3000 ", " \u3000", "\u00a0 ", " \u00a0", "\u2003\t", " \u200b", "\ufeff ", "▁ ",
-       " ▁", "▁\t", " " * 9 + "\t" * 3, "\t \n\u3000\u00a0 x"])
-
 UNICODE_DIGITS = ["٣", "۴", "३", "৫", "๖", "１２３", "²³", "½¾", "Ⅻ", "①②", "𝟙𝟚", "〇", "٫", "߀"]
 
 
@@ -221,12 +213,4 @@ def corpus(added_tokens: list[str] | None = None) -> list[str]:
             pieces.append(rng.choice(tokens) if rng.random() < 0.4 else _sentence(rng, rng.randint(0, 3)))
             pieces.append(rng.choice(["", " ", "  ", "\n", "\t"]))
         out.append("".join(pieces))
-
-    # Leading whitespace runs of every kind (issue 18: "    \t" once encoded differently from
-    # transformers with llama2's "▁" prefix): each kind and mixed runs, alone, before text,
-    # before more whitespace, at the start of a line and after each added token.
-    for lead in LEADING_WHITESPACE:
-        out += [lead, lead + "x", lead + "Hello world", lead + "\tx", lead + "def f():",
-                lead + "▁x", lead + "中文", "\n" + lead + "x", "a\n" + lead + "b"]
-        out += [tok + lead + "x" for tok in tokens[:8]]
     return out
