@@ -340,7 +340,7 @@ def test_malformed_files_are_clear_errors(tmp_path, name, lines, config, message
     d = write_tokenizer(tmp_path / name, lines, config)
     proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(d), "--text", "hi"],
                           capture_output=True, text=True)
-    assert proc.returncode == 1, proc.stdout
+    assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr and str(d) in proc.stderr, proc.stderr
 
 
@@ -350,14 +350,14 @@ def test_missing_files_are_clear_errors(tmp_path):
     (only_config / "tokenizer_config.json").write_text("{}")
     proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(only_config), "--text", "hi"],
                           capture_output=True, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "tokenizer.json not found, nor tiktoken.model" in proc.stderr, proc.stderr
     only_model = tmp_path / "only_model"
     only_model.mkdir()
     (only_model / "tiktoken.model").write_text("".join(l + "\n" for l in byte_lines()))
     proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(only_model), "--text", "hi"],
                           capture_output=True, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "tokenizer_config.json not found (tiktoken.model needs it" in proc.stderr, proc.stderr
 
 

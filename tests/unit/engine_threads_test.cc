@@ -24,6 +24,7 @@ class FakeModel : public model::Model {
  public:
   FakeModel() {
     c_.model_type = "deepseek_v3";
+    c_.architecture = "deepseek_v3";
     c_.vocab_size = 64;
     c_.hidden_size = 8;
     c_.num_hidden_layers = 1;
