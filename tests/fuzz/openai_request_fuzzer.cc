@@ -100,7 +100,12 @@ void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector)
   latent::server::ChoiceOutput choice;
   choice.text = text_seen;
   choice.token_ids = {1, 2};
-  choice.logprobs.push_back({text_seen, -0.5f, {{text_seen, -0.5f}, {"b", -1.0f}}, 0});
+  latent::server::LogprobEntry entry;
+  entry.token = text_seen;
+  entry.logprob = -0.5f;
+  entry.null_logprob = (selector & 2) != 0;  // An echoed prompt's first token.
+  entry.top = {{text_seen, -0.5f}, {"b", -1.0f}};
+  choice.logprobs.push_back(entry);
   choice.finish_reason = "stop";
   latent::server::Dump(latent::server::ResponseJson(meta, {choice}, {3, 2, 1}, {{1, 2, 3}}));
   latent::server::SseData(latent::server::ChunkJson(meta, choice, selector & 1));
