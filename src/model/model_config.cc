@@ -175,9 +175,15 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
     if (!top.Has("n_group") && !d.n_group) Fail(source, ": topk_method '", method, "' needs 'n_group'");
     if (!top.Has("topk_group") && !d.topk_group) Fail(source, ": topk_method '", method, "' needs 'topk_group'");
   }
+  if (!grouped) {
+    // Greedy routing has no groups: whatever the file says about them is unused, so the config
+    // holds one group of all experts rather than values nothing has validated.
+    config.n_group = 1;
+    config.topk_group = 1;
+    return;
+  }
   config.n_group = top.IntOr("n_group", d.n_group.value_or(1));
   config.topk_group = top.IntOr("topk_group", d.topk_group.value_or(1));
-  if (!grouped) return;
   if (config.n_group <= 0 || config.topk_group <= 0) {
     Fail(source, ": n_group and topk_group must be positive");
   }

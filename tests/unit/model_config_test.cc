@@ -264,6 +264,18 @@ TEST(ModelConfigTest, ParsesDeepseekV2Lite) {
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{100001});
 }
 
+// Greedy routing has no groups, so group fields it ignores (here topk_group > n_group, which a
+// grouped router would reject) leave one group of all experts rather than unchecked values.
+TEST(ModelConfigTest, GreedyRoutingIgnoresGroupFields) {
+  Json j = TinyV2();
+  j["n_group"] = 1;
+  j["topk_group"] = 2;
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.topk_method, TopkMethod::kGreedy);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_EQ(c.topk_group, 1);
+}
+
 TEST(ModelConfigTest, KimiK2IsTheDeepseekV3Architecture) {
   ModelConfig c = Parse(kKimiK2);
   EXPECT_EQ(c.model_type, "kimi_k2");
