@@ -35,7 +35,7 @@ std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLay
 int64_t CountParameters(const std::vector<ExpectedWeight>& weights) {
   int64_t total = 0;
   for (const auto& w : weights)
-    if (w.kind != WeightKind::kBuffer) total += w.shape.NumElements();
+    if (w.kind != WeightKind::kBuffer && w.presence != Presence::kUnused) total += w.shape.NumElements();
   return total;
 }
 
@@ -48,9 +48,21 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
     if (ckpt.Has(LayerPrefix(l) + "mlp.experts.gate_up_proj")) report.expert_layout = ExpertLayout::kFused;
     break;
   }
-  report.weights = ExpectedWeights(config, report.expert_layout);
-
   std::set<std::string> explained;
+  for (ExpectedWeight& w : ExpectedWeights(config, report.expert_layout)) {
+    const bool held = ckpt.Has(w.name);
+    if (w.presence != Presence::kRequired && !held) continue;
+    if (w.presence == Presence::kUnused) {
+      // Accepted and explained, but neither loaded nor counted (transformers drops it).
+      explained.insert(w.name);
+      if (!(ckpt.Get(w.name).shape == w.shape)) {
+        Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", ckpt.Get(w.name).shape.ToString(),
+             " but config.json implies ", w.shape.ToString());
+      }
+      continue;
+    }
+    report.weights.push_back(std::move(w));
+  }
   for (const ExpectedWeight& w : report.weights) {
     explained.insert(w.name);
     if (!ckpt.Has(w.name)) Fail(ckpt.dir(), ": checkpoint is missing tensor '", w.name, "'");
