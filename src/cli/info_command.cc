@@ -27,7 +27,7 @@ struct InfoOptions {
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
-  const weights::Checkpoint ckpt = weights::Checkpoint::Open(opt.model_dir);
+  const weights::Checkpoint ckpt = model::OpenCheckpoint(config, opt.model_dir);
   const model::CheckpointReport report = model::ValidateCheckpoint(config, ckpt);
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
   const cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype);

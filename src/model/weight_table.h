@@ -83,6 +83,12 @@ struct CheckpointReport {
   std::vector<std::string> unused;   // Tensors nothing in the config explains.
 };
 
+// The checkpoint in `dir` as `config` reads it: for a vision-language wrapper (config.
+// wrapper_model_type), only its language model's tensors, under the text model's names
+// (language_model.model.* or model.language_model.* as model.*, language_model.lm_head.* or
+// lm_head.* as lm_head.*). Throws latent::Error when it holds neither form.
+weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir);
+
 // Checks that `ckpt` holds every expected tensor (report.weights: those it holds and latent loads,
 // without kOptional ones it lacks and kUnused ones) with the expected shape (and, for FP8 configs,
 // a float8 weight with a weight_scale_inv of [ceil(N/bn), ceil(K/bk)]). Throws latent::Error

@@ -107,6 +107,6 @@ Arch Make() {
 
 }  // namespace
 
-LATENT_ARCH(60, Make);
+LATENT_ARCH(63, Make);
 
 }  // namespace latent::model
