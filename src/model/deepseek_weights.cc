@@ -116,9 +116,8 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   // as its rule says.
   tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
     // Not loaded: stored but unused, or optional and absent (ValidateCheckpoint accepted both).
-    if (t.presence == Presence::kUnused || (t.presence == Presence::kOptional && !ckpt.Has(t.name))) {
-      return;
-    }
+    const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
+    if (t.presence == Presence::kUnused || absent) return;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
     auto converted = [&](const kernels::WeightRef& ref) {

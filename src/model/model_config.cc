@@ -273,9 +273,16 @@ namespace {
 ModelConfig FromWrapperJson(const ConfigReader& top) {
   const std::string wrapper = top.StringOr("model_type", "");
   if (!top.Has("text_config") || !top["text_config"].is_object()) {
-    Fail(top.source(), ": model_type '", wrapper, "' needs a 'text_config' object (the language model)");
+    Fail(top.source(), ": model_type '", wrapper,
+         "' needs a 'text_config' object (the language model)");
   }
-  ModelConfig config = ModelConfig::FromJson(top["text_config"].dump(), top.source() + " text_config");
+  const Json& text = top["text_config"];
+  if (text.contains("model_type") && text["model_type"].is_string() &&
+      IsWrapperModelType(text["model_type"].get<std::string>())) {
+    Fail(top.source(), ": text_config is itself a ", text["model_type"].get<std::string>(),
+         " (vision-language) config");
+  }
+  ModelConfig config = ModelConfig::FromJson(text.dump(), top.source() + " text_config");
   const std::vector<std::string>& wrappers = ArchOf(config).wrapper_model_types;
   if (std::find(wrappers.begin(), wrappers.end(), wrapper) == wrappers.end()) {
     Fail(top.source(), ": a ", wrapper, " checkpoint of a ", config.model_type,

@@ -55,8 +55,9 @@ weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string&
     in_memory = in_memory || starts(name, "model.language_model.");
   }
   if (!hub && !in_memory) {
-    Fail(dir, ": config.json is a ", config.wrapper_model_type, " (vision-language) config, but the ",
-         "checkpoint holds no language_model.* or model.language_model.* tensors");
+    Fail(dir, ": config.json is a ", config.wrapper_model_type,
+         " (vision-language) config, but the checkpoint holds no language_model.* or ",
+         "model.language_model.* tensors");
   }
   ckpt.Rename([&](const std::string& name) -> std::string {
     if (hub) return starts(name, "language_model.") ? name.substr(15) : "";

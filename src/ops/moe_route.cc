@@ -136,7 +136,9 @@ RouteFn RouterFor(ScoringFunc scoring, TopkMethod method) {
     return RouteSoftmaxGroupLimited;
   }
   if (scoring == ScoringFunc::kSigmoid && method == TopkMethod::kNoauxTc) return RouteSigmoidNoauxTc;
-  if (scoring == ScoringFunc::kSoftmax && method == TopkMethod::kGroupTop2) return RouteSoftmaxGroupTop2;
+  if (scoring == ScoringFunc::kSoftmax && method == TopkMethod::kGroupTop2) {
+    return RouteSoftmaxGroupTop2;
+  }
   Fail("no router for scoring_func '", ScoringFuncName(scoring), "' with topk_method '",
        TopkMethodName(method), "'");
 }

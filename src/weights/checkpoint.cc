@@ -115,7 +115,9 @@ void Checkpoint::Rename(const std::function<std::string(const std::string&)>& re
   for (const auto& [name, file] : where_) {
     const std::string renamed = rename(name);
     if (renamed.empty()) continue;
-    if (!where.emplace(renamed, file).second) Fail(dir_, ": two tensors are both named '", renamed, "'");
+    if (!where.emplace(renamed, file).second) {
+      Fail(dir_, ": two tensors are both named '", renamed, "'");
+    }
     auto stored = stored_name_.find(name);
     stored_name.emplace(renamed, stored != stored_name_.end() ? stored->second : name);
   }

@@ -179,3 +179,63 @@ def test_info_parameter_count_and_cache_rows(cases, case_id):
         assert layer["rows"][0]["values"] == row_values
         assert layer["rows"][0]["bytes_per_token"] == row_values * 4
     assert got["cache_bytes_per_token"] == config.num_hidden_layers * row_values * 4
+
+
+def rewrite_checkpoint(src, dst, config_edit=None, rename=None):
+    shutil.copytree(src, dst)
+    if config_edit is not None:
+        config = json.loads((dst / "config.json").read_text())
+        config_edit(config)
+        (dst / "config.json").write_text(json.dumps(config))
+    if rename is not None:
+        tensors = load_file(dst / "model.safetensors")
+        save_file({rename(k): v for k, v in tensors.items()}, dst / "model.safetensors",
+                  metadata={"format": "pt"})
+    return dst
+
+
+def test_wrapped_mistral4_in_transformers_in_memory_names(tiny_models, tmp_path):
+    """model.language_model.* and lm_head.* (transformers 5's own names) load like the hub's
+    language_model.model.* and language_model.lm_head.*, to the same logits."""
+    hub = tiny_models.get("mistral4_vl")
+
+    def in_memory(name):
+        if name.startswith("language_model.model."):
+            return "model.language_model." + name[len("language_model.model."):]
+        if name.startswith("language_model.lm_head."):
+            return name[len("language_model."):]
+        return "model." + name  # vision_tower.*, multi_modal_projector.*
+
+    renamed = rewrite_checkpoint(hub, tmp_path / "in-memory", rename=in_memory)
+    ids = prompt(261, 40)
+    np.testing.assert_array_equal(latent_logits(renamed, ids), latent_logits(hub, ids))
+    assert info(renamed)["num_parameters"] == info(hub)["num_parameters"]
+
+
+def set_text_rope(key, value):
+    def edit(config):
+        config["text_config"]["rope_parameters"][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("config_edit,rename,message", [
+    (lambda c: c.pop("text_config"), None, "model_type 'mistral3' needs a 'text_config' object"),
+    (lambda c: c["text_config"].update(model_type="mistral3"), None,
+     "text_config is itself a mistral3 (vision-language) config"),
+    (lambda c: c["text_config"].update(model_type="deepseek_v3", topk_method="noaux_tc"), None,
+     "a mistral3 checkpoint of a deepseek_v3 language model is not supported"),
+    (None, lambda k: k.replace("language_model.", "text_model."),
+     "holds no language_model.* or model.language_model.* tensors"),
+    (lambda c: c["text_config"]["rope_parameters"].pop("llama_4_scaling_beta"), None,
+     "missing 'llama_4_scaling_beta'"),
+    (set_text_rope("partial_rotary_factor", 0.5), None,
+     "partial_rotary_factor 0.5 rotates 12 of head_dim 24, but qk_rope_head_dim is 10"),
+], ids=["no_text_config", "nested_wrapper", "other_text_model", "no_language_model", "no_llama4_beta",
+        "rotary_dim_mismatch"])
+def test_bad_mistral4_checkpoint_gets_a_clear_error(tiny_models, tmp_path, config_edit, rename,
+                                                     message):
+    model_dir = rewrite_checkpoint(tiny_models.get("mistral4_vl"), tmp_path / "model",
+                                   config_edit=config_edit, rename=rename)
+    proc = run_latent("info", "--model", str(model_dir), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr

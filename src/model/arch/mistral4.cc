@@ -51,8 +51,9 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   // transformers rotates int(head_dim * partial_rotary_factor) dims, head_dim = nope + rope;
   // latent rotates the rope part of each head, so the two must agree.
   const int64_t head_dim = config.qk_head_dim();
-  const double factor = rope.NumberOr(
-      "partial_rotary_factor", static_cast<double>(config.qk_rope_head_dim) / static_cast<double>(head_dim));
+  const double factor =
+      rope.NumberOr("partial_rotary_factor",
+                    static_cast<double>(config.qk_rope_head_dim) / static_cast<double>(head_dim));
   const auto rotary = static_cast<int64_t>(static_cast<double>(head_dim) * factor);
   if (rotary != config.qk_rope_head_dim) {
     Fail(rope.source(), ": partial_rotary_factor ", factor, " rotates ", rotary, " of head_dim ",
