@@ -171,6 +171,7 @@ def test_info_parameter_count_and_cache_rows(cases, case_id):
         expected = reference.num_parameters()
     assert got["num_parameters"] == expected
     assert got["architecture"] == case_id.split("_")[0]
+    assert got.get("wrapper_model_type") == ("mistral3" if case_id == "mistral4_vl" else None)
     assert got["unused_tensors"] == []
     row_values = config.kv_lora_rank + config.qk_rope_head_dim
     assert len(got["cache_layers"]) == config.num_hidden_layers
