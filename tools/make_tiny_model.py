@@ -282,6 +282,107 @@ PRESETS["glm_moe_dsa"] = {
 }
 
 
+# Families built by their own transformers classes (config class, CausalLM class), beyond the
+# DeepSeek ones of build_config / build_model.
+FAMILY_CLASSES: dict[str, tuple[str, str]] = {
+    "axk1": ("AXK1Config", "AXK1ForCausalLM"),
+    "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
+}
+# A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
+# first_k_dense_replace fields: AXK1Config has mlp_layer_types).
+PRESETS["axk1"] = {
+    "arch": "axk1",
+    "help": "A.X-K1 style: V3 (noaux_tc, 4 groups) + post_mlp_layernorm on the MoE output, "
+    "dense first layer, YaRN",
+    "config": {
+        **{k: v for k, v in _V3_COMMON.items()
+           if k not in ("num_mtp_layers", "first_k_dense_replace", "topk_method", "scoring_func")},
+        "vocab_size": 255,
+        "hidden_size": 59,
+        "intermediate_size": 71,
+        "moe_intermediate_size": 21,
+        "q_lora_rank": 31,
+        "kv_lora_rank": 25,
+        "qk_nope_head_dim": 17,
+        "v_head_dim": 15,
+        "mlp_layer_types": ["dense", "sparse", "sparse"],
+    },
+}
+# Mistral Small 4: every layer MoE, softmax router with a top-2-sum group mask, Llama-4 query
+# scaling (L0 = original_max_position_embeddings = 16, so prompts past 16 tokens scale), YaRN on
+# the rope part of head_dim (partial_rotary_factor = rope / (nope + rope)).
+PRESETS["mistral4"] = {
+    "arch": "mistral4",
+    "help": "Mistral Small 4 style: all MoE, softmax router with group mask (4 groups, top 2), "
+    "Llama-4 query scaling past 16 tokens, YaRN partial rotary",
+    "config": {
+        "vocab_size": 261,
+        "hidden_size": 57,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 66,
+        "moe_intermediate_size": 20,
+        "num_hidden_layers": 3,
+        "q_lora_rank": 29,
+        "kv_lora_rank": 23,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 10,
+        "v_head_dim": 13,
+        "n_routed_experts": 12,
+        "num_experts_per_tok": 3,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.7,
+        "max_position_embeddings": 512,
+        "rope_interleave": True,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 32.0,
+            "original_max_position_embeddings": 16,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "llama_4_scaling_beta": 0.4,
+            "partial_rotary_factor": 10 / 24,
+        },
+        "bos_token_id": 0,
+        # A token this tiny model often emits, so that greedy runs do stop at EOS (the engine
+        # property test needs early stops).
+        "eos_token_id": 103,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+# The same text model inside a Mistral 3 vision-language checkpoint (as Mistral Small 4 ships):
+# config.json holds it under text_config, its tensors are language_model.*, plus a tiny vision
+# tower and projector that a text engine ignores.
+PRESETS["mistral4_vl"] = {**PRESETS["mistral4"], "wrapper": "mistral3",
+                          "help": "mistral4 wrapped in a Mistral3 vision-language checkpoint "
+                          "(text_config, language_model.* tensors, tiny vision tower)"}
+
+
+def build_wrapper(text_model, seed: int):
+    """A Mistral3ForConditionalGeneration around `text_model` (its weights copied in), with a
+    tiny default-initialised Pixtral vision tower."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralVisionConfig
+
+    vision = PixtralVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                                 num_attention_heads=2, head_dim=8, image_size=32, patch_size=16)
+    config = Mistral3Config(vision_config=vision, text_config=text_model.config,
+                            image_token_index=text_model.config.vocab_size - 1, spatial_merge_size=1,
+                            tie_word_embeddings=text_model.config.tie_word_embeddings)
+    torch.manual_seed(seed)
+    wrapped = Mistral3ForConditionalGeneration(config)
+    wrapped.model.language_model.load_state_dict(text_model.model.state_dict())
+    wrapped.lm_head.load_state_dict(text_model.lm_head.state_dict())
+    wrapped.set_experts_implementation(REFERENCE_EXPERTS_IMPLEMENTATION)
+    return wrapped.eval()
+
+
 def preset_listing() -> str:
     lines = []
     for name, preset in PRESETS.items():
@@ -405,6 +506,13 @@ def build_config(arch: str, kwargs: dict[str, Any]):
         check_v2_rope_dims(kwargs)
     check_routing_groups(arch, kwargs)
 
+    if arch in FAMILY_CLASSES:
+        import transformers
+
+        try:
+            return getattr(transformers, FAMILY_CLASSES[arch][0])(**kwargs)
+        except (StrictDataclassError, TypeError, ValueError) as e:
+            raise UsageError(f"transformers rejected the config: {e}") from e
     config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config,
                   "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}[arch]
     try:
@@ -487,7 +595,13 @@ def build_model(arch: str, config, seed: int, dtype: torch.dtype):
     from transformers import (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, DeepseekV32ForCausalLM,
                               GlmMoeDsaForCausalLM)
 
-    model_cls = {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM,
+    if arch in FAMILY_CLASSES:
+        import transformers
+
+        model_cls = getattr(transformers, FAMILY_CLASSES[arch][1])
+    else:
+        model_cls = None
+    model_cls = model_cls or {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM,
                  "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}[arch]
     torch.manual_seed(seed)
     model = model_cls(config)  # float32
@@ -805,6 +919,11 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
     save_kwargs: dict[str, Any] = {"safe_serialization": True}
     if args.max_shard_size:
         save_kwargs["max_shard_size"] = args.max_shard_size
+    if preset.get("wrapper") == "mistral3":
+        model = build_wrapper(model, args.seed)
+        model.generation_config = GenerationConfig(
+            bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, do_sample=False
+        )
     model.save_pretrained(out, **save_kwargs)
 
     saved_model_type = preset.get("saved_model_type")

@@ -27,7 +27,7 @@ struct InfoOptions {
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
-  const weights::Checkpoint ckpt = weights::Checkpoint::Open(opt.model_dir);
+  const weights::Checkpoint ckpt = model::OpenCheckpoint(config, opt.model_dir);
   const model::CheckpointReport report = model::ValidateCheckpoint(config, ckpt);
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
   const cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype);
@@ -41,6 +41,8 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["model"] = opt.model_dir;
   info["model_type"] = config.model_type;
   info["architecture"] = config.architecture;
+  // A vision-language checkpoint's language model (mistral3 around mistral4).
+  if (!config.wrapper_model_type.empty()) info["wrapper_model_type"] = config.wrapper_model_type;
   info["num_layers"] = config.num_hidden_layers;
   info["num_parameters"] = model::CountParameters(report.weights);
   info["expert_layout"] = report.expert_layout == model::ExpertLayout::kFused ? "fused" : "per_expert";
@@ -87,7 +89,11 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
 void PrintText(const nlohmann::json& info) {
   std::cout << "model:            " << info["model"].get<std::string>() << "\n"
             << "architecture:     " << info["architecture"].get<std::string>() << " (model_type "
-            << info["model_type"].get<std::string>() << ")\n"
+            << info["model_type"].get<std::string>()
+            << (info.contains("wrapper_model_type")
+                    ? " in a " + info["wrapper_model_type"].get<std::string>() + " checkpoint"
+                    : std::string())
+            << ")\n"
             << "layers:           " << info["num_layers"] << "\n"
             << "parameters:       " << info["num_parameters"] << "\n"
             << "dtypes:           ";

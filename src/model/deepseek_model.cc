@@ -73,7 +73,8 @@ void DeepseekModel::RmsNorm(const float* x, int64_t tokens, const NormWeight& w,
 }
 
 void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
-                                 AttentionForm form, DsaSelection* selection, float* out) const {
+                                 AttentionForm form, DsaSelection* selection, float* out,
+                                 const float* query_scale) const {
   const LayerWeights& w = weights_.layers[l];
   dump::Tensor("attn_in", l, x, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
   DsaLayer dsa;
@@ -84,7 +85,7 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
     dsa.selection = selection;
   }
   MlaAttentionForward(dims_, w.attention, rope_, l, batch, x, config_.hidden_size, form,
-                      selection != nullptr ? &dsa : nullptr, out);
+                      selection != nullptr ? &dsa : nullptr, out, query_scale);
   dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
 }
 

@@ -44,9 +44,10 @@ class DeepseekModel : public Model {
   void RmsNorm(const float* x, int64_t tokens, const NormWeight& w, float* out) const;
   // out [T, D] = MLA attention of layer `l` over x [T, D] (after input_layernorm); with `dsa`,
   // restricted to what the DSA indexer selected (run here when the layer has its own indexer,
-  // else the selection the previous layer left).
+  // else the selection the previous layer left). `query_scale` [T]: see MlaAttentionForward.
   void MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
-                    AttentionForm form, DsaSelection* dsa, float* out) const;
+                    AttentionForm form, DsaSelection* dsa, float* out,
+                    const float* query_scale = nullptr) const;
   // out [T, D] = the layer's dense MLP or MoE over x [T, D]; the MoE's choices go to `trace`.
   void FeedForward(int64_t l, const float* x, int64_t tokens, float* out, ForwardTrace* trace) const;
   // hidden += branch, [T, D].

@@ -26,8 +26,8 @@ LayerWeights* DeepseekTensors::Layer(int64_t layer) const {
 }
 
 void DeepseekTensors::Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule,
-                          TensorTarget target) {
-  visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target});
+                          TensorTarget target, Presence presence) {
+  visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, presence});
 }
 
 void DeepseekTensors::Embedding() {
@@ -106,7 +106,7 @@ void DeepseekTensors::DenseMlp(int64_t l) {
   Mlp(LayerPrefix(l) + "mlp.", c_.intermediate_size, L ? &L->dense.emplace() : nullptr);
 }
 
-void DeepseekTensors::Moe(int64_t l) {
+void DeepseekTensors::Moe(int64_t l, Presence score_bias) {
   const std::string p = LayerPrefix(l);
   const int64_t d = c_.hidden_size;
   const int64_t e = c_.n_routed_experts;
@@ -117,7 +117,7 @@ void DeepseekTensors::Moe(int64_t l) {
       To(w ? &w->router : nullptr));
   if (c_.topk_method == TopkMethod::kNoauxTc) {
     Add(p + "mlp.gate.e_score_correction_bias", {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
-        To(w ? &w->bias : nullptr));
+        To(w ? &w->bias : nullptr), score_bias);
   }
   if (layout_ == ExpertLayout::kPerExpert) {
     for (int64_t x = 0; x < e; ++x) {
@@ -135,6 +135,13 @@ void DeepseekTensors::Moe(int64_t l) {
   if (c_.n_shared_experts > 0) {
     Mlp(p + "mlp.shared_experts.", i * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
   }
+}
+
+void DeepseekTensors::PostMlpNorm(int64_t l, bool used) {
+  LayerWeights* L = used ? Layer(l) : nullptr;
+  Add(LayerPrefix(l) + "post_mlp_layernorm.weight", {c_.hidden_size}, WeightKind::kNorm,
+      QuantizeRule::kKeep, To(L ? &L->post_mlp_norm : nullptr),
+      used ? Presence::kRequired : Presence::kUnused);
 }
 
 void DeepseekTensors::FinalNorm() {

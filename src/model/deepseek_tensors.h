@@ -23,13 +23,17 @@ class DeepseekTensors {
   void DsaIndexer(int64_t layer);   // self_attn.indexer: wq_b, wk, k_norm, weights_proj
   void PostAttentionNorm(int64_t layer);
   void DenseMlp(int64_t layer);     // mlp.{gate,up,down}_proj
-  void Moe(int64_t layer);          // mlp.gate (+ correction bias), experts, shared experts
+  // mlp.gate (+ correction bias, which `score_bias` may make optional), experts, shared experts.
+  void Moe(int64_t layer, Presence score_bias = Presence::kRequired);
+  // A.X-K1: post_mlp_layernorm; `used` false where transformers drops it (dense layers).
+  void PostMlpNorm(int64_t layer, bool used);
   void FinalNorm();                 // model.norm.weight
   void LmHead();                    // lm_head.weight, unless tied to the embedding
 
  private:
   LayerWeights* Layer(int64_t layer) const;
-  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target);
+  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target,
+           Presence presence = Presence::kRequired);
   void Mlp(const std::string& prefix, int64_t inter, ops::MlpWeights* target);
 
   const ModelConfig& c_;

@@ -115,6 +115,9 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   // The family's one tensor list, this time with targets: each tensor goes where it says, converted
   // as its rule says.
   tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
+    // Not loaded: stored but unused, or optional and absent (ValidateCheckpoint accepted both).
+    const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
+    if (t.presence == Presence::kUnused || absent) return;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
     auto converted = [&](const kernels::WeightRef& ref) {

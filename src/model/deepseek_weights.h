@@ -45,6 +45,7 @@ struct LayerWeights {
   std::optional<IndexerWeights> indexer;
   std::optional<MlpWeights> dense;  // Dense layers
   std::optional<MoeWeights> moe;    // MoE layers
+  NormWeight post_mlp_norm;         // [D] A.X-K1: RMSNorm of the MoE output (sparse layers)
 };
 
 struct DeepseekWeights {

@@ -222,7 +222,7 @@ int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
-                         const DsaLayer* dsa, float* out) {
+                         const DsaLayer* dsa, float* out, const float* query_scale) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
 
@@ -267,6 +267,12 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   norm_rope.cos = cos.data();
   norm_rope.sin = sin.data();
   k.norm_rope(norm_rope);
+  if (query_scale != nullptr) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      float* row = &q[t * d.heads * d.qk()];
+      for (int64_t i = 0; i < d.heads * d.qk(); ++i) row[i] *= query_scale[t];
+    }
+  }
   const cache::PagedRows& cache = *batch.rows;
   dump::Columns("kv_latent", layer, kv_a.data(), tokens, d.row(), 0, d.latent);
   dump::Columns("k_pe", layer, kv_a.data(), tokens, d.row(), d.latent, d.rope);

@@ -32,10 +32,11 @@ struct DsaLayer {
 
 // x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`
 // into the batch's paged cache, then attends each token over its sequence's rows
-// 0..position, or over the positions DSA selected for it when `dsa` is given.
+// 0..position, or over the positions DSA selected for it when `dsa` is given. `query_scale`
+// [T], when given, multiplies each token's query after rope (Llama-4 query scaling).
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
-                         const DsaLayer* dsa, float* out);
+                         const DsaLayer* dsa, float* out, const float* query_scale = nullptr);
 
 }  // namespace latent::model

@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +265,36 @@ void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t defau
   config.indexer_layers.assign(config.num_hidden_layers, true);
 }
 
+namespace {
+
+// A vision-language config (mistral3) holding the text model's config under text_config: that
+// config, for a family that reads this wrapper. The wrapper's own tie_word_embeddings decides
+// tying, as in transformers (True by default in Mistral3Config).
+ModelConfig FromWrapperJson(const ConfigReader& top) {
+  const std::string wrapper = top.StringOr("model_type", "");
+  if (!top.Has("text_config") || !top["text_config"].is_object()) {
+    Fail(top.source(), ": model_type '", wrapper,
+         "' needs a 'text_config' object (the language model)");
+  }
+  const Json& text = top["text_config"];
+  if (text.contains("model_type") && text["model_type"].is_string() &&
+      IsWrapperModelType(text["model_type"].get<std::string>())) {
+    Fail(top.source(), ": text_config is itself a ", text["model_type"].get<std::string>(),
+         " (vision-language) config");
+  }
+  ModelConfig config = ModelConfig::FromJson(text.dump(), top.source() + " text_config");
+  const std::vector<std::string>& wrappers = ArchOf(config).wrapper_model_types;
+  if (std::find(wrappers.begin(), wrappers.end(), wrapper) == wrappers.end()) {
+    Fail(top.source(), ": a ", wrapper, " checkpoint of a ", config.model_type,
+         " language model is not supported");
+  }
+  config.wrapper_model_type = wrapper;
+  config.tie_word_embeddings = top.BoolOr("tie_word_embeddings", true);
+  return config;
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& source) {
   Json json;
   try {
@@ -279,6 +310,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
     Fail(source, ": missing 'model_type' (supported: ", SupportedModelTypes(), ")");
   }
   config.model_type = top.StringOr("model_type", "");
+  if (IsWrapperModelType(config.model_type)) return FromWrapperJson(top);
   const Arch* arch = FindArch(config.model_type);
   if (arch == nullptr) {
     Fail(source, ": unsupported model_type '", config.model_type, "' (supported: ",

@@ -76,6 +76,14 @@ struct ModelConfig {
   // Per layer: MoE ("sparse") or dense MLP, from mlp_layer_types or first_k_dense_replace.
   std::vector<bool> moe_layers;
 
+  // Llama-4 query scaling (mistral4): q *= 1 + beta * ln(1 + floor(position / positions)) after
+  // rope; beta 0: none.
+  double llama_4_scaling_beta = 0.0;
+  int64_t llama_4_scaling_positions = 1;
+  // A vision-language wrapper's model_type ("mistral3") when config.json holds this model under
+  // text_config: the checkpoint's tensors are the wrapper's language model's (OpenCheckpoint).
+  std::string wrapper_model_type;
+
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
   std::optional<int64_t> bos_token_id;

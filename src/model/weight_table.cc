@@ -35,8 +35,36 @@ std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLay
 int64_t CountParameters(const std::vector<ExpectedWeight>& weights) {
   int64_t total = 0;
   for (const auto& w : weights)
-    if (w.kind != WeightKind::kBuffer) total += w.shape.NumElements();
+    if (w.kind != WeightKind::kBuffer && w.presence != Presence::kUnused) {
+      total += w.shape.NumElements();
+    }
   return total;
+}
+
+weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir) {
+  weights::Checkpoint ckpt = weights::Checkpoint::Open(dir);
+  if (config.wrapper_model_type.empty()) return ckpt;
+  // save_pretrained writes the hub's names (language_model.model.*, language_model.lm_head.*);
+  // transformers 5's in-memory names are model.language_model.* and lm_head.*.
+  const auto starts = [](const std::string& s, const std::string& prefix) {
+    return s.rfind(prefix, 0) == 0;
+  };
+  bool hub = false, in_memory = false;
+  for (const std::string& name : ckpt.Names()) {
+    hub = hub || starts(name, "language_model.");
+    in_memory = in_memory || starts(name, "model.language_model.");
+  }
+  if (!hub && !in_memory) {
+    Fail(dir, ": config.json is a ", config.wrapper_model_type,
+         " (vision-language) config, but the checkpoint holds no language_model.* or ",
+         "model.language_model.* tensors");
+  }
+  ckpt.Rename([&](const std::string& name) -> std::string {
+    if (hub) return starts(name, "language_model.") ? name.substr(15) : "";
+    if (starts(name, "model.language_model.")) return "model." + name.substr(21);
+    return starts(name, "lm_head.") ? name : "";
+  });
+  return ckpt;
 }
 
 CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Checkpoint& ckpt) {
@@ -48,9 +76,21 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
     if (ckpt.Has(LayerPrefix(l) + "mlp.experts.gate_up_proj")) report.expert_layout = ExpertLayout::kFused;
     break;
   }
-  report.weights = ExpectedWeights(config, report.expert_layout);
-
   std::set<std::string> explained;
+  for (ExpectedWeight& w : ExpectedWeights(config, report.expert_layout)) {
+    const bool held = ckpt.Has(w.name);
+    if (w.presence != Presence::kRequired && !held) continue;
+    if (w.presence == Presence::kUnused) {
+      // Accepted and explained, but neither loaded nor counted (transformers drops it).
+      explained.insert(w.name);
+      if (!(ckpt.Get(w.name).shape == w.shape)) {
+        Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", ckpt.Get(w.name).shape.ToString(),
+             " but config.json implies ", w.shape.ToString());
+      }
+      continue;
+    }
+    report.weights.push_back(std::move(w));
+  }
   for (const ExpectedWeight& w : report.weights) {
     explained.insert(w.name);
     if (!ckpt.Has(w.name)) Fail(ckpt.dir(), ": checkpoint is missing tensor '", w.name, "'");

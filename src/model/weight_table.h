@@ -43,12 +43,21 @@ struct FusedExperts {
 using TensorTarget = std::variant<std::monostate, kernels::WeightRef*, ops::NormWeight*,
                                   std::vector<float>*, FusedExperts>;
 
+// Whether a checkpoint must hold a tensor.
+enum class Presence : uint8_t {
+  kRequired,
+  kOptional,  // Loaded when present; else its target stays empty (A.X-K1's score correction bias).
+  kUnused,    // Accepted (shape-checked) when present, never loaded nor counted: a tensor the
+              // checkpoint stores but transformers drops (A.X-K1's dense-layer post_mlp_layernorm).
+};
+
 struct ExpectedWeight {
   std::string name;
   Shape shape;
   WeightKind kind;
   QuantizeRule quantize = QuantizeRule::kKeep;
   TensorTarget target;  // monostate when only listing
+  Presence presence = Presence::kRequired;
 };
 
 // How the routed experts of MoE layers are stored.
@@ -74,7 +83,14 @@ struct CheckpointReport {
   std::vector<std::string> unused;   // Tensors nothing in the config explains.
 };
 
-// Checks that `ckpt` holds every expected tensor with the expected shape (and, for FP8 configs,
+// The checkpoint in `dir` as `config` reads it: for a vision-language wrapper (config.
+// wrapper_model_type), only its language model's tensors, under the text model's names
+// (language_model.model.* or model.language_model.* as model.*, language_model.lm_head.* or
+// lm_head.* as lm_head.*). Throws latent::Error when it holds neither form.
+weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir);
+
+// Checks that `ckpt` holds every expected tensor (report.weights: those it holds and latent loads,
+// without kOptional ones it lacks and kUnused ones) with the expected shape (and, for FP8 configs,
 // a float8 weight with a weight_scale_inv of [ceil(N/bn), ceil(K/bk)]). Throws latent::Error
 // naming the first missing or misshapen tensor.
 CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Checkpoint& ckpt);

@@ -94,11 +94,34 @@ void RouteSigmoidNoauxTc(const RouteArgs& a) {
   }
 }
 
+void RouteSoftmaxGroupTop2(const RouteArgs& a) {
+  float* scores = a.scratch;
+  float* masked = a.scratch + a.num_experts;
+  float* group_scores = a.scratch + 2 * a.num_experts;
+  Softmax(a.logits, a.num_experts, scores);
+  const int64_t per_group = a.num_experts / a.n_group;
+  for (int64_t g = 0; g < a.n_group; ++g) {
+    int32_t best[2];
+    TopK(scores + g * per_group, per_group, 2, best);
+    group_scores[g] = scores[g * per_group + best[0]] + scores[g * per_group + best[1]];
+  }
+  std::copy(scores, scores + a.num_experts, masked);
+  MaskGroups(masked, group_scores, a, 0.0f);
+  TopK(masked, a.num_experts, a.top_k, a.experts);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < a.top_k; ++i) sum += a.weights[i] = scores[a.experts[i]];
+  const float denominator = a.norm_topk_prob ? sum + 1e-20f : 1.0f;
+  for (int64_t i = 0; i < a.top_k; ++i) {
+    a.weights[i] = a.weights[i] / denominator * a.routed_scaling_factor;
+  }
+}
+
 const char* TopkMethodName(TopkMethod method) {
   switch (method) {
     case TopkMethod::kGreedy: return "greedy";
     case TopkMethod::kGroupLimitedGreedy: return "group_limited_greedy";
     case TopkMethod::kNoauxTc: return "noaux_tc";
+    case TopkMethod::kGroupTop2: return "group_top2";
   }
   return "?";
 }
@@ -113,6 +136,9 @@ RouteFn RouterFor(ScoringFunc scoring, TopkMethod method) {
     return RouteSoftmaxGroupLimited;
   }
   if (scoring == ScoringFunc::kSigmoid && method == TopkMethod::kNoauxTc) return RouteSigmoidNoauxTc;
+  if (scoring == ScoringFunc::kSoftmax && method == TopkMethod::kGroupTop2) {
+    return RouteSoftmaxGroupTop2;
+  }
   Fail("no router for scoring_func '", ScoringFuncName(scoring), "' with topk_method '",
        TopkMethodName(method), "'");
 }

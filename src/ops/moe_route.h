@@ -9,7 +9,7 @@ namespace latent::ops {
 // How scores are made from the router logits, and how the top k are chosen (config.json's
 // scoring_func and topk_method).
 enum class ScoringFunc : uint8_t { kSoftmax, kSigmoid };
-enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+enum class TopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc, kGroupTop2 };
 const char* TopkMethodName(TopkMethod method);
 const char* ScoringFuncName(ScoringFunc func);
 
@@ -36,6 +36,10 @@ void RouteSoftmaxGroupLimited(const RouteArgs& args);
 // the sum of their two best biased scores; the k best in the kept groups (others -inf);
 // weights are the unbiased sigmoid scores, renormalised when norm_topk_prob.
 void RouteSigmoidNoauxTc(const RouteArgs& args);
+// Mistral 4: softmax scores (in the hidden dtype: f32 here); groups ranked by the sum of their two
+// best scores, the topk_group best kept (others scored 0), then the k best; weights are the
+// unmasked scores, renormalised when norm_topk_prob. No correction bias.
+void RouteSoftmaxGroupTop2(const RouteArgs& args);
 
 // The router of a (scoring, topk_method) pair: every router kind behind one function. Throws
 // latent::Error for a pair no family uses (softmax + noaux_tc, sigmoid + greedy).

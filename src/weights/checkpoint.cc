@@ -105,7 +105,24 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
 TensorView Checkpoint::Get(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) Fail(dir_, ": checkpoint has no tensor '", name, "'");
-  return it->second->View(name);
+  auto stored = stored_name_.find(name);
+  return it->second->View(stored != stored_name_.end() ? stored->second : name);
+}
+
+void Checkpoint::Rename(const std::function<std::string(const std::string&)>& rename) {
+  std::unordered_map<std::string, const SafetensorsFile*> where;
+  std::unordered_map<std::string, std::string> stored_name;
+  for (const auto& [name, file] : where_) {
+    const std::string renamed = rename(name);
+    if (renamed.empty()) continue;
+    if (!where.emplace(renamed, file).second) {
+      Fail(dir_, ": two tensors are both named '", renamed, "'");
+    }
+    auto stored = stored_name_.find(name);
+    stored_name.emplace(renamed, stored != stored_name_.end() ? stored->second : name);
+  }
+  where_ = std::move(where);
+  stored_name_ = std::move(stored_name);
 }
 
 std::vector<std::string> Checkpoint::Names() const {

@@ -2,6 +2,7 @@
 // model.safetensors.index.json. Looks tensors up by name across shards, without copying.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,11 +30,15 @@ class Checkpoint {
   // The element types found, in DType order.
   std::set<DType> DTypes() const;
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  // Keeps only the tensors `rename` gives a (non-empty) name, under that name: the text model of a
+  // vision-language checkpoint (language_model.model.* as model.*), without its vision tower.
+  void Rename(const std::function<std::string(const std::string&)>& rename);
 
  private:
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, const SafetensorsFile*> where_;
+  std::unordered_map<std::string, std::string> stored_name_;  // After Rename: name -> name in file
 };
 
 }  // namespace latent::weights

@@ -41,6 +41,15 @@ const Arch* FindArch(const std::string& model_type) {
   return nullptr;
 }
 
+bool IsWrapperModelType(const std::string& model_type) {
+  for (const Arch& arch : Archs()) {
+    for (const std::string& type : arch.wrapper_model_types) {
+      if (type == model_type) return true;
+    }
+  }
+  return false;
+}
+
 const Arch& ArchOf(const ModelConfig& config) {
   for (const Arch& arch : Archs()) {
     if (arch.name == config.architecture) return arch;
@@ -59,7 +68,7 @@ std::string SupportedModelTypes() {
 
 std::unique_ptr<Model> LoadModel(const std::string& dir, const LoadOptions& options) {
   ModelConfig config = ModelConfig::Load(dir);
-  weights::Checkpoint ckpt = weights::Checkpoint::Open(dir);
+  weights::Checkpoint ckpt = OpenCheckpoint(config, dir);
   const Arch& arch = ArchOf(config);
   return arch.create(std::move(config), std::move(ckpt), options);
 }

@@ -40,6 +40,9 @@ struct Arch {
   std::string name;                      // The family: "deepseek_v3"
   std::vector<std::string> model_types;  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
   ArchDefaults defaults;
+  // Vision-language model_types whose config.json holds this family's config under text_config
+  // ({"mistral3"} for mistral4); their vision tower is not loaded.
+  std::vector<std::string> wrapper_model_types;
   // Reads and checks the family's own keys, after the common ones (model_config.cc). May be null.
   void (*parse)(const ConfigReader& top, ModelConfig& config) = nullptr;
   // Visits every tensor of a checkpoint of `config`, in checkpoint order (no targets).
@@ -55,6 +58,8 @@ struct Arch {
 const std::vector<Arch>& Archs();
 // The family that reads `model_type`, or null.
 const Arch* FindArch(const std::string& model_type);
+// Whether some family reads configs of `model_type` under their text_config (mistral3).
+bool IsWrapperModelType(const std::string& model_type);
 // The family of a parsed config (config.architecture).
 const Arch& ArchOf(const ModelConfig& config);
 
