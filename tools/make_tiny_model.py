@@ -30,6 +30,7 @@ import argparse
 import copy
 import json
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -282,6 +283,42 @@ PRESETS["glm_moe_dsa"] = {
 }
 
 
+# LongCat-Flash: per layer two MLA sublayers, two dense MLPs and a shortcut MoE whose router scores
+# 7 routed plus 3 identity ("zero") experts (top 3: tokens often pick identity experts, and the
+# correction bias changes some choices); the LoRA scales sqrt(D / q_lora) and sqrt(D / kv_lora)
+# are far from 1 at these dims. Saved with LongCat's own key names (num_layers, ffn_hidden_size,
+# expert_ffn_hidden_size, moe_topk, zero_expert_num).
+PRESETS["longcat_flash"] = {
+    "arch": "longcat_flash",
+    "help": "LongCat-Flash style: 2 MLA + 2 MLP + shortcut MoE per layer, 7 routed + 3 identity "
+    "experts (top 3), routed_scaling_factor 1.7, LoRA scales, rms eps 1e-5",
+    "config": {
+        "vocab_size": 259,
+        "hidden_size": 62,
+        "num_attention_heads": 3,
+        "ffn_hidden_size": 70,
+        "expert_ffn_hidden_size": 20,
+        "num_layers": 2,
+        "q_lora_rank": 30,
+        "kv_lora_rank": 21,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "head_dim": 8,  # the rotary dim of transformers' LongcatFlashRotaryEmbedding: must be qk_rope_head_dim
+        "v_head_dim": 12,
+        "n_routed_experts": 7,
+        "zero_expert_num": 3,
+        "moe_topk": 3,
+        "routed_scaling_factor": 1.7,
+        "max_position_embeddings": 512,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+    },
+}
+
+
 def preset_listing() -> str:
     lines = []
     for name, preset in PRESETS.items():
@@ -289,8 +326,9 @@ def preset_listing() -> str:
         dims = (
             f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c['q_lora_rank']} "
             f"kv_lora={c['kv_lora_rank']} nope/rope/v={c['qk_nope_head_dim']}/{c['qk_rope_head_dim']}/"
-            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c['num_experts_per_tok']} "
-            f"shared={c['n_shared_experts']} layers={c['num_hidden_layers']} vocab={c['vocab_size']}"
+            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c.get('num_experts_per_tok', c.get('moe_topk'))} "
+            f"shared={c.get('n_shared_experts', 0)} layers={c.get('num_hidden_layers', c.get('num_layers'))} "
+            f"vocab={c['vocab_size']}"
         )
         lines.append(f"{name:28s} {preset['help']}\n{'':28s} {dims}")
     return "\n".join(lines)
@@ -406,7 +444,9 @@ def build_config(arch: str, kwargs: dict[str, Any]):
     check_routing_groups(arch, kwargs)
 
     config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config,
-                  "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}[arch]
+                  "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}.get(arch)
+    if arch == "longcat_flash":
+        from transformers import LongcatFlashConfig as config_cls
     try:
         return config_cls(**kwargs)
     except (StrictDataclassError, TypeError, ValueError) as e:
@@ -447,6 +487,10 @@ ROUTER_GAIN = 2.0
 SCORE_BIAS_STD = 0.1  # e_score_correction_bias, shifts V3 choices without dominating them
 
 
+# LongCat's per-sublayer norms: input_layernorm.0.weight, post_attention_layernorm.1.weight.
+LONGCAT_NORM = re.compile(r"layernorm\.\d+\.weight$")
+
+
 def weight_gain(name: str) -> float:
     for suffix, gain in GAIN_BY_SUFFIX.items():
         if name.endswith(suffix):
@@ -465,11 +509,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
     for name, param in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
             value = randn_like(param) * EMBED_STD
-        elif param.ndim == 1 and name.endswith("norm.weight"):
+        elif param.ndim == 1 and (name.endswith("norm.weight") or LONGCAT_NORM.search(name)):
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm
             value = NORM_JITTER * randn_like(param)
-        elif name.endswith("mlp.gate.weight"):
+        elif name.endswith(("mlp.gate.weight", "router.classifier.weight")):  # routers
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:
             # Linear weights [out, in] and fused experts [E, out, in]: fan_in is the last dim.
@@ -488,7 +532,9 @@ def build_model(arch: str, config, seed: int, dtype: torch.dtype):
                               GlmMoeDsaForCausalLM)
 
     model_cls = {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM,
-                 "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}[arch]
+                 "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}.get(arch)
+    if arch == "longcat_flash":
+        from transformers import LongcatFlashForCausalLM as model_cls
     torch.manual_seed(seed)
     model = model_cls(config)  # float32
     # Randomize in float32 so a bf16 model is exactly the rounded float32 model of the same seed.

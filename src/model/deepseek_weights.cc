@@ -115,6 +115,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   // The family's one tensor list, this time with targets: each tensor goes where it says, converted
   // as its rule says.
   tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
+    if (t.kind == WeightKind::kUnused) return;  // transformers never reads it either
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
     auto converted = [&](const kernels::WeightRef& ref) {

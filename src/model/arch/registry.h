@@ -40,6 +40,9 @@ struct Arch {
   std::string name;                      // The family: "deepseek_v3"
   std::vector<std::string> model_types;  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
   ArchDefaults defaults;
+  // Rewrites config.json before the common keys are read (a family's names for them, such as
+  // LongCat's num_layers and ffn_hidden_size). May be null.
+  void (*prepare)(Json& config_json, const std::string& source) = nullptr;
   // Reads and checks the family's own keys, after the common ones (model_config.cc). May be null.
   void (*parse)(const ConfigReader& top, ModelConfig& config) = nullptr;
   // Visits every tensor of a checkpoint of `config`, in checkpoint order (no targets).
