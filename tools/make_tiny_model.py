@@ -293,7 +293,9 @@ PRESETS["longcat_flash"] = {
     "help": "LongCat-Flash style: 2 MLA + 2 MLP + shortcut MoE per layer, 7 routed + 3 identity "
     "experts (top 3), routed_scaling_factor 1.7, LoRA scales, rms eps 1e-5",
     "config": {
-        "vocab_size": 259,
+        # 263: with seed 0 this model sometimes emits EOS (id 1) within a few greedy tokens, which
+        # the engine property test's workload needs (early stops as well as full lengths).
+        "vocab_size": 263,
         "hidden_size": 62,
         "num_attention_heads": 3,
         "ffn_hidden_size": 70,
@@ -857,6 +859,11 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
     if saved_model_type:
         # transformers has no kimi_k2 mapping: the architecture stays DeepseekV3ForCausalLM.
         update_config_json(out, {"model_type": saved_model_type})
+    if preset["arch"] == "longcat_flash":
+        # transformers reads num_hidden_layers as 2 * num_layers (one per MLA sublayer) but does not
+        # save it; stated, config.json says how many latent rows a token caches, as every other
+        # family's does (transformers loads it back unchanged; latent checks the two agree).
+        update_config_json(out, {"num_hidden_layers": config.num_hidden_layers})
     if args.fp8:
         quantize_checkpoint_fp8(out, args.fp8_block)
     if args.tokenizer is not None:
