@@ -673,6 +673,7 @@ def is_fp8_quantized_weight(name: str, tensor: torch.Tensor) -> bool:
         return False
     return not (
         name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight") or name.endswith("mlp.gate.weight")
+        or name.endswith("router.classifier.weight")
     )
 
 

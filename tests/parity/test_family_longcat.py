@@ -141,6 +141,8 @@ def test_info_parameters_and_two_cache_rows_per_layer(longcat, cache_dtype, valu
     config = reference.config
     got = info(model_dir, "--cache-dtype", cache_dtype)
     assert got["architecture"] == "longcat_flash"
+    assert got["moe"]["routed_experts"] == config.n_routed_experts
+    assert got["moe"]["identity_experts"] == config.zero_expert_num
     assert got["num_parameters"] == reference.num_parameters()
     assert got["num_layers"] == config.num_layers
     values = config.kv_lora_rank + config.qk_rope_head_dim
@@ -153,6 +155,7 @@ def test_info_parameters_and_two_cache_rows_per_layer(longcat, cache_dtype, valu
     assert got["unused_tensors"] == []
     text = run_latent("info", "--model", str(model_dir)).stdout
     assert "longcat_flash (model_type longcat_flash)" in text and "mla.latent.1" in text
+    assert f"0 shared, {config.zero_expert_num} identity;" in text
 
 
 def test_identity_expert_rows_are_optional(longcat, tmp_path):
@@ -196,3 +199,47 @@ def test_bad_config_gets_a_clear_error(longcat, tmp_path, mutation, message):
         return
     assert proc.returncode == 2
     assert message in proc.stderr, proc.stderr
+
+
+def test_fused_expert_layout_loads_the_same(longcat, tmp_path):
+    """transformers' in-memory layout: gate_up_proj [E+Z, 2I, D] (rows for the identity experts
+    too) and down_proj [E, D, I] per layer."""
+    from safetensors.torch import load_file, save_file
+
+    model_dir, reference = longcat
+    config = reference.config
+    routed, zero = config.n_routed_experts, config.zero_expert_num
+    tensors = load_file(model_dir / "model.safetensors")
+    fused = {k: v for k, v in tensors.items() if ".mlp.experts." not in k}
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}.mlp.experts."
+        fused[p + "gate_up_proj"] = torch.stack(
+            [torch.cat([tensors[f"{p}{e}.gate_proj.weight"], tensors[f"{p}{e}.up_proj.weight"]])
+             for e in range(routed + zero)])
+        fused[p + "down_proj"] = torch.stack([tensors[f"{p}{e}.down_proj.weight"] for e in range(routed)])
+    out = tmp_path / "fused"
+    shutil.copytree(model_dir, out)
+    save_file(fused, out / "model.safetensors", metadata={"format": "pt"})
+    got = info(out)
+    assert got["expert_layout"] == "fused"
+    assert got["num_parameters"] == reference.num_parameters()
+    ids = prompt(config.vocab_size, 7)
+    np.testing.assert_array_equal(latent_logits(out, ids), latent_logits(model_dir, ids))
+
+
+@pytest.fixture(scope="module")
+def fp8_case(tiny_models, tmp_path_factory):
+    model_dir = tiny_models.get(PRESET, "--fp8", "--fp8-block", "16", "--dtype", "float32")
+    reference = load_reference(model_dir, tmp_path_factory.mktemp("fp8-reference"))
+    ids = prompt(reference.config.vocab_size, 24)
+    with torch.no_grad():
+        return model_dir, ids, reference(torch.tensor([ids])).logits[0].float().numpy()
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_fp8_block_checkpoint_matches_its_dequantized_reference(fp8_case, form):
+    """DeepSeek-style fp8 blocks on the linear weights (the router classifier stays f32)."""
+    model_dir, ids, ref = fp8_case
+    ours = latent_logits(model_dir, ids, form)
+    err = np.abs(ours - ref).max()
+    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
