@@ -1,5 +1,7 @@
 #include "cache/block_table.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace latent::cache {
@@ -30,13 +32,26 @@ void BlockTable::Free(BlockPool& pool) {
   hashes_.clear();
 }
 
-int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens) {
+std::span<const int32_t> BlockTable::BlockKey(std::span<const int32_t> tokens, int64_t i,
+                                              int64_t regime_boundary,
+                                              std::vector<int32_t>& scratch) const {
+  auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
+  const int64_t before = std::clamp<int64_t>(regime_boundary - i * block_tokens_, 0, block_tokens_);
+  if (before == 0) return block_tokens;  // The common case keeps the plain key.
+  scratch.assign(block_tokens.begin(), block_tokens.end());
+  scratch.push_back(static_cast<int32_t>(-1 - before));
+  return scratch;
+}
+
+int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens,
+                                int64_t regime_boundary) {
   LATENT_CHECK(blocks_.empty());
   if (tokens.empty()) return 0;
   const int64_t max_blocks = static_cast<int64_t>(tokens.size() - 1) / block_tokens_;
   BlockHash parent = 0;
+  std::vector<int32_t> scratch;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
+    auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
     const BlockHash hash = HashBlock(parent, block_tokens);
     std::optional<BlockId> block = pool.Lookup(hash, block_tokens, parent);
     if (!block) break;
@@ -48,11 +63,13 @@ int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens
   return static_cast<int64_t>(blocks_.size()) * block_tokens_;
 }
 
-void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed) {
+void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed,
+                                  int64_t regime_boundary) {
   if (!pool.prefix_caching()) return;
   const int64_t full = std::min<int64_t>(computed / block_tokens_, blocks_.size());
+  std::vector<int32_t> scratch;
   for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
-    auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
+    auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
     const BlockHash parent = hashes_.empty() ? 0 : hashes_.back();
     const BlockHash hash = HashBlock(parent, block_tokens);
     pool.Register(blocks_[i], hash, block_tokens, parent);

@@ -24,11 +24,18 @@ class BlockTable {
   bool Grow(BlockPool& pool, int64_t tokens);
   // Releases every block.
   void Free(BlockPool& pool);
+  // `regime_boundary`, below: positions before it were computed one way and those from it on
+  // another (the model's MLA form, expanded for a long prompt and absorbed after). Rows computed
+  // differently differ in their last bits, so a block's identity includes how many of its
+  // positions lie before the boundary: a prefix hit then only ever serves rows computed exactly
+  // as the sequence itself would compute them.
+  //
   // Takes the longest chain of cached full blocks matching `tokens`, never covering the last
   // token (its logits must be computed). Returns the number of tokens covered.
-  int64_t MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens);
+  int64_t MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens, int64_t regime_boundary = 0);
   // Registers the full blocks among the first `computed` tokens for prefix caching.
-  void RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed);
+  void RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed,
+                        int64_t regime_boundary = 0);
   // Shares `other`'s full blocks (retained) and returns how many tokens they cover; the caller
   // copies the partial last block into a fresh one.
   int64_t ShareFullBlocks(BlockPool& pool, const BlockTable& other, int64_t tokens);
@@ -37,6 +44,11 @@ class BlockTable {
   uint32_t block_tokens_;
   std::vector<BlockId> blocks_;
   std::vector<BlockHash> hashes_;  // hashes of the leading full blocks registered so far
+
+  // What identifies block `i`: its tokens, then (when any of its positions lie before
+  // `regime_boundary`) a negative marker no token id can equal.
+  std::span<const int32_t> BlockKey(std::span<const int32_t> tokens, int64_t i,
+                                    int64_t regime_boundary, std::vector<int32_t>& scratch) const;
 };
 
 }  // namespace latent::cache

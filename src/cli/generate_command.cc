@@ -97,7 +97,9 @@ Runner RegisterGenerate(CLI::App& app) {
         Fail("internal: generate's cache is too small");
       }
       batch.Clear();
-      batch.AddSequence(step, position, table.blocks(), /*last_logits=*/true);
+      batch.AddSequence(step, position, table.blocks(),
+                        model::ExpandedPositions(m->config(), form, static_cast<int64_t>(ids.size())),
+                        /*last_logits=*/true);
       m->Forward(batch, form, logits.data());
       position += static_cast<int64_t>(step.size());
       const int32_t token =

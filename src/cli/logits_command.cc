@@ -38,7 +38,8 @@ void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t c
     if (!table.Grow(cache.pool(), end)) Fail("internal: chunked cache too small");
     batch.Clear();
     batch.AddSequence(std::span<const int32_t>(ids).subspan(start, end - start), start,
-                      table.blocks(), /*last_logits=*/true, /*all_logits=*/true);
+                      table.blocks(), model::ExpandedPositions(config, form, n),
+                      /*last_logits=*/true, /*all_logits=*/true);
     m.Forward(batch, form, logits + start * config.vocab_size, trace);
   }
   table.Free(cache.pool());

@@ -96,7 +96,7 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
     for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
       const int32_t id = token(rng);
       step.AddSequence(std::span<const int32_t>(&id, 1), context + s, tables[slot].blocks(),
-                       /*last_logits=*/true);
+                       model::ExpandedPositions(config, form, context), /*last_logits=*/true);
     }
     const Clock::time_point start = Clock::now();
     m.Forward(step, form, logits.data());

@@ -103,7 +103,8 @@ SchedulePlan Scheduler::Schedule() {
          static_cast<int32_t>(plan.chunks.size()) < options_.max_seqs) {
     Sequence* seq = waiting_.front();
     const int64_t hit =
-        seq->table.MatchPrefix(pool_, std::span(seq->tokens).first(seq->prefix_match_limit()));
+        seq->table.MatchPrefix(pool_, std::span(seq->tokens).first(seq->prefix_match_limit()),
+                               seq->expanded_below);
     seq->num_computed = hit;
     const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
     if (want == 0 || !seq->table.Grow(pool_, seq->num_computed + want)) {
@@ -128,7 +129,7 @@ void Scheduler::CommitStep(const SchedulePlan& plan) {
   for (const ScheduledChunk& chunk : plan.chunks) {
     Sequence& seq = *chunk.seq;
     seq.num_computed += chunk.num_tokens;
-    seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed);
+    seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
   }
 }
 

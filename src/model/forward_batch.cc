@@ -11,13 +11,14 @@ void ForwardBatch::Clear() {
   logits_rows.clear();
   seq_starts.assign(1, 0);
   context_lens.clear();
+  expanded_below.clear();
   block_table_starts.assign(1, 0);
   block_ids.clear();
 }
 
 void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_position,
-                               std::span<const cache::BlockId> table, bool last_logits,
-                               bool all_logits) {
+                               std::span<const cache::BlockId> table, int64_t expanded_below_pos,
+                               bool last_logits, bool all_logits) {
   LATENT_CHECK(!tokens.empty());
   if (seq_starts.empty()) seq_starts.push_back(0);
   if (block_table_starts.empty()) block_table_starts.push_back(0);
@@ -32,6 +33,7 @@ void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_po
   }
   seq_starts.push_back(static_cast<int32_t>(token_ids.size()));
   context_lens.push_back(first_position + static_cast<int64_t>(tokens.size()));
+  expanded_below.push_back(expanded_below_pos);
   block_ids.insert(block_ids.end(), table.begin(), table.end());
   block_table_starts.push_back(static_cast<int32_t>(block_ids.size()));
 }
@@ -41,6 +43,7 @@ void ForwardBatch::Validate() const {
   const size_t seqs = context_lens.size();
   LATENT_CHECK(positions.size() == tokens && seq_slots.size() == tokens);
   LATENT_CHECK(seq_starts.size() == seqs + 1 && block_table_starts.size() == seqs + 1);
+  LATENT_CHECK(expanded_below.size() == seqs);
   LATENT_CHECK(seq_starts[0] == 0 && static_cast<size_t>(seq_starts[seqs]) == tokens);
   LATENT_CHECK(block_table_starts[0] == 0 &&
                static_cast<size_t>(block_table_starts[seqs]) == block_ids.size());

@@ -1,6 +1,7 @@
 #include "model/mla_attention.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -209,6 +210,18 @@ bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
   return chunk_tokens * absorbed_extra > d.latent * (d.nope + d.v);
 }
 
+int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
+  switch (form) {
+    case AttentionForm::kAbsorbed:
+      return 0;
+    case AttentionForm::kExpanded:
+      return std::numeric_limits<int64_t>::max();
+    case AttentionForm::kAuto:
+      break;
+  }
+  return PreferExpanded(MlaDimsOf(config), prompt_tokens) ? prompt_tokens : 0;
+}
+
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
@@ -295,13 +308,18 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
   std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
   for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
-    const SequenceTokens seq = SequenceOf(batch, slot);
-    const bool expanded = form == AttentionForm::kExpanded ||
-                          (form == AttentionForm::kAuto && PreferExpanded(d, seq.end - seq.begin));
-    if (!expanded) {
-      for (int64_t row = seq.begin; row < seq.end; ++row) absorbed.push_back(row);
-      continue;
-    }
+    const SequenceTokens chunk = SequenceOf(batch, slot);
+    // The sequence's tokens below `expanded_below` run expanded, the rest absorbed: a chunk of a
+    // sequence recomputed after a preemption may hold some of each.
+    const int64_t expanded_below = form == AttentionForm::kExpanded  ? std::numeric_limits<int64_t>::max()
+                                   : form == AttentionForm::kAbsorbed ? 0
+                                                                      : batch.expanded_below[slot];
+    SequenceTokens seq = chunk;
+    seq.end = seq.begin;
+    while (seq.end < chunk.end && batch.positions[seq.end] < expanded_below) ++seq.end;
+    for (int64_t row = seq.end; row < chunk.end; ++row) absorbed.push_back(row);
+    if (seq.end == seq.begin) continue;
+    seq.context = batch.positions[seq.end - 1] + 1;
     std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
     cache.GatherRows(batch.BlockTable(slot), layer, latent_row, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);

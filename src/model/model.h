@@ -27,6 +27,10 @@ struct ForwardBatch {
   std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
   std::vector<int32_t> seq_starts;   // [S + 1] first batch row of each sequence, then T
   std::vector<int64_t> context_lens;  // [S] positions cached once the step ran (last position + 1)
+  // [S] under AttentionForm::kAuto, the sequence's positions below this are computed in the
+  // expanded MLA form and the rest absorbed (ExpandedPositions below): a property of the
+  // sequence, so a token's form never depends on the chunk or batch that carries it.
+  std::vector<int64_t> expanded_below;
   // Block-table rows, ragged: sequence s's block ids are
   // block_ids[block_table_starts[s] .. block_table_starts[s + 1]).
   std::vector<int32_t> block_table_starts;  // [S + 1]
@@ -42,10 +46,11 @@ struct ForwardBatch {
   // Empties every array, keeping their memory and `rows`.
   void Clear();
   // Appends sequence `tokens` at positions [first_position, first_position + tokens.size()) with
-  // its block-table row as the next slot; logits of its last token when `last_logits`, of every
-  // token when `all_logits`.
+  // its block-table row as the next slot and its ExpandedPositions; logits of its last token when
+  // `last_logits`, of every token when `all_logits`.
   void AddSequence(std::span<const int32_t> tokens, int64_t first_position,
-                   std::span<const cache::BlockId> table, bool last_logits, bool all_logits = false);
+                   std::span<const cache::BlockId> table, int64_t expanded_below, bool last_logits,
+                   bool all_logits = false);
   // Fails unless the per-sequence arrays agree with token_ids/positions/seq_slots and every
   // table covers its sequence's context (a malformed batch, not bad input).
   void Validate() const;
@@ -57,8 +62,15 @@ enum CacheRowKind : int {
   kIndexRow = 1,   // dsa.index_k: the DSA indexer's key, index_head_dim values
 };
 
-// How MLA attention is computed (DESIGN §5). kAuto picks per sequence by chunk length.
+// How MLA attention is computed (DESIGN §5). kAuto picks per token, by ExpandedPositions.
 enum class AttentionForm : uint8_t { kAuto, kAbsorbed, kExpanded };
+
+// The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded:
+// [0, result). Under kAuto the whole prompt when it is long enough for the expanded form to cost
+// fewer FLOPs, else none; generated tokens are always absorbed. A function of the request alone
+// (not of how its prompt was chunked, batched or recomputed after a preemption), because the two
+// forms round differently and seeded sampling over a flat distribution would show it.
+int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens);
 
 // Optional record of what a forward pass decided, for tests and debugging.
 struct ForwardTrace {

@@ -13,6 +13,7 @@
 #include "tokenizer/post_processors.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tiktoken_tokenizer.h"
+#include "tokenizer/transformers_class.h"
 #include "tokenizer/unicode.h"
 
 namespace latent::tokenizer {
@@ -115,8 +116,14 @@ Tokenizer Tokenizer::FromDir(const std::string& dir) {
 }
 
 Tokenizer Tokenizer::FromJson(std::string_view tokenizer_json, std::string_view config_json) {
-  const Json j = ParseJson(tokenizer_json, "tokenizer.json");
+  Json j = ParseJson(tokenizer_json, "tokenizer.json");
   if (!j.is_object()) Fail("tokenizer: tokenizer.json must hold an object");
+  Json config = Json::object();
+  if (!config_json.empty()) {
+    config = ParseJson(config_json, "tokenizer_config.json");
+    if (!config.is_object()) Fail("tokenizer: tokenizer_config.json must hold an object");
+  }
+  ApplyTransformersClass(j, config, tokenizer_json);
   auto impl = std::make_unique<Impl>();
   try {
     if (!j.contains("model")) Fail("tokenizer.json: no \"model\"");
@@ -130,11 +137,6 @@ Tokenizer Tokenizer::FromJson(std::string_view tokenizer_json, std::string_view 
     Fail("tokenizer.json: malformed: ", e.what());
   }
 
-  Json config = Json::object();
-  if (!config_json.empty()) {
-    config = ParseJson(config_json, "tokenizer_config.json");
-    if (!config.is_object()) Fail("tokenizer: tokenizer_config.json must hold an object");
-  }
   Tokenizer tok(std::move(impl));
   if (auto bos = ConfigToken(config, "bos_token")) tok.impl_->bos = tok.TokenToId(*bos);
   if (auto eos = ConfigToken(config, "eos_token")) tok.impl_->eos = tok.TokenToId(*eos);

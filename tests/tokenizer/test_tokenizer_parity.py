@@ -3,12 +3,13 @@
 without skip_special_tokens, and streaming detokenization token by token, over a seeded corpus of
 3,000+ strings (tokenizer_corpus.py) plus random id sequences for decoding.
 
-The reference for add_special_tokens=True is tokenizer.json's post_processor, which is what HF
-tokenizers and transformers 5's AutoTokenizer both apply for deepseek_v3 and qwen3 (transformers 5
+The reference is the HF `tokenizers` pipeline that transformers 5's AutoTokenizer runs
+(`backend_tokenizer`). For deepseek_v3 and qwen3 that is tokenizer.json as written (transformers 5
 ignores tokenizer_config's add_bos_token when tokenizer.json exists; DeepSeek V3 therefore gets no
 BOS). For llama2, transformers 5's LlamaTokenizer rebuilds the pipeline (a Metaspace pre-tokenizer
-instead of the file's Prepend/Replace normalizers), which differs from tokenizer.json on leading
-spaces and text after special tokens; latent follows tokenizer.json, as HF tokenizers does."""
+instead of the file's Prepend/Replace normalizers), which differs from tokenizer.json as written on
+leading spaces and text after special tokens; latent applies the same rebuild
+(src/tokenizer/transformers_class.cc), since users compare with AutoTokenizer."""
 
 from __future__ import annotations
 
@@ -56,11 +57,11 @@ class Reference:
     """HF tokenizers on one tokenizer.json, and the corpus for it."""
 
     def __init__(self, name: str):
-        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer
 
         self.name = name
         self.dir = tokenizer_dir(name)
-        self.hf = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
+        self.hf = AutoTokenizer.from_pretrained(str(self.dir)).backend_tokenizer
         added = self.hf.get_added_tokens_decoder()
         # All non-special added tokens and a spread of the special ones (DeepSeek has ~800).
         specials = sorted((t.content for t in added.values() if t.special))
@@ -125,7 +126,7 @@ def test_encode_matches_hf(name, add_special_tokens, tmp_path):
     assert mismatch is None, f"{n_bad} of {len(got)} differ; first: {mismatch}"
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "qwen3"])
+@pytest.mark.parametrize("name", NAMES)
 def test_encode_matches_transformers_autotokenizer(name):
     """The user-facing truth for add_special_tokens=True: AutoTokenizer(...).encode(text)."""
     from transformers import AutoTokenizer

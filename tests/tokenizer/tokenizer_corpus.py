@@ -183,6 +183,15 @@ def corpus(added_tokens: list[str] | None = None) -> list[str]:
     for _ in range(80):
         out.append("".join(rng.choice(SPACES + ["a", "b", "1", "。", "é"]) for _ in range(rng.randint(1, 25))))
 
+    # Text that begins with mixed whitespace (a prefix-space rule must not double a leading "▁"):
+    # every pair of kinds, runs of 1 to 4, before a word and before a space-led word.
+    leading = [" ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2009", "▁"]
+    for first in leading:
+        for second in leading:
+            for n in [1, 2, 4]:
+                out += [first * n + second + "x", first * n + second + " word", first + second * n]
+    out += ["    \tx", "  \t  \n  x", " \t\u00a0\u3000 x", "\t    def f():\n        return 1"]
+
     # Punctuation, symbols and contractions.
     out += PUNCT + [" ".join(PUNCT), "".join(PUNCT)]
     for _ in range(60):

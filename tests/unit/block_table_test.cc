@@ -177,6 +177,39 @@ TEST(BlockTableTest, PrefixCachingOffNeverMatches) {
   EXPECT_EQ(pool.NumAvailable(), 8);
 }
 
+// Blocks computed with a different regime boundary (the MLA form switch) hold rows that differ in
+// their last bits: they match only a sequence that puts its boundary at the same place within them.
+TEST(BlockTableTest, MatchPrefixHonoursTheRegimeBoundary) {
+  BlockPool pool(32, true);
+  const auto tokens = Range(10, 13);  // Blocks [10..13], [14..17], [18..21], then token 22.
+  BlockTable expanded(4);             // Positions 0..9 computed one way (boundary 10), 10.. another.
+  ASSERT_TRUE(expanded.Grow(pool, 13));
+  expanded.RegisterComputed(pool, tokens, 13, /*regime_boundary=*/10);
+
+  BlockTable plain(4);  // Boundary 0: no block of `expanded` was computed like this.
+  EXPECT_EQ(plain.MatchPrefix(pool, tokens), 0);
+  BlockTable same(4);
+  EXPECT_EQ(same.MatchPrefix(pool, tokens, 10), 12);
+  EXPECT_EQ(same.blocks(), std::vector<BlockId>(expanded.blocks().begin(), expanded.blocks().begin() + 3));
+  BlockTable earlier(4);  // Boundary 9: block 0 and 1 agree (all before it), block 2 does not.
+  EXPECT_EQ(earlier.MatchPrefix(pool, tokens, 9), 8);
+  BlockTable later(4);  // Boundary 12: block 2 lies wholly before it, unlike in `expanded`.
+  EXPECT_EQ(later.MatchPrefix(pool, tokens, 12), 8);
+  // Blocks wholly after the boundary in both keep the plain key: a boundary-0 table registers
+  // its own block 0 alongside, and each sequence finds its own.
+  const BlockId first_expanded = expanded.blocks()[0];
+  BlockTable plain_owner(4);
+  ASSERT_TRUE(plain_owner.Grow(pool, 13));
+  plain_owner.RegisterComputed(pool, tokens, 13);
+  BlockTable plain_again(4);
+  EXPECT_EQ(plain_again.MatchPrefix(pool, tokens), 12);
+  EXPECT_NE(plain_again.blocks()[0], first_expanded);
+  for (BlockTable* t : {&expanded, &plain, &same, &earlier, &later, &plain_owner, &plain_again}) {
+    t->Free(pool);
+  }
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
 TEST(BlockTableTest, RegisterComputedRegistersOnlyFullComputedBlocksWithChainedHashes) {
   BlockPool pool(16, true);
   const auto tokens = Range(50, 11);  // Blocks [50..53], [54..57], [58..60] (partial).

@@ -1,0 +1,109 @@
+"""A request's output must not depend on the load (issue 18, point 3): the same seeded request gives
+the same tokens and the same logprobs, bit for bit, alone, in a full batch, chunked any way, after
+a preemption and on a prefix hit, with the default `--attention auto`.
+
+The model is the tiny DeepSeek V3 with the real 129k vocabulary (128,815 ids), where sampling at temperature 1
+over a nearly flat distribution turns any difference in the last bits of the logits into another
+token. Its MLA dims make the expanded form pay from prompts of 20 tokens on, so prompts on both
+sides of that line run here: `auto` must pick the form per token (expanded for the prompt of a long
+prompt, absorbed otherwise), never per chunk, and prefix-cache blocks computed in one form must
+never serve a sequence that computes those positions in the other.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from conftest import REPO, run_latent
+
+TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_models):
+    return tiny_models.get("deepseek_v3", "--tokenizer", str(TOKENIZER))
+
+
+@pytest.fixture(scope="module")
+def vocab(model_dir):
+    size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    assert size > 128000, "the real DeepSeek V3 vocabulary"
+    return size
+
+
+def run(model_dir, tmp_path, requests, *flags, name):
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                      "--check-invariants", *flags)
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary = json.loads([l for l in proc.stderr.splitlines()
+                          if l.startswith("latent: summary ")][-1][len("latent: summary "):])
+    assert summary["used_blocks_at_end"] == 0
+    assert [r["index"] for r in results] == list(range(len(requests)))
+    return results, summary
+
+
+def outputs(results):
+    """What must not change: the sampled ids and every logprob (floats compared exactly)."""
+    return [(r["ids"], [(lp["token"], lp["logprob"]) for lp in r["logprobs"]]) for r in results]
+
+
+def sampled(ids, seed, max_tokens=12):
+    return {"ids": ids, "max_tokens": max_tokens, "temperature": 1.0, "top_p": 0.95, "seed": seed,
+            "logprobs": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def workload(vocab):
+    """Prompts of 1 to 120 tokens (both forms), and prompts sharing a 32-token prefix whose own
+    length puts them on either side of the expanded form's threshold."""
+    rng = random.Random(31)
+    requests = [sampled([rng.randrange(2, vocab) for _ in range(rng.choice([1, 5, 12, 19, 20, 21, 40, 77, 120]))],
+                        seed=1000 + i) for i in range(18)]
+    shared = [rng.randrange(2, vocab) for _ in range(16)]
+    for i in range(10):
+        # 17 to 19 tokens: absorbed; 24 to 60: expanded. Both register and hit the shared block.
+        own = rng.choice([1, 2, 3, 8, 20, 44])
+        requests.append(sampled(shared + [rng.randrange(2, vocab) for _ in range(own)], seed=2000 + i))
+    return requests
+
+
+@pytest.fixture(scope="module")
+def alone(model_dir, workload, tmp_path_factory):
+    """Each request alone (one sequence per step, its prompt in one chunk, no prefix cache)."""
+    results, _ = run(model_dir, tmp_path_factory.mktemp("alone"), workload, "--max-seqs", "1",
+                     "--no-prefix-cache", name="alone")
+    return outputs(results)
+
+
+@pytest.mark.parametrize("budget,block_tokens", [(7, 16), (13, 1), (33, 16), (4096, 16)])
+def test_batched_and_chunked_equal_alone(model_dir, workload, alone, tmp_path, budget, block_tokens):
+    arriving = [dict(r, arrival_step=i % 7) for i, r in enumerate(workload)]
+    results, summary = run(model_dir, tmp_path, arriving, "--max-batch-tokens", str(budget),
+                           "--block-tokens", str(block_tokens), "--no-prefix-cache",
+                           name=f"batched{budget}")
+    assert outputs(results) == alone
+
+
+def test_preemption_equals_alone(model_dir, workload, alone, tmp_path):
+    results, summary = run(model_dir, tmp_path, workload, "--block-tokens", "16", "--num-blocks", "14",
+                           "--max-batch-tokens", "64", "--no-prefix-cache", name="preempted")
+    assert summary["preemptions"] > 0, "the small cache forced no preemption"
+    assert outputs(results) == alone
+
+
+def test_prefix_hits_equal_alone(model_dir, workload, alone, tmp_path):
+    # In arrival order, one at a time, so that every later request can hit the blocks of earlier
+    # ones; and then all at once under cache pressure.
+    one_by_one = [dict(r, arrival_step=3 * i) for i, r in enumerate(workload)]
+    results, summary = run(model_dir, tmp_path, one_by_one, "--block-tokens", "16", name="hits")
+    assert summary["prefix_hit_tokens"] >= 16 * 4
+    assert outputs(results) == alone
+    results, summary = run(model_dir, tmp_path, workload, "--block-tokens", "16", "--num-blocks", "14",
+                           "--max-batch-tokens", "48", name="hits-pressured")
+    assert summary["preemptions"] > 0
+    assert outputs(results) == alone
