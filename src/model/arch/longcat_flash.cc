@@ -48,8 +48,8 @@ void Prepare(Json& json, const std::string& source) {
   const ConfigReader top(json, source);
   const int64_t layers = top.PositiveInt("num_layers");
   if (top.Has("num_hidden_layers") && top.Int("num_hidden_layers") != 2 * layers) {
-    Fail(source, ": num_hidden_layers (", top.Int("num_hidden_layers"), ") must be 2 * num_layers (",
-         2 * layers, ") for longcat_flash");
+    Fail(source, ": num_hidden_layers (", top.Int("num_hidden_layers"),
+         ") must be 2 * num_layers (", 2 * layers, ") for longcat_flash");
   }
   json["num_hidden_layers"] = layers;
   const std::pair<const char*, const char*> aliases[] = {
@@ -83,16 +83,19 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   if (!StatesRopeTheta(top)) config.rope.theta = 1e7;
   config.rope_interleave = true;  // apply_rotary_pos_emb_interleave, always
 
-  if (!config.q_lora_rank) Fail(source, ": longcat_flash needs q_lora_rank (its queries always use a LoRA)");
+  if (!config.q_lora_rank) {
+    Fail(source, ": longcat_flash needs q_lora_rank (its queries always use a LoRA)");
+  }
   if (top.Has("qk_head_dim") && top.Int("qk_head_dim") != config.qk_head_dim()) {
-    Fail(source, ": qk_head_dim (", top.Int("qk_head_dim"), ") must be qk_nope_head_dim + qk_rope_head_dim (",
-         config.qk_head_dim(), ")");
+    Fail(source, ": qk_head_dim (", top.Int("qk_head_dim"),
+         ") must be qk_nope_head_dim + qk_rope_head_dim (", config.qk_head_dim(), ")");
   }
   // transformers' rotary tables are head_dim wide (default 64) and rotate the qk_rope_head_dim
   // part: the two must agree (its forward fails otherwise).
   if (top.IntOr("head_dim", 64) != config.qk_rope_head_dim) {
-    Fail(source, ": head_dim (", top.IntOr("head_dim", 64), ", the rotary dim) must equal qk_rope_head_dim (",
-         config.qk_rope_head_dim, ") for longcat_flash");
+    Fail(source, ": head_dim (", top.IntOr("head_dim", 64),
+         ", the rotary dim) must equal qk_rope_head_dim (", config.qk_rope_head_dim,
+         ") for longcat_flash");
   }
   // transformers applies both scales whatever mla_scale_q_lora / mla_scale_kv_lora say.
   const double d = static_cast<double>(config.hidden_size);
@@ -112,7 +115,8 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   }
   config.router_bias = top.BoolOr("router_bias", false);
   if (config.norm_topk_prob) {
-    Fail(source, ": norm_topk_prob true is not supported for longcat_flash (transformers ignores it)");
+    Fail(source,
+         ": norm_topk_prob true is not supported for longcat_flash (transformers ignores it)");
   }
   if (config.n_shared_experts != 0) {
     Fail(source, ": n_shared_experts must be 0 for longcat_flash (it has no shared experts)");
@@ -132,7 +136,9 @@ void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w
     const std::string p = StrCat("model.layers.", l, ".");
     const int64_t slot = kSublayers * l;
     t.ZeroExpertMoeAt(slot, p + "mlp.");
-    for (int i = 0; i < kSublayers; ++i) t.MlaAttentionAt(slot + i, StrCat(p, "self_attn.", i, "."));
+    for (int i = 0; i < kSublayers; ++i) {
+      t.MlaAttentionAt(slot + i, StrCat(p, "self_attn.", i, "."));
+    }
     for (int i = 0; i < kSublayers; ++i) t.DenseMlpAt(slot + i, StrCat(p, "mlps.", i, "."));
     for (int i = 0; i < kSublayers; ++i) {
       t.InputNormAt(slot + i, StrCat(p, "input_layernorm.", i, ".weight"));
