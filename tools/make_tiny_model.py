@@ -30,6 +30,7 @@ import argparse
 import copy
 import json
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -287,6 +288,7 @@ PRESETS["glm_moe_dsa"] = {
 FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "axk1": ("AXK1Config", "AXK1ForCausalLM"),
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
+    "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
 # first_k_dense_replace fields: AXK1Config has mlp_layer_types).
@@ -381,6 +383,42 @@ def build_wrapper(text_model, seed: int):
     wrapped.lm_head.load_state_dict(text_model.lm_head.state_dict())
     wrapped.set_experts_implementation(REFERENCE_EXPERTS_IMPLEMENTATION)
     return wrapped.eval()
+# LongCat-Flash: per layer two MLA sublayers, two dense MLPs and a shortcut MoE whose router scores
+# 7 routed plus 3 identity ("zero") experts (top 3: tokens often pick identity experts, and the
+# correction bias changes some choices); the LoRA scales sqrt(D / q_lora) and sqrt(D / kv_lora)
+# are far from 1 at these dims. Saved with LongCat's own key names (num_layers, ffn_hidden_size,
+# expert_ffn_hidden_size, moe_topk, zero_expert_num).
+PRESETS["longcat_flash"] = {
+    "arch": "longcat_flash",
+    "help": "LongCat-Flash style: 2 MLA + 2 MLP + shortcut MoE per layer, 7 routed + 3 identity "
+    "experts (top 3), routed_scaling_factor 1.7, LoRA scales, rms eps 1e-5",
+    "config": {
+        # 263: with seed 0 this model sometimes emits EOS (id 1) within a few greedy tokens, which
+        # the engine property test's workload needs (early stops as well as full lengths).
+        "vocab_size": 263,
+        "hidden_size": 62,
+        "num_attention_heads": 3,
+        "ffn_hidden_size": 70,
+        "expert_ffn_hidden_size": 20,
+        "num_layers": 2,
+        "q_lora_rank": 30,
+        "kv_lora_rank": 21,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "head_dim": 8,  # the rotary dim of transformers' LongcatFlashRotaryEmbedding: must be qk_rope_head_dim
+        "v_head_dim": 12,
+        "n_routed_experts": 7,
+        "zero_expert_num": 3,
+        "moe_topk": 3,
+        "routed_scaling_factor": 1.7,
+        "max_position_embeddings": 512,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+    },
+}
 
 
 def preset_listing() -> str:
@@ -390,8 +428,9 @@ def preset_listing() -> str:
         dims = (
             f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c['q_lora_rank']} "
             f"kv_lora={c['kv_lora_rank']} nope/rope/v={c['qk_nope_head_dim']}/{c['qk_rope_head_dim']}/"
-            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c['num_experts_per_tok']} "
-            f"shared={c['n_shared_experts']} layers={c['num_hidden_layers']} vocab={c['vocab_size']}"
+            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c.get('num_experts_per_tok', c.get('moe_topk'))} "
+            f"shared={c.get('n_shared_experts', 0)} layers={c.get('num_hidden_layers', c.get('num_layers'))} "
+            f"vocab={c['vocab_size']}"
         )
         lines.append(f"{name:28s} {preset['help']}\n{'':28s} {dims}")
     return "\n".join(lines)
@@ -555,6 +594,10 @@ ROUTER_GAIN = 2.0
 SCORE_BIAS_STD = 0.1  # e_score_correction_bias, shifts V3 choices without dominating them
 
 
+# LongCat's per-sublayer norms: input_layernorm.0.weight, post_attention_layernorm.1.weight.
+LONGCAT_NORM = re.compile(r"layernorm\.\d+\.weight$")
+
+
 def weight_gain(name: str) -> float:
     for suffix, gain in GAIN_BY_SUFFIX.items():
         if name.endswith(suffix):
@@ -573,11 +616,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
     for name, param in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
             value = randn_like(param) * EMBED_STD
-        elif param.ndim == 1 and name.endswith("norm.weight"):
+        elif param.ndim == 1 and (name.endswith("norm.weight") or LONGCAT_NORM.search(name)):
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm
             value = NORM_JITTER * randn_like(param)
-        elif name.endswith("mlp.gate.weight"):
+        elif name.endswith(("mlp.gate.weight", "router.classifier.weight")):  # routers
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:
             # Linear weights [out, in] and fused experts [E, out, in]: fan_in is the last dim.
@@ -739,6 +782,7 @@ def is_fp8_quantized_weight(name: str, tensor: torch.Tensor) -> bool:
         return False
     return not (
         name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight") or name.endswith("mlp.gate.weight")
+        or name.endswith("router.classifier.weight")
     )
 
 
@@ -930,6 +974,11 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
     if saved_model_type:
         # transformers has no kimi_k2 mapping: the architecture stays DeepseekV3ForCausalLM.
         update_config_json(out, {"model_type": saved_model_type})
+    if preset["arch"] == "longcat_flash":
+        # transformers reads num_hidden_layers as 2 * num_layers (one per MLA sublayer) but does not
+        # save it; stated, config.json says how many latent rows a token caches, as every other
+        # family's does (transformers loads it back unchanged; latent checks the two agree).
+        update_config_json(out, {"num_hidden_layers": config.num_hidden_layers})
     if args.fp8:
         quantize_checkpoint_fp8(out, args.fp8_block)
     if args.tokenizer is not None:

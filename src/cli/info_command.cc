@@ -58,6 +58,7 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["moe"] = {{"routed_experts", config.n_routed_experts},
                  {"experts_per_token", config.num_experts_per_tok},
                  {"shared_experts", config.n_shared_experts},
+                 {"identity_experts", config.zero_expert_num},
                  {"topk_method", model::TopkMethodName(config.topk_method)},
                  {"scoring_func", model::ScoringFuncName(config.scoring_func)}};
   // The decoder's weights in memory as loaded with --quantize (the same count the load log gives).
@@ -110,8 +111,9 @@ void PrintText(const nlohmann::json& info) {
             << weights["checkpoint_bytes"] << ")\n";
   const auto& moe = info["moe"];
   std::cout << "experts:          " << moe["routed_experts"] << " routed, "
-            << moe["experts_per_token"] << " per token, " << moe["shared_experts"]
-            << " shared; " << moe["scoring_func"].get<std::string>() << " + "
+            << moe["experts_per_token"] << " per token, " << moe["shared_experts"] << " shared";
+  if (moe["identity_experts"].get<int64_t>() > 0) std::cout << ", " << moe["identity_experts"] << " identity";
+  std::cout << "; " << moe["scoring_func"].get<std::string>() << " + "
             << moe["topk_method"].get<std::string>() << " (" << info["expert_layout"].get<std::string>()
             << " layout)\n";
   if (info["ignored_tensors"].get<size_t>() > 0)

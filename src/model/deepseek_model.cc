@@ -16,6 +16,7 @@ ops::MoeDims MoeDimsOf(const ModelConfig& c) {
   ops::MoeDims d;
   d.hidden = c.hidden_size;
   d.experts = c.n_routed_experts;
+  d.zero_experts = c.zero_expert_num;
   d.top_k = c.num_experts_per_tok;
   d.n_group = c.n_group;
   d.topk_group = c.topk_group;
@@ -106,6 +107,34 @@ void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float
     ops::MlpForward(*w.dense, x, tokens, out);
     dump::Tensor("mlp_out", l, out, tokens, config_.hidden_size);
   }
+}
+
+void DeepseekModel::MlaAttentionAt(int64_t slot, int64_t cache_layer, int cache_row,
+                                   const ForwardBatch& batch, const float* x, AttentionForm form,
+                                   float* out) const {
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  dump::Tensor("attn_in", slot, x, tokens, config_.hidden_size);
+  MlaAttentionForward(dims_, weights_.layers[slot].attention, rope_, cache_layer, batch, x,
+                      config_.hidden_size, form, /*dsa=*/nullptr, out, /*query_scale=*/nullptr,
+                      cache_row);
+  dump::Tensor("attn_out", slot, out, tokens, config_.hidden_size);
+}
+
+void DeepseekModel::DenseMlp(int64_t slot, const float* x, int64_t tokens, float* out) const {
+  LATENT_PROFILE_SCOPE(kDenseMlp);
+  ops::MlpForward(*weights_.layers[slot].dense, x, tokens, out);
+  dump::Tensor("mlp_out", slot, out, tokens, config_.hidden_size);
+}
+
+void DeepseekModel::Moe(int64_t slot, int64_t layer, const float* x, int64_t tokens, float* out,
+                        ForwardTrace* trace) const {
+  std::vector<int32_t>* chosen = nullptr;
+  if (trace != nullptr) {
+    trace->experts.resize(config_.num_hidden_layers);
+    chosen = &trace->experts[layer];
+  }
+  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen);
+  dump::Tensor("moe_out", layer, out, tokens, config_.hidden_size);
 }
 
 void DeepseekModel::AddResidual(float* hidden, const float* branch, int64_t tokens) const {

@@ -50,6 +50,16 @@ class DeepseekModel : public Model {
                     const float* query_scale = nullptr) const;
   // out [T, D] = the layer's dense MLP or MoE over x [T, D]; the MoE's choices go to `trace`.
   void FeedForward(int64_t l, const float* x, int64_t tokens, float* out, ForwardTrace* trace) const;
+  // LongCat's blocks, whose layers hold two MLA sublayers and a slot with both an MLP and a MoE:
+  // out [T, D] = MLA attention with the weights of slot `slot`, caching its latent rows as row
+  // `cache_row` of cache layer `cache_layer`.
+  void MlaAttentionAt(int64_t slot, int64_t cache_layer, int cache_row, const ForwardBatch& batch,
+                      const float* x, AttentionForm form, float* out) const;
+  // out [T, D] = the dense MLP of slot `slot` over x [T, D].
+  void DenseMlp(int64_t slot, const float* x, int64_t tokens, float* out) const;
+  // out [T, D] = the MoE of slot `slot` over x [T, D]; its choices go to trace->experts[layer].
+  void Moe(int64_t slot, int64_t layer, const float* x, int64_t tokens, float* out,
+           ForwardTrace* trace) const;
   // hidden += branch, [T, D].
   void AddResidual(float* hidden, const float* branch, int64_t tokens) const;
   // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows])).

@@ -16,9 +16,10 @@ std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "
 }  // namespace
 
 DeepseekTensors::DeepseekTensors(const ModelConfig& config, ExpertLayout layout,
-                                 DeepseekWeights* weights, const TensorVisitor& visit)
+                                 DeepseekWeights* weights, const TensorVisitor& visit,
+                                 int64_t slots)
     : c_(config), layout_(layout), w_(weights), visit_(visit) {
-  if (w_ != nullptr) w_->layers.resize(c_.num_hidden_layers);
+  if (w_ != nullptr) w_->layers.resize(slots >= 0 ? slots : c_.num_hidden_layers);
 }
 
 LayerWeights* DeepseekTensors::Layer(int64_t layer) const {
@@ -47,10 +48,11 @@ void DeepseekTensors::PostAttentionNorm(int64_t l) {
       QuantizeRule::kKeep, To(L ? &L->post_attention_norm : nullptr));
 }
 
-void DeepseekTensors::MlaAttention(int64_t l) {
+void DeepseekTensors::MlaAttention(int64_t l) { MlaAttentionAt(l, LayerPrefix(l) + "self_attn."); }
+
+void DeepseekTensors::MlaAttentionAt(int64_t l, const std::string& a) {
   const int64_t h = c_.num_attention_heads;
   const int64_t d = c_.hidden_size;
-  const std::string a = LayerPrefix(l) + "self_attn.";
   AttentionWeights* w = Layer(l) ? &Layer(l)->attention : nullptr;
   constexpr auto kLinear = WeightKind::kLinear;
   constexpr auto kQuantized = QuantizeRule::kWeightsAndActivations;
@@ -154,6 +156,57 @@ void DeepseekTensors::LmHead() {
   if (c_.tie_word_embeddings) return;
   Add("lm_head.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
       QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr));
+}
+
+void DeepseekTensors::InputNormAt(int64_t slot, const std::string& name) {
+  LayerWeights* L = Layer(slot);
+  Add(name, {c_.hidden_size}, WeightKind::kNorm, QuantizeRule::kKeep, To(L ? &L->input_norm : nullptr));
+}
+
+void DeepseekTensors::PostAttentionNormAt(int64_t slot, const std::string& name) {
+  LayerWeights* L = Layer(slot);
+  Add(name, {c_.hidden_size}, WeightKind::kNorm, QuantizeRule::kKeep,
+      To(L ? &L->post_attention_norm : nullptr));
+}
+
+void DeepseekTensors::DenseMlpAt(int64_t slot, const std::string& prefix) {
+  LayerWeights* L = Layer(slot);
+  Mlp(prefix, c_.intermediate_size, L ? &L->dense.emplace() : nullptr);
+}
+
+void DeepseekTensors::ZeroExpertMoeAt(int64_t slot, const std::string& p) {
+  const int64_t d = c_.hidden_size;
+  const int64_t e = c_.n_routed_experts;
+  const int64_t scored = e + c_.zero_expert_num;  // the router's outputs
+  const int64_t i = c_.moe_intermediate_size;
+  MoeWeights* w = Layer(slot) ? &Layer(slot)->moe.emplace() : nullptr;
+  if (w != nullptr) w->experts.resize(e);
+  Add(p + "router.classifier.weight", {scored, d}, WeightKind::kRouter, QuantizeRule::kKeep,
+      To(w ? &w->router : nullptr));
+  if (c_.router_bias) {
+    // transformers' router computes F.linear(x, classifier.weight): the bias is never added.
+    Add(p + "router.classifier.bias", {scored}, WeightKind::kUnused, QuantizeRule::kKeep, {});
+  }
+  Add(p + "router.e_score_correction_bias", {scored}, WeightKind::kBuffer, QuantizeRule::kKeep,
+      To(w ? &w->bias : nullptr));
+  if (layout_ == ExpertLayout::kPerExpert) {
+    for (int64_t x = 0; x < e; ++x) Mlp(StrCat(p, "experts.", x, "."), i, w ? &w->experts[x] : nullptr);
+    for (int64_t x = e; x < scored; ++x) {
+      // An identity expert: transformers' fused gate_up_proj has rows for it, down_proj not.
+      for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {
+        Add(StrCat(p, "experts.", x, ".", part), {i, d}, WeightKind::kUnused, QuantizeRule::kKeep, {});
+      }
+    }
+  } else {
+    // Fused [E+Z, 2I, D] gate_up (the loader reads the first E experts) and [E, D, I] down.
+    const auto fused = [&](bool gate_up) {
+      return w ? TensorTarget{FusedExperts{&w->experts, gate_up}} : TensorTarget{};
+    };
+    Add(p + "experts.gate_up_proj", {scored, 2 * i, d}, WeightKind::kExperts,
+        QuantizeRule::kWeightsAndActivations, fused(true));
+    Add(p + "experts.down_proj", {e, d, i}, WeightKind::kExperts,
+        QuantizeRule::kWeightsAndActivations, fused(false));
+  }
 }
 
 }  // namespace latent::model

@@ -13,9 +13,10 @@ namespace latent::model {
 class DeepseekTensors {
  public:
   // `weights` null: listing only (validation, counting). Otherwise its layers are sized here and
-  // every entry targets its slot in them.
+  // every entry targets its slot in them. `slots`: how many LayerWeights (-1: one per layer;
+  // LongCat holds two per layer, one per sublayer).
   DeepseekTensors(const ModelConfig& config, ExpertLayout layout, DeepseekWeights* weights,
-                  const TensorVisitor& visit);
+                  const TensorVisitor& visit, int64_t slots = -1);
 
   void Embedding();                 // model.embed_tokens.weight
   void InputNorm(int64_t layer);    // input_layernorm
@@ -29,6 +30,17 @@ class DeepseekTensors {
   void PostMlpNorm(int64_t layer, bool used);
   void FinalNorm();                 // model.norm.weight
   void LmHead();                    // lm_head.weight, unless tied to the embedding
+
+  // The pieces under explicit names, loading into LayerWeights `slot` (LongCat's sublayers).
+  void MlaAttentionAt(int64_t slot, const std::string& prefix);  // "model.layers.3.self_attn.1."
+  void InputNormAt(int64_t slot, const std::string& name);        // "...input_layernorm.1.weight"
+  void PostAttentionNormAt(int64_t slot, const std::string& name);
+  void DenseMlpAt(int64_t slot, const std::string& prefix);       // "model.layers.3.mlps.1."
+  // LongCat's MoE under `prefix` ("model.layers.3.mlp."): router.classifier [E+Z, D] (its bias,
+  // with router_bias, unused as in transformers), router.e_score_correction_bias [E+Z], the E
+  // routed experts, and the gate/up rows transformers allocates for the Z identity experts
+  // (kUnused: counted, optional, never loaded).
+  void ZeroExpertMoeAt(int64_t slot, const std::string& prefix);
 
  private:
   LayerWeights* Layer(int64_t layer) const;

@@ -118,6 +118,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     // Not loaded: stored but unused, or optional and absent (ValidateCheckpoint accepted both).
     const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
     if (t.presence == Presence::kUnused || absent) return;
+    if (t.kind == WeightKind::kUnused) return;  // transformers never reads it either
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
     auto converted = [&](const kernels::WeightRef& ref) {

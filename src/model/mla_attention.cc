@@ -196,8 +196,11 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
 }  // namespace
 
 MlaDims MlaDimsOf(const ModelConfig& c) {
-  return {c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank,
-          c.qk_nope_head_dim,    c.qk_rope_head_dim,        c.v_head_dim};
+  MlaDims d{c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank,
+            c.qk_nope_head_dim,    c.qk_rope_head_dim,        c.v_head_dim};
+  d.q_scale = static_cast<float>(c.mla_q_scale);
+  d.latent_scale = static_cast<float>(c.mla_latent_scale);
+  return d;
 }
 
 bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
@@ -222,7 +225,8 @@ int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
-                         const DsaLayer* dsa, float* out, const float* query_scale) {
+                         const DsaLayer* dsa, float* out, const float* query_scale,
+                         int latent_row) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
 
@@ -240,6 +244,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
                q_a.data());
     Linear(q_a.data(), tokens, *w.q_b, q.data());
     dump::Tensor("q_a", layer, q_a.data(), tokens, d.q_lora);
+  }
+  if (d.q_scale != 1.0f) {
+    for (float& v : q) v *= d.q_scale;  // before rope, as transformers scales q_pass and q_rot
   }
   dump::Tensor("q", layer, q.data(), tokens, d.heads * d.qk());
 
@@ -273,6 +280,11 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
       for (int64_t i = 0; i < d.heads * d.qk(); ++i) row[i] *= query_scale[t];
     }
   }
+  if (d.latent_scale != 1.0f) {
+    // After kv_a_layernorm, before caching; the rotary key keeps its scale.
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < d.latent; ++i) kv_a[t * d.row() + i] *= d.latent_scale;
+  }
   const cache::PagedRows& cache = *batch.rows;
   dump::Columns("kv_latent", layer, kv_a.data(), tokens, d.row(), 0, d.latent);
   dump::Columns("k_pe", layer, kv_a.data(), tokens, d.row(), d.latent, d.rope);
@@ -283,7 +295,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     dump::Tensor("q_pe", layer, q_pe.data(), tokens, d.heads * d.rope);
   }
   for (int64_t t = 0; t < tokens; ++t) {
-    cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kLatentRow, batch.positions[t],
+    cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, latent_row, batch.positions[t],
                    &kv_a[t * d.row()]);
   }
 
@@ -316,7 +328,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     if (seq.end == seq.begin) continue;
     seq.context = batch.positions[seq.end - 1] + 1;
     std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
-    cache.GatherRows(batch.BlockTable(slot), layer, kLatentRow, seq.context, gathered.data());
+    cache.GatherRows(batch.BlockTable(slot), layer, latent_row, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
     ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale,
@@ -361,9 +373,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
         std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
         if (all_selected) {
-          cache.GatherPositions(batch.BlockTable(slot), layer, kLatentRow, wanted, gathered.data());
+          cache.GatherPositions(batch.BlockTable(slot), layer, latent_row, wanted, gathered.data());
         } else {
-          cache.GatherRows(batch.BlockTable(slot), layer, kLatentRow, context, gathered.data());
+          cache.GatherRows(batch.BlockTable(slot), layer, latent_row, context, gathered.data());
         }
         // The row of a position.
         auto row_at = [&](int32_t p) -> const float* {

@@ -10,6 +10,8 @@ namespace latent::model {
 
 struct MlaDims {
   int64_t heads, q_lora, latent, nope, rope, v;  // H, Q (0: none), C, dn, dr, dv
+  // LongCat's LoRA scales (ModelConfig::mla_q_scale, mla_latent_scale); 1 elsewhere.
+  float q_scale = 1.0f, latent_scale = 1.0f;
   int64_t qk() const { return nope + rope; }
   int64_t row() const { return latent + rope; }  // floats of a cached latent row
 };
@@ -34,9 +36,12 @@ struct DsaLayer {
 // into the batch's paged cache, then attends each token over its sequence's rows
 // 0..position, or over the positions DSA selected for it when `dsa` is given. `query_scale`
 // [T], when given, multiplies each token's query after rope (Llama-4 query scaling).
+// `latent_row`: the layer's cache row holding them (LongCat's second MLA of a layer caches a
+// second row).
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
-                         const DsaLayer* dsa, float* out, const float* query_scale = nullptr);
+                         const DsaLayer* dsa, float* out, const float* query_scale = nullptr,
+                         int latent_row = kLatentRow);
 
 }  // namespace latent::model

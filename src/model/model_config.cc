@@ -318,6 +318,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   }
   config.architecture = arch->name;
   const ArchDefaults& d = arch->defaults;
+  if (arch->prepare != nullptr) arch->prepare(json, source);
 
   config.vocab_size = top.PositiveInt("vocab_size");
   config.hidden_size = top.PositiveInt("hidden_size");

@@ -50,6 +50,10 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
   bool rope_interleave = true;  // Rotary pairs are adjacent (2i, 2i+1), not split in halves.
   RopeConfig rope;
+  // LongCat's LoRA scales: the query (nope and rope parts) times mla_q_scale, the normalised latent
+  // times mla_latent_scale before it is cached (the rotary key is not scaled). 1 elsewhere.
+  double mla_q_scale = 1.0;
+  double mla_latent_scale = 1.0;
 
   // Mixture of experts.
   int64_t n_routed_experts = 0;  // 0: every layer dense.
@@ -64,6 +68,10 @@ struct ModelConfig {
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
   bool norm_topk_prob = false;
   double routed_scaling_factor = 1.0;
+  // LongCat's zero-computation experts: the router scores n_routed_experts + zero_expert_num
+  // experts; the chosen ones at indices >= n_routed_experts add weight * x (identity).
+  int64_t zero_expert_num = 0;
+  bool router_bias = false;  // LongCat's router_bias: its classifier has a bias (never added).
 
   // DeepSeek sparse attention (deepseek_v32, glm_moe_dsa); index_topk == 0 means none.
   int64_t index_n_heads = 0;

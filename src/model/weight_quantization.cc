@@ -86,6 +86,7 @@ int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& 
                           int64_t* checkpoint_bytes) {
   int64_t stored = 0, loaded = 0;
   for (const ExpectedWeight& w : report.weights) {
+    if (w.kind == WeightKind::kUnused) continue;  // never loaded, and may be absent
     const TensorView t = ckpt.Get(w.name);
     int64_t bytes = static_cast<int64_t>(t.NumBytes());
     const std::string scale_name = w.name + "_scale_inv";

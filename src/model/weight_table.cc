@@ -93,13 +93,15 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
   }
   for (const ExpectedWeight& w : report.weights) {
     explained.insert(w.name);
+    if (w.kind == WeightKind::kUnused && !ckpt.Has(w.name)) continue;
     if (!ckpt.Has(w.name)) Fail(ckpt.dir(), ": checkpoint is missing tensor '", w.name, "'");
     TensorView t = ckpt.Get(w.name);
     if (!(t.shape == w.shape)) {
       Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", t.shape.ToString(), " but config.json implies ",
            w.shape.ToString());
     }
-    const bool quantizable = w.kind == WeightKind::kLinear || w.kind == WeightKind::kExperts;
+    const bool quantizable = w.kind == WeightKind::kLinear || w.kind == WeightKind::kExperts ||
+                             w.kind == WeightKind::kUnused;
     if (IsFloat8(t.dtype)) {
       if (!config.quantization.fp8 || !quantizable) {
         Fail(ckpt.dir(), ": tensor '", w.name, "' is ", DTypeName(t.dtype),

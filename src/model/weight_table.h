@@ -25,6 +25,9 @@ enum class WeightKind : uint8_t {
   kNorm,       // RMSNorm weight.
   kRouter,     // mlp.gate.weight: f32, never quantized.
   kBuffer,     // e_score_correction_bias: a buffer, not a parameter.
+  // A parameter transformers allocates but never reads (LongCat's zero experts' gate/up rows, its
+  // unused router bias): counted as transformers counts it, optional in a checkpoint, not loaded.
+  kUnused,
 };
 
 // What `--quantize int8|w8a8` does with a tensor.

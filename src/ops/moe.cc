@@ -34,7 +34,7 @@ void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out)
 void RouteTokens(const MoeDims& c, const MoeWeights& w, const float* x, int64_t tokens,
                  int32_t* experts, float* weights) {
   const RouteFn route = RouterFor(c.scoring, c.topk_method);
-  const int64_t e = c.experts;
+  const int64_t e = c.experts + c.zero_experts;
   const int64_t d = c.hidden;
   kernels::WeightRef router{w.router.data(), DType::kF32, e, d};
   std::vector<float> logits(tokens * e);
@@ -96,6 +96,15 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
     MlpForward(w.experts[e], gathered.data(), m, expert_out.data());
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
+  }
+  // Identity experts (indices E..E+Z-1), after the routed ones as transformers adds them.
+  for (int64_t e = c.experts; e < c.experts + c.zero_experts; ++e) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        if (experts[t * k + j] != e) continue;
+        for (int64_t c2 = 0; c2 < d; ++c2) out[t * d + c2] += x[t * d + c2] * weights[t * k + j];
+      }
+    }
   }
   }
   if (w.shared) {

@@ -16,8 +16,8 @@ struct MlpWeights {
 };
 
 struct MoeWeights {
-  std::vector<float> router;  // [E, D] f32
-  std::vector<float> bias;    // [E] e_score_correction_bias (noaux_tc), else empty
+  std::vector<float> router;  // [E + Z, D] f32
+  std::vector<float> bias;    // [E + Z] e_score_correction_bias (noaux_tc, LongCat), else empty
   std::vector<MlpWeights> experts;
   std::optional<MlpWeights> shared;
 };
@@ -25,6 +25,9 @@ struct MoeWeights {
 struct MoeDims {
   int64_t hidden = 0;       // D
   int64_t experts = 0;      // E routed experts
+  // Z identity ("zero-computation") experts after the routed ones (LongCat): the router scores
+  // E + Z experts, and a chosen index e >= E adds weight * x.
+  int64_t zero_experts = 0;
   int64_t top_k = 0;        // k experts per token
   int64_t n_group = 1;
   int64_t topk_group = 1;
@@ -42,7 +45,7 @@ void RouteTokens(const MoeDims& dims, const MoeWeights& w, const float* x, int64
                  int32_t* experts, float* weights);
 
 // x [T, D] -> out [T, D]: sum over chosen experts in ascending expert order (as transformers
-// accumulates), plus the shared experts. When `chosen` is given it receives the experts [T, k],
+// accumulates; identity experts last, being the highest indices), plus the shared experts. When `chosen` is given it receives the experts [T, k],
 // ascending per token.
 void MoeForward(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
                 float* out, std::vector<int32_t>* chosen = nullptr);

@@ -51,7 +51,14 @@ void MaskGroups(float* scores, const float* group_scores, const RouteArgs& a, fl
 void RouteSoftmaxGreedy(const RouteArgs& a) {
   float* scores = a.scratch;
   Softmax(a.logits, a.num_experts, scores);
-  TopK(scores, a.num_experts, a.top_k, a.experts);
+  if (a.bias != nullptr) {
+    // LongCat: the correction bias shifts the choice; the weights stay the unbiased scores.
+    float* choice = a.scratch + a.num_experts;
+    for (int64_t e = 0; e < a.num_experts; ++e) choice[e] = scores[e] + a.bias[e];
+    TopK(choice, a.num_experts, a.top_k, a.experts);
+  } else {
+    TopK(scores, a.num_experts, a.top_k, a.experts);
+  }
   for (int64_t i = 0; i < a.top_k; ++i) a.weights[i] = scores[a.experts[i]] * a.routed_scaling_factor;
 }
 

@@ -21,13 +21,14 @@ struct RouteArgs {
   int64_t topk_group = 1;
   bool norm_topk_prob = false;
   float routed_scaling_factor = 1.0f;
-  const float* bias = nullptr;  // [E] e_score_correction_bias (noaux_tc only): for choice only.
+  const float* bias = nullptr;  // [E] e_score_correction_bias (noaux_tc, LongCat): for choice only.
   int32_t* experts = nullptr;   // [k] out
   float* weights = nullptr;     // [k] out
   float* scratch = nullptr;     // [2 * E + n_group]
 };
 
-// DeepSeek V2: softmax scores, the k best.
+// DeepSeek V2: softmax scores, the k best. With a bias (LongCat), the k best of scores + bias,
+// weighted by their unbiased scores.
 void RouteSoftmaxGreedy(const RouteArgs& args);
 // DeepSeek V2: softmax scores; groups ranked by their best expert, the topk_group best groups
 // kept (others scored 0), then the k best.

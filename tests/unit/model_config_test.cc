@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -329,10 +331,10 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
   Json j = TinyV3();
   j["model_type"] = "llama";
   EXPECT_CONFIG_ERROR(
-      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4)");
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash)");
   j.erase("model_type");
-  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
@@ -546,6 +548,65 @@ TEST(ModelConfigTest, RejectsBadDsa) {
   j["index_head_dim"] = 16;
   j["mlp_layer_types"] = {"dense", "moe", "dense"};
   EXPECT_CONFIG_ERROR(j, "'mlp_layer_types' entries must be");
+}
+
+// A LongCat-Flash-Chat style config.json: LongCat's own key names, no rope_parameters.
+constexpr const char* kLongcatFlash = R"({
+  "architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash",
+  "vocab_size": 131072, "hidden_size": 6144, "ffn_hidden_size": 12288,
+  "expert_ffn_hidden_size": 2048, "num_layers": 28, "num_attention_heads": 64,
+  "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+  "v_head_dim": 128, "mla_scale_q_lora": true, "mla_scale_kv_lora": true,
+  "routed_scaling_factor": 6.0, "n_routed_experts": 512, "zero_expert_num": 256,
+  "zero_expert_type": "identity", "moe_topk": 12, "max_position_embeddings": 131072,
+  "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"
+})";
+
+TEST(ModelConfigTest, ParsesLongcatFlashNamesAndDefaults) {
+  ModelConfig c = Parse(kLongcatFlash);
+  EXPECT_EQ(c.architecture, "longcat_flash");
+  EXPECT_EQ(c.num_hidden_layers, 28);  // logical layers, two MLA sublayers each
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.moe_intermediate_size, 2048);
+  EXPECT_EQ(c.num_experts_per_tok, 12);
+  EXPECT_EQ(c.n_routed_experts, 512);
+  EXPECT_EQ(c.zero_expert_num, 256);
+  EXPECT_EQ(c.n_shared_experts, 0);
+  EXPECT_EQ(c.topk_method, TopkMethod::kGreedy);
+  EXPECT_EQ(c.scoring_func, ScoringFunc::kSoftmax);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 6.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);  // transformers' LongcatFlashConfig default
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e7);     // its default_theta
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_DOUBLE_EQ(c.mla_q_scale, 2.0);                    // sqrt(6144 / 1536)
+  EXPECT_DOUBLE_EQ(c.mla_latent_scale, std::sqrt(12.0));  // sqrt(6144 / 512)
+  EXPECT_TRUE(c.IsMoeLayer(0));
+  EXPECT_TRUE(c.IsMoeLayer(27));
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{2});
+}
+
+TEST(ModelConfigTest, RejectsContradictoryLongcatFlashConfigs) {
+  Json j = Json::parse(kLongcatFlash);
+  j["num_hidden_layers"] = 28;
+  EXPECT_CONFIG_ERROR(j, "num_hidden_layers (28) must be 2 * num_layers (56)");
+  j["num_hidden_layers"] = 56;
+  EXPECT_EQ(Parse(j.dump()).num_hidden_layers, 28);
+  j = Json::parse(kLongcatFlash);
+  j["moe_intermediate_size"] = 1024;
+  EXPECT_CONFIG_ERROR(j, "contradictory 'expert_ffn_hidden_size' (2048) and 'moe_intermediate_size' (1024)");
+  j = Json::parse(kLongcatFlash);
+  j.erase("num_layers");
+  EXPECT_CONFIG_ERROR(j, "missing required field 'num_layers'");
+  j = Json::parse(kLongcatFlash);
+  j["q_lora_rank"] = nullptr;
+  EXPECT_CONFIG_ERROR(j, "longcat_flash needs q_lora_rank");
+  j = Json::parse(kLongcatFlash);
+  j["norm_topk_prob"] = true;
+  EXPECT_CONFIG_ERROR(j, "norm_topk_prob true is not supported for longcat_flash");
+  j = Json::parse(kLongcatFlash);
+  j["zero_expert_num"] = nullptr;  // `zero_expert_num or 0`
+  EXPECT_EQ(Parse(j.dump()).zero_expert_num, 0);
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ struct Arch {
   // Vision-language model_types whose config.json holds this family's config under text_config
   // ({"mistral3"} for mistral4); their vision tower is not loaded.
   std::vector<std::string> wrapper_model_types;
+  // Rewrites config.json before the common keys are read (a family's names for them, such as
+  // LongCat's num_layers and ffn_hidden_size). May be null.
+  void (*prepare)(Json& config_json, const std::string& source) = nullptr;
   // Reads and checks the family's own keys, after the common ones (model_config.cc). May be null.
   void (*parse)(const ConfigReader& top, ModelConfig& config) = nullptr;
   // Visits every tensor of a checkpoint of `config`, in checkpoint order (no targets).
