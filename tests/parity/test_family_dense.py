@@ -130,7 +130,7 @@ def test_glm4_moe_lite_routes_where_mlp_layer_types_says(tiny_models, tmp_path):
 
     def hook(layer):
         def fn(module, args, output):
-            captured[layer] = np.sort(output[1].numpy(), axis=-1)
+            captured[layer] = np.sort(output[2].numpy(), axis=-1)
         return fn
 
     handles = [layer.mlp.gate.register_forward_hook(hook(i))
@@ -148,3 +148,32 @@ def test_glm4_moe_lite_routes_where_mlp_layer_types_says(tiny_models, tmp_path):
         np.testing.assert_array_equal(np.asarray(experts[layer]), ref, err_msg=f"layer {layer}")
         assert len({tuple(r) for r in ref}) > 1, f"layer {layer}: every token picks the same experts"
     assert [layer for layer, choice in enumerate(experts) if choice is not None] == sparse
+
+
+def test_glm4_moe_lite_ignores_the_mtp_layer(tiny_models, tmp_path):
+    """GLM-4.7-Flash ships its MTP layer as model.layers.<num_hidden_layers>.*; latent loads the
+    num_hidden_layers decoder layers only, as transformers does, so the extra tensors change
+    neither the parameter count nor the logits."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model_dir = tiny_models.get("glm4_moe_lite")
+    with_mtp = tmp_path / "with_mtp"
+    shutil.copytree(model_dir, with_mtp)
+    layers = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    tensors = load_file(model_dir / "model.safetensors")
+    mtp = {name.replace("model.layers.1.", f"model.layers.{layers}."): t.clone()
+           for name, t in tensors.items() if name.startswith("model.layers.1.")}
+    mtp[f"model.layers.{layers}.eh_proj.weight"] = torch.zeros(64, 128)
+    mtp[f"model.layers.{layers}.enorm.weight"] = torch.ones(64)
+    save_file(mtp, with_mtp / "model-mtp.safetensors", metadata={"format": "pt"})
+    weight_map = {**{k: "model.safetensors" for k in tensors}, **{k: "model-mtp.safetensors" for k in mtp}}
+    (with_mtp / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = json.loads((with_mtp / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    (with_mtp / "config.json").write_text(json.dumps(config))
+
+    assert info(with_mtp)["num_parameters"] == info(model_dir)["num_parameters"]
+    ids = prompt(config["vocab_size"], 9)
+    np.testing.assert_array_equal(latent_logits(with_mtp, ids), latent_logits(model_dir, ids))
