@@ -357,13 +357,15 @@ PRESETS["glm4_moe_lite"] = {
 # MiniCPM3 style: rotate-half rope with LongRoPE. original_max_position_embeddings is 32, so
 # prompts longer than that switch to the long factors; max_position_embeddings 512 makes the
 # implied factor 16 and the cos/sin attention factor sqrt(1 + ln 16 / ln 32). The muP scalings
-# (scale_emb, scale_depth / sqrt(L), hidden / (hidden_size / dim_model_base)) are all non-trivial.
+# (scale_emb, scale_depth / sqrt(L), hidden / (hidden_size / dim_model_base)) are all non-trivial:
+# the embedding is drawn 1/scale_emb smaller (rerandomize) so that the scaled one does not drown
+# the attention, and hidden_size / dim_model_base is 1/10 (the real 2560 / 256 divides by 10).
 PRESETS["minicpm3"] = {
     "arch": "minicpm3",
     "help": "MiniCPM3 style: rotate-half LongRoPE (original 32 positions), scale_emb 12, "
-    "scale_depth 1.4, dim_model_base 16, dense MLP, tied embeddings, rms eps 1e-5",
+    "scale_depth 1.4, dim_model_base 640, dense MLP, tied embeddings, rms eps 1e-5",
     "config": {
-        "vocab_size": 255,
+        "vocab_size": 251,  # with seed 0, greedy decoding meets EOS (1) early in the engine property workload
         "hidden_size": 64,
         "num_attention_heads": 4,
         "num_key_value_heads": 4,
@@ -378,7 +380,7 @@ PRESETS["minicpm3"] = {
         "rms_norm_eps": 1e-5,
         "scale_emb": 12,
         "scale_depth": 1.4,
-        "dim_model_base": 16,
+        "dim_model_base": 640,
         "rope_parameters": {
             "rope_type": "longrope",
             "rope_theta": 10000.0,
@@ -386,8 +388,8 @@ PRESETS["minicpm3"] = {
             "long_factor": [1.0, 1.9, 3.7, 6.5],
             "original_max_position_embeddings": 32,
         },
-        "bos_token_id": 1,
-        "eos_token_id": 2,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
         "tie_word_embeddings": True,
     },
 }
@@ -554,6 +556,10 @@ GAIN_BY_SUFFIX = {
     "lm_head.weight": 2.5,
 }
 EMBED_STD = 1.0
+# Tied LM head (youtu, minicpm3): with the embedding at full size the residual stream stays close
+# to the current token's row, whose logit then wins: the model only repeats its input. Smaller
+# rows let attention and the MLP decide the next token.
+TIED_EMBED_SCALE = 0.25
 NORM_JITTER = 0.1  # RMSNorm weight = 1 + NORM_JITTER * randn
 # Router logits std ~2 (std 2/sqrt(hidden) on a unit-RMS input): top-k choices differ between
 # tokens because of the router, not noise (default init gives logit std ~0.15). Near-ties still
@@ -579,7 +585,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
 
     for name, param in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
-            value = randn_like(param) * EMBED_STD
+            # MiniCPM3 multiplies the embeddings by scale_emb: keep the scaled ones at EMBED_STD.
+            std = EMBED_STD / getattr(model.config, "scale_emb", 1.0)
+            if model.config.tie_word_embeddings:
+                std *= TIED_EMBED_SCALE
+            value = randn_like(param) * std
         elif param.ndim == 1 and name.endswith("norm.weight"):
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm

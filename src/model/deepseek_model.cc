@@ -112,7 +112,8 @@ void DeepseekModel::AddResidual(float* hidden, const float* branch, int64_t toke
   for (int64_t i = 0; i < tokens * config_.hidden_size; ++i) hidden[i] += branch[i];
 }
 
-void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits) const {
+void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits,
+                         float hidden_divisor) const {
   const int64_t d = config_.hidden_size;
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
@@ -127,6 +128,9 @@ void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* 
     kernels::BestKernels().rms_norm(last.data(), rows, d, weights_.final_norm.data,
                                     weights_.final_norm.dtype,
                                     static_cast<float>(config_.rms_norm_eps), last.data());
+  }
+  if (hidden_divisor != 1.0f) {  // MiniCPM3 scales the final hidden state down before lm_head.
+    for (float& v : last) v /= hidden_divisor;
   }
   LATENT_PROFILE_SCOPE(kLmHead);
   kernels::Linear(last.data(), rows, weights_.lm_head, logits);

@@ -51,8 +51,9 @@ class DeepseekModel : public Model {
   void FeedForward(int64_t l, const float* x, int64_t tokens, float* out, ForwardTrace* trace) const;
   // hidden += branch, [T, D].
   void AddResidual(float* hidden, const float* branch, int64_t tokens) const;
-  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows])).
-  void Head(const ForwardBatch& batch, const float* hidden, float* logits) const;
+  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows]) / hidden_divisor).
+  void Head(const ForwardBatch& batch, const float* hidden, float* logits,
+            float hidden_divisor = 1.0f) const;
 
  private:
   ModelConfig config_;

@@ -76,6 +76,12 @@ struct ModelConfig {
   // Per layer: MoE ("sparse") or dense MLP, from mlp_layer_types or first_k_dense_replace.
   std::vector<bool> moe_layers;
 
+  // muP scalings (MiniCPM3; 1 elsewhere): embeddings times embedding_scale, each residual branch
+  // times residual_scale, the final hidden state divided by logits_divisor before the LM head.
+  double embedding_scale = 1.0;
+  double residual_scale = 1.0;
+  double logits_divisor = 1.0;
+
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
   std::optional<int64_t> bos_token_id;

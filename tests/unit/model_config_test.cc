@@ -329,10 +329,10 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
   Json j = TinyV3();
   j["model_type"] = "llama";
   EXPECT_CONFIG_ERROR(
-      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite)");
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, minicpm3)");
   j.erase("model_type");
-  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, minicpm3)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, minicpm3");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
@@ -433,7 +433,7 @@ TEST(ModelConfigTest, RejectsBadRope) {
   EXPECT_CONFIG_ERROR(j, "contradictory rope_theta: 10000 at top level, 50000 in rope_parameters");
   j = TinyV3();
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2}};
-  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn)");
+  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn, longrope)");
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8}};
   EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'llama3'");
   j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};

@@ -12,6 +12,8 @@ namespace {
 // transformers' YoutuConfig defaults (Youtu-LLM-2B).
 ArchDefaults Defaults() {
   ArchDefaults d;
+  // No experts: a config that states some still parses far enough for Parse to refuse it.
+  d.topk_methods = {TopkMethod::kGreedy};
   d.max_position_embeddings = 131072;
   d.bos = 128000;
   d.eos = 128001;
