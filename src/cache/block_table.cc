@@ -34,7 +34,7 @@ int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens
   LATENT_CHECK(blocks_.empty());
   if (tokens.empty()) return 0;
   const int64_t max_blocks = static_cast<int64_t>(tokens.size() - 1) / block_tokens_;
-  BlockHash parent = 0;
+  BlockHash parent = root_;
   for (int64_t i = 0; i < max_blocks; ++i) {
     auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
     const BlockHash hash = HashBlock(parent, block_tokens);
@@ -53,7 +53,7 @@ void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> toke
   const int64_t full = std::min<int64_t>(computed / block_tokens_, blocks_.size());
   for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
     auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
-    const BlockHash parent = hashes_.empty() ? 0 : hashes_.back();
+    const BlockHash parent = hashes_.empty() ? root_ : hashes_.back();
     const BlockHash hash = HashBlock(parent, block_tokens);
     pool.Register(blocks_[i], hash, block_tokens, parent);
     hashes_.push_back(hash);

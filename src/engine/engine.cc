@@ -96,6 +96,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->seed = seed + static_cast<uint64_t>(i);
     seq->tokens = r.prompt;
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
+    seq->table.set_root_hash(model_->PrefixCacheSalt(seq->num_prompt));
     if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
     state->samples.push_back(std::move(seq));
   }

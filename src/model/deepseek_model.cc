@@ -41,6 +41,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
                                         config_.qk_head_dim(), index_rope_interleaved,
                                         /*round_bf16=*/false)) {}
 
+uint64_t DeepseekModel::PrefixCacheSalt(int64_t prompt_len) const {
+  const bool long_rope = !rope_.long_inv_freq.empty() && prompt_len > rope_.long_after;
+  return long_rope ? 0x6c6f6e67726f7065ull : 0;  // "longrope"
+}
+
 DeepseekModel::Activations DeepseekModel::Start(const ForwardBatch& batch) const {
   batch.Validate();
   Activations a;

@@ -22,6 +22,8 @@ namespace latent::model {
 class DeepseekModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
+  // LongRoPE: prompts longer than its original length (long frequencies) apart from the others.
+  uint64_t PrefixCacheSalt(int64_t prompt_len) const override;
 
  protected:
   // `tensors`: the family's tensor list. `index_rope_interleaved`: the DSA indexer's rotary pairing

@@ -89,6 +89,13 @@ class Model {
   // [R, vocab_size] for batch.logits_rows.
   virtual void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
                        ForwardTrace* trace = nullptr) const = 0;
+  // Sequences whose cached rows differ for the same leading tokens get different salts, so
+  // that prefix caching never hands one the other's blocks: LongRoPE rotates every prompt
+  // position by the long or the short frequencies depending on the prompt's length.
+  virtual uint64_t PrefixCacheSalt(int64_t prompt_len) const {
+    (void)prompt_len;
+    return 0;
+  }
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.

@@ -177,3 +177,28 @@ def test_glm4_moe_lite_ignores_the_mtp_layer(tiny_models, tmp_path):
     assert info(with_mtp)["num_parameters"] == info(model_dir)["num_parameters"]
     ids = prompt(config["vocab_size"], 9)
     np.testing.assert_array_equal(latent_logits(with_mtp, ids), latent_logits(model_dir, ids))
+
+
+def test_minicpm3_prefix_cache_keeps_long_and_short_prompts_apart(tiny_models, tmp_path):
+    """LongRoPE rotates a prompt's every position by the long factors when the prompt is longer
+    than the original 32 positions, by the short ones otherwise: a long prompt must not reuse the
+    cached blocks of a short one with the same leading tokens (nor the reverse), while long
+    prompts still share theirs."""
+    model_dir = tiny_models.get("minicpm3")
+    base = prompt(200, 40, seed=3)
+    requests = [{"ids": base[:24], "max_tokens": 8, "ignore_eos": True},
+                {"ids": base, "max_tokens": 8, "ignore_eos": True, "arrival_step": 3},
+                {"ids": base + [7], "max_tokens": 8, "ignore_eos": True, "arrival_step": 14},
+                {"ids": base[:20], "max_tokens": 8, "ignore_eos": True, "arrival_step": 25}]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path), "--block-tokens",
+                      "16", "--check-invariants")
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary = json.loads([l for l in proc.stderr.splitlines() if l.startswith("latent: summary ")][-1]
+                         [len("latent: summary "):])
+    for r, req in zip(results, requests):
+        assert r["ids"] == latent_generate(model_dir, req["ids"], 8, ignore_eos=True), r["index"]
+    # Only the long prompts share: the third reuses the second's two full blocks, the fourth
+    # (short) the first's one.
+    assert summary["prefix_hit_tokens"] == 32 + 16
