@@ -421,6 +421,119 @@ PRESETS["longcat_flash"] = {
 }
 
 
+# Dense and GLM-Lite MLA families (transformers' own config and model classes, found by
+# model_type). Youtu: V3 attention, every layer a dense SwiGLU MLP, tied embeddings.
+PRESETS["youtu"] = {
+    "arch": "youtu",
+    "help": "Youtu-LLM style: V3 attention (q LoRA, interleaved rope), dense MLP everywhere, tied "
+    "embeddings, YaRN",
+    "config": {
+        "vocab_size": 259,
+        "hidden_size": 62,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 70,
+        "num_hidden_layers": 3,
+        "q_lora_rank": 33,
+        "kv_lora_rank": 25,
+        "qk_nope_head_dim": 17,
+        "qk_rope_head_dim": 10,
+        "v_head_dim": 13,
+        "max_position_embeddings": 512,
+        "rope_interleave": True,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 50000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 128,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": True,
+    },
+}
+# GLM-4.7-Flash style: dense and MoE layers in the order mlp_layer_types gives (not only a dense
+# prefix), V3's noaux_tc router, rms eps 1e-5. partial_rotary_factor stays 1.0: smaller values
+# crash transformers' MLA rope (its cos/sin no longer match the rotary part).
+PRESETS["glm4_moe_lite"] = {
+    "arch": "glm4_moe_lite",
+    "help": "GLM-4.7-Flash style: mlp_layer_types (dense, sparse, dense, sparse), noaux_tc "
+    "(2 groups, top 1), scaling 1.8, rms eps 1e-5, rope theta 1e6",
+    "config": {
+        "vocab_size": 261,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 80,
+        "moe_intermediate_size": 20,
+        "num_hidden_layers": 4,
+        "mlp_layer_types": ["dense", "sparse", "dense", "sparse"],
+        "q_lora_rank": 36,
+        "kv_lora_rank": 28,
+        "qk_nope_head_dim": 18,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 15,
+        "n_routed_experts": 12,
+        "num_experts_per_tok": 3,
+        "n_shared_experts": 1,
+        "n_group": 2,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.8,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 512,
+        "rope_interleave": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 1.0},
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+    },
+}
+# MiniCPM3 style: rotate-half rope with LongRoPE. original_max_position_embeddings is 32, so
+# prompts longer than that switch to the long factors; max_position_embeddings 512 makes the
+# implied factor 16 and the cos/sin attention factor sqrt(1 + ln 16 / ln 32). The muP scalings
+# (scale_emb, scale_depth / sqrt(L), hidden / (hidden_size / dim_model_base)) are all non-trivial:
+# the embedding is drawn 1/scale_emb smaller (rerandomize) so that the scaled one does not drown
+# the attention, and hidden_size / dim_model_base is 1/10 (the real 2560 / 256 divides by 10).
+PRESETS["minicpm3"] = {
+    "arch": "minicpm3",
+    "help": "MiniCPM3 style: rotate-half LongRoPE (original 32 positions), scale_emb 12, "
+    "scale_depth 1.4, dim_model_base 640, dense MLP, tied embeddings, rms eps 1e-5",
+    "config": {
+        "vocab_size": 251,  # with seed 0, greedy decoding meets EOS (1) early in the engine property workload
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 76,
+        "num_hidden_layers": 3,
+        "q_lora_rank": 40,
+        "kv_lora_rank": 24,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 15,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "scale_emb": 12,
+        "scale_depth": 1.4,
+        "dim_model_base": 640,
+        "rope_parameters": {
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "short_factor": [1.0, 1.25, 1.1, 1.6],
+            "long_factor": [1.0, 1.9, 3.7, 6.5],
+            "original_max_position_embeddings": 32,
+        },
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": True,
+    },
+}
+
+
 def preset_listing() -> str:
     lines = []
     for name, preset in PRESETS.items():
@@ -428,7 +541,7 @@ def preset_listing() -> str:
         dims = (
             f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c['q_lora_rank']} "
             f"kv_lora={c['kv_lora_rank']} nope/rope/v={c['qk_nope_head_dim']}/{c['qk_rope_head_dim']}/"
-            f"{c['v_head_dim']} experts={c['n_routed_experts']}x{c.get('num_experts_per_tok', c.get('moe_topk'))} "
+            f"{c['v_head_dim']} experts={c.get('n_routed_experts', 0)}x{c.get('num_experts_per_tok', c.get('moe_topk'))} "
             f"shared={c.get('n_shared_experts', 0)} layers={c.get('num_hidden_layers', c.get('num_layers'))} "
             f"vocab={c['vocab_size']}"
         )
@@ -524,7 +637,7 @@ def check_v2_rope_dims(kwargs: dict[str, Any]) -> None:
 def check_routing_groups(arch: str, kwargs: dict[str, Any]) -> None:
     """Expert groups must tile the experts (transformers views scores as [groups, E/groups]);
     V3 scores a group by its top-2 experts, so groups need >= 2 experts."""
-    sigmoid_router = arch in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+    sigmoid_router = arch in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite")
     grouped = sigmoid_router or kwargs.get("topk_method") == "group_limited_greedy"
     if not grouped:
         return
@@ -553,7 +666,11 @@ def build_config(arch: str, kwargs: dict[str, Any]):
         except (StrictDataclassError, TypeError, ValueError) as e:
             raise UsageError(f"transformers rejected the config: {e}") from e
     config_cls = {"deepseek_v2": DeepseekV2Config, "deepseek_v3": DeepseekV3Config,
-                  "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}[arch]
+                  "deepseek_v32": DeepseekV32Config, "glm_moe_dsa": GlmMoeDsaConfig}.get(arch)
+    if config_cls is None:  # Other families: transformers' own class for the model_type.
+        from transformers import AutoConfig
+
+        config_cls = lambda **kw: AutoConfig.for_model(arch, **kw)  # noqa: E731
     try:
         return config_cls(**kwargs)
     except (StrictDataclassError, TypeError, ValueError) as e:
@@ -586,6 +703,10 @@ GAIN_BY_SUFFIX = {
     "lm_head.weight": 2.5,
 }
 EMBED_STD = 1.0
+# Tied LM head (youtu, minicpm3): with the embedding at full size the residual stream stays close
+# to the current token's row, whose logit then wins: the model only repeats its input. Smaller
+# rows let attention and the MLP decide the next token.
+TIED_EMBED_SCALE = 0.25
 NORM_JITTER = 0.1  # RMSNorm weight = 1 + NORM_JITTER * randn
 # Router logits std ~2 (std 2/sqrt(hidden) on a unit-RMS input): top-k choices differ between
 # tokens because of the router, not noise (default init gives logit std ~0.15). Near-ties still
@@ -615,7 +736,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
 
     for name, param in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
-            value = randn_like(param) * EMBED_STD
+            # MiniCPM3 multiplies the embeddings by scale_emb: keep the scaled ones at EMBED_STD.
+            std = EMBED_STD / getattr(model.config, "scale_emb", 1.0)
+            if model.config.tie_word_embeddings:
+                std *= TIED_EMBED_SCALE
+            value = randn_like(param) * std
         elif param.ndim == 1 and (name.endswith("norm.weight") or LONGCAT_NORM.search(name)):
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm
@@ -645,7 +770,11 @@ def build_model(arch: str, config, seed: int, dtype: torch.dtype):
     else:
         model_cls = None
     model_cls = model_cls or {"deepseek_v2": DeepseekV2ForCausalLM, "deepseek_v3": DeepseekV3ForCausalLM,
-                 "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}[arch]
+                 "deepseek_v32": DeepseekV32ForCausalLM, "glm_moe_dsa": GlmMoeDsaForCausalLM}.get(arch)
+    if model_cls is None:  # Other families: transformers' own CausalLM for the config.
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     torch.manual_seed(seed)
     model = model_cls(config)  # float32
     # Randomize in float32 so a bf16 model is exactly the rounded float32 model of the same seed.

@@ -48,7 +48,7 @@ int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens
   LATENT_CHECK(blocks_.empty());
   if (tokens.empty()) return 0;
   const int64_t max_blocks = static_cast<int64_t>(tokens.size() - 1) / block_tokens_;
-  BlockHash parent = 0;
+  BlockHash parent = root_;
   std::vector<int32_t> scratch;
   for (int64_t i = 0; i < max_blocks; ++i) {
     auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
@@ -70,7 +70,7 @@ void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> toke
   std::vector<int32_t> scratch;
   for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
     auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
-    const BlockHash parent = hashes_.empty() ? 0 : hashes_.back();
+    const BlockHash parent = hashes_.empty() ? root_ : hashes_.back();
     const BlockHash hash = HashBlock(parent, block_tokens);
     pool.Register(blocks_[i], hash, block_tokens, parent);
     hashes_.push_back(hash);

@@ -39,11 +39,15 @@ class BlockTable {
   // Shares `other`'s full blocks (retained) and returns how many tokens they cover; the caller
   // copies the partial last block into a fresh one.
   int64_t ShareFullBlocks(BlockPool& pool, const BlockTable& other, int64_t tokens);
+  // The parent hash of the first block (0 by default): sequences whose rows differ for the same
+  // tokens (model::Model::PrefixCacheSalt) never share cached blocks.
+  void set_root_hash(BlockHash root) { root_ = root; }
 
  private:
   uint32_t block_tokens_;
   std::vector<BlockId> blocks_;
   std::vector<BlockHash> hashes_;  // hashes of the leading full blocks registered so far
+  BlockHash root_ = 0;
 
   // What identifies block `i`: its tokens, then (when any of its positions lie before
   // `regime_boundary`) a negative marker no token id can equal.

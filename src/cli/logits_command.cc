@@ -40,6 +40,7 @@ void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t c
     batch.AddSequence(std::span<const int32_t>(ids).subspan(start, end - start), start,
                       table.blocks(), model::ExpandedPositions(config, form, n),
                       /*last_logits=*/true, /*all_logits=*/true);
+    batch.prompt_lens.push_back(n);  // Chunks of one prompt: its rotary frequencies as a whole.
     m.Forward(batch, form, logits + start * config.vocab_size, trace);
   }
   table.Free(cache.pool());

@@ -13,6 +13,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
     const int32_t first_token = static_cast<int32_t>(f.token_ids.size());
     f.AddSequence(std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, chunk.num_tokens),
                   seq.num_computed, seq.table.blocks(), seq.expanded_below, /*last_logits=*/false);
+    f.prompt_lens.push_back(seq.num_prompt);
     out.tables.push_back(&seq.table);
     // Prompt logprobs first: the rows of the prompt positions still to be reported.
     PromptLogitsRows prompt;

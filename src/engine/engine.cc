@@ -97,6 +97,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->tokens = r.prompt;
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
     seq->expanded_below = model::ExpandedPositions(model_->config(), options_.attention, seq->num_prompt);
+    seq->table.set_root_hash(model_->PrefixCacheSalt(seq->num_prompt));
     if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
     state->samples.push_back(std::move(seq));
   }

@@ -42,6 +42,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
                                         config_.qk_head_dim(), index_rope_interleaved,
                                         /*round_bf16=*/false)) {}
 
+uint64_t DeepseekModel::PrefixCacheSalt(int64_t prompt_len) const {
+  const bool long_rope = !rope_.long_inv_freq.empty() && prompt_len > rope_.long_after;
+  return long_rope ? 0x6c6f6e67726f7065ull : 0;  // "longrope"
+}
+
 DeepseekModel::Activations DeepseekModel::Start(const ForwardBatch& batch) const {
   batch.Validate();
   Activations a;
@@ -142,7 +147,8 @@ void DeepseekModel::AddResidual(float* hidden, const float* branch, int64_t toke
   for (int64_t i = 0; i < tokens * config_.hidden_size; ++i) hidden[i] += branch[i];
 }
 
-void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits) const {
+void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits,
+                         float hidden_divisor) const {
   const int64_t d = config_.hidden_size;
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
@@ -157,6 +163,9 @@ void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* 
     kernels::BestKernels().rms_norm(last.data(), rows, d, weights_.final_norm.data,
                                     weights_.final_norm.dtype,
                                     static_cast<float>(config_.rms_norm_eps), last.data());
+  }
+  if (hidden_divisor != 1.0f) {  // MiniCPM3 scales the final hidden state down before lm_head.
+    for (float& v : last) v /= hidden_divisor;
   }
   LATENT_PROFILE_SCOPE(kLmHead);
   kernels::Linear(last.data(), rows, weights_.lm_head, logits);

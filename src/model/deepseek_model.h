@@ -22,6 +22,8 @@ namespace latent::model {
 class DeepseekModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
+  // LongRoPE: prompts longer than its original length (long frequencies) apart from the others.
+  uint64_t PrefixCacheSalt(int64_t prompt_len) const override;
 
  protected:
   // `tensors`: the family's tensor list. `index_rope_interleaved`: the DSA indexer's rotary pairing
@@ -62,8 +64,9 @@ class DeepseekModel : public Model {
            ForwardTrace* trace) const;
   // hidden += branch, [T, D].
   void AddResidual(float* hidden, const float* branch, int64_t tokens) const;
-  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows])).
-  void Head(const ForwardBatch& batch, const float* hidden, float* logits) const;
+  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows]) / hidden_divisor).
+  void Head(const ForwardBatch& batch, const float* hidden, float* logits,
+            float hidden_divisor = 1.0f) const;
 
  private:
   ModelConfig config_;

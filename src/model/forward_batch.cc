@@ -14,6 +14,7 @@ void ForwardBatch::Clear() {
   expanded_below.clear();
   block_table_starts.assign(1, 0);
   block_ids.clear();
+  prompt_lens.clear();
 }
 
 void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_position,
@@ -48,6 +49,7 @@ void ForwardBatch::Validate() const {
   LATENT_CHECK(block_table_starts[0] == 0 &&
                static_cast<size_t>(block_table_starts[seqs]) == block_ids.size());
   LATENT_CHECK(rows != nullptr);
+  LATENT_CHECK(prompt_lens.empty() || prompt_lens.size() == seqs);
   for (size_t s = 0; s < seqs; ++s) {
     LATENT_CHECK(seq_starts[s] < seq_starts[s + 1]);
     for (int32_t t = seq_starts[s]; t < seq_starts[s + 1]; ++t) {

@@ -256,7 +256,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   const int64_t half = d.rope / 2;
   std::vector<float> cos(tokens * half), sin(tokens * half);  // [T, dr / 2]
   for (int64_t t = 0; t < tokens; ++t)
-    rope.CosSin(batch.positions[t], &cos[t * half], &sin[t * half]);
+    rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);
   kernels::NormRopeArgs norm_rope;
   norm_rope.tokens = tokens;
   norm_rope.kv = kv_a.data();

@@ -3,6 +3,7 @@
 // (ForwardBatch::rows), then reads back the rows of every token its tokens attend to.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -36,12 +37,23 @@ struct ForwardBatch {
   std::vector<int32_t> block_table_starts;  // [S + 1]
   std::vector<cache::BlockId> block_ids;
   const cache::PagedRows* rows = nullptr;  // The paged cache the step reads and writes.
+  // [S] or empty: each sequence's prompt length, pushed by the caller after AddSequence. Rotary
+  // frequencies that depend on the sequence length (LongRoPE) read it through RotaryLength, so
+  // that a prompt gets the same ones whether it runs in one chunk or several.
+  std::vector<int64_t> prompt_lens;
 
   int64_t num_sequences() const { return static_cast<int64_t>(context_lens.size()); }
   // The block-table row of sequence `s`.
   std::span<const cache::BlockId> BlockTable(int64_t s) const {
     return std::span<const cache::BlockId>(block_ids).subspan(
         block_table_starts.at(s), block_table_starts.at(s + 1) - block_table_starts[s]);
+  }
+  // The sequence length that picks length-dependent rotary frequencies for token t: what
+  // transformers sees running the whole prompt in one call, then decoding token by token
+  // (max(prompt length, position + 1)); without prompt_lens, the sequence's context in this step.
+  int64_t RotaryLength(int64_t t) const {
+    const int64_t s = seq_slots[t];
+    return std::max(positions[t] + 1, prompt_lens.empty() ? context_lens[s] : prompt_lens[s]);
   }
   // Empties every array, keeping their memory and `rows`.
   void Clear();
@@ -89,6 +101,13 @@ class Model {
   // [R, vocab_size] for batch.logits_rows.
   virtual void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
                        ForwardTrace* trace = nullptr) const = 0;
+  // Sequences whose cached rows differ for the same leading tokens get different salts, so
+  // that prefix caching never hands one the other's blocks: LongRoPE rotates every prompt
+  // position by the long or the short frequencies depending on the prompt's length.
+  virtual uint64_t PrefixCacheSalt(int64_t prompt_len) const {
+    (void)prompt_len;
+    return 0;
+  }
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.

@@ -14,6 +14,37 @@
 namespace latent::model {
 namespace {
 
+// LongRoPE (MiniCPM3, Phi-3): short and long divisors of the rotary frequencies; transformers
+// needs original_max_position_embeddings in the rope settings to switch between them.
+void ParseLongRope(const ConfigReader& rope, ModelConfig& config) {
+  const std::string& source = rope.source();
+  config.rope.type = RopeType::kLongRope;
+  const int64_t half = config.qk_rope_head_dim / 2;
+  for (const char* key : {"short_factor", "long_factor"}) {
+    if (!rope.Has(key) || !rope[key].is_array() || static_cast<int64_t>(rope[key].size()) != half) {
+      Fail(source, ": longrope needs '", key, "' as a list of ", half, " numbers (qk_rope_head_dim / 2)");
+    }
+    std::vector<double>& out = key[0] == 's' ? config.rope.short_factor : config.rope.long_factor;
+    for (const Json& v : rope[key]) {
+      if (!v.is_number() || !(v.get<double>() > 0)) Fail(source, ": '", key, "' entries must be positive numbers");
+      out.push_back(v.get<double>());
+    }
+  }
+  if (!rope.Has("original_max_position_embeddings")) {
+    Fail(source, ": longrope needs 'original_max_position_embeddings'");
+  }
+  config.rope.original_max_position_embeddings = rope.Int("original_max_position_embeddings");
+  if (config.rope.original_max_position_embeddings <= 0) {
+    Fail(source, ": 'original_max_position_embeddings' must be positive");
+  }
+  // Unstated, transformers takes max_position_embeddings / original as the factor.
+  config.rope.factor = rope.NumberOr(
+      "factor", static_cast<double>(config.max_position_embeddings) /
+                    static_cast<double>(config.rope.original_max_position_embeddings));
+  if (!(config.rope.factor > 0)) Fail(source, ": longrope 'factor' must be positive");
+  if (rope.Has("attention_factor")) config.rope.attention_factor = rope.NumberOr("attention_factor", 1.0);
+}
+
 void ParseRope(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   // transformers 5 writes `rope_parameters` (with rope_theta inside); older checkpoints write
@@ -75,8 +106,10 @@ void ParseRope(const ConfigReader& top, ModelConfig& config) {
     config.rope.mscale_all_dim = rope.NumberOr("mscale_all_dim", 0.0);
     if (rope.Has("attention_factor")) config.rope.attention_factor = rope.NumberOr("attention_factor", 1.0);
     config.rope.truncate = rope.BoolOr("truncate", true);
+  } else if (type == "longrope") {
+    ParseLongRope(rope, config);
   } else {
-    Fail(rope.source(), ": unsupported rope_type '", type, "' (supported: default, yarn)");
+    Fail(rope.source(), ": unsupported rope_type '", type, "' (supported: default, yarn, longrope)");
   }
 }
 
@@ -353,7 +386,10 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   config.kv_lora_rank = top.PositiveInt("kv_lora_rank");
   config.qk_nope_head_dim = top.PositiveInt("qk_nope_head_dim");
   config.qk_rope_head_dim = top.PositiveInt("qk_rope_head_dim");
-  config.v_head_dim = top.PositiveInt("v_head_dim");
+  config.v_head_dim = d.v_head_dim_from_heads && !top.Has("v_head_dim")
+                          ? config.hidden_size / config.num_attention_heads
+                          : top.PositiveInt("v_head_dim");
+  if (config.v_head_dim <= 0) Fail(source, ": v_head_dim (hidden_size / num_attention_heads) is 0");
   if (config.qk_rope_head_dim % 2 != 0) {
     Fail(source, ": qk_rope_head_dim (", config.qk_rope_head_dim, ") must be even for rotary pairs");
   }

@@ -91,6 +91,11 @@ struct ModelConfig {
   // A vision-language wrapper's model_type ("mistral3") when config.json holds this model under
   // text_config: the checkpoint's tensors are the wrapper's language model's (OpenCheckpoint).
   std::string wrapper_model_type;
+  // muP scalings (MiniCPM3; 1 elsewhere): embeddings times embedding_scale, each residual branch
+  // times residual_scale, the final hidden state divided by logits_divisor before the LM head.
+  double embedding_scale = 1.0;
+  double residual_scale = 1.0;
+  double logits_divisor = 1.0;
 
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/error.h"
 #include "tensor/dtype.h"
 
 namespace latent::ops {
@@ -16,6 +17,27 @@ double YarnMscale(double scale, double mscale) {
 // Dimension index at which the wavelength completes `rotations` turns over `max_pos` positions.
 double CorrectionDim(double rotations, int64_t dim, double base, double max_pos) {
   return (dim * std::log(max_pos / (rotations * 2 * M_PI))) / (2 * std::log(base));
+}
+
+// transformers' _compute_longrope_parameters: inv_freq = 1 / (ext_i * base^(2i/d)) in f32, the
+// short and the long divisors both; the cos/sin factor from `factor` and the original length.
+void LongRope(const RopeConfig& y, const std::vector<float>& pos_freqs, Rope& rope) {
+  const size_t half = pos_freqs.size();
+  LATENT_CHECK(y.short_factor.size() == half && y.long_factor.size() == half);
+  rope.long_inv_freq.resize(half);
+  for (size_t i = 0; i < half; ++i) {
+    rope.inv_freq[i] = 1.0f / (static_cast<float>(y.short_factor[i]) * pos_freqs[i]);
+    rope.long_inv_freq[i] = 1.0f / (static_cast<float>(y.long_factor[i]) * pos_freqs[i]);
+  }
+  rope.long_after = y.original_max_position_embeddings;
+  if (y.attention_factor) {
+    rope.attention_factor = static_cast<float>(*y.attention_factor);
+  } else if (y.factor <= 1.0) {
+    rope.attention_factor = 1.0f;
+  } else {
+    rope.attention_factor = static_cast<float>(std::sqrt(
+        1.0 + std::log(y.factor) / std::log(static_cast<double>(y.original_max_position_embeddings))));
+  }
 }
 
 }  // namespace
@@ -37,6 +59,8 @@ Rope Rope::FromConfig(const RopeConfig& y, int64_t rope_dim, int64_t qk_head_dim
   double softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
   if (y.type == RopeType::kDefault) {
     for (int64_t i = 0; i < half; ++i) rope.inv_freq[i] = 1.0f / pos_freqs[i];
+  } else if (y.type == RopeType::kLongRope) {
+    LongRope(y, pos_freqs, rope);
   } else {
     const float factor = static_cast<float>(y.factor);
     double low = CorrectionDim(y.beta_fast, rope.dim, y.theta, y.original_max_position_embeddings);
@@ -80,6 +104,23 @@ void Rope::CosSin(int64_t position, float* cos, float* sin) const {
   const float pos = static_cast<float>(position);
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float angle = pos * inv_freq[i];
+    cos[i] = std::cos(angle) * attention_factor;
+    sin[i] = std::sin(angle) * attention_factor;
+    if (round_cos_sin_bf16) {
+      cos[i] = RoundToBF16(cos[i]);
+      sin[i] = RoundToBF16(sin[i]);
+    }
+  }
+}
+
+void Rope::CosSin(int64_t position, int64_t length, float* cos, float* sin) const {
+  if (long_inv_freq.empty() || length <= long_after) {
+    CosSin(position, cos, sin);
+    return;
+  }
+  const float pos = static_cast<float>(position);
+  for (size_t i = 0; i < long_inv_freq.size(); ++i) {
+    const float angle = pos * long_inv_freq[i];
     cos[i] = std::cos(angle) * attention_factor;
     sin[i] = std::sin(angle) * attention_factor;
     if (round_cos_sin_bf16) {

@@ -3,10 +3,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace latent::ops {
 
-enum class RopeType : uint8_t { kDefault, kYarn };
+enum class RopeType : uint8_t { kDefault, kYarn, kLongRope };
 
 struct RopeConfig {
   RopeType type = RopeType::kDefault;
@@ -23,6 +24,11 @@ struct RopeConfig {
   double mscale_all_dim = 0.0;
   std::optional<double> attention_factor;      // Overrides the cos/sin factor when set.
   bool truncate = true;                        // Round the YaRN correction range to integers.
+  // LongRoPE (type == kLongRope): per-frequency divisors [rope_dim / 2], the short set for
+  // sequences of at most original_max_position_embeddings positions, the long set beyond;
+  // `factor` (max_position_embeddings / original when unstated) sets the cos/sin factor
+  // sqrt(1 + ln(factor) / ln(original)) unless attention_factor is given.
+  std::vector<double> short_factor, long_factor;
 };
 
 }  // namespace latent::ops

@@ -331,10 +331,10 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
   Json j = TinyV3();
   j["model_type"] = "llama";
   EXPECT_CONFIG_ERROR(
-      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash)");
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash)");
   j.erase("model_type");
-  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, axk1, mistral4, longcat_flash");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
@@ -435,7 +435,7 @@ TEST(ModelConfigTest, RejectsBadRope) {
   EXPECT_CONFIG_ERROR(j, "contradictory rope_theta: 10000 at top level, 50000 in rope_parameters");
   j = TinyV3();
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2}};
-  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn)");
+  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn, longrope)");
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8}};
   EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'llama3'");
   j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};

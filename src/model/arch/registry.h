@@ -34,6 +34,8 @@ struct ArchDefaults {
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   int64_t max_position_embeddings = 2048;
   std::optional<int64_t> bos, eos;
+  // v_head_dim may be omitted, meaning hidden_size / num_attention_heads (MiniCPM3).
+  bool v_head_dim_from_heads = false;
 };
 
 struct Arch {
