@@ -28,7 +28,9 @@ size_t PartialMarkerSuffix(std::string_view text, std::string_view marker) {
 
 }  // namespace
 
-ThinkParser::ThinkParser(bool starts_in_reasoning) : starts_in_reasoning_(starts_in_reasoning) {}
+ThinkParser::ThinkParser(ThinkStart start)
+    : state_(start == ThinkStart::kContent ? State::kContent : State::kStart),
+      starts_in_reasoning_(start == ThinkStart::kReasoning) {}
 
 ParsedDelta ThinkParser::Push(std::string_view text) {
   held_.append(text);
@@ -94,13 +96,18 @@ std::string ResolveReasoningParser(const std::string& flag, bool template_mentio
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt) {
   if (name.empty()) return nullptr;
-  if (name == "deepseek_r1") return std::make_unique<ThinkParser>(true);
+  if (name == "deepseek_r1") return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
   while (!rendered_prompt.empty() && IsSpace(rendered_prompt.back())) {
     rendered_prompt.remove_suffix(1);
   }
-  const bool in_reasoning = rendered_prompt.size() >= kOpen.size() &&
-                            rendered_prompt.substr(rendered_prompt.size() - kOpen.size()) == kOpen;
-  return std::make_unique<ThinkParser>(in_reasoning);
+  auto ends_with = [&](std::string_view marker) {
+    return rendered_prompt.size() >= marker.size() &&
+           rendered_prompt.substr(rendered_prompt.size() - marker.size()) == marker;
+  };
+  const ThinkStart start = ends_with(kOpen)    ? ThinkStart::kReasoning
+                           : ends_with(kClose) ? ThinkStart::kContent
+                                               : ThinkStart::kMayOpen;
+  return std::make_unique<ThinkParser>(start);
 }
 
 }  // namespace latent::server

@@ -24,59 +24,59 @@ ParsedDelta Feed(OutputParser& parser, const std::vector<std::string>& pieces,
   return all;
 }
 
-ParsedDelta Whole(bool starts_in_reasoning, const std::string& text) {
-  ThinkParser parser(starts_in_reasoning);
+ParsedDelta Whole(ThinkStart start, const std::string& text) {
+  ThinkParser parser(start);
   return Feed(parser, {text});
 }
 
 TEST(ReasoningParserTest, SplitsThinkBlockFromAnswer) {
-  const ParsedDelta d = Whole(false, "<think>step 1</think>The answer.");
+  const ParsedDelta d = Whole(ThinkStart::kMayOpen, "<think>step 1</think>The answer.");
   EXPECT_EQ(d.reasoning, "step 1");
   EXPECT_EQ(d.content, "The answer.");
 }
 
 TEST(ReasoningParserTest, LeadingWhitespaceBeforeOpenIsDropped) {
   // GLM-4.5 writes "\n<think>" after its assistant tag.
-  const ParsedDelta d = Whole(false, "\n<think>why</think>\nok");
+  const ParsedDelta d = Whole(ThinkStart::kMayOpen, "\n<think>why</think>\nok");
   EXPECT_EQ(d.reasoning, "why");
   EXPECT_EQ(d.content, "\nok");
 }
 
 TEST(ReasoningParserTest, StartsInReasoningWithoutOpenMarker) {
-  const ParsedDelta d = Whole(true, "thinking\n</think>answer");
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "thinking\n</think>answer");
   EXPECT_EQ(d.reasoning, "thinking\n");
   EXPECT_EQ(d.content, "answer");
   // A repeated <think> at the start is dropped too (vLLM's deepseek_r1).
-  const ParsedDelta again = Whole(true, "<think>x</think>y");
+  const ParsedDelta again = Whole(ThinkStart::kReasoning, "<think>x</think>y");
   EXPECT_EQ(again.reasoning, "x");
   EXPECT_EQ(again.content, "y");
 }
 
 TEST(ReasoningParserTest, UnclosedReasoningIsAllReasoning) {
-  const ParsedDelta d = Whole(true, "still thinking </thi");
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "still thinking </thi");
   EXPECT_EQ(d.reasoning, "still thinking </thi");
   EXPECT_EQ(d.content, "");
 }
 
 TEST(ReasoningParserTest, WithoutMarkersOutsideReasoningAllIsContent) {
-  EXPECT_EQ(Whole(false, "plain answer").content, "plain answer");
-  EXPECT_EQ(Whole(false, "plain answer").reasoning, "");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "plain answer").content, "plain answer");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "plain answer").reasoning, "");
   // A close marker with no reasoning open is text; so is a <think> that is not at the start.
-  EXPECT_EQ(Whole(false, "a</think>b").content, "a</think>b");
-  EXPECT_EQ(Whole(false, "a<think>b</think>c").content, "a<think>b</think>c");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "a</think>b").content, "a</think>b");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "a<think>b</think>c").content, "a<think>b</think>c");
   // Only whitespace, or a partial "<think>" at the very end of a short output.
-  EXPECT_EQ(Whole(false, " \n").content, " \n");
-  EXPECT_EQ(Whole(false, "<thi").content, "<thi");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, " \n").content, " \n");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "<thi").content, "<thi");
 }
 
 TEST(ReasoningParserTest, OnlyTheFirstCloseEndsReasoning) {
-  const ParsedDelta d = Whole(true, "a</think>b</think>c");
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "a</think>b</think>c");
   EXPECT_EQ(d.reasoning, "a");
   EXPECT_EQ(d.content, "b</think>c");
 }
 
 TEST(ReasoningParserTest, PartialMarkerIsHeldBackUntilDecided) {
-  ThinkParser parser(true);
+  ThinkParser parser(ThinkStart::kReasoning);
   std::vector<ParsedDelta> steps;
   const ParsedDelta all = Feed(parser, {"abc<", "/thi", "nk", ">", "done"}, &steps);
   EXPECT_EQ(steps[0].reasoning, "abc");  // "<" held: it may start </think>.
@@ -89,7 +89,7 @@ TEST(ReasoningParserTest, PartialMarkerIsHeldBackUntilDecided) {
 }
 
 TEST(ReasoningParserTest, FalsePartialMarkerIsReleased) {
-  ThinkParser parser(true);
+  ThinkParser parser(ThinkStart::kReasoning);
   std::vector<ParsedDelta> steps;
   const ParsedDelta all = Feed(parser, {"a</th", "x"}, &steps);
   EXPECT_EQ(steps[0].reasoning, "a");
@@ -100,11 +100,12 @@ TEST(ReasoningParserTest, FalsePartialMarkerIsReleased) {
 TEST(ReasoningParserTest, EverySplitGivesTheWholeResult) {
   // Any cut of the output into three pieces (markers split anywhere) gives what the whole gives,
   // and never a content delta before the reasoning has closed.
-  const std::vector<std::pair<bool, std::string>> cases = {
-      {false, " <think>r1 <b></think> c1 </think>"},
-      {true, "r</thinx</think>c"},
-      {true, "<think>r</think>"},
-      {false, "<thinking>no</think>"},
+  const std::vector<std::pair<ThinkStart, std::string>> cases = {
+      {ThinkStart::kMayOpen, " <think>r1 <b></think> c1 </think>"},
+      {ThinkStart::kReasoning, "r</thinx</think>c"},
+      {ThinkStart::kReasoning, "<think>r</think>"},
+      {ThinkStart::kMayOpen, "<thinking>no</think>"},
+      {ThinkStart::kContent, "<think>r</think>c"},
   };
   for (const auto& [starts, text] : cases) {
     const ParsedDelta whole = Whole(starts, text);
@@ -137,6 +138,14 @@ TEST(ReasoningParserTest, StartFollowsTheRenderedPrompt) {
   // Without thinking it ends in </think>: all content (the marker was in the prompt).
   auto plain = MakeReasoningParser("think", "<｜User｜>hi<｜Assistant｜></think>");
   EXPECT_EQ(Feed(*plain, {"r</think>c"}).content, "r</think>c");
+  // GLM-4.5 with enable_thinking=false closes an empty block: even a <think> is then content.
+  auto closed = MakeReasoningParser("think", "<|assistant|>\n<think></think>");
+  EXPECT_EQ(Feed(*closed, {"<think>r</think>c"}).content, "<think>r</think>c");
+  // GLM-4.5 thinking: the prompt ends in the assistant tag and the model opens the block.
+  auto glm = MakeReasoningParser("glm45", "<|assistant|>");
+  const ParsedDelta opened = Feed(*glm, {"\n<thi", "nk>r</think>c"});
+  EXPECT_EQ(opened.reasoning, "r");
+  EXPECT_EQ(opened.content, "c");
   // deepseek_r1 always starts in reasoning.
   auto r1 = MakeReasoningParser("deepseek_r1", "<｜Assistant｜>");
   EXPECT_EQ(Feed(*r1, {"r</think>c"}).reasoning, "r");
