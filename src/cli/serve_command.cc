@@ -116,6 +116,8 @@ Runner RegisterServe(CLI::App& app) {
   return [opt] {
     server::ServeOptions serve = opt->serve;
     serve.load = ParseLoadOptions(opt->quantize);
+    // An unknown parser name fails now, not after the model has loaded.
+    server::ResolveReasoningParser(serve.reasoning_parser, /*template_mentions_think=*/false);
     serve.engine.attention = generate::ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));

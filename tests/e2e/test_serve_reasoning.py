@@ -10,6 +10,7 @@ reasoning), GLM-4.5's template (the model opens <think> itself) splits too, and 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,17 @@ def test_glm_template_model_opens_think(chat_model, tokenizer, tmp_path):
         assert chat(client, stream=False, extra_body=body)[:2] == (None, text)
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_bad_flags_are_refused(chat_model, tmp_path):
+    from e2e_harness import LATENT
+
+    bad = subprocess.run([str(LATENT), "serve", "--model", str(chat_model), "--port", "0",
+                          "--reasoning-parser", "qwen9"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown parser 'qwen9'" in bad.stderr
+    replay = tmp_path / "replay.json"
+    replay.write_text("[1, -2]")
+    bad = subprocess.run([str(LATENT), "serve", "--model", str(chat_model), "--host", "127.0.0.1",
+                          "--port", "0", "--debug-replay", str(replay)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "entry 1 (-2) is not a token id" in bad.stderr, bad.stderr
