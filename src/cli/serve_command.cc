@@ -5,6 +5,8 @@
 #include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
+#include "base/error.h"
+#include "server/reasoning_parser.h"
 #include "server/server.h"
 
 namespace latent::cli {
@@ -100,10 +102,22 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--log-requests", s.http.log_requests, "Log every HTTP response on stderr");
+  sub->add_option("--reasoning-parser", s.reasoning_parser,
+                  StrCat("Split chat output into message.reasoning_content and content: auto "
+                         "(from the chat template: 'think' when it knows </think>), none, or one "
+                         "of ", server::ReasoningParserNames()))
+      ->capture_default_str();
+  sub->add_option("--debug-replay", s.debug_replay_path,
+                  "TEST-ONLY: every request emits the token ids in FILE (a JSON list of ids, or "
+                  "{\"ids\": [...]}) instead of sampling, then finishes 'stop' ('length' at "
+                  "max_tokens); prefill, batching, streaming and stop strings run as usual")
+      ->option_text("FILE");
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
     server::ServeOptions serve = opt->serve;
     serve.load = ParseLoadOptions(opt->quantize);
+    // An unknown parser name fails now, not after the model has loaded.
+    server::ResolveReasoningParser(serve.reasoning_parser, /*template_mentions_think=*/false);
     serve.engine.attention = generate::ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/profile.h"
 #include "engine/logprobs.h"
+#include "engine/debug_replay.h"
 #include "engine/sampler.h"
 
 namespace latent::engine {
@@ -143,7 +144,11 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
 
 void Engine::AcceptToken(Sequence& seq, const float* logits) {
   const Request& r = *seq.request;
-  const SampledToken sampled = SampleNext(logits, model_->config().vocab_size, seq, r.sampling);
+  const int64_t vocab = model_->config().vocab_size;
+  const bool replay = !options_.debug_replay.empty();
+  const SampledToken sampled = replay
+                                   ? ReplayNext(options_.debug_replay, logits, vocab, seq, r.sampling)
+                                   : SampleNext(logits, vocab, seq, r.sampling);
   seq.tokens.push_back(sampled.token);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -162,7 +167,7 @@ void Engine::AcceptToken(Sequence& seq, const float* logits) {
   const auto& eos = generation_.eos_token_ids;
   const bool is_eos = !r.ignore_eos && std::count(eos.begin(), eos.end(), sampled.token) > 0;
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
-  if (is_eos || is_stop) {
+  if (is_eos || is_stop || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;
   } else if (seq.num_generated() >= r.max_tokens) {
     out.finish = FinishReason::kLength;

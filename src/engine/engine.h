@@ -35,6 +35,9 @@ struct EngineOptions {
   std::string cache_dtype = "auto";
   model::AttentionForm attention = model::AttentionForm::kAuto;
   bool check_invariants = false;  // Verify block accounting after every step (tests).
+  // Test-only (engine/debug_replay.h): when not empty, every sample emits these token ids instead
+  // of sampling, then ends with kStop.
+  std::vector<int32_t> debug_replay;
 };
 
 struct EngineMetrics {

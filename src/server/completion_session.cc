@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "server/reasoning_parser.h"
 
 namespace latent::server {
 namespace {
@@ -45,11 +46,11 @@ std::vector<int32_t> CompletionSession::Tokenize(const PromptSpec& prompt) const
   return context_.tokenizer->Encode(prompt.text, /*add_special_tokens=*/true);
 }
 
-std::vector<int32_t> CompletionSession::RenderChat() const {
+std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const {
   if (!context_.tokenizer || !context_.chat_template) {
     throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
   }
-  std::string text;
+  std::string& text = *rendered;
   try {
     text = context_.chat_template->Render(request_.messages, request_.tools,
                                           request_.add_generation_prompt,
@@ -65,8 +66,10 @@ std::vector<int32_t> CompletionSession::RenderChat() const {
 void CompletionSession::Start() {
   // Tokenize and check every prompt before submitting any.
   std::vector<engine::Request> requests;
+  std::string chat_prompt;
   if (request_.endpoint == Endpoint::kChatCompletions) {
-    requests.push_back(MakeEngineRequest(request_, RenderChat(), context_.limits));
+    requests.push_back(MakeEngineRequest(request_, RenderChat(&chat_prompt), context_.limits));
+    meta_.reasoning = !context_.reasoning_parser.empty();
   } else {
     for (const PromptSpec& prompt : request_.prompts) {
       requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
@@ -97,6 +100,7 @@ void CompletionSession::Start() {
       c.index = static_cast<int32_t>(p) * n + s;
       if (context_.tokenizer)
         c.detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
+      if (meta_.reasoning) c.parser = MakeReasoningParser(context_.reasoning_parser, chat_prompt);
     }
     // Without logprobs (or with a one-token prompt) there is nothing to wait for.
     const size_t awaited = request_.logprobs ? prompts_[p].ids.size() : 0;
@@ -245,7 +249,7 @@ void CompletionSession::Apply(const Event& event) {
     if (request_.logprobs)
       c.logprobs.push_back(MakeLogprob(out, static_cast<int64_t>(c.text.size())));
     const std::string piece = c.detokenizer ? c.detokenizer->Push(out.token) : std::string();
-    c.text += c.stop.Push(piece);
+    Emit(c, c.stop.Push(piece));
     if (c.stop.stopped()) {
       EndChoice(c, "stop");
       return;
@@ -253,8 +257,8 @@ void CompletionSession::Apply(const Event& event) {
   }
   if (out.finish == engine::FinishReason::kNone) return;
   const std::string rest = c.detokenizer ? c.detokenizer->Finish() : std::string();
-  c.text += c.stop.Push(rest);
-  if (!c.stop.stopped()) c.text += c.stop.Finish();
+  Emit(c, c.stop.Push(rest));
+  if (!c.stop.stopped()) Emit(c, c.stop.Finish());
   switch (out.finish) {
     case engine::FinishReason::kStop:
       EndChoice(c, "stop");
@@ -273,7 +277,23 @@ void CompletionSession::Apply(const Event& event) {
   }
 }
 
+void CompletionSession::Emit(Choice& c, std::string_view text) {
+  if (!c.parser) {
+    c.text += text;
+    return;
+  }
+  const ParsedDelta parsed = c.parser->Push(text);
+  c.reasoning += parsed.reasoning;
+  c.text += parsed.content;
+}
+
 void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
+  if (c.parser) {
+    // The output is over: what the parser held back (a partial marker) is text after all.
+    const ParsedDelta rest = c.parser->Finish();
+    c.reasoning += rest.reasoning;
+    c.text += rest.content;
+  }
   c.ended = true;
   c.finish_reason = reason;
   context_.metrics->CountFinished(reason);
@@ -367,17 +387,20 @@ std::string CompletionSession::TakeStream() {
   }
   for (Choice& c : choices_) {
     const bool new_end = c.ended && !c.sent_end && !error_;
-    if (c.sent_text == c.text.size() && c.sent_ids == c.token_ids.size() &&
+    if (c.sent_text == c.text.size() && c.sent_reasoning == c.reasoning.size() &&
+        c.sent_ids == c.token_ids.size() &&
         c.sent_logprobs == c.logprobs.size() && !new_end) {
       continue;
     }
     ChoiceOutput delta;
     delta.index = c.index;
     delta.text = c.text.substr(c.sent_text);
+    delta.reasoning = c.reasoning.substr(c.sent_reasoning);
     delta.token_ids.assign(c.token_ids.begin() + c.sent_ids, c.token_ids.end());
     delta.logprobs.assign(c.logprobs.begin() + c.sent_logprobs, c.logprobs.end());
     if (new_end) delta.finish_reason = c.finish_reason;
     c.sent_text = c.text.size();
+    c.sent_reasoning = c.reasoning.size();
     c.sent_ids = c.token_ids.size();
     c.sent_logprobs = c.logprobs.size();
     c.sent_end = c.sent_end || new_end;
@@ -400,7 +423,7 @@ std::pair<int, std::string> CompletionSession::Response() const {
   std::vector<ChoiceOutput> choices;
   choices.reserve(choices_.size());
   for (const Choice& c : choices_) {
-    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason});
+    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.reasoning});
   }
   std::vector<std::vector<int32_t>> prompt_ids;
   if (request_.return_token_ids) {

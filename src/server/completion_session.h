@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server/openai_schema.h"
+#include "server/output_parser.h"
 #include "server/server_context.h"
 #include "server/stop_strings.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -91,7 +92,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     int32_t index = 0;
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
     StopStringMatcher stop;
-    std::string text;  // Emitted text (what stop strings let through).
+    std::string text;  // Emitted text (what stop strings let through); with a parser, content.
+    // Chat with a reasoning parser: it splits the emitted text into reasoning and text.
+    std::unique_ptr<OutputParser> parser;
+    std::string reasoning;
     std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
     int64_t tokens = 0;  // Completion tokens, up to the one that completed a stop string.
@@ -99,12 +103,15 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     bool ended = false;
     Clock::time_point last_token;
     // How much of text / token_ids / logprobs went out in chunks, and whether the end did.
-    size_t sent_text = 0, sent_ids = 0, sent_logprobs = 0;
+    size_t sent_text = 0, sent_reasoning = 0, sent_ids = 0, sent_logprobs = 0;
     bool sent_end = false;
   };
 
   std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
-  std::vector<int32_t> RenderChat() const;
+  // The chat prompt's ids; `text` gets the rendered prompt.
+  std::vector<int32_t> RenderChat(std::string* text) const;
+  // Appends text that stop strings let through to the choice (through its parser, if any).
+  void Emit(Choice& choice, std::string_view text);
   void Apply(const Event& event);
   // Takes prompt logprobs from the engine; echoes the prompt once they are complete.
   void AddPromptLogprobs(int32_t prompt, const engine::RequestOutput& output);

@@ -620,6 +620,10 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
       choice["text"] = c.text;
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (meta.reasoning) {
+        choice["message"]["reasoning_content"] =
+            c.reasoning.empty() ? OrderedJson(nullptr) : OrderedJson(c.reasoning);
+      }
     }
     choice["logprobs"] =
         meta.logprobs ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
@@ -647,6 +651,9 @@ OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role
     choice["text"] = c.text;
   } else if (role_only) {
     choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+  } else if (!c.reasoning.empty()) {
+    choice["delta"] = {{"reasoning_content", c.reasoning}};
+    if (!c.text.empty()) choice["delta"]["content"] = c.text;
   } else if (c.text.empty() && !c.finish_reason.empty()) {
     choice["delta"] = OrderedJson::object();
   } else {

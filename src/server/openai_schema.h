@@ -172,6 +172,9 @@ struct ChoiceOutput {
   std::vector<int32_t> token_ids;  // With return_token_ids.
   std::vector<LogprobEntry> logprobs;
   std::string finish_reason;  // "" while running: null in JSON.
+  // Chat with a reasoning parser: message.reasoning_content (null when empty) /
+  // delta.reasoning_content (only when not empty).
+  std::string reasoning;
 };
 
 // What every response and chunk of one request shares.
@@ -183,6 +186,7 @@ struct ResponseMeta {
   bool logprobs = false;
   bool return_token_ids = false;
   bool include_usage = false;  // Streams: every chunk carries "usage": null, then a usage chunk.
+  bool reasoning = false;      // Chat messages carry "reasoning_content" (a reasoning parser runs).
 };
 
 // The non-streaming response. `prompt_token_ids` (one list per prompt) appears with

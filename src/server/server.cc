@@ -21,6 +21,8 @@
 #include "model/cache_rows.h"
 #include "model/generation_config.h"
 #include "model/model.h"
+#include "engine/debug_replay.h"
+#include "server/reasoning_parser.h"
 #include "server/server_context.h"
 
 namespace latent::server {
@@ -190,7 +192,19 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
 
   const std::string cache_dtype =
       model::CacheDTypeName(model::ParseCacheDType(o.engine.cache_dtype, config));
-  loaded->engine = std::make_unique<engine::Engine>(std::move(m), std::move(generation), o.engine);
+  std::string reasoning_parser = ResolveReasoningParser(
+      o.reasoning_parser,
+      loaded->chat_template != nullptr && loaded->chat_template->SourceMentions("</think>"));
+  Log("reasoning parser: ", reasoning_parser.empty() ? "none" : reasoning_parser,
+      o.reasoning_parser == "auto" ? " (auto, from the chat template)" : "");
+  engine::EngineOptions engine_options = o.engine;
+  if (!o.debug_replay_path.empty()) {
+    engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);
+    Log("--debug-replay ", o.debug_replay_path, ": every request emits its ",
+        engine_options.debug_replay.size(), " token ids instead of sampling (test-only)");
+  }
+  loaded->engine =
+      std::make_unique<engine::Engine>(std::move(m), std::move(generation), engine_options);
   const engine::EngineMetrics em = loaded->engine->Metrics();
   const int64_t cache_tokens = int64_t{em.total_blocks} * em.block_tokens;
   Log("cache: ", cache_tokens, " tokens (", em.total_blocks, " blocks of ", em.block_tokens, "), ",
@@ -203,6 +217,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.tokenizer = loaded->tokenizer.get();
   ctx.chat_template = loaded->chat_template.get();
   ctx.metrics = &metrics;
+  ctx.reasoning_parser = std::move(reasoning_parser);
   ctx.limits.model_name = name;
   ctx.limits.context_tokens = config.max_position_embeddings;
   ctx.limits.cache_tokens = cache_tokens;

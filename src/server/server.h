@@ -19,6 +19,11 @@ struct ServeOptions {
   engine::EngineOptions engine;
   model::LoadOptions load;  // --quantize
   double shutdown_timeout_s = 10;
+  // --reasoning-parser: auto, none or a name (server/reasoning_parser.h).
+  std::string reasoning_parser = "auto";
+  // --debug-replay (test-only): a JSON file of token ids every request emits instead of sampling
+  // (engine/debug_replay.h); empty: off.
+  std::string debug_replay_path;
 };
 
 // Serves until a signal; returns the exit code. Throws latent::Error when it cannot start.

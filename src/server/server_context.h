@@ -3,6 +3,8 @@
 // metrics. Built once the model is loaded; read-only afterwards (the engine is thread-safe).
 #pragma once
 
+#include <string>
+
 #include "engine/engine.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
@@ -17,6 +19,8 @@ struct ServerContext {
   const tokenizer::ChatTemplate* chat_template = nullptr;  // Null: no chat completions.
   ServingLimits limits;
   ServerMetrics* metrics = nullptr;
+  // The resolved --reasoning-parser for chat completions; empty: none.
+  std::string reasoning_parser;
 };
 
 }  // namespace latent::server

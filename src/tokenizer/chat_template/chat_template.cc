@@ -16,6 +16,7 @@ namespace latent::tokenizer {
 
 struct ChatTemplate::Compiled {
   std::string name;
+  std::string source;
   std::vector<jinja::NodePtr> body;
 };
 
@@ -127,6 +128,7 @@ std::shared_ptr<const ChatTemplate::Compiled> ChatTemplate::Compile(const std::s
   }
   auto compiled = std::make_shared<Compiled>();
   compiled->name = name;
+  compiled->source = source;
   compiled->body = jinja::Parse(jinja::Tokenize(source));
   return compiled;
 }
@@ -195,6 +197,13 @@ std::vector<std::string> ChatTemplate::template_names() const {
   std::vector<std::string> names;
   for (const auto& [name, compiled] : templates_) names.push_back(name);
   return names;
+}
+
+bool ChatTemplate::SourceMentions(std::string_view text) const {
+  for (const auto& [name, compiled] : templates_) {
+    if (compiled->source.find(text) != std::string::npos) return true;
+  }
+  return false;
 }
 
 std::string ChatTemplate::Render(const nlohmann::ordered_json& messages,

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,9 @@ class ChatTemplate {
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
   const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
   std::vector<std::string> template_names() const;
+  // Whether any of the templates' source text contains `text` (e.g. a reasoning marker, to pick
+  // the output parser that fits the template).
+  bool SourceMentions(std::string_view text) const;
 
  private:
   struct Compiled;

@@ -1,0 +1,113 @@
+#include "server/reasoning_parser.h"
+
+#include <algorithm>
+#include <array>
+
+#include "base/error.h"
+
+namespace latent::server {
+namespace {
+
+constexpr std::string_view kOpen = "<think>";
+constexpr std::string_view kClose = "</think>";
+
+// The names that use ThinkParser with the start decided by the prompt.
+constexpr std::array<std::string_view, 4> kPromptStartNames = {"think", "deepseek_v3", "glm45",
+                                                               "kimi_k2"};
+
+bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// The length of the longest suffix of `text` that is a proper prefix of `marker`: the part that
+// the next delta might complete into the marker.
+size_t PartialMarkerSuffix(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ThinkParser::ThinkParser(ThinkStart start)
+    : state_(start == ThinkStart::kContent ? State::kContent : State::kStart),
+      starts_in_reasoning_(start == ThinkStart::kReasoning) {}
+
+ParsedDelta ThinkParser::Push(std::string_view text) {
+  held_.append(text);
+  ParsedDelta out;
+  for (;;) {
+    switch (state_) {
+      case State::kStart: {
+        const size_t first = held_.find_first_not_of(" \n\r\t");
+        if (first == std::string::npos) return out;  // Whitespace only, so far.
+        const std::string_view rest = std::string_view(held_).substr(first);
+        if (rest.substr(0, kOpen.size()) == kOpen) {
+          held_.erase(0, first + kOpen.size());
+          state_ = State::kReasoning;
+          continue;
+        }
+        if (kOpen.substr(0, rest.size()) == rest) return out;  // Maybe "<think>" still.
+        state_ = starts_in_reasoning_ ? State::kReasoning : State::kContent;
+        continue;
+      }
+      case State::kReasoning: {
+        const size_t close = held_.find(kClose);
+        if (close != std::string::npos) {
+          out.reasoning.append(held_, 0, close);
+          held_.erase(0, close + kClose.size());
+          state_ = State::kContent;
+          continue;
+        }
+        const size_t keep = PartialMarkerSuffix(held_, kClose);
+        out.reasoning.append(held_, 0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
+        return out;
+      }
+      case State::kContent:
+        out.content += held_;
+        held_.clear();
+        return out;
+    }
+  }
+}
+
+ParsedDelta ThinkParser::Finish() {
+  ParsedDelta out;
+  const bool reasoning =
+      state_ == State::kReasoning || (state_ == State::kStart && starts_in_reasoning_);
+  (reasoning ? out.reasoning : out.content) += held_;
+  held_.clear();
+  return out;
+}
+
+const char* ReasoningParserNames() { return "deepseek_r1, think, deepseek_v3, glm45, kimi_k2"; }
+
+std::string ResolveReasoningParser(const std::string& flag, bool template_mentions_think) {
+  if (flag == "none") return "";
+  if (flag == "auto") return template_mentions_think ? "think" : "";
+  if (flag == "deepseek_r1") return flag;
+  for (std::string_view name : kPromptStartNames) {
+    if (flag == name) return flag;
+  }
+  Fail("--reasoning-parser: unknown parser '", flag, "' (known: auto, none, ",
+       ReasoningParserNames(), ")");
+}
+
+std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
+                                                  std::string_view rendered_prompt) {
+  if (name.empty()) return nullptr;
+  if (name == "deepseek_r1") return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
+  while (!rendered_prompt.empty() && IsSpace(rendered_prompt.back())) {
+    rendered_prompt.remove_suffix(1);
+  }
+  auto ends_with = [&](std::string_view marker) {
+    return rendered_prompt.size() >= marker.size() &&
+           rendered_prompt.substr(rendered_prompt.size() - marker.size()) == marker;
+  };
+  const ThinkStart start = ends_with(kOpen)    ? ThinkStart::kReasoning
+                           : ends_with(kClose) ? ThinkStart::kContent
+                                               : ThinkStart::kMayOpen;
+  return std::make_unique<ThinkParser>(start);
+}
+
+}  // namespace latent::server

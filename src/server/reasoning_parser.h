@@ -1,0 +1,58 @@
+// Reasoning output (`latent serve --reasoning-parser`): thinking models write their reasoning
+// between <think> and </think>, then the answer. ThinkParser sends the text inside to
+// ParsedDelta::reasoning and the rest to ParsedDelta::content, incrementally.
+//
+// Where the output starts differs per chat template, so it is decided per request:
+// - "deepseek_r1" (vLLM's deepseek_r1): the output always starts inside the reasoning (R1's
+//   template ends the prompt with "<think>\n"; older R1 outputs repeat the <think> themselves).
+// - "think" (and its aliases deepseek_v3, glm45, kimi_k2): from the end of the rendered prompt.
+//   <think> (DeepSeek V3.1 with thinking=true): inside the reasoning. </think> (V3.1 without
+//   thinking, GLM-4.5 with enable_thinking=false): the template closed the reasoning, so all the
+//   output is content. Otherwise the model may open the reasoning itself (GLM-4.5, Kimi K2
+//   thinking).
+// Unless the prompt closed it, a <think> at the very start of the output (after whitespace only)
+// opens the reasoning and is dropped with that whitespace; the first </think> closes it for good
+// (later markers are content, as vLLM does). An output that never closes its reasoning is all
+// reasoning.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "server/output_parser.h"
+
+namespace latent::server {
+
+// Where a ThinkParser's output starts.
+enum class ThinkStart { kReasoning, kMayOpen, kContent };
+
+class ThinkParser : public OutputParser {
+ public:
+  explicit ThinkParser(ThinkStart start);
+  ParsedDelta Push(std::string_view text) override;
+  ParsedDelta Finish() override;
+
+ private:
+  enum class State { kStart, kReasoning, kContent };
+  State state_ = State::kStart;
+  bool starts_in_reasoning_;  // In kStart: where text that is not <think> goes.
+  // Text not yet assigned: at the start, leading whitespace and a possible partial <think>; in
+  // the reasoning, a possible partial </think>.
+  std::string held_;
+};
+
+// The names --reasoning-parser accepts besides "auto" and "none", for --help and errors.
+const char* ReasoningParserNames();
+
+// Resolves --reasoning-parser: "none", a parser name, or "auto", which picks "think" when the chat
+// template mentions </think> and none otherwise (`template_mentions_think`). Returns "" for none;
+// throws latent::Error naming an unknown parser.
+std::string ResolveReasoningParser(const std::string& flag, bool template_mentions_think);
+
+// A fresh parser for one choice of one request, given the resolved name ("" gives null) and the
+// rendered prompt.
+std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
+                                                  std::string_view rendered_prompt);
+
+}  // namespace latent::server

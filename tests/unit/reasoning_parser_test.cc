@@ -1,0 +1,156 @@
+#include "server/reasoning_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+
+namespace latent::server {
+namespace {
+
+// Feeds `pieces` one by one and returns the concatenated result, Finish() included; `steps` gets
+// each Push's delta.
+ParsedDelta Feed(OutputParser& parser, const std::vector<std::string>& pieces,
+                 std::vector<ParsedDelta>* steps = nullptr) {
+  ParsedDelta all;
+  for (const std::string& piece : pieces) {
+    const ParsedDelta d = parser.Push(piece);
+    if (steps) steps->push_back(d);
+    all.Append(d);
+  }
+  all.Append(parser.Finish());
+  return all;
+}
+
+ParsedDelta Whole(ThinkStart start, const std::string& text) {
+  ThinkParser parser(start);
+  return Feed(parser, {text});
+}
+
+TEST(ReasoningParserTest, SplitsThinkBlockFromAnswer) {
+  const ParsedDelta d = Whole(ThinkStart::kMayOpen, "<think>step 1</think>The answer.");
+  EXPECT_EQ(d.reasoning, "step 1");
+  EXPECT_EQ(d.content, "The answer.");
+}
+
+TEST(ReasoningParserTest, LeadingWhitespaceBeforeOpenIsDropped) {
+  // GLM-4.5 writes "\n<think>" after its assistant tag.
+  const ParsedDelta d = Whole(ThinkStart::kMayOpen, "\n<think>why</think>\nok");
+  EXPECT_EQ(d.reasoning, "why");
+  EXPECT_EQ(d.content, "\nok");
+}
+
+TEST(ReasoningParserTest, StartsInReasoningWithoutOpenMarker) {
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "thinking\n</think>answer");
+  EXPECT_EQ(d.reasoning, "thinking\n");
+  EXPECT_EQ(d.content, "answer");
+  // A repeated <think> at the start is dropped too (vLLM's deepseek_r1).
+  const ParsedDelta again = Whole(ThinkStart::kReasoning, "<think>x</think>y");
+  EXPECT_EQ(again.reasoning, "x");
+  EXPECT_EQ(again.content, "y");
+}
+
+TEST(ReasoningParserTest, UnclosedReasoningIsAllReasoning) {
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "still thinking </thi");
+  EXPECT_EQ(d.reasoning, "still thinking </thi");
+  EXPECT_EQ(d.content, "");
+}
+
+TEST(ReasoningParserTest, WithoutMarkersOutsideReasoningAllIsContent) {
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "plain answer").content, "plain answer");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "plain answer").reasoning, "");
+  // A close marker with no reasoning open is text; so is a <think> that is not at the start.
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "a</think>b").content, "a</think>b");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "a<think>b</think>c").content, "a<think>b</think>c");
+  // Only whitespace, or a partial "<think>" at the very end of a short output.
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, " \n").content, " \n");
+  EXPECT_EQ(Whole(ThinkStart::kMayOpen, "<thi").content, "<thi");
+}
+
+TEST(ReasoningParserTest, OnlyTheFirstCloseEndsReasoning) {
+  const ParsedDelta d = Whole(ThinkStart::kReasoning, "a</think>b</think>c");
+  EXPECT_EQ(d.reasoning, "a");
+  EXPECT_EQ(d.content, "b</think>c");
+}
+
+TEST(ReasoningParserTest, PartialMarkerIsHeldBackUntilDecided) {
+  ThinkParser parser(ThinkStart::kReasoning);
+  std::vector<ParsedDelta> steps;
+  const ParsedDelta all = Feed(parser, {"abc<", "/thi", "nk", ">", "done"}, &steps);
+  EXPECT_EQ(steps[0].reasoning, "abc");  // "<" held: it may start </think>.
+  EXPECT_TRUE(steps[1].empty());
+  EXPECT_TRUE(steps[2].empty());
+  EXPECT_TRUE(steps[3].empty());
+  EXPECT_EQ(steps[4].content, "done");
+  EXPECT_EQ(all.reasoning, "abc");
+  EXPECT_EQ(all.content, "done");
+}
+
+TEST(ReasoningParserTest, FalsePartialMarkerIsReleased) {
+  ThinkParser parser(ThinkStart::kReasoning);
+  std::vector<ParsedDelta> steps;
+  const ParsedDelta all = Feed(parser, {"a</th", "x"}, &steps);
+  EXPECT_EQ(steps[0].reasoning, "a");
+  EXPECT_EQ(steps[1].reasoning, "</thx");
+  EXPECT_EQ(all.reasoning, "a</thx");
+}
+
+TEST(ReasoningParserTest, EverySplitGivesTheWholeResult) {
+  // Any cut of the output into three pieces (markers split anywhere) gives what the whole gives,
+  // and never a content delta before the reasoning has closed.
+  const std::vector<std::pair<ThinkStart, std::string>> cases = {
+      {ThinkStart::kMayOpen, " <think>r1 <b></think> c1 </think>"},
+      {ThinkStart::kReasoning, "r</thinx</think>c"},
+      {ThinkStart::kReasoning, "<think>r</think>"},
+      {ThinkStart::kMayOpen, "<thinking>no</think>"},
+      {ThinkStart::kContent, "<think>r</think>c"},
+  };
+  for (const auto& [starts, text] : cases) {
+    const ParsedDelta whole = Whole(starts, text);
+    for (size_t i = 0; i <= text.size(); ++i) {
+      for (size_t j = i; j <= text.size(); ++j) {
+        ThinkParser parser(starts);
+        std::vector<ParsedDelta> steps;
+        const ParsedDelta got =
+            Feed(parser, {text.substr(0, i), text.substr(i, j - i), text.substr(j)}, &steps);
+        EXPECT_EQ(got.reasoning, whole.reasoning) << text << " cut at " << i << ", " << j;
+        EXPECT_EQ(got.content, whole.content) << text << " cut at " << i << ", " << j;
+      }
+    }
+  }
+}
+
+TEST(ReasoningParserTest, ResolveNamesAndAuto) {
+  EXPECT_EQ(ResolveReasoningParser("auto", true), "think");
+  EXPECT_EQ(ResolveReasoningParser("auto", false), "");
+  EXPECT_EQ(ResolveReasoningParser("none", true), "");
+  EXPECT_EQ(ResolveReasoningParser("deepseek_r1", false), "deepseek_r1");
+  EXPECT_EQ(ResolveReasoningParser("glm45", false), "glm45");
+  EXPECT_THROW(ResolveReasoningParser("qwen3", true), Error);
+}
+
+TEST(ReasoningParserTest, StartFollowsTheRenderedPrompt) {
+  // DeepSeek V3.1 with thinking ends the prompt in <think>: the output starts in reasoning.
+  auto v31 = MakeReasoningParser("think", "<｜User｜>hi<｜Assistant｜><think>");
+  EXPECT_EQ(Feed(*v31, {"r</think>c"}).reasoning, "r");
+  // Without thinking it ends in </think>: all content (the marker was in the prompt).
+  auto plain = MakeReasoningParser("think", "<｜User｜>hi<｜Assistant｜></think>");
+  EXPECT_EQ(Feed(*plain, {"r</think>c"}).content, "r</think>c");
+  // GLM-4.5 with enable_thinking=false closes an empty block: even a <think> is then content.
+  auto closed = MakeReasoningParser("think", "<|assistant|>\n<think></think>");
+  EXPECT_EQ(Feed(*closed, {"<think>r</think>c"}).content, "<think>r</think>c");
+  // GLM-4.5 thinking: the prompt ends in the assistant tag and the model opens the block.
+  auto glm = MakeReasoningParser("glm45", "<|assistant|>");
+  const ParsedDelta opened = Feed(*glm, {"\n<thi", "nk>r</think>c"});
+  EXPECT_EQ(opened.reasoning, "r");
+  EXPECT_EQ(opened.content, "c");
+  // deepseek_r1 always starts in reasoning.
+  auto r1 = MakeReasoningParser("deepseek_r1", "<｜Assistant｜>");
+  EXPECT_EQ(Feed(*r1, {"r</think>c"}).reasoning, "r");
+  EXPECT_EQ(MakeReasoningParser("", "x"), nullptr);
+}
+
+}  // namespace
+}  // namespace latent::server
