@@ -208,7 +208,54 @@ def is_quantized(name: str, ndim: int) -> bool:
 SAVED_NAME = {"num_mtp_layers": "num_nextn_predict_layers"}  # attribute_map alias in DeepseekV3Config
 
 
-@pytest.mark.parametrize("preset", sorted(mtm.PRESETS))
+# Presets built on transformers' DeepSeek classes; the other families' presets are checked by
+# test_family_preset_checkpoint (and, numerically, by their parity tests).
+DEEPSEEK_ARCHS = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+DEEPSEEK_PRESETS = sorted(p for p, spec in mtm.PRESETS.items() if spec["arch"] in DEEPSEEK_ARCHS)
+FAMILY_PRESETS = sorted(p for p, spec in mtm.PRESETS.items() if spec["arch"] not in DEEPSEEK_ARCHS)
+
+
+@pytest.mark.parametrize("preset", FAMILY_PRESETS)
+def test_family_preset_checkpoint(runs, preset):
+    """The families with their own transformers classes: the summary names the text model, the
+    config.json its wrapper when there is one (mistral4_vl), the checkpoint is one float32 file
+    in the layout save_pretrained writes (per-expert for most, fused where the family's hub
+    format is), transformers loads it with the parameter count the summary gives, and its
+    logits depend on the tokens."""
+    run = runs[preset]
+    summary = run.summary
+    spec = mtm.PRESETS[preset]
+    text_type = spec.get("saved_model_type", spec["arch"])
+    assert summary["out"] == str(run.out)
+    assert summary["preset"] == preset and summary["model_type"] == text_type and summary["fp8"] is False
+    config = run.config
+    assert config["model_type"] == spec.get("wrapper", text_type)
+    text_config = config.get("text_config", config)
+    assert text_config["model_type"] == spec["arch"]
+    gen = json.loads((run.out / "generation_config.json").read_text())
+    assert (gen["bos_token_id"], gen["eos_token_id"]) == (text_config["bos_token_id"], text_config["eos_token_id"])
+
+    tensors = read_tensors(run.out)
+    assert mtm.shard_files(run.out) == [mtm.SINGLE_FILE]
+    assert {dtype for _, dtype, _ in tensors.values()} == {"F32"}
+
+    # AutoModelForCausalLM maps neither mistral4 nor the mistral3 wrapper: their own classes.
+    own_class = {"mistral4": "Mistral4ForCausalLM", "mistral3": "Mistral3ForConditionalGeneration"}
+    if config["model_type"] in own_class:
+        import transformers
+
+        model = getattr(transformers, own_class[config["model_type"]]).from_pretrained(
+            run.out, dtype=torch.float32, experts_implementation="eager").eval()
+    else:
+        model = mtm.load_reference_model(run.out)
+    if config["model_type"] != "mistral3":  # The wrapper holds a vision tower too; test_family_router checks its count.
+        assert model.num_parameters() == summary["num_parameters"]
+    with torch.no_grad():
+        logits = model(input_ids=prompt(text_config["vocab_size"])).logits[0]
+    assert_logits_informative(logits)
+
+
+@pytest.mark.parametrize("preset", DEEPSEEK_PRESETS)
 def test_preset_checkpoint(runs, preset):
     run = runs[preset]
     summary = run.summary
