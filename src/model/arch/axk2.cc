@@ -33,32 +33,38 @@ ArchDefaults Defaults() {
   return d;
 }
 
-// transformers honours moe_layer_freq when it derives mlp_layer_types (layer l is sparse when
-// l >= first_k_dense_replace and l % moe_layer_freq == 0), which the common parser refuses for the
-// DeepSeek families that ignore it: derive the list here, as AXK2Config.__post_init__ does.
+// Rewrites what the common parser would read differently from AXK2Config:
+//  - moe_layer_freq: AXK2Config honours it when it derives mlp_layer_types (layer l is sparse when
+//    l >= first_k_dense_replace and l % moe_layer_freq == 0) and ignores it beside an explicit list,
+//    while the common parser refuses it for the DeepSeek families that ignore it: derive the list
+//    here, then drop the key;
+//  - n_group / topk_group: both null (no groups) or both set, checked before the common parser
+//    fills a missing one with the default.
 void Prepare(Json& json, const std::string& source) {
-  if (!json.is_object() || (json.contains("mlp_layer_types") && !json["mlp_layer_types"].is_null()) ||
-      !json.contains("moe_layer_freq") || json["moe_layer_freq"].is_null()) {
-    return;
-  }
+  if (!json.is_object()) return;  // the common parser names the problem
   const ConfigReader top(json, source);
-  const int64_t layers = top.PositiveInt("num_hidden_layers");
-  if (layers > kMaxConfigLayers) return;  // the common parser names the problem
-  const int64_t first_dense = top.IntOr("first_k_dense_replace", 1);
-  const int64_t freq = top.Int("moe_layer_freq");
-  if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
-  Json kinds = Json::array();
-  for (int64_t l = 0; l < layers; ++l) kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
-  json["mlp_layer_types"] = std::move(kinds);
+  if (top.Has("n_group") != top.Has("topk_group")) {
+    Fail(source, ": n_group and topk_group must be set together (both null for routing without "
+         "expert groups)");
+  }
+  if (!top.Present("moe_layer_freq")) return;
+  if (!top.Has("mlp_layer_types") && top.Has("moe_layer_freq")) {
+    const int64_t layers = top.PositiveInt("num_hidden_layers");
+    if (layers > kMaxConfigLayers) return;  // the common parser names the problem
+    const int64_t first_dense = top.IntOr("first_k_dense_replace", 1);
+    const int64_t freq = top.Int("moe_layer_freq");
+    if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
+    Json kinds = Json::array();
+    for (int64_t l = 0; l < layers; ++l) {
+      kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
+    }
+    json["mlp_layer_types"] = std::move(kinds);
+  }
   json.erase("moe_layer_freq");
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = true;  // AXK2Attention always rotates adjacent pairs.
-  if (top.Has("n_group") != top.Has("topk_group")) {
-    Fail(top.source(), ": n_group and topk_group must be set together (both null for routing "
-         "without expert groups)");
-  }
   config.router_dropped_groups_score_zero = true;
   ParseDsaIndexer(top, config, /*default_heads=*/16);  // also requires q_lora_rank
   config.gated_norm_rank = top.IntOr("gated_norm_rank", 16);
