@@ -458,7 +458,9 @@ PRESETS["axk2"] = {
         "max_position_embeddings": 512,
         "rope_parameters": _V3_COMMON["rope_parameters"],
         "bos_token_id": 0,
-        "eos_token_id": 1,
+        # A token this tiny model often emits, so that greedy runs do stop at EOS (the engine
+        # property test needs early stops).
+        "eos_token_id": 73,
         "tie_word_embeddings": False,
     },
 }
