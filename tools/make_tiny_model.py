@@ -289,6 +289,7 @@ FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "axk1": ("AXK1Config", "AXK1ForCausalLM"),
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
     "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM"),
+    "axk2": ("AXK2Config", "AXK2ForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
 # first_k_dense_replace fields: AXK1Config has mlp_layer_types).
@@ -416,6 +417,50 @@ PRESETS["longcat_flash"] = {
         "rms_norm_eps": 1e-5,
         "bos_token_id": 0,
         "eos_token_id": 1,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+# A.X-K2: V3.2 DSA (index_topk 8 drops keys past 8 tokens) with the fused query/output-gate
+# projection and gated RMSNorms (rank 5), a dense first layer, and the grouped router of the larger
+# releases (4 groups, top 2: dropped experts score 0, which beats a kept expert whose biased score
+# is negative). The parity test also runs it without groups (A.X-K2-Light's n_group null).
+PRESETS["axk2"] = {
+    "arch": "axk2",
+    "help": "A.X-K2 style: V3.2 DSA (index_topk 8) + fused query/output gate + gated RMSNorms "
+    "(rank 5), sigmoid router with 4 groups (top 2), dense first layer, YaRN",
+    "config": {
+        "vocab_size": 258,
+        "hidden_size": 61,
+        "num_attention_heads": 3,
+        "num_key_value_heads": 3,
+        "intermediate_size": 69,
+        "moe_intermediate_size": 19,
+        "num_hidden_layers": 4,
+        "mlp_layer_types": ["dense", "sparse", "sparse", "sparse"],
+        "q_lora_rank": 27,
+        "kv_lora_rank": 23,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 11,
+        "n_routed_experts": 12,
+        "num_experts_per_tok": 3,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "gated_norm_rank": 5,
+        "index_topk": 8,
+        "index_n_heads": 8,
+        "index_head_dim": 16,
+        "max_position_embeddings": 512,
+        "rope_parameters": _V3_COMMON["rope_parameters"],
+        "bos_token_id": 0,
+        # A token this tiny model often emits, so that greedy runs do stop at EOS (the engine
+        # property test needs early stops).
+        "eos_token_id": 73,
         "tie_word_embeddings": False,
     },
 }
@@ -698,6 +743,10 @@ GAIN_BY_SUFFIX = {
     "gate_proj.weight": 1.5,
     "up_proj.weight": 1.5,
     "experts.gate_up_proj": 1.5,  # fused [E, 2I, D] in memory
+    "self_attn.q_gate_proj.weight": 1.5,  # A.X-K2's fused query and output gate
+    # A.X-K2's gated RMSNorm: a gate that visibly varies per channel and token (sigmoid of std ~1)
+    "layernorm.mlp.fc1.weight": 1.5,
+    "layernorm.mlp.fc2.weight": 2.0,
     "indexer.wq_b.weight": 1.5,  # DSA indexer queries and keys: clear score differences
     "indexer.wk.weight": 1.5,
     "lm_head.weight": 2.5,

@@ -24,6 +24,7 @@ ops::MoeDims MoeDimsOf(const ModelConfig& c) {
   d.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
   d.scoring = c.scoring_func;
   d.topk_method = c.topk_method;
+  d.dropped_groups_score_zero = c.router_dropped_groups_score_zero;
   return d;
 }
 

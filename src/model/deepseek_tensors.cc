@@ -48,9 +48,11 @@ void DeepseekTensors::PostAttentionNorm(int64_t l) {
       QuantizeRule::kKeep, To(L ? &L->post_attention_norm : nullptr));
 }
 
-void DeepseekTensors::MlaAttention(int64_t l) { MlaAttentionAt(l, LayerPrefix(l) + "self_attn."); }
+void DeepseekTensors::MlaAttention(int64_t l, MlaQuery query) {
+  MlaAttentionAt(l, LayerPrefix(l) + "self_attn.", query);
+}
 
-void DeepseekTensors::MlaAttentionAt(int64_t l, const std::string& a) {
+void DeepseekTensors::MlaAttentionAt(int64_t l, const std::string& a, MlaQuery query) {
   const int64_t h = c_.num_attention_heads;
   const int64_t d = c_.hidden_size;
   AttentionWeights* w = Layer(l) ? &Layer(l)->attention : nullptr;
@@ -61,9 +63,15 @@ void DeepseekTensors::MlaAttentionAt(int64_t l, const std::string& a) {
     Add(a + "q_a_proj.weight", {q, d}, kLinear, kQuantized, To(w ? &w->q_a.emplace() : nullptr));
     Add(a + "q_a_layernorm.weight", {q}, WeightKind::kNorm, QuantizeRule::kKeep,
         To(w ? &w->q_a_norm : nullptr));
-    Add(a + "q_b_proj.weight", {h * c_.qk_head_dim(), q}, kLinear, kQuantized,
-        To(w ? &w->q_b.emplace() : nullptr));
+    if (query == MlaQuery::kFusedOutputGate) {
+      Add(a + "q_b_proj.weight", {h * (c_.qk_head_dim() + c_.v_head_dim), 2 * q}, kLinear,
+          kQuantized, To(w ? &w->q_gate.emplace() : nullptr));
+    } else {
+      Add(a + "q_b_proj.weight", {h * c_.qk_head_dim(), q}, kLinear, kQuantized,
+          To(w ? &w->q_b.emplace() : nullptr));
+    }
   } else {
+    LATENT_CHECK(query == MlaQuery::kPlain);
     Add(a + "q_proj.weight", {h * c_.qk_head_dim(), d}, kLinear, kQuantized,
         To(w ? &w->q_proj.emplace() : nullptr));
   }
@@ -144,6 +152,29 @@ void DeepseekTensors::PostMlpNorm(int64_t l, bool used) {
   Add(LayerPrefix(l) + "post_mlp_layernorm.weight", {c_.hidden_size}, WeightKind::kNorm,
       QuantizeRule::kKeep, To(L ? &L->post_mlp_norm : nullptr),
       used ? Presence::kRequired : Presence::kUnused);
+}
+
+void DeepseekTensors::GatedNorm(const std::string& p, NormWeight* norm,
+                                std::optional<NormGateWeights>* gate) {
+  const int64_t d = c_.hidden_size;
+  const int64_t r = c_.gated_norm_rank;
+  NormGateWeights* g = gate != nullptr ? &gate->emplace() : nullptr;
+  Add(p + "norm.weight", {d}, WeightKind::kNorm, QuantizeRule::kKeep, To(norm));
+  // Small, and kept as stored: FP8 checkpoints leave them unquantized too.
+  Add(p + "W_down.weight", {r, d}, WeightKind::kLinear, QuantizeRule::kKeep, To(g ? &g->down : nullptr));
+  Add(p + "W_up.weight", {d, r}, WeightKind::kLinear, QuantizeRule::kKeep, To(g ? &g->up : nullptr));
+}
+
+void DeepseekTensors::GatedInputNorm(int64_t l) {
+  LayerWeights* L = Layer(l);
+  GatedNorm(LayerPrefix(l) + "input_layernorm.", L ? &L->input_norm : nullptr,
+            L ? &L->input_norm_gate : nullptr);
+}
+
+void DeepseekTensors::GatedPostAttentionNorm(int64_t l) {
+  LayerWeights* L = Layer(l);
+  GatedNorm(LayerPrefix(l) + "post_attention_layernorm.", L ? &L->post_attention_norm : nullptr,
+            L ? &L->post_attention_norm_gate : nullptr);
 }
 
 void DeepseekTensors::FinalNorm() {

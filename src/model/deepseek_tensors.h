@@ -3,12 +3,17 @@
 // given weights, each entry also says where loading puts the tensor.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "model/deepseek_weights.h"
 #include "model/weight_table.h"
 
 namespace latent::model {
+
+// How an MLA's query projection is stored: q_b_proj alone, or (A.X-K2) q_b_proj also holding
+// the output gate's rows, over [q_a_layernorm(q_a) | q_a] (AttentionWeights::q_gate).
+enum class MlaQuery : uint8_t { kPlain, kFusedOutputGate };
 
 class DeepseekTensors {
  public:
@@ -20,7 +25,8 @@ class DeepseekTensors {
 
   void Embedding();                 // model.embed_tokens.weight
   void InputNorm(int64_t layer);    // input_layernorm
-  void MlaAttention(int64_t layer); // self_attn: q (LoRA or not), kv_a, kv_a_layernorm, kv_b, o
+  // self_attn: q (LoRA or not), kv_a, kv_a_layernorm, kv_b, o
+  void MlaAttention(int64_t layer, MlaQuery query = MlaQuery::kPlain);
   void DsaIndexer(int64_t layer);   // self_attn.indexer: wq_b, wk, k_norm, weights_proj
   void PostAttentionNorm(int64_t layer);
   void DenseMlp(int64_t layer);     // mlp.{gate,up,down}_proj
@@ -28,11 +34,16 @@ class DeepseekTensors {
   void Moe(int64_t layer, Presence score_bias = Presence::kRequired);
   // A.X-K1: post_mlp_layernorm; `used` false where transformers drops it (dense layers).
   void PostMlpNorm(int64_t layer, bool used);
+  // A.X-K2's gated RMSNorms (ops/gated_norm.h), under the hub's names: <norm>.norm.weight [D],
+  // <norm>.W_down.weight [r, D], <norm>.W_up.weight [D, r] (transformers' mlp.fc1 / mlp.fc2).
+  void GatedInputNorm(int64_t layer);
+  void GatedPostAttentionNorm(int64_t layer);
   void FinalNorm();                 // model.norm.weight
   void LmHead();                    // lm_head.weight, unless tied to the embedding
 
   // The pieces under explicit names, loading into LayerWeights `slot` (LongCat's sublayers).
-  void MlaAttentionAt(int64_t slot, const std::string& prefix);  // "model.layers.3.self_attn.1."
+  void MlaAttentionAt(int64_t slot, const std::string& prefix,  // "model.layers.3.self_attn.1."
+                      MlaQuery query = MlaQuery::kPlain);
   void InputNormAt(int64_t slot, const std::string& name);        // "...input_layernorm.1.weight"
   void PostAttentionNormAt(int64_t slot, const std::string& name);
   void DenseMlpAt(int64_t slot, const std::string& prefix);       // "model.layers.3.mlps.1."
@@ -47,6 +58,7 @@ class DeepseekTensors {
   void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target,
            Presence presence = Presence::kRequired);
   void Mlp(const std::string& prefix, int64_t inter, ops::MlpWeights* target);
+  void GatedNorm(const std::string& prefix, NormWeight* norm, std::optional<NormGateWeights>* gate);
 
   const ModelConfig& c_;
   ExpertLayout layout_;

@@ -10,6 +10,7 @@
 #include "model/load_options.h"
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
+#include "ops/gated_norm.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "weights/checkpoint.h"
@@ -18,6 +19,7 @@ namespace latent::model {
 
 using ops::MlpWeights;
 using ops::MoeWeights;
+using ops::NormGateWeights;
 using ops::NormWeight;
 
 struct AttentionWeights {
@@ -25,6 +27,9 @@ struct AttentionWeights {
   std::optional<kernels::WeightRef> q_a;     // [Q, D]
   NormWeight q_a_norm;                       // [Q]
   std::optional<kernels::WeightRef> q_b;     // [H*dqk, Q]
+  // A.X-K2's fused query and output gate, in place of q_b: [H*(dqk+dv), 2Q] over
+  // [q_a_layernorm(q_a) | q_a], per head dqk query rows then dv gate rows (ops/output_gate.h).
+  std::optional<kernels::WeightRef> q_gate;
   kernels::WeightRef kv_a;                   // [C+R, D]
   NormWeight kv_a_norm;                      // [C]
   kernels::WeightRef kv_b;                   // [H*(dn+dv), C]: per head dn k_nope rows, dv v rows
@@ -46,6 +51,8 @@ struct LayerWeights {
   std::optional<MlpWeights> dense;  // Dense layers
   std::optional<MoeWeights> moe;    // MoE layers
   NormWeight post_mlp_norm;         // [D] A.X-K1: RMSNorm of the MoE output (sparse layers)
+  // A.X-K2's gated RMSNorms (ops/gated_norm.h): the gates of input_norm / post_attention_norm.
+  std::optional<NormGateWeights> input_norm_gate, post_attention_norm_gate;
 };
 
 struct DeepseekWeights {

@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "ops/output_gate.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -37,6 +38,25 @@ struct SequenceTokens {
 
 SequenceTokens SequenceOf(const ForwardBatch& batch, int64_t s) {
   return {batch.seq_starts[s], batch.seq_starts[s + 1], batch.context_lens[s]};
+}
+
+// A.X-K2's fused projection: [q_a_norm | q_a_raw] [T, 2Q] through q_gate gives per head dqk query
+// values then dv output gate logits; split into q [T, H, dqk] and gate [T, H, dv].
+void QueryAndGate(const MlaDims& d, const kernels::WeightRef& q_gate, const float* q_a_norm,
+                  const float* q_a_raw, int64_t tokens, float* q, float* gate) {
+  std::vector<float> in(tokens * 2 * d.q_lora);  // [T, 2Q]
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy(q_a_norm + t * d.q_lora, q_a_norm + (t + 1) * d.q_lora, &in[t * 2 * d.q_lora]);
+    std::copy(q_a_raw + t * d.q_lora, q_a_raw + (t + 1) * d.q_lora, &in[(t * 2 + 1) * d.q_lora]);
+  }
+  const int64_t per_head = d.qk() + d.v;
+  std::vector<float> fused(tokens * d.heads * per_head);  // [T, H, dqk + dv]
+  Linear(in.data(), tokens, q_gate, fused.data());
+  for (int64_t i = 0; i < tokens * d.heads; ++i) {  // one (token, head) at a time
+    const float* src = &fused[i * per_head];
+    std::copy(src, src + d.qk(), q + i * d.qk());
+    std::copy(src + d.qk(), src + per_head, gate + i * d.v);
+  }
 }
 
 // Absorbed form, for a group of batch tokens of any sequences. W_UK is folded into the queries
@@ -235,14 +255,22 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   scope.emplace(profile::Op::kAttnProj);
   std::vector<float> q(tokens * d.heads * d.qk());
   std::vector<float> q_a;  // [T, Q] q_a_layernorm(q_a_proj(x)); the DSA indexer reads it too.
+  std::vector<float> gate;  // [T, H, dv] output gate logits (A.X-K2's fused q_gate), else empty
   if (w.q_proj) {
     Linear(x, tokens, *w.q_proj, q.data());
   } else {
     q_a.resize(tokens * d.q_lora);
     Linear(x, tokens, *w.q_a, q_a.data());
+    std::vector<float> q_a_raw;  // [T, Q] before the norm: the fused q_gate reads both
+    if (w.q_gate) q_a_raw = q_a;
     k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, kLatentNormEps,
                q_a.data());
-    Linear(q_a.data(), tokens, *w.q_b, q.data());
+    if (w.q_gate) {
+      gate.resize(tokens * d.heads * d.v);
+      QueryAndGate(d, *w.q_gate, q_a.data(), q_a_raw.data(), tokens, q.data(), gate.data());
+    } else {
+      Linear(q_a.data(), tokens, *w.q_b, q.data());
+    }
     dump::Tensor("q_a", layer, q_a.data(), tokens, d.q_lora);
   }
   if (d.q_scale != 1.0f) {
@@ -404,6 +432,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   }
   scope.reset();
   scope.emplace(profile::Op::kAttnProj);
+  if (!gate.empty()) ops::ApplyOutputGate({d.heads, d.v, d.v}, gate.data(), tokens, attn.data());
   Linear(attn.data(), tokens, w.o, out);
 }
 

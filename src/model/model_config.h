@@ -72,6 +72,8 @@ struct ModelConfig {
   // experts; the chosen ones at indices >= n_routed_experts add weight * x (identity).
   int64_t zero_expert_num = 0;
   bool router_bias = false;  // LongCat's router_bias: its classifier has a bias (never added).
+  // noaux_tc: experts of the groups not kept compete with score 0, not -inf (A.X-K2's router).
+  bool router_dropped_groups_score_zero = false;
 
   // DeepSeek sparse attention (deepseek_v32, glm_moe_dsa); index_topk == 0 means none.
   int64_t index_n_heads = 0;
@@ -83,6 +85,9 @@ struct ModelConfig {
 
   // Per layer: MoE ("sparse") or dense MLP, from mlp_layer_types or first_k_dense_replace.
   std::vector<bool> moe_layers;
+
+  // A.X-K2's gated RMSNorms: the rank of their gate MLP (gated_norm_rank); 0 elsewhere.
+  int64_t gated_norm_rank = 0;
 
   // Llama-4 query scaling (mistral4): q *= 1 + beta * ln(1 + floor(position / positions)) after
   // rope; beta 0: none.

@@ -50,6 +50,7 @@ void RouteTokens(const MoeDims& c, const MoeWeights& w, const float* x, int64_t 
     args.norm_topk_prob = c.norm_topk_prob;
     args.routed_scaling_factor = c.routed_scaling_factor;
     args.bias = w.bias.empty() ? nullptr : w.bias.data();
+    args.dropped_groups_score_zero = c.dropped_groups_score_zero;
     args.experts = experts + t * c.top_k;
     args.weights = weights + t * c.top_k;
     args.scratch = scratch.data();

@@ -35,6 +35,7 @@ struct MoeDims {
   float routed_scaling_factor = 1.0f;
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   TopkMethod topk_method = TopkMethod::kGreedy;
+  bool dropped_groups_score_zero = false;  // RouteArgs' field of that name (A.X-K2)
 };
 
 // x [T, D] -> out [T, D]

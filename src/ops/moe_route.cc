@@ -91,7 +91,7 @@ void RouteSigmoidNoauxTc(const RouteArgs& a) {
     TopK(choice + g * per_group, per_group, 2, best);
     group_scores[g] = choice[g * per_group + best[0]] + choice[g * per_group + best[1]];
   }
-  MaskGroups(choice, group_scores, a, -INFINITY);
+  MaskGroups(choice, group_scores, a, a.dropped_groups_score_zero ? 0.0f : -INFINITY);
   TopK(choice, a.num_experts, a.top_k, a.experts);
   float sum = 0.0f;
   for (int64_t i = 0; i < a.top_k; ++i) sum += a.weights[i] = scores[a.experts[i]];

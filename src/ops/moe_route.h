@@ -22,6 +22,10 @@ struct RouteArgs {
   bool norm_topk_prob = false;
   float routed_scaling_factor = 1.0f;
   const float* bias = nullptr;  // [E] e_score_correction_bias (noaux_tc, LongCat): for choice only.
+  // noaux_tc: the experts of the groups not kept compete with a choice score of 0 (A.X-K2's
+  // router) rather than -inf (DeepSeek V3's); they win over kept experts whose biased score is
+  // below 0.
+  bool dropped_groups_score_zero = false;
   int32_t* experts = nullptr;   // [k] out
   float* weights = nullptr;     // [k] out
   float* scratch = nullptr;     // [2 * E + n_group]
@@ -34,7 +38,8 @@ void RouteSoftmaxGreedy(const RouteArgs& args);
 // kept (others scored 0), then the k best.
 void RouteSoftmaxGroupLimited(const RouteArgs& args);
 // DeepSeek V3 / Kimi K2: sigmoid scores plus the correction bias for choice; groups ranked by
-// the sum of their two best biased scores; the k best in the kept groups (others -inf);
+// the sum of their two best biased scores; the k best in the kept groups (others -inf, or 0 with
+// dropped_groups_score_zero);
 // weights are the unbiased sigmoid scores, renormalised when norm_topk_prob.
 void RouteSigmoidNoauxTc(const RouteArgs& args);
 // Mistral 4: softmax scores (in the hidden dtype: f32 here); groups ranked by the sum of their two

@@ -1,0 +1,163 @@
+// A.X-K2 (axk2, SK Telecom): DeepSeek V3.2 (MLA with interleaved rope, a DSA indexer on every
+// layer, sigmoid router) with
+//  - one fused projection (the hub's q_b_proj) over [q_a_layernorm(q_a) | q_a] giving each head's
+//    query and a per-channel output gate: the attention output times sigmoid(gate) before o_proj
+//    (ops/output_gate.h; in both MLA forms);
+//  - gated RMSNorms (ops/gated_norm.h) as the input norm of every layer and the post-attention
+//    norm of sparse layers;
+//  - optional expert groups: none by default (A.X-K2-Light); with n_group/topk_group, V3's
+//    top-2-sum group mask, except that dropped experts compete with score 0 (not -inf).
+#include "base/dump.h"
+#include "base/profile.h"
+#include "model/arch/registry.h"
+#include "model/deepseek_model.h"
+#include "ops/gated_norm.h"
+
+namespace latent::model {
+namespace {
+
+// transformers' AXK2Config defaults.
+ArchDefaults Defaults() {
+  ArchDefaults d;
+  d.first_k_dense_replace = 1;  // AXK2Config.__post_init__'s legacy default
+  d.n_group = 1;                // null (no groups): one group of all experts routes the same
+  d.topk_group = 1;
+  d.n_shared_experts = 1;
+  d.routed_scaling_factor = 2.5;
+  d.norm_topk_prob = true;
+  d.topk_methods = {TopkMethod::kNoauxTc};
+  d.scoring = ScoringFunc::kSigmoid;
+  d.max_position_embeddings = 131072;
+  d.bos = 163691;
+  d.eos = 163691;
+  return d;
+}
+
+// Rewrites what the common parser would read differently from AXK2Config:
+//  - moe_layer_freq: AXK2Config honours it when it derives mlp_layer_types (layer l is sparse when
+//    l >= first_k_dense_replace and l % moe_layer_freq == 0) and ignores it beside an explicit list,
+//    while the common parser refuses it for the DeepSeek families that ignore it: derive the list
+//    here, then drop the key;
+//  - n_group / topk_group: both null (no groups) or both set, checked before the common parser
+//    fills a missing one with the default.
+void Prepare(Json& json, const std::string& source) {
+  if (!json.is_object()) return;  // the common parser names the problem
+  const ConfigReader top(json, source);
+  if (top.Has("n_group") != top.Has("topk_group")) {
+    Fail(source, ": n_group and topk_group must be set together (both null for routing without "
+         "expert groups)");
+  }
+  if (!top.Present("moe_layer_freq")) return;
+  if (!top.Has("mlp_layer_types") && top.Has("moe_layer_freq")) {
+    const int64_t layers = top.PositiveInt("num_hidden_layers");
+    if (layers > kMaxConfigLayers) return;  // the common parser names the problem
+    const int64_t first_dense = top.IntOr("first_k_dense_replace", 1);
+    const int64_t freq = top.Int("moe_layer_freq");
+    if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
+    Json kinds = Json::array();
+    for (int64_t l = 0; l < layers; ++l) {
+      kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
+    }
+    json["mlp_layer_types"] = std::move(kinds);
+  }
+  json.erase("moe_layer_freq");
+}
+
+void Parse(const ConfigReader& top, ModelConfig& config) {
+  config.rope_interleave = true;  // AXK2Attention always rotates adjacent pairs.
+  config.router_dropped_groups_score_zero = true;
+  ParseDsaIndexer(top, config, /*default_heads=*/16);  // also requires q_lora_rank
+  config.gated_norm_rank = top.IntOr("gated_norm_rank", 16);
+  if (config.gated_norm_rank <= 0 || config.gated_norm_rank > kMaxConfigSize) {
+    Fail(top.source(), ": 'gated_norm_rank' must be positive, got ", config.gated_norm_rank);
+  }
+}
+
+// Every tensor, in checkpoint order; with `w`, where each one loads.
+void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w,
+                   const TensorVisitor& visit) {
+  DeepseekTensors t(c, layout, w, visit);
+  t.Embedding();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    t.GatedInputNorm(l);
+    t.MlaAttention(l, MlaQuery::kFusedOutputGate);
+    t.DsaIndexer(l);
+    if (c.IsMoeLayer(l)) {
+      t.GatedPostAttentionNorm(l);
+      t.Moe(l);
+    } else {
+      t.PostAttentionNorm(l);
+      t.DenseMlp(l);
+    }
+  }
+  t.FinalNorm();
+  t.LmHead();
+}
+
+// Every layer caches its MLA latent row and its indexer's key.
+cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
+  return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype), DsaIndexKeyRow(c, dtype)});
+}
+
+class Axk2 final : public DeepseekModel {
+ public:
+  Axk2(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
+      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options,
+                      /*index_rope_interleaved=*/false) {}
+
+  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
+               ForwardTrace* trace) const override {
+    LATENT_PROFILE_SCOPE(kStep);
+    Activations a = Start(batch);
+    Embed(batch, a.hidden.data());
+    DsaSelection selection;  // [T] the positions each token attends to, from this layer's indexer
+    if (trace != nullptr) trace->selected.assign(config().num_hidden_layers, {});
+    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
+      const LayerWeights& w = layer(l);
+      Norm(a.hidden.data(), a.tokens, w.input_norm, w.input_norm_gate, a.normed.data());
+      MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
+      if (trace != nullptr) trace->selected[l] = selection;
+      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
+      Norm(a.hidden.data(), a.tokens, w.post_attention_norm, w.post_attention_norm_gate,
+           a.normed.data());
+      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
+      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
+      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+    }
+    Head(batch, a.hidden.data(), logits);
+  }
+
+ private:
+  // out [T, D] = the gated RMSNorm of x when the norm has a gate, else the plain one.
+  void Norm(const float* x, int64_t tokens, const NormWeight& norm,
+            const std::optional<NormGateWeights>& gate, float* out) const {
+    if (!gate) return RmsNorm(x, tokens, norm, out);
+    LATENT_PROFILE_SCOPE(kNorm);
+    ops::GatedRmsNorm(x, tokens, config().hidden_size, norm, *gate,
+                      static_cast<float>(config().rms_norm_eps), out);
+  }
+};
+
+Arch Make() {
+  Arch arch;
+  arch.name = "axk2";
+  arch.model_types = {"axk2"};
+  arch.defaults = Defaults();
+  arch.prepare = Prepare;
+  arch.parse = Parse;
+  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
+    ForEachTensor(c, layout, nullptr, visit);
+  };
+  arch.cache_rows = CacheRows;
+  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
+                   const LoadOptions& options) -> std::unique_ptr<Model> {
+    return std::make_unique<Axk2>(std::move(config), std::move(ckpt), options);
+  };
+  return arch;
+}
+
+}  // namespace
+
+LATENT_ARCH(120, Make);
+
+}  // namespace latent::model
