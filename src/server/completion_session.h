@@ -93,9 +93,14 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
-    // Chat with a reasoning parser: it splits the emitted text into reasoning and text.
+    // Chat with a reasoning and/or tool-call parser: it splits the emitted text into reasoning,
+    // text and tool calls.
     std::unique_ptr<OutputParser> parser;
     std::string reasoning;
+    std::vector<ToolCallOutput> tool_calls;
+    // Streams: how many calls went out (id and name), and how much of each one's arguments.
+    size_t sent_calls = 0;
+    std::vector<size_t> sent_arguments;
     std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
     int64_t tokens = 0;  // Completion tokens, up to the one that completed a stop string.
@@ -112,6 +117,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::vector<int32_t> RenderChat(std::string* text) const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
+  void AddParsed(Choice& choice, const ParsedDelta& parsed);
+  // The chat choice's parser (reasoning, then tool calls), or null.
+  std::unique_ptr<OutputParser> MakeParser(const std::string& rendered_prompt) const;
   void Apply(const Event& event);
   // Takes prompt logprobs from the engine; echoes the prompt once they are complete.
   void AddPromptLogprobs(int32_t prompt, const engine::RequestOutput& output);

@@ -23,6 +23,8 @@
 #include "model/model.h"
 #include "engine/debug_replay.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_template.h"
 #include "server/server_context.h"
 
 namespace latent::server {
@@ -197,6 +199,14 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       loaded->chat_template != nullptr && loaded->chat_template->SourceMentions("</think>"));
   Log("reasoning parser: ", reasoning_parser.empty() ? "none" : reasoning_parser,
       o.reasoning_parser == "auto" ? " (auto, from the chat template)" : "");
+  const tokenizer::ChatTemplate* chat = loaded->chat_template.get();
+  std::string tool_call_parser = ResolveToolCallParser(
+      o.tool_call_parser, config.model_type,
+      [chat](std::string_view text) { return chat != nullptr && chat->SourceMentions(text); });
+  const bool arguments_as_objects = chat != nullptr && TemplateReadsArgumentsAsObject(*chat);
+  Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
+      o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
+      "; the template reads tool-call arguments as ", arguments_as_objects ? "objects" : "JSON text");
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);
@@ -218,6 +228,8 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.chat_template = loaded->chat_template.get();
   ctx.metrics = &metrics;
   ctx.reasoning_parser = std::move(reasoning_parser);
+  ctx.tool_call_parser = std::move(tool_call_parser);
+  ctx.tool_arguments_as_objects = arguments_as_objects;
   ctx.limits.model_name = name;
   ctx.limits.context_tokens = config.max_position_embeddings;
   ctx.limits.cache_tokens = cache_tokens;

@@ -21,6 +21,10 @@ struct ServerContext {
   ServerMetrics* metrics = nullptr;
   // The resolved --reasoning-parser for chat completions; empty: none.
   std::string reasoning_parser;
+  // The resolved --tool-call-parser; empty: none (tool markup stays content).
+  std::string tool_call_parser;
+  // Whether the chat template reads tool-call arguments as an object (tool_template.h).
+  bool tool_arguments_as_objects = false;
 };
 
 }  // namespace latent::server
