@@ -54,7 +54,7 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
   }
   std::string& text = *rendered;
   OrderedJson messages = request_.messages;
-  ShapeToolCallArguments(messages, context_.tool_arguments_as_objects);
+  ShapeToolCallTurns(messages, context_.tool_arguments_as_objects);
   try {
     text = context_.chat_template->Render(messages, request_.tools,
                                           request_.add_generation_prompt,

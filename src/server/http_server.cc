@@ -895,7 +895,7 @@ Reply HttpServer::Impl::Tokenize(const std::string& body) const {
   if (r.is_chat) {
     if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
     OrderedJson messages = r.messages;
-    ShapeToolCallArguments(messages, ctx.tool_arguments_as_objects);
+    ShapeToolCallTurns(messages, ctx.tool_arguments_as_objects);
     try {
       text = ctx.chat_template->Render(messages, r.tools, r.add_generation_prompt,
                                        r.chat_template_kwargs);

@@ -154,12 +154,13 @@ void ValidateToolFields(const Json& m, size_t index) {
   }
 }
 
-void ShapeToolCallArguments(OrderedJson& messages, bool as_objects) {
+void ShapeToolCallTurns(OrderedJson& messages, bool as_objects) {
   if (!messages.is_array()) return;
   for (size_t i = 0; i < messages.size(); ++i) {
     OrderedJson& m = messages[i];
     if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
     OrderedJson& calls = m["tool_calls"];
+    if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
     for (size_t j = 0; j < calls.size(); ++j) {
       if (!calls[j].is_object() || !calls[j].contains("function")) continue;
       OrderedJson& fn = calls[j]["function"];

@@ -5,7 +5,7 @@
 // single "raw_arguments" entry). The server finds out once, at start-up, by rendering a probe
 // conversation with the arguments as an object: a template that shows the argument's key without
 // its JSON quotes took the object apart, so arguments reach it as objects
-// (ShapeToolCallArguments); every other template gets JSON text, as transformers would from an
+// (ShapeToolCallTurns); every other template gets JSON text, as transformers would from an
 // OpenAI client.
 #pragma once
 
