@@ -102,9 +102,13 @@ void CompletionSession::Start() {
     for (int32_t s = 0; s < n; ++s) {
       Choice& c = choices_.emplace_back(request_.stop);
       c.index = static_cast<int32_t>(p) * n + s;
-      if (context_.tokenizer)
-        c.detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
       if (request_.endpoint == Endpoint::kChatCompletions) c.parser = MakeParser(chat_prompt);
+      c.keep_markers_only = request_.skip_special_tokens && ToolCallsParsed() &&
+                            !context_.tool_marker_tokens.empty();
+      if (context_.tokenizer) {
+        c.detokenizer.emplace(*context_.tokenizer,
+                              request_.skip_special_tokens && !c.keep_markers_only);
+      }
     }
     // Without logprobs (or with a one-token prompt) there is nothing to wait for.
     const size_t awaited = request_.logprobs ? prompts_[p].ids.size() : 0;
@@ -252,7 +256,11 @@ void CompletionSession::Apply(const Event& event) {
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
     if (request_.logprobs)
       c.logprobs.push_back(MakeLogprob(out, static_cast<int64_t>(c.text.size())));
-    const std::string piece = c.detokenizer ? c.detokenizer->Push(out.token) : std::string();
+    const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
+                         !std::binary_search(context_.tool_marker_tokens.begin(),
+                                             context_.tool_marker_tokens.end(), out.token);
+    const std::string piece =
+        c.detokenizer && !skipped ? c.detokenizer->Push(out.token) : std::string();
     Emit(c, c.stop.Push(piece));
     if (c.stop.stopped()) {
       EndChoice(c, "stop");
@@ -281,14 +289,17 @@ void CompletionSession::Apply(const Event& event) {
   }
 }
 
+bool CompletionSession::ToolCallsParsed() const {
+  // Only when the request offers tools and lets the model call them.
+  return request_.endpoint == Endpoint::kChatCompletions && !context_.tool_call_parser.empty() &&
+         request_.tool_choice.mode != ToolChoice::Mode::kNone && !request_.tools.is_null();
+}
+
 std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& prompt) const {
   std::unique_ptr<OutputParser> reasoning =
       MakeReasoningParser(context_.reasoning_parser, prompt);
-  // Tool calls are looked for only when the request offers tools and lets the model call them.
   std::unique_ptr<OutputParser> tools;
-  if (request_.tool_choice.mode != ToolChoice::Mode::kNone && !request_.tools.is_null()) {
-    tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
-  }
+  if (ToolCallsParsed()) tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
   if (!tools) return reasoning;
   if (!reasoning) return tools;
   return std::make_unique<ParserChain>(std::move(reasoning), std::move(tools));

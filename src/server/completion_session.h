@@ -91,6 +91,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     explicit Choice(std::vector<std::string> stops) : stop(std::move(stops)) {}
     int32_t index = 0;
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
+    // Decoding keeps special tokens, and drops those but the tool-call markers itself (a request
+    // with tools under skip_special_tokens, when the tokenizer marks markers special).
+    bool keep_markers_only = false;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
     // Chat with a reasoning and/or tool-call parser: it splits the emitted text into reasoning,
@@ -118,6 +121,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
   void AddParsed(Choice& choice, const ParsedDelta& parsed);
+  // Whether this request's output is searched for tool calls.
+  bool ToolCallsParsed() const;
   // The chat choice's parser (reasoning, then tool calls), or null.
   std::unique_ptr<OutputParser> MakeParser(const std::string& rendered_prompt) const;
   void Apply(const Event& event);

@@ -230,6 +230,19 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.reasoning_parser = std::move(reasoning_parser);
   ctx.tool_call_parser = std::move(tool_call_parser);
   ctx.tool_arguments_as_objects = arguments_as_objects;
+  if (loaded->tokenizer) {
+    for (const std::string& marker : ToolCallMarkers(ctx.tool_call_parser)) {
+      const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);
+      if (ids.size() == 1 && loaded->tokenizer->IsSpecial(ids[0])) {
+        ctx.tool_marker_tokens.push_back(ids[0]);
+      }
+    }
+    std::sort(ctx.tool_marker_tokens.begin(), ctx.tool_marker_tokens.end());
+    if (!ctx.tool_marker_tokens.empty()) {
+      Log("tool-call markers the tokenizer marks special (kept in the output of requests with "
+          "tools): ", ctx.tool_marker_tokens.size());
+    }
+  }
   ctx.limits.model_name = name;
   ctx.limits.context_tokens = config.max_position_embeddings;
   ctx.limits.cache_tokens = cache_tokens;

@@ -347,6 +347,27 @@ std::string ResolveToolCallParser(const std::string& flag, std::string_view mode
   return "";
 }
 
+std::vector<std::string> ToolCallMarkers(const std::string& name) {
+  if (name == "deepseek_v3" || name == "deepseek_v31") {
+    return {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+            "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"};
+  }
+  if (name == "deepseek_v32") {
+    return {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜invoke",
+            "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>", "｜DSML｜"};
+  }
+  if (name == "kimi_k2") {
+    return {"<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>",
+            "<|tool_call_section_end|>"};
+  }
+  if (name == "glm45") {
+    return {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+            "</arg_value>"};
+  }
+  return {};
+}
+
 std::unique_ptr<OutputParser> MakeToolCallParser(const std::string& name,
                                                  const OrderedJson& tools) {
   if (name.empty()) return nullptr;

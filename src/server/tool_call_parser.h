@@ -133,6 +133,11 @@ const char* ToolCallParserNames();
 std::string ResolveToolCallParser(const std::string& flag, std::string_view model_type,
                                   const std::function<bool(std::string_view)>& template_mentions);
 
+// The markers of a parser's markup (`name` resolved), so that a tokenizer that marks them special
+// (Kimi K2's, GLM-4.5's) still lets them through to the parser: skip_special_tokens must not drop
+// them, as it drops the other special tokens.
+std::vector<std::string> ToolCallMarkers(const std::string& name);
+
 // A fresh parser for one choice, given the resolved name ("" gives null) and the request's tools.
 std::unique_ptr<OutputParser> MakeToolCallParser(const std::string& name,
                                                  const nlohmann::ordered_json& tools);

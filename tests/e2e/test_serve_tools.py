@@ -261,6 +261,48 @@ def test_auto_parser_in_the_log(family):
     assert f"reads tool-call arguments as {objects}" in srv.log()
 
 
+def test_markers_marked_special_reach_the_parser(chat_model, tokenizer, tmp_path):
+    """Kimi K2's and GLM-4.5's tokenizers mark their tool-call markers special: a request with
+    tools still decodes them (skip_special_tokens drops only the other special tokens), so the
+    calls parse; without tools they are skipped like any special token. Here DeepSeek's markers
+    are made special in a copy of its tokenizer."""
+    model = tmp_path / "special"
+    model.mkdir()
+    for item in chat_model.iterdir():
+        if item.name not in ("tokenizer.json", "tokenizer_config.json"):
+            (model / item.name).symlink_to(item)
+    data = json.loads((chat_model / "tokenizer.json").read_text())
+    for token in data["added_tokens"]:
+        if "tool▁" in token["content"]:
+            token["special"] = True
+    (model / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    config = json.loads((chat_model / "tokenizer_config.json").read_text())
+    for token in config.get("added_tokens_decoder", {}).values():
+        if "tool▁" in token["content"]:
+            token["special"] = True
+    (model / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
+    (model / "chat_template.jinja").write_text((TEMPLATES / "deepseek-v3.1.jinja").read_text())
+    pieces = FAMILIES["deepseek_v31"][2]
+    ids = [i for piece in pieces for i in tokenizer.encode(piece, add_special_tokens=False).ids]
+    (tmp_path / "replay.json").write_text(json.dumps(ids))
+    srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS, "--debug-replay",
+                       str(tmp_path / "replay.json"))
+    try:
+        assert "tool-call markers the tokenizer marks special (kept in the output of requests " \
+               "with tools): 5" in srv.log()
+        resp = create(srv, False)
+        assert resp.choices[0].finish_reason == "tool_calls"
+        assert resp.choices[0].message.content == "Let me check."
+        check_calls([(c.id, c.function.name, c.function.arguments)
+                     for c in resp.choices[0].message.tool_calls], "deepseek_v31")
+        plain = srv.client().chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_completion_tokens=400, temperature=0)
+        text = plain.choices[0].message.content
+        assert "get_weather" in text and "tool▁" not in text
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
 def post_error(srv, body):
     status, resp = srv.post("/v1/chat/completions", dict({"model": MODEL_NAME}, **body))
     assert status == 400, resp
