@@ -7,7 +7,9 @@
 // ignore_eos, stop_token_ids, skip_special_tokens, return_token_ids (the choice's "token_ids" and
 // the response's "prompt_token_ids"), add_generation_prompt and chat_template_kwargs. Fields
 // latent does not know are ignored; known ones it cannot honour (echo for chat, best_of > n,
-// suffix, logit_bias, response_format other than text) are rejected.
+// suffix, logit_bias, response_format other than text) are rejected. Chat takes `tools` and
+// `tool_choice` (validated in tool_request.h); the model's tool calls come back as
+// message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
 // Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
 // "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null

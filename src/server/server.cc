@@ -206,7 +206,8 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   const bool arguments_as_objects = chat != nullptr && TemplateReadsArgumentsAsObject(*chat);
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
       o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
-      "; the template reads tool-call arguments as ", arguments_as_objects ? "objects" : "JSON text");
+      "; the template reads tool-call arguments as ",
+      arguments_as_objects ? "objects" : "JSON text");
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);

@@ -27,7 +27,8 @@ OrderedJson ProbeTools() {
                         {"properties", {{kKey, {{"type", "string"}}}}}};
   return OrderedJson::array(
       {{{"type", "function"},
-        {"function", {{"name", "latent_probe"}, {"description", "probe"}, {"parameters", params}}}}});
+        {"function",
+         {{"name", "latent_probe"}, {"description", "probe"}, {"parameters", params}}}}});
 }
 
 }  // namespace

@@ -163,7 +163,8 @@ TEST(ToolCallParserTest, Glm45TypesValuesByTheToolSchema) {
   // days is an integer; code is declared a string, so "42" stays text.
   EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 3, \"code\": \"42\"}");
   EXPECT_EQ(a.calls[1].arguments,
-            "{\"query\": \"\\\"quoted\\\" \\\\ 東京\", \"filters\": {\"lang\": null, \"n\": [1, 2.5]}}");
+            "{\"query\": \"\\\"quoted\\\" \\\\ 東京\", "
+            "\"filters\": {\"lang\": null, \"n\": [1, 2.5]}}");
   EXPECT_TRUE(OrderedJson::accept(a.calls[1].arguments));
   ExpectSplitInvariant("glm45", kGlm);
 }
@@ -217,7 +218,8 @@ TEST(ToolCallParserTest, ArgumentsStreamIncrementally) {
 }
 
 TEST(ToolCallParserTest, WithoutMarkupEverythingIsContent) {
-  for (const std::string name : {"deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2", "glm45"}) {
+  for (const std::string name :
+       {"deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2", "glm45"}) {
     const std::string text = "Plain answer with <tags>, <｜odd｜> and trailing space \n";
     EXPECT_EQ(Whole(name, text).content, text) << name;
     EXPECT_TRUE(Whole(name, text).calls.empty()) << name;
@@ -265,7 +267,8 @@ TEST(ToolCallParserTest, OutputEndingInsideACall) {
   EXPECT_EQ(a.calls[0].arguments, "{\"ci");
   EXPECT_EQ(a.content, "");
   // Key/value calls are closed; a half-read argument is content.
-  const Assembled g = Whole("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Os");
+  const Assembled g =
+      Whole("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Os");
   ASSERT_EQ(g.calls.size(), 1u);
   EXPECT_EQ(g.calls[0].arguments, "{}");
   EXPECT_EQ(g.content, "<arg_key>city</arg_key><arg_value>Os");

@@ -130,7 +130,8 @@ TEST(ToolRequestTest, ShapesToolCallTurnsForTheTemplate) {
   // Empty text is {}; text that is no JSON object is refused, naming the field.
   messages = Turns(R"("")");
   ShapeToolCallTurns(messages, true);
-  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"], nlohmann::ordered_json::object());
+  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
+            nlohmann::ordered_json::object());
   for (const char* bad : {R"("[1]")", R"("{oops")", R"("3")"}) {
     messages = Turns(bad);
     try {
@@ -192,7 +193,8 @@ TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {
   more.text = "x";
   more.tool_calls = {{1, "", "", "\"a\"}"}};
   const OrderedJson d2 = ChunkJson(meta, more)["choices"][0]["delta"];
-  EXPECT_EQ(d2.dump(), R"({"content":"x","tool_calls":[{"index":1,"function":{"arguments":"\"a\"}"}}]})");
+  EXPECT_EQ(d2.dump(),
+            R"({"content":"x","tool_calls":[{"index":1,"function":{"arguments":"\"a\"}"}}]})");
   // Without tool calls a message keeps its content string.
   ChoiceOutput plain;
   EXPECT_EQ(ResponseJson(meta, {plain}, Usage{}, {})["choices"][0]["message"].dump(),
