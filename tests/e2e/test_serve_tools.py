@@ -357,3 +357,15 @@ def test_glm_arguments_must_be_an_object(chat_model, tmp_path):
         assert "JSON object" in error["message"]
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_unknown_parser_is_refused_before_loading(chat_model):
+    import subprocess
+
+    from e2e_harness import LATENT
+
+    bad = subprocess.run([str(LATENT), "serve", "--model", str(chat_model), "--port", "0",
+                          "--tool-call-parser", "hermes"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "unknown parser 'hermes'" in bad.stderr, bad.stderr
+    assert "deepseek_v32 (DSML)" in bad.stderr
