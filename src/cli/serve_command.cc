@@ -7,6 +7,7 @@
 #include "cli/load_options.h"
 #include "base/error.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
 #include "server/server.h"
 
 namespace latent::cli {
@@ -107,6 +108,12 @@ Runner RegisterServe(CLI::App& app) {
                          "(from the chat template: 'think' when it knows </think>), none, or one "
                          "of ", server::ReasoningParserNames()))
       ->capture_default_str();
+  sub->add_option("--tool-call-parser", s.tool_call_parser,
+                  StrCat("Turn the model's tool-call markup into OpenAI tool_calls when a chat "
+                         "request has tools (and tool_choice is not none): auto (from the chat "
+                         "template's markup, else the model type), none, or one of ",
+                         server::ToolCallParserNames()))
+      ->capture_default_str();
   sub->add_option("--debug-replay", s.debug_replay_path,
                   "TEST-ONLY: every request emits the token ids in FILE (a JSON list of ids, or "
                   "{\"ids\": [...]}) instead of sampling, then finishes 'stop' ('length' at "
@@ -118,6 +125,7 @@ Runner RegisterServe(CLI::App& app) {
     serve.load = ParseLoadOptions(opt->quantize);
     // An unknown parser name fails now, not after the model has loaded.
     server::ResolveReasoningParser(serve.reasoning_parser, /*template_mentions_think=*/false);
+    server::ResolveToolCallParser(serve.tool_call_parser, "", nullptr);
     serve.engine.attention = generate::ParseAttentionForm(opt->attention);
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));

@@ -7,6 +7,8 @@
 
 #include "base/error.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_request.h"
 
 namespace latent::server {
 namespace {
@@ -51,8 +53,10 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
     throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
   }
   std::string& text = *rendered;
+  OrderedJson messages = request_.messages;
+  ShapeToolCallTurns(messages, context_.tool_arguments_as_objects);
   try {
-    text = context_.chat_template->Render(request_.messages, request_.tools,
+    text = context_.chat_template->Render(messages, request_.tools,
                                           request_.add_generation_prompt,
                                           request_.chat_template_kwargs);
   } catch (const Error& e) {
@@ -98,9 +102,13 @@ void CompletionSession::Start() {
     for (int32_t s = 0; s < n; ++s) {
       Choice& c = choices_.emplace_back(request_.stop);
       c.index = static_cast<int32_t>(p) * n + s;
-      if (context_.tokenizer)
-        c.detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
-      if (meta_.reasoning) c.parser = MakeReasoningParser(context_.reasoning_parser, chat_prompt);
+      if (request_.endpoint == Endpoint::kChatCompletions) c.parser = MakeParser(chat_prompt);
+      c.keep_markers_only = request_.skip_special_tokens && ToolCallsParsed() &&
+                            !context_.tool_marker_tokens.empty();
+      if (context_.tokenizer) {
+        c.detokenizer.emplace(*context_.tokenizer,
+                              request_.skip_special_tokens && !c.keep_markers_only);
+      }
     }
     // Without logprobs (or with a one-token prompt) there is nothing to wait for.
     const size_t awaited = request_.logprobs ? prompts_[p].ids.size() : 0;
@@ -248,7 +256,11 @@ void CompletionSession::Apply(const Event& event) {
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
     if (request_.logprobs)
       c.logprobs.push_back(MakeLogprob(out, static_cast<int64_t>(c.text.size())));
-    const std::string piece = c.detokenizer ? c.detokenizer->Push(out.token) : std::string();
+    const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
+                         !std::binary_search(context_.tool_marker_tokens.begin(),
+                                             context_.tool_marker_tokens.end(), out.token);
+    const std::string piece =
+        c.detokenizer && !skipped ? c.detokenizer->Push(out.token) : std::string();
     Emit(c, c.stop.Push(piece));
     if (c.stop.stopped()) {
       EndChoice(c, "stop");
@@ -277,26 +289,50 @@ void CompletionSession::Apply(const Event& event) {
   }
 }
 
+bool CompletionSession::ToolCallsParsed() const {
+  // Only when the request offers tools and lets the model call them.
+  return request_.endpoint == Endpoint::kChatCompletions && !context_.tool_call_parser.empty() &&
+         request_.tool_choice.mode != ToolChoice::Mode::kNone && !request_.tools.is_null();
+}
+
+std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& prompt) const {
+  std::unique_ptr<OutputParser> reasoning =
+      MakeReasoningParser(context_.reasoning_parser, prompt);
+  std::unique_ptr<OutputParser> tools;
+  if (ToolCallsParsed()) tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
+  if (!tools) return reasoning;
+  if (!reasoning) return tools;
+  return std::make_unique<ParserChain>(std::move(reasoning), std::move(tools));
+}
+
+void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
+  c.reasoning += parsed.reasoning;
+  c.text += parsed.content;
+  for (const ToolCallDelta& call : parsed.tool_calls) {
+    if (!call.id.empty()) {
+      c.tool_calls.push_back({call.index, call.id, call.name, call.arguments});
+    } else if (call.index >= 0 && static_cast<size_t>(call.index) < c.tool_calls.size()) {
+      c.tool_calls[call.index].arguments += call.arguments;
+    }
+  }
+}
+
 void CompletionSession::Emit(Choice& c, std::string_view text) {
   if (!c.parser) {
     c.text += text;
     return;
   }
-  const ParsedDelta parsed = c.parser->Push(text);
-  c.reasoning += parsed.reasoning;
-  c.text += parsed.content;
+  AddParsed(c, c.parser->Push(text));
 }
 
 void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
-  if (c.parser) {
-    // The output is over: what the parser held back (a partial marker) is text after all.
-    const ParsedDelta rest = c.parser->Finish();
-    c.reasoning += rest.reasoning;
-    c.text += rest.content;
-  }
+  // The output is over: what the parser held back (a partial marker) is text after all.
+  if (c.parser) AddParsed(c, c.parser->Finish());
   c.ended = true;
-  c.finish_reason = reason;
-  context_.metrics->CountFinished(reason);
+  // A turn that ends by calling tools finishes "tool_calls" (one cut at max_tokens stays
+  // "length").
+  c.finish_reason = reason == "stop" && !c.tool_calls.empty() ? "tool_calls" : reason;
+  context_.metrics->CountFinished(c.finish_reason);
   CheckDone();
 }
 
@@ -387,12 +423,26 @@ std::string CompletionSession::TakeStream() {
   }
   for (Choice& c : choices_) {
     const bool new_end = c.ended && !c.sent_end && !error_;
+    std::vector<ToolCallOutput> call_deltas;
+    c.sent_arguments.resize(c.tool_calls.size(), 0);
+    for (size_t i = 0; i < c.tool_calls.size(); ++i) {
+      const ToolCallOutput& call = c.tool_calls[i];
+      if (i >= c.sent_calls) {
+        call_deltas.push_back(call);
+      } else if (call.arguments.size() > c.sent_arguments[i]) {
+        call_deltas.push_back(
+            {call.index, "", "", call.arguments.substr(c.sent_arguments[i])});
+      }
+      c.sent_arguments[i] = call.arguments.size();
+    }
+    c.sent_calls = c.tool_calls.size();
     if (c.sent_text == c.text.size() && c.sent_reasoning == c.reasoning.size() &&
-        c.sent_ids == c.token_ids.size() &&
-        c.sent_logprobs == c.logprobs.size() && !new_end) {
+        c.sent_ids == c.token_ids.size() && c.sent_logprobs == c.logprobs.size() &&
+        call_deltas.empty() && !new_end) {
       continue;
     }
     ChoiceOutput delta;
+    delta.tool_calls = std::move(call_deltas);
     delta.index = c.index;
     delta.text = c.text.substr(c.sent_text);
     delta.reasoning = c.reasoning.substr(c.sent_reasoning);
@@ -423,7 +473,8 @@ std::pair<int, std::string> CompletionSession::Response() const {
   std::vector<ChoiceOutput> choices;
   choices.reserve(choices_.size());
   for (const Choice& c : choices_) {
-    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.reasoning});
+    choices.push_back(
+        {c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.reasoning, c.tool_calls});
   }
   std::vector<std::vector<int32_t>> prompt_ids;
   if (request_.return_token_ids) {

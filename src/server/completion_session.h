@@ -91,11 +91,19 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     explicit Choice(std::vector<std::string> stops) : stop(std::move(stops)) {}
     int32_t index = 0;
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
+    // Decoding keeps special tokens, and drops those but the tool-call markers itself (a request
+    // with tools under skip_special_tokens, when the tokenizer marks markers special).
+    bool keep_markers_only = false;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
-    // Chat with a reasoning parser: it splits the emitted text into reasoning and text.
+    // Chat with a reasoning and/or tool-call parser: it splits the emitted text into reasoning,
+    // text and tool calls.
     std::unique_ptr<OutputParser> parser;
     std::string reasoning;
+    std::vector<ToolCallOutput> tool_calls;
+    // Streams: how many calls went out (id and name), and how much of each one's arguments.
+    size_t sent_calls = 0;
+    std::vector<size_t> sent_arguments;
     std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
     int64_t tokens = 0;  // Completion tokens, up to the one that completed a stop string.
@@ -112,6 +120,11 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::vector<int32_t> RenderChat(std::string* text) const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
+  void AddParsed(Choice& choice, const ParsedDelta& parsed);
+  // Whether this request's output is searched for tool calls.
+  bool ToolCallsParsed() const;
+  // The chat choice's parser (reasoning, then tool calls), or null.
+  std::unique_ptr<OutputParser> MakeParser(const std::string& rendered_prompt) const;
   void Apply(const Event& event);
   // Takes prompt logprobs from the engine; echoes the prompt once they are complete.
   void AddPromptLogprobs(int32_t prompt, const engine::RequestOutput& output);

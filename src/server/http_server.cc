@@ -30,6 +30,7 @@
 #include "server/constant_time.h"
 #include "server/engine_metrics_reader.h"
 #include "server/http_parser.h"
+#include "server/tool_request.h"
 #include "server/worker_pool.h"
 
 namespace latent::server {
@@ -893,8 +894,10 @@ Reply HttpServer::Impl::Tokenize(const std::string& body) const {
   std::string text = r.prompt;
   if (r.is_chat) {
     if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
+    OrderedJson messages = r.messages;
+    ShapeToolCallTurns(messages, ctx.tool_arguments_as_objects);
     try {
-      text = ctx.chat_template->Render(r.messages, r.tools, r.add_generation_prompt,
+      text = ctx.chat_template->Render(messages, r.tools, r.add_generation_prompt,
                                        r.chat_template_kwargs);
     } catch (const Error& e) {
       throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "server/tool_request.h"
 
 namespace latent::server {
 namespace {
@@ -176,6 +177,7 @@ OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
     OrderedJson message = ordered["messages"][i];
     if (role->get_ref<const std::string&>() == "developer") message["role"] = "system";
     if (m.contains("content")) message["content"] = FlattenContent(m["content"], i);
+    ValidateToolFields(m, i);
     out.push_back(std::move(message));
   }
   return out;
@@ -186,10 +188,7 @@ void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messa
                      OrderedJson* tools, OrderedJson* kwargs) {
   const OrderedJson ordered = OrderedJson::parse(text.begin(), text.end());
   *messages = ParseMessages(body, ordered);
-  if (const Json* t = Find(body, "tools")) {
-    if (!t->is_array()) WrongType("tools", "a list");
-    if (!t->empty()) *tools = ordered["tools"];
-  }
+  *tools = ParseTools(body, ordered);
   if (const Json* k = Find(body, "chat_template_kwargs")) {
     if (!k->is_object()) WrongType("chat_template_kwargs", "an object");
     *kwargs = ordered["chat_template_kwargs"];
@@ -412,6 +411,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
     r.prompts = ParsePrompt(body, limits);
   } else {
     ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
+    r.tool_choice = ParseToolChoice(body, r.tools);
     r.add_generation_prompt = GetBool(body, "add_generation_prompt", true);
   }
 
@@ -588,6 +588,24 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
   return {{"content", content}};
 }
 
+// message.tool_calls (`whole`) or delta.tool_calls.
+OrderedJson ToolCallsJson(const std::vector<ToolCallOutput>& calls, bool whole) {
+  OrderedJson list = OrderedJson::array();
+  for (const ToolCallOutput& call : calls) {
+    OrderedJson j;
+    if (!whole) j["index"] = call.index;
+    if (whole || !call.id.empty()) {
+      j["id"] = call.id;
+      j["type"] = "function";
+      j["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+    } else {
+      j["function"] = {{"arguments", call.arguments}};
+    }
+    list.push_back(std::move(j));
+  }
+  return list;
+}
+
 OrderedJson FinishReason(const std::string& reason) {
   return reason.empty() ? OrderedJson(nullptr) : OrderedJson(reason);
 }
@@ -619,10 +637,15 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
     if (meta.endpoint == Endpoint::kCompletions) {
       choice["text"] = c.text;
     } else {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      const bool null_content = c.text.empty() && !c.tool_calls.empty();
+      choice["message"] = {{"role", "assistant"},
+                           {"content", null_content ? OrderedJson(nullptr) : OrderedJson(c.text)}};
       if (meta.reasoning) {
         choice["message"]["reasoning_content"] =
             c.reasoning.empty() ? OrderedJson(nullptr) : OrderedJson(c.reasoning);
+      }
+      if (!c.tool_calls.empty()) {
+        choice["message"]["tool_calls"] = ToolCallsJson(c.tool_calls, /*whole=*/true);
       }
     }
     choice["logprobs"] =
@@ -651,9 +674,12 @@ OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role
     choice["text"] = c.text;
   } else if (role_only) {
     choice["delta"] = {{"role", "assistant"}, {"content", ""}};
-  } else if (!c.reasoning.empty()) {
-    choice["delta"] = {{"reasoning_content", c.reasoning}};
-    if (!c.text.empty()) choice["delta"]["content"] = c.text;
+  } else if (!c.reasoning.empty() || !c.tool_calls.empty()) {
+    OrderedJson delta = OrderedJson::object();
+    if (!c.reasoning.empty()) delta["reasoning_content"] = c.reasoning;
+    if (!c.text.empty()) delta["content"] = c.text;
+    if (!c.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(c.tool_calls, /*whole=*/false);
+    choice["delta"] = std::move(delta);
   } else if (c.text.empty() && !c.finish_reason.empty()) {
     choice["delta"] = OrderedJson::object();
   } else {

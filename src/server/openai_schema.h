@@ -7,7 +7,9 @@
 // ignore_eos, stop_token_ids, skip_special_tokens, return_token_ids (the choice's "token_ids" and
 // the response's "prompt_token_ids"), add_generation_prompt and chat_template_kwargs. Fields
 // latent does not know are ignored; known ones it cannot honour (echo for chat, best_of > n,
-// suffix, logit_bias, response_format other than text) are rejected.
+// suffix, logit_bias, response_format other than text) are rejected. Chat takes `tools` and
+// `tool_choice` (validated in tool_request.h); the model's tool calls come back as
+// message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
 // Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
 // "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "server/tool_choice.h"
 
 namespace latent::server {
 
@@ -89,6 +92,7 @@ struct GenerationRequest {
   std::vector<PromptSpec> prompts;    // Completions: one or more prompts.
   OrderedJson messages;               // Chat: the conversation, content parts flattened.
   OrderedJson tools;                  // Chat: null or the tools array, for the template.
+  ToolChoice tool_choice;             // Chat: tools/tool_choice (tool_request.h).
   OrderedJson chat_template_kwargs;   // Chat: null or an object of template variables.
   bool add_generation_prompt = true;  // Chat.
   bool stream = false;
@@ -165,6 +169,15 @@ struct LogprobEntry {
   int64_t text_offset = 0;  // Completions: where the token's text starts in the choice's text.
 };
 
+// One tool call of a chat choice: whole (a response), or the part new since the last chunk (a
+// stream: id and name only in the call's first chunk).
+struct ToolCallOutput {
+  int32_t index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text.
+};
+
 // A choice, whole (a response) or the part new since the last chunk (a stream).
 struct ChoiceOutput {
   int32_t index = 0;
@@ -175,6 +188,9 @@ struct ChoiceOutput {
   // Chat with a reasoning parser: message.reasoning_content (null when empty) /
   // delta.reasoning_content (only when not empty).
   std::string reasoning;
+  // Chat with a tool-call parser: message.tool_calls (then content is null when empty) /
+  // delta.tool_calls.
+  std::vector<ToolCallOutput> tool_calls;
 };
 
 // What every response and chunk of one request shares.

@@ -4,24 +4,48 @@
 // tail that could still become one, so half a marker never leaks into a field; Finish() releases
 // what is held once the output has ended.
 //
-// Parsers chain: the reasoning parser splits thinking from the answer; a tool-call parser (later)
-// would consume the reasoning parser's `content` and yield content plus tool calls, adding its
-// field to ParsedDelta.
+// Parsers chain (ParserChain): the reasoning parser splits thinking from the answer; a tool-call
+// parser (tool_call_parser.h) consumes the reasoning parser's `content` and yields content plus
+// tool calls.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace latent::server {
+
+// The new part of one tool call: a call's first delta carries its id and name (and maybe the
+// start of its arguments); later ones carry only more of the arguments' JSON text, so the
+// arguments are the concatenation of every delta's `arguments` for that index.
+struct ToolCallDelta {
+  int32_t index = 0;      // The call's position in the choice's tool_calls.
+  std::string id;         // Only in the call's first delta.
+  std::string name;       // Only in the call's first delta.
+  std::string arguments;  // More of the arguments' JSON text.
+};
 
 struct ParsedDelta {
   std::string reasoning;  // -> message.reasoning_content / delta.reasoning_content
   std::string content;    // -> message.content / delta.content
+  std::vector<ToolCallDelta> tool_calls;  // -> message.tool_calls / delta.tool_calls
 
-  bool empty() const { return reasoning.empty() && content.empty(); }
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
   void Append(const ParsedDelta& more) {
     reasoning += more.reasoning;
     content += more.content;
+    for (const ToolCallDelta& call : more.tool_calls) AppendToolCall(call);
+  }
+  // Merges more arguments of the last call into its delta; a new call gets its own.
+  void AppendToolCall(const ToolCallDelta& call) {
+    if (!tool_calls.empty() && tool_calls.back().index == call.index && call.id.empty()) {
+      tool_calls.back().arguments += call.arguments;
+    } else {
+      tool_calls.push_back(call);
+    }
   }
 };
 
@@ -32,6 +56,42 @@ class OutputParser {
   virtual ParsedDelta Push(std::string_view text) = 0;
   // The output ended: returns whatever was held back.
   virtual ParsedDelta Finish() = 0;
+};
+
+// `first`'s content goes through `second`; `first`'s other fields pass through. Either may be
+// null (then the other runs alone).
+class ParserChain : public OutputParser {
+ public:
+  ParserChain(std::unique_ptr<OutputParser> first, std::unique_ptr<OutputParser> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+
+  ParsedDelta Push(std::string_view text) override {
+    ParsedDelta out = first_ ? first_->Push(text) : Passthrough(text);
+    return Through(std::move(out), false);
+  }
+  ParsedDelta Finish() override {
+    ParsedDelta out = first_ ? first_->Finish() : ParsedDelta{};
+    return Through(std::move(out), true);
+  }
+
+ private:
+  static ParsedDelta Passthrough(std::string_view text) {
+    ParsedDelta d;
+    d.content = text;
+    return d;
+  }
+  ParsedDelta Through(ParsedDelta out, bool finish) {
+    if (!second_) return out;
+    ParsedDelta rest = second_->Push(out.content);
+    if (finish) rest.Append(second_->Finish());
+    out.content = std::move(rest.content);
+    out.reasoning += rest.reasoning;
+    for (const ToolCallDelta& call : rest.tool_calls) out.AppendToolCall(call);
+    return out;
+  }
+
+  std::unique_ptr<OutputParser> first_;
+  std::unique_ptr<OutputParser> second_;
 };
 
 }  // namespace latent::server

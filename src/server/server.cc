@@ -23,6 +23,8 @@
 #include "model/model.h"
 #include "engine/debug_replay.h"
 #include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_template.h"
 #include "server/server_context.h"
 
 namespace latent::server {
@@ -197,6 +199,15 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       loaded->chat_template != nullptr && loaded->chat_template->SourceMentions("</think>"));
   Log("reasoning parser: ", reasoning_parser.empty() ? "none" : reasoning_parser,
       o.reasoning_parser == "auto" ? " (auto, from the chat template)" : "");
+  const tokenizer::ChatTemplate* chat = loaded->chat_template.get();
+  std::string tool_call_parser = ResolveToolCallParser(
+      o.tool_call_parser, config.model_type,
+      [chat](std::string_view text) { return chat != nullptr && chat->SourceMentions(text); });
+  const bool arguments_as_objects = chat != nullptr && TemplateReadsArgumentsAsObject(*chat);
+  Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
+      o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
+      "; the template reads tool-call arguments as ",
+      arguments_as_objects ? "objects" : "JSON text");
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);
@@ -218,6 +229,21 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.chat_template = loaded->chat_template.get();
   ctx.metrics = &metrics;
   ctx.reasoning_parser = std::move(reasoning_parser);
+  ctx.tool_call_parser = std::move(tool_call_parser);
+  ctx.tool_arguments_as_objects = arguments_as_objects;
+  if (loaded->tokenizer) {
+    for (const std::string& marker : ToolCallMarkers(ctx.tool_call_parser)) {
+      const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);
+      if (ids.size() == 1 && loaded->tokenizer->IsSpecial(ids[0])) {
+        ctx.tool_marker_tokens.push_back(ids[0]);
+      }
+    }
+    std::sort(ctx.tool_marker_tokens.begin(), ctx.tool_marker_tokens.end());
+    if (!ctx.tool_marker_tokens.empty()) {
+      Log("tool-call markers the tokenizer marks special (kept in the output of requests with "
+          "tools): ", ctx.tool_marker_tokens.size());
+    }
+  }
   ctx.limits.model_name = name;
   ctx.limits.context_tokens = config.max_position_embeddings;
   ctx.limits.cache_tokens = cache_tokens;

@@ -21,6 +21,8 @@ struct ServeOptions {
   double shutdown_timeout_s = 10;
   // --reasoning-parser: auto, none or a name (server/reasoning_parser.h).
   std::string reasoning_parser = "auto";
+  // --tool-call-parser: auto, none or a name (server/tool_call_parser.h).
+  std::string tool_call_parser = "auto";
   // --debug-replay (test-only): a JSON file of token ids every request emits instead of sampling
   // (engine/debug_replay.h); empty: off.
   std::string debug_replay_path;

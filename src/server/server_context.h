@@ -3,7 +3,9 @@
 // metrics. Built once the model is loaded; read-only afterwards (the engine is thread-safe).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/metrics.h"
@@ -21,6 +23,13 @@ struct ServerContext {
   ServerMetrics* metrics = nullptr;
   // The resolved --reasoning-parser for chat completions; empty: none.
   std::string reasoning_parser;
+  // The resolved --tool-call-parser; empty: none (tool markup stays content).
+  std::string tool_call_parser;
+  // Whether the chat template reads tool-call arguments as an object (tool_template.h).
+  bool tool_arguments_as_objects = false;
+  // The tokens of the tool-call parser's markers that the tokenizer marks special, sorted: a
+  // request with tools decodes them even under skip_special_tokens.
+  std::vector<int32_t> tool_marker_tokens;
 };
 
 }  // namespace latent::server

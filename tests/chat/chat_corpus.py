@@ -146,6 +146,30 @@ def conversations() -> list[dict]:
         {"role": "user", "content": "Search"},
         {"role": "assistant", "content": "", "tool_calls": [call("search", {"query": "x \"quoted\"", "limit": 3, "safe": False, "score": 1e-05, "filters": {"lang": None}, "tags": ["a", "b"]}, False)]},
         {"role": "tool", "tool_call_id": "call_0", "content": "no results"}], True, tools=[SEARCH_TOOL])
+    # Round trips as latent's server renders them: the calls it returned sent back (content ""
+    # for null, Kimi K2's own functions.NAME:IDX ids), their results, and the next turn.
+    kimi_calls = [call("get_weather", {"city": "Paris", "days": 3}, True, "functions.get_weather:0"),
+                  call("search", {"query": "東京 weather"}, True, "functions.search:1")]
+    add("tool_round_trip_model_ids", [
+        {"role": "user", "content": "Weather in Paris, and search 東京 weather."},
+        {"role": "assistant", "content": "", "tool_calls": kimi_calls},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 18}"},
+        {"role": "tool", "tool_call_id": "functions.search:1", "content": "1. https://example.com"}],
+        True, tools=[WEATHER_TOOL, SEARCH_TOOL])
+    add("tool_calls_with_reasoning", [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "Need the tool.",
+         "tool_calls": [call("get_weather", {"city": "Oslo"}, False)]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "rain"}], True, tools=[WEATHER_TOOL])
+    add("tool_cycle_twice", [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Oslo"}, False, "call_a")]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "rain"},
+        {"role": "assistant", "content": "Rain in Oslo."},
+        {"role": "user", "content": "And 2*21?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("calculator", {"expr": "2*21"}, False, "call_b")]},
+        {"role": "tool", "tool_call_id": "call_b", "content": "42"}], True, tools=[WEATHER_TOOL, CALC_TOOL])
     add("reasoning_content_last", [
         {"role": "user", "content": "Is 97 prime?"},
         {"role": "assistant", "content": "Yes, 97 is prime.", "reasoning_content": "Check divisors up to 9: 2,3,5,7 do not divide 97."}], False)

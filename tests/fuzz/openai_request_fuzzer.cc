@@ -13,6 +13,8 @@
 
 #include "server/openai_schema.h"
 #include "server/stop_strings.h"
+#include "server/tool_call_parser.h"
+#include "server/tool_request.h"
 
 namespace {
 
@@ -47,6 +49,45 @@ void CheckStopStrings(const std::vector<std::string>& stops, const std::string& 
   for (const std::string& s : stops) first = std::min(first, text.find(s));
   FUZZ_CHECK(out == text.substr(0, first));
   FUZZ_CHECK(matcher.stopped() == (first != std::string::npos));
+}
+
+// What a client assembles from a parser's deltas.
+struct Assembled {
+  std::string content, reasoning;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  void Add(const latent::server::ParsedDelta& d) {
+    content += d.content;
+    reasoning += d.reasoning;
+    for (const latent::server::ToolCallDelta& c : d.tool_calls) {
+      if (!c.id.empty()) {
+        FUZZ_CHECK(c.index == static_cast<int32_t>(calls.size()) && !c.name.empty());
+        calls.emplace_back(c.name, c.arguments);
+      } else {
+        FUZZ_CHECK(c.index >= 0 && c.index < static_cast<int32_t>(calls.size()));
+        calls[c.index].second += c.arguments;
+      }
+    }
+  }
+};
+
+// Every tool-call parser on `text`: whole and in pieces of `step` bytes give the same content
+// and calls, and the content never grows by text it later takes back.
+void CheckToolCallParsers(const std::string& text, const latent::server::OrderedJson& tools,
+                          size_t step) {
+  for (const char* name : {"deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2", "glm45"}) {
+    Assembled whole, pieces;
+    auto p = latent::server::MakeToolCallParser(name, tools);
+    whole.Add(p->Push(text));
+    whole.Add(p->Finish());
+    auto q = latent::server::MakeToolCallParser(name, tools);
+    for (size_t i = 0; i < text.size(); i += step) {
+      pieces.Add(q->Push(std::string_view(text).substr(i, step)));
+      FUZZ_CHECK(whole.content.compare(0, pieces.content.size(), pieces.content) == 0);
+    }
+    pieces.Add(q->Finish());
+    FUZZ_CHECK(whole.content == pieces.content && whole.calls == pieces.calls);
+    FUZZ_CHECK(whole.reasoning.empty());
+  }
 }
 
 void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector) {
@@ -88,6 +129,19 @@ void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector)
     }
   }
   if (!r.stop.empty()) CheckStopStrings(r.stop, text_seen, 1 + selector % 7);
+  if (endpoint == Endpoint::kChatCompletions) {
+    // The conversation as the template gets it, and its text as if the model had written it.
+    latent::server::OrderedJson messages = r.messages;
+    try {
+      latent::server::ShapeToolCallTurns(messages, (selector & 4) != 0);
+    } catch (const ApiError& e) {
+      FUZZ_CHECK(e.status() == 400);
+    }
+    for (const auto& m : r.messages) {
+      if (m.contains("content") && m["content"].is_string()) text_seen += m["content"];
+    }
+    CheckToolCallParsers(text_seen, r.tools, 1 + selector % 5);
+  }
 
   // The responses of such a request, with the prompt text as the output.
   latent::server::ResponseMeta meta;

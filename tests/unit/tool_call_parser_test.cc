@@ -1,0 +1,329 @@
+#include "server/tool_call_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "server/reasoning_parser.h"
+
+namespace latent::server {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+struct Call {
+  std::string id, name, arguments;
+  bool operator==(const Call& o) const { return name == o.name && arguments == o.arguments; }
+};
+
+// What a client assembles from the deltas: content, reasoning and the calls by index.
+struct Assembled {
+  std::string reasoning, content;
+  std::vector<Call> calls;
+  // The content as it grew: each step's total, to check it only ever grows by certain text.
+  std::vector<std::string> content_steps;
+
+  void Add(const ParsedDelta& d) {
+    reasoning += d.reasoning;
+    content += d.content;
+    content_steps.push_back(content);
+    for (const ToolCallDelta& c : d.tool_calls) {
+      if (!c.id.empty()) {
+        ASSERT_EQ(static_cast<size_t>(c.index), calls.size()) << "calls open in order";
+        ASSERT_FALSE(c.name.empty());
+        calls.push_back({c.id, c.name, c.arguments});
+      } else {
+        ASSERT_LT(static_cast<size_t>(c.index), calls.size()) << "arguments of an unknown call";
+        calls[c.index].arguments += c.arguments;
+      }
+    }
+  }
+};
+
+OrderedJson Tools() {
+  return OrderedJson::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                     "code": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object",
+      "properties": {"query": {"type": "string"}, "filters": {"type": "object"}}}}}
+  ])");
+}
+
+Assembled Feed(const std::string& parser, const std::vector<std::string>& pieces) {
+  std::unique_ptr<OutputParser> p = MakeToolCallParser(parser, Tools());
+  Assembled a;
+  for (const std::string& piece : pieces) a.Add(p->Push(piece));
+  a.Add(p->Finish());
+  return a;
+}
+
+Assembled Whole(const std::string& parser, const std::string& text) { return Feed(parser, {text}); }
+
+// The text cut into two pieces at `cut`.
+std::vector<std::string> CutAt(const std::string& text, size_t cut) {
+  return {text.substr(0, cut), text.substr(cut)};
+}
+
+std::vector<std::string> Bytes(const std::string& text) {
+  std::vector<std::string> out;
+  for (char c : text) out.emplace_back(1, c);
+  return out;
+}
+
+// `text` parses the same whole, cut anywhere in two, and byte by byte; the content never shows
+// text it later takes back (so never half a marker).
+void ExpectSplitInvariant(const std::string& parser, const std::string& text) {
+  const Assembled whole = Whole(parser, text);
+  auto check = [&](const Assembled& a, const std::string& how) {
+    EXPECT_EQ(a.content, whole.content) << how;
+    EXPECT_EQ(a.reasoning, whole.reasoning) << how;
+    EXPECT_EQ(a.calls, whole.calls) << how;
+    for (const std::string& step : a.content_steps) {
+      EXPECT_EQ(whole.content.compare(0, step.size(), step), 0) << how << ": leaked " << step;
+    }
+  };
+  for (size_t cut = 0; cut <= text.size(); ++cut) check(Feed(parser, CutAt(text, cut)), "cut");
+  check(Feed(parser, Bytes(text)), "bytes");
+}
+
+const std::string kV31 =
+    "Let me check.\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+    "{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>"
+    "{\"query\": \"東京 <b>\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+
+TEST(ToolCallParserTest, DeepseekV31) {
+  const Assembled a = Whole("deepseek_v31", kV31);
+  EXPECT_EQ(a.content, "Let me check.");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(a.calls[1].name, "search");
+  EXPECT_EQ(a.calls[1].arguments, "{\"query\": \"東京 <b>\"}");
+  EXPECT_EQ(a.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_EQ(a.calls[0].id.size(), 29u);
+  EXPECT_NE(a.calls[0].id, a.calls[1].id);
+  ExpectSplitInvariant("deepseek_v31", kV31);
+}
+
+const std::string kV3 =
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+    "{\"city\": \"Paris\", \"code\": \"``x``\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>"
+    "function<｜tool▁sep｜>search\n```json\n{\"query\": \"a\"}\n```<｜tool▁call▁end｜>"
+    "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+
+TEST(ToolCallParserTest, DeepseekV3FencedArguments) {
+  const Assembled a = Whole("deepseek_v3", kV3);
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\", \"code\": \"``x``\"}");
+  EXPECT_EQ(a.calls[1].arguments, "{\"query\": \"a\"}");
+  // Text after the section is content (here a special token that was not skipped).
+  EXPECT_EQ(a.content, "<｜end▁of▁sentence｜>");
+  ExpectSplitInvariant("deepseek_v3", kV3);
+  EXPECT_EQ(ResolveToolCallParser("deepseek_r1", "", nullptr), "deepseek_v3");
+}
+
+const std::string kKimi =
+    "I'll look.<|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 "
+    "<|tool_call_argument_begin|> {\"city\": \"Paris\"} <|tool_call_end|><|tool_call_begin|>"
+    "functions.search:1<|tool_call_argument_begin|>{\"query\": \"x\"}<|tool_call_end|>"
+    "<|tool_calls_section_end|>";
+
+TEST(ToolCallParserTest, KimiK2KeepsTheModelsIds) {
+  const Assembled a = Whole("kimi_k2", kKimi);
+  EXPECT_EQ(a.content, "I'll look.");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].id, "functions.get_weather:0");
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(a.calls[1].id, "functions.search:1");
+  ExpectSplitInvariant("kimi_k2", kKimi);
+  for (const Assembled& b : {Feed("kimi_k2", Bytes(kKimi)), Feed("kimi_k2", CutAt(kKimi, 40))}) {
+    ASSERT_EQ(b.calls.size(), 2u);
+    EXPECT_EQ(b.calls[0].id, "functions.get_weather:0");
+  }
+}
+
+const std::string kGlm =
+    "\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+    "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>code</arg_key>\n"
+    "<arg_value>42</arg_value>\n</tool_call>\n<tool_call>search\n<arg_key>query</arg_key>\n"
+    "<arg_value>\"quoted\" \\ 東京</arg_value>\n<arg_key>filters</arg_key>\n"
+    "<arg_value>{\"lang\": null, \"n\": [1, 2.5]}</arg_value>\n</tool_call>";
+
+TEST(ToolCallParserTest, Glm45TypesValuesByTheToolSchema) {
+  const Assembled a = Whole("glm45", kGlm);
+  EXPECT_EQ(a.content, "");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  // days is an integer; code is declared a string, so "42" stays text.
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 3, \"code\": \"42\"}");
+  EXPECT_EQ(a.calls[1].arguments,
+            "{\"query\": \"\\\"quoted\\\" \\\\ 東京\", "
+            "\"filters\": {\"lang\": null, \"n\": [1, 2.5]}}");
+  EXPECT_TRUE(OrderedJson::accept(a.calls[1].arguments));
+  ExpectSplitInvariant("glm45", kGlm);
+}
+
+TEST(ToolCallParserTest, Glm47NameWithoutNewlineAndNoArguments) {
+  const Assembled a =
+      Whole("glm45", "ok<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value>"
+                     "</tool_call><tool_call>search</tool_call>");
+  EXPECT_EQ(a.content, "ok");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Rome\"}");
+  EXPECT_EQ(a.calls[1].arguments, "{}");
+}
+
+const std::string kDsml =
+    "Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+    "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
+    "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+    "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"search\">\n"
+    "<｜DSML｜parameter name=\"query\" string=\"true\">42</｜DSML｜parameter>\n"
+    "<｜DSML｜parameter name=\"filters\" string=\"false\">{\"a\":[true,null]}</｜DSML｜parameter>\n"
+    "</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+
+TEST(ToolCallParserTest, DeepseekV32Dsml) {
+  const Assembled a = Whole("deepseek_v32", kDsml);
+  EXPECT_EQ(a.content, "Checking.");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "get_weather");
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 3}");
+  EXPECT_EQ(a.calls[1].arguments, "{\"query\": \"42\", \"filters\": {\"a\": [true, null]}}");
+  ExpectSplitInvariant("deepseek_v32", kDsml);
+}
+
+TEST(ToolCallParserTest, ArgumentsStreamIncrementally) {
+  // JSON arguments go out as they come, not only once the call ends.
+  std::unique_ptr<OutputParser> p = MakeToolCallParser("deepseek_v31", Tools());
+  p->Push("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>");
+  const ParsedDelta d = p->Push("{\"city\": \"Pa");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].arguments, "{\"city\": \"Pa");
+  // Key/value arguments go out one by one.
+  std::unique_ptr<OutputParser> g = MakeToolCallParser("glm45", Tools());
+  const ParsedDelta first = g->Push("<tool_call>get_weather\n<arg_key>city</arg_key>");
+  ASSERT_EQ(first.tool_calls.size(), 1u);
+  EXPECT_EQ(first.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(first.tool_calls[0].arguments, "");
+  const ParsedDelta second = g->Push("<arg_value>Paris</arg_value>");
+  ASSERT_EQ(second.tool_calls.size(), 1u);
+  EXPECT_EQ(second.tool_calls[0].arguments, "{\"city\": \"Paris\"");
+  EXPECT_EQ(g->Push("</tool_call>").tool_calls.at(0).arguments, "}");
+}
+
+TEST(ToolCallParserTest, WithoutMarkupEverythingIsContent) {
+  for (const std::string name :
+       {"deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2", "glm45"}) {
+    const std::string text = "Plain answer with <tags>, <｜odd｜> and trailing space \n";
+    EXPECT_EQ(Whole(name, text).content, text) << name;
+    EXPECT_TRUE(Whole(name, text).calls.empty()) << name;
+    // A partial marker at the very end is content too.
+    EXPECT_EQ(Whole(name, "x <tool_c").content, "x <tool_c") << name;
+    EXPECT_EQ(Whole(name, "x <｜tool▁calls").content, "x <｜tool▁calls") << name;
+    EXPECT_EQ(Feed(name, Bytes(text)).content, text) << name;
+  }
+}
+
+TEST(ToolCallParserTest, MalformedMarkupFallsBackToContent) {
+  // Nothing parses after the section begins: all of it is content.
+  const std::string bad_v31 = "a<｜tool▁calls▁begin｜>oops<｜tool▁call▁begin｜>x";
+  EXPECT_EQ(Whole("deepseek_v31", bad_v31).content, bad_v31);
+  EXPECT_TRUE(Whole("deepseek_v31", bad_v31).calls.empty());
+  const std::string bad_name = "<tool_call>not a name\n<arg_key>k</arg_key></tool_call>tail";
+  EXPECT_EQ(Whole("glm45", bad_name).content, bad_name);
+  const std::string bad_kimi =
+      "<|tool_calls_section_begin|><|tool_call_begin|>no_index<|tool_call_argument_begin|>{}";
+  EXPECT_EQ(Whole("kimi_k2", bad_kimi).content, bad_kimi);
+  const std::string bad_dsml = "<｜DSML｜function_calls><｜DSML｜invoke>x";
+  EXPECT_EQ(Whole("deepseek_v32", bad_dsml).content, bad_dsml);
+  // A call whose name was out stays; the rest, from where parsing stopped, is content.
+  const Assembled a = Whole(
+      "glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value>junk"
+               "</tool_call>");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Oslo\"}");
+  EXPECT_EQ(a.content, "junk</tool_call>");
+  // Later markup is not parsed any more.
+  const Assembled b = Whole("deepseek_v31", bad_v31 + kV31);
+  EXPECT_TRUE(b.calls.empty());
+  EXPECT_EQ(b.content, bad_v31 + kV31);
+  for (size_t cut = 0; cut <= bad_v31.size(); ++cut) {
+    EXPECT_EQ(Feed("deepseek_v31", CutAt(bad_v31, cut)).content, bad_v31) << cut;
+  }
+  ExpectSplitInvariant("glm45", bad_name);
+}
+
+TEST(ToolCallParserTest, OutputEndingInsideACall) {
+  // Cut at max_tokens: the call stays with what came of its arguments.
+  const Assembled a = Whole(
+      "deepseek_v31", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"ci");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"ci");
+  EXPECT_EQ(a.content, "");
+  // Key/value calls are closed; a half-read argument is content.
+  const Assembled g =
+      Whole("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Os");
+  ASSERT_EQ(g.calls.size(), 1u);
+  EXPECT_EQ(g.calls[0].arguments, "{}");
+  EXPECT_EQ(g.content, "<arg_key>city</arg_key><arg_value>Os");
+  // Before any name: the markup is content.
+  EXPECT_EQ(Whole("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge").content,
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge");
+}
+
+TEST(ToolCallParserTest, ChainsAfterTheReasoningParser) {
+  const std::string text = "<think>I should call it</think>\n\n" + kV31;
+  auto make = [] {
+    return std::make_unique<ParserChain>(std::make_unique<ThinkParser>(ThinkStart::kMayOpen),
+                                         MakeToolCallParser("deepseek_v31", Tools()));
+  };
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    auto chain = make();
+    Assembled a;
+    for (const std::string& piece : CutAt(text, cut)) a.Add(chain->Push(piece));
+    a.Add(chain->Finish());
+    EXPECT_EQ(a.reasoning, "I should call it") << cut;
+    // The whitespace after </think> is the answer's (as the reasoning parser alone gives it).
+    EXPECT_EQ(a.content, "\n\nLet me check.") << cut;
+    ASSERT_EQ(a.calls.size(), 2u) << cut;
+    EXPECT_EQ(a.calls[1].arguments, "{\"query\": \"東京 <b>\"}");
+  }
+}
+
+TEST(ToolCallParserTest, PythonJsonDumps) {
+  EXPECT_EQ(PythonJsonDumps(OrderedJson::parse(R"({"b":1,"a":[1,2.5,"é\n",null,true,{}]})")),
+            "{\"b\": 1, \"a\": [1, 2.5, \"é\\n\", null, true, {}]}");
+}
+
+TEST(ToolCallParserTest, ResolvesNames) {
+  auto mentions = [](std::string source) {
+    return [source](std::string_view text) { return source.find(text) != std::string::npos; };
+  };
+  EXPECT_EQ(ResolveToolCallParser("none", "kimi_k2", nullptr), "");
+  EXPECT_EQ(ResolveToolCallParser("glm47", "", nullptr), "glm45");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3",
+                                  mentions("<｜tool▁sep｜>' + name + '\n```json")), "deepseek_v3");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<｜tool▁sep｜>")),
+            "deepseek_v31");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<|im_middle|>")), "kimi_k2");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<arg_key>")), "glm45");
+  EXPECT_EQ(ResolveToolCallParser("auto", "kimi_k2", mentions("")), "kimi_k2");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v32", nullptr), "deepseek_v32");
+  EXPECT_EQ(ResolveToolCallParser("auto", "glm_moe_dsa", nullptr), "glm45");
+  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("plain")), "");
+  try {
+    ResolveToolCallParser("hermes", "", nullptr);
+    FAIL() << "an unknown parser is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown parser 'hermes'"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace latent::server

@@ -1,0 +1,205 @@
+#include "server/tool_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/tool_template.h"
+#include "tokenizer/chat_template/chat_template.h"
+
+namespace latent::server {
+namespace {
+
+ServingLimits Limits() {
+  ServingLimits l;
+  l.model_name = "tiny";
+  l.context_tokens = 512;
+  l.cache_tokens = 256;
+  l.vocab_size = 1000;
+  return l;
+}
+
+const char* kTools =
+    R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}}}}},
+      {"type": "function", "function": {"name": "search"}}])";
+
+GenerationRequest Chat(const std::string& fields) {
+  return ParseGenerationRequest(
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]" + fields + "}",
+      Endpoint::kChatCompletions, Limits());
+}
+
+// The param of the ApiError `fields` raise, and whether the message holds `words`.
+std::string Refused(const std::string& fields, const std::string& words = "") {
+  try {
+    Chat(fields);
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    return e.param();
+  }
+  return "(accepted)";
+}
+
+TEST(ToolRequestTest, ToolChoiceModes) {
+  using Mode = ToolChoice::Mode;
+  EXPECT_EQ(Chat("").tool_choice.mode, Mode::kNone);  // No tools: nothing to call.
+  EXPECT_TRUE(Chat("").tools.is_null());
+  EXPECT_TRUE(Chat(R"(, "tools": [])").tools.is_null());
+  const GenerationRequest with_tools = Chat(std::string(", ") + kTools);
+  EXPECT_EQ(with_tools.tool_choice.mode, Mode::kAuto);
+  ASSERT_EQ(with_tools.tools.size(), 2u);
+  // Key order kept for the template's tojson.
+  EXPECT_EQ(with_tools.tools[0].begin().key(), "type");
+  EXPECT_EQ(Chat(std::string(", ") + kTools + R"(, "tool_choice": "none")").tool_choice.mode,
+            Mode::kNone);
+  EXPECT_EQ(Chat(std::string(", ") + kTools + R"(, "tool_choice": "required")").tool_choice.mode,
+            Mode::kRequired);
+  const ToolChoice named =
+      Chat(std::string(", ") + kTools +
+           R"(, "tool_choice": {"type": "function", "function": {"name": "search"}})")
+          .tool_choice;
+  EXPECT_EQ(named.mode, Mode::kFunction);
+  EXPECT_EQ(named.function, "search");
+  EXPECT_EQ(Chat(R"(, "tool_choice": "auto")").tool_choice.mode, Mode::kAuto);
+}
+
+TEST(ToolRequestTest, RefusalsNameTheField) {
+  const std::string tools = std::string(", ") + kTools;
+  EXPECT_EQ(Refused(tools + R"(, "tool_choice": "always")"), "tool_choice");
+  EXPECT_EQ(Refused(tools + R"(, "tool_choice": 3)"), "tool_choice");
+  EXPECT_EQ(Refused(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "x"}})",
+                    "not among 'tools'"),
+            "tool_choice");
+  EXPECT_EQ(Refused(tools + R"(, "tool_choice": {"function": {"name": "search"}})"),
+            "tool_choice");
+  EXPECT_EQ(Refused(R"(, "tool_choice": "required")", "requires 'tools'"), "tool_choice");
+  EXPECT_EQ(Refused(R"(, "tools": {})"), "tools");
+  EXPECT_EQ(Refused(R"(, "tools": [3])"), "tools[0]");
+  EXPECT_EQ(Refused(R"(, "tools": [{"type": "function"}])"), "tools[0].function");
+  EXPECT_EQ(Refused(R"(, "tools": [{"type": "function", "function": {"name": ""}}])"),
+            "tools[0].function.name");
+  EXPECT_EQ(Refused(R"(, "tools": [{"type": "function", "function": {"name": "a<b"}}])"),
+            "tools[0].function.name");
+  EXPECT_EQ(Refused(R"(, "tools": [{"function": {"name": "a"}}, {"function": {"name": "a"}}])",
+                    "two tools"),
+            "tools[1].function.name");
+  EXPECT_EQ(Refused(R"(, "tools": [{"function": {"name": "a", "parameters": []}}])"),
+            "tools[0].function.parameters");
+  EXPECT_EQ(Refused(R"(, "tools": [{"function": {"name": "a", "description": 1}}])"),
+            "tools[0].function.description");
+  const std::string bad_call =
+      R"(, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": )";
+  EXPECT_EQ(Refused(bad_call + R"("x"}])"), "messages[1].tool_calls");
+  EXPECT_EQ(Refused(bad_call + R"([{"function": {"arguments": "{}"}}]}])"),
+            "messages[1].tool_calls[0].function.name");
+  EXPECT_EQ(Refused(bad_call + R"([{"function": {"name": "f", "arguments": [1]}}]}])"),
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(Refused(bad_call + R"([{"type": "code", "function": {"name": "f"}}]}])"),
+            "messages[1].tool_calls[0].type");
+  EXPECT_EQ(
+      Refused(R"(, "messages": [{"role": "tool", "tool_call_id": [1], "content": "r"}])"),
+      "messages[0].tool_call_id");
+}
+
+nlohmann::ordered_json Turns(const std::string& arguments) {
+  return nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": null,
+          "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f",
+          "arguments": )" +
+      arguments + R"(}}]}, {"role": "tool", "tool_call_id": "c", "content": "r"}])");
+}
+
+TEST(ToolRequestTest, ShapesToolCallTurnsForTheTemplate) {
+  auto messages = Turns(R"("{\"city\": \"Paris\", \"n\": [1, 2]}")");
+  ShapeToolCallTurns(messages, /*as_objects=*/true);
+  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
+            nlohmann::ordered_json::parse(R"({"city": "Paris", "n": [1, 2]})"));
+  EXPECT_EQ(messages[1]["content"], "");  // null beside tool calls renders as ""
+  EXPECT_EQ(messages[0]["content"], "q");
+  // Objects become JSON text for templates that print the arguments.
+  messages = Turns(R"({"city": "Paris", "n": [1, 2]})");
+  ShapeToolCallTurns(messages, /*as_objects=*/false);
+  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
+            "{\"city\": \"Paris\", \"n\": [1, 2]}");
+  // Text stays text there.
+  messages = Turns(R"("{\"a\":1}")");
+  ShapeToolCallTurns(messages, false);
+  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+  // Empty text is {}; text that is no JSON object is refused, naming the field.
+  messages = Turns(R"("")");
+  ShapeToolCallTurns(messages, true);
+  EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
+            nlohmann::ordered_json::object());
+  for (const char* bad : {R"("[1]")", R"("{oops")", R"("3")"}) {
+    messages = Turns(bad);
+    try {
+      ShapeToolCallTurns(messages, true);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), "messages[1].tool_calls[0].function.arguments");
+    }
+  }
+}
+
+TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {
+  using tokenizer::ChatTemplate;
+  // Concatenates the arguments (DeepSeek): objects fail, so JSON text.
+  EXPECT_FALSE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{{ t.function.name + ':' + t.function.arguments }}{% endfor %}{% endfor %}")));
+  // Prints them, objects through tojson (Kimi K2): JSON text.
+  EXPECT_FALSE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{% if t.function.arguments is string %}{{ t.function.arguments }}{% else %}"
+      "{{ t.function.arguments | tojson }}{% endif %}{% endfor %}{% endfor %}")));
+  // Iterates over them (GLM-4.5): objects.
+  EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{% if t.function.arguments is mapping %}{% for k, v in t.function.arguments.items() %}"
+      "<k>{{ k }}</k><v>{{ v }}</v>{% endfor %}{% else %}raw {{ t.function.arguments }}"
+      "{% endif %}{% endfor %}{% endfor %}")));
+  // Ignores tool calls: JSON text.
+  EXPECT_FALSE(TemplateReadsArgumentsAsObject(
+      ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}")));
+}
+
+TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChatCompletions;
+  meta.id = "chatcmpl-x";
+  meta.model = "tiny";
+  ChoiceOutput c;
+  c.finish_reason = "tool_calls";
+  c.tool_calls = {{0, "call_a", "get_weather", "{\"city\": \"Paris\"}"}};
+  const OrderedJson r = ResponseJson(meta, {c}, Usage{}, {});
+  const OrderedJson& message = r["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["tool_calls"][0]["id"], "call_a");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_FALSE(message["tool_calls"][0].contains("index"));
+  // A stream: the call's first chunk has id, type and name; later ones only arguments.
+  ChoiceOutput first;
+  first.tool_calls = {{1, "call_b", "search", "{\"q\": "}};
+  const OrderedJson d1 = ChunkJson(meta, first)["choices"][0]["delta"];
+  EXPECT_EQ(d1["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(d1["tool_calls"][0]["id"], "call_b");
+  EXPECT_EQ(d1["tool_calls"][0]["function"]["name"], "search");
+  EXPECT_FALSE(d1.contains("content"));
+  ChoiceOutput more;
+  more.text = "x";
+  more.tool_calls = {{1, "", "", "\"a\"}"}};
+  const OrderedJson d2 = ChunkJson(meta, more)["choices"][0]["delta"];
+  EXPECT_EQ(d2.dump(),
+            R"({"content":"x","tool_calls":[{"index":1,"function":{"arguments":"\"a\"}"}}]})");
+  // Without tool calls a message keeps its content string.
+  ChoiceOutput plain;
+  EXPECT_EQ(ResponseJson(meta, {plain}, Usage{}, {})["choices"][0]["message"].dump(),
+            R"({"role":"assistant","content":""})");
+}
+
+}  // namespace
+}  // namespace latent::server
