@@ -34,7 +34,8 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
     return results, summary
 
 
-@pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3", "longcat_flash"])
+@pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
+                                        "longcat_flash", "mistral_large4"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
