@@ -157,7 +157,7 @@ def rewrite_config(src, dst, edit):
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda c: c.update(kv_source_layers=[0, 0, 2, 3, 0, 3]),
+    (lambda c: c.update(kv_source_layers=[0, 0, 2, 3, 0, 2]),
      "layer 4 (rope) names layer 0 as its KV source, but attends to the latest rope layer storing one before it (2)"),
     (lambda c: c.update(kv_source_layers=[0, 0, 2, 3, 2, 4]),
      "layer 5 must share KV with an earlier layer that owns its cache, got 4"),
