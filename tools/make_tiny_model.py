@@ -466,6 +466,94 @@ PRESETS["axk2"] = {
 }
 
 
+# Mistral Large 4 (text model mistral_large4_text inside a mistral_large4 vision-language
+# checkpoint, saved with Mistral's native tensor names at the root). Six layers cover every layer
+# kind: rope and NoPE layers (3 and 5 have no rotary part), KV sharing (layer 1 reads layer 0's
+# latent, 4 reads 2's, 5 reads 3's: the latest storing layer of its rope kind), full and shared
+# indexers (3 and 4 reuse the selection of 2), so the layers cache [latent+index, index,
+# latent+index, NoPE latent, nothing, index]. LeRoPE alpha and the log-position query scales are
+# drawn away from their neutral init (rerandomize); YaRN over 32 original positions, so long
+# prompts extrapolate; logit softcap 5, well inside the logits' range, so tanh visibly bends them.
+PRESETS["mistral_large4"] = {
+    "arch": "mistral_large4_text",
+    "wrapper": "mistral_large4",
+    "help": "Mistral Large 4 style: NoPE layers, KV sharing, full/shared DSA indexers (topk 8), "
+    "LeRoPE under YaRN, log-position query scaling, softcap 5, softmax group-top2 router",
+    "config": {
+        "vocab_size": 263,
+        "hidden_size": 58,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 68,
+        "moe_intermediate_size": 20,
+        "num_hidden_layers": 6,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 26,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "n_group": 2,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.5,
+        "index_topk": 8,
+        # 16 heads: with few, a key's relu'd scores are often all 0, and ties at the top-k
+        # boundary are broken by torch's implementation, not by any rule latent could follow.
+        "index_n_heads": 16,
+        "index_head_dim": 16,
+        "no_rope_layers": [1, 1, 1, 0, 1, 0],
+        "kv_source_layers": [0, 0, 2, 3, 2, 3],
+        "indexer_types": ["full", "full", "full", "shared", "shared", "full"],
+        "final_logit_softcapping": 5.0,
+        "max_position_embeddings": 512,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 16.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "attention_factor": 1.0,
+        },
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
+        # the engine property test's workload (and never only on its last token).
+        "eos_token_id": 33,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def build_mistral_large4(text_config, seed: int, dtype: torch.dtype):
+    """A MistralLarge4ForConditionalGeneration (the only class transformers has for it) around
+    `text_config`, with a tiny default-initialised Pixtral vision tower; the language model and
+    LM head are re-randomized as every preset's are."""
+    from transformers import MistralLarge4Config, MistralLarge4ForConditionalGeneration
+
+    vision = {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 24,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8, "image_size": 32,
+              "patch_size": 16}
+    config = MistralLarge4Config(text_config=text_config.to_dict(), vision_config=vision,
+                                 image_token_index=text_config.vocab_size - 1, spatial_merge_size=1,
+                                 tie_word_embeddings=text_config.tie_word_embeddings)
+    torch.manual_seed(seed)
+    model = MistralLarge4ForConditionalGeneration(config)
+    text = torch.nn.Module()  # the text model's parameters under model.* / lm_head.*
+    text.model = model.model.language_model
+    text.lm_head = model.lm_head
+    text.config = config.text_config
+    rerandomize(text, seed)
+    if dtype != torch.float32:
+        low = MistralLarge4ForConditionalGeneration._from_config(config, dtype=dtype)
+        low.load_state_dict(model.state_dict())
+        model = low
+    model.set_experts_implementation(REFERENCE_EXPERTS_IMPLEMENTATION)
+    return model.eval()
+
+
 # Dense and GLM-Lite MLA families (transformers' own config and model classes, found by
 # model_type). Youtu: V3 attention, every layer a dense SwiGLU MLP, tied embeddings.
 PRESETS["youtu"] = {
@@ -584,7 +672,7 @@ def preset_listing() -> str:
     for name, preset in PRESETS.items():
         c = preset["config"]
         dims = (
-            f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c['q_lora_rank']} "
+            f"hidden={c['hidden_size']} heads={c['num_attention_heads']} q_lora={c.get('q_lora_rank')} "
             f"kv_lora={c['kv_lora_rank']} nope/rope/v={c['qk_nope_head_dim']}/{c['qk_rope_head_dim']}/"
             f"{c['v_head_dim']} experts={c.get('n_routed_experts', 0)}x{c.get('num_experts_per_tok', c.get('moe_topk'))} "
             f"shared={c.get('n_shared_experts', 0)} layers={c.get('num_hidden_layers', c.get('num_layers'))} "
@@ -762,6 +850,11 @@ NORM_JITTER = 0.1  # RMSNorm weight = 1 + NORM_JITTER * randn
 # occur for some tokens, so fp8/bf16 rounding can flip a few choices.
 ROUTER_GAIN = 2.0
 SCORE_BIAS_STD = 0.1  # e_score_correction_bias, shifts V3 choices without dominating them
+# mistral_large4: q *= s * ln(pos + 1) + b with s ~ 0.05 +- 0.05 (about 1.3x at 300 tokens) and
+# b ~ 1 +- NORM_JITTER; LeRoPE frequencies times exp(alpha), alpha ~ 0.3 randn (0.5x to 2x).
+LOG_POSITION_SCALE_MEAN = 0.05
+LOG_POSITION_SCALE_STD = 0.05
+LEROPE_ALPHA_STD = 0.3
 
 
 # LongCat's per-sublayer norms: input_layernorm.0.weight, post_attention_layernorm.1.weight.
@@ -794,6 +887,12 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif param.ndim == 1 and name.endswith("norm.bias"):  # the DSA indexer's LayerNorm
             value = NORM_JITTER * randn_like(param)
+        elif name.endswith("softmax_scaling.scale"):  # mistral_large4's log-position query scale
+            value = LOG_POSITION_SCALE_MEAN + LOG_POSITION_SCALE_STD * randn_like(param)
+        elif name.endswith("softmax_scaling.bias"):
+            value = 1.0 + NORM_JITTER * randn_like(param)
+        elif name.endswith("rotary_emb.alpha"):  # LeRoPE: inv_freq * exp(alpha)
+            value = LEROPE_ALPHA_STD * randn_like(param)
         elif name.endswith(("mlp.gate.weight", "router.classifier.weight")):  # routers
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:
@@ -839,6 +938,10 @@ def build_model(arch: str, config, seed: int, dtype: torch.dtype):
     return model.eval()
 
 
+# Vision-language wrappers whose checkpoints AutoModelForCausalLM does not load.
+WRAPPER_CLASSES = {"mistral_large4": "MistralLarge4ForConditionalGeneration"}
+
+
 def load_reference_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32):
     """Load a (non-fp8) checkpoint made by this tool with transformers, for reference outputs.
 
@@ -853,6 +956,11 @@ def load_reference_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float3
     if "quantization_config" in raw:
         raise ValueError(f"{ckpt} is quantized; load the output of dequantize_fp8_checkpoint instead")
     load_kwargs = {"dtype": dtype, "experts_implementation": REFERENCE_EXPERTS_IMPLEMENTATION}
+    if raw.get("model_type") in WRAPPER_CLASSES:  # not in AutoModelForCausalLM's mapping
+        import transformers
+
+        model_cls = getattr(transformers, WRAPPER_CLASSES[raw["model_type"]])
+        return model_cls.from_pretrained(ckpt, **load_kwargs).eval()
     if raw.get("model_type") in MODEL_TYPE_ALIASES:
         fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures", "transformers_version")}
         config = DeepseekV3Config(**fields)
@@ -1126,7 +1234,10 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
     config = build_config(preset["arch"], kwargs)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
 
-    model = build_model(preset["arch"], config, args.seed, dtype)
+    if preset.get("wrapper") == "mistral_large4":
+        model = build_mistral_large4(config, args.seed, dtype)
+    else:
+        model = build_model(preset["arch"], config, args.seed, dtype)
     num_parameters = model.num_parameters()  # parameters only: no buffers, no fp8 scales
     std = logit_std(model, config.vocab_size, args.seed)
     if std <= 1.0:

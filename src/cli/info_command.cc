@@ -79,7 +79,11 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                             {"bytes_per_token", rows[l][r].bytes_per_token},
                             {"block_offset", layout.slab_offset[l][r]}});
     }
-    layers.push_back({{"layer", l}, {"rows", layer_rows}});
+    nlohmann::json layer = {{"layer", l}, {"rows", layer_rows}};
+    // KV sharing: the layer attends to the latent rows of another layer (and caches none).
+    const int64_t source = config.KvSourceLayer(static_cast<int64_t>(l));
+    if (source != static_cast<int64_t>(l)) layer["kv_source_layer"] = source;
+    layers.push_back(layer);
   }
   info["cache_layers"] = layers;
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
@@ -122,6 +126,15 @@ void PrintText(const nlohmann::json& info) {
     std::cout << "unused tensors:   " << info["unused_tensors"].size() << "\n";
   std::cout << "cache rows (" << info["cache_dtype"].get<std::string>() << "):\n";
   for (const auto& layer : info["cache_layers"]) {
+    if (layer["rows"].empty()) {
+      std::cout << "  layer " << layer["layer"] << ": no rows";
+      if (layer.contains("kv_source_layer"))
+        std::cout << " (attends to layer " << layer["kv_source_layer"] << "'s mla.latent)";
+      std::cout << "\n";
+    } else if (layer.contains("kv_source_layer")) {
+      std::cout << "  layer " << layer["layer"] << ": attends to layer " << layer["kv_source_layer"]
+                << "'s mla.latent\n";
+    }
     for (const auto& row : layer["rows"]) {
       std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
                 << row["values"] << " values, " << row["bytes_per_token"]

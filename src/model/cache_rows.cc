@@ -27,15 +27,19 @@ const char* CacheDTypeName(CacheDType dtype) {
 }
 
 cache::CacheRowSpec MlaLatentRow(const ModelConfig& c, CacheDType dtype) {
+  return MlaLatentRow(c, dtype, c.qk_rope_head_dim);
+}
+
+cache::CacheRowSpec MlaLatentRow(const ModelConfig& c, CacheDType dtype, int64_t rope_dims) {
   cache::CacheRowSpec row;
   row.name = "mla.latent";
-  row.values = c.kv_lora_rank + c.qk_rope_head_dim;
+  row.values = c.kv_lora_rank + rope_dims;
   switch (dtype) {
     case CacheDType::kF32: row.bytes_per_token = 4 * row.values; break;
     case CacheDType::kBF16: row.bytes_per_token = 2 * row.values; break;
     case CacheDType::kFP8: {
       const int64_t groups = (c.kv_lora_rank + kFp8ScaleGroup - 1) / kFp8ScaleGroup;
-      row.bytes_per_token = c.kv_lora_rank + 4 * groups + 2 * c.qk_rope_head_dim;
+      row.bytes_per_token = c.kv_lora_rank + 4 * groups + 2 * rope_dims;
       break;
     }
   }

@@ -29,6 +29,9 @@ const char* CacheDTypeName(CacheDType dtype);
 // "mla.latent": [kv_a_layernorm(c_kv) | rotated k_pe], kv_lora_rank + qk_rope_head_dim values (576
 // for DeepSeek V3).
 cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype);
+// The latent row of a layer rotating `rope_dims` dims (config.RopeDims(layer)): kv_lora_rank values
+// alone on a NoPE layer.
+cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype, int64_t rope_dims);
 // "dsa.index_k": the DSA indexer's key, index_head_dim values.
 cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& config, CacheDType dtype);
 

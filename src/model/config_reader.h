@@ -89,6 +89,14 @@ std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int6
 
 // The DeepSeek sparse attention keys (index_n_heads, index_head_dim, index_topk) of a family with
 // an indexer; every layer runs its own unless the family then says otherwise (GLM IndexShare).
-void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads);
+// `query_latent`: the indexer's queries read the query latent (q_lora_rank required); else the
+// family feeds them from the hidden state (mistral_large4).
+void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads,
+                     bool query_latent = true);
+// IndexShare (GLM-5, mistral_large4): which layers run their own indexer ("full") and which
+// reuse the selection of the last one that did ("shared"), from indexer_types, else
+// index_topk_pattern ("FSS..."), else index_topk_freq / index_skip_topk_offset, as transformers
+// derives them. Layer 0 must be full.
+void ParseIndexShare(const ConfigReader& top, ModelConfig& config);
 
 }  // namespace latent::model

@@ -1,6 +1,7 @@
 #include "model/deepseek_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "base/dump.h"
@@ -8,6 +9,7 @@
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "model/cache_rows.h"
 
 namespace latent::model {
 namespace {
@@ -41,7 +43,33 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
                                   config_.rope_interleave, /*round_bf16=*/false)),
       index_rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim,
                                         config_.qk_head_dim(), index_rope_interleaved,
-                                        /*round_bf16=*/false)) {}
+                                        /*round_bf16=*/false)) {
+  // LeRoPE: learned factors on the frequencies, inv_freq * exp(alpha) in f32, shared by the
+  // attention and the indexer as transformers' one rotary embedding is.
+  if (!weights_.rope_alpha.empty()) {
+    for (ops::Rope* rope : {&rope_, &index_rope_}) {
+      LATENT_CHECK(rope->inv_freq.size() == weights_.rope_alpha.size());
+      for (size_t i = 0; i < rope->inv_freq.size(); ++i) rope->inv_freq[i] *= std::exp(weights_.rope_alpha[i]);
+    }
+  }
+  const cache::ModelCacheRows rows = CacheRows(config_, CacheDType::kF32);
+  auto find = [&](int64_t l, const char* name) {
+    for (size_t r = 0; r < rows[l].size(); ++r)
+      if (rows[l][r].name == name) return static_cast<int>(r);
+    return -1;
+  };
+  for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
+    latent_rows_.push_back(find(l, "mla.latent"));
+    index_rows_.push_back(find(l, "dsa.index_k"));
+  }
+}
+
+MlaDims DeepseekModel::LayerDims(int64_t l) const {
+  MlaDims d = dims_;
+  d.rope = config_.RopeDims(l);
+  d.nope = config_.qk_head_dim() - d.rope;
+  return d;
+}
 
 uint64_t DeepseekModel::PrefixCacheSalt(int64_t prompt_len) const {
   const bool long_rope = !rope_.long_inv_freq.empty() && prompt_len > rope_.long_after;
@@ -83,16 +111,32 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
                                  AttentionForm form, DsaSelection* selection, float* out,
                                  const float* query_scale) const {
   const LayerWeights& w = weights_.layers[l];
+  const MlaDims dims = LayerDims(l);
   dump::Tensor("attn_in", l, x, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
   DsaLayer dsa;
   if (selection != nullptr) {
     dsa.indexer = w.indexer ? &*w.indexer : nullptr;
-    dsa.rope = &index_rope_;
+    dsa.rope = dims.rope > 0 ? &index_rope_ : nullptr;
     dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
     dsa.selection = selection;
+    if (dsa.indexer != nullptr) {
+      LATENT_CHECK(index_rows_[l] >= 0);
+      dsa.index_row = index_rows_[l];
+    }
   }
-  MlaAttentionForward(dims_, w.attention, rope_, l, batch, x, config_.hidden_size, form,
-                      selection != nullptr ? &dsa : nullptr, out, query_scale);
+  // KV sharing: the rows of the layer that owns them.
+  const int64_t source = config_.KvSourceLayer(l);
+  LATENT_CHECK(latent_rows_[source] >= 0);
+  MlaLayerOptions options;
+  options.latent_layer = source;
+  std::vector<float> head_scale;  // [T, H]
+  if (!w.attention.query_scale.empty()) {
+    head_scale = w.attention.query_scale.Factors(batch.positions);
+    options.head_query_scale = head_scale.data();
+  }
+  MlaAttentionForward(dims, w.attention, rope_, l, batch, x, config_.hidden_size, form,
+                      selection != nullptr ? &dsa : nullptr, out, query_scale, latent_rows_[source],
+                      &options);
   dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
 }
 
@@ -170,6 +214,10 @@ void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* 
   }
   LATENT_PROFILE_SCOPE(kLmHead);
   kernels::Linear(last.data(), rows, weights_.lm_head, logits);
+  if (config_.final_logit_softcapping > 0) {
+    const float cap = static_cast<float>(config_.final_logit_softcapping);
+    for (int64_t i = 0; i < rows * config_.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
 }
 
 }  // namespace latent::model

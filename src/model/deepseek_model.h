@@ -64,15 +64,22 @@ class DeepseekModel : public Model {
            ForwardTrace* trace) const;
   // hidden += branch, [T, D].
   void AddResidual(float* hidden, const float* branch, int64_t tokens) const;
-  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows]) / hidden_divisor).
+  // logits [R, V] = lm_head(RMSNorm(hidden[batch.logits_rows]) / hidden_divisor), soft-capped
+  // (cap * tanh(logits / cap)) when config.final_logit_softcapping is set.
   void Head(const ForwardBatch& batch, const float* hidden, float* logits,
             float hidden_divisor = 1.0f) const;
 
  private:
+  // Layer `l`'s MLA dims: a NoPE layer rotates nothing, its heads all nope dims.
+  MlaDims LayerDims(int64_t l) const;
+
   ModelConfig config_;
   weights::Checkpoint ckpt_;  // Owns the mapped files the weight views point into.
   DeepseekWeights weights_;
   MlaDims dims_;
+  // Per layer, the index of its mla.latent and dsa.index_k rows in the family's CacheRows (-1:
+  // none), so layers of one model may cache different rows (KV sharing, shared indexers).
+  std::vector<int> latent_rows_, index_rows_;
   ops::MoeDims moe_dims_;
   ops::Rope rope_;
   ops::Rope index_rope_;  // DSA models only.

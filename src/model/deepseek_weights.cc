@@ -112,6 +112,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   const Loader load(config, ckpt);
   DeepseekWeights w;
   Converter convert(options.quantize, w);
+  std::string embedding;  // The embedding's name in this family's list (the first kEmbedding).
   // The family's one tensor list, this time with targets: each tensor goes where it says, converted
   // as its rule says.
   tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
@@ -119,6 +120,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
     if (t.presence == Presence::kUnused || absent) return;
     if (t.kind == WeightKind::kUnused) return;  // transformers never reads it either
+    if (t.kind == WeightKind::kEmbedding && embedding.empty()) embedding = t.name;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
     auto converted = [&](const kernels::WeightRef& ref) {
@@ -148,7 +150,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   // Tied: the LM head is the embedding, which stays as stored (its rows are read per token), and
   // --quantize converts a copy of it.
   if (config.tie_word_embeddings) {
-    w.lm_head = convert(load.Linear("model.embed_tokens.weight"), /*release=*/false);
+    w.lm_head = convert(load.Linear(embedding), /*release=*/false);
   }
   int64_t checkpoint_bytes = 0;
   LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes);

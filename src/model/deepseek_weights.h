@@ -13,6 +13,7 @@
 #include "ops/gated_norm.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
+#include "ops/position_scale.h"
 #include "weights/checkpoint.h"
 
 namespace latent::model {
@@ -34,6 +35,9 @@ struct AttentionWeights {
   NormWeight kv_a_norm;                      // [C]
   kernels::WeightRef kv_b;                   // [H*(dn+dv), C]: per head dn k_nope rows, dv v rows
   kernels::WeightRef o;                      // [D, H*dv]
+  // Learned log-position query scaling (mistral_large4's ssmax_scaling), after rope; empty where
+  // none.
+  ops::LogPositionScale query_scale;  // [H]
 };
 
 // DeepSeek sparse attention's indexer (layers that run one).
@@ -42,6 +46,10 @@ struct IndexerWeights {
   kernels::WeightRef wk;            // [d_i, D]
   NormWeight k_norm, k_norm_bias;   // [d_i] LayerNorm weight and bias
   std::vector<float> weights_proj;  // [n_h, D] f32, as transformers keeps it
+  // mistral_large4: queries from LayerNorm(x) (weight and bias [D]) instead of the query latent,
+  // so wq_b is [n_h * d_i, D]; data null elsewhere.
+  NormWeight q_norm, q_norm_bias;
+  ops::LogPositionScale query_scale;  // [n_h], before rope; empty: none
 };
 
 struct LayerWeights {
@@ -60,6 +68,8 @@ struct DeepseekWeights {
   std::vector<LayerWeights> layers;
   NormWeight final_norm;
   kernels::WeightRef lm_head;  // [V, D]
+  // LeRoPE (mistral_large4): learned per-frequency log factors, inv_freq * exp(alpha); empty: none.
+  std::vector<float> rope_alpha;  // [qk_rope_head_dim / 2]
   OwnedWeights owned;          // Buffers of the weights converted at load.
   int64_t bytes = 0;           // Bytes of all the weights as held (as LoadedWeightBytes counts).
 };

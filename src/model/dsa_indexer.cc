@@ -5,8 +5,10 @@
 #include <numeric>
 
 #include "base/dump.h"
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -58,9 +60,9 @@ void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int3
 
 }  // namespace
 
-void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& rope,
-                   int64_t layer, const ForwardBatch& batch, const float* x, int64_t hidden,
-                   const float* q_resid, int64_t q_lora, DsaSelection& selection) {
+void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* rope,
+                   int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
+                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   selection.assign(tokens, {});
@@ -70,15 +72,31 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
   Linear(x, tokens, w.wk, keys.data());
   k.layer_norm(keys.data(), tokens, d.head_dim, w.k_norm.data, w.k_norm_bias.data, w.k_norm.dtype,
                kIndexNormEps, keys.data());
-  // Queries [T, n_h, d_i] from the query latent.
+  // Queries [T, n_h, d_i] from the query latent, or from LayerNorm(x).
   std::vector<float> queries(tokens * d.heads * d.head_dim);
-  Linear(q_resid, tokens, w.wq_b, queries.data());
-  std::vector<float> cos(rope.dim / 2), sin(rope.dim / 2);
+  if (w.q_norm.data != nullptr) {
+    std::vector<float> normed(tokens * hidden);  // [T, D]
+    k.layer_norm(x, tokens, hidden, w.q_norm.data, w.q_norm_bias.data, w.q_norm.dtype,
+                 kIndexNormEps, normed.data());
+    Linear(normed.data(), tokens, w.wq_b, queries.data());
+  } else {
+    LATENT_CHECK(q_resid != nullptr);
+    (void)q_lora;
+    Linear(q_resid, tokens, w.wq_b, queries.data());
+  }
+  if (!w.query_scale.empty()) {
+    const std::vector<float> factors = w.query_scale.Factors(batch.positions);  // [T, n_h]
+    ops::ScaleHeads(queries.data(), tokens, d.heads, d.head_dim, factors.data());
+  }
+  const int64_t half = rope != nullptr ? rope->dim / 2 : 0;
+  std::vector<float> cos(half), sin(half);
   for (int64_t t = 0; t < tokens; ++t) {
-    rope.CosSin(batch.positions[t], cos.data(), sin.data());
-    rope.Apply(&keys[t * d.head_dim], cos.data(), sin.data());
-    for (int64_t h = 0; h < d.heads; ++h) rope.Apply(&queries[(t * d.heads + h) * d.head_dim], cos.data(), sin.data());
-    batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, kIndexRow, batch.positions[t],
+    if (rope != nullptr) {
+      rope->CosSin(batch.positions[t], cos.data(), sin.data());
+      rope->Apply(&keys[t * d.head_dim], cos.data(), sin.data());
+      for (int64_t h = 0; h < d.heads; ++h) rope->Apply(&queries[(t * d.heads + h) * d.head_dim], cos.data(), sin.data());
+    }
+    batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, index_row, batch.positions[t],
                          &keys[t * d.head_dim]);
   }
   dump::Tensor("index_k", layer, keys.data(), tokens, d.head_dim);
@@ -98,7 +116,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope& r
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
     if (static_cast<int64_t>(cached_buffer.size()) < length * d.head_dim) cached_buffer.resize(length * d.head_dim);
     const float* cached_keys = cached_buffer.data();  // [length, head_dim]
-    batch.rows->GatherRows(batch.BlockTable(slot), layer, kIndexRow, length, cached_buffer.data());
+    batch.rows->GatherRows(batch.BlockTable(slot), layer, index_row, length, cached_buffer.data());
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
     for (int64_t t = batch.seq_starts[slot]; t < batch.seq_starts[slot + 1]; ++t) {
       if (batch.positions[t] + 1 > d.topk) selecting.push_back(t);

@@ -22,13 +22,16 @@ struct DsaDims {
 using DsaSelection = std::vector<std::vector<int32_t>>;
 
 // x [T, D] (after input_layernorm), q_resid [T, Q] (q_a_layernorm(q_a_proj(x))). Writes the index
-// keys of the batch's tokens into its paged cache, then for every token whose context
-// (position + 1) exceeds topk keeps the topk positions with the largest
+// keys of the batch's tokens into its paged cache (row `index_row` of `layer`), then for every
+// token whose context (position + 1) exceeds topk keeps the topk positions with the largest
 //   sum_h w[h] * relu(q[h] . k[j] / sqrt(head_dim)),  w = weights_proj(x) / sqrt(heads)
 // among positions 0..position (ties to the lower position). A shorter context attends densely,
-// which is what the top-k would select anyway.
-void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope& rope,
-                   int64_t layer, const ForwardBatch& batch, const float* x, int64_t hidden,
-                   const float* q_resid, int64_t q_lora, DsaSelection& selection);
+// which is what the top-k would select anyway. With `w.q_norm` (mistral_large4) the queries come
+// from LayerNorm(x) instead of q_resid (which may then be null), and with `w.query_scale` each
+// head's query is scaled by its log-position factor before rope. `rope` null: no rotation (a
+// NoPE layer).
+void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope* rope,
+                   int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
+                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection);
 
 }  // namespace latent::model

@@ -11,6 +11,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "ops/output_gate.h"
+#include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
@@ -246,9 +247,13 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out, const float* query_scale,
-                         int latent_row) {
+                         int latent_row, const MlaLayerOptions* options) {
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  // KV sharing: a layer reading another layer's rows computes and writes none of its own.
+  const bool own_latent =
+      options == nullptr || options->latent_layer < 0 || options->latent_layer == layer;
+  const int64_t latent_layer = own_latent ? layer : options->latent_layer;
 
   // Queries [T, H, dn + dr].
   std::optional<profile::Scope> scope;
@@ -279,52 +284,71 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   dump::Tensor("q", layer, q.data(), tokens, d.heads * d.qk());
 
   // Latent rows [T, C + dr]: normalised c_kv, then the rotated shared key; written to the cache.
-  std::vector<float> kv_a(tokens * d.row());
-  Linear(x, tokens, w.kv_a, kv_a.data());
   const int64_t half = d.rope / 2;
   std::vector<float> cos(tokens * half), sin(tokens * half);  // [T, dr / 2]
-  for (int64_t t = 0; t < tokens; ++t)
-    rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);
-  kernels::NormRopeArgs norm_rope;
-  norm_rope.tokens = tokens;
-  norm_rope.kv = kv_a.data();
-  norm_rope.kv_stride = d.row();
-  norm_rope.latent = d.latent;
-  norm_rope.norm_weight = w.kv_a_norm.data;
-  norm_rope.norm_dtype = w.kv_a_norm.dtype;
-  norm_rope.eps = kLatentNormEps;
-  norm_rope.q = q.data();
-  norm_rope.heads = d.heads;
-  norm_rope.q_stride = d.qk();
-  norm_rope.q_offset = d.nope;
-  norm_rope.rope = d.rope;
-  norm_rope.interleaved = rope.interleaved;
-  norm_rope.cos = cos.data();
-  norm_rope.sin = sin.data();
-  k.norm_rope(norm_rope);
+  if (d.rope > 0) {
+    for (int64_t t = 0; t < tokens; ++t)
+      rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);
+  }
+  std::vector<float> kv_a;
+  if (own_latent) {
+    kv_a.resize(tokens * d.row());
+    Linear(x, tokens, w.kv_a, kv_a.data());
+    kernels::NormRopeArgs norm_rope;
+    norm_rope.tokens = tokens;
+    norm_rope.kv = kv_a.data();
+    norm_rope.kv_stride = d.row();
+    norm_rope.latent = d.latent;
+    norm_rope.norm_weight = w.kv_a_norm.data;
+    norm_rope.norm_dtype = w.kv_a_norm.dtype;
+    norm_rope.eps = kLatentNormEps;
+    norm_rope.q = q.data();
+    norm_rope.heads = d.heads;
+    norm_rope.q_stride = d.qk();
+    norm_rope.q_offset = d.nope;
+    norm_rope.rope = d.rope;
+    norm_rope.interleaved = rope.interleaved;
+    norm_rope.cos = cos.data();
+    norm_rope.sin = sin.data();
+    k.norm_rope(norm_rope);
+  } else if (d.rope > 0) {
+    // The owner's rotary keys are rotated already: only the queries turn.
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < d.heads; ++h) {
+        rope.Apply(&q[(t * d.heads + h) * d.qk() + d.nope], &cos[t * half], &sin[t * half]);
+      }
+    }
+  }
   if (query_scale != nullptr) {
     for (int64_t t = 0; t < tokens; ++t) {
       float* row = &q[t * d.heads * d.qk()];
       for (int64_t i = 0; i < d.heads * d.qk(); ++i) row[i] *= query_scale[t];
     }
   }
-  if (d.latent_scale != 1.0f) {
+  if (options != nullptr && options->head_query_scale != nullptr) {
+    ops::ScaleHeads(q.data(), tokens, d.heads, d.qk(), options->head_query_scale);
+  }
+  if (own_latent && d.latent_scale != 1.0f) {
     // After kv_a_layernorm, before caching; the rotary key keeps its scale.
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t i = 0; i < d.latent; ++i) kv_a[t * d.row() + i] *= d.latent_scale;
   }
   const cache::PagedRows& cache = *batch.rows;
-  dump::Columns("kv_latent", layer, kv_a.data(), tokens, d.row(), 0, d.latent);
-  dump::Columns("k_pe", layer, kv_a.data(), tokens, d.row(), d.latent, d.rope);
+  if (own_latent) {
+    dump::Columns("kv_latent", layer, kv_a.data(), tokens, d.row(), 0, d.latent);
+    dump::Columns("k_pe", layer, kv_a.data(), tokens, d.row(), d.latent, d.rope);
+  }
   if (dump::Wants("q_pe")) {
     std::vector<float> q_pe(tokens * d.heads * d.rope);  // [T, H, dr], rotated
     for (int64_t i = 0; i < tokens * d.heads; ++i)
       std::copy(&q[i * d.qk() + d.nope], &q[(i + 1) * d.qk()], &q_pe[i * d.rope]);
     dump::Tensor("q_pe", layer, q_pe.data(), tokens, d.heads * d.rope);
   }
-  for (int64_t t = 0; t < tokens; ++t) {
-    cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, latent_row, batch.positions[t],
-                   &kv_a[t * d.row()]);
+  if (own_latent) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, latent_row, batch.positions[t],
+                     &kv_a[t * d.row()]);
+    }
   }
 
   const DsaSelection* selection = nullptr;
@@ -332,8 +356,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   if (dsa != nullptr) {
     LATENT_PROFILE_SCOPE(kDsaIndexer);
     if (dsa->indexer != nullptr) {
-      RunDsaIndexer(dsa->dims, *dsa->indexer, *dsa->rope, layer, batch, x, hidden, q_a.data(),
-                    d.q_lora, *dsa->selection);
+      RunDsaIndexer(dsa->dims, *dsa->indexer, dsa->rope, layer, dsa->index_row, batch, x, hidden,
+                    q_a.empty() ? nullptr : q_a.data(), d.q_lora, *dsa->selection);
     }
     selection = dsa->selection;
   }
@@ -356,7 +380,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     if (seq.end == seq.begin) continue;
     seq.context = batch.positions[seq.end - 1] + 1;
     std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
-    cache.GatherRows(batch.BlockTable(slot), layer, latent_row, seq.context, gathered.data());
+    cache.GatherRows(batch.BlockTable(slot), latent_layer, latent_row, seq.context, gathered.data());
     std::vector<const float*> rows(seq.context);
     for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
     ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale,
@@ -401,9 +425,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
         std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
         if (all_selected) {
-          cache.GatherPositions(batch.BlockTable(slot), layer, latent_row, wanted, gathered.data());
+          cache.GatherPositions(batch.BlockTable(slot), latent_layer, latent_row, wanted, gathered.data());
         } else {
-          cache.GatherRows(batch.BlockTable(slot), layer, latent_row, context, gathered.data());
+          cache.GatherRows(batch.BlockTable(slot), latent_layer, latent_row, context, gathered.data());
         }
         // The row of a position.
         auto row_at = [&](int32_t p) -> const float* {

@@ -27,9 +27,20 @@ bool PreferExpanded(const MlaDims& dims, int64_t chunk_tokens);
 // the selection the previous layer left in `selection`).
 struct DsaLayer {
   const IndexerWeights* indexer = nullptr;
-  const ops::Rope* rope = nullptr;  // The indexer's rotary pairing.
+  const ops::Rope* rope = nullptr;  // The indexer's rotary pairing; null: no rotation (NoPE layer).
   DsaDims dims;
   DsaSelection* selection = nullptr;  // [T] in/out
+  int index_row = kIndexRow;  // The layer's dsa.index_k row (0 on a layer caching no latent).
+};
+
+// Where a layer's latent rows come from (KV sharing) and per-head query factors.
+struct MlaLayerOptions {
+  // The cache layer whose latent rows (row `latent_row`) the layer attends to; -1: its own. A
+  // layer reading another layer's rows computes no latent and writes nothing: it only rotates its
+  // queries (the owner's keys are rotated already) and attends.
+  int64_t latent_layer = -1;
+  // [T, H] factors of each head's query after rope (learned log-position scaling); null: none.
+  const float* head_query_scale = nullptr;
 };
 
 // x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`
@@ -37,11 +48,12 @@ struct DsaLayer {
 // 0..position, or over the positions DSA selected for it when `dsa` is given. `query_scale`
 // [T], when given, multiplies each token's query after rope (Llama-4 query scaling).
 // `latent_row`: the layer's cache row holding them (LongCat's second MLA of a layer caches a
-// second row).
+// second row). `dims.rope` 0: a NoPE layer (no rotary part, `rope` unused). `options`: see
+// MlaLayerOptions.
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const ops::Rope& rope,
                          int64_t layer, const ForwardBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out, const float* query_scale = nullptr,
-                         int latent_row = kLatentRow);
+                         int latent_row = kLatentRow, const MlaLayerOptions* options = nullptr);
 
 }  // namespace latent::model

@@ -281,9 +281,10 @@ void ParseLayerTypes(const ConfigReader& top, ModelConfig& config) {
 
 }  // namespace
 
-void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads) {
+void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads,
+                     bool query_latent) {
   const std::string& source = top.source();
-  if (!config.q_lora_rank) Fail(source, ": ", config.model_type, " needs q_lora_rank (the indexer reads the query latent)");
+  if (query_latent && !config.q_lora_rank) Fail(source, ": ", config.model_type, " needs q_lora_rank (the indexer reads the query latent)");
   config.index_n_heads = top.IntOr("index_n_heads", default_heads);
   config.index_head_dim = top.IntOr("index_head_dim", 128);
   config.index_topk = top.IntOr("index_topk", 2048);
@@ -296,6 +297,26 @@ void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t defau
   }
   // Every layer runs its own indexer unless the family says otherwise (GLM IndexShare).
   config.indexer_layers.assign(config.num_hidden_layers, true);
+}
+
+void ParseIndexShare(const ConfigReader& top, ModelConfig& config) {
+  const int64_t layers = config.num_hidden_layers;
+  const std::string& source = top.source();
+  config.indexer_layers.clear();
+  if (top.Has("indexer_types")) {
+    config.indexer_layers = ParseLayerKinds(top, "indexer_types", layers, "shared", "full");
+  } else if (top.Has("index_topk_pattern")) {
+    const std::string pattern = top.StringOr("index_topk_pattern", "");
+    if (static_cast<int64_t>(pattern.size()) != layers || pattern.find_first_not_of("FS") != std::string::npos) {
+      Fail(source, ": 'index_topk_pattern' must be one F or S per layer");
+    }
+    for (char c : pattern) config.indexer_layers.push_back(c == 'F');
+  } else {
+    const int64_t freq = std::max<int64_t>(top.IntOr("index_topk_freq", 1), 1);
+    const int64_t offset = top.IntOr("index_skip_topk_offset", 2);
+    for (int64_t i = 0; i < layers; ++i) config.indexer_layers.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0);
+  }
+  if (!config.indexer_layers[0]) Fail(source, ": layer 0 is a shared indexer layer, but no earlier layer selects for it");
 }
 
 namespace {

@@ -102,6 +102,16 @@ struct ModelConfig {
   double residual_scale = 1.0;
   double logits_divisor = 1.0;
 
+  // NoPE layers and KV sharing (mistral_large4; empty elsewhere: every layer rotates
+  // qk_rope_head_dim dims and caches its own latent). rope_layers[l] false: the layer has no
+  // rotary part (its latent row is kv_lora_rank values, its heads qk_head_dim nope dims).
+  // kv_source_layers[l] != l: the layer computes no latent and attends to the rows of that
+  // earlier layer, which owns them.
+  std::vector<bool> rope_layers;
+  std::vector<int64_t> kv_source_layers;
+  // logits = cap * tanh(logits / cap) after the LM head; 0: none.
+  double final_logit_softcapping = 0.0;
+
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
   std::optional<int64_t> bos_token_id;
@@ -111,6 +121,15 @@ struct ModelConfig {
   bool IsMoeLayer(int64_t layer) const { return moe_layers[layer]; }
   bool is_dsa() const { return index_topk > 0; }
   bool HasIndexer(int64_t layer) const { return is_dsa() && indexer_layers[layer]; }
+  // Rotary dims of layer `layer`'s heads and latent row: 0 on NoPE layers.
+  int64_t RopeDims(int64_t layer) const {
+    return rope_layers.empty() || rope_layers[layer] ? qk_rope_head_dim : 0;
+  }
+  // The layer whose latent rows layer `layer` attends to (itself unless it shares KV).
+  int64_t KvSourceLayer(int64_t layer) const {
+    return kv_source_layers.empty() ? layer : kv_source_layers[layer];
+  }
+  bool OwnsLatent(int64_t layer) const { return KvSourceLayer(layer) == layer; }
 
   // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or
   // contradictory field, and for an unknown model_type (listing the registered ones).

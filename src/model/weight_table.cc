@@ -55,9 +55,29 @@ weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string&
     in_memory = in_memory || starts(name, "model.language_model.");
   }
   if (!hub && !in_memory) {
-    Fail(dir, ": config.json is a ", config.wrapper_model_type,
-         " (vision-language) config, but the checkpoint holds no language_model.* or ",
-         "model.language_model.* tensors");
+    // Mistral's native format (mistral_large4): the language model's tensors at the root under
+    // the names the family lists (layers.*, tok_embeddings, output, ...), beside the vision
+    // encoder and projector, which are dropped with anything else the list does not name.
+    std::set<std::string> listed;
+    for (ExpertLayout layout : {ExpertLayout::kPerExpert, ExpertLayout::kFused}) {
+      for (const ExpectedWeight& w : ExpectedWeights(config, layout)) listed.insert(w.name);
+    }
+    bool any = false;
+    for (const std::string& name : ckpt.Names()) any = any || listed.count(name) > 0;
+    if (!any) {
+      Fail(dir, ": config.json is a ", config.wrapper_model_type,
+           " (vision-language) config, but the checkpoint holds no language_model.* or ",
+           "model.language_model.* tensors, nor the language model's tensors at the root");
+    }
+    const std::string scale = "_scale_inv";  // an fp8 weight's scales go with it
+    ckpt.Rename([&](const std::string& name) -> std::string {
+      if (listed.count(name)) return name;
+      const bool scales = name.size() > scale.size() &&
+                          name.compare(name.size() - scale.size(), scale.size(), scale) == 0 &&
+                          listed.count(name.substr(0, name.size() - scale.size())) > 0;
+      return scales ? name : "";
+    });
+    return ckpt;
   }
   ckpt.Rename([&](const std::string& name) -> std::string {
     if (hub) return starts(name, "language_model.") ? name.substr(15) : "";

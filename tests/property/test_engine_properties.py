@@ -34,8 +34,8 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
     return results, summary
 
 
-@pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3", "longcat_flash",
-                                        "axk2"])
+@pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
+                                        "longcat_flash", "axk2", "mistral_large4"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
@@ -174,10 +174,16 @@ def test_requests_that_can_never_fit_fail_alone(model_dir, tmp_path):
 @pytest.mark.parametrize("cache_dtype,size", [("f32", 4), ("bf16", 2)])
 def test_reported_cache_bytes_per_token(model_dir, tmp_path, cache_dtype, size):
     config = json.loads((model_dir / "config.json").read_text())
+    config = config.get("text_config", config)  # a vision-language wrapper's language model
     _, summary = run_batch(model_dir, tmp_path, [{"ids": [5, 6], "max_tokens": 1}], "--cache-dtype",
                            cache_dtype)
     layers = config["num_hidden_layers"]
-    expected = layers * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * size
+    # A layer caches its latent unless it reads another layer's (KV sharing); NoPE layers
+    # (no_rope_layers 0) have no rotary part in it.
+    rope = config.get("no_rope_layers", [1] * layers)
+    source = config.get("kv_source_layers", list(range(layers)))
+    expected = sum(config["kv_lora_rank"] + config["qk_rope_head_dim"] * rope[l]
+                   for l in range(layers) if source[l] == l) * size
     if "index_topk" in config:  # DSA: plus the indexer key row of every layer with an indexer
         indexers = sum(t == "full" for t in config.get("indexer_types", ["full"] * layers))
         expected += indexers * config["index_head_dim"] * size

@@ -31,24 +31,7 @@ ArchDefaults Defaults() {
 void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = true;  // Always adjacent pairs in the MLA; no rope_interleave field.
   ParseDsaIndexer(top, config, /*default_heads=*/32);
-  const int64_t layers = config.num_hidden_layers;
-  const std::string& source = top.source();
-  config.indexer_layers.clear();
-  // GLM IndexShare: "full" layers run the indexer, "shared" ones reuse the previous selection.
-  if (top.Has("indexer_types")) {
-    config.indexer_layers = ParseLayerKinds(top, "indexer_types", layers, "shared", "full");
-  } else if (top.Has("index_topk_pattern")) {
-    const std::string pattern = top.StringOr("index_topk_pattern", "");
-    if (static_cast<int64_t>(pattern.size()) != layers || pattern.find_first_not_of("FS") != std::string::npos) {
-      Fail(source, ": 'index_topk_pattern' must be one F or S per layer");
-    }
-    for (char c : pattern) config.indexer_layers.push_back(c == 'F');
-  } else {
-    const int64_t freq = std::max<int64_t>(top.IntOr("index_topk_freq", 1), 1);
-    const int64_t offset = top.IntOr("index_skip_topk_offset", 2);
-    for (int64_t i = 0; i < layers; ++i) config.indexer_layers.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0);
-  }
-  if (!config.indexer_layers[0]) Fail(source, ": layer 0 is a shared indexer layer, but no earlier layer selects for it");
+  ParseIndexShare(top, config);
 }
 
 // Every tensor, in checkpoint order; with `w`, where each one loads.
