@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
+#include "structured/structured_output.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,6 +22,9 @@ struct ServerContext {
   ServerMetrics* metrics = nullptr;
   // The resolved --reasoning-parser for chat completions; empty: none.
   std::string reasoning_parser;
+  // response_format json_object / json_schema: grammars over this model's vocabulary. Null: the
+  // server refuses them.
+  structured::LazyStructuredOutput* structured = nullptr;
 };
 
 }  // namespace latent::server
