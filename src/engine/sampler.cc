@@ -106,6 +106,30 @@ void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
   if (!any) Fail("the structured-output constraint allows no next token");
 }
 
+// A draw at `temperature` among the allowed tokens of `logits` (the others are -inf), walking
+// them in id order: no sort of the vocabulary, which inside a JSON string allows nearly all of
+// it. Used when no top-k / top-p / min-p filter needs the tokens ranked.
+int32_t DrawAllowed(const std::vector<float>& logits, const uint32_t* allowed, float temperature, double u) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  float max_logit = -std::numeric_limits<float>::infinity();
+  std::vector<std::pair<int32_t, double>> weights;
+  for (int32_t t = 0; t < vocab; ++t) {
+    if (BitmaskAllows(allowed, t)) {
+      weights.push_back({t, 0.0});
+      max_logit = std::max(max_logit, logits[t]);
+    }
+  }
+  double sum = 0;
+  for (auto& [t, w] : weights) sum += w = std::exp((logits[t] - max_logit) / temperature);
+  const double target = u * sum;
+  double cumulative = 0;
+  for (const auto& [t, w] : weights) {
+    cumulative += w;
+    if (target < cumulative) return t;
+  }
+  return weights.back().first;
+}
+
 int32_t Argmax(const std::vector<float>& v) {
   return Argmax(v.data(), static_cast<int64_t>(v.size()));
 }
@@ -142,6 +166,8 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     // greedy without penalties: done
   } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
+  } else if (allowed != nullptr && p.top_k == 0 && p.top_p >= 1.0f && p.min_p == 0.0f) {
+    out.token = DrawAllowed(logits, allowed, p.temperature, UniformDraw(seq.seed, seq.num_generated()));
   } else {
     // Probabilities at this temperature, then the top-k / top-p / min-p filters on the sorted
     // candidates, then one draw.

@@ -19,46 +19,44 @@ import pytest
 
 from e2e_harness import MODEL_NAME, chat_model, server  # noqa: F401
 
+# Nested objects, arrays, enums, bounded integers, a short string, all required: short outputs (a
+# random model on a 129k vocabulary samples slowly), each ending well inside max_tokens.
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 6},
         "kind": {"enum": ["cat", "dog", "bird"]},
         "age": {"type": "integer", "minimum": 0, "maximum": 30},
-        "indoor": {"type": "boolean"},
         "owner": {
             "type": "object",
             "properties": {
-                "id": {"type": "integer", "minimum": 1, "maximum": 9999},
-                "tier": {"enum": ["gold", "silver", "none"]},
-                "contact": {"type": "object",
-                            "properties": {"email": {"type": "string", "maxLength": 8}},
-                            "required": ["email"]},
+                "tier": {"enum": ["gold", "none"]},
+                "vip": {"type": "boolean"},
+                "tag": {"type": "object", "properties": {"id": {"type": "string", "maxLength": 2}},
+                        "required": ["id"]},
             },
-            "required": ["id", "tier", "contact"],
+            "required": ["tier", "vip", "tag"],
         },
-        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
-        "scores": {"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5},
-                   "maxItems": 4},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 2},
     },
-    "required": ["name", "kind", "age", "indoor", "owner", "tags", "scores"],
+    "required": ["kind", "age", "owner", "tags"],
 }
 RESPONSE_FORMAT = {"type": "json_schema",
                    "json_schema": {"name": "pet", "schema": SCHEMA, "strict": True}}
 MESSAGES = [{"role": "user", "content": "Describe a pet as JSON."}]
 # Generous for the schema's longest output (short strings may still take one token per byte).
-MAX_TOKENS = 320
+MAX_TOKENS = 160
 
 
 def unconstrained(client, seed: int) -> str:
-    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=24,
-                                       temperature=1.0, seed=seed)
+    """Seeded sampling (seed > 0) or greedy (seed 0): either gives the same text in any batch."""
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8 if seed else 16,
+                                       temperature=1.0 if seed else 0.0, seed=seed or None)
     return r.choices[0].message.content
 
 
 def test_sampled_completions_fit_the_schema_beside_unaffected_unconstrained_requests(server):
-    client = server.client()
-    seeds = [101, 202, 303, 404]
+    client = server.client(timeout=600)
+    seeds = [101, 202, 0]
     alone = {seed: unconstrained(client, seed) for seed in seeds}
 
     # 10 requests of n = 10 (100 completions), each with its own seed, and the same unconstrained
@@ -77,7 +75,7 @@ def test_sampled_completions_fit_the_schema_beside_unaffected_unconstrained_requ
 
     def free(seed: int):
         try:
-            for _ in range(3):
+            for _ in range(2):
                 again[seed].append(unconstrained(client, seed))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
@@ -87,7 +85,7 @@ def test_sampled_completions_fit_the_schema_beside_unaffected_unconstrained_requ
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=300)
+        t.join(timeout=600)
     assert not errors, errors
     assert all(not t.is_alive() for t in threads)
 
@@ -101,7 +99,7 @@ def test_sampled_completions_fit_the_schema_beside_unaffected_unconstrained_requ
         distinct.add(c.message.content)
     assert len(distinct) > 50  # temperature 1: the samples differ
     for seed in seeds:
-        assert again[seed] == [alone[seed]] * 3, seed
+        assert again[seed] == [alone[seed]] * 2, seed
 
 
 def test_json_object_on_completions_and_streaming(server):

@@ -118,14 +118,37 @@ TEST(StructuredSampler, NoMaskIsBitIdenticalAndAnEmptyMaskFails) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     engine::SamplingParams p;
     p.temperature = 0.7f;
+    p.top_k = 40;
     const engine::Sequence seq = MakeSequence(seed, seed % 5);
-    // An all-allowed mask draws what no mask draws.
+    // With a filter the masked draw ranks the allowed tokens as the unmasked one ranks all: an
+    // all-allowed mask draws what no mask draws.
     EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, p, all.data()).token,
               engine::SampleNext(logits.data(), vocab, seq, p).token);
   }
   const std::vector<uint32_t> none(BitmaskWords(vocab), 0);
   EXPECT_THAT(ErrorOf([&] { engine::SampleNext(logits.data(), vocab, MakeSequence(0), {}, none.data()); }),
               HasSubstr("allows no next token"));
+}
+
+TEST(StructuredSampler, UnfilteredMaskedDrawsFollowTheSoftmaxOfTheAllowedTokens) {
+  // Without top-k / top-p / min-p the masked draw walks the allowed tokens in id order (no sort):
+  // its frequencies are the softmax over the allowed tokens at the temperature.
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f, 0.0f, 3.0f, 1.5f, -0.5f};
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  const std::set<int32_t> allowed = {1, 2, 3, 6};
+  const std::vector<uint32_t> mask = MaskOf(vocab, allowed);
+  engine::SamplingParams p;
+  p.temperature = 0.8f;
+  std::map<int32_t, int> counts;
+  const int draws = 20000;
+  for (int seed = 0; seed < draws; ++seed) ++counts[engine::SampleNext(logits.data(), vocab, MakeSequence(seed), p, mask.data()).token];
+  double z = 0;
+  for (int32_t t : allowed) z += std::exp(logits[t] / 0.8);
+  for (const auto& [t, count] : counts) ASSERT_TRUE(allowed.count(t)) << t;
+  for (int32_t t : allowed) {
+    const double expected = std::exp(logits[t] / 0.8) / z;
+    EXPECT_NEAR(double(counts[t]) / draws, expected, 0.015) << t;
+  }
 }
 
 // ---- The engine: a constrained request beside unconstrained ones ----
