@@ -69,7 +69,7 @@ def test_sampled_completions_fit_the_schema_beside_unaffected_unconstrained_requ
         try:
             results.append(client.chat.completions.create(
                 model=MODEL_NAME, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=1.0,
-                seed=1000 + i, n=10, response_format=RESPONSE_FORMAT))
+                seed=1000 + 100 * i, n=10, response_format=RESPONSE_FORMAT))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
