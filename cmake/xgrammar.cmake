@@ -57,5 +57,5 @@ file(WRITE ${PROJECT_BINARY_DIR}/config.cmake
 add_subdirectory(${_xgr_src} ${PROJECT_BINARY_DIR}/_deps/${_xgr_name}-build EXCLUDE_FROM_ALL SYSTEM)
 # Its CMakeLists adds -O3 -Werror -flto=auto for the whole directory: no LTO objects in a static
 # library latent links normally, and no build failure on a newer compiler's warning. Our
-# -Wall -Wextra stay off for third-party code.
-target_compile_options(xgrammar PRIVATE -fno-lto -Wno-error -w)
+# -Wall -Wextra stay off for third-party code, and so does debug info (-g0: a leaner CI build).
+target_compile_options(xgrammar PRIVATE -fno-lto -Wno-error -w -g0)
