@@ -10,6 +10,7 @@
 #include "engine/logprobs.h"
 #include "engine/debug_replay.h"
 #include "engine/sampler.h"
+#include "threads/thread_pool.h"
 
 namespace latent::engine {
 
@@ -100,6 +101,10 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->expanded_below = model::ExpandedPositions(model_->config(), options_.attention, seq->num_prompt);
     seq->table.set_root_hash(model_->PrefixCacheSalt(seq->num_prompt));
     if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
+    if (r.constraint && options_.debug_replay.empty()) {
+      seq->constraint = r.constraint->Start();
+      seq->bitmask.resize(BitmaskWords(model_->config().vocab_size));
+    }
     state->samples.push_back(std::move(seq));
   }
   state->live = r.sampling.n;
@@ -146,9 +151,26 @@ void Engine::AcceptToken(Sequence& seq, const float* logits) {
   const Request& r = *seq.request;
   const int64_t vocab = model_->config().vocab_size;
   const bool replay = !options_.debug_replay.empty();
-  const SampledToken sampled = replay
-                                   ? ReplayNext(options_.debug_replay, logits, vocab, seq, r.sampling)
-                                   : SampleNext(logits, vocab, seq, r.sampling);
+  if (seq.constraint && !seq.mask_ready) seq.constraint->FillNextTokenBitmask(seq.bitmask.data());
+  seq.mask_ready = false;
+  SampledToken sampled;
+  try {
+    sampled = replay ? ReplayNext(options_.debug_replay, logits, vocab, seq, r.sampling)
+                     : SampleNext(logits, vocab, seq, r.sampling, seq.constraint ? seq.bitmask.data() : nullptr);
+  } catch (const Error& e) {
+    Finish(seq, FinishReason::kError, e.what());
+    return;
+  }
+  // The grammar ends the sample once it has accepted its stop token (EOS, allowed only where the
+  // text may end), whatever ignore_eos says.
+  bool constraint_done = false;
+  if (seq.constraint) {
+    if (!seq.constraint->Accept(sampled.token)) {
+      Finish(seq, FinishReason::kError, "the structured-output grammar rejected token " + std::to_string(sampled.token));
+      return;
+    }
+    constraint_done = seq.constraint->IsTerminated();
+  }
   seq.tokens.push_back(sampled.token);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -167,7 +189,7 @@ void Engine::AcceptToken(Sequence& seq, const float* logits) {
   const auto& eos = generation_.eos_token_ids;
   const bool is_eos = !r.ignore_eos && std::count(eos.begin(), eos.end(), sampled.token) > 0;
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
-  if (is_eos || is_stop || (replay && ReplayDone(options_.debug_replay, seq))) {
+  if (is_eos || is_stop || constraint_done || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;
   } else if (seq.num_generated() >= r.max_tokens) {
     out.finish = FinishReason::kLength;
@@ -234,9 +256,27 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
   if (state.on_output) state.on_output(out);
 }
 
+void Engine::FillConstraintMasks(const SchedulePlan& plan, const BuiltBatch& batch) {
+  std::vector<Sequence*> constrained;
+  for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
+    Sequence* seq = plan.chunks[slot].seq;
+    if (seq->constraint && batch.logits_index[slot] >= 0 && seq->request->max_tokens > 0) constrained.push_back(seq);
+  }
+  if (constrained.empty()) return;
+  // Each sample's grammar state is its own, so the masks are filled side by side; a mask costs
+  // up to a few hundred microseconds over a large vocabulary.
+  threads::ParallelFor(static_cast<int64_t>(constrained.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      constrained[i]->constraint->FillNextTokenBitmask(constrained[i]->bitmask.data());
+      constrained[i]->mask_ready = true;
+    }
+  });
+}
+
 void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
   scheduler_->CommitStep(plan);
+  FillConstraintMasks(plan, batch);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
     const PromptLogitsRows& prompt = batch.prompt_logits[slot];

@@ -88,6 +88,9 @@ class Engine {
   void Admit(int64_t id, std::unique_ptr<RequestState> state);
   void CancelNow(int64_t id);
   void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits);
+  // Structured output: the next-token masks of the constrained sequences sampling in this step,
+  // filled in parallel before the draws.
+  void FillConstraintMasks(const SchedulePlan& plan, const BuiltBatch& batch);
   // Reports the prompt logprobs of `rows` (logits [rows.count, vocab] from `logits`).
   void ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits);
   // Appends a sampled token to `seq`, reports it, and finishes the sequence when it stops.

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "engine/token_constraint.h"
 
 namespace latent::engine {
 
@@ -22,6 +24,10 @@ struct Request {
   // alternatives (<= 20). Computed from the logits of the prompt positions during prefill; such a
   // request gets no prefix-cache hit (cached blocks have no logits), it recomputes its prompt.
   int32_t prompt_logprobs = -1;
+  // Structured output: when set, each sample draws only tokens its constraint allows (the mask is
+  // applied before penalties and sampling; logprobs stay those of the raw distribution) and ends
+  // with kStop once the constraint is terminated. Null: unconstrained.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
 #include "base/error.h"
 #include "engine/logprobs.h"
+#include "engine/token_constraint.h"
 
 namespace latent::engine {
 namespace {
@@ -81,6 +83,53 @@ int32_t Argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(result);
 }
 
+// Disallowed tokens get -inf: probability 0 at any temperature, never the argmax (when one token
+// is allowed). Penalties keep -inf at -inf.
+void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  bool any = false;
+  for (int64_t w = 0; w < BitmaskWords(vocab); ++w) {
+    const uint32_t word = allowed[w];
+    if (word == ~0u && (w + 1) * 32 <= vocab) {
+      any = true;
+      continue;
+    }
+    const int64_t end = std::min<int64_t>(vocab, (w + 1) * 32);
+    for (int64_t t = w * 32; t < end; ++t) {
+      if ((word >> (t & 31)) & 1u) {
+        any = true;
+      } else {
+        logits[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+  if (!any) Fail("the structured-output constraint allows no next token");
+}
+
+// A draw at `temperature` among the allowed tokens of `logits` (the others are -inf), walking
+// them in id order: no sort of the vocabulary, which inside a JSON string allows nearly all of
+// it. Used when no top-k / top-p / min-p filter needs the tokens ranked.
+int32_t DrawAllowed(const std::vector<float>& logits, const uint32_t* allowed, float temperature, double u) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  float max_logit = -std::numeric_limits<float>::infinity();
+  std::vector<std::pair<int32_t, double>> weights;
+  for (int32_t t = 0; t < vocab; ++t) {
+    if (BitmaskAllows(allowed, t)) {
+      weights.push_back({t, 0.0});
+      max_logit = std::max(max_logit, logits[t]);
+    }
+  }
+  double sum = 0;
+  for (auto& [t, w] : weights) sum += w = std::exp((logits[t] - max_logit) / temperature);
+  const double target = u * sum;
+  double cumulative = 0;
+  for (const auto& [t, w] : weights) {
+    cumulative += w;
+    if (target < cumulative) return t;
+  }
+  return weights.back().first;
+}
+
 int32_t Argmax(const std::vector<float>& v) {
   return Argmax(v.data(), static_cast<int64_t>(v.size()));
 }
@@ -99,15 +148,17 @@ void SamplingParams::Validate() const {
   if (n < 1 || n > 128) Fail("n must be in [1, 128]");
 }
 
-SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p) {
+SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p,
+                        const uint32_t* allowed) {
   SampledToken out;
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   std::vector<float> logits;
-  if (p.temperature == 0.0f && !penalties) {
+  if (p.temperature == 0.0f && !penalties && allowed == nullptr) {
     out.token = Argmax(raw, vocab);  // greedy on the raw row: no copy
   } else {
     logits.assign(raw, raw + vocab);
+    if (allowed != nullptr) MaskDisallowed(logits, allowed);
     ApplyPenalties(logits, seq, p);
   }
 
@@ -115,6 +166,8 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     // greedy without penalties: done
   } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
+  } else if (allowed != nullptr && p.top_k == 0 && p.top_p >= 1.0f && p.min_p == 0.0f) {
+    out.token = DrawAllowed(logits, allowed, p.temperature, UniformDraw(seq.seed, seq.num_generated()));
   } else {
     // Probabilities at this temperature, then the top-k / top-p / min-p filters on the sorted
     // candidates, then one draw.
@@ -123,15 +176,25 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     double sum = 0;
     for (int64_t i = 0; i < vocab; ++i) sum += probs[i] = std::exp((logits[i] - max_logit) / p.temperature);
     for (double& q : probs) q /= sum;
-    std::vector<int32_t> order(vocab);
-    std::iota(order.begin(), order.end(), 0);
+    // The candidates: every token, or with a mask only the allowed ones (the others have
+    // probability 0 and would sort last; leaving them out spares sorting the whole vocabulary).
+    std::vector<int32_t> order;
+    if (allowed == nullptr) {
+      order.resize(vocab);
+      std::iota(order.begin(), order.end(), 0);
+    } else {
+      for (int32_t t = 0; t < vocab; ++t) {
+        if (BitmaskAllows(allowed, t)) order.push_back(t);
+      }
+    }
+    const int64_t candidates = static_cast<int64_t>(order.size());
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-    int64_t keep = vocab;
+    int64_t keep = candidates;
     if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
     if (p.top_p < 1.0f) {
       // Top-p acts on what top-k left, renormalized (as transformers and vLLM apply them).
       double mass = 1.0;
-      if (keep < vocab) {
+      if (keep < candidates) {
         mass = 0;
         for (int64_t i = 0; i < keep; ++i) mass += probs[order[i]];
       }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "cache/block_table.h"
@@ -35,6 +36,11 @@ struct Sequence {
   // request asks: the other samples fork its computed prompt).
   int64_t prompt_logprobs_next = std::numeric_limits<int64_t>::max();
   cache::BlockTable table;
+  // Structured output (Request::constraint): this sample's state, and the allowed-token bitmask
+  // [BitmaskWords(vocab)] for its next draw, valid while mask_ready.
+  std::unique_ptr<TokenConstraint> constraint;
+  std::vector<uint32_t> bitmask;
+  bool mask_ready = false;
   SequenceStatus status = SequenceStatus::kWaiting;
 
   int64_t num_generated() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }

@@ -67,6 +67,17 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
   return context_.tokenizer->Encode(text, /*add_special_tokens=*/false);
 }
 
+std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ResponseConstraint() const {
+  const ResponseFormat& format = request_.response_format;
+  try {
+    if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
+    structured::StructuredOutput& output = context_.structured->Get();
+    return format.type == ResponseFormat::Type::kJsonObject ? output.JsonObject() : output.JsonSchema(format.schema);
+  } catch (const Error& e) {
+    throw ApiError(400, StrCat("response_format: ", e.what()), "response_format");
+  }
+}
+
 void CompletionSession::Start() {
   // Tokenize and check every prompt before submitting any.
   std::vector<engine::Request> requests;
@@ -78,6 +89,10 @@ void CompletionSession::Start() {
     for (const PromptSpec& prompt : request_.prompts) {
       requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
     }
+  }
+  if (request_.response_format.type != ResponseFormat::Type::kText) {
+    const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ResponseConstraint();
+    for (engine::Request& r : requests) r.constraint = constraint;
   }
   const int32_t n = request_.sampling.n;
   prompts_.resize(requests.size());

@@ -118,6 +118,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
   // The chat prompt's ids; `text` gets the rendered prompt.
   std::vector<int32_t> RenderChat(std::string* text) const;
+  // The response_format's grammar constraint (compiled or from the cache); ApiError 400 naming the
+  // problem for a schema the grammar cannot enforce.
+  std::shared_ptr<const engine::TokenConstraintFactory> ResponseConstraint() const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
   void AddParsed(Choice& choice, const ParsedDelta& parsed);

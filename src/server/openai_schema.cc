@@ -211,14 +211,44 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
     if (!bias->empty())
       BadField("logit_bias", "'logit_bias' is not supported", "unsupported_parameter");
   }
-  if (const Json* format = Find(body, "response_format")) {
-    if (!format->is_object()) WrongType("response_format", "an object");
-    const std::optional<std::string> type = GetString(*format, "type");
-    if (type && *type != "text") {
-      BadField("response_format", StrCat("response_format type '", *type, "' is not supported"),
-               "unsupported_parameter");
-    }
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}}. The schema is kept with its keys in
+// the request's order (they order the generated object's properties); whether the grammar can
+// enforce it is checked when it is compiled.
+void ParseResponseFormat(const Json& body, std::string_view text, ResponseFormat& out) {
+  const Json* format = Find(body, "response_format");
+  if (format == nullptr) return;
+  if (!format->is_object()) WrongType("response_format", "an object");
+  const std::optional<std::string> type = GetString(*format, "type");
+  if (!type) BadField("response_format", "'response_format' needs a 'type'");
+  if (*type == "text") return;
+  if (*type == "json_object") {
+    out.type = ResponseFormat::Type::kJsonObject;
+    return;
   }
+  if (*type != "json_schema") {
+    BadField("response_format",
+             StrCat("response_format type '", *type, "' is not supported (text, json_object or json_schema)"),
+             "unsupported_parameter");
+  }
+  const Json* spec = Find(*format, "json_schema");
+  if (spec == nullptr) BadField("response_format", "response_format type 'json_schema' needs a 'json_schema' object");
+  if (!spec->is_object()) WrongType("response_format.json_schema", "an object");
+  if (const Json* name = Find(*spec, "name")) {
+    if (!name->is_string()) WrongType("response_format.json_schema.name", "a string");
+    out.name = name->get<std::string>();
+  }
+  if (const Json* strict = Find(*spec, "strict")) {
+    if (!strict->is_boolean()) WrongType("response_format.json_schema.strict", "a boolean");
+    out.strict = strict->get<bool>();
+  }
+  const Json* schema = Find(*spec, "schema");
+  if (schema == nullptr) BadField("response_format", "response_format.json_schema needs a 'schema'");
+  if (!schema->is_object()) WrongType("response_format.json_schema.schema", "an object");
+  out.type = ResponseFormat::Type::kJsonSchema;
+  out.schema = OrderedJson::parse(text.begin(), text.end())["response_format"]["json_schema"]["schema"];
 }
 
 void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
@@ -426,6 +456,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   ParseMaxTokens(body, r);
   ParseSampling(body, limits, r);
   RejectUnsupported(body, endpoint, r.sampling.n);
+  ParseResponseFormat(body, body_text, r.response_format);
   if (static_cast<int64_t>(r.num_prompts()) * r.sampling.n > limits.max_choices) {
     BadField("n", StrCat("prompts x n is ", static_cast<int64_t>(r.num_prompts()) * r.sampling.n,
                          "; at most ", limits.max_choices, " choices per request"));

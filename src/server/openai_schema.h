@@ -86,6 +86,15 @@ struct PromptSpec {
   std::vector<int32_t> ids;
 };
 
+// response_format: free text, any JSON object, or JSON fitting a schema (structured output).
+struct ResponseFormat {
+  enum class Type : uint8_t { kText, kJsonObject, kJsonSchema };
+  Type type = Type::kText;
+  std::string name;     // json_schema.name
+  OrderedJson schema;   // json_schema.schema, its keys in the request's order.
+  bool strict = false;  // json_schema.strict (the output always fits the schema either way).
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -110,6 +119,7 @@ struct GenerationRequest {
   bool skip_special_tokens = true;
   bool return_token_ids = false;
   std::string user;
+  ResponseFormat response_format;
 
   int32_t num_prompts() const {
     return endpoint == Endpoint::kChatCompletions ? 1 : static_cast<int32_t>(prompts.size());

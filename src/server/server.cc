@@ -162,6 +162,7 @@ struct Loaded {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  std::unique_ptr<structured::LazyStructuredOutput> structured;
   ServerMetrics* metrics = nullptr;
   ServerContext context;
 };
@@ -214,6 +215,9 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
     Log("--debug-replay ", o.debug_replay_path, ": every request emits its ",
         engine_options.debug_replay.size(), " token ids instead of sampling (test-only)");
   }
+  loaded->structured = std::make_unique<structured::LazyStructuredOutput>(
+      loaded->tokenizer.get(), config.vocab_size,
+      std::vector<int32_t>(generation.eos_token_ids.begin(), generation.eos_token_ids.end()));
   loaded->engine =
       std::make_unique<engine::Engine>(std::move(m), std::move(generation), engine_options);
   const engine::EngineMetrics em = loaded->engine->Metrics();
@@ -227,6 +231,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.engine = loaded->engine.get();
   ctx.tokenizer = loaded->tokenizer.get();
   ctx.chat_template = loaded->chat_template.get();
+  ctx.structured = loaded->structured.get();
   ctx.metrics = &metrics;
   ctx.reasoning_parser = std::move(reasoning_parser);
   ctx.tool_call_parser = std::move(tool_call_parser);

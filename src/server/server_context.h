@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
+#include "structured/structured_output.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,6 +31,9 @@ struct ServerContext {
   // The tokens of the tool-call parser's markers that the tokenizer marks special, sorted: a
   // request with tools decodes them even under skip_special_tokens.
   std::vector<int32_t> tool_marker_tokens;
+  // response_format json_object / json_schema: grammars over this model's vocabulary. Null: the
+  // server refuses them.
+  structured::LazyStructuredOutput* structured = nullptr;
 };
 
 }  // namespace latent::server

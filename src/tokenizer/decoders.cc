@@ -52,6 +52,10 @@ class ByteLevelDecoder : public Decoder {
   // All tokens' bytes go into one string; a token with a character outside the byte-level
   // alphabet (an added token such as "<｜begin▁of▁sentence｜>") contributes its UTF-8 as is.
   void DecodeChain(std::vector<std::string>& tokens) const override {
+    DecodeChainBytes(tokens);
+    tokens[0] = Lossy(std::move(tokens[0]));
+  }
+  void DecodeChainBytes(std::vector<std::string>& tokens) const override {
     std::string bytes;
     std::string token_bytes;
     for (const std::string& token : tokens) {
@@ -68,7 +72,7 @@ class ByteLevelDecoder : public Decoder {
       }
       bytes += all ? token_bytes : token;
     }
-    tokens.assign(1, Lossy(std::move(bytes)));
+    tokens.assign(1, std::move(bytes));
   }
 };
 
@@ -132,13 +136,18 @@ class ReplaceDecoder : public Decoder {
 // one U+FFFD per byte (HF's rule, not the usual per-invalid-sequence one).
 class ByteFallbackDecoder : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>& tokens) const override {
+  void DecodeChain(std::vector<std::string>& tokens) const override { Decode(tokens, false); }
+  void DecodeChainBytes(std::vector<std::string>& tokens) const override { Decode(tokens, true); }
+  bool HasByteFallback() const override { return true; }
+
+ private:
+  static void Decode(std::vector<std::string>& tokens, bool keep_bytes) {
     std::vector<std::string> out;
     out.reserve(tokens.size());
     std::string run;
     const auto flush = [&] {
       if (run.empty()) return;
-      if (IsValidUtf8(run)) {
+      if (keep_bytes || IsValidUtf8(run)) {
         out.push_back(run);
       } else {
         std::string replacement;
@@ -158,7 +167,6 @@ class ByteFallbackDecoder : public Decoder {
     flush();
     tokens = std::move(out);
   }
-  bool HasByteFallback() const override { return true; }
 };
 
 class FuseDecoder : public Decoder {
@@ -220,6 +228,9 @@ class SequenceDecoder : public Decoder {
       : steps_(std::move(steps)) {}
   void DecodeChain(std::vector<std::string>& tokens) const override {
     for (const auto& step : steps_) step->DecodeChain(tokens);
+  }
+  void DecodeChainBytes(std::vector<std::string>& tokens) const override {
+    for (const auto& step : steps_) step->DecodeChainBytes(tokens);
   }
   bool HasByteFallback() const override {
     for (const auto& step : steps_) {

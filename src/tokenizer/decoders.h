@@ -18,6 +18,10 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void DecodeChain(std::vector<std::string>& tokens) const = 0;
+  // The same, but the bytes the tokens stand for are kept as they are: no U+FFFD for an
+  // incomplete or invalid UTF-8 sequence (byte-level and ByteFallback tokens may carry part of a
+  // character). For a grammar's view of the vocabulary (structured output).
+  virtual void DecodeChainBytes(std::vector<std::string>& tokens) const { DecodeChain(tokens); }
   // Whether a ByteFallback step is part of this decoder: it decides a whole run of <0xAB> tokens
   // at once, which the streaming detokenizer must wait for.
   virtual bool HasByteFallback() const { return false; }

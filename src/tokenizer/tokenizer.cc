@@ -240,6 +240,28 @@ std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
   return *token;
 }
 
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  const std::string* token = impl_->TokenString(id);
+  if (token == nullptr || impl_->added.IsSpecialContent(*token)) return std::nullopt;
+  if (!impl_->decoder) return *token;
+  // A decoder may treat the first token of a text apart (Metaspace drops its leading space,
+  // Strip trims the start), so the token's bytes are what it adds after itself: the decoding of
+  // [id, id] less that of [id].
+  const auto decode = [&](size_t count) {
+    std::vector<std::string> tokens(count, *token);
+    impl_->decoder->DecodeChainBytes(tokens);
+    std::string text;
+    for (const std::string& t : tokens) text += t;
+    return text;
+  };
+  const std::string once = decode(1);
+  const std::string twice = decode(2);
+  if (twice.size() >= once.size() && twice.compare(0, once.size(), once) == 0) {
+    return twice.substr(once.size());
+  }
+  return once;
+}
+
 bool Tokenizer::IsSpecial(int32_t id) const {
   const std::string* token = impl_->TokenString(id);
   return token != nullptr && impl_->added.IsSpecialContent(*token);

@@ -58,6 +58,12 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
 
+  // The bytes token `id` adds to a text in the middle of a sequence (a byte-level token's bytes,
+  // a Metaspace token's leading space, a <0xAB> token's byte), possibly part of a UTF-8
+  // character; nullopt for a special added token or an id outside the vocabulary. What a grammar
+  // matches tokens against (structured output).
+  std::optional<std::string> TokenBytes(int32_t id) const;
+
   // Whether `id` is a <0xAB> token that the decoder's ByteFallback step turns into a byte.
   bool IsByteFallbackToken(int32_t id) const;
 

@@ -110,8 +110,15 @@ CASES = [
      "top_logprobs", "logprobs"),
     ("chat-max-completion-tokens-zero", "POST", CHAT, with_(MSG, max_completion_tokens=0), 400,
      "max_completion_tokens", "at least 1"),
-    ("chat-response-format-json", "POST", CHAT, with_(MSG, response_format={"type": "json_object"}), 400,
+    ("chat-response-format-unknown", "POST", CHAT, with_(MSG, response_format={"type": "grammar"}), 400,
      "response_format", "not supported"),
+    ("response-format-schema-missing", "POST", C, with_(OK, response_format={"type": "json_schema",
+                                                                            "json_schema": {"name": "x"}}),
+     400, "response_format", "needs a 'schema'"),
+    ("response-format-unsupported-keyword", "POST", C,
+     with_(OK, response_format={"type": "json_schema", "json_schema": {
+         "name": "x", "schema": {"type": "array", "uniqueItems": True}}}),
+     400, "response_format", "unsupported JSON schema keyword 'uniqueItems' at #"),
     ("chat-logprobs-number", "POST", CHAT, with_(MSG, logprobs=3), 400, "logprobs", "boolean"),
     # Tokenizer endpoints.
     ("tokenize-nothing", "POST", "/tokenize", {}, 400, "prompt", "either"),

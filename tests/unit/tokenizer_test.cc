@@ -600,5 +600,30 @@ TEST(TokenizerStreaming, EqualsOneShotDecodingOnRandomIds) {
   }
 }
 
+// ---- TokenBytes: each token's bytes in running text, for structured-output grammars ----
+
+TEST(TokenizerTokenBytes, ByteLevelTokensGiveTheirRawBytes) {
+  const Tokenizer tok = Load(ByteLevelTokenizer());
+  // Byte 0xE4 alone is not UTF-8: Decode would render U+FFFD, TokenBytes keeps the byte.
+  EXPECT_EQ(tok.TokenBytes(0xE4), std::string("\xE4"));
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{0xE4}, false), "\ufffd");
+  EXPECT_EQ(tok.TokenBytes('a'), "a");
+  EXPECT_EQ(tok.TokenBytes(256), " x");
+  EXPECT_EQ(tok.TokenBytes(257), std::nullopt);  // special
+  EXPECT_EQ(tok.TokenBytes(9999), std::nullopt);  // outside the vocabulary
+}
+
+TEST(TokenizerTokenBytes, MetaspaceAndByteFallbackTokensGiveTheirMidTextBytes) {
+  const Tokenizer tok = Load(SpTokenizer(true));
+  const int32_t a = *tok.TokenToId("▁a");
+  // Decode drops the first token's leading space (Strip); in running text it is there.
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{a}, false), "a");
+  EXPECT_EQ(tok.TokenBytes(a), " a");
+  EXPECT_EQ(tok.TokenBytes(*tok.TokenToId("ab")), "ab");
+  EXPECT_EQ(tok.TokenBytes(*tok.TokenToId("<0x0A>")), "\n");
+  EXPECT_EQ(tok.TokenBytes(*tok.TokenToId("<0xE4>")), std::string("\xE4"));
+  EXPECT_EQ(tok.TokenBytes(1), std::nullopt);  // <s>, special
+}
+
 }  // namespace
 }  // namespace latent::tokenizer

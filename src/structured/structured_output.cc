@@ -1,0 +1,152 @@
+#include "structured/structured_output.h"
+
+#include <dlpack/dlpack.h>
+
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <xgrammar/xgrammar.h>
+
+#include "base/error.h"
+#include "structured/json_schema_check.h"
+
+namespace latent::structured {
+namespace {
+
+class GrammarConstraint final : public engine::TokenConstraint {
+ public:
+  GrammarConstraint(const xgrammar::CompiledGrammar& grammar, int64_t vocab_size)
+      : matcher_(grammar), words_(engine::BitmaskWords(vocab_size)) {}
+
+  void FillNextTokenBitmask(uint32_t* bitmask) override {
+    // A [words] int32 CPU tensor over the caller's buffer: XGrammar writes the bits in place.
+    int64_t shape[1] = {words_};
+    DLTensor tensor{};
+    tensor.data = bitmask;
+    tensor.device = DLDevice{kDLCPU, 0};
+    tensor.ndim = 1;
+    tensor.dtype = DLDataType{kDLInt, 32, 1};
+    tensor.shape = shape;
+    tensor.strides = nullptr;
+    tensor.byte_offset = 0;
+    matcher_.FillNextTokenBitmask(&tensor);
+  }
+  bool Accept(int32_t token) override { return matcher_.AcceptToken(token); }
+  bool IsTerminated() const override { return matcher_.IsTerminated(); }
+
+ private:
+  xgrammar::GrammarMatcher matcher_;
+  int64_t words_;
+};
+
+class GrammarConstraintFactory final : public engine::TokenConstraintFactory {
+ public:
+  GrammarConstraintFactory(xgrammar::CompiledGrammar grammar, int64_t vocab_size)
+      : grammar_(std::move(grammar)), vocab_size_(vocab_size) {}
+  std::unique_ptr<engine::TokenConstraint> Start() const override {
+    return std::make_unique<GrammarConstraint>(grammar_, vocab_size_);
+  }
+
+ private:
+  xgrammar::CompiledGrammar grammar_;
+  int64_t vocab_size_;
+};
+
+xgrammar::TokenizerInfo MakeTokenizerInfo(const GrammarVocabulary& v) {
+  std::vector<std::string> encoded(v.token_bytes.size());
+  // RAW: the strings are the tokens' bytes already; "" marks a token no grammar produces.
+  for (size_t i = 0; i < encoded.size(); ++i) encoded[i] = v.token_bytes[i].value_or("");
+  return xgrammar::TokenizerInfo(encoded, xgrammar::VocabType::RAW, static_cast<int>(encoded.size()),
+                                 v.stop_token_ids, /*add_prefix_space=*/false);
+}
+
+}  // namespace
+
+struct StructuredOutput::Impl {
+  Impl(const GrammarVocabulary& v, size_t max_cached)
+      : vocab_size(static_cast<int64_t>(v.token_bytes.size())),
+        // One compile thread (requests compile side by side on the server's workers); XGrammar's
+        // own cache off: ours below holds the constraint factories by schema text.
+        compiler(MakeTokenizerInfo(v), /*max_threads=*/1, /*cache_enabled=*/false),
+        max_cached(max_cached) {}
+
+  // Compiles (or finds) the grammar for `key` with `compile`, keeping at most max_cached.
+  template <typename Compile>
+  std::shared_ptr<const engine::TokenConstraintFactory> Cached(const std::string& key, Compile compile) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = cache.find(key);
+      if (it != cache.end()) return it->second;
+    }
+    std::shared_ptr<const engine::TokenConstraintFactory> factory;
+    try {
+      factory = std::make_shared<GrammarConstraintFactory>(compile(), vocab_size);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      Fail("the grammar cannot be compiled: ", e.what());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (cache.emplace(key, factory).second) {
+      order.push_back(key);
+      while (order.size() > max_cached) {
+        cache.erase(order.front());
+        order.pop_front();
+      }
+    }
+    return factory;
+  }
+
+  xgrammar::CompiledGrammar CompileSchema(const std::string& text) {
+    return compiler.CompileJSONSchema(text, /*any_whitespace=*/false, /*indent=*/std::nullopt,
+                                      /*separators=*/std::make_pair(std::string(","), std::string(":")),
+                                      /*strict_mode=*/true);
+  }
+
+  int64_t vocab_size;
+  xgrammar::GrammarCompiler compiler;
+  size_t max_cached;
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const engine::TokenConstraintFactory>> cache;
+  std::deque<std::string> order;  // Insertion order, oldest first.
+};
+
+StructuredOutput::StructuredOutput(const GrammarVocabulary& vocabulary, size_t max_cached_grammars)
+    : impl_(std::make_unique<Impl>(vocabulary, max_cached_grammars)) {}
+
+StructuredOutput::~StructuredOutput() = default;
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonObject() {
+  return impl_->Cached("json_object", [&] { return impl_->CompileSchema(R"({"type":"object"})"); });
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonSchema(const nlohmann::ordered_json& schema) {
+  CheckJsonSchemaSupported(schema);
+  const std::string text = schema.dump();
+  return impl_->Cached("json_schema:" + text, [&] { return impl_->CompileSchema(text); });
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::StructuralTag(
+    const std::string& structural_tag_json) {
+  return impl_->Cached("structural_tag:" + structural_tag_json,
+                       [&] { return impl_->compiler.CompileStructuralTag(structural_tag_json); });
+}
+
+StructuredOutput& LazyStructuredOutput::Get() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!output_) {
+    if (tokenizer_ == nullptr) Fail("structured output needs the model's tokenizer, and this model has none");
+    output_ = std::make_unique<StructuredOutput>(BuildGrammarVocabulary(*tokenizer_, vocab_size_, stop_token_ids_));
+  }
+  return *output_;
+}
+
+int64_t StructuredOutput::vocab_size() const { return impl_->vocab_size; }
+
+size_t StructuredOutput::cached_grammars() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cache.size();
+}
+
+}  // namespace latent::structured

@@ -1,0 +1,72 @@
+// Structured output for one model: JSON-schema grammars compiled by XGrammar against the model's
+// vocabulary (GrammarVocabulary), each compiled once and cached by its schema text, and turned into
+// the engine's per-request TokenConstraintFactory (a grammar matcher per sample, whose token
+// bitmask the sampler applies before each draw).
+//
+// The JSON produced is compact (no whitespace between tokens: a weak model cannot loop on
+// whitespace) and strict (no properties or items beyond the schema's).
+//
+// Thread-safe: requests compile from any worker thread.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/token_constraint.h"
+#include <nlohmann/json.hpp>
+
+#include "structured/grammar_vocabulary.h"
+
+namespace latent::structured {
+
+class StructuredOutput {
+ public:
+  // Builds XGrammar's view of the vocabulary (the expensive part is per model, not per request).
+  explicit StructuredOutput(const GrammarVocabulary& vocabulary, size_t max_cached_grammars = 256);
+  ~StructuredOutput();
+  StructuredOutput(const StructuredOutput&) = delete;
+  StructuredOutput& operator=(const StructuredOutput&) = delete;
+
+  // response_format {"type": "json_object"}: any JSON object.
+  std::shared_ptr<const engine::TokenConstraintFactory> JsonObject();
+  // response_format {"type": "json_schema"}: text fitting `schema`. Throws latent::Error naming
+  // the problem for an invalid schema or one using a feature the grammar cannot enforce
+  // (json_schema_check.h).
+  std::shared_ptr<const engine::TokenConstraintFactory> JsonSchema(const nlohmann::ordered_json& schema);
+
+  // An XGrammar structural tag (its JSON format: e.g. {"type": "structural_tag", "format":
+  // {"type": "triggered_tags", ...}}), for tool calls in a family's markup. Throws latent::Error
+  // naming the problem for an invalid tag.
+  std::shared_ptr<const engine::TokenConstraintFactory> StructuralTag(const std::string& structural_tag_json);
+
+  int64_t vocab_size() const;
+  // Compiled grammars held in the cache (for tests).
+  size_t cached_grammars() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The model's StructuredOutput, built on first use: a server that never sees response_format does
+// not pay for the vocabulary (about a second for 129k tokens).
+class LazyStructuredOutput {
+ public:
+  // `tokenizer` (may be null: Get() then throws) must outlive this object.
+  LazyStructuredOutput(const tokenizer::Tokenizer* tokenizer, int64_t vocab_size,
+                       std::vector<int32_t> stop_token_ids)
+      : tokenizer_(tokenizer), vocab_size_(vocab_size), stop_token_ids_(std::move(stop_token_ids)) {}
+  // Throws latent::Error when the model has no tokenizer or no EOS id (and again on the next call).
+  StructuredOutput& Get();
+
+ private:
+  const tokenizer::Tokenizer* tokenizer_;
+  int64_t vocab_size_;
+  std::vector<int32_t> stop_token_ids_;
+  std::mutex mutex_;
+  std::unique_ptr<StructuredOutput> output_;
+};
+
+}  // namespace latent::structured

@@ -1,0 +1,415 @@
+// Structured output: the allowed-token mask in the sampler (greedy and seeded draws only ever pick
+// allowed tokens; no mask leaves the draw exactly as it was), in the engine (a constrained request
+// batched with unconstrained ones: those give what they give alone; the constrained one ends when
+// its constraint terminates), and the XGrammar-backed constraints (a JSON schema over a small
+// vocabulary, EOS only where the JSON is complete, unsupported schemas refused by name), and the
+// tool_choice schema.
+#include "structured/structured_output.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+#include "structured/json_schema_check.h"
+#include "structured/tool_choice.h"
+
+namespace latent {
+namespace {
+
+using engine::BitmaskWords;
+using ::testing::HasSubstr;
+using OJson = nlohmann::ordered_json;
+
+template <typename F>
+std::string ErrorOf(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<uint32_t> MaskOf(int64_t vocab, const std::set<int32_t>& allowed) {
+  std::vector<uint32_t> mask(BitmaskWords(vocab), 0);
+  for (int32_t t : allowed) mask[t / 32] |= 1u << (t % 32);
+  return mask;
+}
+
+engine::Sequence MakeSequence(uint64_t seed, int64_t generated = 0) {
+  engine::Sequence seq(0, 16);
+  seq.tokens = {1, 2, 3};
+  seq.num_prompt = 3;
+  for (int64_t i = 0; i < generated; ++i) seq.tokens.push_back(4);
+  seq.seed = seed;
+  return seq;
+}
+
+// ---- The sampler ----
+
+TEST(StructuredSampler, GreedyPicksTheBestAllowedToken) {
+  const int64_t vocab = 70;  // three mask words, the last one partial
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[i] = float(i % 13);
+  engine::SamplingParams greedy;
+  const engine::Sequence seq = MakeSequence(0);
+  EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, greedy).token, 12);
+  const std::vector<uint32_t> mask = MaskOf(vocab, {3, 40, 66});
+  // 40 % 13 = 1, 66 % 13 = 1, 3: the largest; equal logits keep the first id.
+  EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, greedy, mask.data()).token, 3);
+  const std::vector<uint32_t> late = MaskOf(vocab, {69});
+  EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, greedy, late.data()).token, 69);
+  // With penalties, too (the copy path).
+  engine::SamplingParams penalised;
+  penalised.repetition_penalty = 1.5f;
+  EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, penalised, mask.data()).token, 3);
+}
+
+TEST(StructuredSampler, SeededDrawsOnlyAllowedTokensAndLogprobsStayRaw) {
+  const int64_t vocab = 100;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(vocab);
+  for (float& l : logits) l = normal(rng);
+  const std::set<int32_t> allowed = {5, 17, 31, 32, 64, 99};
+  const std::vector<uint32_t> mask = MaskOf(vocab, allowed);
+  std::set<int32_t> seen;
+  for (const float top_p : {1.0f, 0.5f}) {
+    for (const int32_t top_k : {0, 3, 50}) {
+      for (uint64_t seed = 0; seed < 200; ++seed) {
+        engine::SamplingParams p;
+        p.temperature = 1.0f;
+        p.top_p = top_p;
+        p.top_k = top_k;
+        p.top_logprobs = 0;
+        const engine::Sequence seq = MakeSequence(seed);
+        const engine::SampledToken s = engine::SampleNext(logits.data(), vocab, seq, p, mask.data());
+        ASSERT_TRUE(allowed.count(s.token)) << s.token;
+        seen.insert(s.token);
+        // The reported logprob is the raw distribution's (as without a mask).
+        const engine::SampledToken raw = engine::SampleNext(logits.data(), vocab, seq, p);
+        float max = logits[0];
+        for (float l : logits) max = std::max(max, l);
+        double z = 0;
+        for (float l : logits) z += std::exp(double(l) - max);
+        EXPECT_NEAR(s.logprob, logits[s.token] - max - std::log(z), 1e-4);
+        EXPECT_EQ(raw.token, engine::SampleNext(logits.data(), vocab, seq, p, nullptr).token);
+      }
+    }
+  }
+  EXPECT_GE(seen.size(), 3u);  // temperature 1 over six allowed tokens: not always the best one
+}
+
+TEST(StructuredSampler, NoMaskIsBitIdenticalAndAnEmptyMaskFails) {
+  const int64_t vocab = 64;
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[i] = std::sin(float(i));
+  std::vector<uint32_t> all(BitmaskWords(vocab), ~0u);
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    engine::SamplingParams p;
+    p.temperature = 0.7f;
+    p.top_k = 40;
+    const engine::Sequence seq = MakeSequence(seed, seed % 5);
+    // With a filter the masked draw ranks the allowed tokens as the unmasked one ranks all: an
+    // all-allowed mask draws what no mask draws.
+    EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, p, all.data()).token,
+              engine::SampleNext(logits.data(), vocab, seq, p).token);
+  }
+  const std::vector<uint32_t> none(BitmaskWords(vocab), 0);
+  EXPECT_THAT(ErrorOf([&] { engine::SampleNext(logits.data(), vocab, MakeSequence(0), {}, none.data()); }),
+              HasSubstr("allows no next token"));
+}
+
+TEST(StructuredSampler, UnfilteredMaskedDrawsFollowTheSoftmaxOfTheAllowedTokens) {
+  // Without top-k / top-p / min-p the masked draw walks the allowed tokens in id order (no sort):
+  // its frequencies are the softmax over the allowed tokens at the temperature.
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.0f, 0.0f, 3.0f, 1.5f, -0.5f};
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  const std::set<int32_t> allowed = {1, 2, 3, 6};
+  const std::vector<uint32_t> mask = MaskOf(vocab, allowed);
+  engine::SamplingParams p;
+  p.temperature = 0.8f;
+  std::map<int32_t, int> counts;
+  const int draws = 20000;
+  for (int seed = 0; seed < draws; ++seed) ++counts[engine::SampleNext(logits.data(), vocab, MakeSequence(seed), p, mask.data()).token];
+  double z = 0;
+  for (int32_t t : allowed) z += std::exp(logits[t] / 0.8);
+  for (const auto& [t, count] : counts) ASSERT_TRUE(allowed.count(t)) << t;
+  for (int32_t t : allowed) {
+    const double expected = std::exp(logits[t] / 0.8) / z;
+    EXPECT_NEAR(double(counts[t]) / draws, expected, 0.015) << t;
+  }
+}
+
+// ---- The engine: a constrained request beside unconstrained ones ----
+
+// Logits that depend only on the sequence's last token and position: token (last * 7 + pos) % V
+// is favoured, with a gentle slope over the rest, so seeded sampling varies.
+class FakeModel : public model::Model {
+ public:
+  FakeModel() {
+    c_.model_type = "deepseek_v3";
+    c_.architecture = "deepseek_v3";
+    c_.vocab_size = 48;
+    c_.hidden_size = 8;
+    c_.num_hidden_layers = 1;
+    c_.num_attention_heads = 1;
+    c_.max_position_embeddings = 4096;
+    c_.kv_lora_rank = 6;
+    c_.qk_nope_head_dim = 2;
+    c_.qk_rope_head_dim = 2;
+    c_.v_head_dim = 2;
+    c_.moe_layers = {false};
+    c_.dtype = "float32";
+  }
+  const model::ModelConfig& config() const override { return c_; }
+  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
+               model::ForwardTrace*) const override {
+    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
+      const int32_t t = batch.logits_rows[r];
+      const int64_t last = batch.token_ids[t], pos = batch.positions[t];
+      float* out = logits + r * c_.vocab_size;
+      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = float((v * 5 + last) % 11) * 0.3f;
+      out[(last * 7 + pos) % c_.vocab_size] = 3.0f;
+    }
+  }
+
+ private:
+  model::ModelConfig c_;
+};
+
+// Allows only multiples of 3 (with 0 the stop token) for `length` tokens, then only the stop token.
+class EveryThird final : public engine::TokenConstraint {
+ public:
+  explicit EveryThird(int length) : length_(length) {}
+  void FillNextTokenBitmask(uint32_t* bitmask) override {
+    std::fill(bitmask, bitmask + BitmaskWords(48), 0u);
+    for (int t = 3; t < 48 && accepted_ < length_; t += 3) bitmask[t / 32] |= 1u << (t % 32);
+    if (accepted_ >= length_) bitmask[0] |= 1u;
+  }
+  bool Accept(int32_t token) override {
+    if (token == 0 ? accepted_ < length_ : (token % 3 != 0 || accepted_ >= length_)) return false;
+    if (token == 0) terminated_ = true;
+    ++accepted_;
+    return true;
+  }
+  bool IsTerminated() const override { return terminated_; }
+
+ private:
+  int length_, accepted_ = 0;
+  bool terminated_ = false;
+};
+class EveryThirdFactory final : public engine::TokenConstraintFactory {
+ public:
+  std::unique_ptr<engine::TokenConstraint> Start() const override { return std::make_unique<EveryThird>(5); }
+};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  engine::FinishReason finish = engine::FinishReason::kNone;
+};
+
+// Runs `requests` together (submitted before the first step) and returns each sample's outcome.
+std::vector<std::vector<Outcome>> RunTogether(std::vector<engine::Request> requests) {
+  engine::EngineOptions options;
+  options.block_tokens = 4;
+  options.num_blocks = 64;
+  options.check_invariants = true;
+  model::GenerationConfig generation;
+  generation.eos_token_ids = {0};
+  engine::Engine e(std::make_unique<FakeModel>(), generation, options);
+  std::vector<std::vector<Outcome>> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out[i].resize(requests[i].sampling.n);
+    e.Submit(requests[i], [&out, i](const engine::RequestOutput& o) {
+      if (o.has_token) out[i][o.sample].tokens.push_back(o.token);
+      if (o.finish != engine::FinishReason::kNone) out[i][o.sample].finish = o.finish;
+    });
+  }
+  while (e.Step()) {
+  }
+  return out;
+}
+
+engine::Request Plain(std::vector<int32_t> prompt, uint64_t seed, float temperature) {
+  engine::Request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = 12;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(StructuredEngine, ConstrainedSamplesFollowTheirConstraintAndOthersAreUnaffected) {
+  std::vector<engine::Request> plain = {Plain({5, 6, 7}, 1, 1.0f), Plain({9}, 2, 0.0f), Plain({11, 12}, 3, 0.8f)};
+  const auto alone = RunTogether(plain);
+  std::vector<engine::Request> mixed = plain;
+  for (const float temperature : {0.0f, 1.0f}) {
+    engine::Request constrained = Plain({5, 6, 7}, 4, temperature);
+    constrained.max_tokens = 20;
+    constrained.sampling.n = 2;
+    constrained.constraint = std::make_shared<EveryThirdFactory>();
+    mixed.insert(mixed.begin() + 1, constrained);
+  }
+  const auto together = RunTogether(mixed);
+  // The unconstrained requests: the same tokens as without the constrained ones.
+  EXPECT_EQ(together[0][0].tokens, alone[0][0].tokens);
+  EXPECT_EQ(together[3][0].tokens, alone[1][0].tokens);
+  EXPECT_EQ(together[4][0].tokens, alone[2][0].tokens);
+  for (int r : {1, 2}) {
+    for (const Outcome& o : together[r]) {
+      // Five multiples of 3, then the stop token, which ends the sample (ignore_eos or not).
+      ASSERT_EQ(o.tokens.size(), 6u);
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(o.tokens[i] % 3, 0) << o.tokens[i];
+      EXPECT_NE(o.tokens[0], 0);
+      EXPECT_EQ(o.tokens[5], 0);
+      EXPECT_EQ(o.finish, engine::FinishReason::kStop);
+    }
+  }
+  // Without the constraint the same request does not stay on multiples of 3.
+  engine::Request free = Plain({5, 6, 7}, 4, 1.0f);
+  free.max_tokens = 20;
+  const auto unconstrained = RunTogether({free});
+  int off = 0;
+  for (int32_t t : unconstrained[0][0].tokens) off += t % 3 != 0;
+  EXPECT_GT(off, 0);
+}
+
+// ---- XGrammar constraints over a small vocabulary ----
+
+// Single characters of JSON plus a few multi-character tokens; id 0 is EOS, id 1 a special token.
+structured::GrammarVocabulary SmallVocabulary(std::map<std::string, int32_t>* ids) {
+  structured::GrammarVocabulary v;
+  v.token_bytes.push_back(std::nullopt);  // 0: EOS (a special token)
+  v.token_bytes.push_back(std::nullopt);  // 1: another special token
+  const std::vector<std::string> pieces = {"{", "}", "[", "]", "\"", ":", ",", " ", "a", "b", "c", "n",
+                                           "0", "1", "2", "-", "true", "false", "\"a\"", "\":", "red", "blue", "é"};
+  for (const std::string& p : pieces) {
+    (*ids)[p] = static_cast<int32_t>(v.token_bytes.size());
+    v.token_bytes.push_back(p);
+  }
+  v.token_bytes.push_back("\xC3");  // half of é: a byte-level token
+  (*ids)["\xC3"] = static_cast<int32_t>(v.token_bytes.size()) - 1;
+  v.token_bytes.resize(64);  // the model's vocabulary is larger than the tokenizer's
+  v.stop_token_ids = {0};
+  return v;
+}
+
+std::set<int32_t> Allowed(engine::TokenConstraint& c, int64_t vocab) {
+  std::vector<uint32_t> mask(BitmaskWords(vocab));
+  c.FillNextTokenBitmask(mask.data());
+  std::set<int32_t> out;
+  for (int32_t t = 0; t < vocab; ++t) {
+    if (engine::BitmaskAllows(mask.data(), t)) out.insert(t);
+  }
+  return out;
+}
+
+TEST(StructuredGrammar, JsonSchemaMasksUntilTheObjectIsCompleteThenOnlyEos) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const OJson schema = OJson::parse(R"({"type": "object", "properties": {
+      "a": {"type": "boolean"}, "b": {"enum": ["red", "blue"]}}, "required": ["a", "b"]})");
+  auto factory = output.JsonSchema(schema);
+  EXPECT_EQ(output.JsonSchema(schema), factory);  // cached by schema text
+  auto c = factory->Start();
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["{"]}));  // compact: no leading space, no EOS
+  for (const std::string piece : {"{", "\"a\"", ":"}) ASSERT_TRUE(c->Accept(id[piece])) << piece;
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["true"], id["false"]}));
+  EXPECT_FALSE(c->Accept(id["1"]));  // not a boolean: refused, state unchanged
+  for (const std::string piece : {"false", ",", "\"", "b", "\":", "\"", "blue", "\""}) {
+    ASSERT_TRUE(c->Accept(id[piece])) << piece;
+  }
+  EXPECT_FALSE(c->IsTerminated());
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["}"]}));
+  ASSERT_TRUE(c->Accept(id["}"]));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{0}));  // complete: EOS only
+  ASSERT_TRUE(c->Accept(0));
+  EXPECT_TRUE(c->IsTerminated());
+  // Each sample starts afresh.
+  EXPECT_EQ(Allowed(*factory->Start(), 64), (std::set<int32_t>{id["{"]}));
+}
+
+TEST(StructuredGrammar, JsonObjectAcceptsAnyObjectAndStringsTakeRawBytes) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  auto c = output.JsonObject()->Start();
+  for (const std::string piece : {"{", "\"", "\xC3"}) ASSERT_TRUE(c->Accept(id[piece])) << piece;
+  // Mid-character: only the byte completing é (0xA9) may follow, and no token has it alone.
+  EXPECT_FALSE(Allowed(*c, 64).count(id["\""]));
+  EXPECT_FALSE(c->Accept(id["\""]));
+  auto d = output.JsonObject()->Start();
+  for (const std::string piece : {"{", "\"", "é", "\"", ":", "[", "1", ",", "true", "]", "}"}) {
+    ASSERT_TRUE(d->Accept(id[piece])) << piece;
+  }
+  EXPECT_EQ(Allowed(*d, 64), (std::set<int32_t>{0}));
+}
+
+TEST(StructuredGrammar, UnsupportedOrInvalidSchemasAreNamed) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  EXPECT_THAT(ErrorOf([&] {
+                output.JsonSchema(OJson::parse(R"({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true}}})"));
+              }),
+              HasSubstr("unsupported JSON schema keyword 'uniqueItems' at #/properties/tags"));
+  EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(R"({"anyOf": [{"not": {"type": "string"}}]})")); }),
+              HasSubstr("'not' at #/anyOf/0"));
+  EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(R"({"type": "number", "multipleOf": 0.5})")); }),
+              HasSubstr("'multipleOf' for type number"));
+  EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(R"({"type": "frobnicate"})")); }),
+              HasSubstr("frobnicate"));
+  EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(R"({"properties": {"a": 3}})")); }),
+              HasSubstr("#/properties/a must be an object or a boolean"));
+  EXPECT_EQ(output.cached_grammars(), 0u);  // failures are not cached
+}
+
+TEST(StructuredGrammar, AVocabularyWithoutEosIsRefused) {
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})");
+  EXPECT_THAT(ErrorOf([&] { structured::BuildGrammarVocabulary(tok, 2, {}); }), HasSubstr("no EOS token id"));
+  const structured::GrammarVocabulary v = structured::BuildGrammarVocabulary(tok, 4, {1, 1});
+  EXPECT_EQ(v.token_bytes.size(), 4u);
+  EXPECT_EQ(v.token_bytes[0], "a");
+  EXPECT_EQ(v.token_bytes[3], std::nullopt);
+  EXPECT_EQ(v.stop_token_ids, (std::vector<int32_t>{1}));
+}
+
+// ---- tool_choice ----
+
+TEST(StructuredToolChoice, NamedFunctionGivesItsParametersAndRequiredAnyCall) {
+  const OJson tools = OJson::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "now"}}])");
+  EXPECT_EQ(structured::ToolCallSchema(tools, OJson::parse(R"({"type": "function", "function": {"name": "get_weather"}})")),
+            tools[0]["function"]["parameters"]);
+  EXPECT_EQ(structured::ToolCallSchema(tools, OJson::parse(R"({"type": "function", "function": {"name": "now"}})")),
+            OJson::parse(R"({"type": "object"})"));
+  const OJson required = structured::ToolCallSchema(tools, "required");
+  EXPECT_EQ(required["type"], "array");
+  EXPECT_EQ(required["minItems"], 1);
+  ASSERT_EQ(required["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(required["items"]["anyOf"][1]["properties"]["name"]["const"], "now");
+  EXPECT_THAT(ErrorOf([&] { structured::ToolCallSchema(tools, OJson::parse(R"({"type": "function", "function": {"name": "x"}})")); }),
+              HasSubstr("names function 'x', which is not in tools"));
+  EXPECT_THAT(ErrorOf([&] { structured::ToolCallSchema(OJson::array(), "required"); }), HasSubstr("at least one tool"));
+  EXPECT_THAT(ErrorOf([&] { structured::ToolCallSchema(tools, "auto"); }), HasSubstr("does not constrain"));
+  // The schema compiles into a grammar.
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  EXPECT_NE(output.JsonSchema(required), nullptr);
+}
+
+}  // namespace
+}  // namespace latent
