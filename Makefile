@@ -52,8 +52,13 @@ build: setup $(BUILD_DIR)/build.ninja
 unit-test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
+# Two pytest workers, one test file each at a time (--dist loadfile keeps a file's module
+# fixtures, its servers and transformers references, on one worker): much of a test's time is
+# single-threaded Python (transformers, tokenizers, HTTP clients) or waiting on a server, so two
+# workers overlap on 2 cores. PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
 py-test: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) tests
 
 test: unit-test py-test
 
