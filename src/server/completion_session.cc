@@ -6,9 +6,11 @@
 #include <random>
 
 #include "base/error.h"
+#include "server/forced_tool_call_parser.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "server/tool_request.h"
+#include "structured/tool_choice.h"
 
 namespace latent::server {
 namespace {
@@ -78,6 +80,23 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::Respons
   }
 }
 
+std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedToolCallConstraint() const {
+  if (request_.response_format.type != ResponseFormat::Type::kText) {
+    throw ApiError(400, "response_format cannot be combined with tool_choice 'required' or a named "
+                   "function: the forced call is the output", "response_format");
+  }
+  nlohmann::ordered_json choice = "required";
+  if (request_.tool_choice.mode == ToolChoice::Mode::kFunction) {
+    choice = {{"type", "function"}, {"function", {{"name", request_.tool_choice.function}}}};
+  }
+  try {
+    if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
+    return context_.structured->Get().JsonSchema(structured::ToolCallSchema(request_.tools, choice));
+  } catch (const Error& e) {
+    throw ApiError(400, StrCat("tool_choice: ", e.what()), "tool_choice");
+  }
+}
+
 void CompletionSession::Start() {
   // Tokenize and check every prompt before submitting any.
   std::vector<engine::Request> requests;
@@ -90,7 +109,10 @@ void CompletionSession::Start() {
       requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
     }
   }
-  if (request_.response_format.type != ResponseFormat::Type::kText) {
+  if (ToolCallForced()) {
+    const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ForcedToolCallConstraint();
+    for (engine::Request& r : requests) r.constraint = constraint;
+  } else if (request_.response_format.type != ResponseFormat::Type::kText) {
     const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ResponseConstraint();
     for (engine::Request& r : requests) r.constraint = constraint;
   }
@@ -310,7 +332,16 @@ bool CompletionSession::ToolCallsParsed() const {
          request_.tool_choice.mode != ToolChoice::Mode::kNone && !request_.tools.is_null();
 }
 
+bool CompletionSession::ToolCallForced() const {
+  return request_.endpoint == Endpoint::kChatCompletions && !request_.tools.is_null() &&
+         (request_.tool_choice.mode == ToolChoice::Mode::kRequired ||
+          request_.tool_choice.mode == ToolChoice::Mode::kFunction);
+}
+
 std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& prompt) const {
+  // A forced call is JSON from its first token (the grammar allows nothing else), so no
+  // reasoning or markup parser runs.
+  if (ToolCallForced()) return MakeForcedToolCallParser(request_.tool_choice);
   std::unique_ptr<OutputParser> reasoning =
       MakeReasoningParser(context_.reasoning_parser, prompt);
   std::unique_ptr<OutputParser> tools;

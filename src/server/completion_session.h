@@ -121,6 +121,11 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // The response_format's grammar constraint (compiled or from the cache); ApiError 400 naming the
   // problem for a schema the grammar cannot enforce.
   std::shared_ptr<const engine::TokenConstraintFactory> ResponseConstraint() const;
+  // tool_choice "required" or a named function: the grammar of the forced call's JSON
+  // (structured::ToolCallSchema); ApiError 400 naming the problem.
+  std::shared_ptr<const engine::TokenConstraintFactory> ForcedToolCallConstraint() const;
+  // Whether tool_choice forces a call (chat with tools, "required" or a named function).
+  bool ToolCallForced() const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
   void AddParsed(Choice& choice, const ParsedDelta& parsed);

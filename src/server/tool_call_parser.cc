@@ -21,15 +21,6 @@ size_t PartialSuffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-std::string NewCallId() {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-  return id;
-}
-
 void DumpPython(const OrderedJson& v, std::string& out) {
   if (v.is_object()) {
     out += '{';
@@ -55,6 +46,15 @@ void DumpPython(const OrderedJson& v, std::string& out) {
 }
 
 }  // namespace
+
+std::string NewToolCallId() {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return id;
+}
 
 std::string PythonJsonDumps(const OrderedJson& value) {
   std::string out;
@@ -177,7 +177,7 @@ bool ToolCallParser::StreamArgumentsUntil(std::string_view end, std::string_view
 }
 
 void ToolCallParser::StartCall(std::string id, std::string name) {
-  if (id.empty()) id = NewCallId();
+  if (id.empty()) id = NewToolCallId();
   call_name_ = name;
   out_->tool_calls.push_back({calls_++, std::move(id), std::move(name), ""});
   call_open_ = true;

@@ -121,6 +121,9 @@ class ToolCallParser : public OutputParser {
   ParsedDelta* out_ = nullptr;
 };
 
+// A fresh OpenAI-style call id: "call_" and 24 random letters and digits.
+std::string NewToolCallId();
+
 // JSON text as Python's json.dumps(value, ensure_ascii=False) writes it (", " and ": ").
 std::string PythonJsonDumps(const nlohmann::ordered_json& value);
 

@@ -141,3 +141,62 @@ def test_schemas_the_grammar_cannot_enforce_are_refused(server):
                 response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
         assert words in str(e.value), str(e.value)
         assert "response_format" in str(e.value)
+
+
+# Forced tool calls: tool_choice "required" or a named function constrains the output to the
+# call's JSON (structured::ToolCallSchema), read back into tool_calls (forced_tool_call_parser.h).
+WEATHER = {"type": "object",
+           "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 3}},
+           "required": ["city", "days"]}
+CLOCK = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "parameters": CLOCK}}]
+TOOL_SCHEMAS = {"get_weather": WEATHER, "get_time": CLOCK}
+
+
+def test_named_tool_choice_forces_that_call_streamed_and_not(server):
+    client = server.client(timeout=300)
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=60,
+                                       temperature=1.0, seed=7, n=4, tools=TOOLS, tool_choice=choice)
+    for c in r.choices:
+        assert c.finish_reason == "tool_calls", c
+        assert c.message.content is None
+        (call,) = c.message.tool_calls
+        assert call.type == "function" and call.function.name == "get_weather"
+        assert call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+    # Streamed with the same seed: the same call, its id and name first, then argument pieces.
+    chunks = list(client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=60, temperature=1.0, seed=7, tools=TOOLS,
+        tool_choice=choice, stream=True))
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].function.name == "get_weather" and deltas[0].id.startswith("call_")
+    assert all(d.index == 0 and d.id is None for d in deltas[1:])
+    assert "".join(d.function.arguments or "" for d in deltas) == \
+        r.choices[0].message.tool_calls[0].function.arguments
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+def test_required_tool_choice_gives_at_least_one_valid_call(server):
+    client = server.client(timeout=300)
+    for seed in (0, 3):  # greedy, then one seeded sample
+        r = client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=160, temperature=1.0 if seed else 0.0,
+            seed=seed or None, tools=TOOLS, tool_choice="required")
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        assert c.message.content is None and len(c.message.tool_calls) >= 1
+        for call in c.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), TOOL_SCHEMAS[call.function.name])
+        assert len({call.id for call in c.message.tool_calls}) == len(c.message.tool_calls)
+
+
+def test_forced_tool_choice_with_response_format_is_refused(server):
+    client = server.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8, tools=TOOLS, tool_choice="required",
+            response_format={"type": "json_object"})
+    assert "cannot be combined with tool_choice" in str(e.value)
