@@ -159,8 +159,10 @@ void ShapeToolCallTurns(OrderedJson& messages, bool as_objects) {
   for (size_t i = 0; i < messages.size(); ++i) {
     OrderedJson& m = messages[i];
     if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
-    OrderedJson& calls = m["tool_calls"];
+    // Before taking a reference into m: adding "content" may grow m's ordered map and move its
+    // elements.
     if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+    OrderedJson& calls = m["tool_calls"];
     for (size_t j = 0; j < calls.size(); ++j) {
       if (!calls[j].is_object() || !calls[j].contains("function")) continue;
       OrderedJson& fn = calls[j]["function"];

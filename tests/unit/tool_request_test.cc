@@ -111,6 +111,23 @@ nlohmann::ordered_json Turns(const std::string& arguments) {
       arguments + R"(}}]}, {"role": "tool", "tool_call_id": "c", "content": "r"}])");
 }
 
+// An assistant turn with tool calls and no "content" key: adding the key grows the message's
+// ordered map, which moved the tool_calls array under a reference taken before (found by
+// openai_request_fuzzer under ASan; its input is a corpus seed).
+TEST(ToolRequestTest, ShapesToolCallTurnsWithoutAContentKey) {
+  for (int fields = 1; fields <= 8; ++fields) {  // map capacities around each growth point
+    nlohmann::ordered_json message = {{"role", "assistant"}};
+    for (int f = 1; f < fields; ++f) message["extra" + std::to_string(f)] = f;
+    message["tool_calls"] = nlohmann::ordered_json::parse(
+        R"([{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}])");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array({message});
+    ShapeToolCallTurns(messages, /*as_objects=*/true);
+    EXPECT_EQ(messages[0]["content"], "");
+    EXPECT_EQ(messages[0]["tool_calls"][0]["function"]["arguments"],
+              nlohmann::ordered_json::parse(R"({"x": 1})"));
+  }
+}
+
 TEST(ToolRequestTest, ShapesToolCallTurnsForTheTemplate) {
   auto messages = Turns(R"("{\"city\": \"Paris\", \"n\": [1, 2]}")");
   ShapeToolCallTurns(messages, /*as_objects=*/true);
