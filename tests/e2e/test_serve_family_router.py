@@ -1,6 +1,8 @@
-"""A.X-K1 (axk1) and Mistral Small 4 (mistral4, as released: wrapped in a Mistral 3
-vision-language checkpoint) served over the OpenAI API: a chat completion with the tokenizer's
-chat template, and a greedy completion equal to `latent generate` on the same prompt ids."""
+"""A.X-K1 (axk1), Mistral Small 4 (mistral4, as released: wrapped in a Mistral 3
+vision-language checkpoint), A.X-K2 (axk2: DSA, fused query/output gate, gated RMSNorms) and
+Mistral Large 4 (mistral_large4: NoPE and KV-sharing layers, shared indexers, in its wrapper)
+served over the OpenAI API: a chat completion with the tokenizer's chat template, a greedy
+completion equal to `latent generate` on the same prompt ids, and the same completion streamed."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from e2e_harness import MODEL_NAME, SERVER_FLAGS, TOKENIZER_DIR, LatentServer
 MAX_TOKENS = 10
 
 
-@pytest.mark.parametrize("preset", ["axk1", "mistral4_vl"])
+@pytest.mark.parametrize("preset", ["axk1", "mistral4_vl", "axk2", "mistral_large4"])
 def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
     model = tiny_models.get(preset, "--tokenizer", str(TOKENIZER_DIR))
     srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS)
@@ -38,5 +40,11 @@ def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
                          "--max-tokens", str(MAX_TOKENS), "--ignore-eos")
         assert ids == json.loads(out.stdout)["ids"]
         assert len(ids) == MAX_TOKENS
+
+        streamed = client.completions.create(model=MODEL_NAME, prompt="The capital of France is",
+                                             max_tokens=MAX_TOKENS, temperature=0, stream=True,
+                                             extra_body={"ignore_eos": True})
+        text = "".join(chunk.choices[0].text for chunk in streamed if chunk.choices)
+        assert text == resp.choices[0].text
     finally:
         assert srv.stop() == 0, srv.log()
