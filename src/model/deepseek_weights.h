@@ -38,6 +38,10 @@ struct AttentionWeights {
   // Learned log-position query scaling (mistral_large4's ssmax_scaling), after rope; empty where
   // none.
   ops::LogPositionScale query_scale;  // [H]
+  // dots3_note: RMSNorm of the rotary key before rope (k_rope_only_layernorm) [dr], data null:
+  // none; and a per-head output gate sigmoid(g_proj(x)) [H, D] on each head's attention output.
+  NormWeight k_rope_norm;
+  std::optional<kernels::WeightRef> head_gate;
 };
 
 // DeepSeek sparse attention's indexer (layers that run one).
