@@ -571,7 +571,9 @@ PRESETS["dots3_note"] = {
         "index_head_dim": 16,
         "max_position_embeddings": 1024,
         "bos_token_id": 0,
-        "eos_token_id": 1,
+        # A token this tiny model emits now and then (never only as the last of a short
+        # continuation), so that the engine property test's greedy runs stop at EOS early.
+        "eos_token_id": 75,
         "pad_token_id": None,
         "tie_word_embeddings": False,
     },
