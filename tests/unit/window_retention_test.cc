@@ -4,6 +4,8 @@
 // both tables. Also the grouped layout of the blocks and the view's addressing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <vector>
