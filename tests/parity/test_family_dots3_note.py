@@ -101,7 +101,8 @@ def test_info_rows_per_layer_kind(case):
     assert got["architecture"] == "dots3_note"
     assert got["model_type"] == "dots3_note_text"
     assert got["unused_tensors"] == []
-    c, r, i = config.kv_lora_rank, config.qk_rope_head_dim, config.index_head_dim
+    dsa_layer = config.per_layer_config[0]
+    c, r, i = dsa_layer.kv_lora_rank, dsa_layer.qk_rope_head_dim, config.index_head_dim
     swa = config.per_layer_config[2]
     cs, rs = swa.kv_lora_rank, swa.qk_rope_head_dim
     assert (cs + rs) != (c + r)  # two widths of latent rows
