@@ -34,6 +34,7 @@ std::unique_ptr<Sequence> WindowSequence(int64_t id, int32_t prompt_len, int32_t
   std::iota(seq->tokens.begin(), seq->tokens.end(), first_token);
   seq->num_prompt = prompt_len;
   seq->window_table = cache::BlockTable(kBlock);
+  seq->window_table->set_root_hash(0x77696e646f77ull);  // as the engine keys window blocks apart
   seq->window = kWindow;
   return seq;
 }
@@ -100,7 +101,7 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
 }
 
 // Runs `seq` (already added) for `steps` steps.
-void Run(Scheduler& scheduler, int steps) {
+void RunSteps(Scheduler& scheduler, int steps) {
   for (int i = 0; i < steps; ++i) Commit(scheduler, scheduler.Schedule());
 }
 
@@ -115,7 +116,7 @@ TEST(WindowRetention, PrefixHitTakesTheCachedWindowBlocks) {
   Scheduler scheduler({.max_batch_tokens = 64}, pool);
   auto first = WindowSequence(0, 16);
   scheduler.AddWaiting(first.get());
-  Run(scheduler, 10);
+  RunSteps(scheduler, 10);
   scheduler.Remove(first.get());
   // Its window blocks of positions 0..7 were released during its decode, but stay cached.
   auto second = SameStart(1, *first, 16, 5);
@@ -143,7 +144,7 @@ TEST(WindowRetention, PrefixHitShrinksWhenWindowBlocksWereEvicted) {
   Scheduler scheduler({.max_batch_tokens = 64}, pool);
   auto first = WindowSequence(0, 16);
   scheduler.AddWaiting(first.get());
-  Run(scheduler, 19);
+  RunSteps(scheduler, 19);
   ASSERT_EQ(first->num_computed, 32);
   scheduler.Remove(first.get());
   // Its full blocks of positions 0..15 are cached, its window blocks of them are not: a hit
