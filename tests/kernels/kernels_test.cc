@@ -35,7 +35,7 @@ INSTANTIATE_TEST_SUITE_P(
     Isa, FastKernels,
     ::testing::Values(testing::FastTable{"avx512", Avx512Kernels, "no AVX-512 on this CPU"},
                       testing::FastTable{"avx2", Avx2Kernels,
-                                         "no AVX2 + FMA + F16C (or no OS ymm support) on this CPU"}),
+                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
     testing::FastTableName);
 
 // The family's table, or skip the test on CPUs without it.
@@ -325,7 +325,8 @@ TEST_P(FastKernels, LinearEveryBatchSizeMatchesRefAndIsBatchInvariant) {
   const int64_t most = 70;
   for (const WeightCase& wc : WeightCases()) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{11, 13}, {37, 77}, {5, 263}}) {
-      const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+      const TestWeight w =
+          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
       const std::vector<float> x = RandomFloats(rng, most * k);
       std::vector<float> want(most * n), batch(most * n, NAN), scratch(k), row(k);
       Ref().linear(x.data(), most, w.ref, want.data(), scratch.data());

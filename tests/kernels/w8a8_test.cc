@@ -1,7 +1,7 @@
-// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI and AVX2 kernels against the scalar reference, bit
-// for bit (integer dot products, one fixed float formula), over k and n tails, decode and batch
-// shapes, row slices, ties and zero rows; and batch invariance: a row's output is the same
-// alone, inside any batch and with any thread count.
+// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI and AVX2 kernels against the scalar
+// reference, bit for bit (integer dot products, one fixed float formula), over k and n tails,
+// decode and batch shapes, row slices, ties and zero rows; and batch invariance: a row's output
+// is the same alone, inside any batch and with any thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,7 +32,7 @@ INSTANTIATE_TEST_SUITE_P(
     Isa, W8A8Kernels,
     ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
                       testing::FastTable{"avx2", Avx2Kernels,
-                                         "no AVX2 + FMA + F16C (or no OS ymm support) on this CPU"}),
+                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
     testing::FastTableName);
 
 #define REQUIRE_W8A8()                                                 \

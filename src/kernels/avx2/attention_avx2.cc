@@ -82,12 +82,14 @@ void SharedValueChunk(const AttentionArgs& a, int64_t tb, int64_t rows, float (*
   if (count == 8) {
     for (int64_t i = 0; i < rows; ++i) {
       const __m256 vv = _mm256_loadu_ps(a.values[tb + i] + c0);
-      for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
+      for (int g = 0; g < G; ++g)
+        acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
   } else {
     for (int64_t i = 0; i < rows; ++i) {
       const __m256 vv = LoadPart(a.values[tb + i] + c0, count);
-      for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
+      for (int g = 0; g < G; ++g)
+        acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
   }
   for (int g = 0; g < G; ++g) StorePart(acc_rows + g * d + c0, count, acc[g]);
@@ -106,7 +108,8 @@ void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t r
     const float* v = a.values[tb + i] + offset;
     const __m256 pb = _mm256_broadcast_ss(&p[i]);
     for (int cc = 0; cc < C; ++cc) {
-      const __m256 vv = cc == C - 1 && last < 8 ? LoadPart(v + cc * 8, last) : _mm256_loadu_ps(v + cc * 8);
+      const __m256 vv =
+          cc == C - 1 && last < 8 ? LoadPart(v + cc * 8, last) : _mm256_loadu_ps(v + cc * 8);
       acc[cc] = _mm256_fmadd_ps(pb, vv, acc[cc]);
     }
   }
@@ -156,7 +159,8 @@ void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int6
   __m256 bm = _mm256_set1_ps(-INFINITY);
   for (int64_t i = 0; i < rows; i += 8) {
     const __m256 live = _mm256_castsi256_ps(TailMask(std::min<int64_t>(8, rows - i)));
-    bm = _mm256_max_ps(bm, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(s + i), live));
+    const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(s + i), live);
+    bm = _mm256_max_ps(bm, v);
   }
   const float block_max = ReduceMax(bm);
   if (block_max > *mx) {
@@ -189,7 +193,8 @@ void BlockGroup(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, fl
   } else {
     Scores<G, false>(a, h0, tb, rows, p);
   }
-  for (int g = 0; g < G; ++g) SoftmaxStep(p[g], rows, &mx[g], &sum[g], acc_rows + g * a.v_dim, a.v_dim);
+  for (int g = 0; g < G; ++g)
+    SoftmaxStep(p[g], rows, &mx[g], &sum[g], acc_rows + g * a.v_dim, a.v_dim);
   Values<G>(a, h0, tb, rows, p, acc_rows);
 }
 
@@ -350,7 +355,8 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
                  float (*p)[kKeyBlock], float* const* o, int64_t c0, int64_t last) {
   __m256 acc[QS][C];
   for (int i = 0; i < QS; ++i)
-    for (int cc = 0; cc < C; ++cc) acc[i][cc] = LoadPart(o[i] + c0 + 8 * cc, cc == C - 1 ? last : 8);
+    for (int cc = 0; cc < C; ++cc)
+      acc[i][cc] = LoadPart(o[i] + c0 + 8 * cc, cc == C - 1 ? last : 8);
   for (int64_t r = 0; r < rows_max; ++r) {
     const float* v = vt + (t0 + r) * dv + c0;
     __m256 vv[C];
@@ -363,7 +369,8 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
     }
   }
   for (int i = 0; i < QS; ++i)
-    for (int cc = 0; cc < C; ++cc) StorePart(o[i] + c0 + 8 * cc, cc == C - 1 ? last : 8, acc[i][cc]);
+    for (int cc = 0; cc < C; ++cc)
+      StorePart(o[i] + c0 + 8 * cc, cc == C - 1 ? last : 8, acc[i][cc]);
 }
 
 template <int QS>

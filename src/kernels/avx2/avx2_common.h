@@ -124,7 +124,9 @@ struct PartByCopy {  // tails of the narrow types: copied into a zeroed buffer, 
 struct LoadF32 {
   static constexpr int kBytes = 4;
   static constexpr bool kFp8 = false;
-  static __m256 Full(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static __m256 Full(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
   static __m256 Part(const uint8_t* p, int64_t count) {
     return LoadPart(reinterpret_cast<const float*>(p), count);
   }

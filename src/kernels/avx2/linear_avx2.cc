@@ -186,7 +186,8 @@ void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1) {
             _mm_prefetch(reinterpret_cast<const char*>(row + c * L::kBytes + kSegment * L::kBytes),
                          _MM_HINT_T0);
           }
-          __m256 w = c + 8 <= c1 ? L::Full(row + c * L::kBytes) : L::Part(row + c * L::kBytes, c1 - c);
+          __m256 w = c + 8 <= c1 ? L::Full(row + c * L::kBytes)
+                                 : L::Part(row + c * L::kBytes, c1 - c);
           if constexpr (L::kFp8) w = _mm256_mul_ps(w, s);
           _mm256_store_ps(&stage[b][c - c0], w);
         }
@@ -201,7 +202,8 @@ void TileBatch(const Job& j, int64_t n0, int64_t m0, int64_t m1) {
     }
   }
   for (int64_t m = m0; m < m1; ++m)
-    for (int b = 0; b < NT; ++b) j.y[m * j.n + n0 + b] = Finish(j, n0 + b, io[(m - m0) * kNtBig + b]);
+    for (int b = 0; b < NT; ++b)
+      j.y[m * j.n + n0 + b] = Finish(j, n0 + b, io[(m - m0) * kNtBig + b]);
 }
 
 // Activation rows per block: the block (rows x k f32) stays in L2 (256 KiB) while every weight
@@ -239,7 +241,8 @@ void LinearTyped(const Job& j) {
   grain = std::min(grain, (j.n + 4 * threads - 1) / (4 * threads));
   grain = std::max<int64_t>(tile, (grain + tile - 1) / tile * tile);
   const auto rows = [&j](int64_t r0, int64_t r1) { Rows<L>(j, r0, r1); };
-  const double work = static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(j.m);
+  const double work =
+      static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(j.m);
   if (threads == 1 || work < 32768.0 || grain >= j.n) {
     rows(0, j.n);
   } else {
@@ -400,7 +403,8 @@ void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
     const __m256 xv = _mm256_set1_ps(xr);
     for (int t = 0; t < kCt; ++t) {
       if (t >= chunks) break;
-      __m256 w = t < full ? L::Full(row + t * 8 * L::kBytes) : L::Part(row + t * 8 * L::kBytes, rest);
+      __m256 w = t < full ? L::Full(row + t * 8 * L::kBytes)
+                          : L::Part(row + t * 8 * L::kBytes, rest);
       if constexpr (L::kFp8) w = _mm256_mul_ps(w, _mm256_set1_ps(s[t]));
       acc[t] = _mm256_fmadd_ps(xv, w, acc[t]);
     }
