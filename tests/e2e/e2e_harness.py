@@ -24,6 +24,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # LATENT_SERVE_BIN runs the tests against another build (a sanitizer build, say).
 LATENT = Path(os.environ.get("LATENT_SERVE_BIN", REPO / "build" / "latent"))
+# How many times slower that build starts and stops than the plain one (make test-asan and
+# test-tsan set it: a sanitized server loads the 129k-entry tokenizer in 5x the CPU time). Only
+# the harness's waits for start-up and SIGTERM scale by it, never what a test asserts.
+SLOWDOWN = float(os.environ.get("LATENT_TEST_SLOWDOWN", "1"))
 # ../shared beside the repository (CI clones it there too).
 TOKENIZER_DIR = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
 HOST = "127.0.0.1"
@@ -51,8 +55,8 @@ class LatentServer:
             [str(LATENT), "serve", "--model", str(model_dir), "--host", HOST, "--port", "0",
              "--served-model-name", name, *flags],
             stdout=subprocess.DEVNULL, stderr=self._log)
-        self.port = self._wait_for_port(timeout=30)
-        self.wait_ready(timeout=60)
+        self.port = self._wait_for_port(timeout=30 * SLOWDOWN)
+        self.wait_ready(timeout=60 * SLOWDOWN)
 
     # -- life cycle --
 
@@ -97,6 +101,7 @@ class LatentServer:
 
     def stop(self, timeout: float = 20) -> int:
         """SIGTERM and wait; kills it (and fails) when it does not exit in time."""
+        timeout *= SLOWDOWN
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
             try:
