@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/distributed_model.h"
 #include "base/error.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
@@ -159,7 +160,7 @@ Runner RegisterBench(CLI::App& app) {
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
+    std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
