@@ -3,6 +3,7 @@
 // a message naming what did not complete instead of a hang.
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,6 +131,16 @@ class MpiCommunicator final : public Communicator {
   double seconds_ = 0;
 };
 
+// mpirun ends the other ranks with SIGTERM when one exits abnormally (or the job is
+// interrupted): say so on this rank's stderr before going, so rank 0's log tells why it ended.
+char sigterm_message[160];
+size_t sigterm_message_length = 0;
+
+void OnSigterm(int) {
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, sigterm_message, sigterm_message_length);
+  _exit(128 + SIGTERM);
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
@@ -151,6 +162,13 @@ std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
     }
   }
   auto world = std::make_unique<MpiCommunicator>(timeout_s);
+  const int length = std::snprintf(
+      sigterm_message, sizeof sigterm_message,
+      "latent: error: rank %d of %d: ended by mpirun (SIGTERM): another rank has exited or the "
+      "job was interrupted\n",
+      world->rank(), world->size());
+  sigterm_message_length = std::min(sizeof sigterm_message - 1, static_cast<size_t>(length));
+  ::signal(SIGTERM, OnSigterm);
   std::fprintf(stderr, "latent: rank %d of %d (pid %d)\n", world->rank(), world->size(),
                static_cast<int>(getpid()));
   return world;
