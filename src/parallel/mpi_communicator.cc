@@ -3,6 +3,7 @@
 // a message naming what did not complete instead of a hang.
 #include <mpi.h>
 #include <sched.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -144,10 +145,18 @@ void OnSigterm(int) {
 }  // namespace
 
 std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
+  // MPI's own threads start blocking SIGINT and SIGTERM, so that these reach latent's threads
+  // (serve's signal thread drains on them; elsewhere OnSigterm below), never an MPI thread's
+  // default action.
+  sigset_t blocked, previous;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &blocked, &previous);
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-    Fail("MPI_Init_thread failed");
-  }
+  const int init = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (init != MPI_SUCCESS) Fail("MPI_Init_thread failed");
   if (provided < MPI_THREAD_SERIALIZED) {
     Fail("this MPI library does not support MPI_THREAD_SERIALIZED (the engine calls MPI from its "
          "own thread)");
