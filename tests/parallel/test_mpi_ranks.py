@@ -21,7 +21,12 @@ import pytest
 from conftest import LATENT, run_latent
 
 MPIRUN = shutil.which("mpirun")
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun missing: make setup installs openmpi-bin")
+
+
+@pytest.fixture(autouse=True)
+def need_mpirun():
+    if MPIRUN is None:
+        pytest.fail("mpirun is missing: `make setup` installs openmpi-bin and libopenmpi-dev")
 
 PROMPT = "3,17,29,4,88,101,7,250,64,5,19,42,77,8"
 

@@ -19,9 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from conftest import latent_generate  # noqa: E402
 from e2e_harness import (HOST, LATENT, MODEL_NAME, SERVER_FLAGS, LatentServer,  # noqa: E402,F401
                          chat_model)
-from test_mpi_ranks import MPIRUN, mpi_env  # noqa: E402
-
-pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun missing: make setup installs openmpi-bin")
+from test_mpi_ranks import MPIRUN, mpi_env, need_mpirun  # noqa: E402,F401 (fixture)
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 MAX_TOKENS = 12
