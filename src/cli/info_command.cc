@@ -12,6 +12,7 @@
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
 #include "model/weight_table.h"
+#include "parallel/communicator.h"
 #include "weights/checkpoint.h"
 
 namespace latent::cli {
@@ -23,6 +24,7 @@ struct InfoOptions {
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
   std::string quantize = "none";
+  int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
 };
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
@@ -88,6 +90,25 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["cache_layers"] = layers;
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
+  // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
+  // cache is replicated (every rank runs attention), so its bytes per token are every rank's.
+  const int ranks = opt.ranks > 0 ? opt.ranks : parallel::World().size();
+  if (ranks > 1) {
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (int r = 0; r < ranks; ++r) {
+      const model::ExpertShard shard{r, ranks};
+      int64_t stored = 0;
+      const int64_t bytes =
+          model::LoadedWeightBytes(config, ckpt, report, load.quantize, &stored, shard);
+      per_rank.push_back({{"rank", r},
+                          {"routed_experts",
+                           {shard.Begin(config.n_routed_experts), shard.End(config.n_routed_experts)}},
+                          {"weight_bytes", bytes},
+                          {"checkpoint_bytes", stored},
+                          {"cache_bytes_per_token", cache::BytesPerToken(rows)}});
+    }
+    info["ranks"] = per_rank;
+  }
   return info;
 }
 
@@ -144,6 +165,15 @@ void PrintText(const nlohmann::json& info) {
   std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "\n"
             << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "
             << info["cache_block"]["bytes"] << " bytes\n";
+  if (info.contains("ranks")) {
+    std::cout << "ranks (" << info["ranks"].size() << ", expert parallel; attention, dense layers, "
+              << "shared experts and the cache on every rank):\n";
+    for (const auto& rank : info["ranks"]) {
+      std::cout << "  rank " << rank["rank"] << ": experts [" << rank["routed_experts"][0] << ", "
+                << rank["routed_experts"][1] << "), weight bytes " << rank["weight_bytes"]
+                << ", cache bytes/token " << rank["cache_bytes_per_token"] << "\n";
+    }
+  }
 }
 
 }  // namespace
@@ -157,8 +187,14 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--ranks", opt->ranks,
+                  "Show each rank's share for an expert-parallel job of this many ranks (default: "
+                  "this job's, under mpirun)")
+      ->check(CLI::PositiveNumber);
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
+    // Under mpirun every rank could answer; rank 0 prints for all of them.
+    if (parallel::World().rank() != 0) return 0;
     nlohmann::json info = BuildInfo(*opt);
     if (opt->json) {
       std::cout << info.dump(2) << "\n";

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "engine/distributed_model.h"
 #include "base/error.h"
 #include "cache/block_table.h"
 #include "generate/attention_form.h"
@@ -147,7 +148,7 @@ Runner RegisterStepBench(CLI::App& app) {
     if (contexts.empty() || forms.empty() || batches.empty()) {
       Fail("--context, --attention and --batch need at least one value");
     }
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
+    std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const model::ModelConfig& config = m->config();
     const model::CacheDType dtype = model::ParseCacheDType(opt->cache_dtype, config);
     for (int64_t context : contexts) {

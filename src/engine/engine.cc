@@ -230,7 +230,7 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
     if (seq.status == SequenceStatus::kFinished) continue;
     std::optional<BlockCopy> copy;
     if (!scheduler_->Fork(&seq, first, first.num_prompt, copy)) continue;
-    if (copy) cache_->rows().CopyBlock(copy->from, copy->to, copy->tokens);
+    if (copy) model_->CopyCacheBlock(cache_->rows(), copy->from, copy->to, copy->tokens);
     AcceptToken(seq, logits);
   }
 }

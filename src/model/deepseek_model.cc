@@ -10,6 +10,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "model/cache_rows.h"
+#include "parallel/communicator.h"
 
 namespace latent::model {
 namespace {
@@ -39,6 +40,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
       weights_(LoadDeepseekWeights(config_, ckpt_, tensors, options)),
       dims_(MlaDimsOf(config_)),
       moe_dims_(MoeDimsOf(config_)),
+      sum_partials_(options.communicator != nullptr && options.communicator->size() > 1
+                        ? ops::SumPartials([comm = options.communicator](float* data, int64_t n) {
+                            comm->SumInRankOrder(data, n);
+                          })
+                        : ops::SumPartials()),
       rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim, config_.qk_head_dim(),
                                   config_.rope_interleave, /*round_bf16=*/false)),
       index_rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim,
@@ -150,7 +156,7 @@ void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float
       trace->experts.resize(config_.num_hidden_layers);
       chosen = &trace->experts[l];
     }
-    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen);
+    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen, sum_partials_);
     dump::Tensor("moe_out", l, out, tokens, config_.hidden_size);
   } else {
     LATENT_PROFILE_SCOPE(kDenseMlp);
@@ -183,7 +189,7 @@ void DeepseekModel::Moe(int64_t slot, int64_t layer, const float* x, int64_t tok
     trace->experts.resize(config_.num_hidden_layers);
     chosen = &trace->experts[layer];
   }
-  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen);
+  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen, sum_partials_);
   dump::Tensor("moe_out", layer, out, tokens, config_.hidden_size);
 }
 

@@ -81,6 +81,8 @@ class DeepseekModel : public Model {
   // none), so layers of one model may cache different rows (KV sharing, shared indexers).
   std::vector<int> latent_rows_, index_rows_;
   ops::MoeDims moe_dims_;
+  // Expert parallelism: sums the ranks' routed-expert outputs (empty: this process holds all).
+  ops::SumPartials sum_partials_;
   ops::Rope rope_;
   ops::Rope index_rope_;  // DSA models only.
 };

@@ -108,6 +108,13 @@ class Model {
     (void)prompt_len;
     return 0;
   }
+  // Copies every row of the first `tokens` positions of block `from` into block `to` (forking a
+  // partially filled block). Through the model so that the ranks of a scale-out job, which each
+  // hold a replica of the cache, all copy (engine/distributed_model.h).
+  virtual void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,
+                              uint32_t tokens) const {
+    rows.CopyBlock(from, to, tokens);
+  }
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.
