@@ -195,7 +195,8 @@ def rewrite_config(src, dst, edit):
     (lambda c: c.update(indexer_types=["shared"] * 4), "layer 0 is a shared indexer layer"),
     (lambda c: c.update(hc_mult=0), "'hc_mult' must be positive"),
     (lambda c: c.update(layer_types=["sliding_attention"] * 4), "hy_v4 layer_types entries must be"),
-    (lambda c: c.update(hc_mult=4), "model.hc_pre.hc_head.hc_head_fn"),  # shapes no longer match
+    (lambda c: c.update(hc_mult=4),
+     "tensor 'model.layers.0.hc_pre.hc_attn_layer.hc_fn' has shape [6, 180] but config.json implies [8, 240]"),
 ], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch"])
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
     model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
