@@ -28,6 +28,7 @@ ops::MoeDims MoeDimsOf(const ModelConfig& c) {
   d.scoring = c.scoring_func;
   d.topk_method = c.topk_method;
   d.dropped_groups_score_zero = c.router_dropped_groups_score_zero;
+  d.swiglu_limit = static_cast<float>(c.swiglu_limit);
   return d;
 }
 
@@ -123,7 +124,8 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
   if (selection != nullptr) {
     dsa.indexer = w.indexer ? &*w.indexer : nullptr;
     dsa.rope = dims.rope > 0 ? &index_rope_ : nullptr;
-    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
+    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk,
+                config_.index_rope_last, static_cast<float>(config_.index_k_norm_eps)};
     dsa.selection = selection;
     if (dsa.indexer != nullptr) {
       LATENT_CHECK(index_rows_[l] >= 0);

@@ -39,6 +39,7 @@ class DeepseekModel : public Model {
   Activations Start(const ForwardBatch& batch) const;
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
+  const DeepseekWeights& weights() const { return weights_; }
 
   // hidden [T, D] = the embedding rows of the batch's tokens.
   void Embed(const ForwardBatch& batch, float* hidden) const;

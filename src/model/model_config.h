@@ -112,6 +112,18 @@ struct ModelConfig {
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
+  // Hy4: hc_mult residual streams joined by hyper-connections (ops/hyper_connections.h); 0: one
+  // plain residual stream. hc_magnitude scales the post gate, hc_eps is added to every gate.
+  int64_t hc_mult = 0;
+  double hc_magnitude = 2.0;
+  double hc_eps = 1e-6;
+  // The routed experts' SwiGLU clamp (Hy4's swiglu_limit); 0: none.
+  double swiglu_limit = 0.0;
+  // Hy4's DSA indexer rotates the last qk_rope_head_dim dims of its heads (else the first) and
+  // normalises its keys with eps rms_norm_eps (else 1e-6).
+  bool index_rope_last = false;
+  double index_k_norm_eps = 1e-6;
+
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
   std::optional<int64_t> bos_token_id;

@@ -15,7 +15,7 @@ using kernels::Linear;
 
 }  // namespace
 
-void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out) {
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out, float swiglu_limit) {
   const int64_t inter = w.gate.n;
   // [T, inter] each, reused by this thread: a 2048-token chunk through the dense MLP needs
   // 90 MB apiece, which glibc would otherwise map, page-fault and zero at every call.
@@ -28,6 +28,12 @@ void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out)
   float* up = up_buffer.data();
   Linear(x, tokens, w.gate, gate);
   Linear(x, tokens, w.up, up);
+  if (swiglu_limit > 0) {
+    for (int64_t i = 0; i < tokens * inter; ++i) {
+      gate[i] = std::min(gate[i], swiglu_limit);
+      up[i] = std::clamp(up[i], -swiglu_limit, swiglu_limit);
+    }
+  }
   kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
   Linear(gate, tokens, w.down, out);
 }
@@ -99,7 +105,7 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
     gathered.resize(m * d);
     expert_out.resize(m * d);
     for (int64_t i = 0; i < m; ++i) std::copy(x + token_of[i] * d, x + (token_of[i] + 1) * d, &gathered[i * d]);
-    MlpForward(w.experts[e], gathered.data(), m, expert_out.data());
+    MlpForward(w.experts[e], gathered.data(), m, expert_out.data(), c.swiglu_limit);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
   }

@@ -39,10 +39,15 @@ struct MoeDims {
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   TopkMethod topk_method = TopkMethod::kGreedy;
   bool dropped_groups_score_zero = false;  // RouteArgs' field of that name (A.X-K2)
+  // The routed experts' SwiGLU clamp (Hy4, GLM-5-Next): gate <= limit, -limit <= up <= limit
+  // before silu(gate) * up; 0: none. The shared experts are not clamped.
+  float swiglu_limit = 0.0f;
 };
 
-// x [T, D] -> out [T, D]
-void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out);
+// x [T, D] -> out [T, D] = down(silu(gate(x)) * up(x)); with `swiglu_limit` > 0 the gate
+// pre-activations are clamped from above at it and the up ones to [-limit, limit] first.
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out,
+                float swiglu_limit = 0.0f);
 
 // Router choices: experts [T, k] and weights [T, k], by the router of dims' scoring and method.
 void RouteTokens(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,

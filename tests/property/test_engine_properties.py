@@ -35,7 +35,8 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
 
 
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
-                                        "longcat_flash", "axk2", "mistral_large4"])
+                                        "longcat_flash", "axk2", "mistral_large4",
+                                        "hy_v4"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
