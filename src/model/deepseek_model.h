@@ -39,6 +39,9 @@ class DeepseekModel : public Model {
   Activations Start(const ForwardBatch& batch) const;
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
+  // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
+  // Linear): every rotation becomes the identity (zero frequencies: cos 1, sin 0, exact).
+  void DisableRotation();
 
   // hidden [T, D] = the embedding rows of the batch's tokens.
   void Embed(const ForwardBatch& batch, float* hidden) const;

@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
 #include "ops/gated_norm.h"
+#include "ops/kda.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/position_scale.h"
@@ -61,6 +62,8 @@ struct LayerWeights {
   NormWeight post_mlp_norm;         // [D] A.X-K1: RMSNorm of the MoE output (sparse layers)
   // A.X-K2's gated RMSNorms (ops/gated_norm.h): the gates of input_norm / post_attention_norm.
   std::optional<NormGateWeights> input_norm_gate, post_attention_norm_gate;
+  // A KDA linear-attention layer's weights, in place of `attention` (hybrid models).
+  std::optional<ops::KdaWeights> kda;
 };
 
 struct DeepseekWeights {
