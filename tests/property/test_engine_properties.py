@@ -129,8 +129,12 @@ def test_prefix_hits_equal_misses(model_dir, tmp_path):
                          name="crowd-plain")
     pressured, summary = run_batch(model_dir, tmp_path, crowd, "--block-tokens", "16",
                                    "--num-blocks", "20", name="crowd-pressured")
-    assert summary["preemptions"] > 0
-    assert (summary["prefix_hit_tokens"] == 0) if is_hybrid(model_dir) else (summary["prefix_hit_tokens"] > 0)
+    if is_hybrid(model_dir):
+        # No shared blocks, so the small cache admits one request at a time and never preempts
+        # (test_preemption_loses_nothing preempts hybrid models); no hits either.
+        assert summary["prefix_hit_tokens"] == 0
+    else:
+        assert summary["preemptions"] > 0 and summary["prefix_hit_tokens"] > 0
     assert [r["ids"] for r in pressured] == [r["ids"] for r in plain]
 
 
