@@ -290,6 +290,7 @@ FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
     "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM"),
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
+    "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
 # first_k_dense_replace fields: AXK1Config has mlp_layer_types).
@@ -521,6 +522,45 @@ PRESETS["mistral_large4"] = {
         # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
         # the engine property test's workload (and never only on its last token).
         "eos_token_id": 33,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+# Kimi Linear: KDA linear-attention layers (1, 2, 4, 5 in the checkpoint's 1-indexed numbering)
+# around one NoPE MLA layer (3), DeepSeek V3's sigmoid router with 1 group, dense first layer.
+# The KDA decay (A_log, dt_bias) is drawn as FLA initialises it (rerandomize), so the state
+# remembers a few to a few dozen tokens.
+PRESETS["kimi_linear"] = {
+    "arch": "kimi_linear",
+    "help": "Kimi Linear style: 4 KDA layers (4 heads of 12, conv 4) + 1 NoPE MLA layer, sigmoid "
+    "router (8 experts, top 2, 1 shared), dense first layer",
+    "config": {
+        "vocab_size": 259,
+        "hidden_size": 52,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 70,
+        "moe_intermediate_size": 21,
+        "num_hidden_layers": 5,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": None,
+        "kv_lora_rank": 26,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 2.446,
+        "linear_attn_config": {"head_dim": 12, "num_heads": 4, "short_conv_kernel_size": 4,
+                               "full_attn_layers": [3], "kda_layers": [1, 2, 4, 5]},
+        "max_position_embeddings": 512,
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
+        # the engine property test's workload.
+        "eos_token_id": 225,
         "pad_token_id": None,
         "tie_word_embeddings": False,
     },
@@ -962,6 +1002,11 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif name.endswith(("_hc.base", "hc_head.hc_base")):
             value = HC_BASE_STD * randn_like(param)
+        elif name.endswith("forget_gate.A_log"):  # KDA decay rates exp(A_log) in [1, 16] (FLA's init)
+            value = (1.0 + 15.0 * torch.rand(param.shape, generator=gen)).log()
+        elif name.endswith("forget_gate.dt_bias"):  # softplus(dt_bias) in [1e-3, 1e-1] (FLA's init)
+            dt = torch.exp(math.log(1e-3) + (math.log(1e-1) - math.log(1e-3)) * torch.rand(param.shape, generator=gen))
+            value = dt + torch.log(-torch.expm1(-dt))
         elif name.endswith(("mlp.gate.weight", "router.classifier.weight")):  # routers
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:

@@ -14,6 +14,7 @@
 
 #include "cache/block_pool.h"
 #include "cache/cache_layout.h"
+#include "cache/state_slots.h"
 #include "tensor/dtype.h"
 
 namespace latent::cache {
@@ -27,6 +28,9 @@ struct PagedRows {
   int32_t rows_per_layer = 0;  // Stride of the two tables below.
   std::vector<uint64_t> slab_offset;  // [layers, rows_per_layer] byte offset in a block
   std::vector<uint64_t> row_bytes;    // [layers, rows_per_layer] bytes per token; 0: no such row
+  // The per-sequence state slots (kPerSequence rows) beside the blocks; empty when the model
+  // declares none. Set by the owner of both (engine::CacheManager).
+  StateSlots states;
 
   // Builds the view of `num_blocks` blocks laid out by `layout` at `base`. Only f32 and bf16
   // rows are supported; any other dtype fails.

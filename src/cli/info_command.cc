@@ -76,6 +76,15 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   for (size_t l = 0; l < rows.size(); ++l) {
     nlohmann::json layer_rows = nlohmann::json::array();
     for (size_t r = 0; r < rows[l].size(); ++r) {
+      if (rows[l][r].retention == cache::Retention::kPerSequence) {
+        // Per-sequence state (a KDA layer's): a fixed size per running sequence, not per token.
+        layer_rows.push_back({{"name", rows[l][r].name},
+                              {"values", row_values[l][r]},
+                              {"retention", "sequence"},
+                              {"bytes_per_token", 0},
+                              {"bytes_per_sequence", rows[l][r].bytes_per_sequence}});
+        continue;
+      }
       layer_rows.push_back({{"name", rows[l][r].name},
                             {"values", row_values[l][r]},
                             {"bytes_per_token", rows[l][r].bytes_per_token},
@@ -89,6 +98,7 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   }
   info["cache_layers"] = layers;
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
+  info["cache_bytes_per_sequence"] = cache::BytesPerSequence(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
   // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
   // cache is replicated (every rank runs attention), so its bytes per token are every rank's.
@@ -157,10 +167,20 @@ void PrintText(const nlohmann::json& info) {
                 << "'s mla.latent\n";
     }
     for (const auto& row : layer["rows"]) {
+      if (row.contains("bytes_per_sequence")) {
+        std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
+                  << row["values"] << " values, " << row["bytes_per_sequence"]
+                  << " bytes/sequence (state)\n";
+        continue;
+      }
       std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
                 << row["values"] << " values, " << row["bytes_per_token"]
                 << " bytes/token, block offset " << row["block_offset"] << "\n";
     }
+  }
+  if (info["cache_bytes_per_sequence"].get<uint64_t>() > 0) {
+    std::cout << "cache bytes/sequence: " << info["cache_bytes_per_sequence"]
+              << " (per-sequence state, f32; prefix caching off)\n";
   }
   std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "\n"
             << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "

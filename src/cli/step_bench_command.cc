@@ -66,6 +66,7 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   options.num_blocks = num_blocks;
   options.prefix_caching = false;
   options.dtype = dtype;
+  options.state_slots = static_cast<int32_t>(batch);  // hybrid models: one state per sequence
   engine::CacheManager cache(config, options);
   std::vector<cache::BlockTable> tables(batch, cache.NewTable());  // table i: sequence i
   for (cache::BlockTable& table : tables) LATENT_CHECK(table.Grow(cache.pool(), tokens));

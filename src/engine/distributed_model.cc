@@ -1,5 +1,8 @@
 #include "engine/distributed_model.h"
 
+#include "cache/cache_row_spec.h"
+#include "model/cache_rows.h"
+
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -114,6 +117,14 @@ std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::Loa
   if (world.size() == 1) return model::LoadModel(dir, options);
   options.communicator = &world;
   std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
+  // The step broadcast carries block tables but not per-sequence state slots, and the workers'
+  // caches hold no state storage: refuse hybrid (linear-attention) models rather than let the
+  // ranks diverge.
+  if (cache::BytesPerSequence(model::CacheRows(m->config(), model::CacheDType::kF32)) > 0) {
+    Fail(dir, ": model_type '", m->config().model_type,
+         "' keeps per-sequence state (linear-attention layers), which does not run over several MPI "
+         "ranks yet; run it in one process");
+  }
   if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
   RunWorker(*m, world);
   throw WorkerFinished{};

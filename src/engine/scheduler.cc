@@ -17,7 +17,8 @@ int64_t CapPromptLogits(const Sequence& seq, int64_t want, int64_t rows_left) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool) : options_(options), pool_(pool) {
+Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool, cache::SlotPool* slots)
+    : options_(options), pool_(pool), slots_(slots) {
   if (options_.max_batch_tokens <= 0) Fail("max batch tokens must be positive");
   if (options_.max_seqs <= 0) Fail("max seqs must be positive");
   if (options_.max_prompt_logits_rows <= 0) Fail("max prompt logits rows must be positive");
@@ -40,8 +41,14 @@ void Scheduler::InsertWaiting(Sequence* seq) {
   waiting_.insert(it, seq);
 }
 
-void Scheduler::Remove(Sequence* seq) {
+void Scheduler::ReleaseCache(Sequence* seq) {
   seq->table.Free(pool_);
+  if (slots_ != nullptr && seq->state_slot >= 0) slots_->Release(seq->state_slot);
+  seq->state_slot = -1;
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  ReleaseCache(seq);
   std::erase(running_, seq);
   std::erase(waiting_, seq);
 }
@@ -53,7 +60,7 @@ void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
     plan.chunks.erase(it);
     break;
   }
-  victim->table.Free(pool_);
+  ReleaseCache(victim);  // The state is rebuilt with the rows, from position 0.
   victim->num_computed = 0;
   std::erase(running_, victim);
   victim->status = SequenceStatus::kWaiting;
@@ -107,11 +114,19 @@ SchedulePlan Scheduler::Schedule() {
                                seq->expanded_below);
     seq->num_computed = hit;
     const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
-    if (want == 0 || !seq->table.Grow(pool_, seq->num_computed + want)) {
+    std::optional<cache::StateSlot> slot;
+    if (want > 0 && slots_ != nullptr) {
+      // A hybrid model's state starts at position 0: no prefix hit (the pool refuses them).
+      LATENT_CHECK(hit == 0 && seq->state_slot < 0);
+      slot = slots_->Acquire();
+    }
+    if (want == 0 || (slots_ != nullptr && !slot) || !seq->table.Grow(pool_, seq->num_computed + want)) {
+      if (slot) slots_->Release(*slot);
       seq->table.Free(pool_);
       seq->num_computed = 0;
       break;  // First come, first served: later arrivals do not jump the queue.
     }
+    if (slot) seq->state_slot = *slot;
     plan.prefix_hit_tokens += std::min(hit, seq->num_prompt);
     if (seq->prefix_hit_tokens < 0) seq->prefix_hit_tokens = std::min(hit, seq->num_prompt);
     waiting_.pop_front();
@@ -136,11 +151,19 @@ void Scheduler::CommitStep(const SchedulePlan& plan) {
 bool Scheduler::Fork(Sequence* child, const Sequence& parent, int64_t tokens,
                      std::optional<BlockCopy>& copy) {
   copy.reset();
+  if (slots_ != nullptr) {
+    const std::optional<cache::StateSlot> slot = slots_->Acquire();
+    if (!slot) {  // No slot for the state: compute the prompt later, like a new request.
+      AddWaiting(child);
+      return false;
+    }
+    child->state_slot = *slot;
+  }
   const int64_t shared = child->table.ShareFullBlocks(pool_, parent.table, tokens);
   const uint32_t rest = static_cast<uint32_t>(tokens - shared);
   if (rest > 0) {
     if (!child->table.Grow(pool_, tokens)) {
-      child->table.Free(pool_);  // No block for the copy: recompute like a new request.
+      ReleaseCache(child);  // No block for the copy: recompute like a new request.
       AddWaiting(child);
       return false;
     }

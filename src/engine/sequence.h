@@ -36,6 +36,9 @@ struct Sequence {
   // request asks: the other samples fork its computed prompt).
   int64_t prompt_logprobs_next = std::numeric_limits<int64_t>::max();
   cache::BlockTable table;
+  // The sequence's per-sequence state slot (hybrid models' linear-attention state), -1 while it
+  // holds none; taken at admission and released with its blocks (Scheduler).
+  int32_t state_slot = -1;
   // Structured output (Request::constraint): this sample's state, and the allowed-token bitmask
   // [BitmaskWords(vocab)] for its next draw, valid while mask_ready.
   std::unique_ptr<TokenConstraint> constraint;

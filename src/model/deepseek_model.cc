@@ -71,6 +71,15 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
   }
 }
 
+void DeepseekModel::DisableRotation() {
+  for (ops::Rope* rope : {&rope_, &index_rope_}) {
+    std::fill(rope->inv_freq.begin(), rope->inv_freq.end(), 0.0f);
+    rope->long_inv_freq.clear();
+    rope->attention_factor = 1.0f;
+    rope->softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.qk_head_dim()));
+  }
+}
+
 MlaDims DeepseekModel::LayerDims(int64_t l) const {
   MlaDims d = dims_;
   d.rope = config_.RopeDims(l);

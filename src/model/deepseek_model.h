@@ -40,6 +40,9 @@ class DeepseekModel : public Model {
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
   const DeepseekWeights& weights() const { return weights_; }
+  // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
+  // Linear): every rotation becomes the identity (zero frequencies: cos 1, sin 0, exact).
+  void DisableRotation();
 
   // hidden [T, D] = the embedding rows of the batch's tokens.
   void Embed(const ForwardBatch& batch, float* hidden) const;

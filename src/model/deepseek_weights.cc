@@ -56,7 +56,8 @@ class Loader {
     w.data = t.data;
     w.dtype = t.dtype;
     w.n = t.shape.rank() == 2 ? t.shape[0] : 1;
-    w.k = t.shape.rank() == 2 ? t.shape[1] : t.shape[0];
+    // Any other rank is read flat (KDA's conv taps [C, 1, K], A_log [1, 1, H, 1]).
+    w.k = t.shape.rank() == 2 ? t.shape[1] : t.shape.NumElements();
     std::vector<float> out(w.n * w.k);
     for (int64_t r = 0; r < w.n; ++r) kernels::RefKernels().dequant_row(w, r, out.data() + r * w.k);
     return out;

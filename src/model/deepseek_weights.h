@@ -12,6 +12,7 @@
 #include "model/weight_quantization.h"
 #include "ops/gated_norm.h"
 #include "ops/hyper_connections.h"
+#include "ops/kda.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/position_scale.h"
@@ -69,6 +70,8 @@ struct LayerWeights {
   std::optional<NormGateWeights> input_norm_gate, post_attention_norm_gate;
   // Hy4's hyper-connections around the attention and the feed-forward block.
   std::optional<ops::HyperConnectionWeights> attn_hc, ffn_hc;
+  // A KDA linear-attention layer's weights, in place of `attention` (hybrid models).
+  std::optional<ops::KdaWeights> kda;
 };
 
 struct DeepseekWeights {

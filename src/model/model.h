@@ -41,6 +41,10 @@ struct ForwardBatch {
   // frequencies that depend on the sequence length (LongRoPE) read it through RotaryLength, so
   // that a prompt gets the same ones whether it runs in one chunk or several.
   std::vector<int64_t> prompt_lens;
+  // [S] or empty: each sequence's per-sequence state slot in rows->states (hybrid models'
+  // linear-attention layers), pushed by the caller after AddSequence; empty: slot s is slot s
+  // (the CLI tools, which run one sequence in a cache of their own).
+  std::vector<int32_t> state_slots;
 
   int64_t num_sequences() const { return static_cast<int64_t>(context_lens.size()); }
   // The block-table row of sequence `s`.
@@ -48,6 +52,8 @@ struct ForwardBatch {
     return std::span<const cache::BlockId>(block_ids).subspan(
         block_table_starts.at(s), block_table_starts.at(s + 1) - block_table_starts[s]);
   }
+  // The state slot of sequence `s`.
+  int32_t StateSlot(int64_t s) const { return state_slots.empty() ? static_cast<int32_t>(s) : state_slots.at(s); }
   // The sequence length that picks length-dependent rotary frequencies for token t: what
   // transformers sees running the whole prompt in one call, then decoding token by token
   // (max(prompt length, position + 1)); without prompt_lens, the sequence's context in this step.

@@ -109,6 +109,12 @@ struct ModelConfig {
   // earlier layer, which owns them.
   std::vector<bool> rope_layers;
   std::vector<int64_t> kv_source_layers;
+  // Hybrid models (kimi_linear): per layer, a KDA linear-attention layer (true) instead of MLA;
+  // empty elsewhere. Its heads, head dim and short-convolution taps.
+  std::vector<bool> linear_attention_layers;
+  int64_t linear_num_heads = 0;
+  int64_t linear_head_dim = 0;
+  int64_t linear_conv_kernel = 4;
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
@@ -142,6 +148,9 @@ struct ModelConfig {
     return kv_source_layers.empty() ? layer : kv_source_layers[layer];
   }
   bool OwnsLatent(int64_t layer) const { return KvSourceLayer(layer) == layer; }
+  bool IsLinearAttentionLayer(int64_t layer) const {
+    return !linear_attention_layers.empty() && linear_attention_layers[layer];
+  }
 
   // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or
   // contradictory field, and for an unknown model_type (listing the registered ones).
