@@ -14,7 +14,7 @@ def prompt(vocab: int, length: int, seed: int = 1) -> list[int]:
 def reference_logits_and_greedy(reference, lengths: list[int], generate_prompt: int,
                                 generate_tokens: int):
     """({length: (ids, logits [length, vocab])}, (prompt ids, greedy tokens)) from `reference`."""
-    vocab = reference.config.vocab_size
+    vocab = reference.config.get_text_config().vocab_size  # a wrapper holds the text model's
     logits: dict[int, tuple[list[int], np.ndarray]] = {}
     with torch.no_grad():
         for n in lengths:
