@@ -18,7 +18,8 @@ TINY_MODEL := $(BUILD_DIR)/models/deepseek_v3-tiny
 APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libpcre2-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
-  clang libclang-rt-14-dev libicu-dev
+  clang libclang-rt-14-dev libicu-dev \
+  openmpi-bin libopenmpi-dev
 
 .PHONY: setup build test run fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
   test-asan test-tsan demo-model pip-install-test
@@ -127,21 +128,37 @@ ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON
 SANITIZER_TARGETS := latent latent_unit_tests latent_kernel_tests
+# LATENT_TEST_SLOWDOWN: the e2e harness waits that much longer for a sanitized server to start
+# and stop (tests/e2e/e2e_harness.py); nothing a test asserts is scaled.
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:log_path=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-logs/report \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-logs/report \
-  LATENT_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent
+  LATENT_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(ASAN_BUILD_DIR)/latent \
+  LATENT_TEST_SLOWDOWN=5
 TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDIR)/$(TSAN_BUILD_DIR)/sanitizer-logs/report \
-  LATENT_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent
-# What each runs (trimmed for CI time; docs/reliability.md has the durations). ASan: all unit
-# and kernel tests (the slow parity-heavy kernel tests left out), the property tests, the server
-# end-to-end tests and the load fault tests. TSan: the threaded code: thread pool, scheduler,
-# engine (EngineThreads: Submit/Cancel/Metrics from many threads while the loop runs) and the
-# server end-to-end tests (HTTP threads, disconnects, shutdown).
+  LATENT_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent LATENT_SERVE_BIN=$(CURDIR)/$(TSAN_BUILD_DIR)/latent \
+  LATENT_TEST_SLOWDOWN=10
+# What each runs, trimmed for CI time (docs/reliability.md has the durations and the reasons).
+# ASan: all unit and kernel tests; the server paths that own memory across threads and requests
+# (64 concurrent streams, disconnects, shutdown, backpressure, 73 malformed requests); the load
+# faults (every damaged-file parser path); the engine property tests that move blocks between
+# requests (batching, preemption, prefix hits, cancellation, seeded sampling, a request that can
+# never fit) on one family (DeepSeek V3.2: its DSA indexer adds a second cached row and top-k
+# selection to the MLA paths every family shares). TSan: the threaded code: thread pool,
+# scheduler, engine (EngineThreads: Submit/Cancel/Metrics from many threads while the loop runs)
+# and the server end-to-end tests of the HTTP threads (concurrency, disconnects, shutdown,
+# backpressure). The parity suites (transformers references) run only in the plain build.
 ASAN_CTEST_EXCLUDE ?= ^$$
-ASAN_PYTESTS ?= tests/property tests/e2e tests/tools/test_load_faults.py
+ASAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
+  tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py \
+  tests/e2e/test_serve_bad_requests.py tests/tools/test_load_faults.py
+ASAN_PROPERTY_PYTESTS ?= tests/property/test_engine_properties.py
+ASAN_PROPERTY_K ?= deepseek_v32 and (batched_equals_alone and 16-7 or preemption or prefix_hits \
+  or seeded or cancellation or never_fit)
 TSAN_CTEST_REGEX ?= ThreadPool|EngineThreads|Scheduler|BlockPool|PagedLatentCache|BatchBuilder
 TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
-  tests/e2e/test_serve_shutdown.py
+  tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py
+# The sanitizer pytest runs use py-test's two workers (one file each at a time).
+SANITIZER_PYTEST := $(PY) -m pytest -q -x $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 $(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address
@@ -156,13 +173,14 @@ build-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
 test-asan: build-asan
 	rm -rf $(ASAN_BUILD_DIR)/sanitizer-logs && mkdir -p $(ASAN_BUILD_DIR)/sanitizer-logs
 	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -E '$(ASAN_CTEST_EXCLUDE)'
-	$(ASAN_ENV) $(PY) -m pytest -q -x $(ASAN_PYTESTS)
+	$(ASAN_ENV) $(SANITIZER_PYTEST) $(ASAN_PYTESTS)
+	$(ASAN_ENV) $(SANITIZER_PYTEST) $(ASAN_PROPERTY_PYTESTS) -k '$(ASAN_PROPERTY_K)'
 	tests/sanitizer_reports.sh $(ASAN_BUILD_DIR)/sanitizer-logs
 
 test-tsan: build-tsan
 	rm -rf $(TSAN_BUILD_DIR)/sanitizer-logs && mkdir -p $(TSAN_BUILD_DIR)/sanitizer-logs
 	$(TSAN_ENV) ctest --test-dir $(TSAN_BUILD_DIR) --output-on-failure -j $(JOBS) -R '$(TSAN_CTEST_REGEX)'
-	$(TSAN_ENV) $(PY) -m pytest -q -x $(TSAN_PYTESTS)
+	$(TSAN_ENV) $(SANITIZER_PYTEST) $(TSAN_PYTESTS)
 	tests/sanitizer_reports.sh $(TSAN_BUILD_DIR)/sanitizer-logs
 
 format:

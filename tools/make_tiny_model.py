@@ -291,6 +291,7 @@ FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM"),
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
     "dots3_note_text": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
+    "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
 # first_k_dense_replace fields: AXK1Config has mlp_layer_types).
@@ -580,6 +581,45 @@ PRESETS["dots3_note"] = {
 }
 
 
+# Kimi Linear: KDA linear-attention layers (1, 2, 4, 5 in the checkpoint's 1-indexed numbering)
+# around one NoPE MLA layer (3), DeepSeek V3's sigmoid router with 1 group, dense first layer.
+# The KDA decay (A_log, dt_bias) is drawn as FLA initialises it (rerandomize), so the state
+# remembers a few to a few dozen tokens.
+PRESETS["kimi_linear"] = {
+    "arch": "kimi_linear",
+    "help": "Kimi Linear style: 4 KDA layers (4 heads of 12, conv 4) + 1 NoPE MLA layer, sigmoid "
+    "router (8 experts, top 2, 1 shared), dense first layer",
+    "config": {
+        "vocab_size": 259,
+        "hidden_size": 52,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 70,
+        "moe_intermediate_size": 21,
+        "num_hidden_layers": 5,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": None,
+        "kv_lora_rank": 26,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 2.446,
+        "linear_attn_config": {"head_dim": 12, "num_heads": 4, "short_conv_kernel_size": 4,
+                               "full_attn_layers": [3], "kda_layers": [1, 2, 4, 5]},
+        "max_position_embeddings": 512,
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
+        # the engine property test's workload.
+        "eos_token_id": 225,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
 def build_mistral_large4(text_config, seed: int, dtype: torch.dtype):
     """A MistralLarge4ForConditionalGeneration (the only class transformers has for it) around
     `text_config`, with a tiny default-initialised Pixtral vision tower; the language model and
@@ -716,6 +756,63 @@ PRESETS["minicpm3"] = {
         "bos_token_id": 0,
         "eos_token_id": 1,
         "tie_word_embeddings": True,
+    },
+}
+
+
+# Hy4 (hy_v4): every layer DSA (index_topk 8; layers 0 and 1 run their own indexer, 2 and 3
+# reuse layer 1's top-k), its indexer rotating the LAST rope dims of a 16-wide head; 3 hyper-
+# connection streams (fp32 pre/post mixing, a sigmoid-weighted head); a learned sink logit per
+# head; a per-channel output gate from gate_proj(x); rotate-half rope under YaRN with mscale;
+# routed experts with a SwiGLU clamped at 0.8 (inside the pre-activations' range, so the clamp
+# bites); a dense first layer; an f32 lm_head.
+PRESETS["hy_v4"] = {
+    "arch": "hy_v4",
+    "help": "Hy4 style: 3 hyper-connection streams, attention sinks, per-channel output gate, "
+    "full/shared DSA (topk 8, indexer rope on the last dims), rotate-half YaRN, SwiGLU clamp 0.8",
+    "config": {
+        "vocab_size": 257,
+        "hidden_size": 60,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 72,
+        "moe_intermediate_size": 18,
+        "num_hidden_layers": 4,
+        "q_lora_rank": 28,
+        "kv_lora_rank": 24,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.7,
+        "index_topk": 8,
+        "index_n_heads": 16,
+        "index_head_dim": 16,
+        "hc_mult": 3,
+        "hc_magnitude": 2.0,
+        "hc_eps": 1e-6,
+        "swiglu_limit": 0.8,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 512,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 128,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
     },
 }
 
@@ -908,6 +1005,12 @@ SCORE_BIAS_STD = 0.1  # e_score_correction_bias, shifts V3 choices without domin
 LOG_POSITION_SCALE_MEAN = 0.05
 LOG_POSITION_SCALE_STD = 0.05
 LEROPE_ALPHA_STD = 0.3
+# hy_v4: sink logits around the scores' scale, so the sink takes a visible, varying share of each
+# head's softmax; hyper-connection gates sigmoid(mixes * scale + base) with scale ~1 (init 0.01
+# would make every gate a constant) and base ~ N(0, 0.5), so the streams mix differently.
+SINK_MEAN = 0.5
+SINK_STD = 1.0
+HC_BASE_STD = 0.5
 
 
 # LongCat's per-sublayer norms: input_layernorm.0.weight, post_attention_layernorm.1.weight.
@@ -946,6 +1049,17 @@ def rerandomize(model: torch.nn.Module, seed: int) -> None:
             value = 1.0 + NORM_JITTER * randn_like(param)
         elif name.endswith("rotary_emb.alpha"):  # LeRoPE: inv_freq * exp(alpha)
             value = LEROPE_ALPHA_STD * randn_like(param)
+        elif name.endswith("self_attn.sinks"):  # hy_v4's sink logit per head
+            value = SINK_MEAN + SINK_STD * randn_like(param)
+        elif name.endswith(("_hc.scale", "hc_head.hc_scale")):  # hy_v4's hyper-connection gates
+            value = 1.0 + NORM_JITTER * randn_like(param)
+        elif name.endswith(("_hc.base", "hc_head.hc_base")):
+            value = HC_BASE_STD * randn_like(param)
+        elif name.endswith("forget_gate.A_log"):  # KDA decay rates exp(A_log) in [1, 16] (FLA's init)
+            value = (1.0 + 15.0 * torch.rand(param.shape, generator=gen)).log()
+        elif name.endswith("forget_gate.dt_bias"):  # softplus(dt_bias) in [1e-3, 1e-1] (FLA's init)
+            dt = torch.exp(math.log(1e-3) + (math.log(1e-1) - math.log(1e-3)) * torch.rand(param.shape, generator=gen))
+            value = dt + torch.log(-torch.expm1(-dt))
         elif name.endswith(("mlp.gate.weight", "router.classifier.weight")):  # routers
             value = randn_like(param) * (ROUTER_GAIN / math.sqrt(param.shape[-1]))
         elif param.ndim >= 2:

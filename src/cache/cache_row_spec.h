@@ -34,5 +34,7 @@ using ModelCacheRows = std::vector<std::vector<CacheRowSpec>>;
 
 // Bytes per token of the per-token rows, kFull and kWindow (kPerSequence rows take none).
 uint64_t BytesPerToken(const ModelCacheRows& rows);
+// Bytes of one sequence's state (the kPerSequence rows): cache/state_slots.h.
+uint64_t BytesPerSequence(const ModelCacheRows& rows);
 
 }  // namespace latent::cache

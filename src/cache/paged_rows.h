@@ -14,6 +14,7 @@
 
 #include "cache/block_pool.h"
 #include "cache/cache_layout.h"
+#include "cache/state_slots.h"
 #include "tensor/dtype.h"
 
 namespace latent::cache {
@@ -32,6 +33,9 @@ struct PagedRows {
   // group_block_tokens[g] tokens (group 0's is block_tokens).
   std::vector<uint8_t> row_group;
   std::vector<uint32_t> group_block_tokens;
+  // The per-sequence state slots (kPerSequence rows) beside the blocks; empty when the model
+  // declares none. Set by the owner of both (engine::CacheManager).
+  StateSlots states;
 
   // Builds the view of `num_blocks` blocks laid out by `layout` at `base`. Only f32 and bf16
   // rows are supported; any other dtype fails.

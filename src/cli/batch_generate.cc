@@ -14,6 +14,7 @@
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
 // per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
+#include "engine/distributed_model.h"
 #include "cli/batch_generate.h"
 
 #include <unistd.h>
@@ -83,7 +84,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     }
   }
 
-  std::unique_ptr<model::Model> m = model::LoadModel(options.model_dir, options.load);
+  std::unique_ptr<model::Model> m = engine::LoadRankedModel(options.model_dir, options.load);
   model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
   engine::Engine engine(std::move(m), std::move(gen), options.engine);
 

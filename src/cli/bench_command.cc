@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "engine/distributed_model.h"
+#include "parallel/communicator.h"
 #include "base/error.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
@@ -159,7 +161,7 @@ Runner RegisterBench(CLI::App& app) {
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
-    std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
+    std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
@@ -182,7 +184,25 @@ Runner RegisterBench(CLI::App& app) {
     for (int64_t pp : pps) {
       for (int64_t tg : tgs) {
         for (int64_t b : batches) {
+          // Scale-out (mpirun): rank 0's time and bytes in collectives during this point; the
+          // time includes waiting for the slowest rank.
+          parallel::Communicator& world = parallel::World();
+          const double comm_s0 = world.seconds_in_collectives();
+          const int64_t comm_bytes0 = world.bytes_moved();
+          const auto point_start = std::chrono::steady_clock::now();
           nlohmann::ordered_json point = RunPoint(engine, {pp, tg, b}, vocab, seed++);
+          if (world.size() > 1) {
+            const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                              point_start).count();
+            const double comm = world.seconds_in_collectives() - comm_s0;
+            point["ranks"] = world.size();
+            point["comm_seconds"] = comm;
+            point["comm_share"] = wall > 0 ? comm / wall : 0.0;
+            point["comm_bytes_rank0"] = world.bytes_moved() - comm_bytes0;
+            std::fprintf(stderr, "latent bench: %d ranks: %.1f%% of the time in collectives, %lld bytes moved by rank 0\n",
+                         world.size(), 100 * point["comm_share"].get<double>(),
+                         static_cast<long long>(world.bytes_moved() - comm_bytes0));
+          }
           std::printf("%6lld %6lld %6lld | %12.1f %12.1f | %10.2f %10.2f %10.2f\n",
                       static_cast<long long>(pp), static_cast<long long>(tg), static_cast<long long>(b),
                       point["prefill_tokens_per_s"].get<double>(), point["decode_tokens_per_s"].get<double>(),

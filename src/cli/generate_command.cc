@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 
+#include "engine/distributed_model.h"
 #include "generate/attention_form.h"
 #include "cli/batch_generate.h"
 #include "cli/commands.h"
@@ -73,7 +74,7 @@ Runner RegisterGenerate(CLI::App& app) {
     }
     if (opt->ids.empty()) Fail("generate needs --ids, --prompt or --prompts");
     std::vector<int32_t> ids = ParseTokenIds(opt->ids);
-    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
+    const std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
     // Rows in f32 (exact), in blocks enough for the prompt and every generated token.

@@ -13,6 +13,7 @@
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
 #include "model/weight_table.h"
+#include "parallel/communicator.h"
 #include "weights/checkpoint.h"
 
 namespace latent::cli {
@@ -25,6 +26,7 @@ struct InfoOptions {
   uint32_t block_tokens = 16;
   std::string quantize = "none";
   int64_t context = 0;  // The long context cache_at_context describes; 0: max_position_embeddings.
+  int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
 };
 
 const char* RetentionName(cache::Retention retention) {
@@ -85,6 +87,15 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   for (size_t l = 0; l < rows.size(); ++l) {
     nlohmann::json layer_rows = nlohmann::json::array();
     for (size_t r = 0; r < rows[l].size(); ++r) {
+      if (rows[l][r].retention == cache::Retention::kPerSequence) {
+        // Per-sequence state (a KDA layer's): a fixed size per running sequence, not per token.
+        layer_rows.push_back({{"name", rows[l][r].name},
+                              {"values", row_values[l][r]},
+                              {"retention", "sequence"},
+                              {"bytes_per_token", 0},
+                              {"bytes_per_sequence", rows[l][r].bytes_per_sequence}});
+        continue;
+      }
       layer_rows.push_back({{"name", rows[l][r].name},
                             {"values", row_values[l][r]},
                             {"bytes_per_token", rows[l][r].bytes_per_token},
@@ -130,7 +141,27 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                                 {"bytes", bytes},
                                 {"bytes_per_token", static_cast<double>(bytes) / static_cast<double>(n)}};
   }
+  info["cache_bytes_per_sequence"] = cache::BytesPerSequence(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
+  // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
+  // cache is replicated (every rank runs attention), so its bytes per token are every rank's.
+  const int ranks = opt.ranks > 0 ? opt.ranks : parallel::World().size();
+  if (ranks > 1) {
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (int r = 0; r < ranks; ++r) {
+      const model::ExpertShard shard{r, ranks};
+      int64_t stored = 0;
+      const int64_t bytes =
+          model::LoadedWeightBytes(config, ckpt, report, load.quantize, &stored, shard);
+      per_rank.push_back({{"rank", r},
+                          {"routed_experts",
+                           {shard.Begin(config.n_routed_experts), shard.End(config.n_routed_experts)}},
+                          {"weight_bytes", bytes},
+                          {"checkpoint_bytes", stored},
+                          {"cache_bytes_per_token", cache::BytesPerToken(rows)}});
+    }
+    info["ranks"] = per_rank;
+  }
   return info;
 }
 
@@ -179,6 +210,12 @@ void PrintText(const nlohmann::json& info) {
                 << "'s mla.latent\n";
     }
     for (const auto& row : layer["rows"]) {
+      if (row.contains("bytes_per_sequence")) {
+        std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
+                  << row["values"] << " values, " << row["bytes_per_sequence"]
+                  << " bytes/sequence (state)\n";
+        continue;
+      }
       std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
                 << row["values"] << " values, " << row["bytes_per_token"]
                 << " bytes/token, block offset " << row["block_offset"];
@@ -186,12 +223,25 @@ void PrintText(const nlohmann::json& info) {
       std::cout << "\n";
     }
   }
+  if (info["cache_bytes_per_sequence"].get<uint64_t>() > 0) {
+    std::cout << "cache bytes/sequence: " << info["cache_bytes_per_sequence"]
+              << " (per-sequence state, f32; prefix caching off)\n";
+  }
   const auto& at = info["cache_at_context"];
   std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "; at " << at["tokens"]
             << " tokens " << at["bytes"] << " bytes (" << at["bytes_per_token"].get<double>()
             << " per token)\n"
             << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "
             << info["cache_block"]["bytes"] << " bytes\n";
+  if (info.contains("ranks")) {
+    std::cout << "ranks (" << info["ranks"].size() << ", expert parallel; attention, dense layers, "
+              << "shared experts and the cache on every rank):\n";
+    for (const auto& rank : info["ranks"]) {
+      std::cout << "  rank " << rank["rank"] << ": experts [" << rank["routed_experts"][0] << ", "
+                << rank["routed_experts"][1] << "), weight bytes " << rank["weight_bytes"]
+                << ", cache bytes/token " << rank["cache_bytes_per_token"] << "\n";
+    }
+  }
 }
 
 }  // namespace
@@ -208,8 +258,14 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_option("--context", opt->context,
                   "Context length cache_at_context describes (default max_position_embeddings)")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--ranks", opt->ranks,
+                  "Show each rank's share for an expert-parallel job of this many ranks (default: "
+                  "this job's, under mpirun)")
+      ->check(CLI::PositiveNumber);
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
+    // Under mpirun every rank could answer; rank 0 prints for all of them.
+    if (parallel::World().rank() != 0) return 0;
     nlohmann::json info = BuildInfo(*opt);
     if (opt->json) {
       std::cout << info.dump(2) << "\n";

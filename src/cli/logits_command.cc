@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "engine/distributed_model.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
@@ -85,7 +86,7 @@ Runner RegisterLogits(CLI::App& app) {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->quantize);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);
-    const std::unique_ptr<model::Model> m = model::LoadModel(opt->model_dir, load);
+    const std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
 
     std::vector<float> logits(ids.size() * vocab);

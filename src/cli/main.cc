@@ -8,6 +8,8 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "engine/distributed_model.h"
+#include "parallel/communicator.h"
 #include "threads/thread_pool.h"
 
 namespace latent::cli {
@@ -19,7 +21,29 @@ std::vector<std::pair<int, Registrar>>& CommandRegistry() {
 
 }  // namespace latent::cli
 
+namespace {
+
+int Run(int argc, char** argv);
+
+}  // namespace
+
+// Under mpirun (and only then) MPI is initialized first and finalized on every way out, so that
+// no rank leaves the others waiting.
 int main(int argc, char** argv) {
+  try {
+    latent::parallel::InitWorld(&argc, &argv);
+  } catch (const latent::Error& e) {
+    std::cerr << "latent: error: " << e.what() << "\n";
+    return 2;
+  }
+  const int code = Run(argc, argv);
+  latent::parallel::FinalizeWorld();
+  return code;
+}
+
+namespace {
+
+int Run(int argc, char** argv) {
   CLI::App app{"latent: an inference engine for multi-head latent attention models"};
   app.require_subcommand(1);
   int threads = 0;
@@ -42,6 +66,8 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();
+  } catch (const latent::engine::WorkerFinished&) {
+    return 0;  // a rank > 0 served rank 0's steps to the end
   } catch (const latent::Error& e) {
     std::cerr << "latent: error: " << e.what() << "\n";
     return 2;
@@ -51,3 +77,5 @@ int main(int argc, char** argv) {
   }
   return 1;
 }
+
+}  // namespace

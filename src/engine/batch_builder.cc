@@ -15,6 +15,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
                   seq.num_computed, seq.table.blocks(), seq.expanded_below, /*last_logits=*/false);
     f.prompt_lens.push_back(seq.num_prompt);
     if (seq.window_table) f.AddWindowTable(seq.window_table->blocks());
+    f.state_slots.push_back(seq.state_slot);
     out.tables.push_back(&seq.table);
     // Prompt logprobs first: the rows of the prompt positions still to be reported.
     PromptLogitsRows prompt;

@@ -43,22 +43,46 @@ CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions&
     }
   }
   window_block_tokens_ = groups.window_block_tokens;
+  bytes_per_sequence_ = cache::BytesPerSequence(rows);
+  int32_t slots = 0;
+  if (bytes_per_sequence_ > 0) {
+    if (options.state_slots <= 0) Fail("the per-sequence state needs at least one slot");
+    slots = options.state_slots;
+  }
   int32_t num_blocks = options.num_blocks;
   if (num_blocks <= 0) {
-    const double bytes = options.memory_gib * (1ull << 30);
+    double bytes = options.memory_gib * (1ull << 30);
     if (!(bytes > 0)) Fail("--cache-memory must be positive");
+    if (slots > 0) {
+      // State first, at most half of the budget; the blocks take the rest.
+      const double fit = bytes / 2 / static_cast<double>(bytes_per_sequence_);
+      if (fit < 1) {
+        Fail("--cache-memory ", options.memory_gib, " GiB cannot hold one sequence's state (",
+             bytes_per_sequence_, " bytes) in half of it");
+      }
+      if (fit < slots) slots = static_cast<int32_t>(fit);
+      bytes -= static_cast<double>(slots) * static_cast<double>(bytes_per_sequence_);
+    }
     num_blocks = groups.has_window
                      ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, static_cast<uint64_t>(bytes) / groups.block_bytes))
                      : cache::CacheStorage::BlocksForBytes(rows, block_tokens_, static_cast<uint64_t>(bytes));
     if (num_blocks == 0) Fail("--cache-memory ", options.memory_gib, " GiB holds no cache block");
   }
+  // Prefix caching is refused on models with per-sequence state: a hit would need the state at
+  // the end of the hit, which no block holds (a snapshot per block boundary is future work).
+  const bool prefix_caching = options.prefix_caching && slots == 0;
   if (groups.has_window) {
     storage_ = std::make_unique<cache::CacheStorage>(rows, groups, num_blocks);
   } else {
-    storage_ = std::make_unique<cache::CacheStorage>(std::move(rows), block_tokens_, num_blocks);
+    storage_ = std::make_unique<cache::CacheStorage>(rows, block_tokens_, num_blocks);
   }
-  pool_ = std::make_unique<cache::BlockPool>(num_blocks, options.prefix_caching);
+  pool_ = std::make_unique<cache::BlockPool>(num_blocks, prefix_caching);
   rows_ = storage_->View(element);
+  if (slots > 0) {
+    state_storage_ = std::make_unique<cache::StateStorage>(rows, slots);
+    slot_pool_ = std::make_unique<cache::SlotPool>(slots);
+    rows_.states = state_storage_->view();
+  }
 }
 
 }  // namespace latent::engine

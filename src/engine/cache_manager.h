@@ -11,6 +11,7 @@
 #include "cache/block_table.h"
 #include "cache/cache_storage.h"
 #include "cache/paged_rows.h"
+#include "cache/state_slots.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
 
@@ -22,6 +23,10 @@ struct CacheOptions {
   double memory_gib = 1.0;
   bool prefix_caching = true;
   model::CacheDType dtype = model::CacheDType::kF32;
+  // Sequences that can hold per-sequence state at once (hybrid models with linear-attention
+  // layers; ignored otherwise): the engine passes its max_seqs. Under a memory budget
+  // (num_blocks 0) the state takes at most half of memory_gib, fewer slots if need be.
+  int32_t state_slots = 1;
 };
 
 class CacheManager {
@@ -48,6 +53,11 @@ class CacheManager {
     return std::max<int64_t>(0, num_blocks() - window_blocks - 1) * block_tokens_;
   }
   uint64_t bytes_per_token() const { return bytes_per_token_; }
+  // Bytes of one sequence's per-sequence state (0: the model has none), and how many slots exist.
+  uint64_t bytes_per_sequence() const { return bytes_per_sequence_; }
+  int32_t state_slots() const { return rows_.states.num_slots; }
+  // The state slots' free list: null when the model has no per-sequence state.
+  cache::SlotPool* slot_pool() { return slot_pool_.get(); }
 
   cache::BlockPool& pool() { return *pool_; }
   const cache::BlockPool& pool() const { return *pool_; }
@@ -68,7 +78,10 @@ class CacheManager {
   uint64_t bytes_per_token_;
   int64_t window_tokens_ = 0;
   uint32_t window_block_tokens_ = 0;
+  uint64_t bytes_per_sequence_ = 0;
   std::unique_ptr<cache::CacheStorage> storage_;
+  std::unique_ptr<cache::StateStorage> state_storage_;
+  std::unique_ptr<cache::SlotPool> slot_pool_;
   std::unique_ptr<cache::BlockPool> pool_;
   cache::PagedRows rows_;
 };

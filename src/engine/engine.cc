@@ -24,10 +24,11 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   cache_options.memory_gib = options_.cache_memory_gib;
   cache_options.prefix_caching = options_.prefix_caching;
   cache_options.dtype = model::ParseCacheDType(options_.cache_dtype, config);
+  cache_options.state_slots = options_.max_seqs;
   cache_ = std::make_unique<CacheManager>(config, cache_options);
   pool_ = &cache_->pool();
   batch_.forward.rows = &cache_->rows();
-  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_);
+  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_, cache_->slot_pool());
   activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
@@ -236,7 +237,8 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
     if (seq.status == SequenceStatus::kFinished) continue;
     std::optional<BlockCopy> copy;
     if (!scheduler_->Fork(&seq, first, first.num_prompt, copy)) continue;
-    if (copy) cache_->rows().CopyBlock(copy->from, copy->to, copy->tokens);
+    if (copy) model_->CopyCacheBlock(cache_->rows(), copy->from, copy->to, copy->tokens);
+    if (seq.state_slot >= 0) cache_->rows().states.CopySlot(first.state_slot, seq.state_slot);
     AcceptToken(seq, logits);
   }
 }
@@ -375,6 +377,18 @@ void Engine::CheckInvariants() const {
     }
   }
   if (requests_.empty() && pool_->NumUsed() != 0) Fail(pool_->NumUsed(), " blocks still used with no request left");
+  // Hybrid models: exactly the running sequences hold state slots, each its own.
+  if (const cache::SlotPool* slots = cache_->slot_pool()) {
+    std::vector<bool> held(slots->num_slots(), false);
+    int32_t holding = 0;
+    for (const Sequence* seq : scheduler_->running()) {
+      if (seq->state_slot < 0) Fail("running sequence ", seq->id, " holds no state slot");
+      if (held[seq->state_slot]) Fail("state slot ", seq->state_slot, " is held twice");
+      held[seq->state_slot] = true;
+      ++holding;
+    }
+    if (holding != slots->NumUsed()) Fail(slots->NumUsed(), " state slots used but ", holding, " running sequences hold one");
+  }
 }
 
 void Engine::Start() {

@@ -36,7 +36,8 @@ void FreeTables(cache::BlockPool& pool, Sequence& seq) {
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool) : options_(options), pool_(pool) {
+Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool, cache::SlotPool* slots)
+    : options_(options), pool_(pool), slots_(slots) {
   if (options_.max_batch_tokens <= 0) Fail("max batch tokens must be positive");
   if (options_.max_seqs <= 0) Fail("max seqs must be positive");
   if (options_.max_prompt_logits_rows <= 0) Fail("max prompt logits rows must be positive");
@@ -59,8 +60,14 @@ void Scheduler::InsertWaiting(Sequence* seq) {
   waiting_.insert(it, seq);
 }
 
-void Scheduler::Remove(Sequence* seq) {
+void Scheduler::ReleaseCache(Sequence* seq) {
   FreeTables(pool_, *seq);
+  if (slots_ != nullptr && seq->state_slot >= 0) slots_->Release(seq->state_slot);
+  seq->state_slot = -1;
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  ReleaseCache(seq);
   std::erase(running_, seq);
   std::erase(waiting_, seq);
 }
@@ -72,7 +79,7 @@ void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
     plan.chunks.erase(it);
     break;
   }
-  FreeTables(pool_, *victim);
+  ReleaseCache(victim);  // The state is rebuilt with the rows, from position 0.
   victim->num_computed = 0;
   std::erase(running_, victim);
   victim->status = SequenceStatus::kWaiting;
@@ -136,13 +143,20 @@ SchedulePlan Scheduler::Schedule() {
       seq->table.TruncateTo(pool_, hit);
     }
     seq->num_computed = hit;
-    const int64_t want =
-        CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
-    if (want == 0 || !GrowTables(pool_, *seq, seq->num_computed + want)) {
+    const int64_t want = CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
+    std::optional<cache::StateSlot> slot;
+    if (want > 0 && slots_ != nullptr) {
+      // A hybrid model's state starts at position 0: no prefix hit (the pool refuses them).
+      LATENT_CHECK(hit == 0 && seq->state_slot < 0);
+      slot = slots_->Acquire();
+    }
+    if (want == 0 || (slots_ != nullptr && !slot) || !GrowTables(pool_, *seq, seq->num_computed + want)) {
+      if (slot) slots_->Release(*slot);
       FreeTables(pool_, *seq);
       seq->num_computed = 0;
       break;  // First come, first served: later arrivals do not jump the queue.
     }
+    if (slot) seq->state_slot = *slot;
     plan.prefix_hit_tokens += std::min(hit, seq->num_prompt);
     if (seq->prefix_hit_tokens < 0) seq->prefix_hit_tokens = std::min(hit, seq->num_prompt);
     waiting_.pop_front();
@@ -179,11 +193,19 @@ bool Scheduler::Fork(Sequence* child, const Sequence& parent, int64_t tokens,
     AddWaiting(child);
     return false;
   }
+  if (slots_ != nullptr) {
+    const std::optional<cache::StateSlot> slot = slots_->Acquire();
+    if (!slot) {  // No slot for the state: compute the prompt later, like a new request.
+      AddWaiting(child);
+      return false;
+    }
+    child->state_slot = *slot;
+  }
   const int64_t shared = child->table.ShareFullBlocks(pool_, parent.table, tokens);
   const uint32_t rest = static_cast<uint32_t>(tokens - shared);
   if (rest > 0) {
     if (!child->table.Grow(pool_, tokens)) {
-      child->table.Free(pool_);  // No block for the copy: recompute like a new request.
+      ReleaseCache(child);  // No block for the copy: recompute like a new request.
       AddWaiting(child);
       return false;
     }

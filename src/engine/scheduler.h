@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cache/block_pool.h"
+#include "cache/state_slots.h"
 #include "engine/sequence.h"
 
 namespace latent::engine {
@@ -51,7 +52,9 @@ struct BlockCopy {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerOptions options, cache::BlockPool& pool);
+  // `slots`: the per-sequence state slots of a hybrid model (null: none). A sequence then also
+  // needs a slot to be admitted (or forked), and gives it back with its blocks.
+  Scheduler(SchedulerOptions options, cache::BlockPool& pool, cache::SlotPool* slots = nullptr);
 
   // Queues a new sequence (status kWaiting) in arrival order.
   void AddWaiting(Sequence* seq);
@@ -68,6 +71,8 @@ class Scheduler {
   // it shares parent's full blocks and takes a fresh block for the partial last one, whose rows
   // the caller copies (`copy`), and runs from there. With no block free it waits instead, to
   // compute the prompt itself. Returns whether it was forked.
+  // On a hybrid model the child also gets a state slot, whose bytes the caller copies from the
+  // parent's (the state after `tokens` positions, which the parent holds at the fork).
   bool Fork(Sequence* child, const Sequence& parent, int64_t tokens, std::optional<BlockCopy>& copy);
 
   const std::vector<Sequence*>& running() const { return running_; }
@@ -77,9 +82,12 @@ class Scheduler {
  private:
   void Preempt(Sequence* victim, SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
+  // Frees the sequence's blocks and its state slot.
+  void ReleaseCache(Sequence* seq);
 
   SchedulerOptions options_;
   cache::BlockPool& pool_;
+  cache::SlotPool* slots_;
   std::vector<Sequence*> running_;  // In admission order.
   std::deque<Sequence*> waiting_;   // In arrival (id) order.
 };

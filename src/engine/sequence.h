@@ -42,6 +42,9 @@ struct Sequence {
   // window are released as the sequence advances; `window`: the widest window of those rows.
   std::optional<cache::BlockTable> window_table;
   int64_t window = 0;
+  // The sequence's per-sequence state slot (hybrid models' linear-attention state), -1 while it
+  // holds none; taken at admission and released with its blocks (Scheduler).
+  int32_t state_slot = -1;
   // Structured output (Request::constraint): this sample's state, and the allowed-token bitmask
   // [BitmaskWords(vocab)] for its next draw, valid while mask_ready.
   std::unique_ptr<TokenConstraint> constraint;

@@ -4,6 +4,7 @@
 // keys and values (expanded MLA).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace latent::kernels {
@@ -19,6 +20,11 @@ struct AttentionArgs {
   int64_t v_dim = 0;
   int64_t length = 0;  // L
   float scale = 1.0f;  // Softmax scale applied to q.k.
+  // [num_heads] learned attention-sink logits (gpt-oss, Hy4), or null: head h's softmax runs over
+  // its scores plus one extra logit sinks[h] (not scaled) whose value row is zero, so the
+  // denominator gains exp(sinks[h] - max) and the probabilities of the real positions sum to
+  // less than one. The sink is exact in either MLA form: it only rescales each head's output.
+  const float* sinks = nullptr;
   float* out = nullptr;     // [num_heads, v_dim]
   float* scratch = nullptr; // [L] scores (the reference kernel's; the AVX-512 one keeps its own)
 };
@@ -35,6 +41,13 @@ struct QueriesAttentionArgs {
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
   float* out = nullptr;           // [num_queries, num_heads, v_dim]
 };
+
+// The softmax denominator of head h: `sum` of exp(score - max) over its positions, plus the
+// sink's exp(sinks[h] - max) when `sinks` is given. exp may overflow to inf for a sink far above
+// every score: the output is then 0, the limit.
+inline float SinkDenominator(const float* sinks, int64_t h, float max_score, float sum) {
+  return sinks == nullptr ? sum : sum + std::exp(sinks[h] - max_score);
+}
 
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);

@@ -3,6 +3,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
+#include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 #if LATENT_HAVE_ONEDNN
@@ -20,6 +25,26 @@ bool CpuHasAvx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+// AVX2, FMA and F16C from CPUID, and the OS saving the ymm state (XCR0 bits 1 and 2, read by
+// XGETBV, which OSXSAVE says is available): what the AVX2 kernels need.
+bool CpuHasAvx2() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const bool fma = (ecx & bit_FMA) != 0, osxsave = (ecx & bit_OSXSAVE) != 0;
+  const bool avx = (ecx & bit_AVX) != 0, f16c = (ecx & bit_F16C) != 0;
+  if (!(fma && osxsave && avx && f16c)) return false;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x6u) != 0x6u) return false;  // xmm and ymm state
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  return (ebx & bit_AVX2) != 0;
 #else
   return false;
 #endif
@@ -44,6 +69,20 @@ const KernelTable* MakeAvx512() {
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
   avx512::FillIndexScoresKernel(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
+const KernelTable* MakeAvx2() {
+#if defined(__x86_64__)
+  if (!CpuHasAvx2()) return nullptr;
+  static KernelTable table = RefKernels();
+  avx2::FillLinearKernels(table);
+  avx2::FillNormKernels(table);
+  avx2::FillAttentionKernel(table);
+  avx2::FillIndexScoresKernel(table);
   return &table;
 #else
   return nullptr;
@@ -76,10 +115,12 @@ bool UseOnednn() {
   return env != nullptr && std::strcmp(env, "onednn") == 0;
 }
 
-// The choice without LATENT_GEMM.
+// The choice without LATENT_GEMM: AVX-512, else AVX2, else the reference.
 const KernelTable& OwnKernels() {
   static const KernelTable& table =
-      ForceRef() || Avx512Kernels() == nullptr ? RefKernels()
+      ForceRef()                                    ? RefKernels()
+      : Avx512Kernels() == nullptr                  ? (Avx2Kernels() != nullptr ? *Avx2Kernels()
+                                                                                : RefKernels())
       : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
                                                     : *Avx512Kernels();
   return table;
@@ -87,7 +128,8 @@ const KernelTable& OwnKernels() {
 
 const KernelTable* MakeOnednn() {
 #if LATENT_HAVE_ONEDNN
-  if (&OwnKernels() == &RefKernels()) return nullptr;
+  // oneDNN's bf16 matmul is for AVX-512 machines (kernel_table.h).
+  if (&OwnKernels() == &RefKernels() || &OwnKernels() == Avx2Kernels()) return nullptr;
   static KernelTable table = OwnKernels();
   onednn::FillOnednnLinear(table);
   return &table;
@@ -102,6 +144,11 @@ bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasVnni(); }
 
 const KernelTable* Avx512Kernels() {
   static const KernelTable* table = MakeAvx512();
+  return table;
+}
+
+const KernelTable* Avx2Kernels() {
+  static const KernelTable* table = MakeAvx2();
   return table;
 }
 
@@ -124,6 +171,7 @@ const KernelTable& BestKernels() {
 const char* BestKernelsName() {
   const bool onednn = &BestKernels() == OnednnKernels();
   if (&OwnKernels() == &RefKernels()) return "ref";
+  if (&OwnKernels() == Avx2Kernels()) return "avx2";
   if (&OwnKernels() == Bf16DotKernels()) return onednn ? "avx512-bf16dot+onednn" : "avx512-bf16dot";
   return onednn ? "avx512+onednn" : "avx512";
 }

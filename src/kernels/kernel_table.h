@@ -1,7 +1,8 @@
 // The kernels latent runs, as one table of function pointers filled once at start from the
 // CPU's features. ref/ holds the plain scalar versions: the oracle every faster kernel is tested
-// against (tests/kernels/). avx512/ holds the AVX-512 versions (compiled in every x86-64 build
-// under a target pragma, chosen at run time by dispatch.cc). Kernels are pure functions on raw
+// against (tests/kernels/). avx512/ holds the AVX-512 versions, avx2/ the AVX2 + FMA + F16C
+// versions (both compiled in every x86-64 build under a target pragma, chosen at run time by
+// dispatch.cc: AVX-512 when the CPU has it, else AVX2, else the reference). Kernels are pure functions on raw
 // pointers; callers pass scratch (the AVX-512 attention keeps a per-thread workspace).
 //
 // Batch invariance: every kernel computes each output row of a token the same way whatever else
@@ -58,6 +59,10 @@ const KernelTable& RefKernels();
 // The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
 // lacks them.
 const KernelTable* Avx512Kernels();
+// The AVX2 kernels (AVX2, FMA, F16C and the OS's ymm state), or null when this CPU or OS lacks
+// them. Every entry but dequant_row has an AVX2 version; W8A8 weights use an exact integer dot
+// (vpmaddwd), so they equal the reference bit for bit.
+const KernelTable* Avx2Kernels();
 // Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
 // with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
 bool Avx512HasW8A8Vnni();
@@ -68,13 +73,14 @@ const KernelTable* Bf16DotKernels();
 // The AVX-512 (or, with LATENT_BF16_DOT=1, bf16-dot) kernels with linear over bf16 weights at
 // m >= LATENT_GEMM_MIN_ROWS (default 32) sent to oneDNN's bf16 matmul (onednn/onednn_linear.h;
 // AMX where the CPU has it). Activations rounded to bf16 and NOT batch invariant: opt-in only.
-// Null without AVX-512, under LATENT_KERNELS=ref, or in a build without oneDNN.
+// Null without AVX-512 (also on AVX2 machines), under LATENT_KERNELS=ref, or in a build without oneDNN.
 const KernelTable* OnednnKernels();
-// The best kernels this CPU supports, chosen once: AVX-512 when available, else the reference.
+// The best kernels this CPU supports, chosen once: AVX-512 when available, else AVX2, else the
+// reference.
 // The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
 // picks Bf16DotKernels() when available; LATENT_GEMM=onednn picks OnednnKernels() over that.
 const KernelTable& BestKernels();
-// "avx512", "avx512-bf16dot", either with "+onednn", or "ref": what BestKernels() chose.
+// "avx512", "avx512-bf16dot", either with "+onednn", "avx2" or "ref": what BestKernels() chose.
 const char* BestKernelsName();
 
 }  // namespace latent::kernels

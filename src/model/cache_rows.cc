@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "model/arch/registry.h"
+#include "ops/kda.h"
 
 namespace latent::model {
 namespace {
@@ -56,6 +57,20 @@ cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& c, CacheDType dtype) {
                         : dtype == CacheDType::kBF16 ? 2 * d
                                                      : d + 4 * ((d + kFp8ScaleGroup - 1) / kFp8ScaleGroup);
   return row;
+}
+
+std::vector<cache::CacheRowSpec> KdaStateRows(const ModelConfig& c) {
+  const ops::KdaDims dims{c.linear_num_heads, c.linear_head_dim, c.linear_conv_kernel};
+  auto state = [](const char* name, int64_t values) {
+    cache::CacheRowSpec row;
+    row.name = name;
+    row.retention = cache::Retention::kPerSequence;
+    row.values = values;
+    row.bytes_per_sequence = 4 * static_cast<uint64_t>(values);
+    return row;
+  };
+  return {state("kda.conv", dims.conv_values()), state("kda.state", dims.state_values()),
+          state("kda.block", dims.block_values())};
 }
 
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype) {

@@ -35,6 +35,12 @@ cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype, in
 // "dsa.index_k": the DSA indexer's key, index_head_dim values.
 cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& config, CacheDType dtype);
 
+// A KDA layer's per-sequence state (Retention::kPerSequence, always f32, ops/kda.h):
+// "kda.conv" the short convolution's last K-1 inputs [K-1, 3C], "kda.state" the recurrent state
+// at the current chunk's start [H, dk, dv], "kda.block" the current chunk's rows so far.
+std::vector<cache::CacheRowSpec> KdaStateRows(const ModelConfig& config);
+enum KdaStateRow : int { kKdaConvRow = 0, kKdaStateRow = 1, kKdaBlockRow = 2 };
+
 // The rows of every layer of `config` stored as `dtype`: its family's declaration.
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype);
 

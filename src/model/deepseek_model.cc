@@ -10,6 +10,7 @@
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "model/cache_rows.h"
+#include "parallel/communicator.h"
 
 namespace latent::model {
 namespace {
@@ -27,6 +28,7 @@ ops::MoeDims MoeDimsOf(const ModelConfig& c) {
   d.scoring = c.scoring_func;
   d.topk_method = c.topk_method;
   d.dropped_groups_score_zero = c.router_dropped_groups_score_zero;
+  d.swiglu_limit = static_cast<float>(c.swiglu_limit);
   return d;
 }
 
@@ -39,6 +41,11 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
       weights_(LoadDeepseekWeights(config_, ckpt_, tensors, options)),
       dims_(MlaDimsOf(config_)),
       moe_dims_(MoeDimsOf(config_)),
+      sum_partials_(options.communicator != nullptr && options.communicator->size() > 1
+                        ? ops::SumPartials([comm = options.communicator](float* data, int64_t n) {
+                            comm->SumInRankOrder(data, n);
+                          })
+                        : ops::SumPartials()),
       rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim, config_.qk_head_dim(),
                                   config_.rope_interleave, /*round_bf16=*/false)),
       index_rope_(ops::Rope::FromConfig(config_.rope, config_.qk_rope_head_dim,
@@ -61,6 +68,15 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
   for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
     latent_rows_.push_back(find(l, "mla.latent"));
     index_rows_.push_back(find(l, "dsa.index_k"));
+  }
+}
+
+void DeepseekModel::DisableRotation() {
+  for (ops::Rope* rope : {&rope_, &index_rope_}) {
+    std::fill(rope->inv_freq.begin(), rope->inv_freq.end(), 0.0f);
+    rope->long_inv_freq.clear();
+    rope->attention_factor = 1.0f;
+    rope->softmax_scale = 1.0f / std::sqrt(static_cast<float>(config_.qk_head_dim()));
   }
 }
 
@@ -117,7 +133,8 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
   if (selection != nullptr) {
     dsa.indexer = w.indexer ? &*w.indexer : nullptr;
     dsa.rope = dims.rope > 0 ? &index_rope_ : nullptr;
-    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk};
+    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk,
+                config_.index_rope_last, static_cast<float>(config_.index_k_norm_eps)};
     dsa.selection = selection;
     if (dsa.indexer != nullptr) {
       LATENT_CHECK(index_rows_[l] >= 0);
@@ -150,7 +167,7 @@ void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float
       trace->experts.resize(config_.num_hidden_layers);
       chosen = &trace->experts[l];
     }
-    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen);
+    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen, sum_partials_);
     dump::Tensor("moe_out", l, out, tokens, config_.hidden_size);
   } else {
     LATENT_PROFILE_SCOPE(kDenseMlp);
@@ -183,7 +200,7 @@ void DeepseekModel::Moe(int64_t slot, int64_t layer, const float* x, int64_t tok
     trace->experts.resize(config_.num_hidden_layers);
     chosen = &trace->experts[layer];
   }
-  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen);
+  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen, sum_partials_);
   dump::Tensor("moe_out", layer, out, tokens, config_.hidden_size);
 }
 

@@ -39,6 +39,10 @@ class DeepseekModel : public Model {
   Activations Start(const ForwardBatch& batch) const;
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
+  const DeepseekWeights& weights() const { return weights_; }
+  // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
+  // Linear): every rotation becomes the identity (zero frequencies: cos 1, sin 0, exact).
+  void DisableRotation();
 
   // hidden [T, D] = the embedding rows of the batch's tokens.
   void Embed(const ForwardBatch& batch, float* hidden) const;
@@ -81,6 +85,8 @@ class DeepseekModel : public Model {
   // none), so layers of one model may cache different rows (KV sharing, shared indexers).
   std::vector<int> latent_rows_, index_rows_;
   ops::MoeDims moe_dims_;
+  // Expert parallelism: sums the ranks' routed-expert outputs (empty: this process holds all).
+  ops::SumPartials sum_partials_;
   ops::Rope rope_;
   ops::Rope index_rope_;  // DSA models only.
 };

@@ -28,7 +28,7 @@ LayerWeights* DeepseekTensors::Layer(int64_t layer) const {
 
 void DeepseekTensors::Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule,
                           TensorTarget target, Presence presence) {
-  visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, presence});
+  visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, presence, expert_});
 }
 
 void DeepseekTensors::Embedding() {
@@ -131,8 +131,10 @@ void DeepseekTensors::Moe(int64_t l, Presence score_bias) {
   }
   if (layout_ == ExpertLayout::kPerExpert) {
     for (int64_t x = 0; x < e; ++x) {
+      expert_ = x;
       Mlp(StrCat(p, "mlp.experts.", x, "."), i, w ? &w->experts[x] : nullptr);
     }
+    expert_ = -1;
   } else {
     const auto fused = [&](bool gate_up) {
       return w ? TensorTarget{FusedExperts{&w->experts, gate_up}} : TensorTarget{};
@@ -222,7 +224,11 @@ void DeepseekTensors::ZeroExpertMoeAt(int64_t slot, const std::string& p) {
   Add(p + "router.e_score_correction_bias", {scored}, WeightKind::kBuffer, QuantizeRule::kKeep,
       To(w ? &w->bias : nullptr));
   if (layout_ == ExpertLayout::kPerExpert) {
-    for (int64_t x = 0; x < e; ++x) Mlp(StrCat(p, "experts.", x, "."), i, w ? &w->experts[x] : nullptr);
+    for (int64_t x = 0; x < e; ++x) {
+      expert_ = x;
+      Mlp(StrCat(p, "experts.", x, "."), i, w ? &w->experts[x] : nullptr);
+    }
+    expert_ = -1;
     for (int64_t x = e; x < scored; ++x) {
       // An identity expert: transformers' fused gate_up_proj has rows for it, down_proj not.
       for (const char* part : {"gate_proj.weight", "up_proj.weight"}) {

@@ -64,6 +64,7 @@ class DeepseekTensors {
   ExpertLayout layout_;
   DeepseekWeights* w_;
   const TensorVisitor& visit_;
+  int64_t expert_ = -1;  // The routed expert being listed (ExpectedWeight::expert), else -1.
 };
 
 }  // namespace latent::model

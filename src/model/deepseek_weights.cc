@@ -56,7 +56,8 @@ class Loader {
     w.data = t.data;
     w.dtype = t.dtype;
     w.n = t.shape.rank() == 2 ? t.shape[0] : 1;
-    w.k = t.shape.rank() == 2 ? t.shape[1] : t.shape[0];
+    // Any other rank is read flat (KDA's conv taps [C, 1, K], A_log [1, 1, H, 1]).
+    w.k = t.shape.rank() == 2 ? t.shape[1] : t.shape.NumElements();
     std::vector<float> out(w.n * w.k);
     for (int64_t r = 0; r < w.n; ++r) kernels::RefKernels().dequant_row(w, r, out.data() + r * w.k);
     return out;
@@ -112,6 +113,10 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   const Loader load(config, ckpt);
   DeepseekWeights w;
   Converter convert(options.quantize, w);
+  // Expert parallelism: this rank's routed experts only; the others' stay empty views, their
+  // pages never read.
+  const ExpertShard shard = options.Shard();
+  const int64_t experts = config.n_routed_experts;
   std::string embedding;  // The embedding's name in this family's list (the first kEmbedding).
   // The family's one tensor list, this time with targets: each tensor goes where it says, converted
   // as its rule says.
@@ -120,6 +125,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
     if (t.presence == Presence::kUnused || absent) return;
     if (t.kind == WeightKind::kUnused) return;  // transformers never reads it either
+    if (t.expert >= 0 && !shard.Holds(t.expert, experts)) return;  // another rank's expert
     if (t.kind == WeightKind::kEmbedding && embedding.empty()) embedding = t.name;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
@@ -134,7 +140,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
       **f32 = load.ToF32(t.name);
     } else if (auto* fused = std::get_if<FusedExperts>(&t.target)) {
       const int64_t inter = config.moe_intermediate_size;
-      for (size_t e = 0; e < fused->experts->size(); ++e) {
+      for (int64_t e = shard.Begin(experts); e < shard.End(experts); ++e) {
         MlpWeights& expert = (*fused->experts)[e];
         if (fused->gate_up) {
           expert.gate = converted(load.FusedExpert(t.name, e, 0, inter));
@@ -153,7 +159,12 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     w.lm_head = convert(load.Linear(embedding), /*release=*/false);
   }
   int64_t checkpoint_bytes = 0;
-  LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes);
+  LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes, shard);
+  for (LayerWeights& layer : w.layers) {
+    if (!layer.moe || shard.ranks == 1) continue;
+    layer.moe->held_begin = shard.Begin(experts);
+    layer.moe->held_end = shard.End(experts);
+  }
   w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added();
   if (options.quantize != WeightQuantization::kNone) {
     const double seconds =

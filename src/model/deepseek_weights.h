@@ -11,6 +11,8 @@
 #include "model/model_config.h"
 #include "model/weight_quantization.h"
 #include "ops/gated_norm.h"
+#include "ops/hyper_connections.h"
+#include "ops/kda.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/position_scale.h"
@@ -39,9 +41,13 @@ struct AttentionWeights {
   // none.
   ops::LogPositionScale query_scale;  // [H]
   // dots3_note: RMSNorm of the rotary key before rope (k_rope_only_layernorm) [dr], data null:
-  // none; and a per-head output gate sigmoid(g_proj(x)) [H, D] on each head's attention output.
+  // none.
   NormWeight k_rope_norm;
-  std::optional<kernels::WeightRef> head_gate;
+  // The output gate logits from the layer input (Hy4, dots3_note's g_proj): [H*w, D], w = dv (per
+  // channel) or 1 (per head); applied as sigmoid before o_proj (ops/output_gate.h). Absent elsewhere.
+  std::optional<kernels::WeightRef> gate_proj;
+  // Hy4's learned attention-sink logit per head (kernels/attention.h), f32; empty: none.
+  std::vector<float> sinks;  // [H]
 };
 
 // DeepSeek sparse attention's indexer (layers that run one).
@@ -65,6 +71,10 @@ struct LayerWeights {
   NormWeight post_mlp_norm;         // [D] A.X-K1: RMSNorm of the MoE output (sparse layers)
   // A.X-K2's gated RMSNorms (ops/gated_norm.h): the gates of input_norm / post_attention_norm.
   std::optional<NormGateWeights> input_norm_gate, post_attention_norm_gate;
+  // Hy4's hyper-connections around the attention and the feed-forward block.
+  std::optional<ops::HyperConnectionWeights> attn_hc, ffn_hc;
+  // A KDA linear-attention layer's weights, in place of `attention` (hybrid models).
+  std::optional<ops::KdaWeights> kda;
 };
 
 struct DeepseekWeights {
@@ -74,6 +84,8 @@ struct DeepseekWeights {
   kernels::WeightRef lm_head;  // [V, D]
   // LeRoPE (mistral_large4): learned per-frequency log factors, inv_freq * exp(alpha); empty: none.
   std::vector<float> rope_alpha;  // [qk_rope_head_dim / 2]
+  // Hy4: the hyper-connection streams' collapse before the final norm; absent elsewhere.
+  std::optional<ops::HyperHeadWeights> hc_head;
   OwnedWeights owned;          // Buffers of the weights converted at load.
   int64_t bytes = 0;           // Bytes of all the weights as held (as LoadedWeightBytes counts).
 };

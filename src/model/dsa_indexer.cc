@@ -14,7 +14,7 @@
 namespace latent::model {
 namespace {
 
-constexpr float kIndexNormEps = 1e-6f;  // The indexer's k_norm LayerNorm.
+constexpr float kQueryNormEps = 1e-6f;  // mistral_large4's query LayerNorm.
 
 using kernels::Linear;
 
@@ -71,13 +71,13 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
   std::vector<float> keys(tokens * d.head_dim);
   Linear(x, tokens, w.wk, keys.data());
   k.layer_norm(keys.data(), tokens, d.head_dim, w.k_norm.data, w.k_norm_bias.data, w.k_norm.dtype,
-               kIndexNormEps, keys.data());
+               d.k_norm_eps, keys.data());
   // Queries [T, n_h, d_i] from the query latent, or from LayerNorm(x).
   std::vector<float> queries(tokens * d.heads * d.head_dim);
   if (w.q_norm.data != nullptr) {
     std::vector<float> normed(tokens * hidden);  // [T, D]
     k.layer_norm(x, tokens, hidden, w.q_norm.data, w.q_norm_bias.data, w.q_norm.dtype,
-                 kIndexNormEps, normed.data());
+                 kQueryNormEps, normed.data());
     Linear(normed.data(), tokens, w.wq_b, queries.data());
   } else {
     LATENT_CHECK(q_resid != nullptr);
@@ -89,12 +89,15 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
     ops::ScaleHeads(queries.data(), tokens, d.heads, d.head_dim, factors.data());
   }
   const int64_t half = rope != nullptr ? rope->dim / 2 : 0;
+  // Where the rotated dims start in a query or key head.
+  const int64_t at = rope != nullptr && d.rope_last ? d.head_dim - rope->dim : 0;
   std::vector<float> cos(half), sin(half);
   for (int64_t t = 0; t < tokens; ++t) {
     if (rope != nullptr) {
       rope->CosSin(batch.positions[t], cos.data(), sin.data());
-      rope->Apply(&keys[t * d.head_dim], cos.data(), sin.data());
-      for (int64_t h = 0; h < d.heads; ++h) rope->Apply(&queries[(t * d.heads + h) * d.head_dim], cos.data(), sin.data());
+      rope->Apply(&keys[t * d.head_dim + at], cos.data(), sin.data());
+      for (int64_t h = 0; h < d.heads; ++h)
+        rope->Apply(&queries[(t * d.heads + h) * d.head_dim + at], cos.data(), sin.data());
     }
     batch.rows->WriteRow(batch.RowTable(batch.seq_slots[t], layer, index_row), layer, index_row, batch.positions[t],
                          &keys[t * d.head_dim]);

@@ -16,6 +16,9 @@ struct DsaDims {
   int64_t heads = 0;     // index_n_heads
   int64_t head_dim = 0;  // index_head_dim; its first qk_rope_head_dim dims are rotated
   int64_t topk = 0;      // index_topk
+  // Hy4: the LAST qk_rope_head_dim dims of a query or key are rotated, not the first.
+  bool rope_last = false;
+  float k_norm_eps = 1e-6f;  // of the keys' LayerNorm (Hy4: rms_norm_eps)
 };
 
 // Per batch token, the key positions it attends to (ascending); empty: all of 0..position.

@@ -17,6 +17,7 @@ void ForwardBatch::Clear() {
   window_table_starts.assign(1, 0);
   window_block_ids.clear();
   prompt_lens.clear();
+  state_slots.clear();
 }
 
 void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_position,
@@ -58,6 +59,7 @@ void ForwardBatch::Validate() const {
                static_cast<size_t>(block_table_starts[seqs]) == block_ids.size());
   LATENT_CHECK(rows != nullptr);
   LATENT_CHECK(prompt_lens.empty() || prompt_lens.size() == seqs);
+  LATENT_CHECK(state_slots.empty() || state_slots.size() == seqs);
   for (size_t s = 0; s < seqs; ++s) {
     LATENT_CHECK(seq_starts[s] < seq_starts[s + 1]);
     for (int32_t t = seq_starts[s]; t < seq_starts[s + 1]; ++t) {

@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <string>
 
+namespace latent::parallel {
+class Communicator;
+}  // namespace latent::parallel
+
 namespace latent::model {
 
 enum class WeightQuantization : uint8_t {
@@ -22,8 +26,25 @@ enum class WeightQuantization : uint8_t {
   kW8A8,
 };
 
+// Expert parallelism: the routed experts rank `rank` of `ranks` holds, a contiguous range
+// [Begin(E), End(E)) (rank r: [r E / N, (r + 1) E / N)). Everything else is held by every rank.
+struct ExpertShard {
+  int rank = 0;
+  int ranks = 1;
+  int64_t Begin(int64_t experts) const { return experts * rank / ranks; }
+  int64_t End(int64_t experts) const { return experts * (rank + 1) / ranks; }
+  bool Holds(int64_t expert, int64_t experts) const {
+    return expert >= Begin(experts) && expert < End(experts);
+  }
+};
+
 struct LoadOptions {
   WeightQuantization quantize = WeightQuantization::kNone;
+  // The processes the model runs on (parallel/communicator.h); null or size 1: this process
+  // alone, holding every expert. Otherwise this rank loads only its ExpertShard's routed experts
+  // and the MoE layers sum the ranks' partial outputs through it.
+  parallel::Communicator* communicator = nullptr;
+  ExpertShard Shard() const;
 };
 
 // "none", "int8" or "w8a8"; throws latent::Error ("--quantize: unknown mode ...") for anything else.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/dump.h"
+#include "base/error.h"
 #include "base/profile.h"
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
@@ -87,7 +88,7 @@ void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float
 // One token: attention over the latent rows with one shared head. q_cat [H, C + dr] ->
 // out_lat [H, C].
 void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const float*>& rows,
-                  float scale, float* out_lat) {
+                  float scale, const float* sinks, float* out_lat) {
   std::vector<float> scores(rows.size());
   kernels::AttentionArgs args;
   args.q = q_cat;
@@ -100,6 +101,7 @@ void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const 
   args.v_dim = d.latent;
   args.length = static_cast<int64_t>(rows.size());
   args.scale = scale;
+  args.sinks = sinks;  // Exact here too: a sink only rescales each head's latent output.
   args.out = out_lat;
   args.scratch = scores.data();
   kernels::BestKernels().attention(args);
@@ -138,7 +140,7 @@ int64_t WindowStart(int64_t position, int64_t window) {
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
                       const std::vector<const float*>& rows, int64_t first, int64_t window,
                       const ForwardBatch& batch, const DsaSelection* selection, const float* q,
-                      float scale, float* attn_out) {
+                      float scale, const float* sinks, float* attn_out) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
   const int64_t head_rows = d.nope + d.v;
@@ -169,6 +171,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   shared.value_head_stride = head_rows;
   shared.v_dim = d.v;
   shared.scale = scale;
+  shared.sinks = sinks;
   // Tokens DSA picked positions for attend to those, one at a time; the others attend their
   // causal prefix (up to and including themselves), all in one call that reads each block of
   // keys and values once for many queries.
@@ -393,6 +396,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
 
   // Attention per sequence, over its cached rows (or the ones DSA selected).
   scope.emplace(profile::Op::kAttnCore);
+  LATENT_CHECK(w.sinks.empty() || static_cast<int64_t>(w.sinks.size()) == d.heads);
+  const float* sinks = w.sinks.empty() ? nullptr : w.sinks.data();  // [H]
   std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
   std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
   for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
@@ -423,7 +428,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     std::vector<const float*> rows(count);
     for (int64_t i = 0; i < count; ++i) rows[i] = &gathered[i * d.row()];
     ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
-                     rope.softmax_scale, attn.data());
+                     rope.softmax_scale, sinks, attn.data());
   }
   // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
   // runs for the group's sequences in parallel (each gathers its rows once).
@@ -489,7 +494,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
             for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
               visible.push_back(row_at(static_cast<int32_t>(p)));
           }
-          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale,
+          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale, sinks,
                        &out_lat[i * d.heads * d.latent]);
         }
       }
@@ -503,10 +508,13 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   scope.reset();
   scope.emplace(profile::Op::kAttnProj);
   if (!gate.empty()) ops::ApplyOutputGate({d.heads, d.v, d.v}, gate.data(), tokens, attn.data());
-  if (w.head_gate) {  // dots3_note: one gate per head, sigmoid(g_proj(x)) [T, H]
-    std::vector<float> head_gate(tokens * d.heads);
-    Linear(x, tokens, *w.head_gate, head_gate.data());
-    ops::ApplyOutputGate({d.heads, d.v, 1}, head_gate.data(), tokens, attn.data());
+  if (w.gate_proj) {
+    // Hy4: gate logits from the layer input, per channel or per head.
+    const int64_t width = w.gate_proj->n / d.heads;
+    LATENT_CHECK(width * d.heads == w.gate_proj->n);
+    std::vector<float> logits(tokens * w.gate_proj->n);  // [T, H, width]
+    Linear(x, tokens, *w.gate_proj, logits.data());
+    ops::ApplyOutputGate({d.heads, d.v, width}, logits.data(), tokens, attn.data());
   }
   Linear(attn.data(), tokens, w.o, out);
 }

@@ -46,6 +46,10 @@ struct ForwardBatch {
   // frequencies that depend on the sequence length (LongRoPE) read it through RotaryLength, so
   // that a prompt gets the same ones whether it runs in one chunk or several.
   std::vector<int64_t> prompt_lens;
+  // [S] or empty: each sequence's per-sequence state slot in rows->states (hybrid models'
+  // linear-attention layers), pushed by the caller after AddSequence; empty: slot s is slot s
+  // (the CLI tools, which run one sequence in a cache of their own).
+  std::vector<int32_t> state_slots;
 
   int64_t num_sequences() const { return static_cast<int64_t>(context_lens.size()); }
   // The block-table row of sequence `s`.
@@ -61,6 +65,8 @@ struct ForwardBatch {
   }
   // Appends the window block-table row of the sequence just added (caches with window rows).
   void AddWindowTable(std::span<const cache::BlockId> table);
+  // The state slot of sequence `s`.
+  int32_t StateSlot(int64_t s) const { return state_slots.empty() ? static_cast<int32_t>(s) : state_slots.at(s); }
   // The sequence length that picks length-dependent rotary frequencies for token t: what
   // transformers sees running the whole prompt in one call, then decoding token by token
   // (max(prompt length, position + 1)); without prompt_lens, the sequence's context in this step.
@@ -120,6 +126,13 @@ class Model {
   virtual uint64_t PrefixCacheSalt(int64_t prompt_len) const {
     (void)prompt_len;
     return 0;
+  }
+  // Copies every row of the first `tokens` positions of block `from` into block `to` (forking a
+  // partially filled block). Through the model so that the ranks of a scale-out job, which each
+  // hold a replica of the cache, all copy (engine/distributed_model.h).
+  virtual void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,
+                              uint32_t tokens) const {
+    rows.CopyBlock(from, to, tokens);
   }
 };
 

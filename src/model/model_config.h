@@ -120,6 +120,12 @@ struct ModelConfig {
   // earlier layer, which owns them.
   std::vector<bool> rope_layers;
   std::vector<int64_t> kv_source_layers;
+  // Hybrid models (kimi_linear): per layer, a KDA linear-attention layer (true) instead of MLA;
+  // empty elsewhere. Its heads, head dim and short-convolution taps.
+  std::vector<bool> linear_attention_layers;
+  int64_t linear_num_heads = 0;
+  int64_t linear_head_dim = 0;
+  int64_t linear_conv_kernel = 4;
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
@@ -133,6 +139,17 @@ struct ModelConfig {
   std::vector<MlaLayerShape> mla_layer_shapes;
   // Intermediate size of each shared expert where it differs from moe_intermediate_size (0: same).
   int64_t shared_expert_intermediate_size = 0;
+  // Hy4: hc_mult residual streams joined by hyper-connections (ops/hyper_connections.h); 0: one
+  // plain residual stream. hc_magnitude scales the post gate, hc_eps is added to every gate.
+  int64_t hc_mult = 0;
+  double hc_magnitude = 2.0;
+  double hc_eps = 1e-6;
+  // The routed experts' SwiGLU clamp (Hy4's swiglu_limit); 0: none.
+  double swiglu_limit = 0.0;
+  // Hy4's DSA indexer rotates the last qk_rope_head_dim dims of its heads (else the first) and
+  // normalises its keys with eps rms_norm_eps (else 1e-6).
+  bool index_rope_last = false;
+  double index_k_norm_eps = 1e-6;
 
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
@@ -158,6 +175,9 @@ struct ModelConfig {
     if (!mla_layer_shapes.empty()) return mla_layer_shapes[layer];
     return {num_attention_heads, q_lora_rank.value_or(0), kv_lora_rank, qk_nope_head_dim,
             RopeDims(layer), v_head_dim};
+  }
+  bool IsLinearAttentionLayer(int64_t layer) const {
+    return !linear_attention_layers.empty() && linear_attention_layers[layer];
   }
 
   // Parses config.json text; `source` names it in errors. Throws latent::Error for a missing or

@@ -7,9 +7,15 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/quantize_row.h"
+#include "parallel/communicator.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
+
+ExpertShard LoadOptions::Shard() const {
+  if (communicator == nullptr) return {};
+  return {communicator->rank(), communicator->size()};
+}
 
 WeightQuantization ParseWeightQuantization(const std::string& name) {
   if (name == "none") return WeightQuantization::kNone;
@@ -83,20 +89,29 @@ bool W8A8Activations(const ExpectedWeight& w) {
 
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
                           const CheckpointReport& report, WeightQuantization quantize,
-                          int64_t* checkpoint_bytes) {
+                          int64_t* checkpoint_bytes, const ExpertShard& shard) {
   int64_t stored = 0, loaded = 0;
+  const int64_t experts = config.n_routed_experts;
   for (const ExpectedWeight& w : report.weights) {
     if (w.kind == WeightKind::kUnused) continue;  // never loaded, and may be absent
+    if (w.expert >= 0 && !shard.Holds(w.expert, experts)) continue;  // another rank's expert
     const TensorView t = ckpt.Get(w.name);
     int64_t bytes = static_cast<int64_t>(t.NumBytes());
     const std::string scale_name = w.name + "_scale_inv";
     if (t.dtype == DType::kF8E4M3 && ckpt.Has(scale_name)) {
       bytes += static_cast<int64_t>(ckpt.Get(scale_name).NumBytes());
     }
+    // Fused experts [E(+Z), out, in]: this rank's experts' slices.
+    int64_t elements = t.NumElements();
+    if (w.kind == WeightKind::kExperts && shard.ranks > 1) {
+      const int64_t held = shard.End(experts) - shard.Begin(experts);
+      bytes = bytes / t.shape[0] * held;
+      elements = elements / t.shape[0] * held;
+    }
     stored += bytes;
     if (quantize != WeightQuantization::kNone && QuantizedByInt8(w)) {
-      const int64_t rows = t.NumElements() / std::max<int64_t>(1, t.shape[t.shape.rank() - 1]);
-      loaded += t.NumElements() + 4 * rows;
+      const int64_t rows = elements / std::max<int64_t>(1, t.shape[t.shape.rank() - 1]);
+      loaded += elements + 4 * rows;
       if (quantize == WeightQuantization::kW8A8 && W8A8Activations(w)) loaded += 4 * rows;
     } else {
       loaded += bytes;

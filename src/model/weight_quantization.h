@@ -46,9 +46,10 @@ bool W8A8Activations(const ExpectedWeight& w);
 // Bytes of the decoder's weights in memory after loading with `quantize`: the checkpoint's
 // tensors as stored (fp8 scales included), with the converted ones as int8 plus f32 row scales
 // (plus int32 row sums for W8A8).
-// `checkpoint_bytes` (optional) gets the bytes as stored.
+// `checkpoint_bytes` (optional) gets the bytes as stored. `shard`: those one rank of an expert-
+// parallel job holds (routed experts outside it not counted).
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
                           const CheckpointReport& report, WeightQuantization quantize,
-                          int64_t* checkpoint_bytes = nullptr);
+                          int64_t* checkpoint_bytes = nullptr, const ExpertShard& shard = {});
 
 }  // namespace latent::model

@@ -61,6 +61,9 @@ struct ExpectedWeight {
   QuantizeRule quantize = QuantizeRule::kKeep;
   TensorTarget target;  // monostate when only listing
   Presence presence = Presence::kRequired;
+  // The routed expert a per-expert tensor belongs to (mlp.experts.{e}.*), else -1: expert
+  // parallelism loads only its rank's experts (ExpertShard).
+  int64_t expert = -1;
 };
 
 // How the routed experts of MoE layers are stored.

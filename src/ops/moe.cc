@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/error.h"
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
@@ -14,7 +15,7 @@ using kernels::Linear;
 
 }  // namespace
 
-void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out) {
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out, float swiglu_limit) {
   const int64_t inter = w.gate.n;
   // [T, inter] each, reused by this thread: a 2048-token chunk through the dense MLP needs
   // 90 MB apiece, which glibc would otherwise map, page-fault and zero at every call.
@@ -27,6 +28,12 @@ void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out)
   float* up = up_buffer.data();
   Linear(x, tokens, w.gate, gate);
   Linear(x, tokens, w.up, up);
+  if (swiglu_limit > 0) {
+    for (int64_t i = 0; i < tokens * inter; ++i) {
+      gate[i] = std::min(gate[i], swiglu_limit);
+      up[i] = std::clamp(up[i], -swiglu_limit, swiglu_limit);
+    }
+  }
   kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
   Linear(gate, tokens, w.down, out);
 }
@@ -59,7 +66,7 @@ void RouteTokens(const MoeDims& c, const MoeWeights& w, const float* x, int64_t 
 }
 
 void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t tokens, float* out,
-                std::vector<int32_t>* chosen) {
+                std::vector<int32_t>* chosen, const SumPartials& sum_partials) {
   const int64_t d = c.hidden;
   const int64_t k = c.top_k;
   std::vector<int32_t> experts(tokens * k);
@@ -79,7 +86,11 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
   std::vector<float> gathered, expert_out;
   std::vector<int64_t> token_of;
   std::vector<float> weight_of;
-  for (int64_t e = 0; e < c.experts; ++e) {
+  const bool sharded = w.held_end >= 0;
+  LATENT_CHECK(!sharded || sum_partials);
+  const int64_t first = sharded ? w.held_begin : 0;
+  const int64_t end = sharded ? w.held_end : c.experts;
+  for (int64_t e = first; e < end; ++e) {
     token_of.clear();
     weight_of.clear();
     for (int64_t t = 0; t < tokens; ++t) {
@@ -94,10 +105,11 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
     gathered.resize(m * d);
     expert_out.resize(m * d);
     for (int64_t i = 0; i < m; ++i) std::copy(x + token_of[i] * d, x + (token_of[i] + 1) * d, &gathered[i * d]);
-    MlpForward(w.experts[e], gathered.data(), m, expert_out.data());
+    MlpForward(w.experts[e], gathered.data(), m, expert_out.data(), c.swiglu_limit);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
   }
+  if (sharded) sum_partials(out, tokens * d);  // (the communicator times itself)
   // Identity experts (indices E..E+Z-1), after the routed ones as transformers adds them.
   for (int64_t e = c.experts; e < c.experts + c.zero_experts; ++e) {
     for (int64_t t = 0; t < tokens; ++t) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -18,8 +19,10 @@ struct MlpWeights {
 struct MoeWeights {
   std::vector<float> router;  // [E + Z, D] f32
   std::vector<float> bias;    // [E + Z] e_score_correction_bias (noaux_tc, LongCat), else empty
-  std::vector<MlpWeights> experts;
+  std::vector<MlpWeights> experts;  // [E]; only [held_begin, held_end) loaded
   std::optional<MlpWeights> shared;
+  // Expert parallelism: the routed experts this process holds and computes; -1: all of them.
+  int64_t held_begin = 0, held_end = -1;
 };
 
 struct MoeDims {
@@ -36,19 +39,32 @@ struct MoeDims {
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   TopkMethod topk_method = TopkMethod::kGreedy;
   bool dropped_groups_score_zero = false;  // RouteArgs' field of that name (A.X-K2)
+  // The routed experts' SwiGLU clamp (Hy4, GLM-5-Next): gate <= limit, -limit <= up <= limit
+  // before silu(gate) * up; 0: none. The shared experts are not clamped.
+  float swiglu_limit = 0.0f;
 };
 
-// x [T, D] -> out [T, D]
-void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out);
+// x [T, D] -> out [T, D] = down(silu(gate(x)) * up(x)); with `swiglu_limit` > 0 the gate
+// pre-activations are clamped from above at it and the up ones to [-limit, limit] first.
+void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out,
+                float swiglu_limit = 0.0f);
 
 // Router choices: experts [T, k] and weights [T, k], by the router of dims' scoring and method.
 void RouteTokens(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
                  int32_t* experts, float* weights);
 
+// Sums the routed experts' partial outputs [n] of every process in place (expert parallelism:
+// parallel::Communicator::SumInRankOrder), the same bits on every process.
+using SumPartials = std::function<void(float* data, int64_t n)>;
+
 // x [T, D] -> out [T, D]: sum over chosen experts in ascending expert order (as transformers
-// accumulates; identity experts last, being the highest indices), plus the shared experts. When `chosen` is given it receives the experts [T, k],
-// ascending per token.
+// accumulates; identity experts last, being the highest indices), plus the shared experts. When
+// `chosen` is given it receives the experts [T, k], ascending per token.
+// Expert parallelism (w.held_end >= 0): only the held experts run, their sum (in ascending order)
+// goes through `sum_partials` (required then), and the identity and shared experts are added
+// after it on every process.
 void MoeForward(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
-                float* out, std::vector<int32_t>* chosen = nullptr);
+                float* out, std::vector<int32_t>* chosen = nullptr,
+                const SumPartials& sum_partials = {});
 
 }  // namespace latent::ops

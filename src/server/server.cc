@@ -22,6 +22,8 @@
 #include "model/generation_config.h"
 #include "model/model.h"
 #include "engine/debug_replay.h"
+#include "engine/distributed_model.h"
+#include "parallel/communicator.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "server/tool_template.h"
@@ -171,8 +173,11 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
                              ServerMetrics& metrics) {
   auto loaded = std::make_unique<Loaded>();
   // --quantize int8 reads every converted tensor once at load and drops its pages: no preload.
-  if (o.load.quantize == model::WeightQuantization::kNone) PreloadWeights(o.model_dir);
-  std::unique_ptr<model::Model> m = model::LoadModel(o.model_dir, o.load);
+  // Under mpirun each rank reads only its own experts' pages, as the forward touches them.
+  if (o.load.quantize == model::WeightQuantization::kNone && parallel::World().size() == 1) {
+    PreloadWeights(o.model_dir);
+  }
+  std::unique_ptr<model::Model> m = engine::LoadRankedModel(o.model_dir, o.load);
   const model::ModelConfig config = m->config();
   model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
   Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,
@@ -266,6 +271,8 @@ int RunServer(const ServeOptions& o) {
     while (name.size() > 1 && name.back() == '/') name.pop_back();
   }
   if (!fs::is_directory(o.model_dir)) Fail("--model ", o.model_dir, ": no such directory");
+  // Under mpirun only rank 0 serves HTTP; the others run its steps (and never return here).
+  if (parallel::World().rank() != 0) engine::LoadRankedModel(o.model_dir, o.load);
   HandleSignals();
   ServerMetrics metrics;
   HttpServer http(o.http, name, metrics);

@@ -24,6 +24,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # LATENT_SERVE_BIN runs the tests against another build (a sanitizer build, say).
 LATENT = Path(os.environ.get("LATENT_SERVE_BIN", REPO / "build" / "latent"))
+# How many times slower that build starts and stops than the plain one (make test-asan and
+# test-tsan set it: a sanitized server loads the 129k-entry tokenizer in 5x the CPU time). Only
+# the harness's waits (start-up, SIGTERM, its clients' default timeouts) scale by it, never what a
+# test asserts.
+SLOWDOWN = float(os.environ.get("LATENT_TEST_SLOWDOWN", "1"))
 # ../shared beside the repository (CI clones it there too).
 TOKENIZER_DIR = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
 HOST = "127.0.0.1"
@@ -51,8 +56,8 @@ class LatentServer:
             [str(LATENT), "serve", "--model", str(model_dir), "--host", HOST, "--port", "0",
              "--served-model-name", name, *flags],
             stdout=subprocess.DEVNULL, stderr=self._log)
-        self.port = self._wait_for_port(timeout=30)
-        self.wait_ready(timeout=60)
+        self.port = self._wait_for_port(timeout=30 * SLOWDOWN)
+        self.wait_ready(timeout=60 * SLOWDOWN)
 
     # -- life cycle --
 
@@ -97,6 +102,7 @@ class LatentServer:
 
     def stop(self, timeout: float = 20) -> int:
         """SIGTERM and wait; kills it (and fails) when it does not exit in time."""
+        timeout *= SLOWDOWN
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
             try:
@@ -123,11 +129,14 @@ class LatentServer:
         import openai
 
         return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0,
-                             timeout=kwargs.pop("timeout", 120), **kwargs)
+                             timeout=kwargs.pop("timeout", 120 * SLOWDOWN), **kwargs)
 
     def request(self, method: str, path: str, body=None, headers: dict | None = None,
-                timeout: float = 60) -> tuple[int, bytes]:
-        """One request on a fresh connection; `body` is bytes, str, or JSON-able."""
+                timeout: float | None = None) -> tuple[int, bytes]:
+        """One request on a fresh connection; `body` is bytes, str, or JSON-able. The default
+        timeout (60 s) scales with SLOWDOWN; one a test passes does not."""
+        if timeout is None:
+            timeout = 60 * SLOWDOWN
         conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
         try:
             if body is not None and not isinstance(body, (bytes, str)):
@@ -142,7 +151,7 @@ class LatentServer:
         finally:
             conn.close()
 
-    def post(self, path: str, body, headers: dict | None = None, timeout: float = 60):
+    def post(self, path: str, body, headers: dict | None = None, timeout: float | None = None):
         """POSTs JSON; returns (status, parsed JSON)."""
         status, data = self.request("POST", path, body, headers, timeout)
         return status, json.loads(data)

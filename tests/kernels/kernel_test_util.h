@@ -1,10 +1,14 @@
 // Helpers shared by the kernel tests: restoring the thread count, random test data.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "kernels/kernel_table.h"
 #include "threads/thread_pool.h"
 
 namespace latent::kernels::testing {
@@ -26,6 +30,18 @@ inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = 
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// One fast kernel family for the value-parametrized tests: its table (null when this CPU lacks
+// it: the test skips, naming what is missing).
+struct FastTable {
+  const char* name;
+  const KernelTable* (*get)();
+  const char* missing;
+};
+
+inline std::string FastTableName(const ::testing::TestParamInfo<FastTable>& info) {
+  return info.param.name;
 }
 
 }  // namespace latent::kernels::testing

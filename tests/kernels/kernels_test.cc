@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -26,10 +27,21 @@ using testing::ThreadCount;
 
 const KernelTable& Ref() { return RefKernels(); }
 
-// The fast table, or skip the test on CPUs without it.
-#define REQUIRE_FAST()                                                      \
-  if (Avx512Kernels() == nullptr) GTEST_SKIP() << "no AVX-512 on this CPU"; \
-  const KernelTable& fast = *Avx512Kernels()
+// Every FastKernels test runs once per fast kernel family (FastKernels/<test>/avx512 and
+// .../avx2), and skips only on CPUs without that family.
+class FastKernels : public ::testing::TestWithParam<testing::FastTable> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Isa, FastKernels,
+    ::testing::Values(testing::FastTable{"avx512", Avx512Kernels, "no AVX-512 on this CPU"},
+                      testing::FastTable{"avx2", Avx2Kernels,
+                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
+    testing::FastTableName);
+
+// The family's table, or skip the test on CPUs without it.
+#define REQUIRE_FAST()                                                    \
+  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing;    \
+  const KernelTable& fast = *GetParam().get()
 
 // A weight matrix stored at a deliberately odd address, with its scales.
 struct TestWeight {
@@ -148,7 +160,7 @@ std::vector<WeightCase> WeightCases() {
   };
 }
 
-TEST(KernelDispatch, BestKernelsIsAvx512WhenAvailable) {
+TEST(KernelDispatch, BestKernelsIsAvx512ElseAvx2ElseRef) {
   if (std::getenv("LATENT_GEMM") != nullptr) GTEST_SKIP() << "LATENT_GEMM: see OnednnDispatch";
   const char* env = std::getenv("LATENT_KERNELS");
   if (env != nullptr && std::string(env) == "ref") {
@@ -161,12 +173,15 @@ TEST(KernelDispatch, BestKernelsIsAvx512WhenAvailable) {
     EXPECT_EQ(&BestKernels(), std::string(std::getenv("LATENT_BF16_DOT")) == "1"
                                   ? Bf16DotKernels()
                                   : Avx512Kernels());
+  } else if (Avx2Kernels() != nullptr) {
+    EXPECT_STREQ(BestKernelsName(), "avx2");
+    EXPECT_EQ(&BestKernels(), Avx2Kernels());
   } else {
     EXPECT_STREQ(BestKernelsName(), "ref");
   }
 }
 
-TEST(FastKernels, DequantRowMatchesRefExactly) {
+TEST_P(FastKernels, DequantRowMatchesRefExactly) {
   REQUIRE_FAST();
   std::mt19937 rng(1);
   for (const WeightCase& wc : WeightCases()) {
@@ -185,7 +200,7 @@ TEST(FastKernels, DequantRowMatchesRefExactly) {
   }
 }
 
-TEST(FastKernels, LinearMatchesRef) {
+TEST_P(FastKernels, LinearMatchesRef) {
   REQUIRE_FAST();
   std::mt19937 rng(2);
   for (const WeightCase& wc : WeightCases()) {
@@ -219,7 +234,7 @@ TEST(FastKernels, LinearMatchesRef) {
 
 // A row's output is bit-identical alone (m = 1), inside any batch, at any position, with any
 // thread count, and for row slices of the weight (WeightRef::Rows).
-TEST(FastKernels, LinearIsBatchInvariant) {
+TEST_P(FastKernels, LinearIsBatchInvariant) {
   REQUIRE_FAST();
   ThreadCount restore;
   std::mt19937 rng(3);
@@ -264,7 +279,7 @@ TEST(FastKernels, LinearIsBatchInvariant) {
 // Large batches: activation blocks sized by k and super-blocks of rows (8 MiB of activations)
 // with a short last one (m = 13 after 208 rows at k = 10001); every row bit-identical to the
 // row alone and close to the reference.
-TEST(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
+TEST_P(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
   REQUIRE_FAST();
   ThreadCount restore;
   std::mt19937 rng(4);
@@ -294,6 +309,44 @@ TEST(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
           const double tol = 1e-5 * AbsDot(&x[(m - 3 + i) * k], row) + 1e-30;
           ASSERT_NEAR(batch[(m - 3 + i) * n + r], want[i * n + r], tol) << wc.name;
         }
+      }
+    }
+  }
+}
+
+// Every batch size from 1 to 70 (decode tiles, every short last M-tile, several activation
+// blocks) over k and n that are not multiples of 8 or 16, for every weight dtype: each batch's
+// rows are bit-identical to the same rows of the 70-row batch (so to each row alone), whatever
+// the thread count (1, 2 or 3), and close to the reference.
+TEST_P(FastKernels, LinearEveryBatchSizeMatchesRefAndIsBatchInvariant) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  std::mt19937 rng(41);
+  const int64_t most = 70;
+  for (const WeightCase& wc : WeightCases()) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{11, 13}, {37, 77}, {5, 263}}) {
+      const TestWeight w =
+          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+      const std::vector<float> x = RandomFloats(rng, most * k);
+      std::vector<float> want(most * n), batch(most * n, NAN), scratch(k), row(k);
+      Ref().linear(x.data(), most, w.ref, want.data(), scratch.data());
+      threads::SetNumThreads(2);
+      fast.linear(x.data(), most, w.ref, batch.data(), nullptr);
+      for (int64_t r = 0; r < n; ++r) {
+        Ref().dequant_row(w.ref, r, row.data());
+        for (int64_t i = 0; i < most; ++i) {
+          const double tol = 1e-5 * AbsDot(&x[i * k], row) + 1e-30;
+          ASSERT_NEAR(batch[i * n + r], want[i * n + r], tol)
+              << wc.name << " n=" << n << " k=" << k << " at (" << i << ", " << r << ")";
+        }
+      }
+      for (int64_t m = 1; m < most; ++m) {
+        threads::SetNumThreads(1 + static_cast<int>(m % 3));
+        std::vector<float> part(m * n, NAN);
+        fast.linear(x.data(), m, w.ref, part.data(), nullptr);
+        ASSERT_EQ(0, std::memcmp(part.data(), batch.data(), sizeof(float) * m * n))
+            << wc.name << " n=" << n << " k=" << k << " m=" << m
+            << " threads=" << threads::NumThreads();
       }
     }
   }
@@ -348,7 +401,7 @@ TEST(Bf16DotKernels, LinearMatchesRefOnRoundedActivationsAndIsBatchInvariant) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
 }
 
-TEST(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
+TEST_P(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
   REQUIRE_FAST();
   std::mt19937 rng(4);
   for (const WeightCase& wc : WeightCases()) {
@@ -420,7 +473,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-TEST(FastKernels, RmsNormAndLayerNormMatchRef) {
+TEST_P(FastKernels, RmsNormAndLayerNormMatchRef) {
   REQUIRE_FAST();
   std::mt19937 rng(5);
   for (int64_t d : {1, 15, 16, 17, 130, 2048}) {
@@ -448,7 +501,7 @@ TEST(FastKernels, RmsNormAndLayerNormMatchRef) {
   }
 }
 
-TEST(FastKernels, SiluMulMatchesRef) {
+TEST_P(FastKernels, SiluMulMatchesRef) {
   REQUIRE_FAST();
   std::mt19937 rng(6);
   for (int64_t n : {1, 15, 17, 1408, 4099}) {
@@ -495,7 +548,7 @@ void RunAttention(const KernelTable& table, const AttentionCase& c, const std::v
   table.attention(a);
 }
 
-TEST(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
+TEST_P(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
   REQUIRE_FAST();
   ThreadCount restore;
   std::mt19937 rng(7);
@@ -622,10 +675,10 @@ void ExpectQueriesMatchRef(const KernelTable& table, const std::string& name) {
 
 TEST(RefKernels, AttentionQueriesMatchesOneQueryAtATime) { ExpectQueriesMatchRef(Ref(), "ref"); }
 
-TEST(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
+TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
   REQUIRE_FAST();
   ThreadCount restore;
-  ExpectQueriesMatchRef(fast, "avx512");
+  ExpectQueriesMatchRef(fast, GetParam().name);
   std::mt19937 rng(12);
   for (const QueriesCase& c : QueriesCases()) {
     QueriesData d;
@@ -716,15 +769,15 @@ void ExpectNormRope(const KernelTable& table, const std::string& name) {
 
 TEST(RefKernels, NormRopeIsNormThenRotation) { ExpectNormRope(Ref(), "ref"); }
 
-TEST(FastKernels, NormRopeIsNormThenRotation) {
+TEST_P(FastKernels, NormRopeIsNormThenRotation) {
   REQUIRE_FAST();
-  ExpectNormRope(fast, "avx512");
+  ExpectNormRope(fast, GetParam().name);
 }
 
 // index_scores: the fast kernel against the reference (a dot summed in another order: relative
 // error ~ dim * 2^-24 of sum |q||k| per head), head counts with tails (64, 7, 17, 130), and each
 // key's score bit-identical whether scored alone or in any run of keys.
-TEST(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
+TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
   REQUIRE_FAST();
   std::mt19937 rng(31);
   for (const int64_t heads : {64, 7, 17, 130}) {

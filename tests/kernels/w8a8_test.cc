@@ -1,7 +1,7 @@
-// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI kernel against the scalar reference, bit
-// for bit (integer dot products, one fixed float formula), over k and n tails, decode and batch
-// shapes, row slices, ties and zero rows; and batch invariance: a row's output is the same
-// alone, inside any batch and with any thread count.
+// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI and AVX2 kernels against the scalar
+// reference, bit for bit (integer dot products, one fixed float formula), over k and n tails,
+// decode and batch shapes, row slices, ties and zero rows; and batch invariance: a row's output
+// is the same alone, inside any batch and with any thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,9 +22,22 @@ namespace {
 using testing::RandomFloats;
 using testing::ThreadCount;
 
-#define REQUIRE_VNNI()                                                                   \
-  if (!Avx512HasW8A8Vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";                \
-  const KernelTable& fast = *Avx512Kernels()
+// The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) and AVX2 (vpmaddwd), each run where the CPU
+// has it; both must equal the reference bit for bit.
+const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
+
+class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Isa, W8A8Kernels,
+    ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
+                      testing::FastTable{"avx2", Avx2Kernels,
+                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
+    testing::FastTableName);
+
+#define REQUIRE_W8A8()                                                 \
+  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing; \
+  const KernelTable& fast = *GetParam().get()
 
 // An int8 weight [n, k] at an odd address, with unaligned f32 row scales and its row sums: the
 // layout QuantizeInt8(..., row_sums = true) makes.
@@ -81,7 +94,7 @@ std::string Shape(int64_t m, int64_t n, int64_t k) {
   return "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
 }
 
-TEST(W8A8Kernels, ReferenceIsTheIntegerDotTimesBothScales) {
+TEST(W8A8Reference, IsTheIntegerDotTimesBothScales) {
   // Scale 1 on both sides: y is the exact integer dot; ties round to even.
   const std::vector<float> x = {127.0f, 0.5f, 1.5f, 2.5f, -2.5f};  // xq = 127, 0, 2, 2, -2
   const std::vector<int8_t> q = {1, 5, 3, -1, 2};
@@ -105,8 +118,8 @@ TEST(W8A8Kernels, ReferenceIsTheIntegerDotTimesBothScales) {
   EXPECT_EQ(y, 0.0f);
 }
 
-TEST(W8A8Kernels, VnniMatchesRefBitExactly) {
-  REQUIRE_VNNI();
+TEST_P(W8A8Kernels, MatchesRefBitExactly) {
+  REQUIRE_W8A8();
   std::mt19937 rng(11);
   for (int64_t k : {1, 15, 63, 64, 65, 130, 600, 2050}) {
     for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 67}) {
@@ -130,8 +143,8 @@ TEST(W8A8Kernels, VnniMatchesRefBitExactly) {
   }
 }
 
-TEST(W8A8Kernels, VnniRowSlicesMatchTheFullMatrix) {
-  REQUIRE_VNNI();
+TEST_P(W8A8Kernels, RowSlicesMatchTheFullMatrix) {
+  REQUIRE_W8A8();
   std::mt19937 rng(12);
   const int64_t n = 150, k = 333;
   const W8A8Weight w = MakeW8A8(rng, n, k, 1);
@@ -154,8 +167,8 @@ TEST(W8A8Kernels, VnniRowSlicesMatchTheFullMatrix) {
 }
 
 // Every row bit-identical alone (decode shapes), in any sub-batch and with 1 or 2 threads.
-TEST(W8A8Kernels, VnniIsBatchAndThreadInvariant) {
-  REQUIRE_VNNI();
+TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
+  REQUIRE_W8A8();
   ThreadCount restore;
   std::mt19937 rng(13);
   const int64_t n = 301, k = 2050, m = 130;  // n and k tails, L2 blocks, thread chunks

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from family_reference import reference_logits_and_greedy
 from conftest import latent_generate, latent_logits, run_latent
 
 PRESET = "mistral_large4"
@@ -21,10 +22,6 @@ LENGTHS = [1, 7, 64, 300]
 FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 20  # past index_topk (8): generated tokens attend to what the indexer selects
-
-
-def prompt(vocab: int, length: int, seed: int = 1) -> list[int]:
-    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def load_reference(model_dir):
@@ -39,18 +36,8 @@ def load_reference(model_dir):
 def case(tiny_models):
     model_dir = tiny_models.get(PRESET)
     reference = load_reference(model_dir)
-    vocab = reference.config.get_text_config().vocab_size
-    logits = {}
-    with torch.no_grad():
-        for n in LENGTHS:
-            ids = prompt(vocab, n)
-            logits[n] = (ids, reference(input_ids=torch.tensor([ids])).logits[0].float().numpy())
-        ids = prompt(vocab, GENERATE_PROMPT, seed=2)
-        tokens = reference.generate(
-            torch.tensor([ids]), do_sample=False, max_new_tokens=GENERATE_TOKENS,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            eos_token_id=None)[0, len(ids):].tolist()
-    assert len(tokens) == GENERATE_TOKENS
+    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
+                                                        GENERATE_TOKENS)
     return model_dir, reference, logits, (ids, tokens)
 
 

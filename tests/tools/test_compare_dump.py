@@ -18,7 +18,8 @@ sys.path.insert(0, str(REPO / "tools"))
 import compare_dump  # noqa: E402
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v2_lite", "deepseek_v3", "glm_moe_dsa", "axk2"])
+@pytest.mark.parametrize("preset", ["deepseek_v2_lite", "deepseek_v3", "glm_moe_dsa", "axk2",
+                                    "hy_v4"])
 def test_every_point_matches_transformers(tiny_models, preset, capsys):
     model = tiny_models.get(preset)
     # 12 tokens: past the DSA presets' index_topk (8), so the indexer selects.

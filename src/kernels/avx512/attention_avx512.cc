@@ -291,7 +291,7 @@ void MergeSegments(const AttentionArgs& a, const float* base, int64_t segments,
         _mm512_mask_storeu_ps(out + c, m, v);
       }
     }
-    DivideRow(out, dv, total);
+    DivideRow(out, dv, SinkDenominator(a.sinks, i, global_max, total));
   }
 }
 
@@ -309,7 +309,8 @@ void Attention(const AttentionArgs& a) {
     if (static_cast<int64_t>(work.size()) < 2 * h) work.resize(2 * h);
     float* stats = work.data();
     SegmentAllHeads(a, 0, a.length, stats, stats + h, a.out);
-    for (int64_t i = 0; i < h; ++i) DivideRow(a.out + i * dv, dv, stats[h + i]);
+    for (int64_t i = 0; i < h; ++i)
+      DivideRow(a.out + i * dv, dv, SinkDenominator(a.sinks, i, stats[i], stats[h + i]));
     return;
   }
   const int64_t per_segment = h * (dv + 2);
@@ -512,7 +513,7 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
       continue;
     }
     std::copy(o[i - i0], o[i - i0] + dv, out);
-    DivideRow(out, dv, sum[i - i0]);
+    DivideRow(out, dv, SinkDenominator(a.sinks, head, mx[i - i0], sum[i - i0]));
   }
 }
 

@@ -22,6 +22,7 @@ void AttentionRef(const AttentionArgs& a) {
       a.scratch[t] = std::exp(a.scratch[t] - max_score);
       sum += a.scratch[t];
     }
+    sum = SinkDenominator(a.sinks, h, max_score, sum);
     float* out = a.out + h * a.v_dim;
     std::fill(out, out + a.v_dim, 0.0f);
     for (int64_t t = 0; t < a.length; ++t) {

@@ -262,7 +262,7 @@ void Attention(const ModelConfig& c, int64_t l, DeepseekWeights* weights, const 
   add(a + "o_proj.weight", {d, h * s.v_head_dim}, kLinear, kQuantized, To(w ? &w->o : nullptr));
   add(a + "k_rope_only_layernorm.weight", {s.qk_rope_head_dim}, kNorm, kKeep,
       To(w ? &w->k_rope_norm : nullptr));
-  add(a + "g_proj.weight", {h, d}, kLinear, kQuantized, To(w ? &w->head_gate.emplace() : nullptr));
+  add(a + "g_proj.weight", {h, d}, kLinear, kQuantized, To(w ? &w->gate_proj.emplace() : nullptr));
 }
 
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit) {

@@ -167,7 +167,8 @@ class Tensors {
   }
 
   void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired});
+    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired,
+                          expert_});
   }
 
   void Linear(const std::string& name, Shape shape, QuantizeRule rule, kernels::WeightRef* target) {
@@ -227,7 +228,9 @@ class Tensors {
     Add(p + "gate.weight", {c_.n_routed_experts, d}, WeightKind::kRouter, QuantizeRule::kKeep,
         To(m ? &m->router : nullptr));
     for (int64_t e = 0; e < c_.n_routed_experts; ++e) {
+      expert_ = e;
       Mlp(StrCat(p, "experts.", e, "."), c_.moe_intermediate_size, m ? &m->experts[e] : nullptr);
+      expert_ = -1;
     }
     if (c_.n_shared_experts > 0) {
       Mlp(p + "shared_experts.", c_.moe_intermediate_size * c_.n_shared_experts,
@@ -253,6 +256,7 @@ class Tensors {
   const ModelConfig& c_;
   DeepseekWeights* w_;
   const TensorVisitor& visit_;
+  int64_t expert_ = -1;  // The routed expert being listed (ExpectedWeight::expert), else -1.
 };
 
 void ForEachTensor(const ModelConfig& c, ExpertLayout, DeepseekWeights* w, const TensorVisitor& visit) {

@@ -1,0 +1,235 @@
+#include "engine/distributed_model.h"
+
+#include "cache/cache_row_spec.h"
+#include "model/cache_rows.h"
+
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/cache_manager.h"
+
+namespace latent::engine {
+namespace {
+
+// What rank 0 sends, in a fixed-size header followed by `payload_bytes` bytes.
+enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4 };
+
+struct Header {
+  Message kind = Message::kStop;
+  uint32_t form = 0;  // model::AttentionForm of a kForward
+  int64_t payload_bytes = 0;
+};
+static_assert(std::is_trivially_copyable_v<Header>);
+
+// A flat byte buffer of scalars and length-prefixed arrays.
+class Writer {
+ public:
+  template <class T>
+  void Scalar(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  template <class T>
+  void Array(const std::vector<T>& values) {
+    Scalar<int64_t>(static_cast<int64_t>(values.size()));
+    const auto* p = reinterpret_cast<const uint8_t*>(values.data());
+    bytes.insert(bytes.end(), p, p + values.size() * sizeof(T));
+  }
+  std::vector<uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+  template <class T>
+  T Scalar() {
+    T value;
+    Take(&value, sizeof(T));
+    return value;
+  }
+  template <class T>
+  void Array(std::vector<T>& values) {
+    const int64_t n = Scalar<int64_t>();
+    LATENT_CHECK(n >= 0 && static_cast<size_t>(n) * sizeof(T) <= bytes_.size() - at_);
+    values.resize(n);
+    Take(values.data(), n * sizeof(T));
+  }
+
+ private:
+  void Take(void* out, size_t n) {
+    LATENT_CHECK(at_ + n <= bytes_.size());
+    std::memcpy(out, bytes_.data() + at_, n);
+    at_ += n;
+  }
+  const std::vector<uint8_t>& bytes_;
+  size_t at_ = 0;
+};
+
+void WriteBatch(const model::ForwardBatch& b, Writer& w) {
+  w.Array(b.token_ids);
+  w.Array(b.positions);
+  w.Array(b.seq_slots);
+  w.Array(b.logits_rows);
+  w.Array(b.seq_starts);
+  w.Array(b.context_lens);
+  w.Array(b.expanded_below);
+  w.Array(b.block_table_starts);
+  w.Array(b.block_ids);
+  w.Array(b.prompt_lens);
+}
+
+void ReadBatch(Reader& r, model::ForwardBatch& b) {
+  r.Array(b.token_ids);
+  r.Array(b.positions);
+  r.Array(b.seq_slots);
+  r.Array(b.logits_rows);
+  r.Array(b.seq_starts);
+  r.Array(b.context_lens);
+  r.Array(b.expanded_below);
+  r.Array(b.block_table_starts);
+  r.Array(b.block_ids);
+  r.Array(b.prompt_lens);
+}
+
+void Send(parallel::Communicator& comm, Message kind, const std::vector<uint8_t>& payload,
+          uint32_t form = 0) {
+  Header header{kind, form, static_cast<int64_t>(payload.size())};
+  comm.Broadcast(&header, sizeof header);
+  if (!payload.empty()) comm.Broadcast(const_cast<uint8_t*>(payload.data()), header.payload_bytes);
+}
+
+model::CacheDType CacheDTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return model::CacheDType::kF32;
+    case DType::kBF16: return model::CacheDType::kBF16;
+    default: break;
+  }
+  Fail("internal: the step broadcast got a cache of ", DTypeName(dtype), " rows");
+}
+
+}  // namespace
+
+std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::LoadOptions options) {
+  parallel::Communicator& world = parallel::World();
+  if (world.size() == 1) return model::LoadModel(dir, options);
+  options.communicator = &world;
+  std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
+  // The step broadcast carries block tables but not per-sequence state slots, and the workers'
+  // caches hold no state storage: refuse hybrid (linear-attention) models rather than let the
+  // ranks diverge.
+  const cache::ModelCacheRows rows = model::CacheRows(m->config(), model::CacheDType::kF32);
+  if (cache::BytesPerSequence(rows) > 0) {
+    Fail(dir, ": model_type '", m->config().model_type,
+         "' keeps per-sequence state (linear-attention layers), which does not run over several MPI "
+         "ranks yet; run it in one process");
+  }
+  // Likewise the window block tables of sliding-window rows (a second table per sequence).
+  for (const auto& layer : rows) {
+    for (const auto& row : layer) {
+      if (row.retention != cache::Retention::kWindow) continue;
+      Fail(dir, ": model_type '", m->config().model_type,
+           "' has sliding-window layers, which do not run over several MPI ranks yet; run it in "
+           "one process");
+    }
+  }
+  if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
+  RunWorker(*m, world);
+  throw WorkerFinished{};
+}
+
+StepBroadcaster::StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm)
+    : model_(std::move(model)), comm_(comm) {}
+
+StepBroadcaster::~StepBroadcaster() { Send(comm_, Message::kStop, {}); }
+
+void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
+  if (rows.base == cache_base_ && rows.num_blocks == cache_blocks_ &&
+      rows.block_tokens == cache_block_tokens_) {
+    return;
+  }
+  cache_base_ = rows.base;
+  cache_blocks_ = rows.num_blocks;
+  cache_block_tokens_ = rows.block_tokens;
+  Writer w;
+  w.Scalar<uint32_t>(rows.block_tokens);
+  w.Scalar<int32_t>(rows.num_blocks);
+  w.Scalar<uint32_t>(static_cast<uint32_t>(rows.dtype));
+  Send(comm_, Message::kCache, w.bytes);
+}
+
+void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::AttentionForm form,
+                              float* logits, model::ForwardTrace* trace) const {
+  LATENT_CHECK(batch.rows != nullptr);
+  SendCacheIfNew(*batch.rows);
+  Writer w;
+  WriteBatch(batch, w);
+  Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form));
+  model_->Forward(batch, form, logits, trace);
+}
+
+void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from,
+                                     cache::BlockId to, uint32_t tokens) const {
+  SendCacheIfNew(rows);
+  Writer w;
+  w.Scalar(from);
+  w.Scalar(to);
+  w.Scalar(tokens);
+  Send(comm_, Message::kCopyBlock, w.bytes);
+  model_->CopyCacheBlock(rows, from, to, tokens);
+}
+
+void RunWorker(const model::Model& model, parallel::Communicator& comm) {
+  std::unique_ptr<CacheManager> cache;
+  model::ForwardBatch batch;
+  std::vector<uint8_t> payload;
+  float no_logits = 0;  // Workers skip the LM head: only rank 0 samples.
+  for (;;) {
+    Header header;
+    comm.Broadcast(&header, sizeof header, /*wait_forever=*/true);
+    payload.resize(header.payload_bytes);
+    if (header.payload_bytes > 0) comm.Broadcast(payload.data(), header.payload_bytes);
+    Reader r(payload);
+    switch (header.kind) {
+      case Message::kStop:
+        return;
+      case Message::kCache: {
+        CacheOptions options;
+        options.block_tokens = r.Scalar<uint32_t>();
+        options.num_blocks = r.Scalar<int32_t>();
+        options.dtype = CacheDTypeOf(static_cast<DType>(r.Scalar<uint32_t>()));
+        options.prefix_caching = false;  // block ids come from rank 0
+        cache.reset();
+        cache = std::make_unique<CacheManager>(model.config(), options);
+        break;
+      }
+      case Message::kCopyBlock: {
+        LATENT_CHECK(cache != nullptr);
+        const auto from = r.Scalar<cache::BlockId>();
+        const auto to = r.Scalar<cache::BlockId>();
+        const auto tokens = r.Scalar<uint32_t>();
+        model.CopyCacheBlock(cache->rows(), from, to, tokens);
+        break;
+      }
+      case Message::kForward: {
+        LATENT_CHECK(cache != nullptr);
+        ReadBatch(r, batch);
+        batch.rows = &cache->rows();
+        batch.logits_rows.clear();
+        try {
+          model.Forward(batch, static_cast<model::AttentionForm>(header.form), &no_logits);
+        } catch (const Error&) {
+          // Bad input fails the same way on rank 0, at the same point (every rank runs the same
+          // batch), which reports it; the job goes on.
+        }
+        break;
+      }
+      default:
+        Fail("internal: unknown step message ", static_cast<uint32_t>(header.kind));
+    }
+  }
+}
+
+}  // namespace latent::engine

@@ -1,0 +1,59 @@
+// One model over the ranks of an MPI job (docs/scale-out.md). Rank 0 runs the command (the
+// engine, its scheduler, the server, sampling); each of its Forward calls first broadcasts the
+// batch (token ids, positions, block tables, forms) and, when its cache is new, the cache's
+// geometry, so every other rank runs the same forward on its own replica of the cache
+// (attention is replicated, so every rank holds the same rows; the block ids all come from rank
+// 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose partial
+// MoE outputs are summed inside the forward.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "parallel/communicator.h"
+
+namespace latent::engine {
+
+// Thrown on ranks > 0 by LoadRankedModel once rank 0 has ended the job: main() then finalizes
+// MPI and exits 0 without running the rest of the command.
+struct WorkerFinished {};
+
+// Loads the model in `dir` for this process's part of the job (parallel::World()):
+//  - one process: model::LoadModel, unchanged;
+//  - rank 0 of N: its experts' shard, wrapped so that Forward broadcasts each step;
+//  - rank r > 0: its experts' shard; then serves rank 0's steps until rank 0 is done and throws
+//    WorkerFinished (never returns).
+std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::LoadOptions options);
+
+// Rank 0's side: broadcasts each step before running it, and a stop message when destroyed.
+class StepBroadcaster final : public model::Model {
+ public:
+  StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm);
+  ~StepBroadcaster() override;
+
+  const model::ModelConfig& config() const override { return model_->config(); }
+  uint64_t PrefixCacheSalt(int64_t prompt_len) const override {
+    return model_->PrefixCacheSalt(prompt_len);
+  }
+  void Forward(const model::ForwardBatch& batch, model::AttentionForm form, float* logits,
+               model::ForwardTrace* trace = nullptr) const override;
+  void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,
+                      uint32_t tokens) const override;
+
+ private:
+  void SendCacheIfNew(const cache::PagedRows& rows) const;
+
+  std::unique_ptr<model::Model> model_;
+  parallel::Communicator& comm_;
+  // The cache the workers replicate (rank 0's view; a new one is announced to them).
+  mutable const uint8_t* cache_base_ = nullptr;
+  mutable int32_t cache_blocks_ = 0;
+  mutable uint32_t cache_block_tokens_ = 0;
+};
+
+// Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends
+// stop.
+void RunWorker(const model::Model& model, parallel::Communicator& comm);
+
+}  // namespace latent::engine

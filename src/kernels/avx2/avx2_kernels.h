@@ -1,0 +1,15 @@
+// Entry points of the AVX2 kernels (kernels/avx2/*.cc). Only dispatch.cc calls them, and only
+// after checking the CPU and the OS (AVX2, FMA, F16C and the ymm state in XCR0).
+#pragma once
+
+#include "kernels/kernel_table.h"
+
+namespace latent::kernels::avx2 {
+
+// linear (every weight dtype; W8A8 too) and transposed_linear; dequant_row stays the reference's.
+void FillLinearKernels(KernelTable& table);
+void FillNormKernels(KernelTable& table);        // rms_norm, layer_norm, silu_mul, norm_rope
+void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
+void FillIndexScoresKernel(KernelTable& table);  // index_scores
+
+}  // namespace latent::kernels::avx2

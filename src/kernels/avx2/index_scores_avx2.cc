@@ -1,0 +1,82 @@
+// AVX2 DSA indexer scores (kernels/index_scores.h), vectorized across heads as the AVX-512
+// kernel is: the query is transposed once per call into qt [dim][heads rounded up to 8] (zero
+// heads and weights pad it), so for KJ keys at once each dim costs one broadcast per key and one
+// load per 8 heads, in register tiles of KJ keys x HC head vectors. Per key and head the dot is
+// one f32 FMA chain over the dims in order; then per head vector relu(scale * dot) * w, added over
+// the head vectors in order, and ReduceAdd. The padded heads add exact zeros. A key's score
+// depends only on that key and the query, never on the run of keys it came in.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/avx2/avx2_kernels.h"
+#include "kernels/kernel_table.h"
+// Last: defines the AVX2 helpers under the target pragma.
+#include "kernels/avx2/avx2_common.h"
+
+LATENT_AVX2_BEGIN
+namespace latent::kernels::avx2 {
+namespace {
+
+constexpr int kHeadVectors = 2;  // head vectors per register tile (16 heads)
+constexpr int kKeys = 4;         // keys per register tile: 8 accumulators of 16 ymm
+
+// total[j] += sum over the tile's HC head vectors (from head vector v0) of relu(scale * dot) * w.
+template <int KJ, int HC>
+void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, int64_t j0,
+          int64_t v0, __m256* total) {
+  __m256 acc[KJ][HC];
+  for (int j = 0; j < KJ; ++j)
+    for (int v = 0; v < HC; ++v) acc[j][v] = _mm256_setzero_ps();
+  const float* key[KJ];
+  for (int j = 0; j < KJ; ++j) key[j] = a.keys + (j0 + j) * a.dim;
+  for (int64_t c = 0; c < a.dim; ++c) {
+    const float* row = qt + c * hp + v0 * 8;
+    __m256 qv[HC];
+    for (int v = 0; v < HC; ++v) qv[v] = _mm256_loadu_ps(row + 8 * v);
+    for (int j = 0; j < KJ; ++j) {
+      const __m256 kb = _mm256_broadcast_ss(&key[j][c]);
+      for (int v = 0; v < HC; ++v) acc[j][v] = _mm256_fmadd_ps(kb, qv[v], acc[j][v]);
+    }
+  }
+  const __m256 scale = _mm256_set1_ps(a.scale), zero = _mm256_setzero_ps();
+  for (int j = 0; j < KJ; ++j) {
+    for (int v = 0; v < HC; ++v) {
+      const __m256 r = _mm256_max_ps(_mm256_mul_ps(acc[j][v], scale), zero);
+      total[j] = _mm256_add_ps(total[j], _mm256_mul_ps(r, _mm256_loadu_ps(w + (v0 + v) * 8)));
+    }
+  }
+}
+
+template <int KJ>
+void Keys(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, int64_t j0) {
+  __m256 total[KJ];
+  for (int j = 0; j < KJ; ++j) total[j] = _mm256_setzero_ps();
+  const int64_t vectors = hp / 8;
+  int64_t v0 = 0;
+  for (; v0 + kHeadVectors <= vectors; v0 += kHeadVectors)
+    Tile<KJ, kHeadVectors>(a, qt, hp, w, j0, v0, total);
+  for (; v0 < vectors; ++v0) Tile<KJ, 1>(a, qt, hp, w, j0, v0, total);
+  for (int j = 0; j < KJ; ++j) a.scores[j0 + j] = ReduceAdd(total[j]);
+}
+
+void IndexScores(const IndexScoreArgs& a) {
+  const int64_t hp = (a.heads + 7) / 8 * 8;
+  thread_local std::vector<float> qt, w;  // [dim, hp], [hp]
+  qt.assign(a.dim * hp, 0.0f);
+  w.assign(hp, 0.0f);
+  for (int64_t h = 0; h < a.heads; ++h) {
+    w[h] = a.w[h];
+    for (int64_t c = 0; c < a.dim; ++c) qt[c * hp + h] = a.q[h * a.dim + c];
+  }
+  int64_t j = 0;
+  for (; j + kKeys <= a.n; j += kKeys) Keys<kKeys>(a, qt.data(), hp, w.data(), j);
+  for (; j < a.n; ++j) Keys<1>(a, qt.data(), hp, w.data(), j);
+}
+
+}  // namespace
+
+void FillIndexScoresKernel(KernelTable& t) { t.index_scores = IndexScores; }
+
+}  // namespace latent::kernels::avx2
+LATENT_AVX2_END

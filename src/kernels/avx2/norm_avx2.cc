@@ -1,0 +1,156 @@
+// AVX2 RMSNorm, LayerNorm, SiLU-mul and MLA's fused norm + rotary embedding. Each row is
+// normalised on its own (the same code whatever m is); the per-element formulas are those of the
+// reference, only the sums run in a different (fixed) order. The rotation is bit-identical to the
+// reference's (every product rounded, no FMA).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/avx2/avx2_kernels.h"
+#include "kernels/kernel_table.h"
+// Last: defines the AVX2 helpers under the target pragma.
+#include "kernels/avx2/avx2_common.h"
+
+LATENT_AVX2_BEGIN
+namespace latent::kernels::avx2 {
+namespace {
+
+// Sum of f(x[c]) over a row, with 4 accumulators over 32-wide steps, then a fixed combine.
+template <class F>
+float RowSum(const float* x, int64_t d, F f) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t c = 0;
+  for (; c + 32 <= d; c += 32) {
+    a0 = f(_mm256_loadu_ps(x + c), a0);
+    a1 = f(_mm256_loadu_ps(x + c + 8), a1);
+    a2 = f(_mm256_loadu_ps(x + c + 16), a2);
+    a3 = f(_mm256_loadu_ps(x + c + 24), a3);
+  }
+  for (; c < d; c += 8) {
+    const int64_t count = std::min<int64_t>(8, d - c);
+    a0 = _mm256_blendv_ps(a0, f(LoadPart(x + c, count), a0), _mm256_castsi256_ps(TailMask(count)));
+  }
+  return ReduceAdd(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+void RmsNormRow(const float* x, int64_t d, const void* weight, DType weight_dtype, float eps,
+                float* y) {
+  const float sum_sq =
+      RowSum(x, d, [](__m256 v, __m256 acc) { return _mm256_fmadd_ps(v, v, acc); });
+  const __m256 inv = _mm256_set1_ps(1.0f / std::sqrt(sum_sq / static_cast<float>(d) + eps));
+  for (int64_t c = 0; c < d; c += 8) {
+    const int64_t count = std::min<int64_t>(8, d - c);
+    const __m256 w = LoadVector(weight, weight_dtype, c, count);
+    const __m256 v = _mm256_mul_ps(w, _mm256_mul_ps(LoadPart(x + c, count), inv));
+    StorePart(y + c, count, v);
+  }
+}
+
+void RmsNorm(const float* x, int64_t m, int64_t d, const void* weight, DType weight_dtype,
+             float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) RmsNormRow(x + i * d, d, weight, weight_dtype, eps, y + i * d);
+}
+
+// A rounded product: kept out of GCC's reach, which would otherwise fuse it with the following
+// add into an FMA (one rounding fewer than the reference's rotation).
+inline __m256 Product(__m256 a, __m256 b) {
+  __m256 p = _mm256_mul_ps(a, b);
+  __asm__("" : "+x"(p));
+  return p;
+}
+
+// x [rope] rotated in place by cos/sin [rope / 2].
+// Interleaved pairs (2i, 2i + 1): 4 pairs per vector, with cos/sin duplicated per pair and the
+// pair swapped: x0' = x0 c + x1 (-s), x1' = x1 c + x0 s: the reference's rounded products and
+// sums (negation is exact). Halves (i, i + rope / 2): 8 pairs per step.
+void Rotate(float* x, int64_t rope, bool interleaved, const float* cos, const float* sin) {
+  const int64_t half = rope / 2;
+  if (interleaved) {
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256 negate_even = _mm256_castsi256_ps(
+        _mm256_setr_epi32(INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0));
+    for (int64_t i = 0; i < half; i += 4) {
+      const int64_t pairs = std::min<int64_t>(4, half - i);
+      const __m256 c = _mm256_permutevar8x32_ps(LoadPart(cos + i, pairs), dup);
+      const __m256 s = _mm256_xor_ps(_mm256_permutevar8x32_ps(LoadPart(sin + i, pairs), dup),
+                                     negate_even);
+      float* p = x + 2 * i;
+      const __m256 v = LoadPart(p, 2 * pairs);
+      const __m256 swapped = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+      StorePart(p, 2 * pairs, _mm256_add_ps(Product(v, c), Product(swapped, s)));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < half; i += 8) {
+    const int64_t pairs = std::min<int64_t>(8, half - i);
+    const __m256 c = LoadPart(cos + i, pairs);
+    const __m256 s = LoadPart(sin + i, pairs);
+    const __m256 x0 = LoadPart(x + i, pairs);
+    const __m256 x1 = LoadPart(x + half + i, pairs);
+    StorePart(x + i, pairs, _mm256_sub_ps(Product(x0, c), Product(x1, s)));
+    StorePart(x + half + i, pairs, _mm256_add_ps(Product(x1, c), Product(x0, s)));
+  }
+}
+
+// Per token: the norm of its latent, then the rotation of its rotary key and of every head's
+// rotary query, while its rows are in L1.
+void NormRope(const NormRopeArgs& a) {
+  const int64_t half = a.rope / 2;
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    float* row = a.kv + t * a.kv_stride;
+    RmsNormRow(row, a.latent, a.norm_weight, a.norm_dtype, a.eps, row);
+    const float* cos = a.cos + t * half;
+    const float* sin = a.sin + t * half;
+    Rotate(row + a.latent, a.rope, a.interleaved, cos, sin);
+    for (int64_t h = 0; h < a.heads; ++h) {
+      Rotate(a.q + (t * a.heads + h) * a.q_stride + a.q_offset, a.rope, a.interleaved, cos, sin);
+    }
+  }
+}
+
+void LayerNorm(const float* x, int64_t m, int64_t d, const void* weight, const void* bias,
+               DType dtype, float eps, float* y) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * d;
+    const float mean = RowSum(xi, d, [](__m256 v, __m256 acc) { return _mm256_add_ps(v, acc); }) /
+                       static_cast<float>(d);
+    const __m256 mv = _mm256_set1_ps(mean);
+    const float var = RowSum(xi, d,
+                             [mv](__m256 v, __m256 acc) {
+                               const __m256 t = _mm256_sub_ps(v, mv);
+                               return _mm256_fmadd_ps(t, t, acc);
+                             }) /
+                      static_cast<float>(d);
+    const __m256 inv = _mm256_set1_ps(1.0f / std::sqrt(var + eps));
+    for (int64_t c = 0; c < d; c += 8) {
+      const int64_t count = std::min<int64_t>(8, d - c);
+      const __m256 w = LoadVector(weight, dtype, c, count);
+      const __m256 b = LoadVector(bias, dtype, c, count);
+      const __m256 t = _mm256_mul_ps(_mm256_sub_ps(LoadPart(xi + c, count), mv), inv);
+      StorePart(y + i * d + c, count, _mm256_add_ps(_mm256_mul_ps(t, w), b));
+    }
+  }
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t count = std::min<int64_t>(8, n - i);
+    const __m256 g = LoadPart(gate + i, count);
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    StorePart(out + i, count, _mm256_mul_ps(s, LoadPart(up + i, count)));
+  }
+}
+
+}  // namespace
+
+void FillNormKernels(KernelTable& t) {
+  t.rms_norm = RmsNorm;
+  t.layer_norm = LayerNorm;
+  t.silu_mul = SiluMul;
+  t.norm_rope = NormRope;
+}
+
+}  // namespace latent::kernels::avx2
+LATENT_AVX2_END

@@ -1,0 +1,62 @@
+// The processes one model runs on (DESIGN: scale-out over MPI, docs/scale-out.md) and the few
+// collectives the forward pass and the step broadcast need. One process without mpirun gets
+// SingleProcess: size 1, every collective a no-op, no MPI call at all. Under mpirun, World() is
+// the MPI implementation (mpi_communicator.cc) over MPI_COMM_WORLD.
+//
+// Every collective is deterministic: its result depends only on the ranks' inputs, never on
+// timing or arrival order, so every rank computes bit-identical activations and rank 0's logits
+// do not vary from run to run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace latent::parallel {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Copies rank 0's `bytes` bytes at `data` to every other rank's `data`. `wait_forever`: the
+  // receiving ranks wait without the step timeout (workers idle between steps); rank 0 and
+  // the collectives inside a step fail after it.
+  virtual void Broadcast(void* data, int64_t bytes, bool wait_forever = false) = 0;
+  // data [n] = the sum over ranks of every rank's data [n], added in rank order
+  // (((r0 + r1) + r2) + ...) on every rank, so all ranks hold the same bits.
+  virtual void SumInRankOrder(float* data, int64_t n) = 0;
+  // Bytes this process has sent and received through collectives so far (for `latent bench`'s
+  // communication share and tests).
+  virtual int64_t bytes_moved() const = 0;
+  virtual double seconds_in_collectives() const = 0;
+};
+
+// One process: rank 0 of 1; collectives do nothing.
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void Broadcast(void*, int64_t, bool) override {}
+  void SumInRankOrder(float*, int64_t) override {}
+  int64_t bytes_moved() const override { return 0; }
+  double seconds_in_collectives() const override { return 0; }
+};
+
+// Whether this process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE, or a PMI/PMIx
+// launcher's size variable) with more than nothing to say: then InitWorld initializes MPI.
+bool LaunchedByMpi();
+
+// Call once at the start of main: under mpirun, MPI_Init_thread (MPI_THREAD_SERIALIZED: the
+// engine calls from its own thread, one call at a time), errors returned instead of aborting,
+// and the step timeout from LATENT_STEP_TIMEOUT (seconds, default 300); else nothing. Throws
+// latent::Error when launched by mpirun in a build without MPI.
+void InitWorld(int* argc, char*** argv);
+// The process's communicator (SingleProcess until InitWorld chose MPI).
+Communicator& World();
+// MPI_Finalize under mpirun; nothing otherwise.
+void FinalizeWorld();
+// Ends every rank of the job at once after printing `message` (MPI_Abort under mpirun, exit
+// otherwise): a rank that cannot go on must not leave the others waiting in a collective.
+[[noreturn]] void AbortWorld(const std::string& message, int code = 1);
+
+}  // namespace latent::parallel

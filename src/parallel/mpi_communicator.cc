@@ -1,0 +1,193 @@
+// The MPI communicator: MPI_COMM_WORLD with errors returned (MPI_ERRORS_RETURN), every collective
+// non-blocking and waited for with a deadline, so that a rank that died or hangs ends the job with
+// a message naming what did not complete instead of a hang.
+#include <mpi.h>
+#include <sched.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "parallel/mpi_world.h"
+
+namespace latent::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void Broadcast(void* data, int64_t bytes, bool wait_forever) override {
+    const auto start = Clock::now();
+    MPI_Request request;
+    Check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, 0, comm_, &request), "broadcast");
+    Wait(&request, "the step broadcast", wait_forever && rank_ != 0);
+    moved_ += rank_ == 0 ? bytes * (size_ - 1) : bytes;
+    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  // Reduce-scatter then all-gather, both by hand so the order of the additions is fixed: rank r
+  // sums slice r of every rank's data in rank order, then every rank gathers the summed slices.
+  // Per rank this sends and receives 2 (N-1)/N of the data (an all-gather of the whole would
+  // move (N-1) times the data).
+  void SumInRankOrder(float* data, int64_t n) override {
+    if (n == 0) return;
+    const auto start = Clock::now();
+    std::vector<int> counts(size_), displs(size_);
+    for (int r = 0; r < size_; ++r) {
+      const int64_t lo = n * r / size_, hi = n * (r + 1) / size_;
+      counts[r] = static_cast<int>(hi - lo);
+      displs[r] = static_cast<int>(lo);
+    }
+    const int mine = counts[rank_];
+    // slices [N, mine]: every rank's slice `rank_`.
+    slices_.resize(static_cast<size_t>(size_) * mine);
+    std::vector<int> recv_counts(size_, mine), recv_displs(size_);
+    for (int r = 0; r < size_; ++r) recv_displs[r] = r * mine;
+    MPI_Request request;
+    Check(MPI_Ialltoallv(data, counts.data(), displs.data(), MPI_FLOAT, slices_.data(),
+                         recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm_, &request),
+          "all-to-all");
+    Wait(&request, "the MoE partial sums (all-to-all)", false);
+    float* sum = data + displs[rank_];
+    for (int i = 0; i < mine; ++i) {
+      float s = slices_[i];
+      for (int r = 1; r < size_; ++r) s += slices_[static_cast<size_t>(r) * mine + i];
+      sum[i] = s;
+    }
+    Check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, data, counts.data(), displs.data(), MPI_FLOAT,
+                          comm_, &request),
+          "all-gather");
+    Wait(&request, "the MoE partial sums (all-gather)", false);
+    const int64_t others = n - mine;
+    moved_ += 2 * (others * static_cast<int64_t>(sizeof(float)) +
+                   static_cast<int64_t>(mine) * (size_ - 1) * static_cast<int64_t>(sizeof(float)));
+    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  int64_t bytes_moved() const override { return moved_; }
+  double seconds_in_collectives() const override { return seconds_; }
+
+ private:
+  void Check(int code, const char* what) const {
+    if (code == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(code, text, &length);
+    AbortWorld(std::string("MPI ") + what + " failed: " + std::string(text, length) +
+               " (a rank has probably died)");
+  }
+
+  // Drives `request` to completion, yielding the CPU between tests (ranks may share cores:
+  // mpirun --oversubscribe), after a few milliseconds sleeping a little so an idle worker costs
+  // nothing. Past the step timeout, ends the job.
+  void Wait(MPI_Request* request, const char* what, bool forever) {
+    const auto start = Clock::now();
+    for (int64_t i = 0;; ++i) {
+      int done = 0;
+      Check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (i < 2000) {
+        sched_yield();
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(i < 20000 ? 20 : 500));
+      if (forever || (i & 63) != 0) continue;
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited > timeout_s_) {
+        char message[256];
+        std::snprintf(message, sizeof message,
+                      "%s did not complete within the step timeout (%.0f s, LATENT_STEP_TIMEOUT): "
+                      "another rank has died or hangs; ending the job",
+                      what, timeout_s_);
+        AbortWorld(message, 3);
+      }
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_;
+  std::vector<float> slices_;
+  int64_t moved_ = 0;
+  double seconds_ = 0;
+};
+
+// mpirun ends the other ranks with SIGTERM when one exits abnormally (or the job is
+// interrupted): say so on this rank's stderr before going, so rank 0's log tells why it ended.
+char sigterm_message[160];
+size_t sigterm_message_length = 0;
+
+void OnSigterm(int) {
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, sigterm_message, sigterm_message_length);
+  _exit(128 + SIGTERM);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
+  // MPI's own threads start blocking SIGINT and SIGTERM, so that these reach latent's threads
+  // (serve's signal thread drains on them; elsewhere OnSigterm below), never an MPI thread's
+  // default action.
+  sigset_t blocked, previous;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+  int provided = 0;
+  const int init = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (init != MPI_SUCCESS) Fail("MPI_Init_thread failed");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    Fail("this MPI library does not support MPI_THREAD_SERIALIZED (the engine calls MPI from its "
+         "own thread)");
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  double timeout_s = 300;
+  if (const char* value = std::getenv("LATENT_STEP_TIMEOUT"); value != nullptr && *value != '\0') {
+    char* end = nullptr;
+    timeout_s = std::strtod(value, &end);
+    if (end == value || *end != '\0' || !(timeout_s > 0)) {
+      Fail("LATENT_STEP_TIMEOUT must be a positive number of seconds, not '", value, "'");
+    }
+  }
+  auto world = std::make_unique<MpiCommunicator>(timeout_s);
+  const int length = std::snprintf(
+      sigterm_message, sizeof sigterm_message,
+      "latent: error: rank %d of %d: ended by mpirun (SIGTERM): another rank has exited or the "
+      "job was interrupted\n",
+      world->rank(), world->size());
+  sigterm_message_length = std::min(sizeof sigterm_message - 1, static_cast<size_t>(length));
+  ::signal(SIGTERM, OnSigterm);
+  std::fprintf(stderr, "latent: rank %d of %d (pid %d)\n", world->rank(), world->size(),
+               static_cast<int>(getpid()));
+  return world;
+}
+
+void FinalizeMpiWorld() { MPI_Finalize(); }
+
+void AbortMpiWorld(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace latent::parallel

@@ -1,0 +1,63 @@
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "base/error.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_world.h"
+
+namespace latent::parallel {
+namespace {
+
+std::unique_ptr<Communicator>& Current() {
+  static std::unique_ptr<Communicator> world = std::make_unique<SingleProcess>();
+  return world;
+}
+
+bool mpi_started = false;
+
+}  // namespace
+
+bool LaunchedByMpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return true;
+  }
+  return false;
+}
+
+void InitWorld(int* argc, char*** argv) {
+  if (!LaunchedByMpi() || mpi_started) return;
+#ifdef LATENT_HAVE_MPI
+  Current() = MakeMpiWorld(argc, argv);
+  mpi_started = true;
+#else
+  (void)argc;
+  (void)argv;
+  Fail("started by mpirun (OMPI_COMM_WORLD_SIZE or PMI variables are set), but this latent was "
+       "built without MPI: install libopenmpi-dev (make setup) and rebuild");
+#endif
+}
+
+Communicator& World() { return *Current(); }
+
+void FinalizeWorld() {
+  if (!mpi_started) return;
+  Current() = std::make_unique<SingleProcess>();  // frees the MPI communicator first
+#ifdef LATENT_HAVE_MPI
+  FinalizeMpiWorld();
+#endif
+  mpi_started = false;
+}
+
+void AbortWorld(const std::string& message, int code) {
+  std::fprintf(stderr, "latent: error: rank %d of %d: %s\n", World().rank(), World().size(),
+               message.c_str());
+  std::fflush(stderr);
+#ifdef LATENT_HAVE_MPI
+  if (mpi_started) AbortMpiWorld(code);
+#endif
+  std::_Exit(code);
+}
+
+}  // namespace latent::parallel

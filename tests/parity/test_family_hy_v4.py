@@ -1,0 +1,192 @@
+"""Hy4 (hy_v4) against transformers on a tiny random model (f32): logits in both MLA forms at 1,
+7, 64 and 300 tokens, 32-token greedy continuations, the DSA selections (full layers 0 and 1,
+shared layers 2 and 3 reusing layer 1's), and `latent info` (parameter count, rows per layer,
+bytes per token). The preset exercises every Hy4 feature: 3 hyper-connection streams, a learned
+sink per head, the per-channel output gate, rotate-half YaRN, the indexer's rope on its last
+dims, the SwiGLU clamp of the routed experts and the f32 lm_head. Checks that each feature
+matters on this model (a sink, a stream gate, the clamp changed, the logits move) keep the
+parity from passing by a feature being inert."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from family_reference import reference_logits_and_greedy
+from conftest import latent_generate, latent_logits, run_latent
+
+PRESET = "hy_v4"
+LENGTHS = [1, 7, 64, 300]
+FORMS = ["absorbed", "expanded"]
+GENERATE_TOKENS = 32
+GENERATE_PROMPT = 20  # past index_topk (8): generated tokens attend to what the indexer selects
+
+
+def load_reference(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def case(tiny_models):
+    model_dir = tiny_models.get(PRESET)
+    reference = load_reference(model_dir)
+    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
+                                                        GENERATE_TOKENS)
+    return model_dir, reference, logits, (ids, tokens)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_logits_match_transformers(case, length, form):
+    model_dir, _, logits, _ = case
+    ids, ref = logits[length]
+    ours = latent_logits(model_dir, ids, form)
+    assert ours.shape == ref.shape
+    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
+    err = np.abs(ours - ref).max()
+    print(f"hy_v4 {form} {length} tokens: max |dlogit| {err:.3g}, max |logit| {np.abs(ref).max():.3g}, "
+          f"ratio {err / np.abs(ref).max():.3g}")
+    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_greedy_continuation_matches_transformers(case, form):
+    model_dir, _, _, (ids, tokens) = case
+    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+
+
+def reference_logits_with(reference, ids, edit):
+    """The reference's logits for `ids` after `edit(reference)` changed some parameters in place
+    (restored afterwards)."""
+    saved = {k: v.clone() for k, v in reference.state_dict().items()}
+    try:
+        with torch.no_grad():
+            edit(reference)
+            return reference(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    finally:
+        reference.load_state_dict(saved)
+
+
+@pytest.mark.parametrize("feature", ["sinks", "output_gate", "hyper_connections", "swiglu_clamp"])
+def test_each_feature_changes_the_logits(case, feature):
+    """Each Hy4 feature is live on the tiny model: neutralising it moves the logits by far more
+    than the parity tolerance, so the parity above checks it."""
+    _, reference, logits, _ = case
+    ids, ref = logits[64]
+    layers = reference.model.layers
+
+    def edit(model):
+        for layer in layers:
+            if feature == "sinks":
+                layer.self_attn.sinks.fill_(-1e9)  # exp(sink - max) = 0: no sink
+            elif feature == "output_gate":
+                layer.self_attn.gate_proj.weight.zero_()  # sigmoid(0) = 1/2 everywhere
+            elif feature == "hyper_connections":
+                layer.attn_hc.scale.zero_()  # the same gates for every token
+                layer.ffn_hc.scale.zero_()
+            elif feature == "swiglu_clamp" and hasattr(layer.mlp, "experts"):
+                layer.mlp.experts.swiglu_limit = 1e9
+        if feature == "output_gate":
+            for layer in layers:  # sigmoid(0) * 2 = 1: the same output as without the gate
+                layer.self_attn.o_proj.weight.mul_(2.0)
+
+    try:
+        changed = reference_logits_with(reference, ids, edit)
+    finally:
+        for layer in layers:
+            if hasattr(layer.mlp, "experts"):
+                layer.mlp.experts.swiglu_limit = reference.config.swiglu_limit
+    assert np.abs(changed - ref).max() > 1e-2 * np.abs(ref).max(), feature
+
+
+def info(model_dir, *extra):
+    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
+
+
+def test_info_rows_per_layer(case):
+    model_dir, reference, _, _ = case
+    config = reference.config
+    got = info(model_dir)
+    assert got["num_parameters"] == reference.num_parameters()
+    assert got["architecture"] == "hy_v4"
+    assert got["model_type"] == "hy_v4"
+    assert got["unused_tensors"] == []
+    c, r, i = config.kv_lora_rank, config.qk_rope_head_dim, config.index_head_dim
+    # Every layer caches its latent; the full indexer layers (0, 1) also their index keys.
+    want = [[("mla.latent", c + r), ("dsa.index_k", i)],
+            [("mla.latent", c + r), ("dsa.index_k", i)],
+            [("mla.latent", c + r)],
+            [("mla.latent", c + r)]]
+    assert config.indexer_types == ["full", "full", "shared", "shared"]
+    assert len(got["cache_layers"]) == config.num_hidden_layers
+    for l, layer in enumerate(got["cache_layers"]):
+        assert [(row["name"], row["values"]) for row in layer["rows"]] == want[l], f"layer {l}"
+        for row in layer["rows"]:
+            assert row["bytes_per_token"] == 4 * row["values"]
+    total = sum(v for rows in want for _, v in rows)
+    assert got["cache_bytes_per_token"] == 4 * total
+    assert info(model_dir, "--cache-dtype", "bf16")["cache_bytes_per_token"] == 2 * total
+    text = run_latent("info", "--model", str(model_dir)).stdout
+    assert "layer 2: mla.latent" in text, text
+
+
+def test_dsa_selection_matches_transformers(case):
+    """The top-k of the full indexer layers (rope on the last dims of each head), and that the
+    shared layers (2, 3) reuse layer 1's."""
+    model_dir, reference, logits, _ = case
+    ids, _ = logits[64]
+    captured = {}
+
+    def hook(layer):
+        def fn(module, args, output):
+            captured[layer] = np.sort(output.numpy()[0], axis=-1)
+        return fn
+
+    layers = reference.model.layers
+    handles = [layer.self_attn.indexer.register_forward_hook(hook(i))
+               for i, layer in enumerate(layers) if layer.self_attn.indexer is not None]
+    try:
+        with torch.no_grad():
+            reference(input_ids=torch.tensor([ids]))
+    finally:
+        for h in handles:
+            h.remove()
+    assert sorted(captured) == [0, 1]
+    out = json.loads(run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+                                "--selected").stdout)
+    selected = out["selected"]
+    topk = reference.config.index_topk
+    for l, ref in captured.items():
+        for t in range(topk, len(ids)):  # shorter contexts attend densely
+            assert selected[l][t] == ref[t].tolist(), f"layer {l} token {t}"
+    assert selected[2] == selected[1] and selected[3] == selected[1]
+
+
+def rewrite_config(src, dst, edit):
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    edit(config)
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c.update(indexer_types=["shared"] * 4), "layer 0 is a shared indexer layer"),
+    (lambda c: c.update(hc_mult=0), "'hc_mult' must be positive"),
+    (lambda c: c.update(layer_types=["sliding_attention"] * 4), "hy_v4 layer_types entries must be"),
+    (lambda c: c.update(hc_mult=4),
+     "tensor 'model.layers.0.hc_pre.hc_attn_layer.hc_fn' has shape [6, 180] but config.json implies [8, 240]"),
+], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch"])
+def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
+    proc = run_latent("info", "--model", str(model_dir), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr
