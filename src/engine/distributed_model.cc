@@ -120,10 +120,20 @@ std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::Loa
   // The step broadcast carries block tables but not per-sequence state slots, and the workers'
   // caches hold no state storage: refuse hybrid (linear-attention) models rather than let the
   // ranks diverge.
-  if (cache::BytesPerSequence(model::CacheRows(m->config(), model::CacheDType::kF32)) > 0) {
+  const cache::ModelCacheRows rows = model::CacheRows(m->config(), model::CacheDType::kF32);
+  if (cache::BytesPerSequence(rows) > 0) {
     Fail(dir, ": model_type '", m->config().model_type,
          "' keeps per-sequence state (linear-attention layers), which does not run over several MPI "
          "ranks yet; run it in one process");
+  }
+  // Likewise the window block tables of sliding-window rows (a second table per sequence).
+  for (const auto& layer : rows) {
+    for (const auto& row : layer) {
+      if (row.retention != cache::Retention::kWindow) continue;
+      Fail(dir, ": model_type '", m->config().model_type,
+           "' has sliding-window layers, which do not run over several MPI ranks yet; run it in "
+           "one process");
+    }
   }
   if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
   RunWorker(*m, world);

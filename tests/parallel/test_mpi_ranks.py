@@ -183,3 +183,14 @@ def test_lost_rank_ends_the_job(models, tmp_path, sig):
         # Where rank 0 waits depends on the moment: the MoE sums or the step broadcast.
         assert re.search(r"rank 0 of 2: the (MoE partial sums|step broadcast).* did not complete "
                          r"within the step timeout \(3 s", stderr), stderr
+
+
+def test_sliding_window_model_is_refused_over_ranks(tiny_models):
+    """The step broadcast carries one block table per sequence, not a sliding-window model's
+    second (window) table: dots3_note under 2 ranks stops with a clear error, exit code 2."""
+    model = str(tiny_models.get("dots3_note"))
+    proc = subprocess.run(mpirun_args(2, "generate", "--model", model, "--ids", PROMPT,
+                                      "--max-tokens", "2"),
+                          capture_output=True, text=True, env=mpi_env(), timeout=120)
+    assert proc.returncode != 0
+    assert "has sliding-window layers, which do not run over several MPI ranks yet" in proc.stderr
