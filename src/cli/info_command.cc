@@ -1,12 +1,15 @@
 // `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]
-// [--quantize none|int8|w8a8]`: what a checkpoint is, how many parameters it has (as transformers
-// counts them), which dtypes it stores, the bytes of its weights as loaded (after --quantize),
-// and what each layer caches per token.
+// [--quantize none|int8|w8a8] [--ranks N] [--context N] [--sequences N]`: what a checkpoint is,
+// how many parameters it has (as transformers counts them), which dtypes it stores, the bytes of
+// its weights as loaded (after --quantize), what each layer caches per token and the cache at a
+// context. A DIR holding config.json and no weights is described from its config alone
+// (config_estimate.h).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_layout.h"
 #include "cli/commands.h"
+#include "cli/config_estimate.h"
 #include "cli/load_options.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
@@ -25,10 +28,17 @@ struct InfoOptions {
   uint32_t block_tokens = 16;
   std::string quantize = "none";
   int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
+  int64_t context = 0;  // 0: max_position_embeddings
+  int64_t sequences = 1;
 };
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
+  if (!weights::Checkpoint::Present(opt.model_dir)) {
+    return ConfigInfo(config, opt.model_dir,
+                      {opt.cache_dtype, opt.block_tokens, opt.context, opt.sequences,
+                       opt.ranks > 0 ? opt.ranks : parallel::World().size()});
+  }
   const weights::Checkpoint ckpt = model::OpenCheckpoint(config, opt.model_dir);
   const model::CheckpointReport report = model::ValidateCheckpoint(config, ckpt);
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
@@ -100,6 +110,8 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
   info["cache_bytes_per_sequence"] = cache::BytesPerSequence(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
+  info["cache_at_context"] = CacheAtContext(
+      rows, layout, opt.context > 0 ? opt.context : config.max_position_embeddings, opt.sequences);
   // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
   // cache is replicated (every rank runs attention), so its bytes per token are every rank's.
   const int ranks = opt.ranks > 0 ? opt.ranks : parallel::World().size();
@@ -203,13 +215,24 @@ namespace {
 Runner RegisterInfo(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
   CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint: parameters, dtypes, cache rows");
-  sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
+  sub->add_option("--model", opt->model_dir,
+                  "Hugging Face checkpoint directory; one holding only config.json is described "
+                  "from the config alone: parameters, weight bytes as bf16, fp8 blocks and "
+                  "--quantize int8, cache rows and bytes, and with --ranks each rank's share")
+      ->required();
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
   sub->add_option("--ranks", opt->ranks,
                   "Show each rank's share for an expert-parallel job of this many ranks (default: "
                   "this job's, under mpirun)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--context", opt->context,
+                  "Tokens per sequence for the cache bytes at context (default: the config's "
+                  "max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--sequences", opt->sequences, "Sequences for the cache bytes at context")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
@@ -218,8 +241,13 @@ Runner RegisterInfo(CLI::App& app) {
     nlohmann::json info = BuildInfo(*opt);
     if (opt->json) {
       std::cout << info.dump(2) << "\n";
+    } else if (info.contains("source")) {
+      PrintConfigInfo(info);  // config.json alone
     } else {
       PrintText(info);
+      const auto& at = info["cache_at_context"];
+      std::cout << "cache at context: " << at["bytes"] << " bytes for " << at["sequences"]
+                << " x " << at["context"] << " tokens\n";
     }
     return 0;
   };

@@ -164,7 +164,9 @@ class Tensors {
   }
   LayerWeights* Layer(int64_t l) const { return w_ ? &w_->layers[l] : nullptr; }
   void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired});
+    // expert_: the routed expert being listed, so expert parallelism (ExpertShard) splits them.
+    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired,
+                          expert_});
   }
   void Linear(const std::string& name, Shape shape, kernels::WeightRef* target) {
     Add(name, std::move(shape), WeightKind::kLinear, QuantizeRule::kWeightsAndActivations, To(target));
@@ -215,8 +217,10 @@ class Tensors {
           To(m ? &m->bias : nullptr));
     }
     for (int64_t x = 0; x < e; ++x) {
+      expert_ = x;
       Mlp(StrCat(p, "experts.", x, "."), "w1", "w3", "w2", i, m ? &m->experts[x] : nullptr);
     }
+    expert_ = -1;
     if (c_.n_shared_experts > 0) {
       Mlp(p + "shared_experts.", "gate_proj", "up_proj", "down_proj", i * c_.n_shared_experts,
           m ? &m->shared.emplace() : nullptr);
@@ -227,6 +231,7 @@ class Tensors {
   DeepseekWeights* w_;
   const TensorVisitor& visit_;
   DeepseekTensors t_;
+  int64_t expert_ = -1;
 };
 
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit) {
