@@ -94,7 +94,7 @@ nlohmann::json WeightsJson(const model::ModelConfig& c, const std::vector<model:
   return out;
 }
 
-// Each layer's rows, as the checkpoint form of `latent info` lists them.
+// Each layer's rows, in the checkpoint form's JSON (info_command.cc), so both compare equal.
 nlohmann::json LayersJson(const model::ModelConfig& c, const cache::ModelCacheRows& rows,
                           const cache::CacheLayout& layout) {
   nlohmann::json layers = nlohmann::json::array();
@@ -111,7 +111,6 @@ nlohmann::json LayersJson(const model::ModelConfig& c, const cache::ModelCacheRo
       } else {
         layer_rows.push_back({{"name", row.name},
                               {"values", row.values},
-                              {"retention", "token"},
                               {"bytes_per_token", row.bytes_per_token},
                               {"block_offset", layout.slab_offset[l][r]}});
       }
@@ -178,7 +177,7 @@ std::string Ranges(const std::vector<int64_t>& layers) {
 }
 
 std::string RowText(const nlohmann::json& row) {
-  if (row["retention"] == "sequence") {
+  if (row.contains("bytes_per_sequence")) {
     return row["name"].get<std::string>() + " " + Num(row["values"].get<int64_t>()) + " values, " +
            Num(row["bytes_per_sequence"].get<int64_t>()) + " bytes/sequence (state, f32)";
   }
