@@ -39,7 +39,8 @@ constexpr int64_t kDefaultFp8Block = 128;
 
 // Refuses configs whose tensor list could not be walked, or whose sizes overflow the counts;
 // returns the list (ConfigWeights).
-std::vector<model::ExpectedWeight> ListWeights(const model::ModelConfig& c, const std::string& source) {
+std::vector<model::ExpectedWeight> ListWeights(const model::ModelConfig& c,
+                                               const std::string& source) {
   int64_t moe_layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
   if (moe_layers > 0 && c.n_routed_experts > kMaxExpertMlps / moe_layers) {
@@ -80,7 +81,8 @@ int64_t ShardParameters(const std::vector<model::ExpectedWeight>& weights, int64
   return model::CountParameters(held);
 }
 
-nlohmann::json WeightsJson(const model::ModelConfig& c, const std::vector<model::ExpectedWeight>& weights,
+nlohmann::json WeightsJson(const model::ModelConfig& c,
+                           const std::vector<model::ExpectedWeight>& weights,
                            const model::ExpertShard& shard) {
   nlohmann::json out;
   for (const WeightForm& form : kForms) {
@@ -186,7 +188,8 @@ std::string RowText(const nlohmann::json& row) {
 }
 
 std::string CacheText(const nlohmann::json& at) {
-  std::string text = Num(at["bytes"].get<int64_t>()) + " bytes (" + Gb(at["bytes"].get<int64_t>()) + ")";
+  std::string text =
+      Num(at["bytes"].get<int64_t>()) + " bytes (" + Gb(at["bytes"].get<int64_t>()) + ")";
   if (at["state_bytes"].get<int64_t>() > 0) {
     text += ", of which state " + Num(at["state_bytes"].get<int64_t>());
   }
@@ -203,7 +206,8 @@ nlohmann::json CacheAtContext(const cache::ModelCacheRows& rows, const cache::Ca
   if (__builtin_mul_overflow(blocks, static_cast<int64_t>(layout.block_bytes), &per_sequence) ||
       __builtin_add_overflow(per_sequence, state, &per_sequence) ||
       __builtin_mul_overflow(per_sequence, sequences, &bytes)) {
-    Fail("--context ", context, " x --sequences ", sequences, ": the cache would exceed 2^63 bytes");
+    Fail("--context ", context, " x --sequences ", sequences,
+         ": the cache would exceed 2^63 bytes");
   }
   return {{"context", context},
           {"sequences", sequences},
@@ -264,7 +268,8 @@ nlohmann::json ConfigInfo(const model::ModelConfig& c, const std::string& dir,
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
   info["cache_at_context"] = CacheAtContext(rows, layout, context, opt.sequences);
   if (cache::BytesPerSequence(rows) > 0) {
-    info["all_attention_equivalent"] = AllAttentionJson(rows, opt.block_tokens, context, opt.sequences);
+    info["all_attention_equivalent"] =
+        AllAttentionJson(rows, opt.block_tokens, context, opt.sequences);
   }
 
   if (opt.ranks > 1) {
@@ -273,12 +278,13 @@ nlohmann::json ConfigInfo(const model::ModelConfig& c, const std::string& dir,
     nlohmann::json per_rank = nlohmann::json::array();
     for (int r = 0; r < opt.ranks; ++r) {
       const model::ExpertShard shard{r, opt.ranks};
-      per_rank.push_back({{"rank", r},
-                          {"routed_experts", {shard.Begin(c.n_routed_experts), shard.End(c.n_routed_experts)}},
-                          {"num_parameters", ShardParameters(weights, c.n_routed_experts, shard)},
-                          {"weights", WeightsJson(c, weights, shard)},
-                          {"cache_bytes_per_token", cache::BytesPerToken(rows)},
-                          {"cache_bytes_at_context", info["cache_at_context"]["bytes"]}});
+      per_rank.push_back(
+          {{"rank", r},
+           {"routed_experts", {shard.Begin(c.n_routed_experts), shard.End(c.n_routed_experts)}},
+           {"num_parameters", ShardParameters(weights, c.n_routed_experts, shard)},
+           {"weights", WeightsJson(c, weights, shard)},
+           {"cache_bytes_per_token", cache::BytesPerToken(rows)},
+           {"cache_bytes_at_context", info["cache_at_context"]["bytes"]}});
     }
     info["ranks"] = per_rank;
     if (cache::BytesPerSequence(rows) > 0) {
@@ -303,25 +309,28 @@ void PrintConfigInfo(const nlohmann::json& info) {
             << "layers:           " << info["num_layers"] << " (" << kinds["dense"] << " dense, "
             << kinds["moe"] << " MoE";
   if (kinds["linear_attention"].get<int64_t>() > 0) {
-    std::cout << "; " << kinds["mla"] << " MLA, " << kinds["linear_attention"] << " linear attention";
+    std::cout << "; " << kinds["mla"] << " MLA, " << kinds["linear_attention"]
+              << " linear attention";
   }
-  if (kinds["dsa_indexer"].get<int64_t>() > 0) std::cout << "; " << kinds["dsa_indexer"] << " DSA indexers";
+  if (kinds["dsa_indexer"].get<int64_t>() > 0)
+    std::cout << "; " << kinds["dsa_indexer"] << " DSA indexers";
   std::cout << ")\n"
             << "parameters:       " << Num(info["num_parameters"].get<int64_t>()) << "\n";
   const auto& moe = info["moe"];
-  std::cout << "experts:          " << moe["routed_experts"] << " routed, " << moe["experts_per_token"]
-            << " per token, " << moe["shared_experts"] << " shared";
-  if (moe["identity_experts"].get<int64_t>() > 0) std::cout << ", " << moe["identity_experts"] << " identity";
+  std::cout << "experts:          " << moe["routed_experts"] << " routed, "
+            << moe["experts_per_token"] << " per token, " << moe["shared_experts"] << " shared";
+  if (moe["identity_experts"].get<int64_t>() > 0)
+    std::cout << ", " << moe["identity_experts"] << " identity";
   std::cout << "; " << moe["scoring_func"].get<std::string>() << " + "
             << moe["topk_method"].get<std::string>() << "\n";
   const auto& w = info["weights"];
   std::cout << "weight bytes:     bf16 " << Num(w["bf16"]["bytes"].get<int64_t>()) << " ("
             << Gb(w["bf16"]["bytes"].get<int64_t>()) << ")\n"
-            << "                  fp8 blocks " << w["fp8"]["block"][0] << "x" << w["fp8"]["block"][1]
-            << " " << Num(w["fp8"]["bytes"].get<int64_t>()) << " (" << Gb(w["fp8"]["bytes"].get<int64_t>())
-            << ")\n"
-            << "                  --quantize int8 " << Num(w["int8"]["bytes"].get<int64_t>()) << " ("
-            << Gb(w["int8"]["bytes"].get<int64_t>()) << ")\n";
+            << "                  fp8 blocks " << w["fp8"]["block"][0] << "x"
+            << w["fp8"]["block"][1] << " " << Num(w["fp8"]["bytes"].get<int64_t>()) << " ("
+            << Gb(w["fp8"]["bytes"].get<int64_t>()) << ")\n"
+            << "                  --quantize int8 " << Num(w["int8"]["bytes"].get<int64_t>())
+            << " (" << Gb(w["int8"]["bytes"].get<int64_t>()) << ")\n";
 
   // Layers grouped by what they cache: "layers 0-2, 4-6: kda.conv ...".
   std::cout << "cache rows (" << info["cache_dtype"].get<std::string>() << "):\n";
@@ -332,14 +341,16 @@ void PrintConfigInfo(const nlohmann::json& info) {
     for (const auto& row : layer["rows"]) key += (key.empty() ? "" : "; ") + RowText(row);
     if (key.empty()) key = "no rows";
     if (layer.contains("kv_source_layer")) {
-      key += " (attends to layer " + std::to_string(layer["kv_source_layer"].get<int64_t>()) + "'s mla.latent)";
+      key += " (attends to layer " + std::to_string(layer["kv_source_layer"].get<int64_t>()) +
+             "'s mla.latent)";
     }
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(layer["layer"].get<int64_t>());
   }
   for (const std::string& key : order) {
     const auto& layers = groups[key];
-    std::cout << "  " << (layers.size() > 1 ? "layers " : "layer ") << Ranges(layers) << ": " << key << "\n";
+    std::cout << "  " << (layers.size() > 1 ? "layers " : "layer ") << Ranges(layers) << ": " << key
+              << "\n";
   }
   std::cout << "cache bytes/token: " << Num(info["cache_bytes_per_token"].get<int64_t>()) << "\n";
   if (info["cache_bytes_per_sequence"].get<int64_t>() > 0) {
@@ -348,9 +359,9 @@ void PrintConfigInfo(const nlohmann::json& info) {
   }
   const auto& at = info["cache_at_context"];
   std::cout << "cache at " << Num(at["context"].get<int64_t>()) << " tokens x " << at["sequences"]
-            << (at["sequences"].get<int64_t>() == 1 ? " sequence: " : " sequences: ") << CacheText(at)
-            << " (" << Num(at["blocks_per_sequence"].get<int64_t>()) << " blocks of "
-            << info["cache_block"]["tokens"] << " tokens per sequence)\n";
+            << (at["sequences"].get<int64_t>() == 1 ? " sequence: " : " sequences: ")
+            << CacheText(at) << " (" << Num(at["blocks_per_sequence"].get<int64_t>())
+            << " blocks of " << info["cache_block"]["tokens"] << " tokens per sequence)\n";
   if (info.contains("all_attention_equivalent") && !info["all_attention_equivalent"].is_null()) {
     const auto& all = info["all_attention_equivalent"];
     const int64_t bytes = all["cache_at_context"]["bytes"].get<int64_t>();
@@ -364,16 +375,18 @@ void PrintConfigInfo(const nlohmann::json& info) {
               << "% of it\n";
   }
   if (info.contains("ranks")) {
-    std::cout << "ranks (" << info["ranks"].size()
-              << ", expert parallel; attention, dense layers, shared experts and the cache on every "
-                 "rank):\n";
+    std::cout
+        << "ranks (" << info["ranks"].size()
+        << ", expert parallel; attention, dense layers, shared experts and the cache on every "
+           "rank):\n";
     for (const auto& rank : info["ranks"]) {
       const auto& rw = rank["weights"];
       std::cout << "  rank " << rank["rank"] << ": experts [" << rank["routed_experts"][0] << ", "
                 << rank["routed_experts"][1] << "), " << Num(rank["num_parameters"].get<int64_t>())
-                << " parameters; weight bytes bf16 " << Gb(rw["bf16"]["bytes"].get<int64_t>()) << ", fp8 "
-                << Gb(rw["fp8"]["bytes"].get<int64_t>()) << ", int8 " << Gb(rw["int8"]["bytes"].get<int64_t>())
-                << "; cache " << Gb(rank["cache_bytes_at_context"].get<int64_t>()) << "\n";
+                << " parameters; weight bytes bf16 " << Gb(rw["bf16"]["bytes"].get<int64_t>())
+                << ", fp8 " << Gb(rw["fp8"]["bytes"].get<int64_t>()) << ", int8 "
+                << Gb(rw["int8"]["bytes"].get<int64_t>()) << "; cache "
+                << Gb(rank["cache_bytes_at_context"].get<int64_t>()) << "\n";
     }
     if (info.contains("ranks_refused")) {
       std::cout << "  note: " << info["ranks_refused"].get<std::string>() << "\n";

@@ -27,7 +27,7 @@ struct InfoOptions {
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
   std::string quantize = "none";
-  int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
+  int ranks = 0;        // 0: the ranks of this job (1 without mpirun)
   int64_t context = 0;  // 0: max_position_embeddings
   int64_t sequences = 1;
 };

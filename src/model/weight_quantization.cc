@@ -146,7 +146,8 @@ int64_t StoredBytes(const ExpectedWeight& w, StoredDType dtype, int64_t block_n,
   if (dtype == StoredDType::kBF16 || !Fp8Eligible(w) || w.shape.rank() < 2) return 2 * elements;
   // e4m3 values, then f32 scales [leading..., ceil(N / block_n), ceil(K / block_k)].
   const int r = w.shape.rank();
-  int64_t scales = (w.shape[r - 2] + block_n - 1) / block_n * ((w.shape[r - 1] + block_k - 1) / block_k);
+  int64_t scales =
+      (w.shape[r - 2] + block_n - 1) / block_n * ((w.shape[r - 1] + block_k - 1) / block_k);
   for (int i = 0; i + 2 < r; ++i) scales *= w.shape[i];
   return elements + 4 * scales;
 }

@@ -183,9 +183,9 @@ def test_config_only_equals_the_checkpoint(tiny_models, tmp_path, extra, form):
         assert cfg[key] == ckpt[key], key
 
 
-@pytest.mark.parametrize("preset", ["kimi_linear", "glm_moe_dsa", "mistral_large4"])
+@pytest.mark.parametrize("preset", ["kimi_linear", "mistral_large4"])
 def test_config_only_lists_what_the_checkpoint_holds(tiny_models, tmp_path, preset):
-    """Hybrid state, DSA index keys, KV sharing and a vision-language wrapper: parameters and every
+    """Hybrid state, KV sharing and a vision-language wrapper: parameters and every
     cache row equal the checkpoint's."""
     model_dir = tiny_models.get(preset)
     ckpt = info(model_dir)
@@ -218,6 +218,22 @@ def test_bad_config_gets_a_clear_error(tmp_path, mutation, message):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("latent: error: ")
     assert message in proc.stderr, proc.stderr
+
+
+def test_bad_linear_attention_sizes_get_a_clear_error(tmp_path):
+    config = json.loads((CONFIGS / "kimi_linear_48b" / "config.json").read_text())
+    config["linear_attn_config"]["head_dim"] = 10**6
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    proc = run_latent("info", "--model", str(tmp_path), check=False)
+    assert proc.returncode == 2
+    assert "linear attention head_dim (1000000), num_heads (32) and short_conv_kernel_size (4) " \
+           "must each be at most 4096" in proc.stderr, proc.stderr
+    config["linear_attn_config"]["kda_layers"][0] = 0
+    config["linear_attn_config"]["head_dim"] = 128
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    proc = run_latent("info", "--model", str(tmp_path), check=False)
+    assert proc.returncode == 2
+    assert "linear_attn_config 'kda_layers' entry 0 is not a layer in 1..27" in proc.stderr
 
 
 def test_a_directory_with_stray_shards_is_read_as_a_checkpoint(tmp_path):

@@ -106,17 +106,19 @@ TEST(WeightQuantization, LoadedBytesSplitExpertsAcrossRanks) {
     "num_experts_per_tok": 2, "moe_intermediate_size": 8, "n_group": 2, "topk_group": 1,
     "first_k_dense_replace": 1})",
                                                    "test");
-  const auto bf16 = [](const ExpectedWeight& w) { return StoredBytes(w, StoredDType::kBF16, 128, 128); };
+  const auto bf16 = [](const ExpectedWeight& w) {
+    return StoredBytes(w, StoredDType::kBF16, 128, 128);
+  };
   // One expert MLP: gate, up [8, 32] and down [32, 8].
   const int64_t expert = 3 * 8 * 32;
   for (ExpertLayout layout : {ExpertLayout::kPerExpert, ExpertLayout::kFused}) {
     const std::vector<ExpectedWeight> weights = ExpectedWeights(config, layout);
     const int64_t all = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kNone);
-    const int64_t half = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kNone, nullptr,
-                                           ExpertShard{1, 2});
+    const int64_t half = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kNone,
+                                           nullptr, ExpertShard{1, 2});
     EXPECT_EQ(all - half, 2 * 2 * expert) << static_cast<int>(layout);  // 2 of 4 experts, bf16
-    const int64_t int8 = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kInt8, nullptr,
-                                           ExpertShard{1, 2});
+    const int64_t int8 = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kInt8,
+                                           nullptr, ExpertShard{1, 2});
     const int64_t int8_all = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kInt8);
     EXPECT_EQ(int8_all - int8, 2 * (expert + 4 * (8 + 8 + 32))) << static_cast<int>(layout);
   }
