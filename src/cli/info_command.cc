@@ -35,6 +35,7 @@ struct InfoOptions {
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
   if (!weights::Checkpoint::Present(opt.model_dir)) {
+    ParseLoadOptions(opt.quantize);  // unused (every form is shown), but a bad mode is an error
     return ConfigInfo(config, opt.model_dir,
                       {opt.cache_dtype, opt.block_tokens, opt.context, opt.sequences,
                        opt.ranks > 0 ? opt.ranks : parallel::World().size()});
@@ -214,11 +215,13 @@ namespace {
 
 Runner RegisterInfo(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
-  CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint: parameters, dtypes, cache rows");
+  CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint, or a model from its config.json alone: parameters, "
+                         "weight bytes, cache rows and bytes, each rank's share");
   sub->add_option("--model", opt->model_dir,
                   "Hugging Face checkpoint directory; one holding only config.json is described "
                   "from the config alone: parameters, weight bytes as bf16, fp8 blocks and "
-                  "--quantize int8, cache rows and bytes, and with --ranks each rank's share")
+                  "--quantize int8 (all three, whatever --quantize says), cache rows and bytes, "
+                  "and with --ranks each rank's share")
       ->required();
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
