@@ -570,7 +570,7 @@ PRESETS["dots3_note"] = {
         "index_topk": 8,
         "index_n_heads": 16,
         "index_head_dim": 16,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": 512,
         "bos_token_id": 0,
         # A token this tiny model emits now and then (never only as the last of a short
         # continuation), so that the engine property test's greedy runs stop at EOS early.

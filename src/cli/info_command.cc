@@ -1,13 +1,16 @@
 // `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]
-// [--quantize none|int8|w8a8]`: what a checkpoint is, how many parameters it has (as transformers
-// counts them), which dtypes it stores, the bytes of its weights as loaded (after --quantize),
-// and what each layer caches per token.
+// [--quantize none|int8|w8a8] [--ranks N] [--context N] [--sequences N]`: what a checkpoint is,
+// how many parameters it has (as transformers counts them), which dtypes it stores, the bytes of
+// its weights as loaded (after --quantize), what each layer caches per token and the cache at a
+// context. A DIR holding config.json and no weights is described from its config alone
+// (config_estimate.h).
 #include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_layout.h"
 #include "cli/commands.h"
+#include "cli/config_estimate.h"
 #include "cli/load_options.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
@@ -25,21 +28,19 @@ struct InfoOptions {
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
   std::string quantize = "none";
-  int64_t context = 0;  // The long context cache_at_context describes; 0: max_position_embeddings.
-  int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
+  int ranks = 0;        // 0: the ranks of this job (1 without mpirun)
+  int64_t context = 0;  // 0: max_position_embeddings
+  int64_t sequences = 1;
 };
-
-const char* RetentionName(cache::Retention retention) {
-  switch (retention) {
-    case cache::Retention::kFull: return "full";
-    case cache::Retention::kPerSequence: return "per_sequence";
-    case cache::Retention::kWindow: return "window";
-  }
-  return "?";
-}
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
+  if (!weights::Checkpoint::Present(opt.model_dir)) {
+    ParseLoadOptions(opt.quantize);  // unused (every form is shown), but a bad mode is an error
+    return ConfigInfo(config, opt.model_dir,
+                      {opt.cache_dtype, opt.block_tokens, opt.context, opt.sequences,
+                       opt.ranks > 0 ? opt.ranks : parallel::World().size()});
+  }
   const weights::Checkpoint ckpt = model::OpenCheckpoint(config, opt.model_dir);
   const model::CheckpointReport report = model::ValidateCheckpoint(config, ckpt);
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
@@ -82,67 +83,13 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["unused_tensors"] = report.unused;
 
   info["cache_dtype"] = model::CacheDTypeName(cache_dtype);
-  const auto row_values = model::CacheRowValues(config);
-  nlohmann::json layers = nlohmann::json::array();
-  for (size_t l = 0; l < rows.size(); ++l) {
-    nlohmann::json layer_rows = nlohmann::json::array();
-    for (size_t r = 0; r < rows[l].size(); ++r) {
-      if (rows[l][r].retention == cache::Retention::kPerSequence) {
-        // Per-sequence state (a KDA layer's): a fixed size per running sequence, not per token.
-        layer_rows.push_back({{"name", rows[l][r].name},
-                              {"values", row_values[l][r]},
-                              {"retention", "sequence"},
-                              {"bytes_per_token", 0},
-                              {"bytes_per_sequence", rows[l][r].bytes_per_sequence}});
-        continue;
-      }
-      layer_rows.push_back({{"name", rows[l][r].name},
-                            {"values", row_values[l][r]},
-                            {"bytes_per_token", rows[l][r].bytes_per_token},
-                            {"block_offset", layout.slab_offset[l][r]},
-                            {"retention", RetentionName(rows[l][r].retention)}});
-      if (rows[l][r].retention == cache::Retention::kWindow) {
-        layer_rows.back()["window_tokens"] = rows[l][r].window_tokens;
-      }
-    }
-    nlohmann::json layer = {{"layer", l}, {"rows", layer_rows}};
-    // KV sharing: the layer attends to the latent rows of another layer (and caches none).
-    const int64_t source = config.KvSourceLayer(static_cast<int64_t>(l));
-    if (source != static_cast<int64_t>(l)) layer["kv_source_layer"] = source;
-    layers.push_back(layer);
-  }
-  info["cache_layers"] = layers;
+  info["cache_layers"] = LayersJson(config, rows, layout);
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
-  // One sequence's cache at a long context: full rows for every token; window rows only for the
-  // blocks that still hold a position of the next token's window (the engine frees the others).
-  {
-    const int64_t n = opt.context > 0 ? opt.context : config.max_position_embeddings;
-    // Window rows sit in blocks of their own size (cache::GroupedLayout), as the engine keeps them.
-    const cache::GroupedLayout groups = cache::GroupedLayout::Build(rows, opt.block_tokens);
-    const int64_t b = groups.has_window ? groups.window_block_tokens : layout.block_tokens;
-    uint64_t full_bytes = 0;
-    int64_t window = 0;
-    uint64_t window_bytes = 0;
-    for (const auto& layer : rows) {
-      for (const auto& row : layer) {
-        if (row.retention == cache::Retention::kWindow) {
-          window_bytes += row.bytes_per_token;
-          window = std::max(window, row.window_tokens);
-        } else {
-          full_bytes += row.bytes_per_token;
-        }
-      }
-    }
-    const int64_t first_kept_block = std::max<int64_t>(0, n - window + 1) / b;
-    const int64_t held = window_bytes == 0 ? 0 : std::min(n, ((n + b - 1) / b - first_kept_block) * b);
-    const uint64_t bytes = full_bytes * n + window_bytes * held;
-    info["cache_at_context"] = {{"tokens", n},
-                                {"window_tokens_held", held},
-                                {"bytes", bytes},
-                                {"bytes_per_token", static_cast<double>(bytes) / static_cast<double>(n)}};
-  }
   info["cache_bytes_per_sequence"] = cache::BytesPerSequence(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
+  info["cache_at_context"] = CacheAtContext(
+      rows, opt.block_tokens, opt.context > 0 ? opt.context : config.max_position_embeddings,
+      opt.sequences);
   // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
   // cache is replicated (every rank runs attention), so its bytes per token are every rank's.
   const int ranks = opt.ranks > 0 ? opt.ranks : parallel::World().size();
@@ -227,10 +174,7 @@ void PrintText(const nlohmann::json& info) {
     std::cout << "cache bytes/sequence: " << info["cache_bytes_per_sequence"]
               << " (per-sequence state, f32; prefix caching off)\n";
   }
-  const auto& at = info["cache_at_context"];
-  std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "; at " << at["tokens"]
-            << " tokens " << at["bytes"] << " bytes (" << at["bytes_per_token"].get<double>()
-            << " per token)\n"
+  std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "\n"
             << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "
             << info["cache_block"]["bytes"] << " bytes\n";
   if (info.contains("ranks")) {
@@ -250,17 +194,27 @@ namespace {
 
 Runner RegisterInfo(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
-  CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint: parameters, dtypes, cache rows");
-  sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
+  CLI::App* sub = app.add_subcommand("info", "Describe a checkpoint, or a model from its config.json alone: parameters, "
+                         "weight bytes, cache rows and bytes, each rank's share");
+  sub->add_option("--model", opt->model_dir,
+                  "Hugging Face checkpoint directory; one holding only config.json is described "
+                  "from the config alone: parameters, weight bytes as bf16, fp8 blocks and "
+                  "--quantize int8 (all three, whatever --quantize says), cache rows and bytes, "
+                  "and with --ranks each rank's share")
+      ->required();
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
-  sub->add_option("--context", opt->context,
-                  "Context length cache_at_context describes (default max_position_embeddings)")
-      ->check(CLI::PositiveNumber);
   sub->add_option("--ranks", opt->ranks,
                   "Show each rank's share for an expert-parallel job of this many ranks (default: "
                   "this job's, under mpirun)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--context", opt->context,
+                  "Tokens per sequence for the cache bytes at context (default: the config's "
+                  "max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--sequences", opt->sequences, "Sequences for the cache bytes at context")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   AddLoadOptions(sub, opt->quantize);
   return [opt] {
@@ -269,8 +223,17 @@ Runner RegisterInfo(CLI::App& app) {
     nlohmann::json info = BuildInfo(*opt);
     if (opt->json) {
       std::cout << info.dump(2) << "\n";
+    } else if (info.contains("source")) {
+      PrintConfigInfo(info);  // config.json alone
     } else {
       PrintText(info);
+      const auto& at = info["cache_at_context"];
+      std::cout << "cache at context: " << at["bytes"] << " bytes for " << at["sequences"]
+                << " x " << at["context"] << " tokens";
+      if (at["window_tokens_held"].get<int64_t>() > 0) {
+        std::cout << " (window rows: the last " << at["window_tokens_held"] << " tokens)";
+      }
+      std::cout << "\n";
     }
     return 0;
   };

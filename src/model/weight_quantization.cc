@@ -90,27 +90,38 @@ bool W8A8Activations(const ExpectedWeight& w) {
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
                           const CheckpointReport& report, WeightQuantization quantize,
                           int64_t* checkpoint_bytes, const ExpertShard& shard) {
-  int64_t stored = 0, loaded = 0;
-  const int64_t experts = config.n_routed_experts;
-  for (const ExpectedWeight& w : report.weights) {
-    if (w.kind == WeightKind::kUnused) continue;  // never loaded, and may be absent
-    if (w.expert >= 0 && !shard.Holds(w.expert, experts)) continue;  // another rank's expert
+  const auto stored = [&](const ExpectedWeight& w) {
     const TensorView t = ckpt.Get(w.name);
     int64_t bytes = static_cast<int64_t>(t.NumBytes());
     const std::string scale_name = w.name + "_scale_inv";
     if (t.dtype == DType::kF8E4M3 && ckpt.Has(scale_name)) {
       bytes += static_cast<int64_t>(ckpt.Get(scale_name).NumBytes());
     }
+    return bytes;
+  };
+  return LoadedWeightBytes(config, report.weights, stored, quantize, checkpoint_bytes, shard);
+}
+
+int64_t LoadedWeightBytes(const ModelConfig& config, const std::vector<ExpectedWeight>& weights,
+                          const StoredBytesFn& stored_bytes, WeightQuantization quantize,
+                          int64_t* checkpoint_bytes, const ExpertShard& shard) {
+  int64_t stored = 0, loaded = 0;
+  const int64_t experts = config.n_routed_experts;
+  for (const ExpectedWeight& w : weights) {
+    if (w.kind == WeightKind::kUnused) continue;  // never loaded, and may be absent
+    if (w.expert >= 0 && !shard.Holds(w.expert, experts)) continue;  // another rank's expert
+    // The checkpoint's shape equals the listed one (ValidateCheckpoint).
+    int64_t bytes = stored_bytes(w);
     // Fused experts [E(+Z), out, in]: this rank's experts' slices.
-    int64_t elements = t.NumElements();
+    int64_t elements = w.shape.NumElements();
     if (w.kind == WeightKind::kExperts && shard.ranks > 1) {
       const int64_t held = shard.End(experts) - shard.Begin(experts);
-      bytes = bytes / t.shape[0] * held;
-      elements = elements / t.shape[0] * held;
+      bytes = bytes / w.shape[0] * held;
+      elements = elements / w.shape[0] * held;
     }
     stored += bytes;
     if (quantize != WeightQuantization::kNone && QuantizedByInt8(w)) {
-      const int64_t rows = elements / std::max<int64_t>(1, t.shape[t.shape.rank() - 1]);
+      const int64_t rows = elements / std::max<int64_t>(1, w.shape[w.shape.rank() - 1]);
       loaded += elements + 4 * rows;
       if (quantize == WeightQuantization::kW8A8 && W8A8Activations(w)) loaded += 4 * rows;
     } else {
@@ -123,6 +134,22 @@ int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& 
   }
   if (checkpoint_bytes != nullptr) *checkpoint_bytes = stored;
   return loaded;
+}
+
+const char* StoredDTypeName(StoredDType dtype) {
+  return dtype == StoredDType::kFP8Block ? "fp8" : "bf16";
+}
+
+int64_t StoredBytes(const ExpectedWeight& w, StoredDType dtype, int64_t block_n, int64_t block_k) {
+  const int64_t elements = w.shape.NumElements();
+  if (w.kind == WeightKind::kRouter || w.kind == WeightKind::kBuffer) return 4 * elements;
+  if (dtype == StoredDType::kBF16 || !Fp8Eligible(w) || w.shape.rank() < 2) return 2 * elements;
+  // e4m3 values, then f32 scales [leading..., ceil(N / block_n), ceil(K / block_k)].
+  const int r = w.shape.rank();
+  int64_t scales =
+      (w.shape[r - 2] + block_n - 1) / block_n * ((w.shape[r - 1] + block_k - 1) / block_k);
+  for (int i = 0; i + 2 < r; ++i) scales *= w.shape[i];
+  return elements + 4 * scales;
 }
 
 }  // namespace latent::model

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,5 +52,28 @@ bool W8A8Activations(const ExpectedWeight& w);
 int64_t LoadedWeightBytes(const ModelConfig& config, const weights::Checkpoint& ckpt,
                           const CheckpointReport& report, WeightQuantization quantize,
                           int64_t* checkpoint_bytes = nullptr, const ExpertShard& shard = {});
+
+// Bytes of one listed tensor as some checkpoint stores it (fp8 scales included).
+using StoredBytesFn = std::function<int64_t(const ExpectedWeight&)>;
+
+// The same count over `weights` stored as `stored_bytes` says: the one rule (shards, fused
+// experts, --quantize conversions, the tied int8 LM head) behind both the checkpoint on disk
+// (above) and a checkpoint described by config.json alone (StoredBytes).
+int64_t LoadedWeightBytes(const ModelConfig& config, const std::vector<ExpectedWeight>& weights,
+                          const StoredBytesFn& stored_bytes, WeightQuantization quantize,
+                          int64_t* checkpoint_bytes = nullptr, const ExpertShard& shard = {});
+
+// How a checkpoint known only from config.json stores its tensors. Routers and buffers are f32
+// in both (as transformers keeps them, _keep_in_fp32_modules_strict, and as latent loads them).
+enum class StoredDType : uint8_t {
+  kBF16,      // every other tensor bf16
+  kFP8Block,  // DeepSeek's format, as the hub's fp8 checkpoints ship: Fp8Eligible tensors fp8
+              // e4m3 with one f32 scale per [block_n, block_k] block (weight_scale_inv), the rest
+              // bf16
+};
+const char* StoredDTypeName(StoredDType dtype);  // "bf16", "fp8"
+
+// Bytes of `w` stored as `dtype` (fp8 blocks of block_n x block_k).
+int64_t StoredBytes(const ExpectedWeight& w, StoredDType dtype, int64_t block_n, int64_t block_k);
 
 }  // namespace latent::model

@@ -32,6 +32,19 @@ std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLay
   return out;
 }
 
+bool Fp8Eligible(const ExpectedWeight& w) {
+  return w.kind == WeightKind::kLinear || w.kind == WeightKind::kExperts ||
+         w.kind == WeightKind::kUnused;
+}
+
+std::vector<ExpectedWeight> ConfigWeights(const ModelConfig& config) {
+  std::vector<ExpectedWeight> out;
+  ArchOf(config).tensors(config, ExpertLayout::kPerExpert, [&](const ExpectedWeight& w) {
+    if (w.presence != Presence::kUnused) out.push_back(w);
+  });
+  return out;
+}
+
 int64_t CountParameters(const std::vector<ExpectedWeight>& weights) {
   int64_t total = 0;
   for (const auto& w : weights)
@@ -120,10 +133,8 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
       Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", t.shape.ToString(), " but config.json implies ",
            w.shape.ToString());
     }
-    const bool quantizable = w.kind == WeightKind::kLinear || w.kind == WeightKind::kExperts ||
-                             w.kind == WeightKind::kUnused;
     if (IsFloat8(t.dtype)) {
-      if (!config.quantization.fp8 || !quantizable) {
+      if (!config.quantization.fp8 || !Fp8Eligible(w)) {
         Fail(ckpt.dir(), ": tensor '", w.name, "' is ", DTypeName(t.dtype),
              " but config.json has no fp8 quantization_config for it");
       }

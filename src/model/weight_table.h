@@ -78,6 +78,18 @@ using TensorVisitor = std::function<void(const ExpectedWeight&)>;
 // file), without targets.
 std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLayout layout);
 
+// Whether an fp8 checkpoint may store this tensor as fp8 e4m3 blocks with a weight_scale_inv:
+// linear weights and experts (not embeddings, the LM head, norms, routers or buffers).
+// ValidateCheckpoint accepts fp8 only there; a checkpoint estimated from config.json alone
+// (StoredDType::kFP8Block) stores exactly these as fp8.
+bool Fp8Eligible(const ExpectedWeight& w);
+
+// The tensors a complete checkpoint of `config` holds that latent counts or loads, in per-expert
+// layout (as released checkpoints store experts): ExpectedWeights without kUnused-presence
+// entries (stored but dropped), kOptional ones taken as present. What `latent info` counts on a
+// directory holding only config.json.
+std::vector<ExpectedWeight> ConfigWeights(const ModelConfig& config);
+
 // Parameters as transformers' num_parameters() counts them: every weight but buffers, with
 // FP8 weights counted by their logical elements (scales excluded), tied embeddings once.
 int64_t CountParameters(const std::vector<ExpectedWeight>& weights);

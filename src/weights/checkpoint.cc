@@ -54,6 +54,16 @@ std::map<std::string, std::string> ReadWeightMap(const fs::path& index_path) {
 
 }  // namespace
 
+bool Checkpoint::Present(const std::string& dir) {
+  const fs::path root(dir);
+  if (fs::exists(root / kIndexFile) || fs::exists(root / kSingleFile)) return true;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    if (entry.path().extension() == ".safetensors") return true;
+  }
+  return false;
+}
+
 Checkpoint Checkpoint::Open(const std::string& dir) {
   Checkpoint ckpt;
   ckpt.dir_ = dir;

@@ -20,6 +20,10 @@ class Checkpoint {
   // (no weights, a bad index, a missing shard, a tensor the index names but its shard lacks,
   // one name in two shards).
   static Checkpoint Open(const std::string& dir);
+  // Whether `dir` holds weights at all: model.safetensors, the index or any *.safetensors file
+  // (Open then reads them, or names what is wrong). False: config.json alone (`latent info`
+  // then describes the model from its config).
+  static bool Present(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
   bool Has(const std::string& name) const { return where_.count(name) != 0; }

@@ -123,10 +123,16 @@ def test_info_rows_per_layer_kind(case):
     at = got["cache_at_context"]
     full_bytes = 4 * sum(v for rows in want for _, v, kind in rows if kind == "full")
     window_bytes = 4 * sum(v for rows in want for _, v, kind in rows if kind == "window")
-    assert at["tokens"] == config.max_position_embeddings
+    n, b = at["context"], got["cache_block"]["tokens"]
+    assert n == config.max_position_embeddings and at["sequences"] == 1
     held = at["window_tokens_held"]
-    assert WINDOW <= held <= WINDOW + 2 * got["cache_block"]["tokens"]
-    assert at["bytes"] == full_bytes * at["tokens"] + window_bytes * held
+    assert WINDOW <= held <= WINDOW + 2 * b
+    # Whole blocks, as the engine holds them: this preset's full rows take more bytes per token
+    # than its window rows, so a window block holds as many tokens as a full one (GroupedLayout)
+    # and every block has the full rows' size.
+    assert full_bytes > window_bytes and at["block_bytes"] == full_bytes * b
+    assert at["blocks_per_sequence"] == -(-n // b) + held // b
+    assert at["bytes"] == at["blocks_per_sequence"] * at["block_bytes"]
     text = run_latent("info", "--model", str(model_dir)).stdout
     assert "window 16" in text, text
 

@@ -77,5 +77,52 @@ TEST(WeightQuantization, W8A8KeepsKvBActivationsInF32) {
   EXPECT_FALSE(QuantizedByInt8(at("model.embed_tokens.weight")));
 }
 
+// A checkpoint known from config.json alone: fp8 blocks only on linear weights and experts, with
+// f32 scales per block (over every leading dim of fused experts); routers and buffers f32.
+TEST(WeightQuantization, StoredBytesOfAConfigOnlyCheckpoint) {
+  const ExpectedWeight linear{"q", {300, 200}, WeightKind::kLinear};
+  EXPECT_EQ(StoredBytes(linear, StoredDType::kBF16, 128, 128), 2 * 300 * 200);
+  // ceil(300 / 128) = 3 x ceil(200 / 128) = 2 scales.
+  EXPECT_EQ(StoredBytes(linear, StoredDType::kFP8Block, 128, 128), 300 * 200 + 4 * 3 * 2);
+  const ExpectedWeight fused{"e", {4, 256, 64}, WeightKind::kExperts};
+  EXPECT_EQ(StoredBytes(fused, StoredDType::kFP8Block, 128, 128), 4 * 256 * 64 + 4 * 4 * 2 * 1);
+  const ExpectedWeight embed{"embed", {10, 8}, WeightKind::kEmbedding};
+  EXPECT_EQ(StoredBytes(embed, StoredDType::kFP8Block, 128, 128), 2 * 80);
+  const ExpectedWeight router{"gate", {16, 8}, WeightKind::kRouter};
+  EXPECT_EQ(StoredBytes(router, StoredDType::kBF16, 128, 128), 4 * 128);
+  const ExpectedWeight bias{"bias", {16}, WeightKind::kBuffer};
+  EXPECT_EQ(StoredBytes(bias, StoredDType::kFP8Block, 128, 128), 4 * 16);
+  EXPECT_TRUE(Fp8Eligible(linear) && Fp8Eligible(fused));
+  EXPECT_FALSE(Fp8Eligible(embed) || Fp8Eligible(router) || Fp8Eligible(bias));
+}
+
+// The one count behind both forms of `latent info`: a rank of an expert-parallel job holds its
+// routed experts' share of per-expert and fused tensors, and int8 adds f32 row scales.
+TEST(WeightQuantization, LoadedBytesSplitExpertsAcrossRanks) {
+  const ModelConfig config = ModelConfig::FromJson(R"({
+    "model_type": "deepseek_v3", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16,
+    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 8, "n_group": 2, "topk_group": 1,
+    "first_k_dense_replace": 1})",
+                                                   "test");
+  const auto bf16 = [](const ExpectedWeight& w) {
+    return StoredBytes(w, StoredDType::kBF16, 128, 128);
+  };
+  // One expert MLP: gate, up [8, 32] and down [32, 8].
+  const int64_t expert = 3 * 8 * 32;
+  for (ExpertLayout layout : {ExpertLayout::kPerExpert, ExpertLayout::kFused}) {
+    const std::vector<ExpectedWeight> weights = ExpectedWeights(config, layout);
+    const int64_t all = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kNone);
+    const int64_t half = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kNone,
+                                           nullptr, ExpertShard{1, 2});
+    EXPECT_EQ(all - half, 2 * 2 * expert) << static_cast<int>(layout);  // 2 of 4 experts, bf16
+    const int64_t int8 = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kInt8,
+                                           nullptr, ExpertShard{1, 2});
+    const int64_t int8_all = LoadedWeightBytes(config, weights, bf16, WeightQuantization::kInt8);
+    EXPECT_EQ(int8_all - int8, 2 * (expert + 4 * (8 + 8 + 32))) << static_cast<int>(layout);
+  }
+}
+
 }  // namespace
 }  // namespace latent::model

@@ -134,6 +134,14 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
     Fail(source, ": linear attention needs positive head_dim and num_heads and a kernel of at least 2 taps, got ",
          config.linear_head_dim, ", ", config.linear_num_heads, ", ", config.linear_conv_kernel);
   }
+  // The state is heads x head_dim^2 f32 per layer: bounded so that no count of it overflows.
+  constexpr int64_t kMaxLinearSize = 4096;  // Kimi Linear 48B: 32 heads of 128, 4 taps
+  if (config.linear_head_dim > kMaxLinearSize || config.linear_num_heads > kMaxLinearSize ||
+      config.linear_conv_kernel > kMaxLinearSize) {
+    Fail(source, ": linear attention head_dim (", config.linear_head_dim, "), num_heads (",
+         config.linear_num_heads, ") and short_conv_kernel_size (", config.linear_conv_kernel,
+         ") must each be at most ", kMaxLinearSize, ", larger than any model");
+  }
   config.linear_attention_layers = ParseLayerTypes(top, linear, config.num_hidden_layers);
 }
 
@@ -164,7 +172,9 @@ class Tensors {
   }
   LayerWeights* Layer(int64_t l) const { return w_ ? &w_->layers[l] : nullptr; }
   void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired});
+    // expert_: the routed expert being listed, so expert parallelism (ExpertShard) splits them.
+    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target,
+                          Presence::kRequired, expert_});
   }
   void Linear(const std::string& name, Shape shape, kernels::WeightRef* target) {
     Add(name, std::move(shape), WeightKind::kLinear, QuantizeRule::kWeightsAndActivations, To(target));
@@ -215,8 +225,10 @@ class Tensors {
           To(m ? &m->bias : nullptr));
     }
     for (int64_t x = 0; x < e; ++x) {
+      expert_ = x;
       Mlp(StrCat(p, "experts.", x, "."), "w1", "w3", "w2", i, m ? &m->experts[x] : nullptr);
     }
+    expert_ = -1;
     if (c_.n_shared_experts > 0) {
       Mlp(p + "shared_experts.", "gate_proj", "up_proj", "down_proj", i * c_.n_shared_experts,
           m ? &m->shared.emplace() : nullptr);
@@ -227,6 +239,7 @@ class Tensors {
   DeepseekWeights* w_;
   const TensorVisitor& visit_;
   DeepseekTensors t_;
+  int64_t expert_ = -1;
 };
 
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit) {
