@@ -101,7 +101,8 @@ pip-install-test: | $(STAMPS)/apt
 	cd /tmp && $(abspath $(PIP_TEST_VENV))/bin/python $(abspath tests/python/pip_install_check.py) $(abspath $(DEFAULT_MODEL))
 
 # libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS from the
-# committed seed corpora (tests/fuzz/corpus/<fuzzer>/).
+# committed seed corpora (tests/fuzz/corpus/<fuzzer>/), FUZZ_JOBS at a time (default: one per
+# core; each fuzzer is single-threaded, so each still gets FUZZ_SECONDS of a core).
 fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
@@ -117,7 +118,7 @@ fuzz-long: setup
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
 	n=$$(ls $(FUZZ_BUILD_DIR)/tests/fuzz/*_fuzzer | wc -l); \
-	  FUZZ_KEEP_CORPUS=1 tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $$(( $(FUZZ_LONG_SECONDS) / n ))
+	  FUZZ_JOBS=1 FUZZ_KEEP_CORPUS=1 tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $$(( $(FUZZ_LONG_SECONDS) / n ))
 fuzz-merge:
 	tests/fuzz/merge_corpus.sh $(FUZZ_BUILD_DIR)
 
@@ -126,8 +127,11 @@ fuzz-merge:
 # a test run fails if any report was written, even by a server process a test killed.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
-SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON
-SANITIZER_TARGETS := latent latent_unit_tests latent_kernel_tests
+SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \
+  -DLATENT_PYTHON_MODULE=OFF
+ASAN_TARGETS := latent latent_unit_tests latent_kernel_tests
+# TSan: the server binary and latent_tsan_tests, the threaded code's gtests alone (tests/unit/CMakeLists.txt).
+TSAN_TARGETS := latent latent_tsan_tests
 # LATENT_TEST_SLOWDOWN: the e2e harness waits that much longer for a sanitized server to start
 # and stop (tests/e2e/e2e_harness.py); nothing a test asserts is scaled.
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:log_path=$(CURDIR)/$(ASAN_BUILD_DIR)/sanitizer-logs/report \
@@ -154,7 +158,7 @@ ASAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconn
 ASAN_PROPERTY_PYTESTS ?= tests/property/test_engine_properties.py
 ASAN_PROPERTY_K ?= deepseek_v32 and (batched_equals_alone and 16-7 or preemption or prefix_hits \
   or seeded or cancellation or never_fit)
-TSAN_CTEST_REGEX ?= ThreadPool|EngineThreads|Scheduler|BlockPool|PagedLatentCache|BatchBuilder
+TSAN_CTEST_REGEX ?= ^tsan\.
 TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
   tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py
 # The sanitizer pytest runs use py-test's two workers (one file each at a time).
@@ -166,9 +170,9 @@ $(TSAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=thread
 
 build-asan: setup $(ASAN_BUILD_DIR)/build.ninja
-	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) --target $(SANITIZER_TARGETS)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 build-tsan: setup $(TSAN_BUILD_DIR)/build.ninja
-	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(SANITIZER_TARGETS)
+	cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 
 test-asan: build-asan
 	rm -rf $(ASAN_BUILD_DIR)/sanitizer-logs && mkdir -p $(ASAN_BUILD_DIR)/sanitizer-logs

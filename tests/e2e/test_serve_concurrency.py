@@ -49,14 +49,37 @@ def test_64_concurrent_streams(server):
         except Exception as e:  # Reported below, with the client's index.
             errors.append((i, repr(e)))
 
+    # /metrics scraped over and over while the streams run: an HTTP thread reads the engine's
+    # and the server's counters while the engine loop and the other HTTP threads update them
+    # (what `make test-tsan` checks for data races).
+    streams_done = threading.Event()
+    scrapes: list = []
+
+    def scrape() -> None:
+        try:
+            while not streams_done.is_set():
+                scrapes.append(server.metrics())
+                streams_done.wait(0.05)  # About 20 scrapes a second, not a busy loop.
+        except Exception as e:
+            errors.append(("metrics", repr(e)))
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(CLIENTS)]
     for t in threads:
         t.start()
     start.wait(timeout=60)
     for t in threads:
         t.join(timeout=300)
+    streams_done.set()
+    scraper.join(timeout=60)
     assert not errors, errors
     assert all(not t.is_alive() for t in threads), "a client never finished"
+    assert not scraper.is_alive() and scrapes, "/metrics was not scraped while the streams ran"
+    for m in scrapes:  # Each scrape is a consistent snapshot of gauges within their bounds.
+        assert 0 <= m["latent_cache_usage_ratio"] <= 1
+        assert 0 <= m["latent_num_requests_running"] + m["latent_num_requests_waiting"] <= CLIENTS
+        assert 0 <= m["latent_http_requests_in_flight"] <= CLIENTS + 1
 
     for i, (text, ids, finish, usage) in enumerate(results):
         ref_text, ref_ids, ref_finish = reference[i % DISTINCT]

@@ -6,6 +6,8 @@
 # into the committed one). Prints one summary line per
 # fuzzer and exits non-zero if any crashed, leaked, hung or ran out of memory; the input that did
 # it is kept in BUILD_DIR/fuzz-artifacts and the full log in BUILD_DIR/fuzz-logs.
+# FUZZ_JOBS fuzzers run at a time (default: the number of cores): each is single-threaded, so on
+# 2 cores two at a time give each fuzzer the same SECONDS of a core in half the wall time.
 #
 # Usage: tests/fuzz/run_fuzzers.sh BUILD_DIR SECONDS
 set -euo pipefail
@@ -38,8 +40,10 @@ if [[ ${#fuzzers[@]} -eq 0 ]]; then
   exit 2
 fi
 
-failed=0
-for fuzzer in "${fuzzers[@]}"; do
+# Runs one fuzzer; writes its summary line (and, on failure, its log's tail) to $work/$name.out
+# and exits with the fuzzer's status.
+run_one() {
+  local fuzzer=$1 name corpus seeds log rc status runs execs cov ft corp summary artifact
   name=$(basename "$fuzzer")
   # The committed corpus and the seeds, in a scratch copy (or, with FUZZ_KEEP_CORPUS=1, in
   # BUILD_DIR/fuzz-corpus/<fuzzer>, kept across runs for `make fuzz-merge`).
@@ -52,8 +56,8 @@ for fuzzer in "${fuzzers[@]}"; do
   if [[ -d $here/corpus/$name ]]; then cp "$here/corpus/$name"/* "$corpus"/ 2>/dev/null || true; fi
   if declare -F "seed_$name" >/dev/null; then "seed_$name" "$corpus"; fi
   seeds=$(find "$corpus" -type f | wc -l)
-  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
-        -artifact_prefix="$artifacts/$name-")
+  local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+              -artifact_prefix="$artifacts/$name-")
   if [[ -f $here/$name.dict ]]; then args+=(-dict="$here/$name.dict"); fi
   log=$logs/$name.log
   # UBSan reports and carries on by default; halt so undefined behaviour counts as a crash.
@@ -71,12 +75,26 @@ for fuzzer in "${fuzzers[@]}"; do
   summary="${runs:-?} runs in ${seconds} s (${execs:-?} exec/s), cov ${cov:-?}, ft ${ft:-?},"
   summary+=" corpus ${seeds} seeds -> ${corp:-?}"
   if [[ $rc -eq 0 ]]; then
-    echo "fuzz: $name OK: $summary"
+    echo "fuzz: $name OK: $summary" >"$work/$name.out"
   else
-    failed=$((failed + 1))
-    tail -n 40 "$log" >&2
     artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -n 1 | cut -d' ' -f5 || true)
-    echo "fuzz: $name FAILED (exit $rc): $summary; input: ${artifact:-none}; log: $log"
+    { tail -n 40 "$log"
+      echo "fuzz: $name FAILED (exit $rc): $summary; input: ${artifact:-none}; log: $log"
+    } >"$work/$name.out"
   fi
+  return "$rc"
+}
+
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+pids=()
+for fuzzer in "${fuzzers[@]}"; do
+  while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n || true; done
+  run_one "$fuzzer" &
+  pids+=($!)
+done
+failed=0
+for i in "${!fuzzers[@]}"; do
+  wait "${pids[$i]}" || failed=$((failed + 1))
+  cat "$work/$(basename "${fuzzers[$i]}").out"
 done
 exit $((failed > 0))
