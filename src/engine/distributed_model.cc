@@ -1,20 +1,18 @@
 #include "engine/distributed_model.h"
 
-#include "cache/cache_row_spec.h"
-#include "model/cache_rows.h"
-
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/cache_manager.h"
+#include "model/cache_rows.h"
 
 namespace latent::engine {
 namespace {
 
 // What rank 0 sends, in a fixed-size header followed by `payload_bytes` bytes.
-enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4 };
+enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4, kCopySlot = 5 };
 
 struct Header {
   Message kind = Message::kStop;
@@ -79,6 +77,7 @@ void WriteBatch(const model::ForwardBatch& b, Writer& w) {
   w.Array(b.block_table_starts);
   w.Array(b.block_ids);
   w.Array(b.prompt_lens);
+  w.Array(b.state_slots);
 }
 
 void ReadBatch(Reader& r, model::ForwardBatch& b) {
@@ -92,6 +91,7 @@ void ReadBatch(Reader& r, model::ForwardBatch& b) {
   r.Array(b.block_table_starts);
   r.Array(b.block_ids);
   r.Array(b.prompt_lens);
+  r.Array(b.state_slots);
 }
 
 void Send(parallel::Communicator& comm, Message kind, const std::vector<uint8_t>& payload,
@@ -117,14 +117,6 @@ std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::Loa
   if (world.size() == 1) return model::LoadModel(dir, options);
   options.communicator = &world;
   std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
-  // The step broadcast carries block tables but not per-sequence state slots, and the workers'
-  // caches hold no state storage: refuse hybrid (linear-attention) models rather than let the
-  // ranks diverge.
-  if (cache::BytesPerSequence(model::CacheRows(m->config(), model::CacheDType::kF32)) > 0) {
-    Fail(dir, ": model_type '", m->config().model_type,
-         "' keeps per-sequence state (linear-attention layers), which does not run over several MPI "
-         "ranks yet; run it in one process");
-  }
   if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
   RunWorker(*m, world);
   throw WorkerFinished{};
@@ -137,16 +129,20 @@ StepBroadcaster::~StepBroadcaster() { Send(comm_, Message::kStop, {}); }
 
 void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
   if (rows.base == cache_base_ && rows.num_blocks == cache_blocks_ &&
-      rows.block_tokens == cache_block_tokens_) {
+      rows.block_tokens == cache_block_tokens_ && rows.states.base == state_base_ &&
+      rows.states.num_slots == state_slots_) {
     return;
   }
   cache_base_ = rows.base;
   cache_blocks_ = rows.num_blocks;
   cache_block_tokens_ = rows.block_tokens;
+  state_base_ = rows.states.base;
+  state_slots_ = rows.states.num_slots;
   Writer w;
   w.Scalar<uint32_t>(rows.block_tokens);
   w.Scalar<int32_t>(rows.num_blocks);
   w.Scalar<uint32_t>(static_cast<uint32_t>(rows.dtype));
+  w.Scalar<int32_t>(rows.states.num_slots);  // 0: the model keeps no per-sequence state
   Send(comm_, Message::kCache, w.bytes);
 }
 
@@ -171,6 +167,16 @@ void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockI
   model_->CopyCacheBlock(rows, from, to, tokens);
 }
 
+void StepBroadcaster::CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
+                                    cache::StateSlot to) const {
+  SendCacheIfNew(rows);
+  Writer w;
+  w.Scalar(from);
+  w.Scalar(to);
+  Send(comm_, Message::kCopySlot, w.bytes);
+  model_->CopyStateSlot(rows, from, to);
+}
+
 void RunWorker(const model::Model& model, parallel::Communicator& comm) {
   std::unique_ptr<CacheManager> cache;
   model::ForwardBatch batch;
@@ -190,6 +196,10 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         options.block_tokens = r.Scalar<uint32_t>();
         options.num_blocks = r.Scalar<int32_t>();
         options.dtype = CacheDTypeOf(static_cast<DType>(r.Scalar<uint32_t>()));
+        // With num_blocks given, CacheManager makes exactly this many state slots, as on rank 0
+        // (the slot ids come from rank 0's scheduler too).
+        const int32_t state_slots = r.Scalar<int32_t>();
+        if (state_slots > 0) options.state_slots = state_slots;
         options.prefix_caching = false;  // block ids come from rank 0
         cache.reset();
         cache = std::make_unique<CacheManager>(model.config(), options);
@@ -201,6 +211,13 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         const auto to = r.Scalar<cache::BlockId>();
         const auto tokens = r.Scalar<uint32_t>();
         model.CopyCacheBlock(cache->rows(), from, to, tokens);
+        break;
+      }
+      case Message::kCopySlot: {
+        LATENT_CHECK(cache != nullptr);
+        const auto from = r.Scalar<cache::StateSlot>();
+        const auto to = r.Scalar<cache::StateSlot>();
+        model.CopyStateSlot(cache->rows(), from, to);
         break;
       }
       case Message::kForward: {

@@ -1,10 +1,11 @@
 // One model over the ranks of an MPI job (docs/scale-out.md). Rank 0 runs the command (the
 // engine, its scheduler, the server, sampling); each of its Forward calls first broadcasts the
-// batch (token ids, positions, block tables, forms) and, when its cache is new, the cache's
-// geometry, so every other rank runs the same forward on its own replica of the cache
-// (attention is replicated, so every rank holds the same rows; the block ids all come from rank
-// 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose partial
-// MoE outputs are summed inside the forward.
+// batch (token ids, positions, block tables, state slots, forms) and, when its cache is new, the
+// cache's geometry (blocks and per-sequence state slots), so every other rank runs the same
+// forward on its own replica of the cache (attention, linear attention included, is replicated,
+// so every rank holds the same rows and the same recurrent state; the block and slot ids all come
+// from rank 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose
+// partial MoE outputs are summed inside the forward.
 #pragma once
 
 #include <memory>
@@ -40,6 +41,8 @@ class StepBroadcaster final : public model::Model {
                model::ForwardTrace* trace = nullptr) const override;
   void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,
                       uint32_t tokens) const override;
+  void CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
+                     cache::StateSlot to) const override;
 
  private:
   void SendCacheIfNew(const cache::PagedRows& rows) const;
@@ -50,6 +53,8 @@ class StepBroadcaster final : public model::Model {
   mutable const uint8_t* cache_base_ = nullptr;
   mutable int32_t cache_blocks_ = 0;
   mutable uint32_t cache_block_tokens_ = 0;
+  mutable const uint8_t* state_base_ = nullptr;
+  mutable int32_t state_slots_ = 0;
 };
 
 // Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends

@@ -1,7 +1,9 @@
 """Scale-out over MPI (docs/scale-out.md): one model over N ranks on this machine (mpirun
 --oversubscribe). Routed experts are split across the ranks and their partial outputs summed in
 rank order, so logits differ from one process only by the order of that sum (within 1e-5 x max
-|logit|), and greedy generations are identical. A rank that dies ends the job with an error, not
+|logit|), and greedy generations are identical. Hybrid models (kimi_linear: KDA linear-attention
+layers with per-sequence recurrent state) too: every rank runs the KDA layers on its own replica of
+the state slots, whose ids come with each step. A rank that dies ends the job with an error, not
 a hang."""
 
 from __future__ import annotations
@@ -61,15 +63,15 @@ def logits_of(stdout: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def models(tiny_models):
-    return {p: tiny_models.get(p) for p in ("deepseek_v3", "deepseek_v32")}
+    return {p: tiny_models.get(p) for p in ("deepseek_v3", "deepseek_v32", "kimi_linear")}
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32"])
+@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32", "kimi_linear"])
 @pytest.mark.parametrize("form", ["absorbed", "expanded"])
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_logits_match_one_process(models, preset, form, ranks):
     # Three chunks through the paged cache: later chunks read the rows the earlier ones wrote on
-    # every rank's replica.
+    # every rank's replica (kimi_linear: and carry on from the KDA state the earlier ones left).
     args = ("logits", "--model", str(models[preset]), "--ids", PROMPT, "--attention", form,
             "--chunk-tokens", "5", "--block-tokens", "4")
     one = logits_of(run_latent("--threads", "1", *args).stdout)
@@ -80,7 +82,7 @@ def test_logits_match_one_process(models, preset, form, ranks):
     assert (many.argmax(-1) == one.argmax(-1)).all()
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32"])
+@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32", "kimi_linear"])
 @pytest.mark.parametrize("form", ["absorbed", "expanded"])
 def test_greedy_32_tokens_identical(models, preset, form):
     args = ("generate", "--model", str(models[preset]), "--ids", PROMPT, "--max-tokens", "32",
@@ -91,9 +93,11 @@ def test_greedy_32_tokens_identical(models, preset, form):
     assert two == one
 
 
-def test_engine_batch_identical(models, tmp_path):
+@pytest.mark.parametrize("preset", ["deepseek_v3", "kimi_linear"])
+def test_engine_batch_identical(models, tmp_path, preset):
     """The engine under 2 ranks: several requests batched, chunked prefill, a shared prefix and
-    n = 2 samples (a fork copies a partial block on every rank) give what one process gives."""
+    n = 2 samples (a fork copies a partial block on every rank; kimi_linear: and the KDA state
+    slot) give what one process gives."""
     prompts = tmp_path / "prompts.jsonl"
     rows = [
         {"ids": [int(x) for x in PROMPT.split(",")], "max_tokens": 12},
@@ -101,13 +105,46 @@ def test_engine_batch_identical(models, tmp_path):
         {"ids": [5, 6, 7], "max_tokens": 16, "n": 2, "temperature": 0.8, "seed": 7},
     ]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ("generate", "--model", str(models["deepseek_v3"]), "--prompts", str(prompts),
+    args = ("generate", "--model", str(models[preset]), "--prompts", str(prompts),
             "--max-batch-tokens", "8", "--block-tokens", "4", "--num-blocks", "64",
             "--check-invariants")
     one = run_latent("--threads", "1", *args).stdout
     two = run_mpi(2, *args).stdout
     assert two == one
     assert len(one.strip().splitlines()) == len(rows)
+
+
+def summary_of(stderr: str) -> dict:
+    lines = [l for l in stderr.splitlines() if l.startswith("latent: summary ")]
+    return json.loads(lines[-1][len("latent: summary "):])
+
+
+def test_hybrid_preemption_and_sampling_identical(models, tmp_path):
+    """kimi_linear under 2 ranks with a cache too small for all requests at once: preempted
+    sequences give their state slot back and are recomputed from position 0 (every rank resets
+    the slot's state), forked samples copy their parent's slot on every rank, prompts arrive in
+    chunks; greedy and seeded outputs are byte-identical to one process."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(8):
+        row = {"ids": [int(x) for x in rng.integers(2, 250, size=int(rng.integers(10, 40)))],
+               "max_tokens": 24, "ignore_eos": True}
+        if i % 2:
+            row.update(temperature=0.9, top_p=0.95, seed=40 + i)
+        if i == 3:
+            row["n"] = 2
+        rows.append(row)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("generate", "--model", str(models["kimi_linear"]), "--prompts", str(prompts),
+            "--max-batch-tokens", "16", "--block-tokens", "4", "--num-blocks", "24",
+            "--check-invariants")
+    one = run_latent("--threads", "1", *args)
+    two = run_mpi(2, *args)
+    assert summary_of(one.stderr)["preemptions"] > 0, "the small cache forced no preemption"
+    assert summary_of(two.stderr)["preemptions"] == summary_of(one.stderr)["preemptions"]
+    assert two.stdout == one.stdout
+    assert len(one.stdout.strip().splitlines()) == len(rows)
 
 
 def test_info_per_rank(models):
