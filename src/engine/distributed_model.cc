@@ -1,5 +1,7 @@
 #include "engine/distributed_model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -18,6 +20,9 @@ struct Header {
   Message kind = Message::kStop;
   uint32_t form = 0;  // model::AttentionForm of a kForward
   int64_t payload_bytes = 0;
+  // A kForward whose collectives' seconds every rank records and exchanges after it
+  // (StepBroadcaster::set_comm_detail).
+  uint32_t detail = 0;
 };
 static_assert(std::is_trivially_copyable_v<Header>);
 
@@ -95,10 +100,48 @@ void ReadBatch(Reader& r, model::ForwardBatch& b) {
 }
 
 void Send(parallel::Communicator& comm, Message kind, const std::vector<uint8_t>& payload,
-          uint32_t form = 0) {
-  Header header{kind, form, static_cast<int64_t>(payload.size())};
+          uint32_t form = 0, bool detail = false) {
+  Header header{kind, form, static_cast<int64_t>(payload.size()), detail ? 1u : 0u};
   comm.Broadcast(&header, sizeof header);
   if (!payload.empty()) comm.Broadcast(const_cast<uint8_t*>(payload.data()), header.payload_bytes);
+}
+
+// Every rank's `calls` (the same collectives in the same order on every rank) gathered; returns
+// the sum over calls of the least time any rank spent in it.
+double LeastTimePerCall(parallel::Communicator& comm, const std::vector<double>& calls) {
+  const int ranks = comm.size();
+  const double count = static_cast<double>(calls.size());
+  std::vector<double> counts(ranks);
+  comm.AllGather(&count, 1, counts.data());
+  for (double c : counts) {
+    if (c != count) Fail("internal: the ranks ran different collectives in one step");
+  }
+  const int64_t n = static_cast<int64_t>(calls.size());
+  std::vector<double> all(static_cast<size_t>(ranks) * n);  // [ranks, n]
+  comm.AllGather(calls.data(), n, all.data());
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double least = all[i];
+    for (int r = 1; r < ranks; ++r) least = std::min(least, all[static_cast<size_t>(r) * n + i]);
+    sum += least;
+  }
+  return sum;
+}
+
+// Which of `stats`' kinds `batch` is: a sequence decodes when it runs one token past its prompt
+// (without prompt lengths, the CLI tools' batches, every step counts as prefill).
+StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
+  if (batch.prompt_lens.empty()) return stats.prefill;
+  int64_t decoding = 0;
+  const int64_t seqs = batch.num_sequences();
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int32_t first = batch.seq_starts[s];
+    if (batch.seq_starts[s + 1] - first == 1 && batch.positions[first] >= batch.prompt_lens[s]) {
+      ++decoding;
+    }
+  }
+  if (decoding == 0) return stats.prefill;
+  return decoding == seqs ? stats.decode : stats.mixed;
 }
 
 model::CacheDType CacheDTypeOf(DType dtype) {
@@ -152,8 +195,32 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   SendCacheIfNew(*batch.rows);
   Writer w;
   WriteBatch(batch, w);
-  Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form));
-  model_->Forward(batch, form, logits, trace);
+  const bool detail = detail_;
+  calls_.clear();
+  if (detail) comm_.RecordCalls(&calls_);
+  const auto start = std::chrono::steady_clock::now();
+  const double collective_start = comm_.seconds_in_collectives();
+  // Counts the step, and with detail exchanges the calls' times, whether the forward ran or
+  // failed on bad input (the workers fail at the same point and exchange theirs too).
+  auto finish = [&] {
+    StepTimes& kind = KindOf(batch, stats_);
+    ++kind.steps;
+    kind.tokens += static_cast<int64_t>(batch.token_ids.size());
+    kind.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    kind.collective_seconds += comm_.seconds_in_collectives() - collective_start;
+    if (detail) {
+      comm_.RecordCalls(nullptr);
+      kind.transfer_seconds += LeastTimePerCall(comm_, calls_);
+    }
+  };
+  Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
+  try {
+    model_->Forward(batch, form, logits, trace);
+  } catch (const Error&) {
+    finish();
+    throw;
+  }
+  finish();
 }
 
 void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from,
@@ -182,9 +249,19 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
   model::ForwardBatch batch;
   std::vector<uint8_t> payload;
   float no_logits = 0;  // Workers skip the LM head: only rank 0 samples.
+  std::vector<double> calls;  // [calls] a detailed step's collectives' seconds on this rank
   for (;;) {
     Header header;
+    calls.clear();
+    const auto start = std::chrono::steady_clock::now();
     comm.Broadcast(&header, sizeof header, /*wait_forever=*/true);
+    const bool detail = header.kind == Message::kForward && header.detail != 0;
+    if (detail) {
+      // Rank 0 recorded its side of the header too; this rank's includes its idle wait, which
+      // the least time per call leaves out.
+      calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      comm.RecordCalls(&calls);
+    }
     payload.resize(header.payload_bytes);
     if (header.payload_bytes > 0) comm.Broadcast(payload.data(), header.payload_bytes);
     Reader r(payload);
@@ -230,6 +307,10 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         } catch (const Error&) {
           // Bad input fails the same way on rank 0, at the same point (every rank runs the same
           // batch), which reports it; the job goes on.
+        }
+        if (detail) {
+          comm.RecordCalls(nullptr);
+          LeastTimePerCall(comm, calls);
         }
         break;
       }

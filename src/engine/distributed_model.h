@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "parallel/communicator.h"
@@ -26,6 +27,22 @@ struct WorkerFinished {};
 //  - rank r > 0: its experts' shard; then serves rank 0's steps until rank 0 is done and throws
 //    WorkerFinished (never returns).
 std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::LoadOptions options);
+
+// Where rank 0's forward steps of one kind spent their time (`latent bench`, bench/scale.py).
+struct StepTimes {
+  int64_t steps = 0, tokens = 0;
+  double seconds = 0;             // rank 0's whole Forward: the step broadcast, then the forward
+  double collective_seconds = 0;  // of it in collectives, waiting for the other ranks included
+  // Of it the collectives' own time (with StepBroadcaster::set_comm_detail only): per call, the
+  // least time any rank spent in it (the last rank to arrive waits for nobody), summed.
+  double transfer_seconds = 0;
+};
+
+// Steps by kind: prefill (no sequence decoding), decode (every sequence decoding one generated
+// token), mixed (both).
+struct StepCommStats {
+  StepTimes prefill, decode, mixed;
+};
 
 // Rank 0's side: broadcasts each step before running it, and a stop message when destroyed.
 class StepBroadcaster final : public model::Model {
@@ -44,6 +61,13 @@ class StepBroadcaster final : public model::Model {
   void CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
                      cache::StateSlot to) const override;
 
+  // The time of every step so far, by kind (always counted: a clock read and a sum per step).
+  const StepCommStats& comm_stats() const { return stats_; }
+  // Also split each step's collective time into transfer and waiting: every rank records each
+  // collective's seconds, and after the step the ranks exchange them (one small all-gather
+  // per step, outside the step's figures).
+  void set_comm_detail(bool on) { detail_ = on; }
+
  private:
   void SendCacheIfNew(const cache::PagedRows& rows) const;
 
@@ -55,6 +79,9 @@ class StepBroadcaster final : public model::Model {
   mutable uint32_t cache_block_tokens_ = 0;
   mutable const uint8_t* state_base_ = nullptr;
   mutable int32_t state_slots_ = 0;
+  bool detail_ = false;
+  mutable StepCommStats stats_;
+  mutable std::vector<double> calls_;  // [calls] this step's collectives' seconds (detail)
 };
 
 // Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends
