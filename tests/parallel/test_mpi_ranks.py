@@ -167,6 +167,26 @@ def test_info_per_rank(models):
     assert alone["ranks"] == ranks
 
 
+def test_bench_times_prefill_and_decode_steps(models):
+    """`latent bench --comm-detail` under 2 ranks: rank 0's prefill and decode steps timed apart,
+    their time in collectives, and of that the transfer (per call the least time any rank spent
+    in it), each a part of the one before."""
+    proc = run_mpi(2, "bench", "--model", str(models["kimi_linear"]), "--pp", "12", "--tg", "5",
+                   "--batch", "1,3", "--json", "--comm-detail")
+    points = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert [p["batch"] for p in points] == [1, 3]
+    for p in points:
+        steps = p["steps"]
+        # One prompt chunk per sequence (12 tokens fit the step budget), then 4 decode steps.
+        assert steps["prefill"]["steps"] == 1 and steps["prefill"]["tokens"] == 12 * p["batch"]
+        assert steps["decode"]["steps"] == 4 and steps["decode"]["tokens"] == 4 * p["batch"]
+        assert "mixed" not in steps
+        for k in steps.values():
+            assert 0 < k["transfer_ms"] <= k["collective_ms"] <= k["step_ms"]
+            assert k["transfer_share"] <= k["collective_share"] <= 1
+    assert "latent bench: decode steps: 4, " in proc.stderr
+
+
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
 def test_lost_rank_ends_the_job(models, tmp_path, sig):
     """Rank 1 killed (SIGKILL: mpirun notices and ends the job, rank 0 says why) or hung
