@@ -290,6 +290,7 @@ FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
     "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM"),
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
+    "dots3_note_text": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
     "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
@@ -522,6 +523,58 @@ PRESETS["mistral_large4"] = {
         # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
         # the engine property test's workload (and never only on its last token).
         "eos_token_id": 33,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+# dots3-note (the text model, dots3_note_text): six layers, DSA on 0, 1 and 5 (l < 2 or l % 4 == 1)
+# with the top-level MLA dims, sliding-window attention of 16 tokens on 2-4 with their own shape
+# (3 heads, q_lora 28, kv_lora 26, dims 16/6/9: a latent row of 32 values against the DSA layers'
+# 28) and rope theta; 3 x window is 48 tokens. index_topk 8 with 16 indexer heads (see
+# mistral_large4's note on ties); a dense first layer, then the V3.2 router with 1 group.
+PRESETS["dots3_note"] = {
+    "arch": "dots3_note_text",
+    "help": "dots3-note style: DSA layers (topk 8) and sliding-window layers (window 16) with "
+    "their own MLA shapes and rope thetas, q/latent LoRA scalings, k_rope norm, per-head gate",
+    "config": {
+        "vocab_size": 257,
+        "hidden_size": 56,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 64,
+        "moe_intermediate_size": 20,
+        "shared_experts_intermediate_size": 18,
+        "num_hidden_layers": 6,
+        "q_lora_rank": 24,
+        "kv_lora_rank": 20,
+        "qk_nope_head_dim": 12,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 10,
+        "head_dim": 20,
+        "swa_num_attention_heads": 3,
+        "swa_num_key_value_heads": 3,
+        "swa_q_lora_rank": 28,
+        "swa_kv_lora_rank": 26,
+        "swa_head_dim": 22,
+        "swa_qk_nope_head_dim": 16,
+        "swa_v_head_dim": 9,
+        "swa_rope_theta": 500.0,
+        "rope_theta": 10000.0,
+        "sliding_window": 16,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 1.5,
+        "index_topk": 8,
+        "index_n_heads": 16,
+        "index_head_dim": 16,
+        "max_position_embeddings": 1024,
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then (never only as the last of a short
+        # continuation), so that the engine property test's greedy runs stop at EOS early.
+        "eos_token_id": 75,
         "pad_token_id": None,
         "tie_word_embeddings": False,
     },

@@ -16,6 +16,9 @@ namespace latent::cache {
 
 using BlockId = int32_t;
 using BlockHash = uint64_t;
+// A block-table slot whose block was released (sliding-window retention): its positions are
+// never read again.
+inline constexpr BlockId kNoBlock = -1;
 
 // Hash of a full block: its parent's hash (0 for the first block) and its token ids.
 BlockHash HashBlock(BlockHash parent, std::span<const int32_t> tokens);

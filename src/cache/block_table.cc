@@ -27,9 +27,64 @@ bool BlockTable::Grow(BlockPool& pool, int64_t tokens) {
 void BlockTable::Free(BlockPool& pool) {
   // Release the tail first, so that a prompt's later blocks are evicted before its earlier
   // ones (which more prompts share).
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool.Release(*it);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    if (*it != kNoBlock) pool.Release(*it);
+  }
   blocks_.clear();
   hashes_.clear();
+}
+
+int32_t BlockTable::ReleaseBefore(BlockPool& pool, int64_t position) {
+  const int64_t whole = std::min<int64_t>(std::max<int64_t>(position, 0) / block_tokens_, blocks_.size());
+  int32_t released = 0;
+  for (int64_t i = whole - 1; i >= 0 && blocks_[i] != kNoBlock; --i) {  // earlier ones went before
+    pool.Release(blocks_[i]);
+    blocks_[i] = kNoBlock;
+    ++released;
+  }
+  return released;
+}
+
+void BlockTable::TruncateTo(BlockPool& pool, int64_t tokens) {
+  LATENT_CHECK(tokens % block_tokens_ == 0);
+  const size_t keep = static_cast<size_t>(tokens / block_tokens_);
+  while (blocks_.size() > keep) {
+    if (blocks_.back() != kNoBlock) pool.Release(blocks_.back());
+    blocks_.pop_back();
+  }
+  if (hashes_.size() > keep) hashes_.resize(keep);
+}
+
+bool BlockTable::MatchWindow(BlockPool& pool, std::span<const int32_t> tokens, int64_t hit,
+                             int64_t window, int64_t regime_boundary) {
+  LATENT_CHECK(blocks_.empty() && hit % block_tokens_ == 0 &&
+               hit <= static_cast<int64_t>(tokens.size()));
+  const int64_t count = hit / block_tokens_;
+  const int64_t first = std::max<int64_t>(0, hit - window + 1) / block_tokens_;
+  BlockHash parent = root_;
+  std::vector<int32_t> scratch;
+  for (int64_t i = 0; i < count; ++i) {
+    auto key = BlockKey(tokens, i, regime_boundary, scratch);
+    const BlockHash hash = HashBlock(parent, key);
+    if (i < first) {
+      blocks_.push_back(kNoBlock);
+    } else {
+      std::optional<BlockId> block = pool.Lookup(hash, key, parent);
+      if (!block) {
+        Free(pool);
+        return false;
+      }
+      pool.Retain(*block);
+      blocks_.push_back(*block);
+    }
+    hashes_.push_back(hash);
+    parent = hash;
+  }
+  return true;
+}
+
+int32_t BlockTable::NumHeld() const {
+  return static_cast<int32_t>(std::count_if(blocks_.begin(), blocks_.end(), [](BlockId b) { return b != kNoBlock; }));
 }
 
 std::span<const int32_t> BlockTable::BlockKey(std::span<const int32_t> tokens, int64_t i,
@@ -72,7 +127,7 @@ void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> toke
     auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
     const BlockHash parent = hashes_.empty() ? root_ : hashes_.back();
     const BlockHash hash = HashBlock(parent, block_tokens);
-    pool.Register(blocks_[i], hash, block_tokens, parent);
+    if (blocks_[i] != kNoBlock) pool.Register(blocks_[i], hash, block_tokens, parent);
     hashes_.push_back(hash);
   }
 }

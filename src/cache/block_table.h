@@ -24,6 +24,20 @@ class BlockTable {
   bool Grow(BlockPool& pool, int64_t tokens);
   // Releases every block.
   void Free(BlockPool& pool);
+  // Sliding-window retention: releases the blocks holding only positions before `position`
+  // (their slots become kNoBlock, so positions keep their blocks' indices). Returns how many
+  // were released now.
+  int32_t ReleaseBefore(BlockPool& pool, int64_t position);
+  // Blocks the table holds (slots not released).
+  int32_t NumHeld() const;
+  // Keeps only the blocks of positions [0, tokens) (a multiple of block_tokens).
+  void TruncateTo(BlockPool& pool, int64_t tokens);
+  // The window rows of a prefix hit of `hit` tokens (a multiple of block_tokens) into an empty
+  // table: the cached blocks of positions [hit - window + 1, hit), which the next token reads,
+  // and released slots before them. All or nothing: false (table left empty) when one is not
+  // cached. Hashed like MatchPrefix, from this table's own root.
+  bool MatchWindow(BlockPool& pool, std::span<const int32_t> tokens, int64_t hit, int64_t window,
+                   int64_t regime_boundary = 0);
   // `regime_boundary`, below: positions before it were computed one way and those from it on
   // another (the model's MLA form, expanded for a long prompt and absorbed after). Rows computed
   // differently differ in their last bits, so a block's identity includes how many of its

@@ -18,4 +18,24 @@ struct CacheLayout {
   static CacheLayout Build(const ModelCacheRows& rows, uint32_t block_tokens);
 };
 
+// Retention groups (vLLM's hybrid allocator, in miniature): the rows a sequence keeps whole
+// (group 0: kFull) and its sliding-window rows (group 1: kWindow) live in blocks of their own, so
+// that a window block can be released while the full rows of the same positions stay. Both kinds
+// of block come from one pool, so they have one size in bytes: a group-0 block holds
+// `block_tokens` tokens of the group-0 rows, a group-1 block `window_block_tokens` tokens of the
+// window rows: a multiple of block_tokens when window rows are the smaller, else a divisor of it
+// (as many as fit in the same bytes), so that one group's block boundaries are the other's and a
+// prefix hit can end on both.
+struct GroupedLayout {
+  bool has_window = false;
+  ModelCacheRows full_rows, window_rows;  // `rows` with the other group's rows at 0 bytes
+  CacheLayout full, window;               // slabs of each group's blocks
+  uint64_t block_bytes = 0;               // of every block, either group
+  uint32_t window_block_tokens = 0;
+  // Positions where both groups' blocks end: max(block_tokens, window_block_tokens).
+  uint32_t common_block_tokens() const;
+
+  static GroupedLayout Build(const ModelCacheRows& rows, uint32_t block_tokens);
+};
+
 }  // namespace latent::cache

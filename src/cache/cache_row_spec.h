@@ -13,6 +13,9 @@ enum class Retention : uint8_t {
   kFull,         // One row per token, kept for the whole sequence (MLA latent, DSA index keys).
   kPerSequence,  // One fixed-size state per sequence, overwritten each step (the recurrent state
                  // of a linear-attention layer): bytes_per_sequence, no per-token bytes.
+  kWindow,       // One row per token, read only while the token is among the last window_tokens
+                 // positions of its sequence (sliding-window attention): older rows may be
+                 // dropped, so a sequence needs O(window) of them, not O(context).
 };
 
 struct CacheRowSpec {
@@ -22,12 +25,14 @@ struct CacheRowSpec {
   Retention retention = Retention::kFull;
   int64_t values = 0;               // Values the model writes and reads per token (or sequence).
   uint64_t bytes_per_sequence = 0;  // kPerSequence: bytes of one sequence's state.
+  // kWindow: the token at position p reads the rows of positions (p - window_tokens, p].
+  int64_t window_tokens = 0;
 };
 
 // The rows of every layer: rows[layer] lists that layer's rows.
 using ModelCacheRows = std::vector<std::vector<CacheRowSpec>>;
 
-// Bytes per token of the kFull rows (kPerSequence rows take none).
+// Bytes per token of the per-token rows, kFull and kWindow (kPerSequence rows take none).
 uint64_t BytesPerToken(const ModelCacheRows& rows);
 // Bytes of one sequence's state (the kPerSequence rows): cache/state_slots.h.
 uint64_t BytesPerSequence(const ModelCacheRows& rows);

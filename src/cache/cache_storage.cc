@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -32,8 +33,19 @@ std::string GiB(uint64_t bytes) {
 
 }  // namespace
 
+CacheStorage::CacheStorage(const ModelCacheRows& rows, const GroupedLayout& groups, int32_t num_blocks)
+    : CacheStorage(groups.full_rows, groups.full.block_tokens, num_blocks, groups) {
+  all_rows_ = rows;
+}
+
 CacheStorage::CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks)
-    : rows_(std::move(rows)), layout_(CacheLayout::Build(rows_, block_tokens)), num_blocks_(num_blocks) {
+    : CacheStorage(std::move(rows), block_tokens, num_blocks, GroupedLayout{}) {}
+
+CacheStorage::CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks,
+                           const GroupedLayout& groups)
+    : rows_(std::move(rows)), layout_(CacheLayout::Build(rows_, block_tokens)), num_blocks_(num_blocks),
+      groups_(groups) {
+  layout_.block_bytes = std::max(layout_.block_bytes, groups_.block_bytes);
   if (num_blocks <= 0) Fail("the cache needs at least one block, got ", num_blocks);
   // calloc below would succeed (memory is overcommitted, pages come on first use) and the
   // process would be killed mid-serving once the cache filled; refuse at start-up instead.

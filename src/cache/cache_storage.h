@@ -13,6 +13,8 @@ namespace latent::cache {
 class CacheStorage {
  public:
   CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks);
+  // Blocks laid out by retention groups (GroupedLayout): RowAt addresses group-0 rows only.
+  CacheStorage(const ModelCacheRows& rows, const GroupedLayout& groups, int32_t num_blocks);
 
   const CacheLayout& layout() const { return layout_; }
   const ModelCacheRows& rows() const { return rows_; }
@@ -28,7 +30,10 @@ class CacheStorage {
   }
 
   // The plain view of these bytes, rows holding `dtype` elements (f32 or bf16).
-  PagedRows View(DType dtype) { return PagedRows::Of(data_.get(), rows_, layout_, num_blocks_, dtype); }
+  PagedRows View(DType dtype) {
+    return groups_.has_window ? PagedRows::OfGroups(data_.get(), all_rows_, groups_, num_blocks_, dtype)
+                              : PagedRows::Of(data_.get(), rows_, layout_, num_blocks_, dtype);
+  }
 
   // Number of blocks that fit in `bytes` (at least 0).
   static int32_t BlocksForBytes(const ModelCacheRows& rows, uint32_t block_tokens, uint64_t bytes);
@@ -37,6 +42,9 @@ class CacheStorage {
   ModelCacheRows rows_;
   CacheLayout layout_;
   int32_t num_blocks_;
+  GroupedLayout groups_;     // has_window false unless built from groups
+  ModelCacheRows all_rows_;  // every row, with groups
+  CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t num_blocks, const GroupedLayout& groups);
   struct FreeDeleter {
     void operator()(uint8_t* p) const;
   };

@@ -62,9 +62,33 @@ PagedRows PagedRows::Of(uint8_t* base, const ModelCacheRows& rows, const CacheLa
   return v;
 }
 
+PagedRows PagedRows::OfGroups(uint8_t* base, const ModelCacheRows& rows, const GroupedLayout& groups,
+                              int32_t num_blocks, DType dtype) {
+  PagedRows v = Of(base, rows, groups.full, num_blocks, dtype);
+  v.block_bytes = groups.block_bytes;
+  if (!groups.has_window) return v;
+  v.row_group.assign(v.row_bytes.size(), 0);
+  v.group_block_tokens = {groups.full.block_tokens, groups.window_block_tokens};
+  for (size_t l = 0; l < rows.size(); ++l) {
+    for (size_t r = 0; r < rows[l].size(); ++r) {
+      if (rows[l][r].retention != Retention::kWindow) continue;
+      const size_t i = l * v.rows_per_layer + r;
+      v.row_group[i] = 1;
+      v.slab_offset[i] = groups.window.slab_offset[l][r];
+    }
+  }
+  return v;
+}
+
 uint8_t* PagedRows::Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const {
-  LATENT_CHECK(position >= 0 && position < static_cast<int64_t>(table.size()) * block_tokens);
-  return RowAt(table[position / block_tokens], layer, row, static_cast<uint32_t>(position % block_tokens));
+  const int64_t tokens = GroupBlockTokens(Group(layer, row));
+  LATENT_CHECK(position >= 0 && position < static_cast<int64_t>(table.size()) * tokens);
+  const BlockId block = table[position / tokens];
+  if (block == kNoBlock) {
+    Fail("internal: position ", position, " of layer ", layer, " row ", row,
+         " is read after its sliding-window block was released");
+  }
+  return RowAt(block, layer, row, static_cast<uint32_t>(position % tokens));
 }
 
 void PagedRows::WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,
@@ -97,7 +121,7 @@ void PagedRows::GatherPositions(std::span<const BlockId> table, int64_t layer, i
 
 void PagedRows::CopyBlock(BlockId from, BlockId to, uint32_t count) const {
   for (int64_t i = 0; i < static_cast<int64_t>(row_bytes.size()); ++i) {
-    if (row_bytes[i] == 0) continue;
+    if (row_bytes[i] == 0 || (!row_group.empty() && row_group[i] != 0)) continue;  // group 0 only
     const int64_t layer = i / rows_per_layer;
     const int row = static_cast<int>(i % rows_per_layer);
     std::memcpy(RowAt(to, layer, row, 0), RowAt(from, layer, row, 0), row_bytes[i] * count);

@@ -28,6 +28,11 @@ struct PagedRows {
   int32_t rows_per_layer = 0;  // Stride of the two tables below.
   std::vector<uint64_t> slab_offset;  // [layers, rows_per_layer] byte offset in a block
   std::vector<uint64_t> row_bytes;    // [layers, rows_per_layer] bytes per token; 0: no such row
+  // Retention groups (GroupedLayout): [layers, rows_per_layer] the group of each row, empty when
+  // every row is in group 0; a sequence has one block table per group, and group g's blocks hold
+  // group_block_tokens[g] tokens (group 0's is block_tokens).
+  std::vector<uint8_t> row_group;
+  std::vector<uint32_t> group_block_tokens;
   // The per-sequence state slots (kPerSequence rows) beside the blocks; empty when the model
   // declares none. Set by the owner of both (engine::CacheManager).
   StateSlots states;
@@ -36,6 +41,18 @@ struct PagedRows {
   // rows are supported; any other dtype fails.
   static PagedRows Of(uint8_t* base, const ModelCacheRows& rows, const CacheLayout& layout,
                       int32_t num_blocks, DType dtype);
+  // The view of blocks laid out by `groups` (base holds num_blocks blocks of groups.block_bytes).
+  static PagedRows OfGroups(uint8_t* base, const ModelCacheRows& rows, const GroupedLayout& groups,
+                            int32_t num_blocks, DType dtype);
+
+  int Group(int64_t layer, int row) const {
+    return row_group.empty() ? 0 : row_group[layer * rows_per_layer + row];
+  }
+  int num_groups() const { return group_block_tokens.empty() ? 1 : static_cast<int>(group_block_tokens.size()); }
+  // Tokens per block of `group`.
+  uint32_t GroupBlockTokens(int group) const {
+    return group_block_tokens.empty() ? block_tokens : group_block_tokens[group];
+  }
 
   int64_t num_layers() const { return rows_per_layer == 0 ? 0 : static_cast<int64_t>(row_bytes.size()) / rows_per_layer; }
   // Values per token of (layer, row).
@@ -48,8 +65,8 @@ struct PagedRows {
     return base + static_cast<uint64_t>(block) * block_bytes + slab_offset[i] +
            token_in_block * row_bytes[i];
   }
-  // The bytes of (layer, row) of `position` of the sequence whose block-table row is `table`;
-  // fails when the table does not reach `position`.
+  // The bytes of (layer, row) of `position` of the sequence whose block-table row (of the row's
+  // group) is `table`; fails when the table does not reach `position` or released its block.
   uint8_t* Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const;
 
   // Stores f32 `values` as row (layer, row) of `position`.

@@ -158,6 +158,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       {"prefix_hit_rate", metrics.prompt_tokens ? static_cast<double>(metrics.prefix_hit_tokens) / metrics.prompt_tokens : 0.0},
       {"preemptions", metrics.preemptions},
       {"used_blocks_at_end", metrics.used_blocks},
+      {"peak_window_blocks", metrics.peak_window_blocks},
+      {"window_block_tokens", metrics.window_block_tokens},
   };
   std::cerr << "latent: summary " << summary.dump() << "\n";
   return 0;

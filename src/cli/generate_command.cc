@@ -81,11 +81,12 @@ Runner RegisterGenerate(CLI::App& app) {
     engine::CacheOptions cache_options;
     cache_options.block_tokens = opt->engine.block_tokens;
     const int64_t most = static_cast<int64_t>(ids.size()) + opt->max_tokens;
-    cache_options.num_blocks = static_cast<int32_t>((most + cache_options.block_tokens - 1) / cache_options.block_tokens);
     cache_options.prefix_caching = false;
     cache_options.dtype = model::CacheDType::kF32;
+    cache_options.num_blocks = engine::CacheManager::BlocksToHold(m->config(), cache_options, most);
     engine::CacheManager cache(m->config(), cache_options);
     cache::BlockTable table = cache.NewTable();
+    cache::BlockTable window_table = cache.NewWindowTable();  // sliding-window rows, if any
     std::vector<float> logits(vocab);
 
     std::vector<int32_t> generated;
@@ -94,13 +95,15 @@ Runner RegisterGenerate(CLI::App& app) {
     std::vector<int32_t> step = ids;  // This step's tokens: the prompt, then the last token.
     int64_t position = 0;
     while (static_cast<int64_t>(generated.size()) < opt->max_tokens) {
-      if (!table.Grow(cache.pool(), position + static_cast<int64_t>(step.size()))) {
+      const int64_t end = position + static_cast<int64_t>(step.size());
+      if (!table.Grow(cache.pool(), end) || (cache.has_window() && !window_table.Grow(cache.pool(), end))) {
         Fail("internal: generate's cache is too small");
       }
       batch.Clear();
       batch.AddSequence(step, position, table.blocks(),
                         model::ExpandedPositions(m->config(), form, static_cast<int64_t>(ids.size())),
                         /*last_logits=*/true);
+      if (cache.has_window()) batch.AddWindowTable(window_table.blocks());
       m->Forward(batch, form, logits.data());
       position += static_cast<int64_t>(step.size());
       const int32_t token =
@@ -110,6 +113,7 @@ Runner RegisterGenerate(CLI::App& app) {
       step = {token};
     }
     table.Free(cache.pool());
+    window_table.Free(cache.pool());
     std::cout << "{\"ids\": [";
     for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? ", " : "") << generated[i];
     std::cout << "]}\n";

@@ -2,6 +2,7 @@
 // [--quantize none|int8|w8a8]`: what a checkpoint is, how many parameters it has (as transformers
 // counts them), which dtypes it stores, the bytes of its weights as loaded (after --quantize),
 // and what each layer caches per token.
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -24,8 +25,18 @@ struct InfoOptions {
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
   std::string quantize = "none";
+  int64_t context = 0;  // The long context cache_at_context describes; 0: max_position_embeddings.
   int ranks = 0;  // 0: the ranks of this job (1 without mpirun)
 };
+
+const char* RetentionName(cache::Retention retention) {
+  switch (retention) {
+    case cache::Retention::kFull: return "full";
+    case cache::Retention::kPerSequence: return "per_sequence";
+    case cache::Retention::kWindow: return "window";
+  }
+  return "?";
+}
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
@@ -88,7 +99,11 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
       layer_rows.push_back({{"name", rows[l][r].name},
                             {"values", row_values[l][r]},
                             {"bytes_per_token", rows[l][r].bytes_per_token},
-                            {"block_offset", layout.slab_offset[l][r]}});
+                            {"block_offset", layout.slab_offset[l][r]},
+                            {"retention", RetentionName(rows[l][r].retention)}});
+      if (rows[l][r].retention == cache::Retention::kWindow) {
+        layer_rows.back()["window_tokens"] = rows[l][r].window_tokens;
+      }
     }
     nlohmann::json layer = {{"layer", l}, {"rows", layer_rows}};
     // KV sharing: the layer attends to the latent rows of another layer (and caches none).
@@ -98,6 +113,34 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   }
   info["cache_layers"] = layers;
   info["cache_bytes_per_token"] = cache::BytesPerToken(rows);
+  // One sequence's cache at a long context: full rows for every token; window rows only for the
+  // blocks that still hold a position of the next token's window (the engine frees the others).
+  {
+    const int64_t n = opt.context > 0 ? opt.context : config.max_position_embeddings;
+    // Window rows sit in blocks of their own size (cache::GroupedLayout), as the engine keeps them.
+    const cache::GroupedLayout groups = cache::GroupedLayout::Build(rows, opt.block_tokens);
+    const int64_t b = groups.has_window ? groups.window_block_tokens : layout.block_tokens;
+    uint64_t full_bytes = 0;
+    int64_t window = 0;
+    uint64_t window_bytes = 0;
+    for (const auto& layer : rows) {
+      for (const auto& row : layer) {
+        if (row.retention == cache::Retention::kWindow) {
+          window_bytes += row.bytes_per_token;
+          window = std::max(window, row.window_tokens);
+        } else {
+          full_bytes += row.bytes_per_token;
+        }
+      }
+    }
+    const int64_t first_kept_block = std::max<int64_t>(0, n - window + 1) / b;
+    const int64_t held = window_bytes == 0 ? 0 : std::min(n, ((n + b - 1) / b - first_kept_block) * b);
+    const uint64_t bytes = full_bytes * n + window_bytes * held;
+    info["cache_at_context"] = {{"tokens", n},
+                                {"window_tokens_held", held},
+                                {"bytes", bytes},
+                                {"bytes_per_token", static_cast<double>(bytes) / static_cast<double>(n)}};
+  }
   info["cache_bytes_per_sequence"] = cache::BytesPerSequence(rows);
   info["cache_block"] = {{"tokens", layout.block_tokens}, {"bytes", layout.block_bytes}};
   // Expert parallelism (docs/scale-out.md): each rank's routed experts and weight bytes; the
@@ -175,14 +218,19 @@ void PrintText(const nlohmann::json& info) {
       }
       std::cout << "  layer " << layer["layer"] << ": " << row["name"].get<std::string>() << " "
                 << row["values"] << " values, " << row["bytes_per_token"]
-                << " bytes/token, block offset " << row["block_offset"] << "\n";
+                << " bytes/token, block offset " << row["block_offset"];
+      if (row.contains("window_tokens")) std::cout << ", window " << row["window_tokens"];
+      std::cout << "\n";
     }
   }
   if (info["cache_bytes_per_sequence"].get<uint64_t>() > 0) {
     std::cout << "cache bytes/sequence: " << info["cache_bytes_per_sequence"]
               << " (per-sequence state, f32; prefix caching off)\n";
   }
-  std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "\n"
+  const auto& at = info["cache_at_context"];
+  std::cout << "cache bytes/token: " << info["cache_bytes_per_token"] << "; at " << at["tokens"]
+            << " tokens " << at["bytes"] << " bytes (" << at["bytes_per_token"].get<double>()
+            << " per token)\n"
             << "cache block:      " << info["cache_block"]["tokens"] << " tokens, "
             << info["cache_block"]["bytes"] << " bytes\n";
   if (info.contains("ranks")) {
@@ -207,6 +255,9 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--context", opt->context,
+                  "Context length cache_at_context describes (default max_position_embeddings)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--ranks", opt->ranks,
                   "Show each rank's share for an expert-parallel job of this many ranks (default: "
                   "this job's, under mpirun)")

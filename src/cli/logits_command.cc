@@ -27,24 +27,29 @@ void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t c
   const int64_t n = static_cast<int64_t>(ids.size());
   engine::CacheOptions options;
   options.block_tokens = block_tokens;
-  options.num_blocks = static_cast<int32_t>((n + block_tokens - 1) / block_tokens);
   options.prefix_caching = false;
   options.dtype = dtype;
+  options.num_blocks = engine::CacheManager::BlocksToHold(config, options, n);
   engine::CacheManager cache(config, options);
   cache::BlockTable table = cache.NewTable();
+  cache::BlockTable window_table = cache.NewWindowTable();  // sliding-window rows, if any
   model::ForwardBatch batch;
   batch.rows = &cache.rows();
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t end = std::min(n, start + chunk);
-    if (!table.Grow(cache.pool(), end)) Fail("internal: chunked cache too small");
+    if (!table.Grow(cache.pool(), end) || (cache.has_window() && !window_table.Grow(cache.pool(), end))) {
+      Fail("internal: chunked cache too small");
+    }
     batch.Clear();
     batch.AddSequence(std::span<const int32_t>(ids).subspan(start, end - start), start,
                       table.blocks(), model::ExpandedPositions(config, form, n),
                       /*last_logits=*/true, /*all_logits=*/true);
+    if (cache.has_window()) batch.AddWindowTable(window_table.blocks());
     batch.prompt_lens.push_back(n);  // Chunks of one prompt: its rotary frequencies as a whole.
     m.Forward(batch, form, logits + start * config.vocab_size, trace);
   }
   table.Free(cache.pool());
+  window_table.Free(cache.pool());
 }
 
 Runner RegisterLogits(CLI::App& app) {

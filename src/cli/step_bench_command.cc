@@ -60,7 +60,21 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   const model::ModelConfig& config = m.config();
   const int64_t tokens = context + steps + 1;  // One untimed warm-up step first.
   const int32_t per_sequence = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
-  const int32_t num_blocks = per_sequence * static_cast<int32_t>(batch);
+  // Window rows (sliding-window layers) sit in blocks of their own, addressed by a second table
+  // per sequence; the bench keeps every position's (nothing is released between its steps).
+  int32_t num_blocks = per_sequence * static_cast<int32_t>(batch);
+  {
+    engine::CacheOptions probe;
+    probe.block_tokens = block_tokens;
+    probe.num_blocks = 1;
+    probe.dtype = dtype;
+    probe.state_slots = 1;
+    const engine::CacheManager sizing(config, probe);
+    if (sizing.has_window()) {
+      const uint32_t w = sizing.window_block_tokens();
+      num_blocks += static_cast<int32_t>((tokens + w - 1) / w) * static_cast<int32_t>(batch);
+    }
+  }
   engine::CacheOptions options;
   options.block_tokens = block_tokens;
   options.num_blocks = num_blocks;
@@ -70,7 +84,16 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   engine::CacheManager cache(config, options);
   std::vector<cache::BlockTable> tables(batch, cache.NewTable());  // table i: sequence i
   for (cache::BlockTable& table : tables) LATENT_CHECK(table.Grow(cache.pool(), tokens));
+  std::vector<cache::BlockTable> window_tables;  // window_tables[i]: sequence i's window rows
+  if (cache.has_window()) {
+    window_tables.assign(batch, cache.NewWindowTable());
+    for (cache::BlockTable& table : window_tables) LATENT_CHECK(table.Grow(cache.pool(), tokens));
+  }
   const cache::PagedRows& rows = cache.rows();
+  // The table that holds row `row` of `layer` for sequence `slot` (its retention group's).
+  const auto table_of = [&](int32_t slot, int64_t layer, int row) {
+    return rows.Group(layer, row) == 0 ? tables[slot].blocks() : window_tables[slot].blocks();
+  };
 
   // Random rows, N(0, 1): the scale of a normalized latent and of a rotated key.
   std::mt19937_64 rng(seed);
@@ -83,7 +106,7 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
       for (int64_t p = 0; p < context; ++p) {
         for (int32_t slot = 0; slot < static_cast<int32_t>(batch); ++slot) {
           for (float& v : values) v = normal(rng);
-          rows.WriteRow(tables[slot].blocks(), layer, row, p, values.data());
+          rows.WriteRow(table_of(slot, layer, row), layer, row, p, values.data());
         }
       }
     }
@@ -99,6 +122,7 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
       const int32_t id = token(rng);
       step.AddSequence(std::span<const int32_t>(&id, 1), context + s, tables[slot].blocks(),
                        model::ExpandedPositions(config, form, context), /*last_logits=*/true);
+      if (!window_tables.empty()) step.AddWindowTable(window_tables[slot].blocks());
     }
     const Clock::time_point start = Clock::now();
     m.Forward(step, form, logits.data());
@@ -107,6 +131,7 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
       result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
   }
   for (cache::BlockTable& table : tables) table.Free(cache.pool());
+  for (cache::BlockTable& table : window_tables) table.Free(cache.pool());
   return result;
 }
 

@@ -14,6 +14,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
     f.AddSequence(std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, chunk.num_tokens),
                   seq.num_computed, seq.table.blocks(), seq.expanded_below, /*last_logits=*/false);
     f.prompt_lens.push_back(seq.num_prompt);
+    if (seq.window_table) f.AddWindowTable(seq.window_table->blocks());
     f.state_slots.push_back(seq.state_slot);
     out.tables.push_back(&seq.table);
     // Prompt logprobs first: the rows of the prompt positions still to be reported.

@@ -1,5 +1,8 @@
 #include "engine/cache_manager.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "base/error.h"
 
 namespace latent::engine {
@@ -17,12 +20,29 @@ DType ElementType(model::CacheDType dtype) {
 
 }  // namespace
 
+int32_t CacheManager::BlocksToHold(const model::ModelConfig& config, const CacheOptions& options,
+                                   int64_t tokens) {
+  const uint32_t b = options.block_tokens;
+  if (b == 0) Fail("--block-tokens must be positive");
+  const cache::GroupedLayout groups = cache::GroupedLayout::Build(model::CacheRows(config, options.dtype), b);
+  int64_t blocks = (tokens + b - 1) / b;
+  if (groups.has_window) blocks += (tokens + groups.window_block_tokens - 1) / groups.window_block_tokens;
+  return static_cast<int32_t>(std::max<int64_t>(blocks, 1));
+}
+
 CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions& options)
     : block_tokens_(options.block_tokens), dtype_(options.dtype) {
   if (block_tokens_ == 0) Fail("--block-tokens must be positive");
   const DType element = ElementType(dtype_);
   cache::ModelCacheRows rows = model::CacheRows(config, dtype_);
   bytes_per_token_ = cache::BytesPerToken(rows);
+  const cache::GroupedLayout groups = cache::GroupedLayout::Build(rows, block_tokens_);
+  for (const auto& layer : rows) {
+    for (const auto& row : layer) {
+      if (row.retention == cache::Retention::kWindow) window_tokens_ = std::max(window_tokens_, row.window_tokens);
+    }
+  }
+  window_block_tokens_ = groups.window_block_tokens;
   bytes_per_sequence_ = cache::BytesPerSequence(rows);
   int32_t slots = 0;
   if (bytes_per_sequence_ > 0) {
@@ -43,13 +63,19 @@ CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions&
       if (fit < slots) slots = static_cast<int32_t>(fit);
       bytes -= static_cast<double>(slots) * static_cast<double>(bytes_per_sequence_);
     }
-    num_blocks = cache::CacheStorage::BlocksForBytes(rows, block_tokens_, static_cast<uint64_t>(bytes));
+    num_blocks = groups.has_window
+                     ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, static_cast<uint64_t>(bytes) / groups.block_bytes))
+                     : cache::CacheStorage::BlocksForBytes(rows, block_tokens_, static_cast<uint64_t>(bytes));
     if (num_blocks == 0) Fail("--cache-memory ", options.memory_gib, " GiB holds no cache block");
   }
   // Prefix caching is refused on models with per-sequence state: a hit would need the state at
   // the end of the hit, which no block holds (a snapshot per block boundary is future work).
   const bool prefix_caching = options.prefix_caching && slots == 0;
-  storage_ = std::make_unique<cache::CacheStorage>(rows, block_tokens_, num_blocks);
+  if (groups.has_window) {
+    storage_ = std::make_unique<cache::CacheStorage>(rows, groups, num_blocks);
+  } else {
+    storage_ = std::make_unique<cache::CacheStorage>(rows, block_tokens_, num_blocks);
+  }
   pool_ = std::make_unique<cache::BlockPool>(num_blocks, prefix_caching);
   rows_ = storage_->View(element);
   if (slots > 0) {

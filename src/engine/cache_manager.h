@@ -3,6 +3,7 @@
 // hands blocks out, the view the model reads and writes rows through, and the one block size.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -33,12 +34,24 @@ class CacheManager {
   // Throws latent::Error for a zero block size, memory that holds no block, or a row dtype the
   // paged cache cannot store (fp8).
   CacheManager(const model::ModelConfig& config, const CacheOptions& options);
+  // Blocks that hold `tokens` positions of one sequence in every block table it has (full rows,
+  // and window rows before any is released), for tools that size a cache for one sequence.
+  static int32_t BlocksToHold(const model::ModelConfig& config, const CacheOptions& options, int64_t tokens);
 
   uint32_t block_tokens() const { return block_tokens_; }
   model::CacheDType dtype() const { return dtype_; }
   int32_t num_blocks() const { return storage_->num_blocks(); }
   // Positions the whole cache holds.
-  int64_t capacity_tokens() const { return static_cast<int64_t>(num_blocks()) * block_tokens_; }
+  // With window rows, a sequence also holds window blocks: those of the window and of a chunk,
+  // counted here as if it held all of them (a bound: they are released as it advances).
+  int64_t capacity_tokens() const {
+    if (!has_window()) return static_cast<int64_t>(num_blocks()) * block_tokens_;
+    // A step of a window sequence holds the window blocks of under two windows (its chunks are at
+    // most a window long): the rest of the pool holds its full rows.
+    const int64_t w = window_block_tokens_;
+    const int64_t window_blocks = (2 * window_tokens_ + w - 1) / w + 1;
+    return std::max<int64_t>(0, num_blocks() - window_blocks - 1) * block_tokens_;
+  }
   uint64_t bytes_per_token() const { return bytes_per_token_; }
   // Bytes of one sequence's per-sequence state (0: the model has none), and how many slots exist.
   uint64_t bytes_per_sequence() const { return bytes_per_sequence_; }
@@ -51,11 +64,20 @@ class CacheManager {
   const cache::PagedRows& rows() const { return rows_; }
   // An empty block table with this cache's block size.
   cache::BlockTable NewTable() const { return cache::BlockTable(block_tokens_); }
+  // Sliding-window rows (Retention::kWindow): they live in blocks of their own (retention group
+  // 1, cache::GroupedLayout) of window_block_tokens() tokens, addressed by a second block table
+  // per sequence; window_tokens() is the widest window. has_window() false: none.
+  bool has_window() const { return window_tokens_ > 0; }
+  int64_t window_tokens() const { return window_tokens_; }
+  uint32_t window_block_tokens() const { return window_block_tokens_; }
+  cache::BlockTable NewWindowTable() const { return cache::BlockTable(window_block_tokens_); }
 
  private:
   uint32_t block_tokens_;
   model::CacheDType dtype_;
   uint64_t bytes_per_token_;
+  int64_t window_tokens_ = 0;
+  uint32_t window_block_tokens_ = 0;
   uint64_t bytes_per_sequence_ = 0;
   std::unique_ptr<cache::CacheStorage> storage_;
   std::unique_ptr<cache::StateStorage> state_storage_;

@@ -81,6 +81,8 @@ void WriteBatch(const model::ForwardBatch& b, Writer& w) {
   w.Array(b.expanded_below);
   w.Array(b.block_table_starts);
   w.Array(b.block_ids);
+  w.Array(b.window_table_starts);
+  w.Array(b.window_block_ids);
   w.Array(b.prompt_lens);
   w.Array(b.state_slots);
 }
@@ -95,6 +97,8 @@ void ReadBatch(Reader& r, model::ForwardBatch& b) {
   r.Array(b.expanded_below);
   r.Array(b.block_table_starts);
   r.Array(b.block_ids);
+  r.Array(b.window_table_starts);
+  r.Array(b.window_block_ids);
   r.Array(b.prompt_lens);
   r.Array(b.state_slots);
 }

@@ -34,6 +34,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
   metrics_.total_blocks = cache_->num_blocks();
   metrics_.block_tokens = cache_->block_tokens();
+  metrics_.window_block_tokens = cache_->window_block_tokens();
 }
 
 Engine::~Engine() { Stop(); }
@@ -101,6 +102,11 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
     seq->expanded_below = model::ExpandedPositions(model_->config(), options_.attention, seq->num_prompt);
     seq->table.set_root_hash(model_->PrefixCacheSalt(seq->num_prompt));
+    if (cache_->has_window()) {
+      seq->window_table = cache_->NewWindowTable();
+      seq->window_table->set_root_hash(model_->PrefixCacheSalt(seq->num_prompt) ^ 0x77696e646f77ull);  // "window"
+      seq->window = cache_->window_tokens();
+    }
     if (i == 0 && r.prompt_logprobs >= 0) seq->prompt_logprobs_next = 1;
     if (r.constraint && options_.debug_replay.empty()) {
       seq->constraint = r.constraint->Start();
@@ -359,6 +365,10 @@ void Engine::CheckInvariants() const {
     for (const auto& seq : state->samples) {
       if (seq->status == SequenceStatus::kFinished) continue;
       for (cache::BlockId b : seq->table.blocks()) ++holders[b];
+      if (seq->window_table) {
+        for (cache::BlockId b : seq->window_table->blocks())
+          if (b != cache::kNoBlock) ++holders[b];
+      }
     }
   }
   for (cache::BlockId b = 0; b < pool_->num_blocks(); ++b) {
@@ -412,7 +422,13 @@ void Engine::PublishGauges() {
   const int32_t waiting = static_cast<int32_t>(scheduler_->waiting().size());
   const int32_t used = pool_->NumUsed();
   const int32_t cached = pool_->NumCachedUnowned();
+  int32_t window_blocks = 0;
+  for (const Sequence* seq : scheduler_->running()) {
+    if (seq->window_table) window_blocks += seq->window_table->NumHeld();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
+  metrics_.window_blocks = window_blocks;
+  metrics_.peak_window_blocks = std::max(metrics_.peak_window_blocks, window_blocks);
   metrics_.running = running;
   metrics_.waiting = waiting;
   metrics_.used_blocks = used;

@@ -43,6 +43,10 @@ struct EngineOptions {
 struct EngineMetrics {
   int32_t running = 0, waiting = 0;
   int32_t total_blocks = 0, used_blocks = 0, cached_blocks = 0;
+  // Sliding-window rows' blocks (retention group 1) held by running sequences, now and at most
+  // over the engine's life; their tokens per block (0: the model has no window rows).
+  int32_t window_blocks = 0, peak_window_blocks = 0;
+  uint32_t window_block_tokens = 0;
   uint32_t block_tokens = 0;
   uint64_t cache_bytes_per_token = 0;
   int64_t requests_finished = 0;

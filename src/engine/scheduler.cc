@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <span>
 
 #include "base/error.h"
@@ -13,6 +14,24 @@ namespace {
 int64_t CapPromptLogits(const Sequence& seq, int64_t want, int64_t rows_left) {
   if (seq.PromptLogitsRows(seq.num_computed, want) <= rows_left) return want;
   return seq.PromptLogitsFrom(seq.num_computed) + rows_left - seq.num_computed;
+}
+
+// Grows every block table of `seq` to hold `tokens` positions; false when the pool runs out (a
+// table may then have grown: its blocks stay with the sequence and count on the next try).
+bool GrowTables(cache::BlockPool& pool, Sequence& seq, int64_t tokens) {
+  if (!seq.table.Grow(pool, tokens)) return false;
+  return !seq.window_table || seq.window_table->Grow(pool, tokens);
+}
+
+// Sliding-window retention: a sequence with window rows runs chunks of at most `window` tokens,
+// so a step holds the window blocks of less than two windows (CacheManager::capacity_tokens).
+int64_t ChunkCap(const Sequence& seq) {
+  return seq.window_table ? std::max<int64_t>(1, seq.window) : std::numeric_limits<int64_t>::max();
+}
+
+void FreeTables(cache::BlockPool& pool, Sequence& seq) {
+  seq.table.Free(pool);
+  if (seq.window_table) seq.window_table->Free(pool);
 }
 
 }  // namespace
@@ -42,7 +61,7 @@ void Scheduler::InsertWaiting(Sequence* seq) {
 }
 
 void Scheduler::ReleaseCache(Sequence* seq) {
-  seq->table.Free(pool_);
+  FreeTables(pool_, *seq);
   if (slots_ != nullptr && seq->state_slot >= 0) slots_->Release(seq->state_slot);
   seq->state_slot = -1;
 }
@@ -83,10 +102,11 @@ SchedulePlan Scheduler::Schedule() {
   for (Sequence* seq : order) {
     if (seq->status != SequenceStatus::kRunning) continue;  // Preempted earlier in this loop.
     if (budget == 0 || static_cast<int32_t>(plan.chunks.size()) >= options_.max_seqs) break;
-    const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
+    const int64_t want =
+        CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     if (want == 0) continue;
     bool scheduled = true;
-    while (!seq->table.Grow(pool_, seq->num_computed + want)) {
+    while (!GrowTables(pool_, *seq, seq->num_computed + want)) {
       // Free blocks by preempting the newest running sequence; maybe this one.
       Sequence* victim = *std::max_element(running_.begin(), running_.end(),
                                            [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
@@ -109,20 +129,30 @@ SchedulePlan Scheduler::Schedule() {
   while (plan.num_preempted == 0 && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(plan.chunks.size()) < options_.max_seqs) {
     Sequence* seq = waiting_.front();
-    const int64_t hit =
-        seq->table.MatchPrefix(pool_, std::span(seq->tokens).first(seq->prefix_match_limit()),
-                               seq->expanded_below);
+    const std::span<const int32_t> matchable = std::span(seq->tokens).first(seq->prefix_match_limit());
+    int64_t hit = seq->table.MatchPrefix(pool_, matchable, seq->expanded_below);
+    if (seq->window_table && hit > 0) {
+      // Window rows: the hit also needs the cached window blocks of the positions the next token
+      // reads (released ones may have been evicted); it ends where both groups' blocks end, and
+      // shrinks until those blocks are all cached.
+      const int64_t step = std::max<int64_t>(seq->table.block_tokens(), seq->window_table->block_tokens());
+      hit = hit / step * step;
+      while (hit > 0 && !seq->window_table->MatchWindow(pool_, matchable, hit, seq->window, seq->expanded_below)) {
+        hit -= step;
+      }
+      seq->table.TruncateTo(pool_, hit);
+    }
     seq->num_computed = hit;
-    const int64_t want = CapPromptLogits(*seq, std::min(seq->num_pending(), budget), rows_left);
+    const int64_t want = CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     std::optional<cache::StateSlot> slot;
     if (want > 0 && slots_ != nullptr) {
       // A hybrid model's state starts at position 0: no prefix hit (the pool refuses them).
       LATENT_CHECK(hit == 0 && seq->state_slot < 0);
       slot = slots_->Acquire();
     }
-    if (want == 0 || (slots_ != nullptr && !slot) || !seq->table.Grow(pool_, seq->num_computed + want)) {
+    if (want == 0 || (slots_ != nullptr && !slot) || !GrowTables(pool_, *seq, seq->num_computed + want)) {
       if (slot) slots_->Release(*slot);
-      seq->table.Free(pool_);
+      FreeTables(pool_, *seq);
       seq->num_computed = 0;
       break;  // First come, first served: later arrivals do not jump the queue.
     }
@@ -145,12 +175,24 @@ void Scheduler::CommitStep(const SchedulePlan& plan) {
     Sequence& seq = *chunk.seq;
     seq.num_computed += chunk.num_tokens;
     seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
+    if (seq.window_table) {
+      seq.window_table->RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
+      // Sliding-window retention: the next token (position num_computed) reads positions from
+      // num_computed - window + 1 on; blocks wholly before that are never read again.
+      seq.window_table->ReleaseBefore(pool_, seq.num_computed - seq.window + 1);
+    }
   }
 }
 
 bool Scheduler::Fork(Sequence* child, const Sequence& parent, int64_t tokens,
                      std::optional<BlockCopy>& copy) {
   copy.reset();
+  if (parent.window_table) {
+    // The parent's window blocks are not shared (its earlier ones may be released already): the
+    // sample computes its prompt itself, as when no block is free for the copy.
+    AddWaiting(child);
+    return false;
+  }
   if (slots_ != nullptr) {
     const std::optional<cache::StateSlot> slot = slots_->Acquire();
     if (!slot) {  // No slot for the state: compute the prompt later, like a new request.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cache/block_table.h"
@@ -36,6 +37,11 @@ struct Sequence {
   // request asks: the other samples fork its computed prompt).
   int64_t prompt_logprobs_next = std::numeric_limits<int64_t>::max();
   cache::BlockTable table;
+  // Sliding-window rows (caches with Retention::kWindow rows): their own block table (the
+  // cache's group 1, from CacheManager::NewWindowTable), whose blocks before the next token's
+  // window are released as the sequence advances; `window`: the widest window of those rows.
+  std::optional<cache::BlockTable> window_table;
+  int64_t window = 0;
   // The sequence's per-sequence state slot (hybrid models' linear-attention state), -1 while it
   // holds none; taken at admission and released with its blocks (Scheduler).
   int32_t state_slot = -1;

@@ -145,7 +145,8 @@ void DeepseekTensors::Moe(int64_t l, Presence score_bias) {
         QuantizeRule::kWeightsAndActivations, fused(false));
   }
   if (c_.n_shared_experts > 0) {
-    Mlp(p + "mlp.shared_experts.", i * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
+    const int64_t shared = c_.shared_expert_intermediate_size > 0 ? c_.shared_expert_intermediate_size : i;
+    Mlp(p + "mlp.shared_experts.", shared * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
   }
 }
 

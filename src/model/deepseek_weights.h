@@ -40,8 +40,11 @@ struct AttentionWeights {
   // Learned log-position query scaling (mistral_large4's ssmax_scaling), after rope; empty where
   // none.
   ops::LogPositionScale query_scale;  // [H]
-  // Hy4's output gate logits from the layer input: [H*w, D], w = dv (per channel) or 1 (per
-  // head); applied as sigmoid before o_proj (ops/output_gate.h). Absent elsewhere.
+  // dots3_note: RMSNorm of the rotary key before rope (k_rope_only_layernorm) [dr], data null:
+  // none.
+  NormWeight k_rope_norm;
+  // The output gate logits from the layer input (Hy4, dots3_note's g_proj): [H*w, D], w = dv (per
+  // channel) or 1 (per head); applied as sigmoid before o_proj (ops/output_gate.h). Absent elsewhere.
   std::optional<kernels::WeightRef> gate_proj;
   // Hy4's learned attention-sink logit per head (kernels/attention.h), f32; empty: none.
   std::vector<float> sinks;  // [H]

@@ -99,7 +99,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
       for (int64_t h = 0; h < d.heads; ++h)
         rope->Apply(&queries[(t * d.heads + h) * d.head_dim + at], cos.data(), sin.data());
     }
-    batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, index_row, batch.positions[t],
+    batch.rows->WriteRow(batch.RowTable(batch.seq_slots[t], layer, index_row), layer, index_row, batch.positions[t],
                          &keys[t * d.head_dim]);
   }
   dump::Tensor("index_k", layer, keys.data(), tokens, d.head_dim);
@@ -119,7 +119,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
     if (static_cast<int64_t>(cached_buffer.size()) < length * d.head_dim) cached_buffer.resize(length * d.head_dim);
     const float* cached_keys = cached_buffer.data();  // [length, head_dim]
-    batch.rows->GatherRows(batch.BlockTable(slot), layer, index_row, length, cached_buffer.data());
+    batch.rows->GatherRows(batch.RowTable(slot, layer, index_row), layer, index_row, length, cached_buffer.data());
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
     for (int64_t t = batch.seq_starts[slot]; t < batch.seq_starts[slot + 1]; ++t) {
       if (batch.positions[t] + 1 > d.topk) selecting.push_back(t);

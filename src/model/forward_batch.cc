@@ -14,6 +14,8 @@ void ForwardBatch::Clear() {
   expanded_below.clear();
   block_table_starts.assign(1, 0);
   block_ids.clear();
+  window_table_starts.assign(1, 0);
+  window_block_ids.clear();
   prompt_lens.clear();
   state_slots.clear();
 }
@@ -40,6 +42,12 @@ void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_po
   block_table_starts.push_back(static_cast<int32_t>(block_ids.size()));
 }
 
+void ForwardBatch::AddWindowTable(std::span<const cache::BlockId> table) {
+  if (window_table_starts.empty()) window_table_starts.push_back(0);
+  window_block_ids.insert(window_block_ids.end(), table.begin(), table.end());
+  window_table_starts.push_back(static_cast<int32_t>(window_block_ids.size()));
+}
+
 void ForwardBatch::Validate() const {
   const size_t tokens = token_ids.size();
   const size_t seqs = context_lens.size();
@@ -63,6 +71,14 @@ void ForwardBatch::Validate() const {
     if (blocks * rows->block_tokens < context_lens[s]) {
       Fail("internal: the block table of batch sequence ", s, " holds ", blocks * rows->block_tokens,
            " positions, short of its context ", context_lens[s]);
+    }
+    if (rows->num_groups() > 1) {
+      LATENT_CHECK(window_table_starts.size() == seqs + 1);
+      const int64_t window_blocks = window_table_starts[s + 1] - window_table_starts[s];
+      if (window_blocks * rows->GroupBlockTokens(1) < context_lens[s]) {
+        Fail("internal: the window block table of batch sequence ", s, " is short of its context ",
+             context_lens[s]);
+      }
     }
   }
   for (int32_t r : logits_rows) LATENT_CHECK(r >= 0 && static_cast<size_t>(r) < tokens);

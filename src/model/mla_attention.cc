@@ -11,15 +11,13 @@
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "ops/norm.h"
 #include "ops/output_gate.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
-
-// q.k and q_nope/q_pe norms use this eps regardless of rms_norm_eps, as transformers does.
-constexpr float kLatentNormEps = 1e-6f;
 
 using kernels::Linear;
 
@@ -129,13 +127,22 @@ void ProjectValues(const MlaDims& d, const kernels::WeightRef& kv_b, const float
   });
 }
 
-// Expanded: rebuild k_nope and v of the sequence's first `context` tokens through kv_b_proj,
-// then ordinary attention for each of its batch tokens.
+// The first position a token at `position` attends to: (position - window, position] under a
+// sliding window, else 0.
+int64_t WindowStart(int64_t position, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+}
+
+// Expanded: rebuild k_nope and v of the sequence's tokens at positions [first, context) (`rows`,
+// in order) through kv_b_proj, then ordinary attention for each of its batch tokens: over its
+// causal prefix, the positions DSA selected for it, or its sliding window (`window` > 0; `first`
+// is then the window start of the chunk's first token, 0 otherwise).
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
-                      const std::vector<const float*>& rows, const ForwardBatch& batch,
-                      const DsaSelection* selection, const float* q, float scale, const float* sinks,
-                      float* attn_out) {
-  const int64_t n = seq.context;
+                      const std::vector<const float*>& rows, int64_t first, int64_t window,
+                      const ForwardBatch& batch, const DsaSelection* selection, const float* q,
+                      float scale, const float* sinks, float* attn_out) {
+  const int64_t n = seq.context - first;
+  LATENT_CHECK(window > 0 || first == 0);
   const int64_t head_rows = d.nope + d.v;
   std::vector<float> latents(n * d.latent);  // [n, C]
   for (int64_t t = 0; t < n; ++t) std::copy(rows[t], rows[t] + d.latent, &latents[t * d.latent]);
@@ -170,7 +177,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   // keys and values once for many queries.
   std::vector<int64_t> causal, picked_rows;
   for (int64_t row = seq.begin; row < seq.end; ++row) {
-    const bool picked = selection != nullptr && !(*selection)[row].empty();
+    const bool picked = window > 0 || (selection != nullptr && !(*selection)[row].empty());
     (picked ? picked_rows : causal).push_back(row);
   }
   const auto& k = kernels::BestKernels();
@@ -202,9 +209,16 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       const int64_t row = picked_rows[i];
       picked_keys.clear();
       picked_values.clear();
-      for (int32_t p : (*selection)[row]) {
-        picked_keys.push_back(key_ptrs[p]);
-        picked_values.push_back(value_ptrs[p]);
+      if (window > 0) {  // the sliding window, (position - window, position]
+        for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p) {
+          picked_keys.push_back(key_ptrs[p - first]);
+          picked_values.push_back(value_ptrs[p - first]);
+        }
+      } else {
+        for (int32_t p : (*selection)[row]) {
+          picked_keys.push_back(key_ptrs[p]);
+          picked_values.push_back(value_ptrs[p]);
+        }
       }
       kernels::AttentionArgs args = shared;
       args.q = q + row * d.heads * d.qk();
@@ -258,6 +272,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   const bool own_latent =
       options == nullptr || options->latent_layer < 0 || options->latent_layer == layer;
   const int64_t latent_layer = own_latent ? layer : options->latent_layer;
+  const int64_t window = options != nullptr ? options->window : 0;
+  LATENT_CHECK(window == 0 || dsa == nullptr);  // a layer attends its window or what DSA picked
 
   // Queries [T, H, dn + dr].
   std::optional<profile::Scope> scope;
@@ -272,8 +288,11 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     Linear(x, tokens, *w.q_a, q_a.data());
     std::vector<float> q_a_raw;  // [T, Q] before the norm: the fused q_gate reads both
     if (w.q_gate) q_a_raw = q_a;
-    k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, kLatentNormEps,
+    k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, d.norm_eps,
                q_a.data());
+    if (d.q_a_scale != 1.0f) {
+      for (float& v : q_a) v *= d.q_a_scale;  // dots3_note: before q_b and the indexer
+    }
     if (w.q_gate) {
       gate.resize(tokens * d.heads * d.v);
       QueryAndGate(d, *w.q_gate, q_a.data(), q_a_raw.data(), tokens, q.data(), gate.data());
@@ -298,6 +317,15 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   if (own_latent) {
     kv_a.resize(tokens * d.row());
     Linear(x, tokens, w.kv_a, kv_a.data());
+    if (w.k_rope_norm.data != nullptr && d.rope > 0) {
+      // dots3_note: RMSNorm of the shared rotary key, before it is rotated.
+      std::vector<float> k_rot(tokens * d.rope);  // [T, dr]
+      for (int64_t t = 0; t < tokens; ++t)
+        std::copy(&kv_a[t * d.row() + d.latent], &kv_a[(t + 1) * d.row()], &k_rot[t * d.rope]);
+      ops::RmsNorm(k_rot.data(), tokens, d.rope, w.k_rope_norm, d.norm_eps, k_rot.data());
+      for (int64_t t = 0; t < tokens; ++t)
+        std::copy(&k_rot[t * d.rope], &k_rot[(t + 1) * d.rope], &kv_a[t * d.row() + d.latent]);
+    }
     kernels::NormRopeArgs norm_rope;
     norm_rope.tokens = tokens;
     norm_rope.kv = kv_a.data();
@@ -305,7 +333,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     norm_rope.latent = d.latent;
     norm_rope.norm_weight = w.kv_a_norm.data;
     norm_rope.norm_dtype = w.kv_a_norm.dtype;
-    norm_rope.eps = kLatentNormEps;
+    norm_rope.eps = d.norm_eps;
     norm_rope.q = q.data();
     norm_rope.heads = d.heads;
     norm_rope.q_stride = d.qk();
@@ -350,7 +378,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   }
   if (own_latent) {
     for (int64_t t = 0; t < tokens; ++t) {
-      cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, latent_row, batch.positions[t],
+      cache.WriteRow(batch.RowTable(batch.seq_slots[t], layer, latent_row), layer, latent_row, batch.positions[t],
                      &kv_a[t * d.row()]);
     }
   }
@@ -385,12 +413,22 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     for (int64_t row = seq.end; row < chunk.end; ++row) absorbed.push_back(row);
     if (seq.end == seq.begin) continue;
     seq.context = batch.positions[seq.end - 1] + 1;
-    std::vector<float>& gathered = GatherBuffer(seq.context * d.row());  // [context, C + dr]
-    cache.GatherRows(batch.BlockTable(slot), latent_layer, latent_row, seq.context, gathered.data());
-    std::vector<const float*> rows(seq.context);
-    for (int64_t p = 0; p < seq.context; ++p) rows[p] = &gathered[p * d.row()];
-    ExpandedSequence(d, w.kv_b, seq, rows, batch, selection, q.data(), rope.softmax_scale, sinks,
-                     attn.data());
+    // Under a sliding window only positions [first, context) are read: the rows before it may
+    // have been dropped.
+    const int64_t first = WindowStart(batch.positions[seq.begin], window);
+    const int64_t count = seq.context - first;
+    std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
+    if (first == 0) {
+      cache.GatherRows(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, seq.context, gathered.data());
+    } else {
+      std::vector<int32_t> positions(count);
+      for (int64_t i = 0; i < count; ++i) positions[i] = static_cast<int32_t>(first + i);
+      cache.GatherPositions(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, positions, gathered.data());
+    }
+    std::vector<const float*> rows(count);
+    for (int64_t i = 0; i < count; ++i) rows[i] = &gathered[i * d.row()];
+    ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
+                     rope.softmax_scale, sinks, attn.data());
   }
   // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
   // runs for the group's sequences in parallel (each gathers its rows once).
@@ -420,7 +458,13 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
           all_selected = !(*selection)[group[i]].empty();
         std::vector<int32_t> wanted;  // positions gathered, ascending; empty: all of them
-        if (all_selected) {
+        // A sliding window reads positions from the window start of the run's first token: the
+        // rows before it may have been dropped.
+        const int64_t first = WindowStart(batch.positions[group[starts[s]]], window);
+        if (first > 0) {
+          all_selected = true;
+          for (int64_t p = first; p < context; ++p) wanted.push_back(static_cast<int32_t>(p));
+        } else if (all_selected) {
           for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
             const std::vector<int32_t>& picked = (*selection)[group[i]];
             wanted.insert(wanted.end(), picked.begin(), picked.end());
@@ -431,9 +475,9 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
         std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
         if (all_selected) {
-          cache.GatherPositions(batch.BlockTable(slot), latent_layer, latent_row, wanted, gathered.data());
+          cache.GatherPositions(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, wanted, gathered.data());
         } else {
-          cache.GatherRows(batch.BlockTable(slot), latent_layer, latent_row, context, gathered.data());
+          cache.GatherRows(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, context, gathered.data());
         }
         // The row of a position.
         auto row_at = [&](int32_t p) -> const float* {
@@ -447,7 +491,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
           if (selection != nullptr && !(*selection)[row].empty()) {
             for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
           } else {
-            for (int64_t p = 0; p <= batch.positions[row]; ++p) visible.push_back(row_at(static_cast<int32_t>(p)));
+            for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
+              visible.push_back(row_at(static_cast<int32_t>(p)));
           }
           AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale, sinks,
                        &out_lat[i * d.heads * d.latent]);

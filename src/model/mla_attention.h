@@ -12,6 +12,10 @@ struct MlaDims {
   int64_t heads, q_lora, latent, nope, rope, v;  // H, Q (0: none), C, dn, dr, dv
   // LongCat's LoRA scales (ModelConfig::mla_q_scale, mla_latent_scale); 1 elsewhere.
   float q_scale = 1.0f, latent_scale = 1.0f;
+  // dots3_note: q_a_layernorm(q_a) times q_a_scale before q_b (the DSA indexer reads it scaled
+  // too); 1 elsewhere. The eps of the q_a, kv_a and k_rope norms (transformers' DeepSeek 1e-6).
+  float q_a_scale = 1.0f;
+  float norm_eps = 1e-6f;
   int64_t qk() const { return nope + rope; }
   int64_t row() const { return latent + rope; }  // floats of a cached latent row
 };
@@ -41,6 +45,9 @@ struct MlaLayerOptions {
   int64_t latent_layer = -1;
   // [T, H] factors of each head's query after rope (learned log-position scaling); null: none.
   const float* head_query_scale = nullptr;
+  // Sliding-window attention: the token at position p attends to positions (p - window, p]
+  // only, and only those rows are read (older ones may have been dropped); 0: causal.
+  int64_t window = 0;
 };
 
 // x [T, D] (after input_layernorm) -> out [T, D]. Writes the batch's latent rows of `layer`

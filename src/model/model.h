@@ -36,6 +36,11 @@ struct ForwardBatch {
   // block_ids[block_table_starts[s] .. block_table_starts[s + 1]).
   std::vector<int32_t> block_table_starts;  // [S + 1]
   std::vector<cache::BlockId> block_ids;
+  // Sliding-window rows (the cache's retention group 1, cache::GroupedLayout): each sequence's
+  // window block-table row, ragged like block_ids (released blocks are cache::kNoBlock); empty
+  // when the cache has no window rows.
+  std::vector<int32_t> window_table_starts;  // [S + 1]
+  std::vector<cache::BlockId> window_block_ids;
   const cache::PagedRows* rows = nullptr;  // The paged cache the step reads and writes.
   // [S] or empty: each sequence's prompt length, pushed by the caller after AddSequence. Rotary
   // frequencies that depend on the sequence length (LongRoPE) read it through RotaryLength, so
@@ -52,6 +57,14 @@ struct ForwardBatch {
     return std::span<const cache::BlockId>(block_ids).subspan(
         block_table_starts.at(s), block_table_starts.at(s + 1) - block_table_starts[s]);
   }
+  // The block-table row of sequence `s` that holds row `row` of layer `layer` (its group's).
+  std::span<const cache::BlockId> RowTable(int64_t s, int64_t layer, int row) const {
+    if (rows->Group(layer, row) == 0) return BlockTable(s);
+    return std::span<const cache::BlockId>(window_block_ids)
+        .subspan(window_table_starts.at(s), window_table_starts.at(s + 1) - window_table_starts[s]);
+  }
+  // Appends the window block-table row of the sequence just added (caches with window rows).
+  void AddWindowTable(std::span<const cache::BlockId> table);
   // The state slot of sequence `s`.
   int32_t StateSlot(int64_t s) const { return state_slots.empty() ? static_cast<int32_t>(s) : state_slots.at(s); }
   // The sequence length that picks length-dependent rotary frequencies for token t: what

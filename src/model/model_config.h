@@ -28,6 +28,17 @@ struct QuantizationConfig {
   std::string scale_fmt;             // "" (fp32 scales) or "ue8m0"
 };
 
+// One layer's MLA shape where it differs from the model's (dots3_note's sliding-window layers have
+// their own head count, query and latent ranks and head dims).
+struct MlaLayerShape {
+  int64_t num_attention_heads = 0;
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
 struct ModelConfig {
   std::string model_type;    // As written in config.json ("kimi_k2" stays "kimi_k2").
   std::string architecture;  // The family (arch/) that reads it: "deepseek_v3" for kimi_k2.
@@ -118,6 +129,16 @@ struct ModelConfig {
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
+  // Sliding-window attention (dots3_note; empty elsewhere): sliding_layers[l] true: the layer's
+  // token at position p attends only to positions (p - sliding_window, p], with its own rotary
+  // settings (sliding_rope) and, where mla_layer_shapes has an entry, its own MLA shape.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  RopeConfig sliding_rope;
+  // Per layer: the layer's MLA shape, or empty (every layer has the top-level dims).
+  std::vector<MlaLayerShape> mla_layer_shapes;
+  // Intermediate size of each shared expert where it differs from moe_intermediate_size (0: same).
+  int64_t shared_expert_intermediate_size = 0;
   // Hy4: hc_mult residual streams joined by hyper-connections (ops/hyper_connections.h); 0: one
   // plain residual stream. hc_magnitude scales the post gate, hc_eps is added to every gate.
   int64_t hc_mult = 0;
@@ -148,6 +169,13 @@ struct ModelConfig {
     return kv_source_layers.empty() ? layer : kv_source_layers[layer];
   }
   bool OwnsLatent(int64_t layer) const { return KvSourceLayer(layer) == layer; }
+  bool IsSlidingLayer(int64_t layer) const { return !sliding_layers.empty() && sliding_layers[layer]; }
+  // Layer `layer`'s MLA shape: its mla_layer_shapes entry, else the top-level dims.
+  MlaLayerShape LayerShape(int64_t layer) const {
+    if (!mla_layer_shapes.empty()) return mla_layer_shapes[layer];
+    return {num_attention_heads, q_lora_rank.value_or(0), kv_lora_rank, qk_nope_head_dim,
+            RopeDims(layer), v_head_dim};
+  }
   bool IsLinearAttentionLayer(int64_t layer) const {
     return !linear_attention_layers.empty() && linear_attention_layers[layer];
   }

@@ -37,7 +37,7 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
                                         "longcat_flash", "axk2", "mistral_large4",
                                         "hy_v4",
-                                        "kimi_linear"])
+                                        "kimi_linear", "dots3_note"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
@@ -110,8 +110,12 @@ def is_hybrid(model_dir) -> bool:
 def test_prefix_hits_equal_misses(model_dir, tmp_path):
     rng = random.Random(7)
     system = [rng.randint(2, 250) for _ in range(150)]
+    # The first request computes the shared prefix; the others arrive once it is cached (a
+    # sliding-window model runs chunks of at most its window, so that takes up to 12 steps), then
+    # every 3 steps, each hitting all 144 tokens of the prefix's 9 full blocks.
     requests = [{"ids": system + [rng.randint(2, 250) for _ in range(rng.randint(1, 40))],
-                 "max_tokens": 6, "ignore_eos": True, "arrival_step": 3 * i} for i in range(12)]
+                 "max_tokens": 6, "ignore_eos": True, "arrival_step": 12 + 3 * i if i else 0}
+                for i in range(12)]
     # One request equal to a prefix-aligned prompt: the match must stop before its last token.
     requests.append({"ids": system[:128], "max_tokens": 4, "ignore_eos": True, "arrival_step": 40})
     hits, hit_summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16", name="hits")
@@ -199,10 +203,17 @@ def test_reported_cache_bytes_per_token(model_dir, tmp_path, cache_dtype, size):
     rope = config.get("no_rope_layers", [1] * layers)
     source = config.get("kv_source_layers", list(range(layers)))
     # Linear-attention (KDA) layers cache no rows, only per-sequence state.
-    mla = [t != "linear_attention" for t in config.get("layer_types", ["full_attention"] * layers)]
-    expected = sum(config["kv_lora_rank"] + config["qk_rope_head_dim"] * rope[l]
+    layer_types = config.get("layer_types", ["full_attention"] * layers)
+    mla = [t != "linear_attention" for t in layer_types]
+    # dots3_note: each layer its own MLA shape (per_layer_config, keyed by layer index); its
+    # sliding-window layers have no indexer.
+    shapes = config.get("per_layer_config") or {}
+    shape = [shapes.get(str(l), config) for l in range(layers)]
+    expected = sum(shape[l]["kv_lora_rank"] + shape[l]["qk_rope_head_dim"] * rope[l]
                    for l in range(layers) if source[l] == l and mla[l]) * size
     if "index_topk" in config:  # DSA: plus the indexer key row of every layer with an indexer
-        indexers = sum(t == "full" for t in config.get("indexer_types", ["full"] * layers))
+        indexer_types = config.get("indexer_types", ["full"] * layers)
+        indexers = sum(indexer_types[l] == "full" and layer_types[l] != "sliding_attention"
+                       for l in range(layers))
         expected += indexers * config["index_head_dim"] * size
     assert summary["cache_bytes_per_token"] == expected

@@ -1,0 +1,192 @@
+"""dots3-note (dots3_note_text) against transformers on a tiny random model (f32): logits in both MLA
+forms at 1, 7, 64, 300 tokens and at 3 x sliding_window, 32-token greedy continuations, the DSA
+selections, and `latent info` (per-layer rows of two widths, window retention, bytes per token).
+The preset's six layers are DSA layers (0, 1, 5) and sliding-window layers (2-4, window 16) with
+their own MLA shape and rope theta."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import latent_generate, latent_logits, run_latent
+
+PRESET = "dots3_note"
+WINDOW = 16  # the preset's sliding_window
+LENGTHS = [1, 7, 3 * WINDOW, 64, 300]
+FORMS = ["absorbed", "expanded"]
+GENERATE_TOKENS = 32
+GENERATE_PROMPT = 20  # past index_topk (8) and the window (16)
+
+
+def prompt(vocab: int, length: int, seed: int = 1) -> list[int]:
+    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def load_reference(model_dir):
+    from transformers import Dots3NoteForCausalLM
+
+    model = Dots3NoteForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def case(tiny_models):
+    model_dir = tiny_models.get(PRESET)
+    reference = load_reference(model_dir)
+    assert reference.config.sliding_window == WINDOW
+    vocab = reference.config.vocab_size
+    logits = {}
+    with torch.no_grad():
+        for n in LENGTHS:
+            ids = prompt(vocab, n)
+            logits[n] = (ids, reference(input_ids=torch.tensor([ids])).logits[0].float().numpy())
+        ids = prompt(vocab, GENERATE_PROMPT, seed=2)
+        tokens = reference.generate(
+            torch.tensor([ids]), do_sample=False, max_new_tokens=GENERATE_TOKENS,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            eos_token_id=None)[0, len(ids):].tolist()
+    assert len(tokens) == GENERATE_TOKENS
+    return model_dir, reference, logits, (ids, tokens)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_logits_match_transformers(case, length, form):
+    model_dir, _, logits, _ = case
+    ids, ref = logits[length]
+    ours = latent_logits(model_dir, ids, form)
+    assert ours.shape == ref.shape
+    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
+    err = np.abs(ours - ref).max()
+    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_greedy_continuation_matches_transformers(case, form):
+    model_dir, _, _, (ids, tokens) = case
+    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+
+
+def test_window_changes_the_logits(case):
+    """The window matters on this model: transformers without it (a window past the prompt)
+    gives other logits past the first window, so the parity above checks the window."""
+    _, reference, logits, _ = case
+    ids, ref = logits[3 * WINDOW]
+    config = reference.config
+    try:
+        config.sliding_window = 10 * len(ids)
+        with torch.no_grad():
+            full = reference(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    finally:
+        config.sliding_window = WINDOW
+    scale = np.abs(ref).max()
+    assert np.abs(full[:WINDOW] - ref[:WINDOW]).max() <= 1e-5 * scale
+    assert np.abs(full[WINDOW:] - ref[WINDOW:]).max() > 1e-2 * scale
+
+
+def info(model_dir, *extra):
+    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
+
+
+def test_info_rows_per_layer_kind(case):
+    model_dir, reference, _, _ = case
+    config = reference.config
+    got = info(model_dir)
+    assert got["num_parameters"] == reference.num_parameters()
+    assert got["architecture"] == "dots3_note"
+    assert got["model_type"] == "dots3_note_text"
+    assert got["unused_tensors"] == []
+    dsa_layer = config.per_layer_config[0]
+    c, r, i = dsa_layer.kv_lora_rank, dsa_layer.qk_rope_head_dim, config.index_head_dim
+    swa = config.per_layer_config[2]
+    cs, rs = swa.kv_lora_rank, swa.qk_rope_head_dim
+    assert (cs + rs) != (c + r)  # two widths of latent rows
+    dsa = [("mla.latent", c + r, "full"), ("dsa.index_k", i, "full")]
+    window = [("mla.latent", cs + rs, "window")]
+    want = [dsa, dsa, window, window, window, dsa]
+    assert len(got["cache_layers"]) == config.num_hidden_layers
+    for l, layer in enumerate(got["cache_layers"]):
+        assert [(row["name"], row["values"], row["retention"]) for row in layer["rows"]] == want[l], l
+        for row in layer["rows"]:
+            assert row["bytes_per_token"] == 4 * row["values"]
+            if row["retention"] == "window":
+                assert row["window_tokens"] == WINDOW
+    total = sum(v for rows in want for _, v, _ in rows)
+    assert got["cache_bytes_per_token"] == 4 * total
+    assert info(model_dir, "--cache-dtype", "bf16")["cache_bytes_per_token"] == 2 * total
+    # On a long context the window rows hold at most window + two blocks' worth of tokens.
+    at = got["cache_at_context"]
+    full_bytes = 4 * sum(v for rows in want for _, v, kind in rows if kind == "full")
+    window_bytes = 4 * sum(v for rows in want for _, v, kind in rows if kind == "window")
+    assert at["tokens"] == config.max_position_embeddings
+    held = at["window_tokens_held"]
+    assert WINDOW <= held <= WINDOW + 2 * got["cache_block"]["tokens"]
+    assert at["bytes"] == full_bytes * at["tokens"] + window_bytes * held
+    text = run_latent("info", "--model", str(model_dir)).stdout
+    assert "window 16" in text, text
+
+
+def test_dsa_selection_matches_transformers(case):
+    """The DSA layers' top-k (layers 0, 1, 5); the sliding layers select nothing."""
+    model_dir, reference, logits, _ = case
+    ids, _ = logits[64]
+    captured = {}
+
+    def hook(layer):
+        def fn(module, args, output):
+            captured[layer] = np.sort(output.numpy()[0], axis=-1)
+        return fn
+
+    layers = reference.model.layers
+    handles = [layer.self_attn.indexer.register_forward_hook(hook(i))
+               for i, layer in enumerate(layers) if layer.self_attn.indexer is not None]
+    try:
+        with torch.no_grad():
+            reference(input_ids=torch.tensor([ids]))
+    finally:
+        for h in handles:
+            h.remove()
+    assert sorted(captured) == [0, 1, 5]
+    out = json.loads(run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+                                "--selected").stdout)
+    selected = out["selected"]
+    topk = reference.config.index_topk
+    for l, ref in captured.items():
+        for t in range(topk, len(ids)):  # shorter contexts attend densely
+            assert selected[l][t] == ref[t].tolist(), f"layer {l} token {t}"
+    for l in (2, 3, 4):
+        assert all(not s for s in selected[l])
+
+
+def test_window_blocks_stay_bounded_over_a_long_decode(case, tmp_path):
+    """Sliding-window retention through the engine: one sequence decodes 10 x window tokens
+    (prompt in chunks of 8); the window rows' blocks it holds stay O(window) (the engine's peak),
+    its full rows keep every block, and the tokens equal transformers' greedy ones."""
+    model_dir, reference, _, _ = case
+    ids = prompt(reference.config.vocab_size, 20, seed=5)
+    steps = 10 * WINDOW
+    with torch.no_grad():
+        want = reference.generate(
+            torch.tensor([ids]), do_sample=False, max_new_tokens=steps,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            eos_token_id=None)[0, len(ids):].tolist()
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps({"ids": ids, "max_tokens": steps, "ignore_eos": True}) + "\n")
+    chunk = 8
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                      "--block-tokens", "4", "--max-batch-tokens", str(chunk), "--check-invariants")
+    got = json.loads(proc.stdout.splitlines()[0])["ids"]
+    summary = json.loads([l for l in proc.stderr.splitlines() if l.startswith("latent: summary ")][-1]
+                         [len("latent: summary "):])
+    assert got == want
+    per_block = summary["window_block_tokens"]
+    assert per_block > 0
+    context = len(ids) + steps
+    bound = -(-(WINDOW + chunk) // per_block) + 2  # a step reads its window and its chunk
+    assert 0 < summary["peak_window_blocks"] <= bound < -(-context // per_block)
+    assert summary["used_blocks_at_end"] == 0
