@@ -126,6 +126,48 @@ nlohmann::ordered_json RunPoint(engine::Engine& engine, const Point& pt, int64_t
   return j;
 }
 
+// Per kind of step (prefill, decode, mixed) during a point: rank 0's mean step time, its time in
+// collectives, and with `detail` their own time (transfer); also printed on stderr.
+nlohmann::ordered_json StepsJson(const engine::StepCommStats& before,
+                                 const engine::StepCommStats& after, bool detail) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  const std::pair<const char*, engine::StepTimes engine::StepCommStats::*> kinds[] = {
+      {"prefill", &engine::StepCommStats::prefill},
+      {"decode", &engine::StepCommStats::decode},
+      {"mixed", &engine::StepCommStats::mixed}};
+  for (const auto& [name, member] : kinds) {
+    const engine::StepTimes& a = before.*member;
+    const engine::StepTimes& b = after.*member;
+    const int64_t steps = b.steps - a.steps;
+    if (steps == 0) continue;
+    const double seconds = b.seconds - a.seconds;
+    const double collective = b.collective_seconds - a.collective_seconds;
+    nlohmann::ordered_json k;
+    k["steps"] = steps;
+    k["tokens"] = b.tokens - a.tokens;
+    k["step_ms"] = 1e3 * seconds / steps;
+    k["collective_ms"] = 1e3 * collective / steps;
+    k["collective_share"] = seconds > 0 ? collective / seconds : 0.0;
+    std::string line = "latent bench: " + std::string(name) + " steps: " + std::to_string(steps);
+    char text[256];
+    std::snprintf(text, sizeof text, ", %.2f ms each, %.2f ms (%.1f%%) in collectives",
+                  1e3 * seconds / steps, 1e3 * collective / steps,
+                  seconds > 0 ? 100 * collective / seconds : 0.0);
+    line += text;
+    if (detail) {
+      const double transfer = b.transfer_seconds - a.transfer_seconds;
+      k["transfer_ms"] = 1e3 * transfer / steps;
+      k["transfer_share"] = seconds > 0 ? transfer / seconds : 0.0;
+      std::snprintf(text, sizeof text, ", of which %.2f ms (%.1f%%) transfer, the rest waiting",
+                    1e3 * transfer / steps, seconds > 0 ? 100 * transfer / seconds : 0.0);
+      line += text;
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    j[name] = k;
+  }
+  return j;
+}
+
 Runner RegisterBench(CLI::App& app) {
   struct Options {
     std::string model_dir, pp = "128", tg = "32", batch = "1,4,16", attention = "auto";
@@ -133,6 +175,7 @@ Runner RegisterBench(CLI::App& app) {
     uint64_t seed = 0;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
+    bool comm_detail = false;
     std::string quantize = "none";
   };
   auto opt = std::make_shared<Options>();
@@ -150,6 +193,9 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  sub->add_flag("--comm-detail", opt->comm_detail,
+                "Under mpirun: also split each step's time in collectives into transfer and "
+                "waiting for the other ranks (one small all-gather after every step)");
   sub->add_option("--attention", opt->attention,
                   "MLA form: auto (absorbed for decode, expanded for long prefill chunks), absorbed "
                   "or expanded");
@@ -162,6 +208,9 @@ Runner RegisterBench(CLI::App& app) {
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
     std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
+    // Under mpirun, rank 0's model broadcasts the steps and times them (the engine owns it).
+    auto* broadcaster = dynamic_cast<engine::StepBroadcaster*>(m.get());
+    if (broadcaster != nullptr) broadcaster->set_comm_detail(opt->comm_detail);
     const int64_t vocab = m->config().vocab_size;
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
@@ -190,6 +239,8 @@ Runner RegisterBench(CLI::App& app) {
           const double comm_s0 = world.seconds_in_collectives();
           const int64_t comm_bytes0 = world.bytes_moved();
           const auto point_start = std::chrono::steady_clock::now();
+          const engine::StepCommStats steps0 =
+              broadcaster != nullptr ? broadcaster->comm_stats() : engine::StepCommStats{};
           nlohmann::ordered_json point = RunPoint(engine, {pp, tg, b}, vocab, seed++);
           if (world.size() > 1) {
             const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -202,6 +253,9 @@ Runner RegisterBench(CLI::App& app) {
             std::fprintf(stderr, "latent bench: %d ranks: %.1f%% of the time in collectives, %lld bytes moved by rank 0\n",
                          world.size(), 100 * point["comm_share"].get<double>(),
                          static_cast<long long>(world.bytes_moved() - comm_bytes0));
+            if (broadcaster != nullptr) {
+              point["steps"] = StepsJson(steps0, broadcaster->comm_stats(), opt->comm_detail);
+            }
           }
           std::printf("%6lld %6lld %6lld | %12.1f %12.1f | %10.2f %10.2f %10.2f\n",
                       static_cast<long long>(pp), static_cast<long long>(tg), static_cast<long long>(b),

@@ -1,25 +1,28 @@
 #include "engine/distributed_model.h"
 
-#include "cache/cache_row_spec.h"
-#include "model/cache_rows.h"
-
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/cache_manager.h"
+#include "model/cache_rows.h"
 
 namespace latent::engine {
 namespace {
 
 // What rank 0 sends, in a fixed-size header followed by `payload_bytes` bytes.
-enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4 };
+enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4, kCopySlot = 5 };
 
 struct Header {
   Message kind = Message::kStop;
   uint32_t form = 0;  // model::AttentionForm of a kForward
   int64_t payload_bytes = 0;
+  // A kForward whose collectives' seconds every rank records and exchanges after it
+  // (StepBroadcaster::set_comm_detail).
+  uint32_t detail = 0;
 };
 static_assert(std::is_trivially_copyable_v<Header>);
 
@@ -78,7 +81,10 @@ void WriteBatch(const model::ForwardBatch& b, Writer& w) {
   w.Array(b.expanded_below);
   w.Array(b.block_table_starts);
   w.Array(b.block_ids);
+  w.Array(b.window_table_starts);
+  w.Array(b.window_block_ids);
   w.Array(b.prompt_lens);
+  w.Array(b.state_slots);
 }
 
 void ReadBatch(Reader& r, model::ForwardBatch& b) {
@@ -91,14 +97,55 @@ void ReadBatch(Reader& r, model::ForwardBatch& b) {
   r.Array(b.expanded_below);
   r.Array(b.block_table_starts);
   r.Array(b.block_ids);
+  r.Array(b.window_table_starts);
+  r.Array(b.window_block_ids);
   r.Array(b.prompt_lens);
+  r.Array(b.state_slots);
 }
 
 void Send(parallel::Communicator& comm, Message kind, const std::vector<uint8_t>& payload,
-          uint32_t form = 0) {
-  Header header{kind, form, static_cast<int64_t>(payload.size())};
+          uint32_t form = 0, bool detail = false) {
+  Header header{kind, form, static_cast<int64_t>(payload.size()), detail ? 1u : 0u};
   comm.Broadcast(&header, sizeof header);
   if (!payload.empty()) comm.Broadcast(const_cast<uint8_t*>(payload.data()), header.payload_bytes);
+}
+
+// Every rank's `calls` (the same collectives in the same order on every rank) gathered; returns
+// the sum over calls of the least time any rank spent in it.
+double LeastTimePerCall(parallel::Communicator& comm, const std::vector<double>& calls) {
+  const int ranks = comm.size();
+  const double count = static_cast<double>(calls.size());
+  std::vector<double> counts(ranks);
+  comm.AllGather(&count, 1, counts.data());
+  for (double c : counts) {
+    if (c != count) Fail("internal: the ranks ran different collectives in one step");
+  }
+  const int64_t n = static_cast<int64_t>(calls.size());
+  std::vector<double> all(static_cast<size_t>(ranks) * n);  // [ranks, n]
+  comm.AllGather(calls.data(), n, all.data());
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double least = all[i];
+    for (int r = 1; r < ranks; ++r) least = std::min(least, all[static_cast<size_t>(r) * n + i]);
+    sum += least;
+  }
+  return sum;
+}
+
+// Which of `stats`' kinds `batch` is: a sequence decodes when it runs one token past its prompt
+// (without prompt lengths, the CLI tools' batches, every step counts as prefill).
+StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
+  if (batch.prompt_lens.empty()) return stats.prefill;
+  int64_t decoding = 0;
+  const int64_t seqs = batch.num_sequences();
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int32_t first = batch.seq_starts[s];
+    if (batch.seq_starts[s + 1] - first == 1 && batch.positions[first] >= batch.prompt_lens[s]) {
+      ++decoding;
+    }
+  }
+  if (decoding == 0) return stats.prefill;
+  return decoding == seqs ? stats.decode : stats.mixed;
 }
 
 model::CacheDType CacheDTypeOf(DType dtype) {
@@ -117,24 +164,6 @@ std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::Loa
   if (world.size() == 1) return model::LoadModel(dir, options);
   options.communicator = &world;
   std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
-  // The step broadcast carries block tables but not per-sequence state slots, and the workers'
-  // caches hold no state storage: refuse hybrid (linear-attention) models rather than let the
-  // ranks diverge.
-  const cache::ModelCacheRows rows = model::CacheRows(m->config(), model::CacheDType::kF32);
-  if (cache::BytesPerSequence(rows) > 0) {
-    Fail(dir, ": model_type '", m->config().model_type,
-         "' keeps per-sequence state (linear-attention layers), which does not run over several MPI "
-         "ranks yet; run it in one process");
-  }
-  // Likewise the window block tables of sliding-window rows (a second table per sequence).
-  for (const auto& layer : rows) {
-    for (const auto& row : layer) {
-      if (row.retention != cache::Retention::kWindow) continue;
-      Fail(dir, ": model_type '", m->config().model_type,
-           "' has sliding-window layers, which do not run over several MPI ranks yet; run it in "
-           "one process");
-    }
-  }
   if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
   RunWorker(*m, world);
   throw WorkerFinished{};
@@ -147,16 +176,20 @@ StepBroadcaster::~StepBroadcaster() { Send(comm_, Message::kStop, {}); }
 
 void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
   if (rows.base == cache_base_ && rows.num_blocks == cache_blocks_ &&
-      rows.block_tokens == cache_block_tokens_) {
+      rows.block_tokens == cache_block_tokens_ && rows.states.base == state_base_ &&
+      rows.states.num_slots == state_slots_) {
     return;
   }
   cache_base_ = rows.base;
   cache_blocks_ = rows.num_blocks;
   cache_block_tokens_ = rows.block_tokens;
+  state_base_ = rows.states.base;
+  state_slots_ = rows.states.num_slots;
   Writer w;
   w.Scalar<uint32_t>(rows.block_tokens);
   w.Scalar<int32_t>(rows.num_blocks);
   w.Scalar<uint32_t>(static_cast<uint32_t>(rows.dtype));
+  w.Scalar<int32_t>(rows.states.num_slots);  // 0: the model keeps no per-sequence state
   Send(comm_, Message::kCache, w.bytes);
 }
 
@@ -166,8 +199,32 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   SendCacheIfNew(*batch.rows);
   Writer w;
   WriteBatch(batch, w);
-  Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form));
-  model_->Forward(batch, form, logits, trace);
+  const bool detail = detail_;
+  calls_.clear();
+  if (detail) comm_.RecordCalls(&calls_);
+  const auto start = std::chrono::steady_clock::now();
+  const double collective_start = comm_.seconds_in_collectives();
+  // Counts the step, and with detail exchanges the calls' times, whether the forward ran or
+  // failed on bad input (the workers fail at the same point and exchange theirs too).
+  auto finish = [&] {
+    StepTimes& kind = KindOf(batch, stats_);
+    ++kind.steps;
+    kind.tokens += static_cast<int64_t>(batch.token_ids.size());
+    kind.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    kind.collective_seconds += comm_.seconds_in_collectives() - collective_start;
+    if (detail) {
+      comm_.RecordCalls(nullptr);
+      kind.transfer_seconds += LeastTimePerCall(comm_, calls_);
+    }
+  };
+  Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
+  try {
+    model_->Forward(batch, form, logits, trace);
+  } catch (const Error&) {
+    finish();
+    throw;
+  }
+  finish();
 }
 
 void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from,
@@ -181,14 +238,34 @@ void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockI
   model_->CopyCacheBlock(rows, from, to, tokens);
 }
 
+void StepBroadcaster::CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
+                                    cache::StateSlot to) const {
+  SendCacheIfNew(rows);
+  Writer w;
+  w.Scalar(from);
+  w.Scalar(to);
+  Send(comm_, Message::kCopySlot, w.bytes);
+  model_->CopyStateSlot(rows, from, to);
+}
+
 void RunWorker(const model::Model& model, parallel::Communicator& comm) {
   std::unique_ptr<CacheManager> cache;
   model::ForwardBatch batch;
   std::vector<uint8_t> payload;
   float no_logits = 0;  // Workers skip the LM head: only rank 0 samples.
+  std::vector<double> calls;  // [calls] a detailed step's collectives' seconds on this rank
   for (;;) {
     Header header;
+    calls.clear();
+    const auto start = std::chrono::steady_clock::now();
     comm.Broadcast(&header, sizeof header, /*wait_forever=*/true);
+    const bool detail = header.kind == Message::kForward && header.detail != 0;
+    if (detail) {
+      // Rank 0 recorded its side of the header too; this rank's includes its idle wait, which
+      // the least time per call leaves out.
+      calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      comm.RecordCalls(&calls);
+    }
     payload.resize(header.payload_bytes);
     if (header.payload_bytes > 0) comm.Broadcast(payload.data(), header.payload_bytes);
     Reader r(payload);
@@ -200,6 +277,10 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         options.block_tokens = r.Scalar<uint32_t>();
         options.num_blocks = r.Scalar<int32_t>();
         options.dtype = CacheDTypeOf(static_cast<DType>(r.Scalar<uint32_t>()));
+        // With num_blocks given, CacheManager makes exactly this many state slots, as on rank 0
+        // (the slot ids come from rank 0's scheduler too).
+        const int32_t state_slots = r.Scalar<int32_t>();
+        if (state_slots > 0) options.state_slots = state_slots;
         options.prefix_caching = false;  // block ids come from rank 0
         cache.reset();
         cache = std::make_unique<CacheManager>(model.config(), options);
@@ -213,6 +294,13 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         model.CopyCacheBlock(cache->rows(), from, to, tokens);
         break;
       }
+      case Message::kCopySlot: {
+        LATENT_CHECK(cache != nullptr);
+        const auto from = r.Scalar<cache::StateSlot>();
+        const auto to = r.Scalar<cache::StateSlot>();
+        model.CopyStateSlot(cache->rows(), from, to);
+        break;
+      }
       case Message::kForward: {
         LATENT_CHECK(cache != nullptr);
         ReadBatch(r, batch);
@@ -223,6 +311,10 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         } catch (const Error&) {
           // Bad input fails the same way on rank 0, at the same point (every rank runs the same
           // batch), which reports it; the job goes on.
+        }
+        if (detail) {
+          comm.RecordCalls(nullptr);
+          LeastTimePerCall(comm, calls);
         }
         break;
       }

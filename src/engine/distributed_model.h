@@ -1,14 +1,16 @@
 // One model over the ranks of an MPI job (docs/scale-out.md). Rank 0 runs the command (the
 // engine, its scheduler, the server, sampling); each of its Forward calls first broadcasts the
-// batch (token ids, positions, block tables, forms) and, when its cache is new, the cache's
-// geometry, so every other rank runs the same forward on its own replica of the cache
-// (attention is replicated, so every rank holds the same rows; the block ids all come from rank
-// 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose partial
-// MoE outputs are summed inside the forward.
+// batch (token ids, positions, block tables, state slots, forms) and, when its cache is new, the
+// cache's geometry (blocks and per-sequence state slots), so every other rank runs the same
+// forward on its own replica of the cache (attention, linear attention included, is replicated,
+// so every rank holds the same rows and the same recurrent state; the block and slot ids all come
+// from rank 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose
+// partial MoE outputs are summed inside the forward.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "parallel/communicator.h"
@@ -26,6 +28,22 @@ struct WorkerFinished {};
 //    WorkerFinished (never returns).
 std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::LoadOptions options);
 
+// Where rank 0's forward steps of one kind spent their time (`latent bench`, bench/scale.py).
+struct StepTimes {
+  int64_t steps = 0, tokens = 0;
+  double seconds = 0;             // rank 0's whole Forward: the step broadcast, then the forward
+  double collective_seconds = 0;  // of it in collectives, waiting for the other ranks included
+  // Of it the collectives' own time (with StepBroadcaster::set_comm_detail only): per call, the
+  // least time any rank spent in it (the last rank to arrive waits for nobody), summed.
+  double transfer_seconds = 0;
+};
+
+// Steps by kind: prefill (no sequence decoding), decode (every sequence decoding one generated
+// token), mixed (both).
+struct StepCommStats {
+  StepTimes prefill, decode, mixed;
+};
+
 // Rank 0's side: broadcasts each step before running it, and a stop message when destroyed.
 class StepBroadcaster final : public model::Model {
  public:
@@ -40,6 +58,15 @@ class StepBroadcaster final : public model::Model {
                model::ForwardTrace* trace = nullptr) const override;
   void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,
                       uint32_t tokens) const override;
+  void CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
+                     cache::StateSlot to) const override;
+
+  // The time of every step so far, by kind (always counted: a clock read and a sum per step).
+  const StepCommStats& comm_stats() const { return stats_; }
+  // Also split each step's collective time into transfer and waiting: every rank records each
+  // collective's seconds, and after the step the ranks exchange them (one small all-gather
+  // per step, outside the step's figures).
+  void set_comm_detail(bool on) { detail_ = on; }
 
  private:
   void SendCacheIfNew(const cache::PagedRows& rows) const;
@@ -50,6 +77,11 @@ class StepBroadcaster final : public model::Model {
   mutable const uint8_t* cache_base_ = nullptr;
   mutable int32_t cache_blocks_ = 0;
   mutable uint32_t cache_block_tokens_ = 0;
+  mutable const uint8_t* state_base_ = nullptr;
+  mutable int32_t state_slots_ = 0;
+  bool detail_ = false;
+  mutable StepCommStats stats_;
+  mutable std::vector<double> calls_;  // [calls] this step's collectives' seconds (detail)
 };
 
 // Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends

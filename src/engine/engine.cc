@@ -238,7 +238,7 @@ void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logi
     std::optional<BlockCopy> copy;
     if (!scheduler_->Fork(&seq, first, first.num_prompt, copy)) continue;
     if (copy) model_->CopyCacheBlock(cache_->rows(), copy->from, copy->to, copy->tokens);
-    if (seq.state_slot >= 0) cache_->rows().states.CopySlot(first.state_slot, seq.state_slot);
+    if (seq.state_slot >= 0) model_->CopyStateSlot(cache_->rows(), first.state_slot, seq.state_slot);
     AcceptToken(seq, logits);
   }
 }

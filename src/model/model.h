@@ -134,6 +134,13 @@ class Model {
                               uint32_t tokens) const {
     rows.CopyBlock(from, to, tokens);
   }
+  // Copies every per-sequence state row of slot `from` into slot `to` (forking a hybrid model's
+  // sequence). Through the model for the same reason as CopyCacheBlock: every rank's replica of
+  // the state slots must copy.
+  virtual void CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
+                             cache::StateSlot to) const {
+    rows.states.CopySlot(from, to);
+  }
 };
 
 // Loads the checkpoint in `dir` with the architecture its config.json names.

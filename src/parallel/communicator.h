@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace latent::parallel {
 
@@ -29,6 +31,17 @@ class Communicator {
   // communication share and tests).
   virtual int64_t bytes_moved() const = 0;
   virtual double seconds_in_collectives() const = 0;
+  // all [size, n] = every rank's mine [n], in rank order, on every rank. Neither counted in
+  // bytes_moved and seconds_in_collectives nor recorded by RecordCalls: it carries the step
+  // timing's own figures (engine/distributed_model.h).
+  virtual void AllGather(const double* mine, int64_t n, double* all) = 0;
+
+  // While `calls` is not null, every Broadcast and SumInRankOrder also appends the seconds it
+  // took on this rank to it (null stops).
+  void RecordCalls(std::vector<double>* calls) { calls_ = calls; }
+
+ protected:
+  std::vector<double>* calls_ = nullptr;
 };
 
 // One process: rank 0 of 1; collectives do nothing.
@@ -40,6 +53,9 @@ class SingleProcess final : public Communicator {
   void SumInRankOrder(float*, int64_t) override {}
   int64_t bytes_moved() const override { return 0; }
   double seconds_in_collectives() const override { return 0; }
+  void AllGather(const double* mine, int64_t n, double* all) override {
+    if (n > 0) std::memcpy(all, mine, n * sizeof(double));
+  }
 };
 
 // Whether this process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE, or a PMI/PMIx

@@ -42,7 +42,7 @@ class MpiCommunicator final : public Communicator {
     Check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, 0, comm_, &request), "broadcast");
     Wait(&request, "the step broadcast", wait_forever && rank_ != 0);
     moved_ += rank_ == 0 ? bytes * (size_ - 1) : bytes;
-    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    Took(start);
   }
 
   // Reduce-scatter then all-gather, both by hand so the order of the additions is fixed: rank r
@@ -81,13 +81,27 @@ class MpiCommunicator final : public Communicator {
     const int64_t others = n - mine;
     moved_ += 2 * (others * static_cast<int64_t>(sizeof(float)) +
                    static_cast<int64_t>(mine) * (size_ - 1) * static_cast<int64_t>(sizeof(float)));
-    seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    Took(start);
   }
 
   int64_t bytes_moved() const override { return moved_; }
   double seconds_in_collectives() const override { return seconds_; }
 
+  void AllGather(const double* mine, int64_t n, double* all) override {
+    MPI_Request request;
+    Check(MPI_Iallgather(mine, static_cast<int>(n), MPI_DOUBLE, all, static_cast<int>(n), MPI_DOUBLE,
+                         comm_, &request),
+          "all-gather");
+    Wait(&request, "the step timing (all-gather)", false);
+  }
+
  private:
+  void Took(Clock::time_point start) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    seconds_ += seconds;
+    if (calls_ != nullptr) calls_->push_back(seconds);
+  }
+
   void Check(int code, const char* what) const {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];

@@ -2,7 +2,8 @@
 `mpirun -np 2`: batched output equals each request alone in ONE process, preemption and prefix
 hits change nothing, seeded sampling is independent of the batch, cancellation and refusals work.
 On deepseek_v3 (shared experts), the batching ones also on longcat_flash (identity experts
-added after the ranks' sum, two MLA sublayers per layer): the property tests' own functions, with their `latent generate
+added after the ranks' sum, two MLA sublayers per layer) and kimi_linear (KDA layers with
+per-sequence state on every rank): the property tests' own functions, with their `latent generate
 --prompts` runs under 2 ranks."""
 
 from __future__ import annotations
@@ -46,17 +47,18 @@ def model_dir(tiny_models, request):
 
 # Every property on deepseek_v3; the batching ones on longcat_flash too (kept to these for time:
 # each `latent generate` here is an mpirun).
-BOTH = pytest.mark.parametrize("model_dir", ["deepseek_v3", "longcat_flash"], indirect=True)
+BATCHING = pytest.mark.parametrize("model_dir", ["deepseek_v3", "longcat_flash", "kimi_linear"],
+                               indirect=True)
 V3 = pytest.mark.parametrize("model_dir", ["deepseek_v3"], indirect=True)
 
 
-@BOTH
+@BATCHING
 @pytest.mark.parametrize("block_tokens,budget", [(16, 7)])
 def test_batched_equals_alone(model_dir, workload, tmp_path, block_tokens, budget):  # noqa: F811
     props.test_batched_equals_alone(model_dir, workload, tmp_path, block_tokens, budget)
 
 
-@BOTH
+@BATCHING
 def test_preemption_loses_nothing(model_dir, workload, tmp_path):  # noqa: F811
     props.test_preemption_loses_nothing(model_dir, workload, tmp_path)
 

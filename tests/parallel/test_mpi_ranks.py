@@ -1,7 +1,9 @@
 """Scale-out over MPI (docs/scale-out.md): one model over N ranks on this machine (mpirun
 --oversubscribe). Routed experts are split across the ranks and their partial outputs summed in
 rank order, so logits differ from one process only by the order of that sum (within 1e-5 x max
-|logit|), and greedy generations are identical. A rank that dies ends the job with an error, not
+|logit|), and greedy generations are identical. Hybrid models (kimi_linear: KDA linear-attention
+layers with per-sequence recurrent state) too: every rank runs the KDA layers on its own replica of
+the state slots, whose ids come with each step. A rank that dies ends the job with an error, not
 a hang."""
 
 from __future__ import annotations
@@ -61,15 +63,15 @@ def logits_of(stdout: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def models(tiny_models):
-    return {p: tiny_models.get(p) for p in ("deepseek_v3", "deepseek_v32")}
+    return {p: tiny_models.get(p) for p in ("deepseek_v3", "deepseek_v32", "kimi_linear")}
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32"])
+@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32", "kimi_linear"])
 @pytest.mark.parametrize("form", ["absorbed", "expanded"])
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_logits_match_one_process(models, preset, form, ranks):
     # Three chunks through the paged cache: later chunks read the rows the earlier ones wrote on
-    # every rank's replica.
+    # every rank's replica (kimi_linear: and carry on from the KDA state the earlier ones left).
     args = ("logits", "--model", str(models[preset]), "--ids", PROMPT, "--attention", form,
             "--chunk-tokens", "5", "--block-tokens", "4")
     one = logits_of(run_latent("--threads", "1", *args).stdout)
@@ -80,7 +82,7 @@ def test_logits_match_one_process(models, preset, form, ranks):
     assert (many.argmax(-1) == one.argmax(-1)).all()
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32"])
+@pytest.mark.parametrize("preset", ["deepseek_v3", "deepseek_v32", "kimi_linear"])
 @pytest.mark.parametrize("form", ["absorbed", "expanded"])
 def test_greedy_32_tokens_identical(models, preset, form):
     args = ("generate", "--model", str(models[preset]), "--ids", PROMPT, "--max-tokens", "32",
@@ -91,9 +93,11 @@ def test_greedy_32_tokens_identical(models, preset, form):
     assert two == one
 
 
-def test_engine_batch_identical(models, tmp_path):
+@pytest.mark.parametrize("preset", ["deepseek_v3", "kimi_linear"])
+def test_engine_batch_identical(models, tmp_path, preset):
     """The engine under 2 ranks: several requests batched, chunked prefill, a shared prefix and
-    n = 2 samples (a fork copies a partial block on every rank) give what one process gives."""
+    n = 2 samples (a fork copies a partial block on every rank; kimi_linear: and the KDA state
+    slot) give what one process gives."""
     prompts = tmp_path / "prompts.jsonl"
     rows = [
         {"ids": [int(x) for x in PROMPT.split(",")], "max_tokens": 12},
@@ -101,13 +105,46 @@ def test_engine_batch_identical(models, tmp_path):
         {"ids": [5, 6, 7], "max_tokens": 16, "n": 2, "temperature": 0.8, "seed": 7},
     ]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ("generate", "--model", str(models["deepseek_v3"]), "--prompts", str(prompts),
+    args = ("generate", "--model", str(models[preset]), "--prompts", str(prompts),
             "--max-batch-tokens", "8", "--block-tokens", "4", "--num-blocks", "64",
             "--check-invariants")
     one = run_latent("--threads", "1", *args).stdout
     two = run_mpi(2, *args).stdout
     assert two == one
     assert len(one.strip().splitlines()) == len(rows)
+
+
+def summary_of(stderr: str) -> dict:
+    lines = [l for l in stderr.splitlines() if l.startswith("latent: summary ")]
+    return json.loads(lines[-1][len("latent: summary "):])
+
+
+def test_hybrid_preemption_and_sampling_identical(models, tmp_path):
+    """kimi_linear under 2 ranks with a cache too small for all requests at once: preempted
+    sequences give their state slot back and are recomputed from position 0 (every rank resets
+    the slot's state), forked samples copy their parent's slot on every rank, prompts arrive in
+    chunks; greedy and seeded outputs are byte-identical to one process."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(8):
+        row = {"ids": [int(x) for x in rng.integers(2, 250, size=int(rng.integers(10, 40)))],
+               "max_tokens": 24, "ignore_eos": True}
+        if i % 2:
+            row.update(temperature=0.9, top_p=0.95, seed=40 + i)
+        if i == 3:
+            row["n"] = 2
+        rows.append(row)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("generate", "--model", str(models["kimi_linear"]), "--prompts", str(prompts),
+            "--max-batch-tokens", "16", "--block-tokens", "4", "--num-blocks", "24",
+            "--check-invariants")
+    one = run_latent("--threads", "1", *args)
+    two = run_mpi(2, *args)
+    assert summary_of(one.stderr)["preemptions"] > 0, "the small cache forced no preemption"
+    assert summary_of(two.stderr)["preemptions"] == summary_of(one.stderr)["preemptions"]
+    assert two.stdout == one.stdout
+    assert len(one.stdout.strip().splitlines()) == len(rows)
 
 
 def test_info_per_rank(models):
@@ -128,6 +165,26 @@ def test_info_per_rank(models):
     # --ranks without mpirun gives the same table.
     alone = json.loads(run_latent("info", "--model", model, "--json", "--ranks", "2").stdout)
     assert alone["ranks"] == ranks
+
+
+def test_bench_times_prefill_and_decode_steps(models):
+    """`latent bench --comm-detail` under 2 ranks: rank 0's prefill and decode steps timed apart,
+    their time in collectives, and of that the transfer (per call the least time any rank spent
+    in it), each a part of the one before."""
+    proc = run_mpi(2, "bench", "--model", str(models["kimi_linear"]), "--pp", "12", "--tg", "5",
+                   "--batch", "1,3", "--json", "--comm-detail")
+    points = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert [p["batch"] for p in points] == [1, 3]
+    for p in points:
+        steps = p["steps"]
+        # One prompt chunk per sequence (12 tokens fit the step budget), then 4 decode steps.
+        assert steps["prefill"]["steps"] == 1 and steps["prefill"]["tokens"] == 12 * p["batch"]
+        assert steps["decode"]["steps"] == 4 and steps["decode"]["tokens"] == 4 * p["batch"]
+        assert "mixed" not in steps
+        for k in steps.values():
+            assert 0 < k["transfer_ms"] <= k["collective_ms"] <= k["step_ms"]
+            assert k["transfer_share"] <= k["collective_share"] <= 1
+    assert "latent bench: decode steps: 4, " in proc.stderr
 
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
@@ -185,12 +242,23 @@ def test_lost_rank_ends_the_job(models, tmp_path, sig):
                          r"within the step timeout \(3 s", stderr), stderr
 
 
-def test_sliding_window_model_is_refused_over_ranks(tiny_models):
-    """The step broadcast carries one block table per sequence, not a sliding-window model's
-    second (window) table: dots3_note under 2 ranks stops with a clear error, exit code 2."""
-    model = str(tiny_models.get("dots3_note"))
-    proc = subprocess.run(mpirun_args(2, "generate", "--model", model, "--ids", PROMPT,
-                                      "--max-tokens", "2"),
-                          capture_output=True, text=True, env=mpi_env(), timeout=120)
-    assert proc.returncode != 0
-    assert "has sliding-window layers, which do not run over several MPI ranks yet" in proc.stderr
+def test_sliding_window_model_identical(tiny_models, tmp_path):
+    """dots3_note (sliding-window layers of 16 tokens: a second, window block table per sequence
+    whose early blocks are released as it advances) under 2 ranks: prompts longer than the window
+    in chunks, greedy and seeded decodes past it give what one process gives, byte for byte."""
+    rng = np.random.default_rng(11)
+    rows = []
+    for i in range(5):
+        row = {"ids": [int(x) for x in rng.integers(2, 250, size=int(rng.integers(20, 60)))],
+               "max_tokens": 24, "ignore_eos": True}
+        if i % 2:
+            row.update(temperature=0.9, top_p=0.95, seed=70 + i)
+        rows.append(row)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("generate", "--model", str(tiny_models.get("dots3_note")), "--prompts", str(prompts),
+            "--max-batch-tokens", "16", "--block-tokens", "4", "--check-invariants")
+    one = run_latent("--threads", "1", *args).stdout
+    two = run_mpi(2, *args).stdout
+    assert two == one
+    assert len(one.strip().splitlines()) == len(rows)
