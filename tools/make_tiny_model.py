@@ -612,7 +612,7 @@ PRESETS["glm5_next"] = {
         "hc_sinkhorn_iters": 20,
         "swiglu_limit": 0.8,
         "rms_norm_eps": 1e-5,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": 512,
         "bos_token_id": 0,
         # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
         # the engine property test's workload.
