@@ -620,6 +620,88 @@ PRESETS["kimi_linear"] = {
 }
 
 
+# GLM-5-Next (text model glm5_next_text inside a glm5_next vision-language checkpoint): KDA layers
+# 0-2 (4 heads of 12, conv 4, bounded forget gate) and DSA-MLA layers 3 and 4 (all NoPE; 4 runs
+# no indexer of its own and reuses 3's selection), mHC with 4 streams (Sinkhorn-mixed), the KPool
+# indexer with pools of 16 and index_topk 32 (2 pools: prompts past 48 tokens select sparsely,
+# 300 tokens hold 18 complete pools), every SwiGLU clamped at 0.8 (inside the pre-activations'
+# range, so the clamp bites), a dense first layer. The pool softmax's gate and positional term
+# get gains that make the pool keys visibly differ from a plain mean.
+PRESETS["glm5_next"] = {
+    "arch": "glm5_next_text",
+    "wrapper": "glm5_next",
+    "help": "GLM-5-Next style: 3 KDA + 2 NoPE DSA-MLA layers (one shared), mHC 4 streams "
+    "(Sinkhorn), KPool indexer (pools of 16, topk 32), SwiGLU clamp 0.8 everywhere",
+    "config": {
+        "vocab_size": 261,
+        "hidden_size": 48,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 64,
+        "moe_intermediate_size": 20,
+        "num_hidden_layers": 5,
+        "mlp_layer_types": ["dense", "sparse", "sparse", "sparse", "sparse"],
+        "layer_types": ["linear_attention", "linear_attention", "linear_attention",
+                        "indexed_attention", "indexed_attention"],
+        "indexer_types": ["full", "full", "full", "full", "shared"],
+        "q_lora_rank": 24,
+        "kv_lora_rank": 20,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 0,
+        "v_head_dim": 12,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 2.5,
+        "index_topk": 32,
+        "index_kpool": 16,
+        "index_n_heads": 16,
+        "index_head_dim": 16,
+        "linear_head_dim": 12,
+        "linear_num_heads": 4,
+        "linear_conv_kernel_dim": 4,
+        "linear_lower_bound": -5.0,
+        "hc_mult": 4,
+        "hc_sinkhorn_iters": 20,
+        "swiglu_limit": 0.8,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 512,
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
+        # the engine property test's workload.
+        "eos_token_id": 222,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def build_glm5_next(text_config, seed: int, dtype: torch.dtype):
+    """A Glm5NextForConditionalGeneration (the only class transformers has for it) around
+    `text_config`, with a tiny default-initialised vision tower; the language model and LM head
+    are re-randomized as every preset's are."""
+    from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration
+
+    vision = {"depth": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 24,
+              "out_hidden_size": text_config.hidden_size, "projection_intermediate_size": 32,
+              "patch_size": 14, "image_size": 28}
+    config = Glm5NextConfig(text_config=text_config.to_dict(), vision_config=vision,
+                            tie_word_embeddings=text_config.tie_word_embeddings)
+    torch.manual_seed(seed)
+    model = Glm5NextForConditionalGeneration(config)
+    text = torch.nn.Module()  # the text model's parameters under model.* / lm_head.*
+    text.model = model.model.language_model
+    text.lm_head = model.lm_head
+    text.config = config.text_config
+    rerandomize(text, seed)
+    if dtype != torch.float32:
+        low = Glm5NextForConditionalGeneration._from_config(config, dtype=dtype)
+        low.load_state_dict(model.state_dict())
+        model = low
+    model.set_experts_implementation(REFERENCE_EXPERTS_IMPLEMENTATION)
+    return model.eval()
+
+
 def build_mistral_large4(text_config, seed: int, dtype: torch.dtype):
     """A MistralLarge4ForConditionalGeneration (the only class transformers has for it) around
     `text_config`, with a tiny default-initialised Pixtral vision tower; the language model and
@@ -987,6 +1069,9 @@ GAIN_BY_SUFFIX = {
     "layernorm.mlp.fc2.weight": 2.0,
     "indexer.wq_b.weight": 1.5,  # DSA indexer queries and keys: clear score differences
     "indexer.wk.weight": 1.5,
+    # glm5_next's KPool: gate scores and positional terms that make the pool softmax uneven
+    "indexer.index_kpool_compress_gate": 3.0,
+    "indexer.index_kpool_compress_ape": 2.0,
     "lm_head.weight": 2.5,
 }
 EMBED_STD = 1.0
@@ -1106,7 +1191,8 @@ def build_model(arch: str, config, seed: int, dtype: torch.dtype):
 
 
 # Vision-language wrappers whose checkpoints AutoModelForCausalLM does not load.
-WRAPPER_CLASSES = {"mistral_large4": "MistralLarge4ForConditionalGeneration"}
+WRAPPER_CLASSES = {"mistral_large4": "MistralLarge4ForConditionalGeneration",
+                   "glm5_next": "Glm5NextForConditionalGeneration"}
 
 
 def load_reference_model(ckpt_dir: str | Path, dtype: torch.dtype = torch.float32):
@@ -1403,6 +1489,8 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
 
     if preset.get("wrapper") == "mistral_large4":
         model = build_mistral_large4(config, args.seed, dtype)
+    elif preset.get("wrapper") == "glm5_next":
+        model = build_glm5_next(config, args.seed, dtype)
     else:
         model = build_model(preset["arch"], config, args.seed, dtype)
     num_parameters = model.num_parameters()  # parameters only: no buffers, no fp8 scales

@@ -29,6 +29,7 @@ ops::MoeDims MoeDimsOf(const ModelConfig& c) {
   d.topk_method = c.topk_method;
   d.dropped_groups_score_zero = c.router_dropped_groups_score_zero;
   d.swiglu_limit = static_cast<float>(c.swiglu_limit);
+  d.clamp_shared = c.swiglu_limit_all_mlps;
   return d;
 }
 
@@ -67,7 +68,9 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
   };
   for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
     latent_rows_.push_back(find(l, "mla.latent"));
-    index_rows_.push_back(find(l, "dsa.index_k"));
+    // GLM-5-Next's KPool indexer caches a packed row (key and gate score) instead.
+    const int index = find(l, "dsa.index_k");
+    index_rows_.push_back(index >= 0 ? index : find(l, "dsa.kpool"));
   }
 }
 
@@ -135,6 +138,7 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
     dsa.rope = dims.rope > 0 ? &index_rope_ : nullptr;
     dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk,
                 config_.index_rope_last, static_cast<float>(config_.index_k_norm_eps)};
+    dsa.dims.kpool = config_.index_kpool;
     dsa.selection = selection;
     if (dsa.indexer != nullptr) {
       LATENT_CHECK(index_rows_[l] >= 0);
@@ -171,7 +175,8 @@ void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float
     dump::Tensor("moe_out", l, out, tokens, config_.hidden_size);
   } else {
     LATENT_PROFILE_SCOPE(kDenseMlp);
-    ops::MlpForward(*w.dense, x, tokens, out);
+    ops::MlpForward(*w.dense, x, tokens, out,
+                    config_.swiglu_limit_all_mlps ? static_cast<float>(config_.swiglu_limit) : 0.0f);
     dump::Tensor("mlp_out", l, out, tokens, config_.hidden_size);
   }
 }

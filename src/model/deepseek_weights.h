@@ -60,6 +60,10 @@ struct IndexerWeights {
   // so wq_b is [n_h * d_i, D]; data null elsewhere.
   NormWeight q_norm, q_norm_bias;
   ops::LogPositionScale query_scale;  // [n_h], before rope; empty: none
+  // GLM-5-Next's KPool indexer (ops/kpool.h): the gate score projection and the positional
+  // term of the pool softmax; empty elsewhere.
+  kernels::WeightRef kpool_gate;   // [d_i, D]
+  std::vector<float> kpool_ape;    // [index_kpool, d_i]
 };
 
 struct LayerWeights {

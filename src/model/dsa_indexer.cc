@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "model/kpool_indexer.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
@@ -63,6 +64,10 @@ void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int3
 void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* rope,
                    int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
                    int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection) {
+  if (d.kpool > 0) {
+    RunKPoolIndexer(d, w, layer, index_row, batch, x, hidden, q_resid, selection);
+    return;
+  }
   const auto& k = kernels::BestKernels();
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   selection.assign(tokens, {});

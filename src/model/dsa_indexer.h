@@ -19,6 +19,8 @@ struct DsaDims {
   // Hy4: the LAST qk_rope_head_dim dims of a query or key are rotated, not the first.
   bool rope_last = false;
   float k_norm_eps = 1e-6f;  // of the keys' LayerNorm (Hy4: rms_norm_eps)
+  // GLM-5-Next: score pools of kpool tokens (model/kpool_indexer.h); 0: token-wise.
+  int64_t kpool = 0;
 };
 
 // Per batch token, the key positions it attends to (ascending); empty: all of 0..position.

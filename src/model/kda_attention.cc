@@ -29,6 +29,7 @@ void KdaAttentionForward(const ops::KdaDims& dims, const ops::KdaWeights& w, Kda
   std::vector<float> g(T * c), beta(T * H);  // [T, C], [T, H]
   switch (gate) {
     case KdaForgetGateKind::kKimi: ops::KimiForgetGate(dims, w.forget, x, T, g.data()); break;
+    case KdaForgetGateKind::kGlm5Next: ops::Glm5NextForgetGate(dims, w.forget, x, T, g.data()); break;
   }
   kernels::Linear(x, T, w.b, beta.data());
   for (float& b : beta) b = 1.0f / (1.0f + std::exp(-b));

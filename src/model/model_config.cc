@@ -406,7 +406,10 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   if (top.Has("q_lora_rank")) config.q_lora_rank = top.PositiveInt("q_lora_rank");
   config.kv_lora_rank = top.PositiveInt("kv_lora_rank");
   config.qk_nope_head_dim = top.PositiveInt("qk_nope_head_dim");
-  config.qk_rope_head_dim = top.PositiveInt("qk_rope_head_dim");
+  config.qk_rope_head_dim = d.rope_dims_may_be_zero && top.Has("qk_rope_head_dim") &&
+                                    top["qk_rope_head_dim"] == 0
+                                ? 0
+                                : top.PositiveInt("qk_rope_head_dim");
   config.v_head_dim = d.v_head_dim_from_heads && !top.Has("v_head_dim")
                           ? config.hidden_size / config.num_attention_heads
                           : top.PositiveInt("v_head_dim");

@@ -146,6 +146,16 @@ struct ModelConfig {
   double hc_eps = 1e-6;
   // The routed experts' SwiGLU clamp (Hy4's swiglu_limit); 0: none.
   double swiglu_limit = 0.0;
+  // GLM-5-Next: swiglu_limit clamps every MLP (dense layers and shared experts too).
+  bool swiglu_limit_all_mlps = false;
+  // GLM-5-Next's mHC: the streams also mix through a Sinkhorn-normalised comb matrix, with this
+  // many iterations; 0: no mixing (Hy4).
+  int64_t hc_sinkhorn_iters = 0;
+  // GLM-5-Next's KPool indexer: pools of index_kpool tokens (ops/kpool.h); 0: token-wise.
+  int64_t index_kpool = 0;
+  // GLM-5-Next's KDA forget gate: lower_bound * sigmoid(exp(A_log) * (f + dt_bias)); 0: Kimi's
+  // -exp(A_log) * softplus(f + dt_bias).
+  double linear_gate_lower_bound = 0.0;
   // Hy4's DSA indexer rotates the last qk_rope_head_dim dims of its heads (else the first) and
   // normalises its keys with eps rms_norm_eps (else 1e-6).
   bool index_rope_last = false;

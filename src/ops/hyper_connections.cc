@@ -33,24 +33,72 @@ std::vector<float> Mixes(const HyperConnectionDims& d, const std::vector<float>&
 
 HyperGates ComputeHyperGates(const HyperConnectionDims& d, const HyperConnectionWeights& w,
                              const float* streams, int64_t tokens) {
-  if (d.mix_streams) {
-    Fail("hyper-connections with Sinkhorn-normalised stream mixing (mHC) are not supported yet");
-  }
   const int64_t n = d.streams;
   const int64_t rows = d.gate_rows();
-  LATENT_CHECK(static_cast<int64_t>(w.base.size()) == rows && w.scale.size() >= 2);
+  LATENT_CHECK(static_cast<int64_t>(w.base.size()) == rows && w.scale.size() >= (d.mix_streams ? 3u : 2u));
   const std::vector<float> mixes = Mixes(d, w.fn, rows, streams, tokens);
   HyperGates g;
   g.pre.resize(tokens * n);
   g.post.resize(tokens * n);
+  if (d.mix_streams) g.comb.resize(tokens * n * n);
+  const float post_eps = d.post_gate_eps ? d.gate_eps : 0.0f;
   for (int64_t t = 0; t < tokens; ++t) {
     const float* m = &mixes[t * rows];
     for (int64_t i = 0; i < n; ++i) {
       g.pre[t * n + i] = Sigmoid(m[i] * w.scale[0] + w.base[i]) + d.gate_eps;
-      g.post[t * n + i] = d.post_magnitude * Sigmoid(m[n + i] * w.scale[1] + w.base[n + i]) + d.gate_eps;
+      g.post[t * n + i] = d.post_magnitude * Sigmoid(m[n + i] * w.scale[1] + w.base[n + i]) + post_eps;
+    }
+    if (d.mix_streams) {
+      float* comb = &g.comb[t * n * n];
+      for (int64_t i = 0; i < n * n; ++i) comb[i] = m[2 * n + i] * w.scale[2] + w.base[2 * n + i];
+      SinkhornNormalize(d, comb);
     }
   }
   return g;
+}
+
+void SinkhornNormalize(const HyperConnectionDims& d, float* comb) {
+  const int64_t n = d.streams;
+  const float eps = d.gate_eps;
+  for (int64_t r = 0; r < n; ++r) {  // softmax over each row's logits, then + eps
+    float* row = comb + r * n;
+    const float top = *std::max_element(row, row + n);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < n; ++c) sum += row[c] = std::exp(row[c] - top);
+    for (int64_t c = 0; c < n; ++c) row[c] = row[c] / sum + eps;
+  }
+  const auto columns = [&] {
+    for (int64_t c = 0; c < n; ++c) {
+      float sum = 0.0f;
+      for (int64_t r = 0; r < n; ++r) sum += comb[r * n + c];
+      for (int64_t r = 0; r < n; ++r) comb[r * n + c] /= sum + eps;
+    }
+  };
+  const auto rows = [&] {
+    for (int64_t r = 0; r < n; ++r) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < n; ++c) sum += comb[r * n + c];
+      for (int64_t c = 0; c < n; ++c) comb[r * n + c] /= sum + eps;
+    }
+  };
+  columns();
+  for (int64_t i = 0; i + 1 < d.sinkhorn_iters; ++i) {
+    rows();
+    columns();
+  }
+}
+
+void MeanCollapseStreams(const HyperConnectionDims& d, const float* streams, int64_t tokens, float* x) {
+  const float count = static_cast<float>(d.streams);
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* out = x + t * d.hidden;
+    std::fill(out, out + d.hidden, 0.0f);
+    for (int64_t i = 0; i < d.streams; ++i) {
+      const float* s = streams + (t * d.streams + i) * d.hidden;
+      for (int64_t c = 0; c < d.hidden; ++c) out[c] += s[c];
+    }
+    for (int64_t c = 0; c < d.hidden; ++c) out[c] /= count;
+  }
 }
 
 void CollapseStreams(const HyperConnectionDims& d, const float* pre, const float* streams,

@@ -10,9 +10,12 @@
 // where the residual is the stream itself (Hy4). The manifold-constrained variant (mHC: DeepSeek
 // V4, GLM-5-Next) adds a third output, comb [N, N] (mixes[2N:2N+N*N] * scale[2] + base, made
 // doubly stochastic by Sinkhorn iterations), and its residual is sum_m comb[m][n] * stream[m]:
-// HyperConnectionDims::mix_streams selects it, HyperGates::comb carries it, and ExpandStreams
-// already mixes with it; only its Sinkhorn normalisation (in ComputeHyperGates) is still to come.
-// The model's head collapses the streams once more with its own weights (HyperHeadCollapse).
+// HyperConnectionDims::mix_streams selects it, HyperGates::comb carries it:
+//   comb  = softmax_n(mixes[2N + m*N + n] * scale[2] + base[2N + m*N + n]) + gate_eps
+//   comb /= column sums + gate_eps; then sinkhorn_iters - 1 times: rows, then columns, likewise
+// (DeepseekV4HyperConnection, which GLM-5-Next reuses; mHC's post gate adds no gate_eps).
+// The model's head collapses the streams once more with its own weights (HyperHeadCollapse), or
+// (GLM-5-Next) by their plain mean (MeanCollapseStreams).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,9 @@ struct HyperConnectionDims {
   float norm_eps = 1e-6f;       // of the unweighted RMS over the N*D flattened values
   float gate_eps = 1e-6f;       // hc_eps, added to every sigmoid gate
   float post_magnitude = 2.0f;  // hc_magnitude
-  bool mix_streams = false;     // mHC's comb (Sinkhorn-normalised): not implemented yet
+  bool post_gate_eps = true;    // gate_eps added to post too (Hy4); mHC's post has none
+  bool mix_streams = false;     // mHC's comb, Sinkhorn-normalised
+  int64_t sinkhorn_iters = 20;  // hc_sinkhorn_iters (mix_streams only)
   int64_t flat() const { return streams * hidden; }
   // Rows of fn and base: pre and post, plus comb's N*N when the streams mix.
   int64_t gate_rows() const { return 2 * streams + (mix_streams ? streams * streams : 0); }
@@ -53,7 +58,7 @@ struct HyperGates {
   std::vector<float> comb;  // [T, N, N] comb[t][m][n]: stream m's share in residual n; empty: none
 };
 
-// The gates of the hyper-connection `w` for the streams [T, N, D]. Throws for mix_streams (mHC).
+// The gates of the hyper-connection `w` for the streams [T, N, D] (with mix_streams, comb too).
 HyperGates ComputeHyperGates(const HyperConnectionDims& dims, const HyperConnectionWeights& w,
                              const float* streams, int64_t tokens);
 
@@ -68,6 +73,13 @@ void ExpandStreams(const HyperConnectionDims& dims, const HyperGates& gates, con
 
 // streams [T, N, D] <- x [T, D] copied into each of the N streams (the embedding's expansion).
 void BroadcastStreams(const HyperConnectionDims& dims, const float* x, int64_t tokens, float* streams);
+
+// comb [N, N] in place: the Sinkhorn normalisation of mHC (softmax rows + eps, then alternate
+// column and row normalisation with eps in the denominators), as DeepSeek V4 computes it in f32.
+void SinkhornNormalize(const HyperConnectionDims& dims, float* comb);
+
+// x [T, D] = the mean of each token's N streams (GLM-5-Next's head: no weights).
+void MeanCollapseStreams(const HyperConnectionDims& dims, const float* streams, int64_t tokens, float* x);
 
 // x [T, D] = the head's collapse of the streams [T, N, D].
 void HyperHeadCollapse(const HyperConnectionDims& dims, const HyperHeadWeights& w,

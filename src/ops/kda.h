@@ -31,6 +31,8 @@ struct KdaDims {
   int64_t heads = 0;        // H
   int64_t head_dim = 0;     // dk = dv
   int64_t conv_kernel = 4;  // K: the short convolution's taps
+  // GLM-5-Next's forget gate bound (Glm5NextForgetGate); unused by the other gates.
+  float gate_lower_bound = -5.0f;
   int64_t channels() const { return heads * head_dim; }  // C: q, k and v channels each
   // Floats of one sequence's state pieces:
   int64_t conv_values() const { return (conv_kernel - 1) * 3 * channels(); }  // [K-1, 3C]
@@ -62,6 +64,11 @@ struct KdaWeights {
 // g [rows, C] = Kimi's forget gate of x [rows, D].
 void KimiForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x, int64_t rows,
                     float* g);
+
+// g [rows, C] = GLM-5-Next's forget gate of x [rows, D]:
+// dims.gate_lower_bound * sigmoid(exp(A_log_h) * (f_b(f_a(x)) + dt_bias)), per channel.
+void Glm5NextForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x,
+                        int64_t rows, float* g);
 
 // Causal depthwise convolution + SiLU of one sequence's rows x [n, 3C] (q|k|v) -> out [n, 3C],
 // continuing from `conv_state` [K-1, 3C] (the previous K-1 inputs, oldest first; zeros at the

@@ -123,7 +123,7 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
   if (w.shared) {
     LATENT_PROFILE_SCOPE(kSharedExperts);
     std::vector<float> shared(tokens * d);
-    MlpForward(*w.shared, x, tokens, shared.data());
+    MlpForward(*w.shared, x, tokens, shared.data(), c.clamp_shared ? c.swiglu_limit : 0.0f);
     for (int64_t i = 0; i < tokens * d; ++i) out[i] += shared[i];
   }
 }

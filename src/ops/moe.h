@@ -42,6 +42,8 @@ struct MoeDims {
   // The routed experts' SwiGLU clamp (Hy4, GLM-5-Next): gate <= limit, -limit <= up <= limit
   // before silu(gate) * up; 0: none. The shared experts are not clamped.
   float swiglu_limit = 0.0f;
+  // GLM-5-Next: the shared experts' SwiGLU is clamped at swiglu_limit too (Hy4's is not).
+  bool clamp_shared = false;
 };
 
 // x [T, D] -> out [T, D] = down(silu(gate(x)) * up(x)); with `swiglu_limit` > 0 the gate

@@ -2,8 +2,9 @@
 vision-language checkpoint), A.X-K2 (axk2: DSA, fused query/output gate, gated RMSNorms) and
 Mistral Large 4 (mistral_large4: NoPE and KV-sharing layers, shared indexers, in its wrapper),
 Hy4 (hy_v4: hyper-connection streams, attention sinks, output gate, shared indexers),
-Kimi Linear (kimi_linear: KDA linear-attention layers with per-sequence state, NoPE MLA) and
-dots3-note (dots3_note: DSA and sliding-window layers of two MLA shapes)
+Kimi Linear (kimi_linear: KDA linear-attention layers with per-sequence state, NoPE MLA),
+dots3-note (dots3_note: DSA and sliding-window layers of two MLA shapes) and
+GLM-5-Next (glm5_next: KDA and NoPE DSA-MLA layers, mHC streams, KPool indexer, in its wrapper)
 served over the OpenAI API: a chat completion with the tokenizer's chat template, a greedy
 completion equal to `latent generate` on the same prompt ids, and the same completion streamed."""
 
@@ -21,7 +22,7 @@ MAX_TOKENS = 10
 
 @pytest.mark.parametrize("preset", ["axk1", "mistral4_vl", "axk2", "mistral_large4",
                                     "hy_v4",
-                                    "kimi_linear", "dots3_note"])
+                                    "kimi_linear", "dots3_note", "glm5_next"])
 def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
     model = tiny_models.get(preset, "--tokenizer", str(TOKENIZER_DIR))
     srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS)

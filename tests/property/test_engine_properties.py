@@ -34,10 +34,16 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
     return results, summary
 
 
+def eos_ids(model_dir) -> set[int]:
+    """The checkpoint's EOS ids (its generation_config.json, which every preset writes)."""
+    eos = json.loads((model_dir / "generation_config.json").read_text())["eos_token_id"]
+    return set(eos) if isinstance(eos, list) else {eos}
+
+
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
                                         "longcat_flash", "axk2", "mistral_large4",
                                         "hy_v4",
-                                        "kimi_linear", "dots3_note"])
+                                        "kimi_linear", "dots3_note", "glm5_next"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
@@ -71,9 +77,10 @@ def test_batched_equals_alone(model_dir, workload, tmp_path, block_tokens, budge
     requests, alone = workload
     results, summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", str(block_tokens),
                                  "--max-batch-tokens", str(budget))
+    eos = eos_ids(model_dir)
     for r, a, req in zip(results, alone, requests):
         assert r["ids"] == a, f"request {r['index']} ({len(req['ids'])} prompt tokens)"
-        expected = "length" if len(a) == req["max_tokens"] and (req["ignore_eos"] or a[-1] != 1) else "stop"
+        expected = "length" if len(a) == req["max_tokens"] and (req["ignore_eos"] or a[-1] not in eos) else "stop"
         assert r["finish_reason"] == expected
     if budget < 300:
         # Chunked prefill really happened: more steps than the longest prompt needs in one go.
@@ -103,8 +110,11 @@ def test_preemption_loses_nothing(model_dir, workload, tmp_path):
 
 def is_hybrid(model_dir) -> bool:
     """A model with linear-attention layers (per-sequence state): latent refuses prefix-cache hits
-    on it, since no block holds the state at the end of a hit."""
-    return "linear_attn_config" in json.loads((model_dir / "config.json").read_text())
+    on it, since no block holds the state at the end of a hit (kimi_linear: linear_attn_config;
+    glm5_next: "linear_attention" layer_types in its text_config)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    config = config.get("text_config", config)
+    return "linear_attn_config" in config or "linear_attention" in config.get("layer_types", [])
 
 
 def test_prefix_hits_equal_misses(model_dir, tmp_path):
@@ -211,9 +221,11 @@ def test_reported_cache_bytes_per_token(model_dir, tmp_path, cache_dtype, size):
     shape = [shapes.get(str(l), config) for l in range(layers)]
     expected = sum(shape[l]["kv_lora_rank"] + shape[l]["qk_rope_head_dim"] * rope[l]
                    for l in range(layers) if source[l] == l and mla[l]) * size
-    if "index_topk" in config:  # DSA: plus the indexer key row of every layer with an indexer
-        indexer_types = config.get("indexer_types", ["full"] * layers)
-        indexers = sum(indexer_types[l] == "full" and layer_types[l] != "sliding_attention"
+    if "index_topk" in config:  # DSA: plus the indexer key row of every MLA layer with an indexer
+        kinds = config.get("indexer_types", ["full"] * layers)
+        indexers = sum(kinds[l] == "full" and mla[l] and layer_types[l] != "sliding_attention"
                        for l in range(layers))
-        expected += indexers * config["index_head_dim"] * size
+        # GLM-5-Next's KPool row packs each token's key and gate score: twice the values.
+        width = 2 if "index_kpool" in config else 1
+        expected += indexers * width * config["index_head_dim"] * size
     assert summary["cache_bytes_per_token"] == expected

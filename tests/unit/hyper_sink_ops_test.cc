@@ -1,6 +1,6 @@
 // The shared blocks added for Hy4, each against a direct scalar evaluation of its formula:
-// hyper-connection gates, collapse, expansion (with and without a comb mixing matrix) and the
-// head's collapse (src/ops/hyper_connections); attention sinks in the attention kernels, the
+// hyper-connection gates, collapse, expansion (with and without a comb mixing matrix), mHC's
+// Sinkhorn-normalised comb and the mean collapse (GLM-5-Next), and the head's collapse (src/ops/hyper_connections); attention sinks in the attention kernels, the
 // reference and the best one, single-query and multi-query (src/kernels/attention.h); the
 // routed experts' clamped SwiGLU (src/ops/moe).
 #include <gtest/gtest.h>
@@ -144,17 +144,89 @@ TEST(HyperConnectionsTest, HeadCollapseAndBroadcast) {
         EXPECT_EQ(wide[t * d.flat() + i * d.hidden + c], x[t * d.hidden + c]);
 }
 
-TEST(HyperConnectionsTest, SinkhornMixingIsRefusedClearly) {
-  ops::HyperConnectionDims d = Dims();
-  d.mix_streams = true;
-  ops::HyperConnectionWeights w;
-  const std::vector<float> streams(d.flat());
-  try {
-    ops::ComputeHyperGates(d, w, streams.data(), 1);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Sinkhorn"), std::string::npos) << e.what();
+// mHC (GLM-5-Next, DeepSeek V4): comb from softmax rows + eps, then Sinkhorn's alternating
+// column and row normalisation, each with eps in the denominator, against a scalar evaluation
+// in double; post without gate_eps; the result is doubly stochastic (to the eps floors).
+std::vector<double> ScalarSinkhorn(std::vector<double> logits, int64_t n, double eps, int64_t iters) {
+  for (int64_t r = 0; r < n; ++r) {
+    double top = -1e300, sum = 0;
+    for (int64_t c = 0; c < n; ++c) top = std::max(top, logits[r * n + c]);
+    for (int64_t c = 0; c < n; ++c) sum += std::exp(logits[r * n + c] - top);
+    for (int64_t c = 0; c < n; ++c) logits[r * n + c] = std::exp(logits[r * n + c] - top) / sum + eps;
   }
+  auto normalize = [&](bool rows) {
+    for (int64_t a = 0; a < n; ++a) {
+      double sum = 0;
+      for (int64_t b = 0; b < n; ++b) sum += rows ? logits[a * n + b] : logits[b * n + a];
+      for (int64_t b = 0; b < n; ++b) (rows ? logits[a * n + b] : logits[b * n + a]) /= sum + eps;
+    }
+  };
+  normalize(false);
+  for (int64_t i = 0; i + 1 < iters; ++i) {
+    normalize(true);
+    normalize(false);
+  }
+  return logits;
+}
+
+TEST(HyperConnectionsTest, SinkhornMixingMatchesTheFormulas) {
+  ops::HyperConnectionDims d = Dims();
+  d.streams = 4;
+  d.mix_streams = true;
+  d.post_gate_eps = false;
+  d.post_magnitude = 2.0f;
+  d.sinkhorn_iters = 20;
+  d.gate_eps = 1e-6f;
+  const int64_t tokens = 3, n = d.streams, rows = d.gate_rows();
+  ASSERT_EQ(rows, 2 * n + n * n);
+  ops::HyperConnectionWeights w;
+  w.fn = Random(rows * d.flat(), 11, 0.5f);
+  w.base = Random(rows, 12, 0.5f);
+  w.scale = {1.1f, 0.9f, 1.3f};
+  const std::vector<float> streams = Random(tokens * d.flat(), 13);
+  const ops::HyperGates g = ops::ComputeHyperGates(d, w, streams.data(), tokens);
+  ASSERT_EQ(g.comb.size(), static_cast<size_t>(tokens * n * n));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<double> m = ScalarMixes(d, w.fn, rows, &streams[t * d.flat()]);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(g.pre[t * n + i], Sigmoid(m[i] * 1.1 + w.base[i]) + 1e-6, 1e-5);
+      EXPECT_NEAR(g.post[t * n + i], 2.0 * Sigmoid(m[n + i] * 0.9 + w.base[n + i]), 1e-5);
+    }
+    std::vector<double> logits(n * n);
+    for (int64_t i = 0; i < n * n; ++i) logits[i] = m[2 * n + i] * 1.3 + w.base[2 * n + i];
+    const std::vector<double> comb = ScalarSinkhorn(logits, n, 1e-6, 20);
+    for (int64_t i = 0; i < n * n; ++i) EXPECT_NEAR(g.comb[t * n * n + i], comb[i], 1e-5) << i;
+    for (int64_t a = 0; a < n; ++a) {
+      double row = 0, column = 0;
+      for (int64_t b = 0; b < n; ++b) {
+        row += g.comb[t * n * n + a * n + b];
+        column += g.comb[t * n * n + b * n + a];
+      }
+      EXPECT_NEAR(row, 1.0, 1e-3);
+      EXPECT_NEAR(column, 1.0, 1e-4);
+    }
+  }
+  // One Sinkhorn iteration: only the first column normalisation, so rows need not sum to 1.
+  d.sinkhorn_iters = 1;
+  std::vector<float> one = {0.0f, 1.0f, 2.0f, 3.0f, 3.0f, 0.0f, 1.0f, 2.0f,
+                            2.0f, 3.0f, 0.0f, 1.0f, 0.5f, 0.5f, 0.5f, 0.5f};
+  std::vector<double> expect = ScalarSinkhorn(std::vector<double>(one.begin(), one.end()), n, 1e-6, 1);
+  ops::SinkhornNormalize(d, one.data());
+  for (int64_t i = 0; i < n * n; ++i) EXPECT_NEAR(one[i], expect[i], 1e-6);
+}
+
+TEST(HyperConnectionsTest, MeanCollapseAveragesTheStreams) {
+  ops::HyperConnectionDims d = Dims();
+  const int64_t tokens = 2;
+  const std::vector<float> streams = Random(tokens * d.flat(), 21);
+  std::vector<float> x(tokens * d.hidden);
+  ops::MeanCollapseStreams(d, streams.data(), tokens, x.data());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t c = 0; c < d.hidden; ++c) {
+      double sum = 0;
+      for (int64_t i = 0; i < d.streams; ++i) sum += streams[t * d.flat() + i * d.hidden + c];
+      EXPECT_NEAR(x[t * d.hidden + c], sum / d.streams, 1e-6);
+    }
 }
 
 // out [H, dv] of softmax over [q.k * scale for each position, sinks[h]] with the sink's value 0,

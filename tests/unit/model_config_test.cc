@@ -331,10 +331,10 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
   Json j = TinyV3();
   j["model_type"] = "llama";
   EXPECT_CONFIG_ERROR(
-      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear)");
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text)");
   j.erase("model_type");
-  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {

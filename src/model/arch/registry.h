@@ -36,6 +36,8 @@ struct ArchDefaults {
   std::optional<int64_t> bos, eos;
   // v_head_dim may be omitted, meaning hidden_size / num_attention_heads (MiniCPM3).
   bool v_head_dim_from_heads = false;
+  // qk_rope_head_dim may be 0: no rotary part anywhere (GLM-5-Next's MLA is all NoPE).
+  bool rope_dims_may_be_zero = false;
 };
 
 struct Arch {

@@ -1,0 +1,100 @@
+#include "model/kpool_indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/dump.h"
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+#include "kernels/linear.h"
+#include "model/cache_rows.h"
+#include "ops/kpool.h"
+#include "threads/thread_pool.h"
+
+namespace latent::model {
+
+void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, int index_row,
+                     const ForwardBatch& batch, const float* x, int64_t hidden, const float* q_resid,
+                     DsaSelection& selection) {
+  const auto& k = kernels::BestKernels();
+  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t di = d.head_dim;
+  ops::KPoolDims pd;
+  pd.head_dim = di;
+  pd.pool = d.kpool;
+  pd.topk_pools = d.topk / d.kpool;
+  LATENT_CHECK(q_resid != nullptr && pd.topk_pools > 0 && static_cast<int64_t>(w.kpool_ape.size()) == pd.pool * di);
+  selection.assign(tokens, {});
+
+  // Packed rows [T, 2 d_i]: LayerNorm(wk x) | kpool_gate x; cached.
+  std::vector<float> keys(tokens * di), gates(tokens * di), packed(tokens * pd.packed());
+  kernels::Linear(x, tokens, w.wk, keys.data());
+  k.layer_norm(keys.data(), tokens, di, w.k_norm.data, w.k_norm_bias.data, w.k_norm.dtype, d.k_norm_eps,
+               keys.data());
+  kernels::Linear(x, tokens, w.kpool_gate, gates.data());
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy(&keys[t * di], &keys[(t + 1) * di], &packed[t * pd.packed()]);
+    std::copy(&gates[t * di], &gates[(t + 1) * di], &packed[t * pd.packed() + di]);
+    batch.rows->WriteRow(batch.BlockTable(batch.seq_slots[t]), layer, index_row, batch.positions[t],
+                         &packed[t * pd.packed()]);
+  }
+  dump::Tensor("index_k", layer, packed.data(), tokens, pd.packed());
+  // Queries [T, n_h, d_i] from the query latent (no rope); head weights [T, n_h] in f32.
+  std::vector<float> queries(tokens * d.heads * di), head_weights(tokens * d.heads);
+  kernels::Linear(q_resid, tokens, w.wq_b, queries.data());
+  kernels::Linear(x, tokens, kernels::WeightRef{w.weights_proj.data(), DType::kF32, d.heads, hidden},
+                  head_weights.data());
+  const float head_scale = 1.0f / std::sqrt(static_cast<float>(d.heads));
+  for (float& v : head_weights) v *= head_scale;
+  const float score_scale = 1.0f / std::sqrt(static_cast<float>(di));
+
+  for (int64_t s = 0; s < batch.num_sequences(); ++s) {
+    std::vector<int64_t> selecting;  // batch rows of this sequence with more pools than kept
+    int64_t pools = 0;               // complete pools any of them sees
+    for (int64_t t = batch.seq_starts[s]; t < batch.seq_starts[s + 1]; ++t) {
+      const int64_t eligible = (batch.positions[t] + 1) / pd.pool;
+      if (eligible <= pd.topk_pools) continue;
+      selecting.push_back(t);
+      pools = std::max(pools, eligible);
+    }
+    if (selecting.empty()) continue;
+    // The pools' keys [pools, d_i] from the cached packed rows of their tokens.
+    std::vector<float> rows(pools * pd.pool * pd.packed()), pool_keys(pools * di);
+    batch.rows->GatherRows(batch.BlockTable(s), layer, index_row, pools * pd.pool, rows.data());
+    ops::KPoolKeys(pd, rows.data(), pools, w.kpool_ape.data(), pool_keys.data());
+    threads::ParallelFor(static_cast<int64_t>(selecting.size()), 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> scores;
+      std::vector<int32_t> order;
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = selecting[i];
+        const int64_t position = batch.positions[t];
+        scores.resize((position + 1) / pd.pool);
+        kernels::IndexScoreArgs args;
+        args.q = &queries[t * d.heads * di];
+        args.w = &head_weights[t * d.heads];
+        args.heads = d.heads;
+        args.dim = di;
+        args.scale = score_scale;
+        args.keys = pool_keys.data();
+        args.n = static_cast<int64_t>(scores.size());
+        args.scores = scores.data();
+        k.index_scores(args);
+        ops::KPoolSelect(pd, scores, position, order, selection[t]);
+      }
+    });
+  }
+}
+
+cache::CacheRowSpec KPoolIndexRow(const ModelConfig& c, CacheDType dtype) {
+  cache::CacheRowSpec row = DsaIndexKeyRow(c, dtype);
+  const int64_t v = 2 * c.index_head_dim;
+  row.name = "dsa.kpool";
+  row.values = v;
+  row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * v
+                        : dtype == CacheDType::kBF16 ? 2 * v
+                                                     : v + 4 * ((v + 127) / 128);
+  return row;
+}
+
+}  // namespace latent::model

@@ -1,0 +1,23 @@
+// GLM-5-Next's KPool DSA indexer over a packed batch (the math is ops/kpool.h): writes each
+// token's packed row [LayerNorm(wk x) | kpool_gate x] (the layer's dsa.kpool row), then for every
+// token with more complete visible pools than it keeps, selects the tokens of its best pools
+// plus the incomplete tail pool. No rotary part (GLM-5-Next is all NoPE).
+#pragma once
+
+#include <cstdint>
+
+#include "model/cache_rows.h"
+#include "model/dsa_indexer.h"
+
+namespace latent::model {
+
+// As RunDsaIndexer (dsa_indexer.h) for dims.kpool > 0: x [T, D] after input_layernorm, q_resid
+// [T, Q] the query latent; `index_row` the layer's dsa.kpool row.
+void RunKPoolIndexer(const DsaDims& dims, const IndexerWeights& w, int64_t layer, int index_row,
+                     const ForwardBatch& batch, const float* x, int64_t hidden, const float* q_resid,
+                     DsaSelection& selection);
+
+// The cache row of a KPool indexer layer: "dsa.kpool", 2 * index_head_dim values per token.
+cache::CacheRowSpec KPoolIndexRow(const ModelConfig& config, CacheDType dtype);
+
+}  // namespace latent::model
