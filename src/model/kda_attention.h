@@ -13,7 +13,9 @@
 namespace latent::model {
 
 // The forget gate form of a family (kimi_linear's; bailing_hybrid and glm5_next add theirs).
-enum class KdaForgetGateKind : uint8_t { kKimi };
+//  kFullRank: bailing_hybrid's full-rank forget and output gates (KdaWeights::forget_full, g_full;
+//  safe or Kimi's form as forget_full says).
+enum class KdaForgetGateKind : uint8_t { kKimi, kFullRank };
 
 // x [T, D] (after input_layernorm) -> out [T, D], for layer `layer` whose state rows are the
 // first three of its CacheRows (kda.conv, kda.state, kda.block). `norm_eps`: the gated output

@@ -115,6 +115,9 @@ struct ModelConfig {
   int64_t linear_num_heads = 0;
   int64_t linear_head_dim = 0;
   int64_t linear_conv_kernel = 4;
+  // The KDA forget gate's lower bound when it is the safe (bounded) gate, g = b * sigmoid(...)
+  // (bailing_hybrid's kda_safe_gate, kda_lower_bound); nullopt: Kimi's softplus form.
+  std::optional<double> linear_gate_lower_bound;
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
