@@ -1,8 +1,9 @@
 """A.X-K1 (axk1), Mistral Small 4 (mistral4, as released: wrapped in a Mistral 3
 vision-language checkpoint), A.X-K2 (axk2: DSA, fused query/output gate, gated RMSNorms) and
 Mistral Large 4 (mistral_large4: NoPE and KV-sharing layers, shared indexers, in its wrapper),
-Hy4 (hy_v4: hyper-connection streams, attention sinks, output gate, shared indexers) and
-Kimi Linear (kimi_linear: KDA linear-attention layers with per-sequence state, NoPE MLA)
+Hy4 (hy_v4: hyper-connection streams, attention sinks, output gate, shared indexers),
+Kimi Linear (kimi_linear: KDA linear-attention layers with per-sequence state, NoPE MLA) and
+Ling 3 (bailing_hybrid: KDA layers with full-rank safe gates, MLA with a per-head output gate)
 served over the OpenAI API: a chat completion with the tokenizer's chat template, a greedy
 completion equal to `latent generate` on the same prompt ids, and the same completion streamed."""
 
@@ -20,7 +21,7 @@ MAX_TOKENS = 10
 
 @pytest.mark.parametrize("preset", ["axk1", "mistral4_vl", "axk2", "mistral_large4",
                                     "hy_v4",
-                                    "kimi_linear"])
+                                    "kimi_linear", "bailing_hybrid"])
 def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
     model = tiny_models.get(preset, "--tokenizer", str(TOKENIZER_DIR))
     srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS)

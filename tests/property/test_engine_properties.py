@@ -37,7 +37,7 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
                                         "longcat_flash", "axk2", "mistral_large4",
                                         "hy_v4",
-                                        "kimi_linear"])
+                                        "kimi_linear", "bailing_hybrid"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 
@@ -104,7 +104,8 @@ def test_preemption_loses_nothing(model_dir, workload, tmp_path):
 def is_hybrid(model_dir) -> bool:
     """A model with linear-attention layers (per-sequence state): latent refuses prefix-cache hits
     on it, since no block holds the state at the end of a hit."""
-    return "linear_attn_config" in json.loads((model_dir / "config.json").read_text())
+    config = json.loads((model_dir / "config.json").read_text())
+    return "linear_attn_config" in config or "linear_attention" in config.get("layer_types", [])
 
 
 def test_prefix_hits_equal_misses(model_dir, tmp_path):
