@@ -120,3 +120,24 @@ def test_info_rows_and_state_per_layer(case):
     assert "bailing_hybrid (model_type bailing_hybrid)" in text, text
     assert "layer 0: kda.state" in text and "bytes/sequence (state)" in text, text
     assert "layer 2: mla.latent" in text and "layer 5: mla.latent" in text, text
+
+
+# The other forms the class allows: a query LoRA (q_a_proj, q_a_layernorm, q_b_proj under
+# attention.), Kimi's unbounded softplus forget gate (kda_safe_gate false), and a layer pattern
+# from layer_group_size 2 (full attention at layers 1, 3, 5).
+VARIANT = {"q_lora_rank": 18, "kda_safe_gate": False, "layer_group_size": 2}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_variant_logits_match_transformers(tiny_models, form):
+    model_dir = tiny_models.get(PRESET, config=VARIANT)
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["q_lora_rank"] == 18 and config["kda_safe_gate"] is False
+    assert config["layer_types"] == ["linear_attention", "full_attention"] * 3
+    reference = load_reference(model_dir)
+    logits, _ = reference_logits_and_greedy(reference, [70], 5, 1)
+    ids, ref = logits[70]
+    ours = latent_logits(model_dir, ids, form)
+    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
+    err = np.abs(ours - ref).max()
+    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
