@@ -292,6 +292,7 @@ FAMILY_CLASSES: dict[str, tuple[str, str]] = {
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
     "dots3_note_text": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
     "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
+    "bailing_hybrid": ("BailingHybridConfig", "BailingHybridForCausalLM"),
 }
 # A.X-K1: V3 dims and router plus post_mlp_layernorm on sparse layers (no num_mtp_layers or
 # first_k_dense_replace fields: AXK1Config has mlp_layer_types).
@@ -670,6 +671,52 @@ PRESETS["glm5_next"] = {
         # A token this tiny model emits now and then, so that greedy runs stop at EOS early in
         # the engine property test's workload.
         "eos_token_id": 222,
+        "pad_token_id": None,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+# Ling 3 (bailing_hybrid): KDA layers with full-rank forget and output gates (safe gate, bound -5)
+# and gated MLA layers (per-head sigmoid gate), full attention at (l + 1) % 3 == 0 (layers 2 and
+# 5), dense first two layers, DeepSeek V3's sigmoid router over 2 groups. The KDA head (head_dim
+# 10) differs from qk_rope_head_dim (8): transformers saves head_dim as the rope dim and the KDA
+# head as linear_head_dim.
+PRESETS["bailing_hybrid"] = {
+    "arch": "bailing_hybrid",
+    "help": "Ling 3 style: 4 KDA layers (4 heads of 10, safe full-rank gates) + 2 MLA layers with "
+    "a per-head output gate, sigmoid router (8 experts in 2 groups, top 2, 1 shared), 2 dense layers",
+    "config": {
+        "vocab_size": 261,
+        "hidden_size": 54,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 66,
+        "moe_intermediate_size": 19,
+        "num_hidden_layers": 6,
+        "layer_group_size": 3,
+        "first_k_dense_replace": 2,
+        "q_lora_rank": None,
+        "kv_lora_rank": 22,
+        "qk_nope_head_dim": 14,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "head_dim": 10,
+        "short_conv_kernel_size": 4,
+        "kda_safe_gate": True,
+        "kda_lower_bound": -5.0,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "n_group": 2,
+        "topk_group": 1,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 2.5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
+        "bos_token_id": 0,
+        # A token this tiny model emits now and then (in 11 of 50 random 10-token greedy runs,
+        # never first), so that greedy runs stop at EOS early in the engine property workload.
+        "eos_token_id": 81,
         "pad_token_id": None,
         "tie_word_embeddings": False,
     },
@@ -1073,6 +1120,10 @@ GAIN_BY_SUFFIX = {
     "indexer.index_kpool_compress_gate": 3.0,
     "indexer.index_kpool_compress_ape": 2.0,
     "lm_head.weight": 2.5,
+    # bailing_hybrid: a KDA forget gate that spans its range (decays from 1 down to exp(-5)) and
+    # output gates (KDA per channel, MLA per head) that visibly vary.
+    "forget_gate.f_proj.weight": 2.0,
+    "self_attn.g_proj.weight": 1.5,
 }
 EMBED_STD = 1.0
 # Tied LM head (youtu, minicpm3): with the embedding at full size the residual stream stays close

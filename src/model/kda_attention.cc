@@ -30,6 +30,10 @@ void KdaAttentionForward(const ops::KdaDims& dims, const ops::KdaWeights& w, Kda
   switch (gate) {
     case KdaForgetGateKind::kKimi: ops::KimiForgetGate(dims, w.forget, x, T, g.data()); break;
     case KdaForgetGateKind::kGlm5Next: ops::Glm5NextForgetGate(dims, w.forget, x, T, g.data()); break;
+    case KdaForgetGateKind::kFullRank:
+      LATENT_CHECK(w.forget_full && w.g_full);
+      ops::FullRankForgetGate(dims, *w.forget_full, x, T, g.data());
+      break;
   }
   kernels::Linear(x, T, w.b, beta.data());
   for (float& b : beta) b = 1.0f / (1.0f + std::exp(-b));
@@ -67,9 +71,14 @@ void KdaAttentionForward(const ops::KdaDims& dims, const ops::KdaWeights& w, Kda
                     position, state, block, &core[first * c]);
   }
   // The output gate and norm, then o_proj.
-  std::vector<float> low(T * d), gate_values(T * c), normed(T * c);
-  kernels::Linear(x, T, w.g_a, low.data());
-  kernels::Linear(low.data(), T, w.g_b, gate_values.data());
+  std::vector<float> gate_values(T * c), normed(T * c);
+  if (gate == KdaForgetGateKind::kFullRank) {
+    kernels::Linear(x, T, *w.g_full, gate_values.data());
+  } else {
+    std::vector<float> low(T * d);
+    kernels::Linear(x, T, w.g_a, low.data());
+    kernels::Linear(low.data(), T, w.g_b, gate_values.data());
+  }
   ops::KdaGatedNorm(dims, core.data(), gate_values.data(), T, w.o_norm, norm_eps, normed.data());
   kernels::Linear(normed.data(), T, w.o, out);
   dump::Tensor("attn_out", layer, out, T, hidden);

@@ -13,10 +13,10 @@
 namespace latent::model {
 
 // The forget gate form of a family (kimi_linear's; bailing_hybrid and glm5_next add theirs).
-enum class KdaForgetGateKind : uint8_t {
-  kKimi,
-  kGlm5Next,  // bounded: dims.gate_lower_bound * sigmoid(...)
-};
+//  kGlm5Next: bounded, dims.gate_lower_bound * sigmoid(...) over the low-rank f_b(f_a(x)).
+//  kFullRank: bailing_hybrid's full-rank forget and output gates (KdaWeights::forget_full, g_full;
+//  safe or Kimi's form as forget_full says).
+enum class KdaForgetGateKind : uint8_t { kKimi, kGlm5Next, kFullRank };
 
 // x [T, D] (after input_layernorm) -> out [T, D], for layer `layer` whose state rows are the
 // first three of its CacheRows (kda.conv, kda.state, kda.block). `norm_eps`: the gated output

@@ -126,6 +126,10 @@ struct ModelConfig {
   int64_t linear_num_heads = 0;
   int64_t linear_head_dim = 0;
   int64_t linear_conv_kernel = 4;
+  // The KDA forget gate's lower bound when it is the safe (bounded) gate, g = b * sigmoid(...)
+  // (bailing_hybrid's kda_safe_gate + kda_lower_bound, glm5_next's linear_lower_bound);
+  // nullopt: Kimi's -exp(A_log) * softplus(f + dt_bias).
+  std::optional<double> linear_gate_lower_bound;
   // logits = cap * tanh(logits / cap) after the LM head; 0: none.
   double final_logit_softcapping = 0.0;
 
@@ -153,9 +157,6 @@ struct ModelConfig {
   int64_t hc_sinkhorn_iters = 0;
   // GLM-5-Next's KPool indexer: pools of index_kpool tokens (ops/kpool.h); 0: token-wise.
   int64_t index_kpool = 0;
-  // GLM-5-Next's KDA forget gate: lower_bound * sigmoid(exp(A_log) * (f + dt_bias)); 0: Kimi's
-  // -exp(A_log) * softplus(f + dt_bias).
-  double linear_gate_lower_bound = 0.0;
   // Hy4's DSA indexer rotates the last qk_rope_head_dim dims of its heads (else the first) and
   // normalises its keys with eps rms_norm_eps (else 1e-6).
   bool index_rope_last = false;

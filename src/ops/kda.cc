@@ -60,6 +60,28 @@ void Glm5NextForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, cons
   }
 }
 
+void FullRankForgetGate(const KdaDims& dims, const KdaFullRankGateWeights& w, const float* x,
+                        int64_t rows, float* g) {
+  const int64_t c = dims.channels(), d = dims.head_dim;
+  LATENT_CHECK(static_cast<int64_t>(w.dt_bias.size()) == c &&
+               static_cast<int64_t>(w.a_log.size()) == dims.heads);
+  kernels::Linear(x, rows, w.f, g);  // [rows, C] logits
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < dims.heads; ++h) {
+      const float rate = std::exp(w.a_log[h]);
+      for (int64_t i = 0; i < d; ++i) {
+        float& v = g[r * c + h * d + i];
+        const float z = v + w.dt_bias[h * d + i];
+        if (w.safe_lower_bound) {
+          v = *w.safe_lower_bound * Sigmoid(rate * z);
+        } else {
+          v = -rate * (z > 20.0f ? z : std::log1p(std::exp(z)));  // torch's softplus (threshold 20)
+        }
+      }
+    }
+  }
+}
+
 void KdaShortConv(const KdaDims& dims, const KdaWeights& w, const float* x, int64_t n,
                   float* conv_state, float* out) {
   const int64_t c = dims.channels(), width = 3 * c, taps = dims.conv_kernel, past = taps - 1;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/weight_ref.h"
@@ -51,6 +52,17 @@ struct KdaForgetGateWeights {
   std::vector<float> a_log;     // [H]
 };
 
+// bailing_hybrid's forget gate, full rank: z = f(x) + dt_bias per channel, then
+//   with a lower bound b (kda_safe_gate): g = b * sigmoid(exp(A_log_h) * z), so every decay
+//   exp(g) stays in [exp(b), 1];
+//   without: Kimi's form g = -exp(A_log_h) * softplus(z).
+struct KdaFullRankGateWeights {
+  kernels::WeightRef f;                   // [C, D]
+  std::vector<float> dt_bias;             // [C]
+  std::vector<float> a_log;               // [H]
+  std::optional<float> safe_lower_bound;  // set: the safe (bounded) gate
+};
+
 struct KdaWeights {
   kernels::WeightRef q, k, v;                    // [C, D] each
   std::vector<float> q_conv, k_conv, v_conv;     // [C, K] each (depthwise, no bias)
@@ -59,6 +71,9 @@ struct KdaWeights {
   kernels::WeightRef g_a, g_b;                   // [dk, D], [C, dk]: the output gate
   NormWeight o_norm;                             // [dv]
   kernels::WeightRef o;                          // [D, C]
+  // bailing_hybrid: full-rank forget and output gates in place of `forget` and g_a / g_b.
+  std::optional<KdaFullRankGateWeights> forget_full;
+  std::optional<kernels::WeightRef> g_full;      // [C, D]: output gate logits g_full x
 };
 
 // g [rows, C] = Kimi's forget gate of x [rows, D].
@@ -68,6 +83,10 @@ void KimiForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const fl
 // g [rows, C] = GLM-5-Next's forget gate of x [rows, D]:
 // dims.gate_lower_bound * sigmoid(exp(A_log_h) * (f_b(f_a(x)) + dt_bias)), per channel.
 void Glm5NextForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x,
+                        int64_t rows, float* g);
+
+// g [rows, C] = bailing_hybrid's full-rank forget gate of x [rows, D] (safe or Kimi's form).
+void FullRankForgetGate(const KdaDims& dims, const KdaFullRankGateWeights& w, const float* x,
                         int64_t rows, float* g);
 
 // Causal depthwise convolution + SiLU of one sequence's rows x [n, 3C] (q|k|v) -> out [n, 3C],

@@ -3,6 +3,7 @@ vision-language checkpoint), A.X-K2 (axk2: DSA, fused query/output gate, gated R
 Mistral Large 4 (mistral_large4: NoPE and KV-sharing layers, shared indexers, in its wrapper),
 Hy4 (hy_v4: hyper-connection streams, attention sinks, output gate, shared indexers),
 Kimi Linear (kimi_linear: KDA linear-attention layers with per-sequence state, NoPE MLA),
+Ling 3 (bailing_hybrid: KDA layers with full-rank safe gates, MLA with a per-head output gate),
 dots3-note (dots3_note: DSA and sliding-window layers of two MLA shapes) and
 GLM-5-Next (glm5_next: KDA and NoPE DSA-MLA layers, mHC streams, KPool indexer, in its wrapper)
 served over the OpenAI API: a chat completion with the tokenizer's chat template, a greedy
@@ -22,7 +23,7 @@ MAX_TOKENS = 10
 
 @pytest.mark.parametrize("preset", ["axk1", "mistral4_vl", "axk2", "mistral_large4",
                                     "hy_v4",
-                                    "kimi_linear", "dots3_note", "glm5_next"])
+                                    "kimi_linear", "dots3_note", "glm5_next", "bailing_hybrid"])
 def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
     model = tiny_models.get(preset, "--tokenizer", str(TOKENIZER_DIR))
     srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS)

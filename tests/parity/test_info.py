@@ -72,7 +72,7 @@ def test_text_output_names_the_essentials(tiny_models):
 
 
 @pytest.mark.parametrize("mutation,message", [
-    (lambda c: c.update(model_type="llama"), "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text)"),
+    (lambda c: c.update(model_type="llama"), "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, bailing_hybrid, glm5_next_text)"),
     (lambda c: c.pop("kv_lora_rank"), "missing required field 'kv_lora_rank'"),
     (lambda c: c.update(num_experts_per_tok=99), "num_experts_per_tok (99) exceeds n_routed_experts"),
     (lambda c: c.update(hidden_size=62), "has shape"),

@@ -43,7 +43,7 @@ def eos_ids(model_dir) -> set[int]:
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
                                         "longcat_flash", "axk2", "mistral_large4",
                                         "hy_v4",
-                                        "kimi_linear", "dots3_note", "glm5_next"])
+                                        "kimi_linear", "dots3_note", "glm5_next", "bailing_hybrid"])
 def model_dir(tiny_models, request):
     return tiny_models.get(request.param)
 

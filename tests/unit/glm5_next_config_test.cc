@@ -61,7 +61,7 @@ TEST(Glm5NextConfigTest, Defaults) {
   // Only the MLA layers run an indexer.
   EXPECT_EQ(c.indexer_layers, (std::vector<bool>{false, false, false, true, false, false, false, true}));
   EXPECT_EQ(c.index_kpool, 16);
-  EXPECT_DOUBLE_EQ(c.linear_gate_lower_bound, -5.0);
+  EXPECT_DOUBLE_EQ(c.linear_gate_lower_bound.value_or(0.0), -5.0);
   EXPECT_EQ(c.linear_conv_kernel, 4);
   EXPECT_EQ(c.hc_mult, 4);
   EXPECT_EQ(c.hc_sinkhorn_iters, 20);
@@ -89,12 +89,12 @@ TEST(Glm5NextConfigTest, StatedFieldsAndTheWrapper) {
   EXPECT_EQ(c.linear_head_dim, 12);
   EXPECT_EQ(c.linear_num_heads, 3);
   EXPECT_EQ(c.linear_conv_kernel, 3);
-  EXPECT_DOUBLE_EQ(c.linear_gate_lower_bound, -3.0);
+  EXPECT_DOUBLE_EQ(c.linear_gate_lower_bound.value_or(0.0), -3.0);
   EXPECT_EQ(c.hc_sinkhorn_iters, 5);
   // A null bound: Kimi's unbounded softplus gate.
   text = TinyText();
   text["linear_lower_bound"] = nullptr;
-  EXPECT_DOUBLE_EQ(Parse(text).linear_gate_lower_bound, 0.0);
+  EXPECT_FALSE(Parse(text).linear_gate_lower_bound.has_value());
 }
 
 TEST(Glm5NextConfigTest, Refusals) {

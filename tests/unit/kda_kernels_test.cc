@@ -1,10 +1,12 @@
 // The KDA kernels against each other: the chunked prefill kernel equals the token-by-token
 // recurrence (to f32 rounding), and gives bit-identical outputs however a sequence's tokens are
 // split across calls (chunked prefill, decode), which the engine's batching invariance needs.
+// Also the forget gate forms the families add (bailing_hybrid's full-rank safe gate).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -19,7 +21,8 @@ struct Inputs {
   std::vector<float> qkv, g, beta;  // qkv [n, 3C], g [n, C], beta [n, H]
 };
 
-Inputs MakeInputs(int64_t heads, int64_t d, int64_t n, uint32_t seed) {
+// Log-decays g in [-max_decay, 0] (skewed towards 0); bailing_hybrid's safe gate reaches -5.
+Inputs MakeInputs(int64_t heads, int64_t d, int64_t n, uint32_t seed, float max_decay = 0.3f) {
   Inputs in{{heads, d, 4}, n, {}, {}, {}};
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal;
@@ -28,7 +31,7 @@ Inputs MakeInputs(int64_t heads, int64_t d, int64_t n, uint32_t seed) {
   in.qkv.resize(n * 3 * c);
   for (float& x : in.qkv) x = normal(gen);
   in.g.resize(n * c);
-  for (float& x : in.g) x = -0.3f * unit(gen) * unit(gen);  // decays from 1 down to exp(-0.3)
+  for (float& x : in.g) x = -max_decay * unit(gen) * unit(gen);  // decays from 1 to exp(-max)
   in.beta.resize(n * heads);
   for (float& x : in.beta) x = unit(gen);
   // q and k of each token normalised in place (the kernels take prepared q, k).
@@ -90,6 +93,57 @@ TEST(KdaKernelsTest, ChunkedEqualsTheRecurrence) {
         state_err = std::max(state_err, std::abs(s_ref[i] - s_chunk[i]));
       }
       EXPECT_LE(state_err, 1e-5f * state_max) << n << " tokens";
+    }
+  }
+}
+
+// The safe gate's decays reach exp(-5) per token, so a chunk's cumulative decay underflows f32
+// (exp(-320)); the chunked form must still equal the recurrence, as transformers' does.
+TEST(KdaKernelsTest, ChunkedEqualsTheRecurrenceUnderStrongDecays) {
+  for (int64_t n : {7, 64, 200}) {
+    const Inputs in = MakeInputs(2, 12, n, static_cast<uint32_t>(n) + 5, 5.0f);
+    std::vector<float> s_ref, s_chunk;
+    const std::vector<float> ref = Recurrent(in, s_ref);
+    const std::vector<float> got = Chunked(in, 0, s_chunk);
+    float max_ref = 0, err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << n << " tokens, value " << i;
+      max_ref = std::max(max_ref, std::abs(ref[i]));
+      err = std::max(err, std::abs(ref[i] - got[i]));
+    }
+    EXPECT_LE(err, 1e-5f * max_ref) << n << " tokens";
+  }
+}
+
+// bailing_hybrid's full-rank forget gate against its formula: z = f x + dt_bias, then
+// b * sigmoid(exp(A_log_h) z) (safe, within [b, 0]) or -exp(A_log_h) softplus(z).
+TEST(KdaKernelsTest, FullRankForgetGateForms) {
+  const KdaDims dims{2, 3, 4};
+  const int64_t c = dims.channels(), D = 5, rows = 4;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> f(c * D), x(rows * D);
+  for (float& v : f) v = 2.0f * normal(gen);
+  for (float& v : x) v = normal(gen);
+  KdaFullRankGateWeights w;
+  w.f = kernels::WeightRef{f.data(), DType::kF32, c, D};
+  w.dt_bias = {-4.0f, -2.0f, 0.5f, 1.0f, -6.0f, 30.0f};  // 30: softplus's linear branch
+  w.a_log = {std::log(2.0f), std::log(9.0f)};
+  for (const std::optional<float> bound : {std::optional<float>(-5.0f), std::optional<float>()}) {
+    w.safe_lower_bound = bound;
+    std::vector<float> g(rows * c);
+    FullRankForgetGate(dims, w, x.data(), rows, g.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double z = w.dt_bias[ch];
+        for (int64_t i = 0; i < D; ++i) z += static_cast<double>(f[ch * D + i]) * x[r * D + i];
+        const double rate = std::exp(static_cast<double>(w.a_log[ch / dims.head_dim]));
+        const double want = bound ? *bound / (1.0 + std::exp(-rate * z))
+                                  : -rate * (z > 20 ? z : std::log1p(std::exp(z)));
+        EXPECT_NEAR(g[r * c + ch], want, 1e-5 * std::max(1.0, std::abs(want)))
+            << (bound ? "safe" : "softplus") << " row " << r << " channel " << ch;
+        if (bound) EXPECT_TRUE(g[r * c + ch] >= *bound && g[r * c + ch] <= 0.0f);
+      }
     }
   }
 }

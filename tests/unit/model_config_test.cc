@@ -331,10 +331,10 @@ TEST(ModelConfigTest, RejectsBadJsonAndModelTypes) {
   Json j = TinyV3();
   j["model_type"] = "llama";
   EXPECT_CONFIG_ERROR(
-      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text)");
+      j, "unsupported model_type 'llama' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, bailing_hybrid, glm5_next_text)");
   j.erase("model_type");
-  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text)");
-  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, glm5_next_text");
+  EXPECT_CONFIG_ERROR(j, "missing 'model_type' (supported: deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, bailing_hybrid, glm5_next_text)");
+  EXPECT_EQ(SupportedModelTypes(), "deepseek_v2, deepseek_v3, kimi_k2, deepseek_v32, glm_moe_dsa, youtu, glm4_moe_lite, axk1, mistral4, minicpm3, longcat_flash, axk2, hy_v4, mistral_large4_text, dots3_note_text, kimi_linear, bailing_hybrid, glm5_next_text");
 }
 
 TEST(ModelConfigTest, RejectsMissingOrBadDimensions) {
@@ -607,6 +607,99 @@ TEST(ModelConfigTest, RejectsContradictoryLongcatFlashConfigs) {
   j = Json::parse(kLongcatFlash);
   j["zero_expert_num"] = nullptr;  // `zero_expert_num or 0`
   EXPECT_EQ(Parse(j.dump()).zero_expert_num, 0);
+}
+
+// A Ling 3 (bailing_hybrid) config.json under the hub's key names, written from transformers'
+// BailingHybridConfig defaults (the Ling-3.0-Flash dims): head_dim is the KDA head here.
+constexpr const char* kBailingHybrid = R"({
+  "architectures": ["BailingHybridForCausalLM"], "model_type": "bailing_hybrid",
+  "vocab_size": 157184, "hidden_size": 2560, "intermediate_size": 6144,
+  "moe_intermediate_size": 768, "num_hidden_layers": 42, "num_attention_heads": 32,
+  "num_key_value_heads": 32, "num_experts": 512, "num_experts_per_token": 8,
+  "num_shared_experts": 1, "num_expert_group": 8, "topk_group": 4, "moe_renormalize": true,
+  "routed_scaling_factor": 2.5, "first_k_dense_replace": 2, "kv_lora_rank": 512,
+  "q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+  "head_dim": 128, "short_conv_kernel_size": 4, "layer_group_size": 6, "kda_safe_gate": true,
+  "kda_lower_bound": -5.0, "model_max_length": 262144, "rms_norm_eps": 1e-06,
+  "num_nextn_predict_layers": 1, "eos_token_id": 156895, "pad_token_id": 156892,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"
+})";
+
+TEST(ModelConfigTest, ParsesBailingHybridNamesAndDefaults) {
+  const ModelConfig c = Parse(kBailingHybrid);
+  EXPECT_EQ(c.architecture, "bailing_hybrid");
+  EXPECT_EQ(c.n_routed_experts, 512);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.topk_method, TopkMethod::kNoauxTc);
+  EXPECT_EQ(c.scoring_func, ScoringFunc::kSigmoid);
+  EXPECT_EQ(c.max_position_embeddings, 262144);
+  EXPECT_FALSE(c.q_lora_rank.has_value());
+  EXPECT_DOUBLE_EQ(c.rope.theta, 6e6);  // the class default
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.linear_head_dim, 128);
+  EXPECT_EQ(c.linear_num_heads, 32);
+  EXPECT_EQ(c.linear_conv_kernel, 4);
+  ASSERT_TRUE(c.linear_gate_lower_bound.has_value());
+  EXPECT_DOUBLE_EQ(*c.linear_gate_lower_bound, -5.0);
+  for (int64_t l = 0; l < 42; ++l) {
+    EXPECT_EQ(c.IsLinearAttentionLayer(l), (l + 1) % 6 != 0) << "layer " << l;
+    EXPECT_EQ(c.IsMoeLayer(l), l >= 2) << "layer " << l;
+  }
+  EXPECT_FALSE(c.bos_token_id.has_value());
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{156895});
+}
+
+TEST(ModelConfigTest, BailingHybridReadsTransformersOwnConfigJson) {
+  // save_pretrained writes head_dim = qk_rope_head_dim and the KDA dims as linear_*, which win.
+  Json j = Json::parse(kBailingHybrid);
+  j["head_dim"] = 64;
+  j["linear_head_dim"] = 96;
+  j["linear_num_heads"] = 16;
+  j["linear_conv_kernel_dim"] = 3;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  j["layer_types"] = Json::array();
+  for (int l = 0; l < 42; ++l) j["layer_types"].push_back(l % 2 ? "full_attention" : "linear_attention");
+  j["mlp_layer_types"] = Json::array();
+  for (int l = 0; l < 42; ++l) j["mlp_layer_types"].push_back(l == 5 ? "dense" : "sparse");
+  j["kda_safe_gate"] = false;
+  const ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.linear_head_dim, 96);
+  EXPECT_EQ(c.linear_num_heads, 16);
+  EXPECT_EQ(c.linear_conv_kernel, 3);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_FALSE(c.linear_gate_lower_bound.has_value());  // Kimi's softplus form
+  for (int64_t l = 0; l < 42; ++l) {
+    EXPECT_EQ(c.IsLinearAttentionLayer(l), l % 2 == 0) << "layer " << l;
+    EXPECT_EQ(c.IsMoeLayer(l), l != 5) << "layer " << l;
+  }
+}
+
+TEST(ModelConfigTest, RejectsBadBailingHybridConfigs) {
+  Json j = Json::parse(kBailingHybrid);
+  j.erase("num_experts");
+  EXPECT_CONFIG_ERROR(j, "bailing_hybrid needs 'num_experts'");
+  j = Json::parse(kBailingHybrid);
+  j["num_local_experts"] = 256;
+  EXPECT_CONFIG_ERROR(j, "'num_local_experts' (256) and 'n_routed_experts' (512) disagree");
+  j = Json::parse(kBailingHybrid);
+  j["kda_lower_bound"] = 0.0;
+  EXPECT_CONFIG_ERROR(j, "'kda_lower_bound' must be negative");
+  j = Json::parse(kBailingHybrid);
+  j["layer_group_size"] = 0;
+  EXPECT_CONFIG_ERROR(j, "'layer_group_size' must be positive");
+  j = Json::parse(kBailingHybrid);
+  j["layer_types"] = Json::array({"linear_attention", "mamba"});
+  EXPECT_CONFIG_ERROR(j, "'layer_types' must list one entry per layer (42)");
+  j["layer_types"] = Json::array();
+  for (int l = 0; l < 42; ++l) j["layer_types"].push_back(l ? "linear_attention" : "sliding");
+  EXPECT_CONFIG_ERROR(j, "'layer_types' entries must be \"full_attention\" or \"linear_attention\"");
+  j = Json::parse(kBailingHybrid);
+  j["short_conv_kernel_size"] = 1;
+  EXPECT_CONFIG_ERROR(j, "a kernel of at least 2 taps");
 }
 
 }  // namespace

@@ -104,7 +104,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   if (lower_bound && !(*lower_bound < 0)) {
     Fail(source, ": 'linear_lower_bound' must be negative (the forget gate's log-decay floor), got ", *lower_bound);
   }
-  config.linear_gate_lower_bound = lower_bound.value_or(0.0);
+  config.linear_gate_lower_bound = lower_bound;
   config.linear_attention_layers = ParseLayerTypes(top, layers);
   // DSA on the MLA layers, KPool pools.
   ParseDsaIndexer(top, config, /*default_heads=*/32, /*query_latent=*/true);
@@ -270,8 +270,8 @@ class Glm5Next final : public DeepseekModel {
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options),
         hc_(HyperDims(this->config())),
         kda_dims_{this->config().linear_num_heads, this->config().linear_head_dim,
-                  this->config().linear_conv_kernel, static_cast<float>(this->config().linear_gate_lower_bound)},
-        gate_(this->config().linear_gate_lower_bound < 0 ? KdaForgetGateKind::kGlm5Next
+                  this->config().linear_conv_kernel, static_cast<float>(this->config().linear_gate_lower_bound.value_or(0.0))},
+        gate_(this->config().linear_gate_lower_bound ? KdaForgetGateKind::kGlm5Next
                                                          : KdaForgetGateKind::kKimi) {}
 
   void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
