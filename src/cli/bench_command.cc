@@ -133,7 +133,7 @@ Runner RegisterBench(CLI::App& app) {
     uint64_t seed = 0;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
-    std::string quantize = "none";
+    LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
@@ -153,16 +153,17 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--attention", opt->attention,
                   "MLA form: auto (absorbed for decode, expanded for long prefill chunks), absorbed "
                   "or expanded");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     opt->engine.attention = generate::ParseAttentionForm(opt->attention);
-    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
+    const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     opt->engine.prefix_caching = !opt->no_prefix_cache;
     std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;
+    const model::Precision precision = m->precision();
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
 
@@ -176,6 +177,7 @@ Runner RegisterBench(CLI::App& app) {
                         {"prefix_cache", opt->engine.prefix_caching},
                         {"attention", opt->attention},
                         {"quantize", model::WeightQuantizationName(load.quantize)},
+                        {"precision", model::PrecisionName(precision)},
                         {"threads", threads::NumThreads()},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",

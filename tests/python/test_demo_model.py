@@ -53,8 +53,9 @@ def test_held_out_perplexity_matches_transformers(held_out_ids, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "logits.f32"
+    # --precision f32: transformers' f32 forward (the bf16 weights' default is bf16 compute).
     meta = json.loads(run_latent("logits", "--model", str(DEMO), "--ids", ",".join(map(str, held_out_ids)),
-                                 "--f32-out", str(out)).stdout)
+                                 "--f32-out", str(out), "--precision", "f32").stdout)
     ours = np.fromfile(out, dtype="<f4").reshape(meta["tokens"], meta["vocab"])
     model = AutoModelForCausalLM.from_pretrained(DEMO, dtype=torch.float32, experts_implementation="eager").eval()
     with torch.no_grad():
