@@ -7,7 +7,7 @@
 //
 // Batch invariance: every kernel computes each output row of a token the same way whatever else
 // is in the call (m, the other rows, the thread count), so a token's result never depends on its
-// batch. The fast kernels use their own fixed f32 summation order, not the reference's. The one
+// batch; bf16 compute (WeightRef::bf16_activations) only rounds each input element first. The fast kernels use their own fixed f32 summation order, not the reference's. The one
 // exception is the opt-in oneDNN GEMM (OnednnKernels, LATENT_GEMM=onednn): oneDNN's summation
 // order depends on M and its blocking, and it rounds the activations to bf16.
 //
@@ -58,8 +58,8 @@ struct KernelTable {
 
 // The scalar reference kernels.
 const KernelTable& RefKernels();
-// The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
-// lacks them.
+// The AVX-512 kernels (F, BW, VL, DQ; plus VNNI for W8A8 and BF16's vdpbf16ps for bf16 compute
+// over bf16 weights where the CPU has them), or null when this CPU or OS lacks them.
 const KernelTable* Avx512Kernels();
 // The AVX2 kernels (AVX2, FMA, F16C and the OS's ymm state), or null when this CPU or OS lacks
 // them. Every entry but dequant_row has an AVX2 version; W8A8 weights use an exact integer dot
