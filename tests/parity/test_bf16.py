@@ -126,3 +126,31 @@ def test_unknown_precision_is_refused(tiny_models):
                       "--precision", "fp16", check=False)
     assert proc.returncode != 0
     assert "--precision: unknown precision 'fp16' (supported: auto, bf16, f32)" in proc.stderr
+
+
+def test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path):
+    """bf16 compute keeps the engine's guarantee: each request's greedy tokens in a batch (any
+    token budget and block size, so chunked prefill and mixed steps) equal the same request run
+    alone through the engine, bit for bit. On a bf16 DSA model (V3.2: MLA, MoE, the indexer).
+    (tests/property compares against `latent generate --ids`, which keeps an f32 cache, so it
+    runs f32 checkpoints; the engine holds bf16 rows for a bf16 checkpoint.)"""
+    import random
+
+    model_dir = tiny_models.get("deepseek_v32", "--dtype", "bfloat16")
+    rng = random.Random(99)
+    requests = [{"ids": [rng.randint(2, 250) for _ in range(rng.choice([1, 3, 9, 40, 130]))],
+                 "max_tokens": 8, "ignore_eos": True, "arrival_step": rng.randint(0, 6)}
+                for _ in range(10)]
+
+    def run(reqs, name, *flags):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+        out = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                         "--check-invariants", *flags).stdout
+        return [json.loads(line)["ids"] for line in out.splitlines()]
+
+    alone = [run([r], f"alone{i}")[0] for i, r in enumerate(requests)]
+    for block_tokens, budget in [(1, 1), (16, 7), (64, 4096)]:
+        batched = run(requests, f"batch{budget}", "--block-tokens", str(block_tokens),
+                      "--max-batch-tokens", str(budget))
+        assert batched == alone, (block_tokens, budget)

@@ -1,6 +1,5 @@
 """Properties of the engine (continuous batching over the paged latent cache), checked on tiny
-random DeepSeek V3, V3.2 and GLM-5 (DSA: a second cached row, top-k selection) models, and more
-families, in f32 and (V3.2) with bf16 weights under the default bf16 compute:
+random DeepSeek V3, V3.2 and GLM-5 (DSA: a second cached row, top-k selection) models:
 - batched greedy output equals each request run alone, whatever the token budget, block size and
   arrival steps; chunked prefill equals one-shot prefill;
 - preemption (forced by a small cache) and prefix hits change nothing in the outputs;
@@ -38,13 +37,9 @@ def run_batch(model_dir, tmp_path, requests, *flags, name="requests"):
 @pytest.fixture(scope="module", params=["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
                                         "longcat_flash", "axk2", "mistral_large4",
                                         "hy_v4",
-                                        "kimi_linear",
-                                        # bf16 weights: the default is bf16 compute (activations
-                                        # rounded at each linear's input), batch invariant too.
-                                        "deepseek_v32:bf16"])
+                                        "kimi_linear"])
 def model_dir(tiny_models, request):
-    preset, _, dtype = request.param.partition(":")
-    return tiny_models.get(preset, *(("--dtype", "bfloat16") if dtype == "bf16" else ()))
+    return tiny_models.get(request.param)
 
 
 @pytest.fixture(scope="module")
