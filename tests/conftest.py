@@ -101,11 +101,14 @@ def load_reference(model_dir: Path, scratch: Path, dtype=None):
     return model
 
 
-def latent_logits(model_dir: Path, ids: list[int], form: str = "auto", experts: bool = False):
+def latent_logits(model_dir: Path, ids: list[int], form: str = "auto", experts: bool = False,
+                  precision: str = "auto"):
+    """`precision`: latent's --precision; "f32" for parity against transformers in f32 (auto
+    is bf16 compute on bf16 and fp8 checkpoints)."""
     import numpy as np
 
     args = ["logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-            "--attention", form]
+            "--attention", form, "--precision", precision]
     if experts:
         args.append("--experts")
     out = json.loads(run_latent(*args).stdout)
@@ -114,9 +117,9 @@ def latent_logits(model_dir: Path, ids: list[int], form: str = "auto", experts: 
 
 
 def latent_generate(model_dir: Path, ids: list[int], max_tokens: int, form: str = "auto",
-                    ignore_eos: bool = False) -> list[int]:
+                    ignore_eos: bool = False, precision: str = "auto") -> list[int]:
     args = ["generate", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-            "--max-tokens", str(max_tokens), "--attention", form]
+            "--max-tokens", str(max_tokens), "--attention", form, "--precision", precision]
     if ignore_eos:
         args.append("--ignore-eos")
     out = run_latent(*args)

@@ -62,7 +62,8 @@ def parse_dump(stderr: str) -> dict[tuple[str, int], np.ndarray]:
 def run_latent(latent: Path, model: Path, ids: list[int], points: list[str], form: str) -> dict:
     env = dict(os.environ, LATENT_DUMP=",".join(points))
     proc = subprocess.run([str(latent), "logits", "--model", str(model), "--ids", ",".join(map(str, ids)),
-                           "--attention", form], capture_output=True, text=True, env=env)
+                           "--attention", form, "--precision", "f32"],  # transformers' f32 math
+                          capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"latent logits failed ({proc.returncode}):\n{proc.stderr}")
     return parse_dump(proc.stderr)

@@ -2,8 +2,8 @@
 """Quality of `--quantize int8` and `w8a8` against the unquantized weights, with the built latent
 binary.
 
-Runs `latent logits` on one token sequence with `--quantize none` (the checkpoint's own weights:
-bf16, f32 or fp8) and with each mode of --modes (default int8,w8a8), and reports for each mode
+Runs `latent logits --precision f32` on one token sequence with `--quantize none` (the
+checkpoint's own weights: bf16, f32 or fp8) and with each mode of --modes (default int8,w8a8), and reports for each mode
 
   * perplexity of each over the sequence (position i predicts token i + 1),
   * KL(p_none || p_mode) of the next-token distributions, mean and max over positions,
@@ -68,7 +68,7 @@ def logits(args: argparse.Namespace, ids: list[int], quantize: str) -> tuple[np.
         start = time.perf_counter()
         meta = json.loads(run(args.latent, *extra, "logits", "--model", str(args.model), "--ids",
                               ",".join(map(str, ids)), "--quantize", quantize, "--f32-out", str(out),
-                              "--experts"))
+                              "--experts", "--precision", "f32"))  # f32 math: the modes' own error
         seconds = time.perf_counter() - start
         values = np.fromfile(out, dtype="<f4").reshape(meta["tokens"], meta["vocab"])
     return values, meta["experts"], seconds

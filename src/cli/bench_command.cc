@@ -176,7 +176,7 @@ Runner RegisterBench(CLI::App& app) {
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
     bool comm_detail = false;
-    std::string quantize = "none";
+    LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
@@ -199,10 +199,10 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--attention", opt->attention,
                   "MLA form: auto (absorbed for decode, expanded for long prefill chunks), absorbed "
                   "or expanded");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     opt->engine.attention = generate::ParseAttentionForm(opt->attention);
-    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
+    const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
@@ -212,6 +212,7 @@ Runner RegisterBench(CLI::App& app) {
     auto* broadcaster = dynamic_cast<engine::StepBroadcaster*>(m.get());
     if (broadcaster != nullptr) broadcaster->set_comm_detail(opt->comm_detail);
     const int64_t vocab = m->config().vocab_size;
+    const model::Precision precision = m->precision();
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);
 
@@ -225,6 +226,7 @@ Runner RegisterBench(CLI::App& app) {
                         {"prefix_cache", opt->engine.prefix_caching},
                         {"attention", opt->attention},
                         {"quantize", model::WeightQuantizationName(load.quantize)},
+                        {"precision", model::PrecisionName(precision)},
                         {"threads", threads::NumThreads()},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",

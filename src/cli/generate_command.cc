@@ -31,7 +31,7 @@ Runner RegisterGenerate(CLI::App& app) {
     bool chat = false;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
-    std::string quantize = "none";
+    LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("generate", "Greedy generation for one prompt");
@@ -54,10 +54,10 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
-    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
+    const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     if (!opt->prompts.empty() || !opt->prompt.empty()) {
       BatchGenerateOptions batch;
       batch.model_dir = opt->model_dir;

@@ -1,7 +1,8 @@
 // `latent info --model DIR [--json] [--cache-dtype auto|f32|bf16|fp8] [--block-tokens N]
-// [--quantize none|int8|w8a8] [--ranks N] [--context N] [--sequences N]`: what a checkpoint is,
-// how many parameters it has (as transformers counts them), which dtypes it stores, the bytes of
-// its weights as loaded (after --quantize), what each layer caches per token and the cache at a
+// [--quantize none|int8|w8a8] [--precision auto|bf16|f32] [--ranks N] [--context N]
+// [--sequences N]`: what a checkpoint is, how many parameters it has (as transformers counts
+// them), which dtypes it stores, the bytes of its weights as loaded (after --quantize), the
+// precision its linears would run in, what each layer caches per token and the cache at a
 // context. A DIR holding config.json and no weights is described from its config alone
 // (config_estimate.h).
 #include <algorithm>
@@ -13,7 +14,9 @@
 #include "cli/config_estimate.h"
 #include "cli/load_options.h"
 #include "model/cache_rows.h"
+#include "kernels/kernel_table.h"
 #include "model/model_config.h"
+#include "model/precision.h"
 #include "model/weight_quantization.h"
 #include "model/weight_table.h"
 #include "parallel/communicator.h"
@@ -27,16 +30,16 @@ struct InfoOptions {
   bool json = false;
   std::string cache_dtype = "auto";
   uint32_t block_tokens = 16;
-  std::string quantize = "none";
-  int ranks = 0;        // 0: the ranks of this job (1 without mpirun)
-  int64_t context = 0;  // 0: max_position_embeddings
+  LoadFlags load_flags;  // --quantize, --precision
+  int ranks = 0;         // 0: the ranks of this job (1 without mpirun)
+  int64_t context = 0;   // 0: max_position_embeddings
   int64_t sequences = 1;
 };
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
   if (!weights::Checkpoint::Present(opt.model_dir)) {
-    ParseLoadOptions(opt.quantize);  // unused (every form is shown), but a bad mode is an error
+    ParseLoadOptions(opt.load_flags);  // unused (every form is shown), but a bad mode is an error
     return ConfigInfo(config, opt.model_dir,
                       {opt.cache_dtype, opt.block_tokens, opt.context, opt.sequences,
                        opt.ranks > 0 ? opt.ranks : parallel::World().size()});
@@ -46,7 +49,7 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::CacheDType cache_dtype = model::ParseCacheDType(opt.cache_dtype, config);
   const cache::ModelCacheRows rows = model::CacheRows(config, cache_dtype);
   const cache::CacheLayout layout = cache::CacheLayout::Build(rows, opt.block_tokens);
-  const model::LoadOptions load = ParseLoadOptions(opt.quantize);
+  const model::LoadOptions load = ParseLoadOptions(opt.load_flags);
   int64_t checkpoint_bytes = 0;
   const int64_t weight_bytes =
       model::LoadedWeightBytes(config, ckpt, report, load.quantize, &checkpoint_bytes);
@@ -79,6 +82,13 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   info["weights"] = {{"quantize", model::WeightQuantizationName(load.quantize)},
                      {"bytes", weight_bytes},
                      {"checkpoint_bytes", checkpoint_bytes}};
+  // The linears' arithmetic as loaded with --precision (auto resolved from the stored dtypes),
+  // and the kernels this CPU would run them on.
+  info["precision"] = {
+      {"requested", model::PrecisionName(load.precision)},
+      {"active", model::PrecisionName(model::ResolvePrecision(load.precision, report, ckpt))},
+      {"kernels", kernels::BestKernelsName()},
+      {"bf16_dot", kernels::Avx512HasBf16Dot()}};
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -134,6 +144,11 @@ void PrintText(const nlohmann::json& info) {
   std::cout << "weight bytes:     " << weights["bytes"] << " (--quantize "
             << weights["quantize"].get<std::string>() << "; checkpoint "
             << weights["checkpoint_bytes"] << ")\n";
+  const auto& precision = info["precision"];
+  std::cout << "precision:        " << precision["active"].get<std::string>() << " (--precision "
+            << precision["requested"].get<std::string>() << "; kernels "
+            << precision["kernels"].get<std::string>()
+            << (precision["bf16_dot"].get<bool>() ? ", bf16 products on vdpbf16ps" : "") << ")\n";
   const auto& moe = info["moe"];
   std::cout << "experts:          " << moe["routed_experts"] << " routed, "
             << moe["experts_per_token"] << " per token, " << moe["shared_experts"] << " shared";
@@ -216,7 +231,7 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_option("--sequences", opt->sequences, "Sequences for the cache bytes at context")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     // Under mpirun every rank could answer; rank 0 prints for all of them.
     if (parallel::World().rank() != 0) return 0;

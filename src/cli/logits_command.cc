@@ -60,7 +60,7 @@ Runner RegisterLogits(CLI::App& app) {
     int64_t chunk_tokens = 0;
     uint32_t block_tokens = 16;
     std::string cache_dtype = "auto";
-    std::string quantize = "none";
+    LoadFlags load_flags;  // --quantize, --precision
     std::string f32_out;
   };
   auto opt = std::make_shared<Options>();
@@ -79,12 +79,12 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size")
       ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32 or bf16");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   sub->add_option("--f32-out", opt->f32_out,
                   "Write the logits as raw little-endian f32 [tokens, vocab] to this file");
   return [opt] {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
-    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
+    const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);
     const std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const int64_t vocab = m->config().vocab_size;

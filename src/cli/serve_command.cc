@@ -20,7 +20,7 @@ Runner RegisterServe(CLI::App& app) {
     bool no_prefix_cache = false;
     double max_body_mib = 8;
     double max_header_kib = 64;
-    std::string quantize = "none";
+    LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
   server::ServeOptions& s = opt->serve;
@@ -119,10 +119,10 @@ Runner RegisterServe(CLI::App& app) {
                   "{\"ids\": [...]}) instead of sampling, then finishes 'stop' ('length' at "
                   "max_tokens); prefill, batching, streaming and stop strings run as usual")
       ->option_text("FILE");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     server::ServeOptions serve = opt->serve;
-    serve.load = ParseLoadOptions(opt->quantize);
+    serve.load = ParseLoadOptions(opt->load_flags);
     // An unknown parser name fails now, not after the model has loaded.
     server::ResolveReasoningParser(serve.reasoning_parser, /*template_mentions_think=*/false);
     server::ResolveToolCallParser(serve.tool_call_parser, "", nullptr);

@@ -138,7 +138,8 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
 Runner RegisterStepBench(CLI::App& app) {
   struct Options {
     std::string model_dir, context = "16384", attention = "absorbed,expanded", batch = "1",
-                           cache_dtype = "auto", quantize = "none";
+                           cache_dtype = "auto";
+    LoadFlags load_flags;  // --quantize, --precision
     int64_t steps = 5;
     uint32_t block_tokens = 64;
     uint64_t seed = 0;
@@ -159,9 +160,9 @@ Runner RegisterStepBench(CLI::App& app) {
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32 or bf16");
   sub->add_option("--seed", opt->seed, "Seed of the random rows and tokens");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
-  AddLoadOptions(sub, opt->quantize);
+  AddLoadOptions(sub, opt->load_flags);
   return [opt] {
-    const model::LoadOptions load = ParseLoadOptions(opt->quantize);
+    const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     std::vector<int64_t> contexts;
     for (const std::string& item : SplitCommas(opt->context))
       contexts.push_back(ParsePositive(item, "--context"));
@@ -176,6 +177,7 @@ Runner RegisterStepBench(CLI::App& app) {
     }
     std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const model::ModelConfig& config = m->config();
+    const model::Precision precision = m->precision();
     const model::CacheDType dtype = model::ParseCacheDType(opt->cache_dtype, config);
     for (int64_t context : contexts) {
       if (context + opt->steps + 1 > config.max_position_embeddings) {
@@ -207,7 +209,8 @@ Runner RegisterStepBench(CLI::App& app) {
                                         {"index_topk", config.index_topk},
                                         {"block_tokens", opt->block_tokens},
                                         {"cache_dtype", model::CacheDTypeName(dtype)},
-                                        {"quantize", opt->quantize},
+                                        {"quantize", opt->load_flags.quantize},
+                                        {"precision", model::PrecisionName(precision)},
                                         {"threads", threads::NumThreads()},
                                         {"kernels", kernels::BestKernelsName()}};
             std::cout << j.dump() << std::endl;

@@ -51,6 +51,7 @@ class StepBroadcaster final : public model::Model {
   ~StepBroadcaster() override;
 
   const model::ModelConfig& config() const override { return model_->config(); }
+  model::Precision precision() const override { return model_->precision(); }
   uint64_t PrefixCacheSalt(int64_t prompt_len) const override {
     return model_->PrefixCacheSalt(prompt_len);
   }

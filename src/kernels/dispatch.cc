@@ -58,6 +58,14 @@ bool CpuHasVnni() {
 #endif
 }
 
+bool CpuHasBf16Dot() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)
   if (!CpuHasAvx512()) return nullptr;
@@ -66,6 +74,9 @@ const KernelTable* MakeAvx512() {
   avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
   // W8A8 weights: vpdpbusd with VNNI; without it the int8 kernel hands them to the reference.
   if (CpuHasVnni()) avx512::FillW8A8VnniLinear(table);
+  // bf16 compute over bf16 weights: vdpbf16ps where the CPU has it (the same bf16(x) . W^T as
+  // the f32 kernels on rounded inputs, in its own fixed order).
+  if (CpuHasBf16Dot()) avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/false);
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
   avx512::FillIndexScoresKernel(table);
@@ -91,9 +102,9 @@ const KernelTable* MakeAvx2() {
 
 const KernelTable* MakeBf16Dot() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (Avx512Kernels() == nullptr || !__builtin_cpu_supports("avx512bf16")) return nullptr;
+  if (Avx512Kernels() == nullptr || !CpuHasBf16Dot()) return nullptr;
   static KernelTable table = *Avx512Kernels();
-  avx512::FillBf16DotLinear(table);
+  avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/true);
   return &table;
 #else
   return nullptr;
@@ -141,6 +152,8 @@ const KernelTable* MakeOnednn() {
 }  // namespace
 
 bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasVnni(); }
+
+bool Avx512HasBf16Dot() { return Avx512Kernels() != nullptr && CpuHasBf16Dot(); }
 
 const KernelTable* Avx512Kernels() {
   static const KernelTable* table = MakeAvx512();

@@ -7,7 +7,7 @@
 //
 // Batch invariance: every kernel computes each output row of a token the same way whatever else
 // is in the call (m, the other rows, the thread count), so a token's result never depends on its
-// batch. The fast kernels use their own fixed f32 summation order, not the reference's. The one
+// batch; bf16 compute (WeightRef::bf16_activations) only rounds each input element first. The fast kernels use their own fixed f32 summation order, not the reference's. The one
 // exception is the opt-in oneDNN GEMM (OnednnKernels, LATENT_GEMM=onednn): oneDNN's summation
 // order depends on M and its blocking, and it rounds the activations to bf16.
 //
@@ -25,8 +25,9 @@
 namespace latent::kernels {
 
 struct KernelTable {
-  // y[m, n] = x[m, k] . W[n, k]^T, accumulating in f32. scratch: k floats (the reference
-  // kernel's; the AVX-512 one ignores it).
+  // y[m, n] = x[m, k] . W[n, k]^T, accumulating in f32; bf16(x) . W^T when w.bf16_activations
+  // (kernels/bf16_activations.h). scratch: k floats (the reference kernel's; the AVX-512 one
+  // ignores it).
   void (*linear)(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch);
   // out[k] = row `row` of W, dequantized to f32.
   void (*dequant_row)(const WeightRef& w, int64_t row, float* out);
@@ -40,7 +41,8 @@ struct KernelTable {
   // out[i] = silu(gate[i]) * up[i]
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out);
   // y[m, c] = sum over r of x[m, r] * W[r, c]: x [m, w.n], y [m, w.k] (x . W, not x . W^T; MLA's
-  // q_nope . W_UK). Each y lane is summed over r in order.
+  // q_nope . W_UK). Each y lane is summed over r in order. x rounded to bf16 first when
+  // w.bf16_activations, as linear.
   void (*transposed_linear)(const float* x, int64_t m, const WeightRef& w, float* y);
   // Attention of one query token over its positions (kernels/attention.h).
   void (*attention)(const AttentionArgs& args);
@@ -56,8 +58,8 @@ struct KernelTable {
 
 // The scalar reference kernels.
 const KernelTable& RefKernels();
-// The AVX-512 kernels (F, BW, VL, DQ; no BF16/FP16 instructions), or null when this CPU or OS
-// lacks them.
+// The AVX-512 kernels (F, BW, VL, DQ; plus VNNI for W8A8 and BF16's vdpbf16ps for bf16 compute
+// over bf16 weights where the CPU has them), or null when this CPU or OS lacks them.
 const KernelTable* Avx512Kernels();
 // The AVX2 kernels (AVX2, FMA, F16C and the OS's ymm state), or null when this CPU or OS lacks
 // them. Every entry but dequant_row has an AVX2 version; W8A8 weights use an exact integer dot
@@ -66,9 +68,13 @@ const KernelTable* Avx2Kernels();
 // Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
 // with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
 bool Avx512HasW8A8Vnni();
-// The AVX-512 kernels with linear over bf16 weights replaced by the bf16-activation kernel
-// (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), or null without
-// AVX512_BF16. Not parity-exact with f32 math: opt-in only.
+// Whether Avx512Kernels() runs linear over bf16 weights with bf16_activations (bf16 compute,
+// `--precision bf16`) on the AVX512_BF16 vdpbf16ps kernel (avx512/linear_bf16dot.cc); otherwise
+// the f32 kernels run on the rounded inputs.
+bool Avx512HasBf16Dot();
+// The AVX-512 kernels with linear over every bf16 weight replaced by the bf16-activation kernel
+// (activations rounded to bf16, vdpbf16ps; avx512/linear_bf16dot.cc), also without
+// bf16_activations, or null without AVX512_BF16. Not parity-exact with f32 math: opt-in only.
 const KernelTable* Bf16DotKernels();
 // The AVX-512 (or, with LATENT_BF16_DOT=1, bf16-dot) kernels with linear over bf16 weights at
 // m >= LATENT_GEMM_MIN_ROWS (default 32) sent to oneDNN's bf16 matmul (onednn/onednn_linear.h;

@@ -32,6 +32,13 @@ struct WeightRef {
   // with the integer sum exact (the VNNI kernel feeds xq + 128 as u8 to vpdpbusd and subtracts
   // 128 * row_sums[r]). dequant_row and transposed_linear ignore it (W8A16 as plain I8).
   const int32_t* row_sums = nullptr;
+  // bf16 compute (`--precision bf16`, model/load_options.h): every linear and transposed_linear
+  // over this weight first rounds its activations to bf16 (round to nearest even, as
+  // F32ToBF16), then multiplies as usual with f32 accumulation: y = bf16(x) . W^T. The rounding
+  // is per element, so it keeps batch invariance. Honoured by every kernel family for float
+  // weights (f32, bf16, f16, fp8); int8 weights (`--quantize`) ignore it (their activations are
+  // f32 for int8 and quantized per token for w8a8). The loader sets it; Rows() keeps it.
+  bool bf16_activations = false;
 
   // The sub-matrix of rows [row, row + rows): shares data and scales; any row, also mid-block.
   WeightRef Rows(int64_t row, int64_t rows) const;

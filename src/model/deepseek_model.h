@@ -22,6 +22,7 @@ namespace latent::model {
 class DeepseekModel : public Model {
  public:
   const ModelConfig& config() const override { return config_; }
+  Precision precision() const override { return weights_.precision; }
   // LongRoPE: prompts longer than its original length (long frequencies) apart from the others.
   uint64_t PrefixCacheSalt(int64_t prompt_len) const override;
 

@@ -7,6 +7,7 @@
 #include "base/mapped_file.h"
 #include "kernels/kernel_table.h"
 #include "model/deepseek_tensors.h"
+#include "model/precision.h"
 #include "model/weight_table.h"
 
 namespace latent::model {
@@ -112,6 +113,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   const CheckpointReport report = ValidateCheckpoint(config, ckpt);
   const Loader load(config, ckpt);
   DeepseekWeights w;
+  w.precision = ResolvePrecision(options.precision, report, ckpt);
   Converter convert(options.quantize, w);
   // Expert parallelism: this rank's routed experts only; the others' stay empty views, their
   // pages never read.
@@ -129,8 +131,11 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     if (t.kind == WeightKind::kEmbedding && embedding.empty()) embedding = t.name;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
+    // As --quantize and --precision ask.
     auto converted = [&](const kernels::WeightRef& ref) {
-      return quantized ? convert(ref, /*release=*/true, activations) : ref;
+      kernels::WeightRef out = quantized ? convert(ref, /*release=*/true, activations) : ref;
+      ApplyPrecision(w.precision, out);
+      return out;
     };
     if (auto* linear = std::get_if<kernels::WeightRef*>(&t.target)) {
       **linear = converted(load.Linear(t.name));
@@ -157,6 +162,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   // --quantize converts a copy of it.
   if (config.tie_word_embeddings) {
     w.lm_head = convert(load.Linear(embedding), /*release=*/false);
+    ApplyPrecision(w.precision, w.lm_head);
   }
   int64_t checkpoint_bytes = 0;
   LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes, shard);

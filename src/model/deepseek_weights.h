@@ -92,6 +92,9 @@ struct DeepseekWeights {
   std::optional<ops::HyperHeadWeights> hc_head;
   OwnedWeights owned;          // Buffers of the weights converted at load.
   int64_t bytes = 0;           // Bytes of all the weights as held (as LoadedWeightBytes counts).
+  // The linears' precision (LoadOptions::precision resolved; never kAuto): under kBf16 the
+  // bf16, f16 and fp8 linear weights carry bf16_activations (model/precision.h).
+  Precision precision = Precision::kF32;
 };
 
 // Validates `ckpt` against `config` and builds the views by walking the family's tensor list

@@ -1,4 +1,5 @@
-// How a model is loaded, beyond its checkpoint: weight quantization at load (`--quantize`).
+// How a model is loaded, beyond its checkpoint: weight quantization at load (`--quantize`) and
+// the precision of the linears (`--precision`).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,21 @@ enum class WeightQuantization : uint8_t {
   kW8A8,
 };
 
+// The arithmetic of the linears (`--precision`).
+enum class Precision : uint8_t {
+  // bf16 for checkpoints whose linear weights are bf16 or fp8 (any of them), f32 otherwise (f32
+  // and f16 checkpoints); ResolvePrecision (model/precision.h) decides.
+  kAuto,
+  // bf16 compute, as vLLM, SGLang and llama.cpp run bf16 checkpoints: every linear over a
+  // checkpoint weight rounds its input activations to bf16 and accumulates in f32
+  // (kernels::WeightRef::bf16_activations; model/precision.h says which weights); the residual
+  // stream, norms, attention, routers and logits stay f32. Batch invariant like f32.
+  // AVX512_BF16 CPUs run the bf16 weights' products on vdpbf16ps.
+  kBf16,
+  // Every product in f32 over the weights as stored: transformers' f32 forward to ~1e-6.
+  kF32,
+};
+
 // Expert parallelism: the routed experts rank `rank` of `ranks` holds, a contiguous range
 // [Begin(E), End(E)) (rank r: [r E / N, (r + 1) E / N)). Everything else is held by every rank.
 struct ExpertShard {
@@ -40,6 +56,7 @@ struct ExpertShard {
 
 struct LoadOptions {
   WeightQuantization quantize = WeightQuantization::kNone;
+  Precision precision = Precision::kAuto;
   // The processes the model runs on (parallel/communicator.h); null or size 1: this process
   // alone, holding every expert. Otherwise this rank loads only its ExpertShard's routed experts
   // and the MoE layers sum the ranks' partial outputs through it.
@@ -50,5 +67,8 @@ struct LoadOptions {
 // "none", "int8" or "w8a8"; throws latent::Error ("--quantize: unknown mode ...") for anything else.
 WeightQuantization ParseWeightQuantization(const std::string& name);
 const char* WeightQuantizationName(WeightQuantization quantize);
+// "auto", "bf16" or "f32"; throws latent::Error ("--precision: unknown ...") for anything else.
+Precision ParsePrecision(const std::string& name);
+const char* PrecisionName(Precision precision);
 
 }  // namespace latent::model

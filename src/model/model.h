@@ -116,6 +116,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // The precision its linears run in (LoadOptions::precision resolved; never kAuto).
+  virtual Precision precision() const { return Precision::kF32; }
   // Runs `batch`, writing and reading cache rows through batch.rows; writes logits
   // [R, vocab_size] for batch.logits_rows.
   virtual void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,

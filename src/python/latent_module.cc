@@ -38,6 +38,7 @@ using Json = nlohmann::json;
 
 struct EngineArgs {
   std::string quantize = "none";
+  std::string precision = "auto";
   std::string attention = "auto";
   engine::EngineOptions engine;
 };
@@ -61,11 +62,13 @@ class PyEngine {
     if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
     model::LoadOptions load;
     load.quantize = model::ParseWeightQuantization(args.quantize);
+    load.precision = model::ParsePrecision(args.precision);
     engine::EngineOptions options = args.engine;
     options.attention = generate::ParseAttentionForm(args.attention);
     {
       nb::gil_scoped_release release;
       std::unique_ptr<model::Model> m = model::LoadModel(model_dir, load);
+      precision_ = m->precision();
       model::GenerationConfig gen = model::LoadGenerationConfig(model_dir, m->config());
       eos_ids_ = gen.eos_token_ids;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
@@ -256,6 +259,7 @@ class PyEngine {
     d["num_hidden_layers"] = c.num_hidden_layers;
     d["max_position_embeddings"] = c.max_position_embeddings;
     d["eos_token_ids"] = eos_ids_;
+    d["precision"] = model::PrecisionName(precision_);  // the linears' (auto resolved)
     return d;
   }
 
@@ -263,6 +267,8 @@ class PyEngine {
 
  private:
   static std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s < 0 ? 0 : s); }
+
+  model::Precision precision_ = model::Precision::kF32;
 
   engine::Engine& Engine() {
     if (!engine_) Fail("this LLM has been closed");
@@ -317,6 +323,7 @@ NB_MODULE(_latent, m) {
   nb::class_<EngineArgs>(m, "EngineArgs")
       .def(nb::init<>())
       .def_rw("quantize", &EngineArgs::quantize)
+      .def_rw("precision", &EngineArgs::precision)
       .def_rw("attention", &EngineArgs::attention)
       .def_prop_rw("max_batch_tokens", [](EngineArgs& a) { return a.engine.max_batch_tokens; },
                    [](EngineArgs& a, int64_t v) { a.engine.max_batch_tokens = v; })

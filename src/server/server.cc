@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/kernel_table.h"
 #include "model/cache_rows.h"
 #include "model/generation_config.h"
 #include "model/model.h"
@@ -178,6 +179,8 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
     PreloadWeights(o.model_dir);
   }
   std::unique_ptr<model::Model> m = engine::LoadRankedModel(o.model_dir, o.load);
+  Log("precision ", model::PrecisionName(m->precision()), " (--precision ",
+      model::PrecisionName(o.load.precision), "), kernels ", kernels::BestKernelsName());
   const model::ModelConfig config = m->config();
   model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
   Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,

@@ -10,10 +10,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
@@ -86,9 +88,12 @@ void AppendScalar(std::vector<uint8_t>& out, DType dtype, float v) {
 
 // dtype f32/bf16/f16, fp8 e4m3 with [block_n, block_k] scales of `scale_dtype`, or int8 with
 // one f32 scale per row (`--quantize int8`'s layout: block_n 1, block_k k; any block_n > 0).
+// `bf16_activations`: the weight asks for bf16 compute (WeightRef::bf16_activations).
 TestWeight MakeWeight(std::mt19937& rng, DType dtype, int64_t n, int64_t k, int64_t misalign,
-                      int64_t block_n = 0, int64_t block_k = 0, DType scale_dtype = DType::kF32) {
+                      int64_t block_n = 0, int64_t block_k = 0, DType scale_dtype = DType::kF32,
+                      bool bf16_activations = false) {
   TestWeight w;
+  w.ref.bf16_activations = bf16_activations;
   if (dtype == DType::kI8 && block_n > 0) {
     block_n = 1;
     block_k = k;
@@ -143,6 +148,7 @@ struct WeightCase {
   DType dtype;
   int64_t block_n = 0, block_k = 0;
   DType scale_dtype = DType::kF32;
+  bool bf16_activations = false;  // bf16 compute: inputs rounded to bf16 (int8 ignores it)
 };
 
 std::vector<WeightCase> WeightCases() {
@@ -157,6 +163,13 @@ std::vector<WeightCase> WeightCases() {
       {"fp8_b7x24", DType::kF8E4M3, 7, 24},  // blocks that do not fit 16-wide chunks
       {"fp8_noscale", DType::kF8E4M3},
       {"i8_per_row", DType::kI8, 1},  // per-row f32 scales (block_k = k)
+      // bf16 compute (`--precision bf16`): the same kernels over inputs rounded to bf16.
+      {"bf16act_f32", DType::kF32, 0, 0, DType::kF32, true},
+      {"bf16act_bf16", DType::kBF16, 0, 0, DType::kF32, true},
+      {"bf16act_f16", DType::kF16, 0, 0, DType::kF32, true},
+      {"bf16act_fp8_b128", DType::kF8E4M3, 128, 128, DType::kF32, true},
+      {"bf16act_fp8_b7x24", DType::kF8E4M3, 7, 24, DType::kF32, true},
+      {"bf16act_i8_per_row", DType::kI8, 1, 0, DType::kF32, true},  // ignored: int8's own
   };
 }
 
@@ -188,7 +201,7 @@ TEST_P(FastKernels, DequantRowMatchesRefExactly) {
     for (int64_t k : {1, 15, 16, 17, 33, 130, 257}) {
       const int64_t n = 19;
       const TestWeight w =
-          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
       std::vector<float> a(k + 1, -7.0f), b(k + 1, -7.0f);
       for (int64_t r : {int64_t{0}, int64_t{5}, n - 1}) {
         Ref().dequant_row(w.ref, r, a.data());
@@ -209,7 +222,7 @@ TEST_P(FastKernels, LinearMatchesRef) {
         for (int64_t misalign : {0, 1, 3}) {
           if (misalign != 0 && (k != 33 || n != 7)) continue;
           const TestWeight w =
-              MakeWeight(rng, wc.dtype, n, k, misalign, wc.block_n, wc.block_k, wc.scale_dtype);
+              MakeWeight(rng, wc.dtype, n, k, misalign, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
           for (int64_t m : {1, 3, 4, 5, 17}) {
             const std::vector<float> x = RandomFloats(rng, m * k);
             std::vector<float> want(m * n), got(m * n, NAN), scratch(k);
@@ -240,7 +253,7 @@ TEST_P(FastKernels, LinearIsBatchInvariant) {
   std::mt19937 rng(3);
   for (const WeightCase& wc : WeightCases()) {
     const int64_t n = 300, k = 2050, m = 37;  // staged k-blocks, M tiles and thread chunks
-    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
     const std::vector<float> x = RandomFloats(rng, m * k);
     threads::SetNumThreads(2);
     std::vector<float> batch(m * n);
@@ -285,11 +298,11 @@ TEST_P(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
   std::mt19937 rng(4);
   for (const WeightCase& wc : WeightCases()) {
     if (wc.name != "f32" && wc.name != "bf16" && wc.name != "fp8_b128" &&
-        wc.name != "fp8_b7x24") {
+        wc.name != "fp8_b7x24" && wc.name != "bf16act_bf16" && wc.name != "bf16act_fp8_b128") {
       continue;
     }
     const int64_t n = 37, k = 10001, m = 221;
-    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
     const std::vector<float> x = RandomFloats(rng, m * k);
     for (int threads : {1, 2}) {
       threads::SetNumThreads(threads);
@@ -326,7 +339,7 @@ TEST_P(FastKernels, LinearEveryBatchSizeMatchesRefAndIsBatchInvariant) {
   for (const WeightCase& wc : WeightCases()) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{11, 13}, {37, 77}, {5, 263}}) {
       const TestWeight w =
-          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+          MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
       const std::vector<float> x = RandomFloats(rng, most * k);
       std::vector<float> want(most * n), batch(most * n, NAN), scratch(k), row(k);
       Ref().linear(x.data(), most, w.ref, want.data(), scratch.data());
@@ -401,6 +414,124 @@ TEST(Bf16DotKernels, LinearMatchesRefOnRoundedActivationsAndIsBatchInvariant) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size()));
 }
 
+// bf16 compute (WeightRef::bf16_activations, `--precision bf16`): the reference rounds every
+// input exactly as RoundToBF16 and is otherwise unchanged, bit for bit, in linear and
+// transposed_linear; int8 weights ignore the flag (their own activations: f32, or int8 for w8a8).
+TEST(RefKernels, Bf16ActivationsRoundTheInputsAndNothingElse) {
+  std::mt19937 rng(61);
+  for (const WeightCase& wc : WeightCases()) {
+    if (wc.bf16_activations) continue;  // the plain cases, flagged below
+    const int64_t n = 9, k = 70, m = 5;
+    const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k, wc.scale_dtype);
+    WeightRef flagged = w.ref;
+    flagged.bf16_activations = true;
+    const bool int8 = wc.dtype == DType::kI8;
+    for (const bool transposed : {false, true}) {
+      const int64_t in = transposed ? n : k, out = transposed ? k : n;
+      const std::vector<float> x = RandomFloats(rng, m * in);
+      std::vector<float> rounded(x.size());
+      for (size_t i = 0; i < x.size(); ++i) rounded[i] = RoundToBF16(x[i]);
+      std::vector<float> plain(m * out), on_rounded(m * out), got(m * out), scratch(k);
+      const auto run = [&](const float* in_x, const WeightRef& ref, float* y) {
+        if (transposed) {
+          Ref().transposed_linear(in_x, m, ref, y);
+        } else {
+          Ref().linear(in_x, m, ref, y, scratch.data());
+        }
+      };
+      run(x.data(), w.ref, plain.data());
+      run(rounded.data(), w.ref, on_rounded.data());
+      run(x.data(), flagged, got.data());
+      EXPECT_EQ(0, std::memcmp(got.data(), (int8 ? plain : on_rounded).data(),
+                               sizeof(float) * got.size()))
+          << wc.name << (transposed ? " transposed" : "");
+      if (!int8) {  // the rounding did something, so the comparison above means something
+        EXPECT_NE(0, std::memcmp(got.data(), plain.data(), sizeof(float) * got.size())) << wc.name;
+      }
+    }
+  }
+}
+
+// The same in every fast family: a flagged weight's linear and transposed_linear equal that
+// family's kernel over inputs rounded by RoundToBF16, bit for bit (the rounding is exact and the
+// summation order is the f32 one), at decode and batch shapes with two threads, so batch
+// invariance carries over (the FastKernels tests above run the flagged cases too). On
+// AVX512_BF16 CPUs the AVX-512 family runs flagged bf16 weights on vdpbf16ps (its own order):
+// those are held to the reference within f32 summation error instead.
+TEST_P(FastKernels, Bf16ActivationsEqualTheKernelOnRoundedInputs) {
+  REQUIRE_FAST();
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  std::mt19937 rng(62);
+  for (const WeightCase& wc : WeightCases()) {
+    if (!wc.bf16_activations) continue;
+    const bool dot = std::string(GetParam().name) == "avx512" && Avx512HasBf16Dot() &&
+                     wc.dtype == DType::kBF16;
+    for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{67, 600, 1},
+                                  {37, 2050, 17},
+                                  {130, 130, 70}}) {
+      const TestWeight w = MakeWeight(rng, wc.dtype, n, k, 1, wc.block_n, wc.block_k,
+                                      wc.scale_dtype, /*bf16_activations=*/true);
+      WeightRef plain = w.ref;
+      plain.bf16_activations = false;
+      const std::vector<float> x = RandomFloats(rng, m * k), xt = RandomFloats(rng, m * n);
+      std::vector<float> rounded(x.size()), rounded_t(xt.size());
+      for (size_t i = 0; i < x.size(); ++i) rounded[i] = RoundToBF16(x[i]);
+      for (size_t i = 0; i < xt.size(); ++i) rounded_t[i] = RoundToBF16(xt[i]);
+      const bool int8 = wc.dtype == DType::kI8;
+      std::vector<float> got(m * n, NAN), want(m * n, NAN), scratch(k);
+      fast.linear(x.data(), m, w.ref, got.data(), scratch.data());
+      if (!dot) {
+        fast.linear((int8 ? x : rounded).data(), m, plain, want.data(), scratch.data());
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * got.size()))
+            << wc.name << " n=" << n << " k=" << k << " m=" << m;
+      } else {
+        Ref().linear(x.data(), m, w.ref, want.data(), scratch.data());
+        std::vector<float> row(k);
+        for (int64_t r = 0; r < n; ++r) {
+          Ref().dequant_row(w.ref, r, row.data());
+          for (int64_t i = 0; i < m; ++i) {
+            ASSERT_NEAR(got[i * n + r], want[i * n + r], 1e-5 * AbsDot(&rounded[i * k], row) + 1e-30)
+                << wc.name << " (vdpbf16ps) n=" << n << " k=" << k << " m=" << m;
+          }
+        }
+      }
+      std::vector<float> got_t(m * k, NAN), want_t(m * k, NAN);
+      fast.transposed_linear(xt.data(), m, w.ref, got_t.data());
+      fast.transposed_linear((int8 ? xt : rounded_t).data(), m, plain, want_t.data());
+      ASSERT_EQ(0, std::memcmp(got_t.data(), want_t.data(), sizeof(float) * got_t.size()))
+          << wc.name << " transposed n=" << n << " k=" << k << " m=" << m;
+    }
+  }
+}
+
+// The AVX2 rounding of bf16 compute (also the AVX-512 family's) is RoundToBF16 bit for bit:
+// ties to even, carries into the exponent, overflow to infinity, denormals, NaNs kept NaN.
+TEST(Avx2Kernels, RoundActivationsToBf16IsRoundToBF16) {
+  if (Avx2Kernels() == nullptr) GTEST_SKIP() << "no AVX2 + FMA + F16C on this CPU";
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x8000ffffu, 0x00018000u,
+                                0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f7fffffu, 0x3fffffffu,
+                                0x7f7fffffu, 0xff7f8000u, 0x7f7f7fffu, 0x7f800000u, 0xff800000u,
+                                0x7f800001u, 0x7fc00000u, 0xff80ffffu, 0xffffffffu, 0x7fbf8000u};
+  std::mt19937 rng(63);
+  for (int i = 0; i < 4000; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> x(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) x[i] = BitsToF32(bits[i]);
+  for (const size_t count : {bits.size(), size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{21}}) {
+    std::vector<float> got(count + 1, -7.0f);
+    avx2::RoundActivationsToBf16(x.data(), static_cast<int64_t>(count), got.data());
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(F32ToBits(got[i]), F32ToBits(RoundToBF16(x[i])))
+          << "input bits 0x" << std::hex << bits[i];
+    }
+    ASSERT_EQ(got[count], -7.0f) << "wrote past count";
+  }
+  std::vector<float> in_place = x;  // in place is allowed
+  avx2::RoundActivationsToBf16(in_place.data(), static_cast<int64_t>(in_place.size()),
+                               in_place.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(F32ToBits(in_place[i]), F32ToBits(RoundToBF16(x[i])));
+}
+
 TEST_P(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
   REQUIRE_FAST();
   std::mt19937 rng(4);
@@ -408,7 +539,7 @@ TEST_P(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
     for (int64_t k : {1, 15, 17, 130, 512}) {
       for (int64_t n : {1, 7, 67, 128}) {
         const TestWeight w =
-            MakeWeight(rng, wc.dtype, n, k, 3, wc.block_n, wc.block_k, wc.scale_dtype);
+            MakeWeight(rng, wc.dtype, n, k, 3, wc.block_n, wc.block_k, wc.scale_dtype, wc.bf16_activations);
         for (int64_t m : {1, 3, 5}) {
           const std::vector<float> x = RandomFloats(rng, m * n);
           std::vector<float> want(m * k), got(m * k, NAN);

@@ -1,5 +1,6 @@
 """latent's logits and greedy tokens against transformers on tiny random models (f32), for every
-architecture variant, in both MLA forms (absorbed and expanded)."""
+architecture variant, in both MLA forms (absorbed and expanded). latent runs `--precision f32`
+(the fp8 case's default would be bf16 compute; tests/parity/test_bf16.py bounds that one)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def cases(tiny_models, tmp_path_factory):
 @pytest.mark.parametrize("case_id", [c[0] for c in CASES])
 def test_logits_match_transformers(cases, case_id, form):
     model_dir, _, ids, ref_logits, _ = cases[case_id]
-    ours = latent_logits(model_dir, ids, form)
+    ours = latent_logits(model_dir, ids, form, precision="f32")
     assert ours.shape == ref_logits.shape
     # The test is only meaningful when logits are far from uniform.
     assert ref_logits.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
@@ -69,8 +70,9 @@ def test_logits_match_transformers(cases, case_id, form):
 @pytest.mark.parametrize("case_id", [c[0] for c in CASES])
 def test_greedy_continuation_matches_transformers(cases, case_id, form):
     model_dir, _, ids, _, (ref_tokens, ref_stop) = cases[case_id]
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == ref_tokens
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form) == ref_stop
+    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True,
+                           precision="f32") == ref_tokens
+    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, precision="f32") == ref_stop
 
 
 @pytest.mark.parametrize("case_id", ["v2_lite_greedy", "v2_group_limited", "v3_noaux_yarn_interleave",
@@ -92,7 +94,7 @@ def test_router_picks_the_same_experts(cases, case_id):
     finally:
         for h in handles:
             h.remove()
-    _, experts = latent_logits(model_dir, ids, "auto", experts=True)
+    _, experts = latent_logits(model_dir, ids, "auto", experts=True, precision="f32")
     assert captured, "no MoE layer in the reference"
     for layer, ref in captured.items():
         ours = np.asarray(experts[layer])

@@ -45,6 +45,11 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     assert got["cache_bytes_per_token"] == config.num_hidden_layers * row_values * dtype_bytes
     if "--fp8" in extra:
         assert "F8_E4M3" in got["dtypes"] and got["quantization"]["weight_block_size"] == [16, 16]
+    # --precision auto: bf16 compute for bf16 and fp8 checkpoints, f32 for f32 ones.
+    low_precision = "--dtype" in extra or "--fp8" in extra
+    assert got["precision"]["requested"] == "auto"
+    assert got["precision"]["active"] == ("bf16" if low_precision else "f32")
+    assert info(model_dir, "--precision", "f32")["precision"]["active"] == "f32"
 
 
 def test_sharded_checkpoint_really_has_shards(tiny_models):
@@ -69,6 +74,7 @@ def test_text_output_names_the_essentials(tiny_models):
     out = run_latent("info", "--model", str(tiny_models.get("kimi_k2"))).stdout
     assert "deepseek_v3 (model_type kimi_k2)" in out
     assert "mla.latent" in out and "parameters:" in out
+    assert "precision:        f32 (--precision auto; kernels " in out
 
 
 @pytest.mark.parametrize("mutation,message", [

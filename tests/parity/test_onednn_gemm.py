@@ -42,15 +42,17 @@ def test_onednn_gemm_within_transformers_bf16_error(tiny_models, tmp_path, monke
     scale = np.abs(ref_exact).max()
     bound = 1.5 * np.abs(ref_bf16 - ref_exact).max() + 1e-3 * scale
 
+    # Both under --precision f32: the f32 path, and oneDNN's rounding alone.
     monkeypatch.delenv("LATENT_GEMM", raising=False)
-    default = latent_logits(model_dir, ids)
+    default = latent_logits(model_dir, ids, precision="f32")
     monkeypatch.setenv("LATENT_GEMM", "onednn")
-    ours = latent_logits(model_dir, ids)
+    ours = latent_logits(model_dir, ids, precision="f32")
 
     # The oneDNN path really ran (its verbose log, on stdout, names the matmul) and changed the
     # numbers.
     monkeypatch.setenv("ONEDNN_VERBOSE", "1")
-    proc = run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)))
+    proc = run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+                      "--precision", "f32")
     assert "onednn_verbose,exec,cpu,matmul" in proc.stdout
     assert not np.array_equal(ours, default)
 

@@ -53,8 +53,9 @@ def test_held_out_perplexity_matches_transformers(held_out_ids, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "logits.f32"
+    # --precision f32: transformers' f32 forward (the bf16 weights' default is bf16 compute).
     meta = json.loads(run_latent("logits", "--model", str(DEMO), "--ids", ",".join(map(str, held_out_ids)),
-                                 "--f32-out", str(out)).stdout)
+                                 "--f32-out", str(out), "--precision", "f32").stdout)
     ours = np.fromfile(out, dtype="<f4").reshape(meta["tokens"], meta["vocab"])
     model = AutoModelForCausalLM.from_pretrained(DEMO, dtype=torch.float32, experts_implementation="eager").eval()
     with torch.no_grad():
@@ -82,3 +83,22 @@ def test_chat_answers_in_the_corpus_voice_and_stops():
     # English-like: mostly alphabetic words, no special tokens in the text.
     assert sum(w.strip(",.;:!?'-").isalpha() for w in words) >= 0.8 * len(words), out.text
     assert "<|" not in out.text, out.text
+
+
+def test_precision_option_reaches_the_engine():
+    """The demo's weights are bf16: the default is bf16 compute; precision="f32" gives exactly the
+    CLI's `--precision f32` tokens; an unknown precision is refused with latent's message."""
+    ids = [5, 6, 7, 8, 9]
+    params = latent.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with latent.LLM(str(DEMO)) as llm:
+        assert llm.config["precision"] == "bf16"
+    for precision in ("f32", "bf16"):
+        with latent.LLM(str(DEMO), precision=precision) as llm:
+            assert llm.config["precision"] == precision
+            got = llm.generate([ids], params)[0].outputs[0].token_ids
+        cli = json.loads(run_latent("generate", "--model", str(DEMO), "--ids", ",".join(map(str, ids)),
+                                    "--max-tokens", "12", "--ignore-eos", "--precision",
+                                    precision).stdout)["ids"]
+        assert got == cli, precision
+    with pytest.raises(latent.LatentError, match="--precision: unknown precision 'fp16'"):
+        latent.LLM(str(DEMO), precision="fp16")

@@ -2,6 +2,8 @@
 // after checking the CPU and the OS (AVX2, FMA, F16C and the ymm state in XCR0).
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/kernel_table.h"
 
 namespace latent::kernels::avx2 {
@@ -11,5 +13,9 @@ void FillLinearKernels(KernelTable& table);
 void FillNormKernels(KernelTable& table);        // rms_norm, layer_norm, silu_mul, norm_rope
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
+
+// out[i] = RoundToBF16(x[i]) for i < count (bf16 compute's rounding of a linear's inputs; in
+// place allowed). The AVX-512 family uses it too (every AVX-512 CPU has AVX2).
+void RoundActivationsToBf16(const float* x, int64_t count, float* out);
 
 }  // namespace latent::kernels::avx2

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/avx2/avx2_kernels.h"
+#include "kernels/bf16_activations.h"
 #include "kernels/kernel_table.h"
 #include "kernels/quantize_row.h"
 #include "kernels/ref/linear_w8a8_ref.h"
@@ -346,8 +347,12 @@ void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   }
 }
 
-void Linear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-  if (m <= 0 || w.n <= 0) return;
+void Linear(const float* x_in, int64_t m, const WeightRef& w_in, float* y, float* scratch) {
+  if (m <= 0 || w_in.n <= 0) return;
+  // bf16 compute: the inputs rounded once per call, then the same kernels.
+  thread_local std::vector<float> rounded;
+  const float* x = Bf16Input(x_in, m * w_in.k, w_in, rounded, RoundActivationsToBf16);
+  const WeightRef w = WithoutBf16Flag(w_in);
   if (w.row_sums != nullptr) {
     if (IsW8A8(w)) return LinearW8A8(x, m, w, y);
     return RefKernels().linear(x, m, w, y, scratch);
@@ -428,8 +433,11 @@ void LinearTTyped(const Job& j, float* y) {
 }
 
 // x [m, w.n], y [m, w.k].
-void TransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
-  if (m <= 0 || w.k <= 0) return;
+void TransposedLinear(const float* x_in, int64_t m, const WeightRef& w_in, float* y) {
+  if (m <= 0 || w_in.k <= 0) return;
+  thread_local std::vector<float> rounded;  // bf16 compute: the inputs rounded once per call
+  const float* x = Bf16Input(x_in, m * w_in.n, w_in, rounded, RoundActivationsToBf16);
+  const WeightRef w = WithoutBf16Flag(w_in);
   const Job j = MakeJob(x, m, w, y);
   // An 8-wide chunk must not straddle two fp8 scale blocks; otherwise use the reference. The
   // choice depends on the weight only, so results stay independent of m.
@@ -454,6 +462,28 @@ void TransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
 }
 
 }  // namespace
+
+void RoundActivationsToBf16(const float* x, int64_t count, float* out) {
+  // F32ToBF16 on 8 lanes: add 0x7fff plus the kept part's lowest bit, clear the low half; NaN
+  // (|bits| > inf) keeps its high half with the quiet bit set.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i quiet = _mm256_set1_epi32(0x00400000);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i b = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), one);
+    const __m256i rounded =
+        _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(bias, lsb)), high);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs_mask), inf);
+    const __m256i quieted = _mm256_and_si256(_mm256_or_si256(b, quiet), high);
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quieted, nan)));
+  }
+  RoundToBf16Scalar(x + i, count - i, out + i);
+}
 
 void FillLinearKernels(KernelTable& t) {
   t.linear = Linear;

@@ -13,9 +13,10 @@ void FillInt8Kernels(KernelTable& table);
 void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope
 void FillAttentionKernel(KernelTable& table);  // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
-// Replaces table.linear (the f32 one, filled before) for bf16 weights by the bf16-activation
-// vdpbf16ps kernel (linear_bf16dot.cc); needs AVX512_BF16.
-void FillBf16DotLinear(KernelTable& table);
+// Wraps table.linear (filled before): bf16 weights go to the bf16-activation vdpbf16ps kernel
+// (linear_bf16dot.cc), all of them when `every_bf16_weight` (LATENT_BF16_DOT=1), else only those
+// with bf16_activations (bf16 compute); the others to the kernel it wrapped. Needs AVX512_BF16.
+void FillBf16DotLinear(KernelTable& table, bool every_bf16_weight);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);

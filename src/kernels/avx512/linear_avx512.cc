@@ -20,7 +20,9 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/bf16_activations.h"
 #include "kernels/kernel_table.h"
 #include "threads/thread_pool.h"
 // Last: opens nothing, but defines the AVX-512 helpers under the target pragma.
@@ -405,8 +407,13 @@ Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
   return j;
 }
 
-void Linear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-  if (m <= 0 || w.n <= 0) return;
+void Linear(const float* x_in, int64_t m, const WeightRef& w_in, float* y, float* scratch) {
+  if (m <= 0 || w_in.n <= 0) return;
+  // bf16 compute: the inputs rounded once per call (AVX2's rounding, exact), then the same
+  // kernels.
+  thread_local std::vector<float> rounded;
+  const float* x = Bf16Input(x_in, m * w_in.k, w_in, rounded, avx2::RoundActivationsToBf16);
+  const WeightRef w = WithoutBf16Flag(w_in);
   const Job j = MakeJob(x, m, w, y);
   switch (w.dtype) {
     case DType::kF32:
@@ -518,8 +525,11 @@ void LinearTTyped(const Job& j, float* y) {
 }
 
 // x [m, w.n], y [m, w.k].
-void TransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
-  if (m <= 0 || w.k <= 0) return;
+void TransposedLinear(const float* x_in, int64_t m, const WeightRef& w_in, float* y) {
+  if (m <= 0 || w_in.k <= 0) return;
+  thread_local std::vector<float> rounded;  // bf16 compute: the inputs rounded once per call
+  const float* x = Bf16Input(x_in, m * w_in.n, w_in, rounded, avx2::RoundActivationsToBf16);
+  const WeightRef w = WithoutBf16Flag(w_in);
   Job j = MakeJob(x, m, w, y);
   // A 16-wide chunk must not straddle two fp8 scale blocks; otherwise use the reference. The
   // choice depends on the weight only, so results stay independent of m.

@@ -4,9 +4,11 @@
 //   acc = 0 (f32x16); for each 32-wide chunk of k in order: acc = vdpbf16ps(acc, x, w); ReduceAdd
 //
 // (the last chunk zero-padded). No weight conversion and twice the flops per instruction of the
-// f32 path, at the cost of rounding the activations to bf16 (about 3 significant digits), so it is
-// off by default: LATENT_BF16_DOT=1 turns it on (dispatch.cc), and tests/parity keeps the default
-// f32 path. The sequence is the same whatever M is and however tiles and threads split the work,
+// f32 path, at the cost of rounding the activations to bf16 (about 3 significant digits, and
+// denormal inputs flushed to zero). On AVX512_BF16 CPUs the default table runs it for bf16
+// weights loaded for bf16 compute (WeightRef::bf16_activations, `--precision bf16`, the default
+// for bf16 checkpoints); LATENT_BF16_DOT=1 runs it for every bf16 weight, also under
+// `--precision f32` (dispatch.cc). The sequence is the same whatever M is and however tiles and threads split the work,
 // so it is batch invariant like the f32 path (vdpbf16ps ignores MXCSR: fixed rounding, denormals
 // flushed).
 #include <immintrin.h>
@@ -168,19 +170,38 @@ void LinearBf16Dot(const float* x, int64_t m, const WeightRef& w, float* y) {
   threads::ParallelFor(j.n, grain, rows);
 }
 
-void (*g_linear_f32)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
+// The kernels each wrapper hands the other weights to (the table's linear before it wrapped it).
+void (*g_linear_every)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
+void (*g_linear_asked)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
 
+// LATENT_BF16_DOT=1: every bf16 weight, whatever its bf16_activations says.
 void LinearBf16DotOrF32(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.dtype == DType::kBF16) {
     LinearBf16Dot(x, m, w, y);
   } else {
-    g_linear_f32(x, m, w, y, scratch);
+    g_linear_every(x, m, w, y, scratch);
   }
 }
 
-void FillBf16DotLinear(KernelTable& t) {
-  g_linear_f32 = t.linear;
-  t.linear = LinearBf16DotOrF32;
+// The default on AVX512_BF16 CPUs: bf16 weights loaded for bf16 compute (`--precision bf16`,
+// WeightRef::bf16_activations), which ask for exactly this kernel's bf16(x) . W^T.
+void LinearBf16DotIfAsked(const float* x, int64_t m, const WeightRef& w, float* y,
+                          float* scratch) {
+  if (w.dtype == DType::kBF16 && w.bf16_activations) {
+    LinearBf16Dot(x, m, w, y);
+  } else {
+    g_linear_asked(x, m, w, y, scratch);
+  }
+}
+
+void FillBf16DotLinear(KernelTable& t, bool every_bf16_weight) {
+  if (every_bf16_weight) {
+    g_linear_every = t.linear;
+    t.linear = LinearBf16DotOrF32;
+  } else {
+    g_linear_asked = t.linear;
+    t.linear = LinearBf16DotIfAsked;
+  }
 }
 
 }  // namespace latent::kernels::avx512

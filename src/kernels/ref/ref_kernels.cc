@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/bf16_activations.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ref/linear_w8a8_ref.h"
 
@@ -25,6 +26,8 @@ void RefDequantRow(const WeightRef& w, int64_t row, float* out) {
 
 void RefLinear(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.row_sums != nullptr) return LinearW8A8Ref(x, m, w, y);
+  thread_local std::vector<float> rounded;  // bf16(x) when the weight asks for it
+  x = Bf16Input(x, m * w.k, w, rounded, RoundToBf16Scalar);
   for (int64_t r = 0; r < w.n; ++r) {
     RefDequantRow(w, r, scratch);
     for (int64_t i = 0; i < m; ++i) {
@@ -69,6 +72,8 @@ void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void RefTransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
+  thread_local std::vector<float> rounded;  // bf16(x) when the weight asks for it
+  x = Bf16Input(x, m * w.n, w, rounded, RoundToBf16Scalar);
   std::vector<float> row(w.k);
   std::fill(y, y + m * w.k, 0.0f);
   for (int64_t r = 0; r < w.n; ++r) {

@@ -39,7 +39,7 @@ LatentError = _latent.LatentError
 # How long one wait holds the GIL released: Ctrl-C (KeyboardInterrupt) is seen between waits.
 _WAIT_SLICE_S = 0.05
 
-_ENGINE_OPTIONS = ("quantize", "attention", "max_batch_tokens", "max_seqs", "block_tokens",
+_ENGINE_OPTIONS = ("quantize", "precision", "attention", "max_batch_tokens", "max_seqs", "block_tokens",
                    "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype", "check_invariants")
 
 
@@ -166,7 +166,9 @@ class LLM:
 
     `model`: a Hugging Face checkpoint directory (config.json, safetensors, and tokenizer.json
     for text prompts). Engine options (`latent serve`'s flags, underscored):
-    quantize ("none", "int8", "w8a8"), attention ("auto", "absorbed", "expanded"),
+    quantize ("none", "int8", "w8a8"), precision ("auto", "bf16", "f32": bf16 activations at
+    each linear's input for bf16 and fp8 checkpoints, f32 math for f32 ones, under "auto"),
+    attention ("auto", "absorbed", "expanded"),
     max_batch_tokens, max_seqs, block_tokens, num_blocks, cache_memory_gib, prefix_caching,
     cache_dtype ("auto", "f32", "bf16"), check_invariants.
 
@@ -270,7 +272,8 @@ class LLM:
 
     @property
     def config(self) -> dict[str, Any]:
-        """A few fields of the model's config: model_type, vocab_size, hidden_size, ..."""
+        """A few fields of the model's config: model_type, vocab_size, hidden_size, ..., and the
+        precision its linears run in ("bf16" or "f32", `precision="auto"` resolved)."""
         return self._engine.config()
 
     def metrics(self) -> dict[str, Any]:

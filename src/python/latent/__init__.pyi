@@ -65,6 +65,7 @@ class LLM:
         tokenizer: Optional[str] = None,
         *,
         quantize: str = "none",
+        precision: str = "auto",
         attention: str = "auto",
         max_batch_tokens: int = 2048,
         max_seqs: int = 256,
