@@ -320,12 +320,9 @@ nlohmann::json ConfigInfo(const model::ModelConfig& c, const std::string& dir,
            {"cache_bytes_per_token", cache::BytesPerToken(rows)},
            {"cache_bytes_at_context", info["cache_at_context"]["bytes"]}});
     }
+    // Hybrid models: every rank keeps its own copy of each sequence's state (docs/scale-out.md),
+    // which cache_bytes_at_context includes.
     info["ranks"] = per_rank;
-    if (cache::BytesPerSequence(rows) > 0) {
-      info["ranks_refused"] =
-          "the engine refuses models with per-sequence state (linear-attention layers) under "
-          "several MPI ranks; these shares are what the split would hold";
-    }
   }
   return info;
 }
@@ -421,9 +418,6 @@ void PrintConfigInfo(const nlohmann::json& info) {
                 << ", fp8 " << Gb(rw["fp8"]["bytes"].get<int64_t>()) << ", int8 "
                 << Gb(rw["int8"]["bytes"].get<int64_t>()) << "; cache "
                 << Gb(rank["cache_bytes_at_context"].get<int64_t>()) << "\n";
-    }
-    if (info.contains("ranks_refused")) {
-      std::cout << "  note: " << info["ranks_refused"].get<std::string>() << "\n";
     }
   }
 }
