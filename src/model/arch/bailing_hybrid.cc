@@ -23,10 +23,9 @@
 //    layers. The MTP layers stored after num_hidden_layers are not loaded.
 // KDA layers keep per-sequence state (kda.conv, kda.state, kda.block rows), so the engine gives
 // each running sequence a state slot and refuses prefix-cache hits on this family.
-#include "base/dump.h"
-#include "base/profile.h"
 #include "model/arch/registry.h"
 #include "model/deepseek_model.h"
+#include "model/hybrid_kda_model.h"
 #include "model/kda_attention.h"
 
 namespace latent::model {
@@ -268,39 +267,11 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return rows;
 }
 
-class BailingHybrid final : public DeepseekModel {
+class BailingHybrid final : public HybridKdaModel {
  public:
   BailingHybrid(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
-      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options),
-        kda_dims_{this->config().linear_num_heads, this->config().linear_head_dim,
-                  this->config().linear_conv_kernel} {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    const ModelConfig& c = config();
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      if (c.IsLinearAttentionLayer(l)) {
-        KdaAttentionForward(kda_dims_, *layer(l).kda, KdaForgetGateKind::kFullRank,
-                            static_cast<float>(c.rms_norm_eps), l, batch, a.normed.data(),
-                            c.hidden_size, a.branch.data());
-      } else {
-        MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
-      }
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, c.hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
-
- private:
-  ops::KdaDims kda_dims_;
+      : HybridKdaModel(std::move(config), std::move(ckpt), ForEachTensor, options,
+                       KdaForgetGateKind::kFullRank) {}
 };
 
 Arch Make() {
