@@ -1,6 +1,6 @@
-// What one layer caches, in bytes. The cache is generic over these rows: it knows bytes and block
-// ids, never heads or dtypes (the model layer decides those; each family's arch file declares its
-// layers' rows, model/cache_rows.h).
+// What one layer caches, in bytes. The cache is generic over these rows: it knows bytes, block ids
+// and how a row's values are encoded, never heads (the model layer decides those; each family's
+// arch file declares its layers' rows, model/cache_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,11 @@ struct CacheRowSpec {
   uint64_t bytes_per_sequence = 0;  // kPerSequence: bytes of one sequence's state.
   // kWindow: the token at position p reads the rows of positions (p - window_tokens, p].
   int64_t window_tokens = 0;
+  // How the row's values are stored. 0: plain elements of the cache's dtype (f32 or bf16; bf16
+  // in an fp8 cache). > 0: the fp8 encoding of cache/fp8_rows.h, the first fp8_values values as
+  // e4m3 in groups of 128 with one f32 scale each, the rest as bf16 (FlashMLA's latent row:
+  // fp8_values = kv_lora_rank); bytes_per_token is then Fp8RowBytes(values, fp8_values).
+  int64_t fp8_values = 0;
 };
 
 // The rows of every layer: rows[layer] lists that layer's rows.

@@ -29,7 +29,7 @@ class CacheStorage {
     return const_cast<CacheStorage*>(this)->RowAt(block, layer, row, token_in_block);
   }
 
-  // The plain view of these bytes, rows holding `dtype` elements (f32 or bf16).
+  // The plain view of these bytes: `dtype` f32 or bf16 (every row), or F8_E4M3 (fp8 rows).
   PagedRows View(DType dtype) {
     return groups_.has_window ? PagedRows::OfGroups(data_.get(), all_rows_, groups_, num_blocks_, dtype)
                               : PagedRows::Of(data_.get(), rows_, layout_, num_blocks_, dtype);

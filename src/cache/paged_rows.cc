@@ -8,12 +8,17 @@
 #endif
 
 #include "base/error.h"
+#include "cache/fp8_rows.h"
 
 namespace latent::cache {
 namespace {
 
-// One stored row of `width` values to f32.
-void CopyOut(DType dtype, const uint8_t* src, int64_t width, float* dst) {
+// One stored row of `width` values to f32 (fp8_values > 0: the fp8 encoding).
+void CopyOut(DType dtype, int64_t fp8_values, const uint8_t* src, int64_t width, float* dst) {
+  if (fp8_values > 0) {
+    DecodeFp8Row(src, width, fp8_values, dst);
+    return;
+  }
   if (dtype == DType::kF32) {
     std::memcpy(dst, src, width * sizeof(float));
     return;
@@ -41,8 +46,8 @@ void CopyOut(DType dtype, const uint8_t* src, int64_t width, float* dst) {
 
 PagedRows PagedRows::Of(uint8_t* base, const ModelCacheRows& rows, const CacheLayout& layout,
                         int32_t num_blocks, DType dtype) {
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    Fail("paged cache rows are f32 or bf16; ", DTypeName(dtype), " rows are not supported yet");
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF8E4M3) {
+    Fail("paged cache rows are f32, bf16 or fp8 (F8_E4M3); ", DTypeName(dtype), " rows are not supported");
   }
   PagedRows v;
   v.base = base;
@@ -53,10 +58,28 @@ PagedRows PagedRows::Of(uint8_t* base, const ModelCacheRows& rows, const CacheLa
   for (const auto& layer : rows) v.rows_per_layer = std::max(v.rows_per_layer, static_cast<int32_t>(layer.size()));
   v.slab_offset.assign(rows.size() * v.rows_per_layer, 0);
   v.row_bytes.assign(rows.size() * v.rows_per_layer, 0);
+  v.row_values.assign(rows.size() * v.rows_per_layer, 0);
+  v.row_fp8_values.assign(rows.size() * v.rows_per_layer, 0);
   for (size_t l = 0; l < rows.size(); ++l) {
     for (size_t r = 0; r < rows[l].size(); ++r) {
-      v.slab_offset[l * v.rows_per_layer + r] = layout.slab_offset[l][r];
-      v.row_bytes[l * v.rows_per_layer + r] = rows[l][r].bytes_per_token;
+      const CacheRowSpec& spec = rows[l][r];
+      const size_t i = l * v.rows_per_layer + r;
+      v.slab_offset[i] = layout.slab_offset[l][r];
+      v.row_bytes[i] = spec.bytes_per_token;
+      if (spec.fp8_values > 0 && spec.bytes_per_token > 0) {
+        if (dtype != DType::kF8E4M3) {
+          Fail("internal: row '", spec.name, "' of layer ", l, " is fp8-encoded in a ", DTypeName(dtype), " cache");
+        }
+        if (spec.fp8_values > spec.values || spec.bytes_per_token != Fp8RowBytes(spec.values, spec.fp8_values)) {
+          Fail("internal: fp8 row '", spec.name, "' of layer ", l, ": ", spec.bytes_per_token,
+               " bytes per token for ", spec.values, " values, ", spec.fp8_values, " of them fp8");
+        }
+        v.row_values[i] = spec.values;
+        v.row_fp8_values[i] = spec.fp8_values;
+      } else {
+        // Plain elements: f32, or bf16 (a bf16 cache's rows, an fp8 cache's rows without fp8).
+        v.row_values[i] = static_cast<int64_t>(spec.bytes_per_token / (dtype == DType::kF32 ? 4 : 2));
+      }
     }
   }
   return v;
@@ -95,6 +118,10 @@ void PagedRows::WriteRow(std::span<const BlockId> table, int64_t layer, int row,
                          const float* values) const {
   uint8_t* dst = Locate(table, layer, row, position);
   const int64_t width = Width(layer, row);
+  if (const int64_t fp8 = row_fp8_values[layer * rows_per_layer + row]; fp8 > 0) {
+    EncodeFp8Row(values, width, fp8, dst);
+    return;
+  }
   if (dtype == DType::kF32) {
     std::memcpy(dst, values, width * sizeof(float));
     return;
@@ -108,14 +135,16 @@ void PagedRows::WriteRow(std::span<const BlockId> table, int64_t layer, int row,
 void PagedRows::GatherRows(std::span<const BlockId> table, int64_t layer, int row, int64_t count,
                            float* out) const {
   const int64_t width = Width(layer, row);
-  for (int64_t p = 0; p < count; ++p) CopyOut(dtype, Locate(table, layer, row, p), width, out + p * width);
+  const int64_t fp8 = row_fp8_values[layer * rows_per_layer + row];
+  for (int64_t p = 0; p < count; ++p) CopyOut(dtype, fp8, Locate(table, layer, row, p), width, out + p * width);
 }
 
 void PagedRows::GatherPositions(std::span<const BlockId> table, int64_t layer, int row,
                                 std::span<const int32_t> positions, float* out) const {
   const int64_t width = Width(layer, row);
+  const int64_t fp8 = row_fp8_values[layer * rows_per_layer + row];
   for (size_t i = 0; i < positions.size(); ++i) {
-    CopyOut(dtype, Locate(table, layer, row, positions[i]), width, out + i * width);
+    CopyOut(dtype, fp8, Locate(table, layer, row, positions[i]), width, out + i * width);
   }
 }
 

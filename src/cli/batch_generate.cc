@@ -152,6 +152,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       {"tokens_per_second", metrics.busy_seconds > 0 ? metrics.generated_tokens / metrics.busy_seconds : 0.0},
       {"steps", metrics.steps},
       {"cache_bytes_per_token", metrics.cache_bytes_per_token},
+      {"cache_layer_bytes_per_token", metrics.cache_layer_bytes_per_token},
+      {"cache_dtype", metrics.cache_dtype},
       {"cache_blocks", metrics.total_blocks},
       {"block_tokens", metrics.block_tokens},
       {"prefix_hit_tokens", metrics.prefix_hit_tokens},

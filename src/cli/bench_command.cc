@@ -191,7 +191,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
   sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks")->check(CLI::PositiveNumber);
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
-  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
+  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
   sub->add_flag("--comm-detail", opt->comm_detail,
                 "Under mpirun: also split each step's time in collectives into transfer and "

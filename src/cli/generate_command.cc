@@ -48,7 +48,7 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
   sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks (default: from --cache-memory)")->check(CLI::PositiveNumber);
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
-  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32 or bf16");
+  sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
   sub->add_flag("--check-invariants", opt->engine.check_invariants, "Verify block accounting after every step");
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
@@ -77,12 +77,14 @@ Runner RegisterGenerate(CLI::App& app) {
     const std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     const int64_t vocab = m->config().vocab_size;
-    // Rows in f32 (exact), in blocks enough for the prompt and every generated token.
+    // Rows in --cache-dtype, as the engine stores them ("auto": f32 for f32 checkpoints, bf16
+    // otherwise), so that batched runs compare bit for bit against this; in blocks enough for the
+    // prompt and every generated token.
     engine::CacheOptions cache_options;
     cache_options.block_tokens = opt->engine.block_tokens;
     const int64_t most = static_cast<int64_t>(ids.size()) + opt->max_tokens;
     cache_options.prefix_caching = false;
-    cache_options.dtype = model::CacheDType::kF32;
+    cache_options.dtype = model::ParseCacheDType(opt->engine.cache_dtype, m->config());
     cache_options.num_blocks = engine::CacheManager::BlocksToHold(m->config(), cache_options, most);
     engine::CacheManager cache(m->config(), cache_options);
     cache::BlockTable table = cache.NewTable();

@@ -1,5 +1,5 @@
 // `latent logits --model DIR --ids 1,2,3 [--attention auto|absorbed|expanded]
-// [--quantize none|int8|w8a8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
+// [--quantize none|int8|w8a8] [--cache-dtype f32|bf16|fp8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
 // {"logits": [[...], ...]}; with --f32-out, as raw little-endian f32 [tokens, vocab] in PATH
 // (large vocabularies), the JSON then giving "tokens" and "vocab" instead.
 #include <cstdio>
@@ -75,10 +75,11 @@ Runner RegisterLogits(CLI::App& app) {
                 "[] where the token attended densely)");
   sub->add_option("--chunk-tokens", opt->chunk_tokens,
                   "Run the prompt in chunks of N tokens through the paged cache in --cache-dtype "
-                  "(0: one chunk, f32 rows)")->check(CLI::NonNegativeNumber);
+                  "(0: one chunk, f32 rows unless --cache-dtype names f32, bf16 or fp8)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32 or bf16");
+  sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   AddLoadOptions(sub, opt->load_flags);
   sub->add_option("--f32-out", opt->f32_out,
                   "Write the logits as raw little-endian f32 [tokens, vocab] to this file");
@@ -92,10 +93,12 @@ Runner RegisterLogits(CLI::App& app) {
     std::vector<float> logits(ids.size() * vocab);
     model::ForwardTrace trace;
     if (opt->chunk_tokens == 0) {
-      // One chunk, rows kept in f32 (exact).
-      RunPrompt(*m, ids, static_cast<int64_t>(ids.size()), opt->block_tokens,
-                model::CacheDType::kF32, form, logits.data(),
-                opt->experts || opt->selected ? &trace : nullptr);
+      // One chunk, rows kept in f32 (exact) unless --cache-dtype names a dtype ("auto" keeps f32
+      // here: the parity tests' reference is the exact forward pass).
+      const model::CacheDType dtype = opt->cache_dtype == "auto" ? model::CacheDType::kF32
+                                      : model::ParseCacheDType(opt->cache_dtype, m->config());
+      RunPrompt(*m, ids, static_cast<int64_t>(ids.size()), opt->block_tokens, dtype, form,
+                logits.data(), opt->experts || opt->selected ? &trace : nullptr);
     } else {
       RunPrompt(*m, ids, opt->chunk_tokens, opt->block_tokens,
                 model::ParseCacheDType(opt->cache_dtype, m->config()), form, logits.data(), nullptr);

@@ -49,7 +49,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--cache-memory", s.engine.cache_memory_gib, "Cache size in GiB")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--cache-dtype", s.engine.cache_dtype, "auto, f32 or bf16")
+  sub->add_option("--cache-dtype", s.engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)")
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded")

@@ -157,7 +157,7 @@ Runner RegisterStepBench(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32 or bf16");
+  sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_option("--seed", opt->seed, "Seed of the random rows and tokens");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
   AddLoadOptions(sub, opt->load_flags);

@@ -8,14 +8,14 @@
 namespace latent::engine {
 namespace {
 
+// The view's dtype: an fp8 cache's rows say their own encoding (cache/paged_rows.h).
 DType ElementType(model::CacheDType dtype) {
   switch (dtype) {
     case model::CacheDType::kF32: return DType::kF32;
     case model::CacheDType::kBF16: return DType::kBF16;
-    case model::CacheDType::kFP8: break;
+    case model::CacheDType::kFP8: return DType::kF8E4M3;
   }
-  Fail("the engine caches latent rows in f32 or bf16; ", model::CacheDTypeName(dtype),
-       " rows are not supported yet");
+  Fail("internal: unknown cache dtype");
 }
 
 }  // namespace
@@ -36,6 +36,9 @@ CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions&
   const DType element = ElementType(dtype_);
   cache::ModelCacheRows rows = model::CacheRows(config, dtype_);
   bytes_per_token_ = cache::BytesPerToken(rows);
+  for (const auto& layer : rows) {
+    layer_bytes_per_token_ = std::max(layer_bytes_per_token_, cache::BytesPerToken({layer}));
+  }
   const cache::GroupedLayout groups = cache::GroupedLayout::Build(rows, block_tokens_);
   for (const auto& layer : rows) {
     for (const auto& row : layer) {

@@ -31,8 +31,7 @@ struct CacheOptions {
 
 class CacheManager {
  public:
-  // Throws latent::Error for a zero block size, memory that holds no block, or a row dtype the
-  // paged cache cannot store (fp8).
+  // Throws latent::Error for a zero block size or memory that holds no block.
   CacheManager(const model::ModelConfig& config, const CacheOptions& options);
   // Blocks that hold `tokens` positions of one sequence in every block table it has (full rows,
   // and window rows before any is released), for tools that size a cache for one sequence.
@@ -53,6 +52,9 @@ class CacheManager {
     return std::max<int64_t>(0, num_blocks() - window_blocks - 1) * block_tokens_;
   }
   uint64_t bytes_per_token() const { return bytes_per_token_; }
+  // Bytes per token of the widest layer (all its per-token rows): 656 for a DeepSeek V3 layer in
+  // fp8 rows, 1152 in bf16. Most families' layers are alike; dots3_note's differ.
+  uint64_t layer_bytes_per_token() const { return layer_bytes_per_token_; }
   // Bytes of one sequence's per-sequence state (0: the model has none), and how many slots exist.
   uint64_t bytes_per_sequence() const { return bytes_per_sequence_; }
   int32_t state_slots() const { return rows_.states.num_slots; }
@@ -76,6 +78,7 @@ class CacheManager {
   uint32_t block_tokens_;
   model::CacheDType dtype_;
   uint64_t bytes_per_token_;
+  uint64_t layer_bytes_per_token_ = 0;
   int64_t window_tokens_ = 0;
   uint32_t window_block_tokens_ = 0;
   uint64_t bytes_per_sequence_ = 0;

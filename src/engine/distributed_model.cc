@@ -152,6 +152,7 @@ model::CacheDType CacheDTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kF32: return model::CacheDType::kF32;
     case DType::kBF16: return model::CacheDType::kBF16;
+    case DType::kF8E4M3: return model::CacheDType::kFP8;
     default: break;
   }
   Fail("internal: the step broadcast got a cache of ", DTypeName(dtype), " rows");

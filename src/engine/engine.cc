@@ -32,6 +32,8 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
+  metrics_.cache_layer_bytes_per_token = cache_->layer_bytes_per_token();
+  metrics_.cache_dtype = model::CacheDTypeName(cache_->dtype());
   metrics_.total_blocks = cache_->num_blocks();
   metrics_.block_tokens = cache_->block_tokens();
   metrics_.window_block_tokens = cache_->window_block_tokens();

@@ -49,6 +49,10 @@ struct EngineMetrics {
   uint32_t window_block_tokens = 0;
   uint32_t block_tokens = 0;
   uint64_t cache_bytes_per_token = 0;
+  // The widest layer's bytes per token (656 for DeepSeek V3 dims in fp8 rows), and the rows'
+  // dtype ("f32", "bf16" or "fp8": model::CacheDTypeName).
+  uint64_t cache_layer_bytes_per_token = 0;
+  const char* cache_dtype = "";
   int64_t requests_finished = 0;
   int64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0, steps = 0;

@@ -6,11 +6,12 @@ namespace latent::engine {
 namespace {
 
 cache::PagedRows ViewOf(cache::CacheStorage& storage, model::CacheDType dtype) {
-  if (dtype != model::CacheDType::kF32 && dtype != model::CacheDType::kBF16) {
-    Fail("the engine caches latent rows in f32 or bf16; ", model::CacheDTypeName(dtype),
-         " rows are not supported yet");
+  switch (dtype) {
+    case model::CacheDType::kF32: return storage.View(DType::kF32);
+    case model::CacheDType::kBF16: return storage.View(DType::kBF16);
+    case model::CacheDType::kFP8: return storage.View(DType::kF8E4M3);
   }
-  return storage.View(dtype == model::CacheDType::kF32 ? DType::kF32 : DType::kBF16);
+  Fail("internal: unknown cache dtype");
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace latent::engine {
 class PagedLatentCache {
  public:
   // Values per token of each row of each layer ([layer][row], model::CacheRowValues), which must
-  // match the storage's rows, and their storage dtype (f32 or bf16).
+  // match the storage's rows, and their storage dtype (f32, bf16 or fp8).
   PagedLatentCache(cache::CacheStorage& storage, const std::vector<std::vector<int64_t>>& row_values,
                    model::CacheDType dtype);
 

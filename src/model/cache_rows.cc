@@ -1,15 +1,11 @@
 #include "model/cache_rows.h"
 
 #include "base/error.h"
+#include "cache/fp8_rows.h"
 #include "model/arch/registry.h"
 #include "ops/kda.h"
 
 namespace latent::model {
-namespace {
-// DeepSeek's FP8 latent layout scales each group of 128 latent values with one f32.
-constexpr int64_t kFp8ScaleGroup = 128;
-}  // namespace
-
 CacheDType ParseCacheDType(const std::string& name, const ModelConfig& config) {
   if (name == "auto") return config.dtype == "float32" ? CacheDType::kF32 : CacheDType::kBF16;
   if (name == "f32" || name == "float32") return CacheDType::kF32;
@@ -38,11 +34,11 @@ cache::CacheRowSpec MlaLatentRow(const ModelConfig& c, CacheDType dtype, int64_t
   switch (dtype) {
     case CacheDType::kF32: row.bytes_per_token = 4 * row.values; break;
     case CacheDType::kBF16: row.bytes_per_token = 2 * row.values; break;
-    case CacheDType::kFP8: {
-      const int64_t groups = (c.kv_lora_rank + kFp8ScaleGroup - 1) / kFp8ScaleGroup;
-      row.bytes_per_token = c.kv_lora_rank + 4 * groups + 2 * rope_dims;
+    case CacheDType::kFP8:
+      // FlashMLA's layout: the latent in e4m3 with a scale per 128 values, the rotary key bf16.
+      row.fp8_values = c.kv_lora_rank;
+      row.bytes_per_token = cache::Fp8RowBytes(row.values, row.fp8_values);
       break;
-    }
   }
   return row;
 }
@@ -52,10 +48,11 @@ cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& c, CacheDType dtype) {
   row.name = "dsa.index_k";
   row.values = c.index_head_dim;
   const int64_t d = c.index_head_dim;
-  // fp8: DeepSeek's layout, e4m3 values and one f32 scale per 128 (132 bytes for 128 values).
+  // fp8: DeepSeek V3.2's layout, e4m3 values and one f32 scale per 128 (132 bytes for 128).
+  if (dtype == CacheDType::kFP8) row.fp8_values = d;
   row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * d
                         : dtype == CacheDType::kBF16 ? 2 * d
-                                                     : d + 4 * ((d + kFp8ScaleGroup - 1) / kFp8ScaleGroup);
+                                                     : cache::Fp8RowBytes(d, d);
   return row;
 }
 

@@ -6,6 +6,7 @@
 
 #include "base/dump.h"
 #include "base/error.h"
+#include "cache/fp8_rows.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "model/cache_rows.h"
@@ -91,9 +92,10 @@ cache::CacheRowSpec KPoolIndexRow(const ModelConfig& c, CacheDType dtype) {
   const int64_t v = 2 * c.index_head_dim;
   row.name = "dsa.kpool";
   row.values = v;
+  if (dtype == CacheDType::kFP8) row.fp8_values = v;  // key and gate score, all e4m3
   row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * v
                         : dtype == CacheDType::kBF16 ? 2 * v
-                                                     : v + 4 * ((v + 127) / 128);
+                                                     : cache::Fp8RowBytes(v, v);
   return row;
 }
 

@@ -131,6 +131,9 @@ std::string ServerMetrics::Render(const std::string& model_name,
            m.block_tokens);
     Metric(out, "latent_cache_bytes_per_token", "gauge", "Cache bytes per token, all layers.",
            model, static_cast<double>(m.cache_bytes_per_token));
+    Metric(out, "latent_cache_layer_bytes_per_token", "gauge",
+           "Cache bytes per token of the widest layer (656 for a DeepSeek V3 layer in fp8 rows).",
+           model, static_cast<double>(m.cache_layer_bytes_per_token));
     Metric(out, "latent_prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", model,
            static_cast<double>(m.prompt_tokens));

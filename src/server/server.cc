@@ -232,7 +232,8 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   const int64_t cache_tokens = int64_t{em.total_blocks} * em.block_tokens;
   Log("cache: ", cache_tokens, " tokens (", em.total_blocks, " blocks of ", em.block_tokens, "), ",
       Gib(double(cache_tokens) * double(em.cache_bytes_per_token)), ", ", em.cache_bytes_per_token,
-      " bytes per token (", cache_dtype, "), prefix caching ",
+      " bytes per token (", cache_dtype, " rows, ", em.cache_layer_bytes_per_token,
+      " per token in the widest layer), prefix caching ",
       o.engine.prefix_caching ? "on" : "off");
 
   ServerContext& ctx = loaded->context;

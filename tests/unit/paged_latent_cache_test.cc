@@ -14,6 +14,7 @@
 #include "cache/block_pool.h"
 #include "cache/block_table.h"
 #include "cache/cache_storage.h"
+#include "cache/fp8_rows.h"
 #include "model/cache_rows.h"
 #include "tensor/dtype.h"
 
@@ -28,18 +29,43 @@ constexpr int64_t kMaxPositions = 17;
 // as model::CacheRowValues gives for a model with DSA on some layers.
 const std::vector<std::vector<int64_t>> kRowValues = {{5, 3}, {5}, {5, 3}};
 
+// fp8 rows: the latent's first 3 values in e4m3 (its "latent", a scale) and 2 in bf16 (its
+// "rotary key"), 3 + 4 + 4 = 11 bytes; the index row all e4m3, 3 + 4 = 7 bytes.
+constexpr int64_t kFp8LatentValues = 3;
+
 cache::ModelCacheRows Rows(model::CacheDType dtype) {
   const uint64_t value_bytes = dtype == model::CacheDType::kF32 ? 4 : 2;
   cache::ModelCacheRows rows(kLayers);
   for (int64_t l = 0; l < kLayers; ++l) {
-    rows[l].push_back({"mla.latent", kRowValues[l][0] * value_bytes});
-    if (kRowValues[l].size() > 1)
-      rows[l].push_back({"dsa.index_k", kRowValues[l][1] * value_bytes});
+    for (size_t r = 0; r < kRowValues[l].size(); ++r) {
+      cache::CacheRowSpec row{r == 0 ? "mla.latent" : "dsa.index_k", kRowValues[l][r] * value_bytes};
+      row.values = kRowValues[l][r];
+      if (dtype == model::CacheDType::kFP8) {
+        row.fp8_values = r == 0 ? kFp8LatentValues : kRowValues[l][r];
+        row.bytes_per_token = cache::Fp8RowBytes(row.values, row.fp8_values);
+      }
+      rows[l].push_back(row);
+    }
   }
   return rows;
 }
 
 int64_t Width(int64_t layer, int row) { return kRowValues[layer][row]; }
+
+// What a row of `values` reads back as from a cache of `dtype`.
+std::vector<float> Stored(model::CacheDType dtype, int row, std::vector<float> values) {
+  if (dtype == model::CacheDType::kF32) return values;
+  if (dtype == model::CacheDType::kBF16) {
+    for (float& v : values) v = RoundToBF16(v);
+    return values;
+  }
+  const int64_t n = static_cast<int64_t>(values.size());
+  const int64_t fp8 = row == 0 ? kFp8LatentValues : n;
+  std::vector<uint8_t> bytes(cache::Fp8RowBytes(n, fp8));
+  cache::EncodeFp8RowScalar(values.data(), n, fp8, bytes.data());
+  cache::DecodeFp8RowScalar(bytes.data(), n, fp8, values.data());
+  return values;
+}
 
 // The values written for (layer, row, slot, position): value 0 is an integer tag, exact in bf16,
 // that tells every row apart; the others need rounding in bf16.
@@ -109,10 +135,9 @@ TEST_P(PagedLatentCacheRoundTrip, WriteThenGatherThroughBlockTables) {
       std::vector<float> out(count * width, -7.0f);
       cache.GatherRows(layer, row, slot, count, out.data());
       for (int64_t p = 0; p < count; ++p) {
-        const std::vector<float> values = RowFor(layer, row, slot, p);
+        const std::vector<float> values = Stored(dtype, row, RowFor(layer, row, slot, p));
         for (int64_t i = 0; i < width; ++i) {
-          const float expected =
-              dtype == model::CacheDType::kF32 ? values[i] : RoundToBF16(values[i]);
+          const float expected = values[i];
           ASSERT_EQ(out[p * width + i], expected) << "layer " << layer << " row " << row << " slot "
                                                   << slot << " position " << p << " value " << i;
         }
@@ -141,7 +166,9 @@ INSTANTIATE_TEST_SUITE_P(
     PagedLatentCache, PagedLatentCacheRoundTrip,
     ::testing::Values(Param{1, model::CacheDType::kF32}, Param{3, model::CacheDType::kF32},
                       Param{16, model::CacheDType::kF32}, Param{1, model::CacheDType::kBF16},
-                      Param{3, model::CacheDType::kBF16}, Param{16, model::CacheDType::kBF16}),
+                      Param{3, model::CacheDType::kBF16}, Param{16, model::CacheDType::kBF16},
+                      Param{1, model::CacheDType::kFP8}, Param{3, model::CacheDType::kFP8},
+                      Param{16, model::CacheDType::kFP8}),
     [](const ::testing::TestParamInfo<Param>& info) {
       return std::string(model::CacheDTypeName(info.param.dtype)) + "_block" +
              std::to_string(info.param.block_tokens);
@@ -187,13 +214,18 @@ TEST(PagedLatentCacheTest, RejectsPositionsBeyondTheTable) {
   EXPECT_THROW(cache.GatherRows(0, model::kLatentRow, 1, 1, out.data()), std::out_of_range);
 }
 
-TEST(PagedLatentCacheTest, RejectsFp8Rows) {
-  cache::CacheStorage storage(Rows(model::CacheDType::kF32), 4, 1);
-  EXPECT_THROW(PagedLatentCache(storage, kRowValues, model::CacheDType::kFP8), Error);
+TEST(PagedLatentCacheTest, RejectsAViewInAnotherDTypeThanItsRows) {
+  // f32 rows read as fp8 ones (bf16 where no fp8 values): the widths disagree.
+  cache::CacheStorage f32(Rows(model::CacheDType::kF32), 4, 1);
+  EXPECT_THROW(PagedLatentCache(f32, kRowValues, model::CacheDType::kFP8), Error);
+  // fp8-encoded rows in a bf16 view.
+  cache::CacheStorage fp8(Rows(model::CacheDType::kFP8), 4, 1);
+  EXPECT_THROW(PagedLatentCache(fp8, kRowValues, model::CacheDType::kBF16), Error);
 }
 
 TEST(PagedLatentCacheTest, CopyBlockCopiesTheFirstCountTokensOfEveryLayerAndRow) {
-  for (model::CacheDType dtype : {model::CacheDType::kF32, model::CacheDType::kBF16}) {
+  for (model::CacheDType dtype :
+       {model::CacheDType::kF32, model::CacheDType::kBF16, model::CacheDType::kFP8}) {
     SCOPED_TRACE(model::CacheDTypeName(dtype));
     cache::CacheStorage storage(Rows(dtype), 4, 4);
     cache::BlockPool pool(4, false);
@@ -219,16 +251,13 @@ TEST(PagedLatentCacheTest, CopyBlockCopiesTheFirstCountTokensOfEveryLayerAndRow)
       cache.GatherRows(layer, row, 0, 4, original.data());
       cache.GatherRows(layer, row, 2, 4, other.data());
       for (int64_t p = 0; p < 4; ++p) {
-        const std::vector<float> neighbour_values = RowFor(layer, row, 1, p);
+        const std::vector<float> neighbour_values = Stored(dtype, row, RowFor(layer, row, 1, p));
         for (int64_t i = 0; i < width; ++i) {
           // Tokens 0..2 copied; token 3 left as it was (zero).
           const float want = p < 3 ? original[p * width + i] : 0.0f;
           EXPECT_EQ(copied[p * width + i], want)
               << "layer " << layer << " row " << row << " position " << p;
-          const float neighbour_want = dtype == model::CacheDType::kF32
-                                           ? neighbour_values[i]
-                                           : RoundToBF16(neighbour_values[i]);
-          EXPECT_EQ(other[p * width + i], neighbour_want);  // Other blocks untouched.
+          EXPECT_EQ(other[p * width + i], neighbour_values[i]);  // Other blocks untouched.
         }
       }
     }

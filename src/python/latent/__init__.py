@@ -170,7 +170,7 @@ class LLM:
     each linear's input for bf16 and fp8 checkpoints, f32 math for f32 ones, under "auto"),
     attention ("auto", "absorbed", "expanded"),
     max_batch_tokens, max_seqs, block_tokens, num_blocks, cache_memory_gib, prefix_caching,
-    cache_dtype ("auto", "f32", "bf16"), check_invariants.
+    cache_dtype ("auto", "f32", "bf16", "fp8"), check_invariants.
 
     Thread-safe: several threads may call generate/chat/stream at once; their requests share the
     engine's batches. Use as a context manager, or call close(), to stop the engine thread.
