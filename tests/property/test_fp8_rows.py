@@ -11,7 +11,9 @@ fp8 keys) and dots3_note (sliding-window latent rows of their own width beside D
   cache_layer_bytes_per_token);
 - fp8 rows' logits stay within a stated bound of f32 rows' on DeepSeek V3.
 
-About 60 s on the shared 2-core machine (most of it the alone runs).
+About 2 minutes on the shared, loaded 2-core machine, most of it making the four tiny models
+(deepseek_v3 and its dense variant, deepseek_v32, dots3_note; other test files share the first
+three in one session).
 """
 
 from __future__ import annotations
@@ -148,14 +150,16 @@ def test_reported_cache_bytes(case, tmp_path):
 
 
 def test_fp8_logits_within_bound_of_f32_rows(tiny_models):
-    """fp8 rows against exact (f32) rows, on DeepSeek V3 (no DSA: a top-k selection flipped by
-    rounding is a discrete change, not a bounded one). Bound: e4m3 keeps 3 mantissa bits, so a
-    stored value's rounding error is at most 2^-4 of it (2^-4 of the group's amax for values far
-    below it) against 2^-8 for bf16: 16x bf16 rows' error per value. A small perturbation of the
-    rows moves the logits about linearly, so the fp8 logits' error is expected near 16x the bf16
-    rows' (measured 5-10x here); the test allows 32x (the amax scaling of small values, and the
-    nonlinearity), and requires fp8 to differ from f32 (the path ran) by more than bf16 does."""
-    model_dir = tiny_models.get("deepseek_v3")
+    """fp8 rows against exact (f32) rows, on DeepSeek V3 with dense MLPs in every layer (a routing
+    or DSA top-k choice flipped by rounding is a discrete change, not a bounded one: with the
+    preset's MoE layers even bf16 rows move a logit by half its range). Bound: e4m3 keeps 3
+    mantissa bits, so a stored value's rounding error is at most 2^-4 of it (of the group's amax
+    for values far below it) against 2^-8 for bf16: 16x bf16 rows' error per value. A small
+    perturbation of the rows moves the logits about linearly, so the fp8 logits' error should be
+    near 16x the bf16 rows' (measured 10.7-16.3x over four prompts); the test allows 32x (the
+    amax scaling of small values, and the nonlinearity), and requires fp8 to differ from f32
+    (the path ran) by more than bf16 does."""
+    model_dir = tiny_models.get("deepseek_v3", config={"first_k_dense_replace": 99})
     ids = random.Random(9).sample(range(2, 250), 200)
     f32 = chunked_logits(model_dir, ids, "f32", len(ids))
     bf16 = chunked_logits(model_dir, ids, "bf16", len(ids))
