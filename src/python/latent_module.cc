@@ -240,6 +240,9 @@ class PyEngine {
     d["used_blocks"] = m.used_blocks;
     d["cached_blocks"] = m.cached_blocks;
     d["block_tokens"] = m.block_tokens;
+    d["cache_dtype"] = m.cache_dtype;
+    d["cache_bytes_per_token"] = m.cache_bytes_per_token;
+    d["cache_layer_bytes_per_token"] = m.cache_layer_bytes_per_token;
     d["requests_finished"] = m.requests_finished;
     d["prompt_tokens"] = m.prompt_tokens;
     d["prefix_hit_tokens"] = m.prefix_hit_tokens;
