@@ -117,9 +117,15 @@ def latent_logits(model_dir: Path, ids: list[int], form: str = "auto", experts: 
 
 
 def latent_generate(model_dir: Path, ids: list[int], max_tokens: int, form: str = "auto",
-                    ignore_eos: bool = False, precision: str = "auto") -> list[int]:
+                    ignore_eos: bool = False, precision: str = "auto",
+                    cache_dtype: str = "f32") -> list[int]:
+    """`latent generate --ids` (no engine). `cache_dtype`: f32 rows by default, the exact
+    reference the parity tests compare with transformers and with latent_logits (whose one-chunk
+    pass keeps f32 rows); the CLI's own default, auto, is the engine's (bf16 rows for bf16
+    checkpoints)."""
     args = ["generate", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-            "--max-tokens", str(max_tokens), "--attention", form, "--precision", precision]
+            "--max-tokens", str(max_tokens), "--attention", form, "--precision", precision,
+            "--cache-dtype", cache_dtype]
     if ignore_eos:
         args.append("--ignore-eos")
     out = run_latent(*args)
