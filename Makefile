@@ -21,7 +21,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   clang libclang-rt-14-dev libicu-dev \
   openmpi-bin libopenmpi-dev
 
-.PHONY: setup build test run fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
+.PHONY: setup build test run fuzz build-fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
   test-asan test-tsan demo-model pip-install-test
 
 setup: $(STAMPS)/apt $(STAMPS)/venv
@@ -44,8 +44,10 @@ $(STAMPS)/venv: requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@mkdir -p $(STAMPS) && touch $@
 
+# DEBUG_INFO=OFF builds without -g (CI: the same code, less compile time; CMakeLists.txt).
+DEBUG_INFO ?= ON
 $(BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATENT_DEBUG_INFO=$(DEBUG_INFO)
 
 build: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -103,10 +105,12 @@ pip-install-test: | $(STAMPS)/apt
 # libFuzzer targets, built with clang under ASan/UBSan, each run for FUZZ_SECONDS from the
 # committed seed corpora (tests/fuzz/corpus/<fuzzer>/), FUZZ_JOBS at a time (default: one per
 # core; each fuzzer is single-threaded, so each still gets FUZZ_SECONDS of a core).
-fuzz: setup
+build-fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
+
+fuzz: build-fuzz
 	tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
 
 # An hour-long local run (FUZZ_LONG_SECONDS over all fuzzers, one at a time). New inputs that
@@ -125,8 +129,8 @@ fuzz-merge:
 # Sanitizer builds: everything compiled with ASan+UBSan (build-asan) or TSan (build-tsan), with
 # oneDNN left out (its OpenMP runtime is not instrumented). TSan compiles the code outside the
 # kernels, ops, model and tokenizer at -O0 (LATENT_SANITIZER_COLD_OPT); ASan keeps -O1 there, the
-# flags its suite has passed with in CI. Reports go to <dir>/sanitizer-logs;
-# a test run fails if any report was written, even by a server process a test killed.
+# flags its suite has passed with in CI. Reports go to <dir>/sanitizer-logs; a test run fails if
+# any report was written, even by a server process a test killed.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \

@@ -66,6 +66,7 @@ std::optional<BlockId> BlockPool::Allocate() {
   }
   ref_count_[block] = 1;
   ++num_used_;
+  touched_end_ = std::max(touched_end_, block + 1);
   return block;
 }
 
@@ -122,7 +123,7 @@ void BlockPool::Unregister(BlockId block) {
 
 std::string BlockPool::CheckConsistency() const {
   int32_t used = 0;
-  for (BlockId b = 0; b < num_blocks(); ++b) {
+  for (BlockId b = 0; b < touched_end_; ++b) {
     if (ref_count_[b] < 0) return StrCat("block ", b, " has negative reference count");
     if (ref_count_[b] > 0) ++used;
     if (in_lru_[b] && (ref_count_[b] != 0 || !hash_of_[b])) {
@@ -135,6 +136,7 @@ std::string BlockPool::CheckConsistency() const {
                   " != total ", num_blocks());
   }
   for (const auto& [hash, block] : by_hash_) {
+    if (block >= touched_end_) return StrCat("block ", block, " is hashed but was never handed out");
     if (!hash_of_[block] || *hash_of_[block] != hash) return StrCat("hash index of block ", block, " is stale");
   }
   return "";

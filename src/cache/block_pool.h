@@ -35,6 +35,10 @@ class BlockPool {
   // Cached blocks nobody holds (a subset of the available ones).
   int32_t NumCachedUnowned() const { return static_cast<int32_t>(lru_.size()); }
   int32_t ref_count(BlockId block) const { return ref_count_[block]; }
+  // One past the highest block id ever handed out. Allocate hands out low ids first and reuses
+  // released ones before new ones, so this follows the peak use, not the pool size; every block
+  // at or past it still has its initial state (never held, cached or hashed).
+  BlockId touched_end() const { return touched_end_; }
   bool prefix_caching() const { return prefix_caching_; }
 
   // A block with reference count 1, or nullopt when none is available. Prefers never-used
@@ -55,7 +59,10 @@ class BlockPool {
   void Register(BlockId block, BlockHash hash, std::span<const int32_t> tokens,
                 BlockHash parent = 0);
 
-  // Internal consistency (counts, lists, hashes). Returns an empty string or what is wrong.
+  // Internal consistency (counts, lists, hashes). Returns an empty string or what is wrong. Scans
+  // the blocks below touched_end() only (the others are untouched by construction), so a check
+  // after every step costs O(peak use), not O(pool): a test cache of millions of 1-token blocks
+  // stays cheap to verify.
   std::string CheckConsistency() const;
 
  private:
@@ -72,6 +79,7 @@ class BlockPool {
   std::vector<BlockHash> parent_of_;                   // [num_blocks] parent hash of hashed blocks
   std::unordered_map<BlockHash, BlockId> by_hash_;
   int32_t num_used_ = 0;
+  BlockId touched_end_ = 0;
 };
 
 }  // namespace latent::cache

@@ -362,18 +362,25 @@ bool Engine::Step() {
 void Engine::CheckInvariants() const {
   const std::string pool_error = pool_->CheckConsistency();
   if (!pool_error.empty()) Fail("block pool: ", pool_error);
-  std::vector<int32_t> holders(pool_->num_blocks(), 0);
+  // Blocks at or past touched_end() were never handed out (block_pool.h): only those below can
+  // be held, which keeps this O(peak use) per step however large the pool.
+  const cache::BlockId touched = pool_->touched_end();
+  std::vector<int32_t> holders(touched, 0);
+  auto hold = [&](cache::BlockId b, const Sequence& seq) {
+    if (b < 0 || b >= touched) Fail("sequence ", seq.id, " holds block ", b, ", which the pool never handed out");
+    ++holders[b];
+  };
   for (const auto& [id, state] : requests_) {
     for (const auto& seq : state->samples) {
       if (seq->status == SequenceStatus::kFinished) continue;
-      for (cache::BlockId b : seq->table.blocks()) ++holders[b];
+      for (cache::BlockId b : seq->table.blocks()) hold(b, *seq);
       if (seq->window_table) {
         for (cache::BlockId b : seq->window_table->blocks())
-          if (b != cache::kNoBlock) ++holders[b];
+          if (b != cache::kNoBlock) hold(b, *seq);
       }
     }
   }
-  for (cache::BlockId b = 0; b < pool_->num_blocks(); ++b) {
+  for (cache::BlockId b = 0; b < touched; ++b) {
     if (holders[b] != pool_->ref_count(b)) {
       Fail("block ", b, " has reference count ", pool_->ref_count(b), " but ", holders[b], " block tables hold it");
     }

@@ -28,6 +28,25 @@ TEST(BlockPoolTest, StartsEmptyAndHandsOutLowIdsFirst) {
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
+TEST(BlockPoolTest, TouchedEndFollowsPeakUseNotPoolSize) {
+  // CheckConsistency and the engine's --check-invariants scan only blocks below touched_end().
+  BlockPool pool(1000000, true);
+  EXPECT_EQ(pool.touched_end(), 0);
+  const BlockId a = *pool.Allocate(), b = *pool.Allocate(), c = *pool.Allocate();
+  EXPECT_EQ(pool.touched_end(), 3);
+  pool.Release(b);
+  pool.Release(a);
+  EXPECT_EQ(*pool.Allocate(), a);  // Released blocks are reused before new ones.
+  EXPECT_EQ(*pool.Allocate(), b);
+  EXPECT_EQ(pool.touched_end(), 3);
+  EXPECT_EQ(*pool.Allocate(), 3);
+  EXPECT_EQ(pool.touched_end(), 4);
+  pool.Register(c, HashBlock(0, Tokens({1, 2})), Tokens({1, 2}));
+  pool.Release(c);  // Cached, below touched_end: still scanned.
+  EXPECT_EQ(pool.CheckConsistency(), "");
+  EXPECT_EQ(pool.NumAvailable(), 1000000 - 3);
+}
+
 TEST(BlockPoolTest, RejectsAnEmptyPool) { EXPECT_THROW(BlockPool(0, true), Error); }
 
 TEST(BlockPoolTest, AllocateRetainReleaseCounts) {
