@@ -1089,7 +1089,7 @@ def compute_ratios(res: dict) -> dict:
     opp = [p for p in od.get("prefill_points") or [] if p.get("batch") == 1 and p.get("pp") == pp]
     decode_prefill_ratios(ratios, ("decode_b64_vs_llamacpp_onednn", "prefill_512_vs_llamacpp_onednn"),
                           op[-1] if op else None, opp[-1] if opp else None,  # warm: the last repeat
-                          cp, llama_pp, "opt-in LATENT_GEMM=onednn run")
+                          cp, llama_pp, "opt-in LATENT_GEMM=onednn run" + (f": {od['skipped']}" if od.get("skipped") else ""))
     w8 = lat.get("w8a8") or {}
     decode_prefill_ratios(ratios, ("decode_b64_w8a8_vs_llamacpp_q8_0", "prefill_512_w8a8_vs_llamacpp_q8_0"),
                           point(w8.get("points"), b), point(w8.get("prefill_points"), 1, pp), q8_decode, q8_prefill,
@@ -1251,10 +1251,13 @@ def markdown(res: dict) -> str:
     odp = [p for p in od.get("prefill_points") or [] if p.get("pp") == w["prefill_pp"]]
     od64 = [p for p in od.get("points") or [] if p.get("batch") == 64]
     od_kernels = next((p["flags"].get("kernels") for p in odp + od64 if p.get("flags")), None)
-    lines += [f"- `LATENT_GEMM=onednn` (oneDNN bf16 GEMM for m >= 32; kernels reported: {od_kernels or '?'}), "
-              f"cold / warm (first / second point of one process; the first reorders every weight it meets): "
-              f"PP {w['prefill_pp']} batch 1 prefill {' / '.join(fmt(p['prefill_tokens_per_s']) for p in odp) or '-'} "
-              f"t/s; PP {w['pp']} batch 64 decode {' / '.join(fmt(p['decode_tokens_per_s']) for p in od64) or '-'} t/s."]
+    if od.get("skipped"):
+        lines += [f"- `LATENT_GEMM=onednn`: not run: {od['skipped']}."]
+    else:
+        lines += [f"- `LATENT_GEMM=onednn` (oneDNN bf16 GEMM for m >= 32; kernels reported: {od_kernels or '?'}), "
+                  f"cold / warm (first / second point of one process; the first reorders every weight it meets): "
+                  f"PP {w['prefill_pp']} batch 1 prefill {' / '.join(fmt(p['prefill_tokens_per_s']) for p in odp) or '-'} "
+                  f"t/s; PP {w['pp']} batch 64 decode {' / '.join(fmt(p['decode_tokens_per_s']) for p in od64) or '-'} t/s."]
     w8 = lat.get("w8a8") or {}
     wpp, wp = point(w8.get("prefill_points"), 1, w["prefill_pp"]), point(w8.get("points"), 64)
     lines += [f"- `--quantize w8a8` (against llama.cpp Q8_0: 8 bits on both sides): PP {w['prefill_pp']} batch 1 "
@@ -1358,9 +1361,14 @@ def main(argv=None) -> int:
                     "default 120 with --quick, 600 otherwise")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md's results section; "
                     "print it on stdout instead")
+    ap.add_argument("--budget-scale", type=float, default=1.0, metavar="X",
+                    help="multiply every stage's wall-clock budget by X (a slower machine: the quick "
+                    "budgets were set on 2 AVX-512 cores; an AVX2-only CPU needs about 3)")
     args = ap.parse_args(argv)
     mode_name = "quick" if args.quick else "full"
     mode = json.loads(json.dumps(MODES[mode_name]))
+    scale = args.budget_scale
+    mode["budget"] = {k: v * scale for k, v in mode["budget"].items()}
     if args.long_budget is not None:
         mode["budget"]["long"] = args.long_budget
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -1369,7 +1377,8 @@ def main(argv=None) -> int:
         "schema": 1,
         "mode": mode_name,
         "invocation": "bench/compare" + (" --quick" if args.quick else "")
-        + (f" --long-budget {args.long_budget:g}" if args.long_budget is not None else ""),
+        + (f" --long-budget {args.long_budget:g}" if args.long_budget is not None else "")
+        + (f" --budget-scale {scale:g}" if scale != 1.0 else ""),
         "started": started.isoformat(timespec="seconds"),
         "machine": machine_info(),
         "commit": {"head": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "src"))},
@@ -1429,7 +1438,7 @@ def main(argv=None) -> int:
     log("latent: bench")
     lat_budget = budget["latent"]
     t = time.monotonic()
-    lat_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], min(90.0, lat_budget * 0.4))
+    lat_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], min(90.0 * scale, lat_budget * 0.4))
     env = bench_env()
     env["OMP_NUM_THREADS"] = str(THREADS)
     r = Run([read_bw_exe, 1024, 12], 120, env=env, show_env=f"OMP_NUM_THREADS={THREADS} ")
@@ -1446,23 +1455,32 @@ def main(argv=None) -> int:
     # The opt-in exact path (`--precision f32`: f32 activations at every linear, the default
     # before bf16 compute): reported beside the default figures, never instead of them.
     log("latent: bench with --precision f32 (opt-in)")
-    f_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0, extra=("--precision", "f32"))
-    f_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0, extra=("--precision", "f32"))
+    f_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale, extra=("--precision", "f32"))
+    f_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0 * scale, extra=("--precision", "f32"))
     lat["f32"] = {"commands": [f_prefill["command"], f_sweep["command"]],
                   "prefill_points": f_prefill["points"], "points": f_sweep["points"],
                   "errors": [x.get("error") for x in (f_prefill, f_sweep) if x.get("error")]}
-    # The opt-in oneDNN GEMM: each point twice in one process, the second one warm.
-    log("latent: bench with LATENT_GEMM=onednn (opt-in)")
-    od_env = {"LATENT_GEMM": "onednn"}
-    o_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1, 1], 120.0, env_extra=od_env)
-    o_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64, 64], 150.0, env_extra=od_env)
-    lat["onednn"] = {"commands": [o_prefill["command"], o_sweep["command"]],
-                     "prefill_points": o_prefill["points"], "points": o_sweep["points"],
-                     "errors": [x.get("error") for x in (o_prefill, o_sweep) if x.get("error")]}
+    # The opt-in oneDNN GEMM: each point twice in one process, the second one warm. latent uses
+    # oneDNN only on AVX-512 CPUs and ignores LATENT_GEMM elsewhere (kernels/dispatch.cc); the
+    # peak measurement's latent_kernel_bench ran with LATENT_GEMM=onednn and named its kernels.
+    od_kernels = next((c["library"] for c in figures["bf16_peak"].get("candidates", [])
+                       if c["library"].startswith("latent_kernel_bench")), "")
+    if od_kernels and "onednn kernels" not in od_kernels and "+onednn" not in od_kernels:
+        lat["onednn"] = {"skipped": f"latent ignores LATENT_GEMM=onednn on this CPU ({od_kernels}): its rows "
+                                    "would repeat the default's"}
+        log("latent: LATENT_GEMM=onednn skipped (" + lat["onednn"]["skipped"] + ")")
+    else:
+        log("latent: bench with LATENT_GEMM=onednn (opt-in)")
+        od_env = {"LATENT_GEMM": "onednn"}
+        o_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1, 1], 120.0 * scale, env_extra=od_env)
+        o_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64, 64], 150.0 * scale, env_extra=od_env)
+        lat["onednn"] = {"commands": [o_prefill["command"], o_sweep["command"]],
+                         "prefill_points": o_prefill["points"], "points": o_sweep["points"],
+                         "errors": [x.get("error") for x in (o_prefill, o_sweep) if x.get("error")]}
     # int8 against llama.cpp's Q8_0: latent --quantize w8a8 (per-token int8 activations, VNNI).
     log("latent: bench with --quantize w8a8")
-    w_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0, extra=("--quantize", "w8a8"))
-    w_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0, extra=("--quantize", "w8a8"))
+    w_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale, extra=("--quantize", "w8a8"))
+    w_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0 * scale, extra=("--quantize", "w8a8"))
     lat["w8a8"] = {"commands": [w_prefill["command"], w_sweep["command"]],
                    "prefill_points": w_prefill["points"], "points": w_sweep["points"],
                    "errors": [x.get("error") for x in (w_prefill, w_sweep) if x.get("error")]}

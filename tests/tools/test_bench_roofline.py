@@ -151,3 +151,12 @@ def test_ratios_headline_is_the_default_and_peer_failures_are_recorded(tmp_path)
 def test_transformers_best_takes_generate_batch_when_it_runs_faster(tmp_path):
     t = made_up_run(tmp_path, cb_ok=True)["ratios"]["decode_b64_vs_transformers"]
     assert t["inputs"]["transformers_api"] == "generate_batch" and t["value"] == 2.5
+
+
+def test_onednn_rows_skipped_where_latent_ignores_it(tmp_path):
+    res = made_up_run(tmp_path, cb_ok=False)
+    res["systems"]["latent"]["onednn"] = {"skipped": "latent ignores LATENT_GEMM=onednn on this CPU (avx2)"}
+    r = compare.compute_ratios(res)["decode_b64_vs_llamacpp_onednn"]
+    assert r["value"] is None and "ignores LATENT_GEMM=onednn" in r["reason"] and not r["headline"]
+    res["ratios"] = compare.compute_ratios(res)
+    assert "`LATENT_GEMM=onednn`: not run: latent ignores" in compare.markdown(res)
