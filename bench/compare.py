@@ -66,7 +66,7 @@ NOMINAL_READ_GB_S = 29.0  # 2-thread read bandwidth given in issue #8; the run m
 # cores of an AMD Zen 5 with AVX512-BF16; an AVX2-only CPU has no bf16 arithmetic at all.
 # torch.matmul in bf16 at these (m, n, k): square, a 512-token prefill through a 2048x2048
 # projection, and through the dense MLP's 10944-wide up projection.
-PEAK_TORCH_SHAPES = [(2048, 2048, 2048), (512, 2048, 2048), (512, 10944, 2048)]
+PEAK_TORCH_SHAPES = [(512, 2048, 2048), (512, 10944, 2048), (2048, 2048, 2048)]  # cheapest first
 # latent_kernel_bench's linear (LATENT_GEMM=onednn: oneDNN where latent uses it, else latent's
 # own kernels, as its "kernels" field says) at prefill-sized m over these (n, k).
 PEAK_KERNEL_BENCH_SHAPES = [(2048, 2048), (10944, 2048)]
@@ -627,7 +627,7 @@ def roofline_fraction(step_s: float | None, step_bytes: float, step_flops: float
 # ------------------------------------------------------------------------------------------------
 
 
-def measure_machine(read_bw_exe: Path) -> dict:
+def measure_machine(read_bw_exe: Path, budget_scale: float = 1.0) -> dict:
     out: dict[str, Any] = {"nominal_read_gb_s": NOMINAL_READ_GB_S}
     for threads in (THREADS, 1):
         env = bench_env()
@@ -635,7 +635,7 @@ def measure_machine(read_bw_exe: Path) -> dict:
         r = Run([read_bw_exe, 1024, 12], 120, env=env, show_env=f"OMP_NUM_THREADS={threads} ")
         items = r.json_lines()
         out[f"read_bw_{threads}t"] = items[0] if items else {"error": r.failure() or r.tail()}
-    out["bf16_peak"] = measure_bf16_peak()
+    out["bf16_peak"] = measure_bf16_peak(240.0 * budget_scale)
     use_best_read_bw(out)
     return out
 
@@ -649,24 +649,33 @@ def measure_bf16_peak(budget_s: float = 240.0) -> dict:
     deadline = time.monotonic() + budget_s
     candidates: list[dict] = []
     errors: list[str] = []
+    # A 256^3 probe first: without AVX512-BF16 or AMX torch's bf16 matmul is a slow generic loop
+    # (0.05 GFLOP/s on 2 AVX2 cores), and a shape whose one call would take over 10 s is skipped.
     code = (
         "import json, sys, time, torch\n"
         f"torch.set_num_threads({THREADS})\n"
+        "a = torch.randn(256, 256).bfloat16(); a @ a; t = time.perf_counter(); a @ a\n"
+        "probe = 2 * 256**3 / (time.perf_counter() - t) / 1e9\n"
+        "lib = 'torch ' + torch.__version__ + ' matmul'\n"
+        "print(json.dumps({'library': lib, 'm': 256, 'n': 256, 'k': 256, 'gflops': probe}), flush=True)\n"
         f"for m, n, k in {PEAK_TORCH_SHAPES!r}:\n"
+        "    if 2 * m * n * k / (probe * 1e9) > 10:\n"
+        "        print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'skipped': 'one call would take '\n"
+        "                          f'over 10 s at the 256^3 rate ({probe:.3g} GFLOP/s)'}), flush=True); continue\n"
         "    a = torch.randn(m, k).bfloat16(); b = torch.randn(k, n).bfloat16()\n"
-        "    a @ b; a @ b\n"
-        "    best, t_end = 0.0, time.perf_counter() + 15\n"
+        "    a @ b\n"
+        "    best, t_end = 0.0, time.perf_counter() + 10\n"
         "    for _ in range(8):\n"
         "        t = time.perf_counter(); a @ b; best = max(best, 2 * m * n * k / (time.perf_counter() - t) / 1e9)\n"
         "        if time.perf_counter() > t_end: break\n"
-        "    print(json.dumps({'library': 'torch ' + torch.__version__ + ' matmul', 'm': m, 'n': n, 'k': k,\n"
-        "                      'gflops': best}), flush=True)\n"
+        "    print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'gflops': best}), flush=True)\n"
     )
     r = Run([sys.executable, "-c", code], max(30.0, deadline - time.monotonic()) / 2, record=False)
     candidates += [x for x in r.json_lines() if x.get("gflops")]
+    skipped = [x for x in r.json_lines() if x.get("skipped")]
     if r.failure():
         errors.append(f"torch: {r.failure()}")
-    COMMANDS.append(f"{rel(sys.executable)} -c '<torch.matmul bf16 at (m, n, k) in {PEAK_TORCH_SHAPES}, best of 8>'")
+    COMMANDS.append(f"{rel(sys.executable)} -c '<torch.matmul bf16 at (m, n, k) in {PEAK_TORCH_SHAPES}, best of up to 8 within 10 s per shape>'")
     if KERNEL_BENCH.exists():
         for n, k in PEAK_KERNEL_BENCH_SHAPES:
             cmd = [KERNEL_BENCH, "--gib", "0.05", "--reps", "3", "--threads", THREADS,
@@ -687,6 +696,8 @@ def measure_bf16_peak(budget_s: float = 240.0) -> dict:
     else:
         errors.append(f"{rel(KERNEL_BENCH)} was not built")
     out: dict[str, Any] = {"candidates": candidates, "threads": THREADS}
+    if skipped:
+        out["skipped"] = skipped
     if errors:
         out["errors"] = errors
     if candidates:
@@ -746,15 +757,45 @@ def run_llama_batched(exe: str, gguf: Path, mode: dict, budget: float) -> dict:
     return res
 
 
+def probe_dtype(budget: float) -> dict:
+    """transformers' faster compute dtype on this CPU: torch's bf16 matmul has a fast path only
+    with AVX512-BF16 or AMX (elsewhere it measured 0.05 GFLOP/s against f32's 10+ on 2 AVX2
+    cores), so transformers' best on such a CPU is f32. Times a 256^3 matmul in each."""
+    code = (
+        "import json, time, torch\n"
+        f"torch.set_num_threads({THREADS})\n"
+        "res = {}\n"
+        "for name in ('bfloat16', 'float32'):\n"
+        "    a = torch.randn(256, 256).to(getattr(torch, name)); b = torch.randn(256, 256).to(getattr(torch, name))\n"
+        "    a @ b; best = 0.0\n"
+        "    for _ in range(3):\n"
+        "        t = time.perf_counter(); a @ b; best = max(best, 2 * 256**3 / (time.perf_counter() - t) / 1e9)\n"
+        "    res[name] = best\n"
+        "print(json.dumps(res))\n"
+    )
+    r = Run([sys.executable, "-c", code], budget, record=False)
+    items = r.json_lines()
+    out: dict[str, Any] = {"matmul_256_gflops": items[0] if items else None, "elapsed_s": r.elapsed}
+    if items:
+        out["best"] = max(items[0], key=items[0].get)
+    else:
+        out["best"] = "bfloat16"
+        out["error"] = r.failure() or r.tail()
+    return out
+
+
 def run_transformers(ckpt: Path, mode: dict, budget: float) -> dict:
     experts = None
     probe: dict[str, Any] = {}
+    dtype_probe = probe_dtype(min(120.0, budget / 5))
+    dtype = dtype_probe["best"]
+    budget -= dtype_probe["elapsed_s"]
     if mode["experts_probe"]:
-        probe = probe_experts(ckpt, budget=min(300.0, budget / 5))
+        probe = probe_experts(ckpt, budget=min(300.0, budget / 5), dtype=dtype)
         experts = probe.get("best")
         budget -= probe.get("elapsed_s", 0)
     cmd = [sys.executable, BENCH / "hf_bench.py", "--model", ckpt, "--pp", mode["pp"], "--tg", mode["tg"],
-           "--batch", ",".join(map(str, mode["batches"])), "--threads", THREADS, "--cb",
+           "--batch", ",".join(map(str, mode["batches"])), "--threads", THREADS, "--cb", "--dtype", dtype,
            "--budget-s", max(10.0, budget - 60)]
     if experts:
         cmd += ["--experts", experts]
@@ -772,15 +813,16 @@ def run_transformers(ckpt: Path, mode: dict, budget: float) -> dict:
     res["elapsed_s"] = r.elapsed
     if probe:
         res["experts_probe"] = probe
+    res["dtype_probe"] = dtype_probe
     return res
 
 
-def probe_experts(ckpt: Path, budget: float) -> dict:
+def probe_experts(ckpt: Path, budget: float, dtype: str = "bfloat16") -> dict:
     code = f"""
 import json, time, torch
 from transformers import AutoModelForCausalLM
 torch.set_num_threads({THREADS})
-m = AutoModelForCausalLM.from_pretrained({str(ckpt)!r}, dtype=torch.bfloat16).eval()
+m = AutoModelForCausalLM.from_pretrained({str(ckpt)!r}, dtype=torch.{dtype}).eval()
 res = {{}}
 # batched_mm is left out: it gathers one weight copy per token and expert (tens of GB here).
 for impl in ("grouped_mm", "eager"):
@@ -1181,8 +1223,9 @@ def markdown(res: dict) -> str:
         "",
         "![throughput against concurrency](../bench/results/throughput.png)",
         "",
-        "latent: its default (no flags, no LATENT_* variables); llama.cpp: bf16 GGUF; transformers: bf16, "
-        "batched `generate`.",
+        "latent: its default (no flags, no LATENT_* variables); llama.cpp: bf16 GGUF; transformers: batched "
+        f"`generate` in {res['systems']['transformers'].get('dtype', 'bfloat16')} (its faster dtype on this CPU: "
+        f"`dtype_probe` in compare.json).",
         "",
         "| requests | latent decode t/s | llama.cpp decode t/s | transformers decode t/s | latent prefill t/s | "
         "llama.cpp prefill t/s | transformers prefill t/s |",
@@ -1271,8 +1314,10 @@ def markdown(res: dict) -> str:
                       for c in peak.get("candidates", []))
     lines += ["", "### Roofline", "",
               f"bf16 peak, measured in this run: {fmt(roof['peak_bf16_gflops'])} GFLOP/s ({roof['peak_bf16_source']}). "
-              f"All GEMMs tried, GFLOP/s: {cands or 'none'}" + (f"; errors: {peak['errors']}" if peak.get("errors") else "")
-              + ".", "",
+              f"All GEMMs tried, GFLOP/s: {cands or 'none'}"
+              + "".join(f"; {x['library']} m {x['m']} n {x['n']} k {x['k']} skipped: {x['skipped']}"
+                        for x in peak.get("skipped", []))
+              + (f"; errors: {peak['errors']}" if peak.get("errors") else "") + ".", "",
               f"Decode at batch 1, context {roof['decode_context_tokens']:.0f}: "
               f"{roof['decode_bytes_per_token'] / 1e6:.1f} MB read per token; read bandwidth "
               f"{roof['read_gb_s']:.1f} GB/s ({roof['read_gb_s_source']}; the issue's nominal figure is "
@@ -1416,7 +1461,7 @@ def main(argv=None) -> int:
     # ---- measurements ----
     budget = mode["budget"]
     log("machine: read bandwidth, bf16 matmul")
-    figures = measure_machine(read_bw_exe)
+    figures = measure_machine(read_bw_exe, scale)
     res["machine"]["figures"] = figures
 
     log("llama.cpp: llama-bench")
