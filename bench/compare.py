@@ -814,6 +814,7 @@ def run_transformers(ckpt: Path, mode: dict, budget: float) -> dict:
     if probe:
         res["experts_probe"] = probe
     res["dtype_probe"] = dtype_probe
+    res.setdefault("dtype", dtype)
     return res
 
 
