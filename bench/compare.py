@@ -1409,7 +1409,7 @@ def main(argv=None) -> int:
                     "print it on stdout instead")
     ap.add_argument("--budget-scale", type=float, default=1.0, metavar="X",
                     help="multiply every stage's wall-clock budget by X (a slower machine: the quick "
-                    "budgets were set on 2 AVX-512 cores; an AVX2-only CPU needs about 3)")
+                    "budgets were set on 2 quiet AVX-512 cores; a loaded or AVX2-only machine needs more)")
     args = ap.parse_args(argv)
     mode_name = "quick" if args.quick else "full"
     mode = json.loads(json.dumps(MODES[mode_name]))
