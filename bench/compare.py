@@ -172,9 +172,9 @@ MODES = {
         "layers": 2,
         "pp": 128,
         "tg": 32,
-        # Run order: the points the ratios need first, so a stage cut short by its budget on a
-        # busy machine still has them (tables and the plot sort by concurrency).
-        "batches": [1, 64, 16, 4],
+        # Run order: the point the ratios need (64 requests) first, so a stage cut short by its
+        # budget on a busy machine still has it (tables and the plot sort by concurrency).
+        "batches": [64, 1, 16, 4],
         "prefill_pp": 512,
         "llama_bench_reps": 2,
         "experts_probe": True,
@@ -184,7 +184,7 @@ MODES = {
         "layers": 4,
         "pp": 128,
         "tg": 32,
-        "batches": [1, 64, 16, 4, 32, 8, 2],
+        "batches": [64, 1, 16, 4, 32, 8, 2],
         "prefill_pp": 512,
         "llama_bench_reps": 5,
         "experts_probe": True,
