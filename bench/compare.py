@@ -1096,7 +1096,8 @@ def compute_ratios(res: dict) -> dict:
     llama_pp = llama_b.get("prefill_tokens_per_s")
     # Headline: the default against llama.cpp bf16 and Q8_0.
     decode_prefill_ratios(ratios, ("decode_b64_vs_llamacpp", "prefill_512_vs_llamacpp"), lp, lpp, cp, llama_pp,
-                          "latent's default run, or llama.cpp bf16")
+                          "latent's default run, or llama.cpp bf16: " + str(llama_bb.get("error") or llama_b.get("error")
+                                                                            or "no point")[:200])
     decode_prefill_ratios(ratios, ("decode_b64_vs_llamacpp_q8_0", "prefill_512_vs_llamacpp_q8_0"), lp, lpp,
                           q8_decode, q8_prefill, "latent's default run, or " + q8_run)
     best = transformers_best(hf, b)
