@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,8 +41,13 @@ struct FastTable {
   const char* missing;
 };
 
+// The test-name suffix (INSTANTIATE_TEST_SUITE_P's name generator): Isa/FastKernels.X/avx2.
 inline std::string FastTableName(const ::testing::TestParamInfo<FastTable>& info) {
   return info.param.name;
 }
+
+// How gtest prints the parameter (--gtest_list_tests' "GetParam() = avx2", failure messages,
+// and so the names ctest's test discovery reads): the family's name, not the struct's raw bytes.
+inline void PrintTo(const FastTable& table, std::ostream* os) { *os << table.name; }
 
 }  // namespace latent::kernels::testing
