@@ -4,8 +4,9 @@
 // elements (f32 or bf16). A sequence's block-table row (its block ids, in order) maps position
 // p to block row[p / block_tokens], offset p % block_tokens.
 //
-// A kernel can read rows through this view directly (no call per row); WriteRow and the Gather
-// helpers below convert to and from f32 for code that wants contiguous f32 rows.
+// A kernel reads rows through this view in place (RowPointers: attention and the DSA indexer);
+// WriteRow and the Gather helpers below convert to and from f32 for code that wants contiguous
+// f32 rows (and for a row type the kernels do not read in place).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,14 @@ struct PagedRows {
   // The bytes of (layer, row) of `position` of the sequence whose block-table row (of the row's
   // group) is `table`; fails when the table does not reach `position` or released its block.
   uint8_t* Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const;
+
+  // In place: out[i] = the bytes of row (layer, row) of position first + i, for i < count (fails
+  // as Locate does). A kernel reads them where they are stored (kernels/attention.h).
+  void RowPointers(std::span<const BlockId> table, int64_t layer, int row, int64_t first,
+                   int64_t count, const void** out) const;
+  // In place: out[i] = the bytes of row (layer, row) of positions[i].
+  void PositionPointers(std::span<const BlockId> table, int64_t layer, int row,
+                        std::span<const int32_t> positions, const void** out) const;
 
   // Stores f32 `values` as row (layer, row) of `position`.
   void WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,
