@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
       rows[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.0f;
     for (size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<float>((i * 40503u) % 2001) * 1e-3f - 1.0f;
-    std::vector<const float*> ptrs(length);
+    std::vector<const void*> ptrs(length);
     for (int64_t t = 0; t < length; ++t) ptrs[t] = &rows[t * qk];
     latent::kernels::AttentionArgs a;
     a.q = q.data();
@@ -349,7 +349,7 @@ int main(int argc, char** argv) {
       kv[i] = static_cast<float>((i * 40503u) % 2001) * 1e-3f - 1.0f;
     for (size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<float>((i * 69069u) % 2001) * 1e-3f - 1.0f;
-    std::vector<const float*> key_ptrs(p), value_ptrs(p);
+    std::vector<const void*> key_ptrs(p), value_ptrs(p);
     std::vector<int64_t> lengths(p);
     for (int64_t t = 0; t < p; ++t) {
       key_ptrs[t] = &keys[t * o.heads * dq];

@@ -114,6 +114,30 @@ uint8_t* PagedRows::Locate(std::span<const BlockId> table, int64_t layer, int ro
   return RowAt(block, layer, row, static_cast<uint32_t>(position % tokens));
 }
 
+void PagedRows::RowPointers(std::span<const BlockId> table, int64_t layer, int row, int64_t first,
+                            int64_t count, const void** out) const {
+  if (count <= 0) return;
+  const int64_t tokens = GroupBlockTokens(Group(layer, row));
+  LATENT_CHECK(first >= 0 && first + count <= static_cast<int64_t>(table.size()) * tokens);
+  const int64_t i = layer * rows_per_layer + row;
+  const uint64_t stride = row_bytes[i];
+  // Block by block: a block's rows are `stride` bytes apart.
+  for (int64_t p = first; p < first + count;) {
+    const BlockId block = table[p / tokens];
+    if (block == kNoBlock) Locate(table, layer, row, p);  // fails, naming the position
+    const int64_t in_block = p % tokens;
+    const int64_t n = std::min<int64_t>(tokens - in_block, first + count - p);
+    const uint8_t* at = base + static_cast<uint64_t>(block) * block_bytes + slab_offset[i] + in_block * stride;
+    for (int64_t j = 0; j < n; ++j) out[p - first + j] = at + j * stride;
+    p += n;
+  }
+}
+
+void PagedRows::PositionPointers(std::span<const BlockId> table, int64_t layer, int row,
+                                 std::span<const int32_t> positions, const void** out) const {
+  for (size_t i = 0; i < positions.size(); ++i) out[i] = Locate(table, layer, row, positions[i]);
+}
+
 void PagedRows::WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,
                          const float* values) const {
   uint8_t* dst = Locate(table, layer, row, position);

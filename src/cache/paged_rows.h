@@ -6,9 +6,9 @@
 //
 // `dtype` is the cache's: kF32 or kBF16 (every row holds elements of it), or kF8E4M3 (an fp8
 // cache: each row says its own encoding, row_fp8_values, cache/fp8_rows.h; rows without fp8
-// values are bf16). A kernel can read f32 and bf16 rows through this view directly (no call per
-// row); WriteRow and the Gather helpers below convert to and from f32 for code that wants
-// contiguous f32 rows, and are the way to read fp8 rows (they dequantize).
+// values are bf16). Kernels read f32 and bf16 rows through this view in place (RowPointers:
+// attention and the DSA indexer); WriteRow and the Gather helpers below convert to and from f32
+// for code that wants contiguous f32 rows, and are the way to read fp8 rows (they dequantize).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,14 @@ struct PagedRows {
   // The bytes of (layer, row) of `position` of the sequence whose block-table row (of the row's
   // group) is `table`; fails when the table does not reach `position` or released its block.
   uint8_t* Locate(std::span<const BlockId> table, int64_t layer, int row, int64_t position) const;
+
+  // In place: out[i] = the bytes of row (layer, row) of position first + i, for i < count (fails
+  // as Locate does). A kernel reads them where they are stored (kernels/attention.h).
+  void RowPointers(std::span<const BlockId> table, int64_t layer, int row, int64_t first,
+                   int64_t count, const void** out) const;
+  // In place: out[i] = the bytes of row (layer, row) of positions[i].
+  void PositionPointers(std::span<const BlockId> table, int64_t layer, int row,
+                        std::span<const int32_t> positions, const void** out) const;
 
   // Stores f32 `values` as row (layer, row) of `position`.
   void WriteRow(std::span<const BlockId> table, int64_t layer, int row, int64_t position,

@@ -1,11 +1,20 @@
 // Scaled dot-product attention of one query token over L cached positions, per head.
 // Keys and values are addressed by one pointer per position, so the same kernel reads rows in a
-// paged cache (absorbed MLA: one shared key/value head, head stride 0) or materialised per-head
-// keys and values (expanded MLA).
+// paged cache in place (absorbed MLA: one shared key/value head, head stride 0) or materialised
+// per-head keys and values (expanded MLA).
+//
+// Rows in place: the key and value rows hold `rows` elements, f32 or bf16 (the paged cache's
+// storage types). A bf16 element widens to f32 exactly (its bits are an f32's high half), and
+// every kernel widens as it loads, in registers, then sums in the same order as over f32 rows:
+// its result over bf16 rows equals, bit for bit, its result over the same rows converted to f32
+// (what a gather into an f32 copy would feed it). Other storage types (fp8 rows) are not read in
+// place: callers convert them to f32 first (RowsReadInPlace).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+
+#include "tensor/dtype.h"
 
 namespace latent::kernels {
 
@@ -13,9 +22,10 @@ struct AttentionArgs {
   const float* q = nullptr;       // [num_heads, qk_dim]
   int64_t num_heads = 0;
   int64_t qk_dim = 0;
-  const float* const* keys = nullptr;    // [L] -> key of head 0, qk_dim floats
-  int64_t key_head_stride = 0;           // floats between heads' keys; 0: one shared head
-  const float* const* values = nullptr;  // [L] -> value of head 0, v_dim floats
+  DType rows = DType::kF32;             // element type of every key and value row: f32 or bf16
+  const void* const* keys = nullptr;    // [L] -> key of head 0, qk_dim elements
+  int64_t key_head_stride = 0;          // elements between heads' keys; 0: one shared head
+  const void* const* values = nullptr;  // [L] -> value of head 0, v_dim elements
   int64_t value_head_stride = 0;
   int64_t v_dim = 0;
   int64_t length = 0;  // L
@@ -48,6 +58,9 @@ struct QueriesAttentionArgs {
 inline float SinkDenominator(const float* sinks, int64_t h, float max_score, float sum) {
   return sinks == nullptr ? sum : sum + std::exp(sinks[h] - max_score);
 }
+
+// Whether the attention and index-score kernels read rows of `dtype` in place (f32, bf16).
+inline bool RowsReadInPlace(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
 
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);

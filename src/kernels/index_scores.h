@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "tensor/dtype.h"
+
 namespace latent::kernels {
 
 struct IndexScoreArgs {
@@ -14,7 +16,10 @@ struct IndexScoreArgs {
   int64_t heads = 0;
   int64_t dim = 0;
   float scale = 1.0f;           // 1 / sqrt(dim)
-  const float* keys = nullptr;  // [n, dim]
+  // [n] -> key j, dim elements of `rows` (f32 or bf16, read in place as kernels/attention.h
+  // describes: a bf16 key scores exactly as the same key converted to f32).
+  const void* const* keys = nullptr;
+  DType rows = DType::kF32;
   int64_t n = 0;
   float* scores = nullptr;  // [n]
 };

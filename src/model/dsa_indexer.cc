@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "model/attended_rows.h"
 #include "model/kpool_indexer.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
@@ -31,16 +32,18 @@ struct IndexQuery {
   float scale;  // 1 / sqrt(head_dim)
 };
 
-// scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys [*, head_dim]; a
+// scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys read in place; a
 // key's score does not depend on j0, j1 or the thread (kernels/index_scores.h).
-void ScoreKeys(const IndexQuery& query, const float* keys, int64_t j0, int64_t j1, float* scores) {
+void ScoreKeys(const IndexQuery& query, const AttendedRows& keys, int64_t j0, int64_t j1,
+               float* scores) {
   kernels::IndexScoreArgs args;
   args.q = query.q;
   args.w = query.w;
   args.heads = query.heads;
   args.dim = query.head_dim;
   args.scale = query.scale;
-  args.keys = keys + j0 * query.head_dim;
+  args.rows = keys.dtype();
+  args.keys = keys.data() + j0;
   args.n = j1 - j0;
   args.scores = scores + j0;
   kernels::BestKernels().index_scores(args);
@@ -115,16 +118,13 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
   for (float& v : head_weights) v *= head_scale;
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(d.head_dim));
 
-  // Per sequence: score its cached keys for each of its tokens that needs selecting.
-  // Reused: tens of MB at long context. Lambdas below must use `cached_keys`, not the thread_local
-  // (in a pool thread that name is that thread's own, empty vector).
-  thread_local std::vector<float> cached_buffer;
+  // Per sequence: score its cached keys (read in place) for each of its tokens that selects.
   for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
     const int64_t length = batch.context_lens[slot];
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
-    if (static_cast<int64_t>(cached_buffer.size()) < length * d.head_dim) cached_buffer.resize(length * d.head_dim);
-    const float* cached_keys = cached_buffer.data();  // [length, head_dim]
-    batch.rows->GatherRows(batch.RowTable(slot, layer, index_row), layer, index_row, length, cached_buffer.data());
+    AttendedRows cached_keys;  // [length] -> the index key of each position
+    cached_keys.Range(*batch.rows, batch.RowTable(slot, layer, index_row), layer, index_row, 0,
+                      length);
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
     for (int64_t t = batch.seq_starts[slot]; t < batch.seq_starts[slot + 1]; ++t) {
       if (batch.positions[t] + 1 > d.topk) selecting.push_back(t);

@@ -64,6 +64,8 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
     std::vector<float> rows(pools * pd.pool * pd.packed()), pool_keys(pools * di);
     batch.rows->GatherRows(batch.BlockTable(s), layer, index_row, pools * pd.pool, rows.data());
     ops::KPoolKeys(pd, rows.data(), pools, w.kpool_ape.data(), pool_keys.data());
+    std::vector<const void*> pool_key_rows(pools);  // [pools] -> its key in pool_keys
+    for (int64_t p = 0; p < pools; ++p) pool_key_rows[p] = &pool_keys[p * di];
     threads::ParallelFor(static_cast<int64_t>(selecting.size()), 1, [&](int64_t i0, int64_t i1) {
       std::vector<float> scores;
       std::vector<int32_t> order;
@@ -77,7 +79,7 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
         args.heads = d.heads;
         args.dim = di;
         args.scale = score_scale;
-        args.keys = pool_keys.data();
+        args.keys = pool_key_rows.data();
         args.n = static_cast<int64_t>(scores.size());
         args.scores = scores.data();
         k.index_scores(args);

@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "model/attended_rows.h"
 #include "ops/norm.h"
 #include "ops/output_gate.h"
 #include "ops/position_scale.h"
@@ -20,15 +21,6 @@ namespace latent::model {
 namespace {
 
 using kernels::Linear;
-
-// This thread's buffer for gathered cache rows, at least `floats` long. Reused across calls: at
-// long context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB
-// mmap threshold), so every step paid a page fault per 4 KiB and the zeroing.
-std::vector<float>& GatherBuffer(int64_t floats) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer;
-}
 
 // The tokens of one sequence in the batch (ForwardBatch's grouping).
 struct SequenceTokens {
@@ -85,15 +77,16 @@ void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float
   });
 }
 
-// One token: attention over the latent rows with one shared head. q_cat [H, C + dr] ->
-// out_lat [H, C].
-void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const float*>& rows,
-                  float scale, const float* sinks, float* out_lat) {
+// One token: attention over the latent rows (of `dtype`, read in place) with one shared head.
+// q_cat [H, C + dr] -> out_lat [H, C].
+void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const void*>& rows,
+                  DType dtype, float scale, const float* sinks, float* out_lat) {
   std::vector<float> scores(rows.size());
   kernels::AttentionArgs args;
   args.q = q_cat;
   args.num_heads = d.heads;
   args.qk_dim = d.row();
+  args.rows = dtype;
   args.keys = rows.data();
   args.key_head_stride = 0;
   args.values = rows.data();  // The value is the latent part of the same row.
@@ -134,18 +127,19 @@ int64_t WindowStart(int64_t position, int64_t window) {
 }
 
 // Expanded: rebuild k_nope and v of the sequence's tokens at positions [first, context) (`rows`,
-// in order) through kv_b_proj, then ordinary attention for each of its batch tokens: over its
-// causal prefix, the positions DSA selected for it, or its sliding window (`window` > 0; `first`
-// is then the window start of the chunk's first token, 0 otherwise).
+// in order, read in place) through kv_b_proj, then ordinary attention for each of its batch
+// tokens: over its causal prefix, the positions DSA selected for it, or its sliding window
+// (`window` > 0; `first` is then the window start of the chunk's first token, 0 otherwise).
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
-                      const std::vector<const float*>& rows, int64_t first, int64_t window,
+                      const AttendedRows& rows, int64_t first, int64_t window,
                       const ForwardBatch& batch, const DsaSelection* selection, const float* q,
                       float scale, const float* sinks, float* attn_out) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
+  LATENT_CHECK(rows.size() == n);
   const int64_t head_rows = d.nope + d.v;
-  std::vector<float> latents(n * d.latent);  // [n, C]
-  for (int64_t t = 0; t < n; ++t) std::copy(rows[t], rows[t] + d.latent, &latents[t * d.latent]);
+  std::vector<float> latents(n * d.latent);  // [n, C]: kv_b_proj's input, read from the rows
+  for (int64_t t = 0; t < n; ++t) rows.ToF32(t, 0, d.latent, &latents[t * d.latent]);
   std::vector<float> kv(n * d.heads * head_rows);  // [n, H, dn + dv]
   Linear(latents.data(), n, kv_b, kv.data());
   std::vector<float> keys(n * d.heads * d.qk());  // [n, H, dn + dr]
@@ -154,10 +148,10 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       const float* src = &kv[(t * d.heads + h) * head_rows];
       float* dst = &keys[(t * d.heads + h) * d.qk()];
       std::copy(src, src + d.nope, dst);
-      std::copy(rows[t] + d.latent, rows[t] + d.row(), dst + d.nope);  // shared rotary key
+      rows.ToF32(t, d.latent, d.row(), dst + d.nope);  // shared rotary key
     }
   }
-  std::vector<const float*> key_ptrs(n), value_ptrs(n);
+  std::vector<const void*> key_ptrs(n), value_ptrs(n);
   for (int64_t t = 0; t < n; ++t) {
     key_ptrs[t] = &keys[t * d.heads * d.qk()];
     value_ptrs[t] = &kv[t * d.heads * head_rows + d.nope];
@@ -204,7 +198,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   }
   threads::ParallelFor(static_cast<int64_t>(picked_rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(n);
-    std::vector<const float*> picked_keys, picked_values;
+    std::vector<const void*> picked_keys, picked_values;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t row = picked_rows[i];
       picked_keys.clear();
@@ -416,22 +410,14 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     // Under a sliding window only positions [first, context) are read: the rows before it may
     // have been dropped.
     const int64_t first = WindowStart(batch.positions[seq.begin], window);
-    const int64_t count = seq.context - first;
-    std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
-    if (first == 0) {
-      cache.GatherRows(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, seq.context, gathered.data());
-    } else {
-      std::vector<int32_t> positions(count);
-      for (int64_t i = 0; i < count; ++i) positions[i] = static_cast<int32_t>(first + i);
-      cache.GatherPositions(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, positions, gathered.data());
-    }
-    std::vector<const float*> rows(count);
-    for (int64_t i = 0; i < count; ++i) rows[i] = &gathered[i * d.row()];
+    AttendedRows rows;  // [context - first] -> the row of each position, in place
+    rows.Range(cache, batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row,
+               first, seq.context - first);
     ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
                      rope.softmax_scale, sinks, attn.data());
   }
   // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
-  // runs for the group's sequences in parallel (each gathers its rows once).
+  // runs for the group's sequences in parallel (each reads its rows in place).
   constexpr size_t kAbsorbedGroup = 64;
   for (size_t g0 = 0; g0 < absorbed.size(); g0 += kAbsorbedGroup) {
     const size_t g1 = std::min(absorbed.size(), g0 + kAbsorbedGroup);
@@ -457,7 +443,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         bool all_selected = selection != nullptr;
         for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
           all_selected = !(*selection)[group[i]].empty();
-        std::vector<int32_t> wanted;  // positions gathered, ascending; empty: all of them
+        std::vector<int32_t> wanted;  // positions read, ascending; empty: all of them
         // A sliding window reads positions from the window start of the run's first token: the
         // rows before it may have been dropped.
         const int64_t first = WindowStart(batch.positions[group[starts[s]]], window);
@@ -472,30 +458,29 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
           std::sort(wanted.begin(), wanted.end());
           wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
         }
-        const int64_t count = all_selected ? static_cast<int64_t>(wanted.size()) : context;
-        std::vector<float>& gathered = GatherBuffer(count * d.row());  // [count, C + dr]
+        AttendedRows rows;  // the row of each wanted position (or of 0..context-1), in place
+        const auto table = batch.RowTable(slot, latent_layer, latent_row);
         if (all_selected) {
-          cache.GatherPositions(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, wanted, gathered.data());
+          rows.Positions(cache, table, latent_layer, latent_row, wanted);
         } else {
-          cache.GatherRows(batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row, context, gathered.data());
+          rows.Range(cache, table, latent_layer, latent_row, 0, context);
         }
         // The row of a position.
-        auto row_at = [&](int32_t p) -> const float* {
-          if (!all_selected) return &gathered[p * d.row()];
-          const int64_t at = std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin();
-          return &gathered[at * d.row()];
+        auto row_at = [&](int32_t p) -> const void* {
+          if (!all_selected) return rows[p];
+          return rows[std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin()];
         };
         for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
           const int64_t row = group[i];
-          std::vector<const float*> visible;
+          std::vector<const void*> visible;
           if (selection != nullptr && !(*selection)[row].empty()) {
             for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
           } else {
             for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
               visible.push_back(row_at(static_cast<int32_t>(p)));
           }
-          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rope.softmax_scale, sinks,
-                       &out_lat[i * d.heads * d.latent]);
+          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.dtype(), rope.softmax_scale,
+                       sinks, &out_lat[i * d.heads * d.latent]);
         }
       }
     });

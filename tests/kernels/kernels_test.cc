@@ -660,7 +660,7 @@ struct AttentionCase {
 };
 
 void RunAttention(const KernelTable& table, const AttentionCase& c, const std::vector<float>& q,
-                  const std::vector<const float*>& keys, const std::vector<const float*>& values,
+                  const std::vector<const void*>& keys, const std::vector<const void*>& values,
                   float* out) {
   std::vector<float> scratch(std::max<int64_t>(c.length, 1));
   AttentionArgs a;
@@ -701,7 +701,7 @@ TEST_P(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
     std::vector<int64_t> order(c.length);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
-    std::vector<const float*> keys(c.length), values(c.length);
+    std::vector<const void*> keys(c.length), values(c.length);
     for (int64_t t = 0; t < c.length; ++t) {
       keys[t] = &kstore[order[t] * key_floats + 1];  // odd float offsets: unaligned rows
       values[t] = &vstore[order[t] * value_floats + 1];
@@ -732,7 +732,7 @@ struct QueriesCase {
 
 struct QueriesData {
   std::vector<float> q, kstore, vstore;
-  std::vector<const float*> keys, values;
+  std::vector<const void*> keys, values;
   QueriesAttentionArgs args;  // points into the vectors above
 };
 
@@ -917,13 +917,15 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
       const std::vector<float> q = RandomFloats(rng, heads * dim, -1.0f, 1.0f);
       const std::vector<float> w = RandomFloats(rng, heads, -1.0f, 1.0f);
       const std::vector<float> keys = RandomFloats(rng, n * dim, -1.0f, 1.0f);
+      std::vector<const void*> key_rows(n);  // [n] -> key j
+      for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
       IndexScoreArgs a;
       a.q = q.data();
       a.w = w.data();
       a.heads = heads;
       a.dim = dim;
       a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
-      a.keys = keys.data();
+      a.keys = key_rows.data();
       a.n = n;
       std::vector<float> want(n), got(n, NAN);
       a.scores = want.data();
@@ -936,7 +938,7 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
         ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
       for (int64_t j0 : {0, 1, 3, 7, 40}) {  // runs starting mid-tile, and single keys
         std::vector<float> part(n - j0, NAN);
-        a.keys = keys.data() + j0 * dim;
+        a.keys = key_rows.data() + j0;
         a.n = n - j0;
         a.scores = part.data();
         fast.index_scores(a);

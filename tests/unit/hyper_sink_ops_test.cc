@@ -260,7 +260,7 @@ TEST(AttentionSinkTest, KernelsAddTheSinkToTheDenominator) {
     const std::vector<float> q = Random(heads * dq, 21);
     const std::vector<float> keys = Random(length * heads * dq, 22);
     const std::vector<float> values = Random(length * heads * dv, 23);
-    std::vector<const float*> key_ptrs(length), value_ptrs(length);
+    std::vector<const void*> key_ptrs(length), value_ptrs(length);
     for (int64_t t = 0; t < length; ++t) {
       key_ptrs[t] = &keys[t * heads * dq];
       value_ptrs[t] = &values[t * heads * dv];
@@ -320,7 +320,7 @@ TEST(AttentionSinkTest, SharedHeadLatentRows) {
   const std::vector<float> sinks = Random(heads, 30, 2.0f);
   const std::vector<float> q = Random(heads * row, 31);
   const std::vector<float> rows = Random(length * row, 32);
-  std::vector<const float*> ptrs(length);
+  std::vector<const void*> ptrs(length);
   for (int64_t t = 0; t < length; ++t) ptrs[t] = &rows[t * row];
   std::vector<float> keys(length * heads * row), values(length * heads * dv);  // per head copies
   for (int64_t t = 0; t < length; ++t)

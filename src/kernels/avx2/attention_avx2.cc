@@ -7,7 +7,8 @@
 // and are merged in segment order at the end. Heads go 8 at a time against each row (one key and
 // value row read per 8 heads, not per head). Per head, each score is one f32x8 FMA chain over
 // the qk columns in order, reduced in one fixed tree (Reduce8), so a token's result depends only
-// on its own query and rows, never on the thread count.
+// on its own query and rows, never on the thread count. bf16 rows are widened to f32 as they are
+// loaded (kernels/attention.h): the same sums, bit for bit, as over the rows in f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,15 +33,24 @@ int64_t SegmentRows(int64_t length) {
   return std::max<int64_t>(512, ((length + 7) / 8 + 63) / 64 * 64);
 }
 
+// The bytes of a key or value row (rows hold L's elements: f32 or bf16, widened in registers).
+inline const uint8_t* Bytes(const void* row) { return static_cast<const uint8_t*>(row); }
+
+// `count` (<= 8) elements of a row as f32: a full vector or the tail.
+template <class L>
+inline __m256 LoadRow(const uint8_t* p, int64_t count) {
+  return count >= 8 ? L::Full(p) : L::Part(p, count);
+}
+
 // p[g][i] = scale * q[h0 + g] . key(tb + i, h0 + g) for the G (<= 8) heads of the group; with a
 // shared key head (stride 0) the key chunk is loaded once for all G heads.
-template <int G, bool kShared>
+template <class L, int G, bool kShared>
 void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float (*p)[kBlock]) {
   const int64_t d = a.qk_dim;
   const float* q = a.q + h0 * d;
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (int64_t i = 0; i < rows; ++i) {
-    const float* key0 = a.keys[tb + i] + h0 * a.key_head_stride;
+    const uint8_t* key0 = Bytes(a.keys[tb + i]) + h0 * a.key_head_stride * L::kBytes;
     if (kShared && i + 1 < rows) {
       _mm_prefetch(reinterpret_cast<const char*>(a.keys[tb + i + 1]), _MM_HINT_T0);
     }
@@ -49,20 +59,21 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
     int64_t c = 0;
     for (; c + 8 <= d; c += 8) {
       if constexpr (kShared) {
-        const __m256 kv = _mm256_loadu_ps(key0 + c);
+        const __m256 kv = L::Full(key0 + c * L::kBytes);
         for (int g = 0; g < G; ++g)
           acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, acc[g]);
       } else {
         for (int g = 0; g < G; ++g) {
           acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c),
-                                   _mm256_loadu_ps(key0 + g * a.key_head_stride + c), acc[g]);
+                                   L::Full(key0 + (g * a.key_head_stride + c) * L::kBytes), acc[g]);
         }
       }
     }
     if (c < d) {
       for (int g = 0; g < G; ++g) {
         acc[g] = _mm256_fmadd_ps(LoadPart(q + g * d + c, d - c),
-                                 LoadPart(key0 + g * a.key_head_stride + c, d - c), acc[g]);
+                                 L::Part(key0 + (g * a.key_head_stride + c) * L::kBytes, d - c),
+                                 acc[g]);
       }
     }
     alignas(32) float sums[8];
@@ -73,7 +84,7 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
 
 // acc_rows[g][c0 .. c0 + 8) += sum over i of p[g][i] * value(tb + i, head h0 + g), i in order;
 // `count` (<= 8) columns.
-template <int G>
+template <class L, int G>
 void SharedValueChunk(const AttentionArgs& a, int64_t tb, int64_t rows, float (*p)[kBlock],
                       float* acc_rows, int64_t c0, int64_t count) {
   const int64_t d = a.v_dim;
@@ -81,13 +92,13 @@ void SharedValueChunk(const AttentionArgs& a, int64_t tb, int64_t rows, float (*
   for (int g = 0; g < G; ++g) acc[g] = LoadPart(acc_rows + g * d + c0, count);
   if (count == 8) {
     for (int64_t i = 0; i < rows; ++i) {
-      const __m256 vv = _mm256_loadu_ps(a.values[tb + i] + c0);
+      const __m256 vv = L::Full(Bytes(a.values[tb + i]) + c0 * L::kBytes);
       for (int g = 0; g < G; ++g)
         acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
   } else {
     for (int64_t i = 0; i < rows; ++i) {
-      const __m256 vv = LoadPart(a.values[tb + i] + c0, count);
+      const __m256 vv = L::Part(Bytes(a.values[tb + i]) + c0 * L::kBytes, count);
       for (int g = 0; g < G; ++g)
         acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
@@ -97,19 +108,18 @@ void SharedValueChunk(const AttentionArgs& a, int64_t tb, int64_t rows, float (*
 
 // Per-head value rows: C chunks of 8 columns of head `head` from column c0 (the last one
 // `last` <= 8 columns wide).
-template <int C>
+template <class L, int C>
 void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t rows, const float* p,
                      float* acc_row, int64_t c0, int64_t last) {
   __m256 acc[C];
   for (int cc = 0; cc < C; ++cc)
     acc[cc] = LoadPart(acc_row + c0 + cc * 8, cc == C - 1 ? last : 8);
-  const int64_t offset = head * a.value_head_stride + c0;
+  const int64_t offset = (head * a.value_head_stride + c0) * L::kBytes;
   for (int64_t i = 0; i < rows; ++i) {
-    const float* v = a.values[tb + i] + offset;
+    const uint8_t* v = Bytes(a.values[tb + i]) + offset;
     const __m256 pb = _mm256_broadcast_ss(&p[i]);
     for (int cc = 0; cc < C; ++cc) {
-      const __m256 vv =
-          cc == C - 1 && last < 8 ? LoadPart(v + cc * 8, last) : _mm256_loadu_ps(v + cc * 8);
+      const __m256 vv = LoadRow<L>(v + cc * 8 * L::kBytes, cc == C - 1 ? last : 8);
       acc[cc] = _mm256_fmadd_ps(pb, vv, acc[cc]);
     }
   }
@@ -117,22 +127,22 @@ void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t r
 }
 
 // acc[g] += sum over i of p[g][i] * value(tb + i, h0 + g); acc rows are v_dim floats apart.
-template <int G>
+template <class L, int G>
 void Values(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float (*p)[kBlock],
             float* acc_rows) {
   const int64_t d = a.v_dim;
   if (a.value_head_stride == 0) {
     for (int64_t c = 0; c < d; c += 8)
-      SharedValueChunk<G>(a, tb, rows, p, acc_rows, c, std::min<int64_t>(8, d - c));
+      SharedValueChunk<L, G>(a, tb, rows, p, acc_rows, c, std::min<int64_t>(8, d - c));
     return;
   }
   const int64_t full = d / 8, rest = d - full * 8;
   for (int g = 0; g < G; ++g) {
     float* acc = acc_rows + g * d;
     int64_t c = 0;
-    for (; c + 4 <= full; c += 4) HeadValueChunks<4>(a, h0 + g, tb, rows, p[g], acc, c * 8, 8);
-    for (; c < full; ++c) HeadValueChunks<1>(a, h0 + g, tb, rows, p[g], acc, c * 8, 8);
-    if (rest != 0) HeadValueChunks<1>(a, h0 + g, tb, rows, p[g], acc, full * 8, rest);
+    for (; c + 4 <= full; c += 4) HeadValueChunks<L, 4>(a, h0 + g, tb, rows, p[g], acc, c * 8, 8);
+    for (; c < full; ++c) HeadValueChunks<L, 1>(a, h0 + g, tb, rows, p[g], acc, c * 8, 8);
+    if (rest != 0) HeadValueChunks<L, 1>(a, h0 + g, tb, rows, p[g], acc, full * 8, rest);
   }
 }
 
@@ -184,25 +194,26 @@ void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int6
 
 // One block of rows [tb, tb + rows) for heads [h0, h0 + G): updates the running max `mx`, sum
 // `sum` and unnormalised acc[g] = sum of exp(s - mx) * v (acc_rows: G rows of v_dim floats).
-template <int G>
+template <class L, int G>
 void BlockGroup(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float* mx, float* sum,
                 float* acc_rows) {
   alignas(32) float p[kGroup][kBlock];
   if (a.key_head_stride == 0) {
-    Scores<G, true>(a, h0, tb, rows, p);
+    Scores<L, G, true>(a, h0, tb, rows, p);
   } else {
-    Scores<G, false>(a, h0, tb, rows, p);
+    Scores<L, G, false>(a, h0, tb, rows, p);
   }
   for (int g = 0; g < G; ++g)
     SoftmaxStep(p[g], rows, &mx[g], &sum[g], acc_rows + g * a.v_dim, a.v_dim);
-  Values<G>(a, h0, tb, rows, p, acc_rows);
+  Values<L, G>(a, h0, tb, rows, p, acc_rows);
 }
 
 using BlockGroupFn = void (*)(const AttentionArgs&, int64_t, int64_t, int64_t, float*, float*,
                               float*);
-constexpr BlockGroupFn kBlockGroups[kGroup] = {BlockGroup<1>, BlockGroup<2>, BlockGroup<3>,
-                                               BlockGroup<4>, BlockGroup<5>, BlockGroup<6>,
-                                               BlockGroup<7>, BlockGroup<8>};
+template <class L>
+constexpr BlockGroupFn kBlockGroups[kGroup] = {BlockGroup<L, 1>, BlockGroup<L, 2>, BlockGroup<L, 3>,
+                                               BlockGroup<L, 4>, BlockGroup<L, 5>, BlockGroup<L, 6>,
+                                               BlockGroup<L, 7>, BlockGroup<L, 8>};
 
 // Rows [t0, t1) for all heads: per head the running max, the sum and the unnormalised acc
 // (acc: num_heads rows of v_dim floats). Blocks of rows outside, head groups inside, so a block
@@ -212,11 +223,12 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
   std::fill(mx, mx + a.num_heads, -INFINITY);
   std::fill(sum, sum + a.num_heads, 0.0f);
   std::fill(acc, acc + a.num_heads * a.v_dim, 0.0f);
+  const BlockGroupFn* groups = a.rows == DType::kBF16 ? kBlockGroups<LoadBF16> : kBlockGroups<LoadF32>;
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
     for (int64_t h0 = 0; h0 < a.num_heads; h0 += kGroup) {
       const int g = static_cast<int>(std::min<int64_t>(kGroup, a.num_heads - h0));
-      kBlockGroups[g - 1](a, h0, tb, rows, mx + h0, sum + h0, acc + h0 * a.v_dim);
+      groups[g - 1](a, h0, tb, rows, mx + h0, sum + h0, acc + h0 * a.v_dim);
     }
   }
 }
@@ -306,6 +318,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
   const AttentionArgs& a = qa.shared;
   const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t heads = std::max(key_heads, value_heads);
+  const bool bf16 = a.rows == DType::kBF16;  // else f32; bf16 widens exactly
   threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t head = j / blocks, block = j % blocks;
@@ -314,14 +327,27 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         float* dst = kt + (head * blocks + block) * dq * kKeyBlock;
         if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
-          const float* key = a.keys[t0 + r] + head * a.key_head_stride;
-          for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+          const int64_t k0 = head * a.key_head_stride;
+          if (bf16) {
+            const uint16_t* key = static_cast<const uint16_t*>(a.keys[t0 + r]) + k0;
+            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = BF16ToF32(key[c]);
+          } else {
+            const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
+            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+          }
         }
       }
       if (head < value_heads) {
         for (int64_t r = 0; r < rows; ++r) {
-          const float* value = a.values[t0 + r] + head * a.value_head_stride;
-          std::copy(value, value + dv, vt + (head * positions + t0 + r) * dv);
+          const int64_t v0 = head * a.value_head_stride;
+          float* dst = vt + (head * positions + t0 + r) * dv;
+          if (bf16) {
+            const uint16_t* src = static_cast<const uint16_t*>(a.values[t0 + r]) + v0;
+            for (int64_t c = 0; c < dv; ++c) dst[c] = BF16ToF32(src[c]);
+          } else {
+            const float* src = static_cast<const float*>(a.values[t0 + r]) + v0;
+            std::copy(src, src + dv, dst);
+          }
         }
       }
     }

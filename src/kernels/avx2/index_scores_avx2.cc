@@ -4,7 +4,9 @@
 // load per 8 heads, in register tiles of KJ keys x HC head vectors. Per key and head the dot is
 // one f32 FMA chain over the dims in order; then per head vector relu(scale * dot) * w, added over
 // the head vectors in order, and ReduceAdd. The padded heads add exact zeros. A key's score
-// depends only on that key and the query, never on the run of keys it came in.
+// depends only on that key and the query, never on the run of keys it came in. bf16 keys (rows
+// read in place) are widened exactly into a small buffer per tile of keys, so they score as the
+// same keys in f32.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -23,13 +25,11 @@ constexpr int kKeys = 4;         // keys per register tile: 8 accumulators of 16
 
 // total[j] += sum over the tile's HC head vectors (from head vector v0) of relu(scale * dot) * w.
 template <int KJ, int HC>
-void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, int64_t j0,
-          int64_t v0, __m256* total) {
+void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w,
+          const float* const* key, int64_t v0, __m256* total) {
   __m256 acc[KJ][HC];
   for (int j = 0; j < KJ; ++j)
     for (int v = 0; v < HC; ++v) acc[j][v] = _mm256_setzero_ps();
-  const float* key[KJ];
-  for (int j = 0; j < KJ; ++j) key[j] = a.keys + (j0 + j) * a.dim;
   for (int64_t c = 0; c < a.dim; ++c) {
     const float* row = qt + c * hp + v0 * 8;
     __m256 qv[HC];
@@ -48,30 +48,51 @@ void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, 
   }
 }
 
+// The keys j0 .. j0 + KJ - 1 as f32: the rows themselves, or bf16 rows widened (exactly) into
+// `widened` [KJ, dim].
 template <int KJ>
-void Keys(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, int64_t j0) {
+void KeysAsF32(const IndexScoreArgs& a, int64_t j0, float* widened, const float** key) {
+  for (int j = 0; j < KJ; ++j) {
+    if (a.rows != DType::kBF16) {
+      key[j] = static_cast<const float*>(a.keys[j0 + j]);
+      continue;
+    }
+    const uint16_t* src = static_cast<const uint16_t*>(a.keys[j0 + j]);
+    float* dst = widened + j * a.dim;
+    for (int64_t c = 0; c < a.dim; ++c) dst[c] = BF16ToF32(src[c]);
+    key[j] = dst;
+  }
+}
+
+template <int KJ>
+void Keys(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, int64_t j0,
+          float* widened) {
+  const float* key[KJ];
+  KeysAsF32<KJ>(a, j0, widened, key);
   __m256 total[KJ];
   for (int j = 0; j < KJ; ++j) total[j] = _mm256_setzero_ps();
   const int64_t vectors = hp / 8;
   int64_t v0 = 0;
   for (; v0 + kHeadVectors <= vectors; v0 += kHeadVectors)
-    Tile<KJ, kHeadVectors>(a, qt, hp, w, j0, v0, total);
-  for (; v0 < vectors; ++v0) Tile<KJ, 1>(a, qt, hp, w, j0, v0, total);
+    Tile<KJ, kHeadVectors>(a, qt, hp, w, key, v0, total);
+  for (; v0 < vectors; ++v0) Tile<KJ, 1>(a, qt, hp, w, key, v0, total);
   for (int j = 0; j < KJ; ++j) a.scores[j0 + j] = ReduceAdd(total[j]);
 }
 
 void IndexScores(const IndexScoreArgs& a) {
   const int64_t hp = (a.heads + 7) / 8 * 8;
-  thread_local std::vector<float> qt, w;  // [dim, hp], [hp]
+  thread_local std::vector<float> qt, w, widened;  // [dim, hp], [hp], [kKeys, dim] (bf16 rows)
   qt.assign(a.dim * hp, 0.0f);
   w.assign(hp, 0.0f);
   for (int64_t h = 0; h < a.heads; ++h) {
     w[h] = a.w[h];
     for (int64_t c = 0; c < a.dim; ++c) qt[c * hp + h] = a.q[h * a.dim + c];
   }
+  if (a.rows == DType::kBF16 && static_cast<int64_t>(widened.size()) < kKeys * a.dim)
+    widened.resize(kKeys * a.dim);
   int64_t j = 0;
-  for (; j + kKeys <= a.n; j += kKeys) Keys<kKeys>(a, qt.data(), hp, w.data(), j);
-  for (; j < a.n; ++j) Keys<1>(a, qt.data(), hp, w.data(), j);
+  for (; j + kKeys <= a.n; j += kKeys) Keys<kKeys>(a, qt.data(), hp, w.data(), j, widened.data());
+  for (; j < a.n; ++j) Keys<1>(a, qt.data(), hp, w.data(), j, widened.data());
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // merged in segment order at the end. With a shared key/value head (absorbed MLA: head stride 0)
 // the heads are processed 8 at a time against each row (register tiles of 8 heads x 3 rows for
 // q.k and 8 heads x 48 columns for p.v), so a row is read once per 8 heads and not once per head.
-// A token's result depends only on its own query and rows.
+// A token's result depends only on its own query and rows. bf16 rows are widened to f32 as they
+// are loaded (kernels/attention.h): the same sums, bit for bit, as over the rows in f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -48,23 +49,27 @@ inline __m256 Reduce8(const __m512* a) {
   return _mm512_castps512_ps256(_mm512_shuffle_f32x4(w, w, _MM_SHUFFLE(2, 0, 2, 0)));
 }
 
+// The bytes of a key or value row (rows hold L's elements: f32 or bf16, widened in registers).
+inline const uint8_t* Bytes(const void* row) { return static_cast<const uint8_t*>(row); }
+
 // R shared key rows against the G (<= 8) heads of a group: p[g][i + r] = scale * q_g . key_r.
-template <int G, int R>
+template <class L, int G, int R>
 void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, float (*p)[kBlock],
-               const float* const* next) {
+               const void* const* next) {
   const int64_t d = a.qk_dim;
-  const float* key[R];
-  for (int r = 0; r < R; ++r) key[r] = a.keys[tb + i + r];
+  const uint8_t* key[R];
+  for (int r = 0; r < R; ++r) key[r] = Bytes(a.keys[tb + i + r]);
   __m512 acc[R][8];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < 8; ++g) acc[r][g] = _mm512_setzero_ps();
   int64_t c = 0;
   for (; c + 16 <= d; c += 16) {
     __m512 kv[R];
-    for (int r = 0; r < R; ++r) kv[r] = _mm512_loadu_ps(key[r] + c);
-    if (next != nullptr) {  // the rows after these, one cache line each step
+    for (int r = 0; r < R; ++r) kv[r] = L::Full(key[r] + c * L::kBytes);
+    // The rows after these, one cache line each step (each other step for bf16's 32 bytes).
+    if (next != nullptr && (L::kBytes == 4 || c % 32 == 0)) {
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(next[r] + c), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(Bytes(next[r]) + c * L::kBytes), _MM_HINT_T0);
     }
     for (int g = 0; g < G; ++g) {
       const __m512 qv = _mm512_loadu_ps(q + g * d + c);
@@ -74,7 +79,7 @@ void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, fl
   if (c < d) {
     const __mmask16 m = TailMask(d - c);
     __m512 kv[R];
-    for (int r = 0; r < R; ++r) kv[r] = _mm512_maskz_loadu_ps(m, key[r] + c);
+    for (int r = 0; r < R; ++r) kv[r] = L::Part(key[r] + c * L::kBytes, m);
     for (int g = 0; g < G; ++g) {
       const __m512 qv = _mm512_maskz_loadu_ps(m, q + g * d + c);
       for (int r = 0; r < R; ++r) acc[r][g] = _mm512_fmadd_ps(qv, kv[r], acc[r][g]);
@@ -89,28 +94,28 @@ void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, fl
 }
 
 // p[g][i] = scale * q[h0 + g] . key(tb + i, h0 + g) for the G (<= 8) heads of the group.
-template <int G>
+template <class L, int G>
 void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float (*p)[kBlock]) {
   const int64_t d = a.qk_dim;
   const float* q = a.q + h0 * d;
   if (a.key_head_stride == 0) {  // one shared key row for every head
     int64_t i = 0;
     for (; i + 3 <= rows; i += 3) {
-      ScoreRows<G, 3>(a, q, tb, i, p, tb + i + 6 <= a.length ? a.keys + tb + i + 3 : nullptr);
+      ScoreRows<L, G, 3>(a, q, tb, i, p, tb + i + 6 <= a.length ? a.keys + tb + i + 3 : nullptr);
     }
-    for (; i < rows; ++i) ScoreRows<G, 1>(a, q, tb, i, p, nullptr);
+    for (; i < rows; ++i) ScoreRows<L, G, 1>(a, q, tb, i, p, nullptr);
     return;
   }
   for (int64_t i = 0; i < rows; ++i) {
-    const float* key0 = a.keys[tb + i] + h0 * a.key_head_stride;
+    const uint8_t* key0 = Bytes(a.keys[tb + i]) + h0 * a.key_head_stride * L::kBytes;
     __m512 acc[8];
     for (int g = 0; g < 8; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 16) {
       const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
       for (int g = 0; g < G; ++g) {
-        acc[g] =
-            _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + g * d + c),
-                            _mm512_maskz_loadu_ps(m, key0 + g * a.key_head_stride + c), acc[g]);
+        acc[g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + g * d + c),
+                                 L::Part(key0 + (g * a.key_head_stride + c) * L::kBytes, m),
+                                 acc[g]);
       }
     }
     alignas(32) float sums[8];
@@ -121,7 +126,7 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
 
 // acc[g][c0 + 16 cc ...] += sum over i of p[g][i] * value(tb + i) for C chunks from column c0
 // (the last one masked by `last`), shared value rows.
-template <int G, int C>
+template <class L, int G, int C>
 void ValueChunks(const AttentionArgs& a, int64_t tb, int64_t rows, float (*p)[kBlock],
                  float* acc_rows, int64_t c0, __mmask16 last) {
   const int64_t d = a.v_dim;
@@ -132,9 +137,9 @@ void ValueChunks(const AttentionArgs& a, int64_t tb, int64_t rows, float (*p)[kB
     for (int cc = 0; cc < C; ++cc)
       acc[g][cc] = _mm512_maskz_loadu_ps(mask[cc], acc_rows + g * d + c0 + cc * 16);
   for (int64_t i = 0; i < rows; ++i) {
-    const float* v = a.values[tb + i] + c0;
+    const uint8_t* v = Bytes(a.values[tb + i]) + c0 * L::kBytes;
     __m512 vv[C];
-    for (int cc = 0; cc < C; ++cc) vv[cc] = _mm512_maskz_loadu_ps(mask[cc], v + cc * 16);
+    for (int cc = 0; cc < C; ++cc) vv[cc] = L::Part(v + cc * 16 * L::kBytes, mask[cc]);
     for (int g = 0; g < G; ++g) {
       const __m512 pb = _mm512_set1_ps(p[g][i]);
       for (int cc = 0; cc < C; ++cc) acc[g][cc] = _mm512_fmadd_ps(pb, vv[cc], acc[g][cc]);
@@ -146,26 +151,26 @@ void ValueChunks(const AttentionArgs& a, int64_t tb, int64_t rows, float (*p)[kB
 }
 
 // Per-head value rows: C chunks of head g from column c0.
-template <int C>
+template <class L, int C>
 void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t rows, const float* p,
                      float* acc_row, int64_t c0, __mmask16 last) {
   __mmask16 mask[C];
   for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
   __m512 acc[C];
   for (int cc = 0; cc < C; ++cc) acc[cc] = _mm512_maskz_loadu_ps(mask[cc], acc_row + c0 + cc * 16);
-  const int64_t offset = head * a.value_head_stride + c0;
+  const int64_t offset = (head * a.value_head_stride + c0) * L::kBytes;
   for (int64_t i = 0; i < rows; ++i) {
-    const float* v = a.values[tb + i] + offset;
+    const uint8_t* v = Bytes(a.values[tb + i]) + offset;
     const __m512 pb = _mm512_set1_ps(p[i]);
     for (int cc = 0; cc < C; ++cc) {
-      acc[cc] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mask[cc], v + cc * 16), acc[cc]);
+      acc[cc] = _mm512_fmadd_ps(pb, L::Part(v + cc * 16 * L::kBytes, mask[cc]), acc[cc]);
     }
   }
   for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(acc_row + c0 + cc * 16, mask[cc], acc[cc]);
 }
 
 // acc[g] += sum over i of p[g][i] * value(tb + i, h0 + g); acc rows are v_dim floats apart.
-template <int G>
+template <class L, int G>
 void Values(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float (*p)[kBlock],
             float* acc_rows) {
   const int64_t d = a.v_dim;
@@ -174,18 +179,18 @@ void Values(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
   const __mmask16 all = 0xffff;
   if (a.value_head_stride == 0) {
     int64_t c = 0;
-    for (; c + 3 <= full; c += 3) ValueChunks<G, 3>(a, tb, rows, p, acc_rows, c * 16, all);
-    for (; c < full; ++c) ValueChunks<G, 1>(a, tb, rows, p, acc_rows, c * 16, all);
-    if (tail != 0) ValueChunks<G, 1>(a, tb, rows, p, acc_rows, full * 16, tail);
+    for (; c + 3 <= full; c += 3) ValueChunks<L, G, 3>(a, tb, rows, p, acc_rows, c * 16, all);
+    for (; c < full; ++c) ValueChunks<L, G, 1>(a, tb, rows, p, acc_rows, c * 16, all);
+    if (tail != 0) ValueChunks<L, G, 1>(a, tb, rows, p, acc_rows, full * 16, tail);
     return;
   }
   for (int g = 0; g < G; ++g) {
     float* acc = acc_rows + g * d;
     int64_t c = 0;
-    for (; c + 8 <= full; c += 8) HeadValueChunks<8>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
-    for (; c + 4 <= full; c += 4) HeadValueChunks<4>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
-    for (; c < full; ++c) HeadValueChunks<1>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
-    if (tail != 0) HeadValueChunks<1>(a, h0 + g, tb, rows, p[g], acc, full * 16, tail);
+    for (; c + 8 <= full; c += 8) HeadValueChunks<L, 8>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
+    for (; c + 4 <= full; c += 4) HeadValueChunks<L, 4>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
+    for (; c < full; ++c) HeadValueChunks<L, 1>(a, h0 + g, tb, rows, p[g], acc, c * 16, all);
+    if (tail != 0) HeadValueChunks<L, 1>(a, h0 + g, tb, rows, p[g], acc, full * 16, tail);
   }
 }
 
@@ -207,11 +212,11 @@ void DivideRow(float* row, int64_t d, float divisor) {
 
 // One block of rows [tb, tb + rows) for heads [h0, h0 + G): updates the running max `mx`, sum
 // `sum` and unnormalised acc[g] = sum of exp(s - mx) * v (acc_rows: G rows of v_dim floats).
-template <int G>
+template <class L, int G>
 void BlockGroup(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float* mx, float* sum,
                 float* acc_rows) {
   alignas(64) float p[kGroup][kBlock];
-  Scores<G>(a, h0, tb, rows, p);
+  Scores<L, G>(a, h0, tb, rows, p);
   for (int g = 0; g < G; ++g) {
     __m512 bm = _mm512_set1_ps(-INFINITY);
     for (int64_t i = 0; i < rows; i += 16) {
@@ -237,14 +242,15 @@ void BlockGroup(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, fl
     }
     sum[g] += ReduceAdd(s);
   }
-  Values<G>(a, h0, tb, rows, p, acc_rows);
+  Values<L, G>(a, h0, tb, rows, p, acc_rows);
 }
 
 using BlockGroupFn = void (*)(const AttentionArgs&, int64_t, int64_t, int64_t, float*, float*,
                               float*);
-constexpr BlockGroupFn kBlockGroups[kGroup] = {BlockGroup<1>, BlockGroup<2>, BlockGroup<3>,
-                                               BlockGroup<4>, BlockGroup<5>, BlockGroup<6>,
-                                               BlockGroup<7>, BlockGroup<8>};
+template <class L>
+constexpr BlockGroupFn kBlockGroups[kGroup] = {BlockGroup<L, 1>, BlockGroup<L, 2>, BlockGroup<L, 3>,
+                                               BlockGroup<L, 4>, BlockGroup<L, 5>, BlockGroup<L, 6>,
+                                               BlockGroup<L, 7>, BlockGroup<L, 8>};
 
 // Rows [t0, t1) for all heads: per head the running max, the sum and the unnormalised acc
 // (acc: num_heads rows of v_dim floats). Blocks of rows outside, head groups inside, so a block
@@ -254,6 +260,7 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
   std::fill(mx, mx + a.num_heads, -INFINITY);
   std::fill(sum, sum + a.num_heads, 0.0f);
   std::fill(acc, acc + a.num_heads * a.v_dim, 0.0f);
+  const BlockGroupFn* groups = a.rows == DType::kBF16 ? kBlockGroups<LoadBF16> : kBlockGroups<LoadF32>;
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
     for (int64_t h0 = 0; h0 < a.num_heads; h0 += kGroup) {
@@ -261,7 +268,7 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
       float* m = mx + h0;
       float* s = sum + h0;
       float* acc_rows = acc + h0 * a.v_dim;
-      kBlockGroups[g - 1](a, h0, tb, rows, m, s, acc_rows);
+      groups[g - 1](a, h0, tb, rows, m, s, acc_rows);
     }
   }
 }
@@ -352,6 +359,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
   const AttentionArgs& a = qa.shared;
   const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t heads = std::max(key_heads, value_heads);
+  const bool bf16 = a.rows == DType::kBF16;  // else f32; bf16 widens exactly
   threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t head = j / blocks, block = j % blocks;
@@ -360,14 +368,27 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         float* dst = kt + (head * blocks + block) * dq * kKeyBlock;
         if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
-          const float* key = a.keys[t0 + r] + head * a.key_head_stride;
-          for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+          const int64_t k0 = head * a.key_head_stride;
+          if (bf16) {
+            const uint16_t* key = static_cast<const uint16_t*>(a.keys[t0 + r]) + k0;
+            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = BF16ToF32(key[c]);
+          } else {
+            const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
+            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+          }
         }
       }
       if (head < value_heads) {
         for (int64_t r = 0; r < rows; ++r) {
-          const float* value = a.values[t0 + r] + head * a.value_head_stride;
-          std::copy(value, value + dv, vt + (head * positions + t0 + r) * dv);
+          const int64_t v0 = head * a.value_head_stride;
+          float* dst = vt + (head * positions + t0 + r) * dv;
+          if (bf16) {
+            const uint16_t* src = static_cast<const uint16_t*>(a.values[t0 + r]) + v0;
+            for (int64_t c = 0; c < dv; ++c) dst[c] = BF16ToF32(src[c]);
+          } else {
+            const float* src = static_cast<const float*>(a.values[t0 + r]) + v0;
+            std::copy(src, src + dv, dst);
+          }
         }
       }
     }

@@ -5,15 +5,21 @@
 #include "kernels/attention.h"
 
 namespace latent::kernels {
+namespace {
 
-void AttentionRef(const AttentionArgs& a) {
+// Element i of a row of `T` (float, or uint16_t holding bf16) as f32: exact.
+inline float At(const float* row, int64_t i) { return row[i]; }
+inline float At(const uint16_t* row, int64_t i) { return BF16ToF32(row[i]); }
+
+template <typename T>
+void AttentionOf(const AttentionArgs& a) {
   for (int64_t h = 0; h < a.num_heads; ++h) {
     const float* q = a.q + h * a.qk_dim;
     float max_score = -INFINITY;
     for (int64_t t = 0; t < a.length; ++t) {
-      const float* k = a.keys[t] + h * a.key_head_stride;
+      const T* k = static_cast<const T*>(a.keys[t]) + h * a.key_head_stride;
       float dot = 0.0f;
-      for (int64_t i = 0; i < a.qk_dim; ++i) dot += q[i] * k[i];
+      for (int64_t i = 0; i < a.qk_dim; ++i) dot += q[i] * At(k, i);
       a.scratch[t] = dot * a.scale;
       max_score = std::max(max_score, a.scratch[t]);
     }
@@ -27,9 +33,19 @@ void AttentionRef(const AttentionArgs& a) {
     std::fill(out, out + a.v_dim, 0.0f);
     for (int64_t t = 0; t < a.length; ++t) {
       const float p = a.scratch[t] / sum;
-      const float* v = a.values[t] + h * a.value_head_stride;
-      for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * v[i];
+      const T* v = static_cast<const T*>(a.values[t]) + h * a.value_head_stride;
+      for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * At(v, i);
     }
+  }
+}
+
+}  // namespace
+
+void AttentionRef(const AttentionArgs& a) {
+  if (a.rows == DType::kBF16) {
+    AttentionOf<uint16_t>(a);
+  } else {
+    AttentionOf<float>(a);
   }
 }
 

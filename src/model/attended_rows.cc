@@ -1,0 +1,89 @@
+#include "model/attended_rows.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/attention.h"
+
+namespace latent::model {
+namespace {
+
+// This thread's buffer for gathered rows, at least `floats` long. Reused across calls: at long
+// context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB mmap
+// threshold), so every step paid a page fault per 4 KiB and the zeroing. Valid until this
+// thread fills its next AttendedRows by gathering.
+float* GatherBuffer(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+std::atomic<bool>& GatherForced() {
+  static std::atomic<bool> forced = [] {
+    const char* v = std::getenv("LATENT_ROWS_GATHER");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return forced;
+}
+
+}  // namespace
+
+bool RowsGatherForced() { return GatherForced().load(std::memory_order_relaxed); }
+
+void SetRowsGatherForced(bool forced) { GatherForced().store(forced, std::memory_order_relaxed); }
+
+float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count) {
+  at_.resize(count);
+  gathered_ = !kernels::RowsReadInPlace(cache.dtype) || RowsGatherForced();
+  if (!gathered_) {
+    dtype_ = cache.dtype;
+    return nullptr;
+  }
+  dtype_ = DType::kF32;
+  return GatherBuffer(count * cache.Width(layer, row));
+}
+
+void AttendedRows::Range(const cache::PagedRows& cache, std::span<const cache::BlockId> table,
+                         int64_t layer, int row, int64_t first, int64_t count) {
+  float* gathered = Prepare(cache, layer, row, count);
+  if (gathered == nullptr) {
+    cache.RowPointers(table, layer, row, first, count, at_.data());
+    return;
+  }
+  const int64_t width = cache.Width(layer, row);
+  if (first == 0) {
+    cache.GatherRows(table, layer, row, count, gathered);
+  } else {
+    std::vector<int32_t> positions(count);
+    for (int64_t i = 0; i < count; ++i) positions[i] = static_cast<int32_t>(first + i);
+    cache.GatherPositions(table, layer, row, positions, gathered);
+  }
+  for (int64_t i = 0; i < count; ++i) at_[i] = gathered + i * width;
+}
+
+void AttendedRows::Positions(const cache::PagedRows& cache, std::span<const cache::BlockId> table,
+                             int64_t layer, int row, std::span<const int32_t> positions) {
+  const int64_t count = static_cast<int64_t>(positions.size());
+  float* gathered = Prepare(cache, layer, row, count);
+  if (gathered == nullptr) {
+    cache.PositionPointers(table, layer, row, positions, at_.data());
+    return;
+  }
+  const int64_t width = cache.Width(layer, row);
+  cache.GatherPositions(table, layer, row, positions, gathered);
+  for (int64_t i = 0; i < count; ++i) at_[i] = gathered + i * width;
+}
+
+void AttendedRows::ToF32(int64_t i, int64_t begin, int64_t end, float* dst) const {
+  if (dtype_ == DType::kBF16) {
+    const uint16_t* src = static_cast<const uint16_t*>(at_[i]);
+    for (int64_t c = begin; c < end; ++c) dst[c - begin] = BF16ToF32(src[c]);
+    return;
+  }
+  const float* src = static_cast<const float*>(at_[i]);
+  std::copy(src + begin, src + end, dst);
+}
+
+}  // namespace latent::model

@@ -1,0 +1,51 @@
+// The cached rows one sequence's attention (or DSA indexer) reads, as the kernels take them: one
+// pointer per position and the element type (kernels/attention.h).
+//
+// Rows the kernels read in place (f32, bf16) are pointed at where the paged cache stores them:
+// no copy. Any other row type (fp8) is converted into an f32 buffer of this thread first, and the
+// pointers point there; LATENT_ROWS_GATHER=1 forces that path for every type (tests compare the
+// two bit for bit: the kernels widen bf16 exactly, so both give the same result).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/paged_rows.h"
+
+namespace latent::model {
+
+// Whether rows are gathered into f32 copies whatever their type (LATENT_ROWS_GATHER=1, read
+// once; or set by SetRowsGatherForced).
+bool RowsGatherForced();
+// Overrides LATENT_ROWS_GATHER (tests); not to be called while a forward runs.
+void SetRowsGatherForced(bool forced);
+
+class AttendedRows {
+ public:
+  // Row (layer, row) of positions [first, first + count) of the sequence whose table is `table`.
+  void Range(const cache::PagedRows& cache, std::span<const cache::BlockId> table, int64_t layer,
+             int row, int64_t first, int64_t count);
+  // Row (layer, row) of the listed positions.
+  void Positions(const cache::PagedRows& cache, std::span<const cache::BlockId> table,
+                 int64_t layer, int row, std::span<const int32_t> positions);
+
+  int64_t size() const { return static_cast<int64_t>(at_.size()); }
+  const void* const* data() const { return at_.data(); }
+  const void* operator[](int64_t i) const { return at_[i]; }
+  DType dtype() const { return dtype_; }  // f32 or bf16
+  bool gathered() const { return gathered_; }  // f32 copies, not the stored rows
+  // Values [begin, end) of row i in f32 into dst.
+  void ToF32(int64_t i, int64_t begin, int64_t end, float* dst) const;
+
+ private:
+  // Sizes at_ to `count` and decides in place or gathered; returns the gather buffer (count *
+  // width floats) when gathered, else null.
+  float* Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count);
+
+  std::vector<const void*> at_;  // [count] -> the row of each position
+  DType dtype_ = DType::kF32;
+  bool gathered_ = false;
+};
+
+}  // namespace latent::model

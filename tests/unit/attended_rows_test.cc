@@ -1,0 +1,105 @@
+// model::AttendedRows: the rows attention reads, in place (pointers into the paged storage, in its
+// dtype) or gathered into f32 copies (the fallback for row types the kernels do not read in place,
+// forced here by SetRowsGatherForced). Both must give the same values; positions across blocks,
+// a window's range and listed positions; a released block fails. Milliseconds.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "base/error.h"
+#include "cache/paged_rows.h"
+#include "model/attended_rows.h"
+
+namespace latent::model {
+namespace {
+
+// One layer, one row of `width` values, `blocks` blocks of 4 tokens, in `dtype`.
+struct Rows {
+  std::vector<uint8_t> storage;
+  cache::PagedRows view;
+  Rows(DType dtype, int64_t width, int32_t blocks) {
+    const uint64_t row_bytes = width * DTypeSize(dtype);
+    view.block_tokens = 4;
+    view.block_bytes = 4 * row_bytes + 8;  // a few spare bytes: rows are found by the layout
+    view.num_blocks = blocks;
+    view.dtype = dtype;
+    view.rows_per_layer = 1;
+    view.slab_offset = {8};
+    view.row_bytes = {row_bytes};
+    storage.assign(view.block_bytes * blocks, 0);
+    view.base = storage.data();
+  }
+};
+
+class ForceGather {
+ public:
+  explicit ForceGather(bool on) : saved_(RowsGatherForced()) { SetRowsGatherForced(on); }
+  ~ForceGather() { SetRowsGatherForced(saved_); }
+
+ private:
+  bool saved_;
+};
+
+TEST(AttendedRows, InPlaceAndGatheredGiveTheSameValues) {
+  const int64_t width = 5;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    Rows rows(dtype, width, 4);
+    const std::vector<cache::BlockId> table = {2, 0, 3};  // positions 0..11, blocks out of order
+    for (int64_t p = 0; p < 11; ++p) {
+      std::vector<float> v(width);
+      for (int64_t i = 0; i < width; ++i) v[i] = 0.37f * p - 0.11f * i + 1.0f / 3.0f;
+      rows.view.WriteRow(table, 0, 0, p, v.data());
+    }
+    const std::vector<int32_t> picked = {1, 4, 9, 10};
+    for (bool positions : {false, true}) {
+      AttendedRows in_place, gathered;
+      auto fill = [&](AttendedRows& r) {
+        if (positions) {
+          r.Positions(rows.view, table, 0, 0, picked);
+        } else {
+          r.Range(rows.view, table, 0, 0, 3, 8);  // a window's range, across blocks
+        }
+      };
+      fill(in_place);
+      {
+        ForceGather force(true);
+        fill(gathered);
+      }
+      EXPECT_FALSE(in_place.gathered());
+      EXPECT_EQ(in_place.dtype(), dtype);
+      EXPECT_TRUE(gathered.gathered());
+      EXPECT_EQ(gathered.dtype(), DType::kF32);
+      ASSERT_EQ(in_place.size(), positions ? 4 : 8);
+      ASSERT_EQ(gathered.size(), in_place.size());
+      for (int64_t i = 0; i < in_place.size(); ++i) {
+        const int64_t p = positions ? picked[i] : 3 + i;
+        // In place: the stored row itself.
+        EXPECT_EQ(in_place[i], rows.view.Locate(table, 0, 0, p));
+        std::vector<float> a(width), b(width);
+        in_place.ToF32(i, 0, width, a.data());
+        gathered.ToF32(i, 0, width, b.data());
+        EXPECT_EQ(a, b) << "position " << p;
+        const float want = 0.37f * p + 1.0f / 3.0f;  // value 0 as stored (bf16: rounded)
+        EXPECT_EQ(a[0], dtype == DType::kBF16 ? RoundToBF16(want) : want);
+        std::vector<float> tail(2);
+        in_place.ToF32(i, 3, 5, tail.data());
+        EXPECT_EQ(tail[0], a[3]);
+        EXPECT_EQ(tail[1], a[4]);
+      }
+    }
+  }
+}
+
+TEST(AttendedRows, AReleasedBlockOrAShortTableFails) {
+  Rows rows(DType::kBF16, 3, 2);
+  const std::vector<cache::BlockId> table = {cache::kNoBlock, 1};
+  AttendedRows r;
+  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 2, 4), Error);  // position 2 is in a released block
+  r.Range(rows.view, table, 0, 0, 4, 4);                      // the live block alone reads fine
+  EXPECT_EQ(r.size(), 4);
+  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 4, 5), Error);  // past the table
+}
+
+}  // namespace
+}  // namespace latent::model
