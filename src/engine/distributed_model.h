@@ -55,6 +55,7 @@ class StepBroadcaster final : public model::Model {
   uint64_t PrefixCacheSalt(int64_t prompt_len) const override {
     return model_->PrefixCacheSalt(prompt_len);
   }
+  void Reserve(int64_t max_tokens) override { model_->Reserve(max_tokens); }
   void Forward(const model::ForwardBatch& batch, model::AttentionForm form, float* logits,
                model::ForwardTrace* trace = nullptr) const override;
   void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,

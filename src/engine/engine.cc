@@ -30,6 +30,9 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   batch_.forward.rows = &cache_->rows();
   scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_, cache_->slot_pool());
   activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
+  // The model's working memory for the largest step, once (a step holds at most
+  // max_batch_tokens tokens, so no step allocates it again).
+  model_->Reserve(options_.max_batch_tokens);
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
   metrics_.cache_layer_bytes_per_token = cache_->layer_bytes_per_token();

@@ -70,6 +70,18 @@ std::vector<cache::CacheRowSpec> KdaStateRows(const ModelConfig& c) {
           state("kda.block", dims.block_values())};
 }
 
+cache::ModelCacheRows KdaHybridRows(const ModelConfig& c, CacheDType dtype) {
+  cache::ModelCacheRows rows(c.num_hidden_layers);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.IsLinearAttentionLayer(l)) {
+      rows[l] = KdaStateRows(c);
+    } else {
+      rows[l].push_back(MlaLatentRow(c, dtype));
+    }
+  }
+  return rows;
+}
+
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype) {
   return ArchOf(config).cache_rows(config, dtype);
 }

@@ -40,6 +40,9 @@ cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& config, CacheDType dtype);
 // at the current chunk's start [H, dk, dv], "kda.block" the current chunk's rows so far.
 std::vector<cache::CacheRowSpec> KdaStateRows(const ModelConfig& config);
 enum KdaStateRow : int { kKdaConvRow = 0, kKdaStateRow = 1, kKdaBlockRow = 2 };
+// A KDA hybrid's rows (kimi_linear, bailing_hybrid): the state rows on its linear-attention
+// layers, the MLA latent row on the others.
+cache::ModelCacheRows KdaHybridRows(const ModelConfig& config, CacheDType dtype);
 
 // The rows of every layer of `config` stored as `dtype`: its family's declaration.
 cache::ModelCacheRows CacheRows(const ModelConfig& config, CacheDType dtype);

@@ -83,6 +83,12 @@ class ConfigReader {
   std::string source_;
 };
 
+// Kimi's and Ling's names for DeepSeek's MoE keys (num_experts, num_local_experts,
+// num_experts_per_token, moe_renormalize, num_expert_group, num_shared_experts) and
+// model_max_length, read as the common ones the way transformers' attribute_map does; a file
+// stating both must agree. For a family's Arch::prepare.
+void ReadMoeKeyAliases(Json& json, const std::string& source);
+
 // Per-layer list of `no` / `yes` strings -> bools (true for `yes`), one entry per layer.
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,
                                   const char* no, const char* yes);

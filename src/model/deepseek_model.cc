@@ -67,6 +67,7 @@ DeepseekModel::DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, Deeps
     return -1;
   };
   for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
+    has_indexer_ = has_indexer_ || config_.HasIndexer(l);
     latent_rows_.push_back(find(l, "mla.latent"));
     // GLM-5-Next's KPool indexer caches a packed row (key and gate score) instead.
     const int index = find(l, "dsa.index_k");
@@ -95,15 +96,44 @@ uint64_t DeepseekModel::PrefixCacheSalt(int64_t prompt_len) const {
   return long_rope ? 0x6c6f6e67726f7065ull : 0;  // "longrope"
 }
 
+void DeepseekModel::Reserve(int64_t max_tokens) {
+  const ModelConfig& c = config_;
+  Start(max_tokens);
+  workspace_.head.Get(max_tokens * c.hidden_size);
+  // The widest MLP any layer runs: dense, the routed experts', the shared experts' (LongCat's
+  // shortcut MoE and dense MLPs share a layer, one after the other).
+  const int64_t shared = c.n_shared_experts *
+      (c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size : c.moe_intermediate_size);
+  const int64_t inter = std::max({c.intermediate_size, c.moe_intermediate_size, shared});
+  bool moe = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe = moe || c.IsMoeLayer(l);
+  workspace_.ffn.Reserve(max_tokens, inter, moe ? &moe_dims_ : nullptr);
+}
+
+DeepseekModel::Activations DeepseekModel::Start(int64_t tokens) const {
+  const int64_t n = tokens * config_.hidden_size;
+  Activations a;
+  a.tokens = tokens;
+  a.hidden = workspace_.hidden.Get(n);
+  a.normed = workspace_.normed.Get(n);
+  a.branch = workspace_.branch.Get(n);
+  a.extra = workspace_.extra.Get(n * std::max<int64_t>(config_.hc_mult, 1));
+  return a;
+}
+
 DeepseekModel::Activations DeepseekModel::Start(const ForwardBatch& batch) const {
   batch.Validate();
-  Activations a;
-  a.tokens = static_cast<int64_t>(batch.token_ids.size());
-  const int64_t n = a.tokens * config_.hidden_size;
-  a.hidden.resize(n);
-  a.normed.resize(n);
-  a.branch.resize(n);
-  return a;
+  return Start(static_cast<int64_t>(batch.token_ids.size()));
+}
+
+void DeepseekModel::EnableKda(KdaForgetGateKind gate) {
+  kda_gate_ = gate;
+  kda_dims_.heads = config_.linear_num_heads;
+  kda_dims_.head_dim = config_.linear_head_dim;
+  kda_dims_.conv_kernel = config_.linear_conv_kernel;
+  if (config_.linear_gate_lower_bound) {
+    kda_dims_.gate_lower_bound = static_cast<float>(*config_.linear_gate_lower_bound);
+  }
 }
 
 void DeepseekModel::Embed(const ForwardBatch& batch, float* hidden) const {
@@ -161,6 +191,46 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
   dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
 }
 
+void DeepseekModel::Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
+                            ForwardTrace* trace) const {
+  LATENT_PROFILE_SCOPE(kStep);
+  Activations a = Start(batch);
+  Embed(batch, a.hidden);
+  // [T] the positions each token attends to: from the layer's own indexer, or on a shared layer
+  // the last full layer's.
+  DsaSelection selection;
+  DsaSelection* dsa = has_indexer_ ? &selection : nullptr;
+  if (trace != nullptr && dsa != nullptr) trace->selected.assign(config_.num_hidden_layers, {});
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) ResidualLayer(l, batch, form, a, dsa, trace);
+  Head(batch, a.hidden, logits);
+}
+
+void DeepseekModel::ResidualLayer(int64_t l, const ForwardBatch& batch, AttentionForm form,
+                                  const Activations& a, DsaSelection* dsa, ForwardTrace* trace,
+                                  const float* query_scale) const {
+  const LayerWeights& w = weights_.layers[l];
+  RmsNorm(a.hidden, a.tokens, w.input_norm, a.normed);
+  Attention(l, batch, a.normed, form, dsa, a.branch, trace, query_scale);
+  AddResidual(a.hidden, a.branch, a.tokens);
+  RmsNorm(a.hidden, a.tokens, w.post_attention_norm, a.normed);
+  FeedForward(l, a.normed, a.tokens, a.branch, trace);
+  AddResidual(a.hidden, a.branch, a.tokens);
+  dump::Tensor("hidden", l, a.hidden, a.tokens, config_.hidden_size);
+}
+
+void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, const float* x,
+                              AttentionForm form, DsaSelection* dsa, float* out,
+                              ForwardTrace* trace, const float* query_scale) const {
+  if (config_.IsLinearAttentionLayer(l)) {
+    KdaAttentionForward(kda_dims_, *weights_.layers[l].kda, kda_gate_,
+                        static_cast<float>(config_.rms_norm_eps), l, batch, x, config_.hidden_size,
+                        out);
+    return;
+  }
+  MlaAttention(l, batch, x, form, dsa, out, query_scale);
+  if (trace != nullptr && dsa != nullptr) trace->selected[l] = *dsa;
+}
+
 void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float* out,
                                 ForwardTrace* trace) const {
   const LayerWeights& w = weights_.layers[l];
@@ -171,12 +241,13 @@ void DeepseekModel::FeedForward(int64_t l, const float* x, int64_t tokens, float
       trace->experts.resize(config_.num_hidden_layers);
       chosen = &trace->experts[l];
     }
-    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen, sum_partials_);
+    ops::MoeForward(moe_dims_, *w.moe, x, tokens, out, chosen, sum_partials_, &workspace_.ffn);
     dump::Tensor("moe_out", l, out, tokens, config_.hidden_size);
   } else {
     LATENT_PROFILE_SCOPE(kDenseMlp);
     ops::MlpForward(*w.dense, x, tokens, out,
-                    config_.swiglu_limit_all_mlps ? static_cast<float>(config_.swiglu_limit) : 0.0f);
+                    config_.swiglu_limit_all_mlps ? static_cast<float>(config_.swiglu_limit) : 0.0f,
+                    &workspace_.ffn);
     dump::Tensor("mlp_out", l, out, tokens, config_.hidden_size);
   }
 }
@@ -194,7 +265,7 @@ void DeepseekModel::MlaAttentionAt(int64_t slot, int64_t cache_layer, int cache_
 
 void DeepseekModel::DenseMlp(int64_t slot, const float* x, int64_t tokens, float* out) const {
   LATENT_PROFILE_SCOPE(kDenseMlp);
-  ops::MlpForward(*weights_.layers[slot].dense, x, tokens, out);
+  ops::MlpForward(*weights_.layers[slot].dense, x, tokens, out, 0.0f, &workspace_.ffn);
   dump::Tensor("mlp_out", slot, out, tokens, config_.hidden_size);
 }
 
@@ -205,7 +276,8 @@ void DeepseekModel::Moe(int64_t slot, int64_t layer, const float* x, int64_t tok
     trace->experts.resize(config_.num_hidden_layers);
     chosen = &trace->experts[layer];
   }
-  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen, sum_partials_);
+  ops::MoeForward(moe_dims_, *weights_.layers[slot].moe, x, tokens, out, chosen, sum_partials_,
+                  &workspace_.ffn);
   dump::Tensor("moe_out", layer, out, tokens, config_.hidden_size);
 }
 
@@ -219,7 +291,7 @@ void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* 
   const int64_t d = config_.hidden_size;
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
-  std::vector<float> last(rows * d);  // [R, D]
+  float* last = workspace_.head.Get(rows * d);  // [R, D]
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = batch.logits_rows[r];
     LATENT_CHECK(t >= 0 && t < tokens);
@@ -227,15 +299,15 @@ void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* 
   }
   {
     LATENT_PROFILE_SCOPE(kNorm);
-    kernels::BestKernels().rms_norm(last.data(), rows, d, weights_.final_norm.data,
+    kernels::BestKernels().rms_norm(last, rows, d, weights_.final_norm.data,
                                     weights_.final_norm.dtype,
-                                    static_cast<float>(config_.rms_norm_eps), last.data());
+                                    static_cast<float>(config_.rms_norm_eps), last);
   }
   if (hidden_divisor != 1.0f) {  // MiniCPM3 scales the final hidden state down before lm_head.
-    for (float& v : last) v /= hidden_divisor;
+    for (int64_t i = 0; i < rows * d; ++i) last[i] /= hidden_divisor;
   }
   LATENT_PROFILE_SCOPE(kLmHead);
-  kernels::Linear(last.data(), rows, weights_.lm_head, logits);
+  kernels::Linear(last, rows, weights_.lm_head, logits);
   if (config_.final_logit_softcapping > 0) {
     const float cap = static_cast<float>(config_.final_logit_softcapping);
     for (int64_t i = 0; i < rows * config_.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -10,7 +10,9 @@
 
 #include "model/deepseek_tensors.h"
 #include "model/deepseek_weights.h"
+#include "base/scratch.h"
 #include "model/dsa_indexer.h"
+#include "model/kda_attention.h"
 #include "model/mla_attention.h"
 #include "model/model.h"
 #include "ops/moe.h"
@@ -25,6 +27,13 @@ class DeepseekModel : public Model {
   Precision precision() const override { return weights_.precision; }
   // LongRoPE: prompts longer than its original length (long frequencies) apart from the others.
   uint64_t PrefixCacheSalt(int64_t prompt_len) const override;
+  // Sizes the workspace below for steps of up to `max_tokens` tokens.
+  void Reserve(int64_t max_tokens) override;
+  // The plain pre-norm decoder: Embed, then per layer ResidualLayer (with the DSA indexer's
+  // selection carried from layer to layer on models that have indexers), then Head. A family
+  // whose blocks differ overrides it (or only Attention).
+  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
+               ForwardTrace* trace) const override;
 
  protected:
   // `tensors`: the family's tensor list. `index_rope_interleaved`: the DSA indexer's rotary pairing
@@ -32,15 +41,24 @@ class DeepseekModel : public Model {
   DeepseekModel(ModelConfig config, weights::Checkpoint ckpt, DeepseekTensorList tensors,
                 const LoadOptions& options, bool index_rope_interleaved = false);
 
-  // Per forward pass: the residual stream and two scratch rows per token, [T, D] each.
+  // One step's activations: views into the model's workspace (Reserve), valid until the next
+  // step starts.
   struct Activations {
     int64_t tokens = 0;
-    std::vector<float> hidden, normed, branch;
+    float* hidden = nullptr;  // [T, D] the residual stream
+    float* normed = nullptr;  // [T, D] scratch
+    float* branch = nullptr;  // [T, D] scratch
+    // [T, max(hc_mult, 1), D]: the hyper-connection streams, else one more scratch row
+    // (LongCat's shortcut MoE output).
+    float* extra = nullptr;
   };
+  // Validates `batch` and hands out its activations.
   Activations Start(const ForwardBatch& batch) const;
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
   const DeepseekWeights& weights() const { return weights_; }
+  // Hybrids: the layers the config marks linear-attention run KDA with the forget gate `gate`.
+  void EnableKda(KdaForgetGateKind gate);
   // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
   // Linear): every rotation becomes the identity (zero frequencies: cos 1, sin 0, exact).
   void DisableRotation();
@@ -55,6 +73,18 @@ class DeepseekModel : public Model {
   void MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
                     AttentionForm form, DsaSelection* dsa, float* out,
                     const float* query_scale = nullptr) const;
+  // out [T, D] = layer l's attention over x [T, D] (after input_layernorm): KDA on a hybrid's
+  // linear-attention layers (EnableKda), else MlaAttention (`dsa`, `query_scale`: its), which
+  // with `dsa` also records the selection in trace->selected[l] (sized by the caller). A family
+  // with attention of its own (dots3_note's per-layer shapes and windows) overrides it.
+  virtual void Attention(int64_t l, const ForwardBatch& batch, const float* x, AttentionForm form,
+                         DsaSelection* dsa, float* out, ForwardTrace* trace,
+                         const float* query_scale) const;
+  // One pre-norm layer on the plain residual stream of `a`:
+  //   hidden += Attention(RmsNorm(hidden)); hidden += FeedForward(RmsNorm(hidden)).
+  void ResidualLayer(int64_t l, const ForwardBatch& batch, AttentionForm form, const Activations& a,
+                     DsaSelection* dsa, ForwardTrace* trace,
+                     const float* query_scale = nullptr) const;
   // out [T, D] = the layer's dense MLP or MoE over x [T, D]; the MoE's choices go to `trace`.
   void FeedForward(int64_t l, const float* x, int64_t tokens, float* out, ForwardTrace* trace) const;
   // LongCat's blocks, whose layers hold two MLA sublayers and a slot with both an MLP and a MoE:
@@ -75,6 +105,7 @@ class DeepseekModel : public Model {
             float hidden_divisor = 1.0f) const;
 
  private:
+  Activations Start(int64_t tokens) const;
   // Layer `l`'s MLA dims: a NoPE layer rotates nothing, its heads all nope dims.
   MlaDims LayerDims(int64_t l) const;
 
@@ -90,6 +121,16 @@ class DeepseekModel : public Model {
   ops::SumPartials sum_partials_;
   ops::Rope rope_;
   ops::Rope index_rope_;  // DSA models only.
+  bool has_indexer_ = false;  // Some layer runs a DSA indexer.
+  ops::KdaDims kda_dims_;
+  KdaForgetGateKind kda_gate_ = KdaForgetGateKind::kKimi;
+  // The steps' working memory, sized once by Reserve and reused (one step at a time).
+  struct Workspace {
+    Scratch<float> hidden, normed, branch, extra;  // Activations
+    Scratch<float> head;                           // [R, D] the rows Head reads
+    ops::FfnWorkspace ffn;                         // the MLPs' and MoEs'
+  };
+  mutable Workspace workspace_;
 };
 
 }  // namespace latent::model

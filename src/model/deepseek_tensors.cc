@@ -26,6 +26,19 @@ LayerWeights* DeepseekTensors::Layer(int64_t layer) const {
   return w_ != nullptr ? &w_->layers[layer] : nullptr;
 }
 
+void DeepseekTensors::Linear(const std::string& name, Shape shape, kernels::WeightRef* target,
+                             QuantizeRule rule) {
+  Add(name, std::move(shape), WeightKind::kLinear, rule, To(target));
+}
+
+void DeepseekTensors::Norm(const std::string& name, int64_t width, NormWeight* target) {
+  Add(name, {width}, WeightKind::kNorm, QuantizeRule::kKeep, To(target));
+}
+
+void DeepseekTensors::F32(const std::string& name, Shape shape, std::vector<float>* target) {
+  Add(name, std::move(shape), WeightKind::kRouter, QuantizeRule::kKeep, To(target));
+}
+
 void DeepseekTensors::Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule,
                           TensorTarget target, Presence presence) {
   visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, presence, expert_});
@@ -117,37 +130,77 @@ void DeepseekTensors::DenseMlp(int64_t l) {
 }
 
 void DeepseekTensors::Moe(int64_t l, Presence score_bias) {
-  const std::string p = LayerPrefix(l);
+  MoeAt(l, LayerPrefix(l) + "mlp.", {}, score_bias);
+}
+
+void DeepseekTensors::MoeAt(int64_t slot, const std::string& p, const MoeNames& names,
+                            Presence score_bias) {
   const int64_t d = c_.hidden_size;
   const int64_t e = c_.n_routed_experts;
   const int64_t i = c_.moe_intermediate_size;
-  MoeWeights* w = Layer(l) ? &Layer(l)->moe.emplace() : nullptr;
+  MoeWeights* w = Layer(slot) ? &Layer(slot)->moe.emplace() : nullptr;
   if (w != nullptr) w->experts.resize(e);
-  Add(p + "mlp.gate.weight", {e, d}, WeightKind::kRouter, QuantizeRule::kKeep,
+  Add(p + "gate.weight", {e, d}, WeightKind::kRouter, QuantizeRule::kKeep,
       To(w ? &w->router : nullptr));
   if (c_.topk_method == TopkMethod::kNoauxTc) {
-    Add(p + "mlp.gate.e_score_correction_bias", {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
+    Add(p + names.score_bias, {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
         To(w ? &w->bias : nullptr), score_bias);
   }
   if (layout_ == ExpertLayout::kPerExpert) {
     for (int64_t x = 0; x < e; ++x) {
       expert_ = x;
-      Mlp(StrCat(p, "mlp.experts.", x, "."), i, w ? &w->experts[x] : nullptr);
+      const std::string expert = StrCat(p, "experts.", x, ".");
+      ops::MlpWeights* m = w ? &w->experts[x] : nullptr;
+      Linear(expert + names.gate + ".weight", {i, d}, m ? &m->gate : nullptr);
+      Linear(expert + names.up + ".weight", {i, d}, m ? &m->up : nullptr);
+      Linear(expert + names.down + ".weight", {d, i}, m ? &m->down : nullptr);
     }
     expert_ = -1;
   } else {
     const auto fused = [&](bool gate_up) {
       return w ? TensorTarget{FusedExperts{&w->experts, gate_up}} : TensorTarget{};
     };
-    Add(p + "mlp.experts.gate_up_proj", {e, 2 * i, d}, WeightKind::kExperts,
+    Add(p + "experts.gate_up_proj", {e, 2 * i, d}, WeightKind::kExperts,
         QuantizeRule::kWeightsAndActivations, fused(true));
-    Add(p + "mlp.experts.down_proj", {e, d, i}, WeightKind::kExperts,
+    Add(p + "experts.down_proj", {e, d, i}, WeightKind::kExperts,
         QuantizeRule::kWeightsAndActivations, fused(false));
   }
   if (c_.n_shared_experts > 0) {
     const int64_t shared = c_.shared_expert_intermediate_size > 0 ? c_.shared_expert_intermediate_size : i;
-    Mlp(p + "mlp.shared_experts.", shared * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
+    Mlp(p + "shared_experts.", shared * c_.n_shared_experts, w ? &w->shared.emplace() : nullptr);
   }
+}
+
+void DeepseekTensors::KdaAttentionAt(int64_t slot, const std::string& a, Shape a_log_shape) {
+  ops::KdaWeights* k = Layer(slot) ? &Layer(slot)->kda.emplace() : nullptr;
+  const int64_t d = c_.hidden_size, h = c_.linear_num_heads, dk = c_.linear_head_dim, ch = h * dk;
+  const int64_t taps = c_.linear_conv_kernel;
+  Linear(a + "q_proj.weight", {ch, d}, k ? &k->q : nullptr);
+  Linear(a + "k_proj.weight", {ch, d}, k ? &k->k : nullptr);
+  Linear(a + "v_proj.weight", {ch, d}, k ? &k->v : nullptr);
+  F32(a + "q_conv1d.weight", {ch, 1, taps}, k ? &k->q_conv : nullptr);
+  F32(a + "k_conv1d.weight", {ch, 1, taps}, k ? &k->k_conv : nullptr);
+  F32(a + "v_conv1d.weight", {ch, 1, taps}, k ? &k->v_conv : nullptr);
+  F32(a + "A_log", std::move(a_log_shape), k ? &k->forget.a_log : nullptr);
+  F32(a + "dt_bias", {ch}, k ? &k->forget.dt_bias : nullptr);
+  Linear(a + "f_a_proj.weight", {dk, d}, k ? &k->forget.f_a : nullptr);
+  Linear(a + "f_b_proj.weight", {ch, dk}, k ? &k->forget.f_b : nullptr);
+  Linear(a + "b_proj.weight", {h, d}, k ? &k->b : nullptr);
+  Linear(a + "g_a_proj.weight", {dk, d}, k ? &k->g_a : nullptr);
+  Linear(a + "g_b_proj.weight", {ch, dk}, k ? &k->g_b : nullptr);
+  Norm(a + "o_norm.weight", dk, k ? &k->o_norm : nullptr);
+  Linear(a + "o_proj.weight", {d, ch}, k ? &k->o : nullptr);
+}
+
+void DeepseekTensors::HyperConnection(const std::string& p,
+                                      std::optional<ops::HyperConnectionWeights>* target) {
+  ops::HyperConnectionWeights* w = target ? &target->emplace() : nullptr;
+  const int64_t n = c_.hc_mult;
+  const bool mix = c_.hc_sinkhorn_iters > 0;  // mHC: the comb's N*N rows and a third scale
+  const int64_t rows = (mix ? 2 + n : 2) * n;
+  F32(p + "fn", {rows, n * c_.hidden_size}, w ? &w->fn : nullptr);
+  F32(p + "base", {rows}, w ? &w->base : nullptr);
+  F32(p + "scale", {mix ? 3 : 2}, w ? &w->scale : nullptr);
 }
 
 void DeepseekTensors::PostMlpNorm(int64_t l, bool used) {

@@ -118,8 +118,13 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // The precision its linears run in (LoadOptions::precision resolved; never kAuto).
   virtual Precision precision() const { return Precision::kF32; }
+  // Sizes the forward's working memory for steps of up to `max_tokens` tokens, once (the engine
+  // calls it at start with its token budget); every step then reuses it. A larger step still
+  // runs (growing it), so a tool that never calls this works too.
+  virtual void Reserve(int64_t max_tokens) { (void)max_tokens; }
   // Runs `batch`, writing and reading cache rows through batch.rows; writes logits
-  // [R, vocab_size] for batch.logits_rows.
+  // [R, vocab_size] for batch.logits_rows. One call at a time per model: the steps share the
+  // model's working memory (Reserve).
   virtual void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
                        ForwardTrace* trace = nullptr) const = 0;
   // Sequences whose cached rows differ for the same leading tokens get different salts, so

@@ -241,6 +241,26 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
 
 }  // namespace
 
+void ReadMoeKeyAliases(Json& json, const std::string& source) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"num_experts", "n_routed_experts"},
+      {"num_local_experts", "n_routed_experts"},
+      {"num_experts_per_token", "num_experts_per_tok"},
+      {"moe_renormalize", "norm_topk_prob"},
+      {"num_expert_group", "n_group"},
+      {"num_shared_experts", "n_shared_experts"},
+      {"model_max_length", "max_position_embeddings"},
+  };
+  for (const auto& [alias, key] : kAliases) {
+    if (!json.contains(alias) || json[alias].is_null()) continue;
+    if (json.contains(key) && !json[key].is_null() && json[key] != json[alias]) {
+      Fail(source, ": '", alias, "' (", json[alias].dump(), ") and '", key, "' (", json[key].dump(),
+           ") disagree");
+    }
+    json[key] = json[alias];
+  }
+}
+
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,
                                   const char* no, const char* yes) {
   const Json& list = top[key];

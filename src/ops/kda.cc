@@ -22,64 +22,62 @@ struct RowLayout {
 
 }  // namespace
 
-void KimiForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x, int64_t rows,
-                    float* g) {
-  const int64_t c = dims.channels(), d = dims.head_dim;
-  LATENT_CHECK(static_cast<int64_t>(w.dt_bias.size()) == c && static_cast<int64_t>(w.a_log.size()) == dims.heads);
-  std::vector<float> low(rows * d);  // [rows, dk]
+namespace {
+
+// g [rows, C] = f_b(f_a(x)): the low-rank forget gate's logits.
+void LowRankGateLogits(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x,
+                       int64_t rows, float* g) {
+  std::vector<float> low(rows * dims.head_dim);  // [rows, dk]
   kernels::Linear(x, rows, w.f_a, low.data());
   kernels::Linear(low.data(), rows, w.f_b, g);
+}
+
+// g [rows, C] in place: each logit v of head h becomes gate(exp(A_log_h), v + dt_bias), the
+// form every forget gate shares.
+template <class Gate>
+void ApplyForgetGate(const KdaDims& dims, const std::vector<float>& a_log,
+                     const std::vector<float>& dt_bias, int64_t rows, float* g, Gate gate) {
+  const int64_t c = dims.channels(), d = dims.head_dim;
+  LATENT_CHECK(static_cast<int64_t>(dt_bias.size()) == c &&
+               static_cast<int64_t>(a_log.size()) == dims.heads);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t h = 0; h < dims.heads; ++h) {
-      const float rate = std::exp(w.a_log[h]);
+      const float rate = std::exp(a_log[h]);
       for (int64_t i = 0; i < d; ++i) {
         float& v = g[r * c + h * d + i];
-        const float z = v + w.dt_bias[h * d + i];
-        const float softplus = z > 20.0f ? z : std::log(1.0f + std::exp(z));
-        v = -rate * softplus;
+        v = gate(rate, v + dt_bias[h * d + i]);
       }
     }
   }
+}
+
+}  // namespace
+
+void KimiForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x, int64_t rows,
+                    float* g) {
+  LowRankGateLogits(dims, w, x, rows, g);
+  ApplyForgetGate(dims, w.a_log, w.dt_bias, rows, g, [](float rate, float z) {
+    const float softplus = z > 20.0f ? z : std::log(1.0f + std::exp(z));
+    return -rate * softplus;
+  });
 }
 
 void Glm5NextForgetGate(const KdaDims& dims, const KdaForgetGateWeights& w, const float* x,
                         int64_t rows, float* g) {
-  const int64_t c = dims.channels(), d = dims.head_dim;
-  LATENT_CHECK(static_cast<int64_t>(w.dt_bias.size()) == c && static_cast<int64_t>(w.a_log.size()) == dims.heads);
-  std::vector<float> low(rows * d);  // [rows, dk]
-  kernels::Linear(x, rows, w.f_a, low.data());
-  kernels::Linear(low.data(), rows, w.f_b, g);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t h = 0; h < dims.heads; ++h) {
-      const float rate = std::exp(w.a_log[h]);
-      for (int64_t i = 0; i < d; ++i) {
-        float& v = g[r * c + h * d + i];
-        v = dims.gate_lower_bound * Sigmoid(rate * (v + w.dt_bias[h * d + i]));
-      }
-    }
-  }
+  LowRankGateLogits(dims, w, x, rows, g);
+  const float bound = dims.gate_lower_bound;
+  ApplyForgetGate(dims, w.a_log, w.dt_bias, rows, g,
+                  [bound](float rate, float z) { return bound * Sigmoid(rate * z); });
 }
 
 void FullRankForgetGate(const KdaDims& dims, const KdaFullRankGateWeights& w, const float* x,
                         int64_t rows, float* g) {
-  const int64_t c = dims.channels(), d = dims.head_dim;
-  LATENT_CHECK(static_cast<int64_t>(w.dt_bias.size()) == c &&
-               static_cast<int64_t>(w.a_log.size()) == dims.heads);
   kernels::Linear(x, rows, w.f, g);  // [rows, C] logits
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t h = 0; h < dims.heads; ++h) {
-      const float rate = std::exp(w.a_log[h]);
-      for (int64_t i = 0; i < d; ++i) {
-        float& v = g[r * c + h * d + i];
-        const float z = v + w.dt_bias[h * d + i];
-        if (w.safe_lower_bound) {
-          v = *w.safe_lower_bound * Sigmoid(rate * z);
-        } else {
-          v = -rate * (z > 20.0f ? z : std::log1p(std::exp(z)));  // torch's softplus (threshold 20)
-        }
-      }
-    }
-  }
+  const std::optional<float> bound = w.safe_lower_bound;
+  ApplyForgetGate(dims, w.a_log, w.dt_bias, rows, g, [bound](float rate, float z) {
+    if (bound) return *bound * Sigmoid(rate * z);
+    return -rate * (z > 20.0f ? z : std::log1p(std::exp(z)));  // torch's softplus (threshold 20)
+  });
 }
 
 void KdaShortConv(const KdaDims& dims, const KdaWeights& w, const float* x, int64_t n,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/scratch.h"
 #include "kernels/weight_ref.h"
 #include "ops/moe_route.h"
 
@@ -46,14 +47,33 @@ struct MoeDims {
   bool clamp_shared = false;
 };
 
+// The scratch of MlpForward and MoeForward, reused across calls: sized once for the largest step
+// (Reserve; a model sizes it at engine start for the engine's token budget), a step then
+// allocates nothing. A call without one allocates its own (tests, one-off calls).
+struct FfnWorkspace {
+  // Room for `tokens` tokens through an MLP of up to `inter` intermediate values and, with
+  // `moe`, through that MoE's router and experts.
+  void Reserve(int64_t tokens, int64_t inter, const MoeDims* moe);
+
+  Scratch<float> gate, up;             // [T, I] an MLP's pre-activations
+  Scratch<float> router_logits;        // [T, E + Z]
+  Scratch<float> route_scratch;        // [2 (E + Z) + n_group] one token's router scratch
+  Scratch<int32_t> experts;            // [T, k] the router's choices
+  Scratch<float> weights;              // [T, k] and their weights
+  Scratch<int64_t> token_of;           // [T, k] the tokens routed to one expert
+  Scratch<float> weight_of;            // [T, k] their weights
+  Scratch<float> gathered, expert_out;  // [m, D] one expert's inputs and outputs
+  Scratch<float> shared;               // [T, D] the shared experts' output
+};
+
 // x [T, D] -> out [T, D] = down(silu(gate(x)) * up(x)); with `swiglu_limit` > 0 the gate
 // pre-activations are clamped from above at it and the up ones to [-limit, limit] first.
 void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out,
-                float swiglu_limit = 0.0f);
+                float swiglu_limit = 0.0f, FfnWorkspace* workspace = nullptr);
 
 // Router choices: experts [T, k] and weights [T, k], by the router of dims' scoring and method.
 void RouteTokens(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
-                 int32_t* experts, float* weights);
+                 int32_t* experts, float* weights, FfnWorkspace* workspace = nullptr);
 
 // Sums the routed experts' partial outputs [n] of every process in place (expert parallelism:
 // parallel::Communicator::SumInRankOrder), the same bits on every process.
@@ -67,6 +87,6 @@ using SumPartials = std::function<void(float* data, int64_t n)>;
 // after it on every process.
 void MoeForward(const MoeDims& dims, const MoeWeights& w, const float* x, int64_t tokens,
                 float* out, std::vector<int32_t>* chosen = nullptr,
-                const SumPartials& sum_partials = {});
+                const SumPartials& sum_partials = {}, FfnWorkspace* workspace = nullptr);
 
 }  // namespace latent::ops

@@ -9,67 +9,28 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 import torch
 
-from conftest import latent_generate, latent_logits, run_latent
+from conftest import run_latent
+from family_reference import (assert_selections_match, indexer_selections, info, info_text,
+                              latent_selections, parity_tests, prompt, reference_case,
+                              reference_greedy)
 
 PRESET = "dots3_note"
 WINDOW = 16  # the preset's sliding_window
 LENGTHS = [1, 7, 3 * WINDOW, 64, 300]
-FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 20  # past index_topk (8) and the window (16)
 
 
-def prompt(vocab: int, length: int, seed: int = 1) -> list[int]:
-    return torch.randint(2, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
 
-
-def load_reference(model_dir):
-    from transformers import Dots3NoteForCausalLM
-
-    model = Dots3NoteForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def case(tiny_models):
-    model_dir = tiny_models.get(PRESET)
-    reference = load_reference(model_dir)
+def check_window(reference):
     assert reference.config.sliding_window == WINDOW
-    vocab = reference.config.vocab_size
-    logits = {}
-    with torch.no_grad():
-        for n in LENGTHS:
-            ids = prompt(vocab, n)
-            logits[n] = (ids, reference(input_ids=torch.tensor([ids])).logits[0].float().numpy())
-        ids = prompt(vocab, GENERATE_PROMPT, seed=2)
-        tokens = reference.generate(
-            torch.tensor([ids]), do_sample=False, max_new_tokens=GENERATE_TOKENS,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            eos_token_id=None)[0, len(ids):].tolist()
-    assert len(tokens) == GENERATE_TOKENS
-    return model_dir, reference, logits, (ids, tokens)
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", LENGTHS)
-def test_logits_match_transformers(case, length, form):
-    model_dir, _, logits, _ = case
-    ids, ref = logits[length]
-    ours = latent_logits(model_dir, ids, form)
-    assert ours.shape == ref.shape
-    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
-    err = np.abs(ours - ref).max()
-    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_greedy_continuation_matches_transformers(case, form):
-    model_dir, _, _, (ids, tokens) = case
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+case = reference_case(PRESET, "Dots3NoteForCausalLM", LENGTHS, GENERATE_PROMPT, GENERATE_TOKENS,
+                      check=check_window)
+test_logits_match_transformers, test_greedy_continuation_matches_transformers = parity_tests(LENGTHS)
 
 
 def test_window_changes_the_logits(case):
@@ -88,9 +49,6 @@ def test_window_changes_the_logits(case):
     assert np.abs(full[:WINDOW] - ref[:WINDOW]).max() <= 1e-5 * scale
     assert np.abs(full[WINDOW:] - ref[WINDOW:]).max() > 1e-2 * scale
 
-
-def info(model_dir, *extra):
-    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
 
 
 def test_info_rows_per_layer_kind(case):
@@ -133,7 +91,7 @@ def test_info_rows_per_layer_kind(case):
     assert full_bytes > window_bytes and at["block_bytes"] == full_bytes * b
     assert at["blocks_per_sequence"] == -(-n // b) + held // b
     assert at["bytes"] == at["blocks_per_sequence"] * at["block_bytes"]
-    text = run_latent("info", "--model", str(model_dir)).stdout
+    text = info_text(model_dir)
     assert "window 16" in text, text
 
 
@@ -141,30 +99,10 @@ def test_dsa_selection_matches_transformers(case):
     """The DSA layers' top-k (layers 0, 1, 5); the sliding layers select nothing."""
     model_dir, reference, logits, _ = case
     ids, _ = logits[64]
-    captured = {}
-
-    def hook(layer):
-        def fn(module, args, output):
-            captured[layer] = np.sort(output.numpy()[0], axis=-1)
-        return fn
-
-    layers = reference.model.layers
-    handles = [layer.self_attn.indexer.register_forward_hook(hook(i))
-               for i, layer in enumerate(layers) if layer.self_attn.indexer is not None]
-    try:
-        with torch.no_grad():
-            reference(input_ids=torch.tensor([ids]))
-    finally:
-        for h in handles:
-            h.remove()
+    captured = indexer_selections(reference, reference.model.layers, ids)
     assert sorted(captured) == [0, 1, 5]
-    out = json.loads(run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-                                "--selected").stdout)
-    selected = out["selected"]
-    topk = reference.config.index_topk
-    for l, ref in captured.items():
-        for t in range(topk, len(ids)):  # shorter contexts attend densely
-            assert selected[l][t] == ref[t].tolist(), f"layer {l} token {t}"
+    selected = latent_selections(model_dir, ids)
+    assert_selections_match(selected, captured, reference.config.index_topk, len(ids))
     for l in (2, 3, 4):
         assert all(not s for s in selected[l])
 
@@ -176,11 +114,7 @@ def test_window_blocks_stay_bounded_over_a_long_decode(case, tmp_path):
     model_dir, reference, _, _ = case
     ids = prompt(reference.config.vocab_size, 20, seed=5)
     steps = 10 * WINDOW
-    with torch.no_grad():
-        want = reference.generate(
-            torch.tensor([ids]), do_sample=False, max_new_tokens=steps,
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            eos_token_id=None)[0, len(ids):].tolist()
+    want = reference_greedy(reference, ids, steps)
     path = tmp_path / "requests.jsonl"
     path.write_text(json.dumps({"ids": ids, "max_tokens": steps, "ignore_eos": True}) + "\n")
     chunk = 8

@@ -8,55 +8,20 @@ sparsely and 300 tokens (18 complete pools) do so for most positions: the select
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
-import pytest
 import torch
 
-from family_reference import reference_logits_and_greedy
-from conftest import latent_generate, latent_logits, run_latent
+from family_reference import (assert_state_row, info, info_text, kda_rows, parity_tests,
+                              reference_case)
 
 PRESET = "glm5_next"
 LENGTHS = [1, 7, 64, 300]
-FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 70  # past one KDA chunk and four pools: decoding continues both
 
 
-def load_reference(model_dir):
-    from transformers import Glm5NextForConditionalGeneration
-
-    model = Glm5NextForConditionalGeneration.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def case(tiny_models):
-    model_dir = tiny_models.get(PRESET)
-    reference = load_reference(model_dir)
-    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
-                                                        GENERATE_TOKENS)
-    return model_dir, reference, logits, (ids, tokens)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", LENGTHS)
-def test_logits_match_transformers(case, length, form):
-    model_dir, _, logits, _ = case
-    ids, ref = logits[length]
-    ours = latent_logits(model_dir, ids, form)
-    assert ours.shape == ref.shape
-    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
-    err = np.abs(ours - ref).max()
-    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_greedy_continuation_matches_transformers(case, form):
-    model_dir, _, _, (ids, tokens) = case
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+case = reference_case(PRESET, "Glm5NextForConditionalGeneration", LENGTHS, GENERATE_PROMPT,
+                      GENERATE_TOKENS)
+test_logits_match_transformers, test_greedy_continuation_matches_transformers = parity_tests(LENGTHS)
 
 
 def test_kpool_selection_is_sparse(case):
@@ -82,9 +47,6 @@ def test_kpool_selection_is_sparse(case):
     assert sparse >= 200, sparse
 
 
-def info(model_dir, *extra):
-    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
-
 
 def test_info_rows_and_state_per_layer(case):
     model_dir, reference, _, _ = case
@@ -96,9 +58,7 @@ def test_info_rows_and_state_per_layer(case):
     assert got["wrapper_model_type"] == "glm5_next"
     assert got["unused_tensors"] == []
     c, di = config.kv_lora_rank, config.index_head_dim
-    h, d, k = config.linear_num_heads, config.linear_head_dim, config.linear_conv_kernel_dim
-    kda = [("kda.conv", (k - 1) * 3 * h * d), ("kda.state", h * d * d),
-           ("kda.block", 64 * h * (4 * d + 1 + 64))]
+    kda = kda_rows(config)
     expected = {0: kda, 1: kda, 2: kda, 3: [("mla.latent", c), ("dsa.kpool", 2 * di)],
                 4: [("mla.latent", c)]}
     for l, layer in enumerate(got["cache_layers"]):
@@ -106,8 +66,7 @@ def test_info_rows_and_state_per_layer(case):
         assert rows == expected[l], f"layer {l}"
         for row in layer["rows"]:
             if row["name"].startswith("kda."):
-                assert row["retention"] == "sequence" and row["bytes_per_token"] == 0
-                assert row["bytes_per_sequence"] == 4 * row["values"]
+                assert_state_row(row)
             else:
                 assert row["bytes_per_token"] == 4 * row["values"]
     assert got["cache_bytes_per_token"] == 4 * (2 * c + 2 * di)
@@ -115,6 +74,6 @@ def test_info_rows_and_state_per_layer(case):
     assert got["cache_bytes_per_sequence"] == (state + 63) // 64 * 64
     bf16 = info(model_dir, "--cache-dtype", "bf16")
     assert bf16["cache_bytes_per_token"] == 2 * (2 * c + 2 * di)
-    text = run_latent("info", "--model", str(model_dir)).stdout
+    text = info_text(model_dir)
     assert "layer 0: kda.state" in text and "bytes/sequence (state)" in text, text
     assert "layer 3: mla.latent" in text and "dsa.kpool" in text, text

@@ -9,58 +9,22 @@ parity from passing by a feature being inert."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 import torch
 
-from family_reference import reference_logits_and_greedy
-from conftest import latent_generate, latent_logits, run_latent
+from family_reference import (assert_info_fails, assert_selections_match, indexer_selections, info,
+                              info_text, latent_selections, parity_tests, reference_case,
+                              rewrite_config)
 
 PRESET = "hy_v4"
 LENGTHS = [1, 7, 64, 300]
-FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 20  # past index_topk (8): generated tokens attend to what the indexer selects
 
 
-def load_reference(model_dir):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def case(tiny_models):
-    model_dir = tiny_models.get(PRESET)
-    reference = load_reference(model_dir)
-    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
-                                                        GENERATE_TOKENS)
-    return model_dir, reference, logits, (ids, tokens)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", LENGTHS)
-def test_logits_match_transformers(case, length, form):
-    model_dir, _, logits, _ = case
-    ids, ref = logits[length]
-    ours = latent_logits(model_dir, ids, form)
-    assert ours.shape == ref.shape
-    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
-    err = np.abs(ours - ref).max()
-    print(f"hy_v4 {form} {length} tokens: max |dlogit| {err:.3g}, max |logit| {np.abs(ref).max():.3g}, "
-          f"ratio {err / np.abs(ref).max():.3g}")
-    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_greedy_continuation_matches_transformers(case, form):
-    model_dir, _, _, (ids, tokens) = case
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+case = reference_case(PRESET, "AutoModelForCausalLM", LENGTHS, GENERATE_PROMPT, GENERATE_TOKENS)
+test_logits_match_transformers, test_greedy_continuation_matches_transformers = parity_tests(LENGTHS)
 
 
 def reference_logits_with(reference, ids, edit):
@@ -107,9 +71,6 @@ def test_each_feature_changes_the_logits(case, feature):
     assert np.abs(changed - ref).max() > 1e-2 * np.abs(ref).max(), feature
 
 
-def info(model_dir, *extra):
-    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
-
 
 def test_info_rows_per_layer(case):
     model_dir, reference, _, _ = case
@@ -134,7 +95,7 @@ def test_info_rows_per_layer(case):
     total = sum(v for rows in want for _, v in rows)
     assert got["cache_bytes_per_token"] == 4 * total
     assert info(model_dir, "--cache-dtype", "bf16")["cache_bytes_per_token"] == 2 * total
-    text = run_latent("info", "--model", str(model_dir)).stdout
+    text = info_text(model_dir)
     assert "layer 2: mla.latent" in text, text
 
 
@@ -143,39 +104,11 @@ def test_dsa_selection_matches_transformers(case):
     shared layers (2, 3) reuse layer 1's."""
     model_dir, reference, logits, _ = case
     ids, _ = logits[64]
-    captured = {}
-
-    def hook(layer):
-        def fn(module, args, output):
-            captured[layer] = np.sort(output.numpy()[0], axis=-1)
-        return fn
-
-    layers = reference.model.layers
-    handles = [layer.self_attn.indexer.register_forward_hook(hook(i))
-               for i, layer in enumerate(layers) if layer.self_attn.indexer is not None]
-    try:
-        with torch.no_grad():
-            reference(input_ids=torch.tensor([ids]))
-    finally:
-        for h in handles:
-            h.remove()
+    captured = indexer_selections(reference, reference.model.layers, ids)
     assert sorted(captured) == [0, 1]
-    out = json.loads(run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-                                "--selected").stdout)
-    selected = out["selected"]
-    topk = reference.config.index_topk
-    for l, ref in captured.items():
-        for t in range(topk, len(ids)):  # shorter contexts attend densely
-            assert selected[l][t] == ref[t].tolist(), f"layer {l} token {t}"
+    selected = latent_selections(model_dir, ids)
+    assert_selections_match(selected, captured, reference.config.index_topk, len(ids))
     assert selected[2] == selected[1] and selected[3] == selected[1]
-
-
-def rewrite_config(src, dst, edit):
-    shutil.copytree(src, dst)
-    config = json.loads((dst / "config.json").read_text())
-    edit(config)
-    (dst / "config.json").write_text(json.dumps(config))
-    return dst
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -186,7 +119,4 @@ def rewrite_config(src, dst, edit):
      "tensor 'model.layers.0.hc_pre.hc_attn_layer.hc_fn' has shape [6, 180] but config.json implies [8, 240]"),
 ], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch"])
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
-    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
-    proc = run_latent("info", "--model", str(model_dir), check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr, proc.stderr
+    assert_info_fails(rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit), message)

@@ -6,59 +6,18 @@ layer, whose rotary part is cached and attended unrotated."""
 
 from __future__ import annotations
 
-import json
 
-import numpy as np
-import pytest
-import torch
-
-from family_reference import reference_logits_and_greedy
-from conftest import latent_generate, latent_logits, run_latent
+from family_reference import (assert_hybrid_layers, info, info_text, kda_rows, parity_tests,
+                              reference_case)
 
 PRESET = "kimi_linear"
 LENGTHS = [1, 7, 64, 300]
-FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 70  # past one KDA chunk: decoding continues a chunk the prompt started
 
 
-def load_reference(model_dir):
-    from transformers import KimiLinearForCausalLM
-
-    model = KimiLinearForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def case(tiny_models):
-    model_dir = tiny_models.get(PRESET)
-    reference = load_reference(model_dir)
-    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
-                                                        GENERATE_TOKENS)
-    return model_dir, reference, logits, (ids, tokens)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", LENGTHS)
-def test_logits_match_transformers(case, length, form):
-    model_dir, _, logits, _ = case
-    ids, ref = logits[length]
-    ours = latent_logits(model_dir, ids, form)
-    assert ours.shape == ref.shape
-    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
-    err = np.abs(ours - ref).max()
-    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_greedy_continuation_matches_transformers(case, form):
-    model_dir, _, _, (ids, tokens) = case
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
-
-
-def info(model_dir, *extra):
-    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
+case = reference_case(PRESET, "KimiLinearForCausalLM", LENGTHS, GENERATE_PROMPT, GENERATE_TOKENS)
+test_logits_match_transformers, test_greedy_continuation_matches_transformers = parity_tests(LENGTHS)
 
 
 def test_info_rows_and_state_per_layer(case):
@@ -69,21 +28,10 @@ def test_info_rows_and_state_per_layer(case):
     assert got["architecture"] == "kimi_linear" and got["model_type"] == "kimi_linear"
     assert got["unused_tensors"] == []
     c, r = config.kv_lora_rank, config.qk_rope_head_dim
-    h, d, k = config.linear_num_heads, config.linear_head_dim, config.linear_conv_kernel_dim
-    kda = [("kda.conv", (k - 1) * 3 * h * d), ("kda.state", h * d * d),
-           ("kda.block", 64 * h * (4 * d + 1 + 64))]
+    kda = kda_rows(config)
     assert config.layer_types == ["linear_attention", "linear_attention", "full_attention",
                                   "linear_attention", "linear_attention"]
-    for l, layer in enumerate(got["cache_layers"]):
-        rows = [(row["name"], row["values"]) for row in layer["rows"]]
-        if config.layer_types[l] == "full_attention":
-            assert rows == [("mla.latent", c + r)], f"layer {l}"
-            assert layer["rows"][0]["bytes_per_token"] == 4 * (c + r)
-        else:
-            assert rows == kda, f"layer {l}"
-            for row in layer["rows"]:
-                assert row["retention"] == "sequence" and row["bytes_per_token"] == 0
-                assert row["bytes_per_sequence"] == 4 * row["values"]
+    assert_hybrid_layers(got, config.layer_types, c + r, kda)
     assert got["cache_bytes_per_token"] == 4 * (c + r)
     # The state is f32 whatever the rows' dtype; each slot rounded up to 64 bytes.
     state = 4 * 4 * sum(v for _, v in kda)
@@ -91,6 +39,6 @@ def test_info_rows_and_state_per_layer(case):
     bf16 = info(model_dir, "--cache-dtype", "bf16")
     assert bf16["cache_bytes_per_token"] == 2 * (c + r)
     assert bf16["cache_bytes_per_sequence"] == got["cache_bytes_per_sequence"]
-    text = run_latent("info", "--model", str(model_dir)).stdout
+    text = info_text(model_dir)
     assert "layer 0: kda.state" in text and "bytes/sequence (state)" in text, text
     assert "layer 2: mla.latent" in text, text

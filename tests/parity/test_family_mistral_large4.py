@@ -7,56 +7,22 @@ written by save_pretrained in Mistral's native names inside the vision-language 
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
-import torch
 
-from family_reference import reference_logits_and_greedy
-from conftest import latent_generate, latent_logits, run_latent
+from family_reference import (assert_info_fails, assert_selections_match, indexer_selections, info,
+                              info_text, latent_selections, parity_tests, reference_case,
+                              rewrite_config)
 
 PRESET = "mistral_large4"
 LENGTHS = [1, 7, 64, 300]
-FORMS = ["absorbed", "expanded"]
 GENERATE_TOKENS = 32
 GENERATE_PROMPT = 20  # past index_topk (8): generated tokens attend to what the indexer selects
 
 
-def load_reference(model_dir):
-    from transformers import MistralLarge4ForConditionalGeneration
-
-    model = MistralLarge4ForConditionalGeneration.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager")
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def case(tiny_models):
-    model_dir = tiny_models.get(PRESET)
-    reference = load_reference(model_dir)
-    logits, (ids, tokens) = reference_logits_and_greedy(reference, LENGTHS, GENERATE_PROMPT,
-                                                        GENERATE_TOKENS)
-    return model_dir, reference, logits, (ids, tokens)
-
-
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("length", LENGTHS)
-def test_logits_match_transformers(case, length, form):
-    model_dir, _, logits, _ = case
-    ids, ref = logits[length]
-    ours = latent_logits(model_dir, ids, form)
-    assert ours.shape == ref.shape
-    assert ref.std(axis=-1).min() > 0.5, "tiny model gives near-uniform logits"
-    err = np.abs(ours - ref).max()
-    assert err <= 1e-4 * np.abs(ref).max(), f"max |dlogit| {err}"
-
-
-@pytest.mark.parametrize("form", FORMS)
-def test_greedy_continuation_matches_transformers(case, form):
-    model_dir, _, _, (ids, tokens) = case
-    assert latent_generate(model_dir, ids, GENERATE_TOKENS, form, ignore_eos=True) == tokens
+case = reference_case(PRESET, "MistralLarge4ForConditionalGeneration", LENGTHS, GENERATE_PROMPT,
+                      GENERATE_TOKENS)
+test_logits_match_transformers, test_greedy_continuation_matches_transformers = parity_tests(LENGTHS)
 
 
 def test_softcap_bounds_the_logits(case):
@@ -66,9 +32,6 @@ def test_softcap_bounds_the_logits(case):
     # The cap bends the logits: without it they would reach past it.
     assert np.abs(ref).max() < cap and np.abs(ref).max() > 0.8 * cap
 
-
-def info(model_dir, *extra):
-    return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
 
 
 def test_info_rows_per_layer_kind(case):
@@ -100,7 +63,7 @@ def test_info_rows_per_layer_kind(case):
     total = sum(v for rows in want for _, v in rows)
     assert got["cache_bytes_per_token"] == 4 * total
     assert info(model_dir, "--cache-dtype", "bf16")["cache_bytes_per_token"] == 2 * total
-    text = run_latent("info", "--model", str(model_dir)).stdout
+    text = info_text(model_dir)
     assert "layer 4: no rows (attends to layer 2's mla.latent)" in text, text
     assert "mistral_large4 (model_type mistral_large4_text in a mistral_large4 checkpoint)" in text
 
@@ -109,38 +72,10 @@ def test_dsa_selection_matches_transformers(case):
     """The top-k of full indexer layers, and that shared layers (3, 4) reuse layer 2's."""
     model_dir, reference, logits, _ = case
     ids, _ = logits[64]
-    captured = {}
-
-    def hook(layer):
-        def fn(module, args, output):
-            captured[layer] = np.sort(output.numpy()[0], axis=-1)
-        return fn
-
-    layers = reference.model.language_model.layers
-    handles = [layer.self_attn.indexer.register_forward_hook(hook(i))
-               for i, layer in enumerate(layers) if layer.self_attn.indexer is not None]
-    try:
-        with torch.no_grad():
-            reference(input_ids=torch.tensor([ids]))
-    finally:
-        for h in handles:
-            h.remove()
-    out = json.loads(run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
-                                "--selected").stdout)
-    selected = out["selected"]
-    topk = reference.config.get_text_config().index_topk
-    for l, ref in captured.items():
-        for t in range(topk, len(ids)):  # shorter contexts attend densely
-            assert selected[l][t] == ref[t].tolist(), f"layer {l} token {t}"
+    captured = indexer_selections(reference, reference.model.language_model.layers, ids)
+    selected = latent_selections(model_dir, ids)
+    assert_selections_match(selected, captured, reference.config.get_text_config().index_topk, len(ids))
     assert selected[3] == selected[2] and selected[4] == selected[2]
-
-
-def rewrite_config(src, dst, edit):
-    shutil.copytree(src, dst)
-    config = json.loads((dst / "config.json").read_text())
-    edit(config["text_config"])
-    (dst / "config.json").write_text(json.dumps(config))
-    return dst
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -156,7 +91,5 @@ def rewrite_config(src, dst, edit):
 ], ids=["kv_source_not_latest", "kv_source_not_owner", "kv_source_length", "no_rope_value", "q_lora",
         "shared_first_indexer", "softcap_zero"])
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
-    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
-    proc = run_latent("info", "--model", str(model_dir), check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr, proc.stderr
+    assert_info_fails(rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit, text_config=True),
+                      message)

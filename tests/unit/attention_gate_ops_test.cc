@@ -10,17 +10,12 @@
 #include "ops/gated_norm.h"
 #include "ops/moe_route.h"
 #include "ops/output_gate.h"
+#include "random_test_util.h"
 
 namespace latent::ops {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
+using test::Random;
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -8,13 +8,14 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config_test_util.h"
 #include "model/arch/registry.h"
 #include "model/model_config.h"
 
 namespace latent::model {
 namespace {
 
-using Json = nlohmann::json;
+using config_test::Json;
 
 // The fields a config.json of A.X-K2 states (sizes tiny); the rest take AXK2Config's defaults.
 Json TinyAxk2() {
@@ -24,23 +25,9 @@ Json TinyAxk2() {
     "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2})");
 }
 
-ModelConfig Parse(const Json& j) { return ModelConfig::FromJson(j.dump(), "config.json"); }
-
-std::string ErrorFor(const Json& j) {
-  try {
-    Parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_CONFIG_ERROR(input, substring)                         \
-  do {                                                                \
-    const std::string message = ErrorFor(input);                      \
-    EXPECT_EQ(message.rfind("config.json", 0), 0u) << message;        \
-    EXPECT_NE(message.find(substring), std::string::npos) << message; \
-  } while (0)
+using config_test::ErrorFor;
+using config_test::With;
+using config_test::Parse;
 
 TEST(Axk2ConfigTest, Defaults) {
   const ModelConfig c = Parse(TinyAxk2());
@@ -107,9 +94,7 @@ TEST(Axk2ConfigTest, RefusesWhatTransformersRefuses) {
   Json j = TinyAxk2();
   j["q_lora_rank"] = nullptr;
   EXPECT_CONFIG_ERROR(j, "axk2 needs q_lora_rank");
-  j = TinyAxk2();
-  j["gated_norm_rank"] = 0;
-  EXPECT_CONFIG_ERROR(j, "'gated_norm_rank' must be positive");
+  EXPECT_CONFIG_ERROR(With(TinyAxk2(), "gated_norm_rank", 0), "'gated_norm_rank' must be positive");
   j = TinyAxk2();
   j["n_group"] = 3;  // 8 experts
   j["topk_group"] = 1;

@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config_test_util.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
 
 namespace latent::model {
 namespace {
 
-using Json = nlohmann::json;
+using config_test::Json;
 
 Json TinyDots3() {
   return Json::parse(R"({"model_type": "dots3_note_text", "vocab_size": 256, "hidden_size": 64,
@@ -27,16 +28,8 @@ Json TinyDots3() {
     "swa_v_head_dim": 12, "sliding_window_size": 32})");
 }
 
-ModelConfig Parse(const Json& j) { return ModelConfig::FromJson(j.dump(), "config.json"); }
-
-std::string ErrorFor(const Json& j) {
-  try {
-    Parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using config_test::ErrorFor;
+using config_test::Parse;
 
 TEST(Dots3NoteConfigTest, ReleasedKeys) {
   const ModelConfig c = Parse(TinyDots3());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config_test_util.h"
 #include "model/arch/registry.h"
 #include "model/cache_rows.h"
 #include "model/model_config.h"
@@ -17,7 +18,7 @@
 namespace latent::model {
 namespace {
 
-using Json = nlohmann::json;
+using config_test::Json;
 
 // The fields a glm5_next_text config states (sizes tiny); the rest take the class defaults.
 Json TinyText() {
@@ -29,23 +30,9 @@ Json TinyText() {
     "index_topk": 64})");
 }
 
-ModelConfig Parse(const Json& j) { return ModelConfig::FromJson(j.dump(), "config.json"); }
-
-std::string ErrorFor(const Json& j) {
-  try {
-    Parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_CONFIG_ERROR(input, substring)                         \
-  do {                                                                \
-    const std::string message = ErrorFor(input);                      \
-    EXPECT_EQ(message.rfind("config.json", 0), 0u) << message;        \
-    EXPECT_NE(message.find(substring), std::string::npos) << message; \
-  } while (0)
+using config_test::ErrorFor;
+using config_test::With;
+using config_test::Parse;
 
 TEST(Glm5NextConfigTest, Defaults) {
   const ModelConfig c = Parse(TinyText());
@@ -98,27 +85,20 @@ TEST(Glm5NextConfigTest, StatedFieldsAndTheWrapper) {
 }
 
 TEST(Glm5NextConfigTest, Refusals) {
-  Json j = TinyText();
-  j["qk_rope_head_dim"] = 8;
-  EXPECT_CONFIG_ERROR(j, "qk_rope_head_dim must be 0");
-  j = TinyText();
-  j["index_topk"] = 40;
-  EXPECT_CONFIG_ERROR(j, "must be divisible by index_kpool");
-  j = TinyText();
-  j["index_kpool_always_select_tail"] = false;
-  EXPECT_CONFIG_ERROR(j, "index_kpool_always_select_tail false is not supported");
-  j = TinyText();
-  j["indexer_types"] = {"full", "full", "full", "shared", "full", "full", "full", "full"};
-  EXPECT_CONFIG_ERROR(j, "layer 3 is a shared indexer layer, but layer 2 is not an MLA layer");
-  j = TinyText();
-  j["layer_types"] = std::vector<std::string>(8, "sliding_attention");
-  EXPECT_CONFIG_ERROR(j, "'layer_types' entry 0 must be");
-  j = TinyText();
-  j["hc_sinkhorn_iters"] = 0;
-  EXPECT_CONFIG_ERROR(j, "'hc_sinkhorn_iters' must be at least 1");
-  j = TinyText();
-  j["linear_lower_bound"] = 1.0;
-  EXPECT_CONFIG_ERROR(j, "'linear_lower_bound' must be negative");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "qk_rope_head_dim", 8), "qk_rope_head_dim must be 0");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "index_topk", 40), "must be divisible by index_kpool");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "index_kpool_always_select_tail", false),
+                      "index_kpool_always_select_tail false is not supported");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "indexer_types",
+                           {"full", "full", "full", "shared", "full", "full", "full", "full"}),
+                      "layer 3 is a shared indexer layer, but layer 2 is not an MLA layer");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "layer_types",
+                           std::vector<std::string>(8, "sliding_attention")),
+                      "'layer_types' entry 0 must be");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "hc_sinkhorn_iters", 0),
+                      "'hc_sinkhorn_iters' must be at least 1");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "linear_lower_bound", 1.0),
+                      "'linear_lower_bound' must be negative");
 }
 
 TEST(Glm5NextConfigTest, TensorNamesAndCacheRows) {

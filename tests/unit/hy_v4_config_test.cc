@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "config_test_util.h"
 #include "model/arch/registry.h"
 #include "model/model_config.h"
 #include "model/weight_table.h"
@@ -16,7 +17,7 @@
 namespace latent::model {
 namespace {
 
-using Json = nlohmann::json;
+using config_test::Json;
 
 // The fields a config.json of Hy4 states (sizes tiny); the rest take HYV4Config's defaults.
 Json TinyHyV4() {
@@ -26,23 +27,9 @@ Json TinyHyV4() {
     "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2})");
 }
 
-ModelConfig Parse(const Json& j) { return ModelConfig::FromJson(j.dump(), "config.json"); }
-
-std::string ErrorFor(const Json& j) {
-  try {
-    Parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_CONFIG_ERROR(input, substring)                         \
-  do {                                                                \
-    const std::string message = ErrorFor(input);                      \
-    EXPECT_EQ(message.rfind("config.json", 0), 0u) << message;        \
-    EXPECT_NE(message.find(substring), std::string::npos) << message; \
-  } while (0)
+using config_test::ErrorFor;
+using config_test::With;
+using config_test::Parse;
 
 TEST(HyV4ConfigTest, Defaults) {
   const ModelConfig c = Parse(TinyHyV4());
@@ -92,15 +79,12 @@ TEST(HyV4ConfigTest, Refusals) {
   Json j = TinyHyV4();
   j["hc_mult"] = 0;
   EXPECT_CONFIG_ERROR(j, "'hc_mult' must be positive");
-  j = TinyHyV4();
-  j["indexer_types"] = std::vector<std::string>(7, "shared");
-  EXPECT_CONFIG_ERROR(j, "layer 0 is a shared indexer layer");
+  EXPECT_CONFIG_ERROR(With(TinyHyV4(), "indexer_types", std::vector<std::string>(7, "shared")),
+                      "layer 0 is a shared indexer layer");
   j = TinyHyV4();
   j["layer_types"] = std::vector<std::string>(7, "sliding_attention");
   EXPECT_CONFIG_ERROR(j, "hy_v4 layer_types entries must be \"indexed_attention\"");
-  j = TinyHyV4();
-  j["q_lora_rank"] = nullptr;
-  EXPECT_CONFIG_ERROR(j, "needs q_lora_rank");
+  EXPECT_CONFIG_ERROR(With(TinyHyV4(), "q_lora_rank", nullptr), "needs q_lora_rank");
 }
 
 TEST(HyV4ConfigTest, TensorNames) {

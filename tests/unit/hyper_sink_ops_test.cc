@@ -14,17 +14,12 @@
 #include "kernels/kernel_table.h"
 #include "ops/hyper_connections.h"
 #include "ops/moe.h"
+#include "random_test_util.h"
 
 namespace latent {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * normal(gen);
-  return v;
-}
+using test::Random;
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -13,17 +13,12 @@
 #include <vector>
 
 #include "ops/kpool.h"
+#include "random_test_util.h"
 
 namespace latent {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * normal(gen);
-  return v;
-}
+using test::Random;
 
 TEST(KPoolTest, PoolKeysAreSoftmaxWeightedPerChannel) {
   ops::KPoolDims d;

@@ -10,11 +10,12 @@
 #include <string>
 
 #include "base/error.h"
+#include "config_test_util.h"
 
 namespace latent::model {
 namespace {
 
-using Json = nlohmann::json;
+using config_test::Json;
 
 // deepseek-ai/DeepSeek-V3 config.json, as published (auto_map trimmed).
 constexpr const char* kDeepseekV3 = R"({
@@ -125,26 +126,8 @@ Json TinyV2() {
   return j;
 }
 
-ModelConfig Parse(const std::string& text) { return ModelConfig::FromJson(text, "config.json"); }
-
-// The message FromJson throws for `text`, or "(no error)".
-std::string ErrorFor(const std::string& text) {
-  try {
-    Parse(text);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-std::string ErrorFor(const Json& j) { return ErrorFor(j.dump()); }
-
-// Every message starts with the source, then names the problem.
-#define EXPECT_CONFIG_ERROR(input, substring)                         \
-  do {                                                                \
-    const std::string message = ErrorFor(input);                      \
-    EXPECT_EQ(message.rfind("config.json", 0), 0u) << message;        \
-    EXPECT_NE(message.find(substring), std::string::npos) << message; \
-  } while (0)
+using config_test::ErrorFor;
+using config_test::Parse;
 
 TEST(ModelConfigTest, ParsesDeepseekV3) {
   ModelConfig c = Parse(kDeepseekV3);

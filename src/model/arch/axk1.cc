@@ -12,19 +12,11 @@ namespace {
 
 // transformers' AXK1Config defaults (DeepseekV3Config's, with its own sizes and token ids).
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;  // AXK1Config.__post_init__'s legacy default
-  d.n_group = 8;
-  d.topk_group = 4;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 2.5;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 32768;
-  d.bos = 163691;
-  d.eos = 163691;
-  return d;
+  return {.first_k_dense_replace = 1,  // AXK1Config.__post_init__'s legacy default
+          .n_group = 8, .topk_group = 4, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
+          .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
+          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 32768, .bos = 163691,
+          .eos = 163691};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -69,40 +61,29 @@ class Axk1 final : public DeepseekModel {
                ForwardTrace* trace) const override {
     LATENT_PROFILE_SCOPE(kStep);
     Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
+    Embed(batch, a.hidden);
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
+      RmsNorm(a.hidden, a.tokens, layer(l).input_norm, a.normed);
+      MlaAttention(l, batch, a.normed, form, /*dsa=*/nullptr, a.branch);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      RmsNorm(a.hidden, a.tokens, layer(l).post_attention_norm, a.normed);
+      FeedForward(l, a.normed, a.tokens, a.branch, trace);
       if (config().IsMoeLayer(l)) {
         // post_mlp_layernorm of the MoE output (routed + shared experts); normed is free again.
-        RmsNorm(a.branch.data(), a.tokens, layer(l).post_mlp_norm, a.normed.data());
-        a.branch.swap(a.normed);
+        RmsNorm(a.branch, a.tokens, layer(l).post_mlp_norm, a.normed);
+        std::swap(a.branch, a.normed);
       }
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      dump::Tensor("hidden", l, a.hidden, a.tokens, config().hidden_size);
     }
-    Head(batch, a.hidden.data(), logits);
+    Head(batch, a.hidden, logits);
   }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "axk1";
-  arch.model_types = {"axk1"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Axk1>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Axk1, ForEachTensor>(
+      {.name = "axk1", .model_types = {"axk1"}, .defaults = Defaults(), .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -18,19 +18,12 @@ namespace {
 
 // transformers' AXK2Config defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;  // AXK2Config.__post_init__'s legacy default
-  d.n_group = 1;                // null (no groups): one group of all experts routes the same
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 2.5;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 131072;
-  d.bos = 163691;
-  d.eos = 163691;
-  return d;
+  return {.first_k_dense_replace = 1,  // AXK2Config.__post_init__'s legacy default
+          .n_group = 1,  // null (no groups): one group of all experts routes the same
+          .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
+          .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
+          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 131072, .bos = 163691,
+          .eos = 163691};
 }
 
 // Rewrites what the common parser would read differently from AXK2Config:
@@ -109,22 +102,22 @@ class Axk2 final : public DeepseekModel {
                ForwardTrace* trace) const override {
     LATENT_PROFILE_SCOPE(kStep);
     Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
+    Embed(batch, a.hidden);
     DsaSelection selection;  // [T] the positions each token attends to, from this layer's indexer
     if (trace != nullptr) trace->selected.assign(config().num_hidden_layers, {});
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
       const LayerWeights& w = layer(l);
-      Norm(a.hidden.data(), a.tokens, w.input_norm, w.input_norm_gate, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
+      Norm(a.hidden, a.tokens, w.input_norm, w.input_norm_gate, a.normed);
+      MlaAttention(l, batch, a.normed, form, &selection, a.branch);
       if (trace != nullptr) trace->selected[l] = selection;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      Norm(a.hidden.data(), a.tokens, w.post_attention_norm, w.post_attention_norm_gate,
-           a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      Norm(a.hidden, a.tokens, w.post_attention_norm, w.post_attention_norm_gate,
+           a.normed);
+      FeedForward(l, a.normed, a.tokens, a.branch, trace);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      dump::Tensor("hidden", l, a.hidden, a.tokens, config().hidden_size);
     }
-    Head(batch, a.hidden.data(), logits);
+    Head(batch, a.hidden, logits);
   }
 
  private:
@@ -139,21 +132,9 @@ class Axk2 final : public DeepseekModel {
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "axk2";
-  arch.model_types = {"axk2"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Axk2>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Axk2, ForEachTensor>(
+      {.name = "axk2", .model_types = {"axk2"}, .defaults = Defaults(), .prepare = Prepare,
+       .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

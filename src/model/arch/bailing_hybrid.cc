@@ -25,7 +25,6 @@
 // each running sequence a state slot and refuses prefix-cache hits on this family.
 #include "model/arch/registry.h"
 #include "model/deepseek_model.h"
-#include "model/hybrid_kda_model.h"
 #include "model/kda_attention.h"
 
 namespace latent::model {
@@ -33,19 +32,10 @@ namespace {
 
 // transformers' BailingHybridConfig defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 2;
-  d.n_group = 8;
-  d.topk_group = 4;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 2.5;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 262144;
-  d.bos = std::nullopt;
-  d.eos = 156895;
-  return d;
+  return {.first_k_dense_replace = 2, .n_group = 8, .topk_group = 4, .n_shared_experts = 1,
+          .routed_scaling_factor = 2.5, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
+          .max_position_embeddings = 262144, .bos = std::nullopt, .eos = 156895};
 }
 
 constexpr double kDefaultRopeTheta = 6000000.0;
@@ -53,23 +43,7 @@ constexpr double kDefaultRopeTheta = 6000000.0;
 // Ling's names for the common keys (transformers' attribute_map), read as the DeepSeek ones; a
 // file stating both must agree.
 void Prepare(Json& json, const std::string& source) {
-  static const std::pair<const char*, const char*> kAliases[] = {
-      {"num_experts", "n_routed_experts"},
-      {"num_local_experts", "n_routed_experts"},
-      {"num_experts_per_token", "num_experts_per_tok"},
-      {"moe_renormalize", "norm_topk_prob"},
-      {"num_expert_group", "n_group"},
-      {"num_shared_experts", "n_shared_experts"},
-      {"model_max_length", "max_position_embeddings"},
-  };
-  for (const auto& [alias, key] : kAliases) {
-    if (!json.contains(alias) || json[alias].is_null()) continue;
-    if (json.contains(key) && !json[key].is_null() && json[key] != json[alias]) {
-      Fail(source, ": '", alias, "' (", json[alias].dump(), ") and '", key, "' (", json[key].dump(),
-           ") disagree");
-    }
-    json[key] = json[alias];
-  }
+  ReadMoeKeyAliases(json, source);
   // Every layer past the dense ones is MoE in this class: the expert count is a dimension, so it
   // must be stated (transformers would silently take 512).
   if (!json.contains("n_routed_experts") || json["n_routed_experts"].is_null()) {
@@ -117,136 +91,81 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   }
 }
 
-template <class T>
-TensorTarget To(T* p) {
-  return p != nullptr ? TensorTarget{p} : TensorTarget{};
-}
-
+// The hub's names: word embeddings, attention.* for both layer kinds, the router's correction
+// bias as gate.expert_bias.
 class Tensors {
  public:
   Tensors(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit)
-      : c_(c), layout_(layout), w_(w), visit_(visit), t_(c, layout, w, visit) {}
+      : c_(c), w_(w), t_(c, layout, w, visit) {}
 
   void All() {
-    Add("model.word_embeddings.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
-        QuantizeRule::kKeep, To(w_ ? &w_->embed : nullptr));
+    t_.Add("model.word_embeddings.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
+           QuantizeRule::kKeep, w_ ? TensorTarget{&w_->embed} : TensorTarget{});
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      const std::string p = StrCat("model.layers.", l, ".");
       t_.InputNorm(l);
-      const std::string a = StrCat("model.layers.", l, ".attention.");
-      c_.IsLinearAttentionLayer(l) ? Kda(l, a) : Mla(l, a);
+      c_.IsLinearAttentionLayer(l) ? Kda(l, p + "attention.") : Mla(l, p + "attention.");
       t_.PostAttentionNorm(l);
-      c_.IsMoeLayer(l) ? Moe(l) : t_.DenseMlp(l);
+      if (c_.IsMoeLayer(l)) {
+        t_.MoeAt(l, p + "mlp.", {.score_bias = "gate.expert_bias"});
+      } else {
+        t_.DenseMlp(l);
+      }
     }
     t_.FinalNorm();
     t_.LmHead();
   }
 
  private:
-  LayerWeights* Layer(int64_t l) const { return w_ ? &w_->layers[l] : nullptr; }
-  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target,
-                          Presence::kRequired, expert_});
-  }
-  void Linear(const std::string& name, Shape shape, kernels::WeightRef* target,
-              QuantizeRule rule = QuantizeRule::kWeightsAndActivations) {
-    Add(name, std::move(shape), WeightKind::kLinear, rule, To(target));
-  }
-  void Norm(const std::string& name, int64_t d, NormWeight* target) {
-    Add(name, {d}, WeightKind::kNorm, QuantizeRule::kKeep, To(target));
-  }
-  // Small f32 parameters (convolution taps, gate constants), kept as stored like a router.
-  void F32(const std::string& name, Shape shape, std::vector<float>* target) {
-    Add(name, std::move(shape), WeightKind::kRouter, QuantizeRule::kKeep, To(target));
-  }
-
+  // KDA with the full-rank forget gate (f_proj) and output gate (g_proj).
   void Kda(int64_t l, const std::string& a) {
-    ops::KdaWeights* k = Layer(l) ? &Layer(l)->kda.emplace() : nullptr;
+    ops::KdaWeights* k = t_.Layer(l) ? &t_.Layer(l)->kda.emplace() : nullptr;
     ops::KdaFullRankGateWeights* f = k ? &k->forget_full.emplace() : nullptr;
     if (f != nullptr && c_.linear_gate_lower_bound) {
       f->safe_lower_bound = static_cast<float>(*c_.linear_gate_lower_bound);
     }
     const int64_t d = c_.hidden_size, h = c_.linear_num_heads, dk = c_.linear_head_dim, ch = h * dk;
     const int64_t taps = c_.linear_conv_kernel;
-    Linear(a + "q_proj.weight", {ch, d}, k ? &k->q : nullptr);
-    Linear(a + "k_proj.weight", {ch, d}, k ? &k->k : nullptr);
-    Linear(a + "v_proj.weight", {ch, d}, k ? &k->v : nullptr);
-    F32(a + "q_conv1d.weight", {ch, 1, taps}, k ? &k->q_conv : nullptr);
-    F32(a + "k_conv1d.weight", {ch, 1, taps}, k ? &k->k_conv : nullptr);
-    F32(a + "v_conv1d.weight", {ch, 1, taps}, k ? &k->v_conv : nullptr);
-    F32(a + "A_log", {h}, f ? &f->a_log : nullptr);
-    F32(a + "dt_bias", {ch}, f ? &f->dt_bias : nullptr);
-    Linear(a + "f_proj.weight", {ch, d}, f ? &f->f : nullptr);
-    Linear(a + "b_proj.weight", {h, d}, k ? &k->b : nullptr);
-    Linear(a + "g_proj.weight", {ch, d}, k ? &k->g_full.emplace() : nullptr);
-    Norm(a + "o_norm.weight", dk, k ? &k->o_norm : nullptr);
-    Linear(a + "dense.weight", {d, ch}, k ? &k->o : nullptr);
+    t_.Linear(a + "q_proj.weight", {ch, d}, k ? &k->q : nullptr);
+    t_.Linear(a + "k_proj.weight", {ch, d}, k ? &k->k : nullptr);
+    t_.Linear(a + "v_proj.weight", {ch, d}, k ? &k->v : nullptr);
+    t_.F32(a + "q_conv1d.weight", {ch, 1, taps}, k ? &k->q_conv : nullptr);
+    t_.F32(a + "k_conv1d.weight", {ch, 1, taps}, k ? &k->k_conv : nullptr);
+    t_.F32(a + "v_conv1d.weight", {ch, 1, taps}, k ? &k->v_conv : nullptr);
+    t_.F32(a + "A_log", {h}, f ? &f->a_log : nullptr);
+    t_.F32(a + "dt_bias", {ch}, f ? &f->dt_bias : nullptr);
+    t_.Linear(a + "f_proj.weight", {ch, d}, f ? &f->f : nullptr);
+    t_.Linear(a + "b_proj.weight", {h, d}, k ? &k->b : nullptr);
+    t_.Linear(a + "g_proj.weight", {ch, d}, k ? &k->g_full.emplace() : nullptr);
+    t_.Norm(a + "o_norm.weight", dk, k ? &k->o_norm : nullptr);
+    t_.Linear(a + "dense.weight", {d, ch}, k ? &k->o : nullptr);
   }
 
   // DeepSeek V3's MLA under the hub's names, plus the per-head output gate.
   void Mla(int64_t l, const std::string& a) {
     const int64_t h = c_.num_attention_heads, d = c_.hidden_size;
-    AttentionWeights* w = Layer(l) ? &Layer(l)->attention : nullptr;
+    AttentionWeights* w = t_.Layer(l) ? &t_.Layer(l)->attention : nullptr;
     if (c_.q_lora_rank) {
       const int64_t q = *c_.q_lora_rank;
-      Linear(a + "q_a_proj.weight", {q, d}, w ? &w->q_a.emplace() : nullptr);
-      Norm(a + "q_a_layernorm.weight", q, w ? &w->q_a_norm : nullptr);
-      Linear(a + "q_b_proj.weight", {h * c_.qk_head_dim(), q}, w ? &w->q_b.emplace() : nullptr);
+      t_.Linear(a + "q_a_proj.weight", {q, d}, w ? &w->q_a.emplace() : nullptr);
+      t_.Norm(a + "q_a_layernorm.weight", q, w ? &w->q_a_norm : nullptr);
+      t_.Linear(a + "q_b_proj.weight", {h * c_.qk_head_dim(), q}, w ? &w->q_b.emplace() : nullptr);
     } else {
-      Linear(a + "q_proj.weight", {h * c_.qk_head_dim(), d}, w ? &w->q_proj.emplace() : nullptr);
+      t_.Linear(a + "q_proj.weight", {h * c_.qk_head_dim(), d}, w ? &w->q_proj.emplace() : nullptr);
     }
-    Linear(a + "kv_a_proj_with_mqa.weight", {c_.kv_lora_rank + c_.qk_rope_head_dim, d},
-           w ? &w->kv_a : nullptr);
-    Norm(a + "kv_a_layernorm.weight", c_.kv_lora_rank, w ? &w->kv_a_norm : nullptr);
+    t_.Linear(a + "kv_a_proj_with_mqa.weight", {c_.kv_lora_rank + c_.qk_rope_head_dim, d},
+              w ? &w->kv_a : nullptr);
+    t_.Norm(a + "kv_a_layernorm.weight", c_.kv_lora_rank, w ? &w->kv_a_norm : nullptr);
     // kv_b's inputs stay f32 under w8a8, as for every family.
-    Linear(a + "kv_b_proj.weight", {h * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank},
-           w ? &w->kv_b : nullptr, QuantizeRule::kWeights);
-    Linear(a + "dense.weight", {d, h * c_.v_head_dim}, w ? &w->o : nullptr);
-    Linear(a + "g_proj.weight", {h, d}, w ? &w->gate_proj.emplace() : nullptr);
-  }
-
-  void Mlp(const std::string& p, int64_t inter, ops::MlpWeights* w) {
-    const int64_t d = c_.hidden_size;
-    Linear(p + "gate_proj.weight", {inter, d}, w ? &w->gate : nullptr);
-    Linear(p + "up_proj.weight", {inter, d}, w ? &w->up : nullptr);
-    Linear(p + "down_proj.weight", {d, inter}, w ? &w->down : nullptr);
-  }
-
-  // DeepSeek V3's MoE; the router's correction bias is the hub's gate.expert_bias.
-  void Moe(int64_t l) {
-    const std::string p = StrCat("model.layers.", l, ".mlp.");
-    const int64_t e = c_.n_routed_experts, i = c_.moe_intermediate_size, d = c_.hidden_size;
-    MoeWeights* m = Layer(l) ? &Layer(l)->moe.emplace() : nullptr;
-    if (m != nullptr) m->experts.resize(e);
-    Add(p + "gate.weight", {e, d}, WeightKind::kRouter, QuantizeRule::kKeep,
-        To(m ? &m->router : nullptr));
-    Add(p + "gate.expert_bias", {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
-        To(m ? &m->bias : nullptr));
-    if (layout_ == ExpertLayout::kPerExpert) {
-      for (int64_t x = 0; x < e; ++x) {
-        expert_ = x;
-        Mlp(StrCat(p, "experts.", x, "."), i, m ? &m->experts[x] : nullptr);
-      }
-      expert_ = -1;
-    } else {
-      const auto fused = [&](bool gate_up) {
-        return m ? TensorTarget{FusedExperts{&m->experts, gate_up}} : TensorTarget{};
-      };
-      Add(p + "experts.gate_up_proj", {e, 2 * i, d}, WeightKind::kExperts,
-          QuantizeRule::kWeightsAndActivations, fused(true));
-      Add(p + "experts.down_proj", {e, d, i}, WeightKind::kExperts,
-          QuantizeRule::kWeightsAndActivations, fused(false));
-    }
-    if (c_.n_shared_experts > 0) {
-      Mlp(p + "shared_experts.", i * c_.n_shared_experts, m ? &m->shared.emplace() : nullptr);
-    }
+    t_.Linear(a + "kv_b_proj.weight", {h * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank},
+              w ? &w->kv_b : nullptr, QuantizeRule::kWeights);
+    t_.Linear(a + "dense.weight", {d, h * c_.v_head_dim}, w ? &w->o : nullptr);
+    t_.Linear(a + "g_proj.weight", {h, d}, w ? &w->gate_proj.emplace() : nullptr);
   }
 
   const ModelConfig& c_;
-  ExpertLayout layout_;
   DeepseekWeights* w_;
-  const TensorVisitor& visit_;
   DeepseekTensors t_;
-  int64_t expert_ = -1;  // The routed expert being listed (ExpectedWeight::expert), else -1.
 };
 
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w,
@@ -254,42 +173,19 @@ void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w
   Tensors(c, layout, w, visit).All();
 }
 
-// MLA layers cache their latent row; KDA layers keep per-sequence state.
-cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
-  cache::ModelCacheRows rows(c.num_hidden_layers);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (c.IsLinearAttentionLayer(l)) {
-      rows[l] = KdaStateRows(c);
-    } else {
-      rows[l].push_back(MlaLatentRow(c, dtype));
-    }
-  }
-  return rows;
-}
-
-class BailingHybrid final : public HybridKdaModel {
+// Its Forward is DeepseekModel's plain pre-norm decoder, KDA on the linear-attention layers.
+class BailingHybrid final : public DeepseekModel {
  public:
   BailingHybrid(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
-      : HybridKdaModel(std::move(config), std::move(ckpt), ForEachTensor, options,
-                       KdaForgetGateKind::kFullRank) {}
+      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options) {
+    EnableKda(KdaForgetGateKind::kFullRank);
+  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "bailing_hybrid";
-  arch.model_types = {"bailing_hybrid"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<BailingHybrid>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<BailingHybrid, ForEachTensor>(
+      {.name = "bailing_hybrid", .model_types = {"bailing_hybrid"}, .defaults = Defaults(),
+       .prepare = Prepare, .parse = Parse, .cache_rows = KdaHybridRows});
 }
 
 }  // namespace

@@ -11,19 +11,12 @@ namespace {
 
 // transformers' DeepseekV2Config defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 0;
-  d.n_group = std::nullopt;  // group_limited_greedy needs n_group and topk_group stated
-  d.topk_group = std::nullopt;
-  d.n_shared_experts = 2;
-  d.routed_scaling_factor = 1.0;
-  d.norm_topk_prob = false;
-  d.topk_methods = {TopkMethod::kGreedy, TopkMethod::kGroupLimitedGreedy};
-  d.scoring = ScoringFunc::kSoftmax;
-  d.max_position_embeddings = 2048;
-  d.bos = 1;
-  d.eos = 2;
-  return d;
+  return {.first_k_dense_replace = 0,
+          .n_group = std::nullopt,  // group_limited_greedy needs n_group and topk_group stated
+          .topk_group = std::nullopt, .n_shared_experts = 2, .routed_scaling_factor = 1.0,
+          .norm_topk_prob = false,
+          .topk_methods = {TopkMethod::kGreedy, TopkMethod::kGroupLimitedGreedy},
+          .scoring = ScoringFunc::kSoftmax, .max_position_embeddings = 2048, .bos = 1, .eos = 2};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -55,44 +48,17 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype)});
 }
 
+// Its Forward is DeepseekModel\'s plain pre-norm decoder.
 class DeepseekV2 final : public DeepseekModel {
  public:
   DeepseekV2(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "deepseek_v2";
-  arch.model_types = {"deepseek_v2"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<DeepseekV2>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<DeepseekV2, ForEachTensor>(
+      {.name = "deepseek_v2", .model_types = {"deepseek_v2"}, .defaults = Defaults(),
+       .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -11,19 +11,10 @@ namespace {
 
 // transformers' DeepseekV32Config defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 3;
-  d.n_group = 8;
-  d.topk_group = 4;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 2.5;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 163840;
-  d.bos = 0;
-  d.eos = 1;
-  return d;
+  return {.first_k_dense_replace = 3, .n_group = 8, .topk_group = 4, .n_shared_experts = 1,
+          .routed_scaling_factor = 2.5, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
+          .max_position_embeddings = 163840, .bos = 0, .eos = 1};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -52,48 +43,18 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype), DsaIndexKeyRow(c, dtype)});
 }
 
+// Its Forward is DeepseekModel\'s plain pre-norm decoder.
 class DeepseekV32 final : public DeepseekModel {
  public:
   DeepseekV32(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options,
                       /*index_rope_interleaved=*/false) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    DsaSelection selection;  // [T] the positions each token attends to, from this layer's indexer
-    if (trace != nullptr) trace->selected.assign(config().num_hidden_layers, {});
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
-      if (trace != nullptr) trace->selected[l] = selection;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "deepseek_v32";
-  arch.model_types = {"deepseek_v32"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<DeepseekV32>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<DeepseekV32, ForEachTensor>(
+      {.name = "deepseek_v32", .model_types = {"deepseek_v32"}, .defaults = Defaults(),
+       .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

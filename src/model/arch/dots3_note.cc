@@ -25,19 +25,10 @@ namespace {
 
 // transformers' Dots3NoteTextConfig defaults (DeepseekV32Config's where it has none).
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 1.0;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 524288;
-  d.bos = 151643;
-  d.eos = 151668;
-  return d;
+  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+          .routed_scaling_factor = 1.0, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
+          .max_position_embeddings = 524288, .bos = 151643, .eos = 151668};
 }
 
 constexpr const char* kSlidingRopeKey = "latent_sliding_rope_parameters";
@@ -327,30 +318,13 @@ class Dots3Note final : public DeepseekModel {
     }
   }
 
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    const ModelConfig& c = config();
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    DsaSelection selection;  // [T] what the current DSA layer's indexer picked
-    if (trace != nullptr) trace->selected.assign(c.num_hidden_layers, {});
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      Attention(l, batch, a.normed.data(), form, &selection, a.branch.data());
-      if (trace != nullptr && c.HasIndexer(l)) trace->selected[l] = selection;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, c.hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 
- private:
+ protected:
+  // Each layer kind's own MLA shape and rope; a window on the sliding layers; DSA layers record
+  // their selection. (Forward: DeepseekModel's plain pre-norm decoder around it.)
   void Attention(int64_t l, const ForwardBatch& batch, const float* x, AttentionForm form,
-                 DsaSelection* selection, float* out) const {
+                 DsaSelection* selection, float* out, ForwardTrace* trace,
+                 const float*) const override {
     const ModelConfig& c = config();
     const MlaDims& d = dims_[l];
     const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
@@ -370,6 +344,7 @@ class Dots3Note final : public DeepseekModel {
                         c.hidden_size, form, c.HasIndexer(l) ? &dsa : nullptr, out,
                         /*query_scale=*/nullptr, kLatentRow, &options);
     dump::Tensor("attn_out", l, out, tokens, c.hidden_size);
+    if (trace != nullptr && c.HasIndexer(l)) trace->selected[l] = *selection;
   }
 
   std::vector<MlaDims> dims_;  // [layer]
@@ -377,22 +352,10 @@ class Dots3Note final : public DeepseekModel {
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "dots3_note";
-  arch.model_types = {"dots3_note_text"};
-  arch.wrapper_model_types = {"dots3_note"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Dots3Note>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Dots3Note, ForEachTensor>(
+      {.name = "dots3_note", .model_types = {"dots3_note_text"}, .defaults = Defaults(),
+       .wrapper_model_types = {"dots3_note"}, .prepare = Prepare, .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -14,19 +14,10 @@ namespace {
 
 // transformers' Glm4MoeLiteConfig defaults (GLM-4.7-Flash).
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 1.8;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 202752;
-  d.bos = 0;
-  d.eos = 1;
-  return d;
+  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+          .routed_scaling_factor = 1.8, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
+          .max_position_embeddings = 202752, .bos = 0, .eos = 1};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -79,44 +70,17 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype)});
 }
 
+// Its Forward is DeepseekModel\'s plain pre-norm decoder.
 class Glm4MoeLite final : public DeepseekModel {
  public:
   Glm4MoeLite(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "glm4_moe_lite";
-  arch.model_types = {"glm4_moe_lite"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Glm4MoeLite>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Glm4MoeLite, ForEachTensor>(
+      {.name = "glm4_moe_lite", .model_types = {"glm4_moe_lite"}, .defaults = Defaults(),
+       .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -18,33 +18,20 @@
 // index_kpool_compress_{gate,ape}; experts one by one.
 // KDA layers keep per-sequence state (kda.conv, kda.state, kda.block), so the engine gives each
 // running sequence a state slot and refuses prefix-cache hits on this family.
-#include <cmath>
-
-#include "base/dump.h"
-#include "base/profile.h"
 #include "model/arch/registry.h"
-#include "model/deepseek_model.h"
-#include "model/kda_attention.h"
+#include "model/hyper_connection_model.h"
 #include "model/kpool_indexer.h"
-#include "ops/hyper_connections.h"
 
 namespace latent::model {
 namespace {
 
 // transformers' Glm5NextTextConfig defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 3;  // mlp_layer_types' default: the first 3 layers dense
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 2.5;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 1048576;
-  d.rope_dims_may_be_zero = true;
-  return d;
+  return {.first_k_dense_replace = 3,  // mlp_layer_types' default: the first 3 layers dense
+          .n_group = 1, .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
+          .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
+          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 1048576,
+          .rope_dims_may_be_zero = true};
 }
 
 // Per layer: true for a KDA layer (layer_types "linear_attention"; "indexed_attention" or
@@ -140,100 +127,40 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   config.swiglu_limit_all_mlps = true;
 }
 
-class Tensors {
- public:
-  Tensors(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit)
-      : c_(c), w_(w), visit_(visit), t_(c, layout, w, visit) {}
+// The KPool pieces of layer l's indexer, kept as stored under --quantize like the rest of it.
+void KPoolTensors(const ModelConfig& c, int64_t l, DeepseekTensors& t) {
+  IndexerWeights* w = t.Layer(l) ? &*t.Layer(l)->indexer : nullptr;
+  const std::string x = StrCat("model.layers.", l, ".self_attn.indexer.");
+  const int64_t di = c.index_head_dim;
+  t.F32(x + "index_kpool_compress_ape", {c.index_kpool, di}, w ? &w->kpool_ape : nullptr);
+  t.Linear(x + "index_kpool_compress_gate", {di, c.hidden_size}, w ? &w->kpool_gate : nullptr,
+           QuantizeRule::kKeep);
+}
 
-  void All() {
-    t_.Embedding();
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
-      const std::string p = StrCat("model.layers.", l, ".");
-      HyperConnection(p + "hc_attn_", Layer(l) ? &Layer(l)->attn_hc : nullptr);
-      HyperConnection(p + "hc_ffn_", Layer(l) ? &Layer(l)->ffn_hc : nullptr);
-      t_.InputNorm(l);
-      if (c_.IsLinearAttentionLayer(l)) {
-        Kda(l);
-      } else {
-        t_.MlaAttention(l);
-        if (c_.HasIndexer(l)) {
-          t_.DsaIndexer(l);
-          KPool(l);
-        }
-      }
-      t_.PostAttentionNorm(l);
-      c_.IsMoeLayer(l) ? t_.Moe(l) : t_.DenseMlp(l);
-    }
-    t_.FinalNorm();
-    t_.LmHead();
-  }
-
- private:
-  template <class T>
-  static TensorTarget To(T* p) {
-    return p != nullptr ? TensorTarget{p} : TensorTarget{};
-  }
-  LayerWeights* Layer(int64_t l) const { return w_ ? &w_->layers[l] : nullptr; }
-  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired});
-  }
-  void Linear(const std::string& name, Shape shape, kernels::WeightRef* target) {
-    Add(name, std::move(shape), WeightKind::kLinear, QuantizeRule::kWeightsAndActivations, To(target));
-  }
-  // Small f32 parameters (convolution taps, gate constants, hyper-connections), kept as stored.
-  void F32(const std::string& name, Shape shape, std::vector<float>* target) {
-    Add(name, std::move(shape), WeightKind::kRouter, QuantizeRule::kKeep, To(target));
-  }
-
-  // hc_<kind>_{fn, base, scale}: pre, post and comb of N streams.
-  void HyperConnection(const std::string& p, std::optional<ops::HyperConnectionWeights>* target) {
-    ops::HyperConnectionWeights* w = target ? &target->emplace() : nullptr;
-    const int64_t n = c_.hc_mult, rows = (2 + n) * n;
-    F32(p + "fn", {rows, n * c_.hidden_size}, w ? &w->fn : nullptr);
-    F32(p + "base", {rows}, w ? &w->base : nullptr);
-    F32(p + "scale", {3}, w ? &w->scale : nullptr);
-  }
-
-  void Kda(int64_t l) {
-    ops::KdaWeights* k = Layer(l) ? &Layer(l)->kda.emplace() : nullptr;
-    const std::string a = StrCat("model.layers.", l, ".self_attn.");
-    const int64_t d = c_.hidden_size, h = c_.linear_num_heads, dk = c_.linear_head_dim, ch = h * dk;
-    const int64_t taps = c_.linear_conv_kernel;
-    Linear(a + "q_proj.weight", {ch, d}, k ? &k->q : nullptr);
-    Linear(a + "k_proj.weight", {ch, d}, k ? &k->k : nullptr);
-    Linear(a + "v_proj.weight", {ch, d}, k ? &k->v : nullptr);
-    F32(a + "q_conv1d.weight", {ch, 1, taps}, k ? &k->q_conv : nullptr);
-    F32(a + "k_conv1d.weight", {ch, 1, taps}, k ? &k->k_conv : nullptr);
-    F32(a + "v_conv1d.weight", {ch, 1, taps}, k ? &k->v_conv : nullptr);
-    F32(a + "A_log", {h}, k ? &k->forget.a_log : nullptr);
-    F32(a + "dt_bias", {ch}, k ? &k->forget.dt_bias : nullptr);
-    Linear(a + "f_a_proj.weight", {dk, d}, k ? &k->forget.f_a : nullptr);
-    Linear(a + "f_b_proj.weight", {ch, dk}, k ? &k->forget.f_b : nullptr);
-    Linear(a + "b_proj.weight", {h, d}, k ? &k->b : nullptr);
-    Linear(a + "g_a_proj.weight", {dk, d}, k ? &k->g_a : nullptr);
-    Linear(a + "g_b_proj.weight", {ch, dk}, k ? &k->g_b : nullptr);
-    Add(a + "o_norm.weight", {dk}, WeightKind::kNorm, QuantizeRule::kKeep, To(k ? &k->o_norm : nullptr));
-    Linear(a + "o_proj.weight", {d, ch}, k ? &k->o : nullptr);
-  }
-
-  // The KPool pieces of the indexer, kept as stored under --quantize like the rest of it.
-  void KPool(int64_t l) {
-    IndexerWeights* w = Layer(l) ? &*Layer(l)->indexer : nullptr;
-    const std::string x = StrCat("model.layers.", l, ".self_attn.indexer.");
-    const int64_t di = c_.index_head_dim;
-    F32(x + "index_kpool_compress_ape", {c_.index_kpool, di}, w ? &w->kpool_ape : nullptr);
-    Add(x + "index_kpool_compress_gate", {di, c_.hidden_size}, WeightKind::kLinear, QuantizeRule::kKeep,
-        To(w ? &w->kpool_gate : nullptr));
-  }
-
-  const ModelConfig& c_;
-  DeepseekWeights* w_;
-  const TensorVisitor& visit_;
-  DeepseekTensors t_;
-};
-
+// The DeepSeek pieces plus the hyper-connections, KDA's low-rank gates and the KPool indexer.
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit) {
-  Tensors(c, layout, w, visit).All();
+  DeepseekTensors t(c, layout, w, visit);
+  t.Embedding();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = StrCat("model.layers.", l, ".");
+    LayerWeights* L = t.Layer(l);
+    t.HyperConnection(p + "hc_attn_", L ? &L->attn_hc : nullptr);
+    t.HyperConnection(p + "hc_ffn_", L ? &L->ffn_hc : nullptr);
+    t.InputNorm(l);
+    if (c.IsLinearAttentionLayer(l)) {
+      t.KdaAttentionAt(l, p + "self_attn.", {c.linear_num_heads});
+    } else {
+      t.MlaAttention(l);
+      if (c.HasIndexer(l)) {
+        t.DsaIndexer(l);
+        KPoolTensors(c, l, t);
+      }
+    }
+    t.PostAttentionNorm(l);
+    c.IsMoeLayer(l) ? t.Moe(l) : t.DenseMlp(l);
+  }
+  t.FinalNorm();
+  t.LmHead();
 }
 
 // KDA layers keep per-sequence state; MLA layers cache their NoPE latent and, with an indexer,
@@ -251,103 +178,19 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return rows;
 }
 
-ops::HyperConnectionDims HyperDims(const ModelConfig& c) {
-  ops::HyperConnectionDims d;
-  d.streams = c.hc_mult;
-  d.hidden = c.hidden_size;
-  d.norm_eps = static_cast<float>(c.rms_norm_eps);
-  d.gate_eps = static_cast<float>(c.hc_eps);
-  d.post_magnitude = 2.0f;
-  d.post_gate_eps = false;
-  d.mix_streams = true;
-  d.sinkhorn_iters = c.hc_sinkhorn_iters;
-  return d;
-}
-
-class Glm5Next final : public DeepseekModel {
+class Glm5Next final : public HyperConnectionModel {
  public:
   Glm5Next(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
-      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options),
-        hc_(HyperDims(this->config())),
-        kda_dims_{this->config().linear_num_heads, this->config().linear_head_dim,
-                  this->config().linear_conv_kernel, static_cast<float>(this->config().linear_gate_lower_bound.value_or(0.0))},
-        gate_(this->config().linear_gate_lower_bound ? KdaForgetGateKind::kGlm5Next
-                                                         : KdaForgetGateKind::kKimi) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    const ModelConfig& c = config();
-    Activations a = Start(batch);
-    const int64_t tokens = a.tokens;
-    Embed(batch, a.hidden.data());
-    std::vector<float> streams(tokens * hc_.flat());  // [T, N, D] the residual streams
-    ops::BroadcastStreams(hc_, a.hidden.data(), tokens, streams.data());
-    DsaSelection selection;  // the last MLA layer's, for a shared indexer layer right after it
-    if (trace != nullptr) trace->selected.assign(c.num_hidden_layers, {});
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const LayerWeights& w = layer(l);
-      const ops::HyperGates attn_gates = Collapse(*w.attn_hc, streams, tokens, a.hidden.data());
-      RmsNorm(a.hidden.data(), tokens, w.input_norm, a.normed.data());
-      if (c.IsLinearAttentionLayer(l)) {
-        KdaAttentionForward(kda_dims_, *w.kda, gate_, static_cast<float>(c.rms_norm_eps), l, batch,
-                            a.normed.data(), c.hidden_size, a.branch.data());
-      } else {
-        MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
-        if (trace != nullptr) trace->selected[l] = selection;
-      }
-      Expand(attn_gates, a.branch.data(), tokens, streams);
-      const ops::HyperGates ffn_gates = Collapse(*w.ffn_hc, streams, tokens, a.hidden.data());
-      RmsNorm(a.hidden.data(), tokens, w.post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), tokens, a.branch.data(), trace);
-      Expand(ffn_gates, a.branch.data(), tokens, streams);
-      dump::Tensor("hidden", l, streams.data(), tokens, hc_.flat());
-    }
-    {
-      LATENT_PROFILE_SCOPE(kResidual);
-      ops::MeanCollapseStreams(hc_, streams.data(), tokens, a.hidden.data());
-    }
-    Head(batch, a.hidden.data(), logits);
+      : HyperConnectionModel(std::move(config), std::move(ckpt), ForEachTensor, options) {
+    EnableKda(this->config().linear_gate_lower_bound ? KdaForgetGateKind::kGlm5Next
+                                                     : KdaForgetGateKind::kKimi);
   }
-
- private:
-  // x [T, D] = the block input the hyper-connection `w` collapses from the streams; its gates.
-  ops::HyperGates Collapse(const ops::HyperConnectionWeights& w, const std::vector<float>& streams,
-                           int64_t tokens, float* x) const {
-    LATENT_PROFILE_SCOPE(kResidual);
-    ops::HyperGates gates = ops::ComputeHyperGates(hc_, w, streams.data(), tokens);
-    ops::CollapseStreams(hc_, gates.pre.data(), streams.data(), tokens, x);
-    return gates;
-  }
-
-  // streams <- post * branch [T, D] + comb^T streams.
-  void Expand(const ops::HyperGates& gates, const float* branch, int64_t tokens,
-              std::vector<float>& streams) const {
-    LATENT_PROFILE_SCOPE(kResidual);
-    ops::ExpandStreams(hc_, gates, branch, tokens, streams.data());
-  }
-
-  ops::HyperConnectionDims hc_;
-  ops::KdaDims kda_dims_;
-  KdaForgetGateKind gate_;
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "glm5_next";
-  arch.model_types = {"glm5_next_text"};
-  arch.wrapper_model_types = {"glm5_next"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Glm5Next>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Glm5Next, ForEachTensor>(
+      {.name = "glm5_next", .model_types = {"glm5_next_text"}, .defaults = Defaults(),
+       .wrapper_model_types = {"glm5_next"}, .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 
 #include "model/arch/registry.h"
 #include "model/deepseek_model.h"
-#include "model/hybrid_kda_model.h"
 #include "model/kda_attention.h"
 
 namespace latent::model {
@@ -26,41 +25,16 @@ namespace {
 
 // transformers' KimiLinearConfig defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 0;
-  d.routed_scaling_factor = 2.446;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kNoauxTc};
-  d.scoring = ScoringFunc::kSigmoid;
-  d.max_position_embeddings = 1048576;
-  d.bos = 163584;
-  d.eos = 163586;
-  return d;
+  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 0,
+          .routed_scaling_factor = 2.446, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
+          .max_position_embeddings = 1048576, .bos = 163584, .eos = 163586};
 }
 
 // Kimi's names for the common keys (transformers' attribute_map), read as the DeepSeek ones; a
 // file stating both must agree.
 void Prepare(Json& json, const std::string& source) {
-  static const std::pair<const char*, const char*> kAliases[] = {
-      {"num_experts", "n_routed_experts"},
-      {"num_local_experts", "n_routed_experts"},
-      {"num_experts_per_token", "num_experts_per_tok"},
-      {"moe_renormalize", "norm_topk_prob"},
-      {"num_expert_group", "n_group"},
-      {"num_shared_experts", "n_shared_experts"},
-      {"model_max_length", "max_position_embeddings"},
-  };
-  for (const auto& [alias, key] : kAliases) {
-    if (!json.contains(alias) || json[alias].is_null()) continue;
-    if (json.contains(key) && !json[key].is_null() && json[key] != json[alias]) {
-      Fail(source, ": '", alias, "' (", json[alias].dump(), ") and '", key, "' (", json[key].dump(),
-           ") disagree");
-    }
-    json[key] = json[alias];
-  }
+  ReadMoeKeyAliases(json, source);
   if (!json.contains("q_lora_rank")) json["q_lora_rank"] = nullptr;  // the class default
 }
 
@@ -144,145 +118,45 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   config.linear_attention_layers = ParseLayerTypes(top, linear, config.num_hidden_layers);
 }
 
-// Kimi's MoE under block_sparse_moe: router (+ correction bias), experts.E.w1 (gate) / w2 (down)
-// / w3 (up), shared experts with DeepSeek's names.
-class Tensors {
- public:
-  Tensors(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit)
-      : c_(c), w_(w), visit_(visit), t_(c, layout, w, visit) {}
-
-  void All() {
-    t_.Embedding();
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
-      t_.InputNorm(l);
-      c_.IsLinearAttentionLayer(l) ? Kda(l) : t_.MlaAttention(l);
-      t_.PostAttentionNorm(l);
-      const std::string p = StrCat("model.layers.", l, ".block_sparse_moe.");
-      c_.IsMoeLayer(l) ? Moe(l, p) : t_.DenseMlpAt(l, p);
-    }
-    t_.FinalNorm();
-    t_.LmHead();
-  }
-
- private:
-  template <class T>
-  static TensorTarget To(T* p) {
-    return p != nullptr ? TensorTarget{p} : TensorTarget{};
-  }
-  LayerWeights* Layer(int64_t l) const { return w_ ? &w_->layers[l] : nullptr; }
-  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    // expert_: the routed expert being listed, so expert parallelism (ExpertShard) splits them.
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target,
-                          Presence::kRequired, expert_});
-  }
-  void Linear(const std::string& name, Shape shape, kernels::WeightRef* target) {
-    Add(name, std::move(shape), WeightKind::kLinear, QuantizeRule::kWeightsAndActivations, To(target));
-  }
-  // Small f32 parameters (convolution taps, gate constants), kept as stored like a router.
-  void F32(const std::string& name, Shape shape, std::vector<float>* target) {
-    Add(name, std::move(shape), WeightKind::kRouter, QuantizeRule::kKeep, To(target));
-  }
-
-  void Kda(int64_t l) {
-    ops::KdaWeights* k = Layer(l) ? &Layer(l)->kda.emplace() : nullptr;
-    const std::string a = StrCat("model.layers.", l, ".self_attn.");
-    const int64_t d = c_.hidden_size, h = c_.linear_num_heads, dk = c_.linear_head_dim, ch = h * dk;
-    const int64_t taps = c_.linear_conv_kernel;
-    Linear(a + "q_proj.weight", {ch, d}, k ? &k->q : nullptr);
-    Linear(a + "k_proj.weight", {ch, d}, k ? &k->k : nullptr);
-    Linear(a + "v_proj.weight", {ch, d}, k ? &k->v : nullptr);
-    F32(a + "q_conv1d.weight", {ch, 1, taps}, k ? &k->q_conv : nullptr);
-    F32(a + "k_conv1d.weight", {ch, 1, taps}, k ? &k->k_conv : nullptr);
-    F32(a + "v_conv1d.weight", {ch, 1, taps}, k ? &k->v_conv : nullptr);
-    F32(a + "A_log", {1, 1, h, 1}, k ? &k->forget.a_log : nullptr);
-    F32(a + "dt_bias", {ch}, k ? &k->forget.dt_bias : nullptr);
-    Linear(a + "f_a_proj.weight", {dk, d}, k ? &k->forget.f_a : nullptr);
-    Linear(a + "f_b_proj.weight", {ch, dk}, k ? &k->forget.f_b : nullptr);
-    Linear(a + "b_proj.weight", {h, d}, k ? &k->b : nullptr);
-    Linear(a + "g_a_proj.weight", {dk, d}, k ? &k->g_a : nullptr);
-    Linear(a + "g_b_proj.weight", {ch, dk}, k ? &k->g_b : nullptr);
-    Add(a + "o_norm.weight", {dk}, WeightKind::kNorm, QuantizeRule::kKeep, To(k ? &k->o_norm : nullptr));
-    Linear(a + "o_proj.weight", {d, ch}, k ? &k->o : nullptr);
-  }
-
-  void Mlp(const std::string& p, const char* gate, const char* up, const char* down, int64_t inter,
-           ops::MlpWeights* w) {
-    const int64_t d = c_.hidden_size;
-    Linear(p + gate + ".weight", {inter, d}, w ? &w->gate : nullptr);
-    Linear(p + down + ".weight", {d, inter}, w ? &w->down : nullptr);
-    Linear(p + up + ".weight", {inter, d}, w ? &w->up : nullptr);
-  }
-
-  void Moe(int64_t l, const std::string& p) {
-    const int64_t e = c_.n_routed_experts, i = c_.moe_intermediate_size;
-    MoeWeights* m = Layer(l) ? &Layer(l)->moe.emplace() : nullptr;
-    if (m != nullptr) m->experts.resize(e);
-    Add(p + "gate.weight", {e, c_.hidden_size}, WeightKind::kRouter, QuantizeRule::kKeep,
-        To(m ? &m->router : nullptr));
-    if (c_.topk_method == TopkMethod::kNoauxTc) {
-      Add(p + "gate.e_score_correction_bias", {e}, WeightKind::kBuffer, QuantizeRule::kKeep,
-          To(m ? &m->bias : nullptr));
-    }
-    for (int64_t x = 0; x < e; ++x) {
-      expert_ = x;
-      Mlp(StrCat(p, "experts.", x, "."), "w1", "w3", "w2", i, m ? &m->experts[x] : nullptr);
-    }
-    expert_ = -1;
-    if (c_.n_shared_experts > 0) {
-      Mlp(p + "shared_experts.", "gate_proj", "up_proj", "down_proj", i * c_.n_shared_experts,
-          m ? &m->shared.emplace() : nullptr);
-    }
-  }
-
-  const ModelConfig& c_;
-  DeepseekWeights* w_;
-  const TensorVisitor& visit_;
-  DeepseekTensors t_;
-  int64_t expert_ = -1;
-};
-
+// KDA layers under self_attn (A_log stored [1, 1, H, 1]); Kimi's MLPs under block_sparse_moe:
+// router (+ correction bias), experts.E.w1 (gate) / w3 (up) / w2 (down), shared experts with
+// DeepSeek's names.
 void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w, const TensorVisitor& visit) {
-  Tensors(c, layout, w, visit).All();
-}
-
-// MLA layers cache their latent row (rope part unrotated); KDA layers keep per-sequence state.
-cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
-  cache::ModelCacheRows rows(c.num_hidden_layers);
+  DeepseekTensors t(c, layout, w, visit);
+  t.Embedding();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = StrCat("model.layers.", l, ".");
+    t.InputNorm(l);
     if (c.IsLinearAttentionLayer(l)) {
-      rows[l] = KdaStateRows(c);
+      t.KdaAttentionAt(l, p + "self_attn.", {1, 1, c.linear_num_heads, 1});
     } else {
-      rows[l].push_back(MlaLatentRow(c, dtype));
+      t.MlaAttention(l);
+    }
+    t.PostAttentionNorm(l);
+    if (c.IsMoeLayer(l)) {
+      t.MoeAt(l, p + "block_sparse_moe.", {.gate = "w1", .up = "w3", .down = "w2"});
+    } else {
+      t.DenseMlpAt(l, p + "block_sparse_moe.");
     }
   }
-  return rows;
+  t.FinalNorm();
+  t.LmHead();
 }
 
-class KimiLinear final : public HybridKdaModel {
+// Its Forward is DeepseekModel's plain pre-norm decoder, KDA on the linear-attention layers.
+class KimiLinear final : public DeepseekModel {
  public:
   KimiLinear(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
-      : HybridKdaModel(std::move(config), std::move(ckpt), ForEachTensor, options,
-                       KdaForgetGateKind::kKimi) {
+      : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options) {
+    EnableKda(KdaForgetGateKind::kKimi);
     DisableRotation();
   }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "kimi_linear";
-  arch.model_types = {"kimi_linear"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<KimiLinear>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<KimiLinear, ForEachTensor>(
+      {.name = "kimi_linear", .model_types = {"kimi_linear"}, .defaults = Defaults(),
+       .prepare = Prepare, .parse = Parse, .cache_rows = KdaHybridRows});
 }
 
 }  // namespace

@@ -26,19 +26,10 @@ constexpr int kSublayers = 2;
 
 // transformers' LongcatFlashConfig defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 0;
-  d.n_group = std::nullopt;
-  d.topk_group = std::nullopt;
-  d.n_shared_experts = 0;
-  d.routed_scaling_factor = 6.0;
-  d.norm_topk_prob = false;
-  d.topk_methods = {TopkMethod::kGreedy};
-  d.scoring = ScoringFunc::kSoftmax;
-  d.max_position_embeddings = 131072;
-  d.bos = 1;
-  d.eos = 2;
-  return d;
+  return {.first_k_dense_replace = 0, .n_group = std::nullopt, .topk_group = std::nullopt,
+          .n_shared_experts = 0, .routed_scaling_factor = 6.0, .norm_topk_prob = false,
+          .topk_methods = {TopkMethod::kGreedy}, .scoring = ScoringFunc::kSoftmax,
+          .max_position_embeddings = 131072, .bos = 1, .eos = 2};
 }
 
 // LongCat's names for the common keys (transformers' attribute_map), copied to the common names
@@ -171,10 +162,10 @@ class LongcatFlash final : public DeepseekModel {
                ForwardTrace* trace) const override {
     LATENT_PROFILE_SCOPE(kStep);
     Activations a = Start(batch);
-    std::vector<float> moe(a.hidden.size());  // [T, D] the shortcut MoE's output
-    float* hidden = a.hidden.data();
-    float* normed = a.normed.data();
-    float* branch = a.branch.data();
+    float* moe = a.extra;  // [T, D] the shortcut MoE's output
+    float* hidden = a.hidden;
+    float* normed = a.normed;
+    float* branch = a.branch;
     Embed(batch, hidden);
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
       const int64_t s0 = kSublayers * l, s1 = s0 + 1;
@@ -182,7 +173,7 @@ class LongcatFlash final : public DeepseekModel {
       MlaAttentionAt(s0, l, 0, batch, normed, form, branch);
       AddResidual(hidden, branch, a.tokens);
       RmsNorm(hidden, a.tokens, layer(s0).post_attention_norm, normed);
-      Moe(s0, l, normed, a.tokens, moe.data(), trace);
+      Moe(s0, l, normed, a.tokens, moe, trace);
       DenseMlp(s0, normed, a.tokens, branch);
       AddResidual(hidden, branch, a.tokens);
       RmsNorm(hidden, a.tokens, layer(s1).input_norm, normed);
@@ -192,7 +183,7 @@ class LongcatFlash final : public DeepseekModel {
       DenseMlp(s1, normed, a.tokens, branch);
       // (residual + mlp1) + moe, in transformers' order.
       AddResidual(hidden, branch, a.tokens);
-      AddResidual(hidden, moe.data(), a.tokens);
+      AddResidual(hidden, moe, a.tokens);
       dump::Tensor("hidden", l, hidden, a.tokens, config().hidden_size);
     }
     Head(batch, hidden, logits);
@@ -200,21 +191,9 @@ class LongcatFlash final : public DeepseekModel {
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "longcat_flash";
-  arch.model_types = {"longcat_flash"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<LongcatFlash>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<LongcatFlash, ForEachTensor>(
+      {.name = "longcat_flash", .model_types = {"longcat_flash"}, .defaults = Defaults(),
+       .prepare = Prepare, .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

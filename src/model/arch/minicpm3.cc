@@ -15,14 +15,9 @@ namespace {
 
 // transformers' MiniCPM3Config defaults (MiniCPM3-4B).
 ArchDefaults Defaults() {
-  ArchDefaults d;
   // No experts: a config that states some still parses far enough for Parse to refuse it.
-  d.topk_methods = {TopkMethod::kGreedy};
-  d.max_position_embeddings = 32768;
-  d.bos = 1;
-  d.eos = 2;
-  d.v_head_dim_from_heads = true;
-  return d;
+  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768, .bos = 1,
+          .eos = 2, .v_head_dim_from_heads = true};
 }
 
 // The muP scalings; a null scale_depth or dim_model_base means no scaling (transformers:
@@ -87,20 +82,20 @@ class MiniCpm3 final : public DeepseekModel {
     LATENT_PROFILE_SCOPE(kStep);
     Activations a = Start(batch);
     const int64_t n = a.tokens * config().hidden_size;
-    Embed(batch, a.hidden.data());
+    Embed(batch, a.hidden);
     for (int64_t i = 0; i < n; ++i) a.hidden[i] *= embed_;
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
+      RmsNorm(a.hidden, a.tokens, layer(l).input_norm, a.normed);
+      MlaAttention(l, batch, a.normed, form, /*dsa=*/nullptr, a.branch);
       for (int64_t i = 0; i < n; ++i) a.branch[i] *= residual_;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      RmsNorm(a.hidden, a.tokens, layer(l).post_attention_norm, a.normed);
+      FeedForward(l, a.normed, a.tokens, a.branch, trace);
       for (int64_t i = 0; i < n; ++i) a.branch[i] *= residual_;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+      AddResidual(a.hidden, a.branch, a.tokens);
+      dump::Tensor("hidden", l, a.hidden, a.tokens, config().hidden_size);
     }
-    Head(batch, a.hidden.data(), logits, logits_div_);
+    Head(batch, a.hidden, logits, logits_div_);
   }
 
  private:
@@ -108,20 +103,9 @@ class MiniCpm3 final : public DeepseekModel {
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "minicpm3";
-  arch.model_types = {"minicpm3"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<MiniCpm3>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<MiniCpm3, ForEachTensor>(
+      {.name = "minicpm3", .model_types = {"minicpm3"}, .defaults = Defaults(), .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -17,19 +17,10 @@ namespace {
 
 // transformers' Mistral4Config defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 0;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 1.0;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kGroupTop2};
-  d.scoring = ScoringFunc::kSoftmax;
-  d.max_position_embeddings = 1048576;
-  d.bos = 1;
-  d.eos = 2;
-  return d;
+  return {.first_k_dense_replace = 0, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+          .routed_scaling_factor = 1.0, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kGroupTop2}, .scoring = ScoringFunc::kSoftmax,
+          .max_position_embeddings = 1048576, .bos = 1, .eos = 2};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -96,18 +87,11 @@ class Mistral4 final : public DeepseekModel {
     LATENT_PROFILE_SCOPE(kStep);
     Activations a = Start(batch);
     const std::vector<float> query_scale = QueryScale(batch);  // [T]
-    Embed(batch, a.hidden.data());
+    Embed(batch, a.hidden);
     for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data(),
-                   query_scale.data());
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
+      ResidualLayer(l, batch, form, a, /*dsa=*/nullptr, trace, query_scale.data());
     }
-    Head(batch, a.hidden.data(), logits);
+    Head(batch, a.hidden, logits);
   }
 
  private:
@@ -126,21 +110,9 @@ class Mistral4 final : public DeepseekModel {
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "mistral4";
-  arch.model_types = {"mistral4"};
-  arch.wrapper_model_types = {"mistral3"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Mistral4>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Mistral4, ForEachTensor>(
+      {.name = "mistral4", .model_types = {"mistral4"}, .defaults = Defaults(),
+       .wrapper_model_types = {"mistral3"}, .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

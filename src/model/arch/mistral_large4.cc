@@ -27,19 +27,10 @@ namespace {
 
 // transformers' MistralLarge4TextConfig defaults.
 ArchDefaults Defaults() {
-  ArchDefaults d;
-  d.first_k_dense_replace = 1;
-  d.n_group = 1;
-  d.topk_group = 1;
-  d.n_shared_experts = 1;
-  d.routed_scaling_factor = 1.0;
-  d.norm_topk_prob = true;
-  d.topk_methods = {TopkMethod::kGroupTop2};
-  d.scoring = ScoringFunc::kSoftmax;
-  d.max_position_embeddings = 1048576;
-  d.bos = 1;
-  d.eos = 2;
-  return d;
+  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+          .routed_scaling_factor = 1.0, .norm_topk_prob = true,
+          .topk_methods = {TopkMethod::kGroupTop2}, .scoring = ScoringFunc::kSoftmax,
+          .max_position_embeddings = 1048576, .bos = 1, .eos = 2};
 }
 
 // The config class has no query LoRA (and no q_lora_rank field), and fills rope_parameters with
@@ -275,52 +266,19 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return rows;
 }
 
+// Its Forward is DeepseekModel\'s plain pre-norm decoder.
 class MistralLarge4 final : public DeepseekModel {
  public:
   MistralLarge4(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options,
                       /*index_rope_interleaved=*/true) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    // [T] the positions each token attends to: from the layer's own indexer, or on a shared
-    // layer the last full layer's.
-    DsaSelection selection;
-    if (trace != nullptr) trace->selected.assign(config().num_hidden_layers, {});
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, &selection, a.branch.data());
-      if (trace != nullptr) trace->selected[l] = selection;
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "mistral_large4";
-  arch.model_types = {"mistral_large4_text"};
-  arch.wrapper_model_types = {"mistral_large4"};
-  arch.defaults = Defaults();
-  arch.prepare = Prepare;
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<MistralLarge4>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<MistralLarge4, ForEachTensor>(
+      {.name = "mistral_large4", .model_types = {"mistral_large4_text"}, .defaults = Defaults(),
+       .wrapper_model_types = {"mistral_large4"}, .prepare = Prepare, .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/cache_row_spec.h"
@@ -26,14 +27,14 @@ namespace latent::model {
 // so that latent reads a checkpoint exactly as transformers does.
 struct ArchDefaults {
   int64_t first_k_dense_replace = 0;
-  std::optional<int64_t> n_group, topk_group;  // nullopt: required by grouped routers
+  std::optional<int64_t> n_group{}, topk_group{};  // nullopt: required by grouped routers
   int64_t n_shared_experts = 0;
   double routed_scaling_factor = 1.0;
   bool norm_topk_prob = false;
-  std::vector<TopkMethod> topk_methods;  // The ones it routes with; the first is the default.
+  std::vector<TopkMethod> topk_methods{};  // The ones it routes with; the first is the default.
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   int64_t max_position_embeddings = 2048;
-  std::optional<int64_t> bos, eos;
+  std::optional<int64_t> bos{}, eos{};
   // v_head_dim may be omitted, meaning hidden_size / num_attention_heads (MiniCPM3).
   bool v_head_dim_from_heads = false;
   // qk_rope_head_dim may be 0: no rotary part anywhere (GLM-5-Next's MLA is all NoPE).
@@ -41,12 +42,12 @@ struct ArchDefaults {
 };
 
 struct Arch {
-  std::string name;                      // The family: "deepseek_v3"
-  std::vector<std::string> model_types;  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
-  ArchDefaults defaults;
+  std::string name{};                      // The family: "deepseek_v3"
+  std::vector<std::string> model_types{};  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
+  ArchDefaults defaults{};
   // Vision-language model_types whose config.json holds this family's config under text_config
   // ({"mistral3"} for mistral4); their vision tower is not loaded.
-  std::vector<std::string> wrapper_model_types;
+  std::vector<std::string> wrapper_model_types{};
   // Rewrites config.json before the common keys are read (a family's names for them, such as
   // LongCat's num_layers and ffn_hidden_size). May be null.
   void (*prepare)(Json& config_json, const std::string& source) = nullptr;
@@ -69,6 +70,21 @@ const Arch* FindArch(const std::string& model_type);
 bool IsWrapperModelType(const std::string& model_type);
 // The family of a parsed config (config.architecture).
 const Arch& ArchOf(const ModelConfig& config);
+
+// `arch` with its `tensors` and `create` filled in from the family's tensor list
+// (kForEachTensor(config, layout, weights or null, visit)) and its model class (constructed from
+// the config, the checkpoint and the options): the two entries every arch file would spell alike.
+template <class FamilyModel, auto kForEachTensor>
+Arch WithModel(Arch arch) {
+  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
+    kForEachTensor(c, layout, nullptr, visit);
+  };
+  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
+                   const LoadOptions& options) -> std::unique_ptr<Model> {
+    return std::make_unique<FamilyModel>(std::move(config), std::move(ckpt), options);
+  };
+  return arch;
+}
 
 struct ArchRegistration {
   ArchRegistration(int order, Arch (*make)());

@@ -11,13 +11,9 @@ namespace {
 
 // transformers' YoutuConfig defaults (Youtu-LLM-2B).
 ArchDefaults Defaults() {
-  ArchDefaults d;
   // No experts: a config that states some still parses far enough for Parse to refuse it.
-  d.topk_methods = {TopkMethod::kGreedy};
-  d.max_position_embeddings = 131072;
-  d.bos = 128000;
-  d.eos = 128001;
-  return d;
+  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 131072, .bos = 128000,
+          .eos = 128001};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
@@ -52,44 +48,17 @@ cache::ModelCacheRows CacheRows(const ModelConfig& c, CacheDType dtype) {
   return cache::ModelCacheRows(c.num_hidden_layers, {MlaLatentRow(c, dtype)});
 }
 
+// Its Forward is DeepseekModel\'s plain pre-norm decoder.
 class Youtu final : public DeepseekModel {
  public:
   Youtu(ModelConfig config, weights::Checkpoint ckpt, const LoadOptions& options)
       : DeepseekModel(std::move(config), std::move(ckpt), ForEachTensor, options) {}
-
-  void Forward(const ForwardBatch& batch, AttentionForm form, float* logits,
-               ForwardTrace* trace) const override {
-    LATENT_PROFILE_SCOPE(kStep);
-    Activations a = Start(batch);
-    Embed(batch, a.hidden.data());
-    for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).input_norm, a.normed.data());
-      MlaAttention(l, batch, a.normed.data(), form, /*dsa=*/nullptr, a.branch.data());
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      RmsNorm(a.hidden.data(), a.tokens, layer(l).post_attention_norm, a.normed.data());
-      FeedForward(l, a.normed.data(), a.tokens, a.branch.data(), trace);
-      AddResidual(a.hidden.data(), a.branch.data(), a.tokens);
-      dump::Tensor("hidden", l, a.hidden.data(), a.tokens, config().hidden_size);
-    }
-    Head(batch, a.hidden.data(), logits);
-  }
 };
 
 Arch Make() {
-  Arch arch;
-  arch.name = "youtu";
-  arch.model_types = {"youtu"};
-  arch.defaults = Defaults();
-  arch.parse = Parse;
-  arch.tensors = [](const ModelConfig& c, ExpertLayout layout, const TensorVisitor& visit) {
-    ForEachTensor(c, layout, nullptr, visit);
-  };
-  arch.cache_rows = CacheRows;
-  arch.create = [](ModelConfig config, weights::Checkpoint ckpt,
-                   const LoadOptions& options) -> std::unique_ptr<Model> {
-    return std::make_unique<Youtu>(std::move(config), std::move(ckpt), options);
-  };
-  return arch;
+  return WithModel<Youtu, ForEachTensor>(
+      {.name = "youtu", .model_types = {"youtu"}, .defaults = Defaults(), .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace
