@@ -27,6 +27,8 @@ struct Rows {
     view.rows_per_layer = 1;
     view.slab_offset = {8};
     view.row_bytes = {row_bytes};
+    view.row_values = {width};
+    view.row_fp8_values = {0};  // plain rows of `dtype`
     storage.assign(view.block_bytes * blocks, 0);
     view.base = storage.data();
   }
