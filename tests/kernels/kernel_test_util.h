@@ -50,4 +50,16 @@ inline std::string FastTableName(const ::testing::TestParamInfo<FastTable>& info
 // and so the names ctest's test discovery reads): the family's name, not the struct's raw bytes.
 inline void PrintTo(const FastTable& table, std::ostream* os) { *os << table.name; }
 
+// The fast families most suites run over (a suite adds its own, e.g. ref or VNNI, beside them).
+inline FastTable Avx512Table() { return {"avx512", Avx512Kernels, "no AVX-512 on this CPU"}; }
+inline FastTable Avx2Table() {
+  return {"avx2", Avx2Kernels, "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"};
+}
+
 }  // namespace latent::kernels::testing
+
+// In a FastTable-parametrized test: binds `name` to the family's table, or skips the test on a
+// CPU without that family (naming what is missing): each ISA's tests run where the CPU has it.
+#define LATENT_REQUIRE_TABLE(name)                                     \
+  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing; \
+  const ::latent::kernels::KernelTable& name = *GetParam().get()

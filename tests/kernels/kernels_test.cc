@@ -35,15 +35,9 @@ class FastKernels : public ::testing::TestWithParam<testing::FastTable> {};
 
 INSTANTIATE_TEST_SUITE_P(
     Isa, FastKernels,
-    ::testing::Values(testing::FastTable{"avx512", Avx512Kernels, "no AVX-512 on this CPU"},
-                      testing::FastTable{"avx2", Avx2Kernels,
-                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
+    ::testing::Values(testing::Avx512Table(),
+                      testing::Avx2Table()),
     testing::FastTableName);
-
-// The family's table, or skip the test on CPUs without it.
-#define REQUIRE_FAST()                                                    \
-  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing;    \
-  const KernelTable& fast = *GetParam().get()
 
 // A weight matrix stored at a deliberately odd address, with its scales.
 struct TestWeight {
@@ -195,7 +189,7 @@ TEST(KernelDispatch, BestKernelsIsAvx512ElseAvx2ElseRef) {
 }
 
 TEST_P(FastKernels, DequantRowMatchesRefExactly) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(1);
   for (const WeightCase& wc : WeightCases()) {
     for (int64_t k : {1, 15, 16, 17, 33, 130, 257}) {
@@ -214,7 +208,7 @@ TEST_P(FastKernels, DequantRowMatchesRefExactly) {
 }
 
 TEST_P(FastKernels, LinearMatchesRef) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(2);
   for (const WeightCase& wc : WeightCases()) {
     for (int64_t k : {1, 15, 16, 17, 33, 130, 600}) {
@@ -248,7 +242,7 @@ TEST_P(FastKernels, LinearMatchesRef) {
 // A row's output is bit-identical alone (m = 1), inside any batch, at any position, with any
 // thread count, and for row slices of the weight (WeightRef::Rows).
 TEST_P(FastKernels, LinearIsBatchInvariant) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   std::mt19937 rng(3);
   for (const WeightCase& wc : WeightCases()) {
@@ -293,7 +287,7 @@ TEST_P(FastKernels, LinearIsBatchInvariant) {
 // with a short last one (m = 13 after 208 rows at k = 10001); every row bit-identical to the
 // row alone and close to the reference.
 TEST_P(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   std::mt19937 rng(4);
   for (const WeightCase& wc : WeightCases()) {
@@ -332,7 +326,7 @@ TEST_P(FastKernels, LinearLargeBatchMatchesRefAndIsBatchInvariant) {
 // rows are bit-identical to the same rows of the 70-row batch (so to each row alone), whatever
 // the thread count (1, 2 or 3), and close to the reference.
 TEST_P(FastKernels, LinearEveryBatchSizeMatchesRefAndIsBatchInvariant) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   std::mt19937 rng(41);
   const int64_t most = 70;
@@ -459,7 +453,7 @@ TEST(RefKernels, Bf16ActivationsRoundTheInputsAndNothingElse) {
 // AVX512_BF16 CPUs the AVX-512 family runs flagged bf16 weights on vdpbf16ps (its own order):
 // those are held to the reference within f32 summation error instead.
 TEST_P(FastKernels, Bf16ActivationsEqualTheKernelOnRoundedInputs) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   threads::SetNumThreads(2);
   std::mt19937 rng(62);
@@ -533,7 +527,7 @@ TEST(Avx2Kernels, RoundActivationsToBf16IsRoundToBF16) {
 }
 
 TEST_P(FastKernels, TransposedLinearMatchesRefAndIsBatchInvariant) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(4);
   for (const WeightCase& wc : WeightCases()) {
     for (int64_t k : {1, 15, 17, 130, 512}) {
@@ -605,7 +599,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 TEST_P(FastKernels, RmsNormAndLayerNormMatchRef) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(5);
   for (int64_t d : {1, 15, 16, 17, 130, 2048}) {
     for (int64_t m : {1, 3}) {
@@ -633,7 +627,7 @@ TEST_P(FastKernels, RmsNormAndLayerNormMatchRef) {
 }
 
 TEST_P(FastKernels, SiluMulMatchesRef) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(6);
   for (int64_t n : {1, 15, 17, 1408, 4099}) {
     std::vector<float> gate = RandomFloats(rng, n, -20.0f, 20.0f);
@@ -680,7 +674,7 @@ void RunAttention(const KernelTable& table, const AttentionCase& c, const std::v
 }
 
 TEST_P(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   std::mt19937 rng(7);
   const std::vector<AttentionCase> cases = {
@@ -807,7 +801,7 @@ void ExpectQueriesMatchRef(const KernelTable& table, const std::string& name) {
 TEST(RefKernels, AttentionQueriesMatchesOneQueryAtATime) { ExpectQueriesMatchRef(Ref(), "ref"); }
 
 TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   ExpectQueriesMatchRef(fast, GetParam().name);
   std::mt19937 rng(12);
@@ -901,7 +895,7 @@ void ExpectNormRope(const KernelTable& table, const std::string& name) {
 TEST(RefKernels, NormRopeIsNormThenRotation) { ExpectNormRope(Ref(), "ref"); }
 
 TEST_P(FastKernels, NormRopeIsNormThenRotation) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   ExpectNormRope(fast, GetParam().name);
 }
 
@@ -909,7 +903,7 @@ TEST_P(FastKernels, NormRopeIsNormThenRotation) {
 // error ~ dim * 2^-24 of sum |q||k| per head), head counts with tails (64, 7, 17, 130), and each
 // key's score bit-identical whether scored alone or in any run of keys.
 TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
-  REQUIRE_FAST();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(31);
   for (const int64_t heads : {64, 7, 17, 130}) {
     for (const int64_t dim : {128, 5, 33}) {

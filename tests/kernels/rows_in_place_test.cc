@@ -34,14 +34,9 @@ class RowsInPlace : public ::testing::TestWithParam<testing::FastTable> {};
 INSTANTIATE_TEST_SUITE_P(
     Isa, RowsInPlace,
     ::testing::Values(testing::FastTable{"ref", RefTable, ""},
-                      testing::FastTable{"avx512", Avx512Kernels, "no AVX-512 on this CPU"},
-                      testing::FastTable{"avx2", Avx2Kernels,
-                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
+                      testing::Avx512Table(),
+                      testing::Avx2Table()),
     testing::FastTableName);
-
-#define REQUIRE_TABLE()                                                 \
-  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing;  \
-  const KernelTable& table = *GetParam().get()
 
 // The same random values stored twice: as bf16 bits and as those values in f32 (exact).
 struct Store {
@@ -89,7 +84,7 @@ struct Case {
 };
 
 TEST_P(RowsInPlace, AttentionOverBf16RowsEqualsF32Rows) {
-  REQUIRE_TABLE();
+  LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   threads::SetNumThreads(2);
   std::mt19937 rng(41);
@@ -143,7 +138,7 @@ TEST_P(RowsInPlace, AttentionOverBf16RowsEqualsF32Rows) {
 }
 
 TEST_P(RowsInPlace, QueriesAttentionOverBf16RowsEqualsF32Rows) {
-  REQUIRE_TABLE();
+  LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   threads::SetNumThreads(2);
   std::mt19937 rng(43);
@@ -194,7 +189,7 @@ TEST_P(RowsInPlace, QueriesAttentionOverBf16RowsEqualsF32Rows) {
 }
 
 TEST_P(RowsInPlace, IndexScoresOverBf16KeysEqualF32Keys) {
-  REQUIRE_TABLE();
+  LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(47);
   for (const int64_t heads : {64, 7, 17}) {
     for (const int64_t dim : {128, 5, 33}) {

@@ -31,13 +31,8 @@ class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {};
 INSTANTIATE_TEST_SUITE_P(
     Isa, W8A8Kernels,
     ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
-                      testing::FastTable{"avx2", Avx2Kernels,
-                                         "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"}),
+                      testing::Avx2Table()),
     testing::FastTableName);
-
-#define REQUIRE_W8A8()                                                 \
-  if (GetParam().get() == nullptr) GTEST_SKIP() << GetParam().missing; \
-  const KernelTable& fast = *GetParam().get()
 
 // An int8 weight [n, k] at an odd address, with unaligned f32 row scales and its row sums: the
 // layout QuantizeInt8(..., row_sums = true) makes.
@@ -119,7 +114,7 @@ TEST(W8A8Reference, IsTheIntegerDotTimesBothScales) {
 }
 
 TEST_P(W8A8Kernels, MatchesRefBitExactly) {
-  REQUIRE_W8A8();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(11);
   for (int64_t k : {1, 15, 63, 64, 65, 130, 600, 2050}) {
     for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 67}) {
@@ -144,7 +139,7 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
 }
 
 TEST_P(W8A8Kernels, RowSlicesMatchTheFullMatrix) {
-  REQUIRE_W8A8();
+  LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(12);
   const int64_t n = 150, k = 333;
   const W8A8Weight w = MakeW8A8(rng, n, k, 1);
@@ -168,7 +163,7 @@ TEST_P(W8A8Kernels, RowSlicesMatchTheFullMatrix) {
 
 // Every row bit-identical alone (decode shapes), in any sub-batch and with 1 or 2 threads.
 TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
-  REQUIRE_W8A8();
+  LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   std::mt19937 rng(13);
   const int64_t n = 301, k = 2050, m = 130;  // n and k tails, L2 blocks, thread chunks
