@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/cpu_features.h"
 #include "tensor/dtype.h"
 
 #if defined(__x86_64__)
@@ -122,17 +123,12 @@ __attribute__((target("avx2,f16c"))) void DecodeCodesAvx2(const uint8_t* codes, 
   for (; i < n; ++i) dst[i] = table[codes[i]] * scale;
 }
 
-bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
-}
-
 }  // namespace
 #endif
 
 void DecodeFp8Row(const uint8_t* src, int64_t values, int64_t fp8_values, float* dst) {
 #if defined(__x86_64__)
-  if (HasAvx2F16c()) {
+  if (CpuHasAvx2()) {
     const uint8_t* scales = src + fp8_values;
     const int64_t groups = (fp8_values + kFp8Group - 1) / kFp8Group;
     for (int64_t g = 0; g < groups; ++g) {

@@ -3,10 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#endif
-
+#include "base/cpu_features.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
@@ -17,55 +14,6 @@
 namespace latent::kernels {
 namespace {
 
-bool CpuHasAvx512() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  // libgcc's checks include the OS's support for the zmm state (XCR0).
-  __builtin_cpu_init();
-  // Every AVX-512 CPU also has the FMA, F16C and BMI2 the kernels use (clang cannot query f16c).
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
-#else
-  return false;
-#endif
-}
-
-// AVX2, FMA and F16C from CPUID, and the OS saving the ymm state (XCR0 bits 1 and 2, read by
-// XGETBV, which OSXSAVE says is available): what the AVX2 kernels need.
-bool CpuHasAvx2() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-  const bool fma = (ecx & bit_FMA) != 0, osxsave = (ecx & bit_OSXSAVE) != 0;
-  const bool avx = (ecx & bit_AVX) != 0, f16c = (ecx & bit_F16C) != 0;
-  if (!(fma && osxsave && avx && f16c)) return false;
-  unsigned xcr0_lo, xcr0_hi;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 0x6u) != 0x6u) return false;  // xmm and ymm state
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  return (ebx & bit_AVX2) != 0;
-#else
-  return false;
-#endif
-}
-
-bool CpuHasVnni() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
-}
-
-bool CpuHasBf16Dot() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  return CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
-
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)
   if (!CpuHasAvx512()) return nullptr;
@@ -73,10 +21,10 @@ const KernelTable* MakeAvx512() {
   avx512::FillLinearKernels(table);
   avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
   // W8A8 weights: vpdpbusd with VNNI; without it the int8 kernel hands them to the reference.
-  if (CpuHasVnni()) avx512::FillW8A8VnniLinear(table);
+  if (CpuHasAvx512Vnni()) avx512::FillW8A8VnniLinear(table);
   // bf16 compute over bf16 weights: vdpbf16ps where the CPU has it (the same bf16(x) . W^T as
   // the f32 kernels on rounded inputs, in its own fixed order).
-  if (CpuHasBf16Dot()) avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/false);
+  if (CpuHasAvx512Bf16()) avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/false);
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
   avx512::FillIndexScoresKernel(table);
@@ -102,7 +50,7 @@ const KernelTable* MakeAvx2() {
 
 const KernelTable* MakeBf16Dot() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (Avx512Kernels() == nullptr || !CpuHasBf16Dot()) return nullptr;
+  if (Avx512Kernels() == nullptr || !CpuHasAvx512Bf16()) return nullptr;
   static KernelTable table = *Avx512Kernels();
   avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/true);
   return &table;
@@ -151,9 +99,9 @@ const KernelTable* MakeOnednn() {
 
 }  // namespace
 
-bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasVnni(); }
+bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasAvx512Vnni(); }
 
-bool Avx512HasBf16Dot() { return Avx512Kernels() != nullptr && CpuHasBf16Dot(); }
+bool Avx512HasBf16Dot() { return Avx512Kernels() != nullptr && CpuHasAvx512Bf16(); }
 
 const KernelTable* Avx512Kernels() {
   static const KernelTable* table = MakeAvx512();

@@ -1,5 +1,5 @@
 // Entry points of the AVX-512 kernels (kernels/avx512/*.cc). Only dispatch.cc calls them, and
-// only after checking the CPU (see CpuHasAvx512 in kernel_table.h).
+// only after checking the CPU (see CpuHasAvx512 in base/cpu_features.h).
 #pragma once
 
 #include "kernels/kernel_table.h"

@@ -1,0 +1,66 @@
+#include "base/cpu_features.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define LATENT_HAVE_CPUID 1
+#else
+#define LATENT_HAVE_CPUID 0
+#endif
+
+namespace latent {
+namespace {
+
+#if LATENT_HAVE_CPUID
+struct CpuFeatures {
+  bool avx2 = false, avx512 = false, vnni = false, bf16 = false;
+};
+
+// The XCR0 bits the OS sets when it saves a register state across context switches.
+constexpr unsigned kXcr0Ymm = 0x6u;     // xmm, ymm
+constexpr unsigned kXcr0Zmm = 0xe6u;    // xmm, ymm, opmask, zmm0-15 upper halves, zmm16-31
+
+CpuFeatures ReadCpuFeatures() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool fma = (ecx & bit_FMA) != 0, osxsave = (ecx & bit_OSXSAVE) != 0;
+  const bool avx = (ecx & bit_AVX) != 0, f16c = (ecx & bit_F16C) != 0;
+  if (!(fma && osxsave && avx && f16c)) return f;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & kXcr0Ymm) != kXcr0Ymm) return f;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  const unsigned leaf7_ebx = ebx, leaf7_ecx = ecx;
+  f.avx2 = (leaf7_ebx & bit_AVX2) != 0;
+  const bool bmi2 = (leaf7_ebx & bit_BMI2) != 0;
+  const bool avx512 = (leaf7_ebx & bit_AVX512F) && (leaf7_ebx & bit_AVX512BW) &&
+                      (leaf7_ebx & bit_AVX512VL) && (leaf7_ebx & bit_AVX512DQ);
+  f.avx512 = f.avx2 && bmi2 && avx512 && (xcr0_lo & kXcr0Zmm) == kXcr0Zmm;
+  f.vnni = f.avx512 && (leaf7_ecx & bit_AVX512VNNI) != 0;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  f.bf16 = f.avx512 && (eax & bit_AVX512BF16) != 0;
+  return f;
+}
+
+const CpuFeatures& Features() {
+  static const CpuFeatures features = ReadCpuFeatures();
+  return features;
+}
+#endif
+
+}  // namespace
+
+#if LATENT_HAVE_CPUID
+bool CpuHasAvx2() { return Features().avx2; }
+bool CpuHasAvx512() { return Features().avx512; }
+bool CpuHasAvx512Vnni() { return Features().vnni; }
+bool CpuHasAvx512Bf16() { return Features().bf16; }
+#else
+bool CpuHasAvx2() { return false; }
+bool CpuHasAvx512() { return false; }
+bool CpuHasAvx512Vnni() { return false; }
+bool CpuHasAvx512Bf16() { return false; }
+#endif
+
+}  // namespace latent

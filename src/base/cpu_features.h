@@ -1,0 +1,17 @@
+// What the CPU (and the OS, for the wider register state) can run, read once from CPUID. The
+// kernel dispatch (kernels/dispatch.cc) and the fp8 row decoder (cache/fp8_rows.cc) ask here, so
+// GCC and clang builds agree: clang's __builtin_cpu_supports cannot query f16c.
+#pragma once
+
+namespace latent {
+
+// AVX2, FMA and F16C, with the OS saving the ymm state: what the AVX2 kernels need.
+bool CpuHasAvx2();
+// AVX-512 F/BW/VL/DQ plus FMA and BMI2, with the OS saving the zmm state.
+bool CpuHasAvx512();
+// CpuHasAvx512() and VNNI (vpdpbusd).
+bool CpuHasAvx512Vnni();
+// CpuHasAvx512() and AVX512-BF16 (vdpbf16ps).
+bool CpuHasAvx512Bf16();
+
+}  // namespace latent
