@@ -44,10 +44,13 @@ $(STAMPS)/venv: requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@mkdir -p $(STAMPS) && touch $@
 
-# DEBUG_INFO=OFF builds without -g (CI: the same code, less compile time; CMakeLists.txt).
+# DEBUG_INFO=OFF builds without -g, UNITY=ON in unity batches (CI: the same code, less compile
+# time; CMakeLists.txt, cmake/compile_time.cmake).
 DEBUG_INFO ?= ON
+UNITY ?= OFF
 $(BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATENT_DEBUG_INFO=$(DEBUG_INFO)
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATENT_DEBUG_INFO=$(DEBUG_INFO) \
+	  -DLATENT_UNITY_BUILD=$(UNITY)
 
 build: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -107,7 +110,7 @@ pip-install-test: | $(STAMPS)/apt
 # core; each fuzzer is single-threaded, so each still gets FUZZ_SECONDS of a core).
 build-fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATENT_UNITY_BUILD=ON > /dev/null
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
 
 fuzz: build-fuzz
@@ -119,7 +122,7 @@ fuzz: build-fuzz
 FUZZ_LONG_SECONDS ?= 3600
 fuzz-long: setup
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DLATENT_FUZZ=ON \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATENT_UNITY_BUILD=ON > /dev/null
 	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target fuzzers
 	n=$$(ls $(FUZZ_BUILD_DIR)/tests/fuzz/*_fuzzer | wc -l); \
 	  FUZZ_JOBS=1 FUZZ_KEEP_CORPUS=1 tests/fuzz/run_fuzzers.sh $(FUZZ_BUILD_DIR) $$(( $(FUZZ_LONG_SECONDS) / n ))
@@ -127,14 +130,14 @@ fuzz-merge:
 	tests/fuzz/merge_corpus.sh $(FUZZ_BUILD_DIR)
 
 # Sanitizer builds: everything compiled with ASan+UBSan (build-asan) or TSan (build-tsan), with
-# oneDNN left out (its OpenMP runtime is not instrumented). TSan compiles the code outside the
-# kernels, ops, model and tokenizer at -O0 (LATENT_SANITIZER_COLD_OPT); ASan keeps -O1 there, the
-# flags its suite has passed with in CI. Reports go to <dir>/sanitizer-logs; a test run fails if
-# any report was written, even by a server process a test killed.
+# oneDNN left out (its OpenMP runtime is not instrumented), in unity batches. Both compile the
+# code outside the kernels, ops, model and tokenizer at -O0 (LATENT_SANITIZER_COLD_OPT: less
+# compile time for code the tests spend little time in). Reports go to <dir>/sanitizer-logs; a
+# test run fails if any report was written, even by a server process a test killed.
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \
-  -DLATENT_PYTHON_MODULE=OFF
+  -DLATENT_PYTHON_MODULE=OFF -DLATENT_UNITY_BUILD=ON
 ASAN_TARGETS := latent latent_unit_tests latent_kernel_tests
 # TSan: the server binary and latent_tsan_tests, the threaded code's gtests alone (tests/unit/CMakeLists.txt).
 TSAN_TARGETS := latent latent_tsan_tests
@@ -171,8 +174,7 @@ TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconn
 SANITIZER_PYTEST := $(PY) -m pytest -q -x $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 $(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
-	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address \
-	  -DLATENT_SANITIZER_COLD_OPT=-O1
+	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address
 $(TSAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(TSAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=thread
 

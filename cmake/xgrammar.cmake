@@ -64,3 +64,7 @@ target_compile_options(xgrammar PRIVATE -fno-lto -Wno-error -w -g0)
 if(LATENT_SANITIZER_BUILD)
   target_compile_options(xgrammar PRIVATE -O1)
 endif()
+# Unity batches in CI's trees as for our own targets (cmake/compile_time.cmake).
+if(LATENT_UNITY_BUILD)
+  set_target_properties(xgrammar PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${LATENT_UNITY_BATCH})
+endif()

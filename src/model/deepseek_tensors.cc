@@ -11,8 +11,6 @@ TensorTarget To(T* p) {
   return p != nullptr ? TensorTarget{p} : TensorTarget{};
 }
 
-std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }
-
 }  // namespace
 
 DeepseekTensors::DeepseekTensors(const ModelConfig& config, ExpertLayout layout,

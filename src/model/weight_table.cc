@@ -9,7 +9,6 @@
 namespace latent::model {
 namespace {
 
-std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }
 
 bool IsFloat8(DType dtype) { return dtype == DType::kF8E4M3; }
 
@@ -172,5 +171,7 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
   }
   return report;
 }
+
+std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }
 
 }  // namespace latent::model

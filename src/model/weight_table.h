@@ -18,6 +18,9 @@
 
 namespace latent::model {
 
+// "model.layers.<layer>.": where a decoder layer's tensors are named in a checkpoint.
+std::string LayerPrefix(int64_t layer);
+
 enum class WeightKind : uint8_t {
   kLinear,     // A projection matrix [out, in]; FP8 checkpoints store these quantized.
   kExperts,    // Fused experts tensor [E, out, in] (transformers' in-memory layout).

@@ -9,7 +9,7 @@ namespace latent::tokenizer {
 
 namespace {
 
-constexpr const char* kWhat = "added token";
+constexpr const char* kAddedToken = "added token";
 
 // The character that ends text[0..end) (end > 0), decoded.
 uint32_t LastChar(std::string_view text, size_t end) {
@@ -95,12 +95,12 @@ void AddedVocabulary::Build(const Json& list, const BpeModel& model, const Norma
   for (const Json& entry : list) {
     if (!entry.is_object()) Fail("tokenizer.json: an added token must be an object");
     AddedToken token;
-    token.content = Field<std::string>(entry, "content", kWhat);
-    token.single_word = FieldOr<bool>(entry, "single_word", false, kWhat);
-    token.lstrip = FieldOr<bool>(entry, "lstrip", false, kWhat);
-    token.rstrip = FieldOr<bool>(entry, "rstrip", false, kWhat);
-    token.normalized = FieldOr<bool>(entry, "normalized", true, kWhat);
-    token.special = FieldOr<bool>(entry, "special", false, kWhat);
+    token.content = Field<std::string>(entry, "content", kAddedToken);
+    token.single_word = FieldOr<bool>(entry, "single_word", false, kAddedToken);
+    token.lstrip = FieldOr<bool>(entry, "lstrip", false, kAddedToken);
+    token.rstrip = FieldOr<bool>(entry, "rstrip", false, kAddedToken);
+    token.normalized = FieldOr<bool>(entry, "normalized", true, kAddedToken);
+    token.special = FieldOr<bool>(entry, "special", false, kAddedToken);
     if (token.content.empty()) continue;
     auto known = by_content_.find(token.content);
     if (known != by_content_.end()) {

@@ -10,7 +10,7 @@ namespace latent::tokenizer {
 
 namespace {
 
-constexpr const char* kWhat = "BPE model";
+constexpr const char* kBpeModel = "BPE model";
 
 uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -44,19 +44,19 @@ std::unique_ptr<BpeModel> BpeModel::FromJson(const Json& j) {
          "' (supported: BPE; WordPiece, WordLevel and Unigram models are not)");
   }
   std::unique_ptr<BpeModel> m(new BpeModel());
-  const double dropout = FieldOr<double>(j, "dropout", 0.0, kWhat);
+  const double dropout = FieldOr<double>(j, "dropout", 0.0, kBpeModel);
   if (dropout != 0.0) {
     Fail("tokenizer.json: BPE model: dropout ", dropout,
          " is not supported (it makes encoding random; inference uses none)");
   }
   if (j.contains("unk_token") && !j["unk_token"].is_null()) {
-    m->unk_token_ = Field<std::string>(j, "unk_token", kWhat);
+    m->unk_token_ = Field<std::string>(j, "unk_token", kBpeModel);
   }
-  m->continuing_subword_prefix_ = FieldOr<std::string>(j, "continuing_subword_prefix", "", kWhat);
-  m->end_of_word_suffix_ = FieldOr<std::string>(j, "end_of_word_suffix", "", kWhat);
-  m->fuse_unk_ = FieldOr<bool>(j, "fuse_unk", false, kWhat);
-  m->byte_fallback_ = FieldOr<bool>(j, "byte_fallback", false, kWhat);
-  m->ignore_merges_ = FieldOr<bool>(j, "ignore_merges", false, kWhat);
+  m->continuing_subword_prefix_ = FieldOr<std::string>(j, "continuing_subword_prefix", "", kBpeModel);
+  m->end_of_word_suffix_ = FieldOr<std::string>(j, "end_of_word_suffix", "", kBpeModel);
+  m->fuse_unk_ = FieldOr<bool>(j, "fuse_unk", false, kBpeModel);
+  m->byte_fallback_ = FieldOr<bool>(j, "byte_fallback", false, kBpeModel);
+  m->ignore_merges_ = FieldOr<bool>(j, "ignore_merges", false, kBpeModel);
 
   auto vocab_it = j.find("vocab");
   if (vocab_it == j.end() || !vocab_it->is_object()) {
@@ -91,7 +91,7 @@ std::unique_ptr<BpeModel> BpeModel::FromJson(const Json& j) {
 
   // Merges: "a b" strings (older files) or ["a", "b"] pairs. A merge's result is a + b with b's
   // continuing_subword_prefix removed. A repeated pair keeps its last rank, like HF's map.
-  const Json& merges = ArrayField(j, "merges", kWhat);
+  const Json& merges = ArrayField(j, "merges", kBpeModel);
   m->merges_.Reserve(merges.size());
   const size_t prefix_len = m->continuing_subword_prefix_.size();
   uint32_t rank = 0;
