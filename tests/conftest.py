@@ -15,7 +15,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # LATENT_BIN runs the tests against another build of latent (make test-asan: the ASan build).
 LATENT = Path(os.environ.get("LATENT_BIN", REPO / "build" / "latent"))
-MAKE_TINY_MODEL = REPO / "tools" / "make_tiny_model.py"
 sys.path.insert(0, str(REPO / "tools"))
 # The Python package as `make build` leaves it (src/python/CMakeLists.txt), for tests/python.
 BUILD_PYTHON = REPO / "build" / "python"
@@ -33,15 +32,27 @@ def run_latent(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def make_tiny_model(out: Path, preset: str, *extra: str, config: dict | None = None,
                     seed: int = 0) -> dict:
-    """Runs tools/make_tiny_model.py and returns its JSON summary."""
-    cmd = [sys.executable, str(MAKE_TINY_MODEL), "--preset", preset, "--out", str(out),
-           "--seed", str(seed), *extra]
+    """Makes a tiny model with tools/make_tiny_model.py and returns its JSON summary.
+
+    In this process, not as a subprocess: a run of the tool is about 10 s of CPU, nearly all of
+    it importing torch and transformers, which a test process has already done (the suite makes
+    about a hundred models). The tool seeds torch's global generator; its state is put back
+    after, so a model made here changes nothing else in the process. The command line itself is
+    tested by tests/tools/test_make_tiny_model.py."""
+    import torch
+    import make_tiny_model as mtm
+
+    argv = ["--preset", preset, "--out", str(out), "--seed", str(seed), *extra]
     if config:
-        cmd += ["--config-json", json.dumps(config)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"make_tiny_model failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        argv += ["--config-json", json.dumps(config)]
+    rng_state = torch.random.get_rng_state()
+    try:
+        # Through JSON, as the tool prints it: lists, not tuples.
+        return json.loads(json.dumps(mtm.make_tiny_model(mtm.parse_args(argv))))
+    except (mtm.UsageError, SystemExit) as e:
+        raise AssertionError(f"make_tiny_model {' '.join(argv)} failed: {e}") from e
+    finally:
+        torch.random.set_rng_state(rng_state)
 
 
 class TinyModels:
