@@ -13,16 +13,17 @@
 //
 // Summation order (the contract that keeps batched = alone): each output y[m, n] is one lane of
 // an f32 accumulator tile, zeroed, then one TDPBF16PS per 32-wide block of k, in order (the last
-// block zero-padded; an f32 store and reload between k chunks changes nothing). A tile's rows are independent (row r of C only reads row r of
-// A), and the activations are copied, rounded, into a buffer of whole 16-row tiles whose rows
-// past m are zero, so every tile is configured alike (16 x 64 bytes) and a row's arithmetic does
+// block zero-padded; an f32 store and reload between k chunks changes nothing). A tile's rows are
+// independent (row r of C only reads row r of A): decode (m <= 16) configures its activation and
+// accumulator tiles with m rows, batches use whole 16-row tiles over a copy of the rounded
+// activations whose rows past m are zero, and a row's arithmetic is the same in both, so it does
 // not depend on M, on the other rows, on where it sits in its tile, or on the thread that runs
 // its columns (threads split N into whole column blocks). TDPBF16PS ignores MXCSR (round to
 // nearest even, denormal inputs and outputs flushed), as vdpbf16ps does.
 //
 // Blocking. Decode (m <= 16, one activation tile): 4 accumulators over all of k, one A tile, the
 // 4 weight streams of 4 column blocks read in turn into the three B tiles, with software
-// prefetch ahead in each. Batches: k in chunks of 512; per chunk, each pair of column blocks
+// prefetch 4 KiB ahead in each (without it, a third slower). Batches: k in chunks of 512; per chunk, each pair of column blocks
 // meets every 32-row tile pair (2 x 2 accumulators, loaded from and stored to an f32 buffer
 // between chunks: exact, so the same sums), so its weights come from memory once per call.
 // Threads split N into groups of whole column blocks.
@@ -69,12 +70,14 @@ struct alignas(64) TileConfig {
 };
 
 // Tiles: 0-3 accumulators, 4-5 activations (A), 5-7 weights (B; tile 5 is A's when two A tiles
-// are in use).
-void ConfigureTiles() {
+// are in use). `rows`: the rows of the accumulators and of A tile 4 (16, or m for decode: fewer
+// rows to load and multiply; row r of an accumulator reads only row r of A, so its arithmetic is
+// the same in a tile of any height).
+void ConfigureTiles(int64_t rows) {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
-    c.rows[t] = kTileRows;
+    c.rows[t] = static_cast<uint8_t>(t <= 4 ? rows : kTileRows);
   }
   _tile_loadconfig(&c);
 }
@@ -232,8 +235,8 @@ void BatchBlocks(const AmxJob& j, int64_t b0, int64_t b1) {
 
 // Column blocks [b0, b1) (packed block indices) for every activation row.
 void Blocks(const AmxJob& j, int64_t b0, int64_t b1) {
-  ConfigureTiles();
-  if (j.mp == kTileRows) {  // decode: one activation tile, 4 weight streams at a time
+  if (j.mp == kTileRows) {  // decode: one activation tile of m rows, 4 weight streams at a time
+    ConfigureTiles(j.m);
     int64_t b = b0;
     for (; b + 4 <= b1; b += 4) TileRow<4>(j, 0, b);
     switch (b1 - b) {
@@ -243,13 +246,14 @@ void Blocks(const AmxJob& j, int64_t b0, int64_t b1) {
       default: break;
     }
   } else {
+    ConfigureTiles(kTileRows);
     for (int64_t g = b0; g < b1; g += kGroupBlocks) BatchBlocks(j, g, std::min(b1, g + kGroupBlocks));
   }
   _tile_release();
 }
 
 // x [m, k] f32 -> out [mp, kp] bf16, round to nearest even (NaN stays NaN, as F32ToBF16), zero
-// past k and past m.
+// past k, and past m when mp > 16.
 void RoundRows(const float* x, int64_t m, int64_t k, int64_t mp, int64_t kp, uint16_t* out) {
   for (int64_t r = 0; r < m; ++r) {
     const float* src = x + r * k;
@@ -266,7 +270,9 @@ void RoundRows(const float* x, int64_t m, int64_t k, int64_t mp, int64_t kp, uin
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
     }
   }
-  std::memset(out + m * kp, 0, static_cast<size_t>((mp - m) * kp) * sizeof(uint16_t));
+  if (mp > kTileRows) {  // batches: whole 16-row tiles (decode tiles have m rows)
+    std::memset(out + m * kp, 0, static_cast<size_t>((mp - m) * kp) * sizeof(uint16_t));
+  }
 }
 
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.
