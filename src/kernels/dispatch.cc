@@ -15,9 +15,11 @@
 namespace latent::kernels {
 namespace {
 
-// Whether the AMX kernels are the default on CPUs that have them (else LATENT_GEMM=amx only):
-// set from bench/kernels' figures (kernels/amx/linear_amx.cc).
-constexpr bool kAmxByDefault = true;
+// Whether the AMX kernels are the default on CPUs that have them (else LATENT_GEMM=amx only), as
+// bench/kernels measures them against the AVX-512 (vdpbf16ps) default: 2-4x faster from m = 8
+// (prefill m = 512: 4x), level at m = 4, but 10-20% slower at m = 1 and 2, batch-1 decode, on
+// a 2-core Xeon (Sapphire Rapids class). Not the default until it wins there too.
+constexpr bool kAmxByDefault = false;
 
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)

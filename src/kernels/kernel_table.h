@@ -92,8 +92,8 @@ const KernelTable* OnednnKernels();
 // stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
 // invariant like the AVX-512 kernels.
 const KernelTable* AmxKernels();
-// The best kernels this CPU supports, chosen once: AVX-512 when available (with AMX for bf16
-// compute, AmxKernels(), where the CPU has AMX-BF16), else AVX2, else the reference.
+// The best kernels this CPU supports, chosen once: AVX-512 when available, else AVX2, else the
+// reference (AmxKernels() is opt-in: dispatch.cc's kAmxByDefault says why).
 // The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
 // picks Bf16DotKernels() when available; LATENT_GEMM=amx picks AmxKernels() when available
 // (LATENT_GEMM=avx512 never does); LATENT_GEMM=onednn picks OnednnKernels() over that.

@@ -1,5 +1,9 @@
 #include "kernels/linear.h"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -22,6 +26,15 @@ std::unique_ptr<uint8_t[]> PackForLinear(const KernelTable& table, WeightRef& w,
   auto buffer = std::make_unique_for_overwrite<uint8_t[]>(size + kAlign);
   const auto address = reinterpret_cast<uintptr_t>(buffer.get());
   uint8_t* aligned = buffer.get() + (kAlign - address % kAlign) % kAlign;
+#if defined(__linux__)
+  // Transparent huge pages for the copy's whole 2 MiB pages (asked before they are first
+  // touched): a decode step streams every weight once, and with 4 KiB pages each 4 KiB of each
+  // stream costs a TLB miss.
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (address + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t end = (address + static_cast<uintptr_t>(size + kAlign)) / kHuge * kHuge;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
   table.pack(w, aligned);
   w.packed = aligned;
   w.packed_row0 = 0;

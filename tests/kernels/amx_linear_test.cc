@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/kernel_table.h"
@@ -82,6 +84,25 @@ void ExpectNearAmxRef(const std::vector<float>& x, int64_t m, const WeightRef& w
       ASSERT_LE(std::fabs(static_cast<double>(y[i * w.n + r]) - ref[i * w.n + r]), bound)
           << "m " << m << " row " << i << " output " << r << " of [" << w.n << ", " << w.k << "]";
     }
+  }
+}
+
+// AMX is opt-in (dispatch.cc says why): LATENT_GEMM=amx picks it where the CPU has it, and only
+// then does the loader pack weights (BestKernels().pack).
+TEST(AmxDispatch, BestKernelsUseAmxOnlyWhenAskedFor) {
+  const char* gemm = std::getenv("LATENT_GEMM");
+  const char* kernels = std::getenv("LATENT_KERNELS");
+  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
+  const bool asked = gemm != nullptr && std::string(gemm) == "amx";
+  const bool overridden = (kernels != nullptr && std::string(kernels) == "ref") ||
+                          (bf16_dot != nullptr && std::string(bf16_dot) == "1");
+  if (asked && AmxKernels() != nullptr && !overridden) {
+    EXPECT_EQ(&BestKernels(), AmxKernels());
+    EXPECT_STREQ(BestKernelsName(), "avx512-amx");
+  } else {
+    EXPECT_NE(&BestKernels(), AmxKernels());
+    EXPECT_EQ(std::string(BestKernelsName()).find("amx"), std::string::npos);
+    EXPECT_EQ(BestKernels().pack, nullptr) << "nothing packs weights without AMX";
   }
 }
 
