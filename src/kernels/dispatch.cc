@@ -16,9 +16,10 @@ namespace latent::kernels {
 namespace {
 
 // Whether the AMX kernels are the default on CPUs that have them (else LATENT_GEMM=amx only), as
-// bench/kernels measures them against the AVX-512 (vdpbf16ps) default: 2-4x faster from m = 8
-// (prefill m = 512: 4x), level at m = 4, but 10-20% slower at m = 1 and 2, batch-1 decode, on
-// a 2-core Xeon (Sapphire Rapids class). Not the default until it wins there too.
+// bench/kernels measures them against the AVX-512 (vdpbf16ps) default on a 2-core Xeon with AMX:
+// 2-4x faster from m = 8 (prefill m = 512: 4x), level at m = 4; at m = 1 and 2 (batch-1 decode)
+// 10-20% slower in CPU time against weights on huge pages, level (and faster in wall time)
+// against a mapped checkpoint file. Not the default until it wins there on a quiet machine.
 constexpr bool kAmxByDefault = false;
 
 const KernelTable* MakeAvx512() {

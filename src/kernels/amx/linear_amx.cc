@@ -30,9 +30,11 @@
 //
 // Speed (bench/kernels, one thread of a 2-core Xeon with AMX, DeepSeek-sized bf16 weights):
 // against the AVX-512 vdpbf16ps kernel, 1.5-2x at m = 8, 2.5-4.5x from m = 16 (prefill m = 512:
-// about 4x, and above oneDNN's bf16 matmul), level at m = 4, 10-20% slower at m = 1 and 2 (both
-// stream the weights from memory at m = 1; why the tile loads do so slower is not yet known).
-// Hence opt-in (dispatch.cc, kAmxByDefault).
+// about 4x, and above oneDNN's bf16 matmul), level at m = 4. At m = 1 and 2 (both stream the
+// weights from memory) it depends on the pages: with vdpbf16ps also on huge pages (the bench's
+// default) AMX is 10-20% slower in CPU time; with vdpbf16ps reading a mapped file as the engine
+// does (--file), level in CPU time and faster in wall time. Hence opt-in for now (dispatch.cc,
+// kAmxByDefault).
 #include <immintrin.h>
 
 #include <algorithm>
