@@ -19,7 +19,7 @@ One invocation, one checkpoint, one machine:
     failure of `generate_batch` is recorded as the peer's;
   * the machine: read bandwidth (bench/read_bw.c) and its bf16 peak (the best bf16 GEMM any
     library reaches here: torch.matmul at a few large shapes and latent_kernel_bench with
-    LATENT_GEMM=onednn), for the rooflines: batch-1 decode, prefill 512 and the decode step at
+    LATENT_GEMM=onednn and with its default kernels under bf16 compute), for the rooflines: batch-1 decode, prefill 512 and the decode step at
     64 requests (all experts any token touches, plus the cache rows, against the FLOPs).
 
 Writes bench/results/compare.json (every figure and every ratio named in the issue, each a number
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -68,7 +69,8 @@ NOMINAL_READ_GB_S = 29.0  # 2-thread read bandwidth given in issue #8; the run m
 # projection, and through the dense MLP's 10944-wide up projection.
 PEAK_TORCH_SHAPES = [(512, 2048, 2048), (512, 10944, 2048), (2048, 2048, 2048)]  # cheapest first
 # latent_kernel_bench's linear (LATENT_GEMM=onednn: oneDNN where latent uses it, else latent's
-# own kernels, as its "kernels" field says) at prefill-sized m over these (n, k).
+# own kernels, as its "kernels" field says; and latent's default kernels under bf16 compute) at
+# prefill-sized m over these (n, k).
 PEAK_KERNEL_BENCH_SHAPES = [(2048, 2048), (10944, 2048)]
 PEAK_KERNEL_BENCH_MS = [512]
 
@@ -644,7 +646,8 @@ def measure_bf16_peak(budget_s: float = 240.0) -> dict:
     """The machine's bf16 peak: the best bf16 GEMM any library reaches here, THREADS threads.
     torch.matmul in bf16 at PEAK_TORCH_SHAPES, and latent_kernel_bench's linear over bf16 weights
     at m = 512 with LATENT_GEMM=onednn (oneDNN's bf16 matmul where latent routes to it: AVX-512
-    CPUs; elsewhere latent's own kernels, named in the result). Each candidate is its best
+    CPUs; elsewhere latent's own kernels, named in the result) and with latent's default kernels
+    under bf16 compute (AMX where the CPU has it). Each candidate is its best
     repetition; `gflops` is the best candidate, with its library and shape."""
     deadline = time.monotonic() + budget_s
     candidates: list[dict] = []
@@ -677,19 +680,23 @@ def measure_bf16_peak(budget_s: float = 240.0) -> dict:
         errors.append(f"torch: {r.failure()}")
     COMMANDS.append(f"{rel(sys.executable)} -c '<torch.matmul bf16 at (m, n, k) in {PEAK_TORCH_SHAPES}, best of up to 8 within 10 s per shape>'")
     if KERNEL_BENCH.exists():
-        for n, k in PEAK_KERNEL_BENCH_SHAPES:
+        # oneDNN over bf16 weights; latent's default kernels under bf16 compute (bf16c: AMX where
+        # the CPU has it, else vdpbf16ps).
+        modes = [("bf16", {"LATENT_GEMM": "onednn"}, "LATENT_GEMM=onednn"), ("bf16c", {}, "default")]
+        for (n, k), (dtype, extra_env, mode) in itertools.product(PEAK_KERNEL_BENCH_SHAPES, modes):
             cmd = [KERNEL_BENCH, "--gib", "0.05", "--reps", "3", "--threads", THREADS,
-                   "--m", ",".join(map(str, PEAK_KERNEL_BENCH_MS)), "--dtypes", "bf16", "--n", n, "--k", k,
+                   "--m", ",".join(map(str, PEAK_KERNEL_BENCH_MS)), "--dtypes", dtype, "--n", n, "--k", k,
                    "--contexts", "", "--prefill", ""]
-            env = bench_env() | {"LATENT_GEMM": "onednn"}
-            r = Run(cmd, max(10.0, deadline - time.monotonic()), env=env, show_env="LATENT_GEMM=onednn ")
+            env = bench_env() | extra_env
+            r = Run(cmd, max(10.0, deadline - time.monotonic()), env=env,
+                    show_env="".join(f"{key}={value} " for key, value in extra_env.items()))
             try:
                 doc = json.loads("\n".join(r.out))
             except json.JSONDecodeError:
-                errors.append(f"latent_kernel_bench n={n} k={k}: {r.failure() or 'no JSON'}")
+                errors.append(f"latent_kernel_bench n={n} k={k} {mode}: {r.failure() or 'no JSON'}")
                 continue
             for row in doc.get("linear", []):
-                candidates.append({"library": f"latent_kernel_bench ({doc.get('kernels')} kernels, LATENT_GEMM=onednn)",
+                candidates.append({"library": f"latent_kernel_bench ({doc.get('kernels')} kernels, {mode}, {dtype})",
                                    "m": row["m"], "n": n, "k": k,
                                    # best repetition: 2 flops per weight per row, 2 bytes per weight
                                    "gflops": row["best_gb_per_s"] / 2 * 2 * row["m"]})

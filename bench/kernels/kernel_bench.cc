@@ -4,15 +4,20 @@
 //
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
 //       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
-//       [--prefill 512,2048] [--kernels best|ref]
+//       [--prefill 512,2048] [--kernels best|ref|avx512|bf16dot|amx|onednn]
 //
+// --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
+// bf16`: activations rounded to bf16), which the AVX-512 table runs on vdpbf16ps and the AMX table
+// on TDPBF16PS (each weight repacked first, as the loader does; the packing is not timed).
+// --kernels picks a table (absent on this CPU or build: exits with status 3).
 // Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
 // attention at 4k and 16k positions with 16 heads. With --n 64 --gib 0.0001 the weights stay in
 // cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
 // "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
 // values (128), as the expanded form runs it: one `attention` call per query against one
 // `attention_queries` call for all of them (bit-identical results).
-// "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine).
+// "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine);
+// "caller_cpu_gflops" the linear flops over it (the kernel's own rate with --threads 1).
 // The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -27,12 +32,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
@@ -146,7 +153,7 @@ struct Options {
   std::vector<int64_t> contexts = {4096, 16384};
   std::vector<int64_t> prefills = {512};
   int64_t heads = 16;
-  bool ref = false;
+  std::string kernels = "best";
   // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
   // lm_head, say), as the engine reads its weights, instead of anonymous huge pages.
   std::string file;
@@ -155,7 +162,7 @@ struct Options {
 
 DType DTypeOf(const std::string& name) {
   if (name == "f32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
+  if (name == "bf16" || name == "bf16c") return DType::kBF16;
   if (name == "f16") return DType::kF16;
   if (name == "fp8") return DType::kF8E4M3;
   if (name == "i8" || name == "w8a8") return DType::kI8;  // --quantize int8/w8a8: row scales
@@ -191,7 +198,7 @@ int main(int argc, char** argv) {
     else if (flag == "--heads")
       o.heads = std::atoll(value.c_str());
     else if (flag == "--kernels")
-      o.ref = value == "ref";
+      o.kernels = value;
     else if (flag == "--file")
       o.file = value;
     else if (flag == "--offset")
@@ -201,9 +208,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const KernelTable& kt = o.ref ? latent::kernels::RefKernels() : latent::kernels::BestKernels();
+  const KernelTable* table = o.kernels == "ref"       ? &latent::kernels::RefKernels()
+                             : o.kernels == "avx512"  ? latent::kernels::Avx512Kernels()
+                             : o.kernels == "bf16dot" ? latent::kernels::Bf16DotKernels()
+                             : o.kernels == "amx"     ? latent::kernels::AmxKernels()
+                             : o.kernels == "onednn"  ? latent::kernels::OnednnKernels()
+                                                      : &latent::kernels::BestKernels();
+  if (table == nullptr) {
+    std::fprintf(stderr, "--kernels %s: not on this CPU or in this build\n", o.kernels.c_str());
+    return 3;
+  }
+  const KernelTable& kt = *table;
   std::printf("{\"kernels\": \"%s\", \"loadavg_start\": \"%s\", \"n\": %lld, \"k\": %lld,\n",
-              o.ref ? "ref" : latent::kernels::BestKernelsName(), LoadAvg().c_str(),
+              o.kernels == "best" ? latent::kernels::BestKernelsName() : o.kernels.c_str(),
+              LoadAvg().c_str(),
               static_cast<long long>(o.n), static_cast<long long>(o.k));
   std::printf(" \"linear\": [");
   bool first = true;
@@ -260,7 +278,11 @@ int main(int argc, char** argv) {
         ws[i].block_k = o.k;
         if (name == "w8a8") ws[i].row_sums = row_sums.data();
       }
+      ws[i].bf16_activations = name == "bf16c";
     }
+    // As the loader does: the table's own layout where it has one (AMX tiles), one copy each.
+    std::vector<std::unique_ptr<uint8_t[]>> packed;
+    for (WeightRef& w : ws) packed.push_back(latent::kernels::PackForLinear(kt, w));
     const int64_t max_m = *std::max_element(o.ms.begin(), o.ms.end());
     std::vector<float> x(max_m * o.k), y(max_m * o.n), scratch(o.k);
     for (size_t i = 0; i < x.size(); ++i)
@@ -271,20 +293,23 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < std::min<int64_t>(count, 4); ++i) {
           kt.linear(x.data(), m, ws[i], y.data(), scratch.data());  // warm-up
         }
-        std::vector<double> gbs;
+        std::vector<double> gbs, cpu_gflops;
         for (int r = 0; r < o.reps; ++r) {
           const auto start = Clock::now();
+          const double cpu_start = ThreadCpuMs();
           for (int64_t i = 0; i < count; ++i)
             kt.linear(x.data(), m, ws[i], y.data(), scratch.data());
           const double s = std::chrono::duration<double>(Clock::now() - start).count();
           gbs.push_back(static_cast<double>(matrix_bytes) * count / s / 1e9);
+          cpu_gflops.push_back(2.0 * m * o.n * o.k * count / (ThreadCpuMs() - cpu_start) * 1e-6);
         }
         std::printf(
             "%s\n  {\"dtype\": \"%s\", \"m\": %lld, \"threads\": %lld, \"gb_per_s\": %.2f, "
             "\"best_gb_per_s\": %.2f, "
-            "\"gflops\": %.1f, \"matrices\": %lld, \"gib\": %.2f}",
+            "\"gflops\": %.1f, \"caller_cpu_gflops\": %.1f, \"matrices\": %lld, \"gib\": %.2f}",
             first ? "" : ",", name.c_str(), static_cast<long long>(m), static_cast<long long>(t),
             Median(gbs), *std::max_element(gbs.begin(), gbs.end()), Median(gbs) / latent::DTypeSize(dtype) * 2.0 * m,
+            Median(cpu_gflops),
             static_cast<long long>(count),
             static_cast<double>(matrix_bytes) * count / (1ull << 30));
         std::fflush(stdout);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/cpu_features.h"
+#include "kernels/amx/amx_kernels.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
@@ -13,6 +14,13 @@
 
 namespace latent::kernels {
 namespace {
+
+// Whether the AMX kernels are the default on CPUs that have them (else LATENT_GEMM=amx only), as
+// bench/kernels measures them against the AVX-512 (vdpbf16ps) default on a 2-core Xeon with AMX:
+// 2-4x faster from m = 8 (prefill m = 512: 4x), level at m = 4; at m = 1 and 2 (batch-1 decode)
+// 10-20% slower in CPU time against weights on huge pages, level (and faster in wall time)
+// against a mapped checkpoint file. Not the default until it wins there on a quiet machine.
+constexpr bool kAmxByDefault = false;
 
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)
@@ -59,6 +67,19 @@ const KernelTable* MakeBf16Dot() {
 #endif
 }
 
+const KernelTable* MakeAmx() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // CpuHasAmxBf16 implies AVX512_BF16: the AVX-512 table already runs the other bf16-compute
+  // weights (those without a packed copy) on vdpbf16ps.
+  if (Avx512Kernels() == nullptr || !CpuHasAmxBf16()) return nullptr;
+  static KernelTable table = *Avx512Kernels();
+  amx::FillAmxLinear(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
 bool UseBf16Dot() {
   const char* env = std::getenv("LATENT_BF16_DOT");
   return env != nullptr && std::strcmp(env, "1") == 0;
@@ -69,9 +90,18 @@ bool ForceRef() {
   return env != nullptr && std::strcmp(env, "ref") == 0;
 }
 
-bool UseOnednn() {
+bool GemmIs(const char* name) {
   const char* env = std::getenv("LATENT_GEMM");
-  return env != nullptr && std::strcmp(env, "onednn") == 0;
+  return env != nullptr && std::strcmp(env, name) == 0;
+}
+
+bool UseOnednn() { return GemmIs("onednn"); }
+
+// AMX for bf16 compute: the default where the CPU has it (kAmxByDefault), LATENT_GEMM=amx asks
+// for it, LATENT_GEMM=avx512 keeps the AVX-512 kernels.
+bool UseAmx() {
+  if (AmxKernels() == nullptr || GemmIs("avx512")) return false;
+  return kAmxByDefault || GemmIs("amx");
 }
 
 // The choice without LATENT_GEMM: AVX-512, else AVX2, else the reference.
@@ -81,6 +111,7 @@ const KernelTable& OwnKernels() {
       : Avx512Kernels() == nullptr                  ? (Avx2Kernels() != nullptr ? *Avx2Kernels()
                                                                                 : RefKernels())
       : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
+      : UseAmx()                                    ? *AmxKernels()
                                                     : *Avx512Kernels();
   return table;
 }
@@ -123,6 +154,11 @@ const KernelTable* OnednnKernels() {
   return table;
 }
 
+const KernelTable* AmxKernels() {
+  static const KernelTable* table = MakeAmx();
+  return table;
+}
+
 const KernelTable& BestKernels() {
   static const KernelTable& table =
       UseOnednn() && OnednnKernels() != nullptr ? *OnednnKernels() : OwnKernels();
@@ -134,6 +170,7 @@ const char* BestKernelsName() {
   if (&OwnKernels() == &RefKernels()) return "ref";
   if (&OwnKernels() == Avx2Kernels()) return "avx2";
   if (&OwnKernels() == Bf16DotKernels()) return onednn ? "avx512-bf16dot+onednn" : "avx512-bf16dot";
+  if (&OwnKernels() == AmxKernels()) return onednn ? "avx512-amx+onednn" : "avx512-amx";
   return onednn ? "avx512+onednn" : "avx512";
 }
 

@@ -54,6 +54,12 @@ struct KernelTable {
   void (*norm_rope)(const NormRopeArgs& args);
   // DSA indexer scores of one query over a run of index keys (kernels/index_scores.h).
   void (*index_scores)(const IndexScoreArgs& args);
+  // Weights repacked once at load for `linear` (null in tables that read weights as stored):
+  // packed_bytes(w) is the size of w's packed copy (0: this table reads w as stored), pack(w, out)
+  // writes it to `out` (64-byte aligned). The loader then sets w.packed (kernels/linear.h,
+  // PackForLinear); linear computes the same values with or without it.
+  int64_t (*packed_bytes)(const WeightRef& w) = nullptr;
+  void (*pack)(const WeightRef& w, void* out) = nullptr;
 };
 
 // The scalar reference kernels.
@@ -81,12 +87,19 @@ const KernelTable* Bf16DotKernels();
 // AMX where the CPU has it). Activations rounded to bf16 and NOT batch invariant: opt-in only.
 // Null without AVX-512 (also on AVX2 machines), under LATENT_KERNELS=ref, or in a build without oneDNN.
 const KernelTable* OnednnKernels();
+// The AVX-512 kernels with linear over bf16 weights with bf16_activations (bf16 compute) on AMX
+// (TDPBF16PS, amx/linear_amx.cc) for weights repacked at load (packed_bytes, pack; the others
+// stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
+// invariant like the AVX-512 kernels.
+const KernelTable* AmxKernels();
 // The best kernels this CPU supports, chosen once: AVX-512 when available, else AVX2, else the
-// reference.
+// reference (AmxKernels() is opt-in: dispatch.cc's kAmxByDefault says why).
 // The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
-// picks Bf16DotKernels() when available; LATENT_GEMM=onednn picks OnednnKernels() over that.
+// picks Bf16DotKernels() when available; LATENT_GEMM=amx picks AmxKernels() when available
+// (LATENT_GEMM=avx512 never does); LATENT_GEMM=onednn picks OnednnKernels() over that.
 const KernelTable& BestKernels();
-// "avx512", "avx512-bf16dot", either with "+onednn", "avx2" or "ref": what BestKernels() chose.
+// "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2" or "ref": what
+// BestKernels() chose.
 const char* BestKernelsName();
 
 }  // namespace latent::kernels

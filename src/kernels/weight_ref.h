@@ -39,8 +39,16 @@ struct WeightRef {
   // weights (f32, bf16, f16, fp8); int8 weights (`--quantize`) ignore it (their activations are
   // f32 for int8 and quantized per token for w8a8). The loader sets it; Rows() keeps it.
   bool bf16_activations = false;
+  // The same matrix repacked at load for the table's linear (KernelTable::pack; today the AMX
+  // tile layout, kernels/amx/linear_amx.cc), or null: read `data`. The packed copy covers the
+  // whole matrix the loader packed; packed_row0 is the row of it that row 0 of this view is
+  // (Rows() moves it, so sub-views of rows use the same copy). `data` stays valid for the
+  // kernels that read rows as stored (dequant_row, transposed_linear).
+  const void* packed = nullptr;
+  int64_t packed_row0 = 0;
 
-  // The sub-matrix of rows [row, row + rows): shares data and scales; any row, also mid-block.
+  // The sub-matrix of rows [row, row + rows): shares data, scales and the packed copy; any row,
+  // also mid-block.
   WeightRef Rows(int64_t row, int64_t rows) const;
 };
 

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 #include "model/deepseek_tensors.h"
 #include "model/precision.h"
 #include "model/weight_table.h"
@@ -105,6 +106,35 @@ class Converter {
   int64_t matrices_ = 0, bytes_before_ = 0, bytes_after_ = 0, shared_bytes_ = 0;
 };
 
+// Repacks the weights `linear` reads into the kernels' own layout where the chosen kernels have
+// one (KernelTable::pack: the AMX tiles for bf16 compute), once, as they are loaded. The packed
+// copy is held in out.owned; the checkpoint's pages of the original leave the mapping unless
+// something still reads its rows as stored (`release` false).
+class Packer {
+ public:
+  explicit Packer(DeepseekWeights& out) : table_(kernels::BestKernels()), out_(out) {}
+
+  void operator()(kernels::WeightRef& w, bool release) {
+    int64_t bytes = 0;
+    std::unique_ptr<uint8_t[]> packed = kernels::PackForLinear(table_, w, &bytes);
+    if (packed == nullptr) return;
+    out_.owned.buffers.push_back(std::move(packed));
+    bytes_added_ += bytes;
+    if (release) {
+      ReleaseMappedPages(w.data, static_cast<size_t>(w.n * w.k) * DTypeSize(w.dtype));
+      bytes_released_ += WeightBytes(w);
+    }
+  }
+
+  int64_t bytes_added() const { return bytes_added_; }
+  int64_t bytes_released() const { return bytes_released_; }
+
+ private:
+  const kernels::KernelTable& table_;
+  DeepseekWeights& out_;
+  int64_t bytes_added_ = 0, bytes_released_ = 0;
+};
+
 }  // namespace
 
 DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
@@ -115,6 +145,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   DeepseekWeights w;
   w.precision = ResolvePrecision(options.precision, report, ckpt);
   Converter convert(options.quantize, w);
+  Packer pack(w);
   // Expert parallelism: this rank's routed experts only; the others' stay empty views, their
   // pages never read.
   const ExpertShard shard = options.Shard();
@@ -131,14 +162,17 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     if (t.kind == WeightKind::kEmbedding && embedding.empty()) embedding = t.name;
     const bool quantized = t.quantize != QuantizeRule::kKeep;
     const bool activations = t.quantize == QuantizeRule::kWeightsAndActivations;
-    // As --quantize and --precision ask.
-    auto converted = [&](const kernels::WeightRef& ref) {
+    // As --quantize and --precision ask, packed for the kernels' linear (not the embedding, whose
+    // rows dequant_row reads). kv_b's key rows are also read as stored (transposed_linear; its
+    // rule keeps f32 activations under w8a8), so its pages stay.
+    auto converted = [&](const kernels::WeightRef& ref, bool packed = true) {
       kernels::WeightRef out = quantized ? convert(ref, /*release=*/true, activations) : ref;
       ApplyPrecision(w.precision, out);
+      if (packed) pack(out, /*release=*/t.quantize != QuantizeRule::kWeights);
       return out;
     };
     if (auto* linear = std::get_if<kernels::WeightRef*>(&t.target)) {
-      **linear = converted(load.Linear(t.name));
+      **linear = converted(load.Linear(t.name), /*packed=*/*linear != &w.embed);
     } else if (auto* norm = std::get_if<NormWeight*>(&t.target)) {
       **norm = load.Norm(t.name);
     } else if (auto* f32 = std::get_if<std::vector<float>*>(&t.target)) {
@@ -163,6 +197,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   if (config.tie_word_embeddings) {
     w.lm_head = convert(load.Linear(embedding), /*release=*/false);
     ApplyPrecision(w.precision, w.lm_head);
+    pack(w.lm_head, /*release=*/false);  // the embedding reads its rows
   }
   int64_t checkpoint_bytes = 0;
   LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes, shard);
@@ -171,7 +206,8 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     layer.moe->held_begin = shard.Begin(experts);
     layer.moe->held_end = shard.End(experts);
   }
-  w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added();
+  w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added() -
+            pack.bytes_released() + pack.bytes_added();
   if (options.quantize != WeightQuantization::kNone) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -93,6 +93,7 @@ WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
   sub.n = rows;
   sub.data = static_cast<const uint8_t*>(data) + row * k * DTypeSize(dtype);
   sub.scale_row0 = scale_row0 + row;  // scales stay those of the full matrix
+  sub.packed_row0 = packed_row0 + row;  // and so does the packed copy
   return sub;
 }
 

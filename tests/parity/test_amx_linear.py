@@ -1,0 +1,51 @@
+"""LATENT_GEMM=amx (opt-in, CPUs with AMX-BF16): bf16 compute's linears over bf16 weights run on
+TDPBF16PS over weights repacked at load (kernels/amx/linear_amx.cc): the same bf16(x) . W^T with
+f32 accumulation as the default vdpbf16ps kernel, in another fixed order. End to end on bf16
+checkpoints: the AMX path really runs (`latent info` names it, and the logits differ from the
+default's), its logits stay within transformers-bf16's own error of the exact answer (the bound
+test_bf16.py puts on the default), and the engine's batch invariance holds (test_bf16.py's
+batched-equals-alone check, run under AMX). Skipped where the CPU has no AMX."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import test_bf16
+from conftest import latent_logits, run_latent
+
+
+@pytest.fixture
+def amx(monkeypatch, tiny_models):
+    """Sets LATENT_GEMM=amx for the latent runs of a test; skips without AMX on this CPU."""
+    monkeypatch.setenv("LATENT_GEMM", "amx")
+    model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16")
+    info = json.loads(run_latent("info", "--model", str(model_dir), "--json").stdout)
+    if info["precision"]["kernels"] != "avx512-amx":
+        pytest.skip(f"no AMX-BF16 on this CPU (kernels: {info['precision']['kernels']})")
+    return monkeypatch
+
+
+def test_amx_logits_within_transformers_bf16_error(tiny_models, tmp_path, amx):
+    model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16")
+    ids, ref_exact, ref_bf16, _ = test_bf16.references(model_dir, tmp_path, 40, 5)
+    hf_bf16_error = np.abs(ref_bf16 - ref_exact).max()
+    scale = np.abs(ref_exact).max()
+    for form in ("absorbed", "expanded"):
+        ours = latent_logits(model_dir, ids, form)
+        amx.setenv("LATENT_GEMM", "avx512")
+        default = latent_logits(model_dir, ids, form)
+        amx.setenv("LATENT_GEMM", "amx")
+        assert not np.array_equal(ours, default), "LATENT_GEMM=amx changed nothing"
+        error = np.abs(ours - ref_exact).max()
+        print(f"{form}: |amx - exact| {error:.3g}, |avx512 - exact| "
+              f"{np.abs(default - ref_exact).max():.3g}, |transformers bf16 - exact| "
+              f"{hf_bf16_error:.3g}")
+        assert error <= hf_bf16_error
+        assert np.abs(ours - ref_bf16).max() <= 1.5 * hf_bf16_error + 1e-3 * scale
+
+
+def test_amx_keeps_batch_invariance(tiny_models, tmp_path, amx):
+    test_bf16.test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path)
