@@ -6,9 +6,10 @@
 //
 // `dtype` is the cache's: kF32 or kBF16 (every row holds elements of it), or kF8E4M3 (an fp8
 // cache: each row says its own encoding, row_fp8_values, cache/fp8_rows.h; rows without fp8
-// values are bf16). Kernels read f32 and bf16 rows through this view in place (RowPointers:
-// attention and the DSA indexer); WriteRow and the Gather helpers below convert to and from f32
-// for code that wants contiguous f32 rows, and are the way to read fp8 rows (they dequantize).
+// values are bf16). Kernels read rows through this view in place (RowPointers: attention and the
+// DSA indexer; fp8 rows decoded as they load, kernels/row_format.h); WriteRow and the Gather
+// helpers below convert to and from f32 for code that wants contiguous f32 rows (they dequantize
+// fp8 rows).
 #pragma once
 
 #include <cstdint>

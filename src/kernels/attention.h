@@ -3,17 +3,21 @@
 // paged cache in place (absorbed MLA: one shared key/value head, head stride 0) or materialised
 // per-head keys and values (expanded MLA).
 //
-// Rows in place: the key and value rows hold `rows` elements, f32 or bf16 (the paged cache's
-// storage types). A bf16 element widens to f32 exactly (its bits are an f32's high half), and
-// every kernel widens as it loads, in registers, then sums in the same order as over f32 rows:
-// its result over bf16 rows equals, bit for bit, its result over the same rows converted to f32
-// (what a gather into an f32 copy would feed it). Other storage types (fp8 rows) are not read in
-// place: callers convert them to f32 first (RowsReadInPlace).
+// Rows in place: the key and value rows are in `rows`' format (kernels/row_format.h): f32, bf16
+// or the fp8 row encoding (the paged cache's storage types). A bf16 element widens to f32
+// exactly (its bits are an f32's high half), an fp8 element decodes to its code times its group's
+// scale (the f32 product a gather computes), and every kernel widens or decodes as it loads, in
+// registers, then sums in the same order as over f32 rows: its result over bf16 or fp8 rows
+// equals, bit for bit, its result over the same rows converted to f32 (what a gather into an f32
+// copy would feed it). Rows the kernels do not read in place (RowsReadInPlace) are converted to
+// f32 by the caller first. fp8 rows are read as one shared head only (head strides 0: MLA's
+// absorbed form) and only by `attention`; attention_queries takes f32 or bf16 rows.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/row_format.h"
 #include "tensor/dtype.h"
 
 namespace latent::kernels {
@@ -22,7 +26,7 @@ struct AttentionArgs {
   const float* q = nullptr;       // [num_heads, qk_dim]
   int64_t num_heads = 0;
   int64_t qk_dim = 0;
-  DType rows = DType::kF32;             // element type of every key and value row: f32 or bf16
+  RowFormat rows;                       // format of every key and value row (row_format.h)
   const void* const* keys = nullptr;    // [L] -> key of head 0, qk_dim elements
   int64_t key_head_stride = 0;          // elements between heads' keys; 0: one shared head
   const void* const* values = nullptr;  // [L] -> value of head 0, v_dim elements
@@ -58,9 +62,6 @@ struct QueriesAttentionArgs {
 inline float SinkDenominator(const float* sinks, int64_t h, float max_score, float sum) {
   return sinks == nullptr ? sum : sum + std::exp(sinks[h] - max_score);
 }
-
-// Whether the attention and index-score kernels read rows of `dtype` in place (f32, bf16).
-inline bool RowsReadInPlace(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
 
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);

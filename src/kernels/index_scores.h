@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/row_format.h"
 #include "tensor/dtype.h"
 
 namespace latent::kernels {
@@ -16,10 +17,10 @@ struct IndexScoreArgs {
   int64_t heads = 0;
   int64_t dim = 0;
   float scale = 1.0f;           // 1 / sqrt(dim)
-  // [n] -> key j, dim elements of `rows` (f32 or bf16, read in place as kernels/attention.h
-  // describes: a bf16 key scores exactly as the same key converted to f32).
+  // [n] -> key j, dim elements in `rows`' format (f32, bf16 or fp8, read in place as
+  // kernels/row_format.h describes: a key scores exactly as the same key converted to f32).
   const void* const* keys = nullptr;
-  DType rows = DType::kF32;
+  RowFormat rows;
   int64_t n = 0;
   float* scores = nullptr;  // [n]
 };

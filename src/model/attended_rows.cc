@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/attention.h"
+#include "cache/fp8_rows.h"
 
 namespace latent::model {
 namespace {
@@ -28,6 +28,16 @@ std::atomic<bool>& GatherForced() {
   return forced;
 }
 
+// How (layer, row) is stored, as the kernels read it: plain f32 or bf16, or the fp8 encoding with
+// its layout (cache/fp8_rows.h).
+kernels::RowFormat StoredFormat(const cache::PagedRows& cache, int64_t layer, int row) {
+  const DType dtype = cache.RowDType(layer, row);
+  if (dtype != DType::kF8E4M3) return dtype;
+  const int64_t fp8 = cache.row_fp8_values[layer * cache.rows_per_layer + row];
+  return kernels::RowFormat::Fp8(fp8, cache::kFp8Group, cache::Fp8ScalesAt(fp8),
+                                 cache::Fp8TailAt(fp8));
+}
+
 }  // namespace
 
 bool RowsGatherForced() { return GatherForced().load(std::memory_order_relaxed); }
@@ -36,12 +46,10 @@ void SetRowsGatherForced(bool forced) { GatherForced().store(forced, std::memory
 
 float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count) {
   at_.resize(count);
-  gathered_ = !kernels::RowsReadInPlace(cache.dtype) || RowsGatherForced();
-  if (!gathered_) {
-    dtype_ = cache.dtype;
-    return nullptr;
-  }
-  dtype_ = DType::kF32;
+  format_ = StoredFormat(cache, layer, row);
+  gathered_ = !kernels::RowsReadInPlace(format_) || RowsGatherForced();
+  if (!gathered_) return nullptr;
+  format_ = DType::kF32;
   return GatherBuffer(count * cache.Width(layer, row));
 }
 
@@ -77,7 +85,19 @@ void AttendedRows::Positions(const cache::PagedRows& cache, std::span<const cach
 }
 
 void AttendedRows::ToF32(int64_t i, int64_t begin, int64_t end, float* dst) const {
-  if (dtype_ == DType::kBF16) {
+  if (format_.dtype == DType::kF8E4M3) {
+    // As the gather decodes (cache::DecodeFp8Row): whole codes by its vector path, the rest as
+    // kernels::RowValue, whose code * scale is the same f32 product.
+    const uint8_t* row = static_cast<const uint8_t*>(at_[i]);
+    int64_t c = begin;
+    if (begin == 0 && end >= format_.fp8_values) {
+      cache::DecodeFp8Row(row, format_.fp8_values, format_.fp8_values, dst);
+      c = format_.fp8_values;
+    }
+    for (; c < end; ++c) dst[c - begin] = kernels::RowValue(format_, row, c);
+    return;
+  }
+  if (format_.dtype == DType::kBF16) {
     const uint16_t* src = static_cast<const uint16_t*>(at_[i]);
     for (int64_t c = begin; c < end; ++c) dst[c - begin] = BF16ToF32(src[c]);
     return;

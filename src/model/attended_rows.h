@@ -1,10 +1,11 @@
 // The cached rows one sequence's attention (or DSA indexer) reads, as the kernels take them: one
-// pointer per position and the element type (kernels/attention.h).
+// pointer per position and the rows' format (kernels/row_format.h).
 //
-// Rows the kernels read in place (f32, bf16) are pointed at where the paged cache stores them:
-// no copy. Any other row type (fp8) is converted into an f32 buffer of this thread first, and the
-// pointers point there; LATENT_ROWS_GATHER=1 forces that path for every type (tests compare the
-// two bit for bit: the kernels widen bf16 exactly, so both give the same result).
+// Rows the kernels read in place (f32, bf16, and the fp8 encoding where kernels::RowsReadInPlace
+// says so) are pointed at where the paged cache stores them: no copy. Any other row is converted
+// into an f32 buffer of this thread first, and the pointers point there; LATENT_ROWS_GATHER=1
+// forces that path for every type (tests compare the two bit for bit: the kernels widen bf16 and
+// decode fp8 exactly as the gather does, so both give the same result).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cache/paged_rows.h"
+#include "kernels/row_format.h"
 
 namespace latent::model {
 
@@ -33,7 +35,8 @@ class AttendedRows {
   int64_t size() const { return static_cast<int64_t>(at_.size()); }
   const void* const* data() const { return at_.data(); }
   const void* operator[](int64_t i) const { return at_[i]; }
-  DType dtype() const { return dtype_; }  // f32 or bf16
+  // The format the rows are in: the stored rows' (read in place), or f32 (gathered).
+  const kernels::RowFormat& format() const { return format_; }
   bool gathered() const { return gathered_; }  // f32 copies, not the stored rows
   // Values [begin, end) of row i in f32 into dst.
   void ToF32(int64_t i, int64_t begin, int64_t end, float* dst) const;
@@ -44,7 +47,7 @@ class AttendedRows {
   float* Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count);
 
   std::vector<const void*> at_;  // [count] -> the row of each position
-  DType dtype_ = DType::kF32;
+  kernels::RowFormat format_;
   bool gathered_ = false;
 };
 

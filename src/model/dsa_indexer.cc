@@ -42,7 +42,7 @@ void ScoreKeys(const IndexQuery& query, const AttendedRows& keys, int64_t j0, in
   args.heads = query.heads;
   args.dim = query.head_dim;
   args.scale = query.scale;
-  args.rows = keys.dtype();
+  args.rows = keys.format();
   args.keys = keys.data() + j0;
   args.n = j1 - j0;
   args.scores = scores + j0;

@@ -77,16 +77,17 @@ void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float
   });
 }
 
-// One token: attention over the latent rows (of `dtype`, read in place) with one shared head.
+// One token: attention over the latent rows (in `format`, read in place) with one shared head.
 // q_cat [H, C + dr] -> out_lat [H, C].
 void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const void*>& rows,
-                  DType dtype, float scale, const float* sinks, float* out_lat) {
+                  const kernels::RowFormat& format, float scale, const float* sinks,
+                  float* out_lat) {
   std::vector<float> scores(rows.size());
   kernels::AttentionArgs args;
   args.q = q_cat;
   args.num_heads = d.heads;
   args.qk_dim = d.row();
-  args.rows = dtype;
+  args.rows = format;
   args.keys = rows.data();
   args.key_head_stride = 0;
   args.values = rows.data();  // The value is the latent part of the same row.
@@ -479,7 +480,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
             for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
               visible.push_back(row_at(static_cast<int32_t>(p)));
           }
-          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.dtype(), rope.softmax_scale,
+          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.format(), rope.softmax_scale,
                        sinks, &out_lat[i * d.heads * d.latent]);
         }
       }

@@ -1,9 +1,10 @@
 // Cache rows read in place: every attention and index-score kernel (the reference, AVX-512,
-// AVX2) over bf16 rows must give, bit for bit, what it gives over the same rows converted to f32
-// (what the engine fed it before it read the paged rows in place, and still feeds it for a row
-// type the kernels do not read: kernels/attention.h). Shapes with tails, unaligned rows (odd
-// element offsets), rows in shuffled storage order, several segments, per-head and shared heads,
-// sinks. About 1 s in all.
+// AVX2) over bf16 rows, and over rows in the fp8 encoding (cache/fp8_rows.h), must give, bit for
+// bit, what it gives over the same rows converted to f32 (what the engine fed it before it read
+// the paged rows in place, and still feeds it for a row the kernels do not read:
+// kernels/row_format.h; for fp8 rows, the gather's own decoding, cache::DecodeFp8Row). Shapes with
+// tails, unaligned rows (odd element or byte offsets), rows in shuffled storage order, several
+// segments, per-head and shared heads, sinks. About 1 s in all.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "cache/fp8_rows.h"
 #include "kernels/attention.h"
 #include "kernels/index_scores.h"
 #include "kernels/kernel_table.h"
+#include "kernels/row_format.h"
 #include "tensor/dtype.h"
 #include "kernel_test_util.h"
 
@@ -226,6 +229,222 @@ TEST_P(RowsInPlace, IndexScoresOverBf16KeysEqualF32Keys) {
         ASSERT_EQ(0, std::memcmp(part.data(), want.data() + j0, sizeof(float) * part.size()))
             << what << " from key " << j0;
       }
+    }
+  }
+}
+
+// ---- fp8 rows ----
+
+// `length` rows of `values` values, the first `fp8_values` in the fp8 encoding, stored in
+// shuffled order at an odd byte offset (unaligned), and the same rows decoded to f32 by the
+// gather's decoding (cache::DecodeFp8Row): what the kernels must read them as.
+struct Fp8Store {
+  RowFormat format;
+  std::vector<uint8_t> bytes;
+  std::vector<float> f32;
+  std::vector<const void*> fp8_rows, f32_rows;  // [length] -> row t in either copy
+};
+
+// The values of one row: groups of very different magnitudes (so the scales differ), a zero group
+// now and then (scale 0), tiny values (subnormal codes).
+std::vector<float> Fp8RowValues(std::mt19937& rng, int64_t values, int64_t fp8_values) {
+  std::vector<float> v = RandomFloats(rng, values, -1.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 7);
+  for (int64_t g = 0; g < fp8_values; g += cache::kFp8Group) {
+    const int kind = pick(rng);
+    const float magnitude = kind == 0 ? 0.0f : kind == 1 ? 1e-3f : kind == 2 ? 40.0f : 1.5f;
+    for (int64_t c = g; c < std::min(fp8_values, g + cache::kFp8Group); ++c) v[c] *= magnitude;
+  }
+  if (fp8_values > 3) v[3] = 1e-7f;  // far below the group's amax / 448 * 2^-9: code 0
+  return v;
+}
+
+Fp8Store MakeFp8Store(std::mt19937& rng, int64_t length, int64_t values, int64_t fp8_values) {
+  Fp8Store s;
+  s.format = RowFormat::Fp8(fp8_values, cache::kFp8Group, cache::Fp8ScalesAt(fp8_values),
+                            cache::Fp8TailAt(fp8_values));
+  const int64_t row_bytes = static_cast<int64_t>(cache::Fp8RowBytes(values, fp8_values));
+  s.bytes.assign(length * row_bytes + 1, 0);
+  s.f32.assign(std::max<int64_t>(length, 1) * values, 0.0f);
+  std::vector<int64_t> order(length);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < length; ++t) {
+    uint8_t* row = s.bytes.data() + 1 + order[t] * row_bytes;
+    cache::EncodeFp8Row(Fp8RowValues(rng, values, fp8_values).data(), values, fp8_values, row);
+    cache::DecodeFp8Row(row, values, fp8_values, &s.f32[t * values]);
+    s.fp8_rows.push_back(row);
+    s.f32_rows.push_back(&s.f32[t * values]);
+  }
+  return s;
+}
+
+TEST(RowsInPlaceFormat, Fp8RowsAreReadInPlaceWhenChunksDoNotStraddle) {
+  const auto fp8 = [](int64_t values) {
+    return RowFormat::Fp8(values, cache::kFp8Group, cache::Fp8ScalesAt(values), cache::Fp8TailAt(values));
+  };
+  EXPECT_TRUE(RowsReadInPlace(DType::kF32));
+  EXPECT_TRUE(RowsReadInPlace(DType::kBF16));
+  EXPECT_FALSE(RowsReadInPlace(DType::kF16));
+  EXPECT_TRUE(RowsReadInPlace(fp8(512)));
+  EXPECT_TRUE(RowsReadInPlace(fp8(128)));
+  EXPECT_TRUE(RowsReadInPlace(fp8(32)));
+  EXPECT_FALSE(RowsReadInPlace(fp8(40)));  // a chunk would straddle the codes' end
+  EXPECT_FALSE(RowsReadInPlace(RowFormat::Fp8(512, 96, 512, 528)));  // a group not a power of two
+  EXPECT_FALSE(RowsReadInPlace(RowFormat::Fp8(512, 8, 512, 768)));   // groups inside a chunk
+  EXPECT_FALSE(RowsReadInPlace(DType::kF8E4M3));                     // no layout
+}
+
+TEST_P(RowsInPlace, AttentionOverFp8RowsEqualsDecodedRows) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  std::mt19937 rng(53);
+  struct Fp8Case {
+    int64_t heads, fp8_values, rope, length;
+    bool sinks;
+  };
+  const std::vector<Fp8Case> cases = {
+      {16, 512, 64, 1, false}, {16, 512, 64, 65, false}, {16, 512, 64, 1500, true},
+      {3, 32, 8, 513, false},  {17, 128, 0, 2000, false}, {5, 48, 5, 700, true},
+      {4, 32, 8, 0, false},
+  };
+  for (const Fp8Case& c : cases) {
+    const int64_t qk = c.fp8_values + c.rope;
+    const std::string what = GetParam().name + std::string(" H=") + std::to_string(c.heads) +
+                             " fp8=" + std::to_string(c.fp8_values) + " rope=" +
+                             std::to_string(c.rope) + " L=" + std::to_string(c.length);
+    const std::vector<float> q = RandomFloats(rng, c.heads * qk, -2.0f, 2.0f);
+    const std::vector<float> sinks = RandomFloats(rng, c.heads, -1.0f, 3.0f);
+    const Fp8Store rows = MakeFp8Store(rng, c.length, qk, c.fp8_values);
+    ASSERT_TRUE(RowsReadInPlace(rows.format)) << what;
+    std::vector<float> scratch(std::max<int64_t>(c.length, 1));
+    std::vector<float> want(c.heads * c.fp8_values, NAN), got(want.size(), -NAN);
+    AttentionArgs a;  // MLA's absorbed form: one shared head, the value the key's latent part
+    a.q = q.data();
+    a.num_heads = c.heads;
+    a.qk_dim = qk;
+    a.v_dim = c.fp8_values;
+    a.length = c.length;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+    a.sinks = c.sinks ? sinks.data() : nullptr;
+    a.scratch = scratch.data();
+    a.rows = DType::kF32;
+    a.keys = a.values = rows.f32_rows.data();
+    a.out = want.data();
+    table.attention(a);
+    a.rows = rows.format;
+    a.keys = a.values = rows.fp8_rows.data();
+    a.out = got.data();
+    table.attention(a);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * got.size())) << what;
+    ASSERT_TRUE(c.length == 0 || std::any_of(got.begin(), got.end(), [](float x) { return x != 0; }))
+        << what;
+    ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); })) << what;
+  }
+}
+
+TEST_P(RowsInPlace, AttentionOverFp8RowsKeepsNaN) {
+  // A NaN code decodes to NaN, as the gather's does (not to a finite value): rows that held a
+  // NaN stay non-finite in place too.
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(59);
+  const int64_t heads = 8, fp8_values = 128, rope = 16, qk = fp8_values + rope, length = 40;
+  Fp8Store rows = MakeFp8Store(rng, length, qk, fp8_values);
+  uint8_t* row = const_cast<uint8_t*>(static_cast<const uint8_t*>(rows.fp8_rows[17]));
+  row[5] = 0xff;  // -NaN
+  cache::DecodeFp8Row(row, qk, fp8_values, const_cast<float*>(static_cast<const float*>(rows.f32_rows[17])));
+  const std::vector<float> q = RandomFloats(rng, heads * qk, -2.0f, 2.0f);
+  std::vector<float> scratch(length), want(heads * fp8_values), got(want.size());
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = heads;
+  a.qk_dim = qk;
+  a.v_dim = fp8_values;
+  a.length = length;
+  a.scale = 0.1f;
+  a.scratch = scratch.data();
+  a.keys = a.values = rows.f32_rows.data();
+  a.out = want.data();
+  table.attention(a);
+  a.rows = rows.format;
+  a.keys = a.values = rows.fp8_rows.data();
+  a.out = got.data();
+  table.attention(a);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isnan(want[i])) << i;
+    ASSERT_TRUE(std::isnan(got[i])) << GetParam().name << " " << i;
+  }
+}
+
+TEST_P(RowsInPlace, QueriesAttentionOverFp8RowsEqualsDecodedRows) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  std::mt19937 rng(61);
+  const int64_t heads = 5, fp8_values = 64, rope = 8, qk = fp8_values + rope;
+  const std::vector<int64_t> lengths = {7, 600, 1, 64, 130};
+  const int64_t positions = 600, nq = static_cast<int64_t>(lengths.size());
+  const Fp8Store rows = MakeFp8Store(rng, positions, qk, fp8_values);
+  const std::vector<float> q = RandomFloats(rng, nq * heads * qk, -2.0f, 2.0f);
+  QueriesAttentionArgs qa;
+  qa.shared.num_heads = heads;
+  qa.shared.qk_dim = qk;
+  qa.shared.v_dim = fp8_values;
+  qa.shared.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  qa.num_queries = nq;
+  qa.q = q.data();
+  qa.lengths = lengths.data();
+  std::vector<float> want(nq * heads * fp8_values, NAN), got(want.size(), -NAN);
+  qa.shared.keys = qa.shared.values = rows.f32_rows.data();
+  qa.out = want.data();
+  table.attention_queries(qa);
+  qa.shared.rows = rows.format;
+  qa.shared.keys = qa.shared.values = rows.fp8_rows.data();
+  qa.out = got.data();
+  table.attention_queries(qa);
+  ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * got.size())) << GetParam().name;
+}
+
+TEST_P(RowsInPlace, IndexScoresOverFp8KeysEqualDecodedKeys) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(67);
+  struct KeyCase {
+    int64_t heads, dim, fp8_values;  // DSA's index keys: every value fp8
+  };
+  for (const KeyCase& k : {KeyCase{64, 128, 128}, KeyCase{7, 32, 32}, KeyCase{17, 256, 256},
+                           KeyCase{9, 133, 128}}) {
+    const int64_t n = 41;
+    const std::vector<float> q = RandomFloats(rng, k.heads * k.dim, -1.0f, 1.0f);
+    const std::vector<float> w = RandomFloats(rng, k.heads, -1.0f, 1.0f);
+    const Fp8Store keys = MakeFp8Store(rng, n, k.dim, k.fp8_values);
+    IndexScoreArgs a;
+    a.q = q.data();
+    a.w = w.data();
+    a.heads = k.heads;
+    a.dim = k.dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(k.dim));
+    a.n = n;
+    std::vector<float> want(n, NAN), got(n, -NAN);
+    a.keys = keys.f32_rows.data();
+    a.scores = want.data();
+    table.index_scores(a);
+    a.rows = keys.format;
+    a.keys = keys.fp8_rows.data();
+    a.scores = got.data();
+    table.index_scores(a);
+    const std::string what = GetParam().name + std::string(" heads=") + std::to_string(k.heads) +
+                             " dim=" + std::to_string(k.dim);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n)) << what;
+    ASSERT_TRUE(std::any_of(got.begin(), got.end(), [](float x) { return x != 0; })) << what;
+    for (int64_t j0 : {1, 3, 40}) {  // runs starting mid-tile, and a single key
+      std::vector<float> part(n - j0, NAN);
+      a.keys = keys.fp8_rows.data() + j0;
+      a.n = n - j0;
+      a.scores = part.data();
+      table.index_scores(a);
+      ASSERT_EQ(0, std::memcmp(part.data(), want.data() + j0, sizeof(float) * part.size()))
+          << what << " from key " << j0;
     }
   }
 }

@@ -1,10 +1,11 @@
-"""Attention and the DSA indexer read the paged cache rows in place (bf16 rows widened in
-registers), and fall back to gathering f32 copies for a row type the kernels do not read in place
-(LATENT_ROWS_GATHER=1 forces that path for every type). Both must give the same logits bit for
-bit, in both MLA forms, over one chunk, chunks of 7 and one token at a time (decode steps over
+"""Attention and the DSA indexer read the paged cache rows in place (bf16 rows widened, fp8 rows
+decoded in registers), and fall back to gathering f32 copies for a row the kernels do not read in
+place (LATENT_ROWS_GATHER=1 forces that path for every type). Both must give the same logits bit
+for bit, in both MLA forms, over one chunk, chunks of 7 and one token at a time (decode steps over
 cached rows), on DSA layers (deepseek_v32, whose top-8 drops keys at 40 tokens) and on
-sliding-window rows of another width (dots3_note). 18 `latent logits` runs: about 10 s on a quiet
-2-core machine."""
+sliding-window rows of another width (dots3_note); fp8 rows (`--cache-dtype fp8`) with a latent
+the kernels read in place (kv_lora_rank 32) and one they do not (27: gathered, the 16-value index
+keys still in place). 36 `latent logits` runs: about 20 s on a quiet 2-core machine."""
 
 from __future__ import annotations
 
@@ -52,3 +53,22 @@ def test_rows_in_place_equal_gathered_rows(tiny_models, tmp_path, preset):
     f32_gathered = logits(model_dir, ids, "absorbed", 7, "f32", tmp_path, gather=True)
     assert np.array_equal(f32_in_place, f32_gathered)
     assert not np.array_equal(f32_in_place, logits(model_dir, ids, "absorbed", 7, "bf16", tmp_path, False))
+
+
+# kv_lora_rank 32: fp8 latent rows read in place (whole 16-value chunks); 27 (the presets'): not,
+# so they are gathered while the DSA index keys (16 values) are read in place.
+@pytest.mark.parametrize("preset,config", [("deepseek_v32", {"kv_lora_rank": 32}),
+                                           ("deepseek_v32", None),
+                                           ("dots3_note", {"kv_lora_rank": 32, "swa_kv_lora_rank": 16})])
+def test_fp8_rows_in_place_equal_gathered_rows(tiny_models, tmp_path, preset, config):
+    model_dir = tiny_models.get(preset, config=config)
+    rng = np.random.default_rng(7)
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    ids = rng.integers(2, vocab, PROMPT).tolist()
+    for form, chunk in (("absorbed", PROMPT), ("absorbed", 1), ("expanded", 7)):
+        in_place = logits(model_dir, ids, form, chunk, "fp8", tmp_path, gather=False)
+        gathered = logits(model_dir, ids, form, chunk, "fp8", tmp_path, gather=True)
+        assert np.isfinite(in_place).all()
+        assert np.array_equal(in_place, gathered), f"{form}, chunks of {chunk}"
+    # The fp8 rows really were fp8 (they differ from bf16 rows).
+    assert not np.array_equal(in_place, logits(model_dir, ids, "expanded", 7, "bf16", tmp_path, False))

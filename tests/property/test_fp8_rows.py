@@ -2,7 +2,8 @@
 scale per 128 values and the rotary key in bf16, FlashMLA's layout; DSA indexer keys in e4m3),
 and bf16 rows on DeepSeek V3: on three representative families, not all presets (CI time):
 deepseek_v3 (one latent row), deepseek_v32 (plus the indexer key row, DSA top-k selection over
-fp8 keys) and dots3_note (sliding-window latent rows of their own width beside DSA layers).
+fp8 keys; also with a 32-value latent, which attention reads in place) and dots3_note
+(sliding-window latent rows of their own width beside DSA layers).
 
 - batched greedy output equals each request run alone (`latent generate --ids` with the same
   --cache-dtype) bit for bit, with chunked prefill; preemption and prefix hits change nothing;
@@ -30,12 +31,16 @@ from test_engine_properties import eos_ids, run_batch
 NUM_PROMPTS = 16
 
 
-@pytest.fixture(scope="module", params=[("deepseek_v3", "fp8"), ("deepseek_v32", "fp8"),
-                                        ("dots3_note", "fp8"), ("deepseek_v3", "bf16")],
-                ids=lambda p: f"{p[0]}-{p[1]}")
+# The presets' latents (27, 20 values) are not whole 16-value chunks, so their fp8 rows are gathered
+# into f32 (kernels/row_format.h); kv_lora_rank 32 has attention read them in place, as DeepSeek's
+# 512 are (the 16-value indexer keys are read in place in every DSA case).
+@pytest.fixture(scope="module", params=[("deepseek_v3", "fp8", None), ("deepseek_v32", "fp8", None),
+                                        ("deepseek_v32", "fp8", {"kv_lora_rank": 32}),
+                                        ("dots3_note", "fp8", None), ("deepseek_v3", "bf16", None)],
+                ids=lambda p: f"{p[0]}-{p[1]}" + ("-in-place" if p[2] else ""))
 def case(tiny_models, request):
-    family, dtype = request.param
-    return tiny_models.get(family), dtype
+    family, dtype, config = request.param
+    return tiny_models.get(family, config=config), dtype
 
 
 def generate_alone(model_dir, ids, max_tokens, ignore_eos, dtype):

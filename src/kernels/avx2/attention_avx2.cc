@@ -7,18 +7,21 @@
 // and are merged in segment order at the end. Heads go 8 at a time against each row (one key and
 // value row read per 8 heads, not per head). Per head, each score is one f32x8 FMA chain over
 // the qk columns in order, reduced in one fixed tree (Reduce8), so a token's result depends only
-// on its own query and rows, never on the thread count. bf16 rows are widened to f32 as they are
-// loaded (kernels/attention.h): the same sums, bit for bit, as over the rows in f32.
+// on its own query and rows, never on the thread count. bf16 rows are widened to f32 and fp8 rows
+// decoded as they are loaded (kernels/attention.h, avx2/row_loads_avx2.h): the same sums, bit for
+// bit, as over the rows in f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/attention.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "threads/thread_pool.h"
-// Last: defines the AVX2 helpers under the target pragma.
+// Last: define the AVX2 helpers under the target pragma.
 #include "kernels/avx2/avx2_common.h"
+#include "kernels/avx2/row_loads_avx2.h"
 
 LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
@@ -33,13 +36,13 @@ int64_t SegmentRows(int64_t length) {
   return std::max<int64_t>(512, ((length + 7) / 8 + 63) / 64 * 64);
 }
 
-// The bytes of a key or value row (rows hold L's elements: f32 or bf16, widened in registers).
+// The bytes of a key or value row (read by a row reader L of row_loads_avx2.h).
 inline const uint8_t* Bytes(const void* row) { return static_cast<const uint8_t*>(row); }
 
-// `count` (<= 8) elements of a row as f32: a full vector or the tail.
+// `count` (<= 8) elements of a row from element c as f32: a full vector or the tail.
 template <class L>
-inline __m256 LoadRow(const uint8_t* p, int64_t count) {
-  return count >= 8 ? L::Full(p) : L::Part(p, count);
+inline __m256 LoadRow(const RowFormat& f, const uint8_t* row, int64_t c, int64_t count) {
+  return count >= 8 ? L::Full(f, row, c) : L::Part(f, row, c, count);
 }
 
 // p[g][i] = scale * q[h0 + g] . key(tb + i, h0 + g) for the G (<= 8) heads of the group; with a
@@ -50,7 +53,8 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
   const float* q = a.q + h0 * d;
   const __m256 scale = _mm256_set1_ps(a.scale);
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* key0 = Bytes(a.keys[tb + i]) + h0 * a.key_head_stride * L::kBytes;
+    const uint8_t* key = Bytes(a.keys[tb + i]);
+    const int64_t k0 = h0 * a.key_head_stride;
     if (kShared && i + 1 < rows) {
       _mm_prefetch(reinterpret_cast<const char*>(a.keys[tb + i + 1]), _MM_HINT_T0);
     }
@@ -59,20 +63,20 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
     int64_t c = 0;
     for (; c + 8 <= d; c += 8) {
       if constexpr (kShared) {
-        const __m256 kv = L::Full(key0 + c * L::kBytes);
+        const __m256 kv = L::Full(a.rows, key, c);
         for (int g = 0; g < G; ++g)
           acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kv, acc[g]);
       } else {
         for (int g = 0; g < G; ++g) {
           acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c),
-                                   L::Full(key0 + (g * a.key_head_stride + c) * L::kBytes), acc[g]);
+                                   L::Full(a.rows, key, k0 + g * a.key_head_stride + c), acc[g]);
         }
       }
     }
     if (c < d) {
       for (int g = 0; g < G; ++g) {
         acc[g] = _mm256_fmadd_ps(LoadPart(q + g * d + c, d - c),
-                                 L::Part(key0 + (g * a.key_head_stride + c) * L::kBytes, d - c),
+                                 L::Part(a.rows, key, k0 + g * a.key_head_stride + c, d - c),
                                  acc[g]);
       }
     }
@@ -92,13 +96,13 @@ void SharedValueChunk(const AttentionArgs& a, int64_t tb, int64_t rows, float (*
   for (int g = 0; g < G; ++g) acc[g] = LoadPart(acc_rows + g * d + c0, count);
   if (count == 8) {
     for (int64_t i = 0; i < rows; ++i) {
-      const __m256 vv = L::Full(Bytes(a.values[tb + i]) + c0 * L::kBytes);
+      const __m256 vv = L::Full(a.rows, Bytes(a.values[tb + i]), c0);
       for (int g = 0; g < G; ++g)
         acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
   } else {
     for (int64_t i = 0; i < rows; ++i) {
-      const __m256 vv = L::Part(Bytes(a.values[tb + i]) + c0 * L::kBytes, count);
+      const __m256 vv = L::Part(a.rows, Bytes(a.values[tb + i]), c0, count);
       for (int g = 0; g < G; ++g)
         acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[g][i]), vv, acc[g]);
     }
@@ -114,12 +118,12 @@ void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t r
   __m256 acc[C];
   for (int cc = 0; cc < C; ++cc)
     acc[cc] = LoadPart(acc_row + c0 + cc * 8, cc == C - 1 ? last : 8);
-  const int64_t offset = (head * a.value_head_stride + c0) * L::kBytes;
+  const int64_t offset = head * a.value_head_stride + c0;
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* v = Bytes(a.values[tb + i]) + offset;
+    const uint8_t* v = Bytes(a.values[tb + i]);
     const __m256 pb = _mm256_broadcast_ss(&p[i]);
     for (int cc = 0; cc < C; ++cc) {
-      const __m256 vv = LoadRow<L>(v + cc * 8 * L::kBytes, cc == C - 1 ? last : 8);
+      const __m256 vv = LoadRow<L>(a.rows, v, offset + cc * 8, cc == C - 1 ? last : 8);
       acc[cc] = _mm256_fmadd_ps(pb, vv, acc[cc]);
     }
   }
@@ -223,7 +227,9 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
   std::fill(mx, mx + a.num_heads, -INFINITY);
   std::fill(sum, sum + a.num_heads, 0.0f);
   std::fill(acc, acc + a.num_heads * a.v_dim, 0.0f);
-  const BlockGroupFn* groups = a.rows == DType::kBF16 ? kBlockGroups<LoadBF16> : kBlockGroups<LoadF32>;
+  const BlockGroupFn* groups = a.rows.dtype == DType::kBF16     ? kBlockGroups<PlainRows<LoadBF16>>
+                               : a.rows.dtype == DType::kF8E4M3 ? kBlockGroups<Fp8Rows>
+                                                                : kBlockGroups<PlainRows<LoadF32>>;
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
     for (int64_t h0 = 0; h0 < a.num_heads; h0 += kGroup) {
@@ -262,6 +268,9 @@ void MergeSegments(const AttentionArgs& a, const float* base, int64_t segments,
 }
 
 void Attention(const AttentionArgs& a) {
+  // fp8 rows: one shared head, read in whole chunks (kernels/row_format.h).
+  LATENT_CHECK(a.rows.dtype != DType::kF8E4M3 ||
+               (RowsReadInPlace(a.rows) && a.key_head_stride == 0 && a.value_head_stride == 0));
   const int64_t h = a.num_heads, dv = a.v_dim;
   if (a.length <= 0) {
     std::fill(a.out, a.out + h * dv, 0.0f);
@@ -318,7 +327,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
   const AttentionArgs& a = qa.shared;
   const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t heads = std::max(key_heads, value_heads);
-  const bool bf16 = a.rows == DType::kBF16;  // else f32; bf16 widens exactly
+  const DType dtype = a.rows.dtype;  // bf16 widens exactly; fp8 decodes as RowValue
   threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t head = j / blocks, block = j % blocks;
@@ -328,9 +337,12 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t k0 = head * a.key_head_stride;
-          if (bf16) {
+          if (dtype == DType::kBF16) {
             const uint16_t* key = static_cast<const uint16_t*>(a.keys[t0 + r]) + k0;
             for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = BF16ToF32(key[c]);
+          } else if (dtype == DType::kF8E4M3) {
+            for (int64_t c = 0; c < dq; ++c)
+              dst[c * kKeyBlock + r] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
           } else {
             const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
             for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
@@ -341,9 +353,11 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t v0 = head * a.value_head_stride;
           float* dst = vt + (head * positions + t0 + r) * dv;
-          if (bf16) {
+          if (dtype == DType::kBF16) {
             const uint16_t* src = static_cast<const uint16_t*>(a.values[t0 + r]) + v0;
             for (int64_t c = 0; c < dv; ++c) dst[c] = BF16ToF32(src[c]);
+          } else if (dtype == DType::kF8E4M3) {
+            for (int64_t c = 0; c < dv; ++c) dst[c] = RowValue(a.rows, a.values[t0 + r], v0 + c);
           } else {
             const float* src = static_cast<const float*>(a.values[t0 + r]) + v0;
             std::copy(src, src + dv, dst);

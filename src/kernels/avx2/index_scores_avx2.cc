@@ -5,16 +5,18 @@
 // one f32 FMA chain over the dims in order; then per head vector relu(scale * dot) * w, added over
 // the head vectors in order, and ReduceAdd. The padded heads add exact zeros. A key's score
 // depends only on that key and the query, never on the run of keys it came in. bf16 keys (rows
-// read in place) are widened exactly into a small buffer per tile of keys, so they score as the
-// same keys in f32.
+// read in place) are widened exactly, and fp8 keys decoded as the gather would, into a small buffer
+// per tile of keys, so they score as the same keys in f32.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
-// Last: defines the AVX2 helpers under the target pragma.
+// Last: define the AVX2 helpers under the target pragma.
 #include "kernels/avx2/avx2_common.h"
+#include "kernels/avx2/row_loads_avx2.h"
 
 LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
@@ -48,17 +50,25 @@ void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w,
   }
 }
 
-// The keys j0 .. j0 + KJ - 1 as f32: the rows themselves, or bf16 rows widened (exactly) into
-// `widened` [KJ, dim].
+// The keys j0 .. j0 + KJ - 1 as f32: f32 rows themselves, bf16 rows widened (exactly) or fp8
+// rows decoded into `widened` [KJ, dim].
 template <int KJ>
 void KeysAsF32(const IndexScoreArgs& a, int64_t j0, float* widened, const float** key) {
   for (int j = 0; j < KJ; ++j) {
-    if (a.rows != DType::kBF16) {
+    if (a.rows.dtype == DType::kF32) {
       key[j] = static_cast<const float*>(a.keys[j0 + j]);
       continue;
     }
-    const uint16_t* src = static_cast<const uint16_t*>(a.keys[j0 + j]);
     float* dst = widened + j * a.dim;
+    if (a.rows.dtype == DType::kF8E4M3) {  // decoded as the gather would (row_loads_avx2.h)
+      const uint8_t* src = static_cast<const uint8_t*>(a.keys[j0 + j]);
+      int64_t c = 0;
+      for (; c + 8 <= a.dim; c += 8) _mm256_storeu_ps(dst + c, Fp8Rows::Full(a.rows, src, c));
+      if (c < a.dim) StorePart(dst + c, a.dim - c, Fp8Rows::Part(a.rows, src, c, a.dim - c));
+      key[j] = dst;
+      continue;
+    }
+    const uint16_t* src = static_cast<const uint16_t*>(a.keys[j0 + j]);
     for (int64_t c = 0; c < a.dim; ++c) dst[c] = BF16ToF32(src[c]);
     key[j] = dst;
   }
@@ -80,15 +90,16 @@ void Keys(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, 
 }
 
 void IndexScores(const IndexScoreArgs& a) {
+  LATENT_CHECK(a.rows.dtype != DType::kF8E4M3 || RowsReadInPlace(a.rows));  // whole chunks
   const int64_t hp = (a.heads + 7) / 8 * 8;
-  thread_local std::vector<float> qt, w, widened;  // [dim, hp], [hp], [kKeys, dim] (bf16 rows)
+  thread_local std::vector<float> qt, w, widened;  // [dim, hp], [hp], [kKeys, dim] (bf16, fp8 rows)
   qt.assign(a.dim * hp, 0.0f);
   w.assign(hp, 0.0f);
   for (int64_t h = 0; h < a.heads; ++h) {
     w[h] = a.w[h];
     for (int64_t c = 0; c < a.dim; ++c) qt[c * hp + h] = a.q[h * a.dim + c];
   }
-  if (a.rows == DType::kBF16 && static_cast<int64_t>(widened.size()) < kKeys * a.dim)
+  if (a.rows.dtype != DType::kF32 && static_cast<int64_t>(widened.size()) < kKeys * a.dim)
     widened.resize(kKeys * a.dim);
   int64_t j = 0;
   for (; j + kKeys <= a.n; j += kKeys) Keys<kKeys>(a, qt.data(), hp, w.data(), j, widened.data());

@@ -5,16 +5,19 @@
 // merged in segment order at the end. With a shared key/value head (absorbed MLA: head stride 0)
 // the heads are processed 8 at a time against each row (register tiles of 8 heads x 3 rows for
 // q.k and 8 heads x 48 columns for p.v), so a row is read once per 8 heads and not once per head.
-// A token's result depends only on its own query and rows. bf16 rows are widened to f32 as they
-// are loaded (kernels/attention.h): the same sums, bit for bit, as over the rows in f32.
+// A token's result depends only on its own query and rows. bf16 rows are widened to f32 and fp8
+// rows decoded as they are loaded (kernels/attention.h, avx512/row_loads_avx512.h): the same
+// sums, bit for bit, as over the rows in f32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/attention.h"
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/row_loads_avx512.h"
 #include "threads/thread_pool.h"
 
 LATENT_AVX512_BEGIN
@@ -49,11 +52,11 @@ inline __m256 Reduce8(const __m512* a) {
   return _mm512_castps512_ps256(_mm512_shuffle_f32x4(w, w, _MM_SHUFFLE(2, 0, 2, 0)));
 }
 
-// The bytes of a key or value row (rows hold L's elements: f32 or bf16, widened in registers).
+// The bytes of a key or value row (read by a row reader R of row_loads_avx512.h).
 inline const uint8_t* Bytes(const void* row) { return static_cast<const uint8_t*>(row); }
 
 // R shared key rows against the G (<= 8) heads of a group: p[g][i + r] = scale * q_g . key_r.
-template <class L, int G, int R>
+template <class L, int G, int R>  // L: the row reader
 void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, float (*p)[kBlock],
                const void* const* next) {
   const int64_t d = a.qk_dim;
@@ -65,11 +68,11 @@ void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, fl
   int64_t c = 0;
   for (; c + 16 <= d; c += 16) {
     __m512 kv[R];
-    for (int r = 0; r < R; ++r) kv[r] = L::Full(key[r] + c * L::kBytes);
-    // The rows after these, one cache line each step (each other step for bf16's 32 bytes).
-    if (next != nullptr && (L::kBytes == 4 || c % 32 == 0)) {
+    for (int r = 0; r < R; ++r) kv[r] = L::Full(a.rows, key[r], c);
+    // The rows after these, a cache line each step while the row lasts.
+    if (const int64_t at = L::PrefetchAt(a.rows, c, d); next != nullptr && at >= 0) {
       for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(Bytes(next[r]) + c * L::kBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(Bytes(next[r]) + at), _MM_HINT_T0);
     }
     for (int g = 0; g < G; ++g) {
       const __m512 qv = _mm512_loadu_ps(q + g * d + c);
@@ -79,7 +82,7 @@ void ScoreRows(const AttentionArgs& a, const float* q, int64_t tb, int64_t i, fl
   if (c < d) {
     const __mmask16 m = TailMask(d - c);
     __m512 kv[R];
-    for (int r = 0; r < R; ++r) kv[r] = L::Part(key[r] + c * L::kBytes, m);
+    for (int r = 0; r < R; ++r) kv[r] = L::Part(a.rows, key[r], c, m);
     for (int g = 0; g < G; ++g) {
       const __m512 qv = _mm512_maskz_loadu_ps(m, q + g * d + c);
       for (int r = 0; r < R; ++r) acc[r][g] = _mm512_fmadd_ps(qv, kv[r], acc[r][g]);
@@ -107,15 +110,14 @@ void Scores(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
     return;
   }
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* key0 = Bytes(a.keys[tb + i]) + h0 * a.key_head_stride * L::kBytes;
+    const uint8_t* key = Bytes(a.keys[tb + i]);
     __m512 acc[8];
     for (int g = 0; g < 8; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t c = 0; c < d; c += 16) {
       const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
       for (int g = 0; g < G; ++g) {
         acc[g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + g * d + c),
-                                 L::Part(key0 + (g * a.key_head_stride + c) * L::kBytes, m),
-                                 acc[g]);
+                                 L::Part(a.rows, key, (h0 + g) * a.key_head_stride + c, m), acc[g]);
       }
     }
     alignas(32) float sums[8];
@@ -137,9 +139,9 @@ void ValueChunks(const AttentionArgs& a, int64_t tb, int64_t rows, float (*p)[kB
     for (int cc = 0; cc < C; ++cc)
       acc[g][cc] = _mm512_maskz_loadu_ps(mask[cc], acc_rows + g * d + c0 + cc * 16);
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* v = Bytes(a.values[tb + i]) + c0 * L::kBytes;
+    const uint8_t* v = Bytes(a.values[tb + i]);
     __m512 vv[C];
-    for (int cc = 0; cc < C; ++cc) vv[cc] = L::Part(v + cc * 16 * L::kBytes, mask[cc]);
+    for (int cc = 0; cc < C; ++cc) vv[cc] = L::Part(a.rows, v, c0 + cc * 16, mask[cc]);
     for (int g = 0; g < G; ++g) {
       const __m512 pb = _mm512_set1_ps(p[g][i]);
       for (int cc = 0; cc < C; ++cc) acc[g][cc] = _mm512_fmadd_ps(pb, vv[cc], acc[g][cc]);
@@ -158,12 +160,12 @@ void HeadValueChunks(const AttentionArgs& a, int64_t head, int64_t tb, int64_t r
   for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
   __m512 acc[C];
   for (int cc = 0; cc < C; ++cc) acc[cc] = _mm512_maskz_loadu_ps(mask[cc], acc_row + c0 + cc * 16);
-  const int64_t offset = (head * a.value_head_stride + c0) * L::kBytes;
+  const int64_t offset = head * a.value_head_stride + c0;
   for (int64_t i = 0; i < rows; ++i) {
-    const uint8_t* v = Bytes(a.values[tb + i]) + offset;
+    const uint8_t* v = Bytes(a.values[tb + i]);
     const __m512 pb = _mm512_set1_ps(p[i]);
     for (int cc = 0; cc < C; ++cc) {
-      acc[cc] = _mm512_fmadd_ps(pb, L::Part(v + cc * 16 * L::kBytes, mask[cc]), acc[cc]);
+      acc[cc] = _mm512_fmadd_ps(pb, L::Part(a.rows, v, offset + cc * 16, mask[cc]), acc[cc]);
     }
   }
   for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(acc_row + c0 + cc * 16, mask[cc], acc[cc]);
@@ -260,7 +262,9 @@ void SegmentAllHeads(const AttentionArgs& a, int64_t t0, int64_t t1, float* mx, 
   std::fill(mx, mx + a.num_heads, -INFINITY);
   std::fill(sum, sum + a.num_heads, 0.0f);
   std::fill(acc, acc + a.num_heads * a.v_dim, 0.0f);
-  const BlockGroupFn* groups = a.rows == DType::kBF16 ? kBlockGroups<LoadBF16> : kBlockGroups<LoadF32>;
+  const BlockGroupFn* groups = a.rows.dtype == DType::kBF16     ? kBlockGroups<PlainRows<LoadBF16>>
+                               : a.rows.dtype == DType::kF8E4M3 ? kBlockGroups<Fp8Rows>
+                                                                : kBlockGroups<PlainRows<LoadF32>>;
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
     for (int64_t h0 = 0; h0 < a.num_heads; h0 += kGroup) {
@@ -303,6 +307,9 @@ void MergeSegments(const AttentionArgs& a, const float* base, int64_t segments,
 }
 
 void Attention(const AttentionArgs& a) {
+  // fp8 rows: one shared head, read in whole chunks (kernels/row_format.h).
+  LATENT_CHECK(a.rows.dtype != DType::kF8E4M3 ||
+               (RowsReadInPlace(a.rows) && a.key_head_stride == 0 && a.value_head_stride == 0));
   const int64_t h = a.num_heads, dv = a.v_dim;
   if (a.length <= 0) {
     std::fill(a.out, a.out + h * dv, 0.0f);
@@ -359,7 +366,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
   const AttentionArgs& a = qa.shared;
   const int64_t dq = a.qk_dim, dv = a.v_dim, blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t heads = std::max(key_heads, value_heads);
-  const bool bf16 = a.rows == DType::kBF16;  // else f32; bf16 widens exactly
+  const DType dtype = a.rows.dtype;  // bf16 widens exactly; fp8 decodes as RowValue
   threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t head = j / blocks, block = j % blocks;
@@ -369,9 +376,12 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t k0 = head * a.key_head_stride;
-          if (bf16) {
+          if (dtype == DType::kBF16) {
             const uint16_t* key = static_cast<const uint16_t*>(a.keys[t0 + r]) + k0;
             for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = BF16ToF32(key[c]);
+          } else if (dtype == DType::kF8E4M3) {
+            for (int64_t c = 0; c < dq; ++c)
+              dst[c * kKeyBlock + r] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
           } else {
             const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
             for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
@@ -382,9 +392,11 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t v0 = head * a.value_head_stride;
           float* dst = vt + (head * positions + t0 + r) * dv;
-          if (bf16) {
+          if (dtype == DType::kBF16) {
             const uint16_t* src = static_cast<const uint16_t*>(a.values[t0 + r]) + v0;
             for (int64_t c = 0; c < dv; ++c) dst[c] = BF16ToF32(src[c]);
+          } else if (dtype == DType::kF8E4M3) {
+            for (int64_t c = 0; c < dv; ++c) dst[c] = RowValue(a.rows, a.values[t0 + r], v0 + c);
           } else {
             const float* src = static_cast<const float*>(a.values[t0 + r]) + v0;
             std::copy(src, src + dv, dst);

@@ -7,19 +7,29 @@
 namespace latent::kernels {
 namespace {
 
-// Element i of a row of `T` (float, or uint16_t holding bf16) as f32: exact.
-inline float At(const float* row, int64_t i) { return row[i]; }
-inline float At(const uint16_t* row, int64_t i) { return BF16ToF32(row[i]); }
+// Element i of a row as f32: f32 and bf16 exactly, fp8 as code * scale (kernels/row_format.h).
+struct ReadF32 {
+  float operator()(const void* row, int64_t i) const { return static_cast<const float*>(row)[i]; }
+};
+struct ReadBF16 {
+  float operator()(const void* row, int64_t i) const {
+    return BF16ToF32(static_cast<const uint16_t*>(row)[i]);
+  }
+};
+struct ReadFormat {  // any format (the fp8 encoding)
+  const RowFormat& format;
+  float operator()(const void* row, int64_t i) const { return RowValue(format, row, i); }
+};
 
-template <typename T>
-void AttentionOf(const AttentionArgs& a) {
+template <class Read>
+void AttentionOf(const AttentionArgs& a, Read at) {
   for (int64_t h = 0; h < a.num_heads; ++h) {
     const float* q = a.q + h * a.qk_dim;
+    const int64_t k0 = h * a.key_head_stride, v0 = h * a.value_head_stride;
     float max_score = -INFINITY;
     for (int64_t t = 0; t < a.length; ++t) {
-      const T* k = static_cast<const T*>(a.keys[t]) + h * a.key_head_stride;
       float dot = 0.0f;
-      for (int64_t i = 0; i < a.qk_dim; ++i) dot += q[i] * At(k, i);
+      for (int64_t i = 0; i < a.qk_dim; ++i) dot += q[i] * at(a.keys[t], k0 + i);
       a.scratch[t] = dot * a.scale;
       max_score = std::max(max_score, a.scratch[t]);
     }
@@ -33,8 +43,7 @@ void AttentionOf(const AttentionArgs& a) {
     std::fill(out, out + a.v_dim, 0.0f);
     for (int64_t t = 0; t < a.length; ++t) {
       const float p = a.scratch[t] / sum;
-      const T* v = static_cast<const T*>(a.values[t]) + h * a.value_head_stride;
-      for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * At(v, i);
+      for (int64_t i = 0; i < a.v_dim; ++i) out[i] += p * at(a.values[t], v0 + i);
     }
   }
 }
@@ -42,10 +51,15 @@ void AttentionOf(const AttentionArgs& a) {
 }  // namespace
 
 void AttentionRef(const AttentionArgs& a) {
-  if (a.rows == DType::kBF16) {
-    AttentionOf<uint16_t>(a);
-  } else {
-    AttentionOf<float>(a);
+  switch (a.rows.dtype) {
+    case DType::kBF16:
+      AttentionOf(a, ReadBF16{});
+      break;
+    case DType::kF8E4M3:
+      AttentionOf(a, ReadFormat{a.rows});
+      break;
+    default:
+      AttentionOf(a, ReadF32{});
   }
 }
 

@@ -5,18 +5,16 @@
 namespace latent::kernels {
 namespace {
 
-inline float At(const float* row, int64_t i) { return row[i]; }
-inline float At(const uint16_t* row, int64_t i) { return BF16ToF32(row[i]); }
-
-template <typename T>
-void IndexScoresOf(const IndexScoreArgs& a) {
+// Element c of a key as f32 (kernels/row_format.h): f32 and bf16 exactly, fp8 as code * scale.
+template <class Read>
+void IndexScoresOf(const IndexScoreArgs& a, Read at) {
   for (int64_t j = 0; j < a.n; ++j) {
-    const T* key = static_cast<const T*>(a.keys[j]);
+    const void* key = a.keys[j];
     float score = 0.0f;
     for (int64_t h = 0; h < a.heads; ++h) {
       const float* q = a.q + h * a.dim;
       float dot = 0.0f;
-      for (int64_t c = 0; c < a.dim; ++c) dot += q[c] * At(key, c);
+      for (int64_t c = 0; c < a.dim; ++c) dot += q[c] * at(key, c);
       score += a.w[h] * std::max(dot * a.scale, 0.0f);
     }
     a.scores[j] = score;
@@ -26,10 +24,17 @@ void IndexScoresOf(const IndexScoreArgs& a) {
 }  // namespace
 
 void IndexScoresRef(const IndexScoreArgs& a) {
-  if (a.rows == DType::kBF16) {
-    IndexScoresOf<uint16_t>(a);
-  } else {
-    IndexScoresOf<float>(a);
+  switch (a.rows.dtype) {
+    case DType::kBF16:
+      IndexScoresOf(a, [](const void* key, int64_t c) {
+        return BF16ToF32(static_cast<const uint16_t*>(key)[c]);
+      });
+      break;
+    case DType::kF8E4M3:
+      IndexScoresOf(a, [&](const void* key, int64_t c) { return RowValue(a.rows, key, c); });
+      break;
+    default:
+      IndexScoresOf(a, [](const void* key, int64_t c) { return static_cast<const float*>(key)[c]; });
   }
 }
 
