@@ -8,12 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/scratch.h"
+#include "model/attention_dims.h"
 #include "model/deepseek_tensors.h"
 #include "model/deepseek_weights.h"
-#include "base/scratch.h"
-#include "model/dsa_indexer.h"
 #include "model/kda_attention.h"
-#include "model/mla_attention.h"
 #include "model/model.h"
 #include "ops/moe.h"
 #include "ops/rope.h"
@@ -69,7 +68,7 @@ class DeepseekModel : public Model {
   void RmsNorm(const float* x, int64_t tokens, const NormWeight& w, float* out) const;
   // out [T, D] = MLA attention of layer `l` over x [T, D] (after input_layernorm); with `dsa`,
   // restricted to what the DSA indexer selected (run here when the layer has its own indexer,
-  // else the selection the previous layer left). `query_scale` [T]: see MlaAttentionForward.
+  // else the selection the previous layer left). `query_scale` [T]: see ops::MlaAttentionForward.
   void MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
                     AttentionForm form, DsaSelection* dsa, float* out,
                     const float* query_scale = nullptr) const;

@@ -1,4 +1,4 @@
-// model::AttendedRows: the rows attention reads, in place (pointers into the paged storage, in its
+// ops::AttendedRows: the rows attention reads, in place (pointers into the paged storage, in its
 // dtype) or gathered into f32 copies (the fallback for row types the kernels do not read in place,
 // forced here by SetRowsGatherForced). Both must give the same values; positions across blocks,
 // a window's range and listed positions; a released block fails. Milliseconds.
@@ -9,9 +9,9 @@
 
 #include "base/error.h"
 #include "cache/paged_rows.h"
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 // One layer, one row of `width` values, `blocks` blocks of 4 tokens, in `dtype`.
@@ -104,4 +104,4 @@ TEST(AttendedRows, AReleasedBlockOrAShortTableFails) {
 }
 
 }  // namespace
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -13,7 +13,7 @@
 
 #include "cache/paged_rows.h"
 
-namespace latent::model {
+namespace latent::ops {
 
 // Whether rows are gathered into f32 copies whatever their type (LATENT_ROWS_GATHER=1, read
 // once; or set by SetRowsGatherForced).
@@ -48,4 +48,4 @@ class AttendedRows {
   bool gathered_ = false;
 };
 
-}  // namespace latent::model
+}  // namespace latent::ops

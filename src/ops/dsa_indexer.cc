@@ -1,4 +1,4 @@
-#include "model/dsa_indexer.h"
+#include "ops/dsa_indexer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,12 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
-#include "model/attended_rows.h"
-#include "model/kpool_indexer.h"
+#include "ops/attended_rows.h"
+#include "ops/kpool_indexer.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 constexpr float kQueryNormEps = 1e-6f;  // mistral_large4's query LayerNorm.
@@ -65,14 +65,14 @@ void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int3
 }  // namespace
 
 void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* rope,
-                   int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
+                   int64_t layer, int index_row, const AttentionBatch& batch, const float* x,
                    int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection) {
   if (d.kpool > 0) {
     RunKPoolIndexer(d, w, layer, index_row, batch, x, hidden, q_resid, selection);
     return;
   }
   const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t tokens = batch.num_tokens();
   selection.assign(tokens, {});
 
   // Keys [T, d_i]: LayerNorm(wk x), first dr dims rotated; cached.
@@ -160,4 +160,4 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
   }
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -1,4 +1,4 @@
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 
 #include "kernels/attention.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 // This thread's buffer for gathered rows, at least `floats` long. Reused across calls: at long
@@ -86,4 +86,4 @@ void AttendedRows::ToF32(int64_t i, int64_t begin, int64_t end, float* dst) cons
   std::copy(src + begin, src + end, dst);
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -1,4 +1,4 @@
-#include "model/mla_attention.h"
+#include "ops/mla_attention.h"
 
 #include <algorithm>
 #include <limits>
@@ -11,24 +11,24 @@
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
 #include "ops/norm.h"
 #include "ops/output_gate.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 using kernels::Linear;
 
-// The tokens of one sequence in the batch (ForwardBatch's grouping).
+// The tokens of one sequence in the batch (AttentionBatch's grouping).
 struct SequenceTokens {
   int64_t begin = 0, end = 0;  // batch rows [begin, end), in position order
   int64_t context = 0;         // rows 0..context-1 are attended by the last token
 };
 
-SequenceTokens SequenceOf(const ForwardBatch& batch, int64_t s) {
+SequenceTokens SequenceOf(const AttentionBatch& batch, int64_t s) {
   return {batch.seq_starts[s], batch.seq_starts[s + 1], batch.context_lens[s]};
 }
 
@@ -132,7 +132,7 @@ int64_t WindowStart(int64_t position, int64_t window) {
 // (`window` > 0; `first` is then the window start of the chunk's first token, 0 otherwise).
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
                       const AttendedRows& rows, int64_t first, int64_t window,
-                      const ForwardBatch& batch, const DsaSelection* selection, const float* q,
+                      const AttentionBatch& batch, const DsaSelection* selection, const float* q,
                       float scale, const float* sinks, float* attn_out) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
@@ -228,14 +228,6 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
 
 }  // namespace
 
-MlaDims MlaDimsOf(const ModelConfig& c) {
-  MlaDims d{c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank,
-            c.qk_nope_head_dim,    c.qk_rope_head_dim,        c.v_head_dim};
-  d.q_scale = static_cast<float>(c.mla_q_scale);
-  d.latent_scale = static_cast<float>(c.mla_latent_scale);
-  return d;
-}
-
 bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
   // Per attended token and head, expanded pays C*(dn+dv) once for the whole chunk; per chunk
   // token and attended token, absorbed pays (2C + dr) against expanded's (dqk + dv).
@@ -243,25 +235,13 @@ bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
   return chunk_tokens * absorbed_extra > d.latent * (d.nope + d.v);
 }
 
-int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
-  switch (form) {
-    case AttentionForm::kAbsorbed:
-      return 0;
-    case AttentionForm::kExpanded:
-      return std::numeric_limits<int64_t>::max();
-    case AttentionForm::kAuto:
-      break;
-  }
-  return PreferExpanded(MlaDimsOf(config), prompt_tokens) ? prompt_tokens : 0;
-}
-
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
-                         int64_t layer, const ForwardBatch& batch, const float* x,
+                         int64_t layer, const AttentionBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out, const float* query_scale,
                          int latent_row, const MlaLayerOptions* options) {
   const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t tokens = batch.num_tokens();
   // KV sharing: a layer reading another layer's rows computes and writes none of its own.
   const bool own_latent =
       options == nullptr || options->latent_layer < 0 || options->latent_layer == layer;
@@ -504,4 +484,4 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   Linear(attn.data(), tokens, w.o, out);
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops
