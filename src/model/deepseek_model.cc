@@ -11,6 +11,7 @@
 #include "kernels/linear.h"
 #include "model/cache_rows.h"
 #include "parallel/communicator.h"
+#include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
@@ -108,6 +109,7 @@ void DeepseekModel::Reserve(int64_t max_tokens) {
   bool moe = false;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe = moe || c.IsMoeLayer(l);
   workspace_.ffn.Reserve(max_tokens, inter, moe ? &moe_dims_ : nullptr);
+  workspace_.attention.Reserve(threads::NumThreads());
 }
 
 DeepseekModel::Activations DeepseekModel::Start(int64_t tokens) const {
@@ -185,7 +187,7 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
   }
   ops::MlaAttentionForward(dims, w.attention, rope_, l, batch, x, config_.hidden_size, form,
                            selection != nullptr ? &dsa : nullptr, out, query_scale,
-                           latent_rows_[source], &options);
+                           latent_rows_[source], &options, &workspace_.attention);
   dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
 }
 
@@ -257,7 +259,7 @@ void DeepseekModel::MlaAttentionAt(int64_t slot, int64_t cache_layer, int cache_
   dump::Tensor("attn_in", slot, x, tokens, config_.hidden_size);
   ops::MlaAttentionForward(dims_, weights_.layers[slot].attention, rope_, cache_layer, batch, x,
                            config_.hidden_size, form, /*dsa=*/nullptr, out, /*query_scale=*/nullptr,
-                           cache_row);
+                           cache_row, /*options=*/nullptr, &workspace_.attention);
   dump::Tensor("attn_out", slot, out, tokens, config_.hidden_size);
 }
 

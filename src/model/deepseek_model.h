@@ -14,6 +14,7 @@
 #include "model/deepseek_weights.h"
 #include "model/kda_attention.h"
 #include "model/model.h"
+#include "ops/attention_workspace.h"
 #include "ops/moe.h"
 #include "ops/rope.h"
 #include "weights/checkpoint.h"
@@ -56,6 +57,8 @@ class DeepseekModel : public Model {
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
   const DeepseekWeights& weights() const { return weights_; }
+  // The attention blocks' memory kept from step to step (ops::MlaAttentionForward's workspace).
+  ops::AttentionWorkspace* attention_workspace() const { return &workspace_.attention; }
   // Hybrids: the layers the config marks linear-attention run KDA with the forget gate `gate`.
   void EnableKda(KdaForgetGateKind gate);
   // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
@@ -128,6 +131,7 @@ class DeepseekModel : public Model {
     Scratch<float> hidden, normed, branch, extra;  // Activations
     Scratch<float> head;                           // [R, D] the rows Head reads
     ops::FfnWorkspace ffn;                         // the MLPs' and MoEs'
+    ops::AttentionWorkspace attention;             // MLA's and the DSA indexer's
   };
   mutable Workspace workspace_;
 };

@@ -10,16 +10,6 @@
 namespace latent::ops {
 namespace {
 
-// This thread's buffer for gathered rows, at least `floats` long. Reused across calls: at long
-// context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB mmap
-// threshold), so every step paid a page fault per 4 KiB and the zeroing. Valid until this
-// thread fills its next AttendedRows by gathering.
-float* GatherBuffer(int64_t floats) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer.data();
-}
-
 std::atomic<bool>& GatherForced() {
   static std::atomic<bool> forced = [] {
     const char* v = std::getenv("LATENT_ROWS_GATHER");
@@ -42,7 +32,9 @@ float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int r
     return nullptr;
   }
   dtype_ = DType::kF32;
-  return GatherBuffer(count * cache.Width(layer, row));
+  // Reused across calls: at long context a fresh buffer is tens of MB, which glibc maps anew each
+  // time (past its 32 MiB mmap threshold), so every step would pay a page fault per 4 KiB.
+  return gathered_rows_.Get(count * cache.Width(layer, row));
 }
 
 void AttendedRows::Range(const cache::PagedRows& cache, std::span<const cache::BlockId> table,

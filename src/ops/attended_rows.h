@@ -2,15 +2,18 @@
 // pointer per position and the element type (kernels/attention.h).
 //
 // Rows the kernels read in place (f32, bf16) are pointed at where the paged cache stores them:
-// no copy. Any other row type (fp8) is converted into an f32 buffer of this thread first, and the
+// no copy. Any other row type (fp8) is converted into the object's own f32 buffer first, and the
 // pointers point there; LATENT_ROWS_GATHER=1 forces that path for every type (tests compare the
-// two bit for bit: the kernels widen bf16 exactly, so both give the same result).
+// two bit for bit: the kernels widen bf16 exactly, so both give the same result). The buffer only
+// grows, so an object kept from step to step (ops/attention_workspace.h) gathers without
+// allocating once it has held the longest context.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "base/scratch.h"
 #include "cache/paged_rows.h"
 
 namespace latent::ops {
@@ -44,6 +47,7 @@ class AttendedRows {
   float* Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count);
 
   std::vector<const void*> at_;  // [count] -> the row of each position
+  Scratch<float> gathered_rows_;  // [count, width] the f32 copies, when gathered
   DType dtype_ = DType::kF32;
   bool gathered_ = false;
 };

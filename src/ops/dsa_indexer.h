@@ -14,6 +14,8 @@
 
 namespace latent::ops {
 
+class AttentionWorkspace;  // ops/attention_workspace.h
+
 // DeepSeek sparse attention's indexer (layers that run one).
 struct IndexerWeights {
   kernels::WeightRef wq_b;          // [n_h * d_i, Q]
@@ -52,9 +54,11 @@ using DsaSelection = std::vector<std::vector<int32_t>>;
 // which is what the top-k would select anyway. With `w.q_norm` (mistral_large4) the queries come
 // from LayerNorm(x) instead of q_resid (which may then be null), and with `w.query_scale` each
 // head's query is scaled by its log-position factor before rope. `rope` null: no rotation (a
-// NoPE layer).
+// NoPE layer). `workspace`: the memory kept from step to step (a call without one allocates its
+// own).
 void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope* rope,
                    int64_t layer, int index_row, const AttentionBatch& batch, const float* x,
-                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection);
+                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection,
+                   AttentionWorkspace* workspace = nullptr);
 
 }  // namespace latent::ops

@@ -15,6 +15,8 @@
 
 namespace latent::ops {
 
+class AttentionWorkspace;  // ops/attention_workspace.h
+
 // The weights of one MLA layer.
 struct AttentionWeights {
   std::optional<kernels::WeightRef> q_proj;  // [H*dqk, D] when q_lora_rank is null
@@ -89,11 +91,13 @@ struct MlaLayerOptions {
 // [T], when given, multiplies each token's query after rope (Llama-4 query scaling).
 // `latent_row`: the layer's cache row holding them (0, model::kLatentRow, unless the layer caches
 // more: LongCat's second MLA of a layer caches a second row). `dims.rope` 0: a NoPE layer (no rotary part, `rope` unused). `options`: see
-// MlaLayerOptions.
+// MlaLayerOptions. `workspace`: the memory kept from step to step (a call without one allocates its
+// own).
 void MlaAttentionForward(const MlaDims& dims, const AttentionWeights& w, const Rope& rope,
                          int64_t layer, const AttentionBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out, const float* query_scale = nullptr,
-                         int latent_row = 0, const MlaLayerOptions* options = nullptr);
+                         int latent_row = 0, const MlaLayerOptions* options = nullptr,
+                         AttentionWorkspace* workspace = nullptr);
 
 }  // namespace latent::ops
