@@ -56,6 +56,18 @@ cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& c, CacheDType dtype) {
   return row;
 }
 
+cache::CacheRowSpec KPoolIndexRow(const ModelConfig& c, CacheDType dtype) {
+  cache::CacheRowSpec row = DsaIndexKeyRow(c, dtype);
+  const int64_t v = 2 * c.index_head_dim;
+  row.name = "dsa.kpool";
+  row.values = v;
+  if (dtype == CacheDType::kFP8) row.fp8_values = v;  // key and gate score, all e4m3
+  row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * v
+                        : dtype == CacheDType::kBF16 ? 2 * v
+                                                     : cache::Fp8RowBytes(v, v);
+  return row;
+}
+
 std::vector<cache::CacheRowSpec> KdaStateRows(const ModelConfig& c) {
   const ops::KdaDims dims{c.linear_num_heads, c.linear_head_dim, c.linear_conv_kernel};
   auto state = [](const char* name, int64_t values) {

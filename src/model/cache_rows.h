@@ -34,6 +34,9 @@ cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype);
 cache::CacheRowSpec MlaLatentRow(const ModelConfig& config, CacheDType dtype, int64_t rope_dims);
 // "dsa.index_k": the DSA indexer's key, index_head_dim values.
 cache::CacheRowSpec DsaIndexKeyRow(const ModelConfig& config, CacheDType dtype);
+// The cache row of a KPool indexer layer (GLM-5-Next, ops/kpool_indexer.h): "dsa.kpool",
+// 2 * index_head_dim values per token, [LayerNorm(wk x) | kpool_gate x].
+cache::CacheRowSpec KPoolIndexRow(const ModelConfig& config, CacheDType dtype);
 
 // A KDA layer's per-sequence state (Retention::kPerSequence, always f32, ops/kda.h):
 // "kda.conv" the short convolution's last K-1 inputs [K-1, 3C], "kda.state" the recurrent state

@@ -11,6 +11,7 @@
 #include "kernels/linear.h"
 #include "model/cache_rows.h"
 #include "parallel/communicator.h"
+#include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
@@ -108,6 +109,7 @@ void DeepseekModel::Reserve(int64_t max_tokens) {
   bool moe = false;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe = moe || c.IsMoeLayer(l);
   workspace_.ffn.Reserve(max_tokens, inter, moe ? &moe_dims_ : nullptr);
+  workspace_.attention.Reserve(threads::NumThreads());
 }
 
 DeepseekModel::Activations DeepseekModel::Start(int64_t tokens) const {
@@ -166,9 +168,7 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
   if (selection != nullptr) {
     dsa.indexer = w.indexer ? &*w.indexer : nullptr;
     dsa.rope = dims.rope > 0 ? &index_rope_ : nullptr;
-    dsa.dims = {config_.index_n_heads, config_.index_head_dim, config_.index_topk,
-                config_.index_rope_last, static_cast<float>(config_.index_k_norm_eps)};
-    dsa.dims.kpool = config_.index_kpool;
+    dsa.dims = DsaDimsOf(config_);
     dsa.selection = selection;
     if (dsa.indexer != nullptr) {
       LATENT_CHECK(index_rows_[l] >= 0);
@@ -185,9 +185,9 @@ void DeepseekModel::MlaAttention(int64_t l, const ForwardBatch& batch, const flo
     head_scale = w.attention.query_scale.Factors(batch.positions);
     options.head_query_scale = head_scale.data();
   }
-  MlaAttentionForward(dims, w.attention, rope_, l, batch, x, config_.hidden_size, form,
-                      selection != nullptr ? &dsa : nullptr, out, query_scale, latent_rows_[source],
-                      &options);
+  ops::MlaAttentionForward(dims, w.attention, rope_, l, batch, x, config_.hidden_size, form,
+                           selection != nullptr ? &dsa : nullptr, out, query_scale,
+                           latent_rows_[source], &options, &workspace_.attention);
   dump::Tensor("attn_out", l, out, static_cast<int64_t>(batch.token_ids.size()), config_.hidden_size);
 }
 
@@ -257,9 +257,9 @@ void DeepseekModel::MlaAttentionAt(int64_t slot, int64_t cache_layer, int cache_
                                    float* out) const {
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
   dump::Tensor("attn_in", slot, x, tokens, config_.hidden_size);
-  MlaAttentionForward(dims_, weights_.layers[slot].attention, rope_, cache_layer, batch, x,
-                      config_.hidden_size, form, /*dsa=*/nullptr, out, /*query_scale=*/nullptr,
-                      cache_row);
+  ops::MlaAttentionForward(dims_, weights_.layers[slot].attention, rope_, cache_layer, batch, x,
+                           config_.hidden_size, form, /*dsa=*/nullptr, out, /*query_scale=*/nullptr,
+                           cache_row, /*options=*/nullptr, &workspace_.attention);
   dump::Tensor("attn_out", slot, out, tokens, config_.hidden_size);
 }
 

@@ -8,13 +8,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/scratch.h"
+#include "model/attention_dims.h"
 #include "model/deepseek_tensors.h"
 #include "model/deepseek_weights.h"
-#include "base/scratch.h"
-#include "model/dsa_indexer.h"
 #include "model/kda_attention.h"
-#include "model/mla_attention.h"
 #include "model/model.h"
+#include "ops/attention_workspace.h"
 #include "ops/moe.h"
 #include "ops/rope.h"
 #include "weights/checkpoint.h"
@@ -57,6 +57,8 @@ class DeepseekModel : public Model {
 
   const LayerWeights& layer(int64_t l) const { return weights_.layers[l]; }
   const DeepseekWeights& weights() const { return weights_; }
+  // The attention blocks' memory kept from step to step (ops::MlaAttentionForward's workspace).
+  ops::AttentionWorkspace* attention_workspace() const { return &workspace_.attention; }
   // Hybrids: the layers the config marks linear-attention run KDA with the forget gate `gate`.
   void EnableKda(KdaForgetGateKind gate);
   // NoPE attention that keeps the rotary part of the heads and the latent unrotated (Kimi
@@ -69,7 +71,7 @@ class DeepseekModel : public Model {
   void RmsNorm(const float* x, int64_t tokens, const NormWeight& w, float* out) const;
   // out [T, D] = MLA attention of layer `l` over x [T, D] (after input_layernorm); with `dsa`,
   // restricted to what the DSA indexer selected (run here when the layer has its own indexer,
-  // else the selection the previous layer left). `query_scale` [T]: see MlaAttentionForward.
+  // else the selection the previous layer left). `query_scale` [T]: see ops::MlaAttentionForward.
   void MlaAttention(int64_t l, const ForwardBatch& batch, const float* x,
                     AttentionForm form, DsaSelection* dsa, float* out,
                     const float* query_scale = nullptr) const;
@@ -129,6 +131,7 @@ class DeepseekModel : public Model {
     Scratch<float> hidden, normed, branch, extra;  // Activations
     Scratch<float> head;                           // [R, D] the rows Head reads
     ops::FfnWorkspace ffn;                         // the MLPs' and MoEs'
+    ops::AttentionWorkspace attention;             // MLA's and the DSA indexer's
   };
   mutable Workspace workspace_;
 };

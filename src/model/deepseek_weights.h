@@ -12,7 +12,9 @@
 #include "model/weight_quantization.h"
 #include "ops/gated_norm.h"
 #include "ops/hyper_connections.h"
+#include "ops/dsa_indexer.h"
 #include "ops/kda.h"
+#include "ops/mla_attention.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/position_scale.h"
@@ -20,51 +22,12 @@
 
 namespace latent::model {
 
+using ops::AttentionWeights;
+using ops::IndexerWeights;
 using ops::MlpWeights;
 using ops::MoeWeights;
 using ops::NormGateWeights;
 using ops::NormWeight;
-
-struct AttentionWeights {
-  std::optional<kernels::WeightRef> q_proj;  // [H*dqk, D] when q_lora_rank is null
-  std::optional<kernels::WeightRef> q_a;     // [Q, D]
-  NormWeight q_a_norm;                       // [Q]
-  std::optional<kernels::WeightRef> q_b;     // [H*dqk, Q]
-  // A.X-K2's fused query and output gate, in place of q_b: [H*(dqk+dv), 2Q] over
-  // [q_a_layernorm(q_a) | q_a], per head dqk query rows then dv gate rows (ops/output_gate.h).
-  std::optional<kernels::WeightRef> q_gate;
-  kernels::WeightRef kv_a;                   // [C+R, D]
-  NormWeight kv_a_norm;                      // [C]
-  kernels::WeightRef kv_b;                   // [H*(dn+dv), C]: per head dn k_nope rows, dv v rows
-  kernels::WeightRef o;                      // [D, H*dv]
-  // Learned log-position query scaling (mistral_large4's ssmax_scaling), after rope; empty where
-  // none.
-  ops::LogPositionScale query_scale;  // [H]
-  // dots3_note: RMSNorm of the rotary key before rope (k_rope_only_layernorm) [dr], data null:
-  // none.
-  NormWeight k_rope_norm;
-  // The output gate logits from the layer input (Hy4, dots3_note's g_proj): [H*w, D], w = dv (per
-  // channel) or 1 (per head); applied as sigmoid before o_proj (ops/output_gate.h). Absent elsewhere.
-  std::optional<kernels::WeightRef> gate_proj;
-  // Hy4's learned attention-sink logit per head (kernels/attention.h), f32; empty: none.
-  std::vector<float> sinks;  // [H]
-};
-
-// DeepSeek sparse attention's indexer (layers that run one).
-struct IndexerWeights {
-  kernels::WeightRef wq_b;          // [n_h * d_i, Q]
-  kernels::WeightRef wk;            // [d_i, D]
-  NormWeight k_norm, k_norm_bias;   // [d_i] LayerNorm weight and bias
-  std::vector<float> weights_proj;  // [n_h, D] f32, as transformers keeps it
-  // mistral_large4: queries from LayerNorm(x) (weight and bias [D]) instead of the query latent,
-  // so wq_b is [n_h * d_i, D]; data null elsewhere.
-  NormWeight q_norm, q_norm_bias;
-  ops::LogPositionScale query_scale;  // [n_h], before rope; empty: none
-  // GLM-5-Next's KPool indexer (ops/kpool.h): the gate score projection and the positional
-  // term of the pool softmax; empty elsewhere.
-  kernels::WeightRef kpool_gate;   // [d_i, D]
-  std::vector<float> kpool_ape;    // [index_kpool, d_i]
-};
 
 struct LayerWeights {
   NormWeight input_norm, post_attention_norm;

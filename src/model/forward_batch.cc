@@ -42,12 +42,6 @@ void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_po
   block_table_starts.push_back(static_cast<int32_t>(block_ids.size()));
 }
 
-void ForwardBatch::AddWindowTable(std::span<const cache::BlockId> table) {
-  if (window_table_starts.empty()) window_table_starts.push_back(0);
-  window_block_ids.insert(window_block_ids.end(), table.begin(), table.end());
-  window_table_starts.push_back(static_cast<int32_t>(window_block_ids.size()));
-}
-
 void ForwardBatch::Validate() const {
   const size_t tokens = token_ids.size();
   const size_t seqs = context_lens.size();

@@ -14,66 +14,25 @@
 #include "cache/paged_rows.h"
 #include "model/load_options.h"
 #include "model/model_config.h"
+#include "ops/attention_batch.h"
 
 namespace latent::model {
 
 // A packed batch: T tokens of S sequences, with everything a step needs to read and write their
-// cache rows. Sequence s is slot s: its tokens are the batch rows [seq_starts[s],
-// seq_starts[s + 1]), at consecutive positions right after its cached ones. Built once per step
-// (engine::BuildBatch, or AddSequence below); layers read the grouping from here.
-struct ForwardBatch {
+// cache rows. What attention and the DSA indexers read (positions, the grouping by sequence, the
+// block-table rows, the PagedRows view) is its ops::AttentionBatch; the rest is the model's.
+// Built once per step (engine::BuildBatch, or AddSequence below); layers read the grouping from
+// here.
+struct ForwardBatch : ops::AttentionBatch {
   std::vector<int32_t> token_ids;    // [T]
-  std::vector<int64_t> positions;    // [T]
-  std::vector<int32_t> seq_slots;    // [T] slot (sequence index) of the token
   std::vector<int32_t> logits_rows;  // [R] batch rows whose logits are wanted
-  std::vector<int32_t> seq_starts;   // [S + 1] first batch row of each sequence, then T
-  std::vector<int64_t> context_lens;  // [S] positions cached once the step ran (last position + 1)
-  // [S] under AttentionForm::kAuto, the sequence's positions below this are computed in the
-  // expanded MLA form and the rest absorbed (ExpandedPositions below): a property of the
-  // sequence, so a token's form never depends on the chunk or batch that carries it.
-  std::vector<int64_t> expanded_below;
-  // Block-table rows, ragged: sequence s's block ids are
-  // block_ids[block_table_starts[s] .. block_table_starts[s + 1]).
-  std::vector<int32_t> block_table_starts;  // [S + 1]
-  std::vector<cache::BlockId> block_ids;
-  // Sliding-window rows (the cache's retention group 1, cache::GroupedLayout): each sequence's
-  // window block-table row, ragged like block_ids (released blocks are cache::kNoBlock); empty
-  // when the cache has no window rows.
-  std::vector<int32_t> window_table_starts;  // [S + 1]
-  std::vector<cache::BlockId> window_block_ids;
-  const cache::PagedRows* rows = nullptr;  // The paged cache the step reads and writes.
-  // [S] or empty: each sequence's prompt length, pushed by the caller after AddSequence. Rotary
-  // frequencies that depend on the sequence length (LongRoPE) read it through RotaryLength, so
-  // that a prompt gets the same ones whether it runs in one chunk or several.
-  std::vector<int64_t> prompt_lens;
   // [S] or empty: each sequence's per-sequence state slot in rows->states (hybrid models'
   // linear-attention layers), pushed by the caller after AddSequence; empty: slot s is slot s
   // (the CLI tools, which run one sequence in a cache of their own).
   std::vector<int32_t> state_slots;
 
-  int64_t num_sequences() const { return static_cast<int64_t>(context_lens.size()); }
-  // The block-table row of sequence `s`.
-  std::span<const cache::BlockId> BlockTable(int64_t s) const {
-    return std::span<const cache::BlockId>(block_ids).subspan(
-        block_table_starts.at(s), block_table_starts.at(s + 1) - block_table_starts[s]);
-  }
-  // The block-table row of sequence `s` that holds row `row` of layer `layer` (its group's).
-  std::span<const cache::BlockId> RowTable(int64_t s, int64_t layer, int row) const {
-    if (rows->Group(layer, row) == 0) return BlockTable(s);
-    return std::span<const cache::BlockId>(window_block_ids)
-        .subspan(window_table_starts.at(s), window_table_starts.at(s + 1) - window_table_starts[s]);
-  }
-  // Appends the window block-table row of the sequence just added (caches with window rows).
-  void AddWindowTable(std::span<const cache::BlockId> table);
   // The state slot of sequence `s`.
   int32_t StateSlot(int64_t s) const { return state_slots.empty() ? static_cast<int32_t>(s) : state_slots.at(s); }
-  // The sequence length that picks length-dependent rotary frequencies for token t: what
-  // transformers sees running the whole prompt in one call, then decoding token by token
-  // (max(prompt length, position + 1)); without prompt_lens, the sequence's context in this step.
-  int64_t RotaryLength(int64_t t) const {
-    const int64_t s = seq_slots[t];
-    return std::max(positions[t] + 1, prompt_lens.empty() ? context_lens[s] : prompt_lens[s]);
-  }
   // Empties every array, keeping their memory and `rows`.
   void Clear();
   // Appends sequence `tokens` at positions [first_position, first_position + tokens.size()) with
@@ -93,8 +52,7 @@ enum CacheRowKind : int {
   kIndexRow = 1,   // dsa.index_k: the DSA indexer's key, index_head_dim values
 };
 
-// How MLA attention is computed (DESIGN §5). kAuto picks per token, by ExpandedPositions.
-enum class AttentionForm : uint8_t { kAuto, kAbsorbed, kExpanded };
+using ops::AttentionForm;
 
 // The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded:
 // [0, result). Under kAuto the whole prompt when it is long enough for the expanded form to cost

@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "model/arch/registry.h"
 #include "model/cache_rows.h"
 #include "model/generation_config.h"
 #include "model/model.h"
@@ -210,7 +211,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       o.reasoning_parser == "auto" ? " (auto, from the chat template)" : "");
   const tokenizer::ChatTemplate* chat = loaded->chat_template.get();
   std::string tool_call_parser = ResolveToolCallParser(
-      o.tool_call_parser, config.model_type,
+      o.tool_call_parser, model::ToolCallFormatFor(config.model_type),
       [chat](std::string_view text) { return chat != nullptr && chat->SourceMentions(text); });
   const bool arguments_as_objects = chat != nullptr && TemplateReadsArgumentsAsObject(*chat);
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,

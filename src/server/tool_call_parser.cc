@@ -319,7 +319,7 @@ const char* ToolCallParserNames() {
          "(aliases glm47, glm4_moe)";
 }
 
-std::string ResolveToolCallParser(const std::string& flag, std::string_view model_type,
+std::string ResolveToolCallParser(const std::string& flag, std::string_view model_format,
                                   const std::function<bool(std::string_view)>& mentions) {
   if (flag == "none") return "";
   if (flag != "auto") {
@@ -339,12 +339,13 @@ std::string ResolveToolCallParser(const std::string& flag, std::string_view mode
     }
     if (mentions("<arg_key>")) return "glm45";
   }
-  if (model_type == "kimi_k2") return "kimi_k2";
-  if (model_type == "deepseek_v32") return "deepseek_v32";
-  if (model_type == "glm4_moe" || model_type == "glm4_moe_lite" || model_type == "glm_moe_dsa") {
-    return "glm45";
+  // Else what the model's family declares (model::ToolCallFormatFor).
+  if (model_format.empty()) return "";
+  for (const ParserName& n : kNames) {
+    if (model_format == n.name) return std::string(n.canonical);
   }
-  return "";
+  Fail("internal: the model declares tool-call markup '", model_format,
+       "', which no parser reads (known: ", ToolCallParserNames(), ")");
 }
 
 std::vector<std::string> ToolCallMarkers(const std::string& name) {

@@ -131,9 +131,10 @@ std::string PythonJsonDumps(const nlohmann::ordered_json& value);
 const char* ToolCallParserNames();
 
 // Resolves --tool-call-parser: "none", a name (or alias), or "auto": from the chat template's
-// markup (`template_mentions`), else from the model type (kimi_k2, deepseek_v32, GLM). Returns
-// the canonical name, or "" for none; throws latent::Error naming an unknown parser.
-std::string ResolveToolCallParser(const std::string& flag, std::string_view model_type,
+// markup (`template_mentions`), else `model_format`, the parser the model's family declares for
+// its model_type (model::ToolCallFormatFor; "" for none). Returns the canonical name, or "" for
+// none; throws latent::Error naming an unknown parser.
+std::string ResolveToolCallParser(const std::string& flag, std::string_view model_format,
                                   const std::function<bool(std::string_view)>& template_mentions);
 
 // The markers of a parser's markup (`name` resolved), so that a tokenizer that marks them special

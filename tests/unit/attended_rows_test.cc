@@ -1,4 +1,4 @@
-// model::AttendedRows: the rows attention reads, in place (pointers into the paged storage, in its
+// ops::AttendedRows: the rows attention reads, in place (pointers into the paged storage, in its
 // format: f32, bf16, fp8 rows) or gathered into f32 copies (the fallback for rows the kernels do
 // not read in place, forced here by SetRowsGatherForced). Both must give the same values;
 // positions across blocks, a window's range and listed positions; a released block fails.
@@ -13,9 +13,9 @@
 #include "base/error.h"
 #include "cache/fp8_rows.h"
 #include "cache/paged_rows.h"
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 // One layer, one row of `width` values, `blocks` blocks of 4 tokens, in `dtype` (kF8E4M3: the
@@ -137,4 +137,4 @@ TEST(AttendedRows, AReleasedBlockOrAShortTableFails) {
 }
 
 }  // namespace
-}  // namespace latent::model
+}  // namespace latent::ops

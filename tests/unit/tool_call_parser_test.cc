@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "model/arch/registry.h"
 #include "server/reasoning_parser.h"
 
 namespace latent::server {
@@ -301,22 +302,44 @@ TEST(ToolCallParserTest, PythonJsonDumps) {
             "{\"b\": 1, \"a\": [1, 2.5, \"é\\n\", null, true, {}]}");
 }
 
+// Each family's declared markup (Arch::tool_call_formats) is one a parser reads, and
+// --tool-call-parser auto picks it when the template does not show the markup.
+TEST(ToolCallParserTest, FamiliesDeclareKnownFormats) {
+  int declared = 0;
+  for (const model::Arch& arch : model::Archs()) {
+    for (const auto& [model_type, format] : arch.tool_call_formats) {
+      EXPECT_EQ(model::ToolCallFormatFor(model_type), format) << model_type;
+      EXPECT_EQ(ResolveToolCallParser(format, "", nullptr), format) << model_type;
+      EXPECT_EQ(ResolveToolCallParser("auto", format, nullptr), format) << model_type;
+      ++declared;
+    }
+  }
+  EXPECT_EQ(declared, 4);  // kimi_k2, deepseek_v32, glm4_moe_lite, glm_moe_dsa
+  EXPECT_EQ(model::ToolCallFormatFor("glm4_moe_lite"), "glm45");
+  EXPECT_EQ(model::ToolCallFormatFor("deepseek_v3"), "");  // its template tells V3 from V3.1
+  EXPECT_EQ(model::ToolCallFormatFor("not_a_model"), "");
+}
+
 TEST(ToolCallParserTest, ResolvesNames) {
+  // The tool-call markup the model's family declares for a model_type (its arch file).
+  auto format_of = [](const std::string& type) { return model::ToolCallFormatFor(type); };
   auto mentions = [](std::string source) {
     return [source](std::string_view text) { return source.find(text) != std::string::npos; };
   };
-  EXPECT_EQ(ResolveToolCallParser("none", "kimi_k2", nullptr), "");
+  EXPECT_EQ(ResolveToolCallParser("none", format_of("kimi_k2"), nullptr), "");
   EXPECT_EQ(ResolveToolCallParser("glm47", "", nullptr), "glm45");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3",
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v3"),
                                   mentions("<｜tool▁sep｜>' + name + '\n```json")), "deepseek_v3");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<｜tool▁sep｜>")),
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v3"), mentions("<｜tool▁sep｜>")),
             "deepseek_v31");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<|im_middle|>")), "kimi_k2");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("<arg_key>")), "glm45");
-  EXPECT_EQ(ResolveToolCallParser("auto", "kimi_k2", mentions("")), "kimi_k2");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v32", nullptr), "deepseek_v32");
-  EXPECT_EQ(ResolveToolCallParser("auto", "glm_moe_dsa", nullptr), "glm45");
-  EXPECT_EQ(ResolveToolCallParser("auto", "deepseek_v3", mentions("plain")), "");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v3"), mentions("<|im_middle|>")),
+            "kimi_k2");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v3"), mentions("<arg_key>")),
+            "glm45");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("kimi_k2"), mentions("")), "kimi_k2");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v32"), nullptr), "deepseek_v32");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("glm_moe_dsa"), nullptr), "glm45");
+  EXPECT_EQ(ResolveToolCallParser("auto", format_of("deepseek_v3"), mentions("plain")), "");
   try {
     ResolveToolCallParser("hermes", "", nullptr);
     FAIL() << "an unknown parser is refused";

@@ -53,7 +53,8 @@ class DeepseekV32 final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<DeepseekV32, ForEachTensor>(
-      {.name = "deepseek_v32", .model_types = {"deepseek_v32"}, .defaults = Defaults(),
+      {.name = "deepseek_v32", .model_types = {"deepseek_v32"},
+       .tool_call_formats = {{"deepseek_v32", "deepseek_v32"}}, .defaults = Defaults(),
        .parse = Parse, .cache_rows = CacheRows});
 }
 

@@ -340,9 +340,9 @@ class Dots3Note final : public DeepseekModel {
     }
     MlaLayerOptions options;
     options.window = sliding ? c.sliding_window : 0;
-    MlaAttentionForward(d, layer(l).attention, sliding ? sliding_rope_ : full_rope_, l, batch, x,
-                        c.hidden_size, form, c.HasIndexer(l) ? &dsa : nullptr, out,
-                        /*query_scale=*/nullptr, kLatentRow, &options);
+    ops::MlaAttentionForward(d, layer(l).attention, sliding ? sliding_rope_ : full_rope_, l, batch,
+                             x, c.hidden_size, form, c.HasIndexer(l) ? &dsa : nullptr, out,
+                             /*query_scale=*/nullptr, kLatentRow, &options, attention_workspace());
     dump::Tensor("attn_out", l, out, tokens, c.hidden_size);
     if (trace != nullptr && c.HasIndexer(l)) trace->selected[l] = *selection;
   }

@@ -79,8 +79,9 @@ class Glm4MoeLite final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<Glm4MoeLite, ForEachTensor>(
-      {.name = "glm4_moe_lite", .model_types = {"glm4_moe_lite"}, .defaults = Defaults(),
-       .parse = Parse, .cache_rows = CacheRows});
+      {.name = "glm4_moe_lite", .model_types = {"glm4_moe_lite"},
+       .tool_call_formats = {{"glm4_moe_lite", "glm45"}}, .defaults = Defaults(), .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 //  - mHC residual streams (hc_mult, 4): around each block a hyper-connection collapses the
 //    streams into the block's input (pre gates) and writes post * output + comb^T streams back,
 //    comb Sinkhorn-normalised (ops/hyper_connections.h); the head takes the streams' mean;
-//  - the KPool DSA indexer (model/kpool_indexer.h): pools of index_kpool tokens, the top
+//  - the KPool DSA indexer (ops/kpool_indexer.h): pools of index_kpool tokens, the top
 //    index_topk / index_kpool complete visible pools expanded to tokens plus the tail pool; each
 //    MLA layer caches its latent and the packed indexer row [key | gate score];
 //  - every MLP's SwiGLU clamped at swiglu_limit (dense, shared and routed experts); dense
@@ -19,8 +19,8 @@
 // KDA layers keep per-sequence state (kda.conv, kda.state, kda.block), so the engine gives each
 // running sequence a state slot and refuses prefix-cache hits on this family.
 #include "model/arch/registry.h"
+#include "model/cache_rows.h"
 #include "model/hyper_connection_model.h"
-#include "model/kpool_indexer.h"
 
 namespace latent::model {
 namespace {

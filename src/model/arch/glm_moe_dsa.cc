@@ -60,8 +60,9 @@ class GlmMoeDsa final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<GlmMoeDsa, ForEachTensor>(
-      {.name = "glm_moe_dsa", .model_types = {"glm_moe_dsa"}, .defaults = Defaults(),
-       .parse = Parse, .cache_rows = CacheRows});
+      {.name = "glm_moe_dsa", .model_types = {"glm_moe_dsa"},
+       .tool_call_formats = {{"glm_moe_dsa", "glm45"}}, .defaults = Defaults(), .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -58,6 +58,15 @@ const Arch& ArchOf(const ModelConfig& config) {
        SupportedModelTypes(), ")");
 }
 
+std::string ToolCallFormatFor(const std::string& model_type) {
+  const Arch* arch = FindArch(model_type);
+  if (arch == nullptr) return "";
+  for (const auto& [type, format] : arch->tool_call_formats) {
+    if (type == model_type) return format;
+  }
+  return "";
+}
+
 std::string SupportedModelTypes() {
   std::string out;
   for (const Arch& arch : Archs()) {

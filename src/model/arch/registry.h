@@ -44,6 +44,10 @@ struct ArchDefaults {
 struct Arch {
   std::string name{};                      // The family: "deepseek_v3"
   std::vector<std::string> model_types{};  // The model_types it reads: {"deepseek_v3", "kimi_k2"}
+  // The tool-call markup its model_types write, as {model_type, parser name} (the names of
+  // `latent serve --tool-call-parser`, server/tool_call_parser.h): what `--tool-call-parser auto`
+  // picks when the chat template does not show the markup. A model_type not listed: none.
+  std::vector<std::pair<std::string, std::string>> tool_call_formats{};
   ArchDefaults defaults{};
   // Vision-language model_types whose config.json holds this family's config under text_config
   // ({"mistral3"} for mistral4); their vision tower is not loaded.
@@ -70,6 +74,9 @@ const Arch* FindArch(const std::string& model_type);
 bool IsWrapperModelType(const std::string& model_type);
 // The family of a parsed config (config.architecture).
 const Arch& ArchOf(const ModelConfig& config);
+// The tool-call parser name the family of `model_type` declares for it (Arch::tool_call_formats),
+// or "" (none declared, or no family reads `model_type`).
+std::string ToolCallFormatFor(const std::string& model_type);
 
 // `arch` with its `tensors` and `create` filled in from the family's tensor list
 // (kForEachTensor(config, layout, weights or null, visit)) and its model class (constructed from

@@ -1,4 +1,4 @@
-#include "model/dsa_indexer.h"
+#include "ops/dsa_indexer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +8,13 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
-#include "model/attended_rows.h"
-#include "model/kpool_indexer.h"
+#include "ops/attended_rows.h"
+#include "ops/attention_workspace.h"
+#include "ops/kpool_indexer.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 constexpr float kQueryNormEps = 1e-6f;  // mistral_large4's query LayerNorm.
@@ -65,15 +66,19 @@ void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int3
 }  // namespace
 
 void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* rope,
-                   int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
-                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection) {
+                   int64_t layer, int index_row, const AttentionBatch& batch, const float* x,
+                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection,
+                   AttentionWorkspace* workspace) {
   if (d.kpool > 0) {
     RunKPoolIndexer(d, w, layer, index_row, batch, x, hidden, q_resid, selection);
     return;
   }
   const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t tokens = batch.num_tokens();
   selection.assign(tokens, {});
+  AttentionWorkspace own_workspace;  // for a call without one: allocated as it is used
+  AttentionWorkspace& ws = workspace != nullptr ? *workspace : own_workspace;
+  ws.Reserve(1);
 
   // Keys [T, d_i]: LayerNorm(wk x), first dr dims rotated; cached.
   std::vector<float> keys(tokens * d.head_dim);
@@ -122,7 +127,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
   for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
     const int64_t length = batch.context_lens[slot];
     if (length <= d.topk) continue;  // Every token of this sequence attends densely.
-    AttendedRows cached_keys;  // [length] -> the index key of each position
+    AttendedRows& cached_keys = ws.index_keys;  // [length] -> the index key of each position
     cached_keys.Range(*batch.rows, batch.RowTable(slot, layer, index_row), layer, index_row, 0,
                       length);
     std::vector<int64_t> selecting;  // batch rows of this sequence that select
@@ -132,9 +137,9 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
     // Many tokens (a prefill chunk): one token per thread. Few (decodes): each token's
     // positions split across the threads. Every score is computed the same way either way.
     const bool per_token = static_cast<int64_t>(selecting.size()) >= 2 * threads::NumThreads();
-    auto select = [&](int64_t i, bool split_positions) {
-      thread_local std::vector<float> scores;
-      thread_local std::vector<int32_t> order;
+    auto select = [&](int64_t lane, int64_t i, bool split_positions) {
+      std::vector<float>& scores = ws.Lane(lane).scores;
+      std::vector<int32_t>& order = ws.Lane(lane).order;
       const int64_t t = selecting[i];
       const int64_t visible = batch.positions[t] + 1;
       scores.resize(visible);
@@ -151,13 +156,15 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
       SelectTopK(scores, d.topk, order, selection[t]);
     };
     if (per_token) {
-      threads::ParallelFor(static_cast<int64_t>(selecting.size()), 1, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) select(i, /*split_positions=*/false);
+      ForEachInLanes(ws, static_cast<int64_t>(selecting.size()), [&](int64_t lane, int64_t i) {
+        select(lane, i, /*split_positions=*/false);
       });
     } else {
-      for (int64_t i = 0; i < static_cast<int64_t>(selecting.size()); ++i) select(i, /*split_positions=*/true);
+      for (int64_t i = 0; i < static_cast<int64_t>(selecting.size()); ++i) {
+        select(/*lane=*/0, i, /*split_positions=*/true);
+      }
     }
   }
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -1,4 +1,4 @@
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,18 +7,8 @@
 
 #include "cache/fp8_rows.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
-
-// This thread's buffer for gathered rows, at least `floats` long. Reused across calls: at long
-// context a fresh vector is tens of MB, which glibc maps anew each time (past its 32 MiB mmap
-// threshold), so every step paid a page fault per 4 KiB and the zeroing. Valid until this
-// thread fills its next AttendedRows by gathering.
-float* GatherBuffer(int64_t floats) {
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
-  return buffer.data();
-}
 
 std::atomic<bool>& GatherForced() {
   static std::atomic<bool> forced = [] {
@@ -50,7 +40,9 @@ float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int r
   gathered_ = !kernels::RowsReadInPlace(format_) || RowsGatherForced();
   if (!gathered_) return nullptr;
   format_ = DType::kF32;
-  return GatherBuffer(count * cache.Width(layer, row));
+  // Reused across calls: at long context a fresh buffer is tens of MB, which glibc maps anew each
+  // time (past its 32 MiB mmap threshold), so every step would pay a page fault per 4 KiB.
+  return gathered_rows_.Get(count * cache.Width(layer, row));
 }
 
 void AttendedRows::Range(const cache::PagedRows& cache, std::span<const cache::BlockId> table,
@@ -106,4 +98,4 @@ void AttendedRows::ToF32(int64_t i, int64_t begin, int64_t end, float* dst) cons
   std::copy(src + begin, src + end, dst);
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

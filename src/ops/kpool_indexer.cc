@@ -1,4 +1,4 @@
-#include "model/kpool_indexer.h"
+#include "ops/kpool_indexer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,20 +6,18 @@
 
 #include "base/dump.h"
 #include "base/error.h"
-#include "cache/fp8_rows.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
-#include "model/cache_rows.h"
 #include "ops/kpool.h"
 #include "threads/thread_pool.h"
 
-namespace latent::model {
+namespace latent::ops {
 
 void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, int index_row,
-                     const ForwardBatch& batch, const float* x, int64_t hidden, const float* q_resid,
+                     const AttentionBatch& batch, const float* x, int64_t hidden, const float* q_resid,
                      DsaSelection& selection) {
   const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t tokens = batch.num_tokens();
   const int64_t di = d.head_dim;
   ops::KPoolDims pd;
   pd.head_dim = di;
@@ -89,16 +87,4 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
   }
 }
 
-cache::CacheRowSpec KPoolIndexRow(const ModelConfig& c, CacheDType dtype) {
-  cache::CacheRowSpec row = DsaIndexKeyRow(c, dtype);
-  const int64_t v = 2 * c.index_head_dim;
-  row.name = "dsa.kpool";
-  row.values = v;
-  if (dtype == CacheDType::kFP8) row.fp8_values = v;  // key and gate score, all e4m3
-  row.bytes_per_token = dtype == CacheDType::kF32    ? 4 * v
-                        : dtype == CacheDType::kBF16 ? 2 * v
-                                                     : cache::Fp8RowBytes(v, v);
-  return row;
-}
-
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -3,19 +3,22 @@
 //
 // Rows the kernels read in place (f32, bf16, and the fp8 encoding where kernels::RowsReadInPlace
 // says so) are pointed at where the paged cache stores them: no copy. Any other row is converted
-// into an f32 buffer of this thread first, and the pointers point there; LATENT_ROWS_GATHER=1
+// into the object's own f32 buffer first, and the pointers point there; LATENT_ROWS_GATHER=1
 // forces that path for every type (tests compare the two bit for bit: the kernels widen bf16 and
-// decode fp8 exactly as the gather does, so both give the same result).
+// decode fp8 exactly as the gather does, so both give the same result). The buffer only grows, so
+// an object kept from step to step (ops/attention_workspace.h) gathers without allocating once it
+// has held the longest context.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "base/scratch.h"
 #include "cache/paged_rows.h"
 #include "kernels/row_format.h"
 
-namespace latent::model {
+namespace latent::ops {
 
 // Whether rows are gathered into f32 copies whatever their type (LATENT_ROWS_GATHER=1, read
 // once; or set by SetRowsGatherForced).
@@ -48,7 +51,8 @@ class AttendedRows {
 
   std::vector<const void*> at_;  // [count] -> the row of each position
   kernels::RowFormat format_;
+  Scratch<float> gathered_rows_;  // [count, width] the f32 copies, when gathered
   bool gathered_ = false;
 };
 
-}  // namespace latent::model
+}  // namespace latent::ops

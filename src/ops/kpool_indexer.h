@@ -6,18 +6,14 @@
 
 #include <cstdint>
 
-#include "model/cache_rows.h"
-#include "model/dsa_indexer.h"
+#include "ops/dsa_indexer.h"
 
-namespace latent::model {
+namespace latent::ops {
 
 // As RunDsaIndexer (dsa_indexer.h) for dims.kpool > 0: x [T, D] after input_layernorm, q_resid
 // [T, Q] the query latent; `index_row` the layer's dsa.kpool row.
 void RunKPoolIndexer(const DsaDims& dims, const IndexerWeights& w, int64_t layer, int index_row,
-                     const ForwardBatch& batch, const float* x, int64_t hidden, const float* q_resid,
+                     const AttentionBatch& batch, const float* x, int64_t hidden, const float* q_resid,
                      DsaSelection& selection);
 
-// The cache row of a KPool indexer layer: "dsa.kpool", 2 * index_head_dim values per token.
-cache::CacheRowSpec KPoolIndexRow(const ModelConfig& config, CacheDType dtype);
-
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -1,4 +1,4 @@
-#include "model/mla_attention.h"
+#include "ops/mla_attention.h"
 
 #include <algorithm>
 #include <limits>
@@ -11,24 +11,25 @@
 #include "kernels/attention.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
-#include "model/attended_rows.h"
+#include "ops/attended_rows.h"
+#include "ops/attention_workspace.h"
 #include "ops/norm.h"
 #include "ops/output_gate.h"
 #include "ops/position_scale.h"
 #include "threads/thread_pool.h"
 
-namespace latent::model {
+namespace latent::ops {
 namespace {
 
 using kernels::Linear;
 
-// The tokens of one sequence in the batch (ForwardBatch's grouping).
+// The tokens of one sequence in the batch (AttentionBatch's grouping).
 struct SequenceTokens {
   int64_t begin = 0, end = 0;  // batch rows [begin, end), in position order
   int64_t context = 0;         // rows 0..context-1 are attended by the last token
 };
 
-SequenceTokens SequenceOf(const ForwardBatch& batch, int64_t s) {
+SequenceTokens SequenceOf(const AttentionBatch& batch, int64_t s) {
   return {batch.seq_starts[s], batch.seq_starts[s + 1], batch.context_lens[s]};
 }
 
@@ -133,7 +134,7 @@ int64_t WindowStart(int64_t position, int64_t window) {
 // (`window` > 0; `first` is then the window start of the chunk's first token, 0 otherwise).
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
                       const AttendedRows& rows, int64_t first, int64_t window,
-                      const ForwardBatch& batch, const DsaSelection* selection, const float* q,
+                      const AttentionBatch& batch, const DsaSelection* selection, const float* q,
                       float scale, const float* sinks, float* attn_out) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
@@ -229,14 +230,6 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
 
 }  // namespace
 
-MlaDims MlaDimsOf(const ModelConfig& c) {
-  MlaDims d{c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank,
-            c.qk_nope_head_dim,    c.qk_rope_head_dim,        c.v_head_dim};
-  d.q_scale = static_cast<float>(c.mla_q_scale);
-  d.latent_scale = static_cast<float>(c.mla_latent_scale);
-  return d;
-}
-
 bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
   // Per attended token and head, expanded pays C*(dn+dv) once for the whole chunk; per chunk
   // token and attended token, absorbed pays (2C + dr) against expanded's (dqk + dv).
@@ -244,25 +237,17 @@ bool PreferExpanded(const MlaDims& d, int64_t chunk_tokens) {
   return chunk_tokens * absorbed_extra > d.latent * (d.nope + d.v);
 }
 
-int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
-  switch (form) {
-    case AttentionForm::kAbsorbed:
-      return 0;
-    case AttentionForm::kExpanded:
-      return std::numeric_limits<int64_t>::max();
-    case AttentionForm::kAuto:
-      break;
-  }
-  return PreferExpanded(MlaDimsOf(config), prompt_tokens) ? prompt_tokens : 0;
-}
-
 void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops::Rope& rope,
-                         int64_t layer, const ForwardBatch& batch, const float* x,
+                         int64_t layer, const AttentionBatch& batch, const float* x,
                          int64_t hidden, AttentionForm form,
                          const DsaLayer* dsa, float* out, const float* query_scale,
-                         int latent_row, const MlaLayerOptions* options) {
+                         int latent_row, const MlaLayerOptions* options,
+                         AttentionWorkspace* workspace) {
   const auto& k = kernels::BestKernels();
-  const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  AttentionWorkspace own_workspace;  // for a call without one: allocated as it is used
+  AttentionWorkspace& ws = workspace != nullptr ? *workspace : own_workspace;
+  ws.Reserve(1);
+  const int64_t tokens = batch.num_tokens();
   // KV sharing: a layer reading another layer's rows computes and writes none of its own.
   const bool own_latent =
       options == nullptr || options->latent_layer < 0 || options->latent_layer == layer;
@@ -384,7 +369,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     LATENT_PROFILE_SCOPE(kDsaIndexer);
     if (dsa->indexer != nullptr) {
       RunDsaIndexer(dsa->dims, *dsa->indexer, dsa->rope, layer, dsa->index_row, batch, x, hidden,
-                    q_a.empty() ? nullptr : q_a.data(), d.q_lora, *dsa->selection);
+                    q_a.empty() ? nullptr : q_a.data(), d.q_lora, *dsa->selection, &ws);
     }
     selection = dsa->selection;
   }
@@ -411,7 +396,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     // Under a sliding window only positions [first, context) are read: the rows before it may
     // have been dropped.
     const int64_t first = WindowStart(batch.positions[seq.begin], window);
-    AttendedRows rows;  // [context - first] -> the row of each position, in place
+    AttendedRows& rows = ws.Lane(0).rows;  // [context - first] -> each position's row, in place
     rows.Range(cache, batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row,
                first, seq.context - first);
     ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
@@ -435,54 +420,53 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
       if (i == 0 || batch.seq_slots[group[i]] != batch.seq_slots[group[i - 1]]) starts.push_back(i);
     }
     starts.push_back(n);
-    threads::ParallelFor(static_cast<int64_t>(starts.size()) - 1, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) {
-        const int32_t slot = batch.seq_slots[group[starts[s]]];
-        const int64_t context = batch.context_lens[slot];
-        // When DSA selected for every token of this run, only the selected rows are read (at
-        // long context a small share of them); otherwise rows 0..context-1.
-        bool all_selected = selection != nullptr;
-        for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
-          all_selected = !(*selection)[group[i]].empty();
-        std::vector<int32_t> wanted;  // positions read, ascending; empty: all of them
-        // A sliding window reads positions from the window start of the run's first token: the
-        // rows before it may have been dropped.
-        const int64_t first = WindowStart(batch.positions[group[starts[s]]], window);
-        if (first > 0) {
-          all_selected = true;
-          for (int64_t p = first; p < context; ++p) wanted.push_back(static_cast<int32_t>(p));
-        } else if (all_selected) {
-          for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
-            const std::vector<int32_t>& picked = (*selection)[group[i]];
-            wanted.insert(wanted.end(), picked.begin(), picked.end());
-          }
-          std::sort(wanted.begin(), wanted.end());
-          wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-        }
-        AttendedRows rows;  // the row of each wanted position (or of 0..context-1), in place
-        const auto table = batch.RowTable(slot, latent_layer, latent_row);
-        if (all_selected) {
-          rows.Positions(cache, table, latent_layer, latent_row, wanted);
-        } else {
-          rows.Range(cache, table, latent_layer, latent_row, 0, context);
-        }
-        // The row of a position.
-        auto row_at = [&](int32_t p) -> const void* {
-          if (!all_selected) return rows[p];
-          return rows[std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin()];
-        };
+    ForEachInLanes(ws, static_cast<int64_t>(starts.size()) - 1, [&](int64_t lane, int64_t s) {
+      const int32_t slot = batch.seq_slots[group[starts[s]]];
+      const int64_t context = batch.context_lens[slot];
+      // When DSA selected for every token of this run, only the selected rows are read (at
+      // long context a small share of them); otherwise rows 0..context-1.
+      bool all_selected = selection != nullptr;
+      for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
+        all_selected = !(*selection)[group[i]].empty();
+      std::vector<int32_t> wanted;  // positions read, ascending; empty: all of them
+      // A sliding window reads positions from the window start of the run's first token: the
+      // rows before it may have been dropped.
+      const int64_t first = WindowStart(batch.positions[group[starts[s]]], window);
+      if (first > 0) {
+        all_selected = true;
+        for (int64_t p = first; p < context; ++p) wanted.push_back(static_cast<int32_t>(p));
+      } else if (all_selected) {
         for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
-          const int64_t row = group[i];
-          std::vector<const void*> visible;
-          if (selection != nullptr && !(*selection)[row].empty()) {
-            for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
-          } else {
-            for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
-              visible.push_back(row_at(static_cast<int32_t>(p)));
-          }
-          AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.format(), rope.softmax_scale,
-                       sinks, &out_lat[i * d.heads * d.latent]);
+          const std::vector<int32_t>& picked = (*selection)[group[i]];
+          wanted.insert(wanted.end(), picked.begin(), picked.end());
         }
+        std::sort(wanted.begin(), wanted.end());
+        wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+      }
+      AttendedRows& rows = ws.Lane(lane).rows;  // the row of each wanted position (or of
+                                                // 0..context-1), in place
+      const auto table = batch.RowTable(slot, latent_layer, latent_row);
+      if (all_selected) {
+        rows.Positions(cache, table, latent_layer, latent_row, wanted);
+      } else {
+        rows.Range(cache, table, latent_layer, latent_row, 0, context);
+      }
+      // The row of a position.
+      auto row_at = [&](int32_t p) -> const void* {
+        if (!all_selected) return rows[p];
+        return rows[std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin()];
+      };
+      for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
+        const int64_t row = group[i];
+        std::vector<const void*> visible;
+        if (selection != nullptr && !(*selection)[row].empty()) {
+          for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
+        } else {
+          for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
+            visible.push_back(row_at(static_cast<int32_t>(p)));
+        }
+        AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.format(), rope.softmax_scale,
+                     sinks, &out_lat[i * d.heads * d.latent]);
       }
     });
     scope.reset();
@@ -505,4 +489,4 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   Linear(attn.data(), tokens, w.o, out);
 }
 
-}  // namespace latent::model
+}  // namespace latent::ops

@@ -6,11 +6,31 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/deepseek_weights.h"
-#include "model/model.h"
+#include "kernels/weight_ref.h"
+#include "ops/attention_batch.h"
+#include "ops/norm.h"
+#include "ops/position_scale.h"
 #include "ops/rope.h"
 
-namespace latent::model {
+namespace latent::ops {
+
+class AttentionWorkspace;  // ops/attention_workspace.h
+
+// DeepSeek sparse attention's indexer (layers that run one).
+struct IndexerWeights {
+  kernels::WeightRef wq_b;          // [n_h * d_i, Q]
+  kernels::WeightRef wk;            // [d_i, D]
+  NormWeight k_norm, k_norm_bias;   // [d_i] LayerNorm weight and bias
+  std::vector<float> weights_proj;  // [n_h, D] f32, as transformers keeps it
+  // mistral_large4: queries from LayerNorm(x) (weight and bias [D]) instead of the query latent,
+  // so wq_b is [n_h * d_i, D]; data null elsewhere.
+  NormWeight q_norm, q_norm_bias;
+  LogPositionScale query_scale;  // [n_h], before rope; empty: none
+  // GLM-5-Next's KPool indexer (ops/kpool.h): the gate score projection and the positional
+  // term of the pool softmax; empty elsewhere.
+  kernels::WeightRef kpool_gate;   // [d_i, D]
+  std::vector<float> kpool_ape;    // [index_kpool, d_i]
+};
 
 struct DsaDims {
   int64_t heads = 0;     // index_n_heads
@@ -19,7 +39,7 @@ struct DsaDims {
   // Hy4: the LAST qk_rope_head_dim dims of a query or key are rotated, not the first.
   bool rope_last = false;
   float k_norm_eps = 1e-6f;  // of the keys' LayerNorm (Hy4: rms_norm_eps)
-  // GLM-5-Next: score pools of kpool tokens (model/kpool_indexer.h); 0: token-wise.
+  // GLM-5-Next: score pools of kpool tokens (ops/kpool_indexer.h); 0: token-wise.
   int64_t kpool = 0;
 };
 
@@ -34,9 +54,11 @@ using DsaSelection = std::vector<std::vector<int32_t>>;
 // which is what the top-k would select anyway. With `w.q_norm` (mistral_large4) the queries come
 // from LayerNorm(x) instead of q_resid (which may then be null), and with `w.query_scale` each
 // head's query is scaled by its log-position factor before rope. `rope` null: no rotation (a
-// NoPE layer).
+// NoPE layer). `workspace`: the memory kept from step to step (a call without one allocates its
+// own).
 void RunDsaIndexer(const DsaDims& dims, const IndexerWeights& w, const ops::Rope* rope,
-                   int64_t layer, int index_row, const ForwardBatch& batch, const float* x,
-                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection);
+                   int64_t layer, int index_row, const AttentionBatch& batch, const float* x,
+                   int64_t hidden, const float* q_resid, int64_t q_lora, DsaSelection& selection,
+                   AttentionWorkspace* workspace = nullptr);
 
-}  // namespace latent::model
+}  // namespace latent::ops

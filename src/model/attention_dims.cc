@@ -1,0 +1,36 @@
+#include "model/attention_dims.h"
+
+#include <limits>
+
+#include "model/model.h"
+
+namespace latent::model {
+
+MlaDims MlaDimsOf(const ModelConfig& c) {
+  MlaDims d{c.num_attention_heads, c.q_lora_rank.value_or(0), c.kv_lora_rank,
+            c.qk_nope_head_dim,    c.qk_rope_head_dim,        c.v_head_dim};
+  d.q_scale = static_cast<float>(c.mla_q_scale);
+  d.latent_scale = static_cast<float>(c.mla_latent_scale);
+  return d;
+}
+
+DsaDims DsaDimsOf(const ModelConfig& c) {
+  DsaDims d{c.index_n_heads, c.index_head_dim, c.index_topk, c.index_rope_last,
+            static_cast<float>(c.index_k_norm_eps)};
+  d.kpool = c.index_kpool;
+  return d;
+}
+
+int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
+  switch (form) {
+    case AttentionForm::kAbsorbed:
+      return 0;
+    case AttentionForm::kExpanded:
+      return std::numeric_limits<int64_t>::max();
+    case AttentionForm::kAuto:
+      break;
+  }
+  return ops::PreferExpanded(MlaDimsOf(config), prompt_tokens) ? prompt_tokens : 0;
+}
+
+}  // namespace latent::model

@@ -1,0 +1,64 @@
+// AttentionWorkspace: the memory the attention blocks (ops/mla_attention.h, ops/dsa_indexer.h)
+// reuse from step to step: the rows a sequence's attention reads (AttendedRows, whose f32 gather
+// buffer grows to the longest context read) and the DSA indexer's per-token scores. It belongs to
+// its owner (a model's forward workspace; one forward at a time), not to the threads, so its
+// memory goes with the model, and a step allocates none of it once the longest context was seen.
+//
+// Parallel loops hand their items to lanes (ForEachInLanes): a lane is run by one thread at a
+// time, so the lane's memory needs no lock, and there are at most NumThreads() lanes. Code on the
+// calling thread outside such a loop uses lane 0.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ops/attended_rows.h"
+#include "threads/thread_pool.h"
+
+namespace latent::ops {
+
+// One lane's memory.
+struct AttentionLane {
+  AttendedRows rows;            // the rows one sequence's attention reads
+  std::vector<float> scores;    // [visible] one token's indexer scores
+  std::vector<int32_t> order;   // [visible] their top-k order
+};
+
+class AttentionWorkspace {
+ public:
+  // Makes `n` lanes (at least); on the calling thread, before a loop uses them.
+  void Reserve(int64_t n) {
+    while (static_cast<int64_t>(lanes_.size()) < n) lanes_.push_back(std::make_unique<AttentionLane>());
+  }
+  int64_t lanes() const { return static_cast<int64_t>(lanes_.size()); }
+  AttentionLane& Lane(int64_t i) { return *lanes_[i]; }
+  // The indexer's cached keys of the sequence it scores, read by every lane.
+  AttendedRows index_keys;
+
+ private:
+  std::vector<std::unique_ptr<AttentionLane>> lanes_;  // stable addresses as lanes are added
+};
+
+// Runs fn(lane, i) for every i in [0, n), each once, on the thread pool: items are handed out one
+// at a time (as ParallelFor with grain 1 does) to min(n, NumThreads()) lanes of `workspace`. An
+// item's result must not depend on its lane (each lane's memory is scratch).
+template <class F>
+void ForEachInLanes(AttentionWorkspace& workspace, int64_t n, F&& fn) {
+  if (n <= 0) return;
+  const int64_t lanes = std::min<int64_t>(n, threads::NumThreads());
+  workspace.Reserve(lanes);
+  std::atomic<int64_t> next{0};
+  threads::ParallelFor(lanes, 1, [&](int64_t l0, int64_t l1) {
+    for (int64_t lane = l0; lane < l1; ++lane) {
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        fn(lane, i);
+      }
+    }
+  });
+}
+
+}  // namespace latent::ops
