@@ -191,6 +191,23 @@ TEST_P(RowsInPlace, QueriesAttentionOverBf16RowsEqualsF32Rows) {
   }
 }
 
+// Scores of the keys from j0 on (runs starting mid-tile, and a single key), each equal bit for bit
+// to the whole run's `want` from j0: `a` as for the whole run, `keys` its key pointers.
+void ExpectRunsFromMidTileMatch(const KernelTable& table, IndexScoreArgs a,
+                                const void* const* keys, const std::vector<float>& want,
+                                const std::string& what) {
+  const int64_t n = static_cast<int64_t>(want.size());
+  for (int64_t j0 : {1, 3, 40}) {
+    std::vector<float> part(n - j0, NAN);
+    a.keys = keys + j0;
+    a.n = n - j0;
+    a.scores = part.data();
+    table.index_scores(a);
+    ASSERT_EQ(0, std::memcmp(part.data(), want.data() + j0, sizeof(float) * part.size()))
+        << what << " from key " << j0;
+  }
+}
+
 TEST_P(RowsInPlace, IndexScoresOverBf16KeysEqualF32Keys) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(47);
@@ -220,15 +237,7 @@ TEST_P(RowsInPlace, IndexScoresOverBf16KeysEqualF32Keys) {
       const std::string what = GetParam().name + std::string(" heads=") + std::to_string(heads) +
                                " dim=" + std::to_string(dim);
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n)) << what;
-      for (int64_t j0 : {1, 3, 40}) {  // runs starting mid-tile, and a single key
-        std::vector<float> part(n - j0, NAN);
-        a.keys = k.bf16.data() + j0;
-        a.n = n - j0;
-        a.scores = part.data();
-        table.index_scores(a);
-        ASSERT_EQ(0, std::memcmp(part.data(), want.data() + j0, sizeof(float) * part.size()))
-            << what << " from key " << j0;
-      }
+      ExpectRunsFromMidTileMatch(table, a, k.bf16.data(), want, what);
     }
   }
 }
@@ -437,15 +446,7 @@ TEST_P(RowsInPlace, IndexScoresOverFp8KeysEqualDecodedKeys) {
                              " dim=" + std::to_string(k.dim);
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * n)) << what;
     ASSERT_TRUE(std::any_of(got.begin(), got.end(), [](float x) { return x != 0; })) << what;
-    for (int64_t j0 : {1, 3, 40}) {  // runs starting mid-tile, and a single key
-      std::vector<float> part(n - j0, NAN);
-      a.keys = keys.fp8_rows.data() + j0;
-      a.n = n - j0;
-      a.scores = part.data();
-      table.index_scores(a);
-      ASSERT_EQ(0, std::memcmp(part.data(), want.data() + j0, sizeof(float) * part.size()))
-          << what << " from key " << j0;
-    }
+    ExpectRunsFromMidTileMatch(table, a, keys.fp8_rows.data(), want, what);
   }
 }
 
