@@ -23,7 +23,8 @@ constexpr float kFp8E4M3Max = 448.0f;    // The largest finite float8_e4m3fn.
 uint8_t F32ToF8E4M3(float f);
 
 // Where an encoded row's pieces start, in bytes: the f32 scales right after the codes, the bf16
-// values right after the scales (what a kernel reading rows in place is told: kernels/row_format.h).
+// values right after the scales (what a kernel reading rows in place is told:
+// kernels/row_format.h).
 constexpr int64_t Fp8ScalesAt(int64_t fp8_values) { return fp8_values; }
 constexpr int64_t Fp8TailAt(int64_t fp8_values) {
   return Fp8ScalesAt(fp8_values) + 4 * ((fp8_values + kFp8Group - 1) / kFp8Group);

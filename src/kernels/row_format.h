@@ -90,11 +90,4 @@ inline float RowValue(const RowFormat& format, const void* row, int64_t c) {
   }
 }
 
-// log2 of an fp8 row's group (a power of two, RowsReadInPlace): scale index = c >> shift.
-inline int Fp8GroupShift(const RowFormat& format) {
-  int shift = 0;
-  while ((int64_t{1} << shift) < format.fp8_group) ++shift;
-  return shift;
-}
-
 }  // namespace latent::kernels

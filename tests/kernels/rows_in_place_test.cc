@@ -290,7 +290,8 @@ Fp8Store MakeFp8Store(std::mt19937& rng, int64_t length, int64_t values, int64_t
 
 TEST(RowsInPlaceFormat, Fp8RowsAreReadInPlaceWhenChunksDoNotStraddle) {
   const auto fp8 = [](int64_t values) {
-    return RowFormat::Fp8(values, cache::kFp8Group, cache::Fp8ScalesAt(values), cache::Fp8TailAt(values));
+    return RowFormat::Fp8(values, cache::kFp8Group, cache::Fp8ScalesAt(values),
+                          cache::Fp8TailAt(values));
   };
   EXPECT_TRUE(RowsReadInPlace(DType::kF32));
   EXPECT_TRUE(RowsReadInPlace(DType::kBF16));
@@ -347,9 +348,11 @@ TEST_P(RowsInPlace, AttentionOverFp8RowsEqualsDecodedRows) {
     a.out = got.data();
     table.attention(a);
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * got.size())) << what;
-    ASSERT_TRUE(c.length == 0 || std::any_of(got.begin(), got.end(), [](float x) { return x != 0; }))
+    ASSERT_TRUE(c.length == 0 ||
+                std::any_of(got.begin(), got.end(), [](float x) { return x != 0; }))
         << what;
-    ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); })) << what;
+    ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); }))
+        << what;
   }
 }
 
@@ -362,7 +365,8 @@ TEST_P(RowsInPlace, AttentionOverFp8RowsKeepsNaN) {
   Fp8Store rows = MakeFp8Store(rng, length, qk, fp8_values);
   uint8_t* row = const_cast<uint8_t*>(static_cast<const uint8_t*>(rows.fp8_rows[17]));
   row[5] = 0xff;  // -NaN
-  cache::DecodeFp8Row(row, qk, fp8_values, const_cast<float*>(static_cast<const float*>(rows.f32_rows[17])));
+  float* decoded = const_cast<float*>(static_cast<const float*>(rows.f32_rows[17]));
+  cache::DecodeFp8Row(row, qk, fp8_values, decoded);
   const std::vector<float> q = RandomFloats(rng, heads * qk, -2.0f, 2.0f);
   std::vector<float> scratch(length), want(heads * fp8_values), got(want.size());
   AttentionArgs a;

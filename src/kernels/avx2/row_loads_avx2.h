@@ -56,8 +56,8 @@ struct Fp8Rows {
     alignas(16) uint8_t codes[16] = {};
     std::memcpy(codes, row + c, static_cast<size_t>(count));
     // The lanes past `count` 0, not 0 * scale (NaN under an infinite scale).
-    return _mm256_and_ps(_mm256_castsi256_ps(TailMask(count)),
-                         Decode(_mm_load_si128(reinterpret_cast<const __m128i*>(codes)), f, row, c));
+    const __m256 v = Decode(_mm_load_si128(reinterpret_cast<const __m128i*>(codes)), f, row, c);
+    return _mm256_and_ps(_mm256_castsi256_ps(TailMask(count)), v);
   }
 };
 

@@ -34,7 +34,9 @@ void IndexScoresRef(const IndexScoreArgs& a) {
       IndexScoresOf(a, [&](const void* key, int64_t c) { return RowValue(a.rows, key, c); });
       break;
     default:
-      IndexScoresOf(a, [](const void* key, int64_t c) { return static_cast<const float*>(key)[c]; });
+      IndexScoresOf(a, [](const void* key, int64_t c) {
+        return static_cast<const float*>(key)[c];
+      });
   }
 }
 
