@@ -15,12 +15,18 @@
 namespace latent::kernels {
 namespace {
 
-// Whether the AMX kernels are the default on CPUs that have them (else LATENT_GEMM=amx only), as
-// bench/kernels measures them against the AVX-512 (vdpbf16ps) default on a 2-core Xeon with AMX:
-// 2-4x faster from m = 8 (prefill m = 512: 4x), level at m = 4; at m = 1 and 2 (batch-1 decode)
-// 10-20% slower in CPU time against weights on huge pages, level (and faster in wall time)
-// against a mapped checkpoint file. Not the default until it wins there on a quiet machine.
-constexpr bool kAmxByDefault = false;
+// Whether the AMX kernels are the default on CPUs that have them. bench/kernels, one thread of a
+// 2-core Xeon with AMX, against the AVX-512 vdpbf16ps kernel: 2-4x faster from m = 8 (prefill
+// m = 512: 4x), level at m = 4, and at m = 1-2 10-20% slower in CPU time when both read weights
+// on huge pages. The engine is what counts, and there the vdpbf16ps kernel reads the mapped
+// checkpoint while AMX reads its packed copy: `latent bench` on bench/compare's checkpoint
+// (v2lite-L2, bf16, pp 128, tg 32, quiet machine, two runs each): batch-1 decode 19.3-19.4 ->
+// 19.7-24.1 t/s, 64-request decode 107.5 -> 273-289 t/s, prefill 185-241 -> 506-756 t/s.
+constexpr bool kAmxByDefault = true;
+
+// Whether the packed vdpbf16ps kernel is the default for bf16 compute on CPUs with AVX512_BF16
+// where AMX is not chosen (else the row-major vdpbf16ps kernel, LATENT_GEMM=avx512).
+constexpr bool kBf16PackedByDefault = false;
 
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)
@@ -80,6 +86,17 @@ const KernelTable* MakeAmx() {
 #endif
 }
 
+const KernelTable* MakeBf16Packed() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (Avx512Kernels() == nullptr || !CpuHasAvx512Bf16()) return nullptr;
+  static KernelTable table = *Avx512Kernels();
+  avx512::FillBf16PackedLinear(table);
+  return &table;
+#else
+  return nullptr;
+#endif
+}
+
 bool UseBf16Dot() {
   const char* env = std::getenv("LATENT_BF16_DOT");
   return env != nullptr && std::strcmp(env, "1") == 0;
@@ -97,14 +114,28 @@ bool GemmIs(const char* name) {
 
 bool UseOnednn() { return GemmIs("onednn"); }
 
-// AMX for bf16 compute: the default where the CPU has it (kAmxByDefault), LATENT_GEMM=amx asks
-// for it, LATENT_GEMM=avx512 keeps the AVX-512 kernels.
+// AMX for bf16 compute: the default where the CPU has it (kAmxByDefault) unless LATENT_GEMM names
+// another GEMM (avx512 keeps the vdpbf16ps kernels; onednn runs its own AMX code over the weights
+// as stored, which packing would release); LATENT_GEMM=amx asks for it.
 bool UseAmx() {
-  if (AmxKernels() == nullptr || GemmIs("avx512")) return false;
-  return kAmxByDefault || GemmIs("amx");
+  if (AmxKernels() == nullptr) return false;
+  const char* gemm = std::getenv("LATENT_GEMM");
+  if (gemm != nullptr && *gemm != '\0') return std::strcmp(gemm, "amx") == 0;
+  return kAmxByDefault;
 }
 
-// The choice without LATENT_GEMM: AVX-512, else AVX2, else the reference.
+// The packed vdpbf16ps kernel for bf16 compute (avx512/linear_bf16_packed.cc): where the CPU has
+// AVX512_BF16 and AMX is not chosen, by default (kBf16PackedByDefault) unless LATENT_GEMM names
+// another GEMM; LATENT_GEMM=avx512-packed asks for it (on AMX CPUs too).
+bool UseBf16Packed() {
+  if (Bf16PackedKernels() == nullptr) return false;
+  const char* gemm = std::getenv("LATENT_GEMM");
+  if (gemm != nullptr && *gemm != '\0') return std::strcmp(gemm, "avx512-packed") == 0;
+  return kBf16PackedByDefault;
+}
+
+// The choice before oneDNN: AVX-512 (on AMX where the CPU has it, UseAmx; else over packed
+// weights, UseBf16Packed), else AVX2, else the reference.
 const KernelTable& OwnKernels() {
   static const KernelTable& table =
       ForceRef()                                    ? RefKernels()
@@ -112,6 +143,7 @@ const KernelTable& OwnKernels() {
                                                                                 : RefKernels())
       : UseBf16Dot() && Bf16DotKernels() != nullptr ? *Bf16DotKernels()
       : UseAmx()                                    ? *AmxKernels()
+      : UseBf16Packed()                             ? *Bf16PackedKernels()
                                                     : *Avx512Kernels();
   return table;
 }
@@ -159,6 +191,11 @@ const KernelTable* AmxKernels() {
   return table;
 }
 
+const KernelTable* Bf16PackedKernels() {
+  static const KernelTable* table = MakeBf16Packed();
+  return table;
+}
+
 const KernelTable& BestKernels() {
   static const KernelTable& table =
       UseOnednn() && OnednnKernels() != nullptr ? *OnednnKernels() : OwnKernels();
@@ -171,6 +208,9 @@ const char* BestKernelsName() {
   if (&OwnKernels() == Avx2Kernels()) return "avx2";
   if (&OwnKernels() == Bf16DotKernels()) return onednn ? "avx512-bf16dot+onednn" : "avx512-bf16dot";
   if (&OwnKernels() == AmxKernels()) return onednn ? "avx512-amx+onednn" : "avx512-amx";
+  if (&OwnKernels() == Bf16PackedKernels()) {
+    return onednn ? "avx512-packed+onednn" : "avx512-packed";
+  }
   return onednn ? "avx512+onednn" : "avx512";
 }
 

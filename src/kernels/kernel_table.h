@@ -92,11 +92,15 @@ const KernelTable* OnednnKernels();
 // stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
 // invariant like the AVX-512 kernels.
 const KernelTable* AmxKernels();
-// The best kernels this CPU supports, chosen once: AVX-512 when available, else AVX2, else the
-// reference (AmxKernels() is opt-in: dispatch.cc's kAmxByDefault says why).
-// The environment variable LATENT_KERNELS=ref forces the reference kernels; LATENT_BF16_DOT=1
-// picks Bf16DotKernels() when available; LATENT_GEMM=amx picks AmxKernels() when available
-// (LATENT_GEMM=avx512 never does); LATENT_GEMM=onednn picks OnednnKernels() over that.
+// The AVX-512 kernels with linear over bf16 weights with bf16_activations on vdpbf16ps over the
+// tile-packed copy the loader makes (avx512/linear_bf16_packed.cc, kernels/tile_pack.h), or null
+// without AVX512_BF16. Batch invariant like the others.
+const KernelTable* Bf16PackedKernels();
+// The best kernels this CPU supports, chosen once: AmxKernels() where the CPU has AMX-BF16, else
+// AVX-512 when available, else AVX2, else the reference (dispatch.cc's kAmxByDefault has the
+// measurements). The environment variable LATENT_KERNELS=ref forces the reference kernels;
+// LATENT_BF16_DOT=1 picks Bf16DotKernels() when available; LATENT_GEMM=avx512 keeps the AVX-512
+// kernels on an AMX CPU; LATENT_GEMM=onednn picks OnednnKernels() (over the AVX-512 kernels).
 const KernelTable& BestKernels();
 // "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2" or "ref": what
 // BestKernels() chose.

@@ -167,13 +167,16 @@ std::vector<WeightCase> WeightCases() {
   };
 }
 
-TEST(KernelDispatch, BestKernelsIsAvx512ElseAvx2ElseRef) {
+TEST(KernelDispatch, BestKernelsIsAmxElseAvx512ElseAvx2ElseRef) {
   if (std::getenv("LATENT_GEMM") != nullptr) GTEST_SKIP() << "LATENT_GEMM: see OnednnDispatch";
   const char* env = std::getenv("LATENT_KERNELS");
+  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
   if (env != nullptr && std::string(env) == "ref") {
     EXPECT_STREQ(BestKernelsName(), "ref");
-  } else if (Avx512Kernels() != nullptr && (std::getenv("LATENT_BF16_DOT") == nullptr ||
-                                             Bf16DotKernels() == nullptr)) {
+  } else if (AmxKernels() != nullptr && (bf16_dot == nullptr || std::string(bf16_dot) != "1")) {
+    EXPECT_STREQ(BestKernelsName(), "avx512-amx");
+    EXPECT_EQ(&BestKernels(), AmxKernels());
+  } else if (Avx512Kernels() != nullptr && (bf16_dot == nullptr || Bf16DotKernels() == nullptr)) {
     EXPECT_STREQ(BestKernelsName(), "avx512");
     EXPECT_EQ(&BestKernels(), Avx512Kernels());
   } else if (Avx512Kernels() != nullptr) {

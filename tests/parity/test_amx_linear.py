@@ -1,8 +1,8 @@
-"""LATENT_GEMM=amx (opt-in, CPUs with AMX-BF16): bf16 compute's linears over bf16 weights run on
+"""AMX (the default on CPUs with AMX-BF16, or LATENT_GEMM=amx): bf16 compute's linears over bf16 weights run on
 TDPBF16PS over weights repacked at load (kernels/amx/linear_amx.cc): the same bf16(x) . W^T with
 f32 accumulation as the default vdpbf16ps kernel, in another fixed order. End to end on bf16
 checkpoints: the AMX path really runs (`latent info` names it, and the logits differ from the
-default's), its logits stay within transformers-bf16's own error of the exact answer (the bound
+AVX-512 kernels' under LATENT_GEMM=avx512), its logits stay within transformers-bf16's own error of the exact answer (the bound
 test_bf16.py puts on the default), and the engine's batch invariance holds (test_bf16.py's
 batched-equals-alone check, run under AMX). Skipped where the CPU has no AMX."""
 
@@ -19,7 +19,7 @@ from conftest import latent_logits, run_latent
 
 @pytest.fixture
 def amx(monkeypatch, tiny_models):
-    """Sets LATENT_GEMM=amx for the latent runs of a test; skips without AMX on this CPU."""
+    """Sets LATENT_GEMM=amx (as the default does, explicitly) for the latent runs of a test; skips without AMX on this CPU."""
     monkeypatch.setenv("LATENT_GEMM", "amx")
     model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16")
     info = json.loads(run_latent("info", "--model", str(model_dir), "--json").stdout)

@@ -1,7 +1,7 @@
 // AMX linear over bf16 weights with bf16 activations (bf16 compute, WeightRef::bf16_activations):
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T with TDPBF16PS (16 x 32 bf16 tiles, f32 accumulation).
 //
-// Weights are repacked once at load (PackAmx, through KernelTable::pack) into the layout a B tile
+// Weights are repacked once at load (kernels/tile_pack.h, through KernelTable::pack) into the layout a B tile
 // reads: for each block of 16 weight rows (output columns), for each 32-wide block of k, one
 // 1 KiB tile of [16 k-pairs][16 columns][2] bf16 (VNNI pairs), zero-padded past n and k:
 //
@@ -33,8 +33,9 @@
 // about 4x, and above oneDNN's bf16 matmul), level at m = 4. At m = 1 and 2 (both stream the
 // weights from memory) it depends on the pages: with vdpbf16ps also on huge pages (the bench's
 // default) AMX is 10-20% slower in CPU time; with vdpbf16ps reading a mapped file as the engine
-// does (--file), level in CPU time and faster in wall time. Hence opt-in for now (dispatch.cc,
-// kAmxByDefault).
+// does (--file), level in CPU time and faster in wall time. In the engine, where the vdpbf16ps
+// kernel reads the mapped checkpoint, AMX wins at every batch: the default on CPUs with AMX
+// (dispatch.cc, kAmxByDefault, has the figures).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -44,6 +45,7 @@
 
 #include "kernels/amx/amx_kernels.h"
 #include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
@@ -61,9 +63,9 @@ LATENT_AMX_BEGIN
 namespace latent::kernels::amx {
 namespace {
 
-constexpr int64_t kTileRows = 16;     // rows of every tile (activation rows, k-pairs, outputs)
-constexpr int64_t kBlockK = 32;       // bf16 values of k per tile row (64 bytes)
-constexpr int64_t kTileBytes = 1024;  // one packed weight tile: 16 k-pairs x 16 columns x 2 x 2
+constexpr int64_t kTileRows = kPackRows;       // rows of every tile (activation rows, k-pairs, outputs)
+constexpr int64_t kBlockK = kPackK;            // bf16 values of k per tile row (64 bytes)
+constexpr int64_t kTileBytes = kPackTileBytes;  // one packed weight tile (kernels/tile_pack.h)
 constexpr int64_t kPrefetch = 4096;   // decode: software prefetch distance in each weight stream
 constexpr int64_t kChunkK = 16;       // batches: k blocks per pass over the accumulators (512)
 constexpr int64_t kGroupBlocks = 16;  // batches: column blocks sharing one accumulator buffer
@@ -332,39 +334,11 @@ void LinearAmx(const float* x, int64_t m, const WeightRef& w, float* y, float* s
 
 }  // namespace
 
-int64_t PackedBytesAmx(const WeightRef& w) {
-  if (w.dtype != DType::kBF16 || !w.bf16_activations || w.n <= 0 || w.k <= 0) return 0;
-  return (w.n + kTileRows - 1) / kTileRows * ((w.k + kBlockK - 1) / kBlockK) * kTileBytes;
-}
-
-void PackAmx(const WeightRef& w, void* out) {
-  const int64_t kb = (w.k + kBlockK - 1) / kBlockK;
-  const int64_t blocks = (w.n + kTileRows - 1) / kTileRows;
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  auto* dst = static_cast<uint8_t*>(out);
-  const int64_t row_bytes = 2 * w.k;
-  threads::ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      uint8_t* block = dst + b * kb * kTileBytes;
-      std::memset(block, 0, static_cast<size_t>(kb * kTileBytes));
-      const int64_t rows = std::min<int64_t>(kTileRows, w.n - b * kTileRows);
-      for (int64_t j = 0; j < rows; ++j) {
-        const uint8_t* row = src + (b * kTileRows + j) * row_bytes;  // possibly unaligned
-        for (int64_t c = 0; c < w.k; c += 2) {  // one VNNI pair (the last one may be half)
-          const int64_t kk = c / kBlockK, p = (c % kBlockK) / 2;
-          std::memcpy(block + kk * kTileBytes + (p * kTileRows + j) * 4, row + 2 * c,
-                      c + 1 < w.k ? 4 : 2);
-        }
-      }
-    }
-  });
-}
-
 void FillAmxLinear(KernelTable& t) {
   g_linear_unpacked = t.linear;
   t.linear = LinearAmx;
-  t.packed_bytes = PackedBytesAmx;
-  t.pack = PackAmx;
+  t.packed_bytes = TilePackedBytes;
+  t.pack = TilePack;
 }
 
 }  // namespace latent::kernels::amx

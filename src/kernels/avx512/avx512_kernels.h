@@ -17,6 +17,10 @@ void FillIndexScoresKernel(KernelTable& table);  // index_scores
 // (linear_bf16dot.cc), all of them when `every_bf16_weight` (LATENT_BF16_DOT=1), else only those
 // with bf16_activations (bf16 compute); the others to the kernel it wrapped. Needs AVX512_BF16.
 void FillBf16DotLinear(KernelTable& table, bool every_bf16_weight);
+// Wraps table.linear: bf16 weights with bf16_activations that carry a packed copy go to the
+// vdpbf16ps kernel over kernels/tile_pack.h's layout (linear_bf16_packed.cc), the others to the
+// kernel it wrapped; sets table.packed_bytes and table.pack. Needs AVX512_BF16.
+void FillBf16PackedLinear(KernelTable& table);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);

@@ -1,7 +1,9 @@
-// The AMX linear (kernels/amx/linear_amx.cc, bf16 compute over bf16 weights repacked at load)
-// against the scalar reference, over k and n tails, decode and batch shapes and Rows() views;
-// and its batch invariance: a row's output is the same bits alone, inside any batch, at any
-// position in its tile and with any thread count. Runs where the CPU has AMX-BF16.
+// The linears over tile-packed bf16 weights (kernels/tile_pack.h; bf16 compute over bf16 weights
+// repacked at load): AMX (kernels/amx/linear_amx.cc, where the CPU has AMX-BF16) and vdpbf16ps
+// (kernels/avx512/linear_bf16_packed.cc, where it has AVX512_BF16), each against the scalar
+// reference, over k and n tails, decode and batch shapes and Rows() views; and their batch
+// invariance: a row's output is the same bits alone, inside any batch, at any position in its
+// tile and with any thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,24 +27,26 @@ namespace {
 using testing::RandomFloats;
 using testing::ThreadCount;
 
-class AmxLinear : public ::testing::TestWithParam<testing::FastTable> {};
+class PackedLinear : public ::testing::TestWithParam<testing::FastTable> {};
 
-INSTANTIATE_TEST_SUITE_P(Isa, AmxLinear,
-                         ::testing::Values(testing::FastTable{
-                             "amx", AmxKernels,
-                             "no AMX-BF16 + AMX-TILE (or no OS tile state) on this CPU"}),
-                         testing::FastTableName);
+INSTANTIATE_TEST_SUITE_P(
+    Isa, PackedLinear,
+    ::testing::Values(
+        testing::FastTable{"amx", AmxKernels,
+                           "no AMX-BF16 + AMX-TILE (or no OS tile state) on this CPU"},
+        testing::FastTable{"avx512_packed", Bf16PackedKernels, "no AVX512_BF16 on this CPU"}),
+    testing::FastTableName);
 
 // A bf16 weight [n, k] for bf16 compute at an odd address (checkpoint tensors are unaligned),
 // with its packed copy.
-struct AmxWeight {
+struct PackedWeight {
   std::vector<uint8_t> bytes;  // 2 + 2 * n * k
   std::unique_ptr<uint8_t[]> packed;
   WeightRef ref;
 };
 
-AmxWeight MakeAmxWeight(const KernelTable& table, std::mt19937& rng, int64_t n, int64_t k) {
-  AmxWeight w;
+PackedWeight MakePackedWeight(const KernelTable& table, std::mt19937& rng, int64_t n, int64_t k) {
+  PackedWeight w;
   w.bytes.assign(2 + 2 * n * k, 0);
   const std::vector<float> values = RandomFloats(rng, n * k);
   for (int64_t i = 0; i < n * k; ++i) {
@@ -65,11 +69,11 @@ std::vector<float> RunLinear(const KernelTable& table, const std::vector<float>&
   return y;
 }
 
-// Both the reference (in order) and the AMX kernel (its own order, bf16 pairs) sum k products of
+// Both the reference (in order) and the packed kernels (their own orders, bf16 pairs) sum k products of
 // the same bf16-rounded inputs in f32, each within the recursive-summation bound
 // (k - 1) u sum |x_c w_c| of the exact sum (u = 2^-24; products of bf16 values are exact in f32,
 // and these are far from denormal), so they differ by at most twice that.
-void ExpectNearAmxRef(const std::vector<float>& x, int64_t m, const WeightRef& w,
+void ExpectNearRef(const std::vector<float>& x, int64_t m, const WeightRef& w,
                    const std::vector<float>& y) {
   const std::vector<float> ref = RunLinear(RefKernels(), x, m, w);
   std::vector<float> row(w.k);
@@ -87,96 +91,119 @@ void ExpectNearAmxRef(const std::vector<float>& x, int64_t m, const WeightRef& w
   }
 }
 
-// AMX is opt-in (dispatch.cc says why): LATENT_GEMM=amx picks it where the CPU has it, and only
+// AMX is the default where the CPU has it (dispatch.cc's kAmxByDefault has the figures) unless
+// LATENT_GEMM names another GEMM (avx512, onednn), LATENT_KERNELS=ref or LATENT_BF16_DOT=1; only
 // then does the loader pack weights (BestKernels().pack).
-TEST(AmxDispatch, BestKernelsUseAmxOnlyWhenAskedFor) {
+TEST(AmxDispatch, BestKernelsUseAmxByDefaultWhereTheCpuHasIt) {
   const char* gemm = std::getenv("LATENT_GEMM");
   const char* kernels = std::getenv("LATENT_KERNELS");
   const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
-  const bool asked = gemm != nullptr && std::string(gemm) == "amx";
+  const bool other_gemm = gemm != nullptr && *gemm != '\0' && std::string(gemm) != "amx";
   const bool overridden = (kernels != nullptr && std::string(kernels) == "ref") ||
                           (bf16_dot != nullptr && std::string(bf16_dot) == "1");
-  if (asked && AmxKernels() != nullptr && !overridden) {
+  if (AmxKernels() != nullptr && !other_gemm && !overridden) {
     EXPECT_EQ(&BestKernels(), AmxKernels());
     EXPECT_STREQ(BestKernelsName(), "avx512-amx");
+    EXPECT_NE(BestKernels().pack, nullptr) << "AMX packs bf16 weights at load";
   } else {
     EXPECT_NE(&BestKernels(), AmxKernels());
     EXPECT_EQ(std::string(BestKernelsName()).find("amx"), std::string::npos);
-    EXPECT_EQ(BestKernels().pack, nullptr) << "nothing packs weights without AMX";
-  }
-}
-
-TEST_P(AmxLinear, PacksBf16ComputeWeightsOnly) {
-  LATENT_REQUIRE_TABLE(amx);
-  ASSERT_NE(amx.packed_bytes, nullptr);
-  WeightRef w;
-  w.dtype = DType::kBF16;
-  w.n = 17;
-  w.k = 33;
-  EXPECT_EQ(amx.packed_bytes(w), 0) << "bf16 weights under f32 compute read as stored";
-  w.bf16_activations = true;
-  EXPECT_EQ(amx.packed_bytes(w), 2 * 2 * 1024);  // 2 column blocks x 2 k blocks of 1 KiB
-  w.dtype = DType::kF32;
-  EXPECT_EQ(amx.packed_bytes(w), 0);
-  EXPECT_EQ(RefKernels().packed_bytes, nullptr);
-}
-
-TEST_P(AmxLinear, MatchesRefWithinSummationBound) {
-  LATENT_REQUIRE_TABLE(amx);
-  std::mt19937 rng(1);
-  const int64_t shapes[][2] = {{1, 1},   {16, 32}, {17, 33},  {37, 70},
-                               {64, 256}, {100, 31}, {48, 1000}, {5, 65}};
-  for (const auto& shape : shapes) {
-    const AmxWeight w = MakeAmxWeight(amx, rng, shape[0], shape[1]);
-    ASSERT_NE(w.ref.packed, nullptr);
-    for (int64_t m : {1, 3, 16, 17, 33, 40}) {
-      const std::vector<float> x = RandomFloats(rng, m * w.ref.k, -2.0f, 2.0f);
-      ExpectNearAmxRef(x, m, w.ref, RunLinear(amx, x, m, w.ref));
+    if (std::string(BestKernelsName()).find("packed") == std::string::npos) {
+      EXPECT_EQ(BestKernels().pack, nullptr) << "only the packed kernels pack weights";
     }
   }
 }
 
-TEST_P(AmxLinear, ReadsThePackedCopy) {
-  LATENT_REQUIRE_TABLE(amx);
+// LATENT_GEMM=avx512-packed picks the vdpbf16ps kernel over packed weights where the CPU has
+// AVX512_BF16 (on AMX CPUs too); LATENT_GEMM=avx512 keeps the row-major one.
+TEST(Bf16PackedDispatch, BestKernelsFollowLatentGemm) {
+  const char* gemm = std::getenv("LATENT_GEMM");
+  const char* kernels = std::getenv("LATENT_KERNELS");
+  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
+  const bool overridden = (kernels != nullptr && std::string(kernels) == "ref") ||
+                          (bf16_dot != nullptr && std::string(bf16_dot) == "1");
+  if (overridden || gemm == nullptr) GTEST_SKIP() << "no LATENT_GEMM (or overridden)";
+  if (std::string(gemm) == "avx512-packed" && Bf16PackedKernels() != nullptr) {
+    EXPECT_EQ(&BestKernels(), Bf16PackedKernels());
+    EXPECT_STREQ(BestKernelsName(), "avx512-packed");
+    EXPECT_NE(BestKernels().pack, nullptr);
+  } else if (std::string(gemm) == "avx512" && Avx512Kernels() != nullptr) {
+    EXPECT_EQ(&BestKernels(), Avx512Kernels());
+    EXPECT_EQ(BestKernels().pack, nullptr);
+  }
+}
+
+TEST_P(PackedLinear, PacksBf16ComputeWeightsOnly) {
+  LATENT_REQUIRE_TABLE(table);
+  ASSERT_NE(table.packed_bytes, nullptr);
+  WeightRef w;
+  w.dtype = DType::kBF16;
+  w.n = 17;
+  w.k = 33;
+  EXPECT_EQ(table.packed_bytes(w), 0) << "bf16 weights under f32 compute read as stored";
+  w.bf16_activations = true;
+  EXPECT_EQ(table.packed_bytes(w), 2 * 2 * 1024);  // 2 column blocks x 2 k blocks of 1 KiB
+  w.dtype = DType::kF32;
+  EXPECT_EQ(table.packed_bytes(w), 0);
+  EXPECT_EQ(RefKernels().packed_bytes, nullptr);
+}
+
+TEST_P(PackedLinear, MatchesRefWithinSummationBound) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(1);
+  const int64_t shapes[][2] = {{1, 1},   {16, 32}, {17, 33},  {37, 70},
+                               {64, 256}, {100, 31}, {48, 1000}, {5, 65}};
+  for (const auto& shape : shapes) {
+    const PackedWeight w = MakePackedWeight(table, rng, shape[0], shape[1]);
+    ASSERT_NE(w.ref.packed, nullptr);
+    for (int64_t m : {1, 3, 16, 17, 33, 40}) {
+      const std::vector<float> x = RandomFloats(rng, m * w.ref.k, -2.0f, 2.0f);
+      ExpectNearRef(x, m, w.ref, RunLinear(table, x, m, w.ref));
+    }
+  }
+}
+
+TEST_P(PackedLinear, ReadsThePackedCopy) {
+  LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(2);
-  const AmxWeight w = MakeAmxWeight(amx, rng, 40, 96);
+  const PackedWeight w = MakePackedWeight(table, rng, 40, 96);
   const std::vector<float> x = RandomFloats(rng, 5 * w.ref.k);
-  const std::vector<float> y = RunLinear(amx, x, 5, w.ref);
-  ExpectNearAmxRef(x, 5, w.ref, y);
+  const std::vector<float> y = RunLinear(table, x, 5, w.ref);
+  ExpectNearRef(x, 5, w.ref, y);
   std::vector<uint8_t> zeros(w.bytes.size(), 0);
   WeightRef moved = w.ref;
   moved.data = zeros.data();  // the rows as stored no longer matter
-  EXPECT_EQ(RunLinear(amx, x, 5, moved), y);
+  EXPECT_EQ(RunLinear(table, x, 5, moved), y);
 }
 
-TEST_P(AmxLinear, UnpackedWeightsGoToTheAvx512Kernel) {
-  LATENT_REQUIRE_TABLE(amx);
+TEST_P(PackedLinear, UnpackedWeightsGoToTheAvx512Kernel) {
+  LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(3);
-  AmxWeight w = MakeAmxWeight(amx, rng, 21, 45);
+  PackedWeight w = MakePackedWeight(table, rng, 21, 45);
   w.ref.packed = nullptr;  // built outside the loader: the vdpbf16ps kernel, as before
   const std::vector<float> x = RandomFloats(rng, 4 * w.ref.k);
-  EXPECT_EQ(RunLinear(amx, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
 }
 
 // Row i of a call over rows [0, m) of one batch equals row i computed alone, bit for bit, for
 // every m in 1..70 (so at every position of a 16-row tile, alone or in a pair of tiles, with
 // zero-padded and full last tiles), over tails of n and k.
-TEST_P(AmxLinear, BatchInvariantBitExact) {
-  LATENT_REQUIRE_TABLE(amx);
+TEST_P(PackedLinear, BatchInvariantBitExact) {
+  LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(4);
   constexpr int64_t kRows = 70;
   for (const auto& shape : {std::pair<int64_t, int64_t>{37, 70}, {64, 256}, {130, 600}}) {
-    const AmxWeight w = MakeAmxWeight(amx, rng, shape.first, shape.second);
+    const PackedWeight w = MakePackedWeight(table, rng, shape.first, shape.second);
     const int64_t n = w.ref.n, k = w.ref.k;
     const std::vector<float> x = RandomFloats(rng, kRows * k, -3.0f, 3.0f);
     std::vector<float> alone(kRows * n);
     for (int64_t i = 0; i < kRows; ++i) {
       const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-      const std::vector<float> yi = RunLinear(amx, xi, 1, w.ref);
+      const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
       std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
     }
     for (int64_t m = 2; m <= kRows; ++m) {
-      const std::vector<float> y = RunLinear(amx, x, m, w.ref);
+      const std::vector<float> y = RunLinear(table, x, m, w.ref);
       for (int64_t i = 0; i < m; ++i) {
         ASSERT_EQ(std::memcmp(&y[i * n], &alone[i * n], n * sizeof(float)), 0)
             << "row " << i << " of m " << m << ", [" << n << ", " << k << "]";
@@ -185,43 +212,43 @@ TEST_P(AmxLinear, BatchInvariantBitExact) {
     // The same row beside other rows: a batch of copies of row 0 and a batch of other values.
     std::vector<float> other = RandomFloats(rng, kRows * k, -100.0f, 100.0f);
     std::copy(x.begin(), x.begin() + k, other.begin() + 37 * k);
-    const std::vector<float> y = RunLinear(amx, other, kRows, w.ref);
+    const std::vector<float> y = RunLinear(table, other, kRows, w.ref);
     EXPECT_EQ(std::memcmp(&y[37 * n], &alone[0], n * sizeof(float)), 0);
   }
 }
 
-TEST_P(AmxLinear, ThreadCountInvariantBitExact) {
-  LATENT_REQUIRE_TABLE(amx);
+TEST_P(PackedLinear, ThreadCountInvariantBitExact) {
+  LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   std::mt19937 rng(5);
-  const AmxWeight w = MakeAmxWeight(amx, rng, 1000, 288);
+  const PackedWeight w = MakePackedWeight(table, rng, 1000, 288);
   for (int64_t m : {1, 20, 64}) {
     const std::vector<float> x = RandomFloats(rng, m * w.ref.k);
     threads::SetNumThreads(1);
-    const std::vector<float> one = RunLinear(amx, x, m, w.ref);
-    ExpectNearAmxRef(x, m, w.ref, one);
+    const std::vector<float> one = RunLinear(table, x, m, w.ref);
+    ExpectNearRef(x, m, w.ref, one);
     for (int t : {2, 3, 5}) {
       threads::SetNumThreads(t);
-      EXPECT_EQ(RunLinear(amx, x, m, w.ref), one) << t << " threads, m " << m;
+      EXPECT_EQ(RunLinear(table, x, m, w.ref), one) << t << " threads, m " << m;
     }
   }
 }
 
 // Rows() views of a packed weight (MLA's per-head slices of kv_b, any row, mid-block too) read
 // the same packed copy: their outputs are the matching columns of the full call, bit for bit.
-TEST_P(AmxLinear, RowsViewsMatchTheFullCall) {
-  LATENT_REQUIRE_TABLE(amx);
+TEST_P(PackedLinear, RowsViewsMatchTheFullCall) {
+  LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(6);
-  const AmxWeight w = MakeAmxWeight(amx, rng, 100, 70);
+  const PackedWeight w = MakePackedWeight(table, rng, 100, 70);
   for (int64_t m : {1, 19, 40}) {
     const std::vector<float> x = RandomFloats(rng, m * w.ref.k);
-    const std::vector<float> full = RunLinear(amx, x, m, w.ref);
+    const std::vector<float> full = RunLinear(table, x, m, w.ref);
     const int64_t views[][2] = {{0, 100}, {5, 17}, {16, 16}, {33, 60}, {99, 1}, {7, 2}};
     for (const auto& v : views) {
       const WeightRef sub = w.ref.Rows(v[0], v[1]);
       EXPECT_EQ(sub.packed, w.ref.packed);
       EXPECT_EQ(sub.packed_row0, v[0]);
-      const std::vector<float> y = RunLinear(amx, x, m, sub);
+      const std::vector<float> y = RunLinear(table, x, m, sub);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t c = 0; c < v[1]; ++c) {
           ASSERT_EQ(y[i * v[1] + c], full[i * 100 + v[0] + c])

@@ -1,0 +1,235 @@
+// Linear over bf16 weights with bf16 activations (bf16 compute, WeightRef::bf16_activations) on
+// vdpbf16ps over the tile-packed copy of the weights (kernels/tile_pack.h): the kernel for CPUs
+// with AVX512_BF16 and no AMX (AMD Zen 4/5), blocked for every M with one summation order.
+//
+// In the packed layout one k-pair of a block's 16 weight rows is one 64-byte line, so
+//
+//   acc[r][b] (16 outputs of activation row r) = vdpbf16ps(acc, broadcast(x[r] pair p), line p)
+//
+// runs over k pairs in order from zero: every output is one f32 chain over k, the same for every
+// M, every position in a register tile, every thread split and both paths below (an f32 store
+// and reload between k chunks changes nothing). So it is batch invariant as the other kernels
+// are. Its order differs from the row-major vdpbf16ps kernel's (linear_bf16dot.cc: 16 lanes,
+// reduced at the end) and from TDPBF16PS's (AMX sums a tile's 32 products in its own way: they
+// do not match bit for bit, so neither kernel can stand in for the other at some M).
+//
+// Blocking. Register tiles of up to 6 activation rows x 4 column blocks (24 accumulators, one
+// weight line per block and one broadcast per row per k-pair). Decode (m <= 6): one tile over all
+// of k, the accumulators in registers, 4 weight streams in order. Batches: for each group of 4
+// column blocks, k in chunks of 8 tiles (4 x 8 KiB of weights, which stay in L1 while every
+// activation tile goes past them), the accumulators in an f32 buffer [m, 64] (L2) between chunks.
+// Threads split N into groups of whole column blocks.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// clang-format off
+#if defined(__clang__)
+#define LATENT_BF16PACKED_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_BF16PACKED_END _Pragma("clang attribute pop")
+#else
+#define LATENT_BF16PACKED_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_BF16PACKED_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+LATENT_BF16PACKED_BEGIN
+#include "kernels/avx512/avx512_common.h"
+
+namespace latent::kernels::avx512 {
+namespace {
+
+constexpr int kRowsPerTile = 6;      // activation rows per register tile
+constexpr int kBlocksPerTile = 4;    // column blocks (16 outputs each) per register tile
+constexpr int64_t kChunkTiles = 8;   // batches: k tiles (of 32) per pass over the accumulators
+constexpr int64_t kAhead = 4096;     // decode: software prefetch distance in each weight stream
+constexpr int64_t kGroupCols = kBlocksPerTile * kPackRows;  // outputs per column group (64)
+
+struct PackedJob {
+  const uint16_t* x;      // [m, kp] bf16, zero past k
+  int64_t m, kp, tiles;   // tiles = kp / 32
+  const uint8_t* packed;  // block 0 of the packed copy
+  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
+  int64_t row0;           // packed row of the view's row 0
+  int64_t n;              // the view's rows: y's columns
+  float* y;               // [m, n]
+};
+
+// MR activation rows from m0 x NB column blocks from b, over k tiles [t0, t1). acc: [MR rows of
+// ld floats], column 16 s for block b + s; zeroed first when t0 == 0, else loaded, then stored.
+// `stream`: prefetch kAhead bytes ahead in each weight stream (the pass that reads them from
+// memory).
+template <int MR, int NB>
+void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, float* acc,
+          int64_t ld, bool stream) {
+  __m512 c[MR][NB];
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) {
+      c[r][s] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + r * ld + s * kPackRows);
+    }
+  }
+  const uint8_t* w[NB];
+  for (int s = 0; s < NB; ++s) w[s] = j.packed + (b + s) * j.block_bytes;
+  const uint16_t* x = j.x + m0 * j.kp;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t at = t * kPackTileBytes;
+    for (int64_t p = 0; p < kPackRows; ++p) {
+      if (stream) {
+        for (int s = 0; s < NB; ++s) {
+          _mm_prefetch(reinterpret_cast<const char*>(w[s] + at + p * 64 + kAhead), _MM_HINT_T0);
+        }
+      }
+      __m512i line[NB];
+      for (int s = 0; s < NB; ++s) line[s] = _mm512_load_si512(w[s] + at + p * 64);
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, x + r * j.kp + t * kPackK + 2 * p, 4);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        for (int s = 0; s < NB; ++s) c[r][s] = _mm512_dpbf16_ps(c[r][s], a, (__m512bh)line[s]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) _mm512_storeu_ps(acc + r * ld + s * kPackRows, c[r][s]);
+  }
+}
+
+template <int NB>
+void TileAnyRows(const PackedJob& j, int64_t m0, int64_t rows, int64_t b, int64_t t0, int64_t t1,
+                 float* acc, int64_t ld, bool stream) {
+  WithRowCount<kRowsPerTile>(rows, [&]<int MR>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld, stream); });
+}
+
+void TileAnyShape(const PackedJob& j, int64_t m0, int64_t rows, int64_t b, int64_t blocks,
+                  int64_t t0, int64_t t1, float* acc, int64_t ld, bool stream) {
+  switch (blocks) {
+    case 4: TileAnyRows<4>(j, m0, rows, b, t0, t1, acc, ld, stream); break;
+    case 3: TileAnyRows<3>(j, m0, rows, b, t0, t1, acc, ld, stream); break;
+    case 2: TileAnyRows<2>(j, m0, rows, b, t0, t1, acc, ld, stream); break;
+    default: TileAnyRows<1>(j, m0, rows, b, t0, t1, acc, ld, stream); break;
+  }
+}
+
+// Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
+// and `blocks` column blocks into y, keeping the packed rows inside the view.
+void CopyOut(const PackedJob& j, const float* acc, int64_t ld, int64_t m0, int64_t rows,
+             int64_t b, int64_t blocks) {
+  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
+  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
+  if (last <= first) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
+                static_cast<size_t>(last - first) * sizeof(float));
+  }
+}
+
+// Column blocks [b0, b1) for every activation row.
+void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
+  if (j.m <= kRowsPerTile) {  // decode: one register tile over all of k per group
+    alignas(64) float acc[kRowsPerTile * kGroupCols];
+    for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
+      const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
+      TileAnyShape(j, 0, j.m, b, blocks, 0, j.tiles, acc, kGroupCols, true);
+      CopyOut(j, acc, kGroupCols, 0, j.m, b, blocks);
+    }
+    return;
+  }
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < j.m * kGroupCols) buffer.resize(j.m * kGroupCols);
+  float* acc = buffer.data();
+  for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
+    const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
+    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
+      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
+      for (int64_t m0 = 0; m0 < j.m; m0 += kRowsPerTile) {
+        const int64_t rows = std::min<int64_t>(kRowsPerTile, j.m - m0);
+        TileAnyShape(j, m0, rows, b, blocks, t0, t1, acc + m0 * kGroupCols, kGroupCols, m0 == 0);
+      }
+    }
+    CopyOut(j, acc, kGroupCols, 0, j.m, b, blocks);
+  }
+}
+
+// x [m, k] f32 -> out [m, kp] bf16, round to nearest even (NaN stays NaN), zero past k.
+void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, uint16_t* out) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = x + r * k;
+    uint16_t* dst = out + r * kp;
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+      const __m512bh v =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
+      _mm512_storeu_si512(dst + c, (__m512i)v);
+    }
+    for (; c < kp; c += 16) {
+      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, k - c));
+      const __m512 v = _mm512_maskz_loadu_ps(TailMask(left), src + c);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+  }
+}
+
+// y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.
+void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  PackedJob j;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.m = m;
+  thread_local std::vector<uint16_t> xb;
+  if (static_cast<int64_t>(xb.size()) < m * j.kp) xb.resize(m * j.kp);
+  RoundRowsPadded(x, m, w.k, j.kp, xb.data());
+  j.x = xb.data();
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackTileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  const int64_t first = w.packed_row0 / kPackRows;
+  const int64_t blocks = (w.packed_row0 + w.n + kPackRows - 1) / kPackRows - first;
+  const auto run = [&j, first](int64_t b0, int64_t b1) { Blocks(j, first + b0, first + b1); };
+  // Threads take whole groups of 4 column blocks (64 outputs), at least ~128 KiB of weights each
+  // and about 4 chunks per thread.
+  const int64_t threads = threads::NumThreads();
+  int64_t grain = std::max<int64_t>(4, (int64_t{128} << 10) / j.block_bytes);
+  grain = std::min(grain, (blocks + 4 * threads - 1) / (4 * threads));
+  grain = std::max<int64_t>(4, (grain + 3) / 4 * 4);
+  const double work = static_cast<double>(w.n) * static_cast<double>(w.k) * static_cast<double>(m);
+  if (threads == 1 || work < 65536.0 || grain >= blocks) {
+    run(0, blocks);
+    return;
+  }
+  threads::ParallelFor(blocks, grain, run);
+}
+
+// The kernel the table's linear was before FillBf16PackedLinear wrapped it.
+void (*g_linear_unpacked)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
+
+void LinearBf16Packed(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+  if (w.packed != nullptr && w.dtype == DType::kBF16 && w.bf16_activations) {
+    LinearPacked(x, m, w, y);
+  } else {
+    g_linear_unpacked(x, m, w, y, scratch);
+  }
+}
+
+}  // namespace
+
+void FillBf16PackedLinear(KernelTable& t) {
+  g_linear_unpacked = t.linear;
+  t.linear = LinearBf16Packed;
+  t.packed_bytes = TilePackedBytes;
+  t.pack = TilePack;
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_BF16PACKED_END

@@ -1,0 +1,40 @@
+// Plain C++ (no target pragma): both the AMX and the AVX-512 table pack with it, on any CPU.
+#include "kernels/tile_pack.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+namespace latent::kernels {
+
+int64_t TilePackedBytes(const WeightRef& w) {
+  if (w.dtype != DType::kBF16 || !w.bf16_activations || w.n <= 0 || w.k <= 0) return 0;
+  return (w.n + kPackRows - 1) / kPackRows * ((w.k + kPackK - 1) / kPackK) * kPackTileBytes;
+}
+
+void TilePack(const WeightRef& w, void* out) {
+  const int64_t tiles = (w.k + kPackK - 1) / kPackK;
+  const int64_t blocks = (w.n + kPackRows - 1) / kPackRows;
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  auto* dst = static_cast<uint8_t*>(out);
+  const int64_t row_bytes = 2 * w.k;
+  threads::ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* block = dst + b * tiles * kPackTileBytes;
+      std::memset(block, 0, static_cast<size_t>(tiles * kPackTileBytes));
+      const int64_t rows = std::min<int64_t>(kPackRows, w.n - b * kPackRows);
+      for (int64_t j = 0; j < rows; ++j) {
+        const uint8_t* row = src + (b * kPackRows + j) * row_bytes;  // possibly unaligned
+        for (int64_t c = 0; c < w.k; c += 2) {  // one pair (the last one may be half)
+          const int64_t t = c / kPackK, p = (c % kPackK) / 2;
+          std::memcpy(block + t * kPackTileBytes + (p * kPackRows + j) * 4, row + 2 * c,
+                      c + 1 < w.k ? 4 : 2);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace latent::kernels

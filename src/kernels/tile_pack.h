@@ -1,0 +1,29 @@
+// The tile-packed layout of a bf16 weight W [n, k] for bf16 compute, written once at load
+// (KernelTable::pack) and read by both bf16 kernels that stream packed weights: AMX
+// (amx/linear_amx.cc: one 1 KiB tile is TDPBF16PS's B operand) and the vdpbf16ps packed kernel
+// (avx512/linear_bf16_packed.cc: one k-pair of 16 rows is one zmm).
+//
+//   packed [ceil(n / 16) blocks][ceil(k / 32) tiles][16 k-pairs][16 rows][2 bf16]
+//
+// Block b holds rows 16 b .. 16 b + 15 over all of k, its tiles in k order (contiguous: a
+// block's weights stream front to back); values past n and past k are zero.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/weight_ref.h"
+
+namespace latent::kernels {
+
+inline constexpr int64_t kPackRows = 16;        // weight rows per block (a tile's columns)
+inline constexpr int64_t kPackK = 32;           // bf16 values of k per tile (16 pairs)
+inline constexpr int64_t kPackTileBytes = 1024;  // 16 k-pairs x 16 rows x 2 bf16 x 2 bytes
+
+// Bytes of w's packed copy: ceil(n / 16) * ceil(k / 32) KiB for bf16 weights with
+// bf16_activations, else 0 (the kernels read every other weight as stored).
+int64_t TilePackedBytes(const WeightRef& w);
+// Writes w (rows as stored at w.data, any alignment) in the layout above to `out`
+// (TilePackedBytes(w) bytes), over the thread pool.
+void TilePack(const WeightRef& w, void* out);
+
+}  // namespace latent::kernels
