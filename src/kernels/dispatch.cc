@@ -26,7 +26,9 @@ constexpr bool kAmxByDefault = true;
 
 // Whether the packed vdpbf16ps kernel is the default for bf16 compute on CPUs with AVX512_BF16
 // where AMX is not chosen (else the row-major vdpbf16ps kernel, LATENT_GEMM=avx512).
-constexpr bool kBf16PackedByDefault = false;
+// bench/kernels on a 2-core AMD Zen 5 (no AMX), n 2048 x k 7168 bf16 weights, 2 threads, against
+// the row-major kernel: m = 1 17.0 -> 29.4 GB/s, m = 8 120 -> 182 GFLOP/s, m = 64 204 -> 314.
+constexpr bool kBf16PackedByDefault = true;
 
 const KernelTable* MakeAvx512() {
 #if defined(__x86_64__)

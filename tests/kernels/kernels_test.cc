@@ -167,7 +167,7 @@ std::vector<WeightCase> WeightCases() {
   };
 }
 
-TEST(KernelDispatch, BestKernelsIsAmxElseAvx512ElseAvx2ElseRef) {
+TEST(KernelDispatch, BestKernelsIsAmxElsePackedElseAvx512ElseAvx2ElseRef) {
   if (std::getenv("LATENT_GEMM") != nullptr) GTEST_SKIP() << "LATENT_GEMM: see OnednnDispatch";
   const char* env = std::getenv("LATENT_KERNELS");
   const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
@@ -176,6 +176,9 @@ TEST(KernelDispatch, BestKernelsIsAmxElseAvx512ElseAvx2ElseRef) {
   } else if (AmxKernels() != nullptr && (bf16_dot == nullptr || std::string(bf16_dot) != "1")) {
     EXPECT_STREQ(BestKernelsName(), "avx512-amx");
     EXPECT_EQ(&BestKernels(), AmxKernels());
+  } else if (Bf16PackedKernels() != nullptr && (bf16_dot == nullptr || std::string(bf16_dot) != "1")) {
+    EXPECT_STREQ(BestKernelsName(), "avx512-packed");
+    EXPECT_EQ(&BestKernels(), Bf16PackedKernels());
   } else if (Avx512Kernels() != nullptr && (bf16_dot == nullptr || Bf16DotKernels() == nullptr)) {
     EXPECT_STREQ(BestKernelsName(), "avx512");
     EXPECT_EQ(&BestKernels(), Avx512Kernels());

@@ -4,7 +4,10 @@ f32 accumulation as the default vdpbf16ps kernel, in another fixed order. End to
 checkpoints: the AMX path really runs (`latent info` names it, and the logits differ from the
 AVX-512 kernels' under LATENT_GEMM=avx512), its logits stay within transformers-bf16's own error of the exact answer (the bound
 test_bf16.py puts on the default), and the engine's batch invariance holds (test_bf16.py's
-batched-equals-alone check, run under AMX). Skipped where the CPU has no AMX."""
+batched-equals-alone check, run under AMX). Skipped where the CPU has no AMX.
+
+The same checks run for the vdpbf16ps kernel over the same tile-packed weights
+(LATENT_GEMM=avx512-packed, kernels/avx512/linear_bf16_packed.cc), skipped without AVX512_BF16."""
 
 from __future__ import annotations
 
@@ -17,14 +20,19 @@ import test_bf16
 from conftest import latent_logits, run_latent
 
 
-@pytest.fixture
-def amx(monkeypatch, tiny_models):
-    """Sets LATENT_GEMM=amx (as the default does, explicitly) for the latent runs of a test; skips without AMX on this CPU."""
-    monkeypatch.setenv("LATENT_GEMM", "amx")
+# LATENT_GEMM value -> the kernels name `latent info` reports when that GEMM really runs.
+PACKED_GEMMS = {"amx": "avx512-amx", "avx512-packed": "avx512-packed"}
+
+
+@pytest.fixture(params=sorted(PACKED_GEMMS))
+def amx(request, monkeypatch, tiny_models):
+    """Sets LATENT_GEMM to a packed-weight GEMM for the latent runs of a test; skips where this CPU lacks it."""
+    monkeypatch.setenv("LATENT_GEMM", request.param)
     model_dir = tiny_models.get("deepseek_v3", "--dtype", "bfloat16")
     info = json.loads(run_latent("info", "--model", str(model_dir), "--json").stdout)
-    if info["precision"]["kernels"] != "avx512-amx":
-        pytest.skip(f"no AMX-BF16 on this CPU (kernels: {info['precision']['kernels']})")
+    if info["precision"]["kernels"] != PACKED_GEMMS[request.param]:
+        pytest.skip(f"no {request.param} on this CPU (kernels: {info['precision']['kernels']})")
+    monkeypatch.gemm = request.param
     return monkeypatch
 
 
@@ -37,10 +45,10 @@ def test_amx_logits_within_transformers_bf16_error(tiny_models, tmp_path, amx):
         ours = latent_logits(model_dir, ids, form)
         amx.setenv("LATENT_GEMM", "avx512")
         default = latent_logits(model_dir, ids, form)
-        amx.setenv("LATENT_GEMM", "amx")
-        assert not np.array_equal(ours, default), "LATENT_GEMM=amx changed nothing"
+        amx.setenv("LATENT_GEMM", amx.gemm)
+        assert not np.array_equal(ours, default), f"LATENT_GEMM={amx.gemm} changed nothing"
         error = np.abs(ours - ref_exact).max()
-        print(f"{form}: |amx - exact| {error:.3g}, |avx512 - exact| "
+        print(f"{form}: |{amx.gemm} - exact| {error:.3g}, |avx512 - exact| "
               f"{np.abs(default - ref_exact).max():.3g}, |transformers bf16 - exact| "
               f"{hf_bf16_error:.3g}")
         assert error <= hf_bf16_error
