@@ -37,4 +37,25 @@ void TilePack(const WeightRef& w, void* out) {
   });
 }
 
+bool ReadsTilePacked(const WeightRef& w) {
+  return w.packed != nullptr && w.dtype == DType::kBF16 && w.bf16_activations;
+}
+
+void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks) {
+  const int64_t first = w.packed_row0 / kPackRows;
+  const int64_t count = (w.packed_row0 + w.n + kPackRows - 1) / kPackRows - first;
+  const int64_t block_bytes = (w.k + kPackK - 1) / kPackK * kPackTileBytes;
+  const auto run = [&blocks, first](int64_t b0, int64_t b1) { blocks(first + b0, first + b1); };
+  const int64_t threads = threads::NumThreads();
+  int64_t grain = std::max<int64_t>(4, (int64_t{128} << 10) / block_bytes);
+  grain = std::min(grain, (count + 4 * threads - 1) / (4 * threads));
+  grain = std::max<int64_t>(4, (grain + 3) / 4 * 4);
+  const double work = static_cast<double>(w.n) * static_cast<double>(w.k) * static_cast<double>(m);
+  if (threads == 1 || work < 65536.0 || grain >= count) {
+    run(0, count);
+    return;
+  }
+  threads::ParallelFor(count, grain, run);
+}
+
 }  // namespace latent::kernels

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "threads/thread_pool.h"
+
 #include "kernels/weight_ref.h"
 
 namespace latent::kernels {
@@ -25,5 +27,15 @@ int64_t TilePackedBytes(const WeightRef& w);
 // Writes w (rows as stored at w.data, any alignment) in the layout above to `out`
 // (TilePackedBytes(w) bytes), over the thread pool.
 void TilePack(const WeightRef& w, void* out);
+
+// True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
+bool ReadsTilePacked(const WeightRef& w);
+
+// Splits the packed blocks of w's view (rows packed_row0 .. packed_row0 + n) among the thread
+// pool for an m-row product and calls blocks(b0, b1) with packed block indices. Threads take whole
+// groups of 4 blocks (64 outputs), at least ~128 KiB of weights each and about 4 chunks per
+// thread; small products run on the calling thread. The split never changes a block's sums, so
+// either packed kernel stays batch and thread-count invariant.
+void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks);
 
 }  // namespace latent::kernels

@@ -194,28 +194,14 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   j.row0 = w.packed_row0;
   j.n = w.n;
   j.y = y;
-  const int64_t first = w.packed_row0 / kPackRows;
-  const int64_t blocks = (w.packed_row0 + w.n + kPackRows - 1) / kPackRows - first;
-  const auto run = [&j, first](int64_t b0, int64_t b1) { Blocks(j, first + b0, first + b1); };
-  // Threads take whole groups of 4 column blocks (64 outputs), at least ~128 KiB of weights each
-  // and about 4 chunks per thread.
-  const int64_t threads = threads::NumThreads();
-  int64_t grain = std::max<int64_t>(4, (int64_t{128} << 10) / j.block_bytes);
-  grain = std::min(grain, (blocks + 4 * threads - 1) / (4 * threads));
-  grain = std::max<int64_t>(4, (grain + 3) / 4 * 4);
-  const double work = static_cast<double>(w.n) * static_cast<double>(w.k) * static_cast<double>(m);
-  if (threads == 1 || work < 65536.0 || grain >= blocks) {
-    run(0, blocks);
-    return;
-  }
-  threads::ParallelFor(blocks, grain, run);
+  ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
 // The kernel the table's linear was before FillBf16PackedLinear wrapped it.
 void (*g_linear_unpacked)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
 
 void LinearBf16Packed(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-  if (w.packed != nullptr && w.dtype == DType::kBF16 && w.bf16_activations) {
+  if (ReadsTilePacked(w)) {
     LinearPacked(x, m, w, y);
   } else {
     g_linear_unpacked(x, m, w, y, scratch);
