@@ -173,6 +173,7 @@ Runner RegisterBench(CLI::App& app) {
     std::string model_dir, pp = "128", tg = "32", batch = "1,4,16", attention = "auto";
     bool json = false;
     uint64_t seed = 0;
+    int64_t warmup = 1;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
     bool comm_detail = false;
@@ -186,6 +187,10 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--batch", opt->batch, "Concurrent requests, e.g. 1,4,16,64");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
   sub->add_option("--seed", opt->seed, "Prompt token seed");
+  sub->add_option("--warmup", opt->warmup,
+                  "Untimed points before the sweep (default 1, as llama-bench's warm-up run): "
+                  "the first point's PP and batch, 2 tokens each")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
   sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
@@ -228,9 +233,16 @@ Runner RegisterBench(CLI::App& app) {
                         {"quantize", model::WeightQuantizationName(load.quantize)},
                         {"precision", model::PrecisionName(precision)},
                         {"threads", threads::NumThreads()},
+                        {"warmup_points", opt->warmup},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
                 "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
+    // The first step of a process pays for what later steps find ready (first-touch page faults
+    // of the activation buffers, the heap growing to its working size, the thread pool waking), so
+    // the sweep starts after untimed warm-up points, as llama-bench's and llama-batched-bench's do.
+    for (int64_t i = 0; i < opt->warmup; ++i) {
+      RunPoint(engine, {pps.front(), 2, batches.front()}, vocab, ~opt->seed - static_cast<uint64_t>(i));
+    }
     uint64_t seed = opt->seed;
     for (int64_t pp : pps) {
       for (int64_t tg : tgs) {

@@ -4,8 +4,11 @@ their errors. Timings are not checked here (performance lives in bench/)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 
-from conftest import run_latent
+from conftest import LATENT, run_latent
 
 
 def json_lines(stdout: str) -> list[dict]:
@@ -28,6 +31,29 @@ def test_bench_sweep_points(tiny_models):
             assert 0 < p["itl_ms_p50"] <= p["itl_ms_p90"] <= p["itl_ms_p99"]
     bad = run_latent("bench", "--model", str(model_dir), "--attention", "sideways", check=False)
     assert bad.returncode != 0 and "--attention: unknown form 'sideways'" in bad.stderr
+
+
+def test_bench_warmup_points_run_untimed(tiny_models):
+    """`--warmup N` runs N untimed points (the first point's PP and batch, 2 tokens each) before
+    the sweep, as llama-bench warms up: they add prefill steps (LATENT_PROFILE counts every
+    step) but no JSON point."""
+    model_dir = tiny_models.get("deepseek_v3")
+    env = dict(os.environ, LATENT_PROFILE="1")
+    prefill_steps = {}
+    for warmup in ["0", "2"]:
+        proc = subprocess.run([str(LATENT), "bench", "--model", str(model_dir), "--pp", "24",
+                               "--tg", "3", "--batch", "1", "--warmup", warmup, "--json"],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        points = json_lines(proc.stdout)
+        assert [(p["pp"], p["tg"], p["batch"]) for p in points] == [(24, 3, 1)]
+        assert points[0]["flags"]["warmup_points"] == int(warmup)
+        steps = re.search(r"^prefill\s+step \(forward\)\s+[\d.]+\s+(\d+)", proc.stderr, re.M)
+        assert steps, proc.stderr
+        prefill_steps[warmup] = int(steps.group(1))
+    assert prefill_steps == {"0": 1, "2": 3}
+    bad = run_latent("bench", "--model", str(model_dir), "--warmup", "-1", check=False)
+    assert bad.returncode != 0 and "--warmup" in bad.stderr
 
 
 def test_bench_step_points(tiny_models):
