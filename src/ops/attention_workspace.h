@@ -9,13 +9,12 @@
 // calling thread outside such a loop uses lane 0.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "ops/attended_rows.h"
+#include "ops/lanes.h"  // ForEachInLanes over an AttentionWorkspace
 #include "threads/thread_pool.h"
 
 namespace latent::ops {
@@ -41,24 +40,5 @@ class AttentionWorkspace {
  private:
   std::vector<std::unique_ptr<AttentionLane>> lanes_;  // stable addresses as lanes are added
 };
-
-// Runs fn(lane, i) for every i in [0, n), each once, on the thread pool: items are handed out one
-// at a time (as ParallelFor with grain 1 does) to min(n, NumThreads()) lanes of `workspace`. An
-// item's result must not depend on its lane (each lane's memory is scratch).
-template <class F>
-void ForEachInLanes(AttentionWorkspace& workspace, int64_t n, F&& fn) {
-  if (n <= 0) return;
-  const int64_t lanes = std::min<int64_t>(n, threads::NumThreads());
-  workspace.Reserve(lanes);
-  std::atomic<int64_t> next{0};
-  threads::ParallelFor(lanes, 1, [&](int64_t l0, int64_t l1) {
-    for (int64_t lane = l0; lane < l1; ++lane) {
-      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
-           i = next.fetch_add(1, std::memory_order_relaxed)) {
-        fn(lane, i);
-      }
-    }
-  });
-}
 
 }  // namespace latent::ops

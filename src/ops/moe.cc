@@ -7,11 +7,88 @@
 #include "base/profile.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "ops/lanes.h"
+#include "threads/thread_pool.h"
 
 namespace latent::ops {
 namespace {
 
 using kernels::Linear;
+
+// MlpForward's arithmetic with the caller's pre-activation buffers gate, up [T, I].
+void MlpInto(const MlpWeights& w, const float* x, int64_t tokens, float* out, float swiglu_limit,
+             float* gate, float* up) {
+  const int64_t inter = w.gate.n;
+  Linear(x, tokens, w.gate, gate);
+  Linear(x, tokens, w.up, up);
+  if (swiglu_limit > 0) {
+    for (int64_t i = 0; i < tokens * inter; ++i) {
+      gate[i] = std::min(gate[i], swiglu_limit);
+      up[i] = std::clamp(up[i], -swiglu_limit, swiglu_limit);
+    }
+  }
+  kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
+  Linear(gate, tokens, w.down, out);
+}
+
+// A wave's expert outputs are kept until they are added up in expert order; past this many bytes
+// of them (or one expert's rows, if more) a new wave starts.
+constexpr int64_t kWaveBytes = int64_t{32} << 20;
+
+// Runs the held routed experts [0, held) (local indices; global first + e) on the rows grouped by
+// expert (rows of expert e: [begin[e], begin[e + 1]) of token_of / weight_of) and adds each
+// row's weighted output to out [T, D], expert by expert in index order and each expert's rows in
+// token order, whatever ran in parallel: the sums are the same bits for any thread count.
+void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int64_t first,
+                      int64_t held, const int64_t* begin, const int64_t* token_of,
+                      const float* weight_of, float* out, FfnWorkspace& ws) {
+  const int64_t d = c.hidden;
+  int64_t widest = 0;
+  for (int64_t e = 0; e < held; ++e) widest = std::max(widest, begin[e + 1] - begin[e]);
+  if (widest == 0) return;
+  const int64_t wave_rows = std::max(widest, std::min(begin[held], kWaveBytes / (d * 4)));
+  float* routed = ws.routed.Get(wave_rows * d);  // [wave rows, D]
+  std::vector<int64_t> active;                   // experts of the wave with rows
+  for (int64_t e0 = 0; e0 < held;) {
+    int64_t e1 = e0;
+    while (e1 < held && begin[e1 + 1] - begin[e0] <= wave_rows) ++e1;
+    active.clear();
+    for (int64_t e = e0; e < e1; ++e) {
+      if (begin[e + 1] > begin[e]) active.push_back(e);
+    }
+    // One expert per thread when there are enough of them to share out evenly: no barrier
+    // between an expert's three linears, each thread streams whole experts. Otherwise each
+    // linear is split across the threads. The kernels give the same bits either way.
+    const int64_t threads = threads::NumThreads();
+    const bool per_thread = threads > 1 && static_cast<int64_t>(active.size()) >= 2 * threads;
+    auto run = [&](FfnWorkspace::ExpertLane& lane, int64_t e) {
+      const int64_t m = begin[e + 1] - begin[e];
+      const int64_t inter = w.experts[first + e].gate.n;
+      float* gathered = lane.gathered.Get(m * d);  // [m, D]
+      for (int64_t i = 0; i < m; ++i) {
+        const float* row = x + token_of[begin[e] + i] * d;
+        std::copy(row, row + d, &gathered[i * d]);
+      }
+      MlpInto(w.experts[first + e], gathered, m, routed + (begin[e] - begin[e0]) * d, c.swiglu_limit,
+              lane.gate.Get(m * inter), lane.up.Get(m * inter));
+    };
+    if (per_thread) {
+      ForEachInLanes(ws.expert_lanes, static_cast<int64_t>(active.size()),
+                     [&](int64_t lane, int64_t i) { run(*ws.expert_lanes.lanes[lane], active[i]); });
+    } else {
+      ws.expert_lanes.Reserve(1);
+      for (int64_t e : active) run(*ws.expert_lanes.lanes[0], e);
+    }
+    for (int64_t e = e0; e < e1; ++e) {
+      for (int64_t i = begin[e]; i < begin[e + 1]; ++i) {
+        const float* y = routed + (i - begin[e0]) * d;
+        float* o = out + token_of[i] * d;
+        for (int64_t c2 = 0; c2 < d; ++c2) o[c2] += y[c2] * weight_of[i];
+      }
+    }
+    e0 = e1;
+  }
+}
 
 }  // namespace
 
@@ -22,12 +99,13 @@ void FfnWorkspace::Reserve(int64_t tokens, int64_t inter, const MoeDims* moe) {
     route_scratch.Get(2 * scored + moe->n_group);
     experts.Get(tokens * moe->top_k);
     weights.Get(tokens * moe->top_k);
+    expert_rows.Get(moe->experts + 1);
     token_of.Get(tokens * moe->top_k);
     weight_of.Get(tokens * moe->top_k);
-    // One expert sees each token at most once: at most T rows.
-    gathered.Get(tokens * moe->hidden);
-    expert_out.Get(tokens * moe->hidden);
     shared.Get(tokens * moe->hidden);
+    // The experts' lanes and wave buffer grow to the largest expert seen (most steps route far
+    // fewer than T rows to one expert).
+    expert_lanes.Reserve(threads::NumThreads());
   }
   gate.Get(tokens * inter);
   up.Get(tokens * inter);
@@ -40,18 +118,7 @@ void MlpForward(const MlpWeights& w, const float* x, int64_t tokens, float* out,
   const int64_t inter = w.gate.n;
   // [T, inter] each: a 2048-token chunk through the dense MLP needs 90 MB apiece, which glibc
   // would otherwise map, page-fault and zero at every call.
-  float* gate = ws.gate.Get(tokens * inter);
-  float* up = ws.up.Get(tokens * inter);
-  Linear(x, tokens, w.gate, gate);
-  Linear(x, tokens, w.up, up);
-  if (swiglu_limit > 0) {
-    for (int64_t i = 0; i < tokens * inter; ++i) {
-      gate[i] = std::min(gate[i], swiglu_limit);
-      up[i] = std::clamp(up[i], -swiglu_limit, swiglu_limit);
-    }
-  }
-  kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
-  Linear(gate, tokens, w.down, out);
+  MlpInto(w, x, tokens, out, swiglu_limit, ws.gate.Get(tokens * inter), ws.up.Get(tokens * inter));
 }
 
 void RouteTokens(const MoeDims& c, const MoeWeights& w, const float* x, int64_t tokens,
@@ -104,30 +171,31 @@ void MoeForward(const MoeDims& c, const MoeWeights& w, const float* x, int64_t t
   {
   LATENT_PROFILE_SCOPE(kExperts);
   std::fill(out, out + tokens * d, 0.0f);
-  int64_t* token_of = ws.token_of.Get(tokens * k);
-  float* weight_of = ws.weight_of.Get(tokens * k);
   const bool sharded = w.held_end >= 0;
   LATENT_CHECK(!sharded || sum_partials);
   const int64_t first = sharded ? w.held_begin : 0;
-  const int64_t end = sharded ? w.held_end : c.experts;
-  for (int64_t e = first; e < end; ++e) {
-    int64_t m = 0;
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        if (experts[t * k + j] != e) continue;
-        token_of[m] = t;
-        weight_of[m] = weights[t * k + j];
-        ++m;
-      }
-    }
-    if (m == 0) continue;
-    float* gathered = ws.gathered.Get(m * d);
-    float* expert_out = ws.expert_out.Get(m * d);
-    for (int64_t i = 0; i < m; ++i) std::copy(x + token_of[i] * d, x + (token_of[i] + 1) * d, &gathered[i * d]);
-    MlpForward(w.experts[e], gathered, m, expert_out, c.swiglu_limit, &ws);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t c2 = 0; c2 < d; ++c2) out[token_of[i] * d + c2] += expert_out[i * d + c2] * weight_of[i];
+  const int64_t held = (sharded ? w.held_end : c.experts) - first;
+  // Group the (token, choice) pairs by held expert, tokens ascending within one (counting sort).
+  int64_t* begin = ws.expert_rows.Get(held + 1);  // [held + 1]
+  std::fill(begin, begin + held + 1, 0);
+  for (int64_t i = 0; i < tokens * k; ++i) {
+    const int64_t e = experts[i] - first;
+    if (e >= 0 && e < held) ++begin[e + 1];
   }
+  for (int64_t e = 0; e < held; ++e) begin[e + 1] += begin[e];
+  int64_t* token_of = ws.token_of.Get(tokens * k);
+  float* weight_of = ws.weight_of.Get(tokens * k);
+  std::vector<int64_t> next(begin, begin + held);  // [held] each expert's next free row
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = experts[t * k + j] - first;
+      if (e < 0 || e >= held) continue;
+      token_of[next[e]] = t;
+      weight_of[next[e]] = weights[t * k + j];
+      ++next[e];
+    }
+  }
+  RunRoutedExperts(c, w, x, first, held, begin, token_of, weight_of, out, ws);
   if (sharded) sum_partials(out, tokens * d);  // (the communicator times itself)
   // Identity experts (indices E..E+Z-1), after the routed ones as transformers adds them.
   for (int64_t e = c.experts; e < c.experts + c.zero_experts; ++e) {

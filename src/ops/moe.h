@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -60,10 +61,24 @@ struct FfnWorkspace {
   Scratch<float> route_scratch;        // [2 (E + Z) + n_group] one token's router scratch
   Scratch<int32_t> experts;            // [T, k] the router's choices
   Scratch<float> weights;              // [T, k] and their weights
-  Scratch<int64_t> token_of;           // [T, k] the tokens routed to one expert
+  Scratch<int64_t> expert_rows;        // [E + 1] where each expert's rows start in token_of
+  Scratch<int64_t> token_of;           // [T, k] the tokens routed to each expert, by expert
   Scratch<float> weight_of;            // [T, k] their weights
-  Scratch<float> gathered, expert_out;  // [m, D] one expert's inputs and outputs
+  Scratch<float> routed;               // [rows, D] the outputs of one wave of experts
   Scratch<float> shared;               // [T, D] the shared experts' output
+
+  // One thread's memory while routed experts run in parallel, one expert per thread.
+  struct ExpertLane {
+    Scratch<float> gathered;  // [m, D] the expert's input rows
+    Scratch<float> gate, up;  // [m, I] its pre-activations
+  };
+  struct ExpertLanes {
+    void Reserve(int64_t n) {  // on the calling thread, before a loop uses them
+      while (static_cast<int64_t>(lanes.size()) < n) lanes.push_back(std::make_unique<ExpertLane>());
+    }
+    std::vector<std::unique_ptr<ExpertLane>> lanes;  // stable addresses as lanes are added
+  };
+  ExpertLanes expert_lanes;
 };
 
 // x [T, D] -> out [T, D] = down(silu(gate(x)) * up(x)); with `swiglu_limit` > 0 the gate
