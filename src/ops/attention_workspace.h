@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/scratch.h"
 #include "ops/attended_rows.h"
 #include "ops/lanes.h"  // ForEachInLanes over an AttentionWorkspace
 #include "threads/thread_pool.h"
@@ -36,6 +37,15 @@ class AttentionWorkspace {
   AttentionLane& Lane(int64_t i) { return *lanes_[i]; }
   // The indexer's cached keys of the sequence it scores, read by every lane.
   AttendedRows index_keys;
+  // The expanded form's buffers for one sequence (on the calling thread), grown to the longest.
+  struct Expanded {
+    Scratch<float> latents;   // [n, C] the rows' latents
+    Scratch<float> kv;        // [n, H, dn + dv] kv_b_proj of them
+    Scratch<float> keys;      // [n, H, dn + dr] the expanded keys
+    Scratch<float> q_rows;    // [nq, H, dn + dr] the causal queries
+    Scratch<float> out_rows;  // [nq, H, dv] their outputs
+  };
+  Expanded expanded;
 
  private:
   std::vector<std::unique_ptr<AttentionLane>> lanes_;  // stable addresses as lanes are added

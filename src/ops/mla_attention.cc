@@ -135,16 +135,18 @@ int64_t WindowStart(int64_t position, int64_t window) {
 void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const SequenceTokens& seq,
                       const AttendedRows& rows, int64_t first, int64_t window,
                       const AttentionBatch& batch, const DsaSelection* selection, const float* q,
-                      float scale, const float* sinks, float* attn_out) {
+                      float scale, const float* sinks, float* attn_out, AttentionWorkspace& ws) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
   LATENT_CHECK(rows.size() == n);
   const int64_t head_rows = d.nope + d.v;
-  std::vector<float> latents(n * d.latent);  // [n, C]: kv_b_proj's input, read from the rows
+  // The step-sized buffers come from the workspace: fresh vectors of these sizes (megabytes at
+  // long prompts) would be mapped, page-faulted and zeroed again at every layer of every step.
+  float* latents = ws.expanded.latents.Get(n * d.latent);  // [n, C]: kv_b_proj's input, from the rows
   for (int64_t t = 0; t < n; ++t) rows.ToF32(t, 0, d.latent, &latents[t * d.latent]);
-  std::vector<float> kv(n * d.heads * head_rows);  // [n, H, dn + dv]
-  Linear(latents.data(), n, kv_b, kv.data());
-  std::vector<float> keys(n * d.heads * d.qk());  // [n, H, dn + dr]
+  float* kv = ws.expanded.kv.Get(n * d.heads * head_rows);  // [n, H, dn + dv]
+  Linear(latents, n, kv_b, kv);
+  float* keys = ws.expanded.keys.Get(n * d.heads * d.qk());  // [n, H, dn + dr]
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const float* src = &kv[(t * d.heads + h) * head_rows];
@@ -179,7 +181,8 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   const auto& k = kernels::BestKernels();
   if (!causal.empty()) {
     const int64_t nq = static_cast<int64_t>(causal.size());
-    std::vector<float> q_rows(nq * d.heads * d.qk()), out_rows(nq * d.heads * d.v);
+    float* q_rows = ws.expanded.q_rows.Get(nq * d.heads * d.qk());   // [nq, H, dn + dr]
+    float* out_rows = ws.expanded.out_rows.Get(nq * d.heads * d.v);  // [nq, H, dv]
     std::vector<int64_t> lengths(nq);
     for (int64_t i = 0; i < nq; ++i) {
       const float* src = q + causal[i] * d.heads * d.qk();
@@ -189,9 +192,9 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     kernels::QueriesAttentionArgs qa;
     qa.shared = shared;
     qa.num_queries = nq;
-    qa.q = q_rows.data();
+    qa.q = q_rows;
     qa.lengths = lengths.data();
-    qa.out = out_rows.data();
+    qa.out = out_rows;
     k.attention_queries(qa);
     for (int64_t i = 0; i < nq; ++i) {
       std::copy(&out_rows[i * d.heads * d.v], &out_rows[(i + 1) * d.heads * d.v],
@@ -400,7 +403,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     rows.Range(cache, batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row,
                first, seq.context - first);
     ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
-                     rope.softmax_scale, sinks, attn.data());
+                     rope.softmax_scale, sinks, attn.data(), ws);
   }
   // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
   // runs for the group's sequences in parallel (each reads its rows in place).
