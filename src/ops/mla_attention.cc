@@ -142,7 +142,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   const int64_t head_rows = d.nope + d.v;
   // The step-sized buffers come from the workspace: fresh vectors of these sizes (megabytes at
   // long prompts) would be mapped, page-faulted and zeroed again at every layer of every step.
-  float* latents = ws.expanded.latents.Get(n * d.latent);  // [n, C]: kv_b_proj's input, from the rows
+  float* latents = ws.expanded.latents.Get(n * d.latent);  // [n, C]: kv_b_proj's input
   for (int64_t t = 0; t < n; ++t) rows.ToF32(t, 0, d.latent, &latents[t * d.latent]);
   float* kv = ws.expanded.kv.Get(n * d.heads * head_rows);  // [n, H, dn + dv]
   Linear(latents, n, kv_b, kv);

@@ -69,12 +69,15 @@ void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int
         const float* row = x + token_of[begin[e] + i] * d;
         std::copy(row, row + d, &gathered[i * d]);
       }
-      MlpInto(w.experts[first + e], gathered, m, routed + (begin[e] - begin[e0]) * d, c.swiglu_limit,
-              lane.gate.Get(m * inter), lane.up.Get(m * inter));
+      float* y = routed + (begin[e] - begin[e0]) * d;  // [m, D]
+      MlpInto(w.experts[first + e], gathered, m, y, c.swiglu_limit, lane.gate.Get(m * inter),
+              lane.up.Get(m * inter));
     };
     if (per_thread) {
-      ForEachInLanes(ws.expert_lanes, static_cast<int64_t>(active.size()),
-                     [&](int64_t lane, int64_t i) { run(*ws.expert_lanes.lanes[lane], active[i]); });
+      const int64_t count = static_cast<int64_t>(active.size());
+      ForEachInLanes(ws.expert_lanes, count, [&](int64_t lane, int64_t i) {
+        run(*ws.expert_lanes.lanes[lane], active[i]);
+      });
     } else {
       ws.expert_lanes.Reserve(1);
       for (int64_t e : active) run(*ws.expert_lanes.lanes[0], e);

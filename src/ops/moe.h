@@ -74,7 +74,9 @@ struct FfnWorkspace {
   };
   struct ExpertLanes {
     void Reserve(int64_t n) {  // on the calling thread, before a loop uses them
-      while (static_cast<int64_t>(lanes.size()) < n) lanes.push_back(std::make_unique<ExpertLane>());
+      while (static_cast<int64_t>(lanes.size()) < n) {
+        lanes.push_back(std::make_unique<ExpertLane>());
+      }
     }
     std::vector<std::unique_ptr<ExpertLane>> lanes;  // stable addresses as lanes are added
   };
