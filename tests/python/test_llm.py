@@ -190,7 +190,10 @@ def test_bad_requests_raise_with_latent_messages(llm, model_dir):
 
 
 INTERRUPTED = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C as at a terminal: Python keeps SIGINT ignored when its parent started it ignored,
+    # which a pytest-xdist worker sometimes passes on (seen in full-suite runs).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[2])
     import latent
     llm = latent.LLM(sys.argv[1], block_tokens=16, check_invariants=True)
