@@ -13,6 +13,7 @@
 
 #include "threads/thread_pool.h"
 
+#include "kernels/kernel_table.h"
 #include "kernels/weight_ref.h"
 
 namespace latent::kernels {
@@ -37,5 +38,25 @@ bool ReadsTilePacked(const WeightRef& w);
 // thread; small products run on the calling thread. The split never changes a block's sums, so
 // either packed kernel stays batch and thread-count invariant.
 void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks);
+
+// Makes `Packed` (y[m, n] = bf16(x) . W^T from w's packed copy) t's linear for the weights it
+// reads packed (ReadsTilePacked), keeping the linear t had for every other weight, and t's
+// packing the tile layout above. One instantiation per packed kernel: its fallback lives in a
+// static, as KernelTable holds plain function pointers.
+template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y)>
+void UseTilePackedLinear(KernelTable& t) {
+  using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
+  static LinearFn unpacked = nullptr;  // the table's linear before this call
+  unpacked = t.linear;
+  t.linear = [](const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+    if (ReadsTilePacked(w)) {
+      Packed(x, m, w, y);
+    } else {
+      unpacked(x, m, w, y, scratch);
+    }
+  };
+  t.packed_bytes = TilePackedBytes;
+  t.pack = TilePack;
+}
 
 }  // namespace latent::kernels

@@ -307,25 +307,9 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
-// The kernel the table's linear was before FillAmxLinear wrapped it.
-void (*g_linear_unpacked)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
-
-void LinearAmx(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-  if (ReadsTilePacked(w)) {
-    LinearPacked(x, m, w, y);
-  } else {
-    g_linear_unpacked(x, m, w, y, scratch);
-  }
-}
-
 }  // namespace
 
-void FillAmxLinear(KernelTable& t) {
-  g_linear_unpacked = t.linear;
-  t.linear = LinearAmx;
-  t.packed_bytes = TilePackedBytes;
-  t.pack = TilePack;
-}
+void FillAmxLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked>(t); }
 
 }  // namespace latent::kernels::amx
 LATENT_AMX_END

@@ -197,25 +197,9 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
-// The kernel the table's linear was before FillBf16PackedLinear wrapped it.
-void (*g_linear_unpacked)(const float*, int64_t, const WeightRef&, float*, float*) = nullptr;
-
-void LinearBf16Packed(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-  if (ReadsTilePacked(w)) {
-    LinearPacked(x, m, w, y);
-  } else {
-    g_linear_unpacked(x, m, w, y, scratch);
-  }
-}
-
 }  // namespace
 
-void FillBf16PackedLinear(KernelTable& t) {
-  g_linear_unpacked = t.linear;
-  t.linear = LinearBf16Packed;
-  t.packed_bytes = TilePackedBytes;
-  t.pack = TilePack;
-}
+void FillBf16PackedLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked>(t); }
 
 }  // namespace latent::kernels::avx512
 LATENT_BF16PACKED_END
