@@ -68,7 +68,13 @@ struct Point {
   int64_t pp, tg, batch;
 };
 
-nlohmann::ordered_json RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64_t seed) {
+// One run of a point: its phases' wall times and every request's latencies.
+struct PointRun {
+  double prefill_s = 0, decode_s = 0, total_s = 0;
+  std::vector<double> ttft, itl;  // seconds: each request's first token; each later token's gap
+};
+
+PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(vocab - 1));
   struct Timing {
@@ -98,26 +104,50 @@ nlohmann::ordered_json RunPoint(engine::Engine& engine, const Point& pt, int64_t
 
   // Prefill ends when the last request got its first token; decode is the rest.
   Clock::time_point prefill_end = start;
-  std::vector<double> ttft, itl;
+  PointRun run;
   for (const Timing& t : timings) {
     prefill_end = std::max(prefill_end, t.tokens.front());
-    ttft.push_back(std::chrono::duration<double>(t.tokens.front() - start).count());
+    run.ttft.push_back(std::chrono::duration<double>(t.tokens.front() - start).count());
     for (size_t k = 1; k < t.tokens.size(); ++k) {
-      itl.push_back(std::chrono::duration<double>(t.tokens[k] - t.tokens[k - 1]).count());
+      run.itl.push_back(std::chrono::duration<double>(t.tokens[k] - t.tokens[k - 1]).count());
     }
   }
-  const double prefill_s = std::chrono::duration<double>(prefill_end - start).count();
-  const double decode_s = std::chrono::duration<double>(end - prefill_end).count();
-  const double total_s = std::chrono::duration<double>(end - start).count();
+  run.prefill_s = std::chrono::duration<double>(prefill_end - start).count();
+  run.decode_s = std::chrono::duration<double>(end - prefill_end).count();
+  run.total_s = std::chrono::duration<double>(end - start).count();
+  return run;
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+// A point's JSON from its repetitions: the rates are the mean of each run's rate (as
+// llama-bench's avg_ts over its -r runs), each run's rates are listed, and the latency
+// percentiles are over every request of every run.
+nlohmann::ordered_json PointJson(const Point& pt, const std::vector<PointRun>& runs) {
+  std::vector<double> prefill_rates, decode_rates, total_s, ttft, itl;
+  for (const PointRun& run : runs) {
+    prefill_rates.push_back(run.prefill_s > 0 ? pt.batch * pt.pp / run.prefill_s : 0.0);
+    // The first generated token of each request comes with the prefill; TG - 1 follow.
+    decode_rates.push_back(run.decode_s > 0 ? pt.batch * (pt.tg - 1) / run.decode_s : 0.0);
+    total_s.push_back(run.total_s);
+    ttft.insert(ttft.end(), run.ttft.begin(), run.ttft.end());
+    itl.insert(itl.end(), run.itl.begin(), run.itl.end());
+  }
   nlohmann::ordered_json j;
   j["pp"] = pt.pp;
   j["tg"] = pt.tg;
   j["batch"] = pt.batch;
-  j["total_s"] = total_s;
-  j["prefill_tokens_per_s"] = prefill_s > 0 ? pt.batch * pt.pp / prefill_s : 0.0;
-  // The first generated token of each request comes with the prefill; TG - 1 follow.
-  j["decode_tokens_per_s"] = decode_s > 0 ? pt.batch * (pt.tg - 1) / decode_s : 0.0;
-  j["tokens_per_s"] = pt.batch * (pt.pp + pt.tg) / total_s;
+  j["repetitions"] = runs.size();
+  j["total_s"] = Mean(total_s);
+  j["prefill_tokens_per_s"] = Mean(prefill_rates);
+  j["decode_tokens_per_s"] = Mean(decode_rates);
+  j["tokens_per_s"] = pt.batch * (pt.pp + pt.tg) / Mean(total_s);
+  j["prefill_tokens_per_s_each"] = prefill_rates;
+  j["decode_tokens_per_s_each"] = decode_rates;
   j["ttft_ms_p50"] = 1e3 * Percentile(ttft, 0.5);
   j["ttft_ms_p99"] = 1e3 * Percentile(ttft, 0.99);
   j["itl_ms_p50"] = 1e3 * Percentile(itl, 0.5);
@@ -174,6 +204,7 @@ Runner RegisterBench(CLI::App& app) {
     bool json = false;
     uint64_t seed = 0;
     int64_t warmup = 1;
+    int64_t repetitions = 1;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
     bool comm_detail = false;
@@ -191,6 +222,10 @@ Runner RegisterBench(CLI::App& app) {
                   "Untimed points before the sweep (default 1, as llama-bench's warm-up run): "
                   "the first point's PP and batch, 2 tokens each")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--repetitions", opt->repetitions,
+                  "Runs of each point, with fresh prompts (default 1, as llama-bench's -r): the "
+                  "rates reported are their mean, each run's are listed in the JSON")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
   sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
@@ -234,6 +269,7 @@ Runner RegisterBench(CLI::App& app) {
                         {"precision", model::PrecisionName(precision)},
                         {"threads", threads::NumThreads()},
                         {"warmup_points", opt->warmup},
+                        {"repetitions", opt->repetitions},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
                 "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
@@ -255,7 +291,11 @@ Runner RegisterBench(CLI::App& app) {
           const auto point_start = std::chrono::steady_clock::now();
           const engine::StepCommStats steps0 =
               broadcaster != nullptr ? broadcaster->comm_stats() : engine::StepCommStats{};
-          nlohmann::ordered_json point = RunPoint(engine, {pp, tg, b}, vocab, seed++);
+          std::vector<PointRun> runs;
+          for (int64_t r = 0; r < opt->repetitions; ++r) {
+            runs.push_back(RunPoint(engine, {pp, tg, b}, vocab, seed++));
+          }
+          nlohmann::ordered_json point = PointJson({pp, tg, b}, runs);
           if (world.size() > 1) {
             const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                               point_start).count();

@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import LATENT, run_latent
 
 
@@ -54,6 +56,32 @@ def test_bench_warmup_points_run_untimed(tiny_models):
     assert prefill_steps == {"0": 1, "2": 3}
     bad = run_latent("bench", "--model", str(model_dir), "--warmup", "-1", check=False)
     assert bad.returncode != 0 and "--warmup" in bad.stderr
+
+
+def test_bench_repetitions_average_fresh_runs(tiny_models):
+    """`--repetitions N` runs each point N times with fresh prompts (LATENT_PROFILE counts their
+    prefill steps) and reports the mean of the runs' rates, listing each run's; `-r` in
+    llama-bench does the same."""
+    model_dir = tiny_models.get("deepseek_v3")
+    env = dict(os.environ, LATENT_PROFILE="1")
+    proc = subprocess.run([str(LATENT), "bench", "--model", str(model_dir), "--pp", "24",
+                           "--tg", "3", "--batch", "1,2", "--warmup", "0", "--repetitions", "3",
+                           "--json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    points = json_lines(proc.stdout)
+    assert [(p["batch"], p["repetitions"]) for p in points] == [(1, 3), (2, 3)]
+    for p in points:
+        assert p["flags"]["repetitions"] == 3
+        for key in ["prefill_tokens_per_s", "decode_tokens_per_s"]:
+            each = p[key + "_each"]
+            assert len(each) == 3 and all(v > 0 for v in each)
+            assert p[key] == pytest.approx(sum(each) / 3)
+    # Fresh prompts every run: no run's prompt is found in the prefix cache, so every run
+    # prefills: 3 runs of each point, one prefill step each (24 tokens fit one step's budget).
+    steps = re.search(r"^prefill\s+step \(forward\)\s+[\d.]+\s+(\d+)", proc.stderr, re.M)
+    assert steps and int(steps.group(1)) == 6, proc.stderr
+    bad = run_latent("bench", "--model", str(model_dir), "--repetitions", "0", check=False)
+    assert bad.returncode != 0 and "--repetitions" in bad.stderr
 
 
 def test_bench_step_points(tiny_models):
