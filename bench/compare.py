@@ -1031,8 +1031,10 @@ def roofline(arith: dict, machine: dict, latent: dict, llama: dict, hf: dict, mo
     }
     lp = point(latent.get("prefill_points", []), 1, pp)
     entries = {
-        # step time = inter-token latency at batch 1 (p50), prefill time = time to first token.
-        "latent": (lp and lp["itl_ms_p50"] / 1e3, lp and lp["ttft_ms_p50"] / 1e3),
+        # step time = inter-token latency at batch 1 (p50 over every step of every repetition);
+        # prefill time from the prefill rate, the mean over the repetitions as llama-bench's avg_ts.
+        "latent": (lp and lp["itl_ms_p50"] / 1e3,
+                   lp and lp.get("prefill_tokens_per_s") and pp / lp["prefill_tokens_per_s"]),
         "llama.cpp": (llama.get("decode_tokens_per_s") and 1 / llama["decode_tokens_per_s"],
                       llama.get("prefill_tokens_per_s") and pp / llama["prefill_tokens_per_s"]),
     }
@@ -1492,7 +1494,10 @@ def main(argv=None) -> int:
     log("latent: bench")
     lat_budget = budget["latent"]
     t = time.monotonic()
-    lat_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], min(90.0 * scale, lat_budget * 0.4))
+    # As many runs of the prefill point as llama-bench's -r (each with fresh prompts; the rates
+    # are their mean), so both prefill figures average the same number of runs.
+    lat_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], min(90.0 * scale, lat_budget * 0.4),
+                             extra=("--repetitions", mode["llama_bench_reps"]))
     env = bench_env()
     env["OMP_NUM_THREADS"] = str(THREADS)
     r = Run([read_bw_exe, 1024, 12], 120, env=env, show_env=f"OMP_NUM_THREADS={THREADS} ")
