@@ -159,20 +159,60 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   --state.live;  // Retired by RetireFinished, once no caller holds the state.
 }
 
-void Engine::AcceptToken(Sequence& seq, const float* logits) {
-  const Request& r = *seq.request;
+Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
   const int64_t vocab = model_->config().vocab_size;
-  const bool replay = !options_.debug_replay.empty();
-  if (seq.constraint && !seq.mask_ready) seq.constraint->FillNextTokenBitmask(seq.bitmask.data());
-  seq.mask_ready = false;
-  SampledToken sampled;
+  const SamplingParams& sampling = seq.request->sampling;
+  Drawn drawn;
   try {
-    sampled = replay ? ReplayNext(options_.debug_replay, logits, vocab, seq, r.sampling)
-                     : SampleNext(logits, vocab, seq, r.sampling, seq.constraint ? seq.bitmask.data() : nullptr);
+    drawn.sampled = !options_.debug_replay.empty()
+                        ? ReplayNext(options_.debug_replay, logits, vocab, seq, sampling)
+                        : SampleNext(logits, vocab, seq, sampling,
+                                     seq.constraint ? seq.bitmask.data() : nullptr);
   } catch (const Error& e) {
-    Finish(seq, FinishReason::kError, e.what());
+    drawn.error = e.what();
+  }
+  return drawn;
+}
+
+std::vector<std::optional<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& plan,
+                                                           const BuiltBatch& batch,
+                                                           const float* logits) const {
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<std::optional<Drawn>> drawn(plan.chunks.size());
+  if (!options_.debug_replay.empty()) return drawn;
+  std::vector<size_t> slots;
+  for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
+    const Sequence& seq = *plan.chunks[slot].seq;
+    if (batch.logits_index[slot] < 0 || seq.request->max_tokens == 0) continue;
+    if (seq.constraint && !seq.mask_ready) continue;
+    slots.push_back(slot);
+  }
+  // A filtered draw (top-p over a 100k-token vocabulary) takes about a millisecond: with dozens
+  // of rows per step they would add up on one core.
+  threads::ParallelFor(static_cast<int64_t>(slots.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t slot = slots[i];
+      drawn[slot] = Draw(*plan.chunks[slot].seq, logits + batch.logits_index[slot] * vocab);
+    }
+  });
+  return drawn;
+}
+
+void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn) {
+  const Request& r = *seq.request;
+  const bool replay = !options_.debug_replay.empty();
+  std::optional<Drawn> drawn_now;
+  if (drawn == nullptr) {
+    if (seq.constraint && !seq.mask_ready) seq.constraint->FillNextTokenBitmask(seq.bitmask.data());
+    drawn_now = Draw(seq, logits);
+    drawn = &*drawn_now;
+  }
+  seq.mask_ready = false;
+  if (!drawn->error.empty()) {
+    Finish(seq, FinishReason::kError, drawn->error);
     return;
   }
+  const SampledToken& sampled = drawn->sampled;
   // The grammar ends the sample once it has accepted its stop token (EOS, allowed only where the
   // text may end), whatever ignore_eos says.
   bool constraint_done = false;
@@ -290,6 +330,7 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
   const int64_t vocab = model_->config().vocab_size;
   scheduler_->CommitStep(plan);
   FillConstraintMasks(plan, batch);
+  const std::vector<std::optional<Drawn>> drawn = DrawRows(plan, batch, logits);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
     const PromptLogitsRows& prompt = batch.prompt_logits[slot];
@@ -302,7 +343,7 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
     const float* row = logits + batch.logits_index[slot] * vocab;
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
-    AcceptToken(seq, row);
+    AcceptToken(seq, row, drawn[slot] ? &*drawn[slot] : nullptr);
     // Also when sample 0 finished on its first token: its siblings go on.
     if (fork) ForkSamples(state, seq, row);
   }

@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "engine/batch_builder.h"
 #include "engine/cache_manager.h"
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/generation_config.h"
 #include "model/model.h"
@@ -101,8 +104,20 @@ class Engine {
   void FillConstraintMasks(const SchedulePlan& plan, const BuiltBatch& batch);
   // Reports the prompt logprobs of `rows` (logits [rows.count, vocab] from `logits`).
   void ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits);
-  // Appends a sampled token to `seq`, reports it, and finishes the sequence when it stops.
-  void AcceptToken(Sequence& seq, const float* logits);
+  // A sequence's next token from its logits row, or the error that stopped the draw.
+  struct Drawn {
+    SampledToken sampled;
+    std::string error;  // empty: `sampled` holds the token
+  };
+  Drawn Draw(const Sequence& seq, const float* logits) const;
+  // The draws of the rows sampled in this step that need nothing else first (no replay, any
+  // constraint's mask filled), side by side: each reads only its own row and its own sequence.
+  // Empty entries are drawn when accepted.
+  std::vector<std::optional<Drawn>> DrawRows(const SchedulePlan& plan, const BuiltBatch& batch,
+                                             const float* logits) const;
+  // Appends a sampled token to `seq` (`drawn`, or drawn now from `logits`), reports it, and
+  // finishes the sequence when it stops.
+  void AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn = nullptr);
   void ForkSamples(RequestState& state, Sequence& first, const float* logits);
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void CheckInvariants() const;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <unordered_map>
 
 #include "base/error.h"
+#include "engine/filtered_draw.h"
 #include "engine/logprobs.h"
 #include "engine/token_constraint.h"
 
@@ -106,30 +106,6 @@ void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
   if (!any) Fail("the structured-output constraint allows no next token");
 }
 
-// A draw at `temperature` among the allowed tokens of `logits` (the others are -inf), walking
-// them in id order: no sort of the vocabulary, which inside a JSON string allows nearly all of
-// it. Used when no top-k / top-p / min-p filter needs the tokens ranked.
-int32_t DrawAllowed(const std::vector<float>& logits, const uint32_t* allowed, float temperature, double u) {
-  const int64_t vocab = static_cast<int64_t>(logits.size());
-  float max_logit = -std::numeric_limits<float>::infinity();
-  std::vector<std::pair<int32_t, double>> weights;
-  for (int32_t t = 0; t < vocab; ++t) {
-    if (BitmaskAllows(allowed, t)) {
-      weights.push_back({t, 0.0});
-      max_logit = std::max(max_logit, logits[t]);
-    }
-  }
-  double sum = 0;
-  for (auto& [t, w] : weights) sum += w = std::exp((logits[t] - max_logit) / temperature);
-  const double target = u * sum;
-  double cumulative = 0;
-  for (const auto& [t, w] : weights) {
-    cumulative += w;
-    if (target < cumulative) return t;
-  }
-  return weights.back().first;
-}
-
 int32_t Argmax(const std::vector<float>& v) {
   return Argmax(v.data(), static_cast<int64_t>(v.size()));
 }
@@ -166,66 +142,8 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     // greedy without penalties: done
   } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
-  } else if (allowed != nullptr && p.top_k == 0 && p.top_p >= 1.0f && p.min_p == 0.0f) {
-    out.token = DrawAllowed(logits, allowed, p.temperature, UniformDraw(seq.seed, seq.num_generated()));
   } else {
-    // Probabilities at this temperature, then the top-k / top-p / min-p filters on the sorted
-    // candidates, then one draw.
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
-    std::vector<double> probs(vocab);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += probs[i] = std::exp((logits[i] - max_logit) / p.temperature);
-    for (double& q : probs) q /= sum;
-    // The candidates: every token, or with a mask only the allowed ones (the others have
-    // probability 0 and would sort last; leaving them out spares sorting the whole vocabulary).
-    std::vector<int32_t> order;
-    if (allowed == nullptr) {
-      order.resize(vocab);
-      std::iota(order.begin(), order.end(), 0);
-    } else {
-      for (int32_t t = 0; t < vocab; ++t) {
-        if (BitmaskAllows(allowed, t)) order.push_back(t);
-      }
-    }
-    const int64_t candidates = static_cast<int64_t>(order.size());
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-    int64_t keep = candidates;
-    if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
-    if (p.top_p < 1.0f) {
-      // Top-p acts on what top-k left, renormalized (as transformers and vLLM apply them).
-      double mass = 1.0;
-      if (keep < candidates) {
-        mass = 0;
-        for (int64_t i = 0; i < keep; ++i) mass += probs[order[i]];
-      }
-      const double target = p.top_p * mass;
-      double cumulative = 0;
-      for (int64_t i = 0; i < keep; ++i) {
-        cumulative += probs[order[i]];
-        if (cumulative >= target) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    if (p.min_p > 0.0f) {
-      const double floor = p.min_p * probs[order[0]];
-      int64_t i = 1;
-      while (i < keep && probs[order[i]] >= floor) ++i;
-      keep = i;
-    }
-    double kept = 0;
-    for (int64_t i = 0; i < keep; ++i) kept += probs[order[i]];
-    const double u = UniformDraw(seq.seed, seq.num_generated()) * kept;
-    double cumulative = 0;
-    out.token = order[keep - 1];
-    for (int64_t i = 0; i < keep; ++i) {
-      cumulative += probs[order[i]];
-      if (u < cumulative) {
-        out.token = order[i];
-        break;
-      }
-    }
+    out.token = DrawFiltered(logits, allowed, p, UniformDraw(seq.seed, seq.num_generated()));
   }
 
   if (p.top_logprobs >= 0) {
