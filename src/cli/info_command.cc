@@ -84,11 +84,14 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                      {"checkpoint_bytes", checkpoint_bytes}};
   // The linears' arithmetic as loaded with --precision (auto resolved from the stored dtypes),
   // and the kernels this CPU would run them on.
+  const model::Precision active = model::ResolvePrecision(load.precision, report, ckpt);
   info["precision"] = {
       {"requested", model::PrecisionName(load.precision)},
-      {"active", model::PrecisionName(model::ResolvePrecision(load.precision, report, ckpt))},
+      {"active", model::PrecisionName(active)},
       {"kernels", kernels::BestKernelsName()},
-      {"bf16_dot", kernels::Avx512HasBf16Dot()}};
+      // What runs the bf16 products of the linears; none in f32 precision.
+      {"bf16_products",
+       active == model::Precision::kBf16 ? kernels::BestBf16ProductsName() : "none"}};
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -148,7 +151,10 @@ void PrintText(const nlohmann::json& info) {
   std::cout << "precision:        " << precision["active"].get<std::string>() << " (--precision "
             << precision["requested"].get<std::string>() << "; kernels "
             << precision["kernels"].get<std::string>()
-            << (precision["bf16_dot"].get<bool>() ? ", bf16 products on vdpbf16ps" : "") << ")\n";
+            << (precision["bf16_products"] != "none"
+                    ? ", bf16 products on " + precision["bf16_products"].get<std::string>()
+                    : std::string())
+            << ")\n";
   const auto& moe = info["moe"];
   std::cout << "experts:          " << moe["routed_experts"] << " routed, "
             << moe["experts_per_token"] << " per token, " << moe["shared_experts"] << " shared";

@@ -216,4 +216,12 @@ const char* BestKernelsName() {
   return onednn ? "avx512+onednn" : "avx512";
 }
 
+const char* BestBf16ProductsName() {
+  if (&BestKernels() == OnednnKernels()) return "onednn";
+  if (&OwnKernels() == AmxKernels()) return "amx";
+  if (&OwnKernels() == &RefKernels() || &OwnKernels() == Avx2Kernels()) return "f32 fma";
+  // Every AVX-512 table runs bf16 compute on vdpbf16ps where the CPU has it (MakeAvx512).
+  return Avx512HasBf16Dot() ? "vdpbf16ps" : "f32 fma";
+}
+
 }  // namespace latent::kernels

@@ -105,5 +105,10 @@ const KernelTable& BestKernels();
 // "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2" or "ref": what
 // BestKernels() chose.
 const char* BestKernelsName();
+// What multiplies a bf16 weight by bf16-rounded activations (bf16 compute) in BestKernels'
+// linear: "onednn", "amx" (TDPBF16PS tiles), "vdpbf16ps" (the AVX-512 tables on CPUs with
+// AVX512_BF16), or "f32 fma" (the bf16 values widened to f32 products: AVX2, the reference, and
+// AVX-512 without AVX512_BF16).
+const char* BestBf16ProductsName();
 
 }  // namespace latent::kernels

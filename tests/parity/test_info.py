@@ -50,6 +50,21 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     assert got["precision"]["requested"] == "auto"
     assert got["precision"]["active"] == ("bf16" if low_precision else "f32")
     assert info(model_dir, "--precision", "f32")["precision"]["active"] == "f32"
+    # What runs the bf16 products follows the kernels; f32 precision has none.
+    with open("/proc/cpuinfo") as f:
+        bf16_dot = "avx512_bf16" in f.read().split()
+    vector = "vdpbf16ps" if bf16_dot else "f32 fma"
+    kernels_to_products = {"avx512-amx": "amx", "avx512-packed": vector,
+                           "avx512-bf16dot": vector, "avx512": vector, "avx2": "f32 fma",
+                           "ref": "f32 fma"}
+    products = got["precision"]["bf16_products"]
+    if low_precision:
+        kernels = got["precision"]["kernels"]
+        assert products == ("onednn" if kernels.endswith("+onednn")
+                            else kernels_to_products[kernels]), got["precision"]
+    else:
+        assert products == "none"
+    assert info(model_dir, "--precision", "f32")["precision"]["bf16_products"] == "none"
 
 
 def test_sharded_checkpoint_really_has_shards(tiny_models):
