@@ -1514,7 +1514,9 @@ def main(argv=None) -> int:
     # The opt-in exact path (`--precision f32`: f32 activations at every linear, the default
     # before bf16 compute): reported beside the default figures, never instead of them.
     log("latent: bench with --precision f32 (opt-in)")
-    f_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale, extra=("--precision", "f32"))
+    reps = ("--repetitions", mode["llama_bench_reps"])  # as llama-bench's -r, for its prefill rows
+    f_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale,
+                           extra=("--precision", "f32", *reps))
     f_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0 * scale, extra=("--precision", "f32"))
     lat["f32"] = {"commands": [f_prefill["command"], f_sweep["command"]],
                   "prefill_points": f_prefill["points"], "points": f_sweep["points"],
@@ -1541,7 +1543,8 @@ def main(argv=None) -> int:
                          "errors": [x.get("error") for x in (o_prefill, o_sweep) if x.get("error")]}
     # int8 against llama.cpp's Q8_0: latent --quantize w8a8 (per-token int8 activations, VNNI).
     log("latent: bench with --quantize w8a8")
-    w_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale, extra=("--quantize", "w8a8"))
+    w_prefill = run_latent(ckpt, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale,
+                           extra=("--quantize", "w8a8", *reps))
     w_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0 * scale, extra=("--quantize", "w8a8"))
     lat["w8a8"] = {"commands": [w_prefill["command"], w_sweep["command"]],
                    "prefill_points": w_prefill["points"], "points": w_sweep["points"],
