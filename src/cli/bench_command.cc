@@ -74,7 +74,8 @@ struct PointRun {
   std::vector<double> ttft, itl;  // seconds: each request's first token; each later token's gap
 };
 
-PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64_t seed) {
+PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64_t seed,
+                  const engine::SamplingParams& sampling) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(vocab - 1));
   struct Timing {
@@ -90,6 +91,8 @@ PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64
     for (int64_t t = 0; t < pt.pp; ++t) r.prompt.push_back(token(rng));
     r.max_tokens = pt.tg;
     r.ignore_eos = true;
+    r.sampling = sampling;
+    r.sampling.seed = seed * 1000003 + static_cast<uint64_t>(i);  // each request its own draws
     engine.Submit(std::move(r), [&timings, &remaining, i](const engine::RequestOutput& out) {
       Timing& timing = timings[i];
       if (out.has_token) timing.tokens.push_back(Clock::now());
@@ -205,6 +208,7 @@ Runner RegisterBench(CLI::App& app) {
     uint64_t seed = 0;
     int64_t warmup = 1;
     int64_t repetitions = 1;
+    engine::SamplingParams sampling;  // greedy unless --temperature
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
     bool comm_detail = false;
@@ -226,6 +230,11 @@ Runner RegisterBench(CLI::App& app) {
                   "Runs of each point, with fresh prompts (default 1, as llama-bench's -r): the "
                   "rates reported are their mean, each run's are listed in the JSON")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--temperature", opt->sampling.temperature,
+                  "Sample at this temperature (default 0: greedy), each request seeded");
+  sub->add_option("--top-k", opt->sampling.top_k, "Top-k filter when sampling (0: off)");
+  sub->add_option("--top-p", opt->sampling.top_p, "Top-p filter when sampling (1: off)");
+  sub->add_option("--min-p", opt->sampling.min_p, "Min-p filter when sampling (0: off)");
   sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
   sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
@@ -242,6 +251,7 @@ Runner RegisterBench(CLI::App& app) {
   AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     opt->engine.attention = generate::ParseAttentionForm(opt->attention);
+    opt->sampling.Validate();
     const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
@@ -270,6 +280,10 @@ Runner RegisterBench(CLI::App& app) {
                         {"threads", threads::NumThreads()},
                         {"warmup_points", opt->warmup},
                         {"repetitions", opt->repetitions},
+                        {"sampling", {{"temperature", opt->sampling.temperature},
+                                      {"top_k", opt->sampling.top_k},
+                                      {"top_p", opt->sampling.top_p},
+                                      {"min_p", opt->sampling.min_p}}},
                         {"kernels", kernels::BestKernelsName()}};
     std::printf("%6s %6s %6s | %12s %12s | %10s %10s %10s\n", "PP", "TG", "B", "prefill t/s",
                 "decode t/s", "TTFT p50ms", "ITL p50ms", "ITL p99ms");
@@ -277,7 +291,8 @@ Runner RegisterBench(CLI::App& app) {
     // of the activation buffers, the heap growing to its working size, the thread pool waking), so
     // the sweep starts after untimed warm-up points, as llama-bench's and llama-batched-bench's do.
     for (int64_t i = 0; i < opt->warmup; ++i) {
-      RunPoint(engine, {pps.front(), 2, batches.front()}, vocab, ~opt->seed - static_cast<uint64_t>(i));
+      RunPoint(engine, {pps.front(), 2, batches.front()}, vocab,
+               ~opt->seed - static_cast<uint64_t>(i), opt->sampling);
     }
     uint64_t seed = opt->seed;
     for (int64_t pp : pps) {
@@ -293,7 +308,7 @@ Runner RegisterBench(CLI::App& app) {
               broadcaster != nullptr ? broadcaster->comm_stats() : engine::StepCommStats{};
           std::vector<PointRun> runs;
           for (int64_t r = 0; r < opt->repetitions; ++r) {
-            runs.push_back(RunPoint(engine, {pp, tg, b}, vocab, seed++));
+            runs.push_back(RunPoint(engine, {pp, tg, b}, vocab, seed++, opt->sampling));
           }
           nlohmann::ordered_json point = PointJson({pp, tg, b}, runs);
           if (world.size() > 1) {

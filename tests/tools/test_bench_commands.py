@@ -84,6 +84,25 @@ def test_bench_repetitions_average_fresh_runs(tiny_models):
     assert bad.returncode != 0 and "--repetitions" in bad.stderr
 
 
+def test_bench_samples_when_asked(tiny_models):
+    """`--temperature` and the filters make every request of a point sample (seeded per request),
+    as a serving benchmark with sampling does; the JSON names them, and a bad value is refused
+    by name."""
+    model_dir = tiny_models.get("deepseek_v3")
+    out = run_latent("bench", "--model", str(model_dir), "--pp", "16", "--tg", "4", "--batch",
+                     "3", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "50", "--min-p",
+                     "0.01", "--json").stdout
+    (point,) = json_lines(out)
+    assert point["flags"]["sampling"] == pytest.approx(
+        {"temperature": 0.8, "top_k": 50, "top_p": 0.9, "min_p": 0.01})
+    assert point["decode_tokens_per_s"] > 0
+    greedy = json_lines(run_latent("bench", "--model", str(model_dir), "--pp", "16", "--tg", "2",
+                                   "--batch", "1", "--json").stdout)[0]
+    assert greedy["flags"]["sampling"]["temperature"] == 0
+    bad = run_latent("bench", "--model", str(model_dir), "--top-p", "0", check=False)
+    assert bad.returncode != 0 and "top_p must be in (0, 1]" in bad.stderr
+
+
 def test_bench_step_points(tiny_models):
     for preset in ["deepseek_v3", "deepseek_v32"]:
         model_dir = tiny_models.get(preset)
