@@ -20,16 +20,33 @@ void TilePack(const WeightRef& w, void* out) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>(out);
   const int64_t row_bytes = 2 * w.k;
+  const int64_t whole_tiles = w.k / kPackK;  // tiles with no k past the end
   threads::ParallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       uint8_t* block = dst + b * tiles * kPackTileBytes;
-      std::memset(block, 0, static_cast<size_t>(tiles * kPackTileBytes));
       const int64_t rows = std::min<int64_t>(kPackRows, w.n - b * kPackRows);
+      const uint8_t* row[kPackRows];  // [16]: the block's rows (past n: none)
+      for (int64_t j = 0; j < rows; ++j) row[j] = src + (b * kPackRows + j) * row_bytes;
+      // Whole tiles of a whole block: each 64-byte line (one k-pair of the 16 rows) written in
+      // order, its 16 pairs read one from each row.
+      const int64_t fast_tiles = rows == kPackRows ? whole_tiles : 0;
+      for (int64_t t = 0; t < fast_tiles; ++t) {
+        uint8_t* tile = block + t * kPackTileBytes;
+        for (int64_t p = 0; p < kPackK / 2; ++p) {
+          const int64_t at = (t * kPackK + 2 * p) * 2;  // the pair's byte offset in a row
+          uint8_t* line = tile + p * kPackRows * 4;
+          for (int64_t j = 0; j < kPackRows; ++j) std::memcpy(line + j * 4, row[j] + at, 4);
+        }
+      }
+      // The rest (a tile holding the end of k, or a block holding the end of n): zeros past n and
+      // k, pair by pair.
+      if (fast_tiles == tiles) continue;
+      std::memset(block + fast_tiles * kPackTileBytes, 0,
+                  static_cast<size_t>((tiles - fast_tiles) * kPackTileBytes));
       for (int64_t j = 0; j < rows; ++j) {
-        const uint8_t* row = src + (b * kPackRows + j) * row_bytes;  // possibly unaligned
-        for (int64_t c = 0; c < w.k; c += 2) {  // one pair (the last one may be half)
+        for (int64_t c = fast_tiles * kPackK; c < w.k; c += 2) {  // the last pair may be half
           const int64_t t = c / kPackK, p = (c % kPackK) / 2;
-          std::memcpy(block + t * kPackTileBytes + (p * kPackRows + j) * 4, row + 2 * c,
+          std::memcpy(block + t * kPackTileBytes + (p * kPackRows + j) * 4, row[j] + 2 * c,
                       c + 1 < w.k ? 4 : 2);
         }
       }

@@ -1,0 +1,53 @@
+// TilePack against the layout kernels/tile_pack.h documents, element by element: whole blocks and
+// tiles, and the ends of n and k (zeros past them), including an odd k (a half pair).
+#include "kernels/tile_pack.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace latent::kernels {
+namespace {
+
+// packed [ceil(n / 16)][ceil(k / 32)][16 k-pairs][16 rows][2] of bf16 bits, zero past n and k.
+std::vector<uint16_t> ReferencePack(const std::vector<uint16_t>& w, int64_t n, int64_t k) {
+  const int64_t tiles = (k + kPackK - 1) / kPackK, blocks = (n + kPackRows - 1) / kPackRows;
+  std::vector<uint16_t> out(blocks * tiles * kPackTileBytes / 2, 0);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t b = r / kPackRows, j = r % kPackRows, t = c / kPackK, p = (c % kPackK) / 2;
+      out[((b * tiles + t) * (kPackK / 2) + p) * kPackRows * 2 + j * 2 + c % 2] = w[r * k + c];
+    }
+  }
+  return out;
+}
+
+TEST(TilePack, WritesTheDocumentedLayout) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> bits(1, 0xffff);
+  const int64_t shapes[][2] = {{16, 32}, {32, 64}, {48, 1024}, {17, 33}, {5, 7},
+                               {64, 100}, {33, 2048}, {1, 1}, {100, 31}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    // Stored one byte off an aligned address, as a mapped checkpoint's tensor may be.
+    std::vector<uint8_t> storage(n * k * 2 + 1);
+    std::vector<uint16_t> w(n * k);
+    for (uint16_t& v : w) v = static_cast<uint16_t>(bits(rng));
+    std::memcpy(storage.data() + 1, w.data(), w.size() * 2);
+    WeightRef ref{storage.data() + 1, DType::kBF16, n, k};
+    ref.bf16_activations = true;
+    const std::vector<uint16_t> expected = ReferencePack(w, n, k);
+    ASSERT_EQ(TilePackedBytes(ref), static_cast<int64_t>(expected.size() * 2));
+    std::vector<uint16_t> got(expected.size(), 0xabcd);  // garbage: every byte must be written
+    TilePack(ref, got.data());
+    EXPECT_EQ(got, expected) << "n " << n << " k " << k;
+  }
+}
+
+}  // namespace
+}  // namespace latent::kernels
