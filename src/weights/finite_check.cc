@@ -26,21 +26,12 @@ Bits Load(const uint8_t* p) {
   return v;
 }
 
-// Non-finite values among `count` elements from p: a loop without a branch. With a constant count
-// (a whole block) -O2's vectoriser takes it (its cheapest cost model wants no remainder loop); a
-// run-time count stays scalar, which only the last block of a tensor pays.
-template <typename Bits, int64_t kCount>
-unsigned CountBlock(const uint8_t* p, Pattern<Bits> pattern) {
-  unsigned hits = 0;
-  for (int64_t i = 0; i < kCount; ++i) {
-    const Bits v = Load<Bits>(p + i * int64_t{sizeof(Bits)});
-    hits += static_cast<unsigned>((v & pattern.exp_mask) == pattern.exp_mask);
-  }
-  return hits;
-}
-
+// Non-finite values among `count` elements from p, without a branch. Inlined where it is called
+// with a whole block's constant count, which -O2's vectoriser then takes (its cheapest cost model
+// wants no remainder loop); only a tensor's last, shorter block runs scalar.
 template <typename Bits>
-unsigned CountTail(const uint8_t* p, int64_t count, Pattern<Bits> pattern) {
+[[gnu::always_inline]] inline unsigned CountNonFinite(const uint8_t* p, int64_t count,
+                                                      Pattern<Bits> pattern) {
   unsigned hits = 0;
   for (int64_t i = 0; i < count; ++i) {
     const Bits v = Load<Bits>(p + i * int64_t{sizeof(Bits)});
@@ -58,8 +49,8 @@ std::optional<NonFinite> Scan(const uint8_t* data, int64_t n, Pattern<Bits> patt
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t end = start + kBlock < n ? start + kBlock : n;
     const uint8_t* block = data + start * int64_t{sizeof(Bits)};
-    const unsigned hits = end - start == kBlock ? CountBlock<Bits, kBlock>(block, pattern)
-                                                : CountTail<Bits>(block, end - start, pattern);
+    const unsigned hits = end - start == kBlock ? CountNonFinite(block, kBlock, pattern)
+                                                : CountNonFinite(block, end - start, pattern);
     if (hits == 0) continue;
     if (!found) {
       found = NonFinite{};
