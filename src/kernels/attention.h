@@ -54,6 +54,11 @@ struct QueriesAttentionArgs {
   const float* q = nullptr;       // [num_queries, num_heads, qk_dim]
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
   float* out = nullptr;           // [num_queries, num_heads, v_dim]
+  // bf16 compute (`--precision bf16`): q, keys, probabilities and values rounded to bf16 (round
+  // to nearest even), their products summed in f32, as FlashAttention runs bf16 models. Kernels
+  // with AVX512_BF16 run it on vdpbf16ps (twice the f32 rate); the others compute in f32 and
+  // ignore it. Either way a query's result depends only on its own query, length and rows.
+  bool bf16_products = false;
 };
 
 // The softmax denominator of head h: `sum` of exp(score - max) over its positions, plus the

@@ -43,6 +43,7 @@ const KernelTable* MakeAvx512() {
   if (CpuHasAvx512Bf16()) avx512::FillBf16DotLinear(table, /*every_bf16_weight=*/false);
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
+  if (CpuHasAvx512Bf16()) avx512::FillBf16AttentionQueries(table);
   avx512::FillIndexScoresKernel(table);
   return &table;
 #else

@@ -837,6 +837,77 @@ TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
   }
 }
 
+// attention_queries with bf16_products (bf16 compute): on the AVX-512 table of a CPU with
+// AVX512_BF16, the reference over q, keys and values rounded to bf16 (what is left: the
+// probabilities' rounding, at most 2^-9 of each, and the order of f32 sums), and still each
+// query's output bit-identical alone or in a larger call, on 1 or 2 threads. Every other table
+// ignores the flag: its output is bit-identical to the call without it.
+TEST_P(FastKernels, AttentionQueriesBf16ProductsRoundOnlyWhereTheCpuCanAndIgnoreTheBatch) {
+  LATENT_REQUIRE_TABLE(fast);
+  ThreadCount restore;
+  const bool rounds = GetParam().name == std::string("avx512") && Avx512HasBf16Dot();
+  std::mt19937 rng(13);
+  for (const QueriesCase& c : QueriesCases()) {
+    QueriesData d;
+    MakeQueries(c, rng, d);
+    const int64_t nq = d.args.num_queries, per_query = c.heads * c.v_dim;
+    threads::SetNumThreads(2);
+    std::vector<float> f32(nq * per_query, NAN), got(nq * per_query, NAN);
+    d.args.out = f32.data();
+    fast.attention_queries(d.args);
+    d.args.bf16_products = true;
+    d.args.out = got.data();
+    fast.attention_queries(d.args);
+    if (!rounds) {
+      EXPECT_EQ(0, std::memcmp(f32.data(), got.data(), sizeof(float) * f32.size()))
+          << GetParam().name << " H=" << c.heads << ": bf16_products must be ignored here";
+      continue;
+    }
+    // The reference over the rounded inputs.
+    QueriesData r = d;
+    for (float& v : r.q) v = RoundToBF16(v);
+    for (float& v : r.kstore) v = RoundToBF16(v);
+    for (float& v : r.vstore) v = RoundToBF16(v);
+    const float* k0 = d.kstore.data();
+    const float* v0 = d.vstore.data();
+    for (size_t t = 0; t < r.keys.size(); ++t) {
+      r.keys[t] = r.kstore.data() + (static_cast<const float*>(d.keys[t]) - k0);
+      r.values[t] = r.vstore.data() + (static_cast<const float*>(d.values[t]) - v0);
+    }
+    std::vector<float> want(per_query), scratch(r.keys.size() + 1);
+    for (int64_t i = 0; i < nq; ++i) {
+      AttentionArgs a = d.args.shared;
+      a.keys = r.keys.data();
+      a.values = r.values.data();
+      a.q = r.q.data() + i * c.heads * c.qk_dim;
+      a.length = c.lengths[i];
+      a.out = want.data();
+      a.scratch = scratch.data();
+      Ref().attention(a);
+      for (int64_t j = 0; j < per_query; ++j) {
+        // Probabilities rounded to bf16 move sum_t p_t v_t by at most 2^-9 max |v| (|v| <= 1).
+        ASSERT_NEAR(got[i * per_query + j], want[j], 3e-3)
+            << "H=" << c.heads << " query " << i << " length " << c.lengths[i];
+      }
+    }
+    for (int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      for (int64_t i = 0; i < nq; ++i) {
+        QueriesAttentionArgs one = d.args;
+        one.num_queries = 1;
+        one.q = d.q.data() + i * c.heads * c.qk_dim;
+        one.lengths = &c.lengths[i];
+        std::vector<float> alone(per_query, NAN);
+        one.out = alone.data();
+        fast.attention_queries(one);
+        ASSERT_EQ(0, std::memcmp(alone.data(), &got[i * per_query], sizeof(float) * per_query))
+            << "H=" << c.heads << " query " << i << " length " << c.lengths[i]
+            << " threads=" << threads;
+      }
+    }
+  }
+}
+
 // norm_rope: the reference must equal rms_norm followed by ops::Rope's rotation (written out
 // here), and the fast kernel must equal the fast rms_norm and the same rotation bit for bit, for
 // both pairings, rotary widths with tails (2, 6, 34, 64, 66) and a bf16 norm weight.

@@ -196,22 +196,6 @@ void Values(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, float 
   }
 }
 
-void ScaleRow(float* row, int64_t d, float factor) {
-  const __m512 f = _mm512_set1_ps(factor);
-  for (int64_t c = 0; c < d; c += 16) {
-    const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
-    _mm512_mask_storeu_ps(row + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), f));
-  }
-}
-
-void DivideRow(float* row, int64_t d, float divisor) {
-  const __m512 f = _mm512_set1_ps(divisor);
-  for (int64_t c = 0; c < d; c += 16) {
-    const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
-    _mm512_mask_storeu_ps(row + c, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, row + c), f));
-  }
-}
-
 // One block of rows [tb, tb + rows) for heads [h0, h0 + G): updates the running max `mx`, sum
 // `sum` and unnormalised acc[g] = sum of exp(s - mx) * v (acc_rows: G rows of v_dim floats).
 template <class L, int G>
@@ -354,7 +338,7 @@ void Attention(const AttentionArgs& a) {
 // Positions at or past a query's length are masked out of its max, sum and p.v (not added as
 // zeros), so a query's result depends only on its own query, length and rows: never on the other
 // queries of its tile or call, nor on the thread.
-constexpr int64_t kKeyBlock = 64;   // positions per block: 4 zmm of scores
+constexpr int64_t kKeyBlock = kSoftmaxBlock;  // positions per block: 4 zmm of scores
 constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
 constexpr int kQs = 4;              // queries per register tile
 
@@ -476,28 +460,7 @@ void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block,
   for (int i = 0; i < QS; ++i) {
     rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
     rows_max = std::max(rows_max, rows[i]);
-    if (rows[i] == 0) continue;
-    __mmask16 m[4];
-    for (int v = 0; v < 4; ++v) m[v] = TailMask(std::clamp<int64_t>(rows[i] - 16 * v, 0, 16));
-    __m512 bm = _mm512_set1_ps(-INFINITY);
-    for (int v = 0; v < 4; ++v)
-      bm = _mm512_mask_max_ps(bm, m[v], bm, _mm512_load_ps(&s[i][16 * v]));
-    const float block_max = ReduceMax(bm);
-    if (block_max > mx[i]) {
-      if (mx[i] != -INFINITY) {
-        const float r = ExpScalar(mx[i] - block_max);
-        ScaleRow(o[i], a.v_dim, r);
-        sum[i] *= r;
-      }
-      mx[i] = block_max;
-    }
-    const __m512 mv = _mm512_set1_ps(mx[i]);
-    __m512 e[4];
-    for (int v = 0; v < 4; ++v) {
-      e[v] = _mm512_maskz_mov_ps(m[v], Exp(_mm512_sub_ps(_mm512_load_ps(&s[i][16 * v]), mv)));
-      _mm512_store_ps(&s[i][16 * v], e[v]);
-    }
-    sum[i] += ReduceAdd(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
+    if (rows[i] > 0) OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim);
   }
   BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, rows, s, o);
 }

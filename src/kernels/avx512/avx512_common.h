@@ -121,6 +121,53 @@ inline __m512 Exp(__m512 x) {
 
 inline float ExpScalar(float x) { return _mm512_cvtss_f32(Exp(_mm512_set1_ps(x))); }
 
+inline void ScaleRow(float* row, int64_t d, float factor) {
+  const __m512 f = _mm512_set1_ps(factor);
+  for (int64_t c = 0; c < d; c += 16) {
+    const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
+    _mm512_mask_storeu_ps(row + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), f));
+  }
+}
+
+inline void DivideRow(float* row, int64_t d, float divisor) {
+  const __m512 f = _mm512_set1_ps(divisor);
+  for (int64_t c = 0; c < d; c += 16) {
+    const __mmask16 m = TailMask(std::min<int64_t>(16, d - c));
+    _mm512_mask_storeu_ps(row + c, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, row + c), f));
+  }
+}
+
+// Positions per online-softmax block of the attention kernels that run many queries at once.
+inline constexpr int64_t kSoftmaxBlock = 64;
+
+// One query's online-softmax step over a block: s [kSoftmaxBlock] holds its scaled scores, the
+// first `rows` (> 0) of them real. Raises the running max *mx (rescaling the unnormalised output
+// o [dv] and *sum when it grows), then leaves exp(s - max) in s (0 past `rows`) and adds them to
+// *sum. The caller then adds s . values to o.
+inline void OnlineSoftmaxBlock(float* s, int64_t rows, float* mx, float* sum, float* o,
+                               int64_t dv) {
+  __mmask16 m[4];
+  for (int v = 0; v < 4; ++v) m[v] = TailMask(std::clamp<int64_t>(rows - 16 * v, 0, 16));
+  __m512 bm = _mm512_set1_ps(-INFINITY);
+  for (int v = 0; v < 4; ++v) bm = _mm512_mask_max_ps(bm, m[v], bm, _mm512_load_ps(s + 16 * v));
+  const float block_max = ReduceMax(bm);
+  if (block_max > *mx) {
+    if (*mx != -INFINITY) {
+      const float r = ExpScalar(*mx - block_max);
+      ScaleRow(o, dv, r);
+      *sum *= r;
+    }
+    *mx = block_max;
+  }
+  const __m512 mv = _mm512_set1_ps(*mx);
+  __m512 e[4];
+  for (int v = 0; v < 4; ++v) {
+    e[v] = _mm512_maskz_mov_ps(m[v], Exp(_mm512_sub_ps(_mm512_load_ps(s + 16 * v), mv)));
+    _mm512_store_ps(s + 16 * v, e[v]);
+  }
+  *sum += ReduceAdd(_mm512_add_ps(_mm512_add_ps(e[0], e[1]), _mm512_add_ps(e[2], e[3])));
+}
+
 // Weight decoders: 16 consecutive weights at p as f32. Part() reads only the lanes in the mask
 // (the others are 0), so tails never touch memory past the tensor. Pointers may be unaligned.
 // kDecodeRows (weight rows per tile at m = 1) and kPrefetch (software prefetch distance in bytes

@@ -21,6 +21,9 @@ void FillBf16DotLinear(KernelTable& table, bool every_bf16_weight);
 // vdpbf16ps kernel over kernels/tile_pack.h's layout (linear_bf16_packed.cc), the others to the
 // kernel it wrapped; sets table.packed_bytes and table.pack. Needs AVX512_BF16.
 void FillBf16PackedLinear(KernelTable& table);
+// attention_queries under QueriesAttentionArgs::bf16_products on vdpbf16ps (CPUs with
+// AVX512_BF16); the table's own kernel for the other calls.
+void FillBf16AttentionQueries(KernelTable& table);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);

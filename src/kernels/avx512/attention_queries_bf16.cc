@@ -1,0 +1,288 @@
+// attention_queries under bf16 compute (QueriesAttentionArgs::bf16_products) on vdpbf16ps: the
+// expanded form's causal prefill attention with q, keys, probabilities and values rounded to bf16
+// (round to nearest even) and every product summed in f32, as FlashAttention runs bf16 models.
+// vdpbf16ps does two products per f32 lane, so this runs at twice the f32 kernel's rate
+// (attention_avx512.cc), on the same blocking:
+//
+//   scores  s[q][r] = scale * sum over k-pairs cp of vdpbf16ps(q pair cp, key r's pair cp)
+//   values  o[q][c] += sum over position pairs rp of vdpbf16ps(p pair rp, value pair rp at c)
+//
+// with keys packed per block as [k-pairs][64 positions] of bf16 pairs and values as
+// [position pairs][v_dim] of bf16 pairs. Each query's sums run in one fixed order (k-pairs in
+// order; position pairs in order, blocks in order), and a pair past its length is masked off, so
+// a query's result depends only on its own query, length and rows: never on the other queries of
+// its tile or call, nor on the thread, as the f32 kernel's.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// clang-format off
+#if defined(__clang__)
+#define LATENT_ATTNBF16_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_ATTNBF16_END _Pragma("clang attribute pop")
+#else
+#define LATENT_ATTNBF16_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_ATTNBF16_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+LATENT_ATTNBF16_BEGIN
+#include "kernels/avx512/avx512_common.h"
+
+namespace latent::kernels::avx512 {
+namespace {
+
+constexpr int64_t kKeys = kSoftmaxBlock;  // positions per block: 4 zmm of scores
+constexpr int64_t kQueryTile = 64;        // queries per task (they share each block)
+constexpr int kQs = 4;                    // queries per register tile
+
+// Two bf16 values as the 32-bit pair vdpbf16ps reads: `low` in the low half.
+inline uint32_t Bf16Pair(float low, float high) {
+  return static_cast<uint32_t>(F32ToBF16(low)) | (static_cast<uint32_t>(F32ToBF16(high)) << 16);
+}
+
+// Element c of the row at `row` (f32 or bf16, the formats attention_queries takes).
+inline float RowElement(DType dtype, const void* row, int64_t c) {
+  return dtype == DType::kBF16 ? BF16ToF32(static_cast<const uint16_t*>(row)[c])
+                               : static_cast<const float*>(row)[c];
+}
+
+// kt [key_heads][blocks][dq pairs][kKeys] and vt [value_heads][position pairs][dv], each element
+// a bf16 pair; zero past the last position and past dq.
+void PackBf16(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads,
+              int64_t value_heads, uint32_t* kt, uint32_t* vt) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t dq = a.qk_dim, dv = a.v_dim, pairs = (dq + 1) / 2;
+  const int64_t blocks = (positions + kKeys - 1) / kKeys, rows2 = (positions + 1) / 2;
+  const int64_t heads = std::max(key_heads, value_heads);
+  const DType dtype = a.rows.dtype;
+  threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t head = j / blocks, block = j % blocks;
+      const int64_t t0 = block * kKeys, rows = std::min(kKeys, positions - t0);
+      if (head < key_heads) {
+        uint32_t* dst = kt + (head * blocks + block) * pairs * kKeys;
+        if (rows < kKeys) std::fill(dst, dst + pairs * kKeys, 0u);
+        const int64_t k0 = head * a.key_head_stride;
+        for (int64_t r = 0; r < rows; ++r) {
+          const void* key = a.keys[t0 + r];
+          for (int64_t cp = 0; cp < pairs; ++cp) {
+            const float high = 2 * cp + 1 < dq ? RowElement(dtype, key, k0 + 2 * cp + 1) : 0.0f;
+            dst[cp * kKeys + r] = Bf16Pair(RowElement(dtype, key, k0 + 2 * cp), high);
+          }
+        }
+      }
+      if (head < value_heads) {
+        const int64_t v0 = head * a.value_head_stride;
+        for (int64_t rp = t0 / 2; rp < std::min(rows2, (t0 + kKeys) / 2); ++rp) {
+          uint32_t* dst = vt + (head * rows2 + rp) * dv;
+          const void* even = a.values[2 * rp];
+          const void* odd = 2 * rp + 1 < positions ? a.values[2 * rp + 1] : nullptr;
+          for (int64_t c = 0; c < dv; ++c) {
+            const float high = odd != nullptr ? RowElement(dtype, odd, v0 + c) : 0.0f;
+            dst[c] = Bf16Pair(RowElement(dtype, even, v0 + c), high);
+          }
+        }
+      }
+    }
+  });
+}
+
+// s[i][0..64) = scale * q_i . key(t0 + r) for the QS queries (q pairs qp[i]), from the block.
+template <int QS>
+void BlockScores(const uint32_t* const* qp, int64_t pairs, const uint32_t* block, float scale,
+                 float (*s)[kKeys]) {
+  __m512 acc[QS][4];
+  for (int i = 0; i < QS; ++i)
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t cp = 0; cp < pairs; ++cp) {
+    const uint32_t* line = block + cp * kKeys;
+    __m512bh kv[4];
+    for (int v = 0; v < 4; ++v) kv[v] = (__m512bh)_mm512_loadu_si512(line + 16 * v);
+    for (int i = 0; i < QS; ++i) {
+      const __m512bh qb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(qp[i][cp]));
+      for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], qb, kv[v]);
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int i = 0; i < QS; ++i)
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(&s[i][16 * v], _mm512_mul_ps(acc[i][v], sc));
+}
+
+// o[i][c0..c0+16C) += sum over position pairs rp < (rows[i] + 1) / 2 of p pair . value pair, in
+// order of rp. pp[i]: query i's probabilities as bf16 pairs; vt: the head's value pairs from
+// the block's first pair.
+template <int QS, int C>
+void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
+                 const uint32_t (*pp)[kKeys / 2], float* const* o, int64_t c0, __mmask16 last) {
+  __mmask16 mask[C];
+  for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
+  __m512 acc[QS][C];
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc)
+      acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
+  for (int64_t rp = 0; rp < pairs_max; ++rp) {
+    const uint32_t* v = vt + rp * dv + c0;
+    __m512bh vv[C];
+    for (int cc = 0; cc < C; ++cc) {
+      vv[cc] = (__m512bh)_mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+    }
+    for (int i = 0; i < QS; ++i) {
+      const __mmask16 live = 2 * rp < rows[i] ? static_cast<__mmask16>(0xffff) : 0;
+      const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
+      // A masked move after the product, not _mm512_mask_dpbf16_ps: GCC 12 moves that one's
+      // 16-bit mask into k with kmovb, dropping lanes 8-15.
+      for (int cc = 0; cc < C; ++cc) {
+        const __m512 sum = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
+        acc[i][cc] = _mm512_mask_mov_ps(acc[i][cc], live, sum);
+      }
+    }
+  }
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(o[i] + c0 + 16 * cc, mask[cc], acc[i][cc]);
+}
+
+template <int QS>
+void BlockValuesAll(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
+                    const uint32_t (*pp)[kKeys / 2], float* const* o) {
+  const int64_t full = dv / 16;
+  const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
+  int64_t c = 0;
+  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
+  if (tail != 0) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, full * 16, tail);
+}
+
+// One register tile of QS queries (q pairs qp[i], lengths len[i], state mx/sum/o) over block b.
+// vt: the head's value pairs.
+template <int QS>
+void QueryTileBlock(const AttentionArgs& a, const uint32_t* vt, const uint32_t* block, int64_t b,
+                    const uint32_t* const* qp, const int64_t* len, float* mx, float* sum,
+                    float* const* o) {
+  const int64_t t0 = b * kKeys, pairs = (a.qk_dim + 1) / 2;
+  alignas(64) float s[QS][kKeys];
+  BlockScores<QS>(qp, pairs, block, a.scale, s);
+  int64_t rows[QS], rows_max = 0;
+  alignas(64) uint32_t pp[QS][kKeys / 2];
+  for (int i = 0; i < QS; ++i) {
+    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeys);
+    rows_max = std::max(rows_max, rows[i]);
+    if (rows[i] == 0) continue;
+    OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim);
+    // The probabilities as bf16, in position order: pair rp holds positions 2 rp and 2 rp + 1.
+    for (int v = 0; v < 2; ++v) {
+      const __m512bh p = _mm512_cvtne2ps_pbh(_mm512_load_ps(&s[i][32 * v + 16]),
+                                             _mm512_load_ps(&s[i][32 * v]));
+      _mm512_store_si512(&pp[i][16 * v], (__m512i)p);
+    }
+  }
+  BlockValuesAll<QS>(vt + t0 / 2 * a.v_dim, a.v_dim, (rows_max + 1) / 2, rows, pp, o);
+}
+
+using QueryTileBlockFn = void (*)(const AttentionArgs&, const uint32_t*, const uint32_t*, int64_t,
+                                  const uint32_t* const*, const int64_t*, float*, float*,
+                                  float* const*);
+constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
+                                                    QueryTileBlock<3>, QueryTileBlock<4>};
+
+// Head `head`, queries [i0, i1) (at most kQueryTile); kt, vt as PackBf16 wrote them.
+void HeadQueries(const QueriesAttentionArgs& qa, const uint32_t* kt, const uint32_t* vt,
+                 int64_t positions, int64_t head, int64_t i0, int64_t i1) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t h = a.num_heads, dq = a.qk_dim, dv = a.v_dim, pairs = (dq + 1) / 2;
+  const int64_t blocks = (positions + kKeys - 1) / kKeys, rows2 = (positions + 1) / 2;
+  const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
+  const uint32_t* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * rows2 * dv;
+  thread_local std::vector<float> acc_rows;    // [kQueryTile, dv]
+  thread_local std::vector<uint32_t> q_pairs;  // [kQueryTile, pairs]
+  if (static_cast<int64_t>(acc_rows.size()) < kQueryTile * dv) acc_rows.resize(kQueryTile * dv);
+  if (static_cast<int64_t>(q_pairs.size()) < kQueryTile * pairs) q_pairs.resize(kQueryTile * pairs);
+  float mx[kQueryTile], sum[kQueryTile];
+  const uint32_t* qp[kQueryTile];
+  float* o[kQueryTile];
+  int64_t longest = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    mx[i - i0] = -INFINITY;
+    sum[i - i0] = 0.0f;
+    const float* q = qa.q + (i * h + head) * dq;
+    uint32_t* pairs_of_q = q_pairs.data() + (i - i0) * pairs;
+    for (int64_t cp = 0; cp < pairs; ++cp)
+      pairs_of_q[cp] = Bf16Pair(q[2 * cp], 2 * cp + 1 < dq ? q[2 * cp + 1] : 0.0f);
+    qp[i - i0] = pairs_of_q;
+    o[i - i0] = acc_rows.data() + (i - i0) * dv;
+    std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
+    longest = std::max(longest, qa.lengths[i]);
+  }
+  for (int64_t b = 0; b * kKeys < longest; ++b) {
+    const uint32_t* block = kt + (key_head * blocks + b) * pairs * kKeys;
+    for (int64_t j = 0; j < i1 - i0; j += kQs) {
+      const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
+      kQueryTileBlocks[qs - 1](a, vhead, block, b, qp + j, qa.lengths + i0 + j, mx + j, sum + j,
+                               o + j);
+    }
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    float* out = qa.out + (i * h + head) * dv;
+    if (qa.lengths[i] <= 0) {
+      std::fill(out, out + dv, 0.0f);
+      continue;
+    }
+    std::copy(o[i - i0], o[i - i0] + dv, out);
+    DivideRow(out, dv, SinkDenominator(a.sinks, head, mx[i - i0], sum[i - i0]));
+  }
+}
+
+void AttentionQueriesBf16(const QueriesAttentionArgs& qa) {
+  const AttentionArgs& a = qa.shared;
+  int64_t positions = 0;
+  for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
+  const int64_t blocks = (positions + kKeys - 1) / kKeys, pairs = (a.qk_dim + 1) / 2;
+  const int64_t key_heads = a.key_head_stride == 0 ? 1 : a.num_heads;
+  const int64_t value_heads = a.value_head_stride == 0 ? 1 : a.num_heads;
+  // [key_heads, blocks, pairs, kKeys], then [value_heads, position pairs, v_dim].
+  thread_local std::vector<uint32_t> packed;
+  const int64_t key_words = key_heads * blocks * pairs * kKeys;
+  const int64_t words = key_words + value_heads * ((positions + 1) / 2) * a.v_dim;
+  if (static_cast<int64_t>(packed.size()) < words) packed.resize(words);
+  if (positions > 0) {
+    PackBf16(qa, positions, key_heads, value_heads, packed.data(), packed.data() + key_words);
+  }
+  // The calling thread's buffer, by pointer: inside the tasks `packed` would name each worker's.
+  const uint32_t* kt = packed.data();
+  const uint32_t* vt = packed.data() + key_words;
+  const int64_t tiles = (qa.num_queries + kQueryTile - 1) / kQueryTile;
+  // Tasks (head, tile of queries), later tiles first: they attend more positions.
+  threads::ParallelFor(a.num_heads * tiles, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t tile = tiles - 1 - j / a.num_heads, head = j % a.num_heads;
+      HeadQueries(qa, kt, vt, positions, head, tile * kQueryTile,
+                  std::min(qa.num_queries, (tile + 1) * kQueryTile));
+    }
+  });
+}
+
+}  // namespace
+
+void FillBf16AttentionQueries(KernelTable& t) {
+  static void (*f32)(const QueriesAttentionArgs&) = nullptr;  // the table's kernel before
+  f32 = t.attention_queries;
+  t.attention_queries = [](const QueriesAttentionArgs& qa) {
+    if (qa.bf16_products) {
+      AttentionQueriesBf16(qa);
+    } else {
+      f32(qa);
+    }
+  };
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_ATTNBF16_END
