@@ -8,9 +8,10 @@ rounding error, measured in the same run. latent has two precisions:
     transformers-bf16 than 1.5x transformers-bf16's own distance from the exact answer (plus
     1e-3 x max|logit| for the spread between positions);
   * the default on these checkpoints, bf16 compute (`--precision auto` = bf16: activations rounded
-    to bf16 at each linear's input, f32 accumulation, f32 everywhere else), rounds less than
-    transformers-bf16 does (which also rounds every output, the residual stream and the
-    attention), so it must be no further from the exact answer than transformers-bf16 is, and
+    to bf16 at each linear's input, and in the expanded form's attention q, keys, probabilities
+    and values, with f32 accumulation, f32 everywhere else), rounds less than transformers-bf16
+    does (which also rounds every output, the residual stream and all of the attention), so it
+    must be no further from the exact answer than transformers-bf16 is, and
     within the same bound of transformers-bf16 as above. It must also differ from the f32 path
     (the bf16 path really ran).
 Greedy tokens of the f32 path are compared against the exact (f32) reference; those of the
