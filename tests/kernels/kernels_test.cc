@@ -806,6 +806,28 @@ void ExpectQueriesMatchRef(const KernelTable& table, const std::string& name) {
 
 TEST(RefKernels, AttentionQueriesMatchesOneQueryAtATime) { ExpectQueriesMatchRef(Ref(), "ref"); }
 
+// Each query of d's call, run alone (d.args' flags kept) on 1 and 2 threads, must give its
+// output in `all` (the whole call's) bit for bit.
+void ExpectEachQueryAloneGivesTheSame(const KernelTable& fast, const QueriesCase& c,
+                                      const QueriesData& d, const std::vector<float>& all) {
+  const int64_t per_query = c.heads * c.v_dim;
+  for (int threads : {1, 2}) {
+    threads::SetNumThreads(threads);
+    for (int64_t i = 0; i < d.args.num_queries; ++i) {
+      QueriesAttentionArgs one = d.args;
+      one.num_queries = 1;
+      one.q = d.q.data() + i * c.heads * c.qk_dim;
+      one.lengths = &c.lengths[i];
+      std::vector<float> alone(per_query, NAN);
+      one.out = alone.data();
+      fast.attention_queries(one);
+      ASSERT_EQ(0, std::memcmp(alone.data(), &all[i * per_query], sizeof(float) * per_query))
+          << "H=" << c.heads << " query " << i << " length " << c.lengths[i]
+          << " threads=" << threads;
+    }
+  }
+}
+
 TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
   LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
@@ -819,21 +841,7 @@ TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
     std::vector<float> all(nq * per_query, NAN);
     d.args.out = all.data();
     fast.attention_queries(d.args);
-    for (int threads : {1, 2}) {
-      threads::SetNumThreads(threads);
-      for (int64_t i = 0; i < nq; ++i) {
-        QueriesAttentionArgs one = d.args;
-        one.num_queries = 1;
-        one.q = d.q.data() + i * c.heads * c.qk_dim;
-        one.lengths = &c.lengths[i];
-        std::vector<float> alone(per_query, NAN);
-        one.out = alone.data();
-        fast.attention_queries(one);
-        ASSERT_EQ(0, std::memcmp(alone.data(), &all[i * per_query], sizeof(float) * per_query))
-            << "H=" << c.heads << " query " << i << " length " << c.lengths[i]
-            << " threads=" << threads;
-      }
-    }
+    ExpectEachQueryAloneGivesTheSame(fast, c, d, all);
   }
 }
 
@@ -890,21 +898,7 @@ TEST_P(FastKernels, AttentionQueriesBf16ProductsRoundOnlyWhereTheCpuCanAndIgnore
             << "H=" << c.heads << " query " << i << " length " << c.lengths[i];
       }
     }
-    for (int threads : {1, 2}) {
-      threads::SetNumThreads(threads);
-      for (int64_t i = 0; i < nq; ++i) {
-        QueriesAttentionArgs one = d.args;
-        one.num_queries = 1;
-        one.q = d.q.data() + i * c.heads * c.qk_dim;
-        one.lengths = &c.lengths[i];
-        std::vector<float> alone(per_query, NAN);
-        one.out = alone.data();
-        fast.attention_queries(one);
-        ASSERT_EQ(0, std::memcmp(alone.data(), &got[i * per_query], sizeof(float) * per_query))
-            << "H=" << c.heads << " query " << i << " length " << c.lengths[i]
-            << " threads=" << threads;
-      }
-    }
+    ExpectEachQueryAloneGivesTheSame(fast, c, d, got);
   }
 }
 

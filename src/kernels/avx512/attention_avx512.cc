@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "kernels/attention.h"
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/queries_common.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/avx512/row_loads_avx512.h"
 #include "threads/thread_pool.h"
@@ -339,7 +340,7 @@ void Attention(const AttentionArgs& a) {
 // zeros), so a query's result depends only on its own query, length and rows: never on the other
 // queries of its tile or call, nor on the thread.
 constexpr int64_t kKeyBlock = kSoftmaxBlock;  // positions per block: 4 zmm of scores
-constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
+constexpr int64_t kQueryTile = kQueriesPerTask;
 constexpr int kQs = 4;              // queries per register tile
 
 // kt [key_heads][blocks][qk][kKeyBlock] (zero past the last position) from the key rows, and
@@ -480,37 +481,15 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
   const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
   const float* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * positions * dv;
-  thread_local std::vector<float> acc_rows;  // [kQueryTile, dv]
-  if (static_cast<int64_t>(acc_rows.size()) < kQueryTile * dv) acc_rows.resize(kQueryTile * dv);
-  float mx[kQueryTile], sum[kQueryTile];
+  QueryTileState st(qa, i0, i1);
   const float* q[kQueryTile];
-  float* o[kQueryTile];
-  int64_t longest = 0;
-  for (int64_t i = i0; i < i1; ++i) {
-    mx[i - i0] = -INFINITY;
-    sum[i - i0] = 0.0f;
-    q[i - i0] = qa.q + (i * h + head) * dq;
-    o[i - i0] = acc_rows.data() + (i - i0) * dv;
-    std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
-    longest = std::max(longest, qa.lengths[i]);
-  }
-  for (int64_t b = 0; b * kKeyBlock < longest; ++b) {
+  for (int64_t i = i0; i < i1; ++i) q[i - i0] = qa.q + (i * h + head) * dq;
+  st.ForEachBlockAndTile(i1 - i0, kQs, [&](int64_t b, int64_t j, int qs) {
     const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
-    for (int64_t j = 0; j < i1 - i0; j += kQs) {
-      const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
-      kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, mx + j, sum + j,
-                               o + j);
-    }
-  }
-  for (int64_t i = i0; i < i1; ++i) {
-    float* out = qa.out + (i * h + head) * dv;
-    if (qa.lengths[i] <= 0) {
-      std::fill(out, out + dv, 0.0f);
-      continue;
-    }
-    std::copy(o[i - i0], o[i - i0] + dv, out);
-    DivideRow(out, dv, SinkDenominator(a.sinks, head, mx[i - i0], sum[i - i0]));
-  }
+    kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, st.mx + j,
+                             st.sum + j, st.o + j);
+  });
+  WriteQueryOutputs(qa, head, i0, i1, st.o, st.mx, st.sum);
 }
 
 void AttentionQueries(const QueriesAttentionArgs& qa) {
@@ -529,15 +508,8 @@ void AttentionQueries(const QueriesAttentionArgs& qa) {
   const float* vt = packed.data() + key_floats;
   if (positions > 0)
     Pack(qa, positions, key_heads, value_heads, packed.data(), packed.data() + key_floats);
-  const int64_t tiles = (qa.num_queries + kQueryTile - 1) / kQueryTile;
-  // Tasks (head, tile of queries), later tiles first: they attend more positions, and the pool
-  // hands tasks out dynamically.
-  threads::ParallelFor(a.num_heads * tiles, 1, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t tile = tiles - 1 - j / a.num_heads, head = j % a.num_heads;
-      HeadQueries(qa, kt, vt, positions, head, tile * kQueryTile,
-                  std::min(qa.num_queries, (tile + 1) * kQueryTile));
-    }
+  ForEachHeadTile(qa, [&](int64_t head, int64_t i0, int64_t i1) {
+    HeadQueries(qa, kt, vt, positions, head, i0, i1);
   });
 }
 

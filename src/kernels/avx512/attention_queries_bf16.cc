@@ -37,12 +37,13 @@
 
 LATENT_ATTNBF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/queries_common.h"
 
 namespace latent::kernels::avx512 {
 namespace {
 
 constexpr int64_t kKeys = kSoftmaxBlock;  // positions per block: 4 zmm of scores
-constexpr int64_t kQueryTile = 64;        // queries per task (they share each block)
+constexpr int64_t kQueryTile = kQueriesPerTask;
 constexpr int kQs = 4;                    // queries per register tile
 
 // Two bf16 values as the 32-bit pair vdpbf16ps reads: `low` in the low half.
@@ -202,43 +203,23 @@ void HeadQueries(const QueriesAttentionArgs& qa, const uint32_t* kt, const uint3
   const int64_t blocks = (positions + kKeys - 1) / kKeys, rows2 = (positions + 1) / 2;
   const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
   const uint32_t* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * rows2 * dv;
-  thread_local std::vector<float> acc_rows;    // [kQueryTile, dv]
+  QueryTileState st(qa, i0, i1);
   thread_local std::vector<uint32_t> q_pairs;  // [kQueryTile, pairs]
-  if (static_cast<int64_t>(acc_rows.size()) < kQueryTile * dv) acc_rows.resize(kQueryTile * dv);
   if (static_cast<int64_t>(q_pairs.size()) < kQueryTile * pairs) q_pairs.resize(kQueryTile * pairs);
-  float mx[kQueryTile], sum[kQueryTile];
   const uint32_t* qp[kQueryTile];
-  float* o[kQueryTile];
-  int64_t longest = 0;
   for (int64_t i = i0; i < i1; ++i) {
-    mx[i - i0] = -INFINITY;
-    sum[i - i0] = 0.0f;
     const float* q = qa.q + (i * h + head) * dq;
     uint32_t* pairs_of_q = q_pairs.data() + (i - i0) * pairs;
     for (int64_t cp = 0; cp < pairs; ++cp)
       pairs_of_q[cp] = Bf16Pair(q[2 * cp], 2 * cp + 1 < dq ? q[2 * cp + 1] : 0.0f);
     qp[i - i0] = pairs_of_q;
-    o[i - i0] = acc_rows.data() + (i - i0) * dv;
-    std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
-    longest = std::max(longest, qa.lengths[i]);
   }
-  for (int64_t b = 0; b * kKeys < longest; ++b) {
+  st.ForEachBlockAndTile(i1 - i0, kQs, [&](int64_t b, int64_t j, int qs) {
     const uint32_t* block = kt + (key_head * blocks + b) * pairs * kKeys;
-    for (int64_t j = 0; j < i1 - i0; j += kQs) {
-      const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
-      kQueryTileBlocks[qs - 1](a, vhead, block, b, qp + j, qa.lengths + i0 + j, mx + j, sum + j,
-                               o + j);
-    }
-  }
-  for (int64_t i = i0; i < i1; ++i) {
-    float* out = qa.out + (i * h + head) * dv;
-    if (qa.lengths[i] <= 0) {
-      std::fill(out, out + dv, 0.0f);
-      continue;
-    }
-    std::copy(o[i - i0], o[i - i0] + dv, out);
-    DivideRow(out, dv, SinkDenominator(a.sinks, head, mx[i - i0], sum[i - i0]));
-  }
+    kQueryTileBlocks[qs - 1](a, vhead, block, b, qp + j, qa.lengths + i0 + j, st.mx + j,
+                             st.sum + j, st.o + j);
+  });
+  WriteQueryOutputs(qa, head, i0, i1, st.o, st.mx, st.sum);
 }
 
 void AttentionQueriesBf16(const QueriesAttentionArgs& qa) {
@@ -259,14 +240,8 @@ void AttentionQueriesBf16(const QueriesAttentionArgs& qa) {
   // The calling thread's buffer, by pointer: inside the tasks `packed` would name each worker's.
   const uint32_t* kt = packed.data();
   const uint32_t* vt = packed.data() + key_words;
-  const int64_t tiles = (qa.num_queries + kQueryTile - 1) / kQueryTile;
-  // Tasks (head, tile of queries), later tiles first: they attend more positions.
-  threads::ParallelFor(a.num_heads * tiles, 1, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t tile = tiles - 1 - j / a.num_heads, head = j % a.num_heads;
-      HeadQueries(qa, kt, vt, positions, head, tile * kQueryTile,
-                  std::min(qa.num_queries, (tile + 1) * kQueryTile));
-    }
+  ForEachHeadTile(qa, [&](int64_t head, int64_t i0, int64_t i1) {
+    HeadQueries(qa, kt, vt, positions, head, i0, i1);
   });
 }
 
