@@ -74,6 +74,12 @@ void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int
               lane.up.Get(m * inter));
     };
     if (per_thread) {
+      // The experts with the most rows first (ties in expert order), so that the last ones to
+      // start are short and the threads end together. Each expert writes its own rows of
+      // `routed`, added below in expert order: the order they run in changes no bits.
+      std::stable_sort(active.begin(), active.end(), [&](int64_t a, int64_t b) {
+        return begin[a + 1] - begin[a] > begin[b + 1] - begin[b];
+      });
       const int64_t count = static_cast<int64_t>(active.size());
       ForEachInLanes(ws.expert_lanes, count, [&](int64_t lane, int64_t i) {
         run(*ws.expert_lanes.lanes[lane], active[i]);
