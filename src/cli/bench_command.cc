@@ -145,10 +145,11 @@ nlohmann::ordered_json PointJson(const Point& pt, const std::vector<PointRun>& r
   j["tg"] = pt.tg;
   j["batch"] = pt.batch;
   j["repetitions"] = runs.size();
-  j["total_s"] = Mean(total_s);
+  const double mean_total_s = Mean(total_s);
+  j["total_s"] = mean_total_s;
   j["prefill_tokens_per_s"] = Mean(prefill_rates);
   j["decode_tokens_per_s"] = Mean(decode_rates);
-  j["tokens_per_s"] = pt.batch * (pt.pp + pt.tg) / Mean(total_s);
+  j["tokens_per_s"] = pt.batch * (pt.pp + pt.tg) / mean_total_s;
   j["prefill_tokens_per_s_each"] = prefill_rates;
   j["decode_tokens_per_s_each"] = decode_rates;
   j["ttft_ms_p50"] = 1e3 * Percentile(ttft, 0.5);

@@ -176,23 +176,28 @@ Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
 
 std::vector<std::optional<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& plan,
                                                            const BuiltBatch& batch,
-                                                           const float* logits) const {
+                                                           const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
+  const bool replay = !options_.debug_replay.empty();
   std::vector<std::optional<Drawn>> drawn(plan.chunks.size());
-  if (!options_.debug_replay.empty()) return drawn;
-  std::vector<size_t> slots;
+  std::vector<size_t> slots;  // the rows that sample a token
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     const Sequence& seq = *plan.chunks[slot].seq;
-    if (batch.logits_index[slot] < 0 || seq.request->max_tokens == 0) continue;
-    if (seq.constraint && !seq.mask_ready) continue;
-    slots.push_back(slot);
+    if (batch.logits_index[slot] >= 0 && seq.request->max_tokens > 0) slots.push_back(slot);
   }
-  // A filtered draw (top-p over a 100k-token vocabulary) takes about a millisecond: with dozens
-  // of rows per step they would add up on one core.
+  // Side by side: a structured-output mask costs up to a few hundred microseconds and a filtered
+  // draw (top-p over a 100k-token vocabulary) about a millisecond; with dozens of rows per step
+  // they would add up on one core. Each row reads its own logits and touches only its own
+  // sequence (its grammar state and mask are its own).
   threads::ParallelFor(static_cast<int64_t>(slots.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const size_t slot = slots[i];
-      drawn[slot] = Draw(*plan.chunks[slot].seq, logits + batch.logits_index[slot] * vocab);
+      Sequence& seq = *plan.chunks[slot].seq;
+      if (seq.constraint) {
+        seq.constraint->FillNextTokenBitmask(seq.bitmask.data());
+        seq.mask_ready = true;
+      }
+      if (!replay) drawn[slot] = Draw(seq, logits + batch.logits_index[slot] * vocab);
     }
   });
   return drawn;
@@ -309,27 +314,9 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
   if (state.on_output) state.on_output(out);
 }
 
-void Engine::FillConstraintMasks(const SchedulePlan& plan, const BuiltBatch& batch) {
-  std::vector<Sequence*> constrained;
-  for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
-    Sequence* seq = plan.chunks[slot].seq;
-    if (seq->constraint && batch.logits_index[slot] >= 0 && seq->request->max_tokens > 0) constrained.push_back(seq);
-  }
-  if (constrained.empty()) return;
-  // Each sample's grammar state is its own, so the masks are filled side by side; a mask costs
-  // up to a few hundred microseconds over a large vocabulary.
-  threads::ParallelFor(static_cast<int64_t>(constrained.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      constrained[i]->constraint->FillNextTokenBitmask(constrained[i]->bitmask.data());
-      constrained[i]->mask_ready = true;
-    }
-  });
-}
-
 void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
   scheduler_->CommitStep(plan);
-  FillConstraintMasks(plan, batch);
   const std::vector<std::optional<Drawn>> drawn = DrawRows(plan, batch, logits);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;

@@ -99,9 +99,6 @@ class Engine {
   void Admit(int64_t id, std::unique_ptr<RequestState> state);
   void CancelNow(int64_t id);
   void Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits);
-  // Structured output: the next-token masks of the constrained sequences sampling in this step,
-  // filled in parallel before the draws.
-  void FillConstraintMasks(const SchedulePlan& plan, const BuiltBatch& batch);
   // Reports the prompt logprobs of `rows` (logits [rows.count, vocab] from `logits`).
   void ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, const float* logits);
   // A sequence's next token from its logits row, or the error that stopped the draw.
@@ -110,11 +107,11 @@ class Engine {
     std::string error;  // empty: `sampled` holds the token
   };
   Drawn Draw(const Sequence& seq, const float* logits) const;
-  // The draws of the rows sampled in this step that need nothing else first (no replay, any
-  // constraint's mask filled), side by side: each reads only its own row and its own sequence.
-  // Empty entries are drawn when accepted.
+  // Every row sampled in this step, side by side: fills its structured-output mask (when
+  // constrained) and draws its token (except under debug replay, whose draws are made as the
+  // tokens are accepted, as are a forked sample's). Empty entries are drawn when accepted.
   std::vector<std::optional<Drawn>> DrawRows(const SchedulePlan& plan, const BuiltBatch& batch,
-                                             const float* logits) const;
+                                             const float* logits);
   // Appends a sampled token to `seq` (`drawn`, or drawn now from `logits`), reports it, and
   // finishes the sequence when it stops.
   void AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn = nullptr);

@@ -195,8 +195,8 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     qa.q = q_rows;
     qa.lengths = lengths.data();
     qa.out = out_rows;
-    // bf16 compute where the layer's linears run it (`--precision bf16`, the default for bf16
-    // and fp8 checkpoints): kv_b's keys and values are bf16 products' inputs already.
+    // bf16 products where the layer's kv_b runs bf16 compute (`--precision bf16`, the default
+    // for bf16 and fp8 checkpoints); f32 under `--precision f32` and for int8 weights.
     qa.bf16_products = kv_b.bf16_activations;
     k.attention_queries(qa);
     for (int64_t i = 0; i < nq; ++i) {
