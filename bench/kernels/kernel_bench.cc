@@ -9,6 +9,8 @@
 // --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
 // bf16`: activations rounded to bf16), which the AVX-512 table runs on vdpbf16ps and the AMX table
 // on TDPBF16PS (each weight repacked first, as the loader does; the packing is not timed).
+// --dtypes fp8c: fp8 weights (128 x 128 block scales) under bf16 compute, which the packed and AMX
+// tables run on vdpbf16ps over their packed codes (avx512/linear_fp8_packed.cc).
 // --kernels picks a table (absent on this CPU or build: exits with status 3).
 // Defaults are the set: bf16/fp8/f32 4096x4096 at M = 1, 4, 16 on 1 and 2 threads,
 // attention at 4k and 16k positions with 16 heads. With --n 64 --gib 0.0001 the weights stay in
@@ -164,7 +166,7 @@ DType DTypeOf(const std::string& name) {
   if (name == "f32") return DType::kF32;
   if (name == "bf16" || name == "bf16c") return DType::kBF16;
   if (name == "f16") return DType::kF16;
-  if (name == "fp8") return DType::kF8E4M3;
+  if (name == "fp8" || name == "fp8c") return DType::kF8E4M3;
   if (name == "i8" || name == "w8a8") return DType::kI8;  // --quantize int8/w8a8: row scales
   std::fprintf(stderr, "unknown dtype %s\n", name.c_str());
   std::exit(2);
@@ -279,7 +281,7 @@ int main(int argc, char** argv) {
         ws[i].block_k = o.k;
         if (name == "w8a8") ws[i].row_sums = row_sums.data();
       }
-      ws[i].bf16_activations = name == "bf16c";
+      ws[i].bf16_activations = name == "bf16c" || name == "fp8c";
     }
     // As the loader does: the table's own layout where it has one (AMX tiles), one copy each.
     std::vector<std::unique_ptr<uint8_t[]>> packed;

@@ -16,7 +16,7 @@ namespace {
 
 #if LATENT_HAVE_CPUID
 struct CpuFeatures {
-  bool avx2 = false, avx512 = false, vnni = false, bf16 = false, amx_bf16 = false;
+  bool avx2 = false, avx512 = false, vnni = false, vbmi = false, bf16 = false, amx_bf16 = false;
 };
 
 // The XCR0 bits the OS sets when it saves a register state across context switches.
@@ -55,6 +55,7 @@ CpuFeatures ReadCpuFeatures() {
                       (leaf7_ebx & bit_AVX512VL) && (leaf7_ebx & bit_AVX512DQ);
   f.avx512 = f.avx2 && bmi2 && avx512 && (xcr0_lo & kXcr0Zmm) == kXcr0Zmm;
   f.vnni = f.avx512 && (leaf7_ecx & bit_AVX512VNNI) != 0;
+  f.vbmi = f.avx512 && (leaf7_ecx & bit_AVX512VBMI) != 0;
   __cpuid_count(7, 1, eax, ebx, ecx, edx);
   f.bf16 = f.avx512 && (eax & bit_AVX512BF16) != 0;
   const unsigned amx = kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile;
@@ -76,12 +77,14 @@ bool CpuHasAvx2() { return Features().avx2; }
 bool CpuHasAvx512() { return Features().avx512; }
 bool CpuHasAvx512Vnni() { return Features().vnni; }
 bool CpuHasAvx512Bf16() { return Features().bf16; }
+bool CpuHasAvx512Bf16Vbmi() { return Features().bf16 && Features().vbmi; }
 bool CpuHasAmxBf16() { return Features().amx_bf16; }
 #else
 bool CpuHasAvx2() { return false; }
 bool CpuHasAvx512() { return false; }
 bool CpuHasAvx512Vnni() { return false; }
 bool CpuHasAvx512Bf16() { return false; }
+bool CpuHasAvx512Bf16Vbmi() { return false; }
 bool CpuHasAmxBf16() { return false; }
 #endif
 

@@ -13,6 +13,8 @@ bool CpuHasAvx512();
 bool CpuHasAvx512Vnni();
 // CpuHasAvx512() and AVX512-BF16 (vdpbf16ps).
 bool CpuHasAvx512Bf16();
+// CpuHasAvx512Bf16() and AVX512-VBMI (vpermi2b: 128-entry byte tables, the fp8 kernel's widening).
+bool CpuHasAvx512Bf16Vbmi();
 // CpuHasAvx512Bf16() and AMX-BF16 + AMX-TILE (TDPBF16PS on 16 x 64-byte tiles), with the OS
 // saving the tile state (XCR0 XTILECFG and XTILEDATA) and, on Linux, this process granted the
 // tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here; refused: false).

@@ -83,6 +83,8 @@ const KernelTable* MakeAmx() {
   if (Avx512Kernels() == nullptr || !CpuHasAmxBf16()) return nullptr;
   static KernelTable table = *Avx512Kernels();
   amx::FillAmxLinear(table);
+  // fp8 weights under bf16 compute on vdpbf16ps over their packed codes (AMX has no fp8 tiles).
+  if (CpuHasAvx512Bf16Vbmi()) avx512::FillFp8PackedLinear(table, avx512::Fp8PackedSlot::kAmxTable);
   return &table;
 #else
   return nullptr;
@@ -94,6 +96,9 @@ const KernelTable* MakeBf16Packed() {
   if (Avx512Kernels() == nullptr || !CpuHasAvx512Bf16()) return nullptr;
   static KernelTable table = *Avx512Kernels();
   avx512::FillBf16PackedLinear(table);
+  if (CpuHasAvx512Bf16Vbmi()) {
+    avx512::FillFp8PackedLinear(table, avx512::Fp8PackedSlot::kPackedTable);
+  }
   return &table;
 #else
   return nullptr;

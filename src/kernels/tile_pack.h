@@ -7,6 +7,16 @@
 //
 // Block b holds rows 16 b .. 16 b + 15 over all of k, its tiles in k order (contiguous: a
 // block's weights stream front to back); values past n and past k are zero.
+//
+// fp8 e4m3 weights with block scales, under bf16 compute, pack the same way with one-byte codes
+// (for the vdpbf16ps kernel over them, avx512/linear_fp8_packed.cc):
+//
+//   packed [ceil(n / 16) blocks][ceil(k / 32) tiles][16 k-pairs][16 rows][2 codes]
+//
+// 512-byte tiles, one k-pair of 16 rows a 32-byte line, except that inside each 64 bytes (two
+// lines) the codes are interleaved: byte 16 L + i holds the first line's code 8 L + i and byte
+// 16 L + 8 + i the second's (L < 4, i < 8), the order the kernel's per-lane byte unpacking
+// undoes. The block scales stay where they are.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +31,7 @@ namespace latent::kernels {
 inline constexpr int64_t kPackRows = 16;        // weight rows per block (a tile's columns)
 inline constexpr int64_t kPackK = 32;           // bf16 values of k per tile (16 pairs)
 inline constexpr int64_t kPackTileBytes = 1024;  // 16 k-pairs x 16 rows x 2 bf16 x 2 bytes
+inline constexpr int64_t kPackFp8TileBytes = 512;  // 16 k-pairs x 16 rows x 2 codes
 
 // Bytes of w's packed copy: ceil(n / 16) * ceil(k / 32) KiB for bf16 weights with
 // bf16_activations, else 0 (the kernels read every other weight as stored).
@@ -31,6 +42,14 @@ void TilePack(const WeightRef& w, void* out);
 
 // True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
 bool ReadsTilePacked(const WeightRef& w);
+
+// The same three for fp8 weights (the layout with one-byte codes above): those with
+// bf16_activations whose scale blocks hold whole pairs of lines (block_k % 4 == 0; DeepSeek's
+// 128 x 128, and any unscaled fp8), else 0 bytes / false (they stay on the table's unpacked fp8 linear).
+bool Fp8PacksFit(const WeightRef& w);
+int64_t Fp8TilePackedBytes(const WeightRef& w);
+void Fp8TilePack(const WeightRef& w, void* out);
+bool ReadsFp8TilePacked(const WeightRef& w);
 
 // Splits the packed blocks of w's view (rows packed_row0 .. packed_row0 + n) among the thread
 // pool for an m-row product and calls blocks(b0, b1) with packed block indices. Threads take whole
@@ -57,6 +76,41 @@ void UseTilePackedLinear(KernelTable& t) {
   };
   t.packed_bytes = TilePackedBytes;
   t.pack = TilePack;
+}
+
+// Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it
+// reads packed (ReadsFp8TilePacked), and t's packing the fp8 tile layout for the fp8 weights that
+// fit (Fp8PacksFit); every other weight keeps t's linear and packing as they were. kSlot tells the
+// tables that use it apart (the fallbacks live in statics, one set per instantiation).
+template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y), int kSlot>
+void UseFp8PackedLinear(KernelTable& t) {
+  using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
+  using BytesFn = int64_t (*)(const WeightRef&);
+  using PackFn = void (*)(const WeightRef&, void*);
+  static LinearFn other_linear = nullptr;  // t's entries before this call
+  static BytesFn other_bytes = nullptr;
+  static PackFn other_pack = nullptr;
+  other_linear = t.linear;
+  other_bytes = t.packed_bytes;
+  other_pack = t.pack;
+  t.linear = [](const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
+    if (ReadsFp8TilePacked(w)) {
+      Packed(x, m, w, y);
+    } else {
+      other_linear(x, m, w, y, scratch);
+    }
+  };
+  t.packed_bytes = [](const WeightRef& w) -> int64_t {
+    if (Fp8PacksFit(w)) return Fp8TilePackedBytes(w);
+    return other_bytes != nullptr ? other_bytes(w) : 0;
+  };
+  t.pack = [](const WeightRef& w, void* out) {
+    if (Fp8PacksFit(w)) {
+      Fp8TilePack(w, out);
+    } else {
+      other_pack(w, out);
+    }
+  };
 }
 
 }  // namespace latent::kernels

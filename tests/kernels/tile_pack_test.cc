@@ -49,5 +49,39 @@ TEST(TilePack, WritesTheDocumentedLayout) {
   }
 }
 
+// The fp8 layout: the same positions with one-byte codes (512-byte tiles), each two lines'
+// codes interleaved by 8.
+TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> bits(1, 0xff);
+  const int64_t shapes[][2] = {{16, 32}, {48, 1024}, {17, 33}, {5, 7}, {100, 31}, {1, 1}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    const int64_t tiles = (k + kPackK - 1) / kPackK, blocks = (n + kPackRows - 1) / kPackRows;
+    std::vector<uint8_t> w(n * k + 1);
+    for (uint8_t& v : w) v = static_cast<uint8_t>(bits(rng));
+    std::vector<uint8_t> expected(blocks * tiles * kPackFp8TileBytes, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t b = r / kPackRows, j = r % kPackRows, t = c / kPackK, p = (c % kPackK) / 2;
+        // Position in its line, then the interleave of each two lines.
+        const int64_t line = (b * tiles + t) * (kPackK / 2) + p, at = j * 2 + c % 2;
+        const int64_t lane = at / 8, i = at % 8;
+        expected[(line / 2) * 64 + 16 * lane + 8 * (line % 2) + i] = w[1 + r * k + c];
+      }
+    }
+    float scale = 1.0f;
+    WeightRef ref{w.data() + 1, DType::kF8E4M3, n, k};
+    ref.scale = &scale;
+    ref.block_n = 128;
+    ref.block_k = 128;
+    ref.bf16_activations = true;
+    ASSERT_EQ(Fp8TilePackedBytes(ref), static_cast<int64_t>(expected.size()));
+    std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
+    Fp8TilePack(ref, got.data());
+    EXPECT_EQ(got, expected) << "n " << n << " k " << k;
+  }
+}
+
 }  // namespace
 }  // namespace latent::kernels

@@ -129,15 +129,26 @@ def test_unknown_precision_is_refused(tiny_models):
     assert "--precision: unknown precision 'fp16' (supported: auto, bf16, f32)" in proc.stderr
 
 
-def test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path):
+# (preset, make_tiny_model flags): a bf16 DSA model (V3.2: MLA, MoE, the indexer), and V3 with
+# DeepSeek-style fp8 blocks (on CPUs with AVX512-BF16 and VBMI its linears run the vdpbf16ps
+# kernel over the packed codes, kernels/avx512/linear_fp8_packed.cc).
+INVARIANCE_CASES = {
+    "v32_bf16": ("deepseek_v32", ("--dtype", "bfloat16")),
+    "v3_fp8_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
+}
+
+
+@pytest.mark.parametrize("case_id", list(INVARIANCE_CASES))
+def test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path, case_id):
     """bf16 compute keeps the engine's guarantee: each request's greedy tokens in a batch (any
     token budget and block size, so chunked prefill and mixed steps) equal the same request run
-    alone through the engine, bit for bit. On a bf16 DSA model (V3.2: MLA, MoE, the indexer).
-    (tests/property compares against `latent generate --ids`, which keeps an f32 cache, so it
-    runs f32 checkpoints; the engine holds bf16 rows for a bf16 checkpoint.)"""
+    alone through the engine, bit for bit. (tests/property compares against `latent generate
+    --ids`, which keeps an f32 cache, so it runs f32 checkpoints; the engine holds bf16 rows for
+    a bf16 checkpoint.)"""
     import random
 
-    model_dir = tiny_models.get("deepseek_v32", "--dtype", "bfloat16")
+    preset, flags = INVARIANCE_CASES[case_id]
+    model_dir = tiny_models.get(preset, *flags)
     rng = random.Random(99)
     requests = [{"ids": [rng.randint(2, 250) for _ in range(rng.choice([1, 3, 9, 40, 130]))],
                  "max_tokens": 8, "ignore_eos": True, "arrival_step": rng.randint(0, 6)}

@@ -21,6 +21,12 @@ void FillBf16DotLinear(KernelTable& table, bool every_bf16_weight);
 // vdpbf16ps kernel over kernels/tile_pack.h's layout (linear_bf16_packed.cc), the others to the
 // kernel it wrapped; sets table.packed_bytes and table.pack. Needs AVX512_BF16.
 void FillBf16PackedLinear(KernelTable& table);
+// Wraps table.linear, packed_bytes and pack (after any other packing): fp8 weights with
+// bf16_activations whose scale blocks hold whole k-pairs are packed at load and go to the
+// vdpbf16ps kernel over their codes (linear_fp8_packed.cc), the others to what it wrapped. One
+// slot per table that calls it (the wrapped entries live in statics). Needs AVX512_BF16.
+enum class Fp8PackedSlot { kPackedTable, kAmxTable };
+void FillFp8PackedLinear(KernelTable& table, Fp8PackedSlot slot);
 // attention_queries under QueriesAttentionArgs::bf16_products on vdpbf16ps (CPUs with
 // AVX512_BF16); the table's own kernel for the other calls.
 void FillBf16AttentionQueries(KernelTable& table);

@@ -44,6 +44,7 @@
 
 LATENT_BF16PACKED_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/bf16_rows.h"
 
 namespace latent::kernels::avx512 {
 namespace {
@@ -152,25 +153,6 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
       }
     }
     CopyOut(j, acc, kGroupCols, 0, j.m, b, blocks);
-  }
-}
-
-// x [m, k] f32 -> out [m, kp] bf16, round to nearest even (NaN stays NaN), zero past k.
-void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, uint16_t* out) {
-  for (int64_t r = 0; r < m; ++r) {
-    const float* src = x + r * k;
-    uint16_t* dst = out + r * kp;
-    int64_t c = 0;
-    for (; c + 32 <= k; c += 32) {
-      const __m512bh v =
-          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
-      _mm512_storeu_si512(dst + c, (__m512i)v);
-    }
-    for (; c < kp; c += 16) {
-      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, k - c));
-      const __m512 v = _mm512_maskz_loadu_ps(TailMask(left), src + c);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
-    }
   }
 }
 

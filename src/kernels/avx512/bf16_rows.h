@@ -1,0 +1,32 @@
+// Activation rows rounded to bf16 for the vdpbf16ps kernels over tile-packed weights
+// (linear_bf16_packed.cc, linear_fp8_packed.cc). Include only inside a target region with
+// AVX512_BF16 (after avx512_common.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace latent::kernels::avx512 {
+
+// x [m, k] f32 -> out [m, kp] bf16, round to nearest even (NaN stays NaN), zero past k.
+inline void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, uint16_t* out) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = x + r * k;
+    uint16_t* dst = out + r * kp;
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+      const __m512bh v =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
+      _mm512_storeu_si512(dst + c, (__m512i)v);
+    }
+    for (; c < kp; c += 16) {
+      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, k - c));
+      const __m512 v = _mm512_maskz_loadu_ps(TailMask(left), src + c);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
+    }
+  }
+}
+
+}  // namespace latent::kernels::avx512

@@ -1,0 +1,350 @@
+// Linear over fp8 e4m3 weights with block scales (DeepSeek V3's and Kimi K2's checkpoints) under
+// bf16 compute (WeightRef::bf16_activations) on vdpbf16ps over the tile-packed copy of the codes
+// (kernels/tile_pack.h, one byte per weight): the fp8 kernel for CPUs with AVX512_BF16 and
+// AVX512-VBMI. The unpacked AVX-512 fp8 linear (linear_avx512.cc) widens every weight to f32 for
+// f32 FMAs. bench/kernels, 2-core Zen 5, 10944 x 2048, 2 threads, against it: m = 1 17 -> 26 GB/s
+// of codes, m = 6 98 -> 204 GFLOP/s, m = 64 115 -> 330, m = 512 128 -> 364 (bf16 weights on the
+// packed bf16 kernel: 30 GB/s, 182, 369, 386).
+//
+// Every e4m3 value is exactly a bf16 (3 mantissa bits, exponents 2^-9 .. 2^8), so the codes widen
+// to bf16 with no rounding and the block scale applies to partial sums, as DeepSeek's own fp8
+// GEMM does:
+//
+//   y[m, r] = sum over segments g of s(r, g) * (sum over pairs p in g of bf16(x)[m, p] . w[r, p])
+//
+// A segment is at most kSegmentPairs k-pairs inside one scale block (DeepSeek's 128 x 128 blocks:
+// one segment per block). Each segment's sum is one f32 chain over its pairs from zero, then
+// acc = fma(sum, scale, acc) in segment order: the same operations for every M, position in a
+// register tile and thread split, so the kernel is batch invariant as the others are.
+//
+// Widening: two lines (64 codes) at a time, each byte of the bf16 looked up in a 128-entry table
+// by vpermi2b and the two bytes interleaved by vpunpck{l,h}bw (the packed layout pre-interleaves
+// the codes so that this puts them in line order): 6 instructions per 64 codes, against 8 per 32
+// for word lookups and 9 per 32 through vcvtph2ps.
+//
+// Blocking, per group of 4 column blocks (64 outputs) and segment:
+//   decode (m <= 6): one register tile of m rows x 4 blocks widens each line as it reads it;
+//   batches: the segment's codes are first widened into a bf16 stage (4 x 64 lines of 64 bytes:
+//     16 KiB, L1), then every register tile of up to 6 rows x 4 blocks goes past it. Widening
+//     costs about as much as 6 products per line, so doing it once per segment and not once per
+//     register tile is what keeps prefill shapes at vdpbf16ps's pace.
+// The accumulators between segments live in an f32 buffer [m, 64] (decode: on the stack).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// clang-format off
+#if defined(__clang__)
+#define LATENT_FP8PACKED_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_FP8PACKED_END _Pragma("clang attribute pop")
+#else
+#define LATENT_FP8PACKED_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_FP8PACKED_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+LATENT_FP8PACKED_BEGIN
+#include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/bf16_rows.h"
+
+namespace latent::kernels::avx512 {
+namespace {
+
+constexpr int kFp8RowsPerTile = 6;    // activation rows per register tile
+constexpr int kFp8BlocksPerTile = 4;  // column blocks (16 outputs each) per register tile
+constexpr int64_t kFp8GroupCols = kFp8BlocksPerTile * kPackRows;  // outputs per group (64)
+constexpr int64_t kSegmentPairs = 64;  // k-pairs per segment at most (128 k: DeepSeek's block)
+constexpr int64_t kFp8LineBytes = kPackRows * 2;  // one k-pair of 16 rows: 32 codes
+
+struct Fp8Job {
+  const uint16_t* x;      // [m, kp] bf16, zero past k
+  int64_t m, kp, tiles;   // tiles = kp / 32
+  const uint8_t* packed;  // block 0 of the packed copy
+  int64_t block_bytes;    // tiles * 512: one block of 16 weight rows
+  int64_t row0;           // packed row of the view's row 0
+  int64_t n;              // the view's rows: y's columns
+  float* y;               // [m, n]
+  // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
+  // ((scale_row0 + r) / block_n) * scale_cols + kb.
+  const void* scale;
+  DType scale_dtype;
+  int64_t scale_row0, block_n, block_k, scale_cols;
+};
+
+// The two bytes of the bf16 holding each e4m3 magnitude 0 .. 127 exactly (sign clear): exponent
+// field 0 is subnormal (m * 2^-9), 0x7f is NaN. vpermi2b looks 64 codes up at once in each.
+struct Fp8ToBf16Bytes {
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t low[128];
+  Fp8ToBf16Bytes() {
+    for (int c = 0; c < 128; ++c) {
+      const int e = c >> 3, m = c & 7;
+      const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9)
+                             : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const uint32_t bits = c == 0x7f ? 0x7fc0u : u >> 16;  // exact: 4 significant bits
+      high[c] = static_cast<uint8_t>(bits >> 8);
+      low[c] = static_cast<uint8_t>(bits);
+    }
+  }
+};
+
+const Fp8ToBf16Bytes& Fp8Tables() {
+  static const Fp8ToBf16Bytes bytes;
+  return bytes;
+}
+
+// 64 codes (two lines, stored interleaved as tile_pack.h says) -> the two lines' 32 bf16 each,
+// exactly: the bf16's high byte (with the code's sign) and low byte looked up by the code's 7
+// magnitude bits, then vpunpck{l,h}bw pair them in line order. The tables are read from memory
+// (L1): the register tiles need the registers.
+inline void WidenFp8Lines(const uint8_t* codes, const Fp8ToBf16Bytes& t, __m512i& line0,
+                          __m512i& line1) {
+  const __m512i c = _mm512_load_si512(codes);
+  const __m512i high = _mm512_ternarylogic_epi32(
+      c, _mm512_permutex2var_epi8(_mm512_load_si512(t.high), c, _mm512_load_si512(t.high + 64)),
+      _mm512_set1_epi8(static_cast<char>(0x80)), 0xEC);  // (c & 0x80) | high byte
+  const __m512i low =
+      _mm512_permutex2var_epi8(_mm512_load_si512(t.low), c, _mm512_load_si512(t.low + 64));
+  line0 = _mm512_unpacklo_epi8(low, high);
+  line1 = _mm512_unpackhi_epi8(low, high);
+}
+
+// Widens k-pairs [p0, p1) (p0 and p1 even) of `blocks` column blocks from b into
+// stage [blocks][p1 - p0][32 bf16]. Pair p is line p % 16 of tile p / 16: lines run on across
+// tiles (16 x 32 bytes each).
+void StageFp8Segment(const Fp8Job& j, int64_t b, int64_t blocks, int64_t p0, int64_t p1,
+                     uint16_t* stage) {
+  const Fp8ToBf16Bytes& tables = Fp8Tables();
+  for (int64_t s = 0; s < blocks; ++s) {
+    const uint8_t* block = j.packed + (b + s) * j.block_bytes;
+    uint16_t* out = stage + s * (p1 - p0) * 32;
+    for (int64_t p = p0; p < p1; p += 2, out += 64) {
+      __m512i line0, line1;
+      WidenFp8Lines(block + p * kFp8LineBytes, tables, line0, line1);
+      _mm512_store_si512(out, line0);
+      _mm512_store_si512(out + 32, line1);
+    }
+  }
+}
+
+// The 16 scales of column block b (packed rows 16 b ..) for the k block holding pair p0; rows
+// outside the view get 0 (their outputs are never copied out).
+__m512 Fp8BlockScales(const Fp8Job& j, int64_t b, int64_t p0) {
+  if (j.scale == nullptr) return _mm512_set1_ps(1.0f);
+  const int64_t kb = 2 * p0 / j.block_k;
+  const auto at = [&](int64_t packed_row) {
+    const int64_t row = packed_row - j.row0;  // the view's row
+    if (row < 0 || row >= j.n) return int64_t{-1};
+    return (j.scale_row0 + row) / j.block_n * j.scale_cols + kb;
+  };
+  const int64_t first = at(b * kPackRows), last = at(b * kPackRows + kPackRows - 1);
+  if (first >= 0 && first == last) {
+    return _mm512_set1_ps(LoadAsF32(j.scale, j.scale_dtype, first));
+  }
+  alignas(64) float s[kPackRows];
+  for (int64_t i = 0; i < kPackRows; ++i) {
+    const int64_t index = at(b * kPackRows + i);
+    s[i] = index < 0 ? 0.0f : LoadAsF32(j.scale, j.scale_dtype, index);
+  }
+  return _mm512_load_ps(s);
+}
+
+// MR activation rows from m0 x NB staged column blocks over the segment's `pairs` k-pairs (from
+// pair p0 of x): sums from zero, then acc = fma(sum, scale, first ? 0 : acc) for acc [MR rows
+// of ld floats], column 16 s for block s.
+template <int MR, int NB>
+void Fp8Tile(const Fp8Job& j, int64_t m0, const uint16_t* stage, int64_t p0, int64_t pairs,
+          const __m512* scales, bool first, float* acc, int64_t ld) {
+  __m512 c[MR][NB];
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) c[r][s] = _mm512_setzero_ps();
+  }
+  const uint16_t* x = j.x + m0 * j.kp + 2 * p0;
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i line[NB];
+    for (int s = 0; s < NB; ++s) line[s] = _mm512_load_si512(stage + (s * pairs + p) * 32);
+    for (int r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, x + r * j.kp + 2 * p, 4);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      for (int s = 0; s < NB; ++s) c[r][s] = _mm512_dpbf16_ps(c[r][s], a, (__m512bh)line[s]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) {
+      float* out = acc + r * ld + s * kPackRows;
+      const __m512 before = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out);
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(c[r][s], scales[s], before));
+    }
+  }
+}
+
+// The same sums as Fp8Tile for all MR (<= 6) activation rows from row 0, widening the codes as
+// it goes instead of from a stage (decode: each line is used by so few rows that a stage's store
+// and reload would cost more than the products): per accumulator the same products in the same
+// pair order, so the same bits. The x pairs are broadcast from memory into each product.
+template <int MR, int NB>
+void Fp8TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m512* scales,
+                   bool first, float* acc, int64_t ld) {
+  const Fp8ToBf16Bytes& tables = Fp8Tables();
+  __m512 c[MR][NB];
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) c[r][s] = _mm512_setzero_ps();
+  }
+  const uint8_t* w[NB];
+  for (int s = 0; s < NB; ++s) w[s] = j.packed + (b + s) * j.block_bytes;
+  for (int64_t p = p0; p < p1; p += 2) {
+    for (int s = 0; s < NB; ++s) {
+      __m512i line0, line1;
+      WidenFp8Lines(w[s] + p * kFp8LineBytes, tables, line0, line1);
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair[2];
+        std::memcpy(pair, j.x + r * j.kp + 2 * p, 8);
+        c[r][s] = _mm512_dpbf16_ps(c[r][s], (__m512bh)_mm512_set1_epi32(pair[0]), (__m512bh)line0);
+        c[r][s] = _mm512_dpbf16_ps(c[r][s], (__m512bh)_mm512_set1_epi32(pair[1]), (__m512bh)line1);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) {
+      float* out = acc + r * ld + s * kPackRows;
+      const __m512 before = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out);
+      _mm512_storeu_ps(out, _mm512_fmadd_ps(c[r][s], scales[s], before));
+    }
+  }
+}
+
+template <int NB>
+void Fp8TileDirectAnyRows(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1,
+                          const __m512* scales, bool first, float* acc, int64_t ld) {
+  WithRowCount<kFp8RowsPerTile>(j.m, [&]<int MR>() {
+    Fp8TileDirect<MR, NB>(j, b, p0, p1, scales, first, acc, ld);
+  });
+}
+
+template <int NB>
+void Fp8TileAnyRows(const Fp8Job& j, int64_t m0, int64_t rows, const uint16_t* stage, int64_t p0,
+                 int64_t pairs, const __m512* scales, bool first, float* acc, int64_t ld) {
+  WithRowCount<kFp8RowsPerTile>(rows, [&]<int MR>() {
+    Fp8Tile<MR, NB>(j, m0, stage, p0, pairs, scales, first, acc, ld);
+  });
+}
+
+void Fp8TileAnyShape(const Fp8Job& j, int64_t m0, int64_t rows, int64_t blocks,
+                  const uint16_t* stage, int64_t p0, int64_t pairs, const __m512* scales,
+                  bool first, float* acc, int64_t ld) {
+  switch (blocks) {
+    case 4: Fp8TileAnyRows<4>(j, m0, rows, stage, p0, pairs, scales, first, acc, ld); break;
+    case 3: Fp8TileAnyRows<3>(j, m0, rows, stage, p0, pairs, scales, first, acc, ld); break;
+    case 2: Fp8TileAnyRows<2>(j, m0, rows, stage, p0, pairs, scales, first, acc, ld); break;
+    default: Fp8TileAnyRows<1>(j, m0, rows, stage, p0, pairs, scales, first, acc, ld); break;
+  }
+}
+
+// Copies acc (rows of ld floats, column 0 = packed row 16 b) for every activation row and
+// `blocks` column blocks into y, keeping the packed rows inside the view.
+void Fp8CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_t blocks) {
+  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
+  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
+  if (last <= first) return;
+  for (int64_t r = 0; r < j.m; ++r) {
+    std::memcpy(j.y + r * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
+                static_cast<size_t>(last - first) * sizeof(float));
+  }
+}
+
+// The end of the segment that starts at pair p0: kSegmentPairs on, the end of its scale block or
+// the end of k, whichever comes first.
+int64_t Fp8SegmentEnd(const Fp8Job& j, int64_t p0) {
+  int64_t end = std::min(j.kp / 2, p0 + kSegmentPairs);
+  if (j.scale != nullptr) end = std::min(end, (2 * p0 / j.block_k + 1) * j.block_k / 2);
+  return end;
+}
+
+// Column blocks [b0, b1) for every activation row.
+void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
+  alignas(64) uint16_t stage[kFp8BlocksPerTile * kSegmentPairs * 32];  // 16 KiB
+  alignas(64) float decode_acc[kFp8RowsPerTile * kFp8GroupCols];
+  thread_local std::vector<float> buffer;
+  float* acc = decode_acc;
+  if (j.m > kFp8RowsPerTile) {
+    if (static_cast<int64_t>(buffer.size()) < j.m * kFp8GroupCols) {
+      buffer.resize(j.m * kFp8GroupCols);
+    }
+    acc = buffer.data();
+  }
+  for (int64_t b = b0; b < b1; b += kFp8BlocksPerTile) {
+    const int64_t blocks = std::min<int64_t>(kFp8BlocksPerTile, b1 - b);
+    for (int64_t p0 = 0; p0 < j.kp / 2;) {
+      const int64_t p1 = Fp8SegmentEnd(j, p0);
+      __m512 scales[kFp8BlocksPerTile];
+      for (int64_t s = 0; s < blocks; ++s) scales[s] = Fp8BlockScales(j, b + s, p0);
+      if (j.m <= kFp8RowsPerTile) {  // decode: one register tile, widening as it goes
+        switch (blocks) {
+          case 4: Fp8TileDirectAnyRows<4>(j, b, p0, p1, scales, p0 == 0, acc, kFp8GroupCols); break;
+          case 3: Fp8TileDirectAnyRows<3>(j, b, p0, p1, scales, p0 == 0, acc, kFp8GroupCols); break;
+          case 2: Fp8TileDirectAnyRows<2>(j, b, p0, p1, scales, p0 == 0, acc, kFp8GroupCols); break;
+          default: Fp8TileDirectAnyRows<1>(j, b, p0, p1, scales, p0 == 0, acc, kFp8GroupCols);
+        }
+      } else {  // batches: widen once, then every register tile of rows
+        StageFp8Segment(j, b, blocks, p0, p1, stage);
+        for (int64_t m0 = 0; m0 < j.m; m0 += kFp8RowsPerTile) {
+          const int64_t rows = std::min<int64_t>(kFp8RowsPerTile, j.m - m0);
+          Fp8TileAnyShape(j, m0, rows, blocks, stage, p0, p1 - p0, scales, p0 == 0,
+                          acc + m0 * kFp8GroupCols, kFp8GroupCols);
+        }
+      }
+      p0 = p1;
+    }
+    Fp8CopyOut(j, acc, kFp8GroupCols, b, blocks);
+  }
+}
+
+// y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
+void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  Fp8Job j;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.m = m;
+  thread_local std::vector<uint16_t> xb;
+  if (static_cast<int64_t>(xb.size()) < m * j.kp) xb.resize(m * j.kp);
+  RoundRowsPadded(x, m, w.k, j.kp, xb.data());
+  j.x = xb.data();
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackFp8TileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  j.scale = w.scale;
+  j.scale_dtype = w.scale_dtype;
+  j.scale_row0 = w.scale_row0;
+  j.block_n = w.block_n;
+  j.block_k = w.block_k;
+  j.scale_cols = w.scale != nullptr ? (w.k + w.block_k - 1) / w.block_k : 0;
+  ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Fp8Blocks(j, b0, b1); });
+}
+
+}  // namespace
+
+void FillFp8PackedLinear(KernelTable& t, Fp8PackedSlot slot) {
+  if (slot == Fp8PackedSlot::kAmxTable) {
+    UseFp8PackedLinear<LinearFp8Packed, 1>(t);
+  } else {
+    UseFp8PackedLinear<LinearFp8Packed, 0>(t);
+  }
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_FP8PACKED_END

@@ -1,0 +1,280 @@
+// The linear over fp8 e4m3 weights with block scales under bf16 compute, on vdpbf16ps over the
+// packed codes (kernels/avx512/linear_fp8_packed.cc; in the packed and the AMX tables, where the
+// CPU has AVX512_BF16): against the scalar reference (bf16(x) . (code x scale)) over every code,
+// scale blocks of several shapes, n and k tails, decode and batch shapes and Rows() views; bit for
+// bit batch and thread-count invariant; and the weights it does not take left to the table's
+// unpacked fp8 linear.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/cpu_features.h"
+#include "kernels/kernel_table.h"
+#include "kernels/linear.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+#include "kernel_test_util.h"
+
+namespace latent::kernels {
+namespace {
+
+using testing::RandomFloats;
+using testing::ThreadCount;
+
+class Fp8PackedLinear : public ::testing::TestWithParam<testing::FastTable> {};
+
+// The tables with the fp8 kernel: it also needs AVX512-VBMI (dispatch.cc).
+const KernelTable* AmxWithFp8() { return CpuHasAvx512Bf16Vbmi() ? AmxKernels() : nullptr; }
+const KernelTable* PackedWithFp8() {
+  return CpuHasAvx512Bf16Vbmi() ? Bf16PackedKernels() : nullptr;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Isa, Fp8PackedLinear,
+    ::testing::Values(
+        testing::FastTable{"amx", AmxWithFp8,
+                           "no AMX-BF16 + AMX-TILE + AVX512-VBMI (or no OS tile state) here"},
+        testing::FastTable{"avx512_packed", PackedWithFp8,
+                           "no AVX512_BF16 + AVX512-VBMI on this CPU"}),
+    testing::FastTableName);
+
+// An fp8 weight [n, k] for bf16 compute at an odd address, with its block scales (f32 or bf16,
+// [ceil(n / block_n), ceil(k / block_k)]) and its packed copy. Codes are drawn from all 254 finite
+// values (subnormals and both zeros included).
+struct Fp8Weight {
+  std::vector<uint8_t> bytes;   // 1 + n * k
+  std::vector<uint8_t> scales;  // 4 or 2 bytes each
+  std::unique_ptr<uint8_t[]> packed;
+  WeightRef ref;
+};
+
+Fp8Weight MakeFp8Weight(const KernelTable& table, std::mt19937& rng, int64_t n, int64_t k,
+                        int64_t block_n, int64_t block_k, DType scale_dtype = DType::kF32) {
+  Fp8Weight w;
+  w.bytes.assign(1 + n * k, 0);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (int64_t i = 0; i < n * k; ++i) {
+    int c = code(rng);
+    while ((c & 0x7f) == 0x7f) c = code(rng);  // NaN: not in these weights
+    w.bytes[1 + i] = static_cast<uint8_t>(c);
+  }
+  const int64_t rows = (n + block_n - 1) / block_n, cols = (k + block_k - 1) / block_k;
+  const std::vector<float> s = RandomFloats(rng, rows * cols, 1e-3f, 4e-3f);
+  w.scales.assign(rows * cols * DTypeSize(scale_dtype), 0);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (scale_dtype == DType::kBF16) {
+      const uint16_t b = F32ToBF16(s[i]);
+      std::memcpy(w.scales.data() + 2 * i, &b, 2);
+    } else {
+      std::memcpy(w.scales.data() + 4 * i, &s[i], 4);
+    }
+  }
+  w.ref.data = w.bytes.data() + 1;
+  w.ref.dtype = DType::kF8E4M3;
+  w.ref.n = n;
+  w.ref.k = k;
+  w.ref.scale = w.scales.data();
+  w.ref.scale_dtype = scale_dtype;
+  w.ref.block_n = block_n;
+  w.ref.block_k = block_k;
+  w.ref.bf16_activations = true;
+  w.packed = PackForLinear(table, w.ref);
+  return w;
+}
+
+std::vector<float> RunLinear(const KernelTable& table, const std::vector<float>& x, int64_t m,
+                             const WeightRef& w) {
+  std::vector<float> y(m * w.n, -7.0f), scratch(w.k);
+  table.linear(x.data(), m, w, y.data(), scratch.data());
+  return y;
+}
+
+// The reference sums bf16(x_c) * (code_c * s) in order, the packed kernel sums bf16(x_c) * code_c
+// per segment and scales each segment's sum: both within (k + 2) u sum |x_c w_c| of the exact
+// sum (u = 2^-24; the products of bf16 values are exact in f32, one more rounding for the scale),
+// so they differ by at most twice that.
+void ExpectNearRef(const std::vector<float>& x, int64_t m, const WeightRef& w,
+                   const std::vector<float>& y) {
+  const std::vector<float> ref = RunLinear(RefKernels(), x, m, w);
+  std::vector<float> row(w.k);
+  for (int64_t r = 0; r < w.n; ++r) {
+    RefKernels().dequant_row(w, r, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      double magnitude = 0.0;
+      for (int64_t c = 0; c < w.k; ++c) {
+        magnitude += std::fabs(static_cast<double>(RoundToBF16(x[i * w.k + c])) * row[c]);
+      }
+      const double bound = 2.0 * static_cast<double>(w.k + 2) * std::ldexp(1.0, -24) * magnitude;
+      ASSERT_LE(std::fabs(static_cast<double>(y[i * w.n + r]) - ref[i * w.n + r]), bound)
+          << "m " << m << " row " << i << " output " << r << " of [" << w.n << ", " << w.k << "]";
+    }
+  }
+}
+
+TEST_P(Fp8PackedLinear, PacksFp8ComputeWeightsWhoseBlocksHoldWholePairs) {
+  LATENT_REQUIRE_TABLE(table);
+  WeightRef w;
+  w.dtype = DType::kF8E4M3;
+  w.n = 17;
+  w.k = 33;
+  float scale = 1.0f;
+  w.scale = &scale;
+  w.block_n = 128;
+  w.block_k = 128;
+  EXPECT_EQ(table.packed_bytes(w), 0) << "fp8 weights under f32 compute read as stored";
+  w.bf16_activations = true;
+  EXPECT_EQ(table.packed_bytes(w), 2 * 2 * kPackFp8TileBytes);  // 2 blocks x 2 k tiles
+  w.block_k = 15;  // a scale block ending mid-pair
+  EXPECT_EQ(table.packed_bytes(w), 0);
+  w.block_k = 6;  // ... or after an odd number of pairs
+  EXPECT_EQ(table.packed_bytes(w), 0);
+  w.scale = nullptr;  // unscaled fp8
+  EXPECT_EQ(table.packed_bytes(w), 2 * 2 * kPackFp8TileBytes);
+}
+
+TEST_P(Fp8PackedLinear, MatchesRefWithinSummationBound) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(11);
+  struct Shape {
+    int64_t n, k, block_n, block_k;
+  };
+  // DeepSeek's 128 x 128 blocks; the tiny test checkpoints' 16 x 16; blocks wider than a segment
+  // (256); per-row scales over the whole k (block_n 1: every row its own scale); n and k tails.
+  const Shape shapes[] = {{128, 256, 128, 128}, {200, 300, 128, 128}, {37, 70, 16, 16},
+                          {64, 512, 16, 256},   {33, 129, 1, 132},    {16, 32, 16, 32},
+                          {5, 7, 16, 16},       {70, 1000, 32, 64}};
+  for (const Shape& s : shapes) {
+    const Fp8Weight w = MakeFp8Weight(table, rng, s.n, s.k, s.block_n, s.block_k);
+    ASSERT_NE(w.ref.packed, nullptr);
+    for (int64_t m : {1, 3, 6, 7, 16, 33}) {
+      const std::vector<float> x = RandomFloats(rng, m * w.ref.k, -2.0f, 2.0f);
+      ExpectNearRef(x, m, w.ref, RunLinear(table, x, m, w.ref));
+    }
+  }
+  // bf16 scales (some checkpoints store them so).
+  const Fp8Weight w = MakeFp8Weight(table, rng, 48, 256, 16, 128, DType::kBF16);
+  const std::vector<float> x = RandomFloats(rng, 9 * w.ref.k, -2.0f, 2.0f);
+  ExpectNearRef(x, 9, w.ref, RunLinear(table, x, 9, w.ref));
+}
+
+// Every finite code widens to its exact value (subnormals and both zeros included): a one-hot activation picks one weight column, and
+// with a power-of-two scale (an exact product) the output is code x scale, bit for bit.
+TEST_P(Fp8PackedLinear, WidensEveryCodeExactly) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(12);
+  constexpr int64_t kN = 256, kK = 64;
+  Fp8Weight w = MakeFp8Weight(table, rng, kN, kK, 128, 128);
+  for (int64_t r = 0; r < kN; ++r) w.bytes[1 + r * kK + 5] = static_cast<uint8_t>(r);
+  const float scale = 0.25f;
+  for (int i = 0; i < 2; ++i) std::memcpy(w.scales.data() + 4 * i, &scale, 4);
+  w.packed = PackForLinear(table, w.ref);
+  std::vector<float> x(kK, 0.0f);
+  x[5] = 1.0f;
+  const std::vector<float> y = RunLinear(table, x, 1, w.ref);
+  for (int64_t r = 0; r < kN; ++r) {
+    if ((r & 0x7f) == 0x7f) continue;  // NaN: checkpoints hold none (see the kernel's header)
+    EXPECT_EQ(y[r], F8E4M3ToF32(static_cast<uint8_t>(r)) * scale) << "code " << r;
+  }
+}
+
+TEST_P(Fp8PackedLinear, ReadsThePackedCopy) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(13);
+  const Fp8Weight w = MakeFp8Weight(table, rng, 40, 96, 16, 32);
+  const std::vector<float> x = RandomFloats(rng, 5 * w.ref.k);
+  const std::vector<float> y = RunLinear(table, x, 5, w.ref);
+  ExpectNearRef(x, 5, w.ref, y);
+  std::vector<uint8_t> zeros(w.bytes.size(), 0);
+  WeightRef moved = w.ref;
+  moved.data = zeros.data();  // the codes as stored no longer matter; the scales still do
+  EXPECT_EQ(RunLinear(table, x, 5, moved), y);
+}
+
+TEST_P(Fp8PackedLinear, OtherFp8WeightsGoToTheUnpackedKernel) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(14);
+  Fp8Weight w = MakeFp8Weight(table, rng, 21, 45, 16, 16);
+  w.ref.packed = nullptr;  // built outside the loader
+  const std::vector<float> x = RandomFloats(rng, 4 * w.ref.k);
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+  w.ref.bf16_activations = false;  // f32 compute (`--precision f32`): never packed
+  EXPECT_EQ(PackForLinear(table, w.ref), nullptr);
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+}
+
+// Row i of a call over rows [0, m) equals row i computed alone, bit for bit, for every m in
+// 1..40 (every position of a 6-row register tile, decode and batch paths), on 1 and 2 threads.
+TEST_P(Fp8PackedLinear, BatchAndThreadInvariantBitExact) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  std::mt19937 rng(15);
+  constexpr int64_t kRows = 40;
+  struct Shape {
+    int64_t n, k, block_n, block_k;
+  };
+  for (const Shape& s : {Shape{37, 70, 16, 16}, Shape{256, 384, 128, 128},
+                         Shape{130, 600, 32, 256}}) {
+    const Fp8Weight w = MakeFp8Weight(table, rng, s.n, s.k, s.block_n, s.block_k);
+    const int64_t n = w.ref.n, k = w.ref.k;
+    const std::vector<float> x = RandomFloats(rng, kRows * k, -3.0f, 3.0f);
+    threads::SetNumThreads(1);
+    std::vector<float> alone(kRows * n);
+    for (int64_t i = 0; i < kRows; ++i) {
+      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+      const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
+      std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
+    }
+    for (int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      for (int64_t m = 1; m <= kRows; ++m) {
+        const std::vector<float> y = RunLinear(table, x, m, w.ref);
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_EQ(y[i], alone[i]) << "m " << m << " threads " << threads << " element " << i
+                                    << " of [" << n << ", " << k << "]";
+        }
+      }
+    }
+  }
+}
+
+// A view of rows (as the loader's splits and the MoE's slices take) computes its rows exactly as
+// the whole matrix does: the same packed blocks, the scales of its own rows; also for a matrix
+// packed from a view whose scale rows start mid-block.
+TEST_P(Fp8PackedLinear, RowViewsMatchTheWholeMatrix) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(16);
+  const Fp8Weight w = MakeFp8Weight(table, rng, 300, 256, 128, 128);
+  const std::vector<float> x = RandomFloats(rng, 7 * w.ref.k);
+  const std::vector<float> whole = RunLinear(table, x, 7, w.ref);
+  for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{0, 300}, {5, 17}, {16, 64},
+                                  {100, 200}, {127, 2}, {299, 1}}) {
+    const std::vector<float> y = RunLinear(table, x, 7, w.ref.Rows(row, rows));
+    for (int64_t i = 0; i < 7; ++i) {
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(y[i * rows + r], whole[i * 300 + row + r]) << "view " << row << "+" << rows;
+      }
+    }
+  }
+  // Packed from a view: scale row 70 is packed row 0.
+  WeightRef view = w.ref.Rows(70, 150);
+  view.packed = nullptr;
+  std::unique_ptr<uint8_t[]> packed = PackForLinear(table, view);
+  ASSERT_NE(packed, nullptr);
+  const std::vector<float> y = RunLinear(table, x, 7, view);
+  ExpectNearRef(x, 7, view, y);
+  for (int64_t i = 0; i < 7; ++i) {
+    for (int64_t r = 0; r < 150; ++r) {
+      // Other packed blocks, the same sums: a row's chain and scales do not depend on its lane.
+      ASSERT_EQ(y[i * 150 + r], whole[i * 300 + 70 + r]) << "row " << r;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace latent::kernels
