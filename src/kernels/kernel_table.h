@@ -90,11 +90,14 @@ const KernelTable* OnednnKernels();
 // The AVX-512 kernels with linear over bf16 weights with bf16_activations (bf16 compute) on AMX
 // (TDPBF16PS, amx/linear_amx.cc) for weights repacked at load (packed_bytes, pack; the others
 // stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
-// invariant like the AVX-512 kernels.
+// invariant like the AVX-512 kernels. fp8 weights under bf16 compute run as in
+// Bf16PackedKernels().
 const KernelTable* AmxKernels();
 // The AVX-512 kernels with linear over bf16 weights with bf16_activations on vdpbf16ps over the
 // tile-packed copy the loader makes (avx512/linear_bf16_packed.cc, kernels/tile_pack.h), or null
-// without AVX512_BF16. Batch invariant like the others.
+// without AVX512_BF16. Batch invariant like the others. With AVX512-VBMI too, fp8 weights with
+// bf16_activations are packed likewise (one byte per code) and run on vdpbf16ps
+// (avx512/linear_fp8_packed.cc).
 const KernelTable* Bf16PackedKernels();
 // The best kernels this CPU supports, chosen once: AmxKernels() where the CPU has AMX-BF16, else
 // AVX-512 when available, else AVX2, else the reference (dispatch.cc's kAmxByDefault has the

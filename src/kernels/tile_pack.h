@@ -43,9 +43,10 @@ void TilePack(const WeightRef& w, void* out);
 // True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
 bool ReadsTilePacked(const WeightRef& w);
 
-// The same three for fp8 weights (the layout with one-byte codes above): those with
+// The same for fp8 weights (the layout with one-byte codes above): those with
 // bf16_activations whose scale blocks hold whole pairs of lines (block_k % 4 == 0; DeepSeek's
-// 128 x 128, and any unscaled fp8), else 0 bytes / false (they stay on the table's unpacked fp8 linear).
+// 128 x 128, and any unscaled fp8), else 0 bytes / false (they stay on the table's unpacked fp8
+// linear).
 bool Fp8PacksFit(const WeightRef& w);
 int64_t Fp8TilePackedBytes(const WeightRef& w);
 void Fp8TilePack(const WeightRef& w, void* out);

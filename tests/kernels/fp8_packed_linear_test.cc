@@ -163,8 +163,9 @@ TEST_P(Fp8PackedLinear, MatchesRefWithinSummationBound) {
   ExpectNearRef(x, 9, w.ref, RunLinear(table, x, 9, w.ref));
 }
 
-// Every finite code widens to its exact value (subnormals and both zeros included): a one-hot activation picks one weight column, and
-// with a power-of-two scale (an exact product) the output is code x scale, bit for bit.
+// Every finite code widens to its exact value (subnormals and both zeros included): a one-hot
+// activation picks one weight column, and with a power-of-two scale (an exact product) the output
+// is code x scale, bit for bit.
 TEST_P(Fp8PackedLinear, WidensEveryCodeExactly) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(12);
