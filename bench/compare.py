@@ -107,6 +107,11 @@ TARGETS = {
     # activations, VNNI) against llama.cpp's Q8_0 (int8 blocks of 32, int8 activations).
     "decode_b64_w8a8_vs_llamacpp_q8_0": 2.0,
     "prefill_512_w8a8_vs_llamacpp_q8_0": 1.5,
+    # For context: latent's default on the same weights as a DeepSeek-style fp8 checkpoint (e4m3,
+    # 128 x 128 block scales: how DeepSeek V3/R1 and Kimi K2 ship) against llama.cpp's Q8_0 (8-bit
+    # weights on both sides; llama.cpp reads no fp8 checkpoint, its converter dequantizes them).
+    "decode_b64_fp8_ckpt_vs_llamacpp_q8_0": None,
+    "prefill_512_fp8_ckpt_vs_llamacpp_q8_0": None,
 }
 DEFAULT_MODE = "default (no flags, no LATENT_* variables)"
 RATIO_MODES = {
@@ -117,6 +122,8 @@ RATIO_MODES = {
     "prefill_512_vs_llamacpp_onednn": "opt-in LATENT_GEMM=onednn (warm)",
     "decode_b64_w8a8_vs_llamacpp_q8_0": "opt-in --quantize w8a8",
     "prefill_512_w8a8_vs_llamacpp_q8_0": "opt-in --quantize w8a8",
+    "decode_b64_fp8_ckpt_vs_llamacpp_q8_0": "default, on the fp8 copy of the checkpoint",
+    "prefill_512_fp8_ckpt_vs_llamacpp_q8_0": "default, on the fp8 copy of the checkpoint",
 }
 
 V2_LITE = {
@@ -486,6 +493,28 @@ def dsa_dense_variant(ckpt: Path, topk: int) -> Path:
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg["index_topk"] = topk
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def fp8_variant(ckpt: Path, block: int = 128) -> Path:
+    """The same weights as a DeepSeek-style fp8 checkpoint: every linear weight but the
+    embedding, lm_head and router in e4m3 with a scale per block x block (tools/make_tiny_model.py's
+    quantize_checkpoint_fp8, the format its --fp8 writes). Cached beside the checkpoint."""
+    out = ckpt.parent / (ckpt.name + "-fp8")
+    stamp = {"source": json.loads((ckpt / ".compare-stamp.json").read_text()), "fp8_block": block}
+    stamp_file = out / ".compare-stamp.json"
+    if stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    for item in ckpt.iterdir():
+        if not item.name.startswith("."):
+            shutil.copy2(item, out / item.name)
+    cmd = [sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, 'tools'); "
+           "import make_tiny_model as m; m.quantize_checkpoint_fp8(Path(sys.argv[1]), int(sys.argv[2]))",
+           out, block]
+    must(cmd, f"quantize {ckpt.name} to fp8 blocks of {block}")
+    stamp_file.write_text(json.dumps(stamp))
     return out
 
 
@@ -1147,6 +1176,10 @@ def compute_ratios(res: dict) -> dict:
     decode_prefill_ratios(ratios, ("decode_b64_w8a8_vs_llamacpp_q8_0", "prefill_512_w8a8_vs_llamacpp_q8_0"),
                           point(w8.get("points"), b), point(w8.get("prefill_points"), 1, pp), q8_decode, q8_prefill,
                           "latent --quantize w8a8, or " + q8_run)
+    e8 = lat.get("fp8_checkpoint") or {}
+    decode_prefill_ratios(ratios, ("decode_b64_fp8_ckpt_vs_llamacpp_q8_0", "prefill_512_fp8_ckpt_vs_llamacpp_q8_0"),
+                          point(e8.get("points"), b), point(e8.get("prefill_points"), 1, pp), q8_decode, q8_prefill,
+                          "latent on the fp8 checkpoint, or " + q8_run)
     lc = res.get("long_context", {})
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(
@@ -1317,7 +1350,17 @@ def markdown(res: dict) -> str:
     lines += [f"- `--quantize w8a8` (against llama.cpp Q8_0: 8 bits on both sides): PP {w['prefill_pp']} batch 1 "
               f"prefill {fmt(wpp and wpp['prefill_tokens_per_s'])} t/s, decode "
               f"{fmt(wpp and wpp['decode_tokens_per_s'])} t/s; PP {w['pp']} batch 64 decode "
-              f"{fmt(wp and wp['decode_tokens_per_s'])} t/s.", ""]
+              f"{fmt(wp and wp['decode_tokens_per_s'])} t/s."]
+    e8 = lat.get("fp8_checkpoint") or {}
+    epp, ep = point(e8.get("prefill_points"), 1, w["prefill_pp"]), point(e8.get("points"), 64)
+    e8_flags = next((p.get("flags") for p in (e8.get("points") or []) + (e8.get("prefill_points") or [])
+                     if p.get("flags")), None) or {}
+    lines += [f"- The fp8 copy of the checkpoint (`{e8.get('checkpoint', '?')}`: e4m3 linear weights with 128 x 128 "
+              f"block scales, as DeepSeek V3 ships), default flags (resolved to `--precision "
+              f"{e8_flags.get('precision', '?')}`, {e8_flags.get('kernels', '?')} kernels): PP {w['prefill_pp']} "
+              f"batch 1 prefill {fmt(epp and epp['prefill_tokens_per_s'])} t/s, decode "
+              f"{fmt(epp and epp['decode_tokens_per_s'])} t/s; PP {w['pp']} batch 64 decode "
+              f"{fmt(ep and ep['decode_tokens_per_s'])} t/s.", ""]
     lines += ratio_table(False)
     roof = res["roofline"]
     peak = m.get("figures", {}).get("bf16_peak") or {}
@@ -1549,6 +1592,14 @@ def main(argv=None) -> int:
     lat["w8a8"] = {"commands": [w_prefill["command"], w_sweep["command"]],
                    "prefill_points": w_prefill["points"], "points": w_sweep["points"],
                    "errors": [x.get("error") for x in (w_prefill, w_sweep) if x.get("error")]}
+    # The fp8 copy of the checkpoint under the default flags (bf16 compute over the e4m3 codes).
+    log("latent: bench on the fp8 copy of the checkpoint")
+    ckpt_fp8 = fp8_variant(ckpt)
+    e_prefill = run_latent(ckpt_fp8, [mode["prefill_pp"]], mode["tg"], [1], 90.0 * scale, extra=reps)
+    e_sweep = run_latent(ckpt_fp8, [mode["pp"]], mode["tg"], [64], 120.0 * scale)
+    lat["fp8_checkpoint"] = {"checkpoint": rel(ckpt_fp8), "commands": [e_prefill["command"], e_sweep["command"]],
+                             "prefill_points": e_prefill["points"], "points": e_sweep["points"],
+                             "errors": [x.get("error") for x in (e_prefill, e_sweep) if x.get("error")]}
     res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
 
     log("latent: long-context decode steps")

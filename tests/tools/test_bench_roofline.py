@@ -94,7 +94,9 @@ def made_up_run(tmp_path, cb_ok: bool) -> dict:
               "default_flags": {"precision": "bf16", "kernels": "avx2"},
               "f32": {"points": [pt(64, 16, 150.0, 200.0)], "prefill_points": [pt(1, 32, 9.0, 300.0)]},
               "onednn": {"points": [pt(64, 16, 50.0, 1.0), pt(64, 16, 250.0, 1.0)], "prefill_points": []},
-              "w8a8": {"points": [pt(64, 16, 400.0, 1.0)], "prefill_points": [pt(1, 32, 20.0, 500.0)]}}
+              "w8a8": {"points": [pt(64, 16, 400.0, 1.0)], "prefill_points": [pt(1, 32, 20.0, 500.0)]},
+              "fp8_checkpoint": {"checkpoint": "m-fp8", "points": [pt(64, 16, 300.0, 1.0)],
+                                 "prefill_points": [pt(1, 32, 15.0, 450.0)]}}
     llama = {"bench": {"prefill_tokens_per_s": 800.0, "decode_tokens_per_s": 12.0},
              "batched_bench": {"points": [{"batch": 64, "decode_tokens_per_s": 100.0, "prefill_tokens_per_s": 1.0}]},
              "q8_0": {"bench": {"error": "exit -6: GGML_ASSERT(*cur_backend_id != -1)"},
@@ -160,3 +162,21 @@ def test_onednn_rows_skipped_where_latent_ignores_it(tmp_path):
     assert r["value"] is None and "ignores LATENT_GEMM=onednn" in r["reason"] and not r["headline"]
     res["ratios"] = compare.compute_ratios(res)
     assert "`LATENT_GEMM=onednn`: not run: latent ignores" in compare.markdown(res)
+
+
+def test_fp8_checkpoint_rows_are_against_q8_0_and_not_headline(tmp_path):
+    res = made_up_run(tmp_path, cb_ok=False)
+    r = res["ratios"]
+    for name in ("decode_b64_fp8_ckpt_vs_llamacpp_q8_0", "prefill_512_fp8_ckpt_vs_llamacpp_q8_0"):
+        assert not r[name]["headline"] and r[name]["target"] == "none"
+        assert r[name]["value"] is None and "GGML_ASSERT" in r[name]["reason"]  # the peer's abort
+    res["systems"]["llama.cpp"]["q8_0"] = {
+        "bench": {"prefill_tokens_per_s": 300.0},
+        "batched_bench": {"points": [{"batch": 64, "decode_tokens_per_s": 150.0, "prefill_tokens_per_s": 1.0}]}}
+    r = compare.compute_ratios(res)
+    assert r["decode_b64_fp8_ckpt_vs_llamacpp_q8_0"]["value"] == 2.0
+    assert r["prefill_512_fp8_ckpt_vs_llamacpp_q8_0"]["value"] == 1.5
+    res["ratios"] = r
+    md = compare.markdown(res)
+    assert "The fp8 copy of the checkpoint (`m-fp8`" in md and "batch 64 decode 300 t/s" in md
+    assert md.index("decode_b64_fp8_ckpt_vs_llamacpp_q8_0") > md.index("### Opt-in variants")
