@@ -45,6 +45,7 @@ const KernelTable* MakeAvx512() {
   avx512::FillAttentionKernel(table);
   if (CpuHasAvx512Bf16()) avx512::FillBf16AttentionQueries(table);
   avx512::FillIndexScoresKernel(table);
+  if (CpuHasAvx512Bf16()) avx512::FillBf16IndexScores(table);
   return &table;
 #else
   return nullptr;

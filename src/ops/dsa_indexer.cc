@@ -30,7 +30,8 @@ struct IndexQuery {
   const float* q;
   const float* w;
   int64_t heads, head_dim;
-  float scale;  // 1 / sqrt(head_dim)
+  float scale;          // 1 / sqrt(head_dim)
+  bool bf16_products;   // bf16 compute: the query projection rounds its inputs to bf16
 };
 
 // scores[j] = sum_h w[h] * relu(scale * q[h] . k[j]) for j in [j0, j1), keys read in place; a
@@ -47,6 +48,7 @@ void ScoreKeys(const IndexQuery& query, const AttendedRows& keys, int64_t j0, in
   args.keys = keys.data() + j0;
   args.n = j1 - j0;
   args.scores = scores + j0;
+  args.bf16_products = query.bf16_products;
   kernels::BestKernels().index_scores(args);
 }
 
@@ -143,8 +145,8 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
       const int64_t t = selecting[i];
       const int64_t visible = batch.positions[t] + 1;
       scores.resize(visible);
-      const IndexQuery query{&queries[t * d.heads * d.head_dim], &head_weights[t * d.heads], d.heads,
-                             d.head_dim, score_scale};
+      const IndexQuery query{&queries[t * d.heads * d.head_dim], &head_weights[t * d.heads],
+                             d.heads, d.head_dim, score_scale, w.wq_b.bf16_activations};
       if (split_positions) {
         float* out = scores.data();
         threads::ParallelFor(visible, kScoreChunk, [&](int64_t j0, int64_t j1) {

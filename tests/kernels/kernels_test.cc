@@ -1014,5 +1014,87 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
   }
 }
 
+// index_scores under bf16_products: over bf16 key rows of an even dim, on AVX-512 with
+// AVX512_BF16, the reference over the bf16-rounded query (the products are then exact, only the
+// order of the sums differs: the bound above); each key's score bit-identical alone or in any
+// run. Everywhere else (odd dims, f32 rows, other tables) the flag changes nothing, bit for bit.
+TEST_P(FastKernels, IndexScoresBf16ProductsRoundTheQueryOnlyWhereTheCpuCan) {
+  LATENT_REQUIRE_TABLE(fast);
+  const bool can = GetParam().name == std::string("avx512") && Avx512HasBf16Dot();
+  std::mt19937 rng(32);
+  for (const int64_t heads : {64, 7, 17, 130}) {
+    for (const int64_t dim : {128, 6, 33}) {
+      const int64_t n = 41;
+      const std::vector<float> q = RandomFloats(rng, heads * dim, -1.0f, 1.0f);
+      const std::vector<float> w = RandomFloats(rng, heads, -1.0f, 1.0f);
+      std::vector<uint16_t> keys(n * dim);  // bf16 rows
+      for (uint16_t& k : keys) k = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
+      std::vector<const void*> key_rows(n);  // [n] -> key j
+      for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
+      IndexScoreArgs a;
+      a.q = q.data();
+      a.w = w.data();
+      a.heads = heads;
+      a.dim = dim;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      a.keys = key_rows.data();
+      a.rows = RowFormat(DType::kBF16);
+      a.n = n;
+      std::vector<float> f32(n, NAN), got(n, NAN);
+      a.scores = f32.data();
+      fast.index_scores(a);
+      a.bf16_products = true;
+      a.scores = got.data();
+      fast.index_scores(a);
+      const std::string what = "heads=" + std::to_string(heads) + " dim=" + std::to_string(dim);
+      if (!can || dim % 2 != 0) {
+        ASSERT_EQ(0, std::memcmp(f32.data(), got.data(), sizeof(float) * n)) << what;
+        continue;
+      }
+      std::vector<float> rounded(q);
+      for (float& v : rounded) v = RoundToBF16(v);
+      std::vector<float> want(n);
+      IndexScoreArgs r = a;
+      r.q = rounded.data();
+      r.bf16_products = false;
+      r.scores = want.data();
+      Ref().index_scores(r);
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
+      EXPECT_NE(0, std::memcmp(f32.data(), got.data(), sizeof(float) * n))
+          << what << ": the query was not rounded";
+      for (int64_t j0 : {0, 1, 3, 7, 40}) {  // runs starting mid-tile, and single keys
+        std::vector<float> part(n - j0, NAN);
+        a.keys = key_rows.data() + j0;
+        a.n = n - j0;
+        a.scores = part.data();
+        fast.index_scores(a);
+        ASSERT_EQ(0, std::memcmp(part.data(), got.data() + j0, sizeof(float) * part.size()))
+            << what << " from key " << j0;
+      }
+    }
+  }
+  // f32 rows keep the f32 products.
+  const int64_t heads = 16, dim = 8, n = 5;
+  const std::vector<float> q = RandomFloats(rng, heads * dim), w = RandomFloats(rng, heads);
+  const std::vector<float> keys = RandomFloats(rng, n * dim);
+  std::vector<const void*> key_rows(n);
+  for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
+  IndexScoreArgs a;
+  a.q = q.data();
+  a.w = w.data();
+  a.heads = heads;
+  a.dim = dim;
+  a.keys = key_rows.data();
+  a.n = n;
+  std::vector<float> plain(n), flagged(n);
+  a.scores = plain.data();
+  fast.index_scores(a);
+  a.bf16_products = true;
+  a.scores = flagged.data();
+  fast.index_scores(a);
+  EXPECT_EQ(plain, flagged);
+}
+
 }  // namespace
 }  // namespace latent::kernels
