@@ -480,16 +480,22 @@ void DequantRow(const WeightRef& w, int64_t row, float* out) {
 }
 
 // ---- transposed linear: y[m, c] = sum over r of x[m, r] * W[r, c] ----
-// Each y lane is one f32 chain over r in order: acc = fma(x[m, r], w[r, c], acc).
+// Each y lane is one f32 chain over r in order: acc = fma(x[m, r], w[r, c], acc). Register tiles
+// of MR activation rows x CT 16-wide column chunks, so each weight chunk is loaded (and widened)
+// once per MR rows: MLA's absorbed decode folds W_UK into a whole batch of queries with it. The
+// tiling never changes a lane's chain, so a row's result does not depend on m.
 
-constexpr int kCt = 8;  // 16-wide column chunks per tile
+constexpr int kCt = 4;  // 16-wide column chunks per tile
+constexpr int kMtT = 4;  // activation rows per tile
 
-template <class L, int CT>
-void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
+template <class L, int MR, int CT>
+void ColumnTileT(const Job& j, int64_t m0, int64_t c0, int64_t cols, float* y) {
   // cols <= CT * 16; the last chunk may be partial.
-  __m512 acc[CT], s[CT];
-  for (int t = 0; t < CT; ++t) acc[t] = s[t] = _mm512_setzero_ps();
-  const float* xm = j.x + m * j.n;
+  __m512 acc[MR][CT], s[CT];
+  for (int t = 0; t < CT; ++t) {
+    s[t] = _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) acc[i][t] = _mm512_setzero_ps();
+  }
   const int64_t full = cols / 16;
   const __mmask16 tail = TailMask(cols - full * 16);
   const int chunks = static_cast<int>(full + (tail != 0 ? 1 : 0));
@@ -503,24 +509,31 @@ void ColumnTileT(const Job& j, int64_t m, int64_t c0, int64_t cols, float* y) {
           s[t] = _mm512_set1_ps(RowScale(j, r, (c0 + t * 16) / j.block));
       }
     }
-    const __m512 xr = _mm512_set1_ps(xm[r]);
+    __m512 w[CT];
     for (int t = 0; t < CT; ++t) {
       if (t >= chunks) break;
-      __m512 w =
-          t < full ? L::Full(row + t * 16 * L::kBytes) : L::Part(row + t * 16 * L::kBytes, tail);
-      if constexpr (L::kFp8) w = _mm512_mul_ps(w, s[t]);
-      acc[t] = _mm512_fmadd_ps(xr, w, acc[t]);
+      w[t] = t < full ? L::Full(row + t * 16 * L::kBytes) : L::Part(row + t * 16 * L::kBytes, tail);
+      if constexpr (L::kFp8) w[t] = _mm512_mul_ps(w[t], s[t]);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xr = _mm512_set1_ps(j.x[(m0 + i) * j.n + r]);
+      for (int t = 0; t < CT; ++t) {
+        if (t >= chunks) break;
+        acc[i][t] = _mm512_fmadd_ps(xr, w[t], acc[i][t]);
+      }
     }
   }
-  StoreChunks(y + m * j.k + c0, acc, chunks, full, tail);
+  for (int i = 0; i < MR; ++i) StoreChunks(y + (m0 + i) * j.k + c0, acc[i], chunks, full, tail);
 }
 
 template <class L>
 void LinearTTyped(const Job& j, float* y) {
-  for (int64_t m = 0; m < j.m; ++m) {
-    for (int64_t c0 = 0; c0 < j.k; c0 += kCt * 16) {
-      ColumnTileT<L, kCt>(j, m, c0, std::min<int64_t>(kCt * 16, j.k - c0), y);
-    }
+  for (int64_t m0 = 0; m0 < j.m; m0 += kMtT) {
+    WithRowCount<kMtT>(j.m - m0, [&]<int MR>() {
+      for (int64_t c0 = 0; c0 < j.k; c0 += kCt * 16) {
+        ColumnTileT<L, MR, kCt>(j, m0, c0, std::min<int64_t>(kCt * 16, j.k - c0), y);
+      }
+    });
   }
 }
 
