@@ -4,7 +4,8 @@ f32 accumulation as the default vdpbf16ps kernel, in another fixed order. End to
 checkpoints: the AMX path really runs (`latent info` names it, and the logits differ from the
 AVX-512 kernels' under LATENT_GEMM=avx512), its logits stay within transformers-bf16's own error of the exact answer (the bound
 test_bf16.py puts on the default), and the engine's batch invariance holds (test_bf16.py's
-batched-equals-alone check, run under AMX). Skipped where the CPU has no AMX.
+batched-equals-alone check, run under AMX, on bf16 and on fp8-block checkpoints). Skipped where
+the CPU has no AMX.
 
 The same checks run for the vdpbf16ps kernel over the same tile-packed weights
 (LATENT_GEMM=avx512-packed, kernels/avx512/linear_bf16_packed.cc), skipped without AVX512_BF16."""
@@ -55,5 +56,8 @@ def test_amx_logits_within_transformers_bf16_error(tiny_models, tmp_path, amx):
         assert np.abs(ours - ref_bf16).max() <= 1.5 * hf_bf16_error + 1e-3 * scale
 
 
-def test_amx_keeps_batch_invariance(tiny_models, tmp_path, amx):
-    test_bf16.test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path)
+@pytest.mark.parametrize("case_id", list(test_bf16.INVARIANCE_CASES))
+def test_amx_keeps_batch_invariance(tiny_models, tmp_path, amx, case_id):
+    """test_bf16's batched-equals-alone check under each packed GEMM, on the bf16 DSA model and
+    on fp8 blocks (whose packed kernel both tables carry)."""
+    test_bf16.test_default_bf16_compute_is_batch_invariant(tiny_models, tmp_path, case_id)
