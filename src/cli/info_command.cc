@@ -91,7 +91,11 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
       {"kernels", kernels::BestKernelsName()},
       // What runs the bf16 products of the linears; none in f32 precision.
       {"bf16_products",
-       active == model::Precision::kBf16 ? kernels::BestBf16ProductsName() : "none"}};
+       active == model::Precision::kBf16 ? kernels::BestBf16ProductsName() : "none"},
+      // ... and the products of the fp8 weights; none without fp8 weights or in f32 precision.
+      {"fp8_products", active == model::Precision::kBf16 && config.quantization.fp8
+                           ? kernels::BestFp8ProductsName()
+                           : "none"}};
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -153,6 +157,9 @@ void PrintText(const nlohmann::json& info) {
             << precision["kernels"].get<std::string>()
             << (precision["bf16_products"] != "none"
                     ? ", bf16 products on " + precision["bf16_products"].get<std::string>()
+                    : std::string())
+            << (precision["fp8_products"] != "none"
+                    ? ", fp8 weights on " + precision["fp8_products"].get<std::string>()
                     : std::string())
             << ")\n";
   const auto& moe = info["moe"];

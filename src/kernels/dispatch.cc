@@ -231,4 +231,11 @@ const char* BestBf16ProductsName() {
   return Avx512HasBf16Dot() ? "vdpbf16ps" : "f32 fma";
 }
 
+const char* BestFp8ProductsName() {
+  // The fp8 packed kernel is in the packed and AMX tables where the CPU has VBMI (MakeAmx,
+  // MakeBf16Packed); oneDNN's table copies OwnKernels, so it keeps what that table does.
+  const bool packed = &OwnKernels() == Bf16PackedKernels() || &OwnKernels() == AmxKernels();
+  return packed && CpuHasAvx512Bf16Vbmi() ? "vdpbf16ps" : "f32 fma";
+}
+
 }  // namespace latent::kernels

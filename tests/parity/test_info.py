@@ -65,6 +65,18 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     else:
         assert products == "none"
     assert info(model_dir, "--precision", "f32")["precision"]["bf16_products"] == "none"
+    # fp8 weights: vdpbf16ps over their packed codes where the packed or AMX kernels run and the
+    # CPU has AVX512-BF16 and VBMI; none without fp8 weights or in f32 precision.
+    fp8 = got["precision"]["fp8_products"]
+    if "--fp8" in extra:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split()
+        fp8_packed = "avx512_bf16" in flags and "avx512vbmi" in flags and \
+            got["precision"]["kernels"] in ("avx512-packed", "avx512-amx")
+        assert fp8 == ("vdpbf16ps" if fp8_packed else "f32 fma"), got["precision"]
+    else:
+        assert fp8 == "none"
+    assert info(model_dir, "--precision", "f32")["precision"]["fp8_products"] == "none"
 
 
 def test_sharded_checkpoint_really_has_shards(tiny_models):
