@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace latent::kernels::avx512 {
 
@@ -27,6 +28,15 @@ inline void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, ui
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
     }
   }
+}
+
+// x [m, k] rounded as above into this thread's buffer [m, kp] (kp: k rounded up to whole tiles of
+// 32), which stays valid until the thread's next call: the packed kernels' activations.
+inline const uint16_t* RoundedRows(const float* x, int64_t m, int64_t k, int64_t kp) {
+  thread_local std::vector<uint16_t> rows;
+  if (static_cast<int64_t>(rows.size()) < m * kp) rows.resize(m * kp);
+  RoundRowsPadded(x, m, k, kp, rows.data());
+  return rows.data();
 }
 
 }  // namespace latent::kernels::avx512

@@ -163,10 +163,7 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   j.tiles = (w.k + kPackK - 1) / kPackK;
   j.kp = j.tiles * kPackK;
   j.m = m;
-  thread_local std::vector<uint16_t> xb;
-  if (static_cast<int64_t>(xb.size()) < m * j.kp) xb.resize(m * j.kp);
-  RoundRowsPadded(x, m, w.k, j.kp, xb.data());
-  j.x = xb.data();
+  j.x = RoundedRows(x, m, w.k, j.kp);
   j.packed = static_cast<const uint8_t*>(w.packed);
   j.block_bytes = j.tiles * kPackTileBytes;
   j.row0 = w.packed_row0;

@@ -318,10 +318,7 @@ void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   j.tiles = (w.k + kPackK - 1) / kPackK;
   j.kp = j.tiles * kPackK;
   j.m = m;
-  thread_local std::vector<uint16_t> xb;
-  if (static_cast<int64_t>(xb.size()) < m * j.kp) xb.resize(m * j.kp);
-  RoundRowsPadded(x, m, w.k, j.kp, xb.data());
-  j.x = xb.data();
+  j.x = RoundedRows(x, m, w.k, j.kp);
   j.packed = static_cast<const uint8_t*>(w.packed);
   j.block_bytes = j.tiles * kPackFp8TileBytes;
   j.row0 = w.packed_row0;
