@@ -41,6 +41,12 @@ struct AttentionArgs {
   const float* sinks = nullptr;
   float* out = nullptr;     // [num_heads, v_dim]
   float* scratch = nullptr; // [L] scores (the reference kernel's; the AVX-512 one keeps its own)
+  // bf16 compute (MLA's absorbed decode where kv_b computes in bf16): q and the probabilities
+  // rounded to bf16 and multiplied with bf16 rows on vdpbf16ps, f32 sums (avx512/
+  // attention_bf16.cc), where the CPU has AVX512_BF16 and the rows are bf16 with one shared
+  // head. Ignored elsewhere (the reference, AVX2, f32 or fp8 rows, per-head rows): the f32
+  // products, bit for bit. A token's result still depends on its own query and rows only.
+  bool bf16_products = false;
 };
 
 // Causal attention of several query tokens of one sequence (an expanded-form prefill chunk): query

@@ -44,6 +44,7 @@ const KernelTable* MakeAvx512() {
   avx512::FillNormKernels(table);
   avx512::FillAttentionKernel(table);
   if (CpuHasAvx512Bf16()) avx512::FillBf16AttentionQueries(table);
+  if (CpuHasAvx512Bf16()) avx512::FillBf16Attention(table);
   avx512::FillIndexScoresKernel(table);
   if (CpuHasAvx512Bf16()) avx512::FillBf16IndexScores(table);
   return &table;

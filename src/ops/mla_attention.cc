@@ -79,10 +79,11 @@ void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float
 }
 
 // One token: attention over the latent rows (in `format`, read in place) with one shared head.
-// q_cat [H, C + dr] -> out_lat [H, C].
+// q_cat [H, C + dr] -> out_lat [H, C]. bf16_products: the layer computes in bf16 (kv_b's
+// bf16_activations), so the kernel may multiply bf16 q, probabilities and rows.
 void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const void*>& rows,
                   const kernels::RowFormat& format, float scale, const float* sinks,
-                  float* out_lat) {
+                  bool bf16_products, float* out_lat) {
   std::vector<float> scores(rows.size());
   kernels::AttentionArgs args;
   args.q = q_cat;
@@ -99,6 +100,7 @@ void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const 
   args.sinks = sinks;  // Exact here too: a sink only rescales each head's latent output.
   args.out = out_lat;
   args.scratch = scores.data();
+  args.bf16_products = bf16_products;
   kernels::BestKernels().attention(args);
 }
 
@@ -472,7 +474,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
             visible.push_back(row_at(static_cast<int32_t>(p)));
         }
         AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.format(), rope.softmax_scale,
-                     sinks, &out_lat[i * d.heads * d.latent]);
+                     sinks, w.kv_b.bf16_activations, &out_lat[i * d.heads * d.latent]);
       }
     });
     scope.reset();

@@ -1014,6 +1014,97 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
   }
 }
 
+// attention under bf16_products, over bf16 rows with one shared head (MLA's absorbed decode): on
+// AVX-512 with AVX512_BF16, the reference over the bf16-rounded query within what rounding the
+// probabilities to bf16 can move (2^-9 of max |v|); bit for bit on 1 and 2 threads, and across
+// lengths that take one segment or several. Elsewhere, and over per-head rows, the flag changes
+// nothing, bit for bit.
+TEST_P(FastKernels, AttentionBf16ProductsOverSharedBf16Rows) {
+  LATENT_REQUIRE_TABLE(fast);
+  ThreadCount restore;
+  const bool can = GetParam().name == std::string("avx512") && Avx512HasBf16Dot();
+  std::mt19937 rng(33);
+  struct Case {
+    int64_t heads, qk_dim, v_dim, length;
+  };
+  for (const Case& c : {Case{16, 576, 512, 1}, Case{16, 576, 512, 130}, Case{7, 40, 24, 65},
+                        Case{9, 576, 512, 700}, Case{3, 33, 17, 1200}}) {
+    std::vector<uint16_t> rows(c.length * c.qk_dim);  // bf16 rows: key, the value its first v_dim
+    for (uint16_t& v : rows) v = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
+    std::vector<const void*> row_ptrs(c.length);
+    for (int64_t t = 0; t < c.length; ++t) row_ptrs[t] = &rows[t * c.qk_dim];
+    const std::vector<float> q = RandomFloats(rng, c.heads * c.qk_dim, -1.0f, 1.0f);
+    std::vector<float> scratch(c.length + 1);
+    AttentionArgs a;
+    a.q = q.data();
+    a.num_heads = c.heads;
+    a.qk_dim = c.qk_dim;
+    a.rows = RowFormat(DType::kBF16);
+    a.keys = row_ptrs.data();
+    a.values = row_ptrs.data();
+    a.v_dim = c.v_dim;
+    a.length = c.length;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_dim)) * 4.0f;  // peaked enough to matter
+    a.scratch = scratch.data();
+    const int64_t out_size = c.heads * c.v_dim;
+    std::vector<float> f32(out_size, NAN), got(out_size, NAN), again(out_size, NAN);
+    threads::SetNumThreads(2);
+    a.out = f32.data();
+    fast.attention(a);
+    a.bf16_products = true;
+    a.out = got.data();
+    fast.attention(a);
+    const std::string what = "H=" + std::to_string(c.heads) + " d=" + std::to_string(c.qk_dim) +
+                             " L=" + std::to_string(c.length);
+    if (!can) {
+      ASSERT_EQ(0, std::memcmp(f32.data(), got.data(), sizeof(float) * out_size)) << what;
+      continue;
+    }
+    std::vector<float> rounded(q);
+    for (float& v : rounded) v = RoundToBF16(v);
+    std::vector<float> want(out_size);
+    AttentionArgs r = a;
+    r.q = rounded.data();
+    r.bf16_products = false;
+    r.out = want.data();
+    Ref().attention(r);
+    for (int64_t j = 0; j < out_size; ++j) ASSERT_NEAR(got[j], want[j], 3e-3) << what << " " << j;
+    if (c.length > 1) {
+      EXPECT_NE(0, std::memcmp(f32.data(), got.data(), sizeof(float) * out_size)) << what;
+    }
+    threads::SetNumThreads(1);
+    a.out = again.data();
+    fast.attention(a);
+    ASSERT_EQ(0, std::memcmp(got.data(), again.data(), sizeof(float) * out_size)) << what;
+  }
+  // Per-head rows keep the f32 products.
+  const int64_t heads = 4, dim = 16, length = 9;
+  std::vector<uint16_t> rows(length * heads * dim);
+  for (uint16_t& v : rows) v = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
+  std::vector<const void*> row_ptrs(length);
+  for (int64_t t = 0; t < length; ++t) row_ptrs[t] = &rows[t * heads * dim];
+  const std::vector<float> q = RandomFloats(rng, heads * dim);
+  std::vector<float> scratch(length + 1), plain(heads * dim), flagged(heads * dim);
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = heads;
+  a.qk_dim = dim;
+  a.rows = RowFormat(DType::kBF16);
+  a.keys = row_ptrs.data();
+  a.key_head_stride = dim;
+  a.values = row_ptrs.data();
+  a.value_head_stride = dim;
+  a.v_dim = dim;
+  a.length = length;
+  a.scratch = scratch.data();
+  a.out = plain.data();
+  fast.attention(a);
+  a.bf16_products = true;
+  a.out = flagged.data();
+  fast.attention(a);
+  EXPECT_EQ(plain, flagged);
+}
+
 // index_scores under bf16_products: over bf16 key rows of an even dim, on AVX-512 with
 // AVX512_BF16, the reference over the bf16-rounded query (the products are then exact, only the
 // order of the sums differs: the bound above); each key's score bit-identical alone or in any

@@ -33,6 +33,9 @@ void FillBf16AttentionQueries(KernelTable& table);
 // index_scores under IndexScoreArgs::bf16_products over bf16 key rows of an even dim on vdpbf16ps
 // (index_scores_bf16.cc, CPUs with AVX512_BF16); the table's own kernel for the other calls.
 void FillBf16IndexScores(KernelTable& table);
+// attention under AttentionArgs::bf16_products over bf16 rows with one shared head on vdpbf16ps
+// (attention_bf16.cc, CPUs with AVX512_BF16); the table's own kernel for the other calls.
+void FillBf16Attention(KernelTable& table);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);
