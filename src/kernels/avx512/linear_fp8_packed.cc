@@ -67,7 +67,7 @@ constexpr int64_t kFp8LineBytes = kPackRows * 2;  // one k-pair of 16 rows: 32 c
 
 struct Fp8Job {
   const uint16_t* x;      // [m, kp] bf16, zero past k
-  int64_t m, kp, tiles;   // tiles = kp / 32
+  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
   const uint8_t* packed;  // block 0 of the packed copy
   int64_t block_bytes;    // tiles * 512: one block of 16 weight rows
   int64_t row0;           // packed row of the view's row 0
@@ -286,7 +286,9 @@ void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   }
   for (int64_t b = b0; b < b1; b += kFp8BlocksPerTile) {
     const int64_t blocks = std::min<int64_t>(kFp8BlocksPerTile, b1 - b);
-    for (int64_t p0 = 0; p0 < j.kp / 2;) {
+    // Segments from pairs past k would hold only the zero padding, and their scale block lies
+    // past the scales' end: they are not run.
+    for (int64_t p0 = 0; 2 * p0 < j.k;) {
       const int64_t p1 = Fp8SegmentEnd(j, p0);
       __m512 scales[kFp8BlocksPerTile];
       for (int64_t s = 0; s < blocks; ++s) scales[s] = Fp8BlockScales(j, b + s, p0);
@@ -317,6 +319,7 @@ void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   Fp8Job j;
   j.tiles = (w.k + kPackK - 1) / kPackK;
   j.kp = j.tiles * kPackK;
+  j.k = w.k;
   j.m = m;
   j.x = RoundedRows(x, m, w.k, j.kp);
   j.packed = static_cast<const uint8_t*>(w.packed);
