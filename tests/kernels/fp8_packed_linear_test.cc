@@ -25,6 +25,7 @@ namespace latent::kernels {
 namespace {
 
 using testing::RandomFloats;
+using testing::RunLinear;
 using testing::ThreadCount;
 
 class Fp8PackedLinear : public ::testing::TestWithParam<testing::FastTable> {};
@@ -88,33 +89,12 @@ Fp8Weight MakeFp8Weight(const KernelTable& table, std::mt19937& rng, int64_t n, 
   return w;
 }
 
-std::vector<float> RunLinear(const KernelTable& table, const std::vector<float>& x, int64_t m,
-                             const WeightRef& w) {
-  std::vector<float> y(m * w.n, -7.0f), scratch(w.k);
-  table.linear(x.data(), m, w, y.data(), scratch.data());
-  return y;
-}
-
-// The reference sums bf16(x_c) * (code_c * s) in order, the packed kernel sums bf16(x_c) * code_c
-// per segment and scales each segment's sum: both within (k + 2) u sum |x_c w_c| of the exact
-// sum (u = 2^-24; the products of bf16 values are exact in f32, one more rounding for the scale),
-// so they differ by at most twice that.
+// Within the summation bound of the reference (kernel_test_util.h), with one more rounding for
+// each of the two scalings of a block scale (the reference scales each weight, the kernel each
+// segment's sum).
 void ExpectNearRef(const std::vector<float>& x, int64_t m, const WeightRef& w,
                    const std::vector<float>& y) {
-  const std::vector<float> ref = RunLinear(RefKernels(), x, m, w);
-  std::vector<float> row(w.k);
-  for (int64_t r = 0; r < w.n; ++r) {
-    RefKernels().dequant_row(w, r, row.data());
-    for (int64_t i = 0; i < m; ++i) {
-      double magnitude = 0.0;
-      for (int64_t c = 0; c < w.k; ++c) {
-        magnitude += std::fabs(static_cast<double>(RoundToBF16(x[i * w.k + c])) * row[c]);
-      }
-      const double bound = 2.0 * static_cast<double>(w.k + 2) * std::ldexp(1.0, -24) * magnitude;
-      ASSERT_LE(std::fabs(static_cast<double>(y[i * w.n + r]) - ref[i * w.n + r]), bound)
-          << "m " << m << " row " << i << " output " << r << " of [" << w.n << ", " << w.k << "]";
-    }
-  }
+  testing::ExpectWithinSummationBound(x, m, w, y, /*extra_roundings=*/2);
 }
 
 TEST_P(Fp8PackedLinear, PacksFp8ComputeWeightsWhoseBlocksHoldWholePairs) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
 namespace latent::kernels::testing {
@@ -31,6 +33,39 @@ inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = 
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// table.linear(x [m, w.k]) -> y [m, w.n] (filled with -7 first: every output must be written).
+inline std::vector<float> RunLinear(const KernelTable& table, const std::vector<float>& x,
+                                    int64_t m, const WeightRef& w) {
+  std::vector<float> y(m * w.n, -7.0f), scratch(w.k);
+  table.linear(x.data(), m, w, y.data(), scratch.data());
+  return y;
+}
+
+// y (a bf16-compute linear of x over w) against the reference within the summation bound. Both
+// sum k products of the same bf16-rounded inputs in f32 (products of bf16 values are exact in
+// f32, and these are far from denormal), each in its own order and with `extra_roundings` more
+// roundings per output (the fp8 kernel's block scales), so each lies within
+// (k + extra_roundings) u sum |x_c w_c| of the exact sum (u = 2^-24) and they differ by at most
+// twice that.
+inline void ExpectWithinSummationBound(const std::vector<float>& x, int64_t m, const WeightRef& w,
+                                       const std::vector<float>& y, int64_t extra_roundings) {
+  const std::vector<float> ref = RunLinear(RefKernels(), x, m, w);
+  std::vector<float> row(w.k);
+  for (int64_t r = 0; r < w.n; ++r) {
+    RefKernels().dequant_row(w, r, row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      double magnitude = 0.0;
+      for (int64_t c = 0; c < w.k; ++c) {
+        magnitude += std::fabs(static_cast<double>(RoundToBF16(x[i * w.k + c])) * row[c]);
+      }
+      const double bound =
+          2.0 * static_cast<double>(w.k + extra_roundings) * std::ldexp(1.0, -24) * magnitude;
+      ASSERT_LE(std::fabs(static_cast<double>(y[i * w.n + r]) - ref[i * w.n + r]), bound)
+          << "m " << m << " row " << i << " output " << r << " of [" << w.n << ", " << w.k << "]";
+    }
+  }
 }
 
 // One fast kernel family for the value-parametrized tests: its table (null when this CPU lacks

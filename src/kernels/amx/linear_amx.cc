@@ -60,6 +60,9 @@
 // clang-format on
 
 LATENT_AMX_BEGIN
+#include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/bf16_rows.h"
+
 namespace latent::kernels::amx {
 namespace {
 
@@ -264,24 +267,10 @@ void Blocks(const AmxJob& j, int64_t b0, int64_t b1) {
   _tile_release();
 }
 
-// x [m, k] f32 -> out [mp, kp] bf16, round to nearest even (NaN stays NaN, as F32ToBF16), zero
-// past k, and past m when mp > 16.
+// x [m, k] f32 -> out [mp, kp] bf16 (avx512::RoundRowsPadded: round to nearest even, NaN stays
+// NaN, zero past k), and zero past m when mp > 16.
 void RoundRows(const float* x, int64_t m, int64_t k, int64_t mp, int64_t kp, uint16_t* out) {
-  for (int64_t r = 0; r < m; ++r) {
-    const float* src = x + r * k;
-    uint16_t* dst = out + r * kp;
-    int64_t c = 0;
-    for (; c + 32 <= k; c += 32) {
-      const __m512bh v =
-          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
-      _mm512_storeu_si512(dst + c, (__m512i)v);
-    }
-    for (; c < kp; c += 16) {
-      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, k - c));
-      const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), src + c);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(v));
-    }
-  }
+  avx512::RoundRowsPadded(x, m, k, kp, out);
   if (mp > kTileRows) {  // batches: whole 16-row tiles (decode tiles have m rows)
     std::memset(out + m * kp, 0, static_cast<size_t>((mp - m) * kp) * sizeof(uint16_t));
   }

@@ -20,20 +20,11 @@
 
 #include "kernels/attention.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/bf16_target.h"
 #include "kernels/kernel_table.h"
 #include "threads/thread_pool.h"
 
-// clang-format off
-#if defined(__clang__)
-#define LATENT_ATTNBF16_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_ATTNBF16_END _Pragma("clang attribute pop")
-#else
-#define LATENT_ATTNBF16_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_ATTNBF16_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
-
-LATENT_ATTNBF16_BEGIN
+LATENT_AVX512_BF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/attention_common.h"
 
@@ -235,4 +226,4 @@ void FillBf16Attention(KernelTable& t) {
 }
 
 }  // namespace latent::kernels::avx512
-LATENT_ATTNBF16_END
+LATENT_AVX512_BF16_END

@@ -1,6 +1,6 @@
-// Activation rows rounded to bf16 for the vdpbf16ps kernels over tile-packed weights
-// (linear_bf16_packed.cc, linear_fp8_packed.cc). Include only inside a target region with
-// AVX512_BF16 (after avx512_common.h).
+// Activation rows rounded to bf16 for the kernels over tile-packed weights (avx512/
+// linear_bf16_packed.cc, linear_fp8_packed.cc, amx/linear_amx.cc). Include only inside a target
+// region with AVX512_BF16 (after avx512_common.h).
 #pragma once
 
 #include <immintrin.h>

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/index_scores_common.h"
 #include "kernels/avx512/row_loads_avx512.h"
 #include "kernels/kernel_table.h"
 
@@ -40,13 +41,7 @@ void Tile(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w,
       for (int v = 0; v < HC; ++v) acc[j][v] = _mm512_fmadd_ps(kb, qv[v], acc[j][v]);
     }
   }
-  const __m512 scale = _mm512_set1_ps(a.scale), zero = _mm512_setzero_ps();
-  for (int j = 0; j < KJ; ++j) {
-    for (int v = 0; v < HC; ++v) {
-      const __m512 r = _mm512_max_ps(_mm512_mul_ps(acc[j][v], scale), zero);
-      total[j] = _mm512_add_ps(total[j], _mm512_mul_ps(r, _mm512_loadu_ps(w + (v0 + v) * 16)));
-    }
-  }
+  AddHeadScores<KJ, HC>(acc, a.scale, w, v0, total);
 }
 
 // The keys j0 .. j0 + KJ - 1 as f32: f32 rows themselves, bf16 rows widened (exactly) or fp8
@@ -79,14 +74,9 @@ void Keys(const IndexScoreArgs& a, const float* qt, int64_t hp, const float* w, 
           float* widened) {
   const float* key[KJ];
   KeysAsF32<KJ>(a, j0, widened, key);
-  __m512 total[KJ];
-  for (int j = 0; j < KJ; ++j) total[j] = _mm512_setzero_ps();
-  const int64_t vectors = hp / 16;
-  int64_t v0 = 0;
-  for (; v0 + kHeadVectors <= vectors; v0 += kHeadVectors)
-    Tile<KJ, kHeadVectors>(a, qt, hp, w, key, v0, total);
-  for (; v0 < vectors; ++v0) Tile<KJ, 1>(a, qt, hp, w, key, v0, total);
-  for (int j = 0; j < KJ; ++j) a.scores[j0 + j] = ReduceAdd(total[j]);
+  SumKeyScores<KJ, kHeadVectors>(a, hp, j0, [&]<int HC>(int64_t v0, __m512* total) {
+    Tile<KJ, HC>(a, qt, hp, w, key, v0, total);
+  });
 }
 
 void IndexScores(const IndexScoreArgs& a) {

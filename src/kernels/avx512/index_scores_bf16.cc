@@ -18,21 +18,13 @@
 #include <vector>
 
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/bf16_target.h"
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 
-// clang-format off
-#if defined(__clang__)
-#define LATENT_INDEXBF16_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_INDEXBF16_END _Pragma("clang attribute pop")
-#else
-#define LATENT_INDEXBF16_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_INDEXBF16_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
-
-LATENT_INDEXBF16_BEGIN
+LATENT_AVX512_BF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/index_scores_common.h"
 
 namespace latent::kernels::avx512 {
 namespace {
@@ -59,13 +51,7 @@ void Bf16IndexTile(const IndexScoreArgs& a, const uint32_t* qt, int64_t hp, cons
       for (int v = 0; v < HC; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], kb, (__m512bh)qv[v]);
     }
   }
-  const __m512 scale = _mm512_set1_ps(a.scale), zero = _mm512_setzero_ps();
-  for (int j = 0; j < KJ; ++j) {
-    for (int v = 0; v < HC; ++v) {
-      const __m512 r = _mm512_max_ps(_mm512_mul_ps(acc[j][v], scale), zero);
-      total[j] = _mm512_add_ps(total[j], _mm512_mul_ps(r, _mm512_loadu_ps(w + (v0 + v) * 16)));
-    }
-  }
+  AddHeadScores<KJ, HC>(acc, a.scale, w, v0, total);
 }
 
 template <int KJ>
@@ -73,15 +59,9 @@ void Bf16IndexKeys(const IndexScoreArgs& a, const uint32_t* qt, int64_t hp, cons
                    int64_t j0) {
   const uint16_t* key[KJ];
   for (int j = 0; j < KJ; ++j) key[j] = static_cast<const uint16_t*>(a.keys[j0 + j]);
-  __m512 total[KJ];
-  for (int j = 0; j < KJ; ++j) total[j] = _mm512_setzero_ps();
-  const int64_t vectors = hp / 16;
-  int64_t v0 = 0;
-  for (; v0 + kBf16IndexHeadVectors <= vectors; v0 += kBf16IndexHeadVectors) {
-    Bf16IndexTile<KJ, kBf16IndexHeadVectors>(a, qt, hp, w, key, v0, total);
-  }
-  for (; v0 < vectors; ++v0) Bf16IndexTile<KJ, 1>(a, qt, hp, w, key, v0, total);
-  for (int j = 0; j < KJ; ++j) a.scores[j0 + j] = ReduceAdd(total[j]);
+  SumKeyScores<KJ, kBf16IndexHeadVectors>(a, hp, j0, [&]<int HC>(int64_t v0, __m512* total) {
+    Bf16IndexTile<KJ, HC>(a, qt, hp, w, key, v0, total);
+  });
 }
 
 // Over bf16 key rows of an even dim (the only calls Bf16IndexScoresRun takes).
@@ -122,4 +102,4 @@ void FillBf16IndexScores(KernelTable& t) {
 }
 
 }  // namespace latent::kernels::avx512
-LATENT_INDEXBF16_END
+LATENT_AVX512_BF16_END

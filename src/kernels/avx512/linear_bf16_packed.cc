@@ -27,22 +27,13 @@
 #include <vector>
 
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/bf16_target.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tile_pack.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
-// clang-format off
-#if defined(__clang__)
-#define LATENT_BF16PACKED_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_BF16PACKED_END _Pragma("clang attribute pop")
-#else
-#define LATENT_BF16PACKED_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_BF16PACKED_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
-
-LATENT_BF16PACKED_BEGIN
+LATENT_AVX512_BF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/bf16_rows.h"
 
@@ -177,4 +168,4 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
 void FillBf16PackedLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked>(t); }
 
 }  // namespace latent::kernels::avx512
-LATENT_BF16PACKED_END
+LATENT_AVX512_BF16_END

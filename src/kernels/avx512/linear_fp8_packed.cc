@@ -37,22 +37,13 @@
 #include <vector>
 
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/bf16_target.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tile_pack.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
-// clang-format off
-#if defined(__clang__)
-#define LATENT_FP8PACKED_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_FP8PACKED_END _Pragma("clang attribute pop")
-#else
-#define LATENT_FP8PACKED_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_FP8PACKED_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
-
-LATENT_FP8PACKED_BEGIN
+LATENT_AVX512_BF16_VBMI_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/bf16_rows.h"
 
@@ -347,4 +338,4 @@ void FillFp8PackedLinear(KernelTable& t, Fp8PackedSlot slot) {
 }
 
 }  // namespace latent::kernels::avx512
-LATENT_FP8PACKED_END
+LATENT_AVX512_BF16_END
