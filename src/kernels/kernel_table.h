@@ -54,6 +54,13 @@ struct KernelTable {
   void (*norm_rope)(const NormRopeArgs& args);
   // DSA indexer scores of one query over a run of index keys (kernels/index_scores.h).
   void (*index_scores)(const IndexScoreArgs& args);
+  // The sampler's weights at a temperature (scale = 1 / temperature > 0) over a logits row x[n]:
+  // returns max = the largest x[i], and writes w[i] = exp((x[i] - max) * scale), 0 where x[i] is
+  // -inf (a disallowed token: never drawn), and block_mass[b] = the sum of w over ids
+  // [b * block, (b + 1) * block) in f64, in an order fixed by the block's length alone. block is
+  // a positive multiple of 16.
+  float (*exp_weights)(const float* x, int64_t n, float scale, int64_t block, float* w,
+                       double* block_mass);
   // Weights repacked once at load for `linear` (null in tables that read weights as stored):
   // packed_bytes(w) is the size of w's packed copy (0: this table reads w as stored), pack(w, out)
   // writes it to `out` (64-byte aligned). The loader then sets w.packed (kernels/linear.h,

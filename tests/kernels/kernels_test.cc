@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -650,6 +651,51 @@ TEST_P(FastKernels, SiluMulMatchesRef) {
     Ref().silu_mul(gate.data(), up.data(), n, want.data());
     fast.silu_mul(gate.data(), up.data(), n, got.data());
     ExpectClose(got, want, 1e-6, 1e-30, "silu_mul n=" + std::to_string(n));
+  }
+}
+
+TEST_P(FastKernels, ExpWeightsMatchRefAndWeighMinusInfAtZero) {
+  LATENT_REQUIRE_TABLE(fast);
+  std::mt19937 rng(16);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 15, 16, 17, 1000, 102400}) {
+    std::vector<float> x = RandomFloats(rng, n, -30.0f, 3.0f);
+    for (int64_t i = 0; i < n; i += 5) x[i] = -inf;  // disallowed tokens
+    if (n > 10) {
+      x[n - 2] = 4.0f;   // the max (weight exactly 1), in the last block
+      x[2] = -1000.0f;   // underflows at any temperature
+    }
+    for (int64_t block : {16, 1024}) {
+      for (float scale : {1.0f, 1.0f / 0.7f, 10.0f}) {
+        const int64_t blocks = (n + block - 1) / block;
+        std::vector<float> want(n), got(n, -1.0f);
+        std::vector<double> want_mass(blocks), got_mass(blocks, -1.0);
+        const float want_max =
+            Ref().exp_weights(x.data(), n, scale, block, want.data(), want_mass.data());
+        const float got_max =
+            fast.exp_weights(x.data(), n, scale, block, got.data(), got_mass.data());
+        ASSERT_EQ(got_max, want_max);
+        for (int64_t i = 0; i < n; ++i) {
+          // A -inf logit weighs exactly 0: tolerance 0 there (the reference's weight is 0).
+          const double tolerance = x[i] == -inf ? 0.0 : 4e-7 * want[i] + 1e-37;
+          ASSERT_NEAR(got[i], want[i], tolerance)
+              << "i=" << i << " x=" << x[i] << " scale=" << scale;
+        }
+        if (n > 10) {
+          ASSERT_EQ(got[n - 2], 1.0f);
+        }
+        for (int64_t b = 0; b < blocks; ++b) {
+          double sum = 0;
+          for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) sum += got[i];
+          ASSERT_NEAR(got_mass[b], sum, 1e-12 * sum) << "block " << b << ": its weights' sum";
+          ASSERT_NEAR(got_mass[b], want_mass[b], 1e-6 * want_mass[b] + 1e-37) << "block " << b;
+        }
+        std::vector<float> again(n);
+        std::vector<double> again_mass(blocks);
+        fast.exp_weights(x.data(), n, scale, block, again.data(), again_mass.data());
+        EXPECT_EQ(again_mass, got_mass) << "the same row gives the same sums";
+      }
+    }
   }
 }
 

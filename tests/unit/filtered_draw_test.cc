@@ -1,5 +1,5 @@
-// DrawFiltered and TopMassCount against the sort they replace: the filters cut the ranked
-// candidates (probability descending, equal ones by id) as a full sort of the vocabulary would,
+// DrawFiltered against the sort it replaces: the filters cut the ranked candidates (logit
+// descending, equal ones by id) as a full sort of the vocabulary would, over the same weights,
 // and the draw follows the kept tokens' renormalized probabilities.
 #include "engine/filtered_draw.h"
 
@@ -8,42 +8,45 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "engine/token_constraint.h"
+#include "kernels/kernel_table.h"
 
 namespace latent::engine {
 namespace {
 
-std::vector<double> Softmax(const std::vector<float>& logits, float temperature) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> probs(logits.size());
-  double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    sum += probs[i] = std::exp((logits[i] - max_logit) / temperature);
-  }
-  for (double& q : probs) q /= sum;
-  return probs;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The weights DrawFiltered draws with: the kernels' exp_weights at the temperature.
+std::vector<float> Weights(const std::vector<float>& logits, float temperature) {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  std::vector<float> w(n);
+  std::vector<double> block_mass((n + 15) / 16);
+  kernels::BestKernels().exp_weights(logits.data(), n, 1.0f / temperature, 16, w.data(),
+                                     block_mass.data());
+  return w;
 }
 
-// The kept set as the sampler found it before: every candidate sorted, then the cuts in order.
-std::set<int32_t> KeptBySort(const std::vector<double>& probs,
-                             const std::vector<int32_t>& candidates, const SamplingParams& p) {
+// The kept set by a sort of every candidate (logit descending, then id), then the cuts in
+// order, as the filters are specified; without the tokens of weight 0.
+std::vector<int32_t> KeptBySort(const std::vector<float>& logits, const std::vector<float>& w,
+                                const std::vector<int32_t>& candidates, const SamplingParams& p) {
   std::vector<int32_t> order = candidates;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   int64_t keep = static_cast<int64_t>(order.size());
   if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
   if (p.top_p < 1.0f) {
     double mass = 0;
-    for (int64_t i = 0; i < keep; ++i) mass += probs[order[i]];
-    if (keep == static_cast<int64_t>(order.size())) mass = 1.0;
+    for (int64_t i = 0; i < keep; ++i) mass += w[order[i]];
     double cumulative = 0;
     for (int64_t i = 0; i < keep; ++i) {
-      cumulative += probs[order[i]];
+      cumulative += w[order[i]];
       if (cumulative >= p.top_p * mass) {
         keep = i + 1;
         break;
@@ -52,10 +55,14 @@ std::set<int32_t> KeptBySort(const std::vector<double>& probs,
   }
   if (p.min_p > 0.0f) {
     int64_t i = 1;
-    while (i < keep && probs[order[i]] >= p.min_p * probs[order[0]]) ++i;
+    while (i < keep && w[order[i]] >= p.min_p * w[order[0]]) ++i;
     keep = i;
   }
-  return std::set<int32_t>(order.begin(), order.begin() + keep);
+  std::vector<int32_t> kept(order.begin(), order.begin() + keep);
+  // Tokens whose weight underflowed to 0 are never drawn: not reported as kept.
+  std::erase_if(kept, [&](int32_t t) { return w[t] == 0.0f; });
+  std::sort(kept.begin(), kept.end());
+  return kept;
 }
 
 // Logits with many exact ties (a few distinct values), so the id tie-break matters.
@@ -73,51 +80,43 @@ std::vector<float> SpreadLogits(std::mt19937& rng, int64_t vocab, float scale) {
   return logits;
 }
 
-TEST(TopMassCount, CutsWhereTheSortedCumulativeSumReachesTheTarget) {
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int64_t n = std::uniform_int_distribution<int64_t>(1, 3000)(rng);
-    const std::vector<float> logits = trial % 2 == 0 ? TiedLogits(rng, n, 1 + trial % 7)
-                                                     : SpreadLogits(rng, n, 0.2f + trial % 5);
-    const std::vector<double> probs = Softmax(logits, 1.0f);
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-    // Targets just at and between the sorted prefix sums, and beyond the total.
-    std::vector<double> prefix(n + 1, 0.0);
-    for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + probs[order[i]];
-    const int64_t at = std::uniform_int_distribution<int64_t>(1, n)(rng);
-    for (double target : {prefix[at], 0.5 * (prefix[at - 1] + prefix[at]), 1e-12, 2.0}) {
-      std::vector<int32_t> ids(n);
-      std::iota(ids.begin(), ids.end(), 0);
-      std::shuffle(ids.begin(), ids.end(), rng);
-      const int64_t k = TopMassCount(ids.data(), n, probs.data(), target);
-      int64_t expected = n;
-      for (int64_t i = 1; i <= n; ++i) {
-        if (prefix[i] >= target) {
-          expected = i;
-          break;
-        }
+// One row of a case: its logits (disallowed tokens at -inf, as MaskDisallowed leaves them), its
+// mask (empty: every token allowed) and its candidates.
+struct CaseRow {
+  std::vector<float> logits;
+  std::vector<uint32_t> mask;
+  std::vector<int32_t> candidates;
+  std::string name;
+};
+
+// Rows of `vocab` tokens: tied logits, spread ones, nearly flat ones (a randomly initialized
+// model's: top-p then keeps most of the vocabulary), peaked ones (a trained model's: a few dozen
+// tokens hold nearly all the mass) and spread ones under a mask that allows a third of the
+// tokens.
+std::vector<CaseRow> CaseRows(std::mt19937& rng, int64_t vocab) {
+  std::vector<CaseRow> rows = {{TiedLogits(rng, vocab, 4), {}, {}, "tied"},
+                               {SpreadLogits(rng, vocab, 3.0f), {}, {}, "spread"},
+                               {SpreadLogits(rng, vocab, 0.05f), {}, {}, "flat"},
+                               {SpreadLogits(rng, vocab, 8.0f), {}, {}, "peaked"},
+                               {SpreadLogits(rng, vocab, 0.3f), {}, {}, "masked"}};
+  for (CaseRow& row : rows) {
+    const bool masked = row.name == "masked";
+    if (masked) row.mask.assign(BitmaskWords(vocab), 0);
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (!masked || t % 3 == 1) {
+        if (masked) row.mask[t / 32] |= 1u << (t % 32);
+        row.candidates.push_back(t);
+      } else {
+        row.logits[t] = -kInf;
       }
-      // Sums taken in another order may round across a target placed exactly on a prefix sum:
-      // then the cut moves by one token at most.
-      ASSERT_LE(std::abs(k - expected), target == prefix[at] ? 1 : 0)
-          << "n " << n << " target " << target;
-      std::set<int32_t> got(ids.begin(), ids.begin() + k), best(order.begin(), order.begin() + k);
-      EXPECT_EQ(got, best) << "the first k ids are not the k most likely";
-      std::vector<int32_t> all = ids;
-      std::sort(all.begin(), all.end());
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(all[i], i) << "ids must stay a permutation";
     }
   }
+  return rows;
 }
 
-TEST(DrawFiltered, KeepsWhatASortOfTheVocabularyKeepsAndDrawsByProbability) {
-  std::mt19937 rng(11);
-  const int64_t vocab = 300;
+std::vector<SamplingParams> Settings(std::vector<int> top_ks) {
   std::vector<SamplingParams> settings;
-  for (int top_k : {0, 1, 5, 200}) {
+  for (int top_k : top_ks) {
     for (float top_p : {1.0f, 0.95f, 0.5f, 0.05f}) {
       for (float min_p : {0.0f, 0.05f, 0.5f}) {
         SamplingParams p;
@@ -129,47 +128,93 @@ TEST(DrawFiltered, KeepsWhatASortOfTheVocabularyKeepsAndDrawsByProbability) {
       }
     }
   }
+  return settings;
+}
+
+std::string Describe(const CaseRow& row, const SamplingParams& p) {
+  return row.name + " vocab " + std::to_string(row.logits.size()) + " top_k " +
+         std::to_string(p.top_k) + " top_p " + std::to_string(p.top_p) + " min_p " +
+         std::to_string(p.min_p);
+}
+
+TEST(OrderKey, RanksTheLargerLogitFirstThenTheSmallerId) {
+  const std::vector<float> ascending = {-kInf, -1e30f, -2.0f, -1e-30f, 0.0f, 1e-30f, 3.0f, 1e30f};
+  for (size_t i = 0; i + 1 < ascending.size(); ++i) {
+    EXPECT_LT(OrderKey(ascending[i + 1], 5), OrderKey(ascending[i], 1))
+        << ascending[i + 1] << " ranks before " << ascending[i] << " whatever the ids";
+  }
+  EXPECT_LT(OrderKey(1.5f, 3), OrderKey(1.5f, 4));
+  EXPECT_LT(OrderKey(-0.0f, 3), OrderKey(0.0f, 4)) << "-0 and +0 are one logit";
+  EXPECT_LT(OrderKey(0.0f, 3), OrderKey(-0.0f, 4));
+}
+
+// Every path: top-k by a bounded heap (k <= 4096) and by selection (5000); top-p over a small
+// vocabulary, over the tokens near the best (peaked rows), listed from its histogram and cut
+// through a 20,000-token vocabulary (flat rows); min-p over each.
+TEST(KeptTokens, EqualTheKeptSetOfASortOfTheVocabulary) {
+  std::mt19937 rng(11);
   int checked = 0;
-  for (const SamplingParams& p : settings) {
-    for (int row = 0; row < 3; ++row) {
-      std::vector<float> logits = row == 0   ? TiedLogits(rng, vocab, 4)
-                                  : row == 1 ? SpreadLogits(rng, vocab, 3.0f)
-                                             : SpreadLogits(rng, vocab, 0.3f);
-      // Row 2 also under a mask: a third of the tokens allowed (the others are -inf, as
-      // MaskDisallowed leaves them).
-      std::vector<uint32_t> mask(BitmaskWords(vocab), 0);
-      std::vector<int32_t> candidates;
-      for (int32_t t = 0; t < vocab; ++t) {
-        if (row != 2 || t % 3 == 1) {
-          mask[t / 32] |= 1u << (t % 32);
-          candidates.push_back(t);
-        } else {
-          logits[t] = -std::numeric_limits<float>::infinity();
-        }
+  for (int64_t vocab : {300, 20000}) {
+    for (const CaseRow& row : CaseRows(rng, vocab)) {
+      for (const SamplingParams& p : Settings({0, 1, 5, 200, 5000})) {
+        const std::vector<float> w = Weights(row.logits, p.temperature);
+        const uint32_t* mask = row.mask.empty() ? nullptr : row.mask.data();
+        ASSERT_EQ(KeptTokens(row.logits, mask, p), KeptBySort(row.logits, w, row.candidates, p))
+            << Describe(row, p);
+        ++checked;
       }
-      const std::vector<double> probs = Softmax(logits, p.temperature);
-      const std::set<int32_t> kept = KeptBySort(probs, candidates, p);
-      double kept_mass = 0;
-      for (int32_t t : kept) kept_mass += probs[t];
-      // u on a fine grid: each kept token is drawn for its share of [0, 1), the others never.
-      constexpr int kDraws = 4000;
-      std::vector<int> count(vocab, 0);
-      for (int i = 0; i < kDraws; ++i) {
-        ++count[DrawFiltered(logits, row == 2 ? mask.data() : nullptr, p, (i + 0.5) / kDraws)];
-      }
-      for (int32_t t = 0; t < vocab; ++t) {
-        if (!kept.count(t)) {
-          ASSERT_EQ(count[t], 0) << "token " << t << " is outside the kept set";
-          continue;
-        }
-        EXPECT_NEAR(count[t] / static_cast<double>(kDraws), probs[t] / kept_mass, 1.5 / kDraws)
-            << "token " << t << " top_k " << p.top_k << " top_p " << p.top_p << " min_p "
-            << p.min_p;
-      }
-      ++checked;
     }
   }
-  EXPECT_EQ(checked, static_cast<int>(settings.size()) * 3);
+  EXPECT_EQ(checked, 2 * 5 * 5 * 4 * 3);
+}
+
+TEST(DrawFiltered, DrawsTheKeptTokensByProbability) {
+  std::mt19937 rng(12);
+  for (int64_t vocab : {300, 20000}) {
+    // The large vocabulary with fewer draws: every kept token is still checked to within one
+    // step of the grid of u.
+    const int draws = vocab > 1000 ? 1000 : 2000;
+    for (const CaseRow& row : CaseRows(rng, vocab)) {
+      if (vocab > 1000 && row.name != "flat" && row.name != "peaked") continue;
+      for (const SamplingParams& p : Settings(vocab > 1000 ? std::vector<int>{0}
+                                                           : std::vector<int>{0, 5, 200})) {
+        const std::vector<float> w = Weights(row.logits, p.temperature);
+        const std::vector<int32_t> kept = KeptBySort(row.logits, w, row.candidates, p);
+        double kept_mass = 0;
+        for (int32_t t : kept) kept_mass += w[t];
+        // u on a fine grid: each kept token is drawn for its share of [0, 1) (within one grid
+        // step), the others never.
+        std::vector<int> count(vocab, 0);
+        const uint32_t* mask = row.mask.empty() ? nullptr : row.mask.data();
+        for (int i = 0; i < draws; ++i) {
+          ++count[DrawFiltered(row.logits, mask, p, (i + 0.5) / draws)];
+        }
+        const std::set<int32_t> in(kept.begin(), kept.end());
+        for (int32_t t = 0; t < vocab; ++t) {
+          if (!in.count(t)) {
+            ASSERT_EQ(count[t], 0) << "token " << t << " is outside the kept set; "
+                                   << Describe(row, p);
+            continue;
+          }
+          ASSERT_NEAR(count[t] / static_cast<double>(draws), w[t] / kept_mass, 1.5 / draws)
+              << "token " << t << "; " << Describe(row, p);
+        }
+      }
+    }
+  }
+}
+
+TEST(DrawFiltered, UAtTheEndsDrawsTheFirstAndLastKeptTokens) {
+  std::mt19937 rng(13);
+  std::vector<float> logits = SpreadLogits(rng, 5000, 1.0f);
+  for (const SamplingParams& p : Settings({0, 50})) {
+    const std::vector<float> w = Weights(logits, p.temperature);
+    std::vector<int32_t> all(logits.size());
+    for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int32_t>(t);
+    const std::vector<int32_t> kept = KeptBySort(logits, w, all, p);
+    EXPECT_EQ(DrawFiltered(logits, nullptr, p, 0.0), kept.front());
+    EXPECT_EQ(DrawFiltered(logits, nullptr, p, std::nextafter(1.0, 0.0)), kept.back());
+  }
 }
 
 }  // namespace

@@ -10,7 +10,7 @@ namespace latent::kernels::avx2 {
 
 // linear (every weight dtype; W8A8 too) and transposed_linear; dequant_row stays the reference's.
 void FillLinearKernels(KernelTable& table);
-void FillNormKernels(KernelTable& table);        // rms_norm, layer_norm, silu_mul, norm_rope
+void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope, exp_weights
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
@@ -143,6 +144,39 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+// 8 lanes at a time; each block's sum in two f64 accumulators (the low and high 4 lanes), added
+// at the end in a fixed order.
+float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w,
+                 double* block_mass) {
+  const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 mv = minus_inf;
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t count = std::min<int64_t>(8, n - i);
+    const __m256 tail = _mm256_castsi256_ps(TailMask(count));
+    mv = _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, LoadPart(x + i, count), tail));
+  }
+  const float max = ReduceMax(mv);
+  const __m256 sv = _mm256_set1_ps(max), kv = _mm256_set1_ps(scale);
+  for (int64_t b = 0; b * block < n; ++b) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t i = b * block; i < std::min(n, (b + 1) * block); i += 8) {
+      const int64_t count = std::min<int64_t>(8, n - i);
+      const __m256 v = LoadPart(x + i, count);
+      // Lanes past n and -inf logits weigh exactly 0.
+      const __m256 live = _mm256_and_ps(_mm256_castsi256_ps(TailMask(count)),
+                                        _mm256_cmp_ps(v, minus_inf, _CMP_NEQ_UQ));
+      const __m256 e = _mm256_and_ps(live, Exp(_mm256_mul_ps(_mm256_sub_ps(v, sv), kv)));
+      StorePart(w + i, count, e);
+      lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+      hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    const __m256d s = _mm256_add_pd(lo, hi);
+    const __m128d pair = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    block_mass[b] = _mm_cvtsd_f64(_mm_add_sd(pair, _mm_unpackhi_pd(pair, pair)));
+  }
+  return max;
+}
+
 }  // namespace
 
 void FillNormKernels(KernelTable& t) {
@@ -150,6 +184,7 @@ void FillNormKernels(KernelTable& t) {
   t.layer_norm = LayerNorm;
   t.silu_mul = SiluMul;
   t.norm_rope = NormRope;
+  t.exp_weights = ExpWeights;
 }
 
 }  // namespace latent::kernels::avx2

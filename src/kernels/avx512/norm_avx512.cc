@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/avx512_kernels.h"
@@ -151,6 +152,36 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+// 16 lanes at a time; each block's sum in two f64 accumulators (the low and high 8 lanes), added
+// at the end in a fixed order.
+float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w,
+                 double* block_mass) {
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mv = minus_inf;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mk = TailMask(std::min<int64_t>(16, n - i));
+    mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(minus_inf, mk, x + i));
+  }
+  const float max = _mm512_reduce_max_ps(mv);
+  const __m512 sv = _mm512_set1_ps(max), kv = _mm512_set1_ps(scale);
+  for (int64_t b = 0; b * block < n; ++b) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t i = b * block; i < std::min(n, (b + 1) * block); i += 16) {
+      const __mmask16 mk = TailMask(std::min<int64_t>(16, n - i));
+      const __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
+      // Lanes past n and -inf logits weigh exactly 0 (Exp's clamp alone would leave a subnormal).
+      const __mmask16 live = _mm512_mask_cmp_ps_mask(mk, v, minus_inf, _CMP_NEQ_UQ);
+      const __m512 e = _mm512_maskz_mov_ps(live, Exp(_mm512_mul_ps(_mm512_sub_ps(v, sv), kv)));
+      _mm512_mask_storeu_ps(w + i, mk, e);
+      const __m256 e_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1));
+      lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+      hi = _mm512_add_pd(hi, _mm512_cvtps_pd(e_hi));
+    }
+    block_mass[b] = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+  }
+  return max;
+}
+
 }  // namespace
 
 void FillNormKernels(KernelTable& t) {
@@ -158,6 +189,7 @@ void FillNormKernels(KernelTable& t) {
   t.layer_norm = LayerNorm;
   t.silu_mul = SiluMul;
   t.norm_rope = NormRope;
+  t.exp_weights = ExpWeights;
 }
 
 }  // namespace latent::kernels::avx512

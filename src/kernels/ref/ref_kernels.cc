@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "base/error.h"
@@ -71,6 +72,22 @@ void RefSiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+float RefExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w,
+                    double* block_mass) {
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  float max = minus_inf;
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  for (int64_t b = 0; b * block < n; ++b) {
+    double sum = 0;
+    for (int64_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+      w[i] = x[i] == minus_inf ? 0.0f : std::exp((x[i] - max) * scale);
+      sum += w[i];
+    }
+    block_mass[b] = sum;
+  }
+  return max;
+}
+
 void RefTransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
   thread_local std::vector<float> rounded;  // bf16(x) when the weight asks for it
   x = Bf16Input(x, m * w.n, w, rounded, RoundToBf16Scalar);
@@ -100,7 +117,8 @@ WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
 const KernelTable& RefKernels() {
   static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
                                  RefSiluMul, RefTransposedLinear, AttentionRef,
-                                 AttentionQueriesRef, NormRopeRef, IndexScoresRef};
+                                 AttentionQueriesRef, NormRopeRef, IndexScoresRef,
+                                 RefExpWeights};
   return table;
 }
 
