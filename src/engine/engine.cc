@@ -301,14 +301,17 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
   out.sample = seq.sample;
   out.prompt_logprobs_start = rows.first_position + 1;
   out.prompt_logprobs.resize(rows.count);
-  for (int32_t r = 0; r < rows.count; ++r) {
-    const float* row = logits + static_cast<int64_t>(r) * vocab;
-    const float log_z = LogPartition(row, vocab);
-    PromptTokenLogprob& e = out.prompt_logprobs[r];
-    e.token = seq.tokens[rows.first_position + 1 + r];
-    e.logprob = row[e.token] - log_z;
-    TopLogprobs(row, vocab, top, log_z, e.top);
-  }
+  // Rows side by side: scoring a long prompt reads a vocabulary-wide row per token.
+  threads::ParallelFor(rows.count, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = logits + r * vocab;
+      const float log_z = LogPartition(row, vocab);
+      PromptTokenLogprob& e = out.prompt_logprobs[r];
+      e.token = seq.tokens[rows.first_position + 1 + r];
+      e.logprob = row[e.token] - log_z;
+      TopLogprobs(row, vocab, top, log_z, e.top);
+    }
+  });
   seq.prompt_logprobs_next = rows.first_position + 1 + rows.count;
   RequestState& state = *requests_.at(seq.request_id);
   if (state.on_output) state.on_output(out);

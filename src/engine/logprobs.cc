@@ -3,12 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernel_table.h"
+
 namespace latent::engine {
 
 float LogPartition(const float* logits, int64_t vocab) {
-  const float max_logit = *std::max_element(logits, logits + vocab);
+  constexpr int64_t kBlock = 4096;        // ids per partial sum
+  thread_local std::vector<float> w;      // [vocab] exp(logit - max)
+  thread_local std::vector<double> mass;  // [blocks] their sums
+  w.resize(vocab);
+  mass.resize((vocab + kBlock - 1) / kBlock);
+  const float max_logit =
+      kernels::BestKernels().exp_weights(logits, vocab, 1.0f, kBlock, w.data(), mass.data());
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  for (double m : mass) sum += m;
   return max_logit + static_cast<float>(std::log(sum));
 }
 

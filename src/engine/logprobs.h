@@ -9,7 +9,8 @@
 
 namespace latent::engine {
 
-// log(sum(exp(logits))) over `logits` [vocab], the sum taken in double around the max.
+// log(sum(exp(logits))) over `logits` [vocab]: the kernels' exp_weights around the max (f32
+// terms, f64 sums in a fixed order: the same row gives the same value on any thread).
 float LogPartition(const float* logits, int64_t vocab);
 
 // The `n` largest logits of `logits` [vocab] as logprobs (logit - log_z), best first; equal logits
