@@ -225,7 +225,9 @@ Kept FindKept(const std::vector<float>& logits, const uint32_t* allowed, const S
   }
   s.w.resize(n);
   s.block_mass.resize((n + kBlock - 1) / kBlock);
-  const float inv_t = 1.0f / p.temperature;
+  // A temperature so small that 1/T overflows acts as the largest finite scale: the best
+  // tokens weigh 1, the others 0 (0 * inf would make the best one's weight NaN).
+  const float inv_t = std::min(1.0f / p.temperature, std::numeric_limits<float>::max());
   const float max =
       kernels::BestKernels().exp_weights(x, n, inv_t, kBlock, s.w.data(), s.block_mass.data());
   Kept k{Row{x, n, max, inv_t, s.w.data()}};

@@ -217,5 +217,19 @@ TEST(DrawFiltered, UAtTheEndsDrawsTheFirstAndLastKeptTokens) {
   }
 }
 
+TEST(DrawFiltered, ATinyTemperatureDrawsTheBestTokens) {
+  std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.999f};
+  for (float temperature : {1e-6f, 1e-30f, 1e-40f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    for (double u : {0.0, 0.3, 0.7, 0.99}) {
+      const int32_t token = DrawFiltered(logits, nullptr, p, u);
+      EXPECT_TRUE(token == 1 || token == 3) << "temperature " << temperature << " u " << u;
+    }
+    EXPECT_EQ(DrawFiltered(logits, nullptr, p, 0.2), 1) << "the tied best split u evenly";
+    EXPECT_EQ(DrawFiltered(logits, nullptr, p, 0.7), 3);
+  }
+}
+
 }  // namespace
 }  // namespace latent::engine
