@@ -112,6 +112,10 @@ TARGETS = {
     # weights on both sides; llama.cpp reads no fp8 checkpoint, its converter dequantizes them).
     "decode_b64_fp8_ckpt_vs_llamacpp_q8_0": None,
     "prefill_512_fp8_ckpt_vs_llamacpp_q8_0": None,
+    # For context: what drawing each token costs. latent's default sampled at temperature 1 (what
+    # an OpenAI client gets without a temperature) over its greedy decode, both at 64 requests.
+    # The random checkpoint's nearly flat rows are the sampler's worst case.
+    "decode_b64_sampled_fraction_of_greedy": None,
 }
 DEFAULT_MODE = "default (no flags, no LATENT_* variables)"
 RATIO_MODES = {
@@ -124,6 +128,7 @@ RATIO_MODES = {
     "prefill_512_w8a8_vs_llamacpp_q8_0": "opt-in --quantize w8a8",
     "decode_b64_fp8_ckpt_vs_llamacpp_q8_0": "default, on the fp8 copy of the checkpoint",
     "prefill_512_fp8_ckpt_vs_llamacpp_q8_0": "default, on the fp8 copy of the checkpoint",
+    "decode_b64_sampled_fraction_of_greedy": "default, sampled at temperature 1 (--temperature 1)",
 }
 
 V2_LITE = {
@@ -1180,6 +1185,11 @@ def compute_ratios(res: dict) -> dict:
     decode_prefill_ratios(ratios, ("decode_b64_fp8_ckpt_vs_llamacpp_q8_0", "prefill_512_fp8_ckpt_vs_llamacpp_q8_0"),
                           point(e8.get("points"), b), point(e8.get("prefill_points"), 1, pp), q8_decode, q8_prefill,
                           "latent on the fp8 checkpoint, or " + q8_run)
+    sampled, greedy = point((lat.get("sampled") or {}).get("points"), b), point(lat.get("points"), b)
+    ratios["decode_b64_sampled_fraction_of_greedy"] = ratio(
+        "decode_b64_sampled_fraction_of_greedy", sampled and sampled["decode_tokens_per_s"],
+        greedy and greedy["decode_tokens_per_s"], "a batch-64 point is missing (latent --temperature 1 run)",
+        {"sampled": sampled and sampled["decode_tokens_per_s"], "greedy": greedy and greedy["decode_tokens_per_s"]})
     lc = res.get("long_context", {})
     ae, dd = lc.get("absorbed_vs_expanded", {}), lc.get("dsa_vs_dense", {})
     ratios["absorbed_vs_expanded_decode_16k"] = ratio(
@@ -1360,7 +1370,10 @@ def markdown(res: dict) -> str:
               f"{e8_flags.get('precision', '?')}`, {e8_flags.get('kernels', '?')} kernels): PP {w['prefill_pp']} "
               f"batch 1 prefill {fmt(epp and epp['prefill_tokens_per_s'])} t/s, decode "
               f"{fmt(epp and epp['decode_tokens_per_s'])} t/s; PP {w['pp']} batch 64 decode "
-              f"{fmt(ep and ep['decode_tokens_per_s'])} t/s.", ""]
+              f"{fmt(ep and ep['decode_tokens_per_s'])} t/s."]
+    sp = point((lat.get("sampled") or {}).get("points"), 64)
+    lines += [f"- Sampled at temperature 1 (`--temperature 1`, each request seeded; the default flags otherwise): "
+              f"PP {w['pp']} batch 64 decode {fmt(sp and sp['decode_tokens_per_s'])} t/s.", ""]
     lines += ratio_table(False)
     roof = res["roofline"]
     peak = m.get("figures", {}).get("bf16_peak") or {}
@@ -1600,6 +1613,11 @@ def main(argv=None) -> int:
     lat["fp8_checkpoint"] = {"checkpoint": rel(ckpt_fp8), "commands": [e_prefill["command"], e_sweep["command"]],
                              "prefill_points": e_prefill["points"], "points": e_sweep["points"],
                              "errors": [x.get("error") for x in (e_prefill, e_sweep) if x.get("error")]}
+    # Sampled decode: the draw's cost at 64 requests (OpenAI clients sample by default).
+    log("latent: bench sampled at temperature 1")
+    s_sweep = run_latent(ckpt, [mode["pp"]], mode["tg"], [64], 120.0 * scale, extra=("--temperature", "1"))
+    lat["sampled"] = {"commands": [s_sweep["command"]], "points": s_sweep["points"],
+                      "errors": [s_sweep["error"]] if s_sweep.get("error") else []}
     res["systems"] = {"latent": lat, "llama.cpp": res_llama, "transformers": hf}
 
     log("latent: long-context decode steps")

@@ -96,7 +96,8 @@ def made_up_run(tmp_path, cb_ok: bool) -> dict:
               "onednn": {"points": [pt(64, 16, 50.0, 1.0), pt(64, 16, 250.0, 1.0)], "prefill_points": []},
               "w8a8": {"points": [pt(64, 16, 400.0, 1.0)], "prefill_points": [pt(1, 32, 20.0, 500.0)]},
               "fp8_checkpoint": {"checkpoint": "m-fp8", "points": [pt(64, 16, 300.0, 1.0)],
-                                 "prefill_points": [pt(1, 32, 15.0, 450.0)]}}
+                                 "prefill_points": [pt(1, 32, 15.0, 450.0)]},
+              "sampled": {"points": [pt(64, 16, 180.0, 1.0)]}}
     llama = {"bench": {"prefill_tokens_per_s": 800.0, "decode_tokens_per_s": 12.0},
              "batched_bench": {"points": [{"batch": 64, "decode_tokens_per_s": 100.0, "prefill_tokens_per_s": 1.0}]},
              "q8_0": {"bench": {"error": "exit -6: GGML_ASSERT(*cur_backend_id != -1)"},
@@ -180,3 +181,16 @@ def test_fp8_checkpoint_rows_are_against_q8_0_and_not_headline(tmp_path):
     md = compare.markdown(res)
     assert "The fp8 copy of the checkpoint (`m-fp8`" in md and "batch 64 decode 300 t/s" in md
     assert md.index("decode_b64_fp8_ckpt_vs_llamacpp_q8_0") > md.index("### Opt-in variants")
+
+
+def test_sampled_decode_is_a_fraction_of_greedy_and_not_headline(tmp_path):
+    res = made_up_run(tmp_path, cb_ok=True)
+    r = res["ratios"]["decode_b64_sampled_fraction_of_greedy"]
+    assert r["value"] == 0.9 and r["target"] == "none" and not r["headline"]
+    assert r["inputs"] == {"sampled": 180.0, "greedy": 200.0}
+    md = compare.markdown(res)
+    assert "Sampled at temperature 1" in md and "batch 64 decode 180 t/s" in md
+    assert md.index("decode_b64_sampled_fraction_of_greedy") > md.index("### Opt-in variants")
+    del res["systems"]["latent"]["sampled"]
+    r = compare.compute_ratios(res)["decode_b64_sampled_fraction_of_greedy"]
+    assert r["value"] is None and "--temperature 1" in r["reason"]
