@@ -111,7 +111,8 @@ void FirstKeys(const Row& r, int64_t k, std::vector<uint64_t>& keys) {
     return;
   }
   // A max-heap of the k first so far. Ids only grow along the scan, so a token can enter only
-  // with a logit above the heap's last one: one float compare for most tokens.
+  // with a logit above the heap's last one: one float compare per token. (Under DAZ, as on the
+  // pool's threads, a subnormal logit is 0 to this compare and to OrderKey alike.)
   for (int64_t t = 0; t < k; ++t) keys.push_back(r.Key(t));
   std::make_heap(keys.begin(), keys.end());
   float floor = r.x[IdOf(keys.front())];
@@ -225,12 +226,19 @@ Kept FindKept(const std::vector<float>& logits, const uint32_t* allowed, const S
   }
   s.w.resize(n);
   s.block_mass.resize((n + kBlock - 1) / kBlock);
-  // A temperature so small that 1/T overflows acts as the largest finite scale: the best
-  // tokens weigh 1, the others 0 (0 * inf would make the best one's weight NaN).
-  const float inv_t = std::min(1.0f / p.temperature, std::numeric_limits<float>::max());
+  // 1/T stays a normal float: a temperature so small that it overflows acts as the largest
+  // scale (the best tokens weigh 1, the others 0; inf would make the best one's 0 * inf NaN),
+  // one so large that it flushes to 0 as the smallest (inf distances stay inf, not NaN).
+  const float inv_t = std::clamp(1.0f / p.temperature, std::numeric_limits<float>::min(),
+                                 std::numeric_limits<float>::max());
+  // + 0: a max of -0 would give the +0 logits tied with it the distance -0, whose bits bin it
+  // last.
   const float max =
-      kernels::BestKernels().exp_weights(x, n, inv_t, kBlock, s.w.data(), s.block_mass.data());
+      kernels::BestKernels().exp_weights(x, n, inv_t, kBlock, s.w.data(), s.block_mass.data()) +
+      0.0f;
   Kept k{Row{x, n, max, inv_t, s.w.data()}};
+  // Nothing allowed (every logit -inf): no filter has anything to rank; the draw falls back.
+  if (max == -kInf) return k;
 
   if (p.top_k > 0 && p.top_k < n) {
     FirstKeys(k.row, p.top_k, s.kept);
@@ -260,6 +268,7 @@ Kept FindKept(const std::vector<float>& logits, const uint32_t* allowed, const S
 
 // The draw over a listed kept set: u over its mass, walking it in id order.
 int32_t DrawFromList(const Row& r, std::vector<uint64_t>& keys, double u) {
+  if (keys.empty()) return static_cast<int32_t>(std::max_element(r.x, r.x + r.n) - r.x);
   for (uint64_t& key : keys) key = static_cast<uint64_t>(IdOf(key));  // ids, in id order below
   std::sort(keys.begin(), keys.end());
   double mass = 0;

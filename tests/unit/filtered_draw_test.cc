@@ -15,6 +15,7 @@
 
 #include "engine/token_constraint.h"
 #include "kernels/kernel_table.h"
+#include "threads/thread_pool.h"
 
 namespace latent::engine {
 namespace {
@@ -229,6 +230,60 @@ TEST(DrawFiltered, ATinyTemperatureDrawsTheBestTokens) {
     EXPECT_EQ(DrawFiltered(logits, nullptr, p, 0.2), 1) << "the tied best split u evenly";
     EXPECT_EQ(DrawFiltered(logits, nullptr, p, 0.7), 3);
   }
+}
+
+// A row whose max is -0 beside +0 logits: the tied best tokens still rank first (the histogram
+// path binned them last once, by the sign of their distance -0).
+TEST(KeptTokens, ZerosOfEitherSignTieForTheBest) {
+  std::vector<float> logits(8192, -5.0f);
+  logits[0] = 0.0f;
+  logits[16] = -0.0f;
+  std::vector<int32_t> all(logits.size());
+  for (size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int32_t>(t);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.5f;
+  const std::vector<float> w = Weights(logits, p.temperature);
+  const std::vector<int32_t> kept = KeptTokens(logits, nullptr, p);
+  EXPECT_EQ(kept, KeptBySort(logits, w, all, p));
+  EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), 0));
+  EXPECT_TRUE(std::binary_search(kept.begin(), kept.end(), 16));
+}
+
+// Every token disallowed (a caller's mask that SampleNext would have refused): a token id, the
+// same on every call, whatever the thread drew before.
+TEST(DrawFiltered, ARowWithNothingAllowedGivesAnIdInRange) {
+  std::mt19937 rng(14);
+  const std::vector<float> none(5000, -kInf);
+  // Another row first, whose kept tokens all have ids past 5000.
+  std::vector<float> other = SpreadLogits(rng, 20000, 1.0f);
+  for (size_t t = 0; t < 10000; ++t) other[t] = -30.0f;
+  for (const SamplingParams& p : Settings({0, 50})) {
+    DrawFiltered(other, nullptr, p, 0.5);  // leaves this thread's buffers full
+    const int32_t token = DrawFiltered(none, nullptr, p, 0.5);
+    EXPECT_GE(token, 0);
+    EXPECT_LT(token, 5000);
+    EXPECT_EQ(DrawFiltered(none, nullptr, p, 0.5), token);
+    EXPECT_TRUE(KeptTokens(none, nullptr, p).empty());
+  }
+}
+
+// A temperature whose inverse is subnormal, so 0 where denormals are flushed (as on the pool's
+// threads, where the engine draws), with logits whose gaps overflow: the distances stay inf
+// (weight 0), not inf * 0 = NaN.
+TEST(DrawFiltered, AHugeTemperatureKeepsWeightsFinite) {
+  const std::vector<float> logits = {3e38f, -3e38f, 0.0f};
+  SamplingParams p;
+  p.temperature = 1e38f;
+  p.top_p = 0.5f;
+  std::vector<int32_t> kept;
+  std::vector<int32_t> drawn;
+  threads::ParallelFor(1, 1, [&](int64_t, int64_t) {  // on a thread with FTZ/DAZ set
+    kept = KeptTokens(logits, nullptr, p);
+    for (double u : {0.0, 0.5, 0.99}) drawn.push_back(DrawFiltered(logits, nullptr, p, u));
+  });
+  EXPECT_EQ(kept, std::vector<int32_t>{0});
+  EXPECT_EQ(drawn, (std::vector<int32_t>{0, 0, 0}));
 }
 
 }  // namespace
