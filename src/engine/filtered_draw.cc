@@ -78,6 +78,7 @@ struct Kept {
   uint16_t bin = 0;
   uint64_t last = 0;
   float max_distance = kInf;  // min-p: the distance at most
+  double cut_mass = -1;       // the kept mass top-p's cut found (by_bins; -1: not known)
 
   template <bool kMinP, bool kByBins>
   bool Keeps(const Scratch& s, int64_t t) const {
@@ -211,6 +212,7 @@ void TopMassCut(double top_p, Scratch& s, Kept& k) {
       break;
     }
   }
+  k.cut_mass = before;
 }
 
 Kept FindKept(const std::vector<float>& logits, const uint32_t* allowed, const SamplingParams& p,
@@ -292,21 +294,34 @@ int32_t DrawKept(const Kept& k, Keeps keeps, Scratch& s, double u) {
   const Row& r = k.row;
   std::vector<double>& block_mass = s.block_mass;
   const int64_t blocks = static_cast<int64_t>(block_mass.size());
-  if (!k.KeepsAll()) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      double m = 0;
-      for (int64_t t = b * kBlock; t < std::min(r.n, (b + 1) * kBlock); ++t) {
-        if (keeps(s, t)) m += r.w[t];
-      }
-      block_mass[b] = m;
+  auto kept_mass_of = [&](int64_t b) {
+    double m = 0;
+    for (int64_t t = b * kBlock; t < std::min(r.n, (b + 1) * kBlock); ++t) {
+      if (keeps(s, t)) m += r.w[t];
     }
-  }
+    return m;
+  };
+  // The kept mass. Top-p's cut knows it when no min-p bound follows: the walk then sums each
+  // block only until the target's (half the row on average). Otherwise one pass sums them all
+  // first (keeping all, exp_weights already did).
+  const bool lazy = k.by_bins && k.cut_mass >= 0 && k.max_distance == kInf;
   double mass = 0;
-  for (double m : block_mass) mass += m;
+  if (lazy) {
+    mass = k.cut_mass;
+  } else {
+    if (!k.KeepsAll()) {
+      for (int64_t b = 0; b < blocks; ++b) block_mass[b] = kept_mass_of(b);
+    }
+    for (double m : block_mass) mass += m;
+  }
   const double target = u * mass;
   double cumulative = 0;
   int64_t b = 0;
-  while (b < blocks - 1 && !(target < cumulative + block_mass[b])) cumulative += block_mass[b++];
+  for (; b < blocks - 1; ++b) {
+    const double m = lazy ? kept_mass_of(b) : block_mass[b];
+    if (target < cumulative + m) break;
+    cumulative += m;
+  }
   // Walk on from block b (rounding may carry the walk past it). When it ends (u near 1) the last
   // kept token is the answer.
   int32_t last = -1;
