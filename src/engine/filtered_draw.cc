@@ -43,6 +43,8 @@ struct Row {
   // prefix of it.
   float Distance(int64_t t) const { return (max - x[t]) * inv_t; }
   uint64_t Key(int64_t t) const { return OrderKey(x[t], static_cast<int32_t>(t)); }
+  // The first token of the largest logit: the answer when nothing weighs anything.
+  int32_t FirstBest() const { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
 };
 
 uint16_t BinOf(float distance) {
@@ -139,6 +141,19 @@ void KeepUntilMass(const Row& r, double target, std::vector<uint64_t>& keys) {
   }
 }
 
+// keys := the keys of the tokens `in` admits, in id order; false (keys partial) when there are
+// more than kListMax of them.
+template <class In>
+bool ListFew(const Row& r, In in, std::vector<uint64_t>& keys) {
+  keys.clear();
+  for (int64_t t = 0; t < r.n; ++t) {
+    if (!in(t)) continue;
+    if (static_cast<int64_t>(keys.size()) == kListMax) return false;
+    keys.push_back(r.Key(t));
+  }
+  return true;
+}
+
 // Top-p over the whole row: the cut where the running mass, in the order, reaches top_p of the
 // row's mass. A histogram of mass by distance finds the bin the cut falls in; only that bin's
 // tokens are ranked. When the bins up to it hold at most kListMax tokens they become the kept
@@ -148,34 +163,28 @@ void TopMassCut(double top_p, Scratch& s, Kept& k) {
   double total = 0;  // the row's mass
   for (double m : s.block_mass) total += m;
   const double target = top_p * total;
-  s.kept.clear();
-  if (r.n <= kListMax) {  // a small vocabulary: rank it all
-    for (int64_t t = 0; t < r.n; ++t) s.kept.push_back(r.Key(t));
+  // The listed keys ranked, then cut where the running mass reaches the target: the kept list.
+  auto keep_listed = [&] {
     std::sort(s.kept.begin(), s.kept.end());
     KeepUntilMass(r, target, s.kept);
     k.listed = true;
-    return;
-  }
-  // A peaked row (a trained model's, mostly) first: the few tokens near the best usually hold
-  // top_p of the mass, and then only they are ranked.
-  int64_t t = 0;
-  for (; t < r.n && static_cast<int64_t>(s.kept.size()) <= kListMax; ++t) {
-    if (r.Distance(t) <= kPeakDistance) s.kept.push_back(r.Key(t));
-  }
-  if (t == r.n && static_cast<int64_t>(s.kept.size()) <= kListMax) {
+  };
+  // A small vocabulary is ranked whole. In a peaked row (a trained model's, mostly) the few
+  // tokens near the best usually hold top_p of the mass, and then only they are ranked.
+  auto near_mass = [&] {
     double near = 0;
     for (uint64_t key : s.kept) near += r.w[IdOf(key)];
-    if (near >= target) {
-      std::sort(s.kept.begin(), s.kept.end());
-      KeepUntilMass(r, target, s.kept);
-      k.listed = true;
-      return;
-    }
+    return near;
+  };
+  if (ListFew(r, [](int64_t) { return true; }, s.kept) ||
+      (ListFew(r, [&](int64_t t) { return r.Distance(t) <= kPeakDistance; }, s.kept) &&
+       near_mass() >= target)) {
+    keep_listed();
+    return;
   }
-  s.kept.clear();
   s.bins.resize(r.n);
   s.mass.assign(kLanes * kBins, 0.0);
-  for (t = 0; t < r.n; ++t) {
+  for (int64_t t = 0; t < r.n; ++t) {
     const uint16_t bin = BinOf(r.Distance(t));
     s.bins[t] = bin;
     s.mass[(t % kLanes) * kBins + bin] += r.w[t];
@@ -187,18 +196,13 @@ void TopMassCut(double top_p, Scratch& s, Kept& k) {
   int64_t bin = 0;
   while (bin < kBins - 1 && before + s.mass[bin] < target) before += s.mass[bin++];
   // The tokens up to the cut's bin, listed when they are few.
-  for (t = 0; t < r.n && static_cast<int64_t>(s.kept.size()) <= kListMax; ++t) {
-    if (s.bins[t] <= bin) s.kept.push_back(r.Key(t));
-  }
-  if (t == r.n && static_cast<int64_t>(s.kept.size()) <= kListMax) {
-    std::sort(s.kept.begin(), s.kept.end());
-    KeepUntilMass(r, target, s.kept);
-    k.listed = true;
+  if (ListFew(r, [&](int64_t t) { return s.bins[t] <= bin; }, s.kept)) {
+    keep_listed();
     return;
   }
   // Many: only the cut's bin is ranked.
   s.kept.clear();
-  for (t = 0; t < r.n; ++t) {
+  for (int64_t t = 0; t < r.n; ++t) {
     if (s.bins[t] == bin) s.kept.push_back(r.Key(t));
   }
   std::sort(s.kept.begin(), s.kept.end());
@@ -270,7 +274,7 @@ Kept FindKept(const std::vector<float>& logits, const uint32_t* allowed, const S
 
 // The draw over a listed kept set: u over its mass, walking it in id order.
 int32_t DrawFromList(const Row& r, std::vector<uint64_t>& keys, double u) {
-  if (keys.empty()) return static_cast<int32_t>(std::max_element(r.x, r.x + r.n) - r.x);
+  if (keys.empty()) return r.FirstBest();
   for (uint64_t& key : keys) key = static_cast<uint64_t>(IdOf(key));  // ids, in id order below
   std::sort(keys.begin(), keys.end());
   double mass = 0;
@@ -335,7 +339,7 @@ int32_t DrawKept(const Kept& k, Keeps keeps, Scratch& s, double u) {
     if (keeps(s, t)) last = static_cast<int32_t>(t);
   }
   // Nothing weighs anything (every token disallowed): the first best one.
-  return last >= 0 ? last : static_cast<int32_t>(std::max_element(r.x, r.x + r.n) - r.x);
+  return last >= 0 ? last : r.FirstBest();
 }
 
 }  // namespace
