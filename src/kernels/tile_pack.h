@@ -37,7 +37,8 @@ inline constexpr int64_t kPackFp8TileBytes = 512;  // 16 k-pairs x 16 rows x 2 c
 // bf16_activations, else 0 (the kernels read every other weight as stored).
 int64_t TilePackedBytes(const WeightRef& w);
 // Writes w (rows as stored at w.data, any alignment) in the layout above to `out`
-// (TilePackedBytes(w) bytes), over the thread pool.
+// (TilePackedBytes(w) bytes), over the thread pool. Plain C++, on any CPU: the reference for the
+// AVX-512 packing the tables load with (avx512::TilePackAvx512, the same bytes).
 void TilePack(const WeightRef& w, void* out);
 
 // True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
@@ -49,7 +50,7 @@ bool ReadsTilePacked(const WeightRef& w);
 // linear).
 bool Fp8PacksFit(const WeightRef& w);
 int64_t Fp8TilePackedBytes(const WeightRef& w);
-void Fp8TilePack(const WeightRef& w, void* out);
+void Fp8TilePack(const WeightRef& w, void* out);  // reference of avx512::Fp8TilePackAvx512
 bool ReadsFp8TilePacked(const WeightRef& w);
 
 // Splits the packed blocks of w's view (rows packed_row0 .. packed_row0 + n) among the thread
@@ -61,9 +62,11 @@ void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blo
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from w's packed copy) t's linear for the weights it
 // reads packed (ReadsTilePacked), keeping the linear t had for every other weight, and t's
-// packing the tile layout above. One instantiation per packed kernel: its fallback lives in a
-// static, as KernelTable holds plain function pointers.
-template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y)>
+// packing the tile layout above, written by `Pack` (TilePack or a vector version of it). One
+// instantiation per packed kernel: its fallback lives in a static, as KernelTable holds plain
+// function pointers.
+template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y),
+          void (*Pack)(const WeightRef& w, void* out)>
 void UseTilePackedLinear(KernelTable& t) {
   using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
   static LinearFn unpacked = nullptr;  // the table's linear before this call
@@ -76,14 +79,16 @@ void UseTilePackedLinear(KernelTable& t) {
     }
   };
   t.packed_bytes = TilePackedBytes;
-  t.pack = TilePack;
+  t.pack = Pack;
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it
 // reads packed (ReadsFp8TilePacked), and t's packing the fp8 tile layout for the fp8 weights that
-// fit (Fp8PacksFit); every other weight keeps t's linear and packing as they were. kSlot tells the
-// tables that use it apart (the fallbacks live in statics, one set per instantiation).
-template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y), int kSlot>
+// fit (Fp8PacksFit), written by `Pack` (Fp8TilePack or a vector version of it); every other
+// weight keeps t's linear and packing as they were. kSlot tells the tables that use it apart (the
+// fallbacks live in statics, one set per instantiation).
+template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y),
+          void (*Pack)(const WeightRef& w, void* out), int kSlot>
 void UseFp8PackedLinear(KernelTable& t) {
   using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
   using BytesFn = int64_t (*)(const WeightRef&);
@@ -107,7 +112,7 @@ void UseFp8PackedLinear(KernelTable& t) {
   };
   t.pack = [](const WeightRef& w, void* out) {
     if (Fp8PacksFit(w)) {
-      Fp8TilePack(w, out);
+      Pack(w, out);
     } else {
       other_pack(w, out);
     }

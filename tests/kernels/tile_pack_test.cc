@@ -1,5 +1,7 @@
-// TilePack against the layout kernels/tile_pack.h documents, element by element: whole blocks and
-// tiles, and the ends of n and k (zeros past them), including an odd k (a half pair).
+// The packings against the layout kernels/tile_pack.h documents, element by element: whole blocks
+// and tiles, and the ends of n and k (zeros past them), including an odd k (a half pair). Each
+// packer this CPU runs is checked: the plain C++ reference (TilePack, Fp8TilePack) and the `pack`
+// of every kernel table that packs (the AVX-512 version in the packed and AMX tables).
 #include "kernels/tile_pack.h"
 
 #include <gtest/gtest.h>
@@ -7,12 +9,28 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 
 namespace latent::kernels {
 namespace {
+
+using PackFn = void (*)(const WeightRef& w, void* out);
+
+// (name, packer) for the reference and for each table on this CPU that packs.
+std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference) {
+  std::vector<std::pair<std::string, PackFn>> packers = {{"reference", reference}};
+  const std::pair<const char*, const KernelTable*> tables[] = {
+      {"packed table", Bf16PackedKernels()}, {"amx table", AmxKernels()}};
+  for (const auto& [name, table] : tables) {
+    if (table != nullptr && table->pack != nullptr) packers.emplace_back(name, table->pack);
+  }
+  return packers;
+}
 
 // packed [ceil(n / 16)][ceil(k / 32)][16 k-pairs][16 rows][2] of bf16 bits, zero past n and k.
 std::vector<uint16_t> ReferencePack(const std::vector<uint16_t>& w, int64_t n, int64_t k) {
@@ -30,8 +48,8 @@ std::vector<uint16_t> ReferencePack(const std::vector<uint16_t>& w, int64_t n, i
 TEST(TilePack, WritesTheDocumentedLayout) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> bits(1, 0xffff);
-  const int64_t shapes[][2] = {{16, 32}, {32, 64}, {48, 1024}, {17, 33}, {5, 7},
-                               {64, 100}, {33, 2048}, {1, 1}, {100, 31}};
+  const int64_t shapes[][2] = {{16, 32}, {32, 64}, {48, 1024}, {17, 33}, {5, 7},  {64, 100},
+                               {33, 2048}, {1, 1}, {100, 31}, {40, 4113}, {16, 2}, {3, 63}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], k = shape[1];
     // Stored one byte off an aligned address, as a mapped checkpoint's tensor may be.
@@ -43,9 +61,11 @@ TEST(TilePack, WritesTheDocumentedLayout) {
     ref.bf16_activations = true;
     const std::vector<uint16_t> expected = ReferencePack(w, n, k);
     ASSERT_EQ(TilePackedBytes(ref), static_cast<int64_t>(expected.size() * 2));
-    std::vector<uint16_t> got(expected.size(), 0xabcd);  // garbage: every byte must be written
-    TilePack(ref, got.data());
-    EXPECT_EQ(got, expected) << "n " << n << " k " << k;
+    for (const auto& [name, pack] : Packers(TilePack)) {
+      std::vector<uint16_t> got(expected.size(), 0xabcd);  // garbage: every byte must be written
+      pack(ref, got.data());
+      EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
+    }
   }
 }
 
@@ -54,7 +74,8 @@ TEST(TilePack, WritesTheDocumentedLayout) {
 TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
   std::mt19937 rng(4);
   std::uniform_int_distribution<int> bits(1, 0xff);
-  const int64_t shapes[][2] = {{16, 32}, {48, 1024}, {17, 33}, {5, 7}, {100, 31}, {1, 1}};
+  const int64_t shapes[][2] = {{16, 32}, {48, 1024}, {17, 33}, {5, 7},   {100, 31},
+                               {1, 1},   {40, 4113}, {16, 2},  {3, 63}, {33, 96}};
   for (const auto& shape : shapes) {
     const int64_t n = shape[0], k = shape[1];
     const int64_t tiles = (k + kPackK - 1) / kPackK, blocks = (n + kPackRows - 1) / kPackRows;
@@ -77,9 +98,11 @@ TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
     ref.block_k = 128;
     ref.bf16_activations = true;
     ASSERT_EQ(Fp8TilePackedBytes(ref), static_cast<int64_t>(expected.size()));
-    std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
-    Fp8TilePack(ref, got.data());
-    EXPECT_EQ(got, expected) << "n " << n << " k " << k;
+    for (const auto& [name, pack] : Packers(Fp8TilePack)) {
+      std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
+      pack(ref, got.data());
+      EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
+    }
   }
 }
 

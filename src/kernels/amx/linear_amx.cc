@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "kernels/amx/amx_kernels.h"
+#include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tile_pack.h"
 #include "tensor/dtype.h"
@@ -298,7 +299,9 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 }  // namespace
 
-void FillAmxLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked>(t); }
+void FillAmxLinear(KernelTable& t) {
+  UseTilePackedLinear<LinearPacked, avx512::TilePackAvx512>(t);
+}
 
 }  // namespace latent::kernels::amx
 LATENT_AMX_END

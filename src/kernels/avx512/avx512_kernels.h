@@ -1,5 +1,6 @@
 // Entry points of the AVX-512 kernels (kernels/avx512/*.cc). Only dispatch.cc calls them, and
-// only after checking the CPU (see CpuHasAvx512 in base/cpu_features.h).
+// only after checking the CPU (see CpuHasAvx512 in base/cpu_features.h); the packing functions
+// also go into the AMX table (an AMX CPU has AVX-512).
 #pragma once
 
 #include "kernels/kernel_table.h"
@@ -39,5 +40,8 @@ void FillBf16Attention(KernelTable& table);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);
+// kernels/tile_pack.h's TilePack and Fp8TilePack, the same bytes, on AVX-512 (tile_pack_avx512.cc).
+void TilePackAvx512(const WeightRef& w, void* out);
+void Fp8TilePackAvx512(const WeightRef& w, void* out);
 
 }  // namespace latent::kernels::avx512

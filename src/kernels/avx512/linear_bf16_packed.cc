@@ -165,7 +165,9 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 }  // namespace
 
-void FillBf16PackedLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked>(t); }
+void FillBf16PackedLinear(KernelTable& t) {
+  UseTilePackedLinear<LinearPacked, TilePackAvx512>(t);
+}
 
 }  // namespace latent::kernels::avx512
 LATENT_AVX512_BF16_END
