@@ -5,6 +5,7 @@
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
 //       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
 //       [--prefill 512,2048] [--kernels best|ref|avx512|bf16dot|avx512-packed|amx|onednn]
+//       [--attention-rows f32|bf16]
 //
 // --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
 // bf16`: activations rounded to bf16), which the AVX-512 table runs on vdpbf16ps and the AMX table
@@ -18,6 +19,9 @@
 // "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
 // values (128), as the expanded form runs it: one `attention` call per query against one
 // `attention_queries` call for all of them (bit-identical results).
+// --attention-rows bf16: the decode attention over bf16 rows with bf16 products (the engine's
+// default for a bf16 checkpoint), and the DSA indexer's scores of one query (64 heads of 128)
+// over as many bf16 keys ("index_scores"); "gflops" counts 2 flops per multiply-add.
 // "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine);
 // "caller_cpu_gflops" the linear flops over it (the kernel's own rate with --threads 1).
 // The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
@@ -32,14 +36,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/index_scores.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "tensor/dtype.h"
@@ -155,6 +162,7 @@ struct Options {
   std::vector<int64_t> contexts = {4096, 16384};
   std::vector<int64_t> prefills = {512};
   int64_t heads = 16;
+  std::string attention_rows = "f32";
   std::string kernels = "best";
   // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
   // lm_head, say), as the engine reads its weights, instead of anonymous huge pages.
@@ -201,6 +209,8 @@ int main(int argc, char** argv) {
       o.heads = std::atoll(value.c_str());
     else if (flag == "--kernels")
       o.kernels = value;
+    else if (flag == "--attention-rows")
+      o.attention_rows = value;
     else if (flag == "--file")
       o.file = value;
     else if (flag == "--offset")
@@ -324,18 +334,53 @@ int main(int argc, char** argv) {
   std::printf("\n ],\n \"attention\": [");
   first = true;
   const int64_t qk = 576, dv = 512;
+  const bool bf16_rows = o.attention_rows == "bf16";
+  if (!bf16_rows && o.attention_rows != "f32") {
+    std::fprintf(stderr, "--attention-rows %s: f32 or bf16\n", o.attention_rows.c_str());
+    return 2;
+  }
+  // Times fn as the median of at least 5 calls after one warm-up, per thread count, and prints
+  // one JSON line per thread count (fields: what `describe` prints, then ms and gflops).
+  const auto time_calls = [&](const std::function<void()>& fn, const std::string& describe,
+                              double flops) {
+    for (int64_t t : o.threads) {
+      latent::threads::SetNumThreads(static_cast<int>(t));
+      fn();
+      std::vector<double> ms, cpu_ms;
+      for (int r = 0; r < std::max(5, o.reps); ++r) {
+        const auto start = Clock::now();
+        const double cpu_start = ThreadCpuMs();
+        fn();
+        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+      }
+      std::printf("%s\n  {%s, \"threads\": %lld, \"ms\": %.3f, \"caller_cpu_ms\": %.3f, "
+                  "\"gflops\": %.1f}",
+                  first ? "" : ",", describe.c_str(), static_cast<long long>(t), Median(ms),
+                  Median(cpu_ms), flops / Median(ms) / 1e6);
+      std::fflush(stdout);
+      first = false;
+    }
+  };
   for (int64_t length : o.contexts) {
+    // rows [length, qk] in f32 or bf16 (the same values), q [heads, qk].
     std::vector<float> rows(length * qk), q(o.heads * qk), out(o.heads * dv), scratch(length);
     for (size_t i = 0; i < rows.size(); ++i)
       rows[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.0f;
     for (size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<float>((i * 40503u) % 2001) * 1e-3f - 1.0f;
+    std::vector<uint16_t> rows_bf16(bf16_rows ? rows.size() : 0);
+    for (size_t i = 0; i < rows_bf16.size(); ++i) rows_bf16[i] = latent::F32ToBF16(rows[i]);
     std::vector<const void*> ptrs(length);
-    for (int64_t t = 0; t < length; ++t) ptrs[t] = &rows[t * qk];
+    for (int64_t t = 0; t < length; ++t) {
+      ptrs[t] = bf16_rows ? static_cast<const void*>(&rows_bf16[t * qk]) : &rows[t * qk];
+    }
     latent::kernels::AttentionArgs a;
     a.q = q.data();
     a.num_heads = o.heads;
     a.qk_dim = qk;
+    a.rows = bf16_rows ? DType::kBF16 : DType::kF32;
+    a.bf16_products = bf16_rows;
     a.keys = ptrs.data();
     a.key_head_stride = 0;
     a.values = ptrs.data();
@@ -345,25 +390,45 @@ int main(int argc, char** argv) {
     a.scale = 0.04f;
     a.out = out.data();
     a.scratch = scratch.data();
-    for (int64_t t : o.threads) {
-      latent::threads::SetNumThreads(static_cast<int>(t));
-      kt.attention(a);
-      std::vector<double> ms, cpu_ms;
-      for (int r = 0; r < std::max(5, o.reps); ++r) {
-        const auto start = Clock::now();
-        const double cpu_start = ThreadCpuMs();
-        kt.attention(a);
-        cpu_ms.push_back(ThreadCpuMs() - cpu_start);
-        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-      }
-      std::printf(
-          "%s\n  {\"context\": %lld, \"heads\": %lld, \"row\": %lld, \"threads\": %lld, "
-          "\"ms\": %.3f, \"caller_cpu_ms\": %.3f}",
-          first ? "" : ",", static_cast<long long>(length), static_cast<long long>(o.heads),
-          static_cast<long long>(qk), static_cast<long long>(t), Median(ms), Median(cpu_ms));
-      std::fflush(stdout);
-      first = false;
-    }
+    char describe[160];
+    std::snprintf(describe, sizeof describe,
+                  "\"context\": %lld, \"heads\": %lld, \"row\": %lld, \"rows\": \"%s\"",
+                  static_cast<long long>(length), static_cast<long long>(o.heads),
+                  static_cast<long long>(qk), o.attention_rows.c_str());
+    time_calls([&] { kt.attention(a); }, describe,
+               2.0 * static_cast<double>(length * o.heads * (qk + dv)));
+    if (!bf16_rows) continue;
+    // The DSA indexer's scores over the first qk / 128 * 128 elements of the same rows as keys.
+    constexpr int64_t kIndexHeads = 64, kIndexDim = 128;
+    std::vector<float> iq(kIndexHeads * kIndexDim), iw(kIndexHeads, 0.125f), scores(length);
+    for (size_t i = 0; i < iq.size(); ++i) iq[i] = q[i % q.size()];
+    latent::kernels::IndexScoreArgs s;
+    s.q = iq.data();
+    s.w = iw.data();
+    s.heads = kIndexHeads;
+    s.dim = kIndexDim;
+    s.scale = 1.0f / std::sqrt(static_cast<float>(kIndexDim));
+    s.keys = ptrs.data();
+    s.rows = DType::kBF16;
+    s.n = length;
+    s.scores = scores.data();
+    s.bf16_products = true;
+    std::snprintf(describe, sizeof describe,
+                  "\"index_scores\": %lld, \"heads\": %lld, \"dim\": %lld",
+                  static_cast<long long>(length), static_cast<long long>(kIndexHeads),
+                  static_cast<long long>(kIndexDim));
+    // The engine splits one query's keys across the threads in chunks of 2048 (ops/dsa_indexer.cc).
+    time_calls(
+        [&] {
+          latent::threads::ParallelFor(length, 2048, [&](int64_t j0, int64_t j1) {
+            latent::kernels::IndexScoreArgs part = s;
+            part.keys = s.keys + j0;
+            part.n = j1 - j0;
+            part.scores = s.scores + j0;
+            kt.index_scores(part);
+          });
+        },
+        describe, 2.0 * static_cast<double>(length * kIndexHeads * kIndexDim));
   }
   std::printf("\n ],\n \"prefill_attention\": [");
   first = true;
