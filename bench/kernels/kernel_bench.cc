@@ -20,8 +20,9 @@
 // values (128), as the expanded form runs it: one `attention` call per query against one
 // `attention_queries` call for all of them (bit-identical results).
 // --attention-rows bf16: the decode attention over bf16 rows with bf16 products (the engine's
-// default for a bf16 checkpoint), and the DSA indexer's scores of one query (64 heads of 128)
-// over as many bf16 keys ("index_scores"); "gflops" counts 2 flops per multiply-add.
+// default for a bf16 checkpoint), the DSA indexer's scores of one query (64 heads of 128) over as
+// many bf16 keys ("index_scores"), and the prefill attention with bf16 products; "gflops" counts
+// 2 flops per multiply-add.
 // "caller_cpu_ms" is the calling thread's CPU time (steadier than wall time on a busy machine);
 // "caller_cpu_gflops" the linear flops over it (the kernel's own rate with --threads 1).
 // The JSON records /proc/loadavg at start and end: a busy machine halves the 2-thread figures.
@@ -462,6 +463,7 @@ int main(int argc, char** argv) {
     qa.q = q.data();
     qa.lengths = lengths.data();
     qa.out = out.data();
+    qa.bf16_products = bf16_rows;  // --attention-rows bf16: bf16 compute, as the engine's default
     const auto per_query = [&] {
       for (int64_t i = 0; i < p; ++i) {
         latent::kernels::AttentionArgs a = qa.shared;
@@ -486,12 +488,19 @@ int main(int argc, char** argv) {
           run();
           ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
         }
+        // FNV-1a of the output's bytes: equal across calls, thread counts and kernel versions
+        // that compute the same values.
+        uint64_t hash = 1469598103934665603ull;
+        for (size_t i = 0; i < out.size() * sizeof(float); ++i) {
+          hash = (hash ^ reinterpret_cast<const uint8_t*>(out.data())[i]) * 1099511628211ull;
+        }
         std::printf(
             "%s\n  {\"tokens\": %lld, \"heads\": %lld, \"threads\": %lld, \"call\": \"%s\", "
-            "\"ms\": %.3f, \"gflops\": %.1f}",
+            "\"bf16_products\": %s, \"ms\": %.3f, \"gflops\": %.1f, \"out_hash\": \"%016llx\"}",
             first ? "" : ",", static_cast<long long>(p), static_cast<long long>(o.heads),
             static_cast<long long>(t), way == 0 ? "attention per query" : "attention_queries",
-            Median(ms), flops / Median(ms) * 1e-6);
+            bf16_rows ? "true" : "false", Median(ms), flops / Median(ms) * 1e-6,
+            static_cast<unsigned long long>(hash));
         std::fflush(stdout);
         first = false;
       }

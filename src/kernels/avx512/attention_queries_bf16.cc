@@ -37,19 +37,36 @@ constexpr int64_t kKeys = kSoftmaxBlock;  // positions per block: 4 zmm of score
 constexpr int64_t kQueryTile = kQueriesPerTask;
 constexpr int kQs = 4;                    // queries per register tile
 
-// Two bf16 values as the 32-bit pair vdpbf16ps reads: `low` in the low half.
-inline uint32_t Bf16Pair(float low, float high) {
-  return static_cast<uint32_t>(F32ToBF16(low)) | (static_cast<uint32_t>(F32ToBF16(high)) << 16);
+// Elements c0 .. c0 + 31 of the row at `row` (f32 or bf16, the formats attention_queries takes)
+// as 16 bf16 pairs (element c0 + 2 j in the low half of pair j), zero from element `end` on. f32
+// rounds to nearest even (vcvtne2ps2bf16).
+inline __m512i RowPairs16(DType dtype, const void* row, int64_t c0, int64_t end) {
+  const int64_t count = std::clamp<int64_t>(end - c0, 0, 32);
+  if (dtype == DType::kBF16) {
+    const __mmask32 m = count >= 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
+    return _mm512_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c0);
+  }
+  const float* f = static_cast<const float*>(row) + c0;
+  const __m512 lo = _mm512_maskz_loadu_ps(TailMask(std::min<int64_t>(count, 16)), f);
+  const __m512 hi = _mm512_maskz_loadu_ps(TailMask(std::max<int64_t>(count - 16, 0)), f + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
-// Element c of the row at `row` (f32 or bf16, the formats attention_queries takes).
-inline float RowElement(DType dtype, const void* row, int64_t c) {
-  return dtype == DType::kBF16 ? BF16ToF32(static_cast<const uint16_t*>(row)[c])
-                               : static_cast<const float*>(row)[c];
+// Elements c .. c + 15 (the first `count` <= 16 of them, zero past) of the row at `row` as bf16,
+// widened to the low half of 16 32-bit lanes.
+inline __m512i RowBf16x16(DType dtype, const void* row, int64_t c, int64_t count) {
+  const __mmask16 m = TailMask(count);
+  if (dtype == DType::kBF16) {
+    return _mm512_cvtepu16_epi32(
+        _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c));
+  }
+  const float* f = static_cast<const float*>(row) + c;
+  return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, f)));
 }
 
 // kt [key_heads][blocks][dq pairs][kKeys] and vt [value_heads][position pairs][dv], each element
-// a bf16 pair; zero past the last position and past dq.
+// a bf16 pair; zero past the last position and past dq. Keys 16 positions x 16 pairs at a time,
+// one transpose each; values 16 columns of a position pair at a time.
 void PackBf16(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads,
               int64_t value_heads, uint32_t* kt, uint32_t* vt) {
   const AttentionArgs& a = qa.shared;
@@ -63,13 +80,18 @@ void PackBf16(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_hea
       const int64_t t0 = block * kKeys, rows = std::min(kKeys, positions - t0);
       if (head < key_heads) {
         uint32_t* dst = kt + (head * blocks + block) * pairs * kKeys;
-        if (rows < kKeys) std::fill(dst, dst + pairs * kKeys, 0u);
         const int64_t k0 = head * a.key_head_stride;
-        for (int64_t r = 0; r < rows; ++r) {
-          const void* key = a.keys[t0 + r];
-          for (int64_t cp = 0; cp < pairs; ++cp) {
-            const float high = 2 * cp + 1 < dq ? RowElement(dtype, key, k0 + 2 * cp + 1) : 0.0f;
-            dst[cp * kKeys + r] = Bf16Pair(RowElement(dtype, key, k0 + 2 * cp), high);
+        for (int64_t r0 = 0; r0 < kKeys; r0 += 16) {
+          for (int64_t cp0 = 0; cp0 < pairs; cp0 += 16) {
+            __m512i r[16], line[16];
+            for (int64_t i = 0; i < 16; ++i) {
+              r[i] = r0 + i < rows ? RowPairs16(dtype, a.keys[t0 + r0 + i], k0 + 2 * cp0, k0 + dq)
+                                   : _mm512_setzero_si512();
+            }
+            Transpose16x16(r, line);
+            for (int64_t p = 0; p < std::min<int64_t>(16, pairs - cp0); ++p) {
+              _mm512_storeu_si512(dst + (cp0 + p) * kKeys + r0, line[p]);
+            }
           }
         }
       }
@@ -79,9 +101,13 @@ void PackBf16(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_hea
           uint32_t* dst = vt + (head * rows2 + rp) * dv;
           const void* even = a.values[2 * rp];
           const void* odd = 2 * rp + 1 < positions ? a.values[2 * rp + 1] : nullptr;
-          for (int64_t c = 0; c < dv; ++c) {
-            const float high = odd != nullptr ? RowElement(dtype, odd, v0 + c) : 0.0f;
-            dst[c] = Bf16Pair(RowElement(dtype, even, v0 + c), high);
+          for (int64_t c = 0; c < dv; c += 16) {
+            const int64_t count = std::min<int64_t>(16, dv - c);
+            const __m512i lo = RowBf16x16(dtype, even, v0 + c, count);
+            const __m512i hi = odd != nullptr ? RowBf16x16(dtype, odd, v0 + c, count)
+                                              : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + c, TailMask(count),
+                                     _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
           }
         }
       }
@@ -122,7 +148,21 @@ void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc)
       acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
-  for (int64_t rp = 0; rp < pairs_max; ++rp) {
+  // Pairs every query of the tile attends (the whole block but on the diagonal) need no mask.
+  int64_t pairs_all = pairs_max;
+  for (int i = 0; i < QS; ++i) pairs_all = std::min(pairs_all, (rows[i] + 1) / 2);
+  for (int64_t rp = 0; rp < pairs_all; ++rp) {
+    const uint32_t* v = vt + rp * dv + c0;
+    __m512bh vv[C];
+    for (int cc = 0; cc < C; ++cc) {
+      vv[cc] = (__m512bh)_mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+    }
+    for (int i = 0; i < QS; ++i) {
+      const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
+      for (int cc = 0; cc < C; ++cc) acc[i][cc] = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
+    }
+  }
+  for (int64_t rp = pairs_all; rp < pairs_max; ++rp) {
     const uint32_t* v = vt + rp * dv + c0;
     __m512bh vv[C];
     for (int cc = 0; cc < C; ++cc) {
@@ -201,8 +241,10 @@ void HeadQueries(const QueriesAttentionArgs& qa, const uint32_t* kt, const uint3
   for (int64_t i = i0; i < i1; ++i) {
     const float* q = qa.q + (i * h + head) * dq;
     uint32_t* pairs_of_q = q_pairs.data() + (i - i0) * pairs;
-    for (int64_t cp = 0; cp < pairs; ++cp)
-      pairs_of_q[cp] = Bf16Pair(q[2 * cp], 2 * cp + 1 < dq ? q[2 * cp + 1] : 0.0f);
+    for (int64_t cp0 = 0; cp0 < pairs; cp0 += 16) {
+      _mm512_mask_storeu_epi32(pairs_of_q + cp0, TailMask(std::min<int64_t>(16, pairs - cp0)),
+                               RowPairs16(DType::kF32, q, 2 * cp0, dq));
+    }
     qp[i - i0] = pairs_of_q;
   }
   st.ForEachBlockAndTile(i1 - i0, kQs, [&](int64_t b, int64_t j, int qs) {

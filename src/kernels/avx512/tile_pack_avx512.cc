@@ -23,35 +23,6 @@ LATENT_AVX512_BEGIN
 namespace latent::kernels::avx512 {
 namespace {
 
-// r[j] holds row j's 16 4-byte elements; afterwards line[p] holds element p of rows 0..15 (row j
-// at element j).
-inline void Transpose16x16(const __m512i (&r)[16], __m512i (&line)[16]) {
-  // Per 128-bit lane L (elements 4 L .. 4 L + 3 of each row): t[2 i], t[2 i + 1] interleave
-  // rows 2 i and 2 i + 1; u[4 i + c] holds rows 4 i .. 4 i + 3 of element 4 L + c.
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  // Element 4 L + c: lane L of u[c], u[4 + c], u[8 + c], u[12 + c] (rows 0-3, 4-7, 8-11, 12-15).
-  for (int c = 0; c < 4; ++c) {
-    const __m512i ab_lo = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i ab_hi = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i cd_hi = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
-    line[0 + c] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
-    line[4 + c] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
-    line[8 + c] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
-    line[12 + c] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
 // The first `count` (<= 64) bytes.
 inline __mmask64 ByteMask(int64_t count) {
   return count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
