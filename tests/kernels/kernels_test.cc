@@ -948,6 +948,45 @@ TEST_P(FastKernels, AttentionQueriesBf16ProductsRoundOnlyWhereTheCpuCanAndIgnore
   }
 }
 
+// A position past a query's length holds another query's row: an inf or NaN value there must not
+// reach the query (probability 0 times inf is NaN). Odd lengths end in half a position pair in
+// the bf16 kernel; every table, bf16 products or not, gives query 0 its one value.
+TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
+  LATENT_REQUIRE_TABLE(fast);
+  ThreadCount restore;
+  threads::SetNumThreads(1);
+  for (const float bad : {INFINITY, -INFINITY, NAN}) {
+    for (const bool bf16 : {false, true}) {
+      // 3 queries of 1 head, qk 1, v 1: lengths 1, 3, 2; positions 1 and 2 hold bad values.
+      const std::vector<float> keys = {1.0f, 0.5f, -0.5f}, values = {2.0f, bad, bad};
+      const std::vector<float> q = {1.0f, 1.0f, 1.0f};
+      const std::vector<int64_t> lengths = {1, 3, 2};
+      std::vector<const void*> key_ptrs, value_ptrs;
+      for (int t = 0; t < 3; ++t) {
+        key_ptrs.push_back(&keys[t]);
+        value_ptrs.push_back(&values[t]);
+      }
+      QueriesAttentionArgs qa;
+      qa.shared.num_heads = 1;
+      qa.shared.qk_dim = 1;
+      qa.shared.v_dim = 1;
+      qa.shared.keys = key_ptrs.data();
+      qa.shared.key_head_stride = 1;
+      qa.shared.values = value_ptrs.data();
+      qa.shared.value_head_stride = 1;
+      qa.shared.scale = 1.0f;
+      qa.num_queries = 3;
+      qa.q = q.data();
+      qa.lengths = lengths.data();
+      std::vector<float> out(3, -1.0f);
+      qa.out = out.data();
+      qa.bf16_products = bf16;
+      fast.attention_queries(qa);
+      EXPECT_EQ(out[0], 2.0f) << GetParam().name << " bad " << bad << " bf16 " << bf16;
+    }
+  }
+}
+
 // norm_rope: the reference must equal rms_norm followed by ops::Rope's rotation (written out
 // here), and the fast kernel must equal the fast rms_norm and the same rotation bit for bit, for
 // both pairings, rotary widths with tails (2, 6, 34, 64, 66) and a bf16 norm weight.

@@ -138,7 +138,9 @@ void BlockScores(const uint32_t* const* qp, int64_t pairs, const uint32_t* block
 
 // o[i][c0..c0+16C) += sum over position pairs rp < (rows[i] + 1) / 2 of p pair . value pair, in
 // order of rp. pp[i]: query i's probabilities as bf16 pairs; vt: the head's value pairs from
-// the block's first pair.
+// the block's first pair. A query of odd rows[i] takes its last pair's value with the high half
+// zeroed: that position lies past its length (another query's row, or padding), and its
+// probability 0 times an inf or NaN there would be NaN.
 template <int QS, int C>
 void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
                  const uint32_t (*pp)[kKeys / 2], float* const* o, int64_t c0, __mmask16 last) {
@@ -148,9 +150,10 @@ void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc)
       acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
-  // Pairs every query of the tile attends (the whole block but on the diagonal) need no mask.
+  // Whole pairs every query of the tile attends (the whole block but on the diagonal) run with
+  // no test; the rest per query: a whole pair, a half pair or nothing.
   int64_t pairs_all = pairs_max;
-  for (int i = 0; i < QS; ++i) pairs_all = std::min(pairs_all, (rows[i] + 1) / 2);
+  for (int i = 0; i < QS; ++i) pairs_all = std::min(pairs_all, rows[i] / 2);
   for (int64_t rp = 0; rp < pairs_all; ++rp) {
     const uint32_t* v = vt + rp * dv + c0;
     __m512bh vv[C];
@@ -162,20 +165,21 @@ void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_
       for (int cc = 0; cc < C; ++cc) acc[i][cc] = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
     }
   }
+  const __m512i low_halves = _mm512_set1_epi32(0xffff);
   for (int64_t rp = pairs_all; rp < pairs_max; ++rp) {
     const uint32_t* v = vt + rp * dv + c0;
-    __m512bh vv[C];
+    __m512i vv[C], low[C];  // the pair, and its first position's value alone
     for (int cc = 0; cc < C; ++cc) {
-      vv[cc] = (__m512bh)_mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+      vv[cc] = _mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+      low[cc] = _mm512_and_si512(vv[cc], low_halves);
     }
     for (int i = 0; i < QS; ++i) {
-      const __mmask16 live = 2 * rp < rows[i] ? static_cast<__mmask16>(0xffff) : 0;
+      const int64_t attended = rows[i] - 2 * rp;  // of the pair's two positions
+      if (attended <= 0) continue;
       const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
-      // A masked move after the product, not _mm512_mask_dpbf16_ps: GCC 12 moves that one's
-      // 16-bit mask into k with kmovb, dropping lanes 8-15.
       for (int cc = 0; cc < C; ++cc) {
-        const __m512 sum = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
-        acc[i][cc] = _mm512_mask_mov_ps(acc[i][cc], live, sum);
+        acc[i][cc] =
+            _mm512_dpbf16_ps(acc[i][cc], pb, (__m512bh)(attended >= 2 ? vv[cc] : low[cc]));
       }
     }
   }
