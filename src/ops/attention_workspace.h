@@ -46,6 +46,16 @@ class AttentionWorkspace {
     Scratch<float> out_rows;  // [nq, H, dv] their outputs
   };
   Expanded expanded;
+  // The layer's step-sized buffers (ops/mla_attention.cc), grown to the largest step: fresh
+  // vectors of these sizes (tens of megabytes at 64 tokens of 128 heads) were mapped,
+  // page-faulted and zeroed again at every layer of every step.
+  struct Step {
+    Scratch<float> q;        // [T, H, dn + dr] the queries
+    Scratch<float> attn;     // [T, H, dv] the heads' outputs
+    Scratch<float> q_cat;    // [n, H, C + dr] an absorbed group's folded queries
+    Scratch<float> out_lat;  // [n, H, C] their latent outputs
+  };
+  Step step;
 
  private:
   std::vector<std::unique_ptr<AttentionLane>> lanes_;  // stable addresses as lanes are added

@@ -266,11 +266,12 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   // Queries [T, H, dn + dr].
   std::optional<profile::Scope> scope;
   scope.emplace(profile::Op::kAttnProj);
-  std::vector<float> q(tokens * d.heads * d.qk());
+  const int64_t q_size = tokens * d.heads * d.qk();
+  float* q = ws.step.q.Get(q_size);  // [T, H, dn + dr]
   std::vector<float> q_a;  // [T, Q] q_a_layernorm(q_a_proj(x)); the DSA indexer reads it too.
   std::vector<float> gate;  // [T, H, dv] output gate logits (A.X-K2's fused q_gate), else empty
   if (w.q_proj) {
-    Linear(x, tokens, *w.q_proj, q.data());
+    Linear(x, tokens, *w.q_proj, q);
   } else {
     q_a.resize(tokens * d.q_lora);
     Linear(x, tokens, *w.q_a, q_a.data());
@@ -283,16 +284,17 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     }
     if (w.q_gate) {
       gate.resize(tokens * d.heads * d.v);
-      QueryAndGate(d, *w.q_gate, q_a.data(), q_a_raw.data(), tokens, q.data(), gate.data());
+      QueryAndGate(d, *w.q_gate, q_a.data(), q_a_raw.data(), tokens, q, gate.data());
     } else {
-      Linear(q_a.data(), tokens, *w.q_b, q.data());
+      Linear(q_a.data(), tokens, *w.q_b, q);
     }
     dump::Tensor("q_a", layer, q_a.data(), tokens, d.q_lora);
   }
   if (d.q_scale != 1.0f) {
-    for (float& v : q) v *= d.q_scale;  // before rope, as transformers scales q_pass and q_rot
+    // Before rope, as transformers scales q_pass and q_rot.
+    for (int64_t i = 0; i < q_size; ++i) q[i] *= d.q_scale;
   }
-  dump::Tensor("q", layer, q.data(), tokens, d.heads * d.qk());
+  dump::Tensor("q", layer, q, tokens, d.heads * d.qk());
 
   // Latent rows [T, C + dr]: normalised c_kv, then the rotated shared key; written to the cache.
   const int64_t half = d.rope / 2;
@@ -322,7 +324,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     norm_rope.norm_weight = w.kv_a_norm.data;
     norm_rope.norm_dtype = w.kv_a_norm.dtype;
     norm_rope.eps = d.norm_eps;
-    norm_rope.q = q.data();
+    norm_rope.q = q;
     norm_rope.heads = d.heads;
     norm_rope.q_stride = d.qk();
     norm_rope.q_offset = d.nope;
@@ -346,7 +348,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     }
   }
   if (options != nullptr && options->head_query_scale != nullptr) {
-    ops::ScaleHeads(q.data(), tokens, d.heads, d.qk(), options->head_query_scale);
+    ops::ScaleHeads(q, tokens, d.heads, d.qk(), options->head_query_scale);
   }
   if (own_latent && d.latent_scale != 1.0f) {
     // After kv_a_layernorm, before caching; the rotary key keeps its scale.
@@ -386,7 +388,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   scope.emplace(profile::Op::kAttnCore);
   LATENT_CHECK(w.sinks.empty() || static_cast<int64_t>(w.sinks.size()) == d.heads);
   const float* sinks = w.sinks.empty() ? nullptr : w.sinks.data();  // [H]
-  std::vector<float> attn(tokens * d.heads * d.v);  // [T, H, dv]
+  float* attn = ws.step.attn.Get(tokens * d.heads * d.v);  // [T, H, dv], every row written
   std::vector<int64_t> absorbed;  // batch rows in the absorbed form, sequence by sequence
   for (int64_t slot = 0; slot < batch.num_sequences(); ++slot) {
     const SequenceTokens chunk = SequenceOf(batch, slot);
@@ -407,8 +409,8 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     AttendedRows& rows = ws.Lane(0).rows;  // [context - first] -> each position's row, in place
     rows.Range(cache, batch.RowTable(slot, latent_layer, latent_row), latent_layer, latent_row,
                first, seq.context - first);
-    ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q.data(),
-                     rope.softmax_scale, sinks, attn.data(), ws);
+    ExpandedSequence(d, w.kv_b, seq, rows, first, window, batch, selection, q,
+                     rope.softmax_scale, sinks, attn, ws);
   }
   // Absorbed tokens in groups: the W_UK and W_UV products run over a whole group, the attention
   // runs for the group's sequences in parallel (each reads its rows in place).
@@ -417,10 +419,11 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     const size_t g1 = std::min(absorbed.size(), g0 + kAbsorbedGroup);
     const std::vector<int64_t> group(absorbed.begin() + g0, absorbed.begin() + g1);
     const int64_t n = static_cast<int64_t>(group.size());
-    std::vector<float> q_cat(n * d.heads * d.row()), out_lat(n * d.heads * d.latent);
+    float* q_cat = ws.step.q_cat.Get(n * d.heads * d.row());       // [n, H, C + dr]
+    float* out_lat = ws.step.out_lat.Get(n * d.heads * d.latent);  // [n, H, C]
     scope.reset();
     scope.emplace(profile::Op::kAttnAbsorb);
-    AbsorbQueries(d, w.kv_b, q.data(), group, q_cat.data());
+    AbsorbQueries(d, w.kv_b, q, group, q_cat);
     scope.reset();
     scope.emplace(profile::Op::kAttnCore);
     std::vector<int64_t> starts;  // where each sequence's run of tokens in the group starts
@@ -479,22 +482,22 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     });
     scope.reset();
     scope.emplace(profile::Op::kAttnAbsorb);
-    ProjectValues(d, w.kv_b, out_lat.data(), group, attn.data());
+    ProjectValues(d, w.kv_b, out_lat, group, attn);
     scope.reset();
     scope.emplace(profile::Op::kAttnCore);
   }
   scope.reset();
   scope.emplace(profile::Op::kAttnProj);
-  if (!gate.empty()) ops::ApplyOutputGate({d.heads, d.v, d.v}, gate.data(), tokens, attn.data());
+  if (!gate.empty()) ops::ApplyOutputGate({d.heads, d.v, d.v}, gate.data(), tokens, attn);
   if (w.gate_proj) {
     // Hy4: gate logits from the layer input, per channel or per head.
     const int64_t width = w.gate_proj->n / d.heads;
     LATENT_CHECK(width * d.heads == w.gate_proj->n);
     std::vector<float> logits(tokens * w.gate_proj->n);  // [T, H, width]
     Linear(x, tokens, *w.gate_proj, logits.data());
-    ops::ApplyOutputGate({d.heads, d.v, width}, logits.data(), tokens, attn.data());
+    ops::ApplyOutputGate({d.heads, d.v, width}, logits.data(), tokens, attn);
   }
-  Linear(attn.data(), tokens, w.o, out);
+  Linear(attn, tokens, w.o, out);
 }
 
 }  // namespace latent::ops
