@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -10,6 +12,7 @@
 #include "model/deepseek_tensors.h"
 #include "model/precision.h"
 #include "model/weight_table.h"
+#include "threads/thread_pool.h"
 
 namespace latent::model {
 namespace {
@@ -135,6 +138,47 @@ class Packer {
   int64_t bytes_added_ = 0, bytes_released_ = 0;
 };
 
+// AttentionWeights::uk_t for each MLA layer whose kv_b is bf16 under bf16 compute and was packed
+// (the table packs weights): head h's key rows of kv_b, W_UK [dn, C], transposed to rows
+// h*C .. h*C + C - 1 of a [H*C, dn] bf16 matrix, then packed like any linear. Both copies are
+// kept (WeightRef::data stays readable). Returns the bytes of the transposed copies.
+int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack) {
+  int64_t bytes = 0;
+  for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
+    ops::AttentionWeights& a = w.layers[l].attention;
+    const kernels::WeightRef& kv_b = a.kv_b;
+    if (w.layers[l].kda || kv_b.data == nullptr || kv_b.dtype != DType::kBF16 ||
+        !kv_b.bf16_activations || kv_b.packed == nullptr) {
+      continue;
+    }
+    const MlaLayerShape shape = config.LayerShape(l);
+    const int64_t dn = shape.qk_nope_head_dim, c = shape.kv_lora_rank;
+    const int64_t head_rows = dn + shape.v_head_dim;
+    if (kv_b.k != c || head_rows <= 0 || kv_b.n % head_rows != 0) continue;
+    const int64_t heads = kv_b.n / head_rows;
+    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(heads * c * dn * 2);
+    uint8_t* t = buffer.get();                           // [H*C, dn] bf16
+    const auto* src = static_cast<const uint8_t*>(kv_b.data);  // [H*(dn+dv), C], any alignment
+    threads::ParallelFor(heads, 1, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t r = 0; r < dn; ++r) {
+          const uint8_t* row = src + (h * head_rows + r) * c * 2;
+          for (int64_t col = 0; col < c; ++col) {
+            std::memcpy(t + ((h * c + col) * dn + r) * 2, row + col * 2, 2);
+          }
+        }
+      }
+    });
+    kernels::WeightRef uk{t, DType::kBF16, heads * c, dn};
+    uk.bf16_activations = true;
+    w.owned.buffers.push_back(std::move(buffer));
+    bytes += heads * c * dn * 2;
+    pack(uk, /*release=*/false);
+    if (uk.packed != nullptr) a.uk_t = uk;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
@@ -199,6 +243,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     ApplyPrecision(w.precision, w.lm_head);
     pack(w.lm_head, /*release=*/false);  // the embedding reads its rows
   }
+  const int64_t key_fold_bytes = AddKeyFolds(config, w, pack);
   int64_t checkpoint_bytes = 0;
   LoadedWeightBytes(config, ckpt, report, WeightQuantization::kNone, &checkpoint_bytes, shard);
   for (LayerWeights& layer : w.layers) {
@@ -207,7 +252,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     layer.moe->held_end = shard.End(experts);
   }
   w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added() -
-            pack.bytes_released() + pack.bytes_added();
+            pack.bytes_released() + pack.bytes_added() + key_fold_bytes;
   if (options.quantize != WeightQuantization::kNone) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

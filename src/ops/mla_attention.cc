@@ -55,7 +55,9 @@ void QueryAndGate(const MlaDims& d, const kernels::WeightRef& q_gate, const floa
 // Absorbed form, for a group of batch tokens of any sequences. W_UK is folded into the queries
 // of the whole group at once (each head's W_UK is read once per group, not once per token):
 // q_cat [n, H, C + dr] = [q_nope . W_UK[h] | q_pe] for the batch rows `group`.
-void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float* q,
+// With w.uk_t (AttentionWeights), each head's fold is a linear over its rows of it; otherwise a
+// transposed_linear over kv_b's key rows.
+void AbsorbQueries(const MlaDims& d, const AttentionWeights& w, const float* q,
                    const std::vector<int64_t>& group, float* q_cat) {
   const auto& k = kernels::BestKernels();
   const int64_t n = static_cast<int64_t>(group.size());
@@ -67,7 +69,11 @@ void AbsorbQueries(const MlaDims& d, const kernels::WeightRef& kv_b, const float
         const float* src = q + (group[i] * d.heads + h) * d.qk();
         std::copy(src, src + d.nope, &q_nope[i * d.nope]);
       }
-      k.transposed_linear(q_nope.data(), n, kv_b.Rows(h * head_rows, d.nope), q_lat.data());
+      if (w.uk_t) {
+        Linear(q_nope.data(), n, w.uk_t->Rows(h * d.latent, d.latent), q_lat.data());
+      } else {
+        k.transposed_linear(q_nope.data(), n, w.kv_b.Rows(h * head_rows, d.nope), q_lat.data());
+      }
       for (int64_t i = 0; i < n; ++i) {
         const float* src = q + (group[i] * d.heads + h) * d.qk();
         float* dst = q_cat + (i * d.heads + h) * d.row();
@@ -423,7 +429,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     float* out_lat = ws.step.out_lat.Get(n * d.heads * d.latent);  // [n, H, C]
     scope.reset();
     scope.emplace(profile::Op::kAttnAbsorb);
-    AbsorbQueries(d, w.kv_b, q, group, q_cat);
+    AbsorbQueries(d, w, q, group, q_cat);
     scope.reset();
     scope.emplace(profile::Op::kAttnCore);
     std::vector<int64_t> starts;  // where each sequence's run of tokens in the group starts
