@@ -1,5 +1,6 @@
 // DSA indexer scores of one query token over a run of cached index keys (DeepSeek V3.2's
-// lightning indexer): scores[j] = sum over heads h of w[h] * relu(scale * q[h] . keys[j]).
+// lightning indexer): scores[j] = sum over heads h of w[h] * relu(scale * q[h] . keys[j]), with
+// relu(NaN) = 0 in every kernel.
 // A key's score depends only on that key and the query, never on n or on which call or thread
 // scored it, so selections do not depend on how positions are split.
 #pragma once

@@ -987,6 +987,90 @@ TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
   }
 }
 
+// Keys whose score is -inf weigh 0, also when a whole first block of a segment (64 rows) scores
+// -inf, where the running max is still -inf (exp(-inf - -inf) would make the output NaN): the
+// output is the one finite key's value, as the reference gives, over f32 and bf16 rows, bf16
+// products or not, at lengths that end in the first block's segment and past it.
+TEST_P(FastKernels, AttentionWeighsMinusInfScoresZeroFromTheFirstBlock) {
+  LATENT_REQUIRE_TABLE(fast);
+  ThreadCount restore;
+  for (const int threads : {1, 2}) {
+    threads::SetNumThreads(threads);
+    for (const int64_t length : {65, 100, 600, 1100}) {
+      for (const bool bf16 : {false, true}) {
+        // One shared head, qk 4, v 3: keys 0..63 and 512..575 score -inf (element 3 is -inf), the
+        // rest 2; every value is (1, 2, 3).
+        const int64_t qk = 4, dv = 3;
+        std::vector<float> rows(length * qk, 0.5f);
+        for (int64_t t = 0; t < length; ++t) {
+          if (t < 64 || (t >= 512 && t < 576)) rows[t * qk + 3] = -INFINITY;
+        }
+        std::vector<float> values(length * dv);
+        for (int64_t t = 0; t < length; ++t) {
+          for (int64_t c = 0; c < dv; ++c) values[t * dv + c] = static_cast<float>(c + 1);
+        }
+        std::vector<uint16_t> rows16(rows.size()), values16(values.size());
+        for (size_t i = 0; i < rows.size(); ++i) rows16[i] = F32ToBF16(rows[i]);
+        for (size_t i = 0; i < values.size(); ++i) values16[i] = F32ToBF16(values[i]);
+        std::vector<const void*> keys(length), vals(length);
+        for (int64_t t = 0; t < length; ++t) {
+          keys[t] = bf16 ? static_cast<const void*>(&rows16[t * qk]) : &rows[t * qk];
+          vals[t] = bf16 ? static_cast<const void*>(&values16[t * dv]) : &values[t * dv];
+        }
+        const std::vector<float> q = {1.0f, 1.0f, 1.0f, 1.0f};
+        std::vector<float> out(dv, NAN), scratch(length);
+        AttentionArgs a;
+        a.q = q.data();
+        a.num_heads = 1;
+        a.qk_dim = qk;
+        a.rows = bf16 ? DType::kBF16 : DType::kF32;
+        a.bf16_products = bf16;
+        a.keys = keys.data();
+        a.values = vals.data();
+        a.v_dim = dv;
+        a.length = length;
+        a.scale = 1.0f;
+        a.out = out.data();
+        a.scratch = scratch.data();
+        fast.attention(a);
+        for (int64_t c = 0; c < dv; ++c) {
+          EXPECT_EQ(out[c], static_cast<float>(c + 1))
+              << GetParam().name << " length " << length << " bf16 " << bf16 << " threads "
+              << threads;
+        }
+      }
+    }
+  }
+}
+
+// relu(NaN) is 0 in the indexer's scores, in the reference and the vector kernels alike: a key
+// with a NaN element scores as one whose heads are all non-positive, never NaN (the top-k's
+// comparisons need a total order).
+TEST_P(FastKernels, IndexScoresCountANanHeadAsZero) {
+  LATENT_REQUIRE_TABLE(fast);
+  const int64_t heads = 3, dim = 4;
+  const std::vector<float> q = {0.5f, 0.5f, -0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f,
+                                0.5f, 0.5f, 0.5f, 0.5f};
+  const std::vector<float> w = {1.0f, 1.0f, 1.0f};
+  const std::vector<float> keys = {1.0f, 1.0f, NAN, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<const void*> key_rows = {&keys[0], &keys[4]};
+  for (const KernelTable* table : {&Ref(), &fast}) {
+    std::vector<float> scores(2, -1.0f);
+    IndexScoreArgs a;
+    a.q = q.data();
+    a.w = w.data();
+    a.heads = heads;
+    a.dim = dim;
+    a.scale = 0.5f;
+    a.keys = key_rows.data();
+    a.n = 2;
+    a.scores = scores.data();
+    table->index_scores(a);
+    EXPECT_EQ(scores[0], 0.0f) << GetParam().name;
+    EXPECT_EQ(scores[1], 2.5f) << GetParam().name;  // relu(0.5 x 1) + 2 relu(0.5 x 2)
+  }
+}
+
 // norm_rope: the reference must equal rms_norm followed by ops::Rope's rotation (written out
 // here), and the fast kernel must equal the fast rms_norm and the same rotation bit for bit, for
 // both pairings, rotary widths with tails (2, 6, 34, 64, 66) and a bf16 norm weight.

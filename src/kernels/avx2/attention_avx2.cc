@@ -185,7 +185,8 @@ void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int6
     }
     *mx = block_max;
   }
-  const __m256 mv = _mm256_set1_ps(*mx);
+  // Every score so far -inf: they weigh 0 (exp(-inf - -inf) would be NaN).
+  const __m256 mv = _mm256_set1_ps(*mx == -INFINITY ? 0.0f : *mx);
   __m256 total = _mm256_setzero_ps();
   for (int64_t i = 0; i < kBlock; i += 8) {
     const __m256 live = _mm256_castsi256_ps(TailMask(std::clamp<int64_t>(rows - i, 0, 8)));

@@ -195,7 +195,9 @@ void BlockGroup(const AttentionArgs& a, int64_t h0, int64_t tb, int64_t rows, fl
       }
       mx[g] = block_max;
     }
-    const __m512 mv = _mm512_set1_ps(mx[g]);
+    // Every score so far -inf (keys with an -inf element): they weigh 0, as exp(-inf - 0) gives;
+    // exp(-inf - -inf) would be NaN.
+    const __m512 mv = _mm512_set1_ps(mx[g] == -INFINITY ? 0.0f : mx[g]);
     __m512 s = _mm512_setzero_ps();
     for (int64_t i = 0; i < rows; i += 16) {
       const __mmask16 m = TailMask(std::min<int64_t>(16, rows - i));

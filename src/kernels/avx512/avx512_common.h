@@ -188,7 +188,8 @@ inline void OnlineSoftmaxBlock(float* s, int64_t rows, float* mx, float* sum, fl
     }
     *mx = block_max;
   }
-  const __m512 mv = _mm512_set1_ps(*mx);
+  // Every score so far -inf: they weigh 0 (exp(-inf - -inf) would be NaN).
+  const __m512 mv = _mm512_set1_ps(*mx == -INFINITY ? 0.0f : *mx);
   __m512 e[4];
   for (int v = 0; v < 4; ++v) {
     e[v] = _mm512_maskz_mov_ps(m[v], Exp(_mm512_sub_ps(_mm512_load_ps(s + 16 * v), mv)));

@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include "kernels/index_scores.h"
 
 namespace latent::kernels {
@@ -15,7 +13,10 @@ void IndexScoresOf(const IndexScoreArgs& a, Read at) {
       const float* q = a.q + h * a.dim;
       float dot = 0.0f;
       for (int64_t c = 0; c < a.dim; ++c) dot += q[c] * at(key, c);
-      score += a.w[h] * std::max(dot * a.scale, 0.0f);
+      // relu with NaN as 0, as the vector kernels' max(x, 0) gives: a NaN key scores like one
+      // with no positive head, and the top-k's order stays total.
+      const float scaled = dot * a.scale;
+      score += a.w[h] * (scaled > 0.0f ? scaled : 0.0f);
     }
     a.scores[j] = score;
   }
