@@ -138,16 +138,19 @@ class Packer {
   int64_t bytes_added_ = 0, bytes_released_ = 0;
 };
 
-// AttentionWeights::uk_t for each MLA layer whose kv_b is bf16 under bf16 compute and was packed
-// (the table packs weights): head h's key rows of kv_b, W_UK [dn, C], transposed to rows
-// h*C .. h*C + C - 1 of a [H*C, dn] bf16 matrix, then packed like any linear. Both copies are
-// kept (WeightRef::data stays readable). Returns the bytes of the transposed copies.
+// AttentionWeights::uk_t for each MLA layer whose kv_b is bf16, or fp8 with block scales that
+// head boundaries do not split, under bf16 compute and packed (the table packs weights): head h's
+// key rows of kv_b, W_UK [dn, C], transposed to rows h*C .. h*C + C - 1 of a [H*C, dn] matrix of
+// the same element type (fp8: each transposed block keeps its block's scale, as f32), then
+// packed like any linear. Both copies are kept (WeightRef::data stays readable). Returns the
+// bytes of the transposed copies and their scales.
 int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack) {
   int64_t bytes = 0;
   for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
     ops::AttentionWeights& a = w.layers[l].attention;
     const kernels::WeightRef& kv_b = a.kv_b;
-    if (w.layers[l].kda || kv_b.data == nullptr || kv_b.dtype != DType::kBF16 ||
+    const bool fp8 = kv_b.dtype == DType::kF8E4M3;
+    if (w.layers[l].kda || kv_b.data == nullptr || (kv_b.dtype != DType::kBF16 && !fp8) ||
         !kv_b.bf16_activations || kv_b.packed == nullptr) {
       continue;
     }
@@ -156,23 +159,52 @@ int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack)
     const int64_t head_rows = dn + shape.v_head_dim;
     if (kv_b.k != c || head_rows <= 0 || kv_b.n % head_rows != 0) continue;
     const int64_t heads = kv_b.n / head_rows;
-    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(heads * c * dn * 2);
-    uint8_t* t = buffer.get();                           // [H*C, dn] bf16
+    // fp8: a head's key rows start a block row, and its C columns whole block columns, so each
+    // transposed block is one original block (scales per block: uk_t's block_n is kv_b's block_k).
+    const int64_t bn = kv_b.block_n, bk = kv_b.block_k;
+    if (fp8 && kv_b.scale != nullptr &&
+        (bn <= 0 || bk <= 0 || head_rows % bn != 0 || c % bk != 0 || kv_b.scale_row0 != 0)) {
+      continue;
+    }
+    const int64_t elem = fp8 ? 1 : 2;
+    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(heads * c * dn * elem);
+    uint8_t* t = buffer.get();                                 // [H*C, dn]
     const auto* src = static_cast<const uint8_t*>(kv_b.data);  // [H*(dn+dv), C], any alignment
     threads::ParallelFor(heads, 1, [&](int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h) {
         for (int64_t r = 0; r < dn; ++r) {
-          const uint8_t* row = src + (h * head_rows + r) * c * 2;
+          const uint8_t* row = src + (h * head_rows + r) * c * elem;
           for (int64_t col = 0; col < c; ++col) {
-            std::memcpy(t + ((h * c + col) * dn + r) * 2, row + col * 2, 2);
+            std::memcpy(t + ((h * c + col) * dn + r) * elem, row + col * elem, elem);
           }
         }
       }
     });
-    kernels::WeightRef uk{t, DType::kBF16, heads * c, dn};
+    kernels::WeightRef uk{t, kv_b.dtype, heads * c, dn};
     uk.bf16_activations = true;
     w.owned.buffers.push_back(std::move(buffer));
-    bytes += heads * c * dn * 2;
+    bytes += heads * c * dn * elem;
+    if (fp8 && kv_b.scale != nullptr) {
+      // uk_t block (h*C/bk + cb, j) <- kv_b block (h*(dn+dv)/bn + j, cb).
+      const int64_t row_blocks = heads * c / bk, col_blocks = (dn + bn - 1) / bn;
+      const int64_t kv_cols = (c + bk - 1) / bk;
+      auto scales = std::make_unique_for_overwrite<uint8_t[]>(row_blocks * col_blocks * 4);
+      auto* out = reinterpret_cast<float*>(scales.get());
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t cb = 0; cb < c / bk; ++cb) {
+          for (int64_t j = 0; j < col_blocks; ++j) {
+            const int64_t from = (h * head_rows / bn + j) * kv_cols + cb;
+            out[(h * c / bk + cb) * col_blocks + j] = LoadAsF32(kv_b.scale, kv_b.scale_dtype, from);
+          }
+        }
+      }
+      uk.scale = out;
+      uk.scale_dtype = DType::kF32;
+      uk.block_n = bk;
+      uk.block_k = bn;
+      w.owned.buffers.push_back(std::move(scales));
+      bytes += row_blocks * col_blocks * 4;
+    }
     pack(uk, /*release=*/false);
     if (uk.packed != nullptr) a.uk_t = uk;
   }

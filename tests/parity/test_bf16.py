@@ -71,9 +71,18 @@ def test_bf16_checkpoint_f32_precision_matches_exact(tiny_models, tmp_path):
 # Not DSA: its top-8 over random indexer scores is a discrete choice that bf16 noise flips, in
 # transformers too (whose bf16 logits then differ from the exact ones by about max|logit|);
 # tests/property runs DSA with bf16 compute for batch invariance instead.
+# v3_fp8_whole_head_blocks: head dims and latent rank that fp8 blocks of 16 tile exactly, so the
+# absorbed form's W_UK fold runs on a transposed, packed copy of kv_b's key rows (its blocks stay
+# whole; model/deepseek_weights.cc, AddKeyFolds) where the CPU packs fp8 weights. Seed 2: a model
+# whose routing no bf16 rounding of latent's flips (seeds 0 and 3 flip an expert in both forms,
+# with the old fold too). A shifted key row or scale in the copy fails the bound (tried).
 DEFAULT_CASES = {
     "v3_bf16": ("deepseek_v3", ("--dtype", "bfloat16")),
     "v3_fp8_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
+    "v3_fp8_whole_head_blocks": (
+        "deepseek_v3",
+        ("--fp8", "--fp8-block", "16", "--dtype", "float32", "--seed", "2", "--config-json",
+         json.dumps({"qk_nope_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 32}))),
 }
 
 
