@@ -134,6 +134,9 @@ void BlockGroupBf16(const AttentionArgs& a, const uint16_t* qb, int64_t dp, int6
   const __mmask16 all = 0xffff;
   int64_t c = 0;
   for (; c + 3 <= full; c += 3) ValueChunksBf16<G, 3>(a, tb, rows, pp, acc_rows, c * 16, all);
+  // The last two whole chunks (512 columns: 10 x 3 + 2) together: one at a time spends a
+  // broadcast per product.
+  for (; c + 2 <= full; c += 2) ValueChunksBf16<G, 2>(a, tb, rows, pp, acc_rows, c * 16, all);
   for (; c < full; ++c) ValueChunksBf16<G, 1>(a, tb, rows, pp, acc_rows, c * 16, all);
   if (tail != 0) ValueChunksBf16<G, 1>(a, tb, rows, pp, acc_rows, full * 16, tail);
 }
