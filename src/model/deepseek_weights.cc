@@ -1,9 +1,12 @@
 #include "model/deepseek_weights.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/mapped_file.h"
@@ -144,7 +147,13 @@ class Packer {
 // the same element type (fp8: each transposed block keeps its block's scale, as f32), then
 // packed like any linear. Both copies are kept (WeightRef::data stays readable). Returns the
 // bytes of the transposed copies and their scales.
+// LATENT_KEY_FOLD=transposed skips them all (the fold over kv_b's rows as stored, for tests and
+// A/B runs).
 int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack) {
+  if (const char* fold = std::getenv("LATENT_KEY_FOLD");
+      fold != nullptr && std::string_view(fold) == "transposed") {
+    return 0;
+  }
   int64_t bytes = 0;
   for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
     ops::AttentionWeights& a = w.layers[l].attention;
@@ -154,11 +163,15 @@ int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack)
         !kv_b.bf16_activations || kv_b.packed == nullptr) {
       continue;
     }
-    const MlaLayerShape shape = config.LayerShape(l);
-    const int64_t dn = shape.qk_nope_head_dim, c = shape.kv_lora_rank;
-    const int64_t head_rows = dn + shape.v_head_dim;
-    if (kv_b.k != c || head_rows <= 0 || kv_b.n % head_rows != 0) continue;
-    const int64_t heads = kv_b.n / head_rows;
+    // The head count and value dim from the layer's shape, the key rows per head from kv_b as
+    // loaded: a NoPE layer (mistral_large4) holds qk_nope + qk_rope of them, which its shape's
+    // qk_nope_head_dim does not say. (LongCat's second attention of a layer has index >= the
+    // layer count and the model's shape.)
+    const MlaLayerShape shape = config.LayerShape(std::min(l, config.num_hidden_layers - 1));
+    const int64_t heads = shape.num_attention_heads, c = kv_b.k;
+    if (heads <= 0 || kv_b.n % heads != 0) continue;
+    const int64_t head_rows = kv_b.n / heads, dn = head_rows - shape.v_head_dim;
+    if (dn <= 0) continue;
     // fp8: a head's key rows start a block row, and its C columns whole block columns, so each
     // transposed block is one original block (scales per block: uk_t's block_n is kv_b's block_k).
     const int64_t bn = kv_b.block_n, bk = kv_b.block_k;

@@ -117,6 +117,36 @@ def test_default_bf16_compute_within_transformers_bf16_error(tiny_models, tmp_pa
         assert margins.max() <= 1e-3 * scale
 
 
+# The absorbed form's W_UK fold over a transposed, packed copy of kv_b's key rows (made at load
+# where the CPU packs weights) against LATENT_KEY_FOLD=transposed, the fold over kv_b's rows as
+# stored: the same products, summed in another order (fp8: the block scale applied to the sum,
+# not to each weight). bf16 compute rounds every linear's input to 8 bits, so a last-bit change
+# there can move a logit by bf16's resolution (the fp8 case moves up to 3e-3 of the largest); a
+# wrong copy moves them by about the largest logit. mistral_large4's NoPE layers hold qk_nope +
+# qk_rope key rows per head (with these dims a copy cut at qk_nope rows per head would still
+# divide kv_b evenly: the case a wrong copy once took).
+FOLD_CASES = {
+    "v3_bf16": DEFAULT_CASES["v3_bf16"],
+    "v3_fp8_whole_head_blocks": DEFAULT_CASES["v3_fp8_whole_head_blocks"],
+    "mistral_large4_nope_bf16": (
+        "mistral_large4",
+        ("--dtype", "bfloat16", "--config-json",
+         json.dumps({"qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}))),
+}
+
+
+@pytest.mark.parametrize("case_id", list(FOLD_CASES))
+def test_packed_key_fold_matches_the_fold_over_stored_rows(tiny_models, monkeypatch, case_id):
+    preset, flags = FOLD_CASES[case_id]
+    model_dir = tiny_models.get(preset, *flags)
+    ids = list(range(3, 40))
+    packed = latent_logits(model_dir, ids, "absorbed")
+    monkeypatch.setenv("LATENT_KEY_FOLD", "transposed")
+    stored = latent_logits(model_dir, ids, "absorbed")
+    scale = np.abs(stored).max()
+    assert np.abs(packed - stored).max() <= 2e-2 * scale
+
+
 def test_f32_checkpoint_defaults_to_f32(tiny_models):
     model_dir = tiny_models.get("deepseek_v3")
     assert active_precision(model_dir) == "f32"
