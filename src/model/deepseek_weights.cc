@@ -141,14 +141,53 @@ class Packer {
   int64_t bytes_added_ = 0, bytes_released_ = 0;
 };
 
+// W_UK^T per head: rows h*C .. h*C + C - 1 of a [H*C, dn] copy of kv_b's key rows (head h's
+// rows h*head_rows .. + dn - 1 of [H*head_rows, C]), elements of `elem` bytes (bf16 or fp8 codes).
+std::unique_ptr<uint8_t[]> TransposedKeyRows(const kernels::WeightRef& kv_b, int64_t heads,
+                                             int64_t head_rows, int64_t dn, int64_t elem) {
+  const int64_t c = kv_b.k;
+  auto buffer = std::make_unique_for_overwrite<uint8_t[]>(heads * c * dn * elem);
+  uint8_t* t = buffer.get();
+  const auto* src = static_cast<const uint8_t*>(kv_b.data);  // any alignment
+  threads::ParallelFor(heads, 1, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t r = 0; r < dn; ++r) {
+        const uint8_t* row = src + (h * head_rows + r) * c * elem;
+        for (int64_t col = 0; col < c; ++col) {
+          std::memcpy(t + ((h * c + col) * dn + r) * elem, row + col * elem, elem);
+        }
+      }
+    }
+  });
+  return buffer;
+}
+
+// The block scales of TransposedKeyRows' fp8 copy, as f32: its block (h*C/bk + cb, j) is kv_b's
+// block (h*head_rows/bn + j, cb), with bn, bk kv_b's block_n, block_k (which the caller checked
+// head boundaries do not split). [H*C/bk, ceil(dn/bn)].
+std::unique_ptr<uint8_t[]> TransposedKeyScales(const kernels::WeightRef& kv_b, int64_t heads,
+                                               int64_t head_rows, int64_t dn) {
+  const int64_t c = kv_b.k, bn = kv_b.block_n, bk = kv_b.block_k;
+  const int64_t col_blocks = (dn + bn - 1) / bn, kv_cols = (c + bk - 1) / bk;
+  auto scales = std::make_unique_for_overwrite<uint8_t[]>(heads * c / bk * col_blocks * 4);
+  auto* out = reinterpret_cast<float*>(scales.get());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t cb = 0; cb < c / bk; ++cb) {
+      for (int64_t j = 0; j < col_blocks; ++j) {
+        const int64_t from = (h * head_rows / bn + j) * kv_cols + cb;
+        out[(h * c / bk + cb) * col_blocks + j] = LoadAsF32(kv_b.scale, kv_b.scale_dtype, from);
+      }
+    }
+  }
+  return scales;
+}
+
 // AttentionWeights::uk_t for each MLA layer whose kv_b is bf16, or fp8 with block scales that
-// head boundaries do not split, under bf16 compute and packed (the table packs weights): head h's
-// key rows of kv_b, W_UK [dn, C], transposed to rows h*C .. h*C + C - 1 of a [H*C, dn] matrix of
-// the same element type (fp8: each transposed block keeps its block's scale, as f32), then
-// packed like any linear. Both copies are kept (WeightRef::data stays readable). Returns the
-// bytes of the transposed copies and their scales.
-// LATENT_KEY_FOLD=transposed skips them all (the fold over kv_b's rows as stored, for tests and
-// A/B runs).
+// head boundaries do not split, under bf16 compute and packed (the table packs weights): W_UK^T
+// per head in kv_b's element type (TransposedKeyRows, TransposedKeyScales), packed like any
+// linear. Both copies are kept (WeightRef::data stays readable). Returns the bytes of the
+// transposed copies and their scales. LATENT_KEY_FOLD=transposed skips them all (the fold over
+// kv_b's rows as stored, for tests and A/B runs).
 int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack) {
   if (const char* fold = std::getenv("LATENT_KEY_FOLD");
       fold != nullptr && std::string_view(fold) == "transposed") {
@@ -172,51 +211,25 @@ int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack)
     if (heads <= 0 || kv_b.n % heads != 0) continue;
     const int64_t head_rows = kv_b.n / heads, dn = head_rows - shape.v_head_dim;
     if (dn <= 0) continue;
-    // fp8: a head's key rows start a block row, and its C columns whole block columns, so each
-    // transposed block is one original block (scales per block: uk_t's block_n is kv_b's block_k).
-    const int64_t bn = kv_b.block_n, bk = kv_b.block_k;
-    if (fp8 && kv_b.scale != nullptr &&
-        (bn <= 0 || bk <= 0 || head_rows % bn != 0 || c % bk != 0 || kv_b.scale_row0 != 0)) {
+    const bool scaled = fp8 && kv_b.scale != nullptr;
+    if (scaled && (kv_b.block_n <= 0 || kv_b.block_k <= 0 || head_rows % kv_b.block_n != 0 ||
+                   c % kv_b.block_k != 0 || kv_b.scale_row0 != 0)) {
       continue;
     }
     const int64_t elem = fp8 ? 1 : 2;
-    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(heads * c * dn * elem);
-    uint8_t* t = buffer.get();                                 // [H*C, dn]
-    const auto* src = static_cast<const uint8_t*>(kv_b.data);  // [H*(dn+dv), C], any alignment
-    threads::ParallelFor(heads, 1, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        for (int64_t r = 0; r < dn; ++r) {
-          const uint8_t* row = src + (h * head_rows + r) * c * elem;
-          for (int64_t col = 0; col < c; ++col) {
-            std::memcpy(t + ((h * c + col) * dn + r) * elem, row + col * elem, elem);
-          }
-        }
-      }
-    });
-    kernels::WeightRef uk{t, kv_b.dtype, heads * c, dn};
+    std::unique_ptr<uint8_t[]> rows = TransposedKeyRows(kv_b, heads, head_rows, dn, elem);
+    kernels::WeightRef uk{rows.get(), kv_b.dtype, heads * c, dn};
     uk.bf16_activations = true;
-    w.owned.buffers.push_back(std::move(buffer));
+    w.owned.buffers.push_back(std::move(rows));
     bytes += heads * c * dn * elem;
-    if (fp8 && kv_b.scale != nullptr) {
-      // uk_t block (h*C/bk + cb, j) <- kv_b block (h*(dn+dv)/bn + j, cb).
-      const int64_t row_blocks = heads * c / bk, col_blocks = (dn + bn - 1) / bn;
-      const int64_t kv_cols = (c + bk - 1) / bk;
-      auto scales = std::make_unique_for_overwrite<uint8_t[]>(row_blocks * col_blocks * 4);
-      auto* out = reinterpret_cast<float*>(scales.get());
-      for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t cb = 0; cb < c / bk; ++cb) {
-          for (int64_t j = 0; j < col_blocks; ++j) {
-            const int64_t from = (h * head_rows / bn + j) * kv_cols + cb;
-            out[(h * c / bk + cb) * col_blocks + j] = LoadAsF32(kv_b.scale, kv_b.scale_dtype, from);
-          }
-        }
-      }
-      uk.scale = out;
+    if (scaled) {
+      std::unique_ptr<uint8_t[]> scales = TransposedKeyScales(kv_b, heads, head_rows, dn);
+      uk.scale = scales.get();
       uk.scale_dtype = DType::kF32;
-      uk.block_n = bk;
-      uk.block_k = bn;
+      uk.block_n = kv_b.block_k;
+      uk.block_k = kv_b.block_n;
       w.owned.buffers.push_back(std::move(scales));
-      bytes += row_blocks * col_blocks * 4;
+      bytes += heads * c / kv_b.block_k * ((dn + kv_b.block_n - 1) / kv_b.block_n) * 4;
     }
     pack(uk, /*release=*/false);
     if (uk.packed != nullptr) a.uk_t = uk;

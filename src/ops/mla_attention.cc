@@ -62,9 +62,8 @@ void AbsorbQueries(const MlaDims& d, const AttentionWeights& w, const float* q,
   const auto& k = kernels::BestKernels();
   const int64_t n = static_cast<int64_t>(group.size());
   const int64_t head_rows = d.nope + d.v;
-  // Only a copy of this layer's shape: anything else is a loader mistake the old fold survives.
-  const bool fold_by_uk_t =
-      w.uk_t && w.uk_t->k == d.nope && w.uk_t->n == d.heads * d.latent;
+  // The loader cuts uk_t to this layer's shape (model/deepseek_weights.cc, AddKeyFolds).
+  LATENT_CHECK(!w.uk_t || (w.uk_t->k == d.nope && w.uk_t->n == d.heads * d.latent));
   threads::ParallelFor(d.heads, 1, [&](int64_t h0, int64_t h1) {
     std::vector<float> q_nope(n * d.nope), q_lat(n * d.latent);
     for (int64_t h = h0; h < h1; ++h) {
@@ -72,7 +71,7 @@ void AbsorbQueries(const MlaDims& d, const AttentionWeights& w, const float* q,
         const float* src = q + (group[i] * d.heads + h) * d.qk();
         std::copy(src, src + d.nope, &q_nope[i * d.nope]);
       }
-      if (fold_by_uk_t) {
+      if (w.uk_t) {
         Linear(q_nope.data(), n, w.uk_t->Rows(h * d.latent, d.latent), q_lat.data());
       } else {
         k.transposed_linear(q_nope.data(), n, w.kv_b.Rows(h * head_rows, d.nope), q_lat.data());

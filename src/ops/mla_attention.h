@@ -30,9 +30,10 @@ struct AttentionWeights {
   NormWeight kv_a_norm;                      // [C]
   kernels::WeightRef kv_b;                   // [H*(dn+dv), C]: per head dn k_nope rows, dv v rows
   // kv_b's key rows transposed per head, [H*C, dn] (head h's W_UK^T at rows h*C ..), made at load
-  // where kv_b is bf16 under bf16 compute and the kernels pack weights: the absorbed form then
-  // folds W_UK into the queries with the packed linear (vdpbf16ps or AMX) instead of an f32
-  // transposed_linear over kv_b. Absent elsewhere (the fold reads kv_b's rows as stored).
+  // where kv_b is bf16, or fp8 with scale blocks whole per head, under bf16 compute and the
+  // kernels pack weights: the absorbed form then folds W_UK into the queries with the packed
+  // linear (vdpbf16ps or AMX) instead of an f32 transposed_linear over kv_b. Absent elsewhere
+  // (the fold reads kv_b's rows as stored).
   std::optional<kernels::WeightRef> uk_t;
   kernels::WeightRef o;                      // [D, H*dv]
   // Learned log-position query scaling (mistral_large4's ssmax_scaling), after rope; empty where
