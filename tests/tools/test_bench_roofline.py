@@ -74,6 +74,26 @@ def test_decode_step_bytes_and_flops(tmp_path):
     assert step["flops"] == pytest.approx(3 * (2 * 192 + 2 * 80 + 40 * 5))
 
 
+def test_decode_step_parts_sum_to_the_step_and_bound_each_on_its_own(tmp_path):
+    write_checkpoint(tmp_path)
+    arith = compare.model_arithmetic(tmp_path)
+    assert arith["routed_linear_flops_per_token"] == 2 * 192 * 2 / 4
+    step = compare.decode_step(arith, 3, 5)
+    parts = step["parts"]
+    assert set(parts) == {"lm_head", "routed_experts", "other_weights", "attention_over_rows"}
+    assert sum(p["bytes"] for p in parts.values()) == pytest.approx(step["bytes"])
+    assert sum(p["flops"] for p in parts.values()) == pytest.approx(step["flops"])
+    assert parts["routed_experts"]["flops"] == pytest.approx(3 * 2 * 192 * 2 / 4)
+    # One part memory-bound, one compute-bound: the sum of each one's bound, which is more than
+    # the whole step's max(bytes, FLOPs) bound.
+    two = {"a": {"bytes": 10e9, "flops": 0.0}, "b": {"bytes": 0.0, "flops": 20e9}}
+    bound = compare.parts_roofline_s(two, read_gb_s=100, peak_gflops=100)
+    assert bound["by_part_s"] == {"a": pytest.approx(0.1), "b": pytest.approx(0.2)}
+    assert bound["bound_s"] == pytest.approx(0.3)
+    assert compare.roofline_fraction(1.0, 10e9, 20e9, 100, 100)["bound_s"] == pytest.approx(0.2)
+    assert compare.parts_roofline_s(two, None, 100) is None
+
+
 def test_roofline_fraction_takes_the_larger_time():
     mem = compare.roofline_fraction(0.5, step_bytes=20e9, step_flops=1e9, read_gb_s=100, peak_gflops=100)
     assert (mem["bound_by"], mem["bound_s"], mem["fraction"]) == ("memory", 0.2, pytest.approx(0.4))
@@ -88,7 +108,7 @@ def made_up_run(tmp_path, cb_ok: bool) -> dict:
     arith = compare.model_arithmetic(tmp_path)
     mode = {"pp": 16, "tg": 4, "batches": [1, 64], "prefill_pp": 32}
     pt = lambda b, pp, dec, pre: {"batch": b, "pp": pp, "decode_tokens_per_s": dec, "prefill_tokens_per_s": pre,
-                                  "itl_ms_p50": 1e3 / dec, "ttft_ms_p50": 1e3 * pp / pre,
+                                  "itl_ms_p50": 1e3 / dec, "itl_ms_min": 0.8e3 / dec, "ttft_ms_p50": 1e3 * pp / pre,
                                   "flags": {"precision": "bf16", "kernels": "avx2"}}
     latent = {"points": [pt(1, 16, 10.0, 100.0), pt(64, 16, 200.0, 300.0)], "prefill_points": [pt(1, 32, 10.0, 400.0)],
               "default_flags": {"precision": "bf16", "kernels": "avx2"},
@@ -110,7 +130,7 @@ def made_up_run(tmp_path, cb_ok: bool) -> dict:
                              "candidates": [{"library": "torch", "m": 1, "n": 2, "k": 3, "gflops": 100.0}]}}
     res = {"workload": mode, "systems": {"latent": latent, "llama.cpp": llama, "transformers": hf},
            "model_arithmetic": arith, "long_context": {}}
-    res["roofline"] = compare.roofline(arith, machine, latent, llama["bench"], hf, mode)
+    res["roofline"] = compare.roofline(arith, machine, latent, llama["bench"], hf, mode, llama["batched_bench"])
     res["ratios"] = compare.compute_ratios(res)
     res.update({"invocation": "bench/compare --quick", "mode": "quick", "finished": "now", "elapsed_s": 1.0,
                 "commit": {"head": "abc", "dirty": False}, "commands": [],
@@ -145,7 +165,18 @@ def test_ratios_headline_is_the_default_and_peer_failures_are_recorded(tmp_path)
     assert r["decode_b64_roofline_fraction"]["value"] == pytest.approx(db["bound_s"] / 0.32, rel=1e-3)
     prefill_gflops = compare.prefill_flops(res["model_arithmetic"], 32) / (32 / 400.0) / 1e9
     assert r["prefill_512_fraction_of_bf16_peak"]["value"] == pytest.approx(prefill_gflops / 100, rel=1e-3)
+    # By parts: the sum of each part's own bound; 2x llama.cpp's 100 t/s at 64 is a 0.32 s step.
+    pr = db["parts_roofline"]
+    assert pr["bound_s"] == pytest.approx(sum(pr["by_part_s"].values()))
+    assert pr["bound_s"] >= db["bound_s"] and pr["fraction"] == pytest.approx(pr["bound_s"] / 0.32)
+    assert pr["step_s_at_2x_llamacpp"] == pytest.approx(0.32)
+    # Batch-1: the median step in the table, the fastest step (best against read_bw's best) apart.
+    lat1 = res["roofline"]["systems"]["latent"]
+    assert lat1["decode_best_step_ms"] == pytest.approx(80.0)
+    assert lat1["decode_best_fraction_of_read_bw"] == pytest.approx(lat1["decode_fraction_of_read_bw"] / 0.8)
+    assert "decode_best_step_ms" not in res["roofline"]["systems"]["llama.cpp"]
     md = compare.markdown(res)
+    assert "best against best" in md and "By parts" in md and "2x llama.cpp's decode rate" in md
     assert "### Ratios: latent's default" in md and "### Opt-in variants (not the default)" in md
     assert md.index("decode_b64_vs_llamacpp_f32") > md.index("### Opt-in variants")
     assert "recorded as the peer's failure" in md and "of the roofline" in md
