@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
+#include "base/saturating.h"
 #include "engine/cache_manager.h"
 #include "model/generation_config.h"
 #include "model/cache_rows.h"
@@ -82,7 +83,12 @@ Runner RegisterGenerate(CLI::App& app) {
     // prompt and every generated token.
     engine::CacheOptions cache_options;
     cache_options.block_tokens = opt->engine.block_tokens;
-    const int64_t most = static_cast<int64_t>(ids.size()) + opt->max_tokens;
+    const int64_t most = SaturatingAdd(static_cast<int64_t>(ids.size()), opt->max_tokens);
+    if (most > m->config().max_position_embeddings) {  // as the engine refuses a request
+      Fail("prompt (", ids.size(), " tokens) + --max-tokens (", opt->max_tokens,
+           ") exceeds the model's max_position_embeddings (", m->config().max_position_embeddings,
+           ")");
+    }
     cache_options.prefix_caching = false;
     cache_options.dtype = model::ParseCacheDType(opt->engine.cache_dtype, m->config());
     cache_options.num_blocks = engine::CacheManager::BlocksToHold(m->config(), cache_options, most);

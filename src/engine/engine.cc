@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/profile.h"
+#include "base/saturating.h"
 #include "engine/logprobs.h"
 #include "engine/debug_replay.h"
 #include "engine/sampler.h"
@@ -56,7 +57,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
   }
   if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
   request.sampling.Validate();
-  const int64_t total = prompt + request.max_tokens;
+  const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
   if (total > c.max_position_embeddings) {
     Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,
          ") exceeds the model's max_position_embeddings (", c.max_position_embeddings, ")");

@@ -74,6 +74,7 @@ void HttpRequestParser::Reset() {
   phase_ = Phase::kStart;
   request_line_checked_ = false;
   chunk_left_ = 0;
+  trailer_bytes_ = 0;
   error_status_ = 0;
   error_message_.clear();
 }
@@ -86,13 +87,26 @@ HttpRequestParser::Result HttpRequestParser::Fail(int status, std::string messag
 }
 
 HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
+  size_t consumed = 0;
+  const Result result = Parse(std::string_view(buffer), consumed);
+  buffer.erase(0, consumed);
+  return result;
+}
+
+HttpRequestParser::Result HttpRequestParser::Parse(std::string_view input, size_t& consumed) {
+  consumed = 0;
+  std::string_view buffer = input;  // what is left of input
+  const auto take = [&](size_t n) {
+    buffer.remove_prefix(n);
+    consumed += n;
+  };
   if (phase_ == Phase::kError) return Result::kError;
   if (phase_ == Phase::kDone) return Result::kComplete;
   if (phase_ == Phase::kStart) {
     // Empty lines before a request line are allowed (RFC 9112 section 2.2).
     size_t skip = 0;
     while (skip < buffer.size() && (buffer[skip] == '\r' || buffer[skip] == '\n')) ++skip;
-    buffer.erase(0, skip);
+    take(skip);
     if (buffer.empty()) return Result::kNeedMore;
     phase_ = Phase::kHeaders;
   }
@@ -101,7 +115,7 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
     // Garbage is refused as soon as it shows, not when a timeout or a size limit passes: the
     // method's characters as they come, the whole request line once it is there.
     const size_t method_end = std::min({buffer.find(' '), first_nl, buffer.size()});
-    const std::string_view method = std::string_view(buffer).substr(0, method_end);
+    const std::string_view method = buffer.substr(0, method_end);
     if (!std::all_of(method.begin(), method.end(), IsTokenChar) || method.size() > 32) {
       return Fail(400, "malformed HTTP request");
     }
@@ -113,7 +127,7 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
     }
     if (first_nl > limits_.max_request_line_bytes) return Fail(414, "the request URI is too long");
     if (!request_line_checked_) {
-      std::string_view line = std::string_view(buffer).substr(0, first_nl);
+      std::string_view line = buffer.substr(0, first_nl);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (ParseRequestLine(line) == Result::kError) return Result::kError;
       request_line_checked_ = true;
@@ -138,8 +152,8 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
       return Result::kNeedMore;
     }
     if (end > limits_.max_header_bytes + 4) return Fail(431, "the request headers are too large");
-    const Result head = ParseHead(std::string_view(buffer).substr(0, end));
-    buffer.erase(0, end);
+    const Result head = ParseHead(buffer.substr(0, end));
+    take(end);
     if (head == Result::kError) return head;
     if (request_.chunked) {
       phase_ = Phase::kChunkSize;
@@ -152,14 +166,14 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
   }
   if (phase_ == Phase::kBody) {
     const size_t want = request_.content_length - request_.body.size();
-    const size_t take = std::min(want, buffer.size());
-    request_.body.append(buffer, 0, take);
-    buffer.erase(0, take);
+    const size_t count = std::min(want, buffer.size());
+    request_.body.append(buffer.substr(0, count));
+    take(count);
     if (request_.body.size() < request_.content_length) return Result::kNeedMore;
     phase_ = Phase::kDone;
     return Result::kComplete;
   }
-  return ParseChunked(buffer);
+  return ParseChunked(buffer, consumed);
 }
 
 // METHOD SP target SP HTTP/1.x
@@ -239,16 +253,24 @@ HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
   return Result::kHeaders;
 }
 
-HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string& buffer) {
+// buffer: what is left of Parse's input; consumed counts what this takes from it.
+HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string_view& buffer,
+                                                          size_t& consumed) {
+  const auto take = [&](size_t n) {
+    buffer.remove_prefix(n);
+    consumed += n;
+  };
   for (;;) {
     std::string_view line;
     size_t next = 0;
     switch (phase_) {
       case Phase::kChunkSize: {
-        if (!TakeLine(buffer, 0, line, next)) {
-          if (buffer.size() > kMaxChunkLineBytes) return Fail(400, "malformed chunked body");
-          return Result::kNeedMore;
+        // A chunk-size line (with any extensions) is bounded whether or not it is complete.
+        const bool whole = TakeLine(buffer, 0, line, next);
+        if ((whole ? next : buffer.size()) > kMaxChunkLineBytes) {
+          return Fail(400, "malformed chunked body (chunk-size line too long)");
         }
+        if (!whole) return Result::kNeedMore;
         const std::string_view digits = Trim(line.substr(0, line.find(';')));
         if (digits.empty() || digits.size() > 15 ||
             !std::all_of(digits.begin(), digits.end(),
@@ -256,7 +278,7 @@ HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string& buffer) {
           return Fail(400, "malformed chunked body");
         }
         const size_t size = std::stoull(std::string(digits), nullptr, 16);
-        buffer.erase(0, next);
+        take(next);
         if (size == 0) {
           phase_ = Phase::kTrailers;
           break;
@@ -267,10 +289,10 @@ HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string& buffer) {
         break;
       }
       case Phase::kChunkData: {
-        const size_t take = std::min(chunk_left_, buffer.size());
-        request_.body.append(buffer, 0, take);
-        buffer.erase(0, take);
-        chunk_left_ -= take;
+        const size_t count = std::min(chunk_left_, buffer.size());
+        request_.body.append(buffer.substr(0, count));
+        take(count);
+        chunk_left_ -= count;
         if (chunk_left_ > 0) return Result::kNeedMore;
         phase_ = Phase::kChunkDataEnd;
         break;
@@ -281,16 +303,19 @@ HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string& buffer) {
           return Result::kNeedMore;
         }
         if (!line.empty()) return Fail(400, "malformed chunked body");
-        buffer.erase(0, next);
+        take(next);
         phase_ = Phase::kChunkSize;
         break;
       }
       case Phase::kTrailers: {
-        if (!TakeLine(buffer, 0, line, next)) {
-          if (buffer.size() > kMaxTrailerBytes) return Fail(431, "the request headers are too large");
-          return Result::kNeedMore;
+        // The trailer section as a whole is bounded, complete lines included.
+        const bool whole = TakeLine(buffer, 0, line, next);
+        if (trailer_bytes_ + (whole ? next : buffer.size()) > kMaxTrailerBytes) {
+          return Fail(431, "the request headers are too large (trailer section)");
         }
-        buffer.erase(0, next);
+        if (!whole) return Result::kNeedMore;
+        trailer_bytes_ += next;
+        take(next);
         if (line.empty()) {
           phase_ = Phase::kDone;
           return Result::kComplete;

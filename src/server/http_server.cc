@@ -117,10 +117,16 @@ struct HttpServer::Impl {
     int fd = -1;
     State state = State::kRead;
     uint32_t events = 0;  // Registered epoll events.
-    std::string in;
+    std::string in;     // received bytes; those before in_used are parsed
+    size_t in_used = 0;
     std::string out;
     size_t out_sent = 0;
     HttpRequestParser parser;
+    // ProcessInput is running for this connection: a response that goes out at once and finds a
+    // pipelined request behind it (AfterFlush) leaves it to that call's loop (input_pending)
+    // instead of recursing, which would grow the stack with every pipelined request.
+    bool processing_input = false;
+    bool input_pending = false;
     bool keep_alive = true;
     bool close_after_write = false;
     bool linger = false;  // Close after a lingering read (the request was refused unread).
@@ -131,8 +137,27 @@ struct HttpServer::Impl {
     std::shared_ptr<CompletionSession> session;
     std::shared_ptr<Link> link;
     bool streaming = false;
+    // The stream's bytes go in chunks (HTTP/1.1); an HTTP/1.0 client knows no chunked encoding
+    // (RFC 9112 section 6.1), so its stream is the raw bytes and the close ends it.
+    bool chunked_stream = true;
+
+    // Appends stream bytes, framed as one chunk where the stream is chunked.
+    void AppendStream(std::string_view text) {
+      if (chunked_stream) {
+        char size[20];
+        std::snprintf(size, sizeof(size), "%zx\r\n", text.size());
+        out += size;
+      }
+      out += text;
+      if (chunked_stream) out += "\r\n";
+    }
 
     explicit Conn(const HttpParseLimits& limits) : parser(limits) {}
+    bool NoInput() const { return in_used == in.size(); }
+    void ClearInput() {
+      in.clear();
+      in_used = 0;
+    }
   };
 
   HttpOptions options;
@@ -258,6 +283,7 @@ struct HttpServer::Impl {
   void OnEvent(Conn& c, uint32_t events);
   void ReadInput(Conn& c);
   void ProcessInput(Conn& c);
+  void ParseInput(Conn& c);
   void Flush(Conn& c);
   void AfterFlush(Conn& c);
   void Sweep(Clock::time_point now);
@@ -469,7 +495,11 @@ void HttpServer::Impl::ReadInput(Conn& c) {
     if (n > 0) {
       total += static_cast<size_t>(n);
       if (c.state == State::kLinger) continue;  // Dropped.
-      if (c.in.empty() && !c.parser.started()) c.request_start = Clock::now();
+      if (c.NoInput() && !c.parser.started()) c.request_start = Clock::now();
+      if (c.in_used > 0 && c.in_used >= c.in.size() / 2) {  // amortized: each byte moves once
+        c.in.erase(0, c.in_used);
+        c.in_used = 0;
+      }
       c.in.append(buf, static_cast<size_t>(n));
       continue;
     }
@@ -493,8 +523,27 @@ void HttpServer::Impl::ReadInput(Conn& c) {
 }
 
 void HttpServer::Impl::ProcessInput(Conn& c) {
+  if (c.processing_input) {
+    c.input_pending = true;  // The running call's loop takes it.
+    return;
+  }
+  const uint64_t id = c.id;
+  c.processing_input = true;
+  do {
+    c.input_pending = false;
+    ParseInput(c);
+    if (!conns.count(id)) return;  // Closed: c is gone.
+  } while (c.input_pending);
+  c.processing_input = false;
+}
+
+void HttpServer::Impl::ParseInput(Conn& c) {
   for (;;) {
-    switch (c.parser.Parse(c.in)) {
+    size_t consumed = 0;
+    const auto result = c.parser.Parse(std::string_view(c.in).substr(c.in_used), consumed);
+    c.in_used += consumed;
+    if (c.NoInput()) c.ClearInput();
+    switch (result) {
       case HttpRequestParser::Result::kNeedMore:
         WantEvents(c);
         return;
@@ -571,7 +620,7 @@ void HttpServer::Impl::AfterFlush(Conn& c) {
     ::shutdown(c.fd, SHUT_WR);
     c.state = State::kLinger;
     c.linger_until = Clock::now() + kLingerTime;
-    c.in.clear();
+    c.ClearInput();
     WantEvents(c);
     return;
   }
@@ -580,7 +629,7 @@ void HttpServer::Impl::AfterFlush(Conn& c) {
   c.idle_since = c.request_start = Clock::now();
   c.method.clear();
   c.path.clear();
-  if (!c.in.empty()) {
+  if (!c.NoInput()) {
     ProcessInput(c);  // A pipelined request.
   } else {
     WantEvents(c);
@@ -601,7 +650,7 @@ void HttpServer::Impl::Sweep(Clock::time_point now) {
     Conn& c = *conn;
     switch (c.state) {
       case State::kRead:
-        if (!c.parser.started() && c.in.empty()) {
+        if (!c.parser.started() && c.NoInput()) {
           if (now - c.idle_since > Seconds(options.keep_alive_timeout_s)) {
             expired.emplace_back(id, 0);
           }
@@ -633,7 +682,7 @@ void HttpServer::Impl::Sweep(Clock::time_point now) {
     auto it = conns.find(id);
     if (it == conns.end()) continue;
     Conn& c = *it->second;
-    c.out += "e\r\n: keep-alive\n\n\r\n";  // One chunk of 14 bytes.
+    c.AppendStream(": keep-alive\n\n");  // An SSE comment.
     c.last_stream_write = c.last_write_progress = now;
     Flush(c);
   }
@@ -830,10 +879,12 @@ void HttpServer::Impl::OnGenerationStarted(uint64_t id, std::shared_ptr<Completi
     if (options.log_requests) {
       std::fprintf(stderr, "latent serve: %s %s 200\n", c->method.c_str(), c->path.c_str());
     }
-    c->close_after_write = draining || !c->parser.request().KeepAlive();
+    c->chunked_stream = c->parser.request().minor_version >= 1;
+    c->close_after_write = draining || !c->parser.request().KeepAlive() || !c->chunked_stream;
     c->out += StrCat(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n",
+        "X-Accel-Buffering: no\r\n",
+        c->chunked_stream ? "Transfer-Encoding: chunked\r\n" : "",
         c->close_after_write ? "Connection: close\r\n" : "", "\r\n");
     c->last_stream_write = c->last_write_progress = Clock::now();
   }
@@ -850,17 +901,13 @@ void HttpServer::Impl::Pump(Conn& c) {
       const std::string text = session->TakeStream();
       if (!text.empty()) {
         if (c.out.empty()) c.last_write_progress = Clock::now();
-        char size[20];
-        std::snprintf(size, sizeof(size), "%zx\r\n", text.size());
-        c.out += size;
-        c.out += text;
-        c.out += "\r\n";
+        c.AppendStream(text);
         c.last_stream_write = Clock::now();
       }
       if (session->stream_closed()) {
         // Out of the in-flight count before the client can read the end of the stream.
         EndSession(c);
-        c.out += "0\r\n\r\n";
+        if (c.chunked_stream) c.out += "0\r\n\r\n";
         c.state = State::kWrite;
       }
       Flush(c);

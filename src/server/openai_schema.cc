@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/saturating.h"
 #include "server/tool_request.h"
 
 namespace latent::server {
@@ -251,16 +252,26 @@ void ParseResponseFormat(const Json& body, std::string_view text, ResponseFormat
   out.schema = OrderedJson::parse(text.begin(), text.end())["response_format"]["json_schema"]["schema"];
 }
 
+// A sampling value as the engine's float, refused when a float cannot hold it: 1e300 would become
+// inf and 1e-300 zero, which the engine's checks then reject under a misleading message.
+float SamplingFloat(const char* key, double v) {
+  const float f = static_cast<float>(v);
+  if (std::isinf(f) || (v != 0 && f == 0)) {
+    BadField(key, StrCat("'", key, "' is ", v, ", outside the range of a 32-bit float"));
+  }
+  return f;
+}
+
 void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
   engine::SamplingParams& s = r.sampling;
   s.temperature = 1.0f;  // OpenAI's default; the engine's struct defaults to greedy.
   if (auto v = GetNumber(body, "temperature")) {
     if (*v < 0) BadField("temperature", StrCat("'temperature' must be >= 0, got ", *v));
-    s.temperature = static_cast<float>(*v);
+    s.temperature = SamplingFloat("temperature", *v);
   }
   if (auto v = GetNumber(body, "top_p")) {
     if (!(*v > 0 && *v <= 1)) BadField("top_p", StrCat("'top_p' must be in (0, 1], got ", *v));
-    s.top_p = static_cast<float>(*v);
+    s.top_p = SamplingFloat("top_p", *v);
   }
   if (auto v = GetInt(body, "top_k")) {
     if (*v < -1)
@@ -271,7 +282,7 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
   }
   if (auto v = GetNumber(body, "min_p")) {
     if (!(*v >= 0 && *v <= 1)) BadField("min_p", StrCat("'min_p' must be in [0, 1], got ", *v));
-    s.min_p = static_cast<float>(*v);
+    s.min_p = SamplingFloat("min_p", *v);
   }
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     if (auto v = GetNumber(body, key)) {
@@ -282,7 +293,7 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
   if (auto v = GetNumber(body, "repetition_penalty")) {
     if (!(*v > 0 && *v <= 100))
       BadField("repetition_penalty", StrCat("'repetition_penalty' must be in (0, 100], got ", *v));
-    s.repetition_penalty = static_cast<float>(*v);
+    s.repetition_penalty = SamplingFloat("repetition_penalty", *v);
   }
   if (const Json* seed = Find(body, "seed")) {
     if (seed->is_number_unsigned()) {
@@ -502,17 +513,19 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   }
   int64_t max_tokens = request.max_tokens.value_or(
       request.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, room - n) : room - n);
-  if (n + max_tokens > limits.context_tokens) {
+  // Saturating: a max_tokens near INT64_MAX would wrap the sum negative and pass both checks.
+  const int64_t requested = SaturatingAdd(n, max_tokens);
+  if (requested > limits.context_tokens) {
     BadField("max_tokens",
              StrCat("This model's maximum context length is ", limits.context_tokens,
-                    " tokens. However, you requested ", n + max_tokens, " tokens (", n,
+                    " tokens. However, you requested ", requested, " tokens (", n,
                     " in the prompt, ", max_tokens, " for the completion)"),
              "context_length_exceeded");
   }
-  if (n + max_tokens > limits.cache_tokens) {
+  if (requested > limits.cache_tokens) {
     BadField("max_tokens",
              StrCat("the cache holds ", limits.cache_tokens, " tokens. However, you requested ",
-                    n + max_tokens, " tokens (", n, " in the prompt, ", max_tokens,
+                    requested, " tokens (", n, " in the prompt, ", max_tokens,
                     " for the completion)"),
              "context_length_exceeded");
   }

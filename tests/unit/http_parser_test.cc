@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "server/constant_time.h"
 
@@ -77,6 +79,70 @@ TEST(HttpParserTest, Chunked) {
   EXPECT_EQ(ParseAll(parser, buffer), Result::kComplete);
   EXPECT_EQ(parser.request().body, "hello, w");
   EXPECT_EQ(buffer, "NEXT");
+}
+
+TEST(HttpParserTest, ViewParseConsumesPipelinedRequestsWithoutErasing) {
+  const std::string input =
+      "GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 2\r\n\r\nxyGET /c HTTP/1";
+  HttpRequestParser parser(SmallLimits());
+  size_t used = 0, consumed = 0;
+  std::vector<std::string> paths;
+  for (;;) {
+    const Result r = parser.Parse(std::string_view(input).substr(used), consumed);
+    used += consumed;
+    if (r == Result::kHeaders) continue;
+    if (r != Result::kComplete) {
+      EXPECT_EQ(r, Result::kNeedMore);
+      break;
+    }
+    paths.push_back(parser.request().path);
+    if (parser.request().path == "/b") EXPECT_EQ(parser.request().body, "xy");
+    parser.Reset();
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/a", "/b"}));
+  // The partial third request: only its leading blank lines (none here) are taken.
+  EXPECT_EQ(input.substr(used), "GET /c HTTP/1");
+}
+
+TEST(HttpParserTest, EveryChunkedPhaseCountsAsBody) {
+  // The server times a request in its body by the body timeout, its headers by the header one.
+  HttpRequestParser parser(SmallLimits());
+  std::string buffer = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  EXPECT_FALSE(parser.in_body());
+  EXPECT_EQ(parser.Parse(buffer), Result::kHeaders);
+  EXPECT_EQ(parser.Parse(buffer), Result::kNeedMore);
+  EXPECT_TRUE(parser.in_body()) << "waiting for a chunk-size line";
+  buffer = "2\r\nab";
+  EXPECT_EQ(parser.Parse(buffer), Result::kNeedMore);
+  EXPECT_TRUE(parser.in_body()) << "waiting for the chunk's CRLF";
+  buffer = "\r\n0\r\nX-T: 1\r\n";
+  EXPECT_EQ(parser.Parse(buffer), Result::kNeedMore);
+  EXPECT_TRUE(parser.in_body()) << "in the trailers";
+  buffer = "\r\n";
+  EXPECT_EQ(parser.Parse(buffer), Result::kComplete);
+  EXPECT_EQ(parser.request().body, "ab");
+}
+
+TEST(HttpParserTest, ChunkLinesAndTrailersAreBoundedWhenComplete) {
+  // A chunk-size line with a long extension, sent whole.
+  HttpRequestParser parser(SmallLimits());
+  std::string buffer = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1;ext=" +
+                       std::string(2000, 'e') + "\r\na\r\n0\r\n\r\n";
+  EXPECT_EQ(ParseAll(parser, buffer), Result::kError);
+  EXPECT_EQ(parser.error_status(), 400);
+  // Thousands of short trailer lines, each complete.
+  HttpRequestParser trailers(SmallLimits());
+  buffer = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n";
+  for (int i = 0; i < 5000; ++i) buffer += "X: y\r\n";
+  buffer += "\r\n";
+  EXPECT_EQ(ParseAll(trailers, buffer), Result::kError);
+  EXPECT_EQ(trailers.error_status(), 431);
+  // A few trailer lines are fine.
+  HttpRequestParser few(SmallLimits());
+  buffer = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           "1\r\nz\r\n0\r\nA: 1\r\nB: 2\r\n\r\n";
+  EXPECT_EQ(ParseAll(few, buffer), Result::kComplete);
+  EXPECT_EQ(few.request().body, "z");
 }
 
 TEST(HttpParserTest, Limits) {
