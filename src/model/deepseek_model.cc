@@ -125,6 +125,11 @@ DeepseekModel::Activations DeepseekModel::Start(int64_t tokens) const {
 
 DeepseekModel::Activations DeepseekModel::Start(const ForwardBatch& batch) const {
   batch.Validate();
+  // Denormals flushed from the step's first op: ParallelFor sets FTZ/DAZ on its caller, but a
+  // kernel small enough to skip it would otherwise run under whatever this thread had before
+  // (a fresh engine or Python thread: not flushed), and the same step could round differently
+  // on its first run than on later ones.
+  threads::FlushDenormals();
   return Start(static_cast<int64_t>(batch.token_ids.size()));
 }
 
