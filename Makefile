@@ -152,24 +152,27 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDI
   LATENT_TEST_SLOWDOWN=10
 # What each runs, trimmed for CI time (docs/reliability.md has the durations and the reasons).
 # ASan: all unit and kernel tests; the server paths that own memory across threads and requests
-# (64 concurrent streams, disconnects, shutdown, backpressure, 73 malformed requests); the load
+# (64 concurrent streams, disconnects, shutdown, backpressure, 78 malformed requests, HTTP
+# framing: 20,000 pipelined requests, HTTP/1.0 streams, chunked-body timeouts); the load
 # faults (every damaged-file parser path); the engine property tests that move blocks between
 # requests (batching, preemption, prefix hits, cancellation, seeded sampling, a request that can
 # never fit) on one family (DeepSeek V3.2: its DSA indexer adds a second cached row and top-k
 # selection to the MLA paths every family shares). TSan: the threaded code: thread pool,
 # scheduler, engine (EngineThreads: Submit/Cancel/Metrics from many threads while the loop runs)
 # and the server end-to-end tests of the HTTP threads (concurrency, disconnects, shutdown,
-# backpressure). The parity suites (transformers references) run only in the plain build.
+# backpressure, HTTP framing). The parity suites (transformers references) run only in the plain build.
 ASAN_CTEST_EXCLUDE ?= ^$$
 ASAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
   tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py \
-  tests/e2e/test_serve_bad_requests.py tests/tools/test_load_faults.py
+  tests/e2e/test_serve_bad_requests.py tests/e2e/test_serve_http_framing.py \
+  tests/tools/test_load_faults.py
 ASAN_PROPERTY_PYTESTS ?= tests/property/test_engine_properties.py
 ASAN_PROPERTY_K ?= deepseek_v32 and (batched_equals_alone and 16-7 or preemption or prefix_hits \
   or seeded or cancellation or never_fit)
 TSAN_CTEST_REGEX ?= ^tsan\.
 TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
-  tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py
+  tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py \
+  tests/e2e/test_serve_http_framing.py
 # The sanitizer pytest runs use py-test's two workers (one file each at a time).
 SANITIZER_PYTEST := $(PY) -m pytest -q -x $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
