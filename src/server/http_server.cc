@@ -459,7 +459,7 @@ void HttpServer::Impl::BeginDrain() {
   listening = false;
   std::vector<uint64_t> idle;
   for (auto& [id, conn] : conns) {
-    if (conn->state == State::kRead && !conn->parser.started() && conn->in.empty()) {
+    if (conn->state == State::kRead && !conn->parser.started() && conn->NoInput()) {
       idle.push_back(id);
     }
   }
@@ -567,9 +567,10 @@ void HttpServer::Impl::ParseInput(Conn& c) {
           return;
         }
         if (req.ExpectsContinue() && (req.chunked || req.content_length > 0)) {
+          const uint64_t id = c.id;  // Flush may close c (a failed send)
           c.out += "HTTP/1.1 100 Continue\r\n\r\n";
           Flush(c);
-          if (!conns.count(c.id)) return;
+          if (!conns.count(id)) return;
         }
         continue;
       }
@@ -881,6 +882,9 @@ void HttpServer::Impl::OnGenerationStarted(uint64_t id, std::shared_ptr<Completi
     }
     c->chunked_stream = c->parser.request().minor_version >= 1;
     c->close_after_write = draining || !c->parser.request().KeepAlive() || !c->chunked_stream;
+    // Close after a lingering read: the client may have sent more meanwhile, and closing with
+    // unread bytes resets the connection, which can cut off the stream's last bytes.
+    c->linger = c->close_after_write;
     c->out += StrCat(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         "X-Accel-Buffering: no\r\n",
