@@ -36,6 +36,12 @@ bool TakeLine(std::string_view text, size_t pos, std::string_view& line, size_t&
   return true;
 }
 
+// Moves n bytes from the front of `rest` (what is left of Parse's input) to `consumed`.
+void Take(std::string_view& rest, size_t& consumed, size_t n) {
+  rest.remove_prefix(n);
+  consumed += n;
+}
+
 // Whether a comma-separated header value lists `token` (case-insensitive).
 bool ListsToken(const std::string& value, std::string_view token) {
   const std::string lower = Lower(value);
@@ -96,10 +102,7 @@ HttpRequestParser::Result HttpRequestParser::Parse(std::string& buffer) {
 HttpRequestParser::Result HttpRequestParser::Parse(std::string_view input, size_t& consumed) {
   consumed = 0;
   std::string_view buffer = input;  // what is left of input
-  const auto take = [&](size_t n) {
-    buffer.remove_prefix(n);
-    consumed += n;
-  };
+  const auto take = [&](size_t n) { Take(buffer, consumed, n); };
   if (phase_ == Phase::kError) return Result::kError;
   if (phase_ == Phase::kDone) return Result::kComplete;
   if (phase_ == Phase::kStart) {
@@ -256,10 +259,7 @@ HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
 // buffer: what is left of Parse's input; consumed counts what this takes from it.
 HttpRequestParser::Result HttpRequestParser::ParseChunked(std::string_view& buffer,
                                                           size_t& consumed) {
-  const auto take = [&](size_t n) {
-    buffer.remove_prefix(n);
-    consumed += n;
-  };
+  const auto take = [&](size_t n) { Take(buffer, consumed, n); };
   for (;;) {
     std::string_view line;
     size_t next = 0;

@@ -490,16 +490,17 @@ void HttpServer::Impl::ReadInput(Conn& c) {
   size_t total = 0;
   char buf[kReadChunk];
   bool eof = false;
+  // Drop the parsed front once it is half the buffer: amortized, each byte moves once.
+  if (c.in_used > 0 && c.in_used >= c.in.size() / 2) {
+    c.in.erase(0, c.in_used);
+    c.in_used = 0;
+  }
   while (total < kMaxReadPerEvent) {
     const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
     if (n > 0) {
       total += static_cast<size_t>(n);
       if (c.state == State::kLinger) continue;  // Dropped.
       if (c.NoInput() && !c.parser.started()) c.request_start = Clock::now();
-      if (c.in_used > 0 && c.in_used >= c.in.size() / 2) {  // amortized: each byte moves once
-        c.in.erase(0, c.in_used);
-        c.in_used = 0;
-      }
       c.in.append(buf, static_cast<size_t>(n));
       continue;
     }
