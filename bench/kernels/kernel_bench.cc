@@ -4,7 +4,8 @@
 //
 //   build/bench/kernels/latent_kernel_bench [--gib 2] [--reps 3] [--threads 1,2] [--m 1,4,16]
 //       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
-//       [--prefill 512,2048] [--kernels best|ref|avx512|bf16dot|avx512-packed|amx|onednn]
+//       [--prefill 512,2048]
+//       [--kernels best|ref|avx512|bf16dot|avx512-packed|amx|onednn|avx2|avx2-packed]
 //       [--attention-rows f32|bf16]
 //
 // --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
@@ -226,6 +227,8 @@ int main(int argc, char** argv) {
                              : o.kernels == "bf16dot" ? latent::kernels::Bf16DotKernels()
                              : o.kernels == "avx512-packed" ? latent::kernels::Bf16PackedKernels()
                              : o.kernels == "amx"     ? latent::kernels::AmxKernels()
+                             : o.kernels == "avx2"    ? latent::kernels::Avx2Kernels()
+                             : o.kernels == "avx2-packed" ? latent::kernels::Avx2PackedKernels()
                              : o.kernels == "onednn"  ? latent::kernels::OnednnKernels()
                                                       : &latent::kernels::BestKernels();
   if (table == nullptr) {

@@ -78,6 +78,11 @@ const KernelTable* Avx512Kernels();
 // them. Every entry but dequant_row has an AVX2 version; W8A8 weights use an exact integer dot
 // (vpmaddwd), so they equal the reference bit for bit.
 const KernelTable* Avx2Kernels();
+// The AVX2 kernels with linear over bf16 weights with bf16_activations (bf16 compute) on FMAs over
+// the tile-packed copy the loader makes (avx2/linear_bf16_packed_avx2.cc, kernels/tile_pack.h;
+// the other weights stay on the row-major AVX2 kernels), or null without AVX2. Batch invariant
+// like the others.
+const KernelTable* Avx2PackedKernels();
 // Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
 // with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
 bool Avx512HasW8A8Vnni();
@@ -107,12 +112,15 @@ const KernelTable* AmxKernels();
 // (avx512/linear_fp8_packed.cc).
 const KernelTable* Bf16PackedKernels();
 // The best kernels this CPU supports, chosen once: AmxKernels() where the CPU has AMX-BF16, else
-// AVX-512 when available, else AVX2, else the reference (dispatch.cc's kAmxByDefault has the
-// measurements). The environment variable LATENT_KERNELS=ref forces the reference kernels;
-// LATENT_BF16_DOT=1 picks Bf16DotKernels() when available; LATENT_GEMM=avx512 keeps the AVX-512
-// kernels on an AMX CPU; LATENT_GEMM=onednn picks OnednnKernels() (over the AVX-512 kernels).
+// AVX-512 when available, else AVX2 (over packed bf16 weights: Avx2PackedKernels(), unless
+// LATENT_GEMM=avx2 keeps the row-major kernel), else the reference (dispatch.cc's kAmxByDefault
+// and kAvx2PackedByDefault have the measurements). LATENT_KERNELS=ref forces the reference
+// kernels; LATENT_BF16_DOT=1 picks Bf16DotKernels() when available; LATENT_GEMM=avx512 keeps the
+// AVX-512 kernels on an AMX CPU; LATENT_GEMM=onednn picks OnednnKernels() (over the AVX-512
+// kernels); LATENT_GEMM=avx2 or avx2-packed picks the AVX2 family on any CPU with AVX2.
 const KernelTable& BestKernels();
-// "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2" or "ref": what
+// "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2-packed", "avx2" or
+// "ref": what
 // BestKernels() chose.
 const char* BestKernelsName();
 // What multiplies a bf16 weight by bf16-rounded activations (bf16 compute) in BestKernels'

@@ -187,9 +187,10 @@ TEST(KernelDispatch, BestKernelsIsAmxElsePackedElseAvx512ElseAvx2ElseRef) {
     EXPECT_EQ(&BestKernels(), std::string(std::getenv("LATENT_BF16_DOT")) == "1"
                                   ? Bf16DotKernels()
                                   : Avx512Kernels());
-  } else if (Avx2Kernels() != nullptr) {
-    EXPECT_STREQ(BestKernelsName(), "avx2");
-    EXPECT_EQ(&BestKernels(), Avx2Kernels());
+  } else if (Avx2PackedKernels() != nullptr) {
+    EXPECT_STREQ(BestKernelsName(), "avx2-packed");
+    EXPECT_EQ(&BestKernels(), Avx2PackedKernels());
+    EXPECT_NE(BestKernels().pack, nullptr) << "the AVX2 default packs bf16 weights at load";
   } else {
     EXPECT_STREQ(BestKernelsName(), "ref");
   }

@@ -1,6 +1,7 @@
 // The linears over tile-packed bf16 weights (kernels/tile_pack.h; bf16 compute over bf16 weights
-// repacked at load): AMX (kernels/amx/linear_amx.cc, where the CPU has AMX-BF16) and vdpbf16ps
-// (kernels/avx512/linear_bf16_packed.cc, where it has AVX512_BF16), each against the scalar
+// repacked at load): AMX (kernels/amx/linear_amx.cc, where the CPU has AMX-BF16), vdpbf16ps
+// (kernels/avx512/linear_bf16_packed.cc, where it has AVX512_BF16) and AVX2 FMAs
+// (kernels/avx2/linear_bf16_packed_avx2.cc, where it has AVX2), each against the scalar
 // reference, over k and n tails, decode and batch shapes and Rows() views; and their batch
 // invariance: a row's output is the same bits alone, inside any batch, at any position in its
 // tile and with any thread count.
@@ -35,7 +36,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         testing::FastTable{"amx", AmxKernels,
                            "no AMX-BF16 + AMX-TILE (or no OS tile state) on this CPU"},
-        testing::FastTable{"avx512_packed", Bf16PackedKernels, "no AVX512_BF16 on this CPU"}),
+        testing::FastTable{"avx512_packed", Bf16PackedKernels, "no AVX512_BF16 on this CPU"},
+        testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
     testing::FastTableName);
 
 // A bf16 weight [n, k] for bf16 compute at an odd address (checkpoint tensors are unaligned),
@@ -93,7 +95,9 @@ TEST(AmxDispatch, BestKernelsUseAmxByDefaultWhereTheCpuHasIt) {
 }
 
 // LATENT_GEMM=avx512-packed picks the vdpbf16ps kernel over packed weights where the CPU has
-// AVX512_BF16 (on AMX CPUs too); LATENT_GEMM=avx512 keeps the row-major one.
+// AVX512_BF16 (on AMX CPUs too); LATENT_GEMM=avx512 keeps the row-major one. LATENT_GEMM=avx2
+// and avx2-packed pick the AVX2 family on any CPU (so its path runs end to end on AVX-512 machines
+// too): the row-major kernel and the packed default.
 TEST(Bf16PackedDispatch, BestKernelsFollowLatentGemm) {
   const char* gemm = std::getenv("LATENT_GEMM");
   const char* kernels = std::getenv("LATENT_KERNELS");
@@ -108,6 +112,16 @@ TEST(Bf16PackedDispatch, BestKernelsFollowLatentGemm) {
   } else if (std::string(gemm) == "avx512" && Avx512Kernels() != nullptr) {
     EXPECT_EQ(&BestKernels(), Avx512Kernels());
     EXPECT_EQ(BestKernels().pack, nullptr);
+  } else if (Avx2Kernels() != nullptr && (Avx512Kernels() == nullptr ||
+                                          std::string(gemm) == "avx2" ||
+                                          std::string(gemm) == "avx2-packed")) {
+    // The AVX2 family: CPUs without AVX-512, and any CPU under LATENT_GEMM=avx2 or avx2-packed.
+    // LATENT_GEMM=avx2 keeps the row-major kernel; any other value leaves the packed default.
+    const bool packed = std::string(gemm) != "avx2";
+    EXPECT_EQ(&BestKernels(), packed ? Avx2PackedKernels() : Avx2Kernels());
+    EXPECT_STREQ(BestKernelsName(), packed ? "avx2-packed" : "avx2");
+    EXPECT_EQ(BestKernels().pack != nullptr, packed);
+    EXPECT_STREQ(BestBf16ProductsName(), "f32 fma");
   }
 }
 
@@ -154,13 +168,16 @@ TEST_P(PackedLinear, ReadsThePackedCopy) {
   EXPECT_EQ(RunLinear(table, x, 5, moved), y);
 }
 
-TEST_P(PackedLinear, UnpackedWeightsGoToTheAvx512Kernel) {
+// A weight without a packed copy goes to the linear of the table the packed one was built on.
+TEST_P(PackedLinear, UnpackedWeightsGoToTheBaseTablesKernel) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(3);
   PackedWeight w = MakePackedWeight(table, rng, 21, 45);
-  w.ref.packed = nullptr;  // built outside the loader: the vdpbf16ps kernel, as before
+  w.ref.packed = nullptr;  // built outside the loader: the base table's kernel, as before
   const std::vector<float> x = RandomFloats(rng, 4 * w.ref.k);
-  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+  const KernelTable& base =
+      &table == Avx2PackedKernels() ? *Avx2Kernels() : *Avx512Kernels();
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(base, x, 4, w.ref));
 }
 
 // Row i of a call over rows [0, m) of one batch equals row i computed alone, bit for bit, for

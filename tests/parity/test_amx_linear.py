@@ -8,7 +8,10 @@ batched-equals-alone check, run under AMX, on bf16 and on fp8-block checkpoints)
 the CPU has no AMX.
 
 The same checks run for the vdpbf16ps kernel over the same tile-packed weights
-(LATENT_GEMM=avx512-packed, kernels/avx512/linear_bf16_packed.cc), skipped without AVX512_BF16."""
+(LATENT_GEMM=avx512-packed, kernels/avx512/linear_bf16_packed.cc), skipped without AVX512_BF16,
+and for the AVX2 FMA kernel over them (LATENT_GEMM=avx2-packed, kernels/avx2/
+linear_bf16_packed_avx2.cc; the default without AVX-512, and chosen by that value on any CPU with
+AVX2), against the row-major AVX2 kernel (LATENT_GEMM=avx2)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from conftest import latent_logits, run_latent
 
 
 # LATENT_GEMM value -> the kernels name `latent info` reports when that GEMM really runs.
-PACKED_GEMMS = {"amx": "avx512-amx", "avx512-packed": "avx512-packed"}
+PACKED_GEMMS = {"amx": "avx512-amx", "avx512-packed": "avx512-packed", "avx2-packed": "avx2-packed"}
+# LATENT_GEMM value -> the same family's kernel over the weights as stored (no packed copy).
+UNPACKED_GEMM = {"amx": "avx512", "avx512-packed": "avx512", "avx2-packed": "avx2"}
 
 
 @pytest.fixture(params=sorted(PACKED_GEMMS))
@@ -44,12 +49,12 @@ def test_amx_logits_within_transformers_bf16_error(tiny_models, tmp_path, amx):
     scale = np.abs(ref_exact).max()
     for form in ("absorbed", "expanded"):
         ours = latent_logits(model_dir, ids, form)
-        amx.setenv("LATENT_GEMM", "avx512")
+        amx.setenv("LATENT_GEMM", UNPACKED_GEMM[amx.gemm])
         default = latent_logits(model_dir, ids, form)
         amx.setenv("LATENT_GEMM", amx.gemm)
         assert not np.array_equal(ours, default), f"LATENT_GEMM={amx.gemm} changed nothing"
         error = np.abs(ours - ref_exact).max()
-        print(f"{form}: |{amx.gemm} - exact| {error:.3g}, |avx512 - exact| "
+        print(f"{form}: |{amx.gemm} - exact| {error:.3g}, |{UNPACKED_GEMM[amx.gemm]} - exact| "
               f"{np.abs(default - ref_exact).max():.3g}, |transformers bf16 - exact| "
               f"{hf_bf16_error:.3g}")
         assert error <= hf_bf16_error

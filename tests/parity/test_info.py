@@ -56,6 +56,7 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     vector = "vdpbf16ps" if bf16_dot else "f32 fma"
     kernels_to_products = {"avx512-amx": "amx", "avx512-packed": vector,
                            "avx512-bf16dot": vector, "avx512": vector, "avx2": "f32 fma",
+                           "avx2-packed": "f32 fma",
                            "ref": "f32 fma"}
     products = got["precision"]["bf16_products"]
     if low_precision:

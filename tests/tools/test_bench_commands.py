@@ -28,7 +28,8 @@ def test_bench_sweep_points(tiny_models):
         for p in points:
             assert p["flags"]["attention"] == form
             assert p["flags"]["threads"] >= 1
-            assert p["flags"]["kernels"] in ("avx512-amx", "avx512-packed", "avx512", "avx2", "ref")
+            assert p["flags"]["kernels"] in ("avx512-amx", "avx512-packed", "avx512",
+                                             "avx2-packed", "avx2", "ref")
             assert p["prefill_tokens_per_s"] > 0 and p["decode_tokens_per_s"] > 0
             assert 0 < p["itl_ms_min"] <= p["itl_ms_p50"] <= p["itl_ms_p90"] <= p["itl_ms_p99"]
     bad = run_latent("bench", "--model", str(model_dir), "--attention", "sideways", check=False)

@@ -10,6 +10,9 @@ namespace latent::kernels::avx2 {
 
 // linear (every weight dtype; W8A8 too) and transposed_linear; dequant_row stays the reference's.
 void FillLinearKernels(KernelTable& table);
+// linear over bf16 weights under bf16 compute on the tile-packed copy (packed_bytes, pack); every
+// other weight keeps the table's linear. After FillLinearKernels.
+void FillBf16PackedLinear(KernelTable& table);
 void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope, exp_weights
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores

@@ -1,0 +1,226 @@
+// Linear over bf16 weights under bf16 compute (WeightRef::bf16_activations) on AVX2 FMAs over the
+// tile-packed copy of the weights (kernels/tile_pack.h): the default bf16 kernel of CPUs with AVX2
+// and no AVX-512 (AMD Zen 1-3, Intel client parts), which have no bf16 dot instruction.
+//
+// In the packed layout one k-pair of a block's 16 weight rows is one 64-byte line: two ymm of 8
+// rows, each 32-bit lane one row's (k, k + 1) pair. A shift left by 16 turns a lane into the f32 of
+// its k value, a mask of the high half into that of its k + 1 value, so
+//
+//   acc[r][h] (8 outputs of activation row r) = fma(x[r][k + 1], odd(line h),
+//                                                 fma(x[r][k], even(line h), acc[r][h]))
+//
+// is one f32 chain over k in order from zero for every output, whatever M, the register tile, the
+// thread split or the path below (an f32 store and reload between k chunks changes nothing): batch
+// invariant, as the other kernels are. Its order differs from the row-major AVX2 kernel's (8
+// lanes per row, reduced at the end; linear_avx2.cc), which keeps the weights that are not packed.
+// The activations are the bf16-rounded inputs kept as f32, so every product is exact in f32 and
+// only the order of the sums sets the bits.
+//
+// Blocking (16 ymm registers). Decode (m <= 4): one register tile over all of k per group of
+// column blocks, the accumulators in registers, one weight stream per block: 4 blocks at m = 1, 2
+// at m = 2, 1 at m = 3-4 (8 accumulators each, two dependent FMAs per k-pair). Batches: for each
+// pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in L1 while
+// every 4-row activation tile goes past them), the accumulators in an f32 buffer [m, 32] (L2)
+// between chunks. Threads split N into groups of whole column blocks.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx2/avx2_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
+#include "threads/thread_pool.h"
+// Last: defines the AVX2 helpers under the target pragma.
+#include "kernels/avx2/avx2_common.h"
+
+LATENT_AVX2_BEGIN
+namespace latent::kernels::avx2 {
+namespace {
+
+constexpr int kMaxRows = 4;             // activation rows per register tile
+constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass over the accumulators
+constexpr int kBatchBlocks = 2;         // batches: column blocks per group
+constexpr int kHalf = 8;                // outputs per ymm: half a block
+constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
+
+struct PackedJob {
+  const float* x;         // [m, kp] bf16-rounded f32, zero past k
+  int64_t m, kp, tiles;   // tiles = kp / 32
+  const uint8_t* packed;  // block 0 of the packed copy
+  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
+  int64_t row0;           // packed row of the view's row 0
+  int64_t n;              // the view's rows: y's columns
+  float* y;               // [m, n]
+};
+
+// Keeps v in a register where it is made (GCC would otherwise hoist every row's broadcasts ahead
+// of the FMAs and spill accumulators).
+inline __m256 InRegister(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+// Half a packed line (8 rows' (k, k + 1) pairs) and the f32 values of its k and k + 1 halves.
+inline __m256i Line(const uint8_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256 Even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+inline __m256 Odd(__m256i v, __m256i high) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, high));
+}
+
+// MR activation rows from m0 x NB column blocks from b, over k tiles [t0, t1). acc: [MR rows of
+// ld floats], column 16 s for block b + s; zeroed first when t0 == 0, else loaded, then stored.
+template <int MR, int NB>
+void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, float* acc,
+          int64_t ld) {
+  __m256 c[MR][2 * NB];  // [row][half block]
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2 * NB; ++h) {
+      c[r][h] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * ld + h * kHalf);
+    }
+  }
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint8_t* w[NB];
+  for (int s = 0; s < NB; ++s) w[s] = j.packed + (b + s) * j.block_bytes;
+  const float* x = j.x + m0 * j.kp;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t at = t * kPackTileBytes;
+    const float* xt = x + t * kPackK;
+    for (int64_t p = 0; p < kPackRows; ++p) {
+      const int64_t line = at + p * kLine;  // this k-pair's line in each block
+      if constexpr (NB == 1) {
+        // Up to 4 rows of one block: the line's 4 vectors first, then each row's two broadcasts
+        // against them (8 accumulators + 4 + 2 live, none spilled).
+        __m256 even[2], odd[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = Line(w[0] + line + h * 32);
+          even[h] = Even(v);
+          odd[h] = Odd(v, high);
+        }
+        for (int r = 0; r < MR; ++r) {
+          const float* xr = xt + r * j.kp + 2 * p;
+          const __m256 x0 = InRegister(_mm256_broadcast_ss(xr));
+          const __m256 x1 = InRegister(_mm256_broadcast_ss(xr + 1));
+          for (int h = 0; h < 2; ++h) {
+            c[r][h] = _mm256_fmadd_ps(x0, even[h], c[r][h]);
+            c[r][h] = _mm256_fmadd_ps(x1, odd[h], c[r][h]);
+          }
+        }
+      } else {
+        // 1-2 rows of 2-4 blocks: the rows' broadcasts first (at most 4), then one half block
+        // at a time.
+        __m256 x0[MR], x1[MR];
+        for (int r = 0; r < MR; ++r) {
+          x0[r] = _mm256_broadcast_ss(xt + r * j.kp + 2 * p);
+          x1[r] = _mm256_broadcast_ss(xt + r * j.kp + 2 * p + 1);
+        }
+        for (int h = 0; h < 2 * NB; ++h) {
+          const __m256i v = Line(w[h / 2] + line + (h % 2) * 32);
+          const __m256 even = Even(v), odd = Odd(v, high);
+          for (int r = 0; r < MR; ++r) {
+            c[r][h] = _mm256_fmadd_ps(x0[r], even, c[r][h]);
+            c[r][h] = _mm256_fmadd_ps(x1[r], odd, c[r][h]);
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2 * NB; ++h) _mm256_storeu_ps(acc + r * ld + h * kHalf, c[r][h]);
+  }
+}
+
+// Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
+// and `blocks` column blocks into y, keeping the packed rows inside the view.
+void CopyOut(const PackedJob& j, const float* acc, int64_t ld, int64_t m0, int64_t rows,
+             int64_t b, int64_t blocks) {
+  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
+  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
+  if (last <= first) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
+                static_cast<size_t>(last - first) * sizeof(float));
+  }
+}
+
+// Decode: all MR = m rows over all of k, NB blocks at a time (8 accumulators), the rest of the
+// range one block at a time.
+template <int MR>
+void BlocksDecode(const PackedJob& j, int64_t b0, int64_t b1) {
+  constexpr int kNb = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+  alignas(32) float acc[MR * kNb * kPackRows];
+  constexpr int64_t ld = kNb * kPackRows;
+  int64_t b = b0;
+  for (; b + kNb <= b1; b += kNb) {
+    Tile<MR, kNb>(j, 0, b, 0, j.tiles, acc, ld);
+    CopyOut(j, acc, ld, 0, MR, b, kNb);
+  }
+  for (; b < b1; ++b) {
+    Tile<MR, 1>(j, 0, b, 0, j.tiles, acc, ld);
+    CopyOut(j, acc, ld, 0, MR, b, 1);
+  }
+}
+
+// Column blocks [b0, b1) for every activation row.
+void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
+  if (j.m <= kMaxRows) {
+    WithRowCount<kMaxRows>(j.m, [&]<int MR>() { BlocksDecode<MR>(j, b0, b1); });
+    return;
+  }
+  constexpr int64_t ld = kBatchBlocks * kPackRows;
+  thread_local std::vector<float> buffer;  // [m, ld]
+  if (static_cast<int64_t>(buffer.size()) < j.m * ld) buffer.resize(j.m * ld);
+  float* acc = buffer.data();
+  for (int64_t b = b0; b < b1; b += kBatchBlocks) {
+    const int64_t blocks = std::min<int64_t>(kBatchBlocks, b1 - b);
+    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
+      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
+      for (int64_t m0 = 0; m0 < j.m; m0 += kMaxRows) {
+        for (int64_t s = 0; s < blocks; ++s) {
+          float* tile_acc = acc + m0 * ld + s * kPackRows;
+          WithRowCount<kMaxRows>(j.m - m0, [&]<int MR>() {
+            Tile<MR, 1>(j, m0, b + s, t0, t1, tile_acc, ld);
+          });
+        }
+      }
+    }
+    CopyOut(j, acc, ld, 0, j.m, b, blocks);
+  }
+}
+
+// x [m, k] rounded to bf16 (kept as f32) into this thread's buffer [m, kp], zero past k: the
+// packed weights are zero there too, and 0 * 0 keeps the sums as they are.
+const float* RoundedRowsF32(const float* x, int64_t m, int64_t k, int64_t kp) {
+  thread_local std::vector<float> rows;
+  if (static_cast<int64_t>(rows.size()) < m * kp) rows.resize(m * kp);
+  for (int64_t r = 0; r < m; ++r) {
+    RoundActivationsToBf16(x + r * k, k, rows.data() + r * kp);
+    std::fill(rows.data() + r * kp + k, rows.data() + (r + 1) * kp, 0.0f);
+  }
+  return rows.data();
+}
+
+// y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.
+void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  PackedJob j;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.m = m;
+  j.x = RoundedRowsF32(x, m, w.k, j.kp);
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackTileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
+}
+
+}  // namespace
+
+void FillBf16PackedLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked, TilePack>(t); }
+
+}  // namespace latent::kernels::avx2
+LATENT_AVX2_END
