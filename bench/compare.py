@@ -64,9 +64,11 @@ THREADS = 2
 NOMINAL_READ_GB_S = 29.0  # 2-thread read bandwidth given in issue #8; the run measures its own.
 # The machine's bf16 peak is measured in each run (measure_bf16_peak): the best bf16 GEMM any
 # library reaches here. For reference, issue #8 measured oneDNN's bf16 GEMM at 1135 GFLOP/s on 2
-# cores of an AMD Zen 5 with AVX512-BF16; an AVX2-only CPU has no bf16 arithmetic at all.
-# torch.matmul in bf16 at these (m, n, k): square, a 512-token prefill through a 2048x2048
-# projection, and through the dense MLP's 10944-wide up projection.
+# cores of an AMD Zen 5 with AVX512-BF16. An AVX2-only CPU has no bf16 arithmetic at all: bf16
+# compute there is f32 FMAs over widened values (llama.cpp's and latent's alike), so the f32 GEMM
+# is a candidate too (on AVX512-BF16 and AMX CPUs it is half the bf16 rate or less and never wins).
+# torch.matmul in bf16 and in f32 at these (m, n, k): square, a 512-token prefill through a
+# 2048x2048 projection, and through the dense MLP's 10944-wide up projection.
 PEAK_TORCH_SHAPES = [(512, 2048, 2048), (512, 10944, 2048), (2048, 2048, 2048)]  # cheapest first
 # latent_kernel_bench's linear (LATENT_GEMM=onednn: oneDNN where latent uses it, else latent's
 # own kernels, as its "kernels" field says; and latent's default kernels under bf16 compute) at
@@ -705,8 +707,9 @@ def measure_machine(read_bw_exe: Path, budget_scale: float = 1.0) -> dict:
 
 
 def measure_bf16_peak(budget_s: float = 240.0) -> dict:
-    """The machine's bf16 peak: the best bf16 GEMM any library reaches here, THREADS threads.
-    torch.matmul in bf16 at PEAK_TORCH_SHAPES, and latent_kernel_bench's linear over bf16 weights
+    """The machine's bf16 peak: the best GEMM bf16 compute can run on here, THREADS threads.
+    torch.matmul in bf16 and in f32 (what bf16 compute is on CPUs without bf16 arithmetic) at
+    PEAK_TORCH_SHAPES, and latent_kernel_bench's linear over bf16 weights
     at m = 512 with LATENT_GEMM=onednn (oneDNN's bf16 matmul where latent routes to it: AVX-512
     CPUs; elsewhere latent's own kernels, named in the result) and with latent's default kernels
     under bf16 compute (AMX where the CPU has it). Each candidate is its best
@@ -719,28 +722,31 @@ def measure_bf16_peak(budget_s: float = 240.0) -> dict:
     code = (
         "import json, sys, time, torch\n"
         f"torch.set_num_threads({THREADS})\n"
-        "a = torch.randn(256, 256).bfloat16(); a @ a; t = time.perf_counter(); a @ a\n"
-        "probe = 2 * 256**3 / (time.perf_counter() - t) / 1e9\n"
-        "lib = 'torch ' + torch.__version__ + ' matmul'\n"
-        "print(json.dumps({'library': lib, 'm': 256, 'n': 256, 'k': 256, 'gflops': probe}), flush=True)\n"
-        f"for m, n, k in {PEAK_TORCH_SHAPES!r}:\n"
-        "    if 2 * m * n * k / (probe * 1e9) > 10:\n"
-        "        print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'skipped': 'one call would take '\n"
-        "                          f'over 10 s at the 256^3 rate ({probe:.3g} GFLOP/s)'}), flush=True); continue\n"
-        "    a = torch.randn(m, k).bfloat16(); b = torch.randn(k, n).bfloat16()\n"
-        "    a @ b\n"
-        "    best, t_end = 0.0, time.perf_counter() + 10\n"
-        "    for _ in range(8):\n"
-        "        t = time.perf_counter(); a @ b; best = max(best, 2 * m * n * k / (time.perf_counter() - t) / 1e9)\n"
-        "        if time.perf_counter() > t_end: break\n"
-        "    print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'gflops': best}), flush=True)\n"
+        "for dtype in (torch.bfloat16, torch.float32):\n"
+        "    name = 'bf16' if dtype == torch.bfloat16 else 'f32'\n"
+        "    a = torch.randn(256, 256).to(dtype); a @ a; t = time.perf_counter(); a @ a\n"
+        "    probe = 2 * 256**3 / (time.perf_counter() - t) / 1e9\n"
+        "    lib = 'torch ' + torch.__version__ + ' matmul ' + name\n"
+        "    print(json.dumps({'library': lib, 'm': 256, 'n': 256, 'k': 256, 'gflops': probe}), flush=True)\n"
+        f"    for m, n, k in {PEAK_TORCH_SHAPES!r}:\n"
+        "        if 2 * m * n * k / (probe * 1e9) > 10:\n"
+        "            print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'skipped': 'one call would take '\n"
+        "                              f'over 10 s at the 256^3 rate ({probe:.3g} GFLOP/s)'}), flush=True); continue\n"
+        "        a = torch.randn(m, k).to(dtype); b = torch.randn(k, n).to(dtype)\n"
+        "        a @ b\n"
+        "        best, t_end = 0.0, time.perf_counter() + 10\n"
+        "        for _ in range(8):\n"
+        "            t = time.perf_counter(); a @ b; best = max(best, 2 * m * n * k / (time.perf_counter() - t) / 1e9)\n"
+        "            if time.perf_counter() > t_end: break\n"
+        "        print(json.dumps({'library': lib, 'm': m, 'n': n, 'k': k, 'gflops': best}), flush=True)\n"
     )
     r = Run([sys.executable, "-c", code], max(30.0, deadline - time.monotonic()) / 2, record=False)
     candidates += [x for x in r.json_lines() if x.get("gflops")]
     skipped = [x for x in r.json_lines() if x.get("skipped")]
     if r.failure():
         errors.append(f"torch: {r.failure()}")
-    COMMANDS.append(f"{rel(sys.executable)} -c '<torch.matmul bf16 at (m, n, k) in {PEAK_TORCH_SHAPES}, best of up to 8 within 10 s per shape>'")
+    COMMANDS.append(f"{rel(sys.executable)} -c '<torch.matmul bf16 and f32 at (m, n, k) in {PEAK_TORCH_SHAPES}, "
+                    "best of up to 8 within 10 s per shape>'")
     if KERNEL_BENCH.exists():
         # oneDNN over bf16 weights; latent's default kernels under bf16 compute (bf16c: AMX where
         # the CPU has it, else vdpbf16ps).
