@@ -1,7 +1,8 @@
 // The packings against the layout kernels/tile_pack.h documents, element by element: whole blocks
 // and tiles, and the ends of n and k (zeros past them), including an odd k (a half pair). Each
 // packer this CPU runs is checked: the plain C++ reference (TilePack, Fp8TilePack) and the `pack`
-// of every kernel table that packs (the AVX-512 version in the packed and AMX tables).
+// of every kernel table that packs (the AVX-512 version in the packed and AMX tables, the AVX2 one
+// in the AVX2 packed table).
 #include "kernels/tile_pack.h"
 
 #include <gtest/gtest.h>
@@ -21,11 +22,14 @@ namespace {
 
 using PackFn = void (*)(const WeightRef& w, void* out);
 
-// (name, packer) for the reference and for each table on this CPU that packs.
-std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference) {
+// (name, packer) for the reference and for each table on this CPU that packs weights of that
+// kind (the AVX2 packed table packs bf16 weights only).
+std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference, bool fp8) {
   std::vector<std::pair<std::string, PackFn>> packers = {{"reference", reference}};
   const std::pair<const char*, const KernelTable*> tables[] = {
-      {"packed table", Bf16PackedKernels()}, {"amx table", AmxKernels()}};
+      {"packed table", Bf16PackedKernels()},
+      {"amx table", AmxKernels()},
+      {"avx2 packed table", fp8 ? nullptr : Avx2PackedKernels()}};
   for (const auto& [name, table] : tables) {
     if (table != nullptr && table->pack != nullptr) packers.emplace_back(name, table->pack);
   }
@@ -61,7 +65,7 @@ TEST(TilePack, WritesTheDocumentedLayout) {
     ref.bf16_activations = true;
     const std::vector<uint16_t> expected = ReferencePack(w, n, k);
     ASSERT_EQ(TilePackedBytes(ref), static_cast<int64_t>(expected.size() * 2));
-    for (const auto& [name, pack] : Packers(TilePack)) {
+    for (const auto& [name, pack] : Packers(TilePack, /*fp8=*/false)) {
       std::vector<uint16_t> got(expected.size(), 0xabcd);  // garbage: every byte must be written
       pack(ref, got.data());
       EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
@@ -98,7 +102,7 @@ TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
     ref.block_k = 128;
     ref.bf16_activations = true;
     ASSERT_EQ(Fp8TilePackedBytes(ref), static_cast<int64_t>(expected.size()));
-    for (const auto& [name, pack] : Packers(Fp8TilePack)) {
+    for (const auto& [name, pack] : Packers(Fp8TilePack, /*fp8=*/true)) {
       std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
       pack(ref, got.data());
       EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;

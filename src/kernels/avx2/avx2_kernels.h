@@ -13,6 +13,9 @@ void FillLinearKernels(KernelTable& table);
 // linear over bf16 weights under bf16 compute on the tile-packed copy (packed_bytes, pack); every
 // other weight keeps the table's linear. After FillLinearKernels.
 void FillBf16PackedLinear(KernelTable& table);
+// Packs a bf16 weight in kernels/tile_pack.h's layout: the same bytes as TilePack (the table's
+// `pack` after FillBf16PackedLinear).
+void TilePackAvx2(const WeightRef& w, void* out);
 void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope, exp_weights
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores

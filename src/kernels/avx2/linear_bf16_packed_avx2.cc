@@ -18,7 +18,7 @@
 //
 // Blocking (16 ymm registers). Decode (m <= 4): one register tile over all of k per group of
 // column blocks, the accumulators in registers, one weight stream per block: 4 blocks at m = 1, 2
-// at m = 2, 1 at m = 3-4 (8 accumulators each, two dependent FMAs per k-pair). Batches: for each
+// at m = 2, 1 at m = 3-4 (6-8 accumulators, two dependent FMAs per k-pair). Batches: for each
 // pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in L1 while
 // every 4-row activation tile goes past them), the accumulators in an f32 buffer [m, 32] (L2)
 // between chunks. Threads split N into groups of whole column blocks.
@@ -220,7 +220,9 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 }  // namespace
 
-void FillBf16PackedLinear(KernelTable& t) { UseTilePackedLinear<LinearPacked, TilePack>(t); }
+void FillBf16PackedLinear(KernelTable& t) {
+  UseTilePackedLinear<LinearPacked, TilePackAvx2>(t);
+}
 
 }  // namespace latent::kernels::avx2
 LATENT_AVX2_END
