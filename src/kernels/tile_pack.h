@@ -19,7 +19,9 @@
 // undoes. The block scales stay where they are.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "threads/thread_pool.h"
 
@@ -59,6 +61,50 @@ bool ReadsFp8TilePacked(const WeightRef& w);
 // thread; small products run on the calling thread. The split never changes a block's sums, so
 // either packed kernel stays batch and thread-count invariant.
 void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks);
+
+// One packed linear call, y[m, n] = x . W^T over w's packed copy (bf16 weights), for the kernels
+// that stream whole column blocks: the vdpbf16ps one (X = bf16 bits) and the AVX2 one (X =
+// bf16-rounded f32). Plain C++: include this header outside any target region.
+template <class X>
+struct PackedCall {
+  const X* x;             // [m, kp] the kernel's activation rows, zero past k
+  int64_t m, kp, tiles;   // tiles = kp / 32
+  const uint8_t* packed;  // block 0 of the packed copy
+  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
+  int64_t row0;           // packed row of the view's row 0
+  int64_t n;              // the view's rows: y's columns
+  float* y;               // [m, n]
+};
+
+// Every field but x, from w (a view of a packed weight) and the call's m and y.
+template <class X>
+PackedCall<X> MakePackedCall(const WeightRef& w, int64_t m, float* y) {
+  PackedCall<X> j;
+  j.x = nullptr;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.m = m;
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackTileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  return j;
+}
+
+// Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
+// and `blocks` column blocks into y, keeping the packed rows inside the view.
+template <class X>
+void CopyPackedOut(const PackedCall<X>& j, const float* acc, int64_t ld, int64_t m0,
+                   int64_t rows, int64_t b, int64_t blocks) {
+  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
+  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
+  if (last <= first) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
+                static_cast<size_t>(last - first) * sizeof(float));
+  }
+}
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from w's packed copy) t's linear for the weights it
 // reads packed (ReadsTilePacked), keeping the linear t had for every other weight, and t's

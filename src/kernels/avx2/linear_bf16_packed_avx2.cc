@@ -44,15 +44,7 @@ constexpr int kBatchBlocks = 2;         // batches: column blocks per group
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
 
-struct PackedJob {
-  const float* x;         // [m, kp] bf16-rounded f32, zero past k
-  int64_t m, kp, tiles;   // tiles = kp / 32
-  const uint8_t* packed;  // block 0 of the packed copy
-  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
-  int64_t row0;           // packed row of the view's row 0
-  int64_t n;              // the view's rows: y's columns
-  float* y;               // [m, n]
-};
+using PackedJob = PackedCall<float>;
 
 // Keeps v in a register where it is made (GCC would otherwise hoist every row's broadcasts ahead
 // of the FMAs and spill accumulators).
@@ -132,19 +124,6 @@ void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, flo
   }
 }
 
-// Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
-// and `blocks` column blocks into y, keeping the packed rows inside the view.
-void CopyOut(const PackedJob& j, const float* acc, int64_t ld, int64_t m0, int64_t rows,
-             int64_t b, int64_t blocks) {
-  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
-  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
-  if (last <= first) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
-                static_cast<size_t>(last - first) * sizeof(float));
-  }
-}
-
 // Decode: all MR = m rows over all of k, NB blocks at a time (8 accumulators), the rest of the
 // range one block at a time.
 template <int MR>
@@ -155,11 +134,11 @@ void BlocksDecode(const PackedJob& j, int64_t b0, int64_t b1) {
   int64_t b = b0;
   for (; b + kNb <= b1; b += kNb) {
     Tile<MR, kNb>(j, 0, b, 0, j.tiles, acc, ld);
-    CopyOut(j, acc, ld, 0, MR, b, kNb);
+    CopyPackedOut(j, acc, ld, 0, MR, b, kNb);
   }
   for (; b < b1; ++b) {
     Tile<MR, 1>(j, 0, b, 0, j.tiles, acc, ld);
-    CopyOut(j, acc, ld, 0, MR, b, 1);
+    CopyPackedOut(j, acc, ld, 0, MR, b, 1);
   }
 }
 
@@ -186,7 +165,7 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
         }
       }
     }
-    CopyOut(j, acc, ld, 0, j.m, b, blocks);
+    CopyPackedOut(j, acc, ld, 0, j.m, b, blocks);
   }
 }
 
@@ -205,16 +184,8 @@ const float* RoundedRowsF32(const float* x, int64_t m, int64_t k, int64_t kp) {
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.
 void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  PackedJob j;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
-  j.m = m;
+  PackedJob j = MakePackedCall<float>(w, m, y);
   j.x = RoundedRowsF32(x, m, w.k, j.kp);
-  j.packed = static_cast<const uint8_t*>(w.packed);
-  j.block_bytes = j.tiles * kPackTileBytes;
-  j.row0 = w.packed_row0;
-  j.n = w.n;
-  j.y = y;
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

@@ -45,15 +45,7 @@ constexpr int kBlocksPerTile = 4;    // column blocks (16 outputs each) per regi
 constexpr int64_t kChunkTiles = 8;   // batches: k tiles (of 32) per pass over the accumulators
 constexpr int64_t kGroupCols = kBlocksPerTile * kPackRows;  // outputs per column group (64)
 
-struct PackedJob {
-  const uint16_t* x;      // [m, kp] bf16, zero past k
-  int64_t m, kp, tiles;   // tiles = kp / 32
-  const uint8_t* packed;  // block 0 of the packed copy
-  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
-  int64_t row0;           // packed row of the view's row 0
-  int64_t n;              // the view's rows: y's columns
-  float* y;               // [m, n]
-};
+using PackedJob = PackedCall<uint16_t>;
 
 // MR activation rows from m0 x NB column blocks from b, over k tiles [t0, t1). acc: [MR rows of
 // ld floats], column 16 s for block b + s; zeroed first when t0 == 0, else loaded, then stored.
@@ -107,19 +99,6 @@ void TileAnyShape(const PackedJob& j, int64_t m0, int64_t rows, int64_t b, int64
   }
 }
 
-// Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
-// and `blocks` column blocks into y, keeping the packed rows inside the view.
-void CopyOut(const PackedJob& j, const float* acc, int64_t ld, int64_t m0, int64_t rows,
-             int64_t b, int64_t blocks) {
-  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
-  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
-  if (last <= first) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
-                static_cast<size_t>(last - first) * sizeof(float));
-  }
-}
-
 // Column blocks [b0, b1) for every activation row.
 void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
   if (j.m <= kRowsPerTile) {  // decode: one register tile over all of k per group
@@ -127,7 +106,7 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
       const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
       TileAnyShape(j, 0, j.m, b, blocks, 0, j.tiles, acc, kGroupCols);
-      CopyOut(j, acc, kGroupCols, 0, j.m, b, blocks);
+      CopyPackedOut(j, acc, kGroupCols, 0, j.m, b, blocks);
     }
     return;
   }
@@ -143,23 +122,15 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
         TileAnyShape(j, m0, rows, b, blocks, t0, t1, acc + m0 * kGroupCols, kGroupCols);
       }
     }
-    CopyOut(j, acc, kGroupCols, 0, j.m, b, blocks);
+    CopyPackedOut(j, acc, kGroupCols, 0, j.m, b, blocks);
   }
 }
 
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.
 void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  PackedJob j;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
-  j.m = m;
+  PackedJob j = MakePackedCall<uint16_t>(w, m, y);
   j.x = RoundedRows(x, m, w.k, j.kp);
-  j.packed = static_cast<const uint8_t*>(w.packed);
-  j.block_bytes = j.tiles * kPackTileBytes;
-  j.row0 = w.packed_row0;
-  j.n = w.n;
-  j.y = y;
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
