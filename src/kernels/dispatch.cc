@@ -72,6 +72,7 @@ const KernelTable* MakeAvx2Packed() {
   if (Avx2Kernels() == nullptr) return nullptr;
   static KernelTable table = *Avx2Kernels();
   avx2::FillBf16PackedLinear(table);
+  avx2::FillFp8PackedLinear(table);
   return &table;
 #else
   return nullptr;

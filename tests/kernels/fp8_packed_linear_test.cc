@@ -1,6 +1,7 @@
 // The linear over fp8 e4m3 weights with block scales under bf16 compute, on vdpbf16ps over the
 // packed codes (kernels/avx512/linear_fp8_packed.cc; in the packed and the AMX tables, where the
-// CPU has AVX512_BF16): against the scalar reference (bf16(x) . (code x scale)) over every code,
+// CPU has AVX512_BF16) and on AVX2 FMAs over them (kernels/avx2/linear_fp8_packed_avx2.cc, in the
+// AVX2 packed table): against the scalar reference (bf16(x) . (code x scale)) over every code,
 // scale blocks of several shapes, n and k tails, decode and batch shapes and Rows() views; bit for
 // bit batch and thread-count invariant; and the weights it does not take left to the table's
 // unpacked fp8 linear.
@@ -42,7 +43,8 @@ INSTANTIATE_TEST_SUITE_P(
         testing::FastTable{"amx", AmxWithFp8,
                            "no AMX-BF16 + AMX-TILE + AVX512-VBMI (or no OS tile state) here"},
         testing::FastTable{"avx512_packed", PackedWithFp8,
-                           "no AVX512_BF16 + AVX512-VBMI on this CPU"}),
+                           "no AVX512_BF16 + AVX512-VBMI on this CPU"},
+        testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
     testing::FastTableName);
 
 // An fp8 weight [n, k] for bf16 compute at an odd address, with its block scales (f32 or bf16,
@@ -187,10 +189,12 @@ TEST_P(Fp8PackedLinear, OtherFp8WeightsGoToTheUnpackedKernel) {
   Fp8Weight w = MakeFp8Weight(table, rng, 21, 45, 16, 16);
   w.ref.packed = nullptr;  // built outside the loader
   const std::vector<float> x = RandomFloats(rng, 4 * w.ref.k);
-  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+  const KernelTable& base =
+      &table == Avx2PackedKernels() ? *Avx2Kernels() : *Avx512Kernels();
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(base, x, 4, w.ref));
   w.ref.bf16_activations = false;  // f32 compute (`--precision f32`): never packed
   EXPECT_EQ(PackForLinear(table, w.ref), nullptr);
-  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(*Avx512Kernels(), x, 4, w.ref));
+  EXPECT_EQ(RunLinear(table, x, 4, w.ref), RunLinear(base, x, 4, w.ref));
 }
 
 // Row i of a call over rows [0, m) equals row i computed alone, bit for bit, for every m in

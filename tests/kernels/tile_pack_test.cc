@@ -22,14 +22,13 @@ namespace {
 
 using PackFn = void (*)(const WeightRef& w, void* out);
 
-// (name, packer) for the reference and for each table on this CPU that packs weights of that
-// kind (the AVX2 packed table packs bf16 weights only).
-std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference, bool fp8) {
+// (name, packer) for the reference and for each table on this CPU that packs.
+std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference) {
   std::vector<std::pair<std::string, PackFn>> packers = {{"reference", reference}};
   const std::pair<const char*, const KernelTable*> tables[] = {
       {"packed table", Bf16PackedKernels()},
       {"amx table", AmxKernels()},
-      {"avx2 packed table", fp8 ? nullptr : Avx2PackedKernels()}};
+      {"avx2 packed table", Avx2PackedKernels()}};
   for (const auto& [name, table] : tables) {
     if (table != nullptr && table->pack != nullptr) packers.emplace_back(name, table->pack);
   }
@@ -65,7 +64,7 @@ TEST(TilePack, WritesTheDocumentedLayout) {
     ref.bf16_activations = true;
     const std::vector<uint16_t> expected = ReferencePack(w, n, k);
     ASSERT_EQ(TilePackedBytes(ref), static_cast<int64_t>(expected.size() * 2));
-    for (const auto& [name, pack] : Packers(TilePack, /*fp8=*/false)) {
+    for (const auto& [name, pack] : Packers(TilePack)) {
       std::vector<uint16_t> got(expected.size(), 0xabcd);  // garbage: every byte must be written
       pack(ref, got.data());
       EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
@@ -102,7 +101,7 @@ TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
     ref.block_k = 128;
     ref.bf16_activations = true;
     ASSERT_EQ(Fp8TilePackedBytes(ref), static_cast<int64_t>(expected.size()));
-    for (const auto& [name, pack] : Packers(Fp8TilePack, /*fp8=*/true)) {
+    for (const auto& [name, pack] : Packers(Fp8TilePack)) {
       std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
       pack(ref, got.data());
       EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;

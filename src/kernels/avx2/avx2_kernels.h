@@ -13,6 +13,10 @@ void FillLinearKernels(KernelTable& table);
 // linear over bf16 weights under bf16 compute on the tile-packed copy (packed_bytes, pack); every
 // other weight keeps the table's linear. After FillLinearKernels.
 void FillBf16PackedLinear(KernelTable& table);
+// linear over fp8 weights with block scales under bf16 compute on the tile-packed codes (their
+// packed_bytes and pack: Fp8TilePack); the other weights keep the table's entries. After
+// FillBf16PackedLinear.
+void FillFp8PackedLinear(KernelTable& table);
 // Packs a bf16 weight in kernels/tile_pack.h's layout: the same bytes as TilePack (the table's
 // `pack` after FillBf16PackedLinear).
 void TilePackAvx2(const WeightRef& w, void* out);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kernels/avx2/avx2_kernels.h"
+#include "kernels/avx2/rounded_rows_avx2.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tile_pack.h"
 #include "threads/thread_pool.h"
@@ -167,18 +168,6 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
     }
     CopyPackedOut(j, acc, ld, 0, j.m, b, blocks);
   }
-}
-
-// x [m, k] rounded to bf16 (kept as f32) into this thread's buffer [m, kp], zero past k: the
-// packed weights are zero there too, and 0 * 0 keeps the sums as they are.
-const float* RoundedRowsF32(const float* x, int64_t m, int64_t k, int64_t kp) {
-  thread_local std::vector<float> rows;
-  if (static_cast<int64_t>(rows.size()) < m * kp) rows.resize(m * kp);
-  for (int64_t r = 0; r < m; ++r) {
-    RoundActivationsToBf16(x + r * k, k, rows.data() + r * kp);
-    std::fill(rows.data() + r * kp + k, rows.data() + (r + 1) * kp, 0.0f);
-  }
-  return rows.data();
 }
 
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.

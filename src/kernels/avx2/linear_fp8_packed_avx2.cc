@@ -1,0 +1,308 @@
+// Linear over fp8 e4m3 weights with block scales (DeepSeek V3's and Kimi K2's checkpoints) under
+// bf16 compute on AVX2 FMAs over the tile-packed copy of the codes (kernels/tile_pack.h's fp8
+// layout, one byte per weight): the fp8 kernel of the AVX2 packed table. The row-major AVX2 fp8
+// linear (linear_avx2.cc) widens 8 codes of one row at a time and reduces each row at the end.
+//
+// As in avx512/linear_fp8_packed.cc, the block scale applies to partial sums:
+//
+//   y[m, r] = sum over segments g of s(r, g) * (sum over pairs p in g of bf16(x)[m, p] . w[r, p])
+//
+// A segment is at most kSegmentPairs k-pairs inside one scale block. Each segment's sum is one f32
+// FMA chain from zero over its pairs (k, then k + 1), then acc = fma(sum, 2^8 s, acc) in segment
+// order: the same operations for every M, register tile and thread split (batch invariant).
+//
+// Widening: a code's sign and 7 magnitude bits, shifted into an f16's, are the f16 of the code's
+// value times 2^-8, exactly (subnormals included; the code for NaN gets a NaN's exponent), and
+// vcvtph2ps makes it an f32; hence the 2^8 on the scale. Each 32 bytes of the packed codes (8 rows'
+// two k-pairs, interleaved as tile_pack.h says) become 4 x 8 f32 with one byte shuffle, one dword
+// permute and two widenings. Per segment and column block the widened values go to a stage
+// (64 pairs x 16 rows x 2 f32: 8 KiB, L1) that every 4-row register tile then reads; decode (1-2
+// rows) widens in registers instead, with the same products in the same order.
+//
+// bench/kernels, 2-core Zen 3, n 10944 x k 2048 fp8 (128 x 128 scales) under bf16 compute, 2
+// threads, against the row-major kernel: m = 64 53-56 -> 107-126 GFLOP/s, m = 512 56-65 -> 105-112,
+// m = 6 41-48 -> 49-60, m = 1 5-9 -> 6-7 GB/s of codes (widening-bound either way).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx2/avx2_kernels.h"
+#include "kernels/avx2/rounded_rows_avx2.h"
+#include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+// Last: defines the AVX2 helpers under the target pragma.
+#include "kernels/avx2/avx2_common.h"
+
+LATENT_AVX2_BEGIN
+namespace latent::kernels::avx2 {
+namespace {
+
+constexpr int kRows = 4;                // batches: activation rows per register tile
+constexpr int kDirectRows = 2;          // decode: at most this many rows, no stage
+constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: DeepSeek's block)
+constexpr int64_t kLineBytes = 32;      // one k-pair of 16 rows: 32 codes
+constexpr int64_t kStagePair = 32;      // f32 per staged pair: [2 row halves][k, k + 1][8 rows]
+
+struct Fp8Job {
+  const float* x;           // [m, kp] bf16-rounded f32, zero past k
+  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
+  const uint8_t* packed;    // block 0 of the packed copy
+  int64_t block_bytes;      // tiles * 512: one block of 16 weight rows
+  int64_t row0;             // packed row of the view's row 0
+  int64_t n;                // the view's rows: y's columns
+  float* y;                 // [m, n]
+  // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
+  // ((scale_row0 + r) / block_n) * scale_cols + kb.
+  const void* scale;
+  DType scale_dtype;
+  int64_t scale_row0, block_n, block_k, scale_cols;
+};
+
+// 16 codes (sign-extended to words) -> their values times 2^-8 as f16 bits: sign to bit 15,
+// exponent and mantissa to bits 13..7; the NaN code (magnitude 0x7f) gets exponent 31.
+inline __m256i Fp8ToHalf(__m128i codes) {
+  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
+                                     _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+  const __m256i magnitude = _mm256_set1_epi16(0x3F80);
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, magnitude), magnitude);
+  return _mm256_or_si256(w, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+}
+
+// The 32 bytes of packed codes at `codes` (rows 8 g .. 8 g + 7 of two k-pairs, interleaved as
+// tile_pack.h says: inside each 16 bytes, 4 rows, bytes 0-7 the first pair's (k, k + 1) codes
+// and bytes 8-15 the second's) as f32 values times 2^-8: the first pair's k and k + 1 values,
+// then the second's, 8 rows each.
+inline void WidenLines(const uint8_t* codes, __m256& k0, __m256& k1, __m256& k2, __m256& k3) {
+  // Per 16 bytes: [pair 0 k, pair 0 k + 1, pair 1 k, pair 1 k + 1], 4 rows each; then the two
+  // 4-row halves side by side (8 bytes = 8 rows of one pair and parity).
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m256i join = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
+  v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, split), join);
+  const __m256i pair0 = Fp8ToHalf(_mm256_castsi256_si128(v));
+  const __m256i pair1 = Fp8ToHalf(_mm256_extracti128_si256(v, 1));
+  k0 = _mm256_cvtph_ps(_mm256_castsi256_si128(pair0));
+  k1 = _mm256_cvtph_ps(_mm256_extracti128_si256(pair0, 1));
+  k2 = _mm256_cvtph_ps(_mm256_castsi256_si128(pair1));
+  k3 = _mm256_cvtph_ps(_mm256_extracti128_si256(pair1, 1));
+}
+
+// Widens k-pairs [p0, p1) (p0 and p1 even) of column block b into stage [p1 - p0][2][2][8]:
+// [pair][rows 0-7, 8-15][k, k + 1][row]. Each 64 bytes of codes hold two pairs, the first 32
+// bytes rows 0-7 and the next rows 8-15.
+void StageSegment(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, float* stage) {
+  const uint8_t* block = j.packed + b * j.block_bytes;
+  for (int64_t p = p0; p < p1; p += 2) {
+    float* out = stage + (p - p0) * kStagePair;  // pair p, then pair p + 1 at + kStagePair
+    for (int g = 0; g < 2; ++g) {                // rows 8 g .. 8 g + 7
+      __m256 k0, k1, k2, k3;
+      WidenLines(block + p * kLineBytes + 32 * g, k0, k1, k2, k3);
+      _mm256_store_ps(out + g * 16, k0);
+      _mm256_store_ps(out + g * 16 + 8, k1);
+      _mm256_store_ps(out + kStagePair + g * 16, k2);
+      _mm256_store_ps(out + kStagePair + g * 16 + 8, k3);
+    }
+  }
+}
+
+// The scales (times 2^8) of column block b's 16 packed rows for the k block holding pair p0, as
+// two vectors of 8 rows; rows outside the view get 0 (their outputs are never copied out).
+void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
+  alignas(32) float s[kPackRows];
+  const int64_t kb = j.scale != nullptr ? 2 * p0 / j.block_k : 0;
+  for (int64_t i = 0; i < kPackRows; ++i) {
+    const int64_t row = b * kPackRows + i - j.row0;  // the view's row
+    if (row < 0 || row >= j.n) {
+      s[i] = 0.0f;
+    } else if (j.scale == nullptr) {
+      s[i] = kF8Unscale;
+    } else {
+      const int64_t at = (j.scale_row0 + row) / j.block_n * j.scale_cols + kb;
+      s[i] = LoadAsF32(j.scale, j.scale_dtype, at) * kF8Unscale;
+    }
+  }
+  scales[0] = _mm256_load_ps(s);
+  scales[1] = _mm256_load_ps(s + 8);
+}
+
+// Keeps v in a register where it is made (GCC would otherwise hoist the broadcasts).
+inline __m256 InRegister(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+// MR activation rows from m0 over the staged segment of `pairs` k-pairs from pair p0: sums from
+// zero, then acc = fma(sum, scale, first ? 0 : acc) for acc [MR rows of ld floats].
+template <int MR>
+void Tile(const Fp8Job& j, int64_t m0, const float* stage, int64_t p0, int64_t pairs,
+          const __m256 scales[2], bool first, float* acc, int64_t ld) {
+  __m256 c[MR][2];
+  for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  const float* x = j.x + m0 * j.kp + 2 * p0;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float* w = stage + p * kStagePair;
+    const __m256 e0 = _mm256_load_ps(w), o0 = _mm256_load_ps(w + 8);
+    const __m256 e1 = _mm256_load_ps(w + 16), o1 = _mm256_load_ps(w + 24);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 x0 = InRegister(_mm256_broadcast_ss(x + r * j.kp + 2 * p));
+      const __m256 x1 = InRegister(_mm256_broadcast_ss(x + r * j.kp + 2 * p + 1));
+      c[r][0] = _mm256_fmadd_ps(x1, o0, _mm256_fmadd_ps(x0, e0, c[r][0]));
+      c[r][1] = _mm256_fmadd_ps(x1, o1, _mm256_fmadd_ps(x0, e1, c[r][1]));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      float* out = acc + r * ld + h * 8;
+      const __m256 before = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);
+      _mm256_storeu_ps(out, _mm256_fmadd_ps(c[r][h], scales[h], before));
+    }
+  }
+}
+
+// The same sums as Tile for all MR (<= 2) activation rows and NB column blocks from b, widening
+// the codes in registers as it reads them (decode: a stage's store and reload would cost more than
+// the few rows' products): per accumulator the same products in the same order, so the same bits.
+template <int MR, int NB>
+void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256 (*scales)[2],
+                bool first, float* acc, int64_t ld) {
+  __m256 c[MR][NB][2];
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) c[r][s][0] = c[r][s][1] = _mm256_setzero_ps();
+  }
+  for (int64_t p = p0; p < p1; p += 2) {
+    for (int s = 0; s < NB; ++s) {
+      const uint8_t* codes = j.packed + (b + s) * j.block_bytes + p * kLineBytes;
+      for (int g = 0; g < 2; ++g) {
+        __m256 k0, k1, k2, k3;
+        WidenLines(codes + 32 * g, k0, k1, k2, k3);
+        for (int r = 0; r < MR; ++r) {
+          const float* x = j.x + r * j.kp + 2 * p;
+          __m256 v = _mm256_fmadd_ps(_mm256_broadcast_ss(x), k0, c[r][s][g]);
+          v = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 1), k1, v);
+          v = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 2), k2, v);
+          c[r][s][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 3), k3, v);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) {
+      for (int h = 0; h < 2; ++h) {
+        float* out = acc + r * ld + s * kPackRows + h * 8;
+        const __m256 before = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);
+        _mm256_storeu_ps(out, _mm256_fmadd_ps(c[r][s][h], scales[s][h], before));
+      }
+    }
+  }
+}
+
+// The end of the segment that starts at pair p0: kSegmentPairs on, the end of its scale block or
+// the end of k, whichever comes first.
+int64_t SegmentEnd(const Fp8Job& j, int64_t p0) {
+  int64_t end = std::min(j.kp / 2, p0 + kSegmentPairs);
+  if (j.scale != nullptr) end = std::min(end, (2 * p0 / j.block_k + 1) * j.block_k / 2);
+  return end;
+}
+
+// Copies acc (rows of ld floats, column 0 = packed row 16 b) for every activation row and
+// `blocks` column blocks into y, keeping the packed rows inside the view.
+void CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_t blocks) {
+  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
+  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
+  for (int64_t r = 0; r < j.m && first < last; ++r) {
+    std::memcpy(j.y + r * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
+                static_cast<size_t>(last - first) * sizeof(float));
+  }
+}
+
+// Decode (m <= 2): NB column blocks at a time (8 accumulators), widening as it goes.
+template <int MR>
+void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
+  constexpr int kNb = MR == 1 ? 4 : 2;
+  constexpr int64_t ld = kNb * kPackRows;
+  alignas(32) float acc[MR * ld];
+  for (int64_t b = b0; b < b1;) {
+    const int64_t blocks = std::min<int64_t>(kNb, b1 - b);
+    for (int64_t p0 = 0; 2 * p0 < j.k;) {
+      const int64_t p1 = SegmentEnd(j, p0);
+      __m256 scales[kNb][2];
+      for (int64_t s = 0; s < blocks; ++s) BlockScales(j, b + s, p0, scales[s]);
+      if (blocks == kNb) {
+        TileDirect<MR, kNb>(j, b, p0, p1, scales, p0 == 0, acc, ld);
+      } else {
+        for (int64_t s = 0; s < blocks; ++s) {
+          TileDirect<MR, 1>(j, b + s, p0, p1, scales + s, p0 == 0, acc + s * kPackRows, ld);
+        }
+      }
+      p0 = p1;
+    }
+    CopyOut(j, acc, ld, b, blocks);
+    b += blocks;
+  }
+}
+
+// Column blocks [b0, b1) for every activation row: decode widening as it goes; batches one block
+// at a time, each segment widened once into a stage that every 4-row register tile reads.
+void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
+  if (j.m <= kDirectRows) {
+    WithRowCount<kDirectRows>(j.m, [&]<int MR>() { BlocksDirect<MR>(j, b0, b1); });
+    return;
+  }
+  alignas(32) float stage[kSegmentPairs * kStagePair];  // 8 KiB
+  thread_local std::vector<float> buffer;              // [m, 16]
+  if (static_cast<int64_t>(buffer.size()) < j.m * kPackRows) buffer.resize(j.m * kPackRows);
+  float* acc = buffer.data();
+  for (int64_t b = b0; b < b1; ++b) {
+    // Segments from pairs past k would hold only the zero padding, and their scale block lies
+    // past the scales' end: they are not run.
+    for (int64_t p0 = 0; 2 * p0 < j.k;) {
+      const int64_t p1 = SegmentEnd(j, p0);
+      __m256 scales[2];
+      BlockScales(j, b, p0, scales);
+      StageSegment(j, b, p0, p1, stage);
+      for (int64_t m0 = 0; m0 < j.m; m0 += kRows) {
+        WithRowCount<kRows>(j.m - m0, [&]<int MR>() {
+          Tile<MR>(j, m0, stage, p0, p1 - p0, scales, p0 == 0, acc + m0 * kPackRows, kPackRows);
+        });
+      }
+      p0 = p1;
+    }
+    CopyOut(j, acc, kPackRows, b, 1);
+  }
+}
+
+// y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
+void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  Fp8Job j;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.k = w.k;
+  j.m = m;
+  j.x = RoundedRowsF32(x, m, w.k, j.kp);
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackFp8TileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  j.scale = w.scale;
+  j.scale_dtype = w.scale_dtype;
+  j.scale_row0 = w.scale_row0;
+  j.block_n = w.block_n;
+  j.block_k = w.block_k;
+  j.scale_cols = w.scale != nullptr ? (w.k + w.block_k - 1) / w.block_k : 0;
+  ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
+}
+
+}  // namespace
+
+void FillFp8PackedLinear(KernelTable& t) {
+  UseFp8PackedLinear<LinearFp8Packed, Fp8TilePack, 0>(t);
+}
+
+}  // namespace latent::kernels::avx2
+LATENT_AVX2_END
