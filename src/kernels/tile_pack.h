@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
 #include "kernels/kernel_table.h"
@@ -104,6 +105,56 @@ void CopyPackedOut(const PackedCall<X>& j, const float* acc, int64_t ld, int64_t
     std::memcpy(j.y + (m0 + r) * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
                 static_cast<size_t>(last - first) * sizeof(float));
   }
+}
+
+// The same for the fp8 packed linears (vdpbf16ps, AVX2 FMAs): the call's shape and the weight's
+// block scales.
+template <class X>
+struct Fp8PackedCall {
+  const X* x;               // [m, kp] the kernel's activation rows, zero past k
+  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
+  const uint8_t* packed;    // block 0 of the packed copy
+  int64_t block_bytes;      // tiles * 512: one block of 16 weight rows
+  int64_t row0;             // packed row of the view's row 0
+  int64_t n;                // the view's rows: y's columns
+  float* y;                 // [m, n]
+  // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
+  // ((scale_row0 + r) / block_n) * scale_cols + kb.
+  const void* scale;
+  DType scale_dtype;
+  int64_t scale_row0, block_n, block_k, scale_cols;
+};
+
+// Every field but x, from w (a view of a packed fp8 weight) and the call's m and y.
+template <class X>
+Fp8PackedCall<X> MakeFp8PackedCall(const WeightRef& w, int64_t m, float* y) {
+  Fp8PackedCall<X> j;
+  j.x = nullptr;
+  j.tiles = (w.k + kPackK - 1) / kPackK;
+  j.kp = j.tiles * kPackK;
+  j.k = w.k;
+  j.m = m;
+  j.packed = static_cast<const uint8_t*>(w.packed);
+  j.block_bytes = j.tiles * kPackFp8TileBytes;
+  j.row0 = w.packed_row0;
+  j.n = w.n;
+  j.y = y;
+  j.scale = w.scale;
+  j.scale_dtype = w.scale_dtype;
+  j.scale_row0 = w.scale_row0;
+  j.block_n = w.block_n;
+  j.block_k = w.block_k;
+  j.scale_cols = w.scale != nullptr ? (w.k + w.block_k - 1) / w.block_k : 0;
+  return j;
+}
+
+// The end of the fp8 segment that starts at pair p0: `max_pairs` on, the end of its scale block
+// or the end of k, whichever comes first.
+template <class X>
+int64_t Fp8SegmentEnd(const Fp8PackedCall<X>& j, int64_t p0, int64_t max_pairs) {
+  int64_t end = std::min(j.kp / 2, p0 + max_pairs);
+  if (j.scale != nullptr) end = std::min(end, (2 * p0 / j.block_k + 1) * j.block_k / 2);
+  return end;
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from w's packed copy) t's linear for the weights it

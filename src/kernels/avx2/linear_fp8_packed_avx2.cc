@@ -46,20 +46,7 @@ constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: D
 constexpr int64_t kLineBytes = 32;      // one k-pair of 16 rows: 32 codes
 constexpr int64_t kStagePair = 32;      // f32 per staged pair: [2 row halves][k, k + 1][8 rows]
 
-struct Fp8Job {
-  const float* x;           // [m, kp] bf16-rounded f32, zero past k
-  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
-  const uint8_t* packed;    // block 0 of the packed copy
-  int64_t block_bytes;      // tiles * 512: one block of 16 weight rows
-  int64_t row0;             // packed row of the view's row 0
-  int64_t n;                // the view's rows: y's columns
-  float* y;                 // [m, n]
-  // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
-  // ((scale_row0 + r) / block_n) * scale_cols + kb.
-  const void* scale;
-  DType scale_dtype;
-  int64_t scale_row0, block_n, block_k, scale_cols;
-};
+using Fp8Job = Fp8PackedCall<float>;
 
 // 16 codes (sign-extended to words) -> their values times 2^-8 as f16 bits: sign to bit 15,
 // exponent and mantissa to bits 13..7; the NaN code (magnitude 0x7f) gets exponent 31.
@@ -200,14 +187,6 @@ void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256
   }
 }
 
-// The end of the segment that starts at pair p0: kSegmentPairs on, the end of its scale block or
-// the end of k, whichever comes first.
-int64_t SegmentEnd(const Fp8Job& j, int64_t p0) {
-  int64_t end = std::min(j.kp / 2, p0 + kSegmentPairs);
-  if (j.scale != nullptr) end = std::min(end, (2 * p0 / j.block_k + 1) * j.block_k / 2);
-  return end;
-}
-
 // Copies acc (rows of ld floats, column 0 = packed row 16 b) for every activation row and
 // `blocks` column blocks into y, keeping the packed rows inside the view.
 void CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_t blocks) {
@@ -228,7 +207,7 @@ void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1;) {
     const int64_t blocks = std::min<int64_t>(kNb, b1 - b);
     for (int64_t p0 = 0; 2 * p0 < j.k;) {
-      const int64_t p1 = SegmentEnd(j, p0);
+      const int64_t p1 = Fp8SegmentEnd(j, p0, kSegmentPairs);
       __m256 scales[kNb][2];
       for (int64_t s = 0; s < blocks; ++s) BlockScales(j, b + s, p0, scales[s]);
       if (blocks == kNb) {
@@ -260,7 +239,7 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
     // Segments from pairs past k would hold only the zero padding, and their scale block lies
     // past the scales' end: they are not run.
     for (int64_t p0 = 0; 2 * p0 < j.k;) {
-      const int64_t p1 = SegmentEnd(j, p0);
+      const int64_t p1 = Fp8SegmentEnd(j, p0, kSegmentPairs);
       __m256 scales[2];
       BlockScales(j, b, p0, scales);
       StageSegment(j, b, p0, p1, stage);
@@ -278,23 +257,8 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
 void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  Fp8Job j;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
-  j.k = w.k;
-  j.m = m;
+  Fp8Job j = MakeFp8PackedCall<float>(w, m, y);
   j.x = RoundedRowsF32(x, m, w.k, j.kp);
-  j.packed = static_cast<const uint8_t*>(w.packed);
-  j.block_bytes = j.tiles * kPackFp8TileBytes;
-  j.row0 = w.packed_row0;
-  j.n = w.n;
-  j.y = y;
-  j.scale = w.scale;
-  j.scale_dtype = w.scale_dtype;
-  j.scale_row0 = w.scale_row0;
-  j.block_n = w.block_n;
-  j.block_k = w.block_k;
-  j.scale_cols = w.scale != nullptr ? (w.k + w.block_k - 1) / w.block_k : 0;
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

@@ -56,20 +56,7 @@ constexpr int64_t kFp8GroupCols = kFp8BlocksPerTile * kPackRows;  // outputs per
 constexpr int64_t kSegmentPairs = 64;  // k-pairs per segment at most (128 k: DeepSeek's block)
 constexpr int64_t kFp8LineBytes = kPackRows * 2;  // one k-pair of 16 rows: 32 codes
 
-struct Fp8Job {
-  const uint16_t* x;      // [m, kp] bf16, zero past k
-  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
-  const uint8_t* packed;  // block 0 of the packed copy
-  int64_t block_bytes;    // tiles * 512: one block of 16 weight rows
-  int64_t row0;           // packed row of the view's row 0
-  int64_t n;              // the view's rows: y's columns
-  float* y;               // [m, n]
-  // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
-  // ((scale_row0 + r) / block_n) * scale_cols + kb.
-  const void* scale;
-  DType scale_dtype;
-  int64_t scale_row0, block_n, block_k, scale_cols;
-};
+using Fp8Job = Fp8PackedCall<uint16_t>;
 
 // The two bytes of the bf16 holding each e4m3 magnitude 0 .. 127 exactly (sign clear): exponent
 // field 0 is subnormal (m * 2^-9), 0x7f is NaN. vpermi2b looks 64 codes up at once in each.
@@ -255,14 +242,6 @@ void Fp8CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_
   }
 }
 
-// The end of the segment that starts at pair p0: kSegmentPairs on, the end of its scale block or
-// the end of k, whichever comes first.
-int64_t Fp8SegmentEnd(const Fp8Job& j, int64_t p0) {
-  int64_t end = std::min(j.kp / 2, p0 + kSegmentPairs);
-  if (j.scale != nullptr) end = std::min(end, (2 * p0 / j.block_k + 1) * j.block_k / 2);
-  return end;
-}
-
 // Column blocks [b0, b1) for every activation row.
 void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   alignas(64) uint16_t stage[kFp8BlocksPerTile * kSegmentPairs * 32];  // 16 KiB
@@ -280,7 +259,7 @@ void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
     // Segments from pairs past k would hold only the zero padding, and their scale block lies
     // past the scales' end: they are not run.
     for (int64_t p0 = 0; 2 * p0 < j.k;) {
-      const int64_t p1 = Fp8SegmentEnd(j, p0);
+      const int64_t p1 = Fp8SegmentEnd(j, p0, kSegmentPairs);
       __m512 scales[kFp8BlocksPerTile];
       for (int64_t s = 0; s < blocks; ++s) scales[s] = Fp8BlockScales(j, b + s, p0);
       if (j.m <= kFp8RowsPerTile) {  // decode: one register tile, widening as it goes
@@ -307,23 +286,8 @@ void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
 void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  Fp8Job j;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
-  j.k = w.k;
-  j.m = m;
+  Fp8Job j = MakeFp8PackedCall<uint16_t>(w, m, y);
   j.x = RoundedRows(x, m, w.k, j.kp);
-  j.packed = static_cast<const uint8_t*>(w.packed);
-  j.block_bytes = j.tiles * kPackFp8TileBytes;
-  j.row0 = w.packed_row0;
-  j.n = w.n;
-  j.y = y;
-  j.scale = w.scale;
-  j.scale_dtype = w.scale_dtype;
-  j.scale_row0 = w.scale_row0;
-  j.block_n = w.block_n;
-  j.block_k = w.block_k;
-  j.scale_cols = w.scale != nullptr ? (w.k + w.block_k - 1) / w.block_k : 0;
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Fp8Blocks(j, b0, b1); });
 }
 
