@@ -71,7 +71,7 @@ struct PackedCall {
   const X* x;             // [m, kp] the kernel's activation rows, zero past k
   int64_t m, kp, tiles;   // tiles = kp / 32
   const uint8_t* packed;  // block 0 of the packed copy
-  int64_t block_bytes;    // tiles * 1 KiB: one block of 16 weight rows
+  int64_t block_bytes;    // one block of 16 weight rows: tiles * 1 KiB (fp8: tiles * 512)
   int64_t row0;           // packed row of the view's row 0
   int64_t n;              // the view's rows: y's columns
   float* y;               // [m, n]
@@ -94,10 +94,11 @@ PackedCall<X> MakePackedCall(const WeightRef& w, int64_t m, float* y) {
 }
 
 // Copies acc (rows of ld floats, column 0 = packed row 16 b) for activation rows [m0, m0 + rows)
-// and `blocks` column blocks into y, keeping the packed rows inside the view.
-template <class X>
-void CopyPackedOut(const PackedCall<X>& j, const float* acc, int64_t ld, int64_t m0,
-                   int64_t rows, int64_t b, int64_t blocks) {
+// and `blocks` column blocks into j.y, keeping the packed rows inside the view (any of the packed
+// calls below: PackedCall, Fp8PackedCall).
+template <class Call>
+void CopyPackedOut(const Call& j, const float* acc, int64_t ld, int64_t m0, int64_t rows,
+                   int64_t b, int64_t blocks) {
   const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
   const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
   if (last <= first) return;
@@ -110,14 +111,8 @@ void CopyPackedOut(const PackedCall<X>& j, const float* acc, int64_t ld, int64_t
 // The same for the fp8 packed linears (vdpbf16ps, AVX2 FMAs): the call's shape and the weight's
 // block scales.
 template <class X>
-struct Fp8PackedCall {
-  const X* x;               // [m, kp] the kernel's activation rows, zero past k
-  int64_t m, k, kp, tiles;  // k: the weight's columns, padded with zeros to kp = 32 tiles
-  const uint8_t* packed;    // block 0 of the packed copy
-  int64_t block_bytes;      // tiles * 512: one block of 16 weight rows
-  int64_t row0;             // packed row of the view's row 0
-  int64_t n;                // the view's rows: y's columns
-  float* y;                 // [m, n]
+struct Fp8PackedCall : PackedCall<X> {
+  int64_t k;  // the weight's columns (kp pads them with zeros to whole tiles)
   // Block scales of the full matrix (null: unscaled): s(view row r, k block kb) at
   // ((scale_row0 + r) / block_n) * scale_cols + kb.
   const void* scale;
@@ -125,20 +120,13 @@ struct Fp8PackedCall {
   int64_t scale_row0, block_n, block_k, scale_cols;
 };
 
-// Every field but x, from w (a view of a packed fp8 weight) and the call's m and y.
+// Every field but x, from w (a view of a packed fp8 weight: 512-byte tiles) and the call's m, y.
 template <class X>
 Fp8PackedCall<X> MakeFp8PackedCall(const WeightRef& w, int64_t m, float* y) {
   Fp8PackedCall<X> j;
-  j.x = nullptr;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
-  j.k = w.k;
-  j.m = m;
-  j.packed = static_cast<const uint8_t*>(w.packed);
+  static_cast<PackedCall<X>&>(j) = MakePackedCall<X>(w, m, y);
   j.block_bytes = j.tiles * kPackFp8TileBytes;
-  j.row0 = w.packed_row0;
-  j.n = w.n;
-  j.y = y;
+  j.k = w.k;
   j.scale = w.scale;
   j.scale_dtype = w.scale_dtype;
   j.scale_row0 = w.scale_row0;

@@ -27,6 +27,13 @@
 LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 
+// Keeps v in a register where it is made: GCC would otherwise fold a load into every FMA that
+// uses it, or hoist a register tile's broadcasts ahead of its FMAs and spill accumulators.
+inline __m256 InRegister(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
 // Calls f.template operator()<R>() with R = min(rows, Max) (at least 1) as a compile-time
 // constant: register tiles are templates on their row count, and the last tile may be short.
 template <int Max, class F>

@@ -73,12 +73,6 @@ inline float Finish(const Job& j, int64_t row, __m256 acc) {
   return sum * s;
 }
 
-// Keeps v in a register for all its FMAs (GCC would otherwise fold the load into every FMA).
-inline __m256 InRegister(__m256 v) {
-  __asm__("" : "+x"(v));
-  return v;
-}
-
 // Decode tile: MT activation rows x NT weight rows over all of k, accumulators in registers.
 template <class L, int MT, int NT>
 void TileDirect(const Job& j, int64_t n0) {

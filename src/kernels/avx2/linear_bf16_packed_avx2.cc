@@ -47,13 +47,6 @@ constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 ro
 
 using PackedJob = PackedCall<float>;
 
-// Keeps v in a register where it is made (GCC would otherwise hoist every row's broadcasts ahead
-// of the FMAs and spill accumulators).
-inline __m256 InRegister(__m256 v) {
-  __asm__("" : "+x"(v));
-  return v;
-}
-
 // Half a packed line (8 rows' (k, k + 1) pairs) and the f32 values of its k and k + 1 halves.
 inline __m256i Line(const uint8_t* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));

@@ -116,12 +116,6 @@ void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
   scales[1] = _mm256_load_ps(s + 8);
 }
 
-// Keeps v in a register where it is made (GCC would otherwise hoist the broadcasts).
-inline __m256 InRegister(__m256 v) {
-  __asm__("" : "+x"(v));
-  return v;
-}
-
 // MR activation rows from m0 over the staged segment of `pairs` k-pairs from pair p0: sums from
 // zero, then acc = fma(sum, scale, first ? 0 : acc) for acc [MR rows of ld floats].
 template <int MR>
@@ -187,17 +181,6 @@ void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256
   }
 }
 
-// Copies acc (rows of ld floats, column 0 = packed row 16 b) for every activation row and
-// `blocks` column blocks into y, keeping the packed rows inside the view.
-void CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_t blocks) {
-  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
-  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
-  for (int64_t r = 0; r < j.m && first < last; ++r) {
-    std::memcpy(j.y + r * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
-                static_cast<size_t>(last - first) * sizeof(float));
-  }
-}
-
 // Decode (m <= 2): NB column blocks at a time (8 accumulators), widening as it goes.
 template <int MR>
 void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
@@ -219,7 +202,7 @@ void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
       }
       p0 = p1;
     }
-    CopyOut(j, acc, ld, b, blocks);
+    CopyPackedOut(j, acc, ld, 0, MR, b, blocks);
     b += blocks;
   }
 }
@@ -250,7 +233,7 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
       }
       p0 = p1;
     }
-    CopyOut(j, acc, kPackRows, b, 1);
+    CopyPackedOut(j, acc, kPackRows, 0, j.m, b, 1);
   }
 }
 

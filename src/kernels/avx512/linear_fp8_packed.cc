@@ -230,18 +230,6 @@ void Fp8TileAnyShape(const Fp8Job& j, int64_t m0, int64_t rows, int64_t blocks,
   }
 }
 
-// Copies acc (rows of ld floats, column 0 = packed row 16 b) for every activation row and
-// `blocks` column blocks into y, keeping the packed rows inside the view.
-void Fp8CopyOut(const Fp8Job& j, const float* acc, int64_t ld, int64_t b, int64_t blocks) {
-  const int64_t first = std::max<int64_t>(b * kPackRows, j.row0);
-  const int64_t last = std::min<int64_t>((b + blocks) * kPackRows, j.row0 + j.n);
-  if (last <= first) return;
-  for (int64_t r = 0; r < j.m; ++r) {
-    std::memcpy(j.y + r * j.n + (first - j.row0), acc + r * ld + (first - b * kPackRows),
-                static_cast<size_t>(last - first) * sizeof(float));
-  }
-}
-
 // Column blocks [b0, b1) for every activation row.
 void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   alignas(64) uint16_t stage[kFp8BlocksPerTile * kSegmentPairs * 32];  // 16 KiB
@@ -279,7 +267,7 @@ void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
       }
       p0 = p1;
     }
-    Fp8CopyOut(j, acc, kFp8GroupCols, b, blocks);
+    CopyPackedOut(j, acc, kFp8GroupCols, 0, j.m, b, blocks);
   }
 }
 
