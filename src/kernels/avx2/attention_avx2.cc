@@ -307,22 +307,24 @@ void Attention(const AttentionArgs& a) {
 //
 // Flash-attention style, per head and per tile of kQueryTile queries, as the AVX-512 kernel:
 // the keys are packed once per call, transposed into blocks of kKeyBlock positions
-// ([head][block][qk_dim][kKeyBlock]), and the values per head ([head][position][v_dim]), so the
-// scores of 2 queries x 32 positions are a register tile of 8 accumulators fed by one broadcast
-// per query and 4 loads per qk column. Per query: each score is one f32 chain over the qk columns
-// in order, times the scale; the blocks from position 0 in order, each with an online softmax;
-// p.v summed over the block's positions in order, vectorized over v columns. Positions at or past
-// a query's length are masked out of its max, sum and p.v (not added as zeros), so a query's
-// result depends only on its own query, length and rows: never on the other queries of its tile
-// or call, nor on the thread.
+// ([head][block][position / 16][qk_dim][16]), and the values per head ([head][position][v_dim]),
+// so the scores of 6 queries x 16 positions are a register tile of 12 accumulators fed by one
+// broadcast per query and 2 loads per qk column, the loads one sequential stream. (A head's key
+// block, 48 KiB at qk 192, streams from L2: with 2 queries x 32 positions per tile, columns 256
+// bytes apart, the loads' latency and the L2 bandwidth bounded the kernel, at 0.6x this speed.)
+// Per query: each score is one f32 chain over the qk columns in order, times the scale; the
+// blocks from position 0 in order, each with an online softmax; p.v summed over the block's
+// positions in order, vectorized over v columns. Positions at or past a query's length are
+// masked out of its max, sum and p.v (not added as zeros), so a query's result depends only on
+// its own query, length and rows: never on the other queries of its tile or call, nor on the
+// thread.
 constexpr int64_t kKeyBlock = 64;   // positions per block
 constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
-constexpr int kQs = 4;              // queries per softmax / p.v tile
-constexpr int kScoreQs = 2;         // queries per score register tile
-constexpr int64_t kScoreCols = 32;  // positions per score register tile (4 ymm)
+constexpr int kQs = 6;              // queries per score / softmax / p.v register tile
+constexpr int64_t kScoreCols = 16;  // positions per score register tile (2 ymm)
 
-// kt [key_heads][blocks][qk][kKeyBlock] (zero past the last position) from the key rows, and
-// vt [value_heads][positions][v_dim] from the value rows.
+// kt [key_heads][blocks][kKeyBlock / 16][qk][16] (zero past the last position) from the key
+// rows, and vt [value_heads][positions][v_dim] from the value rows.
 void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, int64_t value_heads,
           float* kt, float* vt) {
   const AttentionArgs& a = qa.shared;
@@ -338,15 +340,16 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
         if (rows < kKeyBlock) std::fill(dst, dst + dq * kKeyBlock, 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t k0 = head * a.key_head_stride;
+          float* at = dst + r / kScoreCols * dq * kScoreCols + r % kScoreCols;  // column c: + 16 c
           if (dtype == DType::kBF16) {
             const uint16_t* key = static_cast<const uint16_t*>(a.keys[t0 + r]) + k0;
-            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = BF16ToF32(key[c]);
+            for (int64_t c = 0; c < dq; ++c) at[c * kScoreCols] = BF16ToF32(key[c]);
           } else if (dtype == DType::kF8E4M3) {
             for (int64_t c = 0; c < dq; ++c)
-              dst[c * kKeyBlock + r] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
+              at[c * kScoreCols] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
           } else {
             const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
-            for (int64_t c = 0; c < dq; ++c) dst[c * kKeyBlock + r] = key[c];
+            for (int64_t c = 0; c < dq; ++c) at[c * kScoreCols] = key[c];
           }
         }
       }
@@ -369,25 +372,26 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
   });
 }
 
-// s[q][p0 .. p0 + 32) = scale * q_q . key(t0 + r) for the QS queries, from the packed block.
+// s[q][p0 .. p0 + 16) = scale * q_q . key(t0 + r) for the QS queries, from the packed block.
 template <int QS>
 void BlockScores(const float* const* q, int64_t dq, const float* block, int64_t p0, float scale,
                  float (*s)[kKeyBlock]) {
-  __m256 acc[QS][4];
-  for (int i = 0; i < QS; ++i)
-    for (int v = 0; v < 4; ++v) acc[i][v] = _mm256_setzero_ps();
+  __m256 acc[QS][2];
+  for (int i = 0; i < QS; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const float* keys = block + p0 * dq;  // [qk][16]
   for (int64_t c = 0; c < dq; ++c) {
-    const float* col = block + c * kKeyBlock + p0;
-    __m256 kv[4];
-    for (int v = 0; v < 4; ++v) kv[v] = _mm256_loadu_ps(col + 8 * v);
+    const __m256 k0 = _mm256_loadu_ps(keys + c * kScoreCols);
+    const __m256 k1 = _mm256_loadu_ps(keys + c * kScoreCols + 8);
     for (int i = 0; i < QS; ++i) {
       const __m256 qb = _mm256_broadcast_ss(&q[i][c]);
-      for (int v = 0; v < 4; ++v) acc[i][v] = _mm256_fmadd_ps(qb, kv[v], acc[i][v]);
+      acc[i][0] = _mm256_fmadd_ps(qb, k0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(qb, k1, acc[i][1]);
     }
   }
   const __m256 sc = _mm256_set1_ps(scale);
-  for (int i = 0; i < QS; ++i)
-    for (int v = 0; v < 4; ++v) _mm256_store_ps(&s[i][p0 + 8 * v], _mm256_mul_ps(acc[i][v], sc));
+  for (int i = 0; i < QS; ++i) {
+    for (int v = 0; v < 2; ++v) _mm256_store_ps(&s[i][p0 + 8 * v], _mm256_mul_ps(acc[i][v], sc));
+  }
 }
 
 // o[q][c0 .. c0 + 8C) += sum over r < rows[q] of p[q][r] * value(t0 + r)[c0 ..], in order of r;
@@ -438,10 +442,7 @@ void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block,
     rows_max = std::max(rows_max, rows[i]);
   }
   for (int64_t p0 = 0; p0 < rows_max; p0 += kScoreCols) {
-    int i = 0;
-    for (; i + kScoreQs <= QS; i += kScoreQs)
-      BlockScores<kScoreQs>(q + i, a.qk_dim, block, p0, a.scale, s + i);
-    for (; i < QS; ++i) BlockScores<1>(q + i, a.qk_dim, block, p0, a.scale, s + i);
+    BlockScores<QS>(q, a.qk_dim, block, p0, a.scale, s);
   }
   for (int i = 0; i < QS; ++i) {
     if (rows[i] == 0) continue;
@@ -454,7 +455,8 @@ using QueryTileBlockFn = void (*)(const AttentionArgs&, const float*, const floa
                                   const float* const*, const int64_t*, float*, float*,
                                   float* const*);
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
-                                                    QueryTileBlock<3>, QueryTileBlock<4>};
+                                                    QueryTileBlock<3>, QueryTileBlock<4>,
+                                                    QueryTileBlock<5>, QueryTileBlock<6>};
 
 // Head `head`, queries [i0, i1) (at most kQueryTile). kt, vt: as Pack wrote them.
 void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* vt,
