@@ -288,7 +288,10 @@ void DeepseekModel::Moe(int64_t slot, int64_t layer, const float* x, int64_t tok
 
 void DeepseekModel::AddResidual(float* hidden, const float* branch, int64_t tokens) const {
   LATENT_PROFILE_SCOPE(kResidual);
-  for (int64_t i = 0; i < tokens * config_.hidden_size; ++i) hidden[i] += branch[i];
+  const int64_t d = config_.hidden_size;
+  threads::ParallelRows(tokens, d, [&](int64_t t0, int64_t t1) {
+    for (int64_t i = t0 * d; i < t1 * d; ++i) hidden[i] += branch[i];
+  });
 }
 
 void DeepseekModel::Head(const ForwardBatch& batch, const float* hidden, float* logits,

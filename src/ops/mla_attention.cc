@@ -153,18 +153,22 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   // The step-sized buffers come from the workspace: fresh vectors of these sizes (megabytes at
   // long prompts) would be mapped, page-faulted and zeroed again at every layer of every step.
   float* latents = ws.expanded.latents.Get(n * d.latent);  // [n, C]: kv_b_proj's input
-  for (int64_t t = 0; t < n; ++t) rows.ToF32(t, 0, d.latent, &latents[t * d.latent]);
+  threads::ParallelRows(n, d.latent, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rows.ToF32(t, 0, d.latent, &latents[t * d.latent]);
+  });
   float* kv = ws.expanded.kv.Get(n * d.heads * head_rows);  // [n, H, dn + dv]
   Linear(latents, n, kv_b, kv);
   float* keys = ws.expanded.keys.Get(n * d.heads * d.qk());  // [n, H, dn + dr]
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const float* src = &kv[(t * d.heads + h) * head_rows];
-      float* dst = &keys[(t * d.heads + h) * d.qk()];
-      std::copy(src, src + d.nope, dst);
-      rows.ToF32(t, d.latent, d.row(), dst + d.nope);  // shared rotary key
+  threads::ParallelRows(n, d.heads * d.qk(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < d.heads; ++h) {
+        const float* src = &kv[(t * d.heads + h) * head_rows];
+        float* dst = &keys[(t * d.heads + h) * d.qk()];
+        std::copy(src, src + d.nope, dst);
+        rows.ToF32(t, d.latent, d.row(), dst + d.nope);  // shared rotary key
+      }
     }
-  }
+  });
   std::vector<const void*> key_ptrs(n), value_ptrs(n);
   for (int64_t t = 0; t < n; ++t) {
     key_ptrs[t] = &keys[t * d.heads * d.qk()];
@@ -194,11 +198,13 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     float* q_rows = ws.expanded.q_rows.Get(nq * d.heads * d.qk());   // [nq, H, dn + dr]
     float* out_rows = ws.expanded.out_rows.Get(nq * d.heads * d.v);  // [nq, H, dv]
     std::vector<int64_t> lengths(nq);
-    for (int64_t i = 0; i < nq; ++i) {
-      const float* src = q + causal[i] * d.heads * d.qk();
-      std::copy(src, src + d.heads * d.qk(), &q_rows[i * d.heads * d.qk()]);
-      lengths[i] = batch.positions[causal[i]] + 1;
-    }
+    for (int64_t i = 0; i < nq; ++i) lengths[i] = batch.positions[causal[i]] + 1;
+    threads::ParallelRows(nq, d.heads * d.qk(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* src = q + causal[i] * d.heads * d.qk();
+        std::copy(src, src + d.heads * d.qk(), &q_rows[i * d.heads * d.qk()]);
+      }
+    });
     kernels::QueriesAttentionArgs qa;
     qa.shared = shared;
     qa.num_queries = nq;
@@ -209,10 +215,12 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     // for bf16 and fp8 checkpoints); f32 under `--precision f32` and for int8 weights.
     qa.bf16_products = kv_b.bf16_activations;
     k.attention_queries(qa);
-    for (int64_t i = 0; i < nq; ++i) {
-      std::copy(&out_rows[i * d.heads * d.v], &out_rows[(i + 1) * d.heads * d.v],
-                attn_out + causal[i] * d.heads * d.v);
-    }
+    threads::ParallelRows(nq, d.heads * d.v, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        std::copy(&out_rows[i * d.heads * d.v], &out_rows[(i + 1) * d.heads * d.v],
+                  attn_out + causal[i] * d.heads * d.v);
+      }
+    });
   }
   threads::ParallelFor(static_cast<int64_t>(picked_rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(n);
@@ -285,8 +293,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     Linear(x, tokens, *w.q_a, q_a.data());
     std::vector<float> q_a_raw;  // [T, Q] before the norm: the fused q_gate reads both
     if (w.q_gate) q_a_raw = q_a;
-    k.rms_norm(q_a.data(), tokens, d.q_lora, w.q_a_norm.data, w.q_a_norm.dtype, d.norm_eps,
-               q_a.data());
+    ops::RmsNorm(q_a.data(), tokens, d.q_lora, w.q_a_norm, d.norm_eps, q_a.data());
     if (d.q_a_scale != 1.0f) {
       for (float& v : q_a) v *= d.q_a_scale;  // dots3_note: before q_b and the indexer
     }
@@ -308,8 +315,10 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   const int64_t half = d.rope / 2;
   std::vector<float> cos(tokens * half), sin(tokens * half);  // [T, dr / 2]
   if (d.rope > 0) {
-    for (int64_t t = 0; t < tokens; ++t)
-      rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);
+    threads::ParallelRows(tokens, d.rope * 8, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);
+    });
   }
   std::vector<float> kv_a;
   if (own_latent) {
@@ -340,7 +349,16 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     norm_rope.interleaved = rope.interleaved;
     norm_rope.cos = cos.data();
     norm_rope.sin = sin.data();
-    k.norm_rope(norm_rope);
+    // Tokens are independent: each share of them goes through the kernel on its own.
+    threads::ParallelRows(tokens, d.row() + d.heads * d.rope, [&](int64_t t0, int64_t t1) {
+      kernels::NormRopeArgs part = norm_rope;
+      part.tokens = t1 - t0;
+      part.kv += t0 * part.kv_stride;
+      part.q += t0 * part.heads * part.q_stride;
+      part.cos += t0 * half;
+      part.sin += t0 * half;
+      k.norm_rope(part);
+    });
   } else if (d.rope > 0) {
     // The owner's rotary keys are rotated already: only the queries turn.
     for (int64_t t = 0; t < tokens; ++t) {

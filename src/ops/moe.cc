@@ -21,19 +21,51 @@ void MlpInto(const MlpWeights& w, const float* x, int64_t tokens, float* out, fl
   const int64_t inter = w.gate.n;
   Linear(x, tokens, w.gate, gate);
   Linear(x, tokens, w.up, up);
-  if (swiglu_limit > 0) {
-    for (int64_t i = 0; i < tokens * inter; ++i) {
-      gate[i] = std::min(gate[i], swiglu_limit);
-      up[i] = std::clamp(up[i], -swiglu_limit, swiglu_limit);
+  threads::ParallelRows(tokens, inter, [&](int64_t t0, int64_t t1) {
+    float* g = gate + t0 * inter;  // [t1 - t0, inter]
+    float* u = up + t0 * inter;
+    const int64_t count = (t1 - t0) * inter;
+    if (swiglu_limit > 0) {
+      for (int64_t i = 0; i < count; ++i) {
+        g[i] = std::min(g[i], swiglu_limit);
+        u[i] = std::clamp(u[i], -swiglu_limit, swiglu_limit);
+      }
     }
-  }
-  kernels::BestKernels().silu_mul(gate, up, tokens * inter, gate);
+    kernels::BestKernels().silu_mul(g, u, count, g);
+  });
   Linear(gate, tokens, w.down, out);
 }
 
 // A wave's expert outputs are kept until they are added up in expert order; past this many bytes
 // of them (or one expert's rows, if more) a new wave starts.
 constexpr int64_t kWaveBytes = int64_t{32} << 20;
+
+// out[token_of[i]] += routed[i - i0] * weight_of[i] for the wave's rows [i0, i1), each token's
+// rows in ascending i (expert order, as one loop over the rows would add them), the tokens
+// shared out over the threads.
+void AddWaveRows(int64_t i0, int64_t i1, const int64_t* token_of, const float* weight_of,
+                 const float* routed, int64_t d, float* out) {
+  int64_t tokens = 0;
+  for (int64_t i = i0; i < i1; ++i) tokens = std::max(tokens, token_of[i] + 1);
+  if (tokens == 0) return;
+  // The rows grouped by token: token t's are rows[start[t] .. start[t + 1]), ascending.
+  std::vector<int64_t> start(tokens + 1, 0), rows(i1 - i0);
+  for (int64_t i = i0; i < i1; ++i) ++start[token_of[i] + 1];
+  for (int64_t t = 0; t < tokens; ++t) start[t + 1] += start[t];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t i = i0; i < i1; ++i) rows[fill[token_of[i]]++] = i;
+  const int64_t per_token = (i1 - i0 + tokens - 1) / tokens;
+  threads::ParallelRows(tokens, per_token * d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out + t * d;
+      for (int64_t r = start[t]; r < start[t + 1]; ++r) {
+        const float* y = routed + (rows[r] - i0) * d;
+        const float w = weight_of[rows[r]];
+        for (int64_t c = 0; c < d; ++c) o[c] += y[c] * w;
+      }
+    }
+  });
+}
 
 // Runs the held routed experts [0, held) (local indices; global first + e) on the rows grouped by
 // expert (rows of expert e: [begin[e], begin[e + 1]) of token_of / weight_of) and adds each
@@ -88,13 +120,7 @@ void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int
       ws.expert_lanes.Reserve(1);
       for (int64_t e : active) run(*ws.expert_lanes.lanes[0], e);
     }
-    for (int64_t e = e0; e < e1; ++e) {
-      for (int64_t i = begin[e]; i < begin[e + 1]; ++i) {
-        const float* y = routed + (i - begin[e0]) * d;
-        float* o = out + token_of[i] * d;
-        for (int64_t c2 = 0; c2 < d; ++c2) o[c2] += y[c2] * weight_of[i];
-      }
-    }
+    AddWaveRows(begin[e0], begin[e1], token_of, weight_of, routed, d, out);
     e0 = e1;
   }
 }

@@ -280,6 +280,11 @@ int NumThreads() { return GlobalPool().num_threads(); }
 
 void ParallelFor(int64_t n, int64_t grain, RangeFn fn) { GlobalPool().ParallelFor(n, grain, fn); }
 
+void ParallelRows(int64_t rows, int64_t row_items, RangeFn fn) {
+  const int64_t items = std::max<int64_t>(1, row_items);
+  ParallelFor(rows, (kMinRowChunkItems + items - 1) / items, fn);
+}
+
 void FlushDenormals() {
 #if defined(__x86_64__) || defined(__i386__)
   constexpr unsigned kFtzDaz = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)

@@ -48,6 +48,13 @@ int NumThreads();
 // Runs fn(begin, end) over [0, n) in chunks of `grain` items on the process-wide pool.
 void ParallelFor(int64_t n, int64_t grain, RangeFn fn);
 
+// ParallelFor over `rows` independent rows of `row_items` items each (elementwise and row-wise
+// ops: norms, activations, copies), in chunks of whole rows of at least kMinRowChunkItems items:
+// a step's few decode rows stay on the caller, a prefill's hundreds are shared out. Each row's
+// result is the same whichever chunk it falls in.
+inline constexpr int64_t kMinRowChunkItems = int64_t{1} << 15;
+void ParallelRows(int64_t rows, int64_t row_items, RangeFn fn);
+
 // Sets FTZ and DAZ in this thread's MXCSR (x86; no-op elsewhere).
 void FlushDenormals();
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/avx2/avx2_kernels.h"
+#include "threads/thread_pool.h"
 
 namespace latent::kernels::avx2 {
 
@@ -17,11 +18,14 @@ namespace latent::kernels::avx2 {
 inline const float* RoundedRowsF32(const float* x, int64_t m, int64_t k, int64_t kp) {
   thread_local std::vector<float> rows;
   if (static_cast<int64_t>(rows.size()) < m * kp) rows.resize(m * kp);
-  for (int64_t r = 0; r < m; ++r) {
-    RoundActivationsToBf16(x + r * k, k, rows.data() + r * kp);
-    std::fill(rows.data() + r * kp + k, rows.data() + (r + 1) * kp, 0.0f);
-  }
-  return rows.data();
+  float* out = rows.data();
+  threads::ParallelRows(m, kp, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      RoundActivationsToBf16(x + r * k, k, out + r * kp);
+      std::fill(out + r * kp + k, out + (r + 1) * kp, 0.0f);
+    }
+  });
+  return out;
 }
 
 }  // namespace latent::kernels::avx2

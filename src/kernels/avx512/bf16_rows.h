@@ -1,6 +1,6 @@
 // Activation rows rounded to bf16 for the kernels over tile-packed weights (avx512/
 // linear_bf16_packed.cc, linear_fp8_packed.cc, amx/linear_amx.cc). Include only inside a target
-// region with AVX512_BF16 (after avx512_common.h).
+// region with AVX512_BF16 (after avx512_common.h), and threads/thread_pool.h before the region.
 #pragma once
 
 #include <immintrin.h>
@@ -35,8 +35,11 @@ inline void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, ui
 inline const uint16_t* RoundedRows(const float* x, int64_t m, int64_t k, int64_t kp) {
   thread_local std::vector<uint16_t> rows;
   if (static_cast<int64_t>(rows.size()) < m * kp) rows.resize(m * kp);
-  RoundRowsPadded(x, m, k, kp, rows.data());
-  return rows.data();
+  uint16_t* out = rows.data();
+  threads::ParallelRows(m, kp, [&](int64_t r0, int64_t r1) {
+    RoundRowsPadded(x + r0 * k, r1 - r0, k, kp, out + r0 * kp);
+  });
+  return out;
 }
 
 }  // namespace latent::kernels::avx512
