@@ -44,6 +44,10 @@ constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass ove
 constexpr int kBatchBlocks = 2;         // batches: column blocks per group
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
+// One-block tiles prefetch their stream this far ahead (past a block's end it touches the next
+// block or nothing: prefetches never fault). 1-2-row decode tiles read 2-4 streams at once, which
+// the hardware prefetcher keeps up with: a software prefetch there measured no gain.
+constexpr int64_t kPrefetchBytes = 4096;
 
 using PackedJob = PackedCall<float>;
 
@@ -77,6 +81,10 @@ void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, flo
     for (int64_t p = 0; p < kPackRows; ++p) {
       const int64_t line = at + p * kLine;  // this k-pair's line in each block
       if constexpr (NB == 1) {
+        // One weight stream at 64 bytes per 8-16 FMAs, faster than the hardware prefetcher
+        // fetches it from memory: asked for kPrefetchBytes ahead (3-4-row decode 50 -> 66-71
+        // GFLOP/s on one Zen 3 core, 6-row batches 75-83 -> 98-107 on two).
+        _mm_prefetch(reinterpret_cast<const char*>(w[0] + line + kPrefetchBytes), _MM_HINT_T0);
         // Up to 4 rows of one block: the line's 4 vectors first, then each row's two broadcasts
         // against them (8 accumulators + 4 + 2 live, none spilled).
         __m256 even[2], odd[2];
