@@ -44,15 +44,18 @@ constexpr int64_t kWaveBytes = int64_t{32} << 20;
 // rows in ascending i (expert order, as one loop over the rows would add them), the tokens
 // shared out over the threads.
 void AddWaveRows(int64_t i0, int64_t i1, const int64_t* token_of, const float* weight_of,
-                 const float* routed, int64_t d, float* out) {
+                 const float* routed, int64_t d, float* out, FfnWorkspace& ws) {
   int64_t tokens = 0;
   for (int64_t i = i0; i < i1; ++i) tokens = std::max(tokens, token_of[i] + 1);
   if (tokens == 0) return;
   // The rows grouped by token: token t's are rows[start[t] .. start[t + 1]), ascending.
-  std::vector<int64_t> start(tokens + 1, 0), rows(i1 - i0);
+  int64_t* start = ws.wave_token_start.Get(tokens + 1);
+  int64_t* fill = ws.wave_token_fill.Get(tokens);
+  int64_t* rows = ws.wave_token_rows.Get(i1 - i0);
+  std::fill(start, start + tokens + 1, 0);
   for (int64_t i = i0; i < i1; ++i) ++start[token_of[i] + 1];
   for (int64_t t = 0; t < tokens; ++t) start[t + 1] += start[t];
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  std::copy(start, start + tokens, fill);
   for (int64_t i = i0; i < i1; ++i) rows[fill[token_of[i]]++] = i;
   const int64_t per_token = (i1 - i0 + tokens - 1) / tokens;
   threads::ParallelRows(tokens, per_token * d, [&](int64_t t0, int64_t t1) {
@@ -69,8 +72,8 @@ void AddWaveRows(int64_t i0, int64_t i1, const int64_t* token_of, const float* w
 
 // Runs the held routed experts [0, held) (local indices; global first + e) on the rows grouped by
 // expert (rows of expert e: [begin[e], begin[e + 1]) of token_of / weight_of) and adds each
-// row's weighted output to out [T, D], expert by expert in index order and each expert's rows in
-// token order, whatever ran in parallel: the sums are the same bits for any thread count.
+// row's weighted output to out [T, D]: each token's rows in expert index order (AddWaveRows),
+// whatever ran in parallel, so the sums are the same bits for any thread count.
 void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int64_t first,
                       int64_t held, const int64_t* begin, const int64_t* token_of,
                       const float* weight_of, float* out, FfnWorkspace& ws) {
@@ -120,7 +123,7 @@ void RunRoutedExperts(const MoeDims& c, const MoeWeights& w, const float* x, int
       ws.expert_lanes.Reserve(1);
       for (int64_t e : active) run(*ws.expert_lanes.lanes[0], e);
     }
-    AddWaveRows(begin[e0], begin[e1], token_of, weight_of, routed, d, out);
+    AddWaveRows(begin[e0], begin[e1], token_of, weight_of, routed, d, out, ws);
     e0 = e1;
   }
 }
@@ -137,6 +140,9 @@ void FfnWorkspace::Reserve(int64_t tokens, int64_t inter, const MoeDims* moe) {
     expert_rows.Get(moe->experts + 1);
     token_of.Get(tokens * moe->top_k);
     weight_of.Get(tokens * moe->top_k);
+    wave_token_start.Get(tokens + 1);
+    wave_token_fill.Get(tokens);
+    wave_token_rows.Get(tokens * moe->top_k);
     shared.Get(tokens * moe->hidden);
     // The experts' lanes and wave buffer grow to the largest expert seen (most steps route far
     // fewer than T rows to one expert).

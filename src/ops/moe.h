@@ -64,6 +64,8 @@ struct FfnWorkspace {
   Scratch<int64_t> expert_rows;        // [E + 1] where each expert's rows start in token_of
   Scratch<int64_t> token_of;           // [T, k] the tokens routed to each expert, by expert
   Scratch<float> weight_of;            // [T, k] their weights
+  // A wave's rows grouped by token (AddWaveRows): [T + 1] starts, [T] fill cursors, [T, k] rows.
+  Scratch<int64_t> wave_token_start, wave_token_fill, wave_token_rows;
   Scratch<float> routed;               // [rows, D] the outputs of one wave of experts
   Scratch<float> shared;               // [T, D] the shared experts' output
 

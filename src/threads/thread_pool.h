@@ -49,9 +49,10 @@ int NumThreads();
 void ParallelFor(int64_t n, int64_t grain, RangeFn fn);
 
 // ParallelFor over `rows` independent rows of `row_items` items each (elementwise and row-wise
-// ops: norms, activations, copies), in chunks of whole rows of at least kMinRowChunkItems items:
-// a step's few decode rows stay on the caller, a prefill's hundreds are shared out. Each row's
-// result is the same whichever chunk it falls in.
+// ops: norms, activations, copies), in chunks of whole rows of at least kMinRowChunkItems items
+// (one row per chunk where a row is wider): a decode step's few rows of a few thousand items stay
+// on the caller, a prefill's hundreds are shared out. The caller computes each row the same way
+// whichever chunk it falls in (the chunks' bounds depend only on rows and row_items).
 inline constexpr int64_t kMinRowChunkItems = int64_t{1} << 15;
 void ParallelRows(int64_t rows, int64_t row_items, RangeFn fn);
 

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -70,6 +71,31 @@ TEST(ThreadPool, EveryIndexRunsOnce) {
           ASSERT_EQ(hits[i].load(), 1) << n << " " << grain << " " << i;
       }
     }
+  }
+  SetNumThreads(saved);
+}
+
+// ParallelRows: whole rows per chunk, at least kMinRowChunkItems items each (one row where a row
+// is wider), every row once; zero rows run nothing, zero-item rows count as one item.
+TEST(ThreadPool, ParallelRowsCutsWholeRowsOfAtLeastTheMinimum) {
+  const int saved = NumThreads();
+  SetNumThreads(2);
+  struct Case {
+    int64_t rows, row_items, grain;  // the chunk size in rows the case must get
+  };
+  for (const Case& c : {Case{0, 100, 0}, Case{3, 1000, 33}, Case{1000, 1000, 33},
+                        Case{7, 0, kMinRowChunkItems}, Case{5, 100000, 1},
+                        Case{100, kMinRowChunkItems, 1}, Case{100, kMinRowChunkItems - 1, 2}}) {
+    std::vector<std::atomic<int>> hits(c.rows);
+    std::atomic<int64_t> calls{0};
+    ParallelRows(c.rows, c.row_items, [&](int64_t begin, int64_t end) {
+      calls.fetch_add(1);
+      EXPECT_EQ(begin % c.grain, 0) << c.rows << " x " << c.row_items;
+      EXPECT_EQ(end - begin, std::min(c.grain, c.rows - begin)) << c.rows << " x " << c.row_items;
+      for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    for (int64_t i = 0; i < c.rows; ++i) ASSERT_EQ(hits[i].load(), 1) << c.rows << " " << i;
+    EXPECT_EQ(calls.load(), c.rows == 0 ? 0 : (c.rows + c.grain - 1) / c.grain);
   }
   SetNumThreads(saved);
 }

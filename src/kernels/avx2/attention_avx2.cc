@@ -506,7 +506,7 @@ void AttentionQueries(const QueriesAttentionArgs& qa) {
   const int64_t blocks = (positions + kKeyBlock - 1) / kKeyBlock;
   const int64_t key_heads = a.key_head_stride == 0 ? 1 : a.num_heads;
   const int64_t value_heads = a.value_head_stride == 0 ? 1 : a.num_heads;
-  // [key_heads, blocks, qk, kKeyBlock], then [value_heads, positions, v_dim].
+  // [key_heads, blocks, kKeyBlock / 16, qk, 16], then [value_heads, positions, v_dim].
   thread_local std::vector<float> packed;
   const int64_t key_floats = key_heads * blocks * a.qk_dim * kKeyBlock;
   const int64_t floats = key_floats + value_heads * positions * a.v_dim;

@@ -44,10 +44,19 @@ constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass ove
 constexpr int kBatchBlocks = 2;         // batches: column blocks per group
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
-// One-block tiles prefetch their stream this far ahead (past a block's end it touches the next
-// block or nothing: prefetches never fault). 1-2-row decode tiles read 2-4 streams at once, which
-// the hardware prefetcher keeps up with: a software prefetch there measured no gain.
+// One-block tiles (3-4-row decode, the decode's leftover blocks, every batch tile) prefetch their
+// weight stream this far ahead; the 1-2-row decode tiles over 2-4 blocks read that many streams
+// at once, which the hardware prefetcher keeps up with (a software prefetch there measured no
+// gain). In a batch the first 4-row tile of a chunk brings its lines in; the later ones find
+// them in L1, and the chunk's last tiles ask for the next chunk.
 constexpr int64_t kPrefetchBytes = 4096;
+
+// Asks for the line `ahead` bytes past p. The address is formed as an integer: past the packed
+// copy's end it points outside the allocation, where a prefetch does nothing (it never faults).
+inline void PrefetchAhead(const uint8_t* p, int64_t ahead) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + ahead),
+               _MM_HINT_T0);
+}
 
 using PackedJob = PackedCall<float>;
 
@@ -82,9 +91,9 @@ void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, flo
       const int64_t line = at + p * kLine;  // this k-pair's line in each block
       if constexpr (NB == 1) {
         // One weight stream at 64 bytes per 8-16 FMAs, faster than the hardware prefetcher
-        // fetches it from memory: asked for kPrefetchBytes ahead (3-4-row decode 50 -> 66-71
-        // GFLOP/s on one Zen 3 core, 6-row batches 75-83 -> 98-107 on two).
-        _mm_prefetch(reinterpret_cast<const char*>(w[0] + line + kPrefetchBytes), _MM_HINT_T0);
+        // brings it from memory on Zen 3 (3-4-row decode 50 -> 66-71 GFLOP/s on one core,
+        // 6-row batches 75-83 -> 98-107 on two).
+        PrefetchAhead(w[0] + line, kPrefetchBytes);
         // Up to 4 rows of one block: the line's 4 vectors first, then each row's two broadcasts
         // against them (8 accumulators + 4 + 2 live, none spilled).
         __m256 even[2], odd[2];

@@ -10,6 +10,10 @@
 #include <vector>
 
 namespace latent::kernels::avx512 {
+// Internal linkage: the files that include this are compiled for different AVX-512 extensions
+// (the fp8 kernel adds VBMI), and a shared inline copy kept by the linker could carry one file's
+// instructions into the other's.
+namespace {
 
 // x [m, k] f32 -> out [m, kp] bf16, round to nearest even (NaN stays NaN), zero past k.
 inline void RoundRowsPadded(const float* x, int64_t m, int64_t k, int64_t kp, uint16_t* out) {
@@ -42,4 +46,5 @@ inline const uint16_t* RoundedRows(const float* x, int64_t m, int64_t k, int64_t
   return out;
 }
 
+}  // namespace
 }  // namespace latent::kernels::avx512
