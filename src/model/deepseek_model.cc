@@ -147,14 +147,18 @@ void DeepseekModel::Embed(const ForwardBatch& batch, float* hidden) const {
   const auto& k = kernels::BestKernels();
   const int64_t d = config_.hidden_size;
   const int64_t tokens = static_cast<int64_t>(batch.token_ids.size());
+  LATENT_PROFILE_SCOPE(kEmbed);
   for (int64_t t = 0; t < tokens; ++t) {
-    LATENT_PROFILE_SCOPE(kEmbed);
     const int32_t id = batch.token_ids[t];
     if (id < 0 || id >= config_.vocab_size) {
       Fail("token id ", id, " is outside the vocabulary (size ", config_.vocab_size, ")");
     }
-    k.dequant_row(weights_.embed, id, &hidden[t * d]);
   }
+  threads::ParallelRows(tokens, d, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      k.dequant_row(weights_.embed, batch.token_ids[t], &hidden[t * d]);
+    }
+  });
   dump::Tensor("embed", -1, hidden, tokens, d);
 }
 
