@@ -168,6 +168,14 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
     for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
       const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
       for (int64_t m0 = 0; m0 < j.m; m0 += kMaxRows) {
+        if (j.m - m0 <= 2 && blocks == kBatchBlocks) {
+          // The last 1-2 rows over both blocks at once: 4-8 accumulators instead of 2-4, the
+          // lines already in L1 from the 4-row tiles before them.
+          WithRowCount<2>(j.m - m0, [&]<int MR>() {
+            Tile<MR, kBatchBlocks>(j, m0, b, t0, t1, acc + m0 * ld, ld);
+          });
+          continue;
+        }
         for (int64_t s = 0; s < blocks; ++s) {
           float* tile_acc = acc + m0 * ld + s * kPackRows;
           WithRowCount<kMaxRows>(j.m - m0, [&]<int MR>() {
