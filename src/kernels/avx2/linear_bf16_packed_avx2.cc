@@ -20,8 +20,9 @@
 // column blocks, the accumulators in registers, one weight stream per block: 4 blocks at m = 1, 2
 // at m = 2, 1 at m = 3-4 (6-8 accumulators, two dependent FMAs per k-pair). Batches: for each
 // pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in L1 while
-// every 4-row activation tile goes past them), the accumulators in an f32 buffer [m, 32] (L2)
-// between chunks. Threads split N into groups of whole column blocks.
+// every 4-row activation tile goes past them; the last 1-2 rows take both blocks at once), the
+// accumulators in an f32 buffer [m, 32] (L2) between chunks. Threads split N into groups of
+// whole column blocks.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
