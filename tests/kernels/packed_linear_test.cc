@@ -212,6 +212,34 @@ TEST_P(PackedLinear, BatchInvariantBitExact) {
   }
 }
 
+// Batches with long rows: the AVX2 kernel takes the rows in blocks whose activations fit the
+// last-level cache (4 MiB: 64 rows of 16,384 here), so 150 rows run as 64 + 64 + 22, the last
+// block ending in a 2-row tile over both column blocks of a group. Every row must still be the
+// bits of the same row alone, on 1 and 2 threads.
+TEST_P(PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  std::mt19937 rng(6);
+  const PackedWeight w = MakePackedWeight(table, rng, 48, 16384);
+  const int64_t n = w.ref.n, k = w.ref.k, m = 150;
+  const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
+  std::vector<float> alone(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+    const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
+    std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
+  }
+  for (int t : {1, 2}) {
+    threads::SetNumThreads(t);
+    const std::vector<float> y = RunLinear(table, x, m, w.ref);
+    for (int64_t i = 0; i < m; ++i) {
+      ASSERT_EQ(std::memcmp(&y[i * n], &alone[i * n], n * sizeof(float)), 0)
+          << "row " << i << ", " << t << " threads";
+    }
+  }
+  ExpectNearRef(x, m, w.ref, RunLinear(table, x, m, w.ref));
+}
+
 TEST_P(PackedLinear, ThreadCountInvariantBitExact) {
   LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
