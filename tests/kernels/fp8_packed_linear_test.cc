@@ -232,6 +232,32 @@ TEST_P(Fp8PackedLinear, BatchAndThreadInvariantBitExact) {
   }
 }
 
+// Batches with long rows: the AVX2 kernel takes the rows in blocks whose activations fit the
+// last-level cache (64 rows of 16,384 here), so 150 rows run as 64 + 64 + 22. Every row must
+// still be the bits of the same row alone, on 1 and 2 threads.
+TEST_P(Fp8PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  std::mt19937 rng(17);
+  const Fp8Weight w = MakeFp8Weight(table, rng, 40, 16384, 128, 128);
+  const int64_t n = w.ref.n, k = w.ref.k, m = 150;
+  const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
+  std::vector<float> alone(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+    const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
+    std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
+  }
+  for (int threads : {1, 2}) {
+    threads::SetNumThreads(threads);
+    const std::vector<float> y = RunLinear(table, x, m, w.ref);
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_EQ(y[i], alone[i]) << "threads " << threads << " element " << i;
+    }
+  }
+  ExpectNearRef(x, m, w.ref, RunLinear(table, x, m, w.ref));
+}
+
 // A view of rows (as the loader's splits and the MoE's slices take) computes its rows exactly as
 // the whole matrix does: the same packed blocks, the scales of its own rows; also for a matrix
 // packed from a view whose scale rows start mid-block.

@@ -44,8 +44,6 @@ namespace {
 constexpr int kMaxRows = 4;             // activation rows per register tile
 constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass over the accumulators
 constexpr int kBatchBlocks = 2;         // batches: column blocks per group
-constexpr int64_t kRowBlockBytes = int64_t{4} << 20;  // batches: activations per row block
-constexpr int64_t kMinRowBlock = 64;                  // batches: rows per row block at least
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
 // One-block tiles (3-4-row decode, the decode's leftover blocks, every batch tile) prefetch their
@@ -164,11 +162,7 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
     return;
   }
   constexpr int64_t ld = kBatchBlocks * kPackRows;
-  // Rows in blocks whose activations (mc rows of kp floats) stay in the last-level cache while
-  // every column block goes past them: a 1,800-row chunk's 11k-wide down projection is 80 MB of
-  // activations, which would otherwise stream from memory once per pair of column blocks.
-  const int64_t mc = std::max<int64_t>(
-      kMinRowBlock, kRowBlockBytes / (j.kp * static_cast<int64_t>(sizeof(float))) / 4 * 4);
+  const int64_t mc = PackedRowBlock(j.kp, sizeof(float));
   thread_local std::vector<float> buffer;  // [mc, ld]
   if (static_cast<int64_t>(buffer.size()) < mc * ld) buffer.resize(mc * ld);
   float* acc = buffer.data();

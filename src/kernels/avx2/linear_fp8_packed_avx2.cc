@@ -215,25 +215,30 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
     return;
   }
   alignas(32) float stage[kSegmentPairs * kStagePair];  // 8 KiB
-  thread_local std::vector<float> buffer;              // [m, 16]
-  if (static_cast<int64_t>(buffer.size()) < j.m * kPackRows) buffer.resize(j.m * kPackRows);
+  const int64_t mc = PackedRowBlock(j.kp, sizeof(float));
+  thread_local std::vector<float> buffer;  // [mc, 16]
+  if (static_cast<int64_t>(buffer.size()) < mc * kPackRows) buffer.resize(mc * kPackRows);
   float* acc = buffer.data();
-  for (int64_t b = b0; b < b1; ++b) {
-    // Segments from pairs past k would hold only the zero padding, and their scale block lies
-    // past the scales' end: they are not run.
-    for (int64_t p0 = 0; 2 * p0 < j.k;) {
-      const int64_t p1 = Fp8SegmentEnd(j, p0, kSegmentPairs);
-      __m256 scales[2];
-      BlockScales(j, b, p0, scales);
-      StageSegment(j, b, p0, p1, stage);
-      for (int64_t m0 = 0; m0 < j.m; m0 += kRows) {
-        WithRowCount<kRows>(j.m - m0, [&]<int MR>() {
-          Tile<MR>(j, m0, stage, p0, p1 - p0, scales, p0 == 0, acc + m0 * kPackRows, kPackRows);
-        });
+  for (int64_t r0 = 0; r0 < j.m; r0 += mc) {
+    const int64_t r1 = std::min(j.m, r0 + mc);
+    for (int64_t b = b0; b < b1; ++b) {
+      // Segments from pairs past k would hold only the zero padding, and their scale block lies
+      // past the scales' end: they are not run.
+      for (int64_t p0 = 0; 2 * p0 < j.k;) {
+        const int64_t p1 = Fp8SegmentEnd(j, p0, kSegmentPairs);
+        __m256 scales[2];
+        BlockScales(j, b, p0, scales);
+        StageSegment(j, b, p0, p1, stage);
+        for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
+          WithRowCount<kRows>(r1 - m0, [&]<int MR>() {
+            Tile<MR>(j, m0, stage, p0, p1 - p0, scales, p0 == 0, acc + (m0 - r0) * kPackRows,
+                     kPackRows);
+          });
+        }
+        p0 = p1;
       }
-      p0 = p1;
+      CopyPackedOut(j, acc, kPackRows, r0, r1 - r0, b, 1);
     }
-    CopyPackedOut(j, acc, kPackRows, 0, j.m, b, 1);
   }
 }
 
