@@ -195,16 +195,25 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   const auto& k = kernels::BestKernels();
   if (!causal.empty()) {
     const int64_t nq = static_cast<int64_t>(causal.size());
-    float* q_rows = ws.expanded.q_rows.Get(nq * d.heads * d.qk());   // [nq, H, dn + dr]
-    float* out_rows = ws.expanded.out_rows.Get(nq * d.heads * d.v);  // [nq, H, dv]
+    const int64_t q_floats = d.heads * d.qk(), out_floats = d.heads * d.v;  // per row
     std::vector<int64_t> lengths(nq);
     for (int64_t i = 0; i < nq; ++i) lengths[i] = batch.positions[causal[i]] + 1;
-    threads::ParallelRows(nq, d.heads * d.qk(), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* src = q + causal[i] * d.heads * d.qk();
-        std::copy(src, src + d.heads * d.qk(), &q_rows[i * d.heads * d.qk()]);
-      }
-    });
+    // The rows are ascending: with none picked out (no DSA selection or window among them) they
+    // are one range, read and written in place; otherwise gathered into the workspace first.
+    const bool in_place = causal.back() - causal.front() + 1 == nq;
+    const float* q_rows = q + causal.front() * q_floats;  // [nq, H, dn + dr]
+    float* out_rows = in_place ? attn_out + causal.front() * out_floats
+                               : ws.expanded.out_rows.Get(nq * out_floats);  // [nq, H, dv]
+    if (!in_place) {
+      float* gathered = ws.expanded.q_rows.Get(nq * q_floats);
+      threads::ParallelRows(nq, q_floats, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* src = q + causal[i] * q_floats;
+          std::copy(src, src + q_floats, &gathered[i * q_floats]);
+        }
+      });
+      q_rows = gathered;
+    }
     kernels::QueriesAttentionArgs qa;
     qa.shared = shared;
     qa.num_queries = nq;
@@ -215,12 +224,14 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     // for bf16 and fp8 checkpoints); f32 under `--precision f32` and for int8 weights.
     qa.bf16_products = kv_b.bf16_activations;
     k.attention_queries(qa);
-    threads::ParallelRows(nq, d.heads * d.v, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        std::copy(&out_rows[i * d.heads * d.v], &out_rows[(i + 1) * d.heads * d.v],
-                  attn_out + causal[i] * d.heads * d.v);
-      }
-    });
+    if (!in_place) {
+      threads::ParallelRows(nq, out_floats, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          std::copy(&out_rows[i * out_floats], &out_rows[(i + 1) * out_floats],
+                    attn_out + causal[i] * out_floats);
+        }
+      });
+    }
   }
   threads::ParallelFor(static_cast<int64_t>(picked_rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(n);
@@ -315,6 +326,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
   const int64_t half = d.rope / 2;
   std::vector<float> cos(tokens * half), sin(tokens * half);  // [T, dr / 2]
   if (d.rope > 0) {
+    // A cos and a sin per pair: weighed as 8 items per rotary value.
     threads::ParallelRows(tokens, d.rope * 8, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         rope.CosSin(batch.positions[t], batch.RotaryLength(t), &cos[t * half], &sin[t * half]);

@@ -26,6 +26,7 @@ namespace latent::kernels {
 namespace {
 
 using testing::RandomFloats;
+using testing::RunEachRowAlone;
 using testing::RunLinear;
 using testing::ThreadCount;
 
@@ -213,12 +214,7 @@ TEST_P(Fp8PackedLinear, BatchAndThreadInvariantBitExact) {
     const int64_t n = w.ref.n, k = w.ref.k;
     const std::vector<float> x = RandomFloats(rng, kRows * k, -3.0f, 3.0f);
     threads::SetNumThreads(1);
-    std::vector<float> alone(kRows * n);
-    for (int64_t i = 0; i < kRows; ++i) {
-      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-      const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
-      std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
-    }
+    const std::vector<float> alone = RunEachRowAlone(table, x, kRows, w.ref);
     for (int threads : {1, 2}) {
       threads::SetNumThreads(threads);
       for (int64_t m = 1; m <= kRows; ++m) {
@@ -242,12 +238,7 @@ TEST_P(Fp8PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
   const Fp8Weight w = MakeFp8Weight(table, rng, 40, 16384, 128, 128);
   const int64_t n = w.ref.n, k = w.ref.k, m = 150;
   const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
-  std::vector<float> alone(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-    const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
-    std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
-  }
+  const std::vector<float> alone = RunEachRowAlone(table, x, m, w.ref);
   for (int threads : {1, 2}) {
     threads::SetNumThreads(threads);
     const std::vector<float> y = RunLinear(table, x, m, w.ref);

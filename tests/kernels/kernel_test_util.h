@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <ostream>
@@ -41,6 +42,19 @@ inline std::vector<float> RunLinear(const KernelTable& table, const std::vector<
   std::vector<float> y(m * w.n, -7.0f), scratch(w.k);
   table.linear(x.data(), m, w, y.data(), scratch.data());
   return y;
+}
+
+// table.linear of each of x's m rows alone (m = 1 calls), stacked: [m, w.n]. What a batch's rows
+// must equal bit for bit in the batch-invariance tests.
+inline std::vector<float> RunEachRowAlone(const KernelTable& table, const std::vector<float>& x,
+                                          int64_t m, const WeightRef& w) {
+  std::vector<float> alone(m * w.n);
+  for (int64_t i = 0; i < m; ++i) {
+    const std::vector<float> xi(x.begin() + i * w.k, x.begin() + (i + 1) * w.k);
+    const std::vector<float> yi = RunLinear(table, xi, 1, w);
+    std::copy(yi.begin(), yi.end(), alone.begin() + i * w.n);
+  }
+  return alone;
 }
 
 // y (a bf16-compute linear of x over w) against the reference within the summation bound. Both

@@ -26,6 +26,7 @@ namespace latent::kernels {
 namespace {
 
 using testing::RandomFloats;
+using testing::RunEachRowAlone;
 using testing::RunLinear;
 using testing::ThreadCount;
 
@@ -191,12 +192,7 @@ TEST_P(PackedLinear, BatchInvariantBitExact) {
     const PackedWeight w = MakePackedWeight(table, rng, shape.first, shape.second);
     const int64_t n = w.ref.n, k = w.ref.k;
     const std::vector<float> x = RandomFloats(rng, kRows * k, -3.0f, 3.0f);
-    std::vector<float> alone(kRows * n);
-    for (int64_t i = 0; i < kRows; ++i) {
-      const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-      const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
-      std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
-    }
+    const std::vector<float> alone = RunEachRowAlone(table, x, kRows, w.ref);
     for (int64_t m = 2; m <= kRows; ++m) {
       const std::vector<float> y = RunLinear(table, x, m, w.ref);
       for (int64_t i = 0; i < m; ++i) {
@@ -223,12 +219,7 @@ TEST_P(PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
   const PackedWeight w = MakePackedWeight(table, rng, 48, 16384);
   const int64_t n = w.ref.n, k = w.ref.k, m = 150;
   const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
-  std::vector<float> alone(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
-    const std::vector<float> yi = RunLinear(table, xi, 1, w.ref);
-    std::copy(yi.begin(), yi.end(), alone.begin() + i * n);
-  }
+  const std::vector<float> alone = RunEachRowAlone(table, x, m, w.ref);
   for (int t : {1, 2}) {
     threads::SetNumThreads(t);
     const std::vector<float> y = RunLinear(table, x, m, w.ref);
