@@ -208,16 +208,16 @@ TEST_P(PackedLinear, BatchInvariantBitExact) {
   }
 }
 
-// Batches with long rows: the AVX2 kernel takes the rows in blocks whose activations fit the
-// last-level cache (4 MiB: 64 rows of 16,384 here), so 150 rows run as 64 + 64 + 22, the last
-// block ending in a 2-row tile over both column blocks of a group. Every row must still be the
-// bits of the same row alone, on 1 and 2 threads.
+// Batches with long rows: the AVX2 kernel takes the rows in blocks of whole register tiles whose
+// activations fit the last-level cache (10 tiles, 60 rows of 16,384 here), so 148 rows (23 tiles
+// of 6, then 2 of 5) run as 60 + 60 + 28. Every row must still be the bits of the same row alone,
+// on 1 and 2 threads.
 TEST_P(PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
   LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   std::mt19937 rng(6);
   const PackedWeight w = MakePackedWeight(table, rng, 48, 16384);
-  const int64_t n = w.ref.n, k = w.ref.k, m = 150;
+  const int64_t n = w.ref.n, k = w.ref.k, m = 148;
   const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
   const std::vector<float> alone = RunEachRowAlone(table, x, m, w.ref);
   for (int t : {1, 2}) {

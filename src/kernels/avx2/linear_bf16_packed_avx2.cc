@@ -18,12 +18,21 @@
 //
 // Blocking (16 ymm registers). Decode (m <= 4): one register tile over all of k per group of
 // column blocks, the accumulators in registers, one weight stream per block: 4 blocks at m = 1, 2
-// at m = 2, 1 at m = 3-4 (6-8 accumulators, two dependent FMAs per k-pair). Batches: for each
-// pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in L1 while
-// every 4-row activation tile goes past them; the last 1-2 rows take both blocks at once), the
-// accumulators in an f32 buffer [rows, 32] (L2) between chunks; the rows go in blocks of 4 MiB
-// of activations (at least 64 rows), which stay in the last-level cache while every column
+// at m = 2, 1 at m = 3-4 (6-8 accumulators, two dependent FMAs per k-pair). Small batches (m <
+// 24): for each pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in
+// L1 while every 4-row activation tile goes past them; the last 1-2 rows take both blocks at
+// once), the accumulators in an f32 buffer [rows, 32] (L2) between chunks. Large batches: one
+// column block at a time, each chunk's weights widened once into an f32 stage [256 k][16] (16 KiB,
+// L1) that every register tile of 5-6 rows reads (staged_tile_avx2.h), the activations in row
+// tiles (RoundedTilesF32), the accumulators in an f32 buffer [rows, 16], the rows in blocks of
+// 4 MiB of activations (at least 60 rows), which stay in the last-level cache while every column
 // block goes past them. Threads split N into groups of whole column blocks.
+//
+// Why two batch paths (bench/kernels, n 16384 x k 2048, 2 threads on a 2-core Zen 3, GFLOP/s,
+// widening in the tile -> stage): m = 6 134 -> 80-95, m = 16 156 -> 147-153, m = 24 164 -> 165,
+// m = 64 166 -> 172-175, m = 128 162 -> 180, m = 512 164 -> 172-174. The stage pays for itself
+// once enough row tiles read it; a few rows hide the weights' memory latency better while
+// widening as they read.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -36,21 +45,25 @@
 #include "threads/thread_pool.h"
 // Last: defines the AVX2 helpers under the target pragma.
 #include "kernels/avx2/avx2_common.h"
+#include "kernels/avx2/staged_tile_avx2.h"
 
 LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 namespace {
 
-constexpr int kMaxRows = 4;             // activation rows per register tile
+constexpr int kMaxRows = 4;             // activation rows per register tile (but staged ones)
 constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass over the accumulators
-constexpr int kBatchBlocks = 2;         // batches: column blocks per group
+constexpr int kBatchBlocks = 2;         // small batches: column blocks per group
+constexpr int64_t kStagedMinRows = 24;  // batches of at least this many rows: the staged path
+constexpr int64_t kChunkPairs = kChunkTiles * kPackK / 2;  // k-pairs per chunk
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
-// One-block tiles (3-4-row decode, the decode's leftover blocks, every batch tile) prefetch their
-// weight stream this far ahead; the 1-2-row decode tiles over 2-4 blocks read that many streams
-// at once, which the hardware prefetcher keeps up with (a software prefetch there measured no
-// gain). In a batch the first 4-row tile of a chunk brings its lines in; the later ones find
-// them in L1, and the chunk's last tiles ask for the next chunk.
+// One-block tiles (3-4-row decode, the decode's leftover blocks, every small-batch tile) prefetch
+// their weight stream this far ahead; the 1-2-row decode tiles over 2-4 blocks read that many
+// streams at once, which the hardware prefetcher keeps up with (a software prefetch there
+// measured no gain). In a small batch the first 4-row tile of a chunk brings its lines in; the
+// later ones find them in L1, and the chunk's last tiles ask for the next chunk. (Large batches
+// ask for the next chunk's lines from every staged tile, a share each.)
 constexpr int64_t kPrefetchBytes = 4096;
 
 // Asks for the line `ahead` bytes past p. The address is formed as an integer: past the packed
@@ -155,42 +168,111 @@ void BlocksDecode(const PackedJob& j, int64_t b0, int64_t b1) {
   }
 }
 
+// Small batches (5-23 rows, one row block): column blocks [b0, b1) for every activation row.
+void BlocksSmallBatch(const PackedJob& j, int64_t b0, int64_t b1) {
+  constexpr int64_t ld = kBatchBlocks * kPackRows;
+  alignas(32) float acc[kStagedMinRows * ld];
+  for (int64_t b = b0; b < b1; b += kBatchBlocks) {
+    const int64_t blocks = std::min<int64_t>(kBatchBlocks, b1 - b);
+    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
+      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
+      for (int64_t m0 = 0; m0 < j.m; m0 += kMaxRows) {
+        float* row_acc = acc + m0 * ld;
+        if (j.m - m0 <= 2 && blocks == kBatchBlocks) {
+          // The last 1-2 rows over both blocks at once: 4-8 accumulators instead of 2-4, the
+          // lines already in L1 from the 4-row tiles before them.
+          WithRowCount<2>(j.m - m0, [&]<int MR>() {
+            Tile<MR, kBatchBlocks>(j, m0, b, t0, t1, row_acc, ld);
+          });
+          continue;
+        }
+        for (int64_t s = 0; s < blocks; ++s) {
+          WithRowCount<kMaxRows>(j.m - m0, [&]<int MR>() {
+            Tile<MR, 1>(j, m0, b + s, t0, t1, row_acc + s * kPackRows, ld);
+          });
+        }
+      }
+    }
+    CopyPackedOut(j, acc, ld, 0, j.m, b, blocks);
+  }
+}
+
+// Large batches: widens k-pairs [p0, p0 + pairs) of column block b into stage [2 pairs][16] (k,
+// 16 rows: staged_tile_avx2.h). Its lines were asked for while the previous chunk's tiles ran.
+void StageChunk(const PackedJob& j, int64_t b, int64_t p0, int64_t pairs, float* stage) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const uint8_t* line = j.packed + b * j.block_bytes + p0 * kLine;
+  for (int64_t p = 0; p < pairs; ++p, line += kLine) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = Line(line + h * 32);
+      _mm256_store_ps(stage + 2 * p * kPackRows + kHalf * h, Even(v));
+      _mm256_store_ps(stage + (2 * p + 1) * kPackRows + kHalf * h, Odd(v, high));
+    }
+  }
+}
+
+// Large batches: the MR-row tile at m0 (RoundedTilesF32's layout) over the staged pairs [p0,
+// p0 + pairs), continuing the chains in acc [MR rows of 16 floats] (from zero when p0 == 0).
+template <int MR>
+void StagedTile(const PackedJob& j, int64_t m0, const float* stage, int64_t p0, int64_t pairs,
+                float* acc) {
+  __m256 c[MR][2];
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      c[r][h] = p0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * kPackRows + h * kHalf);
+    }
+  }
+  StagedKs<MR, XLayout::kRowTiles>(j.x + m0 * j.kp + 2 * p0 * MR, 0, stage, 2 * pairs, c);
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(acc + r * kPackRows + h * kHalf, c[r][h]);
+  }
+}
+
+// Large batches: column blocks [b0, b1) for every activation row, x in row tiles.
+void BlocksLargeBatch(const PackedJob& j, int64_t b0, int64_t b1) {
+  alignas(32) static thread_local float stage[2 * kChunkPairs * kPackRows];  // 16 KiB
+  const RowTiles tiles(j.m);
+  // Row blocks of whole tiles, at most PackedRowBlock rows.
+  const int64_t block_tiles = PackedRowBlock(j.kp, sizeof(float)) / kStagedRows;
+  thread_local std::vector<float> buffer;  // [rows of a row block, 16]
+  const int64_t buffer_rows = std::min(j.m, block_tiles * kStagedRows);
+  if (static_cast<int64_t>(buffer.size()) < buffer_rows * kPackRows) {
+    buffer.resize(buffer_rows * kPackRows);
+  }
+  float* acc = buffer.data();
+  const int64_t k_pairs = j.kp / 2;
+  for (int64_t i0 = 0; i0 < tiles.count; i0 += block_tiles) {
+    const int64_t i1 = std::min(tiles.count, i0 + block_tiles);
+    const int64_t r0 = tiles.Start(i0), r1 = tiles.Start(i1);
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t p0 = 0; p0 < k_pairs; p0 += kChunkPairs) {
+        const int64_t pairs = std::min(kChunkPairs, k_pairs - p0);
+        StageChunk(j, b, p0, pairs, stage);
+        // Each tile asks for its share of the next chunk's lines (past the block's end, the
+        // next block's: blocks lie back to back), so that they arrive while the FMAs run.
+        const uint8_t* next = j.packed + b * j.block_bytes + (p0 + pairs) * kLine;
+        const int64_t share = (kChunkPairs + (i1 - i0) - 1) / (i1 - i0) * kLine;
+        for (int64_t i = i0; i < i1; ++i, next += share) {
+          for (int64_t at = 0; at < share; at += kLine) PrefetchAhead(next, at);
+          const int64_t m0 = tiles.Start(i);
+          WithRowCount<kStagedRows>(tiles.Height(i), [&]<int MR>() {
+            StagedTile<MR>(j, m0, stage, p0, pairs, acc + (m0 - r0) * kPackRows);
+          });
+        }
+      }
+      CopyPackedOut(j, acc, kPackRows, r0, r1 - r0, b, 1);
+    }
+  }
+}
+
 // Column blocks [b0, b1) for every activation row.
 void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
   if (j.m <= kMaxRows) {
     WithRowCount<kMaxRows>(j.m, [&]<int MR>() { BlocksDecode<MR>(j, b0, b1); });
-    return;
-  }
-  constexpr int64_t ld = kBatchBlocks * kPackRows;
-  const int64_t mc = PackedRowBlock(j.kp, sizeof(float));
-  thread_local std::vector<float> buffer;  // [mc, ld]
-  if (static_cast<int64_t>(buffer.size()) < mc * ld) buffer.resize(mc * ld);
-  float* acc = buffer.data();
-  for (int64_t r0 = 0; r0 < j.m; r0 += mc) {
-    const int64_t r1 = std::min(j.m, r0 + mc);
-    for (int64_t b = b0; b < b1; b += kBatchBlocks) {
-      const int64_t blocks = std::min<int64_t>(kBatchBlocks, b1 - b);
-      for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
-        const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
-        for (int64_t m0 = r0; m0 < r1; m0 += kMaxRows) {
-          float* row_acc = acc + (m0 - r0) * ld;
-          if (r1 - m0 <= 2 && blocks == kBatchBlocks) {
-            // The last 1-2 rows over both blocks at once: 4-8 accumulators instead of 2-4, the
-            // lines already in L1 from the 4-row tiles before them.
-            WithRowCount<2>(r1 - m0, [&]<int MR>() {
-              Tile<MR, kBatchBlocks>(j, m0, b, t0, t1, row_acc, ld);
-            });
-            continue;
-          }
-          for (int64_t s = 0; s < blocks; ++s) {
-            WithRowCount<kMaxRows>(r1 - m0, [&]<int MR>() {
-              Tile<MR, 1>(j, m0, b + s, t0, t1, row_acc + s * kPackRows, ld);
-            });
-          }
-        }
-      }
-      CopyPackedOut(j, acc, ld, r0, r1 - r0, b, blocks);
-    }
+  } else if (j.m < kStagedMinRows) {
+    BlocksSmallBatch(j, b0, b1);
+  } else {
+    BlocksLargeBatch(j, b0, b1);
   }
 }
 
@@ -198,7 +280,7 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
 void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   PackedJob j = MakePackedCall<float>(w, m, y);
-  j.x = RoundedRowsF32(x, m, w.k, j.kp);
+  j.x = m < kStagedMinRows ? RoundedRowsF32(x, m, w.k, j.kp) : RoundedTilesF32(x, m, w.k, j.kp);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

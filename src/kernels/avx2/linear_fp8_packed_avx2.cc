@@ -16,12 +16,15 @@
 // vcvtph2ps makes it an f32; hence the 2^8 on the scale. Each 32 bytes of the packed codes (8 rows'
 // two k-pairs, interleaved as tile_pack.h says) become 4 x 8 f32 with one byte shuffle, one dword
 // permute and two widenings. Per segment and column block the widened values go to a stage
-// (64 pairs x 16 rows x 2 f32: 8 KiB, L1) that every 4-row register tile then reads; decode (1-2
-// rows) widens in registers instead, with the same products in the same order.
+// ([128 k][16 rows] f32: 8 KiB, L1) that every register tile of up to 6 rows then reads
+// (staged_tile_avx2.h; batches of 24 rows or more read their activations in row tiles); decode
+// (1-2 rows) widens in registers instead, with the same products in the same order.
 //
 // bench/kernels, 2-core Zen 3, n 10944 x k 2048 fp8 (128 x 128 scales) under bf16 compute, 2
 // threads, against the row-major kernel: m = 64 53-56 -> 107-126 GFLOP/s, m = 512 56-65 -> 105-112,
-// m = 6 41-48 -> 49-60, m = 1 5-9 -> 6-7 GB/s of codes (widening-bound either way).
+// m = 6 41-48 -> 49-60, m = 1 5-9 -> 6-7 GB/s of codes (widening-bound either way). The 6-row
+// staged tile and row tiles after the 4-row tile over rows, n 16384 x k 2048: m = 6 64 -> 78,
+// m = 16 105 -> 112, m = 64 139 -> 161, m = 512 136 -> 167.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -35,16 +38,16 @@
 #include "threads/thread_pool.h"
 // Last: defines the AVX2 helpers under the target pragma.
 #include "kernels/avx2/avx2_common.h"
+#include "kernels/avx2/staged_tile_avx2.h"
 
 LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 namespace {
 
-constexpr int kRows = 4;                // batches: activation rows per register tile
 constexpr int kDirectRows = 2;          // decode: at most this many rows, no stage
+constexpr int64_t kTiledMinRows = 24;   // batches of at least this many rows: x in row tiles
 constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: DeepSeek's block)
 constexpr int64_t kLineBytes = 32;      // one k-pair of 16 rows: 32 codes
-constexpr int64_t kStagePair = 32;      // f32 per staged pair: [2 row halves][k, k + 1][8 rows]
 
 using Fp8Job = Fp8PackedCall<float>;
 
@@ -78,20 +81,20 @@ inline void WidenLines(const uint8_t* codes, __m256& k0, __m256& k1, __m256& k2,
   k3 = _mm256_cvtph_ps(_mm256_extracti128_si256(pair1, 1));
 }
 
-// Widens k-pairs [p0, p1) (p0 and p1 even) of column block b into stage [p1 - p0][2][2][8]:
-// [pair][rows 0-7, 8-15][k, k + 1][row]. Each 64 bytes of codes hold two pairs, the first 32
+// Widens k-pairs [p0, p1) (p0 and p1 even) of column block b into stage [2 (p1 - p0)][16] (k,
+// rows: staged_tile_avx2.h). Each 64 bytes of codes hold two pairs (4 values of k), the first 32
 // bytes rows 0-7 and the next rows 8-15.
 void StageSegment(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, float* stage) {
   const uint8_t* block = j.packed + b * j.block_bytes;
   for (int64_t p = p0; p < p1; p += 2) {
-    float* out = stage + (p - p0) * kStagePair;  // pair p, then pair p + 1 at + kStagePair
-    for (int g = 0; g < 2; ++g) {                // rows 8 g .. 8 g + 7
+    float* out = stage + 2 * (p - p0) * kPackRows;  // k = 2 p, 2 p + 1, 2 p + 2, 2 p + 3
+    for (int g = 0; g < 2; ++g) {                   // rows 8 g .. 8 g + 7
       __m256 k0, k1, k2, k3;
       WidenLines(block + p * kLineBytes + 32 * g, k0, k1, k2, k3);
-      _mm256_store_ps(out + g * 16, k0);
-      _mm256_store_ps(out + g * 16 + 8, k1);
-      _mm256_store_ps(out + kStagePair + g * 16, k2);
-      _mm256_store_ps(out + kStagePair + g * 16 + 8, k3);
+      _mm256_store_ps(out + 8 * g, k0);
+      _mm256_store_ps(out + kPackRows + 8 * g, k1);
+      _mm256_store_ps(out + 2 * kPackRows + 8 * g, k2);
+      _mm256_store_ps(out + 3 * kPackRows + 8 * g, k3);
     }
   }
 }
@@ -116,25 +119,16 @@ void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
   scales[1] = _mm256_load_ps(s + 8);
 }
 
-// MR activation rows from m0 over the staged segment of `pairs` k-pairs from pair p0: sums from
-// zero, then acc = fma(sum, scale, first ? 0 : acc) for acc [MR rows of ld floats].
-template <int MR>
+// MR activation rows from m0 (rows or a row tile, as kLayout says) over the staged segment of
+// `pairs` k-pairs from pair p0: sums from zero, then acc = fma(sum, scale, first ? 0 : acc) for
+// acc [MR rows of ld floats].
+template <int MR, XLayout kLayout>
 void Tile(const Fp8Job& j, int64_t m0, const float* stage, int64_t p0, int64_t pairs,
           const __m256 scales[2], bool first, float* acc, int64_t ld) {
   __m256 c[MR][2];
   for (int r = 0; r < MR; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
-  const float* x = j.x + m0 * j.kp + 2 * p0;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const float* w = stage + p * kStagePair;
-    const __m256 e0 = _mm256_load_ps(w), o0 = _mm256_load_ps(w + 8);
-    const __m256 e1 = _mm256_load_ps(w + 16), o1 = _mm256_load_ps(w + 24);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 x0 = InRegister(_mm256_broadcast_ss(x + r * j.kp + 2 * p));
-      const __m256 x1 = InRegister(_mm256_broadcast_ss(x + r * j.kp + 2 * p + 1));
-      c[r][0] = _mm256_fmadd_ps(x1, o0, _mm256_fmadd_ps(x0, e0, c[r][0]));
-      c[r][1] = _mm256_fmadd_ps(x1, o1, _mm256_fmadd_ps(x0, e1, c[r][1]));
-    }
-  }
+  const float* x = j.x + m0 * j.kp + 2 * p0 * (kLayout == XLayout::kRows ? 1 : MR);
+  StagedKs<MR, kLayout>(x, j.kp, stage, 2 * pairs, c);
   for (int r = 0; r < MR; ++r) {
     for (int h = 0; h < 2; ++h) {
       float* out = acc + r * ld + h * 8;
@@ -207,20 +201,23 @@ void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
   }
 }
 
-// Column blocks [b0, b1) for every activation row: decode widening as it goes; batches one block
-// at a time, each segment widened once into a stage that every 4-row register tile reads.
-void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
-  if (j.m <= kDirectRows) {
-    WithRowCount<kDirectRows>(j.m, [&]<int MR>() { BlocksDirect<MR>(j, b0, b1); });
-    return;
+// Batches: column blocks [b0, b1) for every activation row, one block at a time, each segment
+// widened once into a stage that every register tile reads.
+template <XLayout kLayout>
+void BlocksStaged(const Fp8Job& j, int64_t b0, int64_t b1) {
+  alignas(32) float stage[2 * kSegmentPairs * kPackRows];  // 8 KiB
+  const RowTiles tiles(j.m);
+  // Row blocks of whole tiles, at most PackedRowBlock rows.
+  const int64_t block_tiles = PackedRowBlock(j.kp, sizeof(float)) / kStagedRows;
+  thread_local std::vector<float> buffer;  // [rows of a row block, 16]
+  const int64_t buffer_rows = std::min(j.m, block_tiles * kStagedRows);
+  if (static_cast<int64_t>(buffer.size()) < buffer_rows * kPackRows) {
+    buffer.resize(buffer_rows * kPackRows);
   }
-  alignas(32) float stage[kSegmentPairs * kStagePair];  // 8 KiB
-  const int64_t mc = PackedRowBlock(j.kp, sizeof(float));
-  thread_local std::vector<float> buffer;  // [mc, 16]
-  if (static_cast<int64_t>(buffer.size()) < mc * kPackRows) buffer.resize(mc * kPackRows);
   float* acc = buffer.data();
-  for (int64_t r0 = 0; r0 < j.m; r0 += mc) {
-    const int64_t r1 = std::min(j.m, r0 + mc);
+  for (int64_t i0 = 0; i0 < tiles.count; i0 += block_tiles) {
+    const int64_t i1 = std::min(tiles.count, i0 + block_tiles);
+    const int64_t r0 = tiles.Start(i0), r1 = tiles.Start(i1);
     for (int64_t b = b0; b < b1; ++b) {
       // Segments from pairs past k would hold only the zero padding, and their scale block lies
       // past the scales' end: they are not run.
@@ -229,10 +226,11 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
         __m256 scales[2];
         BlockScales(j, b, p0, scales);
         StageSegment(j, b, p0, p1, stage);
-        for (int64_t m0 = r0; m0 < r1; m0 += kRows) {
-          WithRowCount<kRows>(r1 - m0, [&]<int MR>() {
-            Tile<MR>(j, m0, stage, p0, p1 - p0, scales, p0 == 0, acc + (m0 - r0) * kPackRows,
-                     kPackRows);
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t m0 = tiles.Start(i);
+          WithRowCount<kStagedRows>(tiles.Height(i), [&]<int MR>() {
+            Tile<MR, kLayout>(j, m0, stage, p0, p1 - p0, scales, p0 == 0,
+                              acc + (m0 - r0) * kPackRows, kPackRows);
           });
         }
         p0 = p1;
@@ -242,11 +240,22 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   }
 }
 
+// Column blocks [b0, b1) for every activation row.
+void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
+  if (j.m <= kDirectRows) {
+    WithRowCount<kDirectRows>(j.m, [&]<int MR>() { BlocksDirect<MR>(j, b0, b1); });
+  } else if (j.m < kTiledMinRows) {
+    BlocksStaged<XLayout::kRows>(j, b0, b1);
+  } else {
+    BlocksStaged<XLayout::kRowTiles>(j, b0, b1);
+  }
+}
+
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
 void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   Fp8Job j = MakeFp8PackedCall<float>(w, m, y);
-  j.x = RoundedRowsF32(x, m, w.k, j.kp);
+  j.x = m < kTiledMinRows ? RoundedRowsF32(x, m, w.k, j.kp) : RoundedTilesF32(x, m, w.k, j.kp);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
