@@ -207,14 +207,9 @@ template <XLayout kLayout>
 void BlocksStaged(const Fp8Job& j, int64_t b0, int64_t b1) {
   alignas(32) float stage[2 * kSegmentPairs * kPackRows];  // 8 KiB
   const RowTiles tiles(j.m);
-  // Row blocks of whole tiles, at most PackedRowBlock rows.
-  const int64_t block_tiles = PackedRowBlock(j.kp, sizeof(float)) / kStagedRows;
-  thread_local std::vector<float> buffer;  // [rows of a row block, 16]
-  const int64_t buffer_rows = std::min(j.m, block_tiles * kStagedRows);
-  if (static_cast<int64_t>(buffer.size()) < buffer_rows * kPackRows) {
-    buffer.resize(buffer_rows * kPackRows);
-  }
-  float* acc = buffer.data();
+  const StagedRowBlocks row_blocks = MakeStagedRowBlocks(j.m, j.kp);
+  const int64_t block_tiles = row_blocks.block_tiles;
+  float* acc = row_blocks.acc;  // [rows of a row block, 16]
   for (int64_t i0 = 0; i0 < tiles.count; i0 += block_tiles) {
     const int64_t i1 = std::min(tiles.count, i0 + block_tiles);
     const int64_t r0 = tiles.Start(i0), r1 = tiles.Start(i1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/avx2/avx2_kernels.h"
+#include "kernels/tile_pack.h"
 #include "threads/thread_pool.h"
 
 namespace latent::kernels::avx2 {
@@ -42,6 +43,21 @@ struct RowTiles {
   int64_t Start(int64_t i) const { return i * (m / count) + std::min(i, m % count); }  // i <= count
   int64_t Height(int64_t i) const { return m / count + (i < m % count ? 1 : 0); }
 };
+
+// The staged kernels' row blocks: whole register tiles, at most PackedRowBlock rows (4 MiB of
+// activations) each, and this thread's accumulator buffer for one block ([its rows, 16] f32,
+// valid until the thread's next call).
+struct StagedRowBlocks {
+  int64_t block_tiles;  // register tiles per row block
+  float* acc;
+};
+inline StagedRowBlocks MakeStagedRowBlocks(int64_t m, int64_t kp) {
+  thread_local std::vector<float> buffer;
+  const int64_t block_tiles = PackedRowBlock(kp, sizeof(float)) / kStagedRows;
+  const int64_t rows = std::min(m, block_tiles * kStagedRows);
+  if (static_cast<int64_t>(buffer.size()) < rows * kPackRows) buffer.resize(rows * kPackRows);
+  return {block_tiles, buffer.data()};
+}
 
 // x [m, k] rounded to bf16 (kept as f32) into this thread's buffer in row tiles: tile i (rows
 // Start(i) .. + Height(i)) at Start(i) * kp, [kp][Height(i)], zero past k. One sequential stream
