@@ -21,11 +21,11 @@
 // at m = 2, 1 at m = 3-4 (6-8 accumulators, two dependent FMAs per k-pair). Small batches (m <
 // 24): for each pair of column blocks, k in chunks of 8 tiles (2 x 8 KiB of weights, which stay in
 // L1 while every 4-row activation tile goes past them; the last 1-2 rows take both blocks at
-// once), the accumulators in an f32 buffer [rows, 32] (L2) between chunks. Large batches: one
+// once), the accumulators in an f32 buffer [rows, 32] (stack) between chunks. Large batches: one
 // column block at a time, each chunk's weights widened once into an f32 stage [256 k][16] (16 KiB,
 // L1) that every register tile of 5-6 rows reads (staged_tile_avx2.h), the activations in row
 // tiles (RoundedTilesF32), the accumulators in an f32 buffer [rows, 16], the rows in blocks of
-// 4 MiB of activations (at least 60 rows), which stay in the last-level cache while every column
+// 4 MiB of activations (at least 10 tiles), which stay in the last-level cache while every column
 // block goes past them. Threads split N into groups of whole column blocks.
 //
 // Why two batch paths (bench/kernels, n 16384 x k 2048, 2 threads on a 2-core Zen 3, GFLOP/s,
@@ -51,10 +51,9 @@ LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 namespace {
 
-constexpr int kMaxRows = 4;             // activation rows per register tile (but staged ones)
+constexpr int kMaxRows = 4;             // decode and small batches: rows per register tile
 constexpr int64_t kChunkTiles = 8;      // batches: k tiles (of 32) per pass over the accumulators
 constexpr int kBatchBlocks = 2;         // small batches: column blocks per group
-constexpr int64_t kStagedMinRows = 24;  // batches of at least this many rows: the staged path
 constexpr int64_t kChunkPairs = kChunkTiles * kPackK / 2;  // k-pairs per chunk
 constexpr int kHalf = 8;                // outputs per ymm: half a block
 constexpr int64_t kLine = 64;           // bytes of one k-pair of a block (16 rows x 2 bf16)
@@ -168,10 +167,11 @@ void BlocksDecode(const PackedJob& j, int64_t b0, int64_t b1) {
   }
 }
 
-// Small batches (5-23 rows, one row block): column blocks [b0, b1) for every activation row.
+// Small batches (5 to kRowTilesMinRows - 1 rows, one row block): column blocks [b0, b1) for every
+// activation row.
 void BlocksSmallBatch(const PackedJob& j, int64_t b0, int64_t b1) {
   constexpr int64_t ld = kBatchBlocks * kPackRows;
-  alignas(32) float acc[kStagedMinRows * ld];
+  alignas(32) float acc[kRowTilesMinRows * ld];
   for (int64_t b = b0; b < b1; b += kBatchBlocks) {
     const int64_t blocks = std::min<int64_t>(kBatchBlocks, b1 - b);
     for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
@@ -230,7 +230,7 @@ void StagedTile(const PackedJob& j, int64_t m0, const float* stage, int64_t p0, 
 
 // Large batches: column blocks [b0, b1) for every activation row, x in row tiles.
 void BlocksLargeBatch(const PackedJob& j, int64_t b0, int64_t b1) {
-  alignas(32) static thread_local float stage[2 * kChunkPairs * kPackRows];  // 16 KiB
+  alignas(32) float stage[2 * kChunkPairs * kPackRows];  // 16 KiB
   const RowTiles tiles(j.m);
   const StagedRowBlocks row_blocks = MakeStagedRowBlocks(j.m, j.kp);
   const int64_t block_tiles = row_blocks.block_tiles;
@@ -245,10 +245,12 @@ void BlocksLargeBatch(const PackedJob& j, int64_t b0, int64_t b1) {
         StageChunk(j, b, p0, pairs, stage);
         // Each tile asks for its share of the next chunk's lines (past the block's end, the
         // next block's: blocks lie back to back), so that they arrive while the FMAs run.
-        const uint8_t* next = j.packed + b * j.block_bytes + (p0 + pairs) * kLine;
+        // Offsets from the block's start: the pointer itself never leaves the packed copy.
+        const uint8_t* block = j.packed + b * j.block_bytes;
+        int64_t next = (p0 + pairs) * kLine;
         const int64_t share = (kChunkPairs + (i1 - i0) - 1) / (i1 - i0) * kLine;
         for (int64_t i = i0; i < i1; ++i, next += share) {
-          for (int64_t at = 0; at < share; at += kLine) PrefetchAhead(next, at);
+          for (int64_t at = 0; at < share; at += kLine) PrefetchAhead(block, next + at);
           const int64_t m0 = tiles.Start(i);
           WithRowCount<kStagedRows>(tiles.Height(i), [&]<int MR>() {
             StagedTile<MR>(j, m0, stage, p0, pairs, acc + (m0 - r0) * kPackRows);
@@ -264,7 +266,7 @@ void BlocksLargeBatch(const PackedJob& j, int64_t b0, int64_t b1) {
 void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
   if (j.m <= kMaxRows) {
     WithRowCount<kMaxRows>(j.m, [&]<int MR>() { BlocksDecode<MR>(j, b0, b1); });
-  } else if (j.m < kStagedMinRows) {
+  } else if (j.m < kRowTilesMinRows) {
     BlocksSmallBatch(j, b0, b1);
   } else {
     BlocksLargeBatch(j, b0, b1);
@@ -275,7 +277,7 @@ void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
 void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   PackedJob j = MakePackedCall<float>(w, m, y);
-  j.x = m < kStagedMinRows ? RoundedRowsF32(x, m, w.k, j.kp) : RoundedTilesF32(x, m, w.k, j.kp);
+  j.x = RoundedActivationsF32(x, m, w.k, j.kp);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

@@ -45,7 +45,6 @@ namespace latent::kernels::avx2 {
 namespace {
 
 constexpr int kDirectRows = 2;          // decode: at most this many rows, no stage
-constexpr int64_t kTiledMinRows = 24;   // batches of at least this many rows: x in row tiles
 constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: DeepSeek's block)
 constexpr int64_t kLineBytes = 32;      // one k-pair of 16 rows: 32 codes
 
@@ -239,7 +238,7 @@ void BlocksStaged(const Fp8Job& j, int64_t b0, int64_t b1) {
 void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   if (j.m <= kDirectRows) {
     WithRowCount<kDirectRows>(j.m, [&]<int MR>() { BlocksDirect<MR>(j, b0, b1); });
-  } else if (j.m < kTiledMinRows) {
+  } else if (j.m < kRowTilesMinRows) {
     BlocksStaged<XLayout::kRows>(j, b0, b1);
   } else {
     BlocksStaged<XLayout::kRowTiles>(j, b0, b1);
@@ -250,7 +249,7 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
 void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   Fp8Job j = MakeFp8PackedCall<float>(w, m, y);
-  j.x = m < kTiledMinRows ? RoundedRowsF32(x, m, w.k, j.kp) : RoundedTilesF32(x, m, w.k, j.kp);
+  j.x = RoundedActivationsF32(x, m, w.k, j.kp);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

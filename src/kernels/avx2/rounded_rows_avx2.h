@@ -85,4 +85,14 @@ inline const float* RoundedTilesF32(const float* x, int64_t m, int64_t k, int64_
   return out;
 }
 
+// Batches of at least this many rows get their activations in row tiles (and, in the bf16
+// kernel, the staged tile): below it the one-row layout measured as fast or faster.
+inline constexpr int64_t kRowTilesMinRows = 24;
+
+// The rounded activations in the layout the packed kernels read for m rows: row tiles for
+// kRowTilesMinRows rows or more, else rows.
+inline const float* RoundedActivationsF32(const float* x, int64_t m, int64_t k, int64_t kp) {
+  return m < kRowTilesMinRows ? RoundedRowsF32(x, m, k, kp) : RoundedTilesF32(x, m, k, kp);
+}
+
 }  // namespace latent::kernels::avx2

@@ -1,8 +1,8 @@
 // The register tile of the AVX2 packed linears' batches (every fp8 batch,
 // linear_fp8_packed_avx2.cc; bf16 batches of 24 rows or more, linear_bf16_packed_avx2.cc):
 // activation rows against one column block's weights, widened once into an f32 stage that every
-// row tile of the batch then reads. Include it after avx2_common.h,
-// inside LATENT_AVX2_BEGIN ... LATENT_AVX2_END.
+// row tile of the batch then reads. Include it after avx2_common.h (it opens its own target
+// region).
 //
 // Why a stage: widening bf16 (a shift and a mask per 8 weights) or fp8 codes in the register tile
 // repeats the work for every tile of rows, and on Zen 3 it cost the bf16 tile 0.87 of the FMA
