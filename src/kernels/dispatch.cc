@@ -36,7 +36,7 @@ const KernelTable* MakeAvx512() {
   static KernelTable table = RefKernels();
   avx512::FillLinearKernels(table);
   avx512::FillInt8Kernels(table);  // after FillLinearKernels: wraps its linear kernels
-  // W8A8 weights: vpdpbusd with VNNI; without it the int8 kernel hands them to the reference.
+  // W8A8 weights: vpdpbusd with VNNI; without it the int8 kernel hands them to the AVX2 one.
   if (CpuHasAvx512Vnni()) avx512::FillW8A8VnniLinear(table);
   // bf16 compute over bf16 weights: vdpbf16ps where the CPU has it (the same bf16(x) . W^T as
   // the f32 kernels on rounded inputs, in its own fixed order).
@@ -73,6 +73,7 @@ const KernelTable* MakeAvx2Packed() {
   static KernelTable table = *Avx2Kernels();
   avx2::FillBf16PackedLinear(table);
   avx2::FillFp8PackedLinear(table);
+  avx2::FillW8A8Packing(table);
   return &table;
 #else
   return nullptr;

@@ -76,15 +76,15 @@ const KernelTable& RefKernels();
 const KernelTable* Avx512Kernels();
 // The AVX2 kernels (AVX2, FMA, F16C and the OS's ymm state), or null when this CPU or OS lacks
 // them. Every entry but dequant_row has an AVX2 version; W8A8 weights use an exact integer dot
-// (vpmaddwd), so they equal the reference bit for bit.
+// (vpmaddubsw; avx2/linear_w8a8_avx2.cc), so they equal the reference bit for bit.
 const KernelTable* Avx2Kernels();
 // The AVX2 kernels with linear over bf16 weights with bf16_activations (bf16 compute) on FMAs over
 // the tile-packed copy the loader makes (avx2/linear_bf16_packed_avx2.cc, kernels/tile_pack.h;
-// the other weights stay on the row-major AVX2 kernels), or null without AVX2. Batch invariant
-// like the others.
+// the other weights stay on the row-major AVX2 kernels; fp8 and W8A8 weights are packed too), or
+// null without AVX2. Batch invariant like the others.
 const KernelTable* Avx2PackedKernels();
 // Whether Avx512Kernels() (and the tables built on it) computes W8A8 weights (`--quantize w8a8`)
-// with the AVX512-VNNI kernel; otherwise their linear hands them to the reference.
+// with the AVX512-VNNI kernel; otherwise their linear hands them to the AVX2 one.
 bool Avx512HasW8A8Vnni();
 // Whether Avx512Kernels() runs linear over bf16 weights with bf16_activations (bf16 compute,
 // `--precision bf16`) on the AVX512_BF16 vdpbf16ps kernel (avx512/linear_bf16dot.cc); otherwise

@@ -125,20 +125,26 @@ class Packer {
     std::unique_ptr<uint8_t[]> packed = kernels::PackForLinear(table_, w, &bytes);
     if (packed == nullptr) return;
     out_.owned.buffers.push_back(std::move(packed));
-    bytes_added_ += bytes;
+    // The elements only: scales (and W8A8's row sums) stay where they are, read with the copy.
+    const int64_t elements = w.n * w.k * DTypeSize(w.dtype);
+    padding_ += bytes - elements;
     if (release) {
-      ReleaseMappedPages(w.data, static_cast<size_t>(w.n * w.k) * DTypeSize(w.dtype));
-      bytes_released_ += WeightBytes(w);
+      ReleaseMappedPages(w.data, static_cast<size_t>(elements));
+    } else {
+      copies_ += elements;
     }
   }
 
-  int64_t bytes_added() const { return bytes_added_; }
-  int64_t bytes_released() const { return bytes_released_; }
+  // Bytes held beyond the weights as stored: the packed copies of weights whose rows stay
+  // (`release` false), and the padding of every packed copy (rows and columns rounded up to the
+  // layout's tiles; none where the model's dimensions are multiples of them).
+  int64_t copies() const { return copies_; }
+  int64_t padding() const { return padding_; }
 
  private:
   const kernels::KernelTable& table_;
   DeepseekWeights& out_;
-  int64_t bytes_added_ = 0, bytes_released_ = 0;
+  int64_t copies_ = 0, padding_ = 0;
 };
 
 // W_UK^T per head: rows h*C .. h*C + C - 1 of a [H*C, dn] copy of kv_b's key rows (head h's
@@ -299,7 +305,8 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   if (config.tie_word_embeddings) {
     w.lm_head = convert(load.Linear(embedding), /*release=*/false);
     ApplyPrecision(w.precision, w.lm_head);
-    pack(w.lm_head, /*release=*/false);  // the embedding reads its rows
+    // The embedding reads its rows as stored; a --quantize copy is read by nothing else.
+    pack(w.lm_head, /*release=*/options.quantize != WeightQuantization::kNone);
   }
   const int64_t key_fold_bytes = AddKeyFolds(config, w, pack);
   int64_t checkpoint_bytes = 0;
@@ -309,18 +316,20 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
     layer.moe->held_begin = shard.Begin(experts);
     layer.moe->held_end = shard.End(experts);
   }
-  w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added() -
-            pack.bytes_released() + pack.bytes_added() + key_fold_bytes;
+  w.bytes = checkpoint_bytes - convert.bytes_released() + convert.bytes_added() + pack.copies() +
+            key_fold_bytes;
   if (options.quantize != WeightQuantization::kNone) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr,
                  "latent: --quantize %s: %lld weight matrices, %lld -> %lld bytes; weights now "
-                 "%lld bytes (checkpoint %lld), loaded in %.2f s\n",
+                 "%lld bytes (checkpoint %lld; the kernels' packed layout pads them by %lld), "
+                 "loaded in %.2f s\n",
                  WeightQuantizationName(options.quantize), static_cast<long long>(convert.matrices()),
                  static_cast<long long>(convert.bytes_before()),
                  static_cast<long long>(convert.bytes_added()), static_cast<long long>(w.bytes),
-                 static_cast<long long>(checkpoint_bytes), seconds);
+                 static_cast<long long>(checkpoint_bytes), static_cast<long long>(pack.padding()),
+                 seconds);
   }
   return w;
 }

@@ -236,7 +236,8 @@ TEST_P(Fp8PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
   LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   std::mt19937 rng(17);
-  const Fp8Weight w = MakeFp8Weight(table, rng, 40, 16384, 128, 128);
+  // 160 rows: several thread chunks, each running every row block on 2 threads.
+  const Fp8Weight w = MakeFp8Weight(table, rng, 160, 16384, 128, 128);
   const int64_t n = w.ref.n, k = w.ref.k, m = 148;
   const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
   const std::vector<float> alone = RunEachRowAlone(table, x, m, w.ref);
@@ -257,17 +258,22 @@ TEST_P(Fp8PackedLinear, RowViewsMatchTheWholeMatrix) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(16);
   const Fp8Weight w = MakeFp8Weight(table, rng, 300, 256, 128, 128);
-  const std::vector<float> x = RandomFloats(rng, 7 * w.ref.k);
-  const std::vector<float> whole = RunLinear(table, x, 7, w.ref);
-  for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{0, 300}, {5, 17}, {16, 64},
-                                  {100, 200}, {127, 2}, {299, 1}}) {
-    const std::vector<float> y = RunLinear(table, x, 7, w.ref.Rows(row, rows));
-    for (int64_t i = 0; i < 7; ++i) {
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_EQ(y[i * rows + r], whole[i * 300 + row + r]) << "view " << row << "+" << rows;
+  for (int64_t m : {7, 30}) {  // 30: the batches' row-tile paths
+    const std::vector<float> xm = RandomFloats(rng, m * w.ref.k);
+    const std::vector<float> all = RunLinear(table, xm, m, w.ref);
+    for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{0, 300}, {5, 17}, {16, 64},
+                                    {100, 200}, {127, 2}, {299, 1}}) {
+      const std::vector<float> y = RunLinear(table, xm, m, w.ref.Rows(row, rows));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(y[i * rows + r], all[i * 300 + row + r])
+              << "m " << m << ", view " << row << "+" << rows;
+        }
       }
     }
   }
+  const std::vector<float> x = RandomFloats(rng, 7 * w.ref.k);
+  const std::vector<float> whole = RunLinear(table, x, 7, w.ref);
   // Packed from a view: scale row 70 is packed row 0.
   WeightRef view = w.ref.Rows(70, 150);
   view.packed = nullptr;

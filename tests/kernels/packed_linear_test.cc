@@ -216,7 +216,9 @@ TEST_P(PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
   LATENT_REQUIRE_TABLE(table);
   ThreadCount restore;
   std::mt19937 rng(6);
-  const PackedWeight w = MakePackedWeight(table, rng, 48, 16384);
+  // 3 row blocks of 64 rows (16k columns); 160 columns: 3 thread chunks of 64, so on 2 threads
+  // several row blocks run on each thread.
+  const PackedWeight w = MakePackedWeight(table, rng, 160, 16384);
   const int64_t n = w.ref.n, k = w.ref.k, m = 148;
   const std::vector<float> x = RandomFloats(rng, m * k, -3.0f, 3.0f);
   const std::vector<float> alone = RunEachRowAlone(table, x, m, w.ref);
@@ -229,6 +231,31 @@ TEST_P(PackedLinear, LongRowsInRowBlocksKeepEveryRowsBits) {
     }
   }
   ExpectNearRef(x, m, w.ref, RunLinear(table, x, m, w.ref));
+}
+
+// The kernels keep activation tiles in per-thread buffers that outlive a call: a call's tiles must
+// be zero past its k whatever an earlier, wider call left there (here NaN, which zero weights
+// would not cancel), so a batch computes every row as it would alone.
+TEST_P(PackedLinear, ActivationTilesAreZeroPastKAfterAWiderCall) {
+  LATENT_REQUIRE_TABLE(table);
+  ThreadCount restore;
+  std::mt19937 rng(8);
+  const PackedWeight wide = MakePackedWeight(table, rng, 64, 256);
+  const PackedWeight narrow = MakePackedWeight(table, rng, 64, 200);  // k tail: 200 = 6 x 32 + 8
+  for (int64_t m : {1, 8, 40}) {  // decode, small batches' rows, large batches' row tiles
+    for (int t : {1, 2}) {
+      threads::SetNumThreads(t);
+      const std::vector<float> nan(m * 256, std::nanf(""));
+      RunLinear(table, nan, m, wide.ref);
+      const std::vector<float> x = RandomFloats(rng, m * 200);
+      const std::vector<float> y = RunLinear(table, x, m, narrow.ref);
+      const std::vector<float> alone = RunEachRowAlone(table, x, m, narrow.ref);
+      for (int64_t i = 0; i < m * 64; ++i) {
+        ASSERT_FALSE(std::isnan(y[i])) << "m " << m << ", output " << i << ", " << t << " threads";
+        ASSERT_EQ(y[i], alone[i]) << "m " << m << ", output " << i << ", " << t << " threads";
+      }
+    }
+  }
 }
 
 TEST_P(PackedLinear, ThreadCountInvariantBitExact) {

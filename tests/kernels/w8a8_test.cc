@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/kernel_table.h"
+#include "kernels/linear.h"
 #include "kernels/quantize_row.h"
 #include "threads/thread_pool.h"
 #include "kernel_test_util.h"
@@ -22,8 +24,9 @@ namespace {
 using testing::RandomFloats;
 using testing::ThreadCount;
 
-// The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) and AVX2 (vpmaddwd), each run where the CPU
-// has it; both must equal the reference bit for bit.
+// The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) and AVX2 (vpmaddubsw) over the rows as stored
+// and over the AVX2 packed table's copy, each run where the CPU has it; all must equal the
+// reference bit for bit.
 const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
 
 class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {};
@@ -31,7 +34,8 @@ class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {};
 INSTANTIATE_TEST_SUITE_P(
     Isa, W8A8Kernels,
     ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
-                      testing::Avx2Table()),
+                      testing::Avx2Table(),
+                      testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
     testing::FastTableName);
 
 // An int8 weight [n, k] at an odd address, with unaligned f32 row scales and its row sums: the
@@ -41,7 +45,18 @@ struct W8A8Weight {
   std::vector<uint8_t> scale_bytes;  // 3 + 4 * n
   std::vector<int32_t> sums;         // [n]
   WeightRef ref;
+  std::unique_ptr<uint8_t[]> packed;  // the table's packed copy, where it packs W8A8 weights
 };
+
+// `table`'s packed copy of w (as the loader makes it), then the rows as stored overwritten: the
+// loader releases their pages, so a kernel that reads the packed copy must not read them.
+void PackFor(const KernelTable& table, W8A8Weight& w) {
+  w.packed = PackForLinear(table, w.ref);
+  if (&table == Avx2PackedKernels()) EXPECT_NE(w.packed, nullptr) << "AVX2 packs W8A8 weights";
+  if (w.packed != nullptr) {
+    std::fill(w.bytes.begin(), w.bytes.end(), uint8_t{0x5a});
+  }
+}
 
 W8A8Weight MakeW8A8(std::mt19937& rng, int64_t n, int64_t k, int64_t misalign) {
   W8A8Weight w;
@@ -120,12 +135,15 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
     for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 67}) {
       for (int64_t misalign : {0, 1, 3}) {
         if (misalign != 0 && (k != 65 || n != 9)) continue;
-        const W8A8Weight w = MakeW8A8(rng, n, k, misalign);
+        std::mt19937 same = rng;  // the same weight twice: one as stored, one packed
+        const W8A8Weight stored = MakeW8A8(same, n, k, misalign);
+        W8A8Weight w = MakeW8A8(rng, n, k, misalign);
+        PackFor(fast, w);
         for (int64_t m : {1, 2, 3, 4, 5, 7, 64, 130}) {
           if (k >= 600 && m == 130 && n > 9) continue;  // keep the reference's time down
           const std::vector<float> x = Activations(rng, m, k);
           std::vector<float> want(m * n), got(m * n, NAN), scratch(k);
-          RefKernels().linear(x.data(), m, w.ref, want.data(), scratch.data());
+          RefKernels().linear(x.data(), m, stored.ref, want.data(), scratch.data());
           fast.linear(x.data(), m, w.ref, got.data(), scratch.data());
           ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * m * n))
               << Shape(m, n, k) << " misalign=" << misalign;
@@ -142,16 +160,21 @@ TEST_P(W8A8Kernels, RowSlicesMatchTheFullMatrix) {
   LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(12);
   const int64_t n = 150, k = 333;
-  const W8A8Weight w = MakeW8A8(rng, n, k, 1);
-  for (int64_t m : {1, 3, 7}) {
+  std::mt19937 same = rng;
+  const W8A8Weight stored = MakeW8A8(same, n, k, 1);
+  W8A8Weight w = MakeW8A8(rng, n, k, 1);
+  PackFor(fast, w);  // views of a packed copy start inside a block (row0 5, 64 + 5, ...)
+  for (int64_t m : {1, 3, 7, 64}) {
     const std::vector<float> x = Activations(rng, m, k);
     std::vector<float> full(m * n);
     fast.linear(x.data(), m, w.ref, full.data(), nullptr);
     for (int64_t row0 : {0, 5, 64, 131}) {
-      const WeightRef slice = w.ref.Rows(row0 / 2, 100 - row0 / 3).Rows(row0 - row0 / 2, 17);
+      const auto view = [&](const WeightRef& all) {
+        return all.Rows(row0 / 2, 100 - row0 / 3).Rows(row0 - row0 / 2, 17);
+      };
       std::vector<float> part(m * 17), want(m * 17), scratch(k);
-      fast.linear(x.data(), m, slice, part.data(), nullptr);
-      RefKernels().linear(x.data(), m, slice, want.data(), scratch.data());
+      fast.linear(x.data(), m, view(w.ref), part.data(), nullptr);
+      RefKernels().linear(x.data(), m, view(stored.ref), want.data(), scratch.data());
       for (int64_t i = 0; i < m; ++i) {
         ASSERT_EQ(0, std::memcmp(&part[i * 17], &full[i * n + row0], sizeof(float) * 17))
             << "m=" << m << " row0=" << row0;
@@ -167,7 +190,10 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
   ThreadCount restore;
   std::mt19937 rng(13);
   const int64_t n = 301, k = 2050, m = 130;  // n and k tails, L2 blocks, thread chunks
-  const W8A8Weight w = MakeW8A8(rng, n, k, 1);
+  std::mt19937 same = rng;
+  const W8A8Weight stored = MakeW8A8(same, n, k, 1);
+  W8A8Weight w = MakeW8A8(rng, n, k, 1);
+  PackFor(fast, w);
   const std::vector<float> x = Activations(rng, m, k);
   threads::SetNumThreads(2);
   std::vector<float> batch(m * n);
@@ -184,7 +210,7 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
     }
   }
   std::vector<float> want(m * n), scratch(k);
-  RefKernels().linear(x.data(), m, w.ref, want.data(), scratch.data());
+  RefKernels().linear(x.data(), m, stored.ref, want.data(), scratch.data());
   ASSERT_EQ(0, std::memcmp(want.data(), batch.data(), sizeof(float) * m * n));
 }
 

@@ -24,6 +24,17 @@ void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, no
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
 
+// The W8A8 linear (linear_w8a8_avx2.cc): y [m, n] for x [m, k] and a weight with IsW8A8(w)
+// (ref/linear_w8a8_ref.h), bit for bit the reference's. It reads w.packed as W8A8Pack's layout
+// when set (only FillW8A8Packing's tables pack W8A8 weights), else the rows as stored.
+// FillLinearKernels' linear calls it, and so do the AVX-512 tables on CPUs without VNNI.
+void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y);
+// Packs a W8A8 weight for LinearW8A8 (the layout in linear_w8a8_avx2.cc).
+void W8A8Pack(const WeightRef& w, void* out);
+// Makes the table pack W8A8 weights with W8A8Pack (packed_bytes, pack); every other weight keeps
+// the table's packing. Its linear must reach LinearW8A8 for them (FillLinearKernels').
+void FillW8A8Packing(KernelTable& table);
+
 // out[i] = RoundToBF16(x[i]) for i < count (bf16 compute's rounding of a linear's inputs; in
 // place allowed). The AVX-512 family uses it too (every AVX-512 CPU has AVX2).
 void RoundActivationsToBf16(const float* x, int64_t count, float* out);

@@ -1,6 +1,6 @@
 // AVX2 linear and transposed linear over f32 / bf16 / f16 / fp8-e4m3 weights and int8 weights
-// with per-row scales (`--quantize int8`); W8A8 (`--quantize w8a8`) with the integer dot of
-// vpmaddwd, exact, so bit-identical to the reference. dequant_row stays the reference's.
+// with per-row scales (`--quantize int8`); W8A8 (`--quantize w8a8`) goes to its own exact integer
+// kernel (linear_w8a8_avx2.cc). dequant_row stays the reference's.
 //
 // Summation order (the contract that keeps batched = alone): every output y[m, n] is one f32x8
 // accumulator, zeroed, then fma(x[m, chunk], w[n, chunk], acc) over the 8-wide chunks of k in
@@ -24,7 +24,6 @@
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/bf16_activations.h"
 #include "kernels/kernel_table.h"
-#include "kernels/quantize_row.h"
 #include "kernels/ref/linear_w8a8_ref.h"
 #include "threads/thread_pool.h"
 // Last: defines the AVX2 helpers under the target pragma.
@@ -270,75 +269,6 @@ Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
                     ? static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0
                     : nullptr;
   return j;
-}
-
-// ---- W8A8: y[m, r] = float(sum over c of xq[m, c] * q[r, c]) * (sx[m] * s[r]) ----
-// The integer dot is exact (vpmaddwd on sign-extended int16 pairs, summed in int32), so every
-// output equals the reference's bit for bit whatever the batch.
-
-inline __m256i Widen16(const int8_t* p) {
-  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline int32_t ReduceAddI32(__m256i v) {
-  __m128i b = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, _MM_SHUFFLE(1, 0, 3, 2)));
-  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(b);
-}
-
-// Rows [r0, r1) of W against the quantized activations xq [m, k] (scales sx [m]).
-template <int MT>
-void W8A8Rows(const WeightRef& w, const int8_t* xq, const float* sx, int64_t m0, float* y,
-              int64_t r0, int64_t r1) {
-  const int64_t k = w.k;
-  const int8_t* q = static_cast<const int8_t*>(w.data);
-  const uint8_t* scales = static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int8_t* row = q + r * k;
-    __m256i acc[MT];
-    for (int a = 0; a < MT; ++a) acc[a] = _mm256_setzero_si256();
-    int64_t c = 0;
-    for (; c + 16 <= k; c += 16) {
-      const __m256i wv = Widen16(row + c);
-      for (int a = 0; a < MT; ++a)
-        acc[a] = _mm256_add_epi32(acc[a], _mm256_madd_epi16(wv, Widen16(xq + (m0 + a) * k + c)));
-    }
-    int32_t tail[MT] = {};
-    for (; c < k; ++c)
-      for (int a = 0; a < MT; ++a) tail[a] += static_cast<int32_t>(row[c]) * xq[(m0 + a) * k + c];
-    float sw;
-    std::memcpy(&sw, scales + 4 * r, 4);
-    for (int a = 0; a < MT; ++a) {
-      const int32_t dot = ReduceAddI32(acc[a]) + tail[a];  // exact: integer sums
-      y[(m0 + a) * w.n + r] = static_cast<float>(dot) * (sx[m0 + a] * sw);
-    }
-  }
-}
-
-void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
-  const int64_t k = w.k;
-  thread_local std::vector<int8_t> xq;  // [m, k]
-  thread_local std::vector<float> sx;   // [m]
-  if (static_cast<int64_t>(xq.size()) < m * k) xq.resize(m * k);
-  if (static_cast<int64_t>(sx.size()) < m) sx.resize(m);
-  for (int64_t i = 0; i < m; ++i) sx[i] = QuantizeRowInt8(x + i * k, k, xq.data() + i * k);
-  const int8_t* xqp = xq.data();
-  const float* sxp = sx.data();
-  const auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t m0 = 0; m0 < m; m0 += 4) {
-      WithRowCount<4>(m - m0, [&]<int MT>() { W8A8Rows<MT>(w, xqp, sxp, m0, y, r0, r1); });
-    }
-  };
-  const int64_t threads = threads::NumThreads();
-  int64_t grain = std::max<int64_t>(8, (int64_t{128} << 10) / std::max<int64_t>(k, 1));
-  grain = std::max<int64_t>(1, std::min(grain, (w.n + 4 * threads - 1) / (4 * threads)));
-  const double work = static_cast<double>(w.n) * static_cast<double>(k) * static_cast<double>(m);
-  if (threads == 1 || work < 32768.0 || grain >= w.n) {
-    rows(0, w.n);
-  } else {
-    threads::ParallelFor(w.n, grain, rows);
-  }
 }
 
 void Linear(const float* x_in, int64_t m, const WeightRef& w_in, float* y, float* scratch) {

@@ -42,32 +42,7 @@ inline void WithRowCount(int64_t rows, F&& f) {
   }
 }
 
-// Weight rows [r0, r1) against m activation rows for a register-tile kernel of MT activation rows
-// x NT weight rows: balanced blocks of at most `most` activation rows (a multiple of MT); per
-// block, each NT-row weight tile goes past every M-tile of the block, the first of which reads
-// it from memory (lead) and, but for the last two tiles, prefetches the next tile (next); single
-// rows after the last whole tile. tile.template operator()<T>(m0, rows, n0, lead, next) runs one
-// register tile of `rows` (<= MT) activation rows from m0 and T weight rows from n0.
-template <int MT, int NT, class F>
-inline void BlockedRows(int64_t m, int64_t most, int64_t r0, int64_t r1, F&& tile) {
-  const int64_t blocks = (m + most - 1) / most;
-  const int64_t mb = ((m + blocks - 1) / blocks + MT - 1) / MT * MT;
-  for (int64_t m0 = 0; m0 < m; m0 += mb) {
-    const int64_t m1 = std::min(m, m0 + mb);
-    int64_t n = r0;
-    for (; n + NT <= r1; n += NT) {
-      const bool next = n + 2 * NT <= r1;
-      for (int64_t a = m0; a < m1; a += MT) {
-        tile.template operator()<NT>(a, std::min<int64_t>(MT, m1 - a), n, a == m0, a == m0 && next);
-      }
-    }
-    for (; n < r1; ++n) {
-      for (int64_t a = m0; a < m1; a += MT) {
-        tile.template operator()<1>(a, std::min<int64_t>(MT, m1 - a), n, a == m0, false);
-      }
-    }
-  }
-}
+#include "kernels/blocked_rows.inc"
 
 inline float ReduceAdd(__m512 v) {
   const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

@@ -1,0 +1,350 @@
+// W8A8 linear on AVX2 (`--quantize w8a8` where the CPU has no AVX512-VNNI; the math is
+// kernels/weight_ref.h's and ref/linear_w8a8_ref.cc's): int8 weights [n, k] row-major with f32 row
+// scales; the activations quantized per row at each call by the weights' rule
+// (kernels/quantize_row.h) with the same f32 operations, so to the same int8 values and scales.
+//
+// The dot product takes 32 columns per vpmaddubsw (u8 x s8, adjacent products summed to int16),
+// which saturates its int16 sums unless both factors stay small: it multiplies |q| (vpabsb: 0 ..
+// 128 as u8) by xq carrying q's sign (vpsignb; |xq| <= 127 by the quantizer's clamp), so each sum
+// of two products is at most 2 * 128 * 127 = 32512 and exact; vpmaddwd by ones widens adjacent
+// pairs to the int32 lanes of the accumulator. (llama.cpp's AVX2 Q8_0 dot uses the same sign
+// trick per 32-column block in f32; here a whole row stays integer.)
+//
+//   dot[m, r] = sum of the accumulator's lanes = sum over c of xq[m, c] * q[r, c]
+//   y[m, r]   = float(dot[m, r]) * (sx[m] * s[r])   (the reference's formula)
+//
+// Integer sums are exact in any order, so the tiles, the k tail and the thread split never change
+// a result: every output equals the reference's bit for bit and is batch invariant. Per pair of
+// 32 columns: vpsignb, vpmaddubsw, vpmaddwd, vpaddd for 32 products, against 4 FMAs in f32.
+//
+// The weights are read from the packed copy the loader makes with this table's pack (W8A8Pack),
+// one stream per block of 4 rows:
+//
+//   packed [ceil(n / 4) blocks][ceil(k / 32) steps][4 rows][32 int8]   (zero past n and k)
+//
+// or, unpacked (tests, LATENT_GEMM=avx2, AVX-512 CPUs without VNNI), as stored, row-major. A
+// decode step reads each weight once, and with rows of a few KiB each row is a short stream the
+// hardware prefetcher barely learns before it ends: bench/kernels, Zen 3, m = 1, n 4096 x k
+// 2048: 11.2 GB/s from the rows as stored, 16.3 from the packed copy on 1 thread; 18.9 and 27.5
+// on 2 (bench/read_bw: 30).
+//
+// Shapes: decode (m <= 4) streams every weight once, MT x NT register tiles of 1 x 4, 2 x 4,
+// 3 x 2 and 4 x 2 with software prefetch; batches keep blocks of activation rows in L2 and run
+// 4 x 2 tiles (8 int32 accumulators; both weight rows and their |q| in registers) over all of k,
+// each weight tile read from memory by the block's first M-tile and from L1 by the others.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/avx2/avx2_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ref/linear_w8a8_ref.h"
+#include "threads/thread_pool.h"
+// Last: defines the AVX2 helpers under the target pragma.
+#include "kernels/avx2/avx2_common.h"
+
+LATENT_AVX2_BEGIN
+namespace latent::kernels::avx2 {
+namespace {
+
+#include "kernels/blocked_rows.inc"
+
+constexpr int64_t kStep = 32;        // columns per vpmaddubsw
+constexpr int64_t kBlockRows = 4;    // weight rows per packed block
+constexpr int64_t kMtDecode = 4;     // m <= this: decode tiles
+constexpr int kMt = 4;               // batches: activation rows per tile
+constexpr int kNt = 2;               // batches: weight rows per tile (half a packed block)
+constexpr int64_t kPrefetch = 2048;  // bytes ahead within a streamed weight row or block
+constexpr int64_t kBlockBytes = int64_t{256} << 10;  // batches: activation bytes per L2 block
+
+// Weight rows per decode tile: 4 (a packed block) while the accumulators and the rows' |q| fit
+// the 16 ymm, else 2.
+template <int MT>
+constexpr int kDecodeNt = MT <= 2 ? 4 : 2;
+
+// Rows below are "weight rows": the view's rows as stored (row-major), or the packed copy's rows
+// (packed: the view's row r is packed row row0 + r, and the kernel runs whole blocks, writing
+// only the outputs of rows inside the view).
+struct Job {
+  const int8_t* x;  // [m, kp] quantized activations, zero past k
+  const float* sx;  // [m] their row scales
+  int64_t kp, m;
+  const int8_t* q;  // row-major: [n, k] the view's rows; packed: block 0 of the packed copy
+  bool packed;
+  int64_t k, block_bytes;  // block_bytes: one packed block (kp / 32 steps of 128 bytes)
+  int64_t row0, n;         // the view: weight rows [row0, row0 + n) are y's columns 0 .. n - 1
+  const uint8_t* scale;    // f32 [n] (the view's rows), possibly unaligned
+  float* y;                // [m, n]
+
+  // Weight row `row`'s 32 columns of step 0; the others follow at StepBytes().
+  const int8_t* RowStart(int64_t row) const {
+    if (!packed) return q + row * k;
+    return q + row / kBlockRows * block_bytes + row % kBlockRows * kStep;
+  }
+  int64_t StepBytes() const { return packed ? kBlockRows * kStep : kStep; }
+};
+
+inline __m256i InRegisterI(__m256i v) {  // keeps an activation vector for all its weight rows
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+// acc + the 8 int32 sums of q[c] * x[c] over 4 adjacent columns each (abs_q = |q|).
+inline __m256i Dot32(__m256i acc, __m256i abs_q, __m256i q, __m256i x, __m256i ones) {
+  const __m256i pairs = _mm256_maddubs_epi16(abs_q, _mm256_sign_epi8(x, q));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
+}
+
+inline int32_t ReduceAddI32(__m256i v) {
+  __m128i b = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, _MM_SHUFFLE(1, 0, 3, 2)));
+  b = _mm_add_epi32(b, _mm_shuffle_epi32(b, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(b);
+}
+
+// MT activation rows (from m0) x NT weight rows (from n0) over all of k. `lead`: prefetch these
+// rows kPrefetch ahead (they stream from memory); `next`: prefetch the next tile's rows at the
+// same offsets.
+template <int MT, int NT>
+void Tile(const Job& j, int64_t m0, int64_t n0, bool lead, bool next) {
+  const int8_t* rows[NT];
+  for (int b = 0; b < NT; ++b) rows[b] = j.RowStart(n0 + b);
+  const int8_t* xs[MT];
+  for (int a = 0; a < MT; ++a) xs[a] = j.x + (m0 + a) * j.kp;
+  const int64_t step_bytes = j.StepBytes();
+  const int64_t ahead = j.RowStart(n0 + NT) - rows[0];
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[MT][NT];
+  for (int a = 0; a < MT; ++a)
+    for (int b = 0; b < NT; ++b) acc[a][b] = _mm256_setzero_si256();
+  // The columns from c on (the activations are zero-padded to kp) against weight vectors w[NT].
+  const auto dot = [&](int64_t c, const __m256i* w) {
+    __m256i abs_w[NT];
+    for (int b = 0; b < NT; ++b) abs_w[b] = _mm256_abs_epi8(w[b]);
+    for (int a = 0; a < MT; ++a) {
+      const __m256i xv =
+          InRegisterI(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[a] + c)));
+      for (int b = 0; b < NT; ++b) acc[a][b] = Dot32(acc[a][b], abs_w[b], w[b], xv, ones);
+    }
+  };
+  const auto step = [&](int64_t s) {
+    __m256i w[NT];
+    for (int b = 0; b < NT; ++b)
+      w[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[b] + s * step_bytes));
+    dot(s * kStep, w);
+  };
+  // Cache lines per row per step pair: each row's own (row-major), or the tile's share of the
+  // block's lines, which are contiguous when it is the whole block (packed).
+  const auto prefetch = [&](int64_t s, int64_t offset) {
+    if (!j.packed) {
+      for (int b = 0; b < NT; ++b)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[b] + s * kStep + offset), _MM_HINT_T0);
+      return;
+    }
+    for (int64_t t = s; t < s + 2; ++t) {
+      for (int64_t line = 0; line < NT * kStep; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[0] + t * step_bytes + line + offset),
+                     _MM_HINT_T0);
+      }
+    }
+  };
+  const int64_t steps = j.packed ? j.kp / kStep : j.k / kStep;  // whole steps in memory
+  int64_t s = 0;
+  for (; s + 2 <= steps; s += 2) {
+    if (lead) prefetch(s, kPrefetch);
+    if (next) prefetch(s, ahead);
+    step(s);
+    step(s + 1);
+  }
+  if (s < steps) step(s++);
+  if (s * kStep < j.k) {  // row-major's tail: copied with zeros past k (never read past the row)
+    alignas(32) int8_t tail[NT][kStep] = {};
+    const int64_t c = s * kStep;
+    for (int b = 0; b < NT; ++b) std::memcpy(tail[b], rows[b] + c, static_cast<size_t>(j.k - c));
+    __m256i w[NT];
+    for (int b = 0; b < NT; ++b)
+      w[b] = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail[b]));
+    dot(c, w);
+  }
+  for (int b = 0; b < NT; ++b) {
+    const int64_t col = n0 + b - j.row0;
+    if (col < 0 || col >= j.n) continue;  // a packed block's row outside the view
+    float sw;
+    std::memcpy(&sw, j.scale + 4 * col, 4);
+    for (int a = 0; a < MT; ++a) {
+      const float dot_ab = static_cast<float>(ReduceAddI32(acc[a][b]));
+      j.y[(m0 + a) * j.n + col] = dot_ab * (j.sx[m0 + a] * sw);
+    }
+  }
+}
+
+template <int NT>
+void TileAnyM(const Job& j, int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
+  WithRowCount<kMt>(mt, [&]<int MT>() { Tile<MT, NT>(j, m0, n0, lead, next); });
+}
+
+// Decode (m <= 4): weight rows [r0, r1) read once, straight from memory.
+void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
+  WithRowCount<kMtDecode>(j.m, [&]<int MT>() {
+    constexpr int NT = kDecodeNt<MT>;
+    int64_t n = r0;
+    for (; n + NT <= r1; n += NT) Tile<MT, NT>(j, 0, n, true, false);
+    for (; n < r1; ++n) Tile<MT, 1>(j, 0, n, true, false);
+  });
+}
+
+// Batches: weight rows [r0, r1) against blocks of activation rows that stay in L2.
+void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
+  const int64_t most = std::max<int64_t>(2 * kMt, kBlockBytes / j.kp / kMt * kMt);
+  BlockedRows<kMt, kNt>(j.m, most, r0, r1,
+                        [&]<int NT>(int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
+                          TileAnyM<NT>(j, m0, mt, n0, lead, next);
+                        });
+}
+
+// One activation row to int8 (zero-padded to kp); returns its scale. The same f32 operations as
+// QuantizeRowInt8: max of |x| (vmaxps returns its second operand, the running max, when x is NaN,
+// as std::max does), scale = max / 127, x / scale (vdivps, IEEE), rounded to nearest even,
+// NaN -> 0, clamped to [-127, 127].
+float QuantizeRow(const float* x, int64_t k, int64_t kp, int8_t* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 amax = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= k; c += 8) {
+    amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + c), abs_mask), amax);
+  }
+  if (c < k) amax = _mm256_max_ps(_mm256_and_ps(LoadPart(x + c, k - c), abs_mask), amax);
+  const float scale = ReduceMax(amax) / 127.0f;
+  if (!(scale > 0.0f)) {
+    std::memset(out, 0, static_cast<size_t>(kp));
+    return 0.0f;
+  }
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  for (c = 0; c < k; c += 8) {
+    const int64_t count = std::min<int64_t>(8, k - c);
+    const __m256 v = count == 8 ? _mm256_loadu_ps(x + c) : LoadPart(x + c, count);
+    __m256 r = _mm256_round_ps(_mm256_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));  // NaN -> 0
+    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+    const __m256i i32 = _mm256_cvtps_epi32(r);
+    const __m128i i16 =
+        _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+    const __m128i i8 = _mm_packs_epi16(i16, i16);  // lanes 0..7: the 8 values (within range)
+    if (count == 8) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), i8);
+    } else {
+      alignas(16) int8_t part[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(part), i8);
+      std::memcpy(out + c, part, static_cast<size_t>(count));
+    }
+  }
+  if (kp > k) std::memset(out + k, 0, static_cast<size_t>(kp - k));
+  return scale;
+}
+
+int64_t PackedBlockBytes(int64_t k) { return (k + kStep - 1) / kStep * kBlockRows * kStep; }
+
+// The table's pack entries before FillW8A8Packing (for every weight but W8A8).
+decltype(KernelTable::packed_bytes) g_other_packed_bytes = nullptr;
+decltype(KernelTable::pack) g_other_pack = nullptr;
+
+int64_t PackedBytes(const WeightRef& w) {
+  if (IsW8A8(w)) return (w.n + kBlockRows - 1) / kBlockRows * PackedBlockBytes(w.k);
+  return g_other_packed_bytes != nullptr ? g_other_packed_bytes(w) : 0;
+}
+
+}  // namespace
+
+void W8A8Pack(const WeightRef& w, void* out) {
+  const int64_t n = w.n, k = w.k, block_bytes = PackedBlockBytes(k);
+  const auto* q = static_cast<const int8_t*>(w.data);  // [n, k]
+  auto* packed = static_cast<int8_t*>(out);
+  threads::ParallelFor((n + kBlockRows - 1) / kBlockRows, 16, [&](int64_t b0, int64_t b1) {
+    std::memset(packed + b0 * block_bytes, 0, static_cast<size_t>((b1 - b0) * block_bytes));
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t r = 0; r < kBlockRows && b * kBlockRows + r < n; ++r) {
+        const int8_t* row = q + (b * kBlockRows + r) * k;
+        int8_t* dst = packed + b * block_bytes + r * kStep;
+        for (int64_t c = 0; c < k; c += kStep) {
+          std::memcpy(dst + c / kStep * kBlockRows * kStep, row + c,
+                      static_cast<size_t>(std::min(kStep, k - c)));
+        }
+      }
+    }
+  });
+}
+
+void FillW8A8Packing(KernelTable& table) {
+  g_other_packed_bytes = table.packed_bytes;
+  g_other_pack = table.pack;
+  table.packed_bytes = PackedBytes;
+  table.pack = [](const WeightRef& w, void* out) {
+    if (IsW8A8(w)) {
+      W8A8Pack(w, out);
+    } else {
+      g_other_pack(w, out);
+    }
+  };
+}
+
+void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  Job j;
+  j.kp = (w.k + kStep - 1) / kStep * kStep;
+  thread_local std::vector<int8_t> xq;  // [m, kp]
+  thread_local std::vector<float> sx;   // [m]
+  if (static_cast<int64_t>(xq.size()) < m * j.kp) xq.resize(m * j.kp);
+  if (static_cast<int64_t>(sx.size()) < m) sx.resize(m);
+  const int64_t threads = threads::NumThreads();
+  int8_t* xq_data = xq.data();
+  float* sx_data = sx.data();
+  const int64_t k = w.k, kp = j.kp;
+  const auto quantize = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) sx_data[i] = QuantizeRow(x + i * k, k, kp, xq_data + i * kp);
+  };
+  if (threads > 1 && m * k >= (int64_t{1} << 16)) {
+    threads::ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(k, 1)),
+                         quantize);
+  } else {
+    quantize(0, m);
+  }
+  j.x = xq_data;
+  j.sx = sx_data;
+  j.m = m;
+  j.packed = w.packed != nullptr;
+  j.q = static_cast<const int8_t*>(j.packed ? w.packed : w.data);
+  j.k = w.k;
+  j.block_bytes = PackedBlockBytes(w.k);
+  j.row0 = j.packed ? w.packed_row0 : 0;
+  j.n = w.n;
+  j.scale = static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0;
+  j.y = y;
+  // The weight rows to run: the view's, or the packed blocks that hold them.
+  const int64_t first = j.packed ? j.row0 / kBlockRows * kBlockRows : 0;
+  const int64_t end = j.packed ? (j.row0 + j.n + kBlockRows - 1) / kBlockRows * kBlockRows : j.n;
+  const bool decode = m <= kMtDecode;
+  // Threads take chunks of whole 4-row units (every tile's multiple; packed: whole blocks).
+  const auto units = [&j, decode, first, end](int64_t u0, int64_t u1) {
+    const int64_t r0 = first + u0 * kBlockRows, r1 = std::min(end, first + u1 * kBlockRows);
+    if (decode) {
+      RowsDecode(j, r0, r1);
+    } else {
+      RowsBatch(j, r0, r1);
+    }
+  };
+  const int64_t count = (end - first + kBlockRows - 1) / kBlockRows;
+  // About 128 KiB of weights per chunk, at least 4 chunks per thread.
+  int64_t grain = std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(j.k, 1));
+  grain = std::max<int64_t>(1, std::min(grain, (count + 4 * threads - 1) / (4 * threads)));
+  const double work = static_cast<double>(j.n) * static_cast<double>(j.k) * static_cast<double>(m);
+  if (threads == 1 || work < 32768.0 || grain >= count) {
+    units(0, count);
+    return;
+  }
+  threads::ParallelFor(count, grain, units);
+}
+
+}  // namespace latent::kernels::avx2
+LATENT_AVX2_END
