@@ -13,10 +13,11 @@ struct KernelTable;
 
 void Linear(const float* x, int64_t m, const WeightRef& w, float* y);
 
-// The packed copy of `w` that `table`'s linear reads (KernelTable::pack: the AMX tile layout),
-// in a new 64-byte-aligned buffer, with w.packed pointing at it; null (w unchanged) when the
-// table reads w as stored. The caller keeps the buffer as long as w is used; w.data stays
-// valid (dequant_row and transposed_linear read it). `bytes` (optional) gets its size.
+// The packed copy of `w` that `table`'s linear reads (KernelTable::pack), in a new 64-byte-aligned
+// buffer, with w.packed pointing at it; null (w unchanged) when the table reads w as stored. The
+// caller keeps the buffer as long as w is used, and w.data as long as something reads the rows
+// as stored (dequant_row, transposed_linear; WeightRef::packed says which). `bytes` (optional)
+// gets its size.
 std::unique_ptr<uint8_t[]> PackForLinear(const KernelTable& table, WeightRef& w,
                                          int64_t* bytes = nullptr);
 

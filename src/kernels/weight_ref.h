@@ -39,11 +39,14 @@ struct WeightRef {
   // weights (f32, bf16, f16, fp8); int8 weights (`--quantize`) ignore it (their activations are
   // f32 for int8 and quantized per token for w8a8). The loader sets it; Rows() keeps it.
   bool bf16_activations = false;
-  // The same matrix repacked at load for the table's linear (KernelTable::pack; today the AMX
-  // tile layout, kernels/amx/linear_amx.cc), or null: read `data`. The packed copy covers the
-  // whole matrix the loader packed; packed_row0 is the row of it that row 0 of this view is
-  // (Rows() moves it, so sub-views of rows use the same copy). `data` stays valid for the
-  // kernels that read rows as stored (dequant_row, transposed_linear).
+  // The same matrix repacked at load for the table's linear (KernelTable::pack: the tile layouts
+  // of kernels/tile_pack.h, the AVX2 W8A8 blocks of kernels/avx2/linear_w8a8_avx2.cc), or null:
+  // read `data`. The packed copy covers the whole matrix the loader packed; packed_row0 is the
+  // row of it that row 0 of this view is (Rows() moves it, so sub-views of rows use the same
+  // copy). `data` stays valid for the kernels that read rows as stored (dequant_row,
+  // transposed_linear), but for a W8A8 weight (`row_sums`): the loader drops the pages of its own
+  // int8 copy once packed, as nothing reads them (kv_b, which transposed_linear reads, is never
+  // W8A8; model/weight_table.h).
   const void* packed = nullptr;
   int64_t packed_row0 = 0;
 

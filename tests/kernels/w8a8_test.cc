@@ -29,11 +29,17 @@ using testing::ThreadCount;
 // reference bit for bit.
 const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
 
-class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {};
+class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {
+ protected:
+  // The reference on this thread under the rounding rules every kernel runs under (denormals
+  // flushed, as on the pool's threads): Activations' tiny row has a subnormal scale.
+  void SetUp() override { threads::FlushDenormals(); }
+};
 
 INSTANTIATE_TEST_SUITE_P(
     Isa, W8A8Kernels,
     ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
+                      testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
                       testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
     testing::FastTableName);
@@ -60,7 +66,8 @@ void PackFor(const KernelTable& table, W8A8Weight& w) {
 
 W8A8Weight MakeW8A8(std::mt19937& rng, int64_t n, int64_t k, int64_t misalign) {
   W8A8Weight w;
-  std::uniform_int_distribution<int> value(-127, 127);
+  // -128 too: the quantizer never makes it, but the kernels' dot must not depend on that.
+  std::uniform_int_distribution<int> value(-128, 127);
   std::uniform_real_distribution<float> scale(0.001f, 0.01f);
   w.bytes.assign(misalign, 0);
   for (int64_t i = 0; i < n * k; ++i) w.bytes.push_back(static_cast<uint8_t>(value(rng)));
@@ -97,6 +104,15 @@ std::vector<float> Activations(std::mt19937& rng, int64_t m, int64_t k) {
     x[2 * k] = 127.0f;
   }
   if (m > 3) x[3 * k + k / 2] = 300.0f;
+  if (m > 4) x[4 * k + k / 3] = NAN;  // ignored by the max, quantized to 0
+  if (m > 5) {  // -0 and values that quantize to 0 beside a normal maximum
+    for (int64_t c = 0; c < k; ++c) x[5 * k + c] = c % 2 == 0 ? -0.0f : 1e-30f;
+    x[5 * k + k - 1] = 1.0f;
+  }
+  if (m > 6) {  // all tiny: the scale is subnormal, flushed to 0 as everywhere in the pool
+    for (int64_t c = 0; c < k; ++c) x[6 * k + c] = static_cast<float>(c % 5) * 1e-38f;
+  }
+  if (m > 7) x[7 * k] = INFINITY;  // scale inf: every output NaN
   return x;
 }
 
@@ -139,7 +155,7 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
         const W8A8Weight stored = MakeW8A8(same, n, k, misalign);
         W8A8Weight w = MakeW8A8(rng, n, k, misalign);
         PackFor(fast, w);
-        for (int64_t m : {1, 2, 3, 4, 5, 7, 64, 130}) {
+        for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 64, 130}) {
           if (k >= 600 && m == 130 && n > 9) continue;  // keep the reference's time down
           const std::vector<float> x = Activations(rng, m, k);
           std::vector<float> want(m * n), got(m * n, NAN), scratch(k);
@@ -180,6 +196,31 @@ TEST_P(W8A8Kernels, RowSlicesMatchTheFullMatrix) {
             << "m=" << m << " row0=" << row0;
       }
       ASSERT_EQ(0, std::memcmp(part.data(), want.data(), sizeof(float) * m * 17));
+    }
+  }
+}
+
+// A copy packed from a view (the loader packs each tensor it loads, some of them views of a fused
+// one): packed row 0 is the view's row 0, while its scales stay those of the whole matrix.
+TEST_P(W8A8Kernels, PackedFromAViewReadsItsOwnRowsAndScales) {
+  LATENT_REQUIRE_TABLE(fast);
+  std::mt19937 rng(14);
+  const int64_t n = 300, k = 100;
+  W8A8Weight w = MakeW8A8(rng, n, k, 1);
+  WeightRef view = w.ref.Rows(70, 150);
+  std::unique_ptr<uint8_t[]> packed = PackForLinear(fast, view);
+  for (int64_t m : {1, 3, 9}) {
+    const std::vector<float> x = Activations(rng, m, k);
+    std::vector<float> want(m * 150), got(m * 150, NAN), scratch(k);
+    RefKernels().linear(x.data(), m, w.ref.Rows(70, 150), want.data(), scratch.data());
+    fast.linear(x.data(), m, view, got.data(), scratch.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * m * 150)) << "m=" << m;
+    const WeightRef sub = view.Rows(33, 50);  // and a view of it, mid-block
+    std::vector<float> part(m * 50);
+    fast.linear(x.data(), m, sub, part.data(), scratch.data());
+    for (int64_t i = 0; i < m; ++i) {
+      ASSERT_EQ(0, std::memcmp(&part[i * 50], &want[i * 150 + 33], sizeof(float) * 50))
+          << "m=" << m;
     }
   }
 }

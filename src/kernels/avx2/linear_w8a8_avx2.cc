@@ -196,7 +196,8 @@ void RowsDecode(const Job& j, int64_t r0, int64_t r1) {
 
 // Batches: weight rows [r0, r1) against blocks of activation rows that stay in L2.
 void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
-  const int64_t most = std::max<int64_t>(2 * kMt, kBlockBytes / j.kp / kMt * kMt);
+  const int64_t most =
+      std::max<int64_t>(2 * kMt, kBlockBytes / std::max<int64_t>(j.kp, 1) / kMt * kMt);
   BlockedRows<kMt, kNt>(j.m, most, r0, r1,
                         [&]<int NT>(int64_t m0, int64_t mt, int64_t n0, bool lead, bool next) {
                           TileAnyM<NT>(j, m0, mt, n0, lead, next);
@@ -291,6 +292,9 @@ void FillW8A8Packing(KernelTable& table) {
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
+  // The activations' quantization on whichever thread, the caller's included, under the pool's
+  // rounding rules (denormals flushed): a tiny row's scale must not depend on the batch size.
+  threads::FlushDenormals();
   Job j;
   j.kp = (w.k + kStep - 1) / kStep * kStep;
   thread_local std::vector<int8_t> xq;  // [m, kp]

@@ -214,6 +214,9 @@ float QuantizeRowU8(const float* x, int64_t k, int64_t kp, uint8_t* out) {
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
+  // The activations' quantization on whichever thread, the caller's included, under the pool's
+  // rounding rules (denormals flushed): a tiny row's scale must not depend on the batch size.
+  threads::FlushDenormals();
   Job j;
   j.kp = (w.k + kChunk - 1) / kChunk * kChunk;
   thread_local std::vector<uint8_t> xu;  // [m, kp]
