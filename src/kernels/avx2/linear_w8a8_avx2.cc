@@ -37,6 +37,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/activation_rows.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ref/linear_w8a8_ref.h"
@@ -331,30 +332,14 @@ void FillW8A8Packing(KernelTable& table) {
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  // The activations' quantization on whichever thread, the caller's included, under the pool's
-  // rounding rules (denormals flushed): a tiny row's scale must not depend on the batch size.
-  threads::FlushDenormals();
   Job j;
   j.kp = (w.k + kStep - 1) / kStep * kStep;
-  thread_local std::vector<int8_t> xq;  // [m, kp]
-  thread_local std::vector<float> sx;   // [m]
-  if (static_cast<int64_t>(xq.size()) < m * j.kp) xq.resize(m * j.kp);
-  if (static_cast<int64_t>(sx.size()) < m) sx.resize(m);
-  const int64_t threads = threads::NumThreads();
-  int8_t* xq_data = xq.data();
-  float* sx_data = sx.data();
   const int64_t k = w.k, kp = j.kp;
-  const auto quantize = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) sx_data[i] = QuantizeRow(x + i * k, k, kp, xq_data + i * kp);
-  };
-  if (threads > 1 && m * k >= (int64_t{1} << 16)) {
-    threads::ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(k, 1)),
-                         quantize);
-  } else {
-    quantize(0, m);
-  }
-  j.x = xq_data;
-  j.sx = sx_data;
+  const auto [xq, sx] = QuantizeActivationRows<int8_t>(
+      x, m, k, kp, [k, kp](const float* row, int8_t* out) { return QuantizeRow(row, k, kp, out); });
+  const int64_t threads = threads::NumThreads();
+  j.x = xq;
+  j.sx = sx;
   j.m = m;
   j.packed = w.packed != nullptr;
   j.q = static_cast<const int8_t*>(j.packed ? w.packed : w.data);

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/activation_rows.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ref/linear_w8a8_ref.h"
@@ -214,30 +215,16 @@ float QuantizeRowU8(const float* x, int64_t k, int64_t kp, uint8_t* out) {
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  // The activations' quantization on whichever thread, the caller's included, under the pool's
-  // rounding rules (denormals flushed): a tiny row's scale must not depend on the batch size.
-  threads::FlushDenormals();
   Job j;
   j.kp = (w.k + kChunk - 1) / kChunk * kChunk;
-  thread_local std::vector<uint8_t> xu;  // [m, kp]
-  thread_local std::vector<float> sx;    // [m]
-  if (static_cast<int64_t>(xu.size()) < m * j.kp) xu.resize(m * j.kp);
-  if (static_cast<int64_t>(sx.size()) < m) sx.resize(m);
-  const int64_t threads = threads::NumThreads();
-  uint8_t* xu_data = xu.data();
-  float* sx_data = sx.data();
   const int64_t k = w.k, kp = j.kp;
-  const auto quantize = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) sx_data[i] = QuantizeRowU8(x + i * k, k, kp, xu_data + i * kp);
-  };
-  if (threads > 1 && m * k >= (int64_t{1} << 16)) {
-    threads::ParallelFor(m, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(k, 1)),
-                         quantize);
-  } else {
-    quantize(0, m);
-  }
-  j.x = xu_data;
-  j.sx = sx_data;
+  const auto [xu, sx] =
+      QuantizeActivationRows<uint8_t>(x, m, k, kp, [k, kp](const float* row, uint8_t* out) {
+        return QuantizeRowU8(row, k, kp, out);
+      });
+  const int64_t threads = threads::NumThreads();
+  j.x = xu;
+  j.sx = sx;
   j.m = m;
   j.q = static_cast<const int8_t*>(w.data);
   j.n = w.n;
