@@ -13,11 +13,11 @@
 namespace latent::kernels {
 
 // x [m, k] quantized row by row into this thread's buffers, returned as {q [m, kp], scales [m]}
-// (valid until its next call of the same kernel): scales[i] = quantize_row(x + i * k, q + i * kp),
-// which writes the row's kp values. On the thread pool, in chunks of about 16 Ki values, when the
-// call holds at least 64 Ki of them, else on the caller; denormals flushed on the caller as on the
-// pool's threads, so a tiny row's scale never depends on the batch. A row's result depends on
-// that row alone.
+// (valid until this thread's next call of the same kernel): scales[i] = quantize_row(x + i * k,
+// q + i * kp), which writes the row's kp values. On the thread pool, in chunks of about 16 Ki
+// values, when the call holds at least 64 Ki of them, else on the caller; denormals flushed on
+// the caller as on the pool's threads, so a tiny row's scale never depends on the batch. A row's
+// result depends on that row alone.
 template <class T, class F>
 std::pair<const T*, const float*> QuantizeActivationRows(const float* x, int64_t m, int64_t k,
                                                          int64_t kp, F&& quantize_row) {

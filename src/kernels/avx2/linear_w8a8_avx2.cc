@@ -99,7 +99,7 @@ inline void Dot32(__m256i& acc, __m256i abs_q, const int8_t* q, __m256i x, __m25
       "vpmaddwd %[ones], %[t], %[t]\n\t"     // adjacent int16 pairs summed into int32
       "vpaddd %[t], %[acc], %[acc]"
       : [acc] "+x"(acc), [t] "=&x"(t)
-      : [q] "m"(*reinterpret_cast<const __m256i*>(q)), [x] "x"(x), [abs_q] "x"(abs_q),
+      : [q] "m"(*reinterpret_cast<const __m256i_u*>(q)), [x] "x"(x), [abs_q] "x"(abs_q),
         [ones] "x"(ones));
 }
 
