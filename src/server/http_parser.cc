@@ -225,7 +225,13 @@ HttpRequestParser::Result HttpRequestParser::ParseHead(std::string_view head) {
     if (!std::all_of(name.begin(), name.end(), IsTokenChar)) {
       return Fail(400, "malformed HTTP request");  // Also obsolete line folding.
     }
-    request_.headers.emplace_back(Lower(name), std::string(Trim(line.substr(colon + 1))));
+    const std::string_view value = Trim(line.substr(colon + 1));
+    // RFC 9110 section 5.5: a field value holding NUL or CR (or LF: already a line end) must be
+    // refused; passed on, a NUL would cut the value short wherever it is read as a C string.
+    if (value.find_first_of(std::string_view("\0\r", 2)) != std::string_view::npos) {
+      return Fail(400, "malformed HTTP request (NUL or CR in a header value)");
+    }
+    request_.headers.emplace_back(Lower(name), std::string(value));
   }
 
   for (const auto& [name, value] : request_.headers) {

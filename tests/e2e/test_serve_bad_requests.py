@@ -194,6 +194,17 @@ def test_body_over_the_limit(server):
     assert server.request("GET", "/health")[0] == 200
 
 
+def test_nul_in_a_header_value(server):
+    """RFC 9110 5.5: a NUL in a field value is refused (400) before the body is read; the server
+    goes on serving."""
+    sock = socket.create_connection((HOST, server.port), timeout=30)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\n\r\n")
+    reply = read_until(sock, b"\r\n\r\n")
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert server.request("GET", "/health")[0] == 200
+
+
 def test_post_without_length(server):
     sock = socket.create_connection((HOST, server.port), timeout=30)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -164,6 +164,8 @@ TEST(HttpParserTest, Limits) {
       {"G@T / HTTP/1.1\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nNo colon\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400},
+      {std::string("GET / HTTP/1.1\r\nX: a\0b\r\n\r\n", 26), 400},  // NUL in a value
+      {"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", 400},                       // bare CR in a value
       {"POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400},
       {"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
       {"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
