@@ -125,7 +125,7 @@ struct Prefetch {
 // whose step s starts at rows[b] + s * step_bytes (acc[a][b]'s 8 lanes; their sum is the dot).
 // The accumulators are named registers, not an array: GCC kept a 4 x 2 array of them on the
 // stack, loaded and stored at every step.
-template <int MT, int NT>
+template <int MT, int NT, bool kPrefetches>
 inline __attribute__((always_inline)) void DotSteps(const int8_t* const* xs, int64_t c0,
                                                     const int8_t* const* rows, int64_t step_bytes,
                                                     int64_t steps, const Prefetch& pf,
@@ -144,7 +144,7 @@ inline __attribute__((always_inline)) void DotSteps(const int8_t* const* xs, int
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t offset = s * step_bytes;
     for (const int64_t ahead : {pf.lead, pf.next}) {
-      if (ahead == 0) continue;
+      if (!kPrefetches || ahead == 0) continue;
       if (pf.lines == 0) {
         for (int b = 0; b < NT; ++b)
           _mm_prefetch(reinterpret_cast<const char*>(rows[b] + offset + ahead), _MM_HINT_T0);
@@ -198,14 +198,18 @@ void Tile(const Job& j, int64_t m0, int64_t n0, bool lead, bool next) {
   for (int a = 0; a < MT; ++a)
     for (int b = 0; b < NT; ++b) acc[a][b] = _mm256_setzero_si256();
   const int64_t steps = j.packed ? j.kp / kStep : j.k / kStep;  // whole steps in memory
-  DotSteps<MT, NT>(xs, 0, rows, j.StepBytes(), steps, pf, acc);
+  if (lead || next) {
+    DotSteps<MT, NT, true>(xs, 0, rows, j.StepBytes(), steps, pf, acc);
+  } else {  // a batch's M-tile after the block's first: its weights are in L1
+    DotSteps<MT, NT, false>(xs, 0, rows, j.StepBytes(), steps, pf, acc);
+  }
   if (steps * kStep < j.k) {  // row-major's tail: copied with zeros past k (never read past rows)
     alignas(32) int8_t tail[NT][kStep] = {};
     const int64_t c = steps * kStep;
     for (int b = 0; b < NT; ++b) std::memcpy(tail[b], rows[b] + c, static_cast<size_t>(j.k - c));
     const int8_t* tails[NT];
     for (int b = 0; b < NT; ++b) tails[b] = tail[b];
-    DotSteps<MT, NT>(xs, c, tails, 0, 1, Prefetch{0, 0, 0}, acc);
+    DotSteps<MT, NT, false>(xs, c, tails, 0, 1, Prefetch{0, 0, 0}, acc);
   }
   for (int b = 0; b < NT; ++b) {
     const int64_t col = n0 + b - j.row0;
