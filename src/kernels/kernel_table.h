@@ -69,6 +69,31 @@ struct KernelTable {
   void (*pack)(const WeightRef& w, void* out) = nullptr;
 };
 
+// Makes t pack the weights for which Fits(w) holds with Pack (Bytes(w) bytes), keeping t's packing
+// for every other weight: packings chain, one kind of weight each (the fp8 tile layout,
+// tile_pack.h; the AVX2 W8A8 blocks, avx2/linear_w8a8_avx2.cc). The previous entries live in
+// statics, one pair per instantiation, as KernelTable holds plain function pointers: kSlot tells
+// apart tables that add the same packing.
+template <bool (*Fits)(const WeightRef&), int64_t (*Bytes)(const WeightRef&),
+          void (*Pack)(const WeightRef&, void*), int kSlot = 0>
+void AddPacking(KernelTable& t) {
+  static int64_t (*other_bytes)(const WeightRef&) = nullptr;
+  static void (*other_pack)(const WeightRef&, void*) = nullptr;
+  other_bytes = t.packed_bytes;
+  other_pack = t.pack;
+  t.packed_bytes = [](const WeightRef& w) -> int64_t {
+    if (Fits(w)) return Bytes(w);
+    return other_bytes != nullptr ? other_bytes(w) : 0;
+  };
+  t.pack = [](const WeightRef& w, void* out) {
+    if (Fits(w)) {
+      Pack(w, out);
+    } else {
+      other_pack(w, out);
+    }
+  };
+}
+
 // The scalar reference kernels.
 const KernelTable& RefKernels();
 // The AVX-512 kernels (F, BW, VL, DQ; plus VNNI for W8A8 and BF16's vdpbf16ps for bf16 compute

@@ -187,14 +187,8 @@ template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y
           void (*Pack)(const WeightRef& w, void* out), int kSlot>
 void UseFp8PackedLinear(KernelTable& t) {
   using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
-  using BytesFn = int64_t (*)(const WeightRef&);
-  using PackFn = void (*)(const WeightRef&, void*);
-  static LinearFn other_linear = nullptr;  // t's entries before this call
-  static BytesFn other_bytes = nullptr;
-  static PackFn other_pack = nullptr;
+  static LinearFn other_linear = nullptr;  // t's linear before this call
   other_linear = t.linear;
-  other_bytes = t.packed_bytes;
-  other_pack = t.pack;
   t.linear = [](const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
     if (ReadsFp8TilePacked(w)) {
       Packed(x, m, w, y);
@@ -202,17 +196,7 @@ void UseFp8PackedLinear(KernelTable& t) {
       other_linear(x, m, w, y, scratch);
     }
   };
-  t.packed_bytes = [](const WeightRef& w) -> int64_t {
-    if (Fp8PacksFit(w)) return Fp8TilePackedBytes(w);
-    return other_bytes != nullptr ? other_bytes(w) : 0;
-  };
-  t.pack = [](const WeightRef& w, void* out) {
-    if (Fp8PacksFit(w)) {
-      Pack(w, out);
-    } else {
-      other_pack(w, out);
-    }
-  };
+  AddPacking<Fp8PacksFit, Fp8TilePackedBytes, Pack, kSlot>(t);
 }
 
 }  // namespace latent::kernels

@@ -291,13 +291,8 @@ float QuantizeRow(const float* x, int64_t k, int64_t kp, int8_t* out) {
 
 int64_t PackedBlockBytes(int64_t k) { return (k + kStep - 1) / kStep * kBlockRows * kStep; }
 
-// The table's pack entries before FillW8A8Packing (for every weight but W8A8).
-decltype(KernelTable::packed_bytes) g_other_packed_bytes = nullptr;
-decltype(KernelTable::pack) g_other_pack = nullptr;
-
 int64_t PackedBytes(const WeightRef& w) {
-  if (IsW8A8(w)) return (w.n + kBlockRows - 1) / kBlockRows * PackedBlockBytes(w.k);
-  return g_other_packed_bytes != nullptr ? g_other_packed_bytes(w) : 0;
+  return (w.n + kBlockRows - 1) / kBlockRows * PackedBlockBytes(w.k);
 }
 
 }  // namespace
@@ -321,18 +316,7 @@ void W8A8Pack(const WeightRef& w, void* out) {
   });
 }
 
-void FillW8A8Packing(KernelTable& table) {
-  g_other_packed_bytes = table.packed_bytes;
-  g_other_pack = table.pack;
-  table.packed_bytes = PackedBytes;
-  table.pack = [](const WeightRef& w, void* out) {
-    if (IsW8A8(w)) {
-      W8A8Pack(w, out);
-    } else {
-      g_other_pack(w, out);
-    }
-  };
-}
+void FillW8A8Packing(KernelTable& table) { AddPacking<IsW8A8, PackedBytes, W8A8Pack>(table); }
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
