@@ -179,12 +179,14 @@ void UseTilePackedLinear(KernelTable& t) {
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it
-// reads packed (ReadsFp8TilePacked), and t's packing the fp8 tile layout for the fp8 weights that
-// fit (Fp8PacksFit), written by `Pack` (Fp8TilePack or a vector version of it); every other
-// weight keeps t's linear and packing as they were. kSlot tells the tables that use it apart (the
-// fallbacks live in statics, one set per instantiation).
+// reads packed (ReadsFp8TilePacked), and t's packing for the fp8 weights that fit (Fp8PacksFit):
+// `Bytes` bytes written by `Pack` (the fp8 tile layout: Fp8TilePackedBytes and Fp8TilePack or a
+// vector version of it; the AVX2 kernel's own layout); every other weight keeps t's linear and
+// packing as they were. kSlot tells the tables that use it apart (the fallbacks live in statics,
+// one set per instantiation).
 template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y),
-          void (*Pack)(const WeightRef& w, void* out), int kSlot>
+          int64_t (*Bytes)(const WeightRef& w), void (*Pack)(const WeightRef& w, void* out),
+          int kSlot>
 void UseFp8PackedLinear(KernelTable& t) {
   using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
   static LinearFn other_linear = nullptr;  // t's linear before this call
@@ -196,7 +198,7 @@ void UseFp8PackedLinear(KernelTable& t) {
       other_linear(x, m, w, y, scratch);
     }
   };
-  AddPacking<Fp8PacksFit, Fp8TilePackedBytes, Pack, kSlot>(t);
+  AddPacking<Fp8PacksFit, Bytes, Pack, kSlot>(t);
 }
 
 }  // namespace latent::kernels

@@ -112,13 +112,16 @@ TEST_P(Fp8PackedLinear, PacksFp8ComputeWeightsWhoseBlocksHoldWholePairs) {
   w.block_k = 128;
   EXPECT_EQ(table.packed_bytes(w), 0) << "fp8 weights under f32 compute read as stored";
   w.bf16_activations = true;
-  EXPECT_EQ(table.packed_bytes(w), 2 * 2 * kPackFp8TileBytes);  // 2 blocks x 2 k tiles
+  // 2 blocks x 2 k tiles; the AVX2 layout: 2 blocks of a 32-byte header and 64 k x 16 codes.
+  const int64_t bytes =
+      &table == Avx2PackedKernels() ? 2 * (32 + 64 * kPackRows) : 2 * 2 * kPackFp8TileBytes;
+  EXPECT_EQ(table.packed_bytes(w), bytes);
   w.block_k = 15;  // a scale block ending mid-pair
   EXPECT_EQ(table.packed_bytes(w), 0);
   w.block_k = 6;  // ... or after an odd number of pairs
   EXPECT_EQ(table.packed_bytes(w), 0);
   w.scale = nullptr;  // unscaled fp8
-  EXPECT_EQ(table.packed_bytes(w), 2 * 2 * kPackFp8TileBytes);
+  EXPECT_EQ(table.packed_bytes(w), bytes);
 }
 
 TEST_P(Fp8PackedLinear, MatchesRefWithinSummationBound) {
@@ -158,15 +161,59 @@ TEST_P(Fp8PackedLinear, WidensEveryCodeExactly) {
   const float scale = 0.25f;
   for (int i = 0; i < 2; ++i) std::memcpy(w.scales.data() + 4 * i, &scale, 4);
   w.packed = PackForLinear(table, w.ref);
-  std::vector<float> x(kK, 0.0f);
-  x[5] = 1.0f;
-  const std::vector<float> y = RunLinear(table, x, 1, w.ref);
-  for (int64_t r = 0; r < kN; ++r) {
-    const float expected = F8E4M3ToF32(static_cast<uint8_t>(r)) * scale;
-    if (std::isnan(expected)) {
-      EXPECT_TRUE(std::isnan(y[r])) << "code " << r;  // 0x7f, 0xff: NaN stays NaN
-    } else {
-      EXPECT_EQ(y[r], expected) << "code " << r;
+  // Decode tiles (1, 3 rows), a staged batch (5) and row tiles (30): each row the one-hot x.
+  for (int64_t m : {1, 3, 5, 30}) {
+    std::vector<float> x(m * kK, 0.0f);
+    for (int64_t i = 0; i < m; ++i) x[i * kK + 5] = 1.0f;
+    const std::vector<float> y = RunLinear(table, x, m, w.ref);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < kN; ++r) {
+        const float expected = F8E4M3ToF32(static_cast<uint8_t>(r)) * scale;
+        const float got = y[i * kN + r];
+        if (std::isnan(expected)) {
+          EXPECT_TRUE(std::isnan(got)) << "code " << r << ", m " << m;  // 0x7f, 0xff: NaN
+        } else {
+          EXPECT_EQ(got, expected) << "code " << r << ", m " << m << ", row " << i;
+        }
+      }
+    }
+  }
+}
+
+// A NaN code makes every output of its row NaN, as the reference's sum is, also where the
+// activation at its column is zero (0 x NaN), on every path (decode tiles, staged, row tiles);
+// the other rows keep the bits they have with that code at zero.
+TEST_P(Fp8PackedLinear, ANanCodeMakesItsRowNanAndLeavesTheOthers) {
+  LATENT_REQUIRE_TABLE(table);
+  std::mt19937 rng(13);
+  constexpr int64_t kN = 40, kK = 300;
+  Fp8Weight clean = MakeFp8Weight(table, rng, kN, kK, 128, 128);
+  Fp8Weight with_nan;
+  with_nan.bytes = clean.bytes;
+  with_nan.ref = clean.ref;
+  with_nan.ref.data = with_nan.bytes.data() + 1;
+  const int64_t nan_at[][2] = {{3, 250}, {20, 0}, {39, 299}};  // (row, column)
+  for (const auto& [r, c] : nan_at) {
+    clean.bytes[1 + r * kK + c] = 0;
+    with_nan.bytes[1 + r * kK + c] = r % 2 == 0 ? 0xff : 0x7f;
+  }
+  clean.packed = PackForLinear(table, clean.ref);
+  with_nan.packed = PackForLinear(table, with_nan.ref);
+  for (int64_t m : {1, 4, 7, 30}) {
+    std::vector<float> x = RandomFloats(rng, m * kK, -2.0f, 2.0f);
+    for (int64_t i = 0; i < m; ++i) x[i * kK + 250] = 0.0f;
+    const std::vector<float> want = RunLinear(table, x, m, clean.ref);
+    const std::vector<float> got = RunLinear(table, x, m, with_nan.ref);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t r = 0; r < kN; ++r) {
+        const float g = got[i * kN + r];
+        if (r == 3 || r == 20 || r == 39) {
+          EXPECT_TRUE(std::isnan(g)) << "row " << r << ", m " << m;
+        } else {
+          EXPECT_EQ(std::memcmp(&g, &want[i * kN + r], sizeof(g)), 0)
+              << "row " << r << ", m " << m;
+        }
+      }
     }
   }
 }

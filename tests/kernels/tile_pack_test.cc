@@ -2,7 +2,8 @@
 // and tiles, and the ends of n and k (zeros past them), including an odd k (a half pair). Each
 // packer this CPU runs is checked: the plain C++ reference (TilePack, Fp8TilePack) and the `pack`
 // of every kernel table that packs (the AVX-512 version in the packed and AMX tables, the AVX2 one
-// in the AVX2 packed table).
+// in the AVX2 packed table). The AVX2 table packs fp8 weights in a layout of its own
+// (avx2::Fp8Avx2Pack), checked against its own description.
 #include "kernels/tile_pack.h"
 
 #include <gtest/gtest.h>
@@ -22,13 +23,15 @@ namespace {
 
 using PackFn = void (*)(const WeightRef& w, void* out);
 
-// (name, packer) for the reference and for each table on this CPU that packs.
+// (name, packer) for the reference and for each table on this CPU that packs in its layout (the
+// AVX2 packed table: for bf16 weights only).
 std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference) {
   std::vector<std::pair<std::string, PackFn>> packers = {{"reference", reference}};
+  const bool fp8 = reference == Fp8TilePack;
   const std::pair<const char*, const KernelTable*> tables[] = {
       {"packed table", Bf16PackedKernels()},
       {"amx table", AmxKernels()},
-      {"avx2 packed table", Avx2PackedKernels()}};
+      {"avx2 packed table", fp8 ? nullptr : Avx2PackedKernels()}};
   for (const auto& [name, table] : tables) {
     if (table != nullptr && table->pack != nullptr) packers.emplace_back(name, table->pack);
   }
@@ -106,6 +109,47 @@ TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
       pack(ref, got.data());
       EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
     }
+  }
+}
+
+// The AVX2 table's fp8 layout: per block of 16 rows a 32-byte header (bit r of its first uint16:
+// row r holds a NaN code, 0x7f or 0xff) and then [kp][16 rows] codes, zero past n and k. Shapes
+// with whole 16 x 16 squares (the transposing path) and without (the code-by-code one).
+TEST(TilePack, Avx2WritesItsFp8LayoutWithTheNanRows) {
+  const KernelTable* table = Avx2PackedKernels();
+  if (table == nullptr) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> bits(0, 0xff);
+  const int64_t shapes[][2] = {{16, 32},  {48, 1024}, {17, 33}, {5, 7},  {100, 31},
+                               {1, 1},    {40, 4113}, {16, 2},  {3, 63}, {33, 96},
+                               {32, 160}, {16, 48}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    const int64_t kp = (k + kPackK - 1) / kPackK * kPackK, blocks = (n + kPackRows - 1) / kPackRows;
+    const int64_t block_bytes = 32 + kp * kPackRows;
+    std::vector<uint8_t> w(n * k + 1);
+    for (uint8_t& v : w) {
+      v = static_cast<uint8_t>(bits(rng));
+      if ((v & 0x7f) == 0x7f) v ^= 1;  // NaN codes only where placed below
+    }
+    // A NaN code in every third row, at a column that moves along k (both signs).
+    for (int64_t r = 0; r < n; r += 3) w[1 + r * k + (r * 7) % k] = r % 2 == 0 ? 0x7f : 0xff;
+    std::vector<uint8_t> expected(blocks * block_bytes, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      uint8_t* block = expected.data() + r / kPackRows * block_bytes;
+      if (r % 3 == 0) block[(r % kPackRows) / 8] |= static_cast<uint8_t>(1 << (r % 8));
+      for (int64_t c = 0; c < k; ++c) block[32 + c * kPackRows + r % kPackRows] = w[1 + r * k + c];
+    }
+    float scale = 1.0f;
+    WeightRef ref{w.data() + 1, DType::kF8E4M3, n, k};
+    ref.scale = &scale;
+    ref.block_n = 128;
+    ref.block_k = 128;
+    ref.bf16_activations = true;
+    ASSERT_EQ(table->packed_bytes(ref), static_cast<int64_t>(expected.size()));
+    std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
+    table->pack(ref, got.data());
+    EXPECT_EQ(got, expected) << "n " << n << " k " << k;
   }
 }
 

@@ -13,10 +13,16 @@ void FillLinearKernels(KernelTable& table);
 // linear over bf16 weights under bf16 compute on the tile-packed copy (packed_bytes, pack); every
 // other weight keeps the table's linear. After FillLinearKernels.
 void FillBf16PackedLinear(KernelTable& table);
-// linear over fp8 weights with block scales under bf16 compute on the tile-packed codes (their
-// packed_bytes and pack: Fp8TilePack); the other weights keep the table's entries. After
-// FillBf16PackedLinear.
+// linear over fp8 weights with block scales under bf16 compute on a packed copy of the codes
+// (their packed_bytes and pack: Fp8Avx2PackedBytes, Fp8Avx2Pack); the other weights keep the
+// table's entries. After FillBf16PackedLinear.
 void FillFp8PackedLinear(KernelTable& table);
+// The AVX2 fp8 kernel's layout (linear_fp8_packed_avx2.cc), for the fp8 weights that fit
+// (Fp8PacksFit; else 0 bytes): per block of 16 rows a 32-byte header (uint16 at byte 0: bit i set
+// when row i holds a NaN code; the rest zero), then the codes [kp][16 rows], k rounded up to 32,
+// zero past n and k.
+int64_t Fp8Avx2PackedBytes(const WeightRef& w);
+void Fp8Avx2Pack(const WeightRef& w, void* out);
 // Packs a bf16 weight in kernels/tile_pack.h's layout: the same bytes as TilePack (the table's
 // `pack` after FillBf16PackedLinear).
 void TilePackAvx2(const WeightRef& w, void* out);

@@ -1,33 +1,42 @@
 // Linear over fp8 e4m3 weights with block scales (DeepSeek V3's and Kimi K2's checkpoints) under
-// bf16 compute on AVX2 FMAs over the tile-packed copy of the codes (kernels/tile_pack.h's fp8
-// layout, one byte per weight): the fp8 kernel of the AVX2 packed table. The row-major AVX2 fp8
+// bf16 compute on AVX2 FMAs over a packed copy of the codes in a layout of this kernel's own (one
+// byte per weight; Fp8Avx2Pack): the fp8 kernel of the AVX2 packed table. The row-major AVX2 fp8
 // linear (linear_avx2.cc) widens 8 codes of one row at a time and reduces each row at the end.
+//
+//   packed [ceil(n / 16) blocks] { header [32 bytes]; codes [kp][16 rows] }
+//
+// Each block holds 16 weight rows over all of k (rounded up to 32, zero past k and n), one k's 16
+// codes a 16-byte line, so a load and a sign extension put them in widening order. The header's
+// first uint16 has bit i set when row i holds a NaN code (see WidenK).
 //
 // As in avx512/linear_fp8_packed.cc, the block scale applies to partial sums:
 //
-//   y[m, r] = sum over segments g of s(r, g) * (sum over pairs p in g of bf16(x)[m, p] . w[r, p])
+//   y[m, r] = sum over segments g of s(r, g) * (sum over k in g of bf16(x)[m, k] . w[r, k])
 //
 // A segment is at most kSegmentPairs k-pairs inside one scale block. Each segment's sum is one f32
-// FMA chain from zero over its pairs (k, then k + 1), then acc = fma(sum, 2^8 s, acc) in segment
-// order: the same operations for every M, register tile and thread split (batch invariant).
+// FMA chain from zero over its k in order, then acc = fma(sum, 2^8 s, acc) in segment order: the
+// same operations for every M, register tile and thread split (batch invariant).
 //
 // Widening: a code's sign and 7 magnitude bits, shifted into an f16's, are the f16 of the code's
-// value times 2^-8, exactly (subnormals included; the code for NaN gets a NaN's exponent), and
-// vcvtph2ps makes it an f32; hence the 2^8 on the scale. Each 32 bytes of the packed codes (8 rows'
-// two k-pairs, interleaved as tile_pack.h says) become 4 x 8 f32 with one byte shuffle, one dword
-// permute and two widenings. Per segment and column block the widened values go to a stage
-// ([128 k][16 rows] f32: 8 KiB, L1) that every register tile of up to 6 rows then reads
-// (staged_tile_avx2.h; batches of 24 rows or more read their activations in row tiles); decode
-// (1-2 rows) widens in registers instead, with the same products in the same order.
+// value times 2^-8, exactly (subnormals included), and vcvtph2ps makes it an f32; hence the 2^8
+// on the scale. Per segment and column block the widened values go to a stage ([128 k][16 rows]
+// f32: 8 KiB, L1) that every register tile of up to 6 rows then reads (staged_tile_avx2.h;
+// batches of 24 rows or more read their activations in row tiles); decode (1-4 rows) widens in
+// registers instead, with the same products in the same order.
 //
 // bench/kernels, 2-core Zen 3, n 10944 x k 2048 fp8 (128 x 128 scales) under bf16 compute, 2
 // threads, against the row-major kernel: m = 64 53-56 -> 107-126 GFLOP/s, m = 512 56-65 -> 105-112,
 // m = 6 41-48 -> 49-60, m = 1 5-9 -> 6-7 GB/s of codes (widening-bound either way). The 6-row
 // staged tile and row tiles after the 4-row tile over rows, n 16384 x k 2048: m = 6 64 -> 78,
-// m = 16 105 -> 112, m = 64 139 -> 161, m = 512 136 -> 167.
+// m = 16 105 -> 112, m = 64 139 -> 161, m = 512 136 -> 167. This layout (one k's 16 codes per
+// line: no byte shuffles; the NaN rows from the header, not a compare per code), named decode
+// accumulators, one division per block's scales and decode tiles up to 4 rows, n 4096 x k 2048:
+// m = 1 9.7 -> 19.4-19.9 GB/s of codes, m = 4 5.5 -> 11.6-12.2, m = 64 146 -> 144-166 GFLOP/s,
+// m = 512 141 -> 147-168.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/avx2/avx2_kernels.h"
@@ -44,69 +53,85 @@ LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 namespace {
 
-constexpr int kDirectRows = 2;          // decode: at most this many rows, no stage
+constexpr int kDirectRows = 4;         // decode: at most this many rows, no stage
 constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: DeepSeek's block)
-constexpr int64_t kLineBytes = 32;      // one k-pair of 16 rows: 32 codes
+constexpr int64_t kHeaderBytes = 32;    // a block's NaN-row mask, padded to keep codes aligned
 
 using Fp8Job = Fp8PackedCall<float>;
 
-// 16 codes (sign-extended to words) -> their values times 2^-8 as f16 bits: sign to bit 15,
-// exponent and mantissa to bits 13..7; the NaN code (magnitude 0x7f) gets exponent 31.
-inline __m256i Fp8ToHalf(__m128i codes) {
-  const __m256i w = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
-                                     _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
-  const __m256i magnitude = _mm256_set1_epi16(0x3F80);
-  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, magnitude), magnitude);
-  return _mm256_or_si256(w, _mm256_and_si256(nan, _mm256_set1_epi16(0x7E00)));
+// Bytes of one packed block: the header, then [kp][16] codes (kp: k rounded up to 32, as the
+// rounded activation rows are).
+int64_t BlockBytes(int64_t k) {
+  return kHeaderBytes + (k + kPackK - 1) / kPackK * kPackK * kPackRows;
 }
 
-// The 32 bytes of packed codes at `codes` (rows 8 g .. 8 g + 7 of two k-pairs, interleaved as
-// tile_pack.h says: inside each 16 bytes, 4 rows, bytes 0-7 the first pair's (k, k + 1) codes
-// and bytes 8-15 the second's) as f32 values times 2^-8: the first pair's k and k + 1 values,
-// then the second's, 8 rows each.
-inline void WidenLines(const uint8_t* codes, __m256& k0, __m256& k1, __m256& k2, __m256& k3) {
-  // Per 16 bytes: [pair 0 k, pair 0 k + 1, pair 1 k, pair 1 k + 1], 4 rows each; then the two
-  // 4-row halves side by side (8 bytes = 8 rows of one pair and parity).
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
-                                         0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
-  const __m256i join = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
-  v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, split), join);
-  const __m256i pair0 = Fp8ToHalf(_mm256_castsi256_si128(v));
-  const __m256i pair1 = Fp8ToHalf(_mm256_extracti128_si256(v, 1));
-  k0 = _mm256_cvtph_ps(_mm256_castsi256_si128(pair0));
-  k1 = _mm256_cvtph_ps(_mm256_extracti128_si256(pair0, 1));
-  k2 = _mm256_cvtph_ps(_mm256_castsi256_si128(pair1));
-  k3 = _mm256_cvtph_ps(_mm256_extracti128_si256(pair1, 1));
+// The job for w's packed copy in this file's layout (MakeFp8PackedCall assumes the tile one).
+Fp8Job MakeJob(const WeightRef& w, int64_t m, float* y) {
+  Fp8Job j = MakeFp8PackedCall<float>(w, m, y);
+  j.block_bytes = BlockBytes(w.k);
+  return j;
 }
 
-// Widens k-pairs [p0, p1) (p0 and p1 even) of column block b into stage [2 (p1 - p0)][16] (k,
-// rows: staged_tile_avx2.h). Each 64 bytes of codes hold two pairs (4 values of k), the first 32
-// bytes rows 0-7 and the next rows 8-15.
+const uint8_t* BlockCodes(const Fp8Job& j, int64_t b) {
+  return j.packed + b * j.block_bytes + kHeaderBytes;
+}
+
+// The 16 codes of one k (a block's rows 0-15) as f32 values times 2^-8: rows 0-7 and 8-15.
+// Each code's sign and 7 magnitude bits, shifted into an f16's sign and bits 13..7, are the f16
+// of the code's value times 2^-8, exactly (subnormals included), and vcvtph2ps makes it an f32.
+// The NaN code (magnitude 0x7f) comes out as 480 * 2^-8: its rows get a NaN scale instead
+// (BlockScales), which makes every output of such a row NaN, as the reference's sum is.
+inline __attribute__((always_inline)) void WidenK(const uint8_t* codes, __m256& rows0,
+                                                  __m256& rows1) {
+  const __m128i line = _mm_load_si128(reinterpret_cast<const __m128i*>(codes));
+  const __m256i words = _mm256_cvtepi8_epi16(line);
+  const __m256i half = _mm256_and_si256(_mm256_slli_epi16(words, 7),
+                                        _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+  rows0 = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
+  rows1 = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
+}
+
+// Widens k-pairs [p0, p1) of column block b into stage [2 (p1 - p0)][16] (k, rows:
+// staged_tile_avx2.h).
 void StageSegment(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, float* stage) {
-  const uint8_t* block = j.packed + b * j.block_bytes;
-  for (int64_t p = p0; p < p1; p += 2) {
-    float* out = stage + 2 * (p - p0) * kPackRows;  // k = 2 p, 2 p + 1, 2 p + 2, 2 p + 3
-    for (int g = 0; g < 2; ++g) {                   // rows 8 g .. 8 g + 7
-      __m256 k0, k1, k2, k3;
-      WidenLines(block + p * kLineBytes + 32 * g, k0, k1, k2, k3);
-      _mm256_store_ps(out + 8 * g, k0);
-      _mm256_store_ps(out + kPackRows + 8 * g, k1);
-      _mm256_store_ps(out + 2 * kPackRows + 8 * g, k2);
-      _mm256_store_ps(out + 3 * kPackRows + 8 * g, k3);
-    }
+  const uint8_t* codes = BlockCodes(j, b);
+  for (int64_t k = 2 * p0; k < 2 * p1; ++k) {
+    __m256 rows0, rows1;
+    WidenK(codes + k * kPackRows, rows0, rows1);
+    _mm256_store_ps(stage + (k - 2 * p0) * kPackRows, rows0);
+    _mm256_store_ps(stage + (k - 2 * p0) * kPackRows + 8, rows1);
   }
 }
 
 // The scales (times 2^8) of column block b's 16 packed rows for the k block holding pair p0, as
-// two vectors of 8 rows; rows outside the view get 0 (their outputs are never copied out).
+// two vectors of 8 rows; rows outside the view get 0 (their outputs are never copied out), rows
+// holding a NaN code NaN. Decode calls it once per segment and block, so the common case (16 rows
+// of the view under one scale, no NaN) takes one division, not 16.
 void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
-  alignas(32) float s[kPackRows];
+  uint16_t nan_rows;
+  std::memcpy(&nan_rows, j.packed + b * j.block_bytes, sizeof(nan_rows));
   const int64_t kb = j.scale != nullptr ? 2 * p0 / j.block_k : 0;
+  const int64_t first = b * kPackRows - j.row0;  // the view's row of the block's row 0
+  const bool inside = first >= 0 && first + kPackRows <= j.n;
+  if (inside && nan_rows == 0) {
+    if (j.scale == nullptr) {
+      scales[0] = scales[1] = _mm256_set1_ps(kF8Unscale);
+      return;
+    }
+    const int64_t scale_row = (j.scale_row0 + first) / j.block_n;
+    if (scale_row == (j.scale_row0 + first + kPackRows - 1) / j.block_n) {
+      const float s = LoadAsF32(j.scale, j.scale_dtype, scale_row * j.scale_cols + kb);
+      scales[0] = scales[1] = _mm256_set1_ps(s * kF8Unscale);
+      return;
+    }
+  }
+  alignas(32) float s[kPackRows];
   for (int64_t i = 0; i < kPackRows; ++i) {
-    const int64_t row = b * kPackRows + i - j.row0;  // the view's row
+    const int64_t row = first + i;  // the view's row
     if (row < 0 || row >= j.n) {
       s[i] = 0.0f;
+    } else if ((nan_rows >> i) & 1) {
+      s[i] = std::numeric_limits<float>::quiet_NaN();
     } else if (j.scale == nullptr) {
       s[i] = kF8Unscale;
     } else {
@@ -137,47 +162,73 @@ void Tile(const Fp8Job& j, int64_t m0, const float* stage, int64_t p0, int64_t p
   }
 }
 
-// The same sums as Tile for all MR (<= 2) activation rows and NB column blocks from b, widening
-// the codes in registers as it reads them (decode: a stage's store and reload would cost more than
-// the few rows' products): per accumulator the same products in the same order, so the same bits.
+// The same sums as Tile for all MR (<= 4) activation rows and NB (<= 4) column blocks from b,
+// widening the codes in registers as it reads them (decode: a stage's store and reload would cost
+// more than the few rows' products): per accumulator the same products in the same order, so the
+// same bits. The accumulators are named registers (GCC stored an array of them to the stack on
+// every k).
 template <int MR, int NB>
 void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256 (*scales)[2],
                 bool first, float* acc, int64_t ld) {
-  __m256 c[MR][NB][2];
-  for (int r = 0; r < MR; ++r) {
-    for (int s = 0; s < NB; ++s) c[r][s][0] = c[r][s][1] = _mm256_setzero_ps();
-  }
-  for (int64_t p = p0; p < p1; p += 2) {
-    for (int s = 0; s < NB; ++s) {
-      const uint8_t* codes = j.packed + (b + s) * j.block_bytes + p * kLineBytes;
-      for (int g = 0; g < 2; ++g) {
-        __m256 k0, k1, k2, k3;
-        WidenLines(codes + 32 * g, k0, k1, k2, k3);
-        for (int r = 0; r < MR; ++r) {
-          const float* x = j.x + r * j.kp + 2 * p;
-          __m256 v = _mm256_fmadd_ps(_mm256_broadcast_ss(x), k0, c[r][s][g]);
-          v = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 1), k1, v);
-          v = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 2), k2, v);
-          c[r][s][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 3), k3, v);
-        }
-      }
+  static_assert(MR >= 1 && MR <= 4 && NB >= 1 && NB <= 4);
+  const uint8_t* codes[NB];
+  for (int s = 0; s < NB; ++s) codes[s] = BlockCodes(j, b + s);
+  const float* x = j.x;  // [MR][kp]
+  const int64_t kp = j.kp;
+  // clang-format off
+#define LATENT_DIRECT_ACC(r, s) \
+  __m256 c##r##s##0 = _mm256_setzero_ps(), c##r##s##1 = _mm256_setzero_ps();
+  LATENT_DIRECT_ACC(0, 0) LATENT_DIRECT_ACC(0, 1) LATENT_DIRECT_ACC(0, 2) LATENT_DIRECT_ACC(0, 3)
+  LATENT_DIRECT_ACC(1, 0) LATENT_DIRECT_ACC(1, 1) LATENT_DIRECT_ACC(1, 2) LATENT_DIRECT_ACC(1, 3)
+  LATENT_DIRECT_ACC(2, 0) LATENT_DIRECT_ACC(2, 1) LATENT_DIRECT_ACC(2, 2) LATENT_DIRECT_ACC(2, 3)
+  LATENT_DIRECT_ACC(3, 0) LATENT_DIRECT_ACC(3, 1) LATENT_DIRECT_ACC(3, 2) LATENT_DIRECT_ACC(3, 3)
+#undef LATENT_DIRECT_ACC
+  for (int64_t k = 2 * p0; k < 2 * p1; ++k) {
+    const __m256 x0 = _mm256_broadcast_ss(x + k);
+    const __m256 x1 = MR > 1 ? _mm256_broadcast_ss(x + kp + k) : x0;
+    const __m256 x2 = MR > 2 ? _mm256_broadcast_ss(x + 2 * kp + k) : x0;
+    const __m256 x3 = MR > 3 ? _mm256_broadcast_ss(x + 3 * kp + k) : x0;
+#define LATENT_DIRECT_ROW(r, s)                                 \
+    if constexpr (MR > r) {                                     \
+      c##r##s##0 = _mm256_fmadd_ps(x##r, w0, c##r##s##0);       \
+      c##r##s##1 = _mm256_fmadd_ps(x##r, w1, c##r##s##1);       \
     }
-  }
-  for (int r = 0; r < MR; ++r) {
-    for (int s = 0; s < NB; ++s) {
-      for (int h = 0; h < 2; ++h) {
-        float* out = acc + r * ld + s * kPackRows + h * 8;
-        const __m256 before = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);
-        _mm256_storeu_ps(out, _mm256_fmadd_ps(c[r][s][h], scales[s][h], before));
-      }
+#define LATENT_DIRECT_BLOCK(s)                                  \
+    if constexpr (NB > s) {                                     \
+      __m256 w0, w1;                                            \
+      WidenK(codes[s] + k * kPackRows, w0, w1);                 \
+      LATENT_DIRECT_ROW(0, s) LATENT_DIRECT_ROW(1, s)           \
+      LATENT_DIRECT_ROW(2, s) LATENT_DIRECT_ROW(3, s)           \
     }
+    LATENT_DIRECT_BLOCK(0) LATENT_DIRECT_BLOCK(1) LATENT_DIRECT_BLOCK(2) LATENT_DIRECT_BLOCK(3)
+#undef LATENT_DIRECT_BLOCK
+#undef LATENT_DIRECT_ROW
   }
+#define LATENT_DIRECT_OUT(r, s)                                                        \
+  if constexpr (MR > r && NB > s) {                                                    \
+    float* out = acc + r * ld + s * kPackRows;                                         \
+    const __m256 before0 = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out);         \
+    const __m256 before1 = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8);     \
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(c##r##s##0, scales[s][0], before0));         \
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(c##r##s##1, scales[s][1], before1));     \
+  }
+  LATENT_DIRECT_OUT(0, 0) LATENT_DIRECT_OUT(0, 1) LATENT_DIRECT_OUT(0, 2) LATENT_DIRECT_OUT(0, 3)
+  LATENT_DIRECT_OUT(1, 0) LATENT_DIRECT_OUT(1, 1) LATENT_DIRECT_OUT(1, 2) LATENT_DIRECT_OUT(1, 3)
+  LATENT_DIRECT_OUT(2, 0) LATENT_DIRECT_OUT(2, 1) LATENT_DIRECT_OUT(2, 2) LATENT_DIRECT_OUT(2, 3)
+  LATENT_DIRECT_OUT(3, 0) LATENT_DIRECT_OUT(3, 1) LATENT_DIRECT_OUT(3, 2) LATENT_DIRECT_OUT(3, 3)
+#undef LATENT_DIRECT_OUT
+  // clang-format on
 }
 
-// Decode (m <= 2): NB column blocks at a time (8 accumulators), widening as it goes.
+// Column blocks the decode tile of MR rows takes at a time: 8 accumulators (4 rows: 8 of them in
+// one block).
+template <int MR>
+constexpr int kDirectBlocks = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+
+// Decode (m <= kDirectRows): kDirectBlocks column blocks at a time, widening as it goes.
 template <int MR>
 void BlocksDirect(const Fp8Job& j, int64_t b0, int64_t b1) {
-  constexpr int kNb = MR == 1 ? 4 : 2;
+  constexpr int kNb = kDirectBlocks<MR>;
   constexpr int64_t ld = kNb * kPackRows;
   alignas(32) float acc[MR * ld];
   for (int64_t b = b0; b < b1;) {
@@ -248,15 +299,92 @@ void Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T (W = codes x block scales) from w's packed copy.
 void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  Fp8Job j = MakeFp8PackedCall<float>(w, m, y);
+  Fp8Job j = MakeJob(w, m, y);
   j.x = RoundedActivationsF32(x, m, w.k, j.kp);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 
+// Rows [row, row + 16) of codes (row_bytes apart) from column c, 16 columns of them, transposed
+// into out [16 k][16 rows]; the rows holding a NaN code (magnitude 0x7f) are or-ed into nan_rows.
+void TransposeCodes16(const uint8_t* row, int64_t row_bytes, uint8_t* out, uint32_t& nan_rows) {
+  const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80)), ones = _mm_set1_epi8(-1);
+  __m128i rows[16];  // [row] its 16 codes
+  for (int i = 0; i < 16; ++i) {
+    rows[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i * row_bytes));
+    const int nan = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_or_si128(rows[i], sign), ones));
+    nan_rows |= static_cast<uint32_t>(nan != 0) << i;
+  }
+  // Each round interleaves runs of rows twice as long: pairs of rows per k, then quads, octets.
+  __m128i pairs[8][2];  // [rows 2 g, 2 g + 1][k 8 h .. 8 h + 7]: 16-bit units per k
+  for (int g = 0; g < 8; ++g) {
+    pairs[g][0] = _mm_unpacklo_epi8(rows[2 * g], rows[2 * g + 1]);
+    pairs[g][1] = _mm_unpackhi_epi8(rows[2 * g], rows[2 * g + 1]);
+  }
+  __m128i quads[4][4];  // [rows 4 g ..][k 4 q .. 4 q + 3]: 32-bit units per k
+  for (int g = 0; g < 4; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      quads[g][2 * h] = _mm_unpacklo_epi16(pairs[2 * g][h], pairs[2 * g + 1][h]);
+      quads[g][2 * h + 1] = _mm_unpackhi_epi16(pairs[2 * g][h], pairs[2 * g + 1][h]);
+    }
+  }
+  __m128i octets[2][8];  // [rows 8 g ..][k 2 o, 2 o + 1]: 64-bit units per k
+  for (int g = 0; g < 2; ++g) {
+    for (int q = 0; q < 4; ++q) {
+      octets[g][2 * q] = _mm_unpacklo_epi32(quads[2 * g][q], quads[2 * g + 1][q]);
+      octets[g][2 * q + 1] = _mm_unpackhi_epi32(quads[2 * g][q], quads[2 * g + 1][q]);
+    }
+  }
+  for (int o = 0; o < 8; ++o) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(out + 2 * o * kPackRows),
+                    _mm_unpacklo_epi64(octets[0][o], octets[1][o]));
+    _mm_store_si128(reinterpret_cast<__m128i*>(out + (2 * o + 1) * kPackRows),
+                    _mm_unpackhi_epi64(octets[0][o], octets[1][o]));
+  }
+}
+
 }  // namespace
 
+int64_t Fp8Avx2PackedBytes(const WeightRef& w) {
+  if (!Fp8PacksFit(w)) return 0;
+  return (w.n + kPackRows - 1) / kPackRows * BlockBytes(w.k);
+}
+
+void Fp8Avx2Pack(const WeightRef& w, void* out) {
+  const int64_t n = w.n, k = w.k, block_bytes = BlockBytes(k);
+  const int64_t kp = (block_bytes - kHeaderBytes) / kPackRows;
+  const auto* codes = static_cast<const uint8_t*>(w.data);  // [n, k]
+  auto* packed = static_cast<uint8_t*>(out);
+  threads::ParallelFor((n + kPackRows - 1) / kPackRows, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* block = packed + b * block_bytes;
+      uint8_t* block_codes = block + kHeaderBytes;  // [kp][16]
+      const int64_t rows = std::min<int64_t>(kPackRows, n - b * kPackRows);
+      const uint8_t* first_row = codes + b * kPackRows * k;
+      uint32_t nan_rows = 0;
+      // Whole 16 x 16 squares, then the rest (the end of k, the end of n) code by code, zero past
+      // n and k.
+      const int64_t whole = rows == kPackRows ? k / 16 * 16 : 0;
+      for (int64_t c = 0; c < whole; c += 16) {
+        TransposeCodes16(first_row + c, k, block_codes + c * kPackRows, nan_rows);
+      }
+      std::memset(block_codes + whole * kPackRows, 0,
+                  static_cast<size_t>((kp - whole) * kPackRows));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = whole; c < k; ++c) {
+          const uint8_t code = first_row[r * k + c];
+          block_codes[c * kPackRows + r] = code;
+          if ((code & 0x7f) == 0x7f) nan_rows |= uint32_t{1} << r;
+        }
+      }
+      std::memset(block, 0, kHeaderBytes);
+      const auto mask = static_cast<uint16_t>(nan_rows);
+      std::memcpy(block, &mask, sizeof(mask));
+    }
+  });
+}
+
 void FillFp8PackedLinear(KernelTable& t) {
-  UseFp8PackedLinear<LinearFp8Packed, Fp8TilePack, 0>(t);
+  UseFp8PackedLinear<LinearFp8Packed, Fp8Avx2PackedBytes, Fp8Avx2Pack, 0>(t);
 }
 
 }  // namespace latent::kernels::avx2
