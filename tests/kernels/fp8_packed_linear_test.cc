@@ -161,8 +161,8 @@ TEST_P(Fp8PackedLinear, WidensEveryCodeExactly) {
   const float scale = 0.25f;
   for (int i = 0; i < 2; ++i) std::memcpy(w.scales.data() + 4 * i, &scale, 4);
   w.packed = PackForLinear(table, w.ref);
-  // Decode tiles (1, 3 rows), a staged batch (5) and row tiles (30): each row the one-hot x.
-  for (int64_t m : {1, 3, 5, 30}) {
+  // Decode tiles (1, 3, 5 rows), a staged batch (8) and row tiles (30): each row the one-hot x.
+  for (int64_t m : {1, 3, 5, 8, 30}) {
     std::vector<float> x(m * kK, 0.0f);
     for (int64_t i = 0; i < m; ++i) x[i * kK + 5] = 1.0f;
     const std::vector<float> y = RunLinear(table, x, m, w.ref);

@@ -21,7 +21,7 @@
 // value times 2^-8, exactly (subnormals included), and vcvtph2ps makes it an f32; hence the 2^8
 // on the scale. Per segment and column block the widened values go to a stage ([128 k][16 rows]
 // f32: 8 KiB, L1) that every register tile of up to 6 rows then reads (staged_tile_avx2.h;
-// batches of 24 rows or more read their activations in row tiles); decode (1-4 rows) widens in
+// batches of 24 rows or more read their activations in row tiles); decode (1-6 rows) widens in
 // registers instead, with the same products in the same order.
 //
 // bench/kernels, 2-core Zen 3, n 10944 x k 2048 fp8 (128 x 128 scales) under bf16 compute, 2
@@ -53,7 +53,7 @@ LATENT_AVX2_BEGIN
 namespace latent::kernels::avx2 {
 namespace {
 
-constexpr int kDirectRows = 4;         // decode: at most this many rows, no stage
+constexpr int kDirectRows = 6;         // decode: at most this many rows, no stage
 constexpr int64_t kSegmentPairs = 64;   // k-pairs per segment at most (128 k: DeepSeek's block)
 constexpr int64_t kHeaderBytes = 32;    // a block's NaN-row mask, padded to keep codes aligned
 
@@ -162,15 +162,15 @@ void Tile(const Fp8Job& j, int64_t m0, const float* stage, int64_t p0, int64_t p
   }
 }
 
-// The same sums as Tile for all MR (<= 4) activation rows and NB (<= 4) column blocks from b,
-// widening the codes in registers as it reads them (decode: a stage's store and reload would cost
-// more than the few rows' products): per accumulator the same products in the same order, so the
-// same bits. The accumulators are named registers (GCC stored an array of them to the stack on
-// every k).
+// The same sums as Tile for all MR (<= 6) activation rows and NB (<= 4; 1 above 4 rows) column
+// blocks from b, widening the codes in registers as it reads them (a stage's store and reload
+// would cost more than one register tile's products): per accumulator the same products in the
+// same order, so the same bits. The accumulators are named registers (GCC stored an array of them
+// to the stack on every k).
 template <int MR, int NB>
 void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256 (*scales)[2],
                 bool first, float* acc, int64_t ld) {
-  static_assert(MR >= 1 && MR <= 4 && NB >= 1 && NB <= 4);
+  static_assert(MR >= 1 && MR <= 6 && NB >= 1 && NB <= 4 && (MR <= 4 || NB == 1));
   const uint8_t* codes[NB];
   for (int s = 0; s < NB; ++s) codes[s] = BlockCodes(j, b + s);
   const float* x = j.x;  // [MR][kp]
@@ -182,16 +182,25 @@ void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256
   LATENT_DIRECT_ACC(1, 0) LATENT_DIRECT_ACC(1, 1) LATENT_DIRECT_ACC(1, 2) LATENT_DIRECT_ACC(1, 3)
   LATENT_DIRECT_ACC(2, 0) LATENT_DIRECT_ACC(2, 1) LATENT_DIRECT_ACC(2, 2) LATENT_DIRECT_ACC(2, 3)
   LATENT_DIRECT_ACC(3, 0) LATENT_DIRECT_ACC(3, 1) LATENT_DIRECT_ACC(3, 2) LATENT_DIRECT_ACC(3, 3)
+  LATENT_DIRECT_ACC(4, 0) LATENT_DIRECT_ACC(4, 1) LATENT_DIRECT_ACC(4, 2) LATENT_DIRECT_ACC(4, 3)
+  LATENT_DIRECT_ACC(5, 0) LATENT_DIRECT_ACC(5, 1) LATENT_DIRECT_ACC(5, 2) LATENT_DIRECT_ACC(5, 3)
 #undef LATENT_DIRECT_ACC
   for (int64_t k = 2 * p0; k < 2 * p1; ++k) {
+    // Up to 4 rows: each row's broadcast once per k, for all blocks. 5 or 6 rows (one block):
+    // broadcast where used, one at a time (12 accumulators; GCC otherwise hoisted them all and
+    // spilled two accumulators).
+    constexpr bool kHoist = MR <= 4;
     const __m256 x0 = _mm256_broadcast_ss(x + k);
-    const __m256 x1 = MR > 1 ? _mm256_broadcast_ss(x + kp + k) : x0;
-    const __m256 x2 = MR > 2 ? _mm256_broadcast_ss(x + 2 * kp + k) : x0;
-    const __m256 x3 = MR > 3 ? _mm256_broadcast_ss(x + 3 * kp + k) : x0;
-#define LATENT_DIRECT_ROW(r, s)                                 \
-    if constexpr (MR > r) {                                     \
-      c##r##s##0 = _mm256_fmadd_ps(x##r, w0, c##r##s##0);       \
-      c##r##s##1 = _mm256_fmadd_ps(x##r, w1, c##r##s##1);       \
+    const __m256 x1 = kHoist && MR > 1 ? _mm256_broadcast_ss(x + kp + k) : x0;
+    const __m256 x2 = kHoist && MR > 2 ? _mm256_broadcast_ss(x + 2 * kp + k) : x0;
+    const __m256 x3 = kHoist && MR > 3 ? _mm256_broadcast_ss(x + 3 * kp + k) : x0;
+    const __m256 x4 = x0, x5 = x0;  // unused: rows 4 and 5 never hoist
+#define LATENT_DIRECT_ROW(r, s)                                                    \
+    if constexpr (MR > r) {                                                        \
+      const __m256 xr =                                                            \
+          kHoist ? x##r : InRegister(_mm256_broadcast_ss(x + r * kp + k));         \
+      c##r##s##0 = _mm256_fmadd_ps(xr, w0, c##r##s##0);                           \
+      c##r##s##1 = _mm256_fmadd_ps(xr, w1, c##r##s##1);                           \
     }
 #define LATENT_DIRECT_BLOCK(s)                                  \
     if constexpr (NB > s) {                                     \
@@ -199,6 +208,7 @@ void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256
       WidenK(codes[s] + k * kPackRows, w0, w1);                 \
       LATENT_DIRECT_ROW(0, s) LATENT_DIRECT_ROW(1, s)           \
       LATENT_DIRECT_ROW(2, s) LATENT_DIRECT_ROW(3, s)           \
+      LATENT_DIRECT_ROW(4, s) LATENT_DIRECT_ROW(5, s)           \
     }
     LATENT_DIRECT_BLOCK(0) LATENT_DIRECT_BLOCK(1) LATENT_DIRECT_BLOCK(2) LATENT_DIRECT_BLOCK(3)
 #undef LATENT_DIRECT_BLOCK
@@ -216,12 +226,14 @@ void TileDirect(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, const __m256
   LATENT_DIRECT_OUT(1, 0) LATENT_DIRECT_OUT(1, 1) LATENT_DIRECT_OUT(1, 2) LATENT_DIRECT_OUT(1, 3)
   LATENT_DIRECT_OUT(2, 0) LATENT_DIRECT_OUT(2, 1) LATENT_DIRECT_OUT(2, 2) LATENT_DIRECT_OUT(2, 3)
   LATENT_DIRECT_OUT(3, 0) LATENT_DIRECT_OUT(3, 1) LATENT_DIRECT_OUT(3, 2) LATENT_DIRECT_OUT(3, 3)
+  LATENT_DIRECT_OUT(4, 0) LATENT_DIRECT_OUT(4, 1) LATENT_DIRECT_OUT(4, 2) LATENT_DIRECT_OUT(4, 3)
+  LATENT_DIRECT_OUT(5, 0) LATENT_DIRECT_OUT(5, 1) LATENT_DIRECT_OUT(5, 2) LATENT_DIRECT_OUT(5, 3)
 #undef LATENT_DIRECT_OUT
   // clang-format on
 }
 
-// Column blocks the decode tile of MR rows takes at a time: 8 accumulators (4 rows: 8 of them in
-// one block).
+// Column blocks the decode tile of MR rows takes at a time: at least 8 accumulators (3 to 6 rows:
+// one block, 6 to 12 of them).
 template <int MR>
 constexpr int kDirectBlocks = MR == 1 ? 4 : MR == 2 ? 2 : 1;
 
