@@ -84,8 +84,8 @@ void TilePack(const WeightRef& w, void* out) { PackTiles<2>(w, out); }
 
 bool Fp8PacksFit(const WeightRef& w) {
   if (w.dtype != DType::kF8E4M3 || !w.bf16_activations || w.n <= 0 || w.k <= 0) return false;
-  // A scale block must hold whole pairs of lines (the kernel widens two k-pairs at a time and
-  // applies scales between them).
+  // A scale block must hold whole pairs of lines (the vdpbf16ps kernel widens two k-pairs at a
+  // time and applies scales between them; the AVX2 kernel's segments are whole k-pairs).
   return w.scale == nullptr || (w.block_n > 0 && w.block_k > 0 && w.block_k % 4 == 0);
 }
 
@@ -105,6 +105,7 @@ bool ReadsTilePacked(const WeightRef& w) {
 void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks) {
   const int64_t first = w.packed_row0 / kPackRows;
   const int64_t count = (w.packed_row0 + w.n + kPackRows - 1) / kPackRows - first;
+  // Only sizes the grain: the AVX2 fp8 layout's 32-byte block header is left out.
   const int64_t block_bytes =
       (w.k + kPackK - 1) / kPackK * kPackTileBytes / (w.dtype == DType::kF8E4M3 ? 2 : 1);
   const auto run = [&blocks, first](int64_t b0, int64_t b1) { blocks(first + b0, first + b1); };

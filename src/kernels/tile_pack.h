@@ -16,7 +16,8 @@
 // 512-byte tiles, one k-pair of 16 rows a 32-byte line, except that inside each 64 bytes (two
 // lines) the codes are interleaved: byte 16 L + i holds the first line's code 8 L + i and byte
 // 16 L + 8 + i the second's (L < 4, i < 8), the order the kernel's per-lane byte unpacking
-// undoes. The block scales stay where they are.
+// undoes. The block scales stay where they are. (The AVX2 fp8 kernel packs fp8 weights in a
+// layout of its own, one k's 16 codes per line: avx2/linear_fp8_packed_avx2.cc.)
 #pragma once
 
 #include <algorithm>
@@ -47,10 +48,10 @@ void TilePack(const WeightRef& w, void* out);
 // True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
 bool ReadsTilePacked(const WeightRef& w);
 
-// The same for fp8 weights (the layout with one-byte codes above): those with
-// bf16_activations whose scale blocks hold whole pairs of lines (block_k % 4 == 0; DeepSeek's
-// 128 x 128, and any unscaled fp8), else 0 bytes / false (they stay on the table's unpacked fp8
-// linear).
+// The same for fp8 weights (the layout with one-byte codes above; Fp8PacksFit also decides which
+// fp8 weights the AVX2 kernel packs in its own): those with bf16_activations whose scale blocks
+// hold whole pairs of lines (block_k % 4 == 0; DeepSeek's 128 x 128, and any unscaled fp8), else
+// 0 bytes / false (they stay on the table's unpacked fp8 linear).
 bool Fp8PacksFit(const WeightRef& w);
 int64_t Fp8TilePackedBytes(const WeightRef& w);
 void Fp8TilePack(const WeightRef& w, void* out);  // reference of avx512::Fp8TilePackAvx512
@@ -71,7 +72,8 @@ struct PackedCall {
   const X* x;             // [m, kp] the kernel's activation rows, zero past k
   int64_t m, kp, tiles;   // tiles = kp / 32
   const uint8_t* packed;  // block 0 of the packed copy
-  int64_t block_bytes;    // one block of 16 weight rows: tiles * 1 KiB (fp8: tiles * 512)
+  int64_t block_bytes;    // one block of 16 weight rows: tiles * 1 KiB (fp8: tiles * 512; the
+                          // AVX2 fp8 kernel sets its own layout's)
   int64_t row0;           // packed row of the view's row 0
   int64_t n;              // the view's rows: y's columns
   float* y;               // [m, n]
@@ -131,7 +133,8 @@ struct Fp8PackedCall : PackedCall<X> {
   int64_t scale_row0, block_n, block_k, scale_cols;
 };
 
-// Every field but x, from w (a view of a packed fp8 weight: 512-byte tiles) and the call's m, y.
+// Every field but x, from w (a view of a packed fp8 weight: 512-byte tiles; the AVX2 fp8 kernel
+// then sets block_bytes for its layout) and the call's m, y.
 template <class X>
 Fp8PackedCall<X> MakeFp8PackedCall(const WeightRef& w, int64_t m, float* y) {
   Fp8PackedCall<X> j;

@@ -138,7 +138,8 @@ class Packer {
 
   // Bytes held beyond the weights as stored: the packed copies of weights whose rows stay
   // (`release` false), and the padding of every packed copy (rows and columns rounded up to the
-  // layout's tiles; none where the model's dimensions are multiples of them).
+  // layout's tiles, none where the model's dimensions are multiples of them; plus the AVX2 fp8
+  // layout's 32-byte header per 16 rows).
   int64_t copies() const { return copies_; }
   int64_t padding() const { return padding_; }
 

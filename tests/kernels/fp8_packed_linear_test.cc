@@ -202,16 +202,21 @@ TEST_P(Fp8PackedLinear, ANanCodeMakesItsRowNanAndLeavesTheOthers) {
   for (int64_t m : {1, 4, 7, 30}) {
     std::vector<float> x = RandomFloats(rng, m * kK, -2.0f, 2.0f);
     for (int64_t i = 0; i < m; ++i) x[i * kK + 250] = 0.0f;
-    const std::vector<float> want = RunLinear(table, x, m, clean.ref);
-    const std::vector<float> got = RunLinear(table, x, m, with_nan.ref);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t r = 0; r < kN; ++r) {
-        const float g = got[i * kN + r];
-        if (r == 3 || r == 20 || r == 39) {
-          EXPECT_TRUE(std::isnan(g)) << "row " << r << ", m " << m;
-        } else {
-          EXPECT_EQ(std::memcmp(&g, &want[i * kN + r], sizeof(g)), 0)
-              << "row " << r << ", m " << m;
+    // The whole matrix and views: mid-block ones, and one whose block holds a NaN row outside
+    // the view (rows 21..39 of block 16..31, NaN row 20).
+    for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{0, kN}, {21, 19}, {4, 30}}) {
+      const std::vector<float> want = RunLinear(table, x, m, clean.ref.Rows(row, rows));
+      const std::vector<float> got = RunLinear(table, x, m, with_nan.ref.Rows(row, rows));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t v = 0; v < rows; ++v) {
+          const int64_t r = row + v;  // the matrix's row
+          const float g = got[i * rows + v];
+          if (r == 3 || r == 20 || r == 39) {
+            EXPECT_TRUE(std::isnan(g)) << "row " << r << ", m " << m;
+          } else {
+            EXPECT_EQ(std::memcmp(&g, &want[i * rows + v], sizeof(g)), 0)
+                << "row " << r << ", m " << m << ", view " << row << "+" << rows;
+          }
         }
       }
     }
@@ -305,7 +310,8 @@ TEST_P(Fp8PackedLinear, RowViewsMatchTheWholeMatrix) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(16);
   const Fp8Weight w = MakeFp8Weight(table, rng, 300, 256, 128, 128);
-  for (int64_t m : {7, 30}) {  // 30: the batches' row-tile paths
+  // 1, 4, 6: decode tiles (with the one-block tiles at a view's end); 7: staged; 30: row tiles.
+  for (int64_t m : {1, 4, 6, 7, 30}) {
     const std::vector<float> xm = RandomFloats(rng, m * w.ref.k);
     const std::vector<float> all = RunLinear(table, xm, m, w.ref);
     for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{0, 300}, {5, 17}, {16, 64},

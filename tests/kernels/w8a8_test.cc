@@ -58,7 +58,9 @@ struct W8A8Weight {
 // loader releases their pages, so a kernel that reads the packed copy must not read them.
 void PackFor(const KernelTable& table, W8A8Weight& w) {
   w.packed = PackForLinear(table, w.ref);
-  if (&table == Avx2PackedKernels()) EXPECT_NE(w.packed, nullptr) << "AVX2 packs W8A8 weights";
+  if (&table == Avx2PackedKernels()) {
+    EXPECT_NE(w.packed, nullptr) << "AVX2 packs W8A8 weights";
+  }
   if (w.packed != nullptr) {
     std::fill(w.bytes.begin(), w.bytes.end(), uint8_t{0x5a});
   }

@@ -96,7 +96,9 @@ TEST(HttpParserTest, ViewParseConsumesPipelinedRequestsWithoutErasing) {
       break;
     }
     paths.push_back(parser.request().path);
-    if (parser.request().path == "/b") EXPECT_EQ(parser.request().body, "xy");
+    if (parser.request().path == "/b") {
+      EXPECT_EQ(parser.request().body, "xy");
+    }
     parser.Reset();
   }
   EXPECT_EQ(paths, (std::vector<std::string>{"/a", "/b"}));

@@ -142,7 +142,9 @@ TEST(KdaKernelsTest, FullRankForgetGateForms) {
                                   : -rate * (z > 20 ? z : std::log1p(std::exp(z)));
         EXPECT_NEAR(g[r * c + ch], want, 1e-5 * std::max(1.0, std::abs(want)))
             << (bound ? "safe" : "softplus") << " row " << r << " channel " << ch;
-        if (bound) EXPECT_TRUE(g[r * c + ch] >= *bound && g[r * c + ch] <= 0.0f);
+        if (bound) {
+          EXPECT_TRUE(g[r * c + ch] >= *bound && g[r * c + ch] <= 0.0f);
+        }
       }
     }
   }

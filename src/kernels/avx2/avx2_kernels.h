@@ -20,7 +20,9 @@ void FillFp8PackedLinear(KernelTable& table);
 // The AVX2 fp8 kernel's layout (linear_fp8_packed_avx2.cc), for the fp8 weights that fit
 // (Fp8PacksFit; else 0 bytes): per block of 16 rows a 32-byte header (uint16 at byte 0: bit i set
 // when row i holds a NaN code; the rest zero), then the codes [kp][16 rows], k rounded up to 32,
-// zero past n and k.
+// zero past n and k. The kernel and the packing read and write the lines with aligned 16-byte
+// accesses: `out` (and so w.packed) must be 16-byte aligned, as KernelTable's packed copies are
+// (64).
 int64_t Fp8Avx2PackedBytes(const WeightRef& w);
 void Fp8Avx2Pack(const WeightRef& w, void* out);
 // Packs a bf16 weight in kernels/tile_pack.h's layout: the same bytes as TilePack (the table's
