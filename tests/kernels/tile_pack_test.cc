@@ -38,6 +38,18 @@ std::vector<std::pair<std::string, PackFn>> Packers(PackFn reference) {
   return packers;
 }
 
+// An fp8 weight [n, k] under bf16 compute over w's bytes from w[1] (an odd address) with one
+// 128 x 128 block scale.
+WeightRef Fp8ComputeWeight(const std::vector<uint8_t>& w, int64_t n, int64_t k,
+                           const float* scale) {
+  WeightRef ref{w.data() + 1, DType::kF8E4M3, n, k};
+  ref.scale = scale;
+  ref.block_n = 128;
+  ref.block_k = 128;
+  ref.bf16_activations = true;
+  return ref;
+}
+
 // packed [ceil(n / 16)][ceil(k / 32)][16 k-pairs][16 rows][2] of bf16 bits, zero past n and k.
 std::vector<uint16_t> ReferencePack(const std::vector<uint16_t>& w, int64_t n, int64_t k) {
   const int64_t tiles = (k + kPackK - 1) / kPackK, blocks = (n + kPackRows - 1) / kPackRows;
@@ -97,12 +109,8 @@ TEST(TilePack, WritesTheFp8LayoutWithOneByteCodes) {
         expected[(line / 2) * 64 + 16 * lane + 8 * (line % 2) + i] = w[1 + r * k + c];
       }
     }
-    float scale = 1.0f;
-    WeightRef ref{w.data() + 1, DType::kF8E4M3, n, k};
-    ref.scale = &scale;
-    ref.block_n = 128;
-    ref.block_k = 128;
-    ref.bf16_activations = true;
+    const float scale = 1.0f;
+    const WeightRef ref = Fp8ComputeWeight(w, n, k, &scale);
     ASSERT_EQ(Fp8TilePackedBytes(ref), static_cast<int64_t>(expected.size()));
     for (const auto& [name, pack] : Packers(Fp8TilePack)) {
       std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
@@ -140,12 +148,8 @@ TEST(TilePack, Avx2WritesItsFp8LayoutWithTheNanRows) {
       if (r % 3 == 0) block[(r % kPackRows) / 8] |= static_cast<uint8_t>(1 << (r % 8));
       for (int64_t c = 0; c < k; ++c) block[32 + c * kPackRows + r % kPackRows] = w[1 + r * k + c];
     }
-    float scale = 1.0f;
-    WeightRef ref{w.data() + 1, DType::kF8E4M3, n, k};
-    ref.scale = &scale;
-    ref.block_n = 128;
-    ref.block_k = 128;
-    ref.bf16_activations = true;
+    const float scale = 1.0f;
+    const WeightRef ref = Fp8ComputeWeight(w, n, k, &scale);
     ASSERT_EQ(table->packed_bytes(ref), static_cast<int64_t>(expected.size()));
     std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
     table->pack(ref, got.data());
