@@ -8,6 +8,10 @@ token. Its MLA dims make the expanded form pay from prompts of 20 tokens on, so 
 sides of that line run here: `auto` must pick the form per token (expanded for the prompt of a long
 prompt, absorbed otherwise), never per chunk, and prefix-cache blocks computed in one form must
 never serve a sequence that computes those positions in the other.
+
+It runs twice: on the checkpoint's float weights, and on its fp8 copy (`--fp8`: e4m3 codes with
+16 x 16 block scales, the form DeepSeek V3 ships), whose linears run the fp8 kernels with their
+own packed layouts, decode tiles and staged batches.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from conftest import REPO, run_latent
 TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_models):
-    return tiny_models.get("deepseek_v3", "--tokenizer", str(TOKENIZER))
+@pytest.fixture(scope="module", params=["float", "fp8"])
+def model_dir(tiny_models, request):
+    fp8 = ["--fp8"] if request.param == "fp8" else []
+    return tiny_models.get("deepseek_v3", "--tokenizer", str(TOKENIZER), *fp8)
 
 
 @pytest.fixture(scope="module")
