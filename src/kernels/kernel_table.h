@@ -72,9 +72,8 @@ struct KernelTable {
 // Makes t pack the weights for which Fits(w) holds with Pack (Bytes(w) bytes), keeping t's packing
 // for every other weight: packings chain, one kind of weight each (the fp8 tile layout,
 // tile_pack.h; the AVX2 fp8 lines, avx2/linear_fp8_packed_avx2.cc; the AVX2 W8A8 blocks,
-// avx2/linear_w8a8_avx2.cc). The previous entries live in
-// statics, one pair per instantiation, as KernelTable holds plain function pointers: kSlot tells
-// apart tables that add the same packing.
+// avx2/linear_w8a8_avx2.cc). The previous entries live in statics, one pair per instantiation, as
+// KernelTable holds plain function pointers: kSlot tells apart tables that add the same packing.
 template <bool (*Fits)(const WeightRef&), int64_t (*Bytes)(const WeightRef&),
           void (*Pack)(const WeightRef&, void*), int kSlot = 0>
 void AddPacking(KernelTable& t) {
