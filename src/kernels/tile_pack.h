@@ -150,6 +150,15 @@ Fp8PackedCall<X> MakeFp8PackedCall(const WeightRef& w, int64_t m, float* y) {
   return j;
 }
 
+// The index into j.scale (scaled weights only) of the block scale of packed row `packed_row` in
+// k block kb, or -1 when that row lies outside the view (its outputs are never copied out).
+template <class X>
+int64_t Fp8ScaleIndex(const Fp8PackedCall<X>& j, int64_t packed_row, int64_t kb) {
+  const int64_t row = packed_row - j.row0;  // the view's row
+  if (row < 0 || row >= j.n) return -1;
+  return (j.scale_row0 + row) / j.block_n * j.scale_cols + kb;
+}
+
 // The end of the fp8 segment that starts at pair p0: `max_pairs` on, the end of its scale block
 // or the end of k, whichever comes first.
 template <class X>

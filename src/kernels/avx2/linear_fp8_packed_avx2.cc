@@ -30,7 +30,7 @@
 // staged tile and row tiles after the 4-row tile over rows, n 16384 x k 2048: m = 6 64 -> 78,
 // m = 16 105 -> 112, m = 64 139 -> 161, m = 512 136 -> 167. This layout (one k's 16 codes per
 // line: no byte shuffles; the NaN rows from the header, not a compare per code), named decode
-// accumulators, one division per block's scales and decode tiles up to 4 rows, n 4096 x k 2048:
+// accumulators, two divisions per block's scales and decode tiles up to 4 rows, n 4096 x k 2048:
 // m = 1 9.7 -> 19.4-19.9 GB/s of codes, m = 4 5.5 -> 11.6-12.2, m = 64 146 -> 144-166 GFLOP/s,
 // m = 512 141 -> 147-168.
 #include <algorithm>
@@ -106,28 +106,22 @@ void StageSegment(const Fp8Job& j, int64_t b, int64_t p0, int64_t p1, float* sta
 // The scales (times 2^8) of column block b's 16 packed rows for the k block holding pair p0, as
 // two vectors of 8 rows; rows outside the view get 0 (their outputs are never copied out), rows
 // holding a NaN code NaN. Decode calls it once per segment and block, so the common case (16 rows
-// of the view under one scale, no NaN) takes one division, not 16.
+// of the view under one scale, no NaN) takes two divisions, not 16.
 void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
   uint16_t nan_rows;
   std::memcpy(&nan_rows, j.packed + b * j.block_bytes, sizeof(nan_rows));
   const int64_t kb = j.scale != nullptr ? 2 * p0 / j.block_k : 0;
-  const int64_t first = b * kPackRows - j.row0;  // the view's row of the block's row 0
-  const bool inside = first >= 0 && first + kPackRows <= j.n;
-  if (inside && nan_rows == 0) {
-    if (j.scale == nullptr) {
-      scales[0] = scales[1] = _mm256_set1_ps(kF8Unscale);
-      return;
-    }
-    const int64_t scale_row = (j.scale_row0 + first) / j.block_n;
-    if (scale_row == (j.scale_row0 + first + kPackRows - 1) / j.block_n) {
-      const float s = LoadAsF32(j.scale, j.scale_dtype, scale_row * j.scale_cols + kb);
-      scales[0] = scales[1] = _mm256_set1_ps(s * kF8Unscale);
+  if (j.scale != nullptr && nan_rows == 0) {
+    // Both ends inside the view (so all 16 rows) under one scale.
+    const int64_t first = Fp8ScaleIndex(j, b * kPackRows, kb);
+    if (first >= 0 && first == Fp8ScaleIndex(j, b * kPackRows + kPackRows - 1, kb)) {
+      scales[0] = scales[1] = _mm256_set1_ps(LoadAsF32(j.scale, j.scale_dtype, first) * kF8Unscale);
       return;
     }
   }
   alignas(32) float s[kPackRows];
   for (int64_t i = 0; i < kPackRows; ++i) {
-    const int64_t row = first + i;  // the view's row
+    const int64_t row = b * kPackRows + i - j.row0;  // the view's row
     if (row < 0 || row >= j.n) {
       s[i] = 0.0f;
     } else if ((nan_rows >> i) & 1) {
@@ -135,8 +129,8 @@ void BlockScales(const Fp8Job& j, int64_t b, int64_t p0, __m256 scales[2]) {
     } else if (j.scale == nullptr) {
       s[i] = kF8Unscale;
     } else {
-      const int64_t at = (j.scale_row0 + row) / j.block_n * j.scale_cols + kb;
-      s[i] = LoadAsF32(j.scale, j.scale_dtype, at) * kF8Unscale;
+      s[i] = LoadAsF32(j.scale, j.scale_dtype, Fp8ScaleIndex(j, b * kPackRows + i, kb)) *
+             kF8Unscale;
     }
   }
   scales[0] = _mm256_load_ps(s);

@@ -121,11 +121,7 @@ void StageFp8Segment(const Fp8Job& j, int64_t b, int64_t blocks, int64_t p0, int
 __m512 Fp8BlockScales(const Fp8Job& j, int64_t b, int64_t p0) {
   if (j.scale == nullptr) return _mm512_set1_ps(1.0f);
   const int64_t kb = 2 * p0 / j.block_k;
-  const auto at = [&](int64_t packed_row) {
-    const int64_t row = packed_row - j.row0;  // the view's row
-    if (row < 0 || row >= j.n) return int64_t{-1};
-    return (j.scale_row0 + row) / j.block_n * j.scale_cols + kb;
-  };
+  const auto at = [&](int64_t packed_row) { return Fp8ScaleIndex(j, packed_row, kb); };
   const int64_t first = at(b * kPackRows), last = at(b * kPackRows + kPackRows - 1);
   if (first >= 0 && first == last) {
     return _mm512_set1_ps(LoadAsF32(j.scale, j.scale_dtype, first));
