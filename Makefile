@@ -19,7 +19,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libpcre2-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers \
   clang libclang-rt-14-dev libicu-dev \
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev libsimde-dev
 
 .PHONY: setup build test run fuzz build-fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
   test-asan test-tsan demo-model pip-install-test

@@ -20,4 +20,16 @@ bool CpuHasAvx512Bf16Vbmi();
 // tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here; refused: false).
 bool CpuHasAmxBf16();
 
+#if defined(LATENT_EMULATE_AVX512)
+// The kernel tests' emulated build (kernels/avx512/intrinsics.h): its AVX-512 and AMX kernels run
+// wherever the AVX2 kernels do, so its dispatch and tests see every feature there. Other names
+// than the real queries', which the rest of the binary (the fp8 row decoder) keeps calling.
+inline bool EmulatedCpuHasAvx512() { return CpuHasAvx2(); }
+#define CpuHasAvx512 EmulatedCpuHasAvx512
+#define CpuHasAvx512Vnni EmulatedCpuHasAvx512
+#define CpuHasAvx512Bf16 EmulatedCpuHasAvx512
+#define CpuHasAvx512Bf16Vbmi EmulatedCpuHasAvx512
+#define CpuHasAmxBf16 EmulatedCpuHasAvx512
+#endif
+
 }  // namespace latent

@@ -36,7 +36,7 @@
 // does (--file), level in CPU time and faster in wall time. In the engine, where the vdpbf16ps
 // kernel reads the mapped checkpoint, AMX wins at every batch: the default on CPUs with AMX
 // (dispatch.cc, kAmxByDefault, has the figures).
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -51,7 +51,10 @@
 #include "threads/thread_pool.h"
 
 // clang-format off
-#if defined(__clang__)
+#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
+#define LATENT_AMX_BEGIN
+#define LATENT_AMX_END
+#elif defined(__clang__)
 #define LATENT_AMX_BEGIN _Pragma("clang attribute push(__attribute__((target(\"amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
 #define LATENT_AMX_END _Pragma("clang attribute pop")
 #else

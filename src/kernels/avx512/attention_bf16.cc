@@ -11,7 +11,7 @@
 // tiles of 8 heads x 3 rows over 32 dims per product, reduced by the f32 kernel's lane tree.
 // p.v: row pairs (v_i[c], v_i+1[c]) interleaved into one register, 8 heads x 48 columns. Each
 // head's sums run in one fixed order, so a token's result depends on its query and rows only.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>

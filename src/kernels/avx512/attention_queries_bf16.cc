@@ -12,7 +12,7 @@
 // order; position pairs in order, blocks in order), and a pair past its length is masked off, so
 // a query's result depends only on its own query, length and rows: never on the other queries of
 // its tile or call, nor on the thread, as the f32 kernel's.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>

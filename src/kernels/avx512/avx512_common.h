@@ -5,7 +5,7 @@
 // binary still runs on CPUs without AVX-512, where dispatch picks the reference kernels).
 #pragma once
 
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,10 @@
 #include "tensor/dtype.h"
 
 // clang-format off
-#if defined(__clang__)
+#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
+#define LATENT_AVX512_BEGIN
+#define LATENT_AVX512_END
+#elif defined(__clang__)
 #define LATENT_AVX512_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
 #define LATENT_AVX512_END _Pragma("clang attribute pop")
 #else
@@ -43,6 +46,19 @@ inline void WithRowCount(int64_t rows, F&& f) {
 }
 
 #include "kernels/blocked_rows.inc"
+
+// v through an empty asm statement: GCC then keeps it in a register for all its uses instead of
+// folding its load into each one, and cannot fuse the instruction that made it with the one that
+// uses it. The emulated build's 512-bit vectors have no register: there it stays in memory.
+template <class V>
+inline V InRegister(V v) {
+#if defined(LATENT_EMULATE_AVX512)
+  __asm__("" : "+m"(v));
+#else
+  __asm__("" : "+v"(v));
+#endif
+  return v;
+}
 
 inline float ReduceAdd(__m512 v) {
   const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

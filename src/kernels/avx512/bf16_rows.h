@@ -3,7 +3,7 @@
 // region with AVX512_BF16 (after avx512_common.h), and threads/thread_pool.h before the region.
 #pragma once
 
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

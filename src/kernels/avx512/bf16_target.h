@@ -6,7 +6,11 @@
 #pragma once
 
 // clang-format off
-#if defined(__clang__)
+#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
+#define LATENT_AVX512_BF16_BEGIN
+#define LATENT_AVX512_BF16_VBMI_BEGIN
+#define LATENT_AVX512_BF16_END
+#elif defined(__clang__)
 #define LATENT_AVX512_BF16_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
 #define LATENT_AVX512_BF16_VBMI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
 #define LATENT_AVX512_BF16_END _Pragma("clang attribute pop")

@@ -10,7 +10,7 @@
 // Per key and head the dot is one chain over the pairs in order; then relu(scale * dot) * w
 // added over the head vectors in order, and ReduceAdd: a key's score depends on the key and the
 // query only (not on the run or the thread), as kernels/index_scores.h requires.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -52,12 +52,6 @@ struct Job {
   int64_t scale_row0;
 };
 
-// Loads x once into a register for all its FMAs (GCC would otherwise fold the load into every
-// FMA, which makes the tiles load-bound).
-inline __m512 InRegister(__m512 v) {
-  __asm__("" : "+v"(v));
-  return v;
-}
 
 // The multiplier of row `row` for scale block `kb`: the block scale times 2^8 for LoadF8.
 inline float RowScale(const Job& j, int64_t row, int64_t kb) {

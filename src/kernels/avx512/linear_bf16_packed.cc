@@ -19,7 +19,7 @@
 // column blocks, k in chunks of 8 tiles (4 x 8 KiB of weights, which stay in L1 while every
 // activation tile goes past them), the accumulators in an f32 buffer [m, 64] (L2) between chunks.
 // Threads split N into groups of whole column blocks.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -11,7 +11,7 @@
 // `--precision f32` (dispatch.cc). The sequence is the same whatever M is and however tiles and threads split the work,
 // so it is batch invariant like the f32 path (vdpbf16ps ignores MXCSR: fixed rounding, denormals
 // flushed).
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -49,10 +49,6 @@ inline __m512 Dot(__m512 acc, __m512i x, __m512i w) {
   return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
 
-inline __m512i InRegisterI(__m512i v) {
-  __asm__("" : "+v"(v));
-  return v;
-}
 
 // MT activation rows x NT weight rows over all of k. `next`: the next tile's rows are prefetched
 // at the same offsets (the first M-tile of a weight tile, which streams it from memory).
@@ -79,7 +75,7 @@ void Tile(const DotJob& j, int64_t m0, int64_t n0, bool lead, bool next) {
     __m512i w[NT];
     for (int b = 0; b < NT; ++b) w[b] = _mm512_loadu_si512(rows[b] + 2 * c);
     for (int a = 0; a < MT; ++a) {
-      const __m512i xv = InRegisterI(_mm512_loadu_si512(xs[a] + c));
+      const __m512i xv = InRegister(_mm512_loadu_si512(xs[a] + c));
       for (int b = 0; b < NT; ++b) acc[a][b] = Dot(acc[a][b], xv, w[b]);
     }
   }

@@ -29,7 +29,7 @@
 //     costs about as much as 6 products per line, so doing it once per segment and not once per
 //     register tile is what keeps prefill shapes at vdpbf16ps's pace.
 // The accumulators between segments live in an f32 buffer [m, 64] (decode: on the stack).
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

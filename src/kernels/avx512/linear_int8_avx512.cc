@@ -63,11 +63,6 @@ inline __m512 LoadI8Part(const int8_t* p, __mmask16 m) {
   return WidenI8(_mm_maskz_loadu_epi8(m, p));
 }
 
-// Keeps x in a register for all its FMAs (see linear_avx512.cc).
-inline __m512 InRegister(__m512 v) {
-  __asm__("" : "+v"(v));
-  return v;
-}
 
 // Decode tile: MT activation rows x NT weight rows over all of k.
 template <int MT, int NT>

@@ -18,7 +18,7 @@
 // with software prefetch; batches keep blocks of activation rows in L2 and run 6 x 4 register
 // tiles (24 int32 accumulators) over all of k, each 4-row weight tile read from memory by the
 // block's first M-tile and from L1 by the others.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -33,7 +33,10 @@
 #include "threads/thread_pool.h"
 
 // clang-format off
-#if defined(__clang__)
+#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
+#define LATENT_VNNI_BEGIN
+#define LATENT_VNNI_END
+#elif defined(__clang__)
 #define LATENT_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
 #define LATENT_VNNI_END _Pragma("clang attribute pop")
 #else
@@ -68,10 +71,6 @@ struct Job {
   float* y;                 // [m, n]
 };
 
-inline __m512i InRegisterI(__m512i v) {  // keeps x in a register for all its vpdpbusd
-  __asm__("" : "+v"(v));
-  return v;
-}
 
 inline __mmask64 TailMask64(int64_t count) {  // count in [1, 64]
   return count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
@@ -133,7 +132,7 @@ void Tile(const Job& j, int64_t m0, int64_t n0, bool lead, bool next) {
     __m512i w[NT];
     for (int b = 0; b < NT; ++b) w[b] = _mm512_loadu_si512(rows[b] + c);
     for (int a = 0; a < MT; ++a) {
-      const __m512i xv = InRegisterI(_mm512_loadu_si512(xs[a] + c));
+      const __m512i xv = InRegister(_mm512_loadu_si512(xs[a] + c));
       for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_dpbusd_epi32(acc[a][b], xv, w[b]);
     }
   }

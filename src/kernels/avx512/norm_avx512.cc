@@ -52,11 +52,7 @@ void RmsNorm(const float* x, int64_t m, int64_t d, const void* weight, DType wei
 
 // A rounded product: kept out of GCC's reach, which would otherwise fuse it with the following
 // add into an FMA (one rounding fewer than the reference's rotation).
-inline __m512 Product(__m512 a, __m512 b) {
-  __m512 p = _mm512_mul_ps(a, b);
-  __asm__("" : "+v"(p));
-  return p;
-}
+inline __m512 Product(__m512 a, __m512 b) { return InRegister(_mm512_mul_ps(a, b)); }
 
 // (x0, x1) <- (x0 cos - x1 sin, x1 cos + x0 sin), lane by lane.
 inline void RotateLanes(__m512& x0, __m512& x1, __m512 c, __m512 s) {

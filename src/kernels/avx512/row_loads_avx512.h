@@ -7,7 +7,7 @@
 // width): the byte offset in a row to prefetch at the chunk from element c, or -1.
 #pragma once
 
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <cstdint>
 #include <cstring>

@@ -9,7 +9,7 @@
 // its end loads masked (zeros), so one path writes every tile, the ends included. fp8 codes use
 // the same transpose on 4-byte pairs of pairs (rows of 32 codes, half a register), then one
 // byte shuffle per 64 bytes puts each two lines' codes in the interleaved order of tile_pack.h.
-#include <immintrin.h>
+#include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,0 +1,103 @@
+// AMX-TILE and AMX-BF16 in portable code, for the kernel tests' emulated build (see
+// avx512_intrinsics.h beside this file): eight tiles of up to 16 rows x 64 bytes per thread, as
+// the hardware keeps them per thread, configured by LDTILECFG's 64-byte operand, and TDPBF16PS as
+// Intel's SDM defines it (per output, each k-pair's even product then its odd one, FMAs with DAZ
+// on the inputs and FTZ on the result).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/emulation/avx512_intrinsics.h"
+
+namespace latent::kernels::emulated {
+
+struct TileState {
+  uint8_t rows[8] = {};
+  uint16_t colsb[8] = {};
+  bool configured = false;
+  alignas(64) uint8_t data[8][16][64] = {};
+};
+
+inline TileState& Tiles() {
+  thread_local TileState state;
+  return state;
+}
+
+inline void TileLoadConfig(const void* config) {
+  const uint8_t* c = static_cast<const uint8_t*>(config);
+  if (c[0] != 1) throw std::logic_error("emulated LDTILECFG: only palette 1 is modelled");
+  TileState& s = Tiles();
+  for (int t = 0; t < 8; ++t) {
+    std::memcpy(&s.colsb[t], c + 16 + 2 * t, 2);
+    s.rows[t] = c[48 + t];
+    if (s.rows[t] > 16 || s.colsb[t] > 64) throw std::logic_error("emulated LDTILECFG: tile shape");
+  }
+  s.configured = true;
+}
+
+// A tile instruction on an unconfigured tile faults on hardware; here it throws.
+inline TileState& ConfiguredTiles() {
+  TileState& s = Tiles();
+  if (!s.configured) throw std::logic_error("emulated AMX: tile used before LDTILECFG");
+  return s;
+}
+
+inline void TileLoad(int t, const void* base, int64_t stride) {
+  TileState& s = ConfiguredTiles();
+  std::memset(s.data[t], 0, sizeof(s.data[t]));
+  for (int r = 0; r < s.rows[t]; ++r) {
+    std::memcpy(s.data[t][r], static_cast<const uint8_t*>(base) + r * stride, s.colsb[t]);
+  }
+}
+
+inline void TileStore(int t, void* base, int64_t stride) {
+  const TileState& s = ConfiguredTiles();
+  for (int r = 0; r < s.rows[t]; ++r) {
+    std::memcpy(static_cast<uint8_t*>(base) + r * stride, s.data[t][r], s.colsb[t]);
+  }
+}
+
+inline void TileZero(int t) { std::memset(ConfiguredTiles().data[t], 0, sizeof(Tiles().data[t])); }
+
+// C[m][n] += sum over k-pairs p of A[m][2p, 2p+1] . B[p][2n, 2n+1] (bf16 pairs, f32 sums).
+inline void TileDpbf16ps(int c, int a, int b) {
+  TileState& s = ConfiguredTiles();
+  const int m_rows = s.rows[c], n_cols = s.colsb[c] / 4, pairs = s.colsb[a] / 4;
+  if (s.rows[a] != m_rows || s.rows[b] != pairs || s.colsb[b] != s.colsb[c]) {
+    throw std::logic_error("emulated TDPBF16PS: tile shapes do not match");
+  }
+  for (int m = 0; m < m_rows; ++m) {
+    float acc[16];
+    std::memcpy(acc, s.data[c][m], sizeof(acc));
+    for (int p = 0; p < pairs; ++p) {
+      uint16_t x[2];
+      std::memcpy(x, s.data[a][m] + 4 * p, 4);
+      for (int n = 0; n < n_cols; ++n) {
+        uint16_t w[2];
+        std::memcpy(w, s.data[b][p] + 4 * n, 4);
+        acc[n] = FlushDenormal(std::fma(Bf16Input(x[0]), Bf16Input(w[0]), FlushDenormal(acc[n])));
+        acc[n] = FlushDenormal(std::fma(Bf16Input(x[1]), Bf16Input(w[1]), acc[n]));
+      }
+    }
+    std::memcpy(s.data[c][m], acc, 4 * n_cols);
+  }
+}
+
+inline void TileRelease() { Tiles() = TileState{}; }
+
+}  // namespace latent::kernels::emulated
+
+#undef _tile_loadconfig
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_zero
+#undef _tile_dpbf16ps
+#undef _tile_release
+#define _tile_loadconfig(config) latent::kernels::emulated::TileLoadConfig(config)
+#define _tile_loadd(t, base, stride) latent::kernels::emulated::TileLoad(t, base, stride)
+#define _tile_stored(t, base, stride) latent::kernels::emulated::TileStore(t, base, stride)
+#define _tile_zero(t) latent::kernels::emulated::TileZero(t)
+#define _tile_dpbf16ps(c, a, b) latent::kernels::emulated::TileDpbf16ps(c, a, b)
+#define _tile_release() latent::kernels::emulated::TileRelease()

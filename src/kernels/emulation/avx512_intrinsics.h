@@ -1,0 +1,298 @@
+// AVX-512 (F, BW, VL, DQ, BF16, VNNI, VBMI) intrinsics in portable code, for the kernel tests'
+// emulated build (LATENT_EMULATE_AVX512, tests/kernels/CMakeLists.txt): CI's CPU and many
+// developers' have AVX2 only, and without this the AVX-512 and AMX kernels (what Zen 4/5 and Xeon
+// users run) would only ever be compiled there. simde (Debian's libsimde-dev) supplies most
+// intrinsics under their own names (SIMDE_ENABLE_NATIVE_ALIASES); this file adds those simde 0.7
+// lacks and replaces the ones whose rounding must follow Intel's definition (vdpbf16ps,
+// vcvtne2ps2bf16). Any intrinsic neither provides stays the compiler's, whose AVX-512 target
+// then fails to inline: the emulated build cannot silently run a real AVX-512 instruction.
+//
+// Compiled with AVX2, FMA and F16C (the emulated library's flags), so the 256-bit intrinsics are
+// the compiler's own and simde builds each 512-bit one from two of them. Lane-wise helpers below
+// go through arrays (Lanes, FromLanes): slow, but exact and obviously so.
+#pragma once
+
+#include <immintrin.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+namespace latent::kernels::emulated {
+
+template <class T, class V>
+std::array<T, sizeof(V) / sizeof(T)> Lanes(V v) {
+  std::array<T, sizeof(V) / sizeof(T)> a;
+  std::memcpy(a.data(), &v, sizeof(V));
+  return a;
+}
+
+template <class V, class T, std::size_t N>
+V FromLanes(const std::array<T, N>& a) {
+  static_assert(sizeof(V) == N * sizeof(T));
+  V v;
+  std::memcpy(&v, a.data(), sizeof(V));
+  return v;
+}
+
+// Lanes whose mask bit is set read memory, the others are `fill` (masked-off lanes never touch
+// memory, as in hardware: the kernels rely on it at the ends of rows).
+template <class V, class T, class Mask>
+V MaskedLoad(Mask k, const void* p, V fill) {
+  auto a = Lanes<T>(fill);
+  const T* src = static_cast<const T*>(p);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if ((k >> i) & 1) std::memcpy(&a[i], src + i, sizeof(T));
+  }
+  return FromLanes<V>(a);
+}
+
+template <class T, class V, class Mask>
+void MaskedStore(void* p, Mask k, V v) {
+  const auto a = Lanes<T>(v);
+  T* dst = static_cast<T*>(p);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if ((k >> i) & 1) std::memcpy(dst + i, &a[i], sizeof(T));
+  }
+}
+
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint32_t FloatToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// convert_fp32_to_bfloat16 of Intel's SDM: NaN stays NaN (quieted), a denormal becomes a zero of
+// its sign (DAZ, whatever MXCSR says), the rest rounds to nearest even.
+inline uint16_t RoundToBf16(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+// A bf16 input of vdpbf16ps / TDPBF16PS: denormals read as zero.
+inline float Bf16Input(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  return BitsToFloat((u & 0x7f800000u) == 0 ? u & 0x80000000u : u);
+}
+
+// An f32 result of vdpbf16ps / TDPBF16PS: denormals flushed to zero.
+inline float FlushDenormal(float f) {
+  const uint32_t u = FloatToBits(f);
+  return (u & 0x7f800000u) == 0 ? BitsToFloat(u & 0x80000000u) : f;
+}
+
+// One lane of vdpbf16ps as the SDM writes it: acc += a_odd * b_odd, then acc += a_even * b_even,
+// each an FMA with DAZ on its inputs and FTZ on its result.
+inline float DotBf16Pair(float acc, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1) {
+  acc = FlushDenormal(std::fma(Bf16Input(a1), Bf16Input(b1), FlushDenormal(acc)));
+  return FlushDenormal(std::fma(Bf16Input(a0), Bf16Input(b0), acc));
+}
+
+inline __m512 Dpbf16(__m512 acc, __m512bh a, __m512bh b) {
+  auto r = Lanes<float>(acc);
+  const auto x = Lanes<uint16_t>(a), w = Lanes<uint16_t>(b);
+  for (int i = 0; i < 16; ++i) {
+    r[i] = DotBf16Pair(r[i], x[2 * i], x[2 * i + 1], w[2 * i], w[2 * i + 1]);
+  }
+  return FromLanes<__m512>(r);
+}
+
+// vcvtne2ps2bf16: the low 16 values from b, the high 16 from a.
+inline __m512bh Cvtne2psPbh(__m512 a, __m512 b) {
+  const auto hi = Lanes<float>(a), lo = Lanes<float>(b);
+  std::array<uint16_t, 32> r;
+  for (int i = 0; i < 16; ++i) {
+    r[i] = RoundToBf16(lo[i]);
+    r[16 + i] = RoundToBf16(hi[i]);
+  }
+  return FromLanes<__m512bh>(r);
+}
+
+inline __m256bh CvtnepsPbh(__m512 a) {
+  const auto f = Lanes<float>(a);
+  std::array<uint16_t, 16> r;
+  for (int i = 0; i < 16; ++i) r[i] = RoundToBf16(f[i]);
+  return FromLanes<__m256bh>(r);
+}
+
+// The reductions in GCC's order (avx512fintrin.h, __MM512_REDUCE_OP): halves, then quarters,
+// then pairs; the kernels' sums must come out as on hardware bit for bit.
+template <class T, class Op, std::size_t N>
+T ReduceTree(std::array<T, N> v, Op op) {
+  for (std::size_t half = N / 2; half >= 1; half /= 2) {
+    for (std::size_t i = 0; i < half; ++i) v[i] = op(v[i + half], v[i]);
+  }
+  return v[0];
+}
+
+inline float ReduceAddPs(__m512 v) {
+  return ReduceTree(Lanes<float>(v), [](float a, float b) { return a + b; });
+}
+
+// vmaxps(a, b): b where either is NaN or both are zeros. GCC's _mm512_reduce_max_ps puts the
+// upper half first in its first two steps and the lower first in its last two.
+inline float ReduceMaxPs(__m512 v) {
+  const auto max = [](float a, float b) { return a > b ? a : b; };
+  auto f = Lanes<float>(v);
+  for (int i = 0; i < 8; ++i) f[i] = max(f[i + 8], f[i]);
+  for (int i = 0; i < 4; ++i) f[i] = max(f[i + 4], f[i]);
+  for (int i = 0; i < 2; ++i) f[i] = max(f[i], f[i + 2]);
+  return max(f[0], f[1]);
+}
+
+inline double ReduceAddPd(__m512d v) {
+  return ReduceTree(Lanes<double>(v), [](double a, double b) { return a + b; });
+}
+
+inline int ReduceAddEpi32(__m512i v) {
+  const auto a = Lanes<uint32_t>(v);
+  uint32_t s = 0;
+  for (uint32_t x : a) s += x;  // wraps, as vpaddd does
+  return static_cast<int>(s);
+}
+
+// vcvtps2dq under the default MXCSR: nearest even; NaN and out of range give 0x80000000.
+inline __m512i CvtpsEpi32(__m512 v) {
+  const auto f = Lanes<float>(v);
+  std::array<int32_t, 16> r;
+  for (int i = 0; i < 16; ++i) {
+    const float x = std::nearbyint(f[i]);
+    r[i] = (x >= -2147483648.0f && x < 2147483648.0f) ? static_cast<int32_t>(x) : INT32_MIN;
+  }
+  return FromLanes<__m512i>(r);
+}
+
+template <class To, class From, class V>
+__m512 ConvertLanes16(V v) {
+  const auto a = Lanes<From>(v);
+  std::array<To, 16> r;
+  for (int i = 0; i < 16; ++i) r[i] = static_cast<To>(a[i]);
+  return FromLanes<__m512>(r);
+}
+
+template <class To, class From, class V>
+__m512i WidenLanes16(V v) {
+  const auto a = Lanes<From>(v);
+  std::array<To, 16> r;
+  for (int i = 0; i < 16; ++i) r[i] = static_cast<To>(a[i]);
+  return FromLanes<__m512i>(r);
+}
+
+// (Arrays of floats rather than of __m256 halves: vector types lose their attributes as template
+// arguments.)
+inline __m512 CvtphPs(__m256i h) {
+  std::array<float, 16> f;
+  _mm256_storeu_ps(f.data(), _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+  _mm256_storeu_ps(f.data() + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+  return FromLanes<__m512>(f);
+}
+
+inline __m512d CvtpsPd(__m256 v) {
+  const auto f = Lanes<float>(v);
+  std::array<double, 8> r;
+  for (int i = 0; i < 8; ++i) r[i] = f[i];
+  return FromLanes<__m512d>(r);
+}
+
+inline __m256 Extractf32x8(__m512 v, int imm) {
+  const auto f = Lanes<float>(v);
+  return _mm256_loadu_ps(f.data() + 8 * (imm & 1));
+}
+
+// vshuff32x4: lanes 0-1 of the result are 128-bit lanes of a, lanes 2-3 of b, each picked by two
+// bits of imm.
+inline __m512 ShuffleF32x4(__m512 a, __m512 b, int imm) {
+  const auto x = Lanes<float>(a), y = Lanes<float>(b);
+  std::array<float, 16> r;
+  for (int lane = 0; lane < 4; ++lane) {
+    const auto& from = lane < 2 ? x : y;
+    const int pick = (imm >> (2 * lane)) & 3;
+    for (int i = 0; i < 4; ++i) r[4 * lane + i] = from[4 * pick + i];
+  }
+  return FromLanes<__m512>(r);
+}
+
+inline __m512 Mask3FmaddPs(__m512 a, __m512 b, __m512 c, __mmask16 k) {
+  const auto x = Lanes<float>(a), y = Lanes<float>(b);
+  auto r = Lanes<float>(c);
+  for (int i = 0; i < 16; ++i) {
+    if ((k >> i) & 1) r[i] = std::fma(x[i], y[i], r[i]);
+  }
+  return FromLanes<__m512>(r);
+}
+
+inline void MaskCvtepi32StoreuEpi8(void* p, __mmask16 k, __m512i v) {
+  const auto a = Lanes<int32_t>(v);
+  std::array<int8_t, 16> bytes;
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<int8_t>(a[i]);  // vpmovdb truncates
+  MaskedStore<int8_t>(p, k, FromLanes<__m128i>(bytes));
+}
+
+inline __mmask16 CmpeqEpi8Mask(__m128i a, __m128i b) {
+  return static_cast<__mmask16>(_mm_movemask_epi8(_mm_cmpeq_epi8(a, b)));
+}
+
+inline __m512i Zextsi256Si512(__m256i v) {
+  std::array<uint8_t, 64> bytes{};
+  std::memcpy(bytes.data(), &v, 32);
+  return FromLanes<__m512i>(bytes);
+}
+
+}  // namespace latent::kernels::emulated
+
+// Replace simde's vdpbf16ps (even pair first, no DAZ/FTZ) with the SDM's.
+#undef _mm512_dpbf16_ps
+#define _mm512_dpbf16_ps(acc, a, b) latent::kernels::emulated::Dpbf16(acc, a, b)
+#define _mm512_cvtne2ps_pbh(a, b) latent::kernels::emulated::Cvtne2psPbh(a, b)
+#define _mm512_cvtneps_pbh(a) latent::kernels::emulated::CvtnepsPbh(a)
+#define _mm512_reduce_add_ps(v) latent::kernels::emulated::ReduceAddPs(v)
+#define _mm512_reduce_max_ps(v) latent::kernels::emulated::ReduceMaxPs(v)
+#define _mm512_reduce_add_pd(v) latent::kernels::emulated::ReduceAddPd(v)
+#define _mm512_reduce_add_epi32(v) latent::kernels::emulated::ReduceAddEpi32(v)
+#define _mm512_cvtps_epi32(v) latent::kernels::emulated::CvtpsEpi32(v)
+#define _mm512_cvtepi32_ps(v) latent::kernels::emulated::ConvertLanes16<float, int32_t>(v)
+#define _mm512_cvtepi8_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, int8_t>(v)
+#define _mm512_cvtepu16_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, uint16_t>(v)
+#define _mm512_cvtph_ps(v) latent::kernels::emulated::CvtphPs(v)
+#define _mm512_cvtps_pd(v) latent::kernels::emulated::CvtpsPd(v)
+#define _mm512_cvtss_f32(v) latent::kernels::emulated::Lanes<float>(v)[0]
+#define _mm512_extractf32x8_ps(v, imm) latent::kernels::emulated::Extractf32x8(v, imm)
+#define _mm512_shuffle_f32x4(a, b, imm) latent::kernels::emulated::ShuffleF32x4(a, b, imm)
+#define _mm512_mask3_fmadd_ps(a, b, c, k) latent::kernels::emulated::Mask3FmaddPs(a, b, c, k)
+#define _mm512_mask_cmp_ps_mask(k, a, b, imm) \
+  static_cast<__mmask16>((k) & simde_mm512_cmp_ps_mask(a, b, imm))
+#define _mm512_mask_cvtepi32_storeu_epi8(p, k, v) \
+  latent::kernels::emulated::MaskCvtepi32StoreuEpi8(p, k, v)
+#define _mm512_zextsi256_si512(v) latent::kernels::emulated::Zextsi256Si512(v)
+#define _mm_cmpeq_epi8_mask(a, b) latent::kernels::emulated::CmpeqEpi8Mask(a, b)
+// Masked loads and stores: element type, vector type, fill.
+#define _mm512_mask_loadu_ps(src, k, p) \
+  latent::kernels::emulated::MaskedLoad<__m512, float>(k, p, src)
+#define _mm512_maskz_loadu_ps(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m512, float>(k, p, _mm512_setzero_ps())
+#define _mm512_maskz_loadu_epi32(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m512i, int32_t>(k, p, _mm512_setzero_si512())
+#define _mm512_maskz_loadu_epi16(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m512i, int16_t>(k, p, _mm512_setzero_si512())
+#define _mm512_maskz_loadu_epi8(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m512i, int8_t>(k, p, _mm512_setzero_si512())
+#define _mm256_maskz_loadu_epi16(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m256i, int16_t>(k, p, _mm256_setzero_si256())
+#define _mm256_maskz_loadu_epi8(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m256i, int8_t>(k, p, _mm256_setzero_si256())
+#define _mm_maskz_loadu_epi8(k, p) \
+  latent::kernels::emulated::MaskedLoad<__m128i, int8_t>(k, p, _mm_setzero_si128())
+#define _mm512_mask_storeu_ps(p, k, v) latent::kernels::emulated::MaskedStore<float>(p, k, v)
+#define _mm512_mask_storeu_epi32(p, k, v) latent::kernels::emulated::MaskedStore<int32_t>(p, k, v)
