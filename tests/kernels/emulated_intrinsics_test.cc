@@ -1,15 +1,18 @@
 // The emulated intrinsics (kernels/emulation/) on the cases where a plausible emulation and the
 // hardware part ways: Intel's rounding of f32 into bf16 (denormals to zero, NaN kept), the order
-// and flushing of vdpbf16ps's two products, masked loads that must not touch the memory of the
-// lanes left out, vcvtps2dq's ties and out-of-range lanes, and the AMX tile state's checks. The
-// kernels' own tests (the rest of latent_kernel_tests_emulated) then hold the kernels to the
-// reference on top of these.
+// and flushing of vdpbf16ps's two products and of TDPBF16PS's even and odd sums, masked loads
+// that must not touch the memory of the lanes left out, aligned loads that fault off alignment,
+// vscalefps's range, vcvtps2dq's ties and out-of-range lanes, and the AMX tile state's checks.
+// The kernels' own tests (the rest of latent_kernel_tests_emulated) then hold the kernels to the
+// reference on top of these. Compiled with the emulated library's flags (tests/kernels/
+// CMakeLists.txt), so the helpers inlined here are the library's.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -18,6 +21,17 @@
 
 namespace latent::kernels::emulated {
 namespace {
+
+// Clears MXCSR's FTZ and DAZ for a test's lifetime: the flushing checked below must come from the
+// emulation, not from a mode an earlier test in the process left on (threads::FlushDenormals).
+class NoDenormalModes {
+ public:
+  NoDenormalModes() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }
+  ~NoDenormalModes() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
 
 TEST(EmulatedIntrinsics, RoundingToBf16FollowsIntel) {
   // The low 16 results come from the second operand, the high 16 from the first.
@@ -49,6 +63,7 @@ TEST(EmulatedIntrinsics, RoundingToBf16FollowsIntel) {
 }
 
 TEST(EmulatedIntrinsics, DotOfBf16PairsAddsTheOddProductFirstAndFlushesDenormals) {
+  NoDenormalModes modes;
   std::array<float, 16> acc{};
   std::array<uint16_t, 32> x{}, w{};
   // Lane 0: 1 + 2^-24 (odd pair, 2^-12 * 2^-12) rounds to 1, then - 1 gives 0; the other order
@@ -102,6 +117,58 @@ TEST(EmulatedIntrinsics, ConversionToInt32RoundsTiesToEvenAndMarksOutOfRange) {
   EXPECT_EQ(r[4], INT32_MIN);
 }
 
+TEST(EmulatedIntrinsics, AlignedLoadsAndStoresFaultOffAlignment) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // earlier tests may have started threads
+  alignas(64) float buffer[32] = {};
+  EXPECT_EQ(Lanes<float>(_mm512_load_ps(buffer))[0], 0.0f);
+  EXPECT_DEATH(_mm512_load_ps(buffer + 4), "not 64-byte aligned");
+  EXPECT_DEATH(_mm512_store_si512(buffer + 8, _mm512_setzero_si512()), "not 64-byte aligned");
+}
+
+TEST(EmulatedIntrinsics, ScalefUsesTheWholeExponentRange) {
+  NoDenormalModes modes;
+  std::array<float, 16> a{}, b{};
+  a[0] = 0.75f, b[0] = 128.0f;    // 1.5 * 2^127: finite, though 2^128 alone is not
+  a[1] = 0.0f, b[1] = 200.0f;     // 0, not 0 * inf
+  a[2] = 1.0f, b[2] = 2.7f;       // floor: 4
+  a[3] = 1.0f, b[3] = -140.0f;    // a denormal result (FTZ off)
+  a[4] = 0.0f, b[4] = std::numeric_limits<float>::infinity();  // NaN
+  a[5] = 3.0f, b[5] = -std::numeric_limits<float>::infinity();  // +0
+  const auto r = Lanes<float>(_mm512_scalef_ps(FromLanes<__m512>(a), FromLanes<__m512>(b)));
+  EXPECT_EQ(r[0], std::ldexp(1.5f, 127));
+  EXPECT_EQ(r[1], 0.0f);
+  EXPECT_EQ(r[2], 4.0f);
+  EXPECT_EQ(r[3], std::ldexp(1.0f, -140));
+  EXPECT_TRUE(std::isnan(r[4]));
+  EXPECT_EQ(FloatToBits(r[5]), 0u);
+}
+
+TEST(EmulatedIntrinsics, TileDotSumsTheEvenAndOddProductsApartThenAddsThem) {
+  NoDenormalModes modes;
+  struct alignas(64) Config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } c;
+  c.colsb[0] = 4, c.rows[0] = 1;  // C 1 x 1, A 1 x 1 pair, B 1 pair x 1
+  c.colsb[1] = 4, c.rows[1] = 1;
+  c.colsb[2] = 4, c.rows[2] = 1;
+  _tile_loadconfig(&c);
+  // 2^-24 + 2^-24 = 2^-23 first, then 1 + 2^-23 is exact; adding each product to 1 in turn
+  // would round both away.
+  const float one = 1.0f;
+  const uint16_t x[2] = {0x3980, 0x3980}, w[2] = {0x3980, 0x3980};  // 2^-12 each
+  _tile_loadd(0, &one, 4);
+  _tile_loadd(1, x, 4);
+  _tile_loadd(2, w, 4);
+  _tile_dpbf16ps(0, 1, 2);
+  float out = 0;
+  _tile_stored(0, &out, 4);
+  EXPECT_EQ(out, 1.0f + std::ldexp(1.0f, -23));
+  EXPECT_THROW(_tile_dpbf16ps(0, 0, 2), std::logic_error);  // one tile as two operands
+  _tile_release();
+}
+
 TEST(EmulatedIntrinsics, TilesMultiplyBf16PairsAndCheckTheirShapes) {
   struct alignas(64) Config {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -128,7 +195,12 @@ TEST(EmulatedIntrinsics, TilesMultiplyBf16PairsAndCheckTheirShapes) {
     EXPECT_EQ(out[1][n], 2.0f) << n;
   }
   EXPECT_THROW(_tile_dpbf16ps(0, 2, 1), std::logic_error);  // A's k-pairs are not B's rows
-  _tile_release();
+  EXPECT_THROW(_tile_zero(3), std::logic_error);  // left empty by the configuration
+  _tile_loadconfig(&c);  // a new configuration zeroes the tiles
+  _tile_stored(0, out, sizeof(out[0]));
+  EXPECT_EQ(out[0][0], 0.0f);
+  c.palette = 0;  // palette 0: release
+  _tile_loadconfig(&c);
   EXPECT_THROW(_tile_zero(0), std::logic_error);
 }
 

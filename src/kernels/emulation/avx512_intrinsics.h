@@ -8,8 +8,10 @@
 // then fails to inline: the emulated build cannot silently run a real AVX-512 instruction.
 //
 // Compiled with AVX2, FMA and F16C (the emulated library's flags), so the 256-bit intrinsics are
-// the compiler's own and simde builds each 512-bit one from two of them. Lane-wise helpers below
-// go through arrays (Lanes, FromLanes): slow, but exact and obviously so.
+// the compiler's own and simde builds each 512-bit one from two of them; GCC contracts a multiply
+// and an add into an FMA there as it does in the real AVX-512 build. Lane-wise helpers below go
+// through arrays (Lanes, FromLanes): slow, but exact and obviously so. Written against simde 0.7
+// (Debian 12); every name defined here is #undef'd first, as a later simde may alias it too.
 #pragma once
 
 #include <immintrin.h>
@@ -17,7 +19,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
@@ -250,49 +255,131 @@ inline __m512i Zextsi256Si512(__m256i v) {
   return FromLanes<__m512i>(bytes);
 }
 
+// The aligned 512-bit loads and stores fault on hardware unless the address is a multiple of 64;
+// simde's only assume it. Abort like the fault would, naming the address.
+inline const void* Aligned64(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 64 != 0) {
+    std::fprintf(stderr, "emulated %s: %p is not 64-byte aligned\n", what, p);
+    std::abort();
+  }
+  return p;
+}
+
+inline __m512 LoadPs(const void* p) { return _mm512_loadu_ps(Aligned64(p, "_mm512_load_ps")); }
+inline __m512i LoadSi512(const void* p) {
+  return _mm512_loadu_si512(Aligned64(p, "_mm512_load_si512"));
+}
+inline void StorePs(void* p, __m512 v) {
+  _mm512_storeu_ps(const_cast<void*>(Aligned64(p, "_mm512_store_ps")), v);
+}
+inline void StoreSi512(void* p, __m512i v) {
+  _mm512_storeu_si512(const_cast<void*>(Aligned64(p, "_mm512_store_si512")), v);
+}
+
+// vscalefps: a * 2^floor(b) with the whole exponent range (simde's a * exp2(floor(b)) overflows
+// 2^floor(b) first). In double the scaling is exact, and the one rounding back to f32 (cvtsd2ss)
+// follows MXCSR's FTZ as the instruction does; a denormal a read through cvtss2sd follows DAZ.
+inline float ScalefLane(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return a + b;  // the NaN, quieted
+  if (std::isinf(b)) {
+    if (b > 0) return a == 0 ? std::numeric_limits<float>::quiet_NaN() : a * b;
+    return std::isinf(a) ? std::numeric_limits<float>::quiet_NaN() : a * 0.0f;
+  }
+  const double e = std::fmin(std::fmax(std::floor(static_cast<double>(b)), -1000.0), 1000.0);
+  volatile double wide = static_cast<double>(a);  // volatile: the conversions happen at run time
+  return static_cast<float>(std::ldexp(wide, static_cast<int>(e)));
+}
+
+inline __m512 ScalefPs(__m512 a, __m512 b) {
+  auto x = Lanes<float>(a);
+  const auto y = Lanes<float>(b);
+  for (int i = 0; i < 16; ++i) x[i] = ScalefLane(x[i], y[i]);
+  return FromLanes<__m512>(x);
+}
+
 }  // namespace latent::kernels::emulated
 
 // Replace simde's vdpbf16ps (even pair first, no DAZ/FTZ) with the SDM's.
 #undef _mm512_dpbf16_ps
 #define _mm512_dpbf16_ps(acc, a, b) latent::kernels::emulated::Dpbf16(acc, a, b)
+#undef _mm512_cvtne2ps_pbh
 #define _mm512_cvtne2ps_pbh(a, b) latent::kernels::emulated::Cvtne2psPbh(a, b)
+#undef _mm512_cvtneps_pbh
 #define _mm512_cvtneps_pbh(a) latent::kernels::emulated::CvtnepsPbh(a)
+#undef _mm512_reduce_add_ps
 #define _mm512_reduce_add_ps(v) latent::kernels::emulated::ReduceAddPs(v)
+#undef _mm512_reduce_max_ps
 #define _mm512_reduce_max_ps(v) latent::kernels::emulated::ReduceMaxPs(v)
+#undef _mm512_reduce_add_pd
 #define _mm512_reduce_add_pd(v) latent::kernels::emulated::ReduceAddPd(v)
+#undef _mm512_reduce_add_epi32
 #define _mm512_reduce_add_epi32(v) latent::kernels::emulated::ReduceAddEpi32(v)
+#undef _mm512_cvtps_epi32
 #define _mm512_cvtps_epi32(v) latent::kernels::emulated::CvtpsEpi32(v)
+#undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps(v) latent::kernels::emulated::ConvertLanes16<float, int32_t>(v)
+#undef _mm512_cvtepi8_epi32
 #define _mm512_cvtepi8_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, int8_t>(v)
+#undef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, uint16_t>(v)
+#undef _mm512_cvtph_ps
 #define _mm512_cvtph_ps(v) latent::kernels::emulated::CvtphPs(v)
+#undef _mm512_cvtps_pd
 #define _mm512_cvtps_pd(v) latent::kernels::emulated::CvtpsPd(v)
+#undef _mm512_cvtss_f32
 #define _mm512_cvtss_f32(v) latent::kernels::emulated::Lanes<float>(v)[0]
+#undef _mm512_extractf32x8_ps
 #define _mm512_extractf32x8_ps(v, imm) latent::kernels::emulated::Extractf32x8(v, imm)
+#undef _mm512_shuffle_f32x4
 #define _mm512_shuffle_f32x4(a, b, imm) latent::kernels::emulated::ShuffleF32x4(a, b, imm)
+#undef _mm512_mask3_fmadd_ps
 #define _mm512_mask3_fmadd_ps(a, b, c, k) latent::kernels::emulated::Mask3FmaddPs(a, b, c, k)
+#undef _mm512_mask_cmp_ps_mask
 #define _mm512_mask_cmp_ps_mask(k, a, b, imm) \
   static_cast<__mmask16>((k) & simde_mm512_cmp_ps_mask(a, b, imm))
+#undef _mm512_mask_cvtepi32_storeu_epi8
 #define _mm512_mask_cvtepi32_storeu_epi8(p, k, v) \
   latent::kernels::emulated::MaskCvtepi32StoreuEpi8(p, k, v)
+#undef _mm512_zextsi256_si512
 #define _mm512_zextsi256_si512(v) latent::kernels::emulated::Zextsi256Si512(v)
+#undef _mm_cmpeq_epi8_mask
 #define _mm_cmpeq_epi8_mask(a, b) latent::kernels::emulated::CmpeqEpi8Mask(a, b)
 // Masked loads and stores: element type, vector type, fill.
+#undef _mm512_mask_loadu_ps
 #define _mm512_mask_loadu_ps(src, k, p) \
   latent::kernels::emulated::MaskedLoad<__m512, float>(k, p, src)
+#undef _mm512_maskz_loadu_ps
 #define _mm512_maskz_loadu_ps(k, p) \
   latent::kernels::emulated::MaskedLoad<__m512, float>(k, p, _mm512_setzero_ps())
+#undef _mm512_maskz_loadu_epi32
 #define _mm512_maskz_loadu_epi32(k, p) \
   latent::kernels::emulated::MaskedLoad<__m512i, int32_t>(k, p, _mm512_setzero_si512())
+#undef _mm512_maskz_loadu_epi16
 #define _mm512_maskz_loadu_epi16(k, p) \
   latent::kernels::emulated::MaskedLoad<__m512i, int16_t>(k, p, _mm512_setzero_si512())
+#undef _mm512_maskz_loadu_epi8
 #define _mm512_maskz_loadu_epi8(k, p) \
   latent::kernels::emulated::MaskedLoad<__m512i, int8_t>(k, p, _mm512_setzero_si512())
+#undef _mm256_maskz_loadu_epi16
 #define _mm256_maskz_loadu_epi16(k, p) \
   latent::kernels::emulated::MaskedLoad<__m256i, int16_t>(k, p, _mm256_setzero_si256())
+#undef _mm256_maskz_loadu_epi8
 #define _mm256_maskz_loadu_epi8(k, p) \
   latent::kernels::emulated::MaskedLoad<__m256i, int8_t>(k, p, _mm256_setzero_si256())
+#undef _mm_maskz_loadu_epi8
 #define _mm_maskz_loadu_epi8(k, p) \
   latent::kernels::emulated::MaskedLoad<__m128i, int8_t>(k, p, _mm_setzero_si128())
+#undef _mm512_mask_storeu_ps
 #define _mm512_mask_storeu_ps(p, k, v) latent::kernels::emulated::MaskedStore<float>(p, k, v)
+#undef _mm512_mask_storeu_epi32
 #define _mm512_mask_storeu_epi32(p, k, v) latent::kernels::emulated::MaskedStore<int32_t>(p, k, v)
+#undef _mm512_load_ps
+#define _mm512_load_ps(p) latent::kernels::emulated::LoadPs(p)
+#undef _mm512_load_si512
+#define _mm512_load_si512(p) latent::kernels::emulated::LoadSi512(p)
+#undef _mm512_store_ps
+#define _mm512_store_ps(p, v) latent::kernels::emulated::StorePs(p, v)
+#undef _mm512_store_si512
+#define _mm512_store_si512(p, v) latent::kernels::emulated::StoreSi512(p, v)
+#undef _mm512_scalef_ps
+#define _mm512_scalef_ps(a, b) latent::kernels::emulated::ScalefPs(a, b)
