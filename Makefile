@@ -138,7 +138,7 @@ ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \
   -DLATENT_PYTHON_MODULE=OFF -DLATENT_UNITY_BUILD=ON
-ASAN_TARGETS := latent latent_unit_tests latent_kernel_tests
+ASAN_TARGETS := latent latent_unit_tests latent_kernel_tests latent_kernel_tests_emulated
 # TSan: the server binary and latent_tsan_tests, the threaded code's gtests alone (tests/unit/CMakeLists.txt).
 TSAN_TARGETS := latent latent_tsan_tests
 # LATENT_TEST_SLOWDOWN: the e2e harness waits that much longer for a sanitized server to start
