@@ -22,7 +22,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config python3-venv \
   openmpi-bin libopenmpi-dev libsimde-dev
 
 .PHONY: setup build test run fuzz build-fuzz fuzz-long fuzz-merge format clean unit-test py-test build-asan build-tsan \
-  test-asan test-tsan demo-model pip-install-test
+  test-asan test-tsan demo-model pip-install-test build-emulated-avx512 test-emulated-avx512
 
 setup: $(STAMPS)/apt $(STAMPS)/venv
 
@@ -176,6 +176,27 @@ TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconn
 # The sanitizer pytest runs use py-test's two workers (one file each at a time).
 SANITIZER_PYTEST := $(PY) -m pytest -q -x $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
+# The whole engine on emulated AVX-512 and AMX kernels (LATENT_EMULATE_AVX512, src/kernels/
+# CMakeLists.txt), so that a CPU without them (CI's) runs the default paths of AMX machines and,
+# under LATENT_GEMM=avx512-packed, of AVX512-BF16 ones end to end: bf16 parity with transformers,
+# the f32 forward parity, fp8 rows read in place, W8A8 on VNNI, and every logprob bit for bit
+# under batching, chunking, preemption and prefix hits. The sanitizer trees' configuration
+# without a sanitizer (no Python module, no oneDNN). Slow kernels: correctness only.
+EMULATED_BUILD_DIR ?= build-emulated-avx512
+EMULATED_PYTESTS ?= tests/parity/test_amx_linear.py tests/parity/test_bf16.py \
+  tests/parity/test_forward_parity.py tests/parity/test_rows_in_place.py \
+  tests/parity/test_quantize_w8a8.py tests/property/test_load_independence.py
+EMULATED_PACKED_PYTESTS ?= tests/parity/test_bf16.py tests/property/test_load_independence.py
+$(EMULATED_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
+	cmake -S . -B $(EMULATED_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_DEBUG_INFO=OFF \
+	  -DLATENT_EMULATE_AVX512=ON
+build-emulated-avx512: setup $(EMULATED_BUILD_DIR)/build.ninja
+	cmake --build $(EMULATED_BUILD_DIR) -j $(JOBS) --target latent
+test-emulated-avx512: build-emulated-avx512
+	LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent $(SANITIZER_PYTEST) $(EMULATED_PYTESTS)
+	LATENT_GEMM=avx512-packed LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent \
+	  $(SANITIZER_PYTEST) $(EMULATED_PACKED_PYTESTS)
+
 $(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address
 $(TSAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
@@ -203,4 +224,5 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(STAMPS)
+	rm -rf $(BUILD_DIR) $(FUZZ_BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(EMULATED_BUILD_DIR) \
+	  $(STAMPS)
