@@ -180,13 +180,17 @@ SANITIZER_PYTEST := $(PY) -m pytest -q -x $(if $(filter-out 0,$(PYTEST_WORKERS))
 # CMakeLists.txt), so that a CPU without them (CI's) runs the default paths of AMX machines and,
 # under LATENT_GEMM=avx512-packed, of AVX512-BF16 ones end to end: bf16 parity with transformers,
 # the f32 forward parity, fp8 rows read in place, W8A8 on VNNI, and every logprob bit for bit
-# under batching, chunking, preemption and prefix hits. The sanitizer trees' configuration
-# without a sanitizer (no Python module, no oneDNN). Slow kernels: correctness only.
+# under batching, chunking, preemption and prefix hits; then, with LATENT_EMULATED_CPU=avx512-vnni,
+# those of Cascade Lake and Ice Lake (AVX-512 and VNNI, no BF16: the commonest cloud CPUs with
+# AVX-512). The sanitizer trees' configuration without a sanitizer (no Python module, no oneDNN).
+# Slow kernels: correctness only.
 EMULATED_BUILD_DIR ?= build-emulated-avx512
 EMULATED_PYTESTS ?= tests/parity/test_amx_linear.py tests/parity/test_bf16.py \
   tests/parity/test_forward_parity.py tests/parity/test_rows_in_place.py \
   tests/parity/test_quantize_w8a8.py tests/property/test_load_independence.py
 EMULATED_PACKED_PYTESTS ?= tests/parity/test_bf16.py tests/property/test_load_independence.py
+EMULATED_VNNI_PYTESTS ?= tests/parity/test_bf16.py tests/parity/test_quantize_w8a8.py \
+  tests/property/test_load_independence.py
 $(EMULATED_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(EMULATED_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_DEBUG_INFO=OFF \
 	  -DLATENT_EMULATE_AVX512=ON
@@ -196,6 +200,8 @@ test-emulated-avx512: build-emulated-avx512
 	LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent $(SANITIZER_PYTEST) $(EMULATED_PYTESTS)
 	LATENT_GEMM=avx512-packed LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent \
 	  $(SANITIZER_PYTEST) $(EMULATED_PACKED_PYTESTS)
+	LATENT_EMULATED_CPU=avx512-vnni LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent \
+	  $(SANITIZER_PYTEST) $(EMULATED_VNNI_PYTESTS)
 
 $(ASAN_BUILD_DIR)/build.ninja: CMakeLists.txt | $(STAMPS)/apt
 	cmake -S . -B $(ASAN_BUILD_DIR) $(SANITIZER_CMAKE) -DLATENT_SANITIZE=address

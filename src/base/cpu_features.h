@@ -3,6 +3,12 @@
 // GCC and clang builds agree: clang's __builtin_cpu_supports cannot query f16c.
 #pragma once
 
+#if defined(LATENT_EMULATE_AVX512)
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#endif
+
 namespace latent {
 
 // AVX2, FMA and F16C, with the OS saving the ymm state: what the AVX2 kernels need.
@@ -21,15 +27,36 @@ bool CpuHasAvx512Bf16Vbmi();
 bool CpuHasAmxBf16();
 
 #if defined(LATENT_EMULATE_AVX512)
-// The kernel tests' emulated build (kernels/avx512/intrinsics.h): its AVX-512 and AMX kernels run
-// wherever the AVX2 kernels do, so its dispatch and tests see every feature there. Other names
-// than the real queries', which the rest of the binary (the fp8 row decoder) keeps calling.
-inline bool EmulatedCpuHasAvx512() { return CpuHasAvx2(); }
+// The emulated build (kernels/avx512/intrinsics.h): its AVX-512 and AMX kernels run wherever the
+// AVX2 kernels do, and LATENT_EMULATED_CPU says which CPU to present: "amx" (Sapphire Rapids and
+// later: everything; the default), "avx512-bf16" (Zen 4/5: no AMX), "avx512-vnni" (Cascade Lake,
+// Ice Lake: no BF16) or "avx512" (Skylake-SP: no VNNI either). Other names than the real queries',
+// which the rest of the binary (the fp8 row decoder) keeps calling.
+inline int EmulatedCpuLevel() {
+  static const int level = [] {
+    const char* names[] = {"avx512", "avx512-vnni", "avx512-bf16", "amx"};
+    const char* value = std::getenv("LATENT_EMULATED_CPU");
+    if (value == nullptr || *value == '\0') return 4;
+    for (int i = 0; i < 4; ++i) {
+      if (std::strcmp(value, names[i]) == 0) return i + 1;
+    }
+    std::fprintf(stderr,
+                 "latent: error: LATENT_EMULATED_CPU=%s: expected amx, avx512-bf16, avx512-vnni "
+                 "or avx512\n",
+                 value);
+    std::exit(2);
+  }();
+  return CpuHasAvx2() ? level : 0;
+}
+inline bool EmulatedCpuHasAvx512() { return EmulatedCpuLevel() >= 1; }
+inline bool EmulatedCpuHasVnni() { return EmulatedCpuLevel() >= 2; }
+inline bool EmulatedCpuHasBf16() { return EmulatedCpuLevel() >= 3; }  // with VBMI, as Zen 4
+inline bool EmulatedCpuHasAmx() { return EmulatedCpuLevel() >= 4; }
 #define CpuHasAvx512 EmulatedCpuHasAvx512
-#define CpuHasAvx512Vnni EmulatedCpuHasAvx512
-#define CpuHasAvx512Bf16 EmulatedCpuHasAvx512
-#define CpuHasAvx512Bf16Vbmi EmulatedCpuHasAvx512
-#define CpuHasAmxBf16 EmulatedCpuHasAvx512
+#define CpuHasAvx512Vnni EmulatedCpuHasVnni
+#define CpuHasAvx512Bf16 EmulatedCpuHasBf16
+#define CpuHasAvx512Bf16Vbmi EmulatedCpuHasBf16
+#define CpuHasAmxBf16 EmulatedCpuHasAmx
 #endif
 
 }  // namespace latent
