@@ -52,7 +52,6 @@ struct Job {
   int64_t scale_row0;
 };
 
-
 // The multiplier of row `row` for scale block `kb`: the block scale times 2^8 for LoadF8.
 inline float RowScale(const Job& j, int64_t row, int64_t kb) {
   if (j.scale == nullptr) return kF8Unscale;

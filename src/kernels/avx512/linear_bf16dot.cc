@@ -49,7 +49,6 @@ inline __m512 Dot(__m512 acc, __m512i x, __m512i w) {
   return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)w);
 }
 
-
 // MT activation rows x NT weight rows over all of k. `next`: the next tile's rows are prefetched
 // at the same offsets (the first M-tile of a weight tile, which streams it from memory).
 template <int MT, int NT>

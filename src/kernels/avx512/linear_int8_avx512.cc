@@ -63,7 +63,6 @@ inline __m512 LoadI8Part(const int8_t* p, __mmask16 m) {
   return WidenI8(_mm_maskz_loadu_epi8(m, p));
 }
 
-
 // Decode tile: MT activation rows x NT weight rows over all of k.
 template <int MT, int NT>
 void TileDecode(const Job& j, int64_t n0) {

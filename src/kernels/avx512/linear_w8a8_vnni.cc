@@ -71,7 +71,6 @@ struct Job {
   float* y;                 // [m, n]
 };
 
-
 inline __mmask64 TailMask64(int64_t count) {  // count in [1, 64]
   return count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
 }
