@@ -1,13 +1,14 @@
-// AVX-512 (F, BW, VL, DQ, BF16, VNNI, VBMI) intrinsics in portable code, for the kernel tests'
-// emulated build (LATENT_EMULATE_AVX512, tests/kernels/CMakeLists.txt): CI's CPU and many
-// developers' have AVX2 only, and without this the AVX-512 and AMX kernels (what Zen 4/5 and Xeon
-// users run) would only ever be compiled there. simde (Debian's libsimde-dev) supplies most
+// AVX-512 (F, BW, VL, DQ, BF16, VNNI, VBMI) intrinsics in portable code, for the emulated builds
+// (LATENT_EMULATE_AVX512; src/kernels/CMakeLists.txt: latent_kernels_emulated for the kernel tests,
+// or latent_kernels itself in a tree of its own): CI's CPU and many developers' have AVX2 only,
+// and without this the AVX-512 and AMX kernels (what Zen 4/5 and Xeon users run) would only ever
+// be compiled there. simde (Debian's libsimde-dev) supplies most
 // intrinsics under their own names (SIMDE_ENABLE_NATIVE_ALIASES); this file adds those simde 0.7
 // lacks and replaces the ones whose rounding must follow Intel's definition (vdpbf16ps,
 // vcvtne2ps2bf16). Any intrinsic neither provides stays the compiler's, whose AVX-512 target
 // then fails to inline: the emulated build cannot silently run a real AVX-512 instruction.
 //
-// Compiled with AVX2, FMA and F16C (the emulated library's flags), so the 256-bit intrinsics are
+// Compiled with AVX2, FMA and F16C (the emulated AVX-512 files' flags), so the 256-bit ones are
 // the compiler's own and simde builds each 512-bit one from two of them; GCC contracts a multiply
 // and an add into an FMA there as it does in the real AVX-512 build. Lane-wise helpers below go
 // through arrays (Lanes, FromLanes): slow, but exact and obviously so. Written against simde 0.7
