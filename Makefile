@@ -138,7 +138,7 @@ ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 SANITIZER_CMAKE := -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=ON \
   -DLATENT_PYTHON_MODULE=OFF -DLATENT_UNITY_BUILD=ON
-ASAN_TARGETS := latent latent_unit_tests latent_kernel_tests latent_kernel_tests_emulated
+ASAN_TARGETS := latent latent_unit_tests latent_kernel_test_binaries
 # TSan: the server binary and latent_tsan_tests, the threaded code's gtests alone (tests/unit/CMakeLists.txt).
 TSAN_TARGETS := latent latent_tsan_tests
 # LATENT_TEST_SLOWDOWN: the e2e harness waits that much longer for a sanitized server to start
@@ -200,6 +200,8 @@ test-emulated-avx512: build-emulated-avx512
 	LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent $(SANITIZER_PYTEST) $(EMULATED_PYTESTS)
 	LATENT_GEMM=avx512-packed LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent \
 	  $(SANITIZER_PYTEST) $(EMULATED_PACKED_PYTESTS)
+	LATENT_EMULATED_CPU=avx512-vnni $(EMULATED_BUILD_DIR)/latent info --model $(DEFAULT_MODEL) \
+	  --json | grep -q '"kernels": "avx512"'
 	LATENT_EMULATED_CPU=avx512-vnni LATENT_BIN=$(CURDIR)/$(EMULATED_BUILD_DIR)/latent \
 	  $(SANITIZER_PYTEST) $(EMULATED_VNNI_PYTESTS)
 
