@@ -22,6 +22,13 @@
 namespace latent::kernels::emulated {
 namespace {
 
+// LDTILECFG's 64-byte operand (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
 // Clears MXCSR's FTZ and DAZ for a test's lifetime: the flushing checked below must come from the
 // emulation, not from a mode an earlier test in the process left on (threads::FlushDenormals).
 class NoDenormalModes {
@@ -37,14 +44,14 @@ TEST(EmulatedIntrinsics, RoundingToBf16FollowsIntel) {
   // The low 16 results come from the second operand, the high 16 from the first.
   std::array<float, 16> lo{}, hi{};
   lo[0] = 1.0f;
-  lo[1] = BitsToFloat(0x3f808000u);   // a tie, even below: stays 0x3f80
-  lo[2] = BitsToFloat(0x3f818000u);   // a tie, odd below: rounds up to 0x3f82
-  lo[3] = BitsToFloat(0x3f808001u);   // above the tie: 0x3f81
-  lo[4] = BitsToFloat(0x00000001u);   // the smallest denormal: +0 (DAZ)
-  lo[5] = BitsToFloat(0x807fffffu);   // the largest negative denormal: -0
-  lo[6] = BitsToFloat(0x7f800001u);   // a signalling NaN: quieted, still NaN
+  lo[1] = BitsToF32(0x3f808000u);   // a tie, even below: stays 0x3f80
+  lo[2] = BitsToF32(0x3f818000u);   // a tie, odd below: rounds up to 0x3f82
+  lo[3] = BitsToF32(0x3f808001u);   // above the tie: 0x3f81
+  lo[4] = BitsToF32(0x00000001u);   // the smallest denormal: +0 (DAZ)
+  lo[5] = BitsToF32(0x807fffffu);   // the largest negative denormal: -0
+  lo[6] = BitsToF32(0x7f800001u);   // a signalling NaN: quieted, still NaN
   lo[7] = std::numeric_limits<float>::infinity();
-  lo[8] = BitsToFloat(0x7f7fffffu);   // the largest float rounds up to infinity
+  lo[8] = BitsToF32(0x7f7fffffu);   // the largest float rounds up to infinity
   hi[0] = -2.0f;
   const auto out =
       Lanes<uint16_t>(_mm512_cvtne2ps_pbh(FromLanes<__m512>(hi), FromLanes<__m512>(lo)));
@@ -80,7 +87,7 @@ TEST(EmulatedIntrinsics, DotOfBf16PairsAddsTheOddProductFirstAndFlushesDenormals
                                                FromLanes<__m512bh>(w)));
   EXPECT_EQ(r[0], 0.0f);
   EXPECT_EQ(r[1], 3.0f);
-  EXPECT_EQ(FloatToBits(r[2]), 0u);
+  EXPECT_EQ(F32ToBits(r[2]), 0u);
 }
 
 TEST(EmulatedIntrinsics, MaskedLoadsNeverTouchTheLanesLeftOut) {
@@ -140,16 +147,12 @@ TEST(EmulatedIntrinsics, ScalefUsesTheWholeExponentRange) {
   EXPECT_EQ(r[2], 4.0f);
   EXPECT_EQ(r[3], std::ldexp(1.0f, -140));
   EXPECT_TRUE(std::isnan(r[4]));
-  EXPECT_EQ(FloatToBits(r[5]), 0u);
+  EXPECT_EQ(F32ToBits(r[5]), 0u);
 }
 
 TEST(EmulatedIntrinsics, TileDotSumsTheEvenAndOddProductsApartThenAddsThem) {
   NoDenormalModes modes;
-  struct alignas(64) Config {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } c;
+  TileConfig c;
   c.colsb[0] = 4, c.rows[0] = 1;  // C 1 x 1, A 1 x 1 pair, B 1 pair x 1
   c.colsb[1] = 4, c.rows[1] = 1;
   c.colsb[2] = 4, c.rows[2] = 1;
@@ -170,11 +173,7 @@ TEST(EmulatedIntrinsics, TileDotSumsTheEvenAndOddProductsApartThenAddsThem) {
 }
 
 TEST(EmulatedIntrinsics, TilesMultiplyBf16PairsAndCheckTheirShapes) {
-  struct alignas(64) Config {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } c;
+  TileConfig c;
   // C 2 x 16 f32, A 2 rows x 2 k-pairs, B 2 k-pairs x 16 pairs.
   c.colsb[0] = 64, c.rows[0] = 2;
   c.colsb[1] = 8, c.rows[1] = 2;

@@ -28,6 +28,8 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
+#include "tensor/dtype.h"
+
 namespace latent::kernels::emulated {
 
 template <class T, class V>
@@ -66,38 +68,23 @@ void MaskedStore(void* p, Mask k, V v) {
   }
 }
 
-inline float BitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint32_t FloatToBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // convert_fp32_to_bfloat16 of Intel's SDM: NaN stays NaN (quieted), a denormal becomes a zero of
 // its sign (DAZ, whatever MXCSR says), the rest rounds to nearest even.
 inline uint16_t RoundToBf16(float f) {
-  const uint32_t u = FloatToBits(f);
+  const uint32_t u = F32ToBits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
   if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
-// A bf16 input of vdpbf16ps / TDPBF16PS: denormals read as zero.
-inline float Bf16Input(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  return BitsToFloat((u & 0x7f800000u) == 0 ? u & 0x80000000u : u);
-}
-
 // An f32 result of vdpbf16ps / TDPBF16PS: denormals flushed to zero.
 inline float FlushDenormal(float f) {
-  const uint32_t u = FloatToBits(f);
-  return (u & 0x7f800000u) == 0 ? BitsToFloat(u & 0x80000000u) : f;
+  const uint32_t u = F32ToBits(f);
+  return (u & 0x7f800000u) == 0 ? BitsToF32(u & 0x80000000u) : f;
 }
+
+// A bf16 input of vdpbf16ps / TDPBF16PS: denormals read as zero.
+inline float Bf16Input(uint16_t h) { return FlushDenormal(BF16ToF32(h)); }
 
 // One lane of vdpbf16ps as the SDM writes it: acc += a_odd * b_odd, then acc += a_even * b_even,
 // each an FMA with DAZ on its inputs and FTZ on its result.
@@ -180,20 +167,13 @@ inline __m512i CvtpsEpi32(__m512 v) {
   return FromLanes<__m512i>(r);
 }
 
-template <class To, class From, class V>
-__m512 ConvertLanes16(V v) {
+// The 16 lanes of From in v, each converted to To, as the 512-bit vector Out.
+template <class Out, class To, class From, class V>
+Out ConvertLanes16(V v) {
   const auto a = Lanes<From>(v);
   std::array<To, 16> r;
   for (int i = 0; i < 16; ++i) r[i] = static_cast<To>(a[i]);
-  return FromLanes<__m512>(r);
-}
-
-template <class To, class From, class V>
-__m512i WidenLanes16(V v) {
-  const auto a = Lanes<From>(v);
-  std::array<To, 16> r;
-  for (int i = 0; i < 16; ++i) r[i] = static_cast<To>(a[i]);
-  return FromLanes<__m512i>(r);
+  return FromLanes<Out>(r);
 }
 
 // (Arrays of floats rather than of __m256 halves: vector types lose their attributes as template
@@ -318,11 +298,14 @@ inline __m512 ScalefPs(__m512 a, __m512 b) {
 #undef _mm512_cvtps_epi32
 #define _mm512_cvtps_epi32(v) latent::kernels::emulated::CvtpsEpi32(v)
 #undef _mm512_cvtepi32_ps
-#define _mm512_cvtepi32_ps(v) latent::kernels::emulated::ConvertLanes16<float, int32_t>(v)
+#define _mm512_cvtepi32_ps(v) \
+  latent::kernels::emulated::ConvertLanes16<__m512, float, int32_t>(v)
 #undef _mm512_cvtepi8_epi32
-#define _mm512_cvtepi8_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, int8_t>(v)
+#define _mm512_cvtepi8_epi32(v) \
+  latent::kernels::emulated::ConvertLanes16<__m512i, int32_t, int8_t>(v)
 #undef _mm512_cvtepu16_epi32
-#define _mm512_cvtepu16_epi32(v) latent::kernels::emulated::WidenLanes16<int32_t, uint16_t>(v)
+#define _mm512_cvtepu16_epi32(v) \
+  latent::kernels::emulated::ConvertLanes16<__m512i, int32_t, uint16_t>(v)
 #undef _mm512_cvtph_ps
 #define _mm512_cvtph_ps(v) latent::kernels::emulated::CvtphPs(v)
 #undef _mm512_cvtps_pd
