@@ -15,6 +15,7 @@
 // per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
 #include "engine/distributed_model.h"
+#include "engine/debug_replay.h"
 #include "cli/batch_generate.h"
 
 #include <unistd.h>
@@ -86,7 +87,12 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
 
   std::unique_ptr<model::Model> m = engine::LoadRankedModel(options.model_dir, options.load);
   model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
-  engine::Engine engine(std::move(m), std::move(gen), options.engine);
+  engine::EngineOptions engine_options = options.engine;
+  if (!options.debug_replay_path.empty()) {
+    engine_options.debug_replay =
+        engine::LoadDebugReplay(options.debug_replay_path, m->config().vocab_size);
+  }
+  engine::Engine engine(std::move(m), std::move(gen), engine_options);
 
   size_t finished = 0;
   const bool tty = ::isatty(STDERR_FILENO);
@@ -159,6 +165,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       {"prefix_hit_tokens", metrics.prefix_hit_tokens},
       {"prefix_hit_rate", metrics.prompt_tokens ? static_cast<double>(metrics.prefix_hit_tokens) / metrics.prompt_tokens : 0.0},
       {"preemptions", metrics.preemptions},
+      {"draft_tokens", metrics.draft_tokens},
+      {"accepted_draft_tokens", metrics.accepted_draft_tokens},
       {"used_blocks_at_end", metrics.used_blocks},
       {"peak_window_blocks", metrics.peak_window_blocks},
       {"window_block_tokens", metrics.window_block_tokens},

@@ -17,6 +17,7 @@ struct BatchGenerateOptions {
   int64_t max_tokens = 16;    // Default for requests that do not say.
   engine::EngineOptions engine;
   model::LoadOptions load;    // --quantize
+  std::string debug_replay_path;  // test-only: EngineOptions::debug_replay from this file
 };
 
 // Reads the JSONL requests, runs them concurrently, writes JSONL results in input order to

@@ -18,6 +18,7 @@
 #include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
+#include "cli/speculative_options.h"
 #include "engine/engine.h"
 #include "git_commit.h"  // generated: LATENT_GIT_COMMIT
 #include "kernels/kernel_table.h"
@@ -245,6 +246,7 @@ Runner RegisterBench(CLI::App& app) {
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  AddSpeculativeOptions(sub, opt->engine);
   sub->add_flag("--comm-detail", opt->comm_detail,
                 "Under mpirun: also split each step's time in collectives into transfer and "
                 "waiting for the other ranks (one small all-gather after every step)");
@@ -277,6 +279,7 @@ Runner RegisterBench(CLI::App& app) {
                         {"block_tokens", opt->engine.block_tokens},
                         {"cache_dtype", opt->engine.cache_dtype},
                         {"prefix_cache", opt->engine.prefix_caching},
+                        {"speculative_tokens", opt->engine.speculative_tokens},
                         {"attention", opt->attention},
                         {"quantize", model::WeightQuantizationName(load.quantize)},
                         {"precision", model::PrecisionName(precision)},
@@ -309,11 +312,23 @@ Runner RegisterBench(CLI::App& app) {
           const auto point_start = std::chrono::steady_clock::now();
           const engine::StepCommStats steps0 =
               broadcaster != nullptr ? broadcaster->comm_stats() : engine::StepCommStats{};
+          const engine::EngineMetrics metrics0 = engine.Metrics();
           std::vector<PointRun> runs;
           for (int64_t r = 0; r < opt->repetitions; ++r) {
             runs.push_back(RunPoint(engine, {pp, tg, b}, vocab, seed++, opt->sampling));
           }
           nlohmann::ordered_json point = PointJson({pp, tg, b}, runs);
+          if (opt->engine.speculative_tokens > 0) {
+            const engine::EngineMetrics metrics1 = engine.Metrics();
+            const int64_t drafted = metrics1.draft_tokens - metrics0.draft_tokens;
+            const int64_t accepted =
+                metrics1.accepted_draft_tokens - metrics0.accepted_draft_tokens;
+            point["draft_tokens"] = drafted;
+            point["accepted_draft_tokens"] = accepted;
+            std::fprintf(stderr, "latent bench: %lld draft tokens, %lld accepted (%.1f%%)\n",
+                         static_cast<long long>(drafted), static_cast<long long>(accepted),
+                         drafted > 0 ? 100.0 * accepted / drafted : 0.0);
+          }
           if (world.size() > 1) {
             const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                               point_start).count();

@@ -13,6 +13,7 @@
 #include "cli/batch_generate.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
+#include "cli/speculative_options.h"
 #include "cli/token_ids.h"
 #include "base/saturating.h"
 #include "engine/cache_manager.h"
@@ -32,6 +33,7 @@ Runner RegisterGenerate(CLI::App& app) {
     bool chat = false;
     engine::EngineOptions engine;
     bool no_prefix_cache = false;
+    std::string debug_replay_path;
     LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
@@ -51,10 +53,15 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  AddSpeculativeOptions(sub, opt->engine);
   sub->add_flag("--check-invariants", opt->engine.check_invariants, "Verify block accounting after every step");
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
+  sub->add_option("--debug-replay", opt->debug_replay_path,
+                  "TEST-ONLY, with --prompts or --prompt: every request emits the token ids "
+                  "in FILE (as latent serve's --debug-replay) instead of sampling")
+      ->option_text("FILE");
   AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
@@ -71,6 +78,7 @@ Runner RegisterGenerate(CLI::App& app) {
       batch.load = load;
       batch.engine.attention = form;
       batch.engine.prefix_caching = !opt->no_prefix_cache;
+      batch.debug_replay_path = opt->debug_replay_path;
       return RunBatchGenerate(batch);
     }
     if (opt->ids.empty()) Fail("generate needs --ids, --prompt or --prompts");

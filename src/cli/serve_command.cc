@@ -5,6 +5,7 @@
 #include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/load_options.h"
+#include "cli/speculative_options.h"
 #include "base/error.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
@@ -52,6 +53,7 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--cache-dtype", s.engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)")
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  AddSpeculativeOptions(sub, s.engine);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded")
       ->capture_default_str();
   sub->add_flag("--check-invariants", s.engine.check_invariants,

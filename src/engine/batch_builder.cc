@@ -11,8 +11,18 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
   for (const ScheduledChunk& chunk : plan.chunks) {
     const Sequence& seq = *chunk.seq;
     const int32_t first_token = static_cast<int32_t>(f.token_ids.size());
-    f.AddSequence(std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, chunk.num_tokens),
-                  seq.num_computed, seq.table.blocks(), seq.expanded_below, /*last_logits=*/false);
+    const int64_t own = chunk.num_tokens - chunk.num_draft;  // the sequence's own tokens
+    std::span<const int32_t> tokens =
+        std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, own);
+    if (chunk.num_draft > 0) {
+      // The pending token, then the draft: each position's logits verify the next one's token.
+      out.draft_tokens.assign(tokens.begin(), tokens.end());
+      out.draft_tokens.insert(out.draft_tokens.end(), seq.draft.begin(),
+                              seq.draft.begin() + chunk.num_draft);
+      tokens = out.draft_tokens;
+    }
+    f.AddSequence(tokens, seq.num_computed, seq.table.blocks(), seq.expanded_below,
+                  /*last_logits=*/false, /*all_logits=*/chunk.num_draft > 0);
     f.prompt_lens.push_back(seq.num_prompt);
     if (seq.window_table) f.AddWindowTable(seq.window_table->blocks());
     f.state_slots.push_back(seq.state_slot);
@@ -21,7 +31,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
     PromptLogitsRows prompt;
     if (seq.wants_prompt_logits()) {
       prompt.first_row = static_cast<int32_t>(f.logits_rows.size());
-      prompt.count = static_cast<int32_t>(seq.PromptLogitsRows(seq.num_computed, chunk.num_tokens));
+      prompt.count = static_cast<int32_t>(seq.PromptLogitsRows(seq.num_computed, own));
       prompt.first_position = seq.PromptLogitsFrom(seq.num_computed);
       for (int32_t r = 0; r < prompt.count; ++r) {
         f.logits_rows.push_back(
@@ -29,10 +39,13 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
       }
     }
     out.prompt_logits.push_back(prompt);
-    // Then the last token's, when the chunk reaches the end of its sequence.
-    const bool completes =
-        seq.num_computed + chunk.num_tokens == static_cast<int64_t>(seq.tokens.size());
-    if (completes) {
+    // Then the last token's, when the chunk reaches the end of its sequence (a draft's rows
+    // are all there already: the pending token's first).
+    const bool completes = seq.num_computed + own == static_cast<int64_t>(seq.tokens.size());
+    if (chunk.num_draft > 0) {
+      out.logits_index.push_back(static_cast<int32_t>(f.logits_rows.size()) - 1 -
+                                 static_cast<int32_t>(chunk.num_draft));
+    } else if (completes) {
       out.logits_index.push_back(static_cast<int32_t>(f.logits_rows.size()));
       f.logits_rows.push_back(static_cast<int32_t>(f.token_ids.size() - 1));
     } else {

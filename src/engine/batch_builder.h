@@ -22,14 +22,18 @@ struct BuiltBatch {
   // block-table rows per slot; forward.rows (the paged cache) is set by the owner and kept.
   model::ForwardBatch forward;
   std::vector<const cache::BlockTable*> tables;  // [slots]: slot i is plan.chunks[i]
-  std::vector<int32_t> logits_index;           // [slots]: row in the logits, or -1 (mid-prefill)
+  // [slots]: row in the logits, or -1 (mid-prefill); a slot that runs a draft of d tokens has
+  // d + 1 rows from there (its pending token's, then each draft token's).
+  std::vector<int32_t> logits_index;
   std::vector<PromptLogitsRows> prompt_logits;  // [slots]
+  std::vector<int32_t> draft_tokens;  // scratch: one drafted chunk's tokens
 };
 
 // Slot i runs chunk i: the tokens [num_computed, num_computed + num_tokens) of its sequence at
 // their absolute positions, with its block-table row. Chunks that reach the end of their sequence produce the logits of
 // their last token; a sequence that wants prompt logprobs also gets the rows of its prompt
-// positions whose logprobs are still to be reported (before its last-token row).
+// positions whose logprobs are still to be reported (before its last-token row). A decode that
+// runs a draft gets the rows of every one of its tokens.
 void BuildBatch(const SchedulePlan& plan, BuiltBatch& out);
 
 }  // namespace latent::engine

@@ -10,6 +10,7 @@
 #include "base/saturating.h"
 #include "engine/logprobs.h"
 #include "engine/debug_replay.h"
+#include "engine/ngram_draft.h"
 #include "engine/sampler.h"
 #include "threads/thread_pool.h"
 
@@ -27,10 +28,27 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   cache_options.dtype = model::ParseCacheDType(options_.cache_dtype, config);
   cache_options.state_slots = options_.max_seqs;
   cache_ = std::make_unique<CacheManager>(config, cache_options);
+  if (options_.speculative_tokens < 0) Fail("speculative tokens must be at least 0");
+  const int32_t ngram_min = options_.speculative_ngram_min;
+  const int32_t ngram_max = options_.speculative_ngram_max;
+  if (ngram_min < 1 || ngram_max < ngram_min) {
+    Fail("speculative n-gram sizes must satisfy 1 <= min <= max, got min ", ngram_min, " and max ",
+         ngram_max);
+  }
+  if (options_.speculative_tokens > 0 && cache_->slot_pool() != nullptr) {
+    Fail("speculative decoding is not supported for ", config.model_type,
+         ": its linear-attention layers keep a per-sequence state, which cannot drop a rejected "
+         "draft token");
+  }
   pool_ = &cache_->pool();
   batch_.forward.rows = &cache_->rows();
-  scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{options_.max_batch_tokens, options_.max_seqs, options_.max_prompt_logits_rows}, *pool_, cache_->slot_pool());
-  activations_.Reserve(std::min<int64_t>(options_.max_seqs, options_.max_batch_tokens), config.vocab_size);
+  SchedulerOptions scheduling{options_.max_batch_tokens, options_.max_seqs,
+                              options_.max_prompt_logits_rows};
+  scheduler_ = std::make_unique<Scheduler>(scheduling, *pool_, cache_->slot_pool());
+  // A logits row per sequence, and one per draft token when speculating.
+  const int64_t draft_rows = options_.speculative_tokens > 0 ? scheduling.max_draft_tokens : 0;
+  activations_.Reserve(std::min<int64_t>(options_.max_seqs + draft_rows, options_.max_batch_tokens),
+                       config.vocab_size);
   // The model's working memory for the largest step, once (a step holds at most
   // max_batch_tokens tokens, so no step allocates it again).
   model_->Reserve(options_.max_batch_tokens);
@@ -335,9 +353,46 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
     AcceptToken(seq, row, drawn[slot] ? &*drawn[slot] : nullptr);
+    if (plan.chunks[slot].num_draft > 0) VerifyDraft(seq, plan.chunks[slot].num_draft, row);
     // Also when sample 0 finished on its first token: its siblings go on.
     if (fork) ForkSamples(state, seq, row);
   }
+}
+
+void Engine::ProposeDrafts() {
+  for (Sequence* seq : scheduler_->running()) {
+    seq->draft.clear();
+    if (seq->is_prefill()) continue;
+    // This step draws one token, and one more for each draft token that proves right: past
+    // max_tokens they would be drawn for nothing. (The scheduler cuts drafts to the budget.)
+    const int64_t left = seq->request->max_tokens - seq->num_generated() - 1;
+    const int64_t count =
+        std::min<int64_t>({options_.speculative_tokens, left, options_.max_batch_tokens - 1});
+    if (count <= 0) continue;
+    ProposeNgramDraft(seq->tokens, options_.speculative_ngram_min, options_.speculative_ngram_max,
+                      static_cast<int32_t>(count), seq->draft);
+  }
+}
+
+void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows) {
+  const int64_t vocab = model_->config().vocab_size;
+  int64_t accepted = 0;
+  // Row i holds the logits after draft token i - 1 (row 0: after the pending token), computed as
+  // that token's own decode step would compute them (the kernels give every row the same bits
+  // whatever else the step runs). So while the token drawn from row i equals draft token i, the
+  // draft token's row is the sequence's and the draw from row i + 1 is its next one.
+  while (accepted < draft && seq.status != SequenceStatus::kFinished &&
+         seq.tokens.back() == seq.draft[accepted]) {
+    ++accepted;
+    AcceptToken(seq, rows + accepted * vocab);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    metrics_.draft_tokens += draft;
+    metrics_.accepted_draft_tokens += accepted;
+  }
+  seq.draft.clear();
+  if (seq.status != SequenceStatus::kFinished) scheduler_->CommitDraft(&seq, accepted);
 }
 
 bool Engine::Step() {
@@ -351,6 +406,7 @@ bool Engine::Step() {
   }
   std::optional<profile::Scope> scope;
   scope.emplace(profile::Op::kSchedule);
+  if (options_.speculative_tokens > 0) ProposeDrafts();
   const SchedulePlan plan = scheduler_->Schedule();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -365,7 +421,7 @@ bool Engine::Step() {
   BuildBatch(plan, batch_);
   if (profile::Enabled()) {
     bool decode = true;
-    for (const ScheduledChunk& chunk : plan.chunks) decode = decode && chunk.num_tokens == 1;
+    for (const ScheduledChunk& c : plan.chunks) decode = decode && c.num_tokens - c.num_draft == 1;
     profile::SetPhase(decode ? profile::Phase::kDecode : profile::Phase::kPrefill);
   }
   scope.reset();

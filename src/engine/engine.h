@@ -37,6 +37,17 @@ struct EngineOptions {
   bool prefix_caching = true;
   std::string cache_dtype = "auto";
   model::AttentionForm attention = model::AttentionForm::kAuto;
+  // Speculative decoding by prompt lookup (engine/ngram_draft.h): each decoding sequence runs up
+  // to this many draft tokens per step after its pending token, verified in the same forward;
+  // 0: off. Exact: the tokens and logprobs are those of decoding without drafts, bit for bit
+  // (each draft token's row is drawn as its own decode step would draw it). Steps spend only
+  // the budget and the blocks nothing else wants on drafts (Scheduler). Models whose layers keep
+  // per-sequence state (linear attention) refuse it: that state cannot drop a rejected token.
+  int32_t speculative_tokens = 0;
+  // The longest and shortest suffix of a sequence looked up for a draft (vLLM's
+  // prompt_lookup_max and prompt_lookup_min).
+  int32_t speculative_ngram_max = 3;
+  int32_t speculative_ngram_min = 1;
   bool check_invariants = false;  // Verify block accounting after every step (tests).
   // Test-only (engine/debug_replay.h): when not empty, every sample emits these token ids instead
   // of sampling, then ends with kStop.
@@ -59,6 +70,8 @@ struct EngineMetrics {
   int64_t requests_finished = 0;
   int64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0, steps = 0;
+  // Speculative decoding: draft tokens run, and those that proved right.
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;
   double busy_seconds = 0;  // Time spent in steps.
 };
 
@@ -116,6 +129,13 @@ class Engine {
   // finishes the sequence when it stops.
   void AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn = nullptr);
   void ForkSamples(RequestState& state, Sequence& first, const float* logits);
+  // Sets each running decode's draft (EngineOptions::speculative_tokens).
+  void ProposeDrafts();
+  // After the pending token of `seq` was accepted from the first of its `draft` + 1 rows
+  // (`rows`, [draft + 1, vocab]): accepts the draft tokens that equal what is drawn at their
+  // positions, each drawn as its own step would have (the draw after the last of them too), and
+  // commits their rows.
+  void VerifyDraft(Sequence& seq, int64_t draft, const float* rows);
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void CheckInvariants() const;
   // Publishes the scheduler's and the pool's gauges for Metrics().

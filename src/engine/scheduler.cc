@@ -34,6 +34,22 @@ void FreeTables(cache::BlockPool& pool, Sequence& seq) {
   if (seq.window_table) seq.window_table->Free(pool);
 }
 
+// The positions the blocks a sequence holds have room for (every table's).
+int64_t HeldPositions(const Sequence& seq) {
+  const int64_t held = seq.table.capacity();
+  return seq.window_table ? std::min(held, seq.window_table->capacity()) : held;
+}
+
+// Releases every table's blocks past those that positions [0, tokens) need.
+void TrimTables(cache::BlockPool& pool, Sequence& seq, int64_t tokens) {
+  auto trim = [&](cache::BlockTable& table) {
+    const int64_t block = table.block_tokens();
+    table.TruncateTo(pool, (tokens + block - 1) / block * block);
+  };
+  trim(seq.table);
+  if (seq.window_table) trim(*seq.window_table);
+}
+
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool, cache::SlotPool* slots)
@@ -41,6 +57,7 @@ Scheduler::Scheduler(SchedulerOptions options, cache::BlockPool& pool, cache::Sl
   if (options_.max_batch_tokens <= 0) Fail("max batch tokens must be positive");
   if (options_.max_seqs <= 0) Fail("max seqs must be positive");
   if (options_.max_prompt_logits_rows <= 0) Fail("max prompt logits rows must be positive");
+  if (options_.max_draft_tokens < 0) Fail("max draft tokens must be at least 0");
 }
 
 void Scheduler::AddWaiting(Sequence* seq) {
@@ -81,6 +98,7 @@ void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
   }
   ReleaseCache(victim);  // The state is rebuilt with the rows, from position 0.
   victim->num_computed = 0;
+  victim->draft.clear();
   std::erase(running_, victim);
   victim->status = SequenceStatus::kWaiting;
   InsertWaiting(victim);
@@ -167,21 +185,60 @@ SchedulePlan Scheduler::Schedule() {
     plan.num_tokens += want;
     budget -= want;
   }
+  AddDrafts(plan);
   return plan;
 }
 
-void Scheduler::CommitStep(const SchedulePlan& plan) {
-  for (const ScheduledChunk& chunk : plan.chunks) {
+void Scheduler::AddDrafts(SchedulePlan& plan) {
+  // Last, so that a draft never takes the budget or the blocks of a decode, a prefill or an
+  // admission (under load there is no budget left, and no draft runs): a draft saves time only
+  // where the step has room to spare.
+  int64_t drafts_left = options_.max_draft_tokens;
+  for (ScheduledChunk& chunk : plan.chunks) {
     Sequence& seq = *chunk.seq;
-    seq.num_computed += chunk.num_tokens;
-    seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
-    if (seq.window_table) {
-      seq.window_table->RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
-      // Sliding-window retention: the next token (position num_computed) reads positions from
-      // num_computed - window + 1 on; blocks wholly before that are never read again.
-      seq.window_table->ReleaseBefore(pool_, seq.num_computed - seq.window + 1);
+    const int64_t budget = std::min(options_.max_batch_tokens - plan.num_tokens, drafts_left);
+    if (budget <= 0) break;
+    if (seq.draft.empty() || seq.is_prefill() || chunk.num_tokens != 1) continue;
+    int64_t draft = std::min({static_cast<int64_t>(seq.draft.size()), budget, ChunkCap(seq) - 1});
+    if (draft <= 0) continue;
+    // Only blocks nobody would miss: never a cached prompt's, which a rejected draft would have
+    // evicted for nothing. Short of them, the draft takes what the sequence's blocks hold.
+    const int64_t end = seq.num_computed + 1 + draft;
+    const int32_t needed = seq.table.BlocksNeeded(end) +
+                           (seq.window_table ? seq.window_table->BlocksNeeded(end) : 0);
+    if (needed > pool_.NumAvailable() - pool_.NumCachedUnowned()) {
+      draft = std::min(draft, HeldPositions(seq) - seq.num_computed - 1);
+      if (draft <= 0) continue;
+    } else {
+      LATENT_CHECK(GrowTables(pool_, seq, end));
     }
+    chunk.num_tokens += draft;
+    chunk.num_draft = draft;
+    plan.num_tokens += draft;
+    drafts_left -= draft;
   }
+}
+
+void Scheduler::Advance(Sequence& seq, int64_t tokens) {
+  seq.num_computed += tokens;
+  LATENT_CHECK(seq.num_computed <= static_cast<int64_t>(seq.tokens.size()));
+  seq.table.RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
+  if (seq.window_table) {
+    seq.window_table->RegisterComputed(pool_, seq.tokens, seq.num_computed, seq.expanded_below);
+    // Sliding-window retention: the next token (position num_computed) reads positions from
+    // num_computed - window + 1 on; blocks wholly before that are never read again.
+    seq.window_table->ReleaseBefore(pool_, seq.num_computed - seq.window + 1);
+  }
+}
+
+void Scheduler::CommitStep(const SchedulePlan& plan) {
+  for (const ScheduledChunk& c : plan.chunks) Advance(*c.seq, c.num_tokens - c.num_draft);
+}
+
+void Scheduler::CommitDraft(Sequence* seq, int64_t accepted) {
+  LATENT_CHECK(accepted >= 0 && seq->status == SequenceStatus::kRunning);
+  Advance(*seq, accepted);
+  TrimTables(pool_, *seq, seq->num_computed);
 }
 
 bool Scheduler::Fork(Sequence* child, const Sequence& parent, int64_t tokens,

@@ -10,6 +10,12 @@
 // prefix caching kept its blocks). A sequence that wants prompt logprobs takes no prefix hit over
 // the positions whose logits it still needs, and its chunks are capped by the step's budget of
 // prompt logits rows.
+//
+// Speculative decoding: a decode may run its draft tokens (Sequence::draft) after its pending
+// token, from the budget left once everything else is scheduled, and only into blocks that are
+// free (never a cached prompt's): a draft never preempts, never evicts, never takes another
+// sequence's place. Its rows count as computed only once the engine has verified them
+// (CommitDraft), which also gives back the blocks of rejected draft tokens.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +35,16 @@ struct SchedulerOptions {
   // Logits rows for prompt logprobs per step, over all sequences: each is a vocab-wide f32 row
   // (0.5 MB for DeepSeek V3), so a long scored prompt runs in chunks of this many positions.
   int64_t max_prompt_logits_rows = 512;
+  // Draft tokens per step, over all sequences: each is a logits row too.
+  int64_t max_draft_tokens = 256;
 };
 
 struct ScheduledChunk {
   Sequence* seq;
-  int64_t num_tokens;  // Tokens [seq->num_computed, seq->num_computed + num_tokens) run now.
+  // Tokens [seq->num_computed, seq->num_computed + num_tokens) run now; of a decode with a
+  // draft, its pending token then draft[0, num_draft) (num_tokens = 1 + num_draft).
+  int64_t num_tokens;
+  int64_t num_draft = 0;
 };
 
 struct SchedulePlan {
@@ -65,8 +76,14 @@ class Scheduler {
   // Plans one step, allocating the blocks the chosen chunks need.
   SchedulePlan Schedule();
   // After the step of `plan` ran: each chunk's tokens are computed (num_computed advances) and
-  // the full blocks among them are registered for prefix caching.
+  // the full blocks among them are registered for prefix caching. Draft tokens are not: they
+  // count once verified (CommitDraft).
   void CommitStep(const SchedulePlan& plan);
+  // After CommitStep, for a chunk that ran a draft: its first `accepted` draft tokens proved to
+  // be the sequence's next tokens (now in seq->tokens), so their rows count as computed; the
+  // blocks past the computed rows (those of rejected draft tokens) go back to the pool, which
+  // then holds what it would hold had the sequence run without a draft.
+  void CommitDraft(Sequence* seq, int64_t accepted);
   // Gives `child` (a sample that never ran) the first `tokens` computed positions of `parent`:
   // it shares parent's full blocks and takes a fresh block for the partial last one, whose rows
   // the caller copies (`copy`), and runs from there. With no block free it waits instead, to
@@ -81,6 +98,11 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* victim, SchedulePlan& plan);
+  // num_computed advances by `tokens`; full blocks register, window blocks out of reach go.
+  void Advance(Sequence& seq, int64_t tokens);
+  // Lets the decodes of `plan` run their drafts, in plan order, from the budget left after
+  // everything else, capped by max_draft_tokens, into free blocks only.
+  void AddDrafts(SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
   // Frees the sequence's blocks and its state slot.
   void ReleaseCache(Sequence* seq);

@@ -26,6 +26,9 @@ struct Sequence {
   const Request* request = nullptr;  // Owned by the engine, alive while any sample runs.
   uint64_t seed = 0;        // This sample's generator seed.
   std::vector<int32_t> tokens;  // Prompt, then generated tokens.
+  // Speculative decoding: tokens guessed to follow the pending last token (engine/ngram_draft.h),
+  // set before a step; the step's ScheduledChunk says how many of them it runs and verifies.
+  std::vector<int32_t> draft;
   int64_t num_prompt = 0;
   int64_t num_computed = 0;     // Tokens whose rows are in the cache.
   // Positions [0, expanded_below) run in the expanded MLA form (model::ExpandedPositions of the

@@ -248,6 +248,8 @@ class PyEngine {
     d["prefix_hit_tokens"] = m.prefix_hit_tokens;
     d["generated_tokens"] = m.generated_tokens;
     d["preemptions"] = m.preemptions;
+    d["draft_tokens"] = m.draft_tokens;
+    d["accepted_draft_tokens"] = m.accepted_draft_tokens;
     d["steps"] = m.steps;
     d["busy_seconds"] = m.busy_seconds;
     return d;
@@ -342,6 +344,14 @@ NB_MODULE(_latent, m) {
                    [](EngineArgs& a, bool v) { a.engine.prefix_caching = v; })
       .def_prop_rw("cache_dtype", [](EngineArgs& a) { return a.engine.cache_dtype; },
                    [](EngineArgs& a, const std::string& v) { a.engine.cache_dtype = v; })
+      .def_prop_rw("speculative_tokens", [](EngineArgs& a) { return a.engine.speculative_tokens; },
+                   [](EngineArgs& a, int32_t v) { a.engine.speculative_tokens = v; })
+      .def_prop_rw("speculative_ngram_max",
+                   [](EngineArgs& a) { return a.engine.speculative_ngram_max; },
+                   [](EngineArgs& a, int32_t v) { a.engine.speculative_ngram_max = v; })
+      .def_prop_rw("speculative_ngram_min",
+                   [](EngineArgs& a) { return a.engine.speculative_ngram_min; },
+                   [](EngineArgs& a, int32_t v) { a.engine.speculative_ngram_min = v; })
       .def_prop_rw("check_invariants", [](EngineArgs& a) { return a.engine.check_invariants; },
                    [](EngineArgs& a, bool v) { a.engine.check_invariants = v; });
 

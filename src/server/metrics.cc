@@ -154,6 +154,11 @@ std::string ServerMetrics::Render(const std::string& model_name,
            static_cast<double>(m.requests_finished));
     Metric(out, "latent_engine_steps_total", "counter", "Engine steps run.", model,
            static_cast<double>(m.steps));
+    Metric(out, "latent_spec_decode_num_draft_tokens_total", "counter",
+           "Speculative decoding: draft tokens run.", model, static_cast<double>(m.draft_tokens));
+    Metric(out, "latent_spec_decode_num_accepted_tokens_total", "counter",
+           "Speculative decoding: draft tokens that proved right.", model,
+           static_cast<double>(m.accepted_draft_tokens));
     Metric(out, "latent_engine_busy_seconds_total", "counter", "Time spent in engine steps.", model,
            m.busy_seconds);
   }

@@ -236,6 +236,11 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       " bytes per token (", cache_dtype, " rows, ", em.cache_layer_bytes_per_token,
       " per token in the widest layer), prefix caching ",
       o.engine.prefix_caching ? "on" : "off");
+  if (o.engine.speculative_tokens > 0) {
+    Log("speculative decoding: up to ", o.engine.speculative_tokens,
+        " prompt-lookup draft tokens per sequence and step (n-grams of ",
+        o.engine.speculative_ngram_min, " to ", o.engine.speculative_ngram_max, " tokens)");
+  }
 
   ServerContext& ctx = loaded->context;
   ctx.engine = loaded->engine.get();

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "cache/block_pool.h"
+#include "engine/batch_builder.h"
 #include "engine/sequence.h"
 
 namespace latent::engine {
@@ -620,6 +621,335 @@ TEST_F(SchedulerTest, ForkWithoutAFreeBlockWaitsToComputeThePrompt) {
   EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{1}));
   EXPECT_EQ(pool.ref_count(first->table.blocks()[0]), 1);  // the shared block was given back
   EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+// Speculative decoding: decodes that run a draft after their pending token.
+class SchedulerDraftTest : public SchedulerTest {
+ protected:
+  // A running decode: `prompt_len` prompt tokens from `first`, all computed and in its blocks,
+  // then the generated token `pending`, and `draft` guessed to follow it.
+  Sequence* AddDecode(Scheduler& scheduler, cache::BlockPool& pool, int64_t id, int32_t first,
+                      int32_t prompt_len, int32_t pending, std::vector<int32_t> draft) {
+    Sequence* seq = NewSequence(id, Prompt(first, prompt_len));
+    seq->tokens.push_back(pending);
+    EXPECT_TRUE(seq->table.Grow(pool, prompt_len));
+    seq->num_computed = prompt_len;
+    seq->draft = std::move(draft);
+    scheduler.AddRunning(seq);
+    return seq;
+  }
+
+  static std::vector<int64_t> ChunkDrafts(const SchedulePlan& plan) {
+    std::vector<int64_t> n;
+    for (const ScheduledChunk& c : plan.chunks) n.push_back(c.num_draft);
+    return n;
+  }
+};
+
+TEST_F(SchedulerDraftTest, RejectsANegativeDraftLimit) {
+  cache::BlockPool pool(4, true);
+  EXPECT_THROW(Scheduler({.max_draft_tokens = -1}, pool), Error);
+  EXPECT_NO_THROW(Scheduler({.max_draft_tokens = 0}, pool));
+}
+
+TEST_F(SchedulerDraftTest, ADecodeRunsItsDraftAfterItsPendingToken) {
+  cache::BlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, {1, 2, 3});
+  ASSERT_EQ(seq->table.blocks().size(), 2u);
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{4}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{3}));
+  EXPECT_EQ(plan.num_tokens, 4);
+  EXPECT_EQ(plan.num_preempted, 0);
+  EXPECT_EQ(seq->num_computed, 5);
+  EXPECT_EQ(seq->draft, (std::vector<int32_t>{1, 2, 3}));
+  // Blocks for positions 0..8: the pending token at 5, the draft at 6..8.
+  EXPECT_EQ(seq->table.blocks().size(), 3u);
+  EXPECT_EQ(pool.NumUsed(), 3);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, DraftsTakeOnlyTheBudgetLeftAfterDecodesAndPrompts) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 10, .max_seqs = 8}, pool);
+  AddDecode(scheduler, pool, 0, 0, 3, 9, {1, 2, 3, 4, 5, 6, 7, 8});
+  AddDecode(scheduler, pool, 1, 10, 3, 9, {1, 2, 3, 4, 5, 6, 7, 8});
+  Sequence* prompt = NewSequence(2, Prompt(20, 5));
+  prompt->draft = {1, 2};  // Ignored: it has a prompt to compute.
+  scheduler.AddWaiting(prompt);
+
+  // 1 + 1 for the decodes, 5 for the prompt (admitted whole), 3 left: the first decode's draft.
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1, 2}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{4, 1, 5}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{3, 0, 0}));
+  EXPECT_EQ(plan.num_tokens, 10);
+  EXPECT_TRUE(scheduler.waiting().empty());
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, MaxDraftTokensCapsTheDraftsOfAllSequences) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8, .max_draft_tokens = 5}, pool);
+  AddDecode(scheduler, pool, 0, 0, 3, 9, {1, 2, 3});
+  AddDecode(scheduler, pool, 1, 10, 3, 9, {1, 2, 3, 4});
+  AddDecode(scheduler, pool, 2, 20, 3, 9, {1, 2, 3, 4});
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1, 2}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{3, 2, 0}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{4, 3, 1}));
+  EXPECT_EQ(plan.num_tokens, 8);
+}
+
+TEST_F(SchedulerDraftTest, ZeroMaxDraftTokensRunsNoDraft) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8, .max_draft_tokens = 0}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 3, 9, {1, 2, 3});
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{0}));
+  EXPECT_EQ(seq->table.blocks().size(), 1u);
+}
+
+TEST_F(SchedulerDraftTest, NoDraftWithoutAFreeBlockAndNothingIsPreemptedForOne) {
+  cache::BlockPool pool(3, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  // a decodes position 7, the last of its 2 blocks: any draft token needs a third block.
+  Sequence* a = AddDecode(scheduler, pool, 0, 0, 7, 9, {1, 2});
+  // b (newer, so a preemption victim) decodes position 2 with room for 1 draft token in its
+  // block.
+  Sequence* b = AddDecode(scheduler, pool, 1, 10, 2, 9, {5});
+  ASSERT_EQ(pool.NumAvailable(), 0);
+  ASSERT_EQ(pool.NumUsed(), 3);
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 0);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1, 2}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{0, 1}));
+  EXPECT_EQ(plan.num_tokens, 3);
+  EXPECT_EQ(a->status, SequenceStatus::kRunning);
+  EXPECT_EQ(b->status, SequenceStatus::kRunning);
+  EXPECT_TRUE(scheduler.waiting().empty());
+  EXPECT_EQ(a->table.blocks().size(), 2u);
+  EXPECT_EQ(b->table.blocks().size(), 1u);
+  EXPECT_EQ(pool.NumUsed(), 3);
+  EXPECT_EQ(pool.NumAvailable(), 0);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, AFailedWindowTableGrowthGivesBackTheOtherTablesBlock) {
+  cache::BlockPool pool(5, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  Sequence* seq = NewSequence(0, Prompt(0, 7));
+  seq->tokens.push_back(9);
+  seq->window_table.emplace(4);
+  seq->window = 8;
+  ASSERT_TRUE(seq->table.Grow(pool, 7));
+  ASSERT_TRUE(seq->window_table->Grow(pool, 7));
+  seq->num_computed = 7;
+  seq->draft = {1, 2};
+  scheduler.AddRunning(seq);
+  ASSERT_EQ(pool.NumAvailable(), 1);  // Enough for one table's third block, not for both.
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{0}));
+  EXPECT_EQ(seq->table.blocks().size(), 2u);
+  EXPECT_EQ(seq->window_table->blocks().size(), 2u);
+  EXPECT_EQ(pool.NumUsed(), 4);
+  EXPECT_EQ(pool.NumAvailable(), 1);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, AWindowCapsTheChunkWithItsDraft) {
+  cache::BlockPool pool(16, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  Sequence* seq = NewSequence(0, Prompt(0, 5));
+  seq->tokens.push_back(9);
+  seq->window_table.emplace(4);
+  seq->window = 3;  // Chunks of at most 3 tokens: the pending one and 2 of the draft.
+  ASSERT_TRUE(seq->table.Grow(pool, 5));
+  ASSERT_TRUE(seq->window_table->Grow(pool, 5));
+  seq->num_computed = 5;
+  seq->draft = {1, 2, 3, 4};
+  scheduler.AddRunning(seq);
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(plan), (Ids{3}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{2}));
+  EXPECT_EQ(seq->table.capacity(), 8);
+  EXPECT_EQ(seq->window_table->capacity(), 8);
+}
+
+TEST_F(SchedulerDraftTest, NoDraftForASequenceStillInPrefill) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  // Its last prompt token pending: a chunk of 1 token that is still a prefill.
+  Sequence* last = NewSequence(0, Prompt(0, 10));
+  ASSERT_TRUE(last->table.Grow(pool, 9));
+  last->num_computed = 9;
+  last->draft = {1, 2};
+  scheduler.AddRunning(last);
+  ASSERT_TRUE(last->is_prefill());
+  // Mid-prefill.
+  Sequence* middle = NewSequence(1, Prompt(100, 10));
+  ASSERT_TRUE(middle->table.Grow(pool, 4));
+  middle->num_computed = 4;
+  middle->draft = {1, 2};
+  scheduler.AddRunning(middle);
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkIds(plan), (Ids{0, 1}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{1, 6}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{0, 0}));
+  EXPECT_EQ(plan.num_tokens, 7);
+  EXPECT_EQ(last->table.blocks().size(), 3u);
+  EXPECT_EQ(middle->table.blocks().size(), 3u);
+}
+
+TEST_F(SchedulerDraftTest, CommitStepCountsThePendingTokenNotTheDraft) {
+  cache::BlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 7, 9, {1, 2, 3});
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{3}));
+  ASSERT_EQ(seq->table.blocks().size(), 3u);
+  scheduler.CommitStep(plan);
+  EXPECT_EQ(seq->num_computed, 8);
+  EXPECT_EQ(seq->table.blocks().size(), 3u);  // The draft's blocks stay until CommitDraft.
+  // Positions 0..7 (both full blocks) are computed and registered.
+  Sequence* twin = NewSequence(1, seq->tokens);
+  twin->tokens.push_back(1);
+  EXPECT_EQ(twin->table.MatchPrefix(pool, twin->tokens), 8);
+  twin->table.Free(pool);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, CommitDraftCountsAcceptedTokensAndReleasesTheRejectedOnesBlocks) {
+  cache::BlockPool pool(16, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 6, 9, {20, 21, 22, 23, 24, 25});
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkTokens(plan), (Ids{7}));
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{6}));
+  // Positions 0..12: 4 blocks of 4.
+  ASSERT_EQ(seq->table.blocks().size(), 4u);
+  EXPECT_EQ(pool.NumUsed(), 4);
+  EXPECT_EQ(pool.NumAvailable(), 12);
+  scheduler.CommitStep(plan);
+  ASSERT_EQ(seq->num_computed, 7);
+
+  // The draws: 20 and 21 as drafted, then 30 instead of 22. Positions 7, 8 (tokens 20, 21)
+  // count; 30 at position 9 is pending, in the third block.
+  seq->tokens.insert(seq->tokens.end(), {20, 21, 30});
+  scheduler.CommitDraft(seq, 2);
+  EXPECT_EQ(seq->num_computed, 9);
+  EXPECT_EQ(seq->table.blocks().size(), 3u);
+  EXPECT_EQ(pool.NumUsed(), 3);
+  EXPECT_EQ(pool.NumAvailable(), 13);
+  // The second block (positions 4..7, with the first accepted token) is registered.
+  Sequence* twin = NewSequence(1, seq->tokens);
+  EXPECT_EQ(twin->table.MatchPrefix(pool, twin->tokens), 8);
+  twin->table.Free(pool);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+
+  // The next step decodes position 9 in the block it kept.
+  seq->draft.clear();
+  const SchedulePlan next = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(next), (Ids{1}));
+  EXPECT_EQ(seq->table.blocks().size(), 3u);
+}
+
+TEST_F(SchedulerDraftTest, CommitDraftOfNothingKeepsWhatADecodeWithoutADraftWouldHold) {
+  cache::BlockPool pool(16, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 7, 9, {20, 21, 22, 23});
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{4}));
+  ASSERT_EQ(seq->table.blocks().size(), 3u);  // Positions 0..11.
+  scheduler.CommitStep(plan);
+  seq->tokens.push_back(30);  // Not 20: the whole draft is rejected.
+  scheduler.CommitDraft(seq, 0);
+  EXPECT_EQ(seq->num_computed, 8);
+  // Positions 0..7 fill 2 blocks; the pending token's block comes with the next step.
+  EXPECT_EQ(seq->table.blocks().size(), 2u);
+  EXPECT_EQ(pool.NumUsed(), 2);
+  EXPECT_EQ(pool.NumAvailable(), 14);
+
+  seq->draft.clear();
+  const SchedulePlan next = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(next), (Ids{1}));
+  EXPECT_EQ(seq->table.blocks().size(), 3u);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, ABatchRunsThePendingTokenThenTheDraftWithARowForEach) {
+  cache::BlockPool pool(32, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8, .max_draft_tokens = 3}, pool);
+  AddDecode(scheduler, pool, 0, 0, 3, 7, {});                        // 7 at position 3
+  Sequence* a = AddDecode(scheduler, pool, 1, 10, 5, 50, {60, 61});  // 50 at 5, then 6, 7
+  AddDecode(scheduler, pool, 2, 20, 2, 9, {70, 71});                 // 9 at 2, one draft token
+  scheduler.AddWaiting(NewSequence(3, {30, 31, 32}));
+
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkIds(plan), (Ids{0, 1, 2, 3}));
+  ASSERT_EQ(ChunkTokens(plan), (Ids{1, 3, 2, 3}));
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{0, 2, 1, 0}));
+  BuiltBatch batch;
+  BuildBatch(plan, batch);
+  const model::ForwardBatch& f = batch.forward;
+  EXPECT_EQ(f.token_ids, (std::vector<int32_t>{7, 50, 60, 61, 9, 70, 30, 31, 32}));
+  EXPECT_EQ(f.positions, (std::vector<int64_t>{3, 5, 6, 7, 2, 3, 0, 1, 2}));
+  EXPECT_EQ(f.seq_slots, (std::vector<int32_t>{0, 1, 1, 1, 2, 2, 3, 3, 3}));
+  EXPECT_EQ(f.context_lens, (std::vector<int64_t>{4, 8, 4, 3}));
+  // Every token of a drafted chunk has a row; the prompt only its last token.
+  EXPECT_EQ(f.logits_rows, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 8}));
+  EXPECT_EQ(batch.logits_index, (std::vector<int32_t>{0, 1, 4, 6}));
+  ASSERT_EQ(batch.prompt_logits.size(), 4u);
+  for (const PromptLogitsRows& rows : batch.prompt_logits) EXPECT_EQ(rows.count, 0);
+  ASSERT_EQ(batch.tables.size(), 4u);
+  EXPECT_EQ(batch.tables[1], &a->table);
+  EXPECT_GE(a->table.capacity(), 8);
+}
+
+TEST_F(SchedulerDraftTest, ADraftNeverEvictsACachedPromptAndTakesWhatItsBlocksHold) {
+  cache::BlockPool pool(4, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  // A finished request's two full prompt blocks stay cached, held by nobody.
+  Sequence* done = NewSequence(5, Prompt(40, 8));
+  ASSERT_TRUE(done->table.Grow(pool, 8));
+  done->table.RegisterComputed(pool, done->tokens, 8);
+  done->table.Free(pool);
+  ASSERT_EQ(pool.NumCachedUnowned(), 2);
+  // A decode at position 5 of its 2 blocks (room up to position 7): a draft of 5 would need a
+  // third block, which only evicting a cached block could give.
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, {1, 2, 3, 4, 5});
+  ASSERT_EQ(pool.NumAvailable(), 2);
+
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkTokens(plan), (Ids{3}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{2}));  // positions 6 and 7
+  EXPECT_EQ(seq->table.blocks().size(), 2u);
+  EXPECT_EQ(pool.NumCachedUnowned(), 2);
+  // The cached prompt still serves a hit.
+  Sequence* again = NewSequence(6, Prompt(40, 9));
+  EXPECT_EQ(again->table.MatchPrefix(pool, again->tokens), 8);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+TEST_F(SchedulerDraftTest, ADraftTakesAFreeBlockBeforeItsSequenceNeedsIt) {
+  cache::BlockPool pool(4, true);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, {1, 2, 3, 4, 5});
+  ASSERT_EQ(pool.NumAvailable(), 2);  // never used: free, not cached
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{5}));  // positions 6 to 10: a third block
+  EXPECT_EQ(seq->table.blocks().size(), 3u);
+  EXPECT_EQ(pool.NumAvailable(), 1);
 }
 
 }  // namespace

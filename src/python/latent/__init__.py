@@ -40,7 +40,9 @@ LatentError = _latent.LatentError
 _WAIT_SLICE_S = 0.05
 
 _ENGINE_OPTIONS = ("quantize", "precision", "attention", "max_batch_tokens", "max_seqs", "block_tokens",
-                   "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype", "check_invariants")
+                   "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype",
+                   "speculative_tokens", "speculative_ngram_max", "speculative_ngram_min",
+                   "check_invariants")
 
 
 @dataclass
@@ -170,7 +172,9 @@ class LLM:
     each linear's input for bf16 and fp8 checkpoints, f32 math for f32 ones, under "auto"),
     attention ("auto", "absorbed", "expanded"),
     max_batch_tokens, max_seqs, block_tokens, num_blocks, cache_memory_gib, prefix_caching,
-    cache_dtype ("auto", "f32", "bf16", "fp8"), check_invariants.
+    cache_dtype ("auto", "f32", "bf16", "fp8"), speculative_tokens (prompt-lookup draft tokens per
+    sequence and step, 0: off; the output is the same either way), speculative_ngram_max,
+    speculative_ngram_min, check_invariants.
 
     Thread-safe: several threads may call generate/chat/stream at once; their requests share the
     engine's batches. Use as a context manager, or call close(), to stop the engine thread.

@@ -1,0 +1,184 @@
+"""Speculative decoding by prompt lookup (`--speculative-tokens`) is exact: every request gives the
+same tokens, logprobs and top logprobs, bit for bit, as decoding one token per step, with drafts
+accepted and rejected, trimmed by the step's budget, under preemption, on prefix hits and with fp8
+cache rows. The engine draws each draft token's row as that token's own step would (the kernels
+give a row the same bits whatever else the step runs), so a draft changes the number of steps only.
+
+Two kinds of check:
+- tiny random models of every family that allows drafts, made to "say" a periodic text with
+  breaks (`--debug-replay`): the drafts are often right and sometimes wrong, and every reported
+  logprob and top logprob comes from a row that a draft step computed;
+- the trained demo model (models/demo), which repeats itself under greedy decoding as small models
+  do, decoding greedily and sampling (seeded, with penalties, n > 1).
+Models whose linear-attention layers keep a per-sequence state refuse drafts with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from conftest import REPO, run_latent
+
+DEMO = REPO / "models" / "demo"
+
+FAMILIES = ["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3", "longcat_flash",
+            "axk2", "mistral_large4", "hy_v4", "dots3_note"]
+# Per-sequence linear-attention state: drafts refused.
+STATEFUL = ["kimi_linear", "glm5_next"]
+
+
+def run(model_dir, tmp_path, requests, *flags, name):
+    """`latent generate --prompts` with invariant checks; returns (results, summary)."""
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                      "--check-invariants", *flags)
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary = json.loads([l for l in proc.stderr.splitlines()
+                          if l.startswith("latent: summary ")][-1][len("latent: summary "):])
+    assert [r["index"] for r in results] == list(range(len(requests)))
+    assert summary["used_blocks_at_end"] == 0, "blocks leaked after every request ended"
+    return results, summary
+
+
+def outputs(results):
+    """Everything a client sees of each request: ids, logprobs with their top alternatives, the
+    finish reason, each sample's."""
+    assert all("error" not in r for r in results), results
+    return [{k: v for k, v in r.items() if k != "index"} for r in results]
+
+
+def replay_text():
+    """Periodic runs with breaks between them: a draft copied from the last period is right
+    inside a run and wrong across a break."""
+    rng = random.Random(11)
+    ids = []
+    for period, repeats in [(5, 6), (3, 5), (7, 4), (1, 6), (4, 5)]:
+        unit = [rng.randint(2, 250) for _ in range(period)]
+        ids += unit * repeats
+    return ids
+
+
+@pytest.fixture(scope="module")
+def replay_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("replay") / "replay.json"
+    path.write_text(json.dumps(replay_text()))
+    return path
+
+
+def replay_workload():
+    rng = random.Random(3)
+    text = replay_text()
+    requests = []
+    for i in range(14):
+        # Some prompts already hold the text's first run, so a draft comes from the prompt at once.
+        prompt = [rng.randint(2, 250) for _ in range(rng.choice([1, 4, 17, 40, 90]))]
+        if i % 3 == 0:
+            prompt += text[:10]
+        requests.append({"ids": prompt, "max_tokens": rng.choice([1, 2, 9, 30, len(text) + 5]),
+                         "logprobs": 2, "ignore_eos": True, "arrival_step": rng.randint(0, 12)})
+    return requests
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_drafts_change_no_logprob(tiny_models, family, replay_file, tmp_path):
+    model_dir = tiny_models.get(family)
+    requests = replay_workload()
+    replay = ["--debug-replay", str(replay_file)]
+    plain, plain_summary = run(model_dir, tmp_path, requests, *replay, "--block-tokens", "16",
+                               name="plain")
+    flag_sets = [
+        ["--speculative-tokens", "4", "--block-tokens", "16"],
+        # A small budget trims drafts to what the step has left; 1-token blocks make a draft take
+        # blocks of its own, which rejected tokens give back.
+        ["--speculative-tokens", "7", "--max-batch-tokens", "11", "--block-tokens", "1"],
+        # A cache too small for all at once: preemptions, and drafts only into blocks nobody
+        # else needs.
+        ["--speculative-tokens", "3", "--block-tokens", "16", "--num-blocks", "24",
+         "--max-batch-tokens", "64", "--speculative-ngram-min", "2"],
+    ]
+    for i, flags in enumerate(flag_sets):
+        drafted, summary = run(model_dir, tmp_path, requests, *replay, *flags, name="drafted")
+        assert outputs(drafted) == outputs(plain), flags
+        assert summary["accepted_draft_tokens"] > 0, "no draft was ever right"
+        assert summary["draft_tokens"] > summary["accepted_draft_tokens"], "no draft was ever wrong"
+        if i == 0:
+            assert summary["steps"] < plain_summary["steps"]
+
+
+@pytest.mark.parametrize("cache_dtype", ["bf16", "fp8"])
+def test_drafts_with_prefix_hits_and_cache_dtypes(tiny_models, replay_file, tmp_path, cache_dtype):
+    model_dir = tiny_models.get("deepseek_v3")
+    rng = random.Random(8)
+    shared = [rng.randint(2, 250) for _ in range(48)]
+    # One after another, so that each hits the shared prefix's 3 full blocks, which the first
+    # request registered; blocks that held rejected draft tokens must never be registered.
+    requests = [{"ids": shared + [rng.randint(2, 250) for _ in range(rng.randint(1, 20))],
+                 "max_tokens": 40, "logprobs": 1, "ignore_eos": True, "arrival_step": 30 * i}
+                for i in range(5)]
+    replay = ["--debug-replay", str(replay_file), "--cache-dtype", cache_dtype, "--block-tokens", "16"]
+    plain, _ = run(model_dir, tmp_path, requests, *replay, "--no-prefix-cache", name="plain")
+    drafted, summary = run(model_dir, tmp_path, requests, *replay, "--speculative-tokens", "5",
+                           name="drafted")
+    assert summary["prefix_hit_tokens"] >= 4 * 48
+    assert summary["accepted_draft_tokens"] > 0
+    assert outputs(drafted) == outputs(plain)
+
+
+def demo_workload():
+    text = (DEMO / "heldout.txt").read_text(encoding="utf-8")
+    lines = [l for l in text.splitlines() if l.strip()][:40]
+    prompts = ["\n".join(lines[i:i + 4]) + "\n" for i in range(0, 40, 4)]
+    # A prompt that repeats itself, as a quoted passage or an edited file does.
+    prompts.append(prompts[0] * 3)
+    requests = [{"prompt": p, "max_tokens": 48, "logprobs": 3} for p in prompts]
+    sampled = [{"prompt": p, "max_tokens": 32, "logprobs": 1, "temperature": 0.7, "top_p": 0.9,
+                "seed": 40 + i, "repetition_penalty": 1.05, "frequency_penalty": 0.1}
+               for i, p in enumerate(prompts[:5])]
+    sampled.append({"prompt": prompts[-1], "max_tokens": 24, "temperature": 0.3, "seed": 7, "n": 3})
+    return requests + sampled
+
+
+def test_demo_model_outputs_are_unchanged(tmp_path):
+    requests = demo_workload()
+    plain, plain_summary = run(DEMO, tmp_path, requests, name="plain")
+    greedy = len(requests) - 6
+    for flags in (["--speculative-tokens", "4"],
+                  ["--speculative-tokens", "8", "--speculative-ngram-max", "2",
+                   "--max-batch-tokens", "24"]):
+        drafted, summary = run(DEMO, tmp_path, requests, *flags, name="drafted")
+        assert outputs(drafted) == outputs(plain), flags
+        assert summary["generated_tokens"] == plain_summary["generated_tokens"]
+    # The greedy requests alone: the model repeats itself, most drafts are right and the steps
+    # are far fewer.
+    plain, plain_summary = run(DEMO, tmp_path, requests[:greedy], name="greedy-plain")
+    drafted, summary = run(DEMO, tmp_path, requests[:greedy], "--speculative-tokens", "4",
+                           name="greedy-drafted")
+    assert outputs(drafted) == outputs(plain)
+    assert summary["accepted_draft_tokens"] >= 0.4 * summary["draft_tokens"] > 0, summary
+    assert summary["steps"] < 0.8 * plain_summary["steps"], (summary, plain_summary)
+
+
+@pytest.mark.parametrize("family", STATEFUL)
+def test_stateful_models_refuse_drafts(tiny_models, family, tmp_path):
+    model_dir = tiny_models.get(family)
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"ids": [5, 6, 7], "max_tokens": 4}) + "\n")
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
+                      "--speculative-tokens", "2", check=False)
+    assert proc.returncode != 0
+    assert f"speculative decoding is not supported for {family}" in proc.stderr, proc.stderr
+    assert "per-sequence state" in proc.stderr
+
+
+def test_bad_ngram_sizes_are_refused(tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"ids": [5, 6, 7], "max_tokens": 4}) + "\n")
+    proc = run_latent("generate", "--model", str(DEMO), "--prompts", str(path),
+                      "--speculative-tokens", "2", "--speculative-ngram-min", "4",
+                      "--speculative-ngram-max", "2", check=False)
+    assert proc.returncode != 0
+    assert "speculative n-gram sizes must satisfy 1 <= min <= max, got min 4 and max 2" in proc.stderr
