@@ -13,7 +13,10 @@ reads the replayed token instead of sampling it), in three kinds:
 - novel: no token recurs, so no draft is made (the cost of looking).
 Each run decodes --max-tokens tokens per request after a 16-token prompt; the rate is generated
 tokens over the engine's busy time (latent generate's summary), best of --rounds. Prints a table
-and one JSON line per point."""
+and one JSON line per point.
+
+With --prompts FILE (latent generate's JSONL requests, e.g. text prompts to a trained model) the
+requests are run as they are, without a replay: the model's own output decides what repeats."""
 
 from __future__ import annotations
 
@@ -37,10 +40,11 @@ def replay_ids(kind: str, length: int, rng: random.Random) -> list[int]:
     return pool[:length]
 
 
-def run(model: str, requests: Path, replay: Path, tokens: int, extra: list[str]) -> dict:
+def run(model: str, requests: Path, replay: Path | None, tokens: int, extra: list[str]) -> dict:
+    replay_flags = ["--debug-replay", str(replay)] if replay else []
     proc = subprocess.run([str(REPO / "build" / "latent"), "generate", "--model", model, "--prompts",
-                           str(requests), "--debug-replay", str(replay), "--speculative-tokens",
-                           str(tokens), *extra], capture_output=True, text=True, check=True)
+                           str(requests), *replay_flags, "--speculative-tokens", str(tokens), *extra],
+                          capture_output=True, text=True, check=True)
     line = [l for l in proc.stderr.splitlines() if l.startswith("latent: summary ")][-1]
     return json.loads(line[len("latent: summary "):])
 
@@ -54,12 +58,32 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--extra", default="", help="more latent generate flags, space-separated")
+    ap.add_argument("--prompts", help="JSONL requests to run as they are (no replay, no --batch)")
     args = ap.parse_args()
     rng = random.Random(0)
     extra = args.extra.split()
     rows = []
+
+    def point(kind, batch, requests, replay):
+        base = None
+        for tokens in map(int, args.tokens.split(",")):
+            best = max((run(args.model, requests, replay, tokens, extra) for _ in range(args.rounds)),
+                       key=lambda s: s["tokens_per_second"])
+            rate = best["tokens_per_second"]
+            base = rate if base is None else base
+            row = {"kind": kind, "batch": batch, "speculative_tokens": tokens, "tokens_per_s": rate,
+                   "vs_first": rate / base, "steps": best["steps"], "draft_tokens": best["draft_tokens"],
+                   "accepted_draft_tokens": best["accepted_draft_tokens"]}
+            rows.append(row)
+            print(f"{kind:>10} B={batch:<3} k={tokens:<2} {rate:8.1f} tok/s  x{rate / base:5.2f}  "
+                  f"steps {best['steps']:5d}  drafts {best['draft_tokens']:6d} "
+                  f"accepted {best['accepted_draft_tokens']:6d}", flush=True)
+
+    if args.prompts:
+        batch = sum(1 for line in Path(args.prompts).read_text().splitlines() if line.strip())
+        point("prompts", batch, Path(args.prompts), None)
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.kinds.split(","):
+        for kind in ([] if args.prompts else args.kinds.split(",")):
             replay = Path(tmp) / f"{kind}.json"
             replay.write_text(json.dumps(replay_ids(kind, args.max_tokens, rng)))
             for batch in map(int, args.batch.split(",")):
@@ -68,20 +92,7 @@ def main() -> None:
                     json.dumps({"ids": [rng.randrange(1000, 30000) for _ in range(16)],
                                 "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n"
                     for _ in range(batch)))
-                base = None
-                for tokens in map(int, args.tokens.split(",")):
-                    best = max((run(args.model, requests, replay, tokens, extra) for _ in range(args.rounds)),
-                               key=lambda s: s["tokens_per_second"])
-                    rate = best["tokens_per_second"]
-                    base = rate if base is None else base
-                    row = {"kind": kind, "batch": batch, "speculative_tokens": tokens, "tokens_per_s": rate,
-                           "vs_first": rate / base, "steps": best["steps"],
-                           "draft_tokens": best["draft_tokens"],
-                           "accepted_draft_tokens": best["accepted_draft_tokens"]}
-                    rows.append(row)
-                    print(f"{kind:>10} B={batch:<3} k={tokens:<2} {rate:8.1f} tok/s  x{rate / base:5.2f}  "
-                          f"steps {best['steps']:5d}  drafts {best['draft_tokens']:6d} "
-                          f"accepted {best['accepted_draft_tokens']:6d}", flush=True)
+                point(kind, batch, requests, replay)
     for row in rows:
         print(json.dumps(row))
 

@@ -82,6 +82,12 @@ Runner RegisterGenerate(CLI::App& app) {
       return RunBatchGenerate(batch);
     }
     if (opt->ids.empty()) Fail("generate needs --ids, --prompt or --prompts");
+    // --ids runs one sequence without the engine (the reference the engine's batches compare
+    // against): the engine's options would do nothing there.
+    if (opt->engine.speculative_tokens > 0 || !opt->debug_replay_path.empty()) {
+      Fail("--speculative-tokens and --debug-replay need --prompts or --prompt (the engine); "
+           "--ids decodes one sequence without it");
+    }
     std::vector<int32_t> ids = ParseTokenIds(opt->ids);
     const std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     const model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());

@@ -1,5 +1,7 @@
 #include "engine/batch_builder.h"
 
+#include "base/error.h"
+
 namespace latent::engine {
 
 void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
@@ -21,6 +23,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
                               seq.draft.begin() + chunk.num_draft);
       tokens = out.draft_tokens;
     }
+    const int32_t draft_rows = static_cast<int32_t>(f.logits_rows.size());
     f.AddSequence(tokens, seq.num_computed, seq.table.blocks(), seq.expanded_below,
                   /*last_logits=*/false, /*all_logits=*/chunk.num_draft > 0);
     f.prompt_lens.push_back(seq.num_prompt);
@@ -43,8 +46,8 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
     // are all there already: the pending token's first).
     const bool completes = seq.num_computed + own == static_cast<int64_t>(seq.tokens.size());
     if (chunk.num_draft > 0) {
-      out.logits_index.push_back(static_cast<int32_t>(f.logits_rows.size()) - 1 -
-                                 static_cast<int32_t>(chunk.num_draft));
+      LATENT_CHECK(prompt.count == 0);  // a decode: its prompt's logits are all reported
+      out.logits_index.push_back(draft_rows);
     } else if (completes) {
       out.logits_index.push_back(static_cast<int32_t>(f.logits_rows.size()));
       f.logits_rows.push_back(static_cast<int32_t>(f.token_ids.size() - 1));

@@ -132,17 +132,16 @@ double LeastTimePerCall(parallel::Communicator& comm, const std::vector<double>&
   return sum;
 }
 
-// Which of `stats`' kinds `batch` is: a sequence decodes when it runs one token past its prompt
-// (without prompt lengths, the CLI tools' batches, every step counts as prefill).
+// Which of `stats`' kinds `batch` is: a sequence decodes when it runs tokens past its prompt only
+// (one, or with a speculative draft a few; without prompt lengths, the CLI tools' batches, every
+// step counts as prefill).
 StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
   if (batch.prompt_lens.empty()) return stats.prefill;
   int64_t decoding = 0;
   const int64_t seqs = batch.num_sequences();
   for (int64_t s = 0; s < seqs; ++s) {
     const int32_t first = batch.seq_starts[s];
-    if (batch.seq_starts[s + 1] - first == 1 && batch.positions[first] >= batch.prompt_lens[s]) {
-      ++decoding;
-    }
+    if (batch.positions[first] >= batch.prompt_lens[s]) ++decoding;
   }
   if (decoding == 0) return stats.prefill;
   return decoding == seqs ? stats.decode : stats.mixed;

@@ -46,7 +46,8 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
                               options_.max_prompt_logits_rows};
   scheduler_ = std::make_unique<Scheduler>(scheduling, *pool_, cache_->slot_pool());
   // A logits row per sequence, and one per draft token when speculating.
-  const int64_t draft_rows = options_.speculative_tokens > 0 ? scheduling.max_draft_tokens : 0;
+  const int64_t draft_rows = std::min<int64_t>(
+      scheduling.max_draft_tokens, int64_t{options_.max_seqs} * options_.speculative_tokens);
   activations_.Reserve(std::min<int64_t>(options_.max_seqs + draft_rows, options_.max_batch_tokens),
                        config.vocab_size);
   // The model's working memory for the largest step, once (a step holds at most
@@ -193,12 +194,12 @@ Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
   return drawn;
 }
 
-std::vector<std::optional<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& plan,
-                                                           const BuiltBatch& batch,
-                                                           const float* logits) {
+std::vector<std::vector<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& plan,
+                                                         const BuiltBatch& batch,
+                                                         const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
   const bool replay = !options_.debug_replay.empty();
-  std::vector<std::optional<Drawn>> drawn(plan.chunks.size());
+  std::vector<std::vector<Drawn>> drawn(plan.chunks.size());
   std::vector<size_t> slots;  // the rows that sample a token
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     const Sequence& seq = *plan.chunks[slot].seq;
@@ -216,7 +217,22 @@ std::vector<std::optional<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& p
         seq.constraint->FillNextTokenBitmask(seq.bitmask.data());
         seq.mask_ready = true;
       }
-      if (!replay) drawn[slot] = Draw(seq, logits + batch.logits_index[slot] * vocab);
+      if (replay) continue;
+      const float* rows = logits + batch.logits_index[slot] * vocab;
+      std::vector<Drawn>& chain = drawn[slot];
+      chain.push_back(Draw(seq, rows));
+      if (seq.constraint) continue;
+      // Row i + 1 as its step would draw it once draft token i is accepted, which it is when
+      // the draw from row i equals it: the draw reads the sequence's tokens (penalties, and
+      // their count for the seed), so the draft tokens stand in for them meanwhile.
+      const size_t own = seq.tokens.size();
+      for (int64_t i = 0; i < plan.chunks[slot].num_draft; ++i) {
+        const Drawn& last = chain.back();
+        if (!last.error.empty() || last.sampled.token != seq.draft[i]) break;
+        seq.tokens.push_back(seq.draft[i]);
+        chain.push_back(Draw(seq, rows + (i + 1) * vocab));
+      }
+      seq.tokens.resize(own);
     }
   });
   return drawn;
@@ -339,7 +355,7 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
 void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const float* logits) {
   const int64_t vocab = model_->config().vocab_size;
   scheduler_->CommitStep(plan);
-  const std::vector<std::optional<Drawn>> drawn = DrawRows(plan, batch, logits);
+  const std::vector<std::vector<Drawn>> drawn = DrawRows(plan, batch, logits);
   for (size_t slot = 0; slot < plan.chunks.size(); ++slot) {
     Sequence& seq = *plan.chunks[slot].seq;
     const PromptLogitsRows& prompt = batch.prompt_logits[slot];
@@ -352,8 +368,9 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
     const float* row = logits + batch.logits_index[slot] * vocab;
     RequestState& state = *requests_.at(seq.request_id);
     const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
-    AcceptToken(seq, row, drawn[slot] ? &*drawn[slot] : nullptr);
-    if (plan.chunks[slot].num_draft > 0) VerifyDraft(seq, plan.chunks[slot].num_draft, row);
+    AcceptToken(seq, row, drawn[slot].empty() ? nullptr : &drawn[slot][0]);
+    const int64_t draft = plan.chunks[slot].num_draft;
+    if (draft > 0) VerifyDraft(seq, draft, row, drawn[slot]);
     // Also when sample 0 finished on its first token: its siblings go on.
     if (fork) ForkSamples(state, seq, row);
   }
@@ -366,15 +383,17 @@ void Engine::ProposeDrafts() {
     // This step draws one token, and one more for each draft token that proves right: past
     // max_tokens they would be drawn for nothing. (The scheduler cuts drafts to the budget.)
     const int64_t left = seq->request->max_tokens - seq->num_generated() - 1;
-    const int64_t count =
-        std::min<int64_t>({options_.speculative_tokens, left, options_.max_batch_tokens - 1});
+    if (left <= 0) continue;
+    const int64_t count = seq->draft_pace.Next(
+        std::min<int64_t>({options_.speculative_tokens, left, options_.max_batch_tokens - 1}));
     if (count <= 0) continue;
     ProposeNgramDraft(seq->tokens, options_.speculative_ngram_min, options_.speculative_ngram_max,
                       static_cast<int32_t>(count), seq->draft);
   }
 }
 
-void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows) {
+void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows,
+                         const std::vector<Drawn>& drawn) {
   const int64_t vocab = model_->config().vocab_size;
   int64_t accepted = 0;
   // Row i holds the logits after draft token i - 1 (row 0: after the pending token), computed as
@@ -384,7 +403,8 @@ void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows) {
   while (accepted < draft && seq.status != SequenceStatus::kFinished &&
          seq.tokens.back() == seq.draft[accepted]) {
     ++accepted;
-    AcceptToken(seq, rows + accepted * vocab);
+    const size_t row = static_cast<size_t>(accepted);
+    AcceptToken(seq, rows + accepted * vocab, row < drawn.size() ? &drawn[row] : nullptr);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -392,6 +412,7 @@ void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows) {
     metrics_.accepted_draft_tokens += accepted;
   }
   seq.draft.clear();
+  seq.draft_pace.Record(draft, accepted);
   if (seq.status != SequenceStatus::kFinished) scheduler_->CommitDraft(&seq, accepted);
 }
 

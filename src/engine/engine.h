@@ -38,8 +38,8 @@ struct EngineOptions {
   std::string cache_dtype = "auto";
   model::AttentionForm attention = model::AttentionForm::kAuto;
   // Speculative decoding by prompt lookup (engine/ngram_draft.h): each decoding sequence runs up
-  // to this many draft tokens per step after its pending token, verified in the same forward;
-  // 0: off. Exact: the tokens and logprobs are those of decoding without drafts, bit for bit
+  // to this many draft tokens per step after its pending token, verified in the same forward
+  // (fewer, or none for a while, after its drafts proved wrong: DraftPace); 0: off. Exact: the tokens and logprobs are those of decoding without drafts, bit for bit
   // (each draft token's row is drawn as its own decode step would draw it). Steps spend only
   // the budget and the blocks nothing else wants on drafts (Scheduler). Models whose layers keep
   // per-sequence state (linear attention) refuse it: that state cannot drop a rejected token.
@@ -122,9 +122,11 @@ class Engine {
   Drawn Draw(const Sequence& seq, const float* logits) const;
   // Every row sampled in this step, side by side: fills its structured-output mask (when
   // constrained) and draws its token (except under debug replay, whose draws are made as the
-  // tokens are accepted, as are a forked sample's). Empty entries are drawn when accepted.
-  std::vector<std::optional<Drawn>> DrawRows(const SchedulePlan& plan, const BuiltBatch& batch,
-                                             const float* logits);
+  // tokens are accepted, as are a forked sample's). A draft's rows follow its first while the
+  // draws equal the draft (not under a grammar, whose state would have to advance). Rows
+  // missing from a slot's list are drawn when accepted.
+  std::vector<std::vector<Drawn>> DrawRows(const SchedulePlan& plan, const BuiltBatch& batch,
+                                           const float* logits);
   // Appends a sampled token to `seq` (`drawn`, or drawn now from `logits`), reports it, and
   // finishes the sequence when it stops.
   void AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn = nullptr);
@@ -135,7 +137,9 @@ class Engine {
   // (`rows`, [draft + 1, vocab]): accepts the draft tokens that equal what is drawn at their
   // positions, each drawn as its own step would have (the draw after the last of them too), and
   // commits their rows.
-  void VerifyDraft(Sequence& seq, int64_t draft, const float* rows);
+  // `drawn`: DrawRows' draws of the rows, as far as it made them.
+  void VerifyDraft(Sequence& seq, int64_t draft, const float* rows,
+                   const std::vector<Drawn>& drawn);
   void Finish(Sequence& seq, FinishReason reason, const std::string& error = "");
   void CheckInvariants() const;
   // Publishes the scheduler's and the pool's gauges for Metrics().

@@ -32,4 +32,27 @@ void ProposeNgramDraft(std::span<const int32_t> tokens, int32_t ngram_min, int32
   }
 }
 
+int64_t DraftPace::Next(int64_t max_tokens) {
+  if (pause > 0) {
+    --pause;
+    return 0;
+  }
+  return std::min(limit, max_tokens);
+}
+
+void DraftPace::Record(int64_t drafted, int64_t accepted) {
+  if (drafted <= 0) return;
+  if (accepted == drafted) {
+    limit = 2 * drafted;
+    backoff = 1;
+  } else if (accepted > 0) {
+    limit = accepted + 1;
+    backoff = 1;
+  } else {
+    limit = 1;
+    pause = backoff;
+    backoff = std::min(2 * backoff, kLongestPause);
+  }
+}
+
 }  // namespace latent::engine

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -18,5 +19,24 @@ namespace latent::engine {
 // suffix of ngram_min tokens recurs. One pass over `tokens`, latest first.
 void ProposeNgramDraft(std::span<const int32_t> tokens, int32_t ngram_min, int32_t ngram_max,
                        int32_t max_tokens, std::vector<int32_t>& draft);
+
+// A sequence's draft length, adapted to how its drafts fared, so that text that does not repeat
+// the way its n-grams suggest wastes few rows (each wrong draft token costs a row of every
+// linear, the vocabulary-wide lm head's included): a draft that proved right in full lets the
+// next be twice as long (up to the maximum); one rejected part-way is cut to one past what
+// proved right; one rejected at its first token pauses drafting for 1, 2, 4 ... 32 decode steps,
+// then probes with one token (any accepted token resets the pause).
+struct DraftPace {
+  static constexpr int32_t kLongestPause = 32;
+  int64_t limit = std::numeric_limits<int32_t>::max();  // longest next draft
+  int32_t pause = 0;                                     // decode steps left without a draft
+  int32_t backoff = 1;                                   // the next pause
+
+  // The longest draft to propose at this decode step, at most `max_tokens` (0 while paused:
+  // the step counts).
+  int64_t Next(int64_t max_tokens);
+  // The last draft: `drafted` tokens run, the first `accepted` of them right.
+  void Record(int64_t drafted, int64_t accepted);
+};
 
 }  // namespace latent::engine

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cache/block_table.h"
+#include "engine/ngram_draft.h"
 #include "engine/request.h"
 
 namespace latent::engine {
@@ -29,6 +30,7 @@ struct Sequence {
   // Speculative decoding: tokens guessed to follow the pending last token (engine/ngram_draft.h),
   // set before a step; the step's ScheduledChunk says how many of them it runs and verifies.
   std::vector<int32_t> draft;
+  DraftPace draft_pace;  // how long its next draft may be
   int64_t num_prompt = 0;
   int64_t num_computed = 0;     // Tokens whose rows are in the cache.
   // Positions [0, expanded_below) run in the expanded MLA form (model::ExpandedPositions of the

@@ -25,9 +25,9 @@ from conftest import REPO, run_latent
 DEMO = REPO / "models" / "demo"
 
 FAMILIES = ["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3", "longcat_flash",
-            "axk2", "mistral_large4", "hy_v4", "dots3_note"]
+            "axk1", "axk2", "mistral_large4", "hy_v4", "dots3_note", "youtu", "glm4_moe_lite"]
 # Per-sequence linear-attention state: drafts refused.
-STATEFUL = ["kimi_linear", "glm5_next"]
+STATEFUL = ["kimi_linear", "glm5_next", "bailing_hybrid"]
 
 
 def run(model_dir, tmp_path, requests, *flags, name):
@@ -107,24 +107,42 @@ def test_drafts_change_no_logprob(tiny_models, family, replay_file, tmp_path):
         assert summary["draft_tokens"] > summary["accepted_draft_tokens"], "no draft was ever wrong"
         if i == 0:
             assert summary["steps"] < plain_summary["steps"]
+        if "--num-blocks" in flags:
+            assert summary["preemptions"] > 0, "the small cache forced no preemption"
 
 
-@pytest.mark.parametrize("cache_dtype", ["bf16", "fp8"])
-def test_drafts_with_prefix_hits_and_cache_dtypes(tiny_models, replay_file, tmp_path, cache_dtype):
+@pytest.mark.parametrize("cache_dtype,attention", [("bf16", "auto"), ("fp8", "auto"),
+                                                   ("bf16", "expanded"), ("bf16", "absorbed")])
+def test_drafts_with_prefix_hits_cache_dtypes_and_forms(tiny_models, replay_file, tmp_path,
+                                                        cache_dtype, attention):
     model_dir = tiny_models.get("deepseek_v3")
     rng = random.Random(8)
     shared = [rng.randint(2, 250) for _ in range(48)]
     # One after another, so that each hits the shared prefix's 3 full blocks, which the first
-    # request registered; blocks that held rejected draft tokens must never be registered.
+    # request registered.
     requests = [{"ids": shared + [rng.randint(2, 250) for _ in range(rng.randint(1, 20))],
                  "max_tokens": 40, "logprobs": 1, "ignore_eos": True, "arrival_step": 30 * i}
                 for i in range(5)]
-    replay = ["--debug-replay", str(replay_file), "--cache-dtype", cache_dtype, "--block-tokens", "16"]
-    plain, _ = run(model_dir, tmp_path, requests, *replay, "--no-prefix-cache", name="plain")
-    drafted, summary = run(model_dir, tmp_path, requests, *replay, "--speculative-tokens", "5",
+    # Then second turns: an earlier request's prompt and output (what the replay makes it say)
+    # and more. Their prefix hits cover blocks whose rows draft steps wrote, so a block
+    # registered with the row of a rejected draft token would change their logprobs.
+    said = replay_text()[:40]
+    requests += [{"ids": r["ids"] + said + [rng.randint(2, 250) for _ in range(5)],
+                  "max_tokens": 20, "logprobs": 1, "ignore_eos": True, "arrival_step": 200 + 30 * i}
+                 for i, r in enumerate(requests[:3])]
+    flags = ["--debug-replay", str(replay_file), "--cache-dtype", cache_dtype, "--block-tokens", "16",
+             "--attention", attention]
+    plain, _ = run(model_dir, tmp_path, requests, *flags, "--no-prefix-cache", name="plain")
+    drafted, summary = run(model_dir, tmp_path, requests, *flags, "--speculative-tokens", "5",
                            name="drafted")
-    assert summary["prefix_hit_tokens"] >= 4 * 48
+    # The shared prefix 4 times, and each second turn's first turn: at least 80 of its 88 or more
+    # tokens in one form; under auto only its prompt's blocks, which the first turn computed
+    # expanded, as the second turn does (its generated tokens ran absorbed, which the second turn
+    # computes expanded: blocks of one form never serve the other).
+    first_turn = 48 if attention == "auto" else 80
+    assert summary["prefix_hit_tokens"] >= 4 * 48 + 3 * first_turn, summary
     assert summary["accepted_draft_tokens"] > 0
+    assert summary["draft_tokens"] > summary["accepted_draft_tokens"]
     assert outputs(drafted) == outputs(plain)
 
 
@@ -158,8 +176,10 @@ def test_demo_model_outputs_are_unchanged(tmp_path):
     drafted, summary = run(DEMO, tmp_path, requests[:greedy], "--speculative-tokens", "4",
                            name="greedy-drafted")
     assert outputs(drafted) == outputs(plain)
-    assert summary["accepted_draft_tokens"] >= 0.4 * summary["draft_tokens"] > 0, summary
-    assert summary["steps"] < 0.8 * plain_summary["steps"], (summary, plain_summary)
+    # (About 0.9 and 0.4 on the machines measured; loose bounds, as another CPU's bf16 rounding
+    # may make the model say other words.)
+    assert summary["accepted_draft_tokens"] >= 0.3 * summary["draft_tokens"] > 0, summary
+    assert summary["steps"] < plain_summary["steps"], (summary, plain_summary)
 
 
 @pytest.mark.parametrize("family", STATEFUL)
@@ -182,3 +202,11 @@ def test_bad_ngram_sizes_are_refused(tmp_path):
                       "--speculative-ngram-max", "2", check=False)
     assert proc.returncode != 0
     assert "speculative n-gram sizes must satisfy 1 <= min <= max, got min 4 and max 2" in proc.stderr
+
+
+def test_generate_ids_refuses_engine_only_flags():
+    # --ids decodes one sequence without the engine: its drafts would silently do nothing.
+    proc = run_latent("generate", "--model", str(DEMO), "--ids", "5,6,7", "--speculative-tokens",
+                      "2", check=False)
+    assert proc.returncode != 0
+    assert "--speculative-tokens and --debug-replay need --prompts or --prompt" in proc.stderr

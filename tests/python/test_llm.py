@@ -228,3 +228,22 @@ def test_ctrl_c_during_generate_stops_cleanly(model_dir):
     assert lines[0].startswith("INTERRUPTED"), out
     assert lines[1] == "LEFT 0 0 0", out  # Nothing running or waiting, no block held.
     assert lines[2] == "AFTER 3", out
+
+
+
+def test_speculative_tokens_change_no_output():
+    """The engine option as a keyword, on the trained demo model (which repeats itself, so drafts
+    prove right): the same requests give the same outputs, logprobs included."""
+    demo = str(REPO / "models" / "demo")
+    prompts = ["To be, or not to be, that is the question.\n", "And I have the cast, and the"]
+    params = [latent.SamplingParams(temperature=0, max_tokens=40, logprobs=2),
+              latent.SamplingParams(temperature=0.7, seed=11, max_tokens=40, logprobs=2, n=2)]
+    outputs = {}
+    for k in (0, 4):
+        with latent.LLM(demo, block_tokens=16, check_invariants=True, speculative_tokens=k) as llm:
+            outputs[k] = [r.outputs for r in llm.generate(prompts * 2, params * 2)]
+            metrics = llm.metrics()
+        assert (metrics["accepted_draft_tokens"] > 0) == (k > 0), metrics
+    assert outputs[4] == outputs[0]
+    with pytest.raises(latent.LatentError, match="speculative n-gram sizes"):
+        latent.LLM(demo, speculative_tokens=2, speculative_ngram_min=3, speculative_ngram_max=2)

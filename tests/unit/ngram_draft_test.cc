@@ -88,5 +88,48 @@ TEST(NgramDraftTest, TheLastTokenIsNotAMatchOfItself) {
   EXPECT_EQ(Draft({9, 5, 5}, 1, 3, 3), (Tokens{5, 5, 5}));
 }
 
+TEST(DraftPaceTest, AFullyAcceptedDraftLetsTheNextBeTwiceAsLong) {
+  DraftPace pace;
+  EXPECT_EQ(pace.Next(8), 8);  // no history: the maximum
+  pace.Record(2, 2);
+  EXPECT_EQ(pace.Next(8), 4);
+  pace.Record(4, 4);
+  EXPECT_EQ(pace.Next(8), 8);
+  EXPECT_EQ(pace.Next(5), 5);  // never past the maximum of the step
+}
+
+TEST(DraftPaceTest, APartlyRejectedDraftIsCutToOnePastWhatProvedRight) {
+  DraftPace pace;
+  pace.Record(8, 3);
+  EXPECT_EQ(pace.Next(8), 4);
+  pace.Record(4, 1);
+  EXPECT_EQ(pace.Next(8), 2);
+}
+
+TEST(DraftPaceTest, DraftsWrongAtOnceBackOffThenProbeWithOneToken) {
+  DraftPace pace;
+  std::vector<int64_t> next;  // what each decode step may draft
+  for (int step = 0; step < 12; ++step) {
+    const int64_t n = pace.Next(8);
+    next.push_back(n);
+    if (n > 0) pace.Record(n, 0);  // every draft wrong at its first token
+  }
+  // Pauses of 1, 2 and 4 steps between one-token probes.
+  EXPECT_EQ(next, (std::vector<int64_t>{8, 0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0}));
+  // The pause grows to at most kLongestPause steps.
+  for (int i = 0; i < 400; ++i) {
+    const int64_t n = pace.Next(8);
+    if (n > 0) pace.Record(n, 0);
+  }
+  EXPECT_EQ(pace.backoff, DraftPace::kLongestPause);
+  // One right token ends the back-off.
+  while (pace.Next(8) == 0) {
+  }
+  pace.Record(1, 1);
+  EXPECT_EQ(pace.Next(8), 2);
+  pace.Record(2, 0);
+  EXPECT_EQ(pace.pause, 1);
+}
+
 }  // namespace
 }  // namespace latent::engine

@@ -741,7 +741,7 @@ TEST_F(SchedulerDraftTest, NoDraftWithoutAFreeBlockAndNothingIsPreemptedForOne) 
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
-TEST_F(SchedulerDraftTest, AFailedWindowTableGrowthGivesBackTheOtherTablesBlock) {
+TEST_F(SchedulerDraftTest, NoDraftWhenOnlyOneOfItsTablesCouldGrow) {
   cache::BlockPool pool(5, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
   Sequence* seq = NewSequence(0, Prompt(0, 7));
@@ -753,7 +753,8 @@ TEST_F(SchedulerDraftTest, AFailedWindowTableGrowthGivesBackTheOtherTablesBlock)
   seq->num_computed = 7;
   seq->draft = {1, 2};
   scheduler.AddRunning(seq);
-  ASSERT_EQ(pool.NumAvailable(), 1);  // Enough for one table's third block, not for both.
+  // Enough for one table's third block, not for both: no draft, and no block taken.
+  ASSERT_EQ(pool.NumAvailable(), 1);
 
   const SchedulePlan plan = scheduler.Schedule();
   EXPECT_EQ(ChunkTokens(plan), (Ids{1}));
@@ -862,6 +863,38 @@ TEST_F(SchedulerDraftTest, CommitDraftCountsAcceptedTokensAndReleasesTheRejected
   const SchedulePlan next = scheduler.Schedule();
   EXPECT_EQ(ChunkTokens(next), (Ids{1}));
   EXPECT_EQ(seq->table.blocks().size(), 3u);
+}
+
+TEST_F(SchedulerDraftTest, CommitDraftTrimsAWindowTableAndKeepsItsReleasedSlots) {
+  cache::BlockPool pool(16, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
+  Sequence* seq = NewSequence(0, Prompt(0, 10));
+  seq->tokens.push_back(9);
+  seq->window_table.emplace(4);
+  seq->window = 4;
+  ASSERT_TRUE(seq->table.Grow(pool, 10));
+  ASSERT_TRUE(seq->window_table->Grow(pool, 10));
+  seq->num_computed = 10;
+  // Position 10 reads positions 7..10: the window's first block (0..3) is gone.
+  ASSERT_EQ(seq->window_table->ReleaseBefore(pool, 7), 1);
+  seq->draft = {20, 21, 22};
+  scheduler.AddRunning(seq);
+  const SchedulePlan plan = scheduler.Schedule();
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{3}));  // the window caps the chunk at 4 tokens
+  ASSERT_EQ(seq->window_table->blocks().size(), 4u);  // positions 10..13 reach a 4th block
+  scheduler.CommitStep(plan);
+
+  seq->tokens.insert(seq->tokens.end(), {30});  // the first draft token was wrong
+  scheduler.CommitDraft(seq, 0);
+  EXPECT_EQ(seq->num_computed, 11);
+  ASSERT_EQ(seq->table.blocks().size(), 3u);
+  ASSERT_EQ(seq->window_table->blocks().size(), 3u);
+  // Position 11 reads 8..11: the second block went too (CommitStep), the third is held.
+  EXPECT_EQ(seq->window_table->blocks()[0], cache::kNoBlock);
+  EXPECT_EQ(seq->window_table->blocks()[1], cache::kNoBlock);
+  EXPECT_NE(seq->window_table->blocks()[2], cache::kNoBlock);
+  EXPECT_EQ(pool.NumUsed(), 4);  // as a decode without a draft would hold
+  EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
 TEST_F(SchedulerDraftTest, CommitDraftOfNothingKeepsWhatADecodeWithoutADraftWouldHold) {

@@ -74,6 +74,9 @@ class LLM:
         cache_memory_gib: float = 1.0,
         prefix_caching: bool = True,
         cache_dtype: str = "auto",
+        speculative_tokens: int = 0,
+        speculative_ngram_max: int = 3,
+        speculative_ngram_min: int = 1,
         check_invariants: bool = False,
     ) -> None: ...
     def generate(
