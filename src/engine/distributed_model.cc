@@ -133,8 +133,9 @@ double LeastTimePerCall(parallel::Communicator& comm, const std::vector<double>&
 }
 
 // Which of `stats`' kinds `batch` is: a sequence decodes when it runs tokens past its prompt only
-// (one, or with a speculative draft a few; without prompt lengths, the CLI tools' batches, every
-// step counts as prefill).
+// (one, or with a speculative draft a few; also, rarely, a recompute after a preemption whose
+// prefix hit reached past the prompt; without prompt lengths, the CLI tools' batches, every step
+// counts as prefill).
 StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
   if (batch.prompt_lens.empty()) return stats.prefill;
   int64_t decoding = 0;

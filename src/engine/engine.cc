@@ -225,14 +225,17 @@ std::vector<std::vector<Engine::Drawn>> Engine::DrawRows(const SchedulePlan& pla
       // Row i + 1 as its step would draw it once draft token i is accepted, which it is when
       // the draw from row i equals it: the draw reads the sequence's tokens (penalties, and
       // their count for the seed), so the draft tokens stand in for them meanwhile.
-      const size_t own = seq.tokens.size();
+      struct Restore {  // the sequence's own tokens again, however the loop ends
+        std::vector<int32_t>& tokens;
+        size_t size;
+        ~Restore() { tokens.resize(size); }
+      } restore{seq.tokens, seq.tokens.size()};
       for (int64_t i = 0; i < plan.chunks[slot].num_draft; ++i) {
         const Drawn& last = chain.back();
         if (!last.error.empty() || last.sampled.token != seq.draft[i]) break;
         seq.tokens.push_back(seq.draft[i]);
         chain.push_back(Draw(seq, rows + (i + 1) * vocab));
       }
-      seq.tokens.resize(own);
     }
   });
   return drawn;

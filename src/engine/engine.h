@@ -39,10 +39,11 @@ struct EngineOptions {
   model::AttentionForm attention = model::AttentionForm::kAuto;
   // Speculative decoding by prompt lookup (engine/ngram_draft.h): each decoding sequence runs up
   // to this many draft tokens per step after its pending token, verified in the same forward
-  // (fewer, or none for a while, after its drafts proved wrong: DraftPace); 0: off. Exact: the tokens and logprobs are those of decoding without drafts, bit for bit
-  // (each draft token's row is drawn as its own decode step would draw it). Steps spend only
-  // the budget and the blocks nothing else wants on drafts (Scheduler). Models whose layers keep
-  // per-sequence state (linear attention) refuse it: that state cannot drop a rejected token.
+  // (fewer, or none for a while, after its drafts proved wrong: DraftPace); 0: off. Exact: the
+  // tokens and logprobs are those of decoding without drafts, bit for bit (each draft token's
+  // row is drawn as its own decode step would draw it). Steps spend only the budget and the
+  // blocks nothing else wants on drafts (Scheduler). Models whose layers keep per-sequence state
+  // (linear attention) refuse it: that state cannot drop a rejected token.
   int32_t speculative_tokens = 0;
   // The longest and shortest suffix of a sequence looked up for a draft (vLLM's
   // prompt_lookup_max and prompt_lookup_min).

@@ -43,7 +43,8 @@ int64_t DraftPace::Next(int64_t max_tokens) {
 void DraftPace::Record(int64_t drafted, int64_t accepted) {
   if (drafted <= 0) return;
   if (accepted == drafted) {
-    limit = 2 * drafted;
+    // (The scheduler may have cut the draft short of the limit: never below it then.)
+    limit = std::max(limit, 2 * drafted);
     backoff = 1;
   } else if (accepted > 0) {
     limit = accepted + 1;

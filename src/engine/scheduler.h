@@ -13,8 +13,8 @@
 //
 // Speculative decoding: a decode may run its draft tokens (Sequence::draft) after its pending
 // token, from the budget left once everything else is scheduled, and only into blocks that are
-// free (never a cached prompt's): a draft never preempts, never evicts, never takes another
-// sequence's place. Its rows count as computed only once the engine has verified them
+// free (never a cached prompt's), else into the room left in the blocks it holds: a draft never
+// preempts, never evicts, never takes another sequence's place. Its rows count as computed only once the engine has verified them
 // (CommitDraft), which also gives back the blocks of rejected draft tokens.
 #pragma once
 
@@ -101,7 +101,8 @@ class Scheduler {
   // num_computed advances by `tokens`; full blocks register, window blocks out of reach go.
   void Advance(Sequence& seq, int64_t tokens);
   // Lets the decodes of `plan` run their drafts, in plan order, from the budget left after
-  // everything else, capped by max_draft_tokens, into free blocks only.
+  // everything else, capped by max_draft_tokens, into free blocks only (else the room in the
+  // sequence's own blocks).
   void AddDrafts(SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
   // Frees the sequence's blocks and its state slot.

@@ -21,6 +21,7 @@ import random
 import pytest
 
 from conftest import REPO, run_latent
+from test_engine_properties import run_batch as run
 
 DEMO = REPO / "models" / "demo"
 
@@ -28,20 +29,6 @@ FAMILIES = ["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3"
             "axk1", "axk2", "mistral_large4", "hy_v4", "dots3_note", "youtu", "glm4_moe_lite"]
 # Per-sequence linear-attention state: drafts refused.
 STATEFUL = ["kimi_linear", "glm5_next", "bailing_hybrid"]
-
-
-def run(model_dir, tmp_path, requests, *flags, name):
-    """`latent generate --prompts` with invariant checks; returns (results, summary)."""
-    path = tmp_path / f"{name}.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in requests))
-    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
-                      "--check-invariants", *flags)
-    results = [json.loads(line) for line in proc.stdout.splitlines()]
-    summary = json.loads([l for l in proc.stderr.splitlines()
-                          if l.startswith("latent: summary ")][-1][len("latent: summary "):])
-    assert [r["index"] for r in results] == list(range(len(requests)))
-    assert summary["used_blocks_at_end"] == 0, "blocks leaked after every request ended"
-    return results, summary
 
 
 def outputs(results):
@@ -180,6 +167,21 @@ def test_demo_model_outputs_are_unchanged(tmp_path):
     # may make the model say other words.)
     assert summary["accepted_draft_tokens"] >= 0.3 * summary["draft_tokens"] > 0, summary
     assert summary["steps"] < plain_summary["steps"], (summary, plain_summary)
+
+
+def test_sampled_drafts_that_prove_right_change_nothing(tmp_path):
+    """Sampled requests alone, cool enough that the demo model's loops make drafts right: each
+    draft row's draw reads the tokens before it (penalties) and their count (the seeded
+    generator), which the draft tokens stand in for while DrawRows draws them side by side."""
+    text = (DEMO / "heldout.txt").read_text(encoding="utf-8")
+    lines = [l for l in text.splitlines() if l.strip()]
+    requests = [{"prompt": "\n".join(lines[4 * i:4 * i + 4]) + "\n", "max_tokens": 48,
+                 "logprobs": 2, "temperature": 0.3, "seed": 90 + i, "repetition_penalty": 1.02,
+                 "presence_penalty": 0.1, "frequency_penalty": 0.05} for i in range(6)]
+    plain, _ = run(DEMO, tmp_path, requests, name="plain")
+    drafted, summary = run(DEMO, tmp_path, requests, "--speculative-tokens", "4", name="drafted")
+    assert summary["accepted_draft_tokens"] > 0, summary
+    assert outputs(drafted) == outputs(plain)
 
 
 @pytest.mark.parametrize("family", STATEFUL)

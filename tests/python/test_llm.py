@@ -230,7 +230,6 @@ def test_ctrl_c_during_generate_stops_cleanly(model_dir):
     assert lines[2] == "AFTER 3", out
 
 
-
 def test_speculative_tokens_change_no_output():
     """The engine option as a keyword, on the trained demo model (which repeats itself, so drafts
     prove right): the same requests give the same outputs, logprobs included."""

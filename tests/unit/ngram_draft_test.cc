@@ -91,11 +91,16 @@ TEST(NgramDraftTest, TheLastTokenIsNotAMatchOfItself) {
 TEST(DraftPaceTest, AFullyAcceptedDraftLetsTheNextBeTwiceAsLong) {
   DraftPace pace;
   EXPECT_EQ(pace.Next(8), 8);  // no history: the maximum
+  pace.Record(3, 1);
+  EXPECT_EQ(pace.Next(8), 2);
   pace.Record(2, 2);
   EXPECT_EQ(pace.Next(8), 4);
   pace.Record(4, 4);
   EXPECT_EQ(pace.Next(8), 8);
   EXPECT_EQ(pace.Next(5), 5);  // never past the maximum of the step
+  // A draft the scheduler cut short (budget, blocks) and that proved right keeps the limit.
+  pace.Record(1, 1);
+  EXPECT_EQ(pace.Next(8), 8);
 }
 
 TEST(DraftPaceTest, APartlyRejectedDraftIsCutToOnePastWhatProvedRight) {
