@@ -169,6 +169,9 @@ ASAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconn
 ASAN_PROPERTY_PYTESTS ?= tests/property/test_engine_properties.py
 ASAN_PROPERTY_K ?= deepseek_v32 and (batched_equals_alone and 16-7 or preemption or prefix_hits \
   or seeded or cancellation or never_fit)
+# Speculative drafts: rows written and given back, blocks trimmed, draft rows drawn side by side.
+ASAN_SPECULATIVE_K ?= (drafts_change_no_logprob and deepseek_v32) or (cache_dtypes_and_forms \
+  and fp8) or sampled_drafts
 TSAN_CTEST_REGEX ?= ^tsan\.
 TSAN_PYTESTS ?= tests/e2e/test_serve_concurrency.py tests/e2e/test_serve_disconnect.py \
   tests/e2e/test_serve_shutdown.py tests/e2e/test_serve_backpressure.py \
@@ -220,6 +223,8 @@ test-asan: build-asan
 	$(ASAN_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -E '$(ASAN_CTEST_EXCLUDE)'
 	$(ASAN_ENV) $(SANITIZER_PYTEST) $(ASAN_PYTESTS)
 	$(ASAN_ENV) $(SANITIZER_PYTEST) $(ASAN_PROPERTY_PYTESTS) -k '$(ASAN_PROPERTY_K)'
+	$(ASAN_ENV) $(SANITIZER_PYTEST) tests/property/test_speculative_decoding.py \
+	  -k '$(ASAN_SPECULATIVE_K)'
 	tests/sanitizer_reports.sh $(ASAN_BUILD_DIR)/sanitizer-logs
 
 test-tsan: build-tsan

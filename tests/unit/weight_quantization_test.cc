@@ -80,17 +80,22 @@ TEST(WeightQuantization, W8A8KeepsKvBActivationsInF32) {
 // A checkpoint known from config.json alone: fp8 blocks only on linear weights and experts, with
 // f32 scales per block (over every leading dim of fused experts); routers and buffers f32.
 TEST(WeightQuantization, StoredBytesOfAConfigOnlyCheckpoint) {
-  const ExpectedWeight linear{"q", {300, 200}, WeightKind::kLinear};
+  const ExpectedWeight linear{.name = "q", .shape = {300, 200}, .kind = WeightKind::kLinear,
+      .target = {}};
   EXPECT_EQ(StoredBytes(linear, StoredDType::kBF16, 128, 128), 2 * 300 * 200);
   // ceil(300 / 128) = 3 x ceil(200 / 128) = 2 scales.
   EXPECT_EQ(StoredBytes(linear, StoredDType::kFP8Block, 128, 128), 300 * 200 + 4 * 3 * 2);
-  const ExpectedWeight fused{"e", {4, 256, 64}, WeightKind::kExperts};
+  const ExpectedWeight fused{.name = "e", .shape = {4, 256, 64}, .kind = WeightKind::kExperts,
+      .target = {}};
   EXPECT_EQ(StoredBytes(fused, StoredDType::kFP8Block, 128, 128), 4 * 256 * 64 + 4 * 4 * 2 * 1);
-  const ExpectedWeight embed{"embed", {10, 8}, WeightKind::kEmbedding};
+  const ExpectedWeight embed{.name = "embed", .shape = {10, 8}, .kind = WeightKind::kEmbedding,
+      .target = {}};
   EXPECT_EQ(StoredBytes(embed, StoredDType::kFP8Block, 128, 128), 2 * 80);
-  const ExpectedWeight router{"gate", {16, 8}, WeightKind::kRouter};
+  const ExpectedWeight router{.name = "gate", .shape = {16, 8}, .kind = WeightKind::kRouter,
+      .target = {}};
   EXPECT_EQ(StoredBytes(router, StoredDType::kBF16, 128, 128), 4 * 128);
-  const ExpectedWeight bias{"bias", {16}, WeightKind::kBuffer};
+  const ExpectedWeight bias{.name = "bias", .shape = {16}, .kind = WeightKind::kBuffer,
+      .target = {}};
   EXPECT_EQ(StoredBytes(bias, StoredDType::kFP8Block, 128, 128), 4 * 16);
   EXPECT_TRUE(Fp8Eligible(linear) && Fp8Eligible(fused));
   EXPECT_FALSE(Fp8Eligible(embed) || Fp8Eligible(router) || Fp8Eligible(bias));
