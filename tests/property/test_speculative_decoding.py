@@ -163,6 +163,17 @@ def test_demo_model_outputs_are_unchanged(tmp_path):
     drafted, summary = run(DEMO, tmp_path, requests[:greedy], "--speculative-tokens", "4",
                            name="greedy-drafted")
     assert outputs(drafted) == outputs(plain)
+    # Stop strings that end a request inside an accepted draft (the tokens after it in the same
+    # step are dropped): the middle half of what the model says, which, as it loops, first
+    # appears only once several periods of the loop have been drafted.
+    stops = [dict(r, stop=[p["text"][len(p["text"]) // 4:3 * len(p["text"]) // 4]])
+             for r, p in zip(requests[:3], plain)]
+    plain_stops, _ = run(DEMO, tmp_path, stops, name="stops-plain")
+    drafted_stops, stop_summary = run(DEMO, tmp_path, stops, "--speculative-tokens", "4",
+                                      name="stops-drafted")
+    assert all(r["finish_reason"] == "stop" and r["stop_reason"] for r in plain_stops), plain_stops
+    assert outputs(drafted_stops) == outputs(plain_stops)
+    assert stop_summary["accepted_draft_tokens"] > 0
     # (About 0.9 and 0.4 on the machines measured; loose bounds, as another CPU's bf16 rounding
     # may make the model say other words.)
     assert summary["accepted_draft_tokens"] >= 0.3 * summary["draft_tokens"] > 0, summary
