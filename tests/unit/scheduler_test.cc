@@ -639,6 +639,22 @@ class SchedulerDraftTest : public SchedulerTest {
     return seq;
   }
 
+  // AddDecode's decode (id 0, prompt from 0, pending token 9) with sliding-window rows too: a
+  // window table of 4-token blocks holding its prompt, and a window of `window` tokens.
+  Sequence* AddWindowDecode(Scheduler& scheduler, cache::BlockPool& pool, int32_t prompt_len,
+                            int64_t window, std::vector<int32_t> draft) {
+    Sequence* seq = NewSequence(0, Prompt(0, prompt_len));
+    seq->tokens.push_back(9);
+    seq->window_table.emplace(4);
+    seq->window = window;
+    EXPECT_TRUE(seq->table.Grow(pool, prompt_len));
+    EXPECT_TRUE(seq->window_table->Grow(pool, prompt_len));
+    seq->num_computed = prompt_len;
+    seq->draft = std::move(draft);
+    scheduler.AddRunning(seq);
+    return seq;
+  }
+
   static std::vector<int64_t> ChunkDrafts(const SchedulePlan& plan) {
     std::vector<int64_t> n;
     for (const ScheduledChunk& c : plan.chunks) n.push_back(c.num_draft);
@@ -744,15 +760,7 @@ TEST_F(SchedulerDraftTest, NoDraftWithoutAFreeBlockAndNothingIsPreemptedForOne) 
 TEST_F(SchedulerDraftTest, NoDraftWhenOnlyOneOfItsTablesCouldGrow) {
   cache::BlockPool pool(5, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
-  Sequence* seq = NewSequence(0, Prompt(0, 7));
-  seq->tokens.push_back(9);
-  seq->window_table.emplace(4);
-  seq->window = 8;
-  ASSERT_TRUE(seq->table.Grow(pool, 7));
-  ASSERT_TRUE(seq->window_table->Grow(pool, 7));
-  seq->num_computed = 7;
-  seq->draft = {1, 2};
-  scheduler.AddRunning(seq);
+  Sequence* seq = AddWindowDecode(scheduler, pool, 7, /*window=*/8, {1, 2});
   // Enough for one table's third block, not for both: no draft, and no block taken.
   ASSERT_EQ(pool.NumAvailable(), 1);
 
@@ -769,15 +777,8 @@ TEST_F(SchedulerDraftTest, NoDraftWhenOnlyOneOfItsTablesCouldGrow) {
 TEST_F(SchedulerDraftTest, AWindowCapsTheChunkWithItsDraft) {
   cache::BlockPool pool(16, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
-  Sequence* seq = NewSequence(0, Prompt(0, 5));
-  seq->tokens.push_back(9);
-  seq->window_table.emplace(4);
-  seq->window = 3;  // Chunks of at most 3 tokens: the pending one and 2 of the draft.
-  ASSERT_TRUE(seq->table.Grow(pool, 5));
-  ASSERT_TRUE(seq->window_table->Grow(pool, 5));
-  seq->num_computed = 5;
-  seq->draft = {1, 2, 3, 4};
-  scheduler.AddRunning(seq);
+  // Chunks of at most 3 tokens: the pending one and 2 of the draft.
+  Sequence* seq = AddWindowDecode(scheduler, pool, 5, /*window=*/3, {1, 2, 3, 4});
 
   const SchedulePlan plan = scheduler.Schedule();
   EXPECT_EQ(ChunkTokens(plan), (Ids{3}));
@@ -868,17 +869,9 @@ TEST_F(SchedulerDraftTest, CommitDraftCountsAcceptedTokensAndReleasesTheRejected
 TEST_F(SchedulerDraftTest, CommitDraftTrimsAWindowTableAndKeepsItsReleasedSlots) {
   cache::BlockPool pool(16, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
-  Sequence* seq = NewSequence(0, Prompt(0, 10));
-  seq->tokens.push_back(9);
-  seq->window_table.emplace(4);
-  seq->window = 4;
-  ASSERT_TRUE(seq->table.Grow(pool, 10));
-  ASSERT_TRUE(seq->window_table->Grow(pool, 10));
-  seq->num_computed = 10;
+  Sequence* seq = AddWindowDecode(scheduler, pool, 10, /*window=*/4, {20, 21, 22});
   // Position 10 reads positions 7..10: the window's first block (0..3) is gone.
   ASSERT_EQ(seq->window_table->ReleaseBefore(pool, 7), 1);
-  seq->draft = {20, 21, 22};
-  scheduler.AddRunning(seq);
   const SchedulePlan plan = scheduler.Schedule();
   ASSERT_EQ(ChunkDrafts(plan), (Ids{3}));  // the window caps the chunk at 4 tokens
   ASSERT_EQ(seq->window_table->blocks().size(), 4u);  // positions 10..13 reach a 4th block
