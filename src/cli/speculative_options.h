@@ -13,7 +13,7 @@ inline void AddSpeculativeOptions(CLI::App* sub, engine::EngineOptions& e) {
                   "copied from where the sequence's latest tokens occurred before (prompt or "
                   "output) and verified in the same forward; 0: off. The output stays the same, "
                   "bit for bit; it saves time where text repeats (code edits, quoted context) "
-                  "and steps have room to spare")
+                  "and steps have room to spare. Models with linear-attention layers refuse it")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--speculative-ngram-max", e.speculative_ngram_max,

@@ -13,7 +13,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
   for (const ScheduledChunk& chunk : plan.chunks) {
     const Sequence& seq = *chunk.seq;
     const int32_t first_token = static_cast<int32_t>(f.token_ids.size());
-    const int64_t own = chunk.num_tokens - chunk.num_draft;  // the sequence's own tokens
+    const int64_t own = chunk.own_tokens();
     std::span<const int32_t> tokens =
         std::span<const int32_t>(seq.tokens).subspan(seq.num_computed, own);
     if (chunk.num_draft > 0) {
@@ -23,7 +23,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
                               seq.draft.begin() + chunk.num_draft);
       tokens = out.draft_tokens;
     }
-    const int32_t draft_rows = static_cast<int32_t>(f.logits_rows.size());
+    const int32_t first_row = static_cast<int32_t>(f.logits_rows.size());
     f.AddSequence(tokens, seq.num_computed, seq.table.blocks(), seq.expanded_below,
                   /*last_logits=*/false, /*all_logits=*/chunk.num_draft > 0);
     f.prompt_lens.push_back(seq.num_prompt);
@@ -47,7 +47,7 @@ void BuildBatch(const SchedulePlan& plan, BuiltBatch& out) {
     const bool completes = seq.num_computed + own == static_cast<int64_t>(seq.tokens.size());
     if (chunk.num_draft > 0) {
       LATENT_CHECK(prompt.count == 0);  // a decode: its prompt's logits are all reported
-      out.logits_index.push_back(draft_rows);
+      out.logits_index.push_back(first_row);
     } else if (completes) {
       out.logits_index.push_back(static_cast<int32_t>(f.logits_rows.size()));
       f.logits_rows.push_back(static_cast<int32_t>(f.token_ids.size() - 1));

@@ -29,11 +29,12 @@ struct BuiltBatch {
   std::vector<int32_t> draft_tokens;  // scratch: one drafted chunk's tokens
 };
 
-// Slot i runs chunk i: the tokens [num_computed, num_computed + num_tokens) of its sequence at
-// their absolute positions, with its block-table row. Chunks that reach the end of their sequence produce the logits of
-// their last token; a sequence that wants prompt logprobs also gets the rows of its prompt
-// positions whose logprobs are still to be reported (before its last-token row). A decode that
-// runs a draft gets the rows of every one of its tokens.
+// Slot i runs chunk i: its sequence's tokens from num_computed (then, for a decode with a draft,
+// the chunk's num_draft draft tokens) at their absolute positions, with its block-table row.
+// Chunks that reach the end of their sequence produce the logits of their last token; a sequence
+// that wants prompt logprobs also gets the rows of its prompt positions whose logprobs are still
+// to be reported (before its last-token row). A decode that runs a draft gets the rows of every
+// one of its tokens.
 void BuildBatch(const SchedulePlan& plan, BuiltBatch& out);
 
 }  // namespace latent::engine

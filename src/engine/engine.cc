@@ -445,7 +445,7 @@ bool Engine::Step() {
   BuildBatch(plan, batch_);
   if (profile::Enabled()) {
     bool decode = true;
-    for (const ScheduledChunk& c : plan.chunks) decode = decode && c.num_tokens - c.num_draft == 1;
+    for (const ScheduledChunk& chunk : plan.chunks) decode = decode && chunk.own_tokens() == 1;
     profile::SetPhase(decode ? profile::Phase::kDecode : profile::Phase::kPrefill);
   }
   scope.reset();

@@ -24,8 +24,9 @@ void ProposeNgramDraft(std::span<const int32_t> tokens, int32_t ngram_min, int32
 // the way its n-grams suggest wastes few rows (each wrong draft token costs a row of every
 // linear, the vocabulary-wide lm head's included): a draft that proved right in full lets the
 // next be twice as long (up to the maximum; never shorter than the last limit); one rejected
-// part-way is cut to one past what proved right; one rejected at its first token pauses drafting for 1, 2, 4 ... 32 decode steps,
-// then probes with one token (any accepted token resets the pause).
+// part-way is cut to one past what proved right; one rejected at its first token pauses drafting
+// for 1, 2, 4 ... 32 decode steps, then probes with one token (any accepted token resets the
+// pause).
 struct DraftPace {
   static constexpr int32_t kLongestPause = 32;
   int64_t limit = std::numeric_limits<int32_t>::max();  // longest next draft

@@ -232,7 +232,7 @@ void Scheduler::Advance(Sequence& seq, int64_t tokens) {
 }
 
 void Scheduler::CommitStep(const SchedulePlan& plan) {
-  for (const ScheduledChunk& c : plan.chunks) Advance(*c.seq, c.num_tokens - c.num_draft);
+  for (const ScheduledChunk& chunk : plan.chunks) Advance(*chunk.seq, chunk.own_tokens());
 }
 
 void Scheduler::CommitDraft(Sequence* seq, int64_t accepted) {

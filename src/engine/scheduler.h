@@ -14,8 +14,9 @@
 // Speculative decoding: a decode may run its draft tokens (Sequence::draft) after its pending
 // token, from the budget left once everything else is scheduled, and only into blocks that are
 // free (never a cached prompt's), else into the room left in the blocks it holds: a draft never
-// preempts, never evicts, never takes another sequence's place. Its rows count as computed only once the engine has verified them
-// (CommitDraft), which also gives back the blocks of rejected draft tokens.
+// preempts, never evicts, never takes another sequence's place. Its rows count as computed only
+// once the engine has verified them (CommitDraft), which also gives back the blocks of rejected
+// draft tokens.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,8 @@ struct ScheduledChunk {
   // draft, its pending token then draft[0, num_draft) (num_tokens = 1 + num_draft).
   int64_t num_tokens;
   int64_t num_draft = 0;
+  // The sequence's own tokens among them (not the draft's).
+  int64_t own_tokens() const { return num_tokens - num_draft; }
 };
 
 struct SchedulePlan {

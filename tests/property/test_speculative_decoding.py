@@ -5,7 +5,7 @@ cache rows. The engine draws each draft token's row as that token's own step wou
 give a row the same bits whatever else the step runs), so a draft changes the number of steps only.
 
 Two kinds of check:
-- tiny random models of every family that allows drafts, made to "say" a periodic text with
+- tiny random models of every family that allows drafts (14), made to "say" a periodic text with
   breaks (`--debug-replay`): the drafts are often right and sometimes wrong, and every reported
   logprob and top logprob comes from a row that a draft step computed;
 - the trained demo model (models/demo), which repeats itself under greedy decoding as small models
@@ -25,8 +25,9 @@ from test_engine_properties import run_batch as run
 
 DEMO = REPO / "models" / "demo"
 
-FAMILIES = ["deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3", "longcat_flash",
-            "axk1", "axk2", "mistral_large4", "hy_v4", "dots3_note", "youtu", "glm4_moe_lite"]
+FAMILIES = ["deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "mistral4", "minicpm3",
+            "longcat_flash", "axk1", "axk2", "mistral_large4", "hy_v4", "dots3_note", "youtu",
+            "glm4_moe_lite"]
 # Per-sequence linear-attention state: drafts refused.
 STATEFUL = ["kimi_linear", "glm5_next", "bailing_hybrid"]
 
@@ -133,10 +134,14 @@ def test_drafts_with_prefix_hits_cache_dtypes_and_forms(tiny_models, replay_file
     assert outputs(drafted) == outputs(plain)
 
 
+def demo_prompts(count):
+    """Prompts of 4 lines each of the demo model's held-out text."""
+    lines = [l for l in (DEMO / "heldout.txt").read_text(encoding="utf-8").splitlines() if l.strip()]
+    return ["\n".join(lines[4 * i:4 * i + 4]) + "\n" for i in range(count)]
+
+
 def demo_workload():
-    text = (DEMO / "heldout.txt").read_text(encoding="utf-8")
-    lines = [l for l in text.splitlines() if l.strip()][:40]
-    prompts = ["\n".join(lines[i:i + 4]) + "\n" for i in range(0, 40, 4)]
+    prompts = demo_prompts(10)
     # A prompt that repeats itself, as a quoted passage or an edited file does.
     prompts.append(prompts[0] * 3)
     requests = [{"prompt": p, "max_tokens": 48, "logprobs": 3} for p in prompts]
@@ -184,37 +189,36 @@ def test_sampled_drafts_that_prove_right_change_nothing(tmp_path):
     """Sampled requests alone, cool enough that the demo model's loops make drafts right: each
     draft row's draw reads the tokens before it (penalties) and their count (the seeded
     generator), which the draft tokens stand in for while DrawRows draws them side by side."""
-    text = (DEMO / "heldout.txt").read_text(encoding="utf-8")
-    lines = [l for l in text.splitlines() if l.strip()]
-    requests = [{"prompt": "\n".join(lines[4 * i:4 * i + 4]) + "\n", "max_tokens": 48,
-                 "logprobs": 2, "temperature": 0.3, "seed": 90 + i, "repetition_penalty": 1.02,
-                 "presence_penalty": 0.1, "frequency_penalty": 0.05} for i in range(6)]
+    requests = [{"prompt": prompt, "max_tokens": 48, "logprobs": 2, "temperature": 0.3,
+                 "seed": 90 + i, "repetition_penalty": 1.02, "presence_penalty": 0.1,
+                 "frequency_penalty": 0.05} for i, prompt in enumerate(demo_prompts(6))]
     plain, _ = run(DEMO, tmp_path, requests, name="plain")
     drafted, summary = run(DEMO, tmp_path, requests, "--speculative-tokens", "4", name="drafted")
     assert summary["accepted_draft_tokens"] > 0, summary
     assert outputs(drafted) == outputs(plain)
 
 
-@pytest.mark.parametrize("family", STATEFUL)
-def test_stateful_models_refuse_drafts(tiny_models, family, tmp_path):
-    model_dir = tiny_models.get(family)
+def refusal(model_dir, tmp_path, *flags) -> str:
+    """Runs one request with `flags`, which must be refused; returns the message."""
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"ids": [5, 6, 7], "max_tokens": 4}) + "\n")
-    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path),
-                      "--speculative-tokens", "2", check=False)
+    proc = run_latent("generate", "--model", str(model_dir), "--prompts", str(path), *flags,
+                      check=False)
     assert proc.returncode != 0
-    assert f"speculative decoding is not supported for {family}" in proc.stderr, proc.stderr
-    assert "per-sequence state" in proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.parametrize("family", STATEFUL)
+def test_stateful_models_refuse_drafts(tiny_models, family, tmp_path):
+    message = refusal(tiny_models.get(family), tmp_path, "--speculative-tokens", "2")
+    assert f"speculative decoding is not supported for {family}" in message, message
+    assert "per-sequence state" in message
 
 
 def test_bad_ngram_sizes_are_refused(tmp_path):
-    path = tmp_path / "one.jsonl"
-    path.write_text(json.dumps({"ids": [5, 6, 7], "max_tokens": 4}) + "\n")
-    proc = run_latent("generate", "--model", str(DEMO), "--prompts", str(path),
-                      "--speculative-tokens", "2", "--speculative-ngram-min", "4",
-                      "--speculative-ngram-max", "2", check=False)
-    assert proc.returncode != 0
-    assert "speculative n-gram sizes must satisfy 1 <= min <= max, got min 4 and max 2" in proc.stderr
+    message = refusal(DEMO, tmp_path, "--speculative-tokens", "2", "--speculative-ngram-min", "4",
+                      "--speculative-ngram-max", "2")
+    assert "speculative n-gram sizes must satisfy 1 <= min <= max, got min 4 and max 2" in message
 
 
 def test_generate_ids_refuses_engine_only_flags():

@@ -74,6 +74,8 @@ TEST_F(SchedulerTest, RejectsBadOptions) {
   EXPECT_THROW(Scheduler({.max_batch_tokens = 0}, pool), Error);
   EXPECT_THROW(Scheduler({.max_seqs = 0}, pool), Error);
   EXPECT_THROW(Scheduler({.max_prompt_logits_rows = 0}, pool), Error);
+  EXPECT_THROW(Scheduler({.max_draft_tokens = -1}, pool), Error);
+  EXPECT_NO_THROW(Scheduler({.max_draft_tokens = 0}, pool));  // no drafts
 }
 
 TEST_F(SchedulerTest, EmptySchedulerPlansNothing) {
@@ -627,28 +629,19 @@ TEST_F(SchedulerTest, ForkWithoutAFreeBlockWaitsToComputeThePrompt) {
 class SchedulerDraftTest : public SchedulerTest {
  protected:
   // A running decode: `prompt_len` prompt tokens from `first`, all computed and in its blocks,
-  // then the generated token `pending`, and `draft` guessed to follow it.
+  // then the generated token `pending`, and `draft` guessed to follow it. With `window` > 0, also
+  // sliding-window rows: a window table of 4-token blocks holding the prompt.
   Sequence* AddDecode(Scheduler& scheduler, cache::BlockPool& pool, int64_t id, int32_t first,
-                      int32_t prompt_len, int32_t pending, std::vector<int32_t> draft) {
+                      int32_t prompt_len, int32_t pending, std::vector<int32_t> draft,
+                      int64_t window = 0) {
     Sequence* seq = NewSequence(id, Prompt(first, prompt_len));
     seq->tokens.push_back(pending);
     EXPECT_TRUE(seq->table.Grow(pool, prompt_len));
-    seq->num_computed = prompt_len;
-    seq->draft = std::move(draft);
-    scheduler.AddRunning(seq);
-    return seq;
-  }
-
-  // AddDecode's decode (id 0, prompt from 0, pending token 9) with sliding-window rows too: a
-  // window table of 4-token blocks holding its prompt, and a window of `window` tokens.
-  Sequence* AddWindowDecode(Scheduler& scheduler, cache::BlockPool& pool, int32_t prompt_len,
-                            int64_t window, std::vector<int32_t> draft) {
-    Sequence* seq = NewSequence(0, Prompt(0, prompt_len));
-    seq->tokens.push_back(9);
-    seq->window_table.emplace(4);
-    seq->window = window;
-    EXPECT_TRUE(seq->table.Grow(pool, prompt_len));
-    EXPECT_TRUE(seq->window_table->Grow(pool, prompt_len));
+    if (window > 0) {
+      seq->window_table.emplace(4);
+      seq->window = window;
+      EXPECT_TRUE(seq->window_table->Grow(pool, prompt_len));
+    }
     seq->num_computed = prompt_len;
     seq->draft = std::move(draft);
     scheduler.AddRunning(seq);
@@ -661,12 +654,6 @@ class SchedulerDraftTest : public SchedulerTest {
     return n;
   }
 };
-
-TEST_F(SchedulerDraftTest, RejectsANegativeDraftLimit) {
-  cache::BlockPool pool(4, true);
-  EXPECT_THROW(Scheduler({.max_draft_tokens = -1}, pool), Error);
-  EXPECT_NO_THROW(Scheduler({.max_draft_tokens = 0}, pool));
-}
 
 TEST_F(SchedulerDraftTest, ADecodeRunsItsDraftAfterItsPendingToken) {
   cache::BlockPool pool(16, true);
@@ -760,7 +747,7 @@ TEST_F(SchedulerDraftTest, NoDraftWithoutAFreeBlockAndNothingIsPreemptedForOne) 
 TEST_F(SchedulerDraftTest, NoDraftWhenOnlyOneOfItsTablesCouldGrow) {
   cache::BlockPool pool(5, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
-  Sequence* seq = AddWindowDecode(scheduler, pool, 7, /*window=*/8, {1, 2});
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 7, 9, {1, 2}, /*window=*/8);
   // Enough for one table's third block, not for both: no draft, and no block taken.
   ASSERT_EQ(pool.NumAvailable(), 1);
 
@@ -778,7 +765,7 @@ TEST_F(SchedulerDraftTest, AWindowCapsTheChunkWithItsDraft) {
   cache::BlockPool pool(16, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
   // Chunks of at most 3 tokens: the pending one and 2 of the draft.
-  Sequence* seq = AddWindowDecode(scheduler, pool, 5, /*window=*/3, {1, 2, 3, 4});
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, {1, 2, 3, 4}, /*window=*/3);
 
   const SchedulePlan plan = scheduler.Schedule();
   EXPECT_EQ(ChunkTokens(plan), (Ids{3}));
@@ -869,7 +856,7 @@ TEST_F(SchedulerDraftTest, CommitDraftCountsAcceptedTokensAndReleasesTheRejected
 TEST_F(SchedulerDraftTest, CommitDraftTrimsAWindowTableAndKeepsItsReleasedSlots) {
   cache::BlockPool pool(16, false);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 4}, pool);
-  Sequence* seq = AddWindowDecode(scheduler, pool, 10, /*window=*/4, {20, 21, 22});
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 10, 9, {20, 21, 22}, /*window=*/4);
   // Position 10 reads positions 7..10: the window's first block (0..3) is gone.
   ASSERT_EQ(seq->window_table->ReleaseBefore(pool, 7), 1);
   const SchedulePlan plan = scheduler.Schedule();
