@@ -70,12 +70,14 @@ struct KernelTable {
 };
 
 // Makes t pack the weights for which Fits(w) holds with Pack (Bytes(w) bytes), keeping t's packing
-// for every other weight: packings chain, one kind of weight each (the fp8 tile layout,
-// tile_pack.h; the AVX2 fp8 lines, avx2/linear_fp8_packed_avx2.cc; the AVX2 W8A8 blocks,
-// avx2/linear_w8a8_avx2.cc). The previous entries live in statics, one pair per instantiation, as
-// KernelTable holds plain function pointers: kSlot tells apart tables that add the same packing.
+// for every other weight: packings chain, one kind of weight each (the bf16 and fp8 tile layouts,
+// tile_pack.h; the AVX2 fp8 lines, avx2/linear_fp8_packed_avx2.cc; the W8A8 blocks of AVX2,
+// avx2/linear_w8a8_avx2.cc, and of AVX512-VNNI, avx512/linear_w8a8_vnni_packed.cc). The previous
+// entries live in statics, one pair per instantiation, as KernelTable holds plain function
+// pointers: kSlot (any constant: an int, the kernel's function) tells apart tables that add the
+// same packing.
 template <bool (*Fits)(const WeightRef&), int64_t (*Bytes)(const WeightRef&),
-          void (*Pack)(const WeightRef&, void*), int kSlot = 0>
+          void (*Pack)(const WeightRef&, void*), auto kSlot = 0>
 void AddPacking(KernelTable& t) {
   static int64_t (*other_bytes)(const WeightRef&) = nullptr;
   static void (*other_pack)(const WeightRef&, void*) = nullptr;

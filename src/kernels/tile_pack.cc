@@ -107,7 +107,9 @@ void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blo
   const int64_t count = (w.packed_row0 + w.n + kPackRows - 1) / kPackRows - first;
   // Only sizes the grain: the AVX2 fp8 layout's 32-byte block header is left out.
   const int64_t block_bytes =
-      (w.k + kPackK - 1) / kPackK * kPackTileBytes / (w.dtype == DType::kF8E4M3 ? 2 : 1);
+      w.dtype == DType::kI8 ? (w.k + kW8A8PackK - 1) / kW8A8PackK * kPackTileBytes
+                            : (w.k + kPackK - 1) / kPackK * kPackTileBytes /
+                                  (w.dtype == DType::kF8E4M3 ? 2 : 1);
   const auto run = [&blocks, first](int64_t b0, int64_t b1) { blocks(first + b0, first + b1); };
   const int64_t threads = threads::NumThreads();
   int64_t grain = std::max<int64_t>(4, (int64_t{128} << 10) / block_bytes);

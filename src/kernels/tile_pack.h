@@ -36,10 +36,15 @@ inline constexpr int64_t kPackRows = 16;        // weight rows per block (a tile
 inline constexpr int64_t kPackK = 32;           // bf16 values of k per tile (16 pairs)
 inline constexpr int64_t kPackTileBytes = 1024;  // 16 k-pairs x 16 rows x 2 bf16 x 2 bytes
 inline constexpr int64_t kPackFp8TileBytes = 512;  // 16 k-pairs x 16 rows x 2 codes
+// W8A8 weights on vpdpbusd (avx512/linear_w8a8_vnni_packed.cc) pack in the same 1 KiB tiles of
+// 16 rows x 64 bytes, 4 int8 values of k where the bf16 layout has a pair: 64 values per tile.
+inline constexpr int64_t kW8A8PackK = 64;
 
 // Bytes of w's packed copy: ceil(n / 16) * ceil(k / 32) KiB for bf16 weights with
 // bf16_activations, else 0 (the kernels read every other weight as stored).
 int64_t TilePackedBytes(const WeightRef& w);
+// Whether w packs in the layout above (TilePackedBytes(w) > 0).
+inline bool TilePacks(const WeightRef& w) { return TilePackedBytes(w) > 0; }
 // Writes w (rows as stored at w.data, any alignment) in the layout above to `out`
 // (TilePackedBytes(w) bytes), over the thread pool. Plain C++, on any CPU: the reference for the
 // AVX-512 packing the tables load with (avx512::TilePackAvx512, the same bytes).
@@ -169,8 +174,9 @@ int64_t Fp8SegmentEnd(const Fp8PackedCall<X>& j, int64_t p0, int64_t max_pairs) 
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from w's packed copy) t's linear for the weights it
-// reads packed (ReadsTilePacked), keeping the linear t had for every other weight, and t's
-// packing the tile layout above, written by `Pack` (TilePack or a vector version of it). One
+// reads packed (ReadsTilePacked), keeping the linear t had for every other weight, and the tile
+// layout above, written by `Pack` (TilePack or a vector version of it), t's packing for the
+// weights it fits, keeping t's packing for the others (the W8A8 layout of the AVX-512 tables). One
 // instantiation per packed kernel: its fallback lives in a static, as KernelTable holds plain
 // function pointers.
 template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y),
@@ -186,8 +192,7 @@ void UseTilePackedLinear(KernelTable& t) {
       unpacked(x, m, w, y, scratch);
     }
   };
-  t.packed_bytes = TilePackedBytes;
-  t.pack = Pack;
+  AddPacking<TilePacks, TilePackedBytes, Pack, Packed>(t);  // t's packing for the other weights
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it

@@ -3,7 +3,8 @@
 // packer this CPU runs is checked: the plain C++ reference (TilePack, Fp8TilePack) and the `pack`
 // of every kernel table that packs (the AVX-512 version in the packed and AMX tables, the AVX2 one
 // in the AVX2 packed table). The AVX2 table packs fp8 weights in a layout of its own
-// (avx2::Fp8Avx2Pack), checked against its own description.
+// (avx2::Fp8Avx2Pack), checked against its own description; the AVX512-VNNI tables pack W8A8
+// weights in one more, checked the same way.
 #include "kernels/tile_pack.h"
 
 #include <gtest/gtest.h>
@@ -154,6 +155,51 @@ TEST(TilePack, Avx2WritesItsFp8LayoutWithTheNanRows) {
     std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
     table->pack(ref, got.data());
     EXPECT_EQ(got, expected) << "n " << n << " k " << k;
+  }
+}
+
+// The W8A8 layout of the tables with AVX512-VNNI (avx512/linear_w8a8_vnni_packed.cc): the bf16
+// layout's 1 KiB tiles with 4 int8 values of k per row where bf16 has a pair,
+// packed [ceil(n / 16)][ceil(k / 64)][16 k-quads][16 rows][4], zero past n and k. Every such table
+// packs it, the bf16 packed and AMX tables too (their bf16 packing chains to it).
+TEST(TilePack, W8A8WritesTheVnniLayout) {
+  if (!Avx512HasW8A8Vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<int> bits(0, 0xff);
+  const int64_t shapes[][2] = {{16, 64}, {48, 1024}, {17, 65}, {5, 7},  {100, 31},
+                               {1, 1},   {40, 4113}, {16, 2},  {3, 63}, {33, 130}};
+  for (const auto& shape : shapes) {
+    const int64_t n = shape[0], k = shape[1];
+    const int64_t tiles = (k + kW8A8PackK - 1) / kW8A8PackK;
+    const int64_t blocks = (n + kPackRows - 1) / kPackRows;
+    std::vector<uint8_t> w(n * k + 1);  // the weight from w[1]: an odd address
+    for (uint8_t& v : w) v = static_cast<uint8_t>(bits(rng));
+    std::vector<uint8_t> expected(blocks * tiles * kPackTileBytes, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t b = r / kPackRows, t = c / kW8A8PackK, quad = (c % kW8A8PackK) / 4;
+        expected[((b * tiles + t) * kPackRows + quad) * 64 + (r % kPackRows) * 4 + c % 4] =
+            w[1 + r * k + c];
+      }
+    }
+    const std::vector<float> scales(n, 1.0f);
+    const std::vector<int32_t> sums(n, 0);
+    WeightRef ref{w.data() + 1, DType::kI8, n, k};
+    ref.scale = scales.data();
+    ref.scale_dtype = DType::kF32;
+    ref.block_n = 1;
+    ref.block_k = k;
+    ref.row_sums = sums.data();
+    const std::pair<const char*, const KernelTable*> tables[] = {
+        {"avx512 table", Avx512Kernels()}, {"packed table", Bf16PackedKernels()},
+        {"amx table", AmxKernels()}};
+    for (const auto& [name, table] : tables) {
+      if (table == nullptr) continue;
+      ASSERT_EQ(table->packed_bytes(ref), static_cast<int64_t>(expected.size())) << name;
+      std::vector<uint8_t> got(expected.size(), 0xab);  // garbage: every byte must be written
+      table->pack(ref, got.data());
+      EXPECT_EQ(got, expected) << name << ": n " << n << " k " << k;
+    }
   }
 }
 

@@ -24,10 +24,14 @@ namespace {
 using testing::RandomFloats;
 using testing::ThreadCount;
 
-// The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) and AVX2 (vpmaddubsw) over the rows as stored
-// and over the AVX2 packed table's copy, each run where the CPU has it; all must equal the
-// reference bit for bit.
+// The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) over its tables' packed copy (the AVX-512 table
+// and the bf16 packed one, which chains to its packing) and, in the tests that do not pack, over
+// the rows as stored; AVX2 (vpmaddubsw) over the rows as stored and over the AVX2 packed table's
+// copy; each run where the CPU has it; all must equal the reference bit for bit.
 const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
+const KernelTable* VnniBf16PackedKernels() {
+  return Avx512HasW8A8Vnni() ? Bf16PackedKernels() : nullptr;
+}
 
 class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {
  protected:
@@ -39,6 +43,9 @@ class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {
 INSTANTIATE_TEST_SUITE_P(
     Isa, W8A8Kernels,
     ::testing::Values(testing::FastTable{"vnni", VnniKernels, "no AVX512-VNNI on this CPU"},
+                      // The default table on AVX512-BF16 CPUs: its bf16 packing keeps VNNI's.
+                      testing::FastTable{"vnni_bf16_packed", VnniBf16PackedKernels,
+                                         "no AVX512-VNNI and AVX512-BF16 on this CPU"},
                       testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
                       testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
@@ -60,6 +67,9 @@ void PackFor(const KernelTable& table, W8A8Weight& w) {
   w.packed = PackForLinear(table, w.ref);
   if (&table == Avx2PackedKernels()) {
     EXPECT_NE(w.packed, nullptr) << "AVX2 packs W8A8 weights";
+  }
+  if (Avx512HasW8A8Vnni() && (&table == Avx512Kernels() || &table == Bf16PackedKernels())) {
+    EXPECT_NE(w.packed, nullptr) << "the AVX512-VNNI tables pack W8A8 weights";
   }
   if (w.packed != nullptr) {
     std::fill(w.bytes.begin(), w.bytes.end(), uint8_t{0x5a});
@@ -165,6 +175,12 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
           fast.linear(x.data(), m, w.ref, got.data(), scratch.data());
           ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * m * n))
               << Shape(m, n, k) << " misalign=" << misalign;
+          if (w.packed != nullptr) {  // and the table's kernel over the rows as stored
+            std::fill(got.begin(), got.end(), NAN);
+            fast.linear(x.data(), m, stored.ref, got.data(), scratch.data());
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * m * n))
+                << Shape(m, n, k) << " misalign=" << misalign << " unpacked";
+          }
           if (m > 1) {
             for (int64_t r = 0; r < n; ++r) ASSERT_EQ(got[n + r], 0.0f) << "zero row";
           }

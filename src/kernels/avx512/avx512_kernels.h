@@ -38,8 +38,15 @@ void FillBf16IndexScores(KernelTable& table);
 // (attention_bf16.cc, CPUs with AVX512_BF16); the table's own kernel for the other calls.
 void FillBf16Attention(KernelTable& table);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
-// kernel (linear_w8a8_vnni.cc), the others to the kernel it wrapped; needs AVX512-VNNI.
+// kernels (linear_w8a8_vnni.cc over the rows as stored, linear_w8a8_vnni_packed.cc over the
+// packed copy), the others to the kernel it wrapped; and adds the packing of W8A8 weights to the
+// table's. Needs AVX512-VNNI.
 void FillW8A8VnniLinear(KernelTable& table);
+// The packed W8A8 layout (linear_w8a8_vnni_packed.cc): its size for w (0 unless IsW8A8(w)), the
+// plain C++ packer, and the vpdpbusd linear over a weight packed so (w.packed).
+int64_t W8A8VnniPackedBytes(const WeightRef& w);
+void W8A8VnniPack(const WeightRef& w, void* out);
+void LinearW8A8VnniPacked(const float* x, int64_t m, const WeightRef& w, float* y);
 // kernels/tile_pack.h's TilePack and Fp8TilePack, the same bytes, on AVX-512 (tile_pack_avx512.cc).
 void TilePackAvx512(const WeightRef& w, void* out);
 void Fp8TilePackAvx512(const WeightRef& w, void* out);

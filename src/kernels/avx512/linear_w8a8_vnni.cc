@@ -14,6 +14,9 @@
 // result: the output equals the reference's bit for bit and is batch invariant; the activation
 // row's quantization depends on that row alone. The final float formula is the reference's.
 //
+// This kernel reads the rows as stored (tests; weights the table did not pack). The loader packs
+// every W8A8 weight for the tables with VNNI, whose linear then runs linear_w8a8_vnni_packed.cc.
+//
 // Shapes: decode (m <= 4) streams the weights once, MT = m rows x 8 (or 4) weight rows per tile
 // with software prefetch; batches keep blocks of activation rows in L2 and run 6 x 4 register
 // tiles (24 int32 accumulators) over all of k, each 4-row weight tile read from memory by the
@@ -47,6 +50,7 @@
 
 LATENT_VNNI_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/quantize_u8.h"
 
 namespace latent::kernels::avx512 {
 namespace {
@@ -177,40 +181,6 @@ void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
                         });
 }
 
-// One activation row to u8 = xq + 128 (padded with 128 to kp); returns its scale. The same f32
-// operations as QuantizeRowInt8: max of |x| (vmaxps returns its second operand, the running max,
-// when x is NaN, as std::max does), scale = max / 127, x / scale (vdivps, IEEE), rounded to
-// nearest even, NaN -> 0, clamped to [-127, 127].
-float QuantizeRowU8(const float* x, int64_t k, int64_t kp, uint8_t* out) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  __m512 amax = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 16 <= k; c += 16) amax = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + c), abs_mask), amax);
-  if (c < k) {
-    const __m512 v = _mm512_maskz_loadu_ps(TailMask(k - c), x + c);
-    amax = _mm512_max_ps(_mm512_and_ps(v, abs_mask), amax);
-  }
-  const float scale = ReduceMax(amax) / 127.0f;
-  if (!(scale > 0.0f)) {
-    std::memset(out, 128, static_cast<size_t>(kp));
-    return 0.0f;
-  }
-  const __m512 s = _mm512_set1_ps(scale);
-  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  const __m512i bias = _mm512_set1_epi32(128);
-  for (c = 0; c < k; c += 16) {
-    const __mmask16 mask = TailMask(std::min<int64_t>(16, k - c));
-    __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(mask, x + c), s),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
-    r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-    const __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(r), bias);  // 1 .. 255
-    _mm512_mask_cvtepi32_storeu_epi8(out + c, mask, u);
-  }
-  if (kp > k) std::memset(out + k, 128, static_cast<size_t>(kp - k));
-  return scale;
-}
-
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   Job j;
@@ -254,6 +224,7 @@ void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
 void LinearW8A8OrNext(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.dtype != DType::kI8 || w.row_sums == nullptr) return g_next_linear(x, m, w, y, scratch);
   if (!IsW8A8(w)) return LinearW8A8Ref(x, m, w, y);  // (it rejects the layout)
+  if (w.packed != nullptr) return LinearW8A8VnniPacked(x, m, w, y);
   LinearW8A8(x, m, w, y);
 }
 
@@ -262,6 +233,7 @@ void LinearW8A8OrNext(const float* x, int64_t m, const WeightRef& w, float* y, f
 void FillW8A8VnniLinear(KernelTable& t) {
   g_next_linear = t.linear;
   t.linear = LinearW8A8OrNext;
+  AddPacking<IsW8A8, W8A8VnniPackedBytes, W8A8VnniPack>(t);
 }
 
 }  // namespace latent::kernels::avx512

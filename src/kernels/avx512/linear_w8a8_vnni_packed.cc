@@ -1,0 +1,235 @@
+// W8A8 linear (`--quantize w8a8`) on AVX512-VNNI vpdpbusd over a packed copy of the int8 weights
+// that the loader makes once (this table's pack): the layout of the bf16 packed kernel
+// (kernels/tile_pack.h) with 4 int8 values of k where that has a bf16 pair, which is also the
+// layout of AMX's TDPBUSD B tiles,
+//
+//   packed [ceil(n / 16) blocks][ceil(k / 64) tiles][16 k-quads][16 rows][4 int8]  (0 past n, k)
+//
+// so that one k-quad of a block's 16 rows is one 64-byte line and
+//
+//   acc[r][b] (16 outputs of activation row r) = vpdpbusd(acc, broadcast(u8 x[r] quad p), line p)
+//
+// needs no horizontal sum: the kernel over the rows as stored (linear_w8a8_vnni.cc) ends every
+// tile's 24 accumulators with a lane reduction and reached 0.40 of vpdpbusd's rate on prefill
+// shapes, against the bf16 packed kernel's 0.90 of vdpbf16ps's (Zen 4, one thread).
+//
+// The math is that kernel's: activations u8 = xq + 128 (quantize_u8.h), so each int32 lane sums
+// (xq + 128) * q exactly (|sum| < 2^31 for k < 65,000), and
+//
+//   y[m, r] = float(acc - 128 * row_sums[r]) * (sx[m] * s[r])   (the reference's formula)
+//
+// Integer sums are exact in any order: the blocking, the k chunks and the thread split never
+// change a result, which equals the reference bit for bit and is batch invariant.
+//
+// Blocking as in linear_bf16_packed.cc: register tiles of up to 6 activation rows x 4 column
+// blocks; decode (m <= 6) one tile over all of k; batches k in chunks of 8 tiles (4 x 8 KiB of
+// weights stay in L1 while every activation tile goes past them) with the int32 sums in a buffer
+// [m, 64] between chunks. Threads split N into groups of whole column blocks.
+#include "kernels/avx512/intrinsics.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/activation_rows.h"
+#include "kernels/avx512/avx512_kernels.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ref/linear_w8a8_ref.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+// clang-format off
+#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
+#define LATENT_VNNI_BEGIN
+#define LATENT_VNNI_END
+#elif defined(__clang__)
+#define LATENT_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
+#define LATENT_VNNI_END _Pragma("clang attribute pop")
+#else
+#define LATENT_VNNI_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\")")
+#define LATENT_VNNI_END _Pragma("GCC pop_options")
+#endif
+// clang-format on
+
+namespace latent::kernels::avx512 {
+
+int64_t W8A8VnniPackedBytes(const WeightRef& w) {
+  if (!IsW8A8(w) || w.n <= 0 || w.k <= 0) return 0;
+  return (w.n + kPackRows - 1) / kPackRows * ((w.k + kW8A8PackK - 1) / kW8A8PackK) * kPackTileBytes;
+}
+
+// Plain C++ (the layout's definition; packing is load-time work): one 4-byte k-quad of a row at a
+// time, each block's bytes zeroed first for the ends of n and k.
+void W8A8VnniPack(const WeightRef& w, void* out) {
+  const int64_t n = w.n, k = w.k;
+  const int64_t tiles = (k + kW8A8PackK - 1) / kW8A8PackK, block_bytes = tiles * kPackTileBytes;
+  const auto* q = static_cast<const uint8_t*>(w.data);  // [n, k] int8
+  auto* packed = static_cast<uint8_t*>(out);
+  threads::ParallelFor((n + kPackRows - 1) / kPackRows, 4, [&](int64_t b0, int64_t b1) {
+    std::memset(packed + b0 * block_bytes, 0, static_cast<size_t>((b1 - b0) * block_bytes));
+    for (int64_t b = b0; b < b1; ++b) {
+      uint8_t* block = packed + b * block_bytes;
+      for (int64_t r = 0; r < kPackRows && b * kPackRows + r < n; ++r) {
+        const uint8_t* row = q + (b * kPackRows + r) * k;
+        for (int64_t c = 0; c < k; c += 4) {  // quad c / 4: tile c / 64, line (c % 64) / 4
+          std::memcpy(block + c / kW8A8PackK * kPackTileBytes + (c % kW8A8PackK) / 4 * 64 + 4 * r,
+                      row + c, static_cast<size_t>(std::min<int64_t>(4, k - c)));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace latent::kernels::avx512
+
+LATENT_VNNI_BEGIN
+#include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/quantize_u8.h"
+
+namespace latent::kernels::avx512 {
+namespace {
+
+constexpr int kRowsPerTile = 6;      // activation rows per register tile
+constexpr int kBlocksPerTile = 4;    // column blocks (16 outputs each) per register tile
+constexpr int64_t kChunkTiles = 8;   // batches: k tiles (of 64) per pass over the sums
+constexpr int64_t kGroupCols = kBlocksPerTile * kPackRows;  // outputs per column group (64)
+
+// acc + u8 a . s8 b (vpdpbusd) in place. GCC 12 kept a 6 x 4 tile's accumulators apart from the
+// instruction's tied destination and moved each through another register at every step (a
+// register move per vpdpbusd, spills besides: 0.44 of vpdpbusd's rate); the asm ties them.
+inline __m512i DotAccumulate(__m512i acc, __m512i a, __m512i b) {
+#if defined(LATENT_EMULATE_AVX512)
+  return _mm512_dpbusd_epi32(acc, a, b);
+#else
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+#endif
+}
+
+struct Job : PackedCall<uint8_t> {  // x: [m, kp] u8 = xq + 128, padded with 128 (xq = 0)
+  const float* sx;          // [m] activation row scales
+  const uint8_t* scale;     // f32 [n] (the view's rows), possibly unaligned
+  const int32_t* row_sums;  // [n] (the view's rows)
+};
+
+// MR activation rows from m0 x NB column blocks from b, over k tiles [t0, t1). acc: [MR rows of
+// ld int32], column 16 s for block b + s; zeroed first when t0 == 0, else loaded, then stored.
+template <int MR, int NB>
+void Tile(const Job& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, int32_t* acc, int64_t ld) {
+  __m512i c[MR][NB];
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) {
+      c[r][s] = t0 == 0 ? _mm512_setzero_si512() : _mm512_loadu_si512(acc + r * ld + s * kPackRows);
+    }
+  }
+  const uint8_t* w[NB];
+  for (int s = 0; s < NB; ++s) w[s] = j.packed + (b + s) * j.block_bytes;
+  const uint8_t* x = j.x + m0 * j.kp;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t at = t * kPackTileBytes;
+    for (int64_t p = 0; p < kPackRows; ++p) {
+      __m512i line[NB];
+      for (int s = 0; s < NB; ++s) line[s] = _mm512_load_si512(w[s] + at + p * 64);
+      for (int r = 0; r < MR; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, x + r * j.kp + t * kW8A8PackK + 4 * p, 4);
+        const __m512i a = _mm512_set1_epi32(quad);
+        for (int s = 0; s < NB; ++s) c[r][s] = DotAccumulate(c[r][s], a, line[s]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int s = 0; s < NB; ++s) _mm512_storeu_si512(acc + r * ld + s * kPackRows, c[r][s]);
+  }
+}
+
+template <int NB>
+void TileAnyRows(const Job& j, int64_t m0, int64_t rows, int64_t b, int64_t t0, int64_t t1,
+                 int32_t* acc, int64_t ld) {
+  WithRowCount<kRowsPerTile>(rows, [&]<int MR>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
+}
+
+void TileAnyShape(const Job& j, int64_t m0, int64_t rows, int64_t b, int64_t blocks, int64_t t0,
+                  int64_t t1, int32_t* acc, int64_t ld) {
+  switch (blocks) {
+    case 4: TileAnyRows<4>(j, m0, rows, b, t0, t1, acc, ld); break;
+    case 3: TileAnyRows<3>(j, m0, rows, b, t0, t1, acc, ld); break;
+    case 2: TileAnyRows<2>(j, m0, rows, b, t0, t1, acc, ld); break;
+    default: TileAnyRows<1>(j, m0, rows, b, t0, t1, acc, ld); break;
+  }
+}
+
+// y for activation rows [m0, m0 + rows) and column blocks [b, b + blocks) from their sums acc
+// (rows of ld int32, column 0 = packed row 16 b), for the packed rows inside the view only.
+void Finish(const Job& j, const int32_t* acc, int64_t ld, int64_t m0, int64_t rows, int64_t b,
+            int64_t blocks) {
+  for (int64_t s = 0; s < blocks; ++s) {
+    const int64_t start = (b + s) * kPackRows;
+    const int64_t first = std::max(start, j.row0), last = std::min(start + kPackRows, j.row0 + j.n);
+    if (last <= first) continue;
+    const __mmask16 mask = TailMask(last - first);
+    const int64_t col = first - j.row0;  // the view's row of lane 0 below
+    const __m512i sums = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(mask, j.row_sums + col), 7);
+    const __m512 scales = _mm512_maskz_loadu_ps(mask, j.scale + 4 * col);
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m512i dot = _mm512_sub_epi32(
+          _mm512_maskz_loadu_epi32(mask, acc + r * ld + s * kPackRows + (first - start)), sums);
+      const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(dot),
+                                     _mm512_mul_ps(_mm512_set1_ps(j.sx[m0 + r]), scales));
+      _mm512_mask_storeu_ps(j.y + (m0 + r) * j.n + col, mask, y);
+    }
+  }
+}
+
+// Column blocks [b0, b1) for every activation row.
+void Blocks(const Job& j, int64_t b0, int64_t b1) {
+  if (j.m <= kRowsPerTile) {  // decode: one register tile over all of k per group
+    alignas(64) int32_t acc[kRowsPerTile * kGroupCols];
+    for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
+      const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
+      TileAnyShape(j, 0, j.m, b, blocks, 0, j.tiles, acc, kGroupCols);
+      Finish(j, acc, kGroupCols, 0, j.m, b, blocks);
+    }
+    return;
+  }
+  thread_local std::vector<int32_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < j.m * kGroupCols) buffer.resize(j.m * kGroupCols);
+  int32_t* acc = buffer.data();
+  for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
+    const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
+    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
+      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
+      for (int64_t m0 = 0; m0 < j.m; m0 += kRowsPerTile) {
+        const int64_t rows = std::min<int64_t>(kRowsPerTile, j.m - m0);
+        TileAnyShape(j, m0, rows, b, blocks, t0, t1, acc + m0 * kGroupCols, kGroupCols);
+      }
+    }
+    Finish(j, acc, kGroupCols, 0, j.m, b, blocks);
+  }
+}
+
+}  // namespace
+
+void LinearW8A8VnniPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  Job j;
+  static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y);
+  j.tiles = (w.k + kW8A8PackK - 1) / kW8A8PackK;
+  j.kp = j.tiles * kW8A8PackK;
+  j.block_bytes = j.tiles * kPackTileBytes;
+  const int64_t k = w.k, kp = j.kp;
+  const auto [xu, sx] =
+      QuantizeActivationRows<uint8_t>(x, m, k, kp, [k, kp](const float* row, uint8_t* out) {
+        return QuantizeRowU8(row, k, kp, out);
+      });
+  j.x = xu;
+  j.sx = sx;
+  j.scale = static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0;
+  j.row_sums = w.row_sums + w.scale_row0;
+  ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
+}
+
+}  // namespace latent::kernels::avx512
+LATENT_VNNI_END
