@@ -1313,12 +1313,23 @@ def fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def cpu_model(m: dict) -> str:
+    """' (family 25 model 17; avx2, avx512f, ...)': the CPU's generation and the ISA the kernels chose
+    from, since 'AMD EPYC' alone names neither (Zen 3, 4 and 5 all report it)."""
+    parts = []
+    if m.get("family") is not None:
+        parts.append(f"family {m['family']} model {m['model']}")
+    if m.get("isa"):
+        parts.append(", ".join(m["isa"]))
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def markdown(res: dict) -> str:
     w, m = res["workload"], res["machine"]
     lines = [
         f"Run: `{res['invocation']}` ({res['mode']}), {res['finished']}, commit `{res['commit']['head']}`"
         f"{' (+ uncommitted changes)' if res['commit']['dirty'] else ''}, {res['elapsed_s']:.0f} s.",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB; load average {m['load_avg_start']} at "
+        f"Machine: {m['cpu']}{cpu_model(m)}, {m['cores']} cores, {m['mem_gib']} GiB; load average {m['load_avg_start']} at "
         f"the start, {m['load_avg_end']} at the end (other work on the machine shares the 2 cores: "
         "figures are noisy).",
         f"Checkpoint: {res['checkpoint']['description']} ({res['checkpoint']['num_parameters'] / 1e9:.2f} B "
@@ -1508,11 +1519,17 @@ def update_doc(md: str) -> None:
 
 def machine_info() -> dict:
     cpu = "unknown"
+    family = model = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key == "model name" and cpu == "unknown":
+                cpu = value
+            elif key == "cpu family" and family is None:
+                family = int(value)
+            elif key == "model" and model is None:
+                model = int(value)
         flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
     except OSError:
         flags = ""
@@ -1523,6 +1540,8 @@ def machine_info() -> dict:
         pass
     return {
         "cpu": cpu,
+        "family": family,
+        "model": model,
         "cores": os.cpu_count(),
         "mem_gib": round(mem / 2**20, 1),
         "kernel": platform.release(),
