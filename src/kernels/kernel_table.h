@@ -61,7 +61,7 @@ struct KernelTable {
   // a positive multiple of 16.
   float (*exp_weights)(const float* x, int64_t n, float scale, int64_t block, float* w,
                        double* block_mass);
-  // Weights repacked once at load for `linear` (null in tables that read weights as stored):
+  // Weights repacked once at load for `linear` (null in tables that read every weight as stored):
   // packed_bytes(w) is the size of w's packed copy (0: this table reads w as stored), pack(w, out)
   // writes it to `out` (64-byte aligned). The loader then sets w.packed (kernels/linear.h,
   // PackForLinear); linear computes the same values with or without it.

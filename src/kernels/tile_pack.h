@@ -66,16 +66,18 @@ bool ReadsFp8TilePacked(const WeightRef& w);
 // pool for an m-row product and calls blocks(b0, b1) with packed block indices. Threads take whole
 // groups of 4 blocks (64 outputs), at least ~128 KiB of weights each and about 4 chunks per
 // thread; small products run on the calling thread. The split never changes a block's sums, so
-// either packed kernel stays batch and thread-count invariant.
+// every packed kernel stays batch and thread-count invariant.
 void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks);
 
 // One packed linear call, y[m, n] = x . W^T over w's packed copy (bf16 weights), for the kernels
 // that stream whole column blocks: the vdpbf16ps one (X = bf16 bits) and the AVX2 one (X =
-// bf16-rounded f32). Plain C++: include this header outside any target region.
+// bf16-rounded f32); the W8A8 vpdpbusd kernel derives its call from it (X = u8 activations
+// padded with 128, 64 values of k per tile). Plain C++: include this header outside any target
+// region.
 template <class X>
 struct PackedCall {
   const X* x;             // [m, kp] the kernel's activation rows, zero past k
-  int64_t m, kp, tiles;   // tiles = kp / 32
+  int64_t m, kp, tiles;   // tiles = kp / 32 (W8A8: kp / 64)
   const uint8_t* packed;  // block 0 of the packed copy
   int64_t block_bytes;    // one block of 16 weight rows: tiles * 1 KiB (fp8: tiles * 512; the
                           // AVX2 fp8 kernel sets its own layout's)

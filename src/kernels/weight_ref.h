@@ -40,7 +40,8 @@ struct WeightRef {
   // f32 for int8 and quantized per token for w8a8). The loader sets it; Rows() keeps it.
   bool bf16_activations = false;
   // The same matrix repacked at load for the table's linear (KernelTable::pack: the tile layouts
-  // of kernels/tile_pack.h, the AVX2 W8A8 blocks of kernels/avx2/linear_w8a8_avx2.cc), or null:
+  // of kernels/tile_pack.h, the W8A8 blocks of kernels/avx2/linear_w8a8_avx2.cc and
+  // kernels/avx512/linear_w8a8_vnni_packed.cc), or null:
   // read `data`. The packed copy covers the whole matrix the loader packed; packed_row0 is the
   // row of it that row 0 of this view is (Rows() moves it, so sub-views of rows use the same
   // copy). `data` stays valid for the kernels that read rows as stored (dequant_row,

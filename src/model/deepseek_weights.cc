@@ -113,7 +113,7 @@ class Converter {
 };
 
 // Repacks the weights `linear` reads into the kernels' own layout where the chosen kernels have
-// one (KernelTable::pack: tiles for bf16 and fp8 compute, blocks for AVX2 W8A8), once, as they
+// one (KernelTable::pack: tiles for bf16 and fp8 compute, blocks for W8A8), once, as they
 // are loaded. The packed copy is held in out.owned; the pages of the original (the checkpoint's,
 // or a --quantize copy's) are dropped unless something still reads its rows as stored (`release`
 // false).

@@ -32,6 +32,7 @@ const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() 
 const KernelTable* VnniBf16PackedKernels() {
   return Avx512HasW8A8Vnni() ? Bf16PackedKernels() : nullptr;
 }
+const KernelTable* VnniAmxKernels() { return Avx512HasW8A8Vnni() ? AmxKernels() : nullptr; }
 
 class W8A8Kernels : public ::testing::TestWithParam<testing::FastTable> {
  protected:
@@ -46,6 +47,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // The default table on AVX512-BF16 CPUs: its bf16 packing keeps VNNI's.
                       testing::FastTable{"vnni_bf16_packed", VnniBf16PackedKernels,
                                          "no AVX512-VNNI and AVX512-BF16 on this CPU"},
+                      // The default on AMX CPUs: its tile packing keeps VNNI's too.
+                      testing::FastTable{"vnni_amx", VnniAmxKernels, "no AMX on this CPU"},
                       testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
                       testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),
@@ -68,7 +71,8 @@ void PackFor(const KernelTable& table, W8A8Weight& w) {
   if (&table == Avx2PackedKernels()) {
     EXPECT_NE(w.packed, nullptr) << "AVX2 packs W8A8 weights";
   }
-  if (Avx512HasW8A8Vnni() && (&table == Avx512Kernels() || &table == Bf16PackedKernels())) {
+  if (Avx512HasW8A8Vnni() && (&table == Avx512Kernels() || &table == Bf16PackedKernels() ||
+                              &table == AmxKernels())) {
     EXPECT_NE(w.packed, nullptr) << "the AVX512-VNNI tables pack W8A8 weights";
   }
   if (w.packed != nullptr) {

@@ -11,7 +11,7 @@ namespace latent::kernels::amx {
 
 // Wraps table.linear (filled before, the AVX-512 one): bf16 weights with bf16_activations that
 // carry a packed copy go to the TDPBF16PS kernel (linear_amx.cc), the others to the kernel it
-// wrapped; sets table.packed_bytes and table.pack (kernels/tile_pack.h's layout).
+// wrapped; adds kernels/tile_pack.h's layout to the table's packing (keeping its W8A8 one).
 void FillAmxLinear(KernelTable& table);
 
 }  // namespace latent::kernels::amx

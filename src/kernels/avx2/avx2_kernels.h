@@ -34,8 +34,9 @@ void FillIndexScoresKernel(KernelTable& table);  // index_scores
 
 // The W8A8 linear (linear_w8a8_avx2.cc): y [m, n] for x [m, k] and a weight with IsW8A8(w)
 // (ref/linear_w8a8_ref.h), bit for bit the reference's. It reads w.packed as W8A8Pack's layout
-// when set (only FillW8A8Packing's tables pack W8A8 weights), else the rows as stored.
-// FillLinearKernels' linear calls it, and so do the AVX-512 tables on CPUs without VNNI.
+// when set (only FillW8A8Packing's tables pack W8A8 weights in it), else the rows as stored.
+// FillLinearKernels' linear calls it, and so do the AVX-512 tables on CPUs without VNNI (which
+// pack no W8A8 weight; those with VNNI pack their own layout and never call this).
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y);
 // Packs a W8A8 weight for LinearW8A8 (the layout in linear_w8a8_avx2.cc).
 void W8A8Pack(const WeightRef& w, void* out);

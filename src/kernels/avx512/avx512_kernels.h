@@ -20,7 +20,8 @@ void FillIndexScoresKernel(KernelTable& table);  // index_scores
 void FillBf16DotLinear(KernelTable& table, bool every_bf16_weight);
 // Wraps table.linear: bf16 weights with bf16_activations that carry a packed copy go to the
 // vdpbf16ps kernel over kernels/tile_pack.h's layout (linear_bf16_packed.cc), the others to the
-// kernel it wrapped; sets table.packed_bytes and table.pack. Needs AVX512_BF16.
+// kernel it wrapped; adds that layout to the table's packing (keeping its W8A8 one). Needs
+// AVX512_BF16.
 void FillBf16PackedLinear(KernelTable& table);
 // Wraps table.linear, packed_bytes and pack (after any other packing): fp8 weights with
 // bf16_activations whose scale blocks hold whole k-pairs are packed at load and go to the

@@ -220,7 +220,7 @@ Job MakeJob(const float* x, int64_t m, const WeightRef& w, float* y) {
 void LinearI8(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.dtype != DType::kI8) return g_next_linear(x, m, w, y, scratch);
   // W8A8 weights (row_sums) reach this only without AVX512-VNNI: the AVX2 kernel's exact integer
-  // dot (every AVX-512 CPU has AVX2; these tables never pack W8A8 weights).
+  // dot (every AVX-512 CPU has AVX2; without VNNI these tables pack no W8A8 weight).
   if (IsW8A8(w)) return avx2::LinearW8A8(x, m, w, y);
   if (!PerRowF32(w) || w.row_sums != nullptr) return RefKernels().linear(x, m, w, y, scratch);
   if (m <= 0 || w.n <= 0) return;
