@@ -13,12 +13,9 @@
 // reduced at the end) and from TDPBF16PS's (AMX sums a tile's 32 products in its own way: they
 // do not match bit for bit, so neither kernel can stand in for the other at some M).
 //
-// Blocking. Register tiles of up to 6 activation rows x 4 column blocks (24 accumulators, one
-// weight line per block and one broadcast per row per k-pair). Decode (m <= 6): one tile over all
-// of k, the accumulators in registers, 4 weight streams in order. Batches: for each group of 4
-// column blocks, k in chunks of 8 tiles (4 x 8 KiB of weights, which stay in L1 while every
-// activation tile goes past them), the accumulators in an f32 buffer [m, 64] (L2) between chunks.
-// Threads split N into groups of whole column blocks.
+// Blocking (avx512/packed_blocks.h): register tiles of up to 6 activation rows x 4 column
+// blocks, decode over all of k in registers, batches in k chunks with an f32 buffer [m, 64]
+// between them. Threads split N into groups of whole column blocks.
 #include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
@@ -36,14 +33,10 @@
 LATENT_AVX512_BF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/bf16_rows.h"
+#include "kernels/avx512/packed_blocks.h"
 
 namespace latent::kernels::avx512 {
 namespace {
-
-constexpr int kRowsPerTile = 6;      // activation rows per register tile
-constexpr int kBlocksPerTile = 4;    // column blocks (16 outputs each) per register tile
-constexpr int64_t kChunkTiles = 8;   // batches: k tiles (of 32) per pass over the accumulators
-constexpr int64_t kGroupCols = kBlocksPerTile * kPackRows;  // outputs per column group (64)
 
 using PackedJob = PackedCall<uint16_t>;
 
@@ -83,47 +76,18 @@ void Tile(const PackedJob& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, flo
   }
 }
 
-template <int NB>
-void TileAnyRows(const PackedJob& j, int64_t m0, int64_t rows, int64_t b, int64_t t0, int64_t t1,
-                 float* acc, int64_t ld) {
-  WithRowCount<kRowsPerTile>(rows, [&]<int MR>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
-}
-
-void TileAnyShape(const PackedJob& j, int64_t m0, int64_t rows, int64_t b, int64_t blocks,
-                  int64_t t0, int64_t t1, float* acc, int64_t ld) {
-  switch (blocks) {
-    case 4: TileAnyRows<4>(j, m0, rows, b, t0, t1, acc, ld); break;
-    case 3: TileAnyRows<3>(j, m0, rows, b, t0, t1, acc, ld); break;
-    case 2: TileAnyRows<2>(j, m0, rows, b, t0, t1, acc, ld); break;
-    default: TileAnyRows<1>(j, m0, rows, b, t0, t1, acc, ld); break;
-  }
-}
-
 // Column blocks [b0, b1) for every activation row.
 void Blocks(const PackedJob& j, int64_t b0, int64_t b1) {
-  if (j.m <= kRowsPerTile) {  // decode: one register tile over all of k per group
-    alignas(64) float acc[kRowsPerTile * kGroupCols];
-    for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
-      const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
-      TileAnyShape(j, 0, j.m, b, blocks, 0, j.tiles, acc, kGroupCols);
-      CopyPackedOut(j, acc, kGroupCols, 0, j.m, b, blocks);
-    }
-    return;
-  }
-  thread_local std::vector<float> buffer;
-  if (static_cast<int64_t>(buffer.size()) < j.m * kGroupCols) buffer.resize(j.m * kGroupCols);
-  float* acc = buffer.data();
-  for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
-    const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
-    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
-      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
-      for (int64_t m0 = 0; m0 < j.m; m0 += kRowsPerTile) {
-        const int64_t rows = std::min<int64_t>(kRowsPerTile, j.m - m0);
-        TileAnyShape(j, m0, rows, b, blocks, t0, t1, acc + m0 * kGroupCols, kGroupCols);
-      }
-    }
-    CopyPackedOut(j, acc, kGroupCols, 0, j.m, b, blocks);
-  }
+  PackedBlocks<float>(
+      j.m, j.tiles, b0, b1,
+      [&j](int64_t m0, int64_t rows, int64_t b, int64_t blocks, int64_t t0, int64_t t1, float* acc,
+           int64_t ld) {
+        WithTileShape(rows, blocks,
+                      [&]<int MR, int NB>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
+      },
+      [&j](const float* acc, int64_t ld, int64_t b, int64_t blocks) {
+        CopyPackedOut(j, acc, ld, 0, j.m, b, blocks);
+      });
 }
 
 // y[m, n] = bf16(x)[m, k] . W[n, k]^T from w's packed copy.

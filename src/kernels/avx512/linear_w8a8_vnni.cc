@@ -30,23 +30,11 @@
 
 #include "kernels/activation_rows.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/vnni_target.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ref/linear_w8a8_ref.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
-
-// clang-format off
-#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
-#define LATENT_VNNI_BEGIN
-#define LATENT_VNNI_END
-#elif defined(__clang__)
-#define LATENT_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_VNNI_END _Pragma("clang attribute pop")
-#else
-#define LATENT_VNNI_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_VNNI_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
 
 LATENT_VNNI_BEGIN
 #include "kernels/avx512/avx512_common.h"

@@ -21,10 +21,8 @@
 // Integer sums are exact in any order: the blocking, the k chunks and the thread split never
 // change a result, which equals the reference bit for bit and is batch invariant.
 //
-// Blocking as in linear_bf16_packed.cc: register tiles of up to 6 activation rows x 4 column
-// blocks; decode (m <= 6) one tile over all of k; batches k in chunks of 8 tiles (4 x 8 KiB of
-// weights stay in L1 while every activation tile goes past them) with the int32 sums in a buffer
-// [m, 64] between chunks. Threads split N into groups of whole column blocks.
+// Blocking as in linear_bf16_packed.cc (avx512/packed_blocks.h), with the int32 sums in the
+// buffer between k chunks. Threads split N into groups of whole column blocks.
 #include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
@@ -34,24 +32,12 @@
 
 #include "kernels/activation_rows.h"
 #include "kernels/avx512/avx512_kernels.h"
+#include "kernels/avx512/vnni_target.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ref/linear_w8a8_ref.h"
 #include "kernels/tile_pack.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
-
-// clang-format off
-#if defined(LATENT_EMULATE_AVX512)  // see kernels/avx512/intrinsics.h
-#define LATENT_VNNI_BEGIN
-#define LATENT_VNNI_END
-#elif defined(__clang__)
-#define LATENT_VNNI_BEGIN _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\"))), apply_to = function)")
-#define LATENT_VNNI_END _Pragma("clang attribute pop")
-#else
-#define LATENT_VNNI_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2\")")
-#define LATENT_VNNI_END _Pragma("GCC pop_options")
-#endif
-// clang-format on
 
 namespace latent::kernels::avx512 {
 
@@ -86,15 +72,11 @@ void W8A8VnniPack(const WeightRef& w, void* out) {
 
 LATENT_VNNI_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/packed_blocks.h"
 #include "kernels/avx512/quantize_u8.h"
 
 namespace latent::kernels::avx512 {
 namespace {
-
-constexpr int kRowsPerTile = 6;      // activation rows per register tile
-constexpr int kBlocksPerTile = 4;    // column blocks (16 outputs each) per register tile
-constexpr int64_t kChunkTiles = 8;   // batches: k tiles (of 64) per pass over the sums
-constexpr int64_t kGroupCols = kBlocksPerTile * kPackRows;  // outputs per column group (64)
 
 // acc + u8 a . s8 b (vpdpbusd) in place. GCC 12 kept a 6 x 4 tile's accumulators apart from the
 // instruction's tied destination and moved each through another register at every step (a
@@ -145,22 +127,6 @@ void Tile(const Job& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, int32_t* 
   }
 }
 
-template <int NB>
-void TileAnyRows(const Job& j, int64_t m0, int64_t rows, int64_t b, int64_t t0, int64_t t1,
-                 int32_t* acc, int64_t ld) {
-  WithRowCount<kRowsPerTile>(rows, [&]<int MR>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
-}
-
-void TileAnyShape(const Job& j, int64_t m0, int64_t rows, int64_t b, int64_t blocks, int64_t t0,
-                  int64_t t1, int32_t* acc, int64_t ld) {
-  switch (blocks) {
-    case 4: TileAnyRows<4>(j, m0, rows, b, t0, t1, acc, ld); break;
-    case 3: TileAnyRows<3>(j, m0, rows, b, t0, t1, acc, ld); break;
-    case 2: TileAnyRows<2>(j, m0, rows, b, t0, t1, acc, ld); break;
-    default: TileAnyRows<1>(j, m0, rows, b, t0, t1, acc, ld); break;
-  }
-}
-
 // y for activation rows [m0, m0 + rows) and column blocks [b, b + blocks) from their sums acc
 // (rows of ld int32, column 0 = packed row 16 b), for the packed rows inside the view only.
 void Finish(const Job& j, const int32_t* acc, int64_t ld, int64_t m0, int64_t rows, int64_t b,
@@ -185,29 +151,16 @@ void Finish(const Job& j, const int32_t* acc, int64_t ld, int64_t m0, int64_t ro
 
 // Column blocks [b0, b1) for every activation row.
 void Blocks(const Job& j, int64_t b0, int64_t b1) {
-  if (j.m <= kRowsPerTile) {  // decode: one register tile over all of k per group
-    alignas(64) int32_t acc[kRowsPerTile * kGroupCols];
-    for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
-      const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
-      TileAnyShape(j, 0, j.m, b, blocks, 0, j.tiles, acc, kGroupCols);
-      Finish(j, acc, kGroupCols, 0, j.m, b, blocks);
-    }
-    return;
-  }
-  thread_local std::vector<int32_t> buffer;
-  if (static_cast<int64_t>(buffer.size()) < j.m * kGroupCols) buffer.resize(j.m * kGroupCols);
-  int32_t* acc = buffer.data();
-  for (int64_t b = b0; b < b1; b += kBlocksPerTile) {
-    const int64_t blocks = std::min<int64_t>(kBlocksPerTile, b1 - b);
-    for (int64_t t0 = 0; t0 < j.tiles; t0 += kChunkTiles) {
-      const int64_t t1 = std::min(j.tiles, t0 + kChunkTiles);
-      for (int64_t m0 = 0; m0 < j.m; m0 += kRowsPerTile) {
-        const int64_t rows = std::min<int64_t>(kRowsPerTile, j.m - m0);
-        TileAnyShape(j, m0, rows, b, blocks, t0, t1, acc + m0 * kGroupCols, kGroupCols);
-      }
-    }
-    Finish(j, acc, kGroupCols, 0, j.m, b, blocks);
-  }
+  PackedBlocks<int32_t>(
+      j.m, j.tiles, b0, b1,
+      [&j](int64_t m0, int64_t rows, int64_t b, int64_t blocks, int64_t t0, int64_t t1,
+           int32_t* acc, int64_t ld) {
+        WithTileShape(rows, blocks,
+                      [&]<int MR, int NB>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
+      },
+      [&j](const int32_t* acc, int64_t ld, int64_t b, int64_t blocks) {
+        Finish(j, acc, ld, 0, j.m, b, blocks);
+      });
 }
 
 }  // namespace
