@@ -1318,7 +1318,7 @@ def cpu_model(m: dict) -> str:
     from, since 'AMD EPYC' alone names neither (Zen 3, 4 and 5 all report it)."""
     parts = []
     if m.get("family") is not None:
-        parts.append(f"family {m['family']} model {m['model']}")
+        parts.append(f"family {m['family']}" + (f" model {m['model']}" if m.get("model") is not None else ""))
     if m.get("isa"):
         parts.append(", ".join(m["isa"]))
     return f" ({'; '.join(parts)})" if parts else ""
@@ -1520,19 +1520,22 @@ def update_doc(md: str) -> None:
 def machine_info() -> dict:
     cpu = "unknown"
     family = model = None
+    flags = ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "model name" and cpu == "unknown":
-                cpu = value
-            elif key == "cpu family" and family is None:
-                family = int(value)
-            elif key == "model" and model is None:
-                model = int(value)
-        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        flags = ""
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and cpu == "unknown":
+            cpu = value
+        elif key == "cpu family" and family is None and value.isdigit():
+            family = int(value)
+        elif key == "model" and model is None and value.isdigit():
+            model = int(value)
+        elif key == "flags" and not flags:
+            flags = " " + value
     mem = 0
     try:
         mem = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
@@ -1545,7 +1548,8 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "mem_gib": round(mem / 2**20, 1),
         "kernel": platform.release(),
-        "isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f" {f}" in flags],
+        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512vbmi", "amx_bf16", "amx_tile")
+                if f" {f}" in flags],
         "load_avg_start": load_avg(),
     }
 

@@ -1,6 +1,6 @@
 // The W8A8 kernels' quantization of a call's activation rows (avx2/linear_w8a8_avx2.cc,
-// avx512/linear_w8a8_vnni.cc, avx512/linear_w8a8_vnni_packed.cc): buffers, rounding mode and threads. Plain C++; include it before
-// an ISA's target region.
+// avx512/linear_w8a8_vnni.cc, avx512/linear_w8a8_vnni_packed.cc): buffers, rounding mode and
+// threads. Plain C++; include it before an ISA's target region.
 #pragma once
 
 #include <algorithm>

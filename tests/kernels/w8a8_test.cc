@@ -48,7 +48,7 @@ INSTANTIATE_TEST_SUITE_P(
                       testing::FastTable{"vnni_bf16_packed", VnniBf16PackedKernels,
                                          "no AVX512-VNNI and AVX512-BF16 on this CPU"},
                       // The default on AMX CPUs: its tile packing keeps VNNI's too.
-                      testing::FastTable{"vnni_amx", VnniAmxKernels, "no AMX on this CPU"},
+                      testing::FastTable{"vnni_amx", VnniAmxKernels, "no AMX (or AVX512-VNNI) on this CPU"},
                       testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
                       testing::FastTable{"avx2_packed", Avx2PackedKernels, "no AVX2 on this CPU"}),

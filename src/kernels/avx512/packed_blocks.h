@@ -6,7 +6,8 @@
 // of 8 tiles (4 x 8 KiB of weights, which stay in L1 while every activation tile goes past them),
 // the sums in a buffer [m, 64] (L2) between chunks. The order of each output's sum over k is the
 // same in both: the kernels stay batch invariant. Include only inside a target region, after
-// avx512_common.h (WithRowCount) and with kernels/tile_pack.h included before it.
+// avx512_common.h (WithRowCount), with kernels/tile_pack.h, <algorithm>, <cstdint> and <vector>
+// included before the region.
 #pragma once
 
 #include <algorithm>

@@ -22,7 +22,9 @@ float QuantizeRowU8(const float* x, int64_t k, int64_t kp, uint8_t* out) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   __m512 amax = _mm512_setzero_ps();
   int64_t c = 0;
-  for (; c + 16 <= k; c += 16) amax = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + c), abs_mask), amax);
+  for (; c + 16 <= k; c += 16) {
+    amax = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + c), abs_mask), amax);
+  }
   if (c < k) {
     const __m512 v = _mm512_maskz_loadu_ps(TailMask(k - c), x + c);
     amax = _mm512_max_ps(_mm512_and_ps(v, abs_mask), amax);
