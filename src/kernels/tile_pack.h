@@ -97,13 +97,14 @@ inline int64_t PackedRowBlock(int64_t kp, int64_t x_bytes) {
   return std::max<int64_t>(kMinRowBlock, kRowBlockBytes / (kp * x_bytes) / 4 * 4);
 }
 
-// Every field but x, from w (a view of a packed weight) and the call's m and y.
+// Every field but x, from w (a view of a packed weight) and the call's m and y; tile_k values of
+// k per 1 KiB tile (kW8A8PackK for the W8A8 layout).
 template <class X>
-PackedCall<X> MakePackedCall(const WeightRef& w, int64_t m, float* y) {
+PackedCall<X> MakePackedCall(const WeightRef& w, int64_t m, float* y, int64_t tile_k = kPackK) {
   PackedCall<X> j;
   j.x = nullptr;
-  j.tiles = (w.k + kPackK - 1) / kPackK;
-  j.kp = j.tiles * kPackK;
+  j.tiles = (w.k + tile_k - 1) / tile_k;
+  j.kp = j.tiles * tile_k;
   j.m = m;
   j.packed = static_cast<const uint8_t*>(w.packed);
   j.block_bytes = j.tiles * kPackTileBytes;

@@ -168,10 +168,7 @@ void Blocks(const Job& j, int64_t b0, int64_t b1) {
 void LinearW8A8VnniPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   Job j;
-  static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y);
-  j.tiles = (w.k + kW8A8PackK - 1) / kW8A8PackK;
-  j.kp = j.tiles * kW8A8PackK;
-  j.block_bytes = j.tiles * kPackTileBytes;
+  static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y, kW8A8PackK);
   const int64_t k = w.k, kp = j.kp;
   const auto [xu, sx] =
       QuantizeActivationRows<uint8_t>(x, m, k, kp, [k, kp](const float* row, uint8_t* out) {
