@@ -17,6 +17,7 @@ namespace {
 #if LATENT_HAVE_CPUID
 struct CpuFeatures {
   bool avx2 = false, avx512 = false, vnni = false, vbmi = false, bf16 = false, amx_bf16 = false;
+  bool amx_int8 = false;
 };
 
 // The XCR0 bits the OS sets when it saves a register state across context switches.
@@ -24,6 +25,7 @@ constexpr unsigned kXcr0Ymm = 0x6u;     // xmm, ymm
 constexpr unsigned kXcr0Zmm = 0xe6u;    // xmm, ymm, opmask, zmm0-15 upper halves, zmm16-31
 constexpr unsigned kXcr0Tiles = 0x60000u;  // XTILECFG (bit 17), XTILEDATA (bit 18)
 constexpr unsigned kLeaf7EdxAmxBf16 = 1u << 22, kLeaf7EdxAmxTile = 1u << 24;
+constexpr unsigned kLeaf7EdxAmxInt8 = 1u << 25;
 
 // Linux keeps the 8 KiB tile data state off until a process asks for it (since 5.16); without
 // the grant the first tile instruction faults. The grant is process-wide, for every thread.
@@ -61,6 +63,7 @@ CpuFeatures ReadCpuFeatures() {
   const unsigned amx = kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile;
   f.amx_bf16 = f.bf16 && (leaf7_edx & amx) == amx && (xcr0_lo & kXcr0Tiles) == kXcr0Tiles &&
                RequestTileData();
+  f.amx_int8 = f.amx_bf16 && (leaf7_edx & kLeaf7EdxAmxInt8) != 0;
   return f;
 }
 
@@ -79,6 +82,7 @@ bool CpuHasAvx512Vnni() { return Features().vnni; }
 bool CpuHasAvx512Bf16() { return Features().bf16; }
 bool CpuHasAvx512Bf16Vbmi() { return Features().bf16 && Features().vbmi; }
 bool CpuHasAmxBf16() { return Features().amx_bf16; }
+bool CpuHasAmxInt8() { return Features().amx_int8; }
 #else
 bool CpuHasAvx2() { return false; }
 bool CpuHasAvx512() { return false; }
@@ -86,6 +90,7 @@ bool CpuHasAvx512Vnni() { return false; }
 bool CpuHasAvx512Bf16() { return false; }
 bool CpuHasAvx512Bf16Vbmi() { return false; }
 bool CpuHasAmxBf16() { return false; }
+bool CpuHasAmxInt8() { return false; }
 #endif
 
 }  // namespace latent

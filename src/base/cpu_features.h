@@ -25,12 +25,14 @@ bool CpuHasAvx512Bf16Vbmi();
 // saving the tile state (XCR0 XTILECFG and XTILEDATA) and, on Linux, this process granted the
 // tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here; refused: false).
 bool CpuHasAmxBf16();
+// CpuHasAmxBf16() and AMX-INT8 (TDPBUSD: u8 x s8 tiles, int32 sums; the W8A8 kernel).
+bool CpuHasAmxInt8();
 
 #if defined(LATENT_EMULATE_AVX512)
 // The emulated build (kernels/avx512/intrinsics.h): its AVX-512 and AMX kernels run wherever the
 // AVX2 kernels do, and LATENT_EMULATED_CPU says which CPU to present: "amx" (Sapphire Rapids and
-// later: everything; the default), "avx512-bf16" (Zen 4/5: no AMX), "avx512-vnni" (Cascade Lake,
-// Ice Lake: no BF16) or "avx512" (Skylake-SP: no VNNI either). Other names than the real queries',
+// later: everything, AMX-BF16 and AMX-INT8 too; the default), "avx512-bf16" (Zen 4/5: no AMX),
+// "avx512-vnni" (Cascade Lake, Ice Lake: no BF16) or "avx512" (Skylake-SP: no VNNI either). Other names than the real queries',
 // which the rest of the binary (the fp8 row decoder) keeps calling.
 inline int EmulatedCpuLevel() {
   static const int level = [] {
@@ -57,6 +59,7 @@ inline bool EmulatedCpuHasAmx() { return EmulatedCpuLevel() >= 4; }
 #define CpuHasAvx512Bf16 EmulatedCpuHasBf16
 #define CpuHasAvx512Bf16Vbmi EmulatedCpuHasBf16
 #define CpuHasAmxBf16 EmulatedCpuHasAmx
+#define CpuHasAmxInt8 EmulatedCpuHasAmx
 #endif
 
 }  // namespace latent

@@ -98,6 +98,8 @@ const KernelTable* MakeAmx() {
   if (Avx512Kernels() == nullptr || !CpuHasAmxBf16()) return nullptr;
   static KernelTable table = *Avx512Kernels();
   amx::FillAmxLinear(table);
+  // W8A8 weights: TDPBUSD over the vpdpbusd kernel's packed copy, which FillAmxLinear kept.
+  if (CpuHasAmxInt8() && CpuHasAvx512Vnni()) amx::FillAmxW8A8Linear(table);
   // fp8 weights under bf16 compute on vdpbf16ps over their packed codes (AMX has no fp8 tiles).
   if (CpuHasAvx512Bf16Vbmi()) avx512::FillFp8PackedLinear(table, avx512::Fp8PackedSlot::kAmxTable);
   return &table;

@@ -203,5 +203,36 @@ TEST(EmulatedIntrinsics, TilesMultiplyBf16PairsAndCheckTheirShapes) {
   EXPECT_THROW(_tile_zero(0), std::logic_error);
 }
 
+// TDPBUSD: unsigned activation bytes times signed weight bytes, four of k per int32 lane, added
+// to the accumulator, with the int32 wrap at the ends of the range.
+TEST(EmulatedIntrinsics, TileIntegerDotTakesUnsignedTimesSignedQuadsAndWraps) {
+  TileConfig c;
+  // C 2 x 16 int32, A 2 rows x 2 k-quads, B 2 k-quads x 16 quads.
+  c.colsb[0] = 64, c.rows[0] = 2;
+  c.colsb[1] = 8, c.rows[1] = 2;
+  c.colsb[2] = 64, c.rows[2] = 2;
+  _tile_loadconfig(&c);
+  const uint8_t a[2][8] = {{255, 1, 2, 3, 4, 5, 6, 7}, {1, 0, 0, 0, 255, 255, 255, 255}};
+  int8_t b[2][64];
+  for (int i = 0; i < 64; ++i) b[0][i] = static_cast<int8_t>(i % 4 == 0 ? -128 : 1), b[1][i] = 2;
+  int32_t acc[2][16];
+  for (int n = 0; n < 16; ++n) acc[0][n] = n, acc[1][n] = std::numeric_limits<int32_t>::max();
+  _tile_loadd(0, acc, sizeof(acc[0]));
+  _tile_loadd(1, a, sizeof(a[0]));
+  _tile_loadd(2, b, sizeof(b[0]));
+  _tile_dpbusd(0, 1, 2);
+  int32_t out[2][16];
+  _tile_stored(0, out, sizeof(out[0]));
+  for (int n = 0; n < 16; ++n) {
+    // 255 is +255 (unsigned), -128 is -128 (signed).
+    EXPECT_EQ(out[0][n], n + 255 * -128 + 1 + 2 + 3 + 2 * (4 + 5 + 6 + 7)) << n;
+    // max + (-128 + 255 * 2 * 4) wraps to the bottom of the range, as the hardware's sum does.
+    EXPECT_EQ(out[1][n], std::numeric_limits<int32_t>::min() + (-128 + 2040 - 1)) << n;
+  }
+  EXPECT_THROW(_tile_dpbusd(0, 2, 1), std::logic_error);  // A's k-quads are not B's rows
+  EXPECT_THROW(_tile_dpbusd(1, 1, 2), std::logic_error);  // one tile as two operands
+  _tile_release();
+}
+
 }  // namespace
 }  // namespace latent::kernels::emulated

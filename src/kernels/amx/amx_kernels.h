@@ -1,5 +1,5 @@
 // Entry points of the AMX kernels (kernels/amx/*.cc). Only dispatch.cc (and the kernel tests,
-// through the table) call them, and only after checking the CPU (CpuHasAmxBf16 in
+// through the table) call them, and only after checking the CPU (CpuHasAmxBf16, CpuHasAmxInt8 in
 // base/cpu_features.h).
 #pragma once
 
@@ -13,5 +13,10 @@ namespace latent::kernels::amx {
 // carry a packed copy go to the TDPBF16PS kernel (linear_amx.cc), the others to the kernel it
 // wrapped; adds kernels/tile_pack.h's layout to the table's packing (keeping its W8A8 one).
 void FillAmxLinear(KernelTable& table);
+
+// Wraps table.linear (filled before, with the AVX512-VNNI W8A8 kernel and packing): W8A8 weights
+// with a packed copy go to the TDPBUSD kernel (linear_w8a8_amx.cc) from 5 rows on, the same bits
+// as the kernel it wraps. Needs AMX-INT8 (CpuHasAmxInt8).
+void FillAmxW8A8Linear(KernelTable& table);
 
 }  // namespace latent::kernels::amx

@@ -14,9 +14,8 @@
 // shapes, against the bf16 packed kernel's 0.90 of vdpbf16ps's (Zen 4, one thread).
 //
 // The math is that kernel's: activations u8 = xq + 128 (quantize_u8.h), so each int32 lane sums
-// (xq + 128) * q exactly (|sum| < 2^31 for k < 65,000), and
-//
-//   y[m, r] = float(acc - 128 * row_sums[r]) * (sx[m] * s[r])   (the reference's formula)
+// (xq + 128) * q exactly (|sum| < 2^31 for k < 65,000), and the call's finish
+// (w8a8_packed_call.h) applies the reference's formula.
 //
 // Integer sums are exact in any order: the blocking, the k chunks and the thread split never
 // change a result, which equals the reference bit for bit and is batch invariant.
@@ -74,6 +73,7 @@ LATENT_VNNI_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/packed_blocks.h"
 #include "kernels/avx512/quantize_u8.h"
+#include "kernels/avx512/w8a8_packed_call.h"
 
 namespace latent::kernels::avx512 {
 namespace {
@@ -90,11 +90,7 @@ inline __m512i DotAccumulate(__m512i acc, __m512i a, __m512i b) {
 #endif
 }
 
-struct Job : PackedCall<uint8_t> {  // x: [m, kp] u8 = xq + 128, padded with 128 (xq = 0)
-  const float* sx;          // [m] activation row scales
-  const uint8_t* scale;     // f32 [n] (the view's rows), possibly unaligned
-  const int32_t* row_sums;  // [n] (the view's rows)
-};
+using Job = W8A8PackedCall;
 
 // MR activation rows from m0 x NB column blocks from b, over k tiles [t0, t1). acc: [MR rows of
 // ld int32], column 16 s for block b + s; zeroed first when t0 == 0, else loaded, then stored.
@@ -127,28 +123,6 @@ void Tile(const Job& j, int64_t m0, int64_t b, int64_t t0, int64_t t1, int32_t* 
   }
 }
 
-// y for activation rows [m0, m0 + rows) and column blocks [b, b + blocks) from their sums acc
-// (rows of ld int32, column 0 = packed row 16 b), for the packed rows inside the view only.
-void Finish(const Job& j, const int32_t* acc, int64_t ld, int64_t m0, int64_t rows, int64_t b,
-            int64_t blocks) {
-  for (int64_t s = 0; s < blocks; ++s) {
-    const int64_t start = (b + s) * kPackRows;
-    const int64_t first = std::max(start, j.row0), last = std::min(start + kPackRows, j.row0 + j.n);
-    if (last <= first) continue;
-    const __mmask16 mask = TailMask(last - first);
-    const int64_t col = first - j.row0;  // the view's row of lane 0 below
-    const __m512i sums = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(mask, j.row_sums + col), 7);
-    const __m512 scales = _mm512_maskz_loadu_ps(mask, j.scale + 4 * col);
-    for (int64_t r = 0; r < rows; ++r) {
-      const __m512i dot = _mm512_sub_epi32(
-          _mm512_maskz_loadu_epi32(mask, acc + r * ld + s * kPackRows + (first - start)), sums);
-      const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(dot),
-                                     _mm512_mul_ps(_mm512_set1_ps(j.sx[m0 + r]), scales));
-      _mm512_mask_storeu_ps(j.y + (m0 + r) * j.n + col, mask, y);
-    }
-  }
-}
-
 // Column blocks [b0, b1) for every activation row.
 void Blocks(const Job& j, int64_t b0, int64_t b1) {
   PackedBlocks<int32_t>(
@@ -159,7 +133,7 @@ void Blocks(const Job& j, int64_t b0, int64_t b1) {
                       [&]<int MR, int NB>() { Tile<MR, NB>(j, m0, b, t0, t1, acc, ld); });
       },
       [&j](const int32_t* acc, int64_t ld, int64_t b, int64_t blocks) {
-        Finish(j, acc, ld, 0, j.m, b, blocks);
+        FinishW8A8(j, acc, ld, 0, j.m, b, blocks);
       });
 }
 
@@ -167,17 +141,7 @@ void Blocks(const Job& j, int64_t b0, int64_t b1) {
 
 void LinearW8A8VnniPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  Job j;
-  static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y, kW8A8PackK);
-  const int64_t k = w.k, kp = j.kp;
-  const auto [xu, sx] =
-      QuantizeActivationRows<uint8_t>(x, m, k, kp, [k, kp](const float* row, uint8_t* out) {
-        return QuantizeRowU8(row, k, kp, out);
-      });
-  j.x = xu;
-  j.sx = sx;
-  j.scale = static_cast<const uint8_t*>(w.scale) + 4 * w.scale_row0;
-  j.row_sums = w.row_sums + w.scale_row0;
+  const Job j = MakeW8A8PackedCall(x, m, w, y, m);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

@@ -1,9 +1,10 @@
-// AMX-TILE and AMX-BF16 in portable code, for the kernel tests' emulated build (see
+// AMX-TILE, AMX-BF16 and AMX-INT8's TDPBUSD in portable code, for the kernel tests' emulated build (see
 // avx512_intrinsics.h beside this file): eight tiles of up to 16 rows x 64 bytes per thread, as
 // the hardware keeps them per thread, configured by LDTILECFG's 64-byte operand, and TDPBF16PS as
 // Intel's SDM defines it: per output, the even and the odd products of all k-pairs summed apart
 // (FMAs from zero), then their sum added to the accumulator; DAZ on the inputs, FTZ on each
-// result. What would fault on hardware (#GP, #UD) throws std::logic_error here.
+// result; TDPBUSD as the SDM defines it too: per output, each k-quad's four u8 x s8 products
+// summed and added to the int32 accumulator, wrapping. What would fault on hardware (#GP, #UD) throws std::logic_error here.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +105,33 @@ inline void TileDpbf16ps(int c, int a, int b) {
   }
 }
 
+// C[m][n] += sum over k-quads p of (sum over i < 4 of u8 A[m][4p + i] * s8 B[p][4n + i]), int32
+// arithmetic that wraps (done in uint32: no signed overflow in the emulation itself).
+inline void TileDpbusd(int c, int a, int b) {
+  TileState& s = ConfiguredTiles({c, a, b});
+  if (c == a || c == b || a == b) throw std::logic_error("emulated TDPBUSD: a tile twice");
+  const int m_rows = s.rows[c], n_cols = s.colsb[c] / 4, quads = s.colsb[a] / 4;
+  if (s.rows[a] != m_rows || s.rows[b] != quads || s.colsb[b] != s.colsb[c]) {
+    throw std::logic_error("emulated TDPBUSD: tile shapes do not match");
+  }
+  for (int m = 0; m < m_rows; ++m) {
+    uint32_t acc[16];
+    std::memcpy(acc, s.data[c][m], sizeof(acc));
+    for (int n = 0; n < n_cols; ++n) {
+      for (int p = 0; p < quads; ++p) {
+        uint32_t quad = 0;
+        for (int i = 0; i < 4; ++i) {
+          const int32_t x = s.data[a][m][4 * p + i];
+          const int32_t w = static_cast<int8_t>(s.data[b][p][4 * n + i]);
+          quad += static_cast<uint32_t>(x * w);
+        }
+        acc[n] += quad;
+      }
+    }
+    std::memcpy(s.data[c][m], acc, 4 * n_cols);
+  }
+}
+
 }  // namespace latent::kernels::emulated
 
 #undef _tile_loadconfig
@@ -111,17 +139,18 @@ inline void TileDpbf16ps(int c, int a, int b) {
 #undef _tile_stored
 #undef _tile_zero
 #undef _tile_dpbf16ps
+#undef _tile_dpbusd
 #undef _tile_release
 // The tile instructions the kernels do not use: GCC's are inline asm with no target check, so
 // leaving them would let one run for real. Undefined, a use fails to compile.
 #undef _tile_stream_loadd
 #undef _tile_dpbssd
 #undef _tile_dpbsud
-#undef _tile_dpbusd
 #undef _tile_dpbuud
 #define _tile_loadconfig(config) latent::kernels::emulated::TileLoadConfig(config)
 #define _tile_loadd(t, base, stride) latent::kernels::emulated::TileLoad(t, base, stride)
 #define _tile_stored(t, base, stride) latent::kernels::emulated::TileStore(t, base, stride)
 #define _tile_zero(t) latent::kernels::emulated::TileZero(t)
 #define _tile_dpbf16ps(c, a, b) latent::kernels::emulated::TileDpbf16ps(c, a, b)
+#define _tile_dpbusd(c, a, b) latent::kernels::emulated::TileDpbusd(c, a, b)
 #define _tile_release() latent::kernels::emulated::TileRelease()
