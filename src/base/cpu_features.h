@@ -32,8 +32,9 @@ bool CpuHasAmxInt8();
 // The emulated build (kernels/avx512/intrinsics.h): its AVX-512 and AMX kernels run wherever the
 // AVX2 kernels do, and LATENT_EMULATED_CPU says which CPU to present: "amx" (Sapphire Rapids and
 // later: everything, AMX-BF16 and AMX-INT8 too; the default), "avx512-bf16" (Zen 4/5: no AMX),
-// "avx512-vnni" (Cascade Lake, Ice Lake: no BF16) or "avx512" (Skylake-SP: no VNNI either). Other names than the real queries',
-// which the rest of the binary (the fp8 row decoder) keeps calling.
+// "avx512-vnni" (Cascade Lake, Ice Lake: no BF16) or "avx512" (Skylake-SP: no VNNI either).
+// Other names than the real queries', which the rest of the binary (the fp8 row decoder) keeps
+// calling.
 inline int EmulatedCpuLevel() {
   static const int level = [] {
     const char* names[] = {"avx512", "avx512-vnni", "avx512-bf16", "amx"};

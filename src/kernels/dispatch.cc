@@ -223,6 +223,8 @@ const KernelTable* MakeOnednn() {
 
 bool Avx512HasW8A8Vnni() { return Avx512Kernels() != nullptr && CpuHasAvx512Vnni(); }
 
+bool AmxHasW8A8() { return AmxKernels() != nullptr && CpuHasAmxInt8() && CpuHasAvx512Vnni(); }
+
 bool Avx512HasBf16Dot() { return Avx512Kernels() != nullptr && CpuHasAvx512Bf16(); }
 
 const KernelTable* Avx512Kernels() {

@@ -72,11 +72,13 @@ void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blo
 // One packed linear call, y[m, n] = x . W^T over w's packed copy (bf16 weights), for the kernels
 // that stream whole column blocks: the vdpbf16ps one (X = bf16 bits) and the AVX2 one (X =
 // bf16-rounded f32); the W8A8 vpdpbusd kernel derives its call from it (X = u8 activations
-// padded with 128, 64 values of k per tile). Plain C++: include this header outside any target
-// region.
+// padded with 128, 64 values of k per tile), and the AMX kernels read x as bytes (X = uint8_t:
+// 64 bytes per tile of k, bf16 pairs or u8 quads; kp still counts the values, and x holds whole
+// 16-row tiles past m for batches: amx/tile_blocks.h). Plain C++: include this header outside
+// any target region.
 template <class X>
 struct PackedCall {
-  const X* x;             // [m, kp] the kernel's activation rows, zero past k
+  const X* x;             // [m, kp] the kernel's activation rows, zero past k (AMX: see above)
   int64_t m, kp, tiles;   // tiles = kp / 32 (W8A8: kp / 64)
   const uint8_t* packed;  // block 0 of the packed copy
   int64_t block_bytes;    // one block of 16 weight rows: tiles * 1 KiB (fp8: tiles * 512; the

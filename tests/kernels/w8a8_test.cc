@@ -1,7 +1,7 @@
-// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI and AVX2 kernels against the scalar
-// reference, bit for bit (integer dot products, one fixed float formula), over k and n tails,
-// decode and batch shapes, row slices, ties and zero rows; and batch invariance: a row's output
-// is the same alone, inside any batch and with any thread count.
+// The W8A8 linear (`--quantize w8a8`): the AVX512-VNNI, AMX-INT8 and AVX2 kernels against the
+// scalar reference, bit for bit (integer dot products, one fixed float formula), over k and n
+// tails, decode and batch shapes, row slices, ties and zero rows; and batch invariance: a row's
+// output is the same alone, inside any batch and with any thread count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/amx/amx_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "kernels/quantize_row.h"
@@ -26,8 +27,9 @@ using testing::ThreadCount;
 
 // The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) over its tables' packed copy (the AVX-512 table
 // and the bf16 packed one, which chains to its packing) and, in the tests that do not pack, over
-// the rows as stored; AVX2 (vpmaddubsw) over the rows as stored and over the AVX2 packed table's
-// copy; each run where the CPU has it; all must equal the reference bit for bit.
+// the rows as stored; on the AMX table, TDPBUSD over the same copy from 5 rows on (vpdpbusd
+// below); AVX2 (vpmaddubsw) over the rows as stored and over the AVX2 packed table's copy; each
+// run where the CPU has it; all must equal the reference bit for bit.
 const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
 const KernelTable* VnniBf16PackedKernels() {
   return Avx512HasW8A8Vnni() ? Bf16PackedKernels() : nullptr;
@@ -47,7 +49,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // The default table on AVX512-BF16 CPUs: its bf16 packing keeps VNNI's.
                       testing::FastTable{"vnni_bf16_packed", VnniBf16PackedKernels,
                                          "no AVX512-VNNI and AVX512-BF16 on this CPU"},
-                      // The default on AMX CPUs: its tile packing keeps VNNI's too.
+                      // The default on AMX CPUs: its tile packing keeps VNNI's too, and from
+                      // 5 rows on, with AMX-INT8, TDPBUSD reads it.
                       testing::FastTable{"vnni_amx", VnniAmxKernels, "no AMX (or AVX512-VNNI) on this CPU"},
                       testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
@@ -171,7 +174,7 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
         const W8A8Weight stored = MakeW8A8(same, n, k, misalign);
         W8A8Weight w = MakeW8A8(rng, n, k, misalign);
         PackFor(fast, w);
-        for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 64, 130}) {
+        for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 16, 17, 64, 130}) {
           if (k >= 600 && m == 130 && n > 9) continue;  // keep the reference's time down
           const std::vector<float> x = Activations(rng, m, k);
           std::vector<float> want(m * n), got(m * n, NAN), scratch(k);
@@ -263,7 +266,7 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
   fast.linear(x.data(), m, w.ref, batch.data(), nullptr);
   for (int threads : {1, 2}) {
     threads::SetNumThreads(threads);
-    for (int64_t take : {1, 2, 3, 4, 5, 7, 64}) {
+    for (int64_t take : {1, 2, 3, 4, 5, 7, 16, 17, 64}) {
       for (int64_t start = 0; start + take <= m; start += 23) {
         std::vector<float> part(take * n);
         fast.linear(&x[start * k], take, w.ref, part.data(), nullptr);
@@ -275,6 +278,36 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
   std::vector<float> want(m * n), scratch(k);
   RefKernels().linear(x.data(), m, stored.ref, want.data(), scratch.data());
   ASSERT_EQ(0, std::memcmp(want.data(), batch.data(), sizeof(float) * m * n));
+}
+
+// The TDPBUSD kernel itself at every m, 1-4 included, which the AMX table keeps on vpdpbusd:
+// the two kernels' outputs are the same bits, so the table's tests above cannot tell which one
+// ran. Decode tiles of m rows (1-16), whole 16-row tiles past 16 (17, 31, 33: a tail tile of
+// one row pair or one row), several k chunks (1,100: 18 tiles of 64), views inside a block.
+TEST(W8A8Amx, TileKernelMatchesRefAtEveryShape) {
+  if (!AmxHasW8A8()) GTEST_SKIP() << "no AMX-INT8 on this CPU";
+  std::mt19937 rng(15);
+  for (int64_t k : {64, 65, 1100}) {
+    for (int64_t n : {9, 67}) {
+      std::mt19937 same = rng;
+      const W8A8Weight stored = MakeW8A8(same, n, k, 1);
+      W8A8Weight w = MakeW8A8(rng, n, k, 1);
+      PackFor(*AmxKernels(), w);
+      ASSERT_NE(w.packed, nullptr);
+      for (int64_t row0 : {0, 5}) {
+        const int64_t rows = n - row0 - 2;
+        for (int64_t m : {1, 2, 4, 5, 15, 16, 17, 31, 33}) {
+          const std::vector<float> x = Activations(rng, m, k);
+          std::vector<float> want(m * rows), got(m * rows, NAN), scratch(k);
+          RefKernels().linear(x.data(), m, stored.ref.Rows(row0, rows), want.data(),
+                              scratch.data());
+          amx::LinearW8A8Amx(x.data(), m, w.ref.Rows(row0, rows), got.data());
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * m * rows))
+              << Shape(m, rows, k) << " row0=" << row0;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

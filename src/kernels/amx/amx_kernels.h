@@ -19,4 +19,8 @@ void FillAmxLinear(KernelTable& table);
 // as the kernel it wraps. Needs AMX-INT8 (CpuHasAmxInt8).
 void FillAmxW8A8Linear(KernelTable& table);
 
+// The TDPBUSD kernel itself, at any m (the table sends it 5 rows or more): y[m, n] for a view of a
+// W8A8 weight whose packed copy the AVX512-VNNI tables made. Exposed for the kernel tests.
+void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
+
 }  // namespace latent::kernels::amx

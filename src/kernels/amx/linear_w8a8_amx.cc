@@ -42,6 +42,17 @@ namespace {
 // the same bits, so the switch is free.
 constexpr int64_t kMinRows = 5;
 
+using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
+LinearFn g_next_linear = nullptr;  // the table's linear before FillAmxW8A8Linear
+
+void LinearW8A8AmxOrNext(const float* x, int64_t m, const WeightRef& w, float* y,
+                         float* scratch) {
+  if (m >= kMinRows && IsW8A8(w) && w.packed != nullptr) return LinearW8A8Amx(x, m, w, y);
+  g_next_linear(x, m, w, y, scratch);
+}
+
+}  // namespace
+
 void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   const avx512::W8A8PackedCall j = avx512::MakeW8A8PackedCall(x, m, w, y, TileActivationRows(m));
@@ -53,17 +64,6 @@ void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y) {
                           });
   });
 }
-
-using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
-LinearFn g_next_linear = nullptr;  // the table's linear before FillAmxW8A8Linear
-
-void LinearW8A8AmxOrNext(const float* x, int64_t m, const WeightRef& w, float* y,
-                         float* scratch) {
-  if (m >= kMinRows && IsW8A8(w) && w.packed != nullptr) return LinearW8A8Amx(x, m, w, y);
-  g_next_linear(x, m, w, y, scratch);
-}
-
-}  // namespace
 
 void FillAmxW8A8Linear(KernelTable& t) {
   g_next_linear = t.linear;

@@ -1,7 +1,7 @@
-// One activation row quantized for vpdpbusd (u8 = xq + 128), shared by the W8A8 VNNI kernels
-// over the rows as stored (linear_w8a8_vnni.cc) and over their packed copy
-// (linear_w8a8_vnni_packed.cc). Include only inside a target region with AVX-512F, after
-// avx512_common.h.
+// One activation row quantized for vpdpbusd and TDPBUSD (u8 = xq + 128), shared by the W8A8
+// VNNI kernels over the rows as stored (linear_w8a8_vnni.cc) and over their packed copy
+// (linear_w8a8_vnni_packed.cc), and by AMX's (amx/linear_w8a8_amx.cc) through
+// w8a8_packed_call.h. Include only inside a target region with AVX-512F, after avx512_common.h.
 #pragma once
 
 #include "kernels/avx512/intrinsics.h"

@@ -1,10 +1,11 @@
-// AMX-TILE, AMX-BF16 and AMX-INT8's TDPBUSD in portable code, for the kernel tests' emulated build (see
-// avx512_intrinsics.h beside this file): eight tiles of up to 16 rows x 64 bytes per thread, as
-// the hardware keeps them per thread, configured by LDTILECFG's 64-byte operand, and TDPBF16PS as
-// Intel's SDM defines it: per output, the even and the odd products of all k-pairs summed apart
-// (FMAs from zero), then their sum added to the accumulator; DAZ on the inputs, FTZ on each
-// result; TDPBUSD as the SDM defines it too: per output, each k-quad's four u8 x s8 products
-// summed and added to the int32 accumulator, wrapping. What would fault on hardware (#GP, #UD) throws std::logic_error here.
+// AMX-TILE, AMX-BF16 and AMX-INT8's TDPBUSD in portable code, for the kernel tests' emulated build
+// (see avx512_intrinsics.h beside this file): eight tiles of up to 16 rows x 64 bytes per thread,
+// as the hardware keeps them per thread, configured by LDTILECFG's 64-byte operand, and TDPBF16PS
+// as Intel's SDM defines it: per output, the even and the odd products of all k-pairs summed apart
+// (FMAs from zero), then their sum added to the accumulator; DAZ on the inputs, FTZ on each result;
+// TDPBUSD as the SDM defines it too: per output, each k-quad's four u8 x s8 products summed and
+// added to the int32 accumulator, wrapping. What would fault on hardware (#GP, #UD) throws
+// std::logic_error here.
 #pragma once
 
 #include <cstdint>
