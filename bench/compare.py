@@ -1548,7 +1548,8 @@ def machine_info() -> dict:
         "cores": os.cpu_count(),
         "mem_gib": round(mem / 2**20, 1),
         "kernel": platform.release(),
-        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512vbmi", "amx_bf16", "amx_tile")
+        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512vbmi",
+                            "amx_bf16", "amx_int8", "amx_tile")
                 if f" {f}" in flags],
         "load_avg_start": load_avg(),
     }
