@@ -12,6 +12,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/emulation/avx512_intrinsics.h"
 
@@ -80,14 +81,22 @@ inline void TileStore(int t, void* base, int64_t stride) {
 
 inline void TileZero(int t) { std::memset(ConfiguredTiles({t}).data[t], 0, 16 * 64); }
 
+// The checks every tile product makes (`name` for the error): three configured tiles, none
+// twice, C of A's rows, B of one row per 4-byte group of A's row (a k-pair or k-quad) and C's
+// width. Returns the state; C has rows[c] rows of colsb[c] / 4 outputs.
+inline TileState& CheckedProductTiles(const char* name, int c, int a, int b) {
+  TileState& s = ConfiguredTiles({c, a, b});
+  if (c == a || c == b || a == b) throw std::logic_error(std::string(name) + ": a tile twice");
+  if (s.rows[a] != s.rows[c] || s.rows[b] != s.colsb[a] / 4 || s.colsb[b] != s.colsb[c]) {
+    throw std::logic_error(std::string(name) + ": tile shapes do not match");
+  }
+  return s;
+}
+
 // C[m][n] += (sum over k-pairs p of A[m][2p] B[p][2n]) + (the same over the odd halves).
 inline void TileDpbf16ps(int c, int a, int b) {
-  TileState& s = ConfiguredTiles({c, a, b});
-  if (c == a || c == b || a == b) throw std::logic_error("emulated TDPBF16PS: a tile twice");
+  TileState& s = CheckedProductTiles("emulated TDPBF16PS", c, a, b);
   const int m_rows = s.rows[c], n_cols = s.colsb[c] / 4, pairs = s.colsb[a] / 4;
-  if (s.rows[a] != m_rows || s.rows[b] != pairs || s.colsb[b] != s.colsb[c]) {
-    throw std::logic_error("emulated TDPBF16PS: tile shapes do not match");
-  }
   for (int m = 0; m < m_rows; ++m) {
     float acc[16];
     std::memcpy(acc, s.data[c][m], sizeof(acc));
@@ -109,12 +118,8 @@ inline void TileDpbf16ps(int c, int a, int b) {
 // C[m][n] += sum over k-quads p of (sum over i < 4 of u8 A[m][4p + i] * s8 B[p][4n + i]), int32
 // arithmetic that wraps (done in uint32: no signed overflow in the emulation itself).
 inline void TileDpbusd(int c, int a, int b) {
-  TileState& s = ConfiguredTiles({c, a, b});
-  if (c == a || c == b || a == b) throw std::logic_error("emulated TDPBUSD: a tile twice");
+  TileState& s = CheckedProductTiles("emulated TDPBUSD", c, a, b);
   const int m_rows = s.rows[c], n_cols = s.colsb[c] / 4, quads = s.colsb[a] / 4;
-  if (s.rows[a] != m_rows || s.rows[b] != quads || s.colsb[b] != s.colsb[c]) {
-    throw std::logic_error("emulated TDPBUSD: tile shapes do not match");
-  }
   for (int m = 0; m < m_rows; ++m) {
     uint32_t acc[16];
     std::memcpy(acc, s.data[c][m], sizeof(acc));
