@@ -282,8 +282,9 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
 
 // The TDPBUSD kernel itself at every m, 1-4 included, which the AMX table keeps on vpdpbusd:
 // the two kernels' outputs are the same bits, so the table's tests above cannot tell which one
-// ran. Decode tiles of m rows (1-16), whole 16-row tiles past 16 (17, 31, 33: a tail tile of
-// one row pair or one row), several k chunks (1,100: 18 tiles of 64), views inside a block.
+// ran. Decode tiles of m rows (1-16); past 16 rows whole 16-row tiles, in pairs (17, 31) and
+// then a lone tail tile (33), over two k chunks of 16 tiles (k 1,100: 18 tiles of 64); views
+// inside a block.
 TEST(W8A8Amx, TileKernelMatchesRefAtEveryShape) {
   if (!AmxHasW8A8()) GTEST_SKIP() << "no AMX-INT8 on this CPU";
   std::mt19937 rng(15);

@@ -1,5 +1,5 @@
-// Entry points of the AMX kernels (kernels/amx/*.cc). Only dispatch.cc (and the kernel tests,
-// through the table) call them, and only after checking the CPU (CpuHasAmxBf16, CpuHasAmxInt8 in
+// Entry points of the AMX kernels (kernels/amx/*.cc). Only dispatch.cc and the kernel tests
+// call them, and only after checking the CPU (CpuHasAmxBf16, CpuHasAmxInt8 in
 // base/cpu_features.h).
 #pragma once
 

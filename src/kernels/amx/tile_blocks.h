@@ -14,9 +14,9 @@
 //
 // Decode (m <= 16, one activation tile): 4 accumulators over all of k, one A tile, the 4 weight
 // streams of 4 column blocks read in turn into the three B tiles, with software prefetch 4 KiB
-// ahead in each (without it, a third slower). Batches: k in chunks of 16 tiles; per chunk, each
-// pair of column blocks meets every 32-row tile pair (2 x 2 accumulators, loaded from and stored
-// to a buffer between chunks), so its weights come from memory once per call.
+// ahead in each (without it the bf16 kernel was a third slower). Batches: k in chunks of 16 tiles;
+// per chunk, each pair of column blocks meets every 32-row tile pair (2 x 2 accumulators, loaded
+// from and stored to a buffer between chunks), so its weights come from memory once per call.
 //
 // Include only inside LATENT_AMX_BEGIN ... LATENT_AMX_END (amx_target.h), after
 // avx512/avx512_common.h, with kernels/tile_pack.h included before the region.
