@@ -116,22 +116,21 @@ inline void TileDpbf16ps(int c, int a, int b) {
 }
 
 // C[m][n] += sum over k-quads p of (sum over i < 4 of u8 A[m][4p + i] * s8 B[p][4n + i]), int32
-// arithmetic that wraps (done in uint32: no signed overflow in the emulation itself).
+// arithmetic that wraps (done in uint32: no signed overflow in the emulation itself). Sums modulo
+// 2^32 are the same in any order, so the loops run in the order that vectorizes (n innermost).
 inline void TileDpbusd(int c, int a, int b) {
   TileState& s = CheckedProductTiles("emulated TDPBUSD", c, a, b);
   const int m_rows = s.rows[c], n_cols = s.colsb[c] / 4, quads = s.colsb[a] / 4;
   for (int m = 0; m < m_rows; ++m) {
     uint32_t acc[16];
     std::memcpy(acc, s.data[c][m], sizeof(acc));
-    for (int n = 0; n < n_cols; ++n) {
-      for (int p = 0; p < quads; ++p) {
-        uint32_t quad = 0;
-        for (int i = 0; i < 4; ++i) {
-          const int32_t x = s.data[a][m][4 * p + i];
-          const int32_t w = static_cast<int8_t>(s.data[b][p][4 * n + i]);
-          quad += static_cast<uint32_t>(x * w);
+    for (int p = 0; p < quads; ++p) {
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t x = s.data[a][m][4 * p + i];
+        const uint8_t* w = s.data[b][p] + i;
+        for (int n = 0; n < n_cols; ++n) {
+          acc[n] += x * static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(w[4 * n])));
         }
-        acc[n] += quad;
       }
     }
     std::memcpy(s.data[c][m], acc, 4 * n_cols);
