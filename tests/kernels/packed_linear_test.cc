@@ -191,12 +191,14 @@ TEST_P(PackedLinear, UnpackedWeightsGoToTheBaseTablesKernel) {
 
 // Row i of a call over rows [0, m) of one batch equals row i computed alone, bit for bit, for
 // every m in 1..70 (so at every position of a 16-row tile, alone or in a pair of tiles, with
-// zero-padded and full last tiles), over tails of n and k.
+// zero-padded and full last tiles), over tails of n and k. k = 2,100 (66 tiles of 32) takes
+// batches through more than one k chunk of the AVX-512 kernel (64 tiles, packed_blocks.h).
 TEST_P(PackedLinear, BatchInvariantBitExact) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(4);
   constexpr int64_t kRows = 70;
-  for (const auto& shape : {std::pair<int64_t, int64_t>{37, 70}, {64, 256}, {130, 600}}) {
+  for (const auto& shape :
+       {std::pair<int64_t, int64_t>{37, 70}, {64, 256}, {130, 600}, {37, 2100}}) {
     const PackedWeight w = MakePackedWeight(table, rng, shape.first, shape.second);
     const int64_t n = w.ref.n, k = w.ref.k;
     const std::vector<float> x = RandomFloats(rng, kRows * k, -3.0f, 3.0f);
