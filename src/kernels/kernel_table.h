@@ -63,26 +63,30 @@ struct KernelTable {
                        double* block_mass);
   // Weights repacked once at load for `linear` (null in tables that read every weight as stored):
   // packed_bytes(w) is the size of w's packed copy (0: this table reads w as stored), pack(w, out)
-  // writes it to `out` (64-byte aligned). The loader then sets w.packed (kernels/linear.h,
-  // PackForLinear); linear computes the same values with or without it.
+  // writes it to `out` (64-byte aligned) in the layout packed_layout(w) names. The loader then
+  // sets w.packed and w.packed_layout (kernels/linear.h, PackForLinear); linear computes the same
+  // values with or without it.
   int64_t (*packed_bytes)(const WeightRef& w) = nullptr;
   void (*pack)(const WeightRef& w, void* out) = nullptr;
+  PackedLayout (*packed_layout)(const WeightRef& w) = nullptr;
 };
 
-// Makes t pack the weights for which Fits(w) holds with Pack (Bytes(w) bytes), keeping t's packing
-// for every other weight: packings chain, one kind of weight each (the bf16 and fp8 tile layouts,
-// tile_pack.h; the AVX2 fp8 lines, avx2/linear_fp8_packed_avx2.cc; the W8A8 blocks of AVX2,
-// avx2/linear_w8a8_avx2.cc, and of AVX512-VNNI, avx512/linear_w8a8_vnni_packed.cc). The previous
-// entries live in statics, one pair per instantiation, as KernelTable holds plain function
-// pointers: kSlot (any constant: an int, the kernel's function) tells apart tables that add the
-// same packing.
+// Makes t pack the weights for which Fits(w) holds with Pack (Bytes(w) bytes, in kLayout),
+// keeping t's packing for every other weight: packings chain, one kind of weight each (the bf16
+// and fp8 tile layouts, tile_pack.h; the AVX2 fp8 lines, avx2/linear_fp8_packed_avx2.cc; the W8A8
+// blocks of AVX2, avx2/linear_w8a8_avx2.cc, and of AVX512-VNNI, avx512/linear_w8a8_vnni_packed.cc).
+// The previous entries live in statics, one set per instantiation, as KernelTable holds plain
+// function pointers: kSlot (any constant: an int, the kernel's function) tells apart tables that
+// add the same packing.
 template <bool (*Fits)(const WeightRef&), int64_t (*Bytes)(const WeightRef&),
-          void (*Pack)(const WeightRef&, void*), auto kSlot = 0>
+          void (*Pack)(const WeightRef&, void*), PackedLayout kLayout, auto kSlot = 0>
 void AddPacking(KernelTable& t) {
   static int64_t (*other_bytes)(const WeightRef&) = nullptr;
   static void (*other_pack)(const WeightRef&, void*) = nullptr;
+  static PackedLayout (*other_layout)(const WeightRef&) = nullptr;
   other_bytes = t.packed_bytes;
   other_pack = t.pack;
+  other_layout = t.packed_layout;
   t.packed_bytes = [](const WeightRef& w) -> int64_t {
     if (Fits(w)) return Bytes(w);
     return other_bytes != nullptr ? other_bytes(w) : 0;
@@ -93,6 +97,10 @@ void AddPacking(KernelTable& t) {
     } else {
       other_pack(w, out);
     }
+  };
+  t.packed_layout = [](const WeightRef& w) {
+    if (Fits(w)) return kLayout;
+    return other_layout != nullptr ? other_layout(w) : PackedLayout::kNone;
   };
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 
 namespace latent::kernels {
@@ -38,6 +39,8 @@ std::unique_ptr<uint8_t[]> PackForLinear(const KernelTable& table, WeightRef& w,
   table.pack(w, aligned);
   w.packed = aligned;
   w.packed_row0 = 0;
+  w.packed_layout = table.packed_layout(w);
+  LATENT_CHECK(w.packed_layout != PackedLayout::kNone);
   if (bytes != nullptr) *bytes = size;
   return buffer;
 }

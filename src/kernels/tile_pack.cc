@@ -96,10 +96,8 @@ int64_t Fp8TilePackedBytes(const WeightRef& w) {
 
 void Fp8TilePack(const WeightRef& w, void* out) { PackTiles<1>(w, out); }
 
-bool ReadsFp8TilePacked(const WeightRef& w) { return w.packed != nullptr && Fp8PacksFit(w); }
-
 bool ReadsTilePacked(const WeightRef& w) {
-  return w.packed != nullptr && w.dtype == DType::kBF16 && w.bf16_activations;
+  return w.dtype == DType::kBF16 && w.bf16_activations && w.ReadsPacked(PackedLayout::kBf16Tiles);
 }
 
 void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blocks) {

@@ -50,7 +50,8 @@ inline bool TilePacks(const WeightRef& w) { return TilePackedBytes(w) > 0; }
 // AVX-512 packing the tables load with (avx512::TilePackAvx512, the same bytes).
 void TilePack(const WeightRef& w, void* out);
 
-// True when a kernel reads w from its packed copy (else it takes the table's unpacked linear).
+// True when a kernel reads w from its packed copy in the layout above (else it takes the table's
+// unpacked linear); throws when w's copy is in another layout (WeightRef::ReadsPacked).
 bool ReadsTilePacked(const WeightRef& w);
 
 // The same for fp8 weights (the layout with one-byte codes above; Fp8PacksFit also decides which
@@ -60,7 +61,6 @@ bool ReadsTilePacked(const WeightRef& w);
 bool Fp8PacksFit(const WeightRef& w);
 int64_t Fp8TilePackedBytes(const WeightRef& w);
 void Fp8TilePack(const WeightRef& w, void* out);  // reference of avx512::Fp8TilePackAvx512
-bool ReadsFp8TilePacked(const WeightRef& w);
 
 // Splits the packed blocks of w's view (rows packed_row0 .. packed_row0 + n) among the thread
 // pool for an m-row product and calls blocks(b0, b1) with packed block indices. Threads take whole
@@ -197,30 +197,31 @@ void UseTilePackedLinear(KernelTable& t) {
       unpacked(x, m, w, y, scratch);
     }
   };
-  AddPacking<TilePacks, TilePackedBytes, Pack, Packed>(t);  // t's packing for the other weights
+  // t's packing for the other weights stays.
+  AddPacking<TilePacks, TilePackedBytes, Pack, PackedLayout::kBf16Tiles, Packed>(t);
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it
 // reads packed (ReadsFp8TilePacked), and t's packing for the fp8 weights that fit (Fp8PacksFit):
-// `Bytes` bytes written by `Pack` (the fp8 tile layout: Fp8TilePackedBytes and Fp8TilePack or a
-// vector version of it; the AVX2 kernel's own layout); every other weight keeps t's linear and
-// packing as they were. kSlot tells the tables that use it apart (the fallbacks live in statics,
-// one set per instantiation).
+// `Bytes` bytes written by `Pack` in kLayout (the fp8 tile layout: Fp8TilePackedBytes and
+// Fp8TilePack or a vector version of it; the AVX2 kernel's own blocks); every other weight keeps
+// t's linear and packing as they were. kSlot tells the tables that use it apart (the fallbacks
+// live in statics, one set per instantiation).
 template <void (*Packed)(const float* x, int64_t m, const WeightRef& w, float* y),
           int64_t (*Bytes)(const WeightRef& w), void (*Pack)(const WeightRef& w, void* out),
-          int kSlot>
+          PackedLayout kLayout, int kSlot>
 void UseFp8PackedLinear(KernelTable& t) {
   using LinearFn = void (*)(const float*, int64_t, const WeightRef&, float*, float*);
   static LinearFn other_linear = nullptr;  // t's linear before this call
   other_linear = t.linear;
   t.linear = [](const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
-    if (ReadsFp8TilePacked(w)) {
+    if (Fp8PacksFit(w) && w.ReadsPacked(kLayout)) {
       Packed(x, m, w, y);
     } else {
       other_linear(x, m, w, y, scratch);
     }
   };
-  AddPacking<Fp8PacksFit, Bytes, Pack, kSlot>(t);
+  AddPacking<Fp8PacksFit, Bytes, Pack, kLayout, kSlot>(t);
 }
 
 }  // namespace latent::kernels

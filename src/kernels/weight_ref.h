@@ -9,6 +9,23 @@
 
 namespace latent::kernels {
 
+// The layout of a weight's packed copy (WeightRef::packed). The table that packs a weight names
+// its layout (KernelTable::packed_layout), the loader keeps it beside the copy, and every kernel
+// that reads a packed copy checks it first (WeightRef::ReadsPacked). A copy reaching a kernel
+// written for another layout is a bug in latent that would otherwise go unseen: its bytes look
+// like weights to any kernel, and a W8A8 weight's rows as stored are dropped once packed.
+enum class PackedLayout : uint8_t {
+  kNone,             // no packed copy: kernels read `data`
+  kBf16Tiles,        // bf16 tiles of 16 rows x 32 k (kernels/tile_pack.h): vdpbf16ps, AMX, AVX2
+  kFp8Tiles,         // fp8 codes in the same tiles (Fp8TilePack): the AVX512-BF16 fp8 kernel
+  kFp8Avx2Blocks,    // the AVX2 fp8 kernel's blocks (avx2/linear_fp8_packed_avx2.cc)
+  kW8A8Avx2Blocks,   // the AVX2 W8A8 kernel's 4-row blocks (avx2/linear_w8a8_avx2.cc)
+  kW8A8QuadTiles,    // int8 k-quads in 16-row tiles (kW8A8PackK): vpdpbusd and AMX's TDPBUSD
+};
+
+// "bf16-tiles", "w8a8-quad-tiles", ...: for messages.
+const char* PackedLayoutName(PackedLayout layout);
+
 struct WeightRef {
   const void* data = nullptr;  // [n, k] row-major, possibly unaligned (mapped file).
   DType dtype = DType::kF32;
@@ -41,7 +58,7 @@ struct WeightRef {
   bool bf16_activations = false;
   // The same matrix repacked at load for the table's linear (KernelTable::pack: the tile layouts
   // of kernels/tile_pack.h, the W8A8 blocks of kernels/avx2/linear_w8a8_avx2.cc and
-  // kernels/avx512/linear_w8a8_vnni_packed.cc), or null:
+  // kernels/avx512/linear_w8a8_vnni_packed.cc; packed_layout says which), or null:
   // read `data`. The packed copy covers the whole matrix the loader packed; packed_row0 is the
   // row of it that row 0 of this view is (Rows() moves it, so sub-views of rows use the same
   // copy). `data` stays valid for the kernels that read rows as stored (dequant_row,
@@ -50,6 +67,11 @@ struct WeightRef {
   // W8A8; model/weight_table.h).
   const void* packed = nullptr;
   int64_t packed_row0 = 0;
+  PackedLayout packed_layout = PackedLayout::kNone;  // what `packed` holds (kNone when null)
+
+  // Whether this weight has a packed copy, for a kernel that reads `reads`; throws latent::Error
+  // naming both layouts when the copy is in another one (a bug: see PackedLayout).
+  bool ReadsPacked(PackedLayout reads) const;
 
   // The sub-matrix of rows [row, row + rows): shares data, scales and the packed copy; any row,
   // also mid-block.

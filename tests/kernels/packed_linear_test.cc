@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "tensor/dtype.h"
@@ -63,6 +64,7 @@ PackedWeight MakePackedWeight(const KernelTable& table, std::mt19937& rng, int64
   w.ref.k = k;
   w.ref.bf16_activations = true;
   w.packed = PackForLinear(table, w.ref);
+  EXPECT_EQ(w.ref.packed_layout, PackedLayout::kBf16Tiles) << "every packed table: the same tiles";
   return w;
 }
 
@@ -131,6 +133,31 @@ TEST(Bf16PackedDispatch, BestKernelsFollowLatentGemm) {
     EXPECT_STREQ(BestKernelsName(), packed ? "avx2-packed" : "avx2");
     EXPECT_EQ(PacksBf16Weights(BestKernels()), packed);
     EXPECT_STREQ(BestBf16ProductsName(), "f32 fma");
+  }
+}
+
+// A packed copy carries its layout; a kernel reads a copy in its own layout only and refuses any
+// other with an error naming both (a bug: the copy's bytes would pass for weights), and a view of
+// rows keeps the layout.
+TEST(PackedLayoutCheck, ReadsItsOwnLayoutAndRefusesAnother) {
+  const uint8_t bytes[64] = {};
+  WeightRef w;
+  w.dtype = DType::kBF16;
+  w.n = 40;
+  w.k = 64;
+  EXPECT_FALSE(w.ReadsPacked(PackedLayout::kBf16Tiles)) << "no packed copy";
+  w.packed = bytes;
+  w.packed_layout = PackedLayout::kBf16Tiles;
+  EXPECT_TRUE(w.ReadsPacked(PackedLayout::kBf16Tiles));
+  EXPECT_TRUE(w.Rows(17, 5).ReadsPacked(PackedLayout::kBf16Tiles));
+  try {
+    w.Rows(16, 20).ReadsPacked(PackedLayout::kFp8Tiles);
+    ADD_FAILURE() << "an fp8 kernel read bf16 tiles";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("fp8-tiles layout was given a [20, 64] BF16 weight packed as bf16-tiles"),
+              std::string::npos)
+        << what;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/amx/amx_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
@@ -312,6 +313,38 @@ TEST(W8A8Amx, TileKernelMatchesRefAtEveryShape) {
       }
     }
   }
+}
+
+// Each family's linear reads a W8A8 copy in its own layout only: AVX2's 4-row blocks and VNNI's
+// (and AMX's) quad tiles are different bytes, and the rows as stored are gone once packed, so a
+// copy reaching the other family's kernel must stop the call, not compute from garbage.
+TEST(W8A8PackedLayout, EachFamilyRefusesTheOthersCopy) {
+  if (VnniKernels() == nullptr || Avx2PackedKernels() == nullptr) {
+    GTEST_SKIP() << "needs both AVX512-VNNI and AVX2 on this CPU";
+  }
+  std::mt19937 rng(15);
+  const int64_t n = 20, k = 70;
+  W8A8Weight avx2 = MakeW8A8(rng, n, k, 0), vnni = MakeW8A8(rng, n, k, 0);
+  PackFor(*Avx2PackedKernels(), avx2);
+  PackFor(*VnniKernels(), vnni);
+  EXPECT_EQ(avx2.ref.packed_layout, PackedLayout::kW8A8Avx2Blocks);
+  EXPECT_EQ(vnni.ref.packed_layout, PackedLayout::kW8A8QuadTiles);
+  const std::vector<float> x = Activations(rng, 8, k);
+  std::vector<float> y(8 * n), scratch(k);
+  const auto refuses = [&](const KernelTable& table, const WeightRef& w, const char* reads) {
+    for (int64_t m : {1, 8}) {  // decode and batch (AMX's rows from 5 on)
+      try {
+        table.linear(x.data(), m, w, y.data(), scratch.data());
+        ADD_FAILURE() << reads << " kernel ran over another layout at m " << m;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(reads) + " layout"), std::string::npos)
+            << e.what();
+      }
+    }
+  };
+  refuses(*VnniKernels(), avx2.ref, "w8a8-quad-tiles");
+  if (VnniAmxKernels() != nullptr) refuses(*VnniAmxKernels(), avx2.ref, "w8a8-quad-tiles");
+  refuses(*Avx2PackedKernels(), vnni.ref, "w8a8-avx2-blocks");
 }
 
 }  // namespace

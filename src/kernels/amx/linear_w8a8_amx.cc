@@ -47,7 +47,9 @@ LinearFn g_next_linear = nullptr;  // the table's linear before FillAmxW8A8Linea
 
 void LinearW8A8AmxOrNext(const float* x, int64_t m, const WeightRef& w, float* y,
                          float* scratch) {
-  if (m >= kMinRows && IsW8A8(w) && w.packed != nullptr) return LinearW8A8Amx(x, m, w, y);
+  if (m >= kMinRows && IsW8A8(w) && w.ReadsPacked(PackedLayout::kW8A8QuadTiles)) {
+    return LinearW8A8Amx(x, m, w, y);
+  }
   g_next_linear(x, m, w, y, scratch);
 }
 

@@ -390,7 +390,8 @@ void Fp8Avx2Pack(const WeightRef& w, void* out) {
 }
 
 void FillFp8PackedLinear(KernelTable& t) {
-  UseFp8PackedLinear<LinearFp8Packed, Fp8Avx2PackedBytes, Fp8Avx2Pack, 0>(t);
+  UseFp8PackedLinear<LinearFp8Packed, Fp8Avx2PackedBytes, Fp8Avx2Pack,
+                     PackedLayout::kFp8Avx2Blocks, 0>(t);
 }
 
 }  // namespace latent::kernels::avx2

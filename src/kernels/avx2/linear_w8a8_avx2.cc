@@ -316,7 +316,9 @@ void W8A8Pack(const WeightRef& w, void* out) {
   });
 }
 
-void FillW8A8Packing(KernelTable& table) { AddPacking<IsW8A8, PackedBytes, W8A8Pack>(table); }
+void FillW8A8Packing(KernelTable& table) {
+  AddPacking<IsW8A8, PackedBytes, W8A8Pack, PackedLayout::kW8A8Avx2Blocks>(table);
+}
 
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
@@ -329,7 +331,7 @@ void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
   j.x = xq;
   j.sx = sx;
   j.m = m;
-  j.packed = w.packed != nullptr;
+  j.packed = w.ReadsPacked(PackedLayout::kW8A8Avx2Blocks);
   j.q = static_cast<const int8_t*>(j.packed ? w.packed : w.data);
   j.k = w.k;
   j.block_bytes = PackedBlockBytes(w.k);

@@ -279,9 +279,11 @@ void LinearFp8Packed(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 void FillFp8PackedLinear(KernelTable& t, Fp8PackedSlot slot) {
   if (slot == Fp8PackedSlot::kAmxTable) {
-    UseFp8PackedLinear<LinearFp8Packed, Fp8TilePackedBytes, Fp8TilePackAvx512, 1>(t);
+    UseFp8PackedLinear<LinearFp8Packed, Fp8TilePackedBytes, Fp8TilePackAvx512,
+                       PackedLayout::kFp8Tiles, 1>(t);
   } else {
-    UseFp8PackedLinear<LinearFp8Packed, Fp8TilePackedBytes, Fp8TilePackAvx512, 0>(t);
+    UseFp8PackedLinear<LinearFp8Packed, Fp8TilePackedBytes, Fp8TilePackAvx512,
+                       PackedLayout::kFp8Tiles, 0>(t);
   }
 }
 

@@ -212,7 +212,7 @@ void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y) {
 void LinearW8A8OrNext(const float* x, int64_t m, const WeightRef& w, float* y, float* scratch) {
   if (w.dtype != DType::kI8 || w.row_sums == nullptr) return g_next_linear(x, m, w, y, scratch);
   if (!IsW8A8(w)) return LinearW8A8Ref(x, m, w, y);  // (it rejects the layout)
-  if (w.packed != nullptr) return LinearW8A8VnniPacked(x, m, w, y);
+  if (w.ReadsPacked(PackedLayout::kW8A8QuadTiles)) return LinearW8A8VnniPacked(x, m, w, y);
   LinearW8A8(x, m, w, y);
 }
 
@@ -221,7 +221,7 @@ void LinearW8A8OrNext(const float* x, int64_t m, const WeightRef& w, float* y, f
 void FillW8A8VnniLinear(KernelTable& t) {
   g_next_linear = t.linear;
   t.linear = LinearW8A8OrNext;
-  AddPacking<IsW8A8, W8A8VnniPackedBytes, W8A8VnniPack>(t);
+  AddPacking<IsW8A8, W8A8VnniPackedBytes, W8A8VnniPack, PackedLayout::kW8A8QuadTiles>(t);
 }
 
 }  // namespace latent::kernels::avx512

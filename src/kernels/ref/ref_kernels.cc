@@ -105,15 +105,6 @@ void RefTransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y
 
 }  // namespace
 
-WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {
-  WeightRef sub = *this;
-  sub.n = rows;
-  sub.data = static_cast<const uint8_t*>(data) + row * k * DTypeSize(dtype);
-  sub.scale_row0 = scale_row0 + row;  // scales stay those of the full matrix
-  sub.packed_row0 = packed_row0 + row;  // and so does the packed copy
-  return sub;
-}
-
 const KernelTable& RefKernels() {
   static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
                                  RefSiluMul, RefTransposedLinear, AttentionRef,
