@@ -87,6 +87,9 @@ void TileRow(const PackedCall<uint8_t>& j, int64_t b, Finish& finish) {
   const int64_t lda = j.tiles * kTileRowBytes;
   const uint8_t* w = j.packed + b * j.block_bytes;
   const int64_t bb = j.block_bytes;
+  // Prefetches stay inside the view's blocks (a pointer past the copy's end is undefined, even
+  // only prefetched): the view's last 4 KiB are read without.
+  const int64_t end = (j.row0 + j.n + kTileRows - 1) / kTileRows * bb;  // bytes from j.packed
   _tile_zero(0);
   if constexpr (NT > 1) _tile_zero(1);
   if constexpr (NT > 2) _tile_zero(2);
@@ -94,8 +97,10 @@ void TileRow(const PackedCall<uint8_t>& j, int64_t b, Finish& finish) {
   for (int64_t kk = 0; kk < j.tiles; ++kk) {
     const uint8_t* t = w + kk * kTileBytes;
     for (int s = 0; s < NT; ++s) {
+      const int64_t ahead = (b + s) * bb + kk * kTileBytes + kPrefetch;
+      if (ahead + kTileBytes > end) continue;
       for (int64_t l = 0; l < kTileBytes; l += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(t + s * bb + kPrefetch + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(j.packed + ahead + l), _MM_HINT_T0);
       }
     }
     _tile_loadd(4, j.x + kk * kTileRowBytes, lda);
