@@ -36,11 +36,12 @@ std::unique_ptr<uint8_t[]> PackForLinear(const KernelTable& table, WeightRef& w,
   const uintptr_t end = (address + static_cast<uintptr_t>(size + kAlign)) / kHuge * kHuge;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 #endif
+  const PackedLayout layout = table.packed_layout(w);
+  LATENT_CHECK(layout != PackedLayout::kNone);
   table.pack(w, aligned);
   w.packed = aligned;
   w.packed_row0 = 0;
-  w.packed_layout = table.packed_layout(w);
-  LATENT_CHECK(w.packed_layout != PackedLayout::kNone);
+  w.packed_layout = layout;
   if (bytes != nullptr) *bytes = size;
   return buffer;
 }

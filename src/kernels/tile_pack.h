@@ -202,7 +202,7 @@ void UseTilePackedLinear(KernelTable& t) {
 }
 
 // Makes `Packed` (y[m, n] = bf16(x) . W^T from the packed codes) t's linear for the fp8 weights it
-// reads packed (ReadsFp8TilePacked), and t's packing for the fp8 weights that fit (Fp8PacksFit):
+// reads packed (Fp8PacksFit and a copy in kLayout), and t's packing for the fp8 weights that fit:
 // `Bytes` bytes written by `Pack` in kLayout (the fp8 tile layout: Fp8TilePackedBytes and
 // Fp8TilePack or a vector version of it; the AVX2 kernel's own blocks); every other weight keeps
 // t's linear and packing as they were. kSlot tells the tables that use it apart (the fallbacks

@@ -1,5 +1,7 @@
 #include "kernels/weight_ref.h"
 
+#include <string>
+
 #include "base/error.h"
 
 namespace latent::kernels {
@@ -16,14 +18,27 @@ const char* PackedLayoutName(PackedLayout layout) {
   return "unknown";
 }
 
+namespace {
+
+[[noreturn]] void FailLayout(const WeightRef& w, PackedLayout reads) {
+  const std::string has = w.packed == nullptr
+                              ? std::string("with no packed copy")
+                              : StrCat("packed as ", PackedLayoutName(w.packed_layout));
+  Fail("a kernel that reads packed weights in the ", PackedLayoutName(reads),
+       " layout was given a [", w.n, ", ", w.k, "] ", DTypeName(w.dtype), " weight ", has,
+       " (kernels/weight_ref.h, PackedLayout)");
+}
+
+}  // namespace
+
 bool WeightRef::ReadsPacked(PackedLayout reads) const {
   if (packed == nullptr) return false;
-  if (packed_layout != reads) {
-    Fail("a kernel that reads packed weights in the ", PackedLayoutName(reads),
-         " layout was given a [", n, ", ", k, "] ", DTypeName(dtype), " weight packed as ",
-         PackedLayoutName(packed_layout), " (kernels/weight_ref.h, PackedLayout)");
-  }
+  if (packed_layout != reads) FailLayout(*this, reads);
   return true;
+}
+
+void WeightRef::ExpectPacked(PackedLayout reads) const {
+  if (!ReadsPacked(reads)) FailLayout(*this, reads);
 }
 
 WeightRef WeightRef::Rows(int64_t row, int64_t rows) const {

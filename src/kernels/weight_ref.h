@@ -67,11 +67,14 @@ struct WeightRef {
   // W8A8; model/weight_table.h).
   const void* packed = nullptr;
   int64_t packed_row0 = 0;
-  PackedLayout packed_layout = PackedLayout::kNone;  // what `packed` holds (kNone when null)
+  PackedLayout packed_layout = PackedLayout::kNone;  // what `packed` holds (read only with it)
 
   // Whether this weight has a packed copy, for a kernel that reads `reads`; throws latent::Error
-  // naming both layouts when the copy is in another one (a bug: see PackedLayout).
+  // naming both layouts when the copy is in another one (a bug: see PackedLayout). On a pool
+  // thread nothing catches it: the process ends with that message.
   bool ReadsPacked(PackedLayout reads) const;
+  // The same for a kernel that reads packed copies only: throws when there is none, too.
+  void ExpectPacked(PackedLayout reads) const;
 
   // The sub-matrix of rows [row, row + rows): shares data, scales and the packed copy; any row,
   // also mid-block.

@@ -12,9 +12,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/cpu_features.h"
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "kernels/tile_pack.h"
@@ -234,6 +236,31 @@ TEST_P(Fp8PackedLinear, ReadsThePackedCopy) {
   WeightRef moved = w.ref;
   moved.data = zeros.data();  // the codes as stored no longer matter; the scales still do
   EXPECT_EQ(RunLinear(table, x, 5, moved), y);
+}
+
+// The AVX-512 fp8 kernel (AMX's table runs it too) reads fp8 tiles, the AVX2 one its own blocks:
+// each table tags its copy so, and each kernel refuses the other's copy with an error naming both.
+TEST(Fp8PackedLayout, EachFamilyRefusesTheOthersCopy) {
+  if (PackedWithFp8() == nullptr || Avx2PackedKernels() == nullptr) {
+    GTEST_SKIP() << "needs AVX512_BF16 + AVX512-VBMI and AVX2 on this CPU";
+  }
+  std::mt19937 rng(16);
+  const Fp8Weight tiles = MakeFp8Weight(*PackedWithFp8(), rng, 40, 256, 128, 128);
+  const Fp8Weight blocks = MakeFp8Weight(*Avx2PackedKernels(), rng, 40, 256, 128, 128);
+  EXPECT_EQ(tiles.ref.packed_layout, PackedLayout::kFp8Tiles);
+  EXPECT_EQ(blocks.ref.packed_layout, PackedLayout::kFp8Avx2Blocks);
+  const std::vector<float> x = RandomFloats(rng, 8 * 256);
+  const auto refuses = [&](const KernelTable& table, const WeightRef& w, const char* reads) {
+    try {
+      RunLinear(table, x, 8, w);
+      ADD_FAILURE() << reads << " kernel ran over another layout";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(reads) + " layout"), std::string::npos)
+          << e.what();
+    }
+  };
+  refuses(*PackedWithFp8(), blocks.ref, "fp8-tiles");
+  refuses(*Avx2PackedKernels(), tiles.ref, "fp8-avx2-blocks");
 }
 
 TEST_P(Fp8PackedLinear, OtherFp8WeightsGoToTheUnpackedKernel) {

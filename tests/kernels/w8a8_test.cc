@@ -10,10 +10,12 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
 #include "kernels/amx/amx_kernels.h"
+#include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "kernels/quantize_row.h"
@@ -345,6 +347,12 @@ TEST(W8A8PackedLayout, EachFamilyRefusesTheOthersCopy) {
   refuses(*VnniKernels(), avx2.ref, "w8a8-quad-tiles");
   if (VnniAmxKernels() != nullptr) refuses(*VnniAmxKernels(), avx2.ref, "w8a8-quad-tiles");
   refuses(*Avx2PackedKernels(), vnni.ref, "w8a8-avx2-blocks");
+  // The packed kernel itself, called directly: it reads packed copies only, so a weight with
+  // none stops it too.
+  const W8A8Weight stored = MakeW8A8(rng, n, k, 0);
+  for (const WeightRef* w : {&std::as_const(avx2.ref), &stored.ref}) {
+    EXPECT_THROW(avx512::LinearW8A8VnniPacked(x.data(), 8, *w, y.data()), Error);
+  }
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
 
 // The W8A8 linear (linear_w8a8_avx2.cc): y [m, n] for x [m, k] and a weight with IsW8A8(w)
-// (ref/linear_w8a8_ref.h), bit for bit the reference's. It reads w.packed as W8A8Pack's layout
-// when set (only FillW8A8Packing's tables pack W8A8 weights in it), else the rows as stored.
+// (ref/linear_w8a8_ref.h), bit for bit the reference's. It reads w.packed when set, in W8A8Pack's
+// layout only (only FillW8A8Packing's tables pack W8A8 weights in it; any other layout throws,
+// WeightRef::ReadsPacked), else the rows as stored.
 // FillLinearKernels' linear calls it, and so do the AVX-512 tables on CPUs without VNNI (which
 // pack no W8A8 weight; those with VNNI pack their own layout and never call this).
 void LinearW8A8(const float* x, int64_t m, const WeightRef& w, float* y);

@@ -29,6 +29,7 @@ struct W8A8PackedCall : PackedCall<uint8_t> {  // x: [rows, kp] u8 = xq + 128, p
 // xq = 0.
 W8A8PackedCall MakeW8A8PackedCall(const float* x, int64_t m, const WeightRef& w, float* y,
                                   int64_t rows) {
+  w.ExpectPacked(PackedLayout::kW8A8QuadTiles);  // both kernels are also called directly
   W8A8PackedCall j;
   static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y, kW8A8PackK);
   const int64_t k = w.k, kp = j.kp;
