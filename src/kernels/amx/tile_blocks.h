@@ -88,7 +88,7 @@ void TileRow(const PackedCall<uint8_t>& j, int64_t b, Finish& finish) {
   const uint8_t* w = j.packed + b * j.block_bytes;
   const int64_t bb = j.block_bytes;
   // Prefetches stay inside the view's blocks (a pointer past the copy's end is undefined, even
-  // only prefetched): the view's last 4 KiB are read without.
+  // only prefetched): those aimed past its last block are skipped.
   const int64_t end = (j.row0 + j.n + kTileRows - 1) / kTileRows * bb;  // bytes from j.packed
   _tile_zero(0);
   if constexpr (NT > 1) _tile_zero(1);
