@@ -70,8 +70,8 @@ struct WeightRef {
   PackedLayout packed_layout = PackedLayout::kNone;  // what `packed` holds (read only with it)
 
   // Whether this weight has a packed copy, for a kernel that reads `reads`; throws latent::Error
-  // naming both layouts when the copy is in another one (a bug: see PackedLayout). On a pool
-  // thread nothing catches it: the process ends with that message.
+  // naming both layouts when the copy is in another one (a bug: see PackedLayout); from a pool
+  // chunk, threads::ParallelFor rethrows it on its caller.
   bool ReadsPacked(PackedLayout reads) const;
   // The same for a kernel that reads packed copies only: throws when there is none, too.
   void ExpectPacked(PackedLayout reads) const;

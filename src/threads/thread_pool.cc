@@ -12,9 +12,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -126,6 +128,7 @@ class Pool {
     chunks_.store(chunks, std::memory_order_release);
     fn_obj_.store(&fn, std::memory_order_release);
     done_.store(0, std::memory_order_release);
+    failed_.store(false, std::memory_order_release);
     const uint32_t gen = epoch_.load(std::memory_order_relaxed) + 1;
     state_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
     epoch_.store(gen, std::memory_order_seq_cst);
@@ -138,7 +141,13 @@ class Pool {
     // close, its claim on this job's state would succeed, run a chunk with mixed parameters and
     // count it done for the next job, which would then return while a chunk still runs.
     state_.store((static_cast<uint64_t>(gen) << 32) | kClosed, std::memory_order_seq_cst);
+    std::exception_ptr error;
+    if (failed_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      error = std::exchange(error_, nullptr);
+    }
     busy_.store(false, std::memory_order_release);
+    if (error) std::rethrow_exception(error);
   }
 
  private:
@@ -162,13 +171,28 @@ class Pool {
                                         std::memory_order_acquire)) {
         continue;
       }
-      (*fn)(index * grain, std::min(n, (index + 1) * grain));
+      RunChunk(*fn, index * grain, std::min(n, (index + 1) * grain));
       if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == chunks) {
         // The job's last chunk: wake the caller if it went to sleep waiting for it.
         finished_.fetch_add(1, std::memory_order_seq_cst);
         if (caller_sleeping_.load(std::memory_order_seq_cst)) FutexWakeAll(&finished_);
       }
       s = state_.load(std::memory_order_acquire);
+    }
+  }
+
+  // One chunk, unless one of the job's chunks has thrown: the first exception is kept for the
+  // caller, who rethrows it once every chunk is done and the job closed (an exception leaving a
+  // worker's loop would end the process; one leaving the caller's RunChunks would leave the job
+  // open and the pool busy for good). The chunks after it are skipped: the job has failed.
+  void RunChunk(const RangeFn& fn, int64_t begin, int64_t end) {
+    if (failed_.load(std::memory_order_acquire)) return;
+    try {
+      fn(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_release);
     }
   }
 
@@ -238,6 +262,9 @@ class Pool {
   alignas(64) std::atomic<bool> busy_{false};
   std::atomic<int64_t> n_{0}, grain_{1}, chunks_{0};
   std::atomic<const RangeFn*> fn_obj_{nullptr};
+  std::atomic<bool> failed_{false};  // a chunk of the current job has thrown
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // its exception (error_mutex_)
 };
 
 std::mutex g_pool_mutex;

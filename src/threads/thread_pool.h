@@ -6,7 +6,10 @@
 // n and grain) and hands them out dynamically; the caller runs chunks too and returns when all
 // are done. Kernels must compute each output the same way whichever thread runs its chunk, so
 // results never depend on the thread count or on timing. A ParallelFor issued while the pool is
-// busy (from inside a chunk, or from a second thread) runs its chunks inline on the caller.
+// busy (from inside a chunk, or from a second thread) runs its chunks inline on the caller. A
+// chunk that throws, on any thread, fails the job: the chunks not yet started are skipped, and
+// ParallelFor rethrows the first exception on the caller once the others have ended, with the
+// pool ready for the next job.
 //
 // Why not OpenMP: the same pool semantics (spin then sleep, inline when nested) with no
 // -fopenmp on every library, and a process-wide thread count that also applies to jobs started

@@ -5,12 +5,12 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <set>
-
-#include <atomic>
-#include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -144,6 +144,53 @@ TEST(ThreadPool, NestedAndConcurrentCallsRunInline) {
   job();
   other.join();
   EXPECT_EQ(total.load(), 2 * 200 * 8 * 10);
+  SetNumThreads(saved);
+}
+
+// A chunk that throws, on a worker or on the caller, or inside a nested call, fails its job:
+// ParallelFor rethrows the first exception on the caller, and the pool then runs jobs on all its
+// threads again (a worker's exception used to end the process, and the caller's left the pool
+// busy, so that every later job ran on the caller alone).
+TEST(ThreadPool, AChunksExceptionReachesTheCallerAndThePoolGoesOn) {
+  const int saved = NumThreads();
+  SetNumThreads(2);
+  for (int rep = 0; rep < 50; ++rep) {
+    // Every chunk throws: the caller's and the worker's alike; one exception comes out.
+    EXPECT_THROW(ParallelFor(64, 1, [](int64_t, int64_t) { throw std::runtime_error("each"); }),
+                 std::runtime_error);
+    try {
+      ParallelFor(16, 1, [](int64_t b, int64_t) {
+        if (b == 7) throw std::runtime_error("chunk 7");
+      });
+      ADD_FAILURE() << "chunk 7 threw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "chunk 7");
+    }
+    try {  // from a nested call, which runs inline inside the outer chunk
+      ParallelFor(4, 1, [](int64_t, int64_t) {
+        ParallelFor(4, 1, [](int64_t b, int64_t) {
+          if (b == 2) throw std::runtime_error("inner");
+        });
+      });
+      ADD_FAILURE() << "the inner chunk threw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "inner");
+    }
+  }
+  // Two chunks that wait for each other: they meet only if the pool runs them on two threads.
+  std::atomic<int> started{0};
+  std::atomic<bool> met{true};
+  ParallelFor(2, 1, [&](int64_t, int64_t) {
+    started.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        met = false;
+        return;
+      }
+    }
+  });
+  EXPECT_TRUE(met) << "the pool stayed busy after a failed job";
   SetNumThreads(saved);
 }
 

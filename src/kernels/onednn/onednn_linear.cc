@@ -100,8 +100,8 @@ bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
   const int64_t threads = threads::NumThreads();
   const int64_t width = ((n + threads - 1) / threads + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
   const int64_t slices = (n + width - 1) / width;
-  // Create the (at most four) matmuls here, where a failure can still fall back: an exception
-  // must not escape a pool thread.
+  // Create the (at most four) matmuls here, where a failure can still fall back: thrown from a
+  // pool chunk it would fail the whole call (threads::ParallelFor rethrows it on the caller).
   SingleThreadedOnednn();
   try {
     for (int64_t rows : {std::min(m, kMaxRows), (m - 1) % kMaxRows + 1}) {
