@@ -162,7 +162,7 @@ TEST(ThreadPool, AChunksExceptionReachesTheCallerAndThePoolGoesOn) {
       ParallelFor(16, 1, [](int64_t b, int64_t) {
         if (b == 7) throw std::runtime_error("chunk 7");
       });
-      ADD_FAILURE() << "chunk 7 threw";
+      ADD_FAILURE() << "chunk 7's exception was not rethrown";
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "chunk 7");
     }
@@ -172,11 +172,30 @@ TEST(ThreadPool, AChunksExceptionReachesTheCallerAndThePoolGoesOn) {
           if (b == 2) throw std::runtime_error("inner");
         });
       });
-      ADD_FAILURE() << "the inner chunk threw";
+      ADD_FAILURE() << "the inner chunk's exception was not rethrown";
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "inner");
     }
   }
+  // A worker's chunk throws for sure: the caller holds chunk 0 until the worker, which alone can
+  // take chunk 1, has thrown from it.
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> worker_threw{false};
+  try {
+    ParallelFor(2, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() != caller) {
+        worker_threw = true;
+        throw std::runtime_error("worker");
+      }
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!worker_threw.load() && std::chrono::steady_clock::now() < deadline) {
+      }
+    });
+    ADD_FAILURE() << "the worker's exception was not rethrown";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "worker");
+  }
+  EXPECT_TRUE(worker_threw.load());
   // Two chunks that wait for each other: they meet only if the pool runs them on two threads.
   std::atomic<int> started{0};
   std::atomic<bool> met{true};
