@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
@@ -103,6 +104,18 @@ inline void PrintTo(const FastTable& table, std::ostream* os) { *os << table.nam
 inline FastTable Avx512Table() { return {"avx512", Avx512Kernels, "no AVX-512 on this CPU"}; }
 inline FastTable Avx2Table() {
   return {"avx2", Avx2Kernels, "no AVX2 + FMA + F16C (or no OS ymm state) on this CPU"};
+}
+
+// Runs call(), which must throw latent::Error with `part` in its message (the packed-layout
+// checks: kernels/weight_ref.h).
+template <class Call>
+void ExpectErrorNaming(Call&& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "no error naming \"" << part << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace latent::kernels::testing
