@@ -170,7 +170,7 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
   LATENT_REQUIRE_TABLE(fast);
   std::mt19937 rng(11);
   // k = 4,200 (66 tiles of 64): batches through more than one k chunk of the VNNI packed kernel
-  // (64 tiles, avx512/packed_blocks.h) and of AMX's (16 tiles), then a tail.
+  // (64 tiles, avx512/packed_blocks.h) and of AMX's (64 tiles, amx/tile_blocks.h), then a tail.
   for (int64_t k : {1, 15, 63, 64, 65, 130, 600, 2050, 4200}) {
     for (int64_t n : {1, 3, 4, 5, 7, 8, 9, 67}) {
       if (k > 4096 && n != 67) continue;  // one shape past a chunk keeps the reference's time down
@@ -286,15 +286,15 @@ TEST_P(W8A8Kernels, IsBatchAndThreadInvariant) {
   ASSERT_EQ(0, std::memcmp(want.data(), batch.data(), sizeof(float) * m * n));
 }
 
-// The TDPBUSD kernel itself at every m, 1-4 included, which the AMX table keeps on vpdpbusd:
+// The TDPBUSD kernel itself at every m, 1-2 included, which the AMX table keeps on vpdpbusd:
 // the two kernels' outputs are the same bits, so the table's tests above cannot tell which one
 // ran. Decode tiles of m rows (1-16); past 16 rows whole 16-row tiles, in pairs (17, 31) and
-// then a lone tail tile (33), over two k chunks of 16 tiles (k 1,100: 18 tiles of 64); views
+// then a lone tail tile (33), over two k chunks of 64 tiles (k 4,200: 66 tiles of 64); views
 // inside a block.
 TEST(W8A8Amx, TileKernelMatchesRefAtEveryShape) {
   if (!AmxHasW8A8()) GTEST_SKIP() << "no AMX-INT8 on this CPU";
   std::mt19937 rng(15);
-  for (int64_t k : {64, 65, 1100}) {
+  for (int64_t k : {64, 65, 4200}) {
     for (int64_t n : {9, 67}) {
       std::mt19937 same = rng;
       const W8A8Weight stored = MakeW8A8(same, n, k, 1);

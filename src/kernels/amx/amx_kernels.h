@@ -15,11 +15,11 @@ namespace latent::kernels::amx {
 void FillAmxLinear(KernelTable& table);
 
 // Wraps table.linear (filled before, with the AVX512-VNNI W8A8 kernel and packing): W8A8 weights
-// with a packed copy go to the TDPBUSD kernel (linear_w8a8_amx.cc) from 5 rows on, the same bits
+// with a packed copy go to the TDPBUSD kernel (linear_w8a8_amx.cc) from 3 rows on, the same bits
 // as the kernel it wraps. Needs AMX-INT8 (CpuHasAmxInt8).
 void FillAmxW8A8Linear(KernelTable& table);
 
-// The TDPBUSD kernel itself, at any m (the table sends it 5 rows or more): y[m, n] for a view of a
+// The TDPBUSD kernel itself, at any m (the table sends it 3 rows or more): y[m, n] for a view of a
 // W8A8 weight whose packed copy the AVX512-VNNI tables made. Exposed for the kernel tests.
 void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
 
