@@ -221,7 +221,7 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
   try {
     model_->Forward(batch, form, logits, trace);
-  } catch (const Error&) {
+  } catch (...) {  // counted as any step, then the engine fails the step's requests
     finish();
     throw;
   }

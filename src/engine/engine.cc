@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "base/error.h"
 #include "base/profile.h"
@@ -450,11 +452,22 @@ bool Engine::Step() {
   }
   scope.reset();
   float* logits = activations_.Logits(static_cast<int64_t>(batch_.forward.logits_rows.size()));
+  std::optional<std::string> failure;  // set when the forward threw
   try {
     model_->Forward(batch_.forward, options_.attention, logits);
   } catch (const Error& e) {
-    // Fail what ran in this step; the rest of the engine goes on.
-    for (const ScheduledChunk& chunk : plan.chunks) Finish(*chunk.seq, FinishReason::kError, e.what());
+    failure = e.what();
+  } catch (const std::exception& e) {  // std::bad_alloc, a library's own error
+    failure = StrCat("the forward failed: ", e.what());
+  } catch (...) {
+    failure = "the forward failed with an unknown exception";
+  }
+  if (failure) {
+    // Fail what ran in this step; the rest of the engine goes on. Nothing of the step is kept:
+    // its rows count as computed, and join the prefix cache, only in Commit.
+    for (const ScheduledChunk& chunk : plan.chunks) {
+      Finish(*chunk.seq, FinishReason::kError, *failure);
+    }
     RetireFinished();
     PublishGauges();
     return true;

@@ -1,8 +1,7 @@
 // The engine driven from many threads while its loop runs (Start()): Submit, Cancel and Metrics
 // concurrently, as the server's HTTP threads do. Run under TSan by `make test-tsan`; in the plain
 // build it checks that every request ends exactly once and that the cache is free afterwards.
-// The model is a small fake (one layer, a 64-token vocabulary) that writes and reads real cache
-// rows, so the paged cache and the block pool are exercised as in serving.
+// The model is a small fake that writes and reads real cache rows (fake_cache_model.h).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,59 +14,12 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/model.h"
+#include "fake_cache_model.h"
 
 namespace latent::engine {
 namespace {
 
-class FakeModel : public model::Model {
- public:
-  FakeModel() {
-    c_.model_type = "deepseek_v3";
-    c_.architecture = "deepseek_v3";
-    c_.vocab_size = 64;
-    c_.hidden_size = 8;
-    c_.num_hidden_layers = 1;
-    c_.num_attention_heads = 1;
-    c_.max_position_embeddings = 4096;
-    c_.kv_lora_rank = 6;
-    c_.qk_nope_head_dim = 2;
-    c_.qk_rope_head_dim = 2;
-    c_.v_head_dim = 2;
-    c_.moe_layers = {false};
-    c_.dtype = "float32";
-  }
-  const model::ModelConfig& config() const override { return c_; }
-
-  // Each token's cached row holds its id; a logits row favours (sum of the ids its sequence has
-  // cached up to it) mod vocab, so the output depends on what the cache holds.
-  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
-               model::ForwardTrace*) const override {
-    const cache::PagedRows& cache = *batch.rows;
-    const int64_t width = c_.kv_lora_rank + c_.qk_rope_head_dim;
-    std::vector<float> row(width);
-    for (size_t t = 0; t < batch.token_ids.size(); ++t) {
-      std::fill(row.begin(), row.end(), float(batch.token_ids[t]));
-      cache.WriteRow(batch.BlockTable(batch.seq_slots[t]), 0, model::kLatentRow, batch.positions[t],
-                     row.data());
-    }
-    std::vector<float> rows;
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
-      const int32_t t = batch.logits_rows[r];
-      const int64_t count = batch.positions[t] + 1;
-      rows.resize(count * width);
-      cache.GatherRows(batch.BlockTable(batch.seq_slots[t]), 0, model::kLatentRow, count, rows.data());
-      int64_t sum = 0;
-      for (int64_t p = 0; p < count; ++p) sum += static_cast<int64_t>(rows[p * width]);
-      float* out = logits + r * c_.vocab_size;
-      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = float(v % 7) * 0.1f;
-      out[sum % c_.vocab_size] = 5.0f;
-    }
-  }
-
- private:
-  model::ModelConfig c_;
-};
+using testing::FakeCacheModel;
 
 // Runs ~150 requests from 6 threads (a third cancelled) with Metrics() read all along, and
 // returns the engine's metrics at the end.
@@ -79,7 +31,7 @@ EngineMetrics SubmitCancelAndReadMetricsFromManyThreads(int32_t speculative_toke
   options.max_seqs = 16;
   options.check_invariants = true;
   options.speculative_tokens = speculative_tokens;
-  Engine engine(std::make_unique<FakeModel>(), model::GenerationConfig{}, options);
+  Engine engine(std::make_unique<FakeCacheModel>(), model::GenerationConfig{}, options);
   engine.Start();
 
   constexpr int kThreads = 6, kRequestsPerThread = 25;
