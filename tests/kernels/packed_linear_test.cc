@@ -212,7 +212,8 @@ TEST_P(PackedLinear, UnpackedWeightsGoToTheBaseTablesKernel) {
 // Row i of a call over rows [0, m) of one batch equals row i computed alone, bit for bit, for
 // every m in 1..70 (so at every position of a 16-row tile, alone or in a pair of tiles, with
 // zero-padded and full last tiles), over tails of n and k. k = 2,100 (66 tiles of 32) takes
-// batches through more than one k chunk of the AVX-512 kernel (64 tiles, packed_blocks.h).
+// batches through more than one k chunk of the AVX-512 kernel (64 tiles, packed_blocks.h) and of
+// AMX's (64 tiles, amx/tile_blocks.h).
 TEST_P(PackedLinear, BatchInvariantBitExact) {
   LATENT_REQUIRE_TABLE(table);
   std::mt19937 rng(4);

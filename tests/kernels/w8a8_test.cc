@@ -30,7 +30,7 @@ using testing::ThreadCount;
 
 // The fast W8A8 kernels: AVX512-VNNI (vpdpbusd) over its tables' packed copy (the AVX-512 table
 // and the bf16 packed one, which chains to its packing) and, in the tests that do not pack, over
-// the rows as stored; on the AMX table, TDPBUSD over the same copy from 5 rows on (vpdpbusd
+// the rows as stored; on the AMX table, TDPBUSD over the same copy from 3 rows on (vpdpbusd
 // below); AVX2 (vpmaddubsw) over the rows as stored and over the AVX2 packed table's copy; each
 // run where the CPU has it; all must equal the reference bit for bit.
 const KernelTable* VnniKernels() { return Avx512HasW8A8Vnni() ? Avx512Kernels() : nullptr; }
@@ -53,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(
                       testing::FastTable{"vnni_bf16_packed", VnniBf16PackedKernels,
                                          "no AVX512-VNNI and AVX512-BF16 on this CPU"},
                       // The default on AMX CPUs: its tile packing keeps VNNI's too, and from
-                      // 5 rows on, with AMX-INT8, TDPBUSD reads it.
+                      // 3 rows on, with AMX-INT8, TDPBUSD reads it.
                       testing::FastTable{"vnni_amx", VnniAmxKernels, "no AMX (or AVX512-VNNI) on this CPU"},
                       testing::Avx512Table(),  // without VNNI: the AVX2 kernel, row-major
                       testing::Avx2Table(),
@@ -303,7 +303,7 @@ TEST(W8A8Amx, TileKernelMatchesRefAtEveryShape) {
       ASSERT_NE(w.packed, nullptr);
       for (int64_t row0 : {0, 5}) {
         const int64_t rows = n - row0 - 2;
-        for (int64_t m : {1, 2, 4, 5, 15, 16, 17, 31, 33}) {
+        for (int64_t m : {1, 2, 3, 4, 5, 15, 16, 17, 31, 33}) {
           const std::vector<float> x = Activations(rng, m, k);
           std::vector<float> want(m * rows), got(m * rows, NAN), scratch(k);
           RefKernels().linear(x.data(), m, stored.ref.Rows(row0, rows), want.data(),
@@ -334,7 +334,7 @@ TEST(W8A8PackedLayout, EachFamilyRefusesTheOthersCopy) {
   const std::vector<float> x = Activations(rng, 8, k);
   std::vector<float> y(8 * n), scratch(k);
   const auto refuses = [&](const KernelTable& table, const WeightRef& w, const char* reads) {
-    for (int64_t m : {1, 8}) {  // decode and batch (AMX's rows from 5 on)
+    for (int64_t m : {1, 8}) {  // decode and batch (AMX's rows from 3 on)
       SCOPED_TRACE(m);
       testing::ExpectErrorNaming(
           [&] { table.linear(x.data(), m, w, y.data(), scratch.data()); },

@@ -37,7 +37,7 @@ namespace latent::kernels::amx {
 namespace {
 
 // Calls of fewer rows stay on the kernel the table had (vpdpbusd over the same packed copy),
-// where both stream the weights from memory. Measured on a 2-core Xeon with AMX (wave 2 session
+// which is as fast or faster there. Measured on a 2-core Xeon with AMX (wave 2 session
 // 28, n x k 10944 x 2048, 2048 x 10944, 3072 x 2048, 576 x 2048): TDPBUSD 3-5% slower at m = 1,
 // level at 2, then faster by 4-9% at 3, 7-14% at 4, 12-35% at 5-8. The two kernels' outputs are
 // the same bits, so the switch is free.

@@ -178,10 +178,10 @@ void AccumulateTiles(const PackedCall<uint8_t>& j, typename Kind::Acc* acc, int6
 }
 
 // Batches: column blocks [b0, b1) (at most kGroupBlocks) for every activation row, k in chunks of
-// kChunkK tiles: per chunk, each column pair's weights (2 x 16 KiB) are read once from memory
-// and reused from L1 by every 32-row tile pair, whose activations stay in L2 (1 KiB a row); the
-// sums ([16-row tiles, cols], L2) carry from chunk to chunk; then finish(sums, cols, 0, m, b0,
-// b1 - b0).
+// kChunkK tiles: per chunk, each column pair's weights (2 x 64 KiB) are read once from memory
+// and reused from L2 by every 32-row tile pair, whose activations (4 KiB a row per chunk) come
+// from L2 while they fit; the sums ([16-row tiles, cols], 1 KiB a row) carry from chunk to
+// chunk; then finish(sums, cols, 0, m, b0, b1 - b0).
 template <class Kind, class Finish>
 void BatchBlocks(const PackedCall<uint8_t>& j, int64_t b0, int64_t b1, Finish& finish) {
   using Acc = typename Kind::Acc;
