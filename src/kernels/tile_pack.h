@@ -74,8 +74,8 @@ void ForEachPackedBlockRange(const WeightRef& w, int64_t m, threads::RangeFn blo
 // bf16-rounded f32); the W8A8 vpdpbusd kernel derives its call from it (X = u8 activations
 // padded with 128, 64 values of k per tile), and the AMX kernels read x as bytes (X = uint8_t:
 // 64 bytes per tile of k, bf16 pairs or u8 quads; kp still counts the values, and x holds whole
-// 16-row tiles past m for batches: amx/tile_blocks.h). Plain C++: include this header outside
-// any target region.
+// 16-row tiles past m for batches, and rows of an odd number of tiles: amx/tile_blocks.h). Plain
+// C++: include this header outside any target region.
 template <class X>
 struct PackedCall {
   const X* x;             // [m, kp] the kernel's activation rows, zero past k (AMX: see above)

@@ -55,12 +55,14 @@ void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   PackedCall<uint8_t> j = MakePackedCall<uint8_t>(w, m, y);  // x: bf16 pairs, 64 bytes a tile
   const int64_t rows = TileActivationRows(m);
-  // [rows, kp] bf16 (avx512::RoundRowsPadded: round to nearest even, NaN stays NaN, zero past k);
-  // rows past m zero.
+  const int64_t stride = TileActivationRowTiles(j.tiles) * kPackK;  // bf16 values per row
+  // [rows, stride] bf16 (avx512::RoundRowsPadded: round to nearest even, NaN stays NaN, zero past
+  // k); rows past m zero.
   thread_local std::vector<uint16_t> xb;
-  if (static_cast<int64_t>(xb.size()) < rows * j.kp) xb.resize(rows * j.kp);
-  avx512::RoundRowsPadded(x, m, w.k, j.kp, xb.data());
-  std::memset(xb.data() + m * j.kp, 0, static_cast<size_t>((rows - m) * j.kp) * sizeof(uint16_t));
+  if (static_cast<int64_t>(xb.size()) < rows * stride) xb.resize(rows * stride);
+  avx512::RoundRowsPadded(x, m, w.k, stride, xb.data());
+  std::memset(xb.data() + m * stride, 0,
+              static_cast<size_t>((rows - m) * stride) * sizeof(uint16_t));
   j.x = reinterpret_cast<const uint8_t*>(xb.data());
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) {
     TileBlocks<Bf16Tiles>(j, b0, b1,

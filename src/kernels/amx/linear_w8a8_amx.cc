@@ -58,7 +58,8 @@ void LinearW8A8AmxOrNext(const float* x, int64_t m, const WeightRef& w, float* y
 
 void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  const avx512::W8A8PackedCall j = avx512::MakeW8A8PackedCall(x, m, w, y, TileActivationRows(m));
+  const avx512::W8A8PackedCall j =
+      avx512::MakeW8A8PackedCall(x, m, w, y, TileActivationRows(m), TileActivationRowTiles);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) {
     TileBlocks<Int8Tiles>(j, b0, b1,
                           [&j](const int32_t* acc, int64_t ld, int64_t m0, int64_t count,

@@ -141,7 +141,7 @@ void Blocks(const Job& j, int64_t b0, int64_t b1) {
 
 void LinearW8A8VnniPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
-  const Job j = MakeW8A8PackedCall(x, m, w, y, m);
+  const Job j = MakeW8A8PackedCall(x, m, w, y, m, [](int64_t tiles) { return tiles; });
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) { Blocks(j, b0, b1); });
 }
 

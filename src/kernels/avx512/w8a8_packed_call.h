@@ -25,20 +25,23 @@ struct W8A8PackedCall : PackedCall<uint8_t> {  // x: [rows, kp] u8 = xq + 128, p
 };
 
 // The call for x [m, k] against w (a view of a packed W8A8 weight), its activations quantized
-// into this thread's buffer of max(m, rows) rows: rows past m (AMX's whole 16-row tiles) hold
-// xq = 0.
+// into this thread's buffer of max(m, rows) rows of row_tiles(j.tiles) tiles (64 values each;
+// the vpdpbusd kernel's rows are j.kp long, AMX's may hold a spare tile: tile_blocks.h): rows past
+// m (AMX's whole 16-row tiles) and values past k hold xq = 0.
+template <class RowTiles>
 W8A8PackedCall MakeW8A8PackedCall(const float* x, int64_t m, const WeightRef& w, float* y,
-                                  int64_t rows) {
+                                  int64_t rows, RowTiles row_tiles) {
   w.ExpectPacked(PackedLayout::kW8A8QuadTiles);  // both kernels are also called directly
   W8A8PackedCall j;
   static_cast<PackedCall<uint8_t>&>(j) = MakePackedCall<uint8_t>(w, m, y, kW8A8PackK);
-  const int64_t k = w.k, kp = j.kp;
-  const auto quantize = [k, kp](const float* row, uint8_t* out) {
-    return QuantizeRowU8(row, k, kp, out);
+  const int64_t k = w.k, stride = row_tiles(j.tiles) * kW8A8PackK;  // bytes per row
+  const auto quantize = [k, stride](const float* row, uint8_t* out) {
+    return QuantizeRowU8(row, k, stride, out);
   };
-  const auto [xu, sx] = QuantizeActivationRows<uint8_t>(x, m, k, kp, quantize, rows);
+  const auto [xu, sx] = QuantizeActivationRows<uint8_t>(x, m, k, stride, quantize, rows);
   if (rows > m) {
-    std::memset(const_cast<uint8_t*>(xu) + m * kp, 128, static_cast<size_t>((rows - m) * kp));
+    std::memset(const_cast<uint8_t*>(xu) + m * stride, 128,
+                static_cast<size_t>((rows - m) * stride));
   }
   j.x = xu;
   j.sx = sx;
