@@ -14,9 +14,11 @@
 //
 // Decode (m <= 16, one activation tile): 4 accumulators over all of k, one A tile, the 4 weight
 // streams of 4 column blocks read in turn into the three B tiles, with software prefetch 4 KiB
-// ahead in each (without it the bf16 kernel was a third slower). Batches: k in chunks of 64 tiles;
-// per chunk, each pair of column blocks meets every 32-row tile pair (2 x 2 accumulators, loaded
-// from and stored to a buffer between chunks), so its weights come from memory once per call.
+// ahead in each (without it the bf16 kernel was a third slower). Batches: groups of 16 column
+// blocks, each over blocks of rows (512 KiB of activations per k chunk), k in chunks of 64 tiles;
+// per chunk, each pair of column blocks meets every 32-row tile pair of the row block (2 x 2
+// accumulators, loaded from and stored to a buffer between chunks), so its weights come from
+// memory once per row block, and the block's activations from L2.
 //
 // Include only inside LATENT_AMX_BEGIN ... LATENT_AMX_END (amx_target.h), after
 // avx512/avx512_common.h, with kernels/tile_pack.h included before the region.
@@ -39,6 +41,12 @@ constexpr int64_t kPrefetch = 4096;   // decode: software prefetch distance in e
 // fewer passes store and reload the accumulator tiles fewer times.
 constexpr int64_t kChunkK = 64;
 constexpr int64_t kGroupBlocks = 16;  // batches: column blocks sharing one accumulator buffer
+// Batches: activation bytes per k chunk in one block of rows (rows of chunk tiles x 64 bytes; 128
+// rows for bf16 at k >= 2,048). A block's activations stay in L2 while every column pair of a
+// group goes past them; one pass over all of a large batch's rows per column pair read them from
+// L3 each time. Blocks of 512 KiB gained 5-10% in the engine's 2,048-row prefill chunks
+// (session 28); 256 KiB and 1 MiB measured level with it.
+constexpr int64_t kRowBlockBytes = 512 << 10;
 
 // The two kinds of tile product (TileDot below).
 struct Bf16Tiles {  // f32 sums of bf16 pairs (TDPBF16PS)
@@ -77,6 +85,11 @@ struct alignas(64) TileConfig {
 // sit 4 KiB apart in one set, and each tile load evicts its own rows. The spare tile gained 20%
 // at m 512 in bf16 (n 10944, k 2048) and 5% in W8A8 (32 tiles: 2 sets) on a 2-core Xeon.
 inline int64_t TileActivationRowTiles(int64_t tiles) { return tiles | 1; }
+
+// Activation rows the kernels' buffer holds for an m-row call (TileBlocks).
+inline int64_t TileActivationRows(int64_t m) {
+  return m <= kTileRows ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+}
 
 // Tiles: 0-3 accumulators, 4-5 activations (A), 5-7 weights (B; tile 5 is A's when two A tiles
 // are in use). `rows`: the rows of the accumulators and of A tile 4 (16, or m for decode: fewer
@@ -140,16 +153,17 @@ void TileRow(const PackedCall<uint8_t>& j, int64_t b, Finish& finish) {
 }
 
 // Batches: accumulators for 16 or 32 activation rows from m0 (MT tiles) x NT (1..2) column
-// blocks from block b (column `col` of `acc`, rows of `cols` sums), over k tiles [k0, k1): zeroed
-// for the first k tile, else loaded from `acc`; stored back to it.
+// blocks from block b (column `col` of `acc`, whose row 0 is activation row r0, rows of `cols`
+// sums), over k tiles [k0, k1): zeroed for the first k tile, else loaded from `acc`; stored back
+// to it.
 template <class Kind, int MT, int NT>
 void AccumulateTiles(const PackedCall<uint8_t>& j, typename Kind::Acc* acc, int64_t cols,
-                     int64_t m0, int64_t b, int64_t col, int64_t k0, int64_t k1) {
+                     int64_t r0, int64_t m0, int64_t b, int64_t col, int64_t k0, int64_t k1) {
   const int64_t ldc = cols * 4;
-  auto* c0 = acc + m0 * cols + col;  // tile 0: rows m0.., block b
-  auto* c1 = c0 + kTileRows * cols;  // tile 1: rows m0 + 16.., block b
-  auto* c2 = c0 + kTileRows;         // tile 2: rows m0.., block b + 1
-  auto* c3 = c1 + kTileRows;         // tile 3: rows m0 + 16.., block b + 1
+  auto* c0 = acc + (m0 - r0) * cols + col;  // tile 0: rows m0.., block b
+  auto* c1 = c0 + kTileRows * cols;         // tile 1: rows m0 + 16.., block b
+  auto* c2 = c0 + kTileRows;                // tile 2: rows m0.., block b + 1
+  auto* c3 = c1 + kTileRows;                // tile 3: rows m0 + 16.., block b + 1
   if (k0 == 0) {
     _tile_zero(0);
     if constexpr (MT > 1) _tile_zero(1);
@@ -185,36 +199,38 @@ void AccumulateTiles(const PackedCall<uint8_t>& j, typename Kind::Acc* acc, int6
   if constexpr (MT > 1 && NT > 1) _tile_stored(3, c3, ldc);
 }
 
-// Batches: column blocks [b0, b1) (at most kGroupBlocks) for every activation row, k in chunks of
-// kChunkK tiles: per chunk, each column pair's weights (2 x 64 KiB) are read once from memory
-// and reused from L2 by every 32-row tile pair, whose activations (4 KiB a row per chunk) come
-// from L2 while they fit; the sums ([16-row tiles, cols], 1 KiB a row) carry from chunk to
-// chunk; then finish(sums, cols, 0, m, b0, b1 - b0).
+// Batches: column blocks [b0, b1) (at most kGroupBlocks) for activation rows [r0, r1) (whole
+// tiles; a row block of TileBlocks), k in chunks of kChunkK tiles: per chunk, each column pair's
+// weights (2 x 64 KiB) are read once from memory and reused from L2 by every 32-row tile pair,
+// whose activations (4 KiB a row per chunk, at most kRowBlockBytes in all) stay in L2; the sums
+// ([16-row tiles, cols], 1 KiB a row) carry from chunk to chunk; then finish(sums, cols, r0,
+// rows of [r0, r1) below m, b0, b1 - b0).
 template <class Kind, class Finish>
-void BatchBlocks(const PackedCall<uint8_t>& j, int64_t b0, int64_t b1, Finish& finish) {
+void BatchBlocks(const PackedCall<uint8_t>& j, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
+                 Finish& finish) {
   using Acc = typename Kind::Acc;
-  const int64_t mp = (j.m + kTileRows - 1) / kTileRows * kTileRows;
   const int64_t cols = (b1 - b0) * kTileRows;
   thread_local std::vector<Acc> buffer;
-  if (static_cast<int64_t>(buffer.size()) < mp * cols + 16) buffer.resize(mp * cols + 16);
+  const int64_t size = (r1 - r0) * cols + 16;
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
   Acc* acc = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16) % 16;
   for (int64_t k0 = 0; k0 < j.tiles; k0 += kChunkK) {
     const int64_t k1 = std::min(j.tiles, k0 + kChunkK);
     for (int64_t b = b0; b < b1; b += 2) {
       const int64_t col = (b - b0) * kTileRows;
       const bool two = b + 1 < b1;
-      for (int64_t m0 = 0; m0 < mp; m0 += 2 * kTileRows) {
-        if (m0 + kTileRows < mp) {
-          two ? AccumulateTiles<Kind, 2, 2>(j, acc, cols, m0, b, col, k0, k1)
-              : AccumulateTiles<Kind, 2, 1>(j, acc, cols, m0, b, col, k0, k1);
+      for (int64_t m0 = r0; m0 < r1; m0 += 2 * kTileRows) {
+        if (m0 + kTileRows < r1) {
+          two ? AccumulateTiles<Kind, 2, 2>(j, acc, cols, r0, m0, b, col, k0, k1)
+              : AccumulateTiles<Kind, 2, 1>(j, acc, cols, r0, m0, b, col, k0, k1);
         } else {
-          two ? AccumulateTiles<Kind, 1, 2>(j, acc, cols, m0, b, col, k0, k1)
-              : AccumulateTiles<Kind, 1, 1>(j, acc, cols, m0, b, col, k0, k1);
+          two ? AccumulateTiles<Kind, 1, 2>(j, acc, cols, r0, m0, b, col, k0, k1)
+              : AccumulateTiles<Kind, 1, 1>(j, acc, cols, r0, m0, b, col, k0, k1);
         }
       }
     }
   }
-  finish(acc, cols, 0, j.m, b0, b1 - b0);
+  finish(acc, cols, r0, std::min(r1, j.m) - r0, b0, b1 - b0);
 }
 
 // Column blocks [b0, b1) (packed block indices) of j for every activation row: j.x holds
@@ -236,16 +252,18 @@ void TileBlocks(const PackedCall<uint8_t>& j, int64_t b0, int64_t b1, Finish&& f
     }
   } else {
     ConfigureTiles(kTileRows);
-    for (int64_t g = b0; g < b1; g += kGroupBlocks) {
-      BatchBlocks<Kind>(j, g, std::min(b1, g + kGroupBlocks), finish);
+    const int64_t rows = TileActivationRows(j.m);
+    constexpr int64_t kPair = 2 * kTileRows;  // row blocks hold whole tile pairs
+    const int64_t chunk_bytes = std::min(j.tiles, kChunkK) * kTileRowBytes;  // per row
+    const int64_t row_block = std::max(kPair, kRowBlockBytes / chunk_bytes / kPair * kPair);
+    for (int64_t g = b0; g < b1; g += kGroupBlocks) {  // a group's weights come from memory once
+      const int64_t g1 = std::min(b1, g + kGroupBlocks);
+      for (int64_t r0 = 0; r0 < rows; r0 += row_block) {
+        BatchBlocks<Kind>(j, r0, std::min(rows, r0 + row_block), g, g1, finish);
+      }
     }
   }
   _tile_release();
-}
-
-// Activation rows the kernels' buffer holds for an m-row call (TileBlocks).
-inline int64_t TileActivationRows(int64_t m) {
-  return m <= kTileRows ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
 }
 
 }  // namespace
