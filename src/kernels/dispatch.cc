@@ -100,8 +100,12 @@ const KernelTable* MakeAmx() {
   amx::FillAmxLinear(table);
   // W8A8 weights: TDPBUSD over the vpdpbusd kernel's packed copy, which FillAmxLinear kept.
   if (CpuHasAmxInt8() && CpuHasAvx512Vnni()) amx::FillAmxW8A8Linear(table);
-  // fp8 weights under bf16 compute on vdpbf16ps over their packed codes (AMX has no fp8 tiles).
-  if (CpuHasAvx512Bf16Vbmi()) avx512::FillFp8PackedLinear(table, avx512::Fp8PackedSlot::kAmxTable);
+  // fp8 weights under bf16 compute: their packed codes widened to bf16 tiles for TDPBF16PS where
+  // the scale blocks hold whole tiles, else on vdpbf16ps (AMX has no fp8 tiles).
+  if (CpuHasAvx512Bf16Vbmi()) {
+    avx512::FillFp8PackedLinear(table, avx512::Fp8PackedSlot::kAmxTable);
+    amx::FillAmxFp8Linear(table);
+  }
   return &table;
 #else
   return nullptr;

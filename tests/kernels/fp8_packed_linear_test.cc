@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/cpu_features.h"
+#include "kernels/amx/amx_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "kernels/tile_pack.h"
@@ -254,6 +255,62 @@ TEST(Fp8PackedLayout, EachFamilyRefusesTheOthersCopy) {
   };
   refuses(*PackedWithFp8(), blocks.ref, "fp8-tiles");
   refuses(*Avx2PackedKernels(), tiles.ref, "fp8-avx2-blocks");
+}
+
+// On the AMX table, fp8 weights whose scale blocks hold whole tiles of k (32) run TDPBF16PS over
+// bf16 tiles widened from the codes (amx/linear_fp8_amx.cc); the others stay on the vdpbf16ps
+// kernel, which the packed table runs. The two sum in different orders, so the table's tests above
+// cannot tell which one ran: this checks the table's output against each kernel's own, and the AMX
+// kernel called directly against the reference at decode and batch shapes, k tails and views.
+TEST(Fp8Amx, TheTableSendsWeightsWithWholeTileBlocksToTdpbf16ps) {
+  if (AmxWithFp8() == nullptr || PackedWithFp8() == nullptr) {
+    GTEST_SKIP() << "no AMX-BF16 + AVX512-VBMI (or no OS tile state) here";
+  }
+  const KernelTable& table = *AmxWithFp8();
+  std::mt19937 rng(18);
+  struct Shape {
+    int64_t n, k, block_n, block_k;
+    bool amx;
+  };
+  for (const Shape& s : {Shape{200, 300, 128, 128, true}, Shape{40, 96, 16, 32, true},
+                         Shape{37, 70, 16, 16, false}, Shape{33, 129, 1, 132, false}}) {
+    SCOPED_TRACE(::testing::Message() << s.n << "x" << s.k << " blocks " << s.block_n << "x"
+                                      << s.block_k);
+    const Fp8Weight w = MakeFp8Weight(table, rng, s.n, s.k, s.block_n, s.block_k);
+    ASSERT_NE(w.ref.packed, nullptr);
+    EXPECT_EQ(amx::AmxTakesFp8(w.ref), s.amx);
+    const Fp8Weight same = [&] {  // the same weight packed by the packed table
+      Fp8Weight copy;
+      copy.bytes = w.bytes;
+      copy.scales = w.scales;
+      copy.ref = w.ref;
+      copy.ref.data = copy.bytes.data() + 1;
+      copy.ref.scale = copy.scales.data();
+      copy.ref.packed = nullptr;
+      copy.packed = PackForLinear(*PackedWithFp8(), copy.ref);
+      return copy;
+    }();
+    for (int64_t m : {1, 2, 5, 16, 17, 31, 33, 40}) {
+      const std::vector<float> x = RandomFloats(rng, m * s.k, -2.0f, 2.0f);
+      const std::vector<float> y = RunLinear(table, x, m, w.ref);
+      if (s.amx) {
+        std::vector<float> direct(m * s.n, NAN);
+        amx::LinearFp8Amx(x.data(), m, w.ref, direct.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), direct.data(), sizeof(float) * m * s.n)) << "m " << m;
+        ExpectNearRef(x, m, w.ref, direct);
+        for (const auto& [row, rows] : {std::pair<int64_t, int64_t>{5, 17}, {16, s.n - 19}}) {
+          std::vector<float> part(m * rows, NAN);
+          amx::LinearFp8Amx(x.data(), m, w.ref.Rows(row, rows), part.data());
+          for (int64_t i = 0; i < m; ++i) {
+            ASSERT_EQ(0, std::memcmp(&part[i * rows], &direct[i * s.n + row], sizeof(float) * rows))
+                << "m " << m << ", view " << row << "+" << rows;
+          }
+        }
+      } else {
+        EXPECT_EQ(y, RunLinear(*PackedWithFp8(), x, m, same.ref)) << "m " << m;
+      }
+    }
+  }
 }
 
 TEST_P(Fp8PackedLinear, OtherFp8WeightsGoToTheUnpackedKernel) {

@@ -79,6 +79,9 @@ def test_bf16_checkpoint_f32_precision_matches_exact(tiny_models, tmp_path):
 DEFAULT_CASES = {
     "v3_bf16": ("deepseek_v3", ("--dtype", "bfloat16")),
     "v3_fp8_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
+    # Blocks of 32 hold whole tiles of k: on AMX CPUs (and the emulated AMX build) these weights
+    # run the TDPBF16PS fp8 kernel (kernels/amx/linear_fp8_amx.cc), blocks of 16 the vdpbf16ps one.
+    "v3_fp8_tile_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "32", "--dtype", "float32")),
     "v3_fp8_whole_head_blocks": (
         "deepseek_v3",
         ("--fp8", "--fp8-block", "16", "--dtype", "float32", "--seed", "2", "--config-json",

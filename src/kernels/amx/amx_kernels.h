@@ -23,4 +23,15 @@ void FillAmxW8A8Linear(KernelTable& table);
 // W8A8 weight whose packed copy the AVX512-VNNI tables made. Exposed for the kernel tests.
 void LinearW8A8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
 
+// Wraps table.linear (filled before, with the vdpbf16ps fp8 kernel and its fp8 tile packing):
+// the fp8 weights AmxTakesFp8 takes go to the TDPBF16PS kernel (linear_fp8_amx.cc), every
+// other weight to the kernel it wrapped. Needs AVX512-VBMI too (CpuHasAvx512Bf16Vbmi).
+void FillAmxFp8Linear(KernelTable& table);
+// Whether the AMX fp8 kernel takes w: an fp8 weight under bf16 compute in the fp8 tile layout
+// (Fp8PacksFit) whose scale blocks hold whole tiles of k (block_k % 32 == 0, or no scales).
+bool AmxTakesFp8(const WeightRef& w);
+// The TDPBF16PS fp8 kernel itself: y[m, n] for a view of an fp8 weight AmxTakesFp8 takes, whose
+// packed copy the table made. Exposed for the kernel tests.
+void LinearFp8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
+
 }  // namespace latent::kernels::amx

@@ -54,16 +54,7 @@ namespace {
 void LinearPacked(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;
   PackedCall<uint8_t> j = MakePackedCall<uint8_t>(w, m, y);  // x: bf16 pairs, 64 bytes a tile
-  const int64_t rows = TileActivationRows(m);
-  const int64_t stride = TileActivationRowTiles(j.tiles) * kPackK;  // bf16 values per row
-  // [rows, stride] bf16 (avx512::RoundRowsPadded: round to nearest even, NaN stays NaN, zero past
-  // k); rows past m zero.
-  thread_local std::vector<uint16_t> xb;
-  if (static_cast<int64_t>(xb.size()) < rows * stride) xb.resize(rows * stride);
-  avx512::RoundRowsPadded(x, m, w.k, stride, xb.data());
-  std::memset(xb.data() + m * stride, 0,
-              static_cast<size_t>((rows - m) * stride) * sizeof(uint16_t));
-  j.x = reinterpret_cast<const uint8_t*>(xb.data());
+  j.x = TileActivationsBf16(x, m, w.k, j.tiles);
   ForEachPackedBlockRange(w, m, [&j](int64_t b0, int64_t b1) {
     TileBlocks<Bf16Tiles>(j, b0, b1,
                           [&j](const float* acc, int64_t ld, int64_t m0, int64_t count, int64_t b,

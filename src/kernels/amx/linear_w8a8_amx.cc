@@ -29,6 +29,7 @@
 
 LATENT_AMX_BEGIN
 #include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/bf16_rows.h"  // tile_blocks.h's bf16 activations
 #include "kernels/avx512/quantize_u8.h"
 #include "kernels/avx512/w8a8_packed_call.h"
 #include "kernels/amx/tile_blocks.h"

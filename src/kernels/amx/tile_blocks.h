@@ -21,11 +21,13 @@
 // memory once per row block, and the block's activations from L2.
 //
 // Include only inside LATENT_AMX_BEGIN ... LATENT_AMX_END (amx_target.h), after
-// avx512/avx512_common.h, with kernels/tile_pack.h included before the region.
+// avx512/avx512_common.h and avx512/bf16_rows.h, with kernels/tile_pack.h and <cstring> included
+// before the region.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace latent::kernels::amx {
@@ -89,6 +91,20 @@ inline int64_t TileActivationRowTiles(int64_t tiles) { return tiles | 1; }
 // Activation rows the kernels' buffer holds for an m-row call (TileBlocks).
 inline int64_t TileActivationRows(int64_t m) {
   return m <= kTileRows ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+}
+
+// x [m, k] f32 rounded to bf16 (avx512::RoundRowsPadded: nearest even, NaN stays NaN) into this
+// thread's buffer as the kernels read it: TileActivationRows(m) rows of
+// TileActivationRowTiles(tiles) tiles of 32 values, zero past k and past m.
+inline const uint8_t* TileActivationsBf16(const float* x, int64_t m, int64_t k, int64_t tiles) {
+  const int64_t rows = TileActivationRows(m);
+  const int64_t stride = TileActivationRowTiles(tiles) * kPackK;  // bf16 values per row
+  thread_local std::vector<uint16_t> xb;
+  if (static_cast<int64_t>(xb.size()) < rows * stride) xb.resize(rows * stride);
+  avx512::RoundRowsPadded(x, m, k, stride, xb.data());
+  std::memset(xb.data() + m * stride, 0,
+              static_cast<size_t>((rows - m) * stride) * sizeof(uint16_t));
+  return reinterpret_cast<const uint8_t*>(xb.data());
 }
 
 // Tiles: 0-3 accumulators, 4-5 activations (A), 5-7 weights (B; tile 5 is A's when two A tiles
