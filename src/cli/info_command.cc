@@ -94,7 +94,8 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
        active == model::Precision::kBf16 ? kernels::BestBf16ProductsName() : "none"},
       // ... and the products of the fp8 weights; none without fp8 weights or in f32 precision.
       {"fp8_products", active == model::Precision::kBf16 && config.quantization.fp8
-                           ? kernels::BestFp8ProductsName()
+                           ? kernels::BestFp8ProductsName(config.quantization.block_n,
+                                                          config.quantization.block_k)
                            : "none"}};
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;

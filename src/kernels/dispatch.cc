@@ -8,8 +8,10 @@
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
 #if LATENT_HAVE_ONEDNN
 #include "kernels/onednn/onednn_linear.h"
+#include "tensor/dtype.h"
 #endif
 
 namespace latent::kernels {
@@ -293,11 +295,24 @@ const char* BestBf16ProductsName() {
   return Avx512HasBf16Dot() ? "vdpbf16ps" : "f32 fma";
 }
 
-const char* BestFp8ProductsName() {
-  // The fp8 packed kernel is in the packed and AMX tables where the CPU has VBMI (MakeAmx,
-  // MakeBf16Packed); oneDNN's table copies OwnKernels, so it keeps what that table does.
-  const bool packed = &OwnKernels() == Bf16PackedKernels() || &OwnKernels() == AmxKernels();
-  return packed && CpuHasAvx512Bf16Vbmi() ? "vdpbf16ps" : "f32 fma";
+const char* BestFp8ProductsName(int64_t block_n, int64_t block_k) {
+  // The fp8 packed kernels are in the packed and AMX tables where the CPU has VBMI (MakeAmx,
+  // MakeBf16Packed); oneDNN's table copies OwnKernels, so it keeps what that table does. Each
+  // takes the weights its own rule fits, asked of a weight with the checkpoint's blocks.
+  const bool amx = &OwnKernels() == AmxKernels();
+  if (!(amx || &OwnKernels() == Bf16PackedKernels()) || !CpuHasAvx512Bf16Vbmi()) return "f32 fma";
+  const float scale = 1.0f;
+  WeightRef w;
+  w.dtype = DType::kF8E4M3;
+  w.bf16_activations = true;
+  w.n = w.k = 1;  // any shape: the rules are the blocks'
+  w.scale = block_k > 0 ? &scale : nullptr;
+  w.block_n = block_n;
+  w.block_k = block_k;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (amx && amx::AmxTakesFp8(w)) return "amx";
+#endif
+  return Fp8PacksFit(w) ? "vdpbf16ps" : "f32 fma";
 }
 
 }  // namespace latent::kernels

@@ -166,9 +166,11 @@ const char* BestKernelsName();
 // AVX512_BF16), or "f32 fma" (the bf16 values widened to f32 products: AVX2, the reference, and
 // AVX-512 without AVX512_BF16).
 const char* BestBf16ProductsName();
-// What multiplies an fp8 e4m3 weight by bf16-rounded activations in BestKernels' linear:
-// "vdpbf16ps" (its packed codes widened to bf16: the packed and AMX tables on CPUs with
-// AVX512-BF16 and VBMI, avx512/linear_fp8_packed.cc) or "f32 fma" (each code widened to f32).
-const char* BestFp8ProductsName();
+// What multiplies an fp8 e4m3 weight with scale blocks of block_n x block_k (0 x 0: no scales) by
+// bf16-rounded activations in BestKernels' linear: "amx" (its packed codes widened to bf16 tiles
+// for TDPBF16PS: the AMX table where the blocks hold whole tiles of k, amx/linear_fp8_amx.cc),
+// "vdpbf16ps" (widened to bf16 lines: the packed and AMX tables on CPUs with AVX512-BF16 and
+// VBMI, avx512/linear_fp8_packed.cc) or "f32 fma" (each code widened to f32).
+const char* BestFp8ProductsName(int64_t block_n, int64_t block_k);
 
 }  // namespace latent::kernels

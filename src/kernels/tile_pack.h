@@ -9,7 +9,8 @@
 // block's weights stream front to back); values past n and past k are zero.
 //
 // fp8 e4m3 weights with block scales, under bf16 compute, pack the same way with one-byte codes
-// (for the vdpbf16ps kernel over them, avx512/linear_fp8_packed.cc):
+// (for the vdpbf16ps kernel over them, avx512/linear_fp8_packed.cc, and AMX's TDPBF16PS one,
+// amx/linear_fp8_amx.cc):
 //
 //   packed [ceil(n / 16) blocks][ceil(k / 32) tiles][16 k-pairs][16 rows][2 codes]
 //
@@ -131,8 +132,8 @@ void CopyPackedOut(const Call& j, const float* acc, int64_t ld, int64_t m0, int6
   }
 }
 
-// The same for the fp8 packed linears (vdpbf16ps, AVX2 FMAs): the call's shape and the weight's
-// block scales.
+// The same for the fp8 packed linears (vdpbf16ps, TDPBF16PS, AVX2 FMAs): the call's shape and
+// the weight's block scales.
 template <class X>
 struct Fp8PackedCall : PackedCall<X> {
   int64_t k;  // the weight's columns (kp pads them with zeros to whole tiles)

@@ -1,7 +1,8 @@
 // The linear over fp8 e4m3 weights with block scales under bf16 compute, on vdpbf16ps over the
 // packed codes (kernels/avx512/linear_fp8_packed.cc; in the packed and the AMX tables, where the
-// CPU has AVX512_BF16) and on AVX2 FMAs over them (kernels/avx2/linear_fp8_packed_avx2.cc, in the
-// AVX2 packed table): against the scalar reference (bf16(x) . (code x scale)) over every code,
+// CPU has AVX512_BF16), on TDPBF16PS over them (kernels/amx/linear_fp8_amx.cc: the AMX table's
+// weights whose scale blocks hold whole tiles of k) and on AVX2 FMAs over them
+// (kernels/avx2/linear_fp8_packed_avx2.cc, in the AVX2 packed table): against the scalar reference (bf16(x) . (code x scale)) over every code,
 // scale blocks of several shapes, n and k tails, decode and batch shapes and Rows() views; bit for
 // bit batch and thread-count invariant; and the weights it does not take left to the table's
 // unpacked fp8 linear.
@@ -238,8 +239,9 @@ TEST_P(Fp8PackedLinear, ReadsThePackedCopy) {
   EXPECT_EQ(RunLinear(table, x, 5, moved), y);
 }
 
-// The AVX-512 fp8 kernel (AMX's table runs it too) reads fp8 tiles, the AVX2 one its own blocks:
-// each table tags its copy so, and each kernel refuses the other's copy with an error naming both.
+// The AVX-512 fp8 kernels (vdpbf16ps, and AMX's TDPBF16PS) read fp8 tiles, the AVX2 one its own
+// blocks: each table tags its copy so, and each kernel refuses the other's copy with an error
+// naming both.
 TEST(Fp8PackedLayout, EachFamilyRefusesTheOthersCopy) {
   if (PackedWithFp8() == nullptr || Avx2PackedKernels() == nullptr) {
     GTEST_SKIP() << "needs AVX512_BF16 + AVX512-VBMI and AVX2 on this CPU";

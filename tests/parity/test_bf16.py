@@ -173,10 +173,12 @@ def test_unknown_precision_is_refused(tiny_models):
 
 # (preset, make_tiny_model flags): a bf16 DSA model (V3.2: MLA, MoE, the indexer), and V3 with
 # DeepSeek-style fp8 blocks (on CPUs with AVX512-BF16 and VBMI its linears run the vdpbf16ps
-# kernel over the packed codes, kernels/avx512/linear_fp8_packed.cc).
+# kernel over the packed codes, kernels/avx512/linear_fp8_packed.cc; blocks of 32 on AMX the
+# TDPBF16PS one, kernels/amx/linear_fp8_amx.cc).
 INVARIANCE_CASES = {
     "v32_bf16": ("deepseek_v32", ("--dtype", "bfloat16")),
     "v3_fp8_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
+    "v3_fp8_tile_blocks": DEFAULT_CASES["v3_fp8_tile_blocks"],
 }
 
 

@@ -22,6 +22,7 @@ def info(model_dir, *extra):
 VARIANTS = [(p, ()) for p in PRESETS] + [
     ("deepseek_v3", ("--dtype", "bfloat16")),
     ("deepseek_v3", ("--fp8", "--fp8-block", "16")),
+    ("deepseek_v3", ("--fp8", "--fp8-block", "32")),
     ("deepseek_v2", ("--max-shard-size", "40KB")),
 ]
 
@@ -44,7 +45,9 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
         assert layer["rows"][0]["bytes_per_token"] == row_values * dtype_bytes
     assert got["cache_bytes_per_token"] == config.num_hidden_layers * row_values * dtype_bytes
     if "--fp8" in extra:
-        assert "F8_E4M3" in got["dtypes"] and got["quantization"]["weight_block_size"] == [16, 16]
+        block = int(extra[extra.index("--fp8-block") + 1])
+        assert "F8_E4M3" in got["dtypes"]
+        assert got["quantization"]["weight_block_size"] == [block, block]
     # --precision auto: bf16 compute for bf16 and fp8 checkpoints, f32 for f32 ones.
     low_precision = "--dtype" in extra or "--fp8" in extra
     assert got["precision"]["requested"] == "auto"
@@ -66,15 +69,20 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     else:
         assert products == "none"
     assert info(model_dir, "--precision", "f32")["precision"]["bf16_products"] == "none"
-    # fp8 weights: vdpbf16ps over their packed codes where the packed or AMX kernels run and the
-    # CPU has AVX512-BF16 and VBMI; none without fp8 weights or in f32 precision.
+    # fp8 weights: their packed codes widened to bf16 where the packed or AMX kernels run and the
+    # CPU has AVX512-BF16 and VBMI, for TDPBF16PS on AMX where the scale blocks hold whole tiles of
+    # 32 k, else for vdpbf16ps; none without fp8 weights or in f32 precision.
     fp8 = got["precision"]["fp8_products"]
     if "--fp8" in extra:
         with open("/proc/cpuinfo") as f:
             flags = f.read().split()
+        kernels = got["precision"]["kernels"]
         fp8_packed = "avx512_bf16" in flags and "avx512vbmi" in flags and \
-            got["precision"]["kernels"] in ("avx512-packed", "avx512-amx")
-        assert fp8 == ("vdpbf16ps" if fp8_packed else "f32 fma"), got["precision"]
+            kernels in ("avx512-packed", "avx512-amx")
+        expected = "f32 fma"
+        if fp8_packed:
+            expected = "amx" if kernels == "avx512-amx" and block % 32 == 0 else "vdpbf16ps"
+        assert fp8 == expected, got["precision"]
     else:
         assert fp8 == "none"
     assert info(model_dir, "--precision", "f32")["precision"]["fp8_products"] == "none"

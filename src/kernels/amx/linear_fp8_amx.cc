@@ -2,7 +2,7 @@
 // bf16 compute on AMX's TDPBF16PS, over the fp8 tile layout the AVX-512 tables already pack
 // (kernels/tile_pack.h, one byte per weight). A 512-byte tile of codes widens exactly to the
 // 1 KiB bf16 tile TDPBF16PS reads as B (avx512/fp8_widen.h), so this is the vdpbf16ps fp8
-// kernel's arithmetic (avx512/linear_fp8_packed.cc) with tile products:
+// kernel's formula (avx512/linear_fp8_packed.cc) with tile products, in another fixed order:
 //
 //   y[m, r] = sum over segments g of s(r, g) * (sum over tiles t in g of bf16(x)[m, t] . w[r, t])
 //
@@ -33,6 +33,15 @@
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
 
+namespace latent::kernels::amx {
+
+// Plain C++, outside the target region: `latent info` asks it on any CPU.
+bool AmxTakesFp8(const WeightRef& w) {
+  return Fp8PacksFit(w) && (w.scale == nullptr || w.block_k % kPackK == 0);
+}
+
+}  // namespace latent::kernels::amx
+
 LATENT_AMX_VBMI_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/bf16_rows.h"
@@ -48,24 +57,17 @@ constexpr int64_t kSegmentTiles = 4;        // 64 k-pairs: one DeepSeek scale bl
 constexpr int64_t kPairCols = 2 * kTileRows;  // outputs of a column pair
 constexpr int64_t kFp8Prefetch = 2048;  // bytes of codes ahead in each block's stream
 
-// Widens tiles [t0, t1) of column block b into stage [t1 - t0][1 KiB bf16 tile].
+// Widens tiles [t0, t1) of column block b into stage [t1 - t0][1 KiB bf16 tile], prefetching
+// the block's codes ahead (without it the kernel read a third less at m = 1).
 void StageTiles(const Fp8Job& j, int64_t b, int64_t t0, int64_t t1, uint8_t* stage) {
-  const avx512::Fp8ToBf16Bytes& tables = avx512::Fp8Tables();
   const int64_t start = b * j.block_bytes + t0 * kPackFp8TileBytes;  // bytes from j.packed
-  const uint8_t* codes = j.packed + start;
   const int64_t end = (j.row0 + j.n + kTileRows - 1) / kTileRows * j.block_bytes;
-  for (int64_t i = 0; i < (t1 - t0) * kPackFp8TileBytes; i += 64) {
-    if (start + i + kFp8Prefetch < end) {
-      _mm_prefetch(reinterpret_cast<const char*>(codes + i + kFp8Prefetch), _MM_HINT_T0);
-    }
-    __m512i line0, line1;
-    avx512::WidenFp8Lines(codes + i, tables, line0, line1);
-    _mm512_store_si512(stage + 2 * i, line0);
-    _mm512_store_si512(stage + 2 * i + 64, line1);
-  }
+  avx512::WidenFp8Run(j.packed + start, (t1 - t0) * kTilePairs, reinterpret_cast<uint16_t*>(stage),
+                      kFp8Prefetch, end - start);
 }
 
-// Activation rows [m0, m0 + 16 MT) (the first `rows` of them real) x NB (1..2) staged column
+// Activation rows [m0, m0 + 16 MT) (decode: the m rows of one tile; the first `rows` of them
+// real) x NB (1..2) staged column
 // blocks over the segment's `tiles` tiles from tile t0 of x: sums from zero, then
 // acc = fma(sum, scales[s], first ? 0 : acc) for acc [rows from m0, kPairCols], column 16 s for
 // block s.
@@ -111,10 +113,8 @@ void SegmentTiles(const Fp8Job& j, int64_t m0, int64_t rows, const uint8_t* stag
 void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   ConfigureTiles(std::min(j.m, kTileRows));  // decode: tiles of m rows; batches: whole tiles
   alignas(64) uint8_t stage[2 * kSegmentTiles * kTileBytes];  // 8 KiB
-  thread_local std::vector<float> buffer;  // [rows, kPairCols] sums, 64-byte aligned
-  const int64_t size = TileActivationRows(j.m) * kPairCols + 16;
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-  float* acc = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16) % 16;
+  thread_local std::vector<float> buffer;
+  float* acc = AlignedSums(buffer, TileActivationRows(j.m) * kPairCols);  // [rows, kPairCols]
   for (int64_t b = b0; b < b1; b += 2) {
     const int64_t blocks = std::min<int64_t>(2, b1 - b);
     // Segments from pairs past k would hold only the zero padding, and their scale block lies
@@ -155,10 +155,6 @@ void LinearFp8AmxOrNext(const float* x, int64_t m, const WeightRef& w, float* y,
 }
 
 }  // namespace
-
-bool AmxTakesFp8(const WeightRef& w) {
-  return Fp8PacksFit(w) && (w.scale == nullptr || w.block_k % kPackK == 0);
-}
 
 void LinearFp8Amx(const float* x, int64_t m, const WeightRef& w, float* y) {
   if (m <= 0 || w.n <= 0) return;

@@ -1,8 +1,10 @@
 // The blocking of the AMX kernels, shared by TDPBF16PS over bf16 weights (linear_amx.cc) and
-// TDPBUSD over W8A8's int8 weights (linear_w8a8_amx.cc). Both read weights packed in 1 KiB tiles
-// of 16 rows x 64 bytes (kernels/tile_pack.h: bf16 pairs, or int8 quads for W8A8), which are the
-// B operands as stored, and activation rows of 64 bytes per tile (32 bf16 or 64 u8 values), so
-// one blocking serves both; a Kind says which instruction and which sums (f32 or int32).
+// TDPBUSD over W8A8's int8 weights (linear_w8a8_amx.cc); the fp8 kernel (linear_fp8_amx.cc) has
+// a blocking of its own and takes the tile configuration and the activations from here. Both
+// read weights packed in 1 KiB tiles of 16 rows x 64 bytes (kernels/tile_pack.h: bf16 pairs, or
+// int8 quads for W8A8), which are the B operands as stored, and activation rows of 64 bytes per
+// tile (32 bf16 or 64 u8 values), so one blocking serves both; a Kind says which instruction and
+// which sums (f32 or int32).
 //
 // Summation order: each output is one lane of an accumulator tile, zeroed, then one tile product
 // per tile of k, in order (an accumulator stored and reloaded between k chunks keeps its value
@@ -20,7 +22,7 @@
 // accumulators, loaded from and stored to a buffer between chunks), so its weights come from
 // memory once per row block, and the block's activations from L2.
 //
-// Include only inside LATENT_AMX_BEGIN ... LATENT_AMX_END (amx_target.h), after
+// Include only inside LATENT_AMX_BEGIN (or _VBMI_BEGIN) ... LATENT_AMX_END (amx_target.h), after
 // avx512/avx512_common.h and avx512/bf16_rows.h, with kernels/tile_pack.h and <cstring> included
 // before the region.
 #pragma once
@@ -48,7 +50,7 @@ constexpr int64_t kGroupBlocks = 16;  // batches: column blocks sharing one accu
 // group goes past them; one pass over all of a large batch's rows per column pair read them from
 // L3 each time. Blocks of 512 KiB gained 5-10% in the engine's 2,048-row prefill chunks
 // (session 28); 256 KiB and 1 MiB measured level with it.
-constexpr int64_t kRowBlockBytes = 512 << 10;
+constexpr int64_t kActivationBlockBytes = 512 << 10;
 
 // The two kinds of tile product (TileDot below).
 struct Bf16Tiles {  // f32 sums of bf16 pairs (TDPBF16PS)
@@ -91,6 +93,15 @@ inline int64_t TileActivationRowTiles(int64_t tiles) { return tiles | 1; }
 // Activation rows the kernels' buffer holds for an m-row call (TileBlocks).
 inline int64_t TileActivationRows(int64_t m) {
   return m <= kTileRows ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+}
+
+// n sums of 4 bytes (int32 or f32) from `buffer` (the caller's thread_local), 64-byte aligned as
+// whole tile rows for the tile loads and stores and the vector ones over them; grown as needed.
+template <class T>
+T* AlignedSums(std::vector<T>& buffer, int64_t n) {
+  static_assert(sizeof(T) == 4);
+  if (static_cast<int64_t>(buffer.size()) < n + 16) buffer.resize(n + 16);
+  return buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16) % 16;
 }
 
 // x [m, k] f32 rounded to bf16 (avx512::RoundRowsPadded: nearest even, NaN stays NaN) into this
@@ -218,18 +229,16 @@ void AccumulateTiles(const PackedCall<uint8_t>& j, typename Kind::Acc* acc, int6
 // Batches: column blocks [b0, b1) (at most kGroupBlocks) for activation rows [r0, r1) (whole
 // tiles; a row block of TileBlocks), k in chunks of kChunkK tiles: per chunk, each column pair's
 // weights (2 x 64 KiB) are read once from memory and reused from L2 by every 32-row tile pair,
-// whose activations (4 KiB a row per chunk, at most kRowBlockBytes in all) stay in L2; the sums
-// ([16-row tiles, cols], 1 KiB a row) carry from chunk to chunk; then finish(sums, cols, r0,
-// rows of [r0, r1) below m, b0, b1 - b0).
+// whose activations (4 KiB a row per chunk, at most kActivationBlockBytes in all) stay in L2;
+// the sums ([16-row tiles, cols], 1 KiB a row) carry from chunk to chunk; then finish(sums,
+// cols, r0, rows of [r0, r1) below m, b0, b1 - b0).
 template <class Kind, class Finish>
 void BatchBlocks(const PackedCall<uint8_t>& j, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
                  Finish& finish) {
   using Acc = typename Kind::Acc;
   const int64_t cols = (b1 - b0) * kTileRows;
   thread_local std::vector<Acc> buffer;
-  const int64_t size = (r1 - r0) * cols + 16;
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(size);
-  Acc* acc = buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16) % 16;
+  Acc* acc = AlignedSums(buffer, (r1 - r0) * cols);
   for (int64_t k0 = 0; k0 < j.tiles; k0 += kChunkK) {
     const int64_t k1 = std::min(j.tiles, k0 + kChunkK);
     for (int64_t b = b0; b < b1; b += 2) {
@@ -271,7 +280,7 @@ void TileBlocks(const PackedCall<uint8_t>& j, int64_t b0, int64_t b1, Finish&& f
     const int64_t rows = TileActivationRows(j.m);
     constexpr int64_t kPair = 2 * kTileRows;  // row blocks hold whole tile pairs
     const int64_t chunk_bytes = std::min(j.tiles, kChunkK) * kTileRowBytes;  // per row
-    const int64_t row_block = std::max(kPair, kRowBlockBytes / chunk_bytes / kPair * kPair);
+    const int64_t row_block = std::max(kPair, kActivationBlockBytes / chunk_bytes / kPair * kPair);
     for (int64_t g = b0; g < b1; g += kGroupBlocks) {  // a group's weights come from memory once
       const int64_t g1 = std::min(b1, g + kGroupBlocks);
       for (int64_t r0 = 0; r0 < rows; r0 += row_block) {

@@ -53,6 +53,25 @@ inline void WidenFp8Lines(const uint8_t* codes, const Fp8ToBf16Bytes& t, __m512i
   line1 = _mm512_unpackhi_epi8(low, high);
 }
 
+// Widens `lines` k-pair lines of codes (an even count from an even line: 32 codes each, stored
+// as tile_pack.h says; lines run on across tiles) into out [lines][32 bf16], in line order. With
+// prefetch > 0, each 64 bytes of codes read also prefetch the 64 at `prefetch` bytes ahead, where
+// that stays inside the `readable` bytes from `codes` (a pointer past the copy is undefined,
+// even only prefetched).
+inline void WidenFp8Run(const uint8_t* codes, int64_t lines, uint16_t* out, int64_t prefetch = 0,
+                        int64_t readable = 0) {
+  const Fp8ToBf16Bytes& tables = Fp8Tables();
+  for (int64_t i = 0; i < lines * kFp8LineBytes; i += 64, out += 64) {
+    if (prefetch > 0 && i + prefetch + 64 <= readable) {
+      _mm_prefetch(reinterpret_cast<const char*>(codes + i + prefetch), _MM_HINT_T0);
+    }
+    __m512i line0, line1;
+    WidenFp8Lines(codes + i, tables, line0, line1);
+    _mm512_store_si512(out, line0);
+    _mm512_store_si512(out + 32, line1);
+  }
+}
+
 // The 16 scales of column block b (packed rows 16 b ..) for the k block holding pair p0; rows
 // outside the view get 0 (their outputs are never copied out).
 template <class X>

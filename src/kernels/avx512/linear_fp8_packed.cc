@@ -64,16 +64,9 @@ using Fp8Job = Fp8PackedCall<uint16_t>;
 // tiles (16 x 32 bytes each).
 void StageFp8Segment(const Fp8Job& j, int64_t b, int64_t blocks, int64_t p0, int64_t p1,
                      uint16_t* stage) {
-  const Fp8ToBf16Bytes& tables = Fp8Tables();
   for (int64_t s = 0; s < blocks; ++s) {
-    const uint8_t* block = j.packed + (b + s) * j.block_bytes;
-    uint16_t* out = stage + s * (p1 - p0) * 32;
-    for (int64_t p = p0; p < p1; p += 2, out += 64) {
-      __m512i line0, line1;
-      WidenFp8Lines(block + p * kFp8LineBytes, tables, line0, line1);
-      _mm512_store_si512(out, line0);
-      _mm512_store_si512(out + 32, line1);
-    }
+    WidenFp8Run(j.packed + (b + s) * j.block_bytes + p0 * kFp8LineBytes, p1 - p0,
+                stage + s * (p1 - p0) * 32);
   }
 }
 

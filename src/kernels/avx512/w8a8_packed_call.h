@@ -18,7 +18,9 @@ namespace latent::kernels::avx512 {
 // Internal linkage, as in bf16_rows.h: its includers differ in their targets.
 namespace {
 
-struct W8A8PackedCall : PackedCall<uint8_t> {  // x: [rows, kp] u8 = xq + 128, padded with 128
+// x: rows of u8 = xq + 128 padded with 128 (kp values; AMX's rows one spare tile longer where
+// their tile count is even: MakeW8A8PackedCall).
+struct W8A8PackedCall : PackedCall<uint8_t> {
   const float* sx;          // [m] activation row scales
   const uint8_t* scale;     // f32 [n] (the view's rows), possibly unaligned
   const int32_t* row_sums;  // [n] (the view's rows)
