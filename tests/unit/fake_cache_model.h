@@ -14,23 +14,28 @@
 
 namespace latent::engine::testing {
 
+// The config of the engine tests' fake models: one tiny MLA layer (rows of 8 values) and a
+// vocabulary of `vocab` tokens.
+inline model::ModelConfig FakeMlaConfig(int64_t vocab) {
+  model::ModelConfig c;
+  c.model_type = "deepseek_v3";
+  c.architecture = "deepseek_v3";
+  c.vocab_size = vocab;
+  c.hidden_size = 8;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 1;
+  c.max_position_embeddings = 4096;
+  c.kv_lora_rank = 6;
+  c.qk_nope_head_dim = 2;
+  c.qk_rope_head_dim = 2;
+  c.v_head_dim = 2;
+  c.moe_layers = {false};
+  c.dtype = "float32";
+  return c;
+}
+
 class FakeCacheModel : public model::Model {
  public:
-  FakeCacheModel() {
-    c_.model_type = "deepseek_v3";
-    c_.architecture = "deepseek_v3";
-    c_.vocab_size = 64;
-    c_.hidden_size = 8;
-    c_.num_hidden_layers = 1;
-    c_.num_attention_heads = 1;
-    c_.max_position_embeddings = 4096;
-    c_.kv_lora_rank = 6;
-    c_.qk_nope_head_dim = 2;
-    c_.qk_rope_head_dim = 2;
-    c_.v_head_dim = 2;
-    c_.moe_layers = {false};
-    c_.dtype = "float32";
-  }
   const model::ModelConfig& config() const override { return c_; }
 
   // With fail set, a forward whose batch holds fail_on_token breaks halfway: it writes rows
@@ -68,7 +73,7 @@ class FakeCacheModel : public model::Model {
   }
 
  private:
-  model::ModelConfig c_;
+  model::ModelConfig c_ = FakeMlaConfig(64);
 };
 
 }  // namespace latent::engine::testing

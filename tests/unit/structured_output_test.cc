@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "structured/json_schema_check.h"
 #include "structured/tool_choice.h"
+#include "fake_cache_model.h"
 
 namespace latent {
 namespace {
@@ -157,21 +158,6 @@ TEST(StructuredSampler, UnfilteredMaskedDrawsFollowTheSoftmaxOfTheAllowedTokens)
 // is favoured, with a gentle slope over the rest, so seeded sampling varies.
 class FakeModel : public model::Model {
  public:
-  FakeModel() {
-    c_.model_type = "deepseek_v3";
-    c_.architecture = "deepseek_v3";
-    c_.vocab_size = 48;
-    c_.hidden_size = 8;
-    c_.num_hidden_layers = 1;
-    c_.num_attention_heads = 1;
-    c_.max_position_embeddings = 4096;
-    c_.kv_lora_rank = 6;
-    c_.qk_nope_head_dim = 2;
-    c_.qk_rope_head_dim = 2;
-    c_.v_head_dim = 2;
-    c_.moe_layers = {false};
-    c_.dtype = "float32";
-  }
   const model::ModelConfig& config() const override { return c_; }
   void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
                model::ForwardTrace*) const override {
@@ -185,7 +171,7 @@ class FakeModel : public model::Model {
   }
 
  private:
-  model::ModelConfig c_;
+  model::ModelConfig c_ = engine::testing::FakeMlaConfig(48);
 };
 
 // Allows only multiples of 3 (with 0 the stop token) for `length` tokens, then only the stop token.
