@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -12,6 +14,15 @@
 
 namespace latent::engine {
 namespace {
+
+// A forward that failed on one rank with anything but latent::Error (std::bad_alloc, a library's
+// error) failed there alone: the other ranks wait in a collective it will never join, so the
+// ranks cannot go on in step. Bad input (latent::Error) fails every rank at the same point and
+// the job goes on; this ends the job, as an uncaught exception used to end its process.
+[[noreturn]] void AbortForwardElsewhere(const char* where, const std::string& what) {
+  parallel::AbortWorld(StrCat("latent: the forward failed on ", where, ": ", what,
+                              "; the other ranks cannot go on in step, ending the job"));
+}
 
 // What rank 0 sends, in a fixed-size header followed by `payload_bytes` bytes.
 enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4, kCopySlot = 5 };
@@ -221,9 +232,13 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
   try {
     model_->Forward(batch, form, logits, trace);
-  } catch (...) {  // counted as any step, then the engine fails the step's requests
+  } catch (const Error&) {  // counted as any step, then the engine fails the step's requests
     finish();
     throw;
+  } catch (const std::exception& e) {
+    AbortForwardElsewhere("rank 0", e.what());
+  } catch (...) {
+    AbortForwardElsewhere("rank 0", "an unknown exception");
   }
   finish();
 }
@@ -312,6 +327,10 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         } catch (const Error&) {
           // Bad input fails the same way on rank 0, at the same point (every rank runs the same
           // batch), which reports it; the job goes on.
+        } catch (const std::exception& e) {
+          AbortForwardElsewhere("a worker rank", e.what());
+        } catch (...) {
+          AbortForwardElsewhere("a worker rank", "an unknown exception");
         }
         if (detail) {
           comm.RecordCalls(nullptr);

@@ -469,6 +469,7 @@ bool Engine::Step() {
       Finish(*chunk.seq, FinishReason::kError, *failure);
     }
     RetireFinished();
+    if (options_.check_invariants) CheckInvariants();
     PublishGauges();
     return true;
   }

@@ -9,9 +9,9 @@
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
 #include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
 #if LATENT_HAVE_ONEDNN
 #include "kernels/onednn/onednn_linear.h"
-#include "tensor/dtype.h"
 #endif
 
 namespace latent::kernels {

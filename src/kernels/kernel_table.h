@@ -137,8 +137,9 @@ const KernelTable* OnednnKernels();
 // The AVX-512 kernels with linear over bf16 weights with bf16_activations (bf16 compute) on AMX
 // (TDPBF16PS, amx/linear_amx.cc) for weights repacked at load (packed_bytes, pack; the others
 // stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
-// invariant like the AVX-512 kernels. fp8 weights under bf16 compute run as in
-// Bf16PackedKernels(); W8A8 weights (AmxHasW8A8) on AMX-INT8 from 3 rows on.
+// invariant like the AVX-512 kernels. fp8 weights under bf16 compute run on TDPBF16PS where their
+// scale blocks hold whole tiles of k (amx/linear_fp8_amx.cc: DeepSeek's 128 x 128), the others as
+// in Bf16PackedKernels(); W8A8 weights (AmxHasW8A8) on AMX-INT8 from 3 rows on.
 const KernelTable* AmxKernels();
 // Whether AmxKernels() computes W8A8 calls of 3 rows or more with TDPBUSD (AMX-INT8,
 // amx/linear_w8a8_amx.cc; the same bits as the vpdpbusd kernel it keeps for fewer rows).

@@ -19,7 +19,7 @@
 // MXCSR (round to nearest even, denormal inputs and outputs flushed), as vdpbf16ps does.
 //
 // Speed (bench/kernels, one thread of a 2-core Xeon with AMX, DeepSeek-sized bf16 weights, with
-// the k chunks of 16 tiles of then; chunks of 64 gained another 5-15% on batches, session 28):
+// the k chunks of 16 tiles back then; chunks of 64 gained another 5-15% on batches, session 28):
 // against the AVX-512 vdpbf16ps kernel, 1.5-2x at m = 8, 2.5-4.5x from m = 16 (prefill m = 512:
 // about 4x, and above oneDNN's bf16 matmul), level at m = 4. At m = 1 and 2 (both stream the
 // weights from memory) it depends on the pages: with vdpbf16ps also on huge pages (the bench's

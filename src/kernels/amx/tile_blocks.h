@@ -86,8 +86,9 @@ struct alignas(64) TileConfig {
 // weights' count made odd, with a spare tile that is never read where it is even. A tile row is
 // one 64-byte line, so 16 rows an odd number of lines apart fall in 16 different L1 sets, where an
 // even count puts them in fewer: at 64 tiles (k 2,048 in bf16) all 16 rows of an activation tile
-// sit 4 KiB apart in one set, and each tile load evicts its own rows. The spare tile gained 20%
-// at m 512 in bf16 (n 10944, k 2048) and 5% in W8A8 (32 tiles: 2 sets) on a 2-core Xeon.
+// sit 4 KiB apart in one set, and each tile load evicts its own rows. The spare tile gained 25%
+// at m 512 in bf16 (n 10944, k 2048) and 12-20% in W8A8 at k 2,048 (32 tiles: 2 sets) on a
+// 2-core Xeon (docs/performance.md, wave 2 session 28).
 inline int64_t TileActivationRowTiles(int64_t tiles) { return tiles | 1; }
 
 // Activation rows the kernels' buffer holds for an m-row call (TileBlocks).
