@@ -149,11 +149,8 @@ void SegmentRows(const Fp8Job& j, int64_t r0, int64_t r1, const uint8_t* w0, con
 // of up to kRunTiles tiles, each run widened once into a stage in L2 that every block of rows
 // (kActivationBlockBytes of activations per run) then reads segment by segment.
 void RunBlocks(const Fp8Job& j, int64_t b, int64_t blocks, float* acc) {
-  thread_local std::vector<uint8_t> buffer;  // [2 blocks][kRunTiles][1 KiB], 64-byte aligned
-  if (static_cast<int64_t>(buffer.size()) < 2 * kRunTiles * kTileBytes + 64) {
-    buffer.resize(2 * kRunTiles * kTileBytes + 64);
-  }
-  uint8_t* stage = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+  thread_local std::vector<uint8_t> buffer;
+  uint8_t* stage = Aligned64(buffer, 2 * kRunTiles * kTileBytes);  // [2 blocks][kRunTiles][1 KiB]
   constexpr int64_t kPair = 2 * kTileRows;
   const int64_t run_bytes = std::min(j.tiles, kRunTiles) * kTileRowBytes;  // per activation row
   const int64_t row_block = std::max(kPair, kActivationBlockBytes / run_bytes / kPair * kPair);
@@ -164,11 +161,9 @@ void RunBlocks(const Fp8Job& j, int64_t b, int64_t blocks, float* acc) {
     const int64_t run_t0 = p0 / kTilePairs;
     int64_t count = 0;
     while (2 * p0 < j.k) {
-      Segment next;
-      const int64_t p1 = MakeSegment(j, b, blocks, p0, next);
-      if (next.t0 + next.tiles - run_t0 > kRunTiles) break;
-      segments[count++] = next;
-      p0 = p1;
+      // The run ends before the segment that would not fit (its scales not read for nothing).
+      if (Fp8SegmentEnd(j, p0, kSegmentTiles * kTilePairs) / kTilePairs - run_t0 > kRunTiles) break;
+      p0 = MakeSegment(j, b, blocks, p0, segments[count++]);
     }
     const int64_t run_end = segments[count - 1].t0 + segments[count - 1].tiles;
     for (int64_t s = 0; s < blocks; ++s) {
@@ -191,7 +186,7 @@ void Fp8Blocks(const Fp8Job& j, int64_t b0, int64_t b1) {
   ConfigureTiles(std::min(j.m, kTileRows));  // decode: tiles of m rows; batches: whole tiles
   alignas(64) uint8_t stage[2 * kSegmentTiles * kTileBytes];  // 8 KiB
   thread_local std::vector<float> buffer;
-  float* acc = AlignedSums(buffer, TileActivationRows(j.m) * kPairCols);  // [rows, kPairCols]
+  float* acc = Aligned64(buffer, TileActivationRows(j.m) * kPairCols);  // [rows, kPairCols]
   for (int64_t b = b0; b < b1; b += 2) {
     const int64_t blocks = std::min<int64_t>(2, b1 - b);
     if (j.m > kRunMinRows) {

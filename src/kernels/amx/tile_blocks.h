@@ -96,13 +96,15 @@ inline int64_t TileActivationRows(int64_t m) {
   return m <= kTileRows ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
 }
 
-// n sums of 4 bytes (int32 or f32) from `buffer` (the caller's thread_local), 64-byte aligned as
-// whole tile rows for the tile loads and stores and the vector ones over them; grown as needed.
+// n values from `buffer` (the caller's thread_local: sums, a stage), 64-byte aligned as whole
+// tile rows for the tile loads and stores and the vector ones over them; grown as needed.
 template <class T>
-T* AlignedSums(std::vector<T>& buffer, int64_t n) {
-  static_assert(sizeof(T) == 4);
-  if (static_cast<int64_t>(buffer.size()) < n + 16) buffer.resize(n + 16);
-  return buffer.data() + (16 - reinterpret_cast<uintptr_t>(buffer.data()) / 4 % 16) % 16;
+T* Aligned64(std::vector<T>& buffer, int64_t n) {
+  constexpr int64_t kPad = 64 / sizeof(T);  // values per 64 bytes
+  static_assert(kPad * sizeof(T) == 64);
+  if (static_cast<int64_t>(buffer.size()) < n + kPad) buffer.resize(n + kPad);
+  const int64_t misplaced = reinterpret_cast<uintptr_t>(buffer.data()) / sizeof(T) % kPad;
+  return buffer.data() + (kPad - misplaced) % kPad;
 }
 
 // x [m, k] f32 rounded to bf16 (avx512::RoundRowsPadded: nearest even, NaN stays NaN) into this
@@ -239,7 +241,7 @@ void BatchBlocks(const PackedCall<uint8_t>& j, int64_t r0, int64_t r1, int64_t b
   using Acc = typename Kind::Acc;
   const int64_t cols = (b1 - b0) * kTileRows;
   thread_local std::vector<Acc> buffer;
-  Acc* acc = AlignedSums(buffer, (r1 - r0) * cols);
+  Acc* acc = Aligned64(buffer, (r1 - r0) * cols);
   for (int64_t k0 = 0; k0 < j.tiles; k0 += kChunkK) {
     const int64_t k1 = std::min(j.tiles, k0 + kChunkK);
     for (int64_t b = b0; b < b1; b += 2) {
