@@ -9,6 +9,7 @@
 #include "engine/filtered_draw.h"
 #include "engine/logprobs.h"
 #include "engine/token_constraint.h"
+#include "kernels/kernel_table.h"
 
 namespace latent::engine {
 namespace {
@@ -46,43 +47,6 @@ void ApplyPenalties(std::vector<float>& logits, const Sequence& seq, const Sampl
   }
 }
 
-// The first index of the largest value, as std::max_element, with 8 independent lanes (lane j
-// scans i = j mod 8) so the compare chains overlap.
-int32_t Argmax(const float* v, int64_t n) {
-  if (n <= 0) return 0;
-  constexpr int kLanes = 8;
-  float best[kLanes];
-  int64_t at[kLanes];
-  for (int j = 0; j < kLanes; ++j) {
-    best[j] = v[0];
-    at[j] = 0;
-  }
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      if (best[j] < v[i + j]) {  // strict: the first of equal values stays (per lane)
-        best[j] = v[i + j];
-        at[j] = i + j;
-      }
-    }
-  }
-  for (; i < n; ++i) {
-    if (best[0] < v[i]) {
-      best[0] = v[i];
-      at[0] = i;
-    }
-  }
-  int64_t result = at[0];
-  float value = best[0];
-  for (int j = 1; j < kLanes; ++j) {
-    if (value < best[j] || (!(best[j] < value) && at[j] < result)) {
-      value = best[j];
-      result = at[j];
-    }
-  }
-  return static_cast<int32_t>(result);
-}
-
 // Disallowed tokens get -inf: probability 0 at any temperature, never the argmax (when one token
 // is allowed). Penalties keep -inf at -inf.
 void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
@@ -104,6 +68,11 @@ void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
     }
   }
   if (!any) Fail("the structured-output constraint allows no next token");
+}
+
+// Greedy: the first index of the largest value (std::max_element's), on the fastest kernel.
+int32_t Argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(kernels::BestKernels().argmax(v, n));
 }
 
 int32_t Argmax(const std::vector<float>& v) {

@@ -61,6 +61,10 @@ struct KernelTable {
   // a positive multiple of 16.
   float (*exp_weights)(const float* x, int64_t n, float scale, int64_t block, float* w,
                        double* block_mass);
+  // Greedy sampling: the index of the largest x[i] over x[n], the first of equal ones, as
+  // std::max_element with operator< answers (0 for n <= 0; a NaN is never chosen unless x[0] is
+  // one, which then wins). Every kernel returns the same index.
+  int64_t (*argmax)(const float* x, int64_t n);
   // Weights repacked once at load for `linear` (null in tables that read every weight as stored):
   // packed_bytes(w) is the size of w's packed copy (0: this table reads w as stored), pack(w, out)
   // writes it to `out` (64-byte aligned) in the layout packed_layout(w) names. The loader then

@@ -700,6 +700,63 @@ TEST_P(FastKernels, ExpWeightsMatchRefAndWeighMinusInfAtZero) {
   }
 }
 
+// The index std::max_element gives (the first of equal largest values; NaN never chosen but at 0).
+int64_t MaxElementIndex(const std::vector<float>& x) {
+  return std::max_element(x.begin(), x.end()) - x.begin();
+}
+
+TEST_P(FastKernels, ArgmaxIsMaxElementsIndex) {
+  LATENT_REQUIRE_TABLE(fast);
+  std::mt19937 rng(17);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(fast.argmax(nullptr, 0), 0);
+  // Every length to past two of the widest steps (64), each ending in a partial step; a 129k
+  // vocabulary.
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 140; ++n) lengths.push_back(n);
+  lengths.push_back(129280);
+  for (int64_t n : lengths) {
+    std::vector<float> x = RandomFloats(rng, n, -30.0f, 30.0f);
+    auto check = [&](const char* what) {
+      const int64_t want = MaxElementIndex(x);
+      ASSERT_EQ(Ref().argmax(x.data(), n), want) << what << " n=" << n;
+      ASSERT_EQ(fast.argmax(x.data(), n), want) << what << " n=" << n;
+    };
+    check("random");
+    // The largest value at every position, once and twice (the first wins, in any lane).
+    const std::vector<int64_t> spots =
+        n <= 140 ? std::vector<int64_t>{0, n / 3, n / 2, n - 1}
+                 : std::vector<int64_t>{0, 15, 16, 63, 64, 65, n / 2, n - 17, n - 1};
+    for (int64_t at : spots) {
+      std::vector<float> saved = x;
+      x[at] = 100.0f;
+      check("one largest");
+      for (int64_t later : {at + 1, at + 16, at + 64, n - 1}) {
+        if (later <= at || later >= n) continue;
+        x[later] = 100.0f;
+        check("tie: the first wins");
+        x[later] = saved[later];
+      }
+      x = saved;
+    }
+    // All equal: index 0. -inf everywhere but one finite value. NaNs after x[0] are never the
+    // answer; a NaN at x[0] is (std::max_element's comparisons never replace it).
+    std::vector<float> saved = x;
+    std::fill(x.begin(), x.end(), -2.5f);
+    check("all equal");
+    std::fill(x.begin(), x.end(), -inf);
+    x[n - 1] = -1e30f;
+    check("-inf but the last");
+    x = saved;
+    for (int64_t i = 1; i < n; i += 3) x[i] = nan;
+    check("NaNs after x[0]");
+    x[0] = nan;
+    check("NaN at x[0]");
+    x = saved;
+  }
+}
+
 // Rows of one sequence for attention: `length` positions in shuffled storage order.
 struct AttentionCase {
   int64_t heads, qk_dim, v_dim, length;

@@ -28,7 +28,8 @@ void Fp8Avx2Pack(const WeightRef& w, void* out);
 // Packs a bf16 weight in kernels/tile_pack.h's layout: the same bytes as TilePack (the table's
 // `pack` after FillBf16PackedLinear).
 void TilePackAvx2(const WeightRef& w, void* out);
-void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope, exp_weights
+// rms_norm, layer_norm, silu_mul, norm_rope, exp_weights, argmax
+void FillNormKernels(KernelTable& table);
 void FillAttentionKernel(KernelTable& table);    // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/argmax_lanes.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
 // Last: defines the AVX2 helpers under the target pragma.
@@ -177,6 +178,49 @@ float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w
   return max;
 }
 
+// 4 accumulators of 8 lanes over steps of 32 values, so that four compare-and-blend chains
+// overlap; each lane keeps the first largest of its values, then CombineArgmaxLanes.
+int64_t Argmax(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  if (n > std::numeric_limits<int32_t>::max()) return RefKernels().argmax(x, n);  // int32 lanes
+  constexpr int kAcc = 4;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 best[kAcc];
+  __m256i at[kAcc];
+  for (int a = 0; a < kAcc; ++a) {
+    best[a] = _mm256_set1_ps(x[0]);
+    at[a] = _mm256_setzero_si256();
+  }
+  // Lanes where v (the values from `first` on) is larger take v and its index.
+  auto take = [lane](__m256& best_a, __m256i& at_a, __m256 v, __m256 up, int64_t first) {
+    const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int32_t>(first)), lane);
+    best_a = _mm256_blendv_ps(best_a, v, up);
+    at_a = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(at_a), _mm256_castsi256_ps(index), up));
+  };
+  int64_t i = 0;
+  for (; i + 8 * kAcc <= n; i += 8 * kAcc) {
+    for (int a = 0; a < kAcc; ++a) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * a);
+      take(best[a], at[a], v, _mm256_cmp_ps(best[a], v, _CMP_LT_OQ), i + 8 * a);
+    }
+  }
+  for (; i < n; i += 8) {  // the tail into accumulator 0, still in increasing index order per lane
+    const int64_t count = std::min<int64_t>(8, n - i);
+    const __m256 v = LoadPart(x + i, count);
+    const __m256 up =
+        _mm256_and_ps(_mm256_cmp_ps(best[0], v, _CMP_LT_OQ), _mm256_castsi256_ps(TailMask(count)));
+    take(best[0], at[0], v, up, i);
+  }
+  alignas(32) float best_lanes[8 * kAcc];
+  alignas(32) int32_t at_lanes[8 * kAcc];
+  for (int a = 0; a < kAcc; ++a) {
+    _mm256_store_ps(best_lanes + 8 * a, best[a]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(at_lanes + 8 * a), at[a]);
+  }
+  return CombineArgmaxLanes(best_lanes, at_lanes, 8 * kAcc);
+}
+
 }  // namespace
 
 void FillNormKernels(KernelTable& t) {
@@ -185,6 +229,7 @@ void FillNormKernels(KernelTable& t) {
   t.silu_mul = SiluMul;
   t.norm_rope = NormRope;
   t.exp_weights = ExpWeights;
+  t.argmax = Argmax;
 }
 
 }  // namespace latent::kernels::avx2

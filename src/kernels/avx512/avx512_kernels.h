@@ -11,7 +11,8 @@ void FillLinearKernels(KernelTable& table);    // linear, dequant_row, transpose
 // Wraps the table's linear, dequant_row and transposed_linear: int8 weights (DType::kI8) go to
 // linear_int8_avx512.cc, the others to the kernels it wrapped.
 void FillInt8Kernels(KernelTable& table);
-void FillNormKernels(KernelTable& table);  // rms_norm, layer_norm, silu_mul, norm_rope, exp_weights
+// rms_norm, layer_norm, silu_mul, norm_rope, exp_weights, argmax
+void FillNormKernels(KernelTable& table);
 void FillAttentionKernel(KernelTable& table);  // attention, attention_queries
 void FillIndexScoresKernel(KernelTable& table);  // index_scores
 // Wraps table.linear (filled before): bf16 weights go to the bf16-activation vdpbf16ps kernel

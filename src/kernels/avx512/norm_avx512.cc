@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/argmax_lanes.h"
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/kernel_table.h"
@@ -178,6 +179,47 @@ float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w
   return max;
 }
 
+// 4 accumulators of 16 lanes over steps of 64 values, so that four compare-and-blend chains
+// (each step's blend waits for its compare) overlap; each lane keeps the first largest of its
+// values, then CombineArgmaxLanes.
+int64_t Argmax(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  if (n > std::numeric_limits<int32_t>::max()) return RefKernels().argmax(x, n);  // int32 lanes
+  constexpr int kAcc = 4;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 best[kAcc];
+  __m512i at[kAcc];
+  for (int a = 0; a < kAcc; ++a) {
+    best[a] = _mm512_set1_ps(x[0]);
+    at[a] = _mm512_setzero_si512();
+  }
+  // Lanes where v (the values from `first` on) is larger take v and its index.
+  auto take = [lane](__m512& best_a, __m512i& at_a, __m512 v, __mmask16 up, int64_t first) {
+    const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(first)), lane);
+    best_a = _mm512_mask_mov_ps(best_a, up, v);
+    at_a = _mm512_mask_mov_epi32(at_a, up, index);
+  };
+  int64_t i = 0;
+  for (; i + 16 * kAcc <= n; i += 16 * kAcc) {
+    for (int a = 0; a < kAcc; ++a) {
+      const __m512 v = _mm512_loadu_ps(x + i + 16 * a);
+      take(best[a], at[a], v, _mm512_cmp_ps_mask(best[a], v, _CMP_LT_OQ), i + 16 * a);
+    }
+  }
+  for (; i < n; i += 16) {  // the tail into accumulator 0, still in increasing index order per lane
+    const __mmask16 mk = TailMask(std::min<int64_t>(16, n - i));
+    const __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
+    take(best[0], at[0], v, _mm512_mask_cmp_ps_mask(mk, best[0], v, _CMP_LT_OQ), i);
+  }
+  alignas(64) float best_lanes[16 * kAcc];
+  alignas(64) int32_t at_lanes[16 * kAcc];
+  for (int a = 0; a < kAcc; ++a) {
+    _mm512_store_ps(best_lanes + 16 * a, best[a]);
+    _mm512_store_si512(at_lanes + 16 * a, at[a]);
+  }
+  return CombineArgmaxLanes(best_lanes, at_lanes, 16 * kAcc);
+}
+
 }  // namespace
 
 void FillNormKernels(KernelTable& t) {
@@ -186,6 +228,7 @@ void FillNormKernels(KernelTable& t) {
   t.silu_mul = SiluMul;
   t.norm_rope = NormRope;
   t.exp_weights = ExpWeights;
+  t.argmax = Argmax;
 }
 
 }  // namespace latent::kernels::avx512

@@ -88,6 +88,14 @@ float RefExpWeights(const float* x, int64_t n, float scale, int64_t block, float
   return max;
 }
 
+int64_t RefArgmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[best] < x[i]) best = i;
+  }
+  return best;
+}
+
 void RefTransposedLinear(const float* x, int64_t m, const WeightRef& w, float* y) {
   thread_local std::vector<float> rounded;  // bf16(x) when the weight asks for it
   x = Bf16Input(x, m * w.n, w, rounded, RoundToBf16Scalar);
@@ -109,7 +117,7 @@ const KernelTable& RefKernels() {
   static const KernelTable table{RefLinear,  RefDequantRow,       RefRmsNorm,  RefLayerNorm,
                                  RefSiluMul, RefTransposedLinear, AttentionRef,
                                  AttentionQueriesRef, NormRopeRef, IndexScoresRef,
-                                 RefExpWeights};
+                                 RefExpWeights, RefArgmax};
   return table;
 }
 
