@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/amx/amx_kernels.h"
 #include "kernels/attention.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/kernel_table.h"
@@ -882,29 +883,39 @@ std::vector<QueriesCase> QueriesCases() {
   };
 }
 
+// got (a call over r's queries, or over queries of r's shape) within `tolerance` of the
+// reference's `attention` on each of r's queries alone.
+void ExpectEachQueryNearRef(const QueriesCase& c, const QueriesData& r,
+                            const std::vector<float>& got, double tolerance,
+                            const std::string& name) {
+  const int64_t per_query = c.heads * c.v_dim;
+  std::vector<float> want(per_query), scratch(r.keys.size() + 1);
+  for (int64_t i = 0; i < r.args.num_queries; ++i) {
+    AttentionArgs a = r.args.shared;
+    a.keys = r.keys.data();
+    a.values = r.values.data();
+    a.q = r.q.data() + i * c.heads * c.qk_dim;
+    a.length = c.lengths[i];
+    a.out = want.data();
+    a.scratch = scratch.data();
+    Ref().attention(a);
+    for (int64_t j = 0; j < per_query; ++j) {
+      ASSERT_NEAR(got[i * per_query + j], want[j], tolerance)
+          << name << " H=" << c.heads << " query " << i << " length " << c.lengths[i];
+    }
+  }
+}
+
 void ExpectQueriesMatchRef(const KernelTable& table, const std::string& name) {
   std::mt19937 rng(11);
   for (const QueriesCase& c : QueriesCases()) {
     QueriesData d;
     MakeQueries(c, rng, d);
-    const int64_t nq = d.args.num_queries, per_query = c.heads * c.v_dim;
-    std::vector<float> got(nq * per_query, NAN);
+    std::vector<float> got(d.args.num_queries * c.heads * c.v_dim, NAN);
     d.args.out = got.data();
     table.attention_queries(d.args);
-    std::vector<float> want(per_query), scratch(d.keys.size() + 1);
-    for (int64_t i = 0; i < nq; ++i) {
-      AttentionArgs a = d.args.shared;
-      a.q = d.q.data() + i * c.heads * c.qk_dim;
-      a.length = c.lengths[i];
-      a.out = want.data();
-      a.scratch = scratch.data();
-      Ref().attention(a);
-      for (int64_t j = 0; j < per_query; ++j) {
-        // Rounding of sum_t p_t v_t is relative to sum_t p_t |v_t| <= max |v| = 1.
-        ASSERT_NEAR(got[i * per_query + j], want[j], 2e-5)
-            << name << " H=" << c.heads << " query " << i << " length " << c.lengths[i];
-      }
-    }
+    // Rounding of sum_t p_t v_t is relative to sum_t p_t |v_t| <= max |v| = 1.
+    ExpectEachQueryNearRef(c, d, got, 2e-5, name);
   }
 }
 
@@ -949,6 +960,25 @@ TEST_P(FastKernels, AttentionQueriesMatchesRefAndIgnoresBatchAndThreads) {
   }
 }
 
+// got (d's call under bf16_products) against the reference over q, keys and values rounded to
+// bf16: what is left is the probabilities' rounding, at most 2^-9 of each, and the order of f32
+// sums.
+void ExpectNearRefOverRoundedInputs(const QueriesCase& c, const QueriesData& d,
+                                    const std::vector<float>& got) {
+  QueriesData r = d;
+  for (float& v : r.q) v = RoundToBF16(v);
+  for (float& v : r.kstore) v = RoundToBF16(v);
+  for (float& v : r.vstore) v = RoundToBF16(v);
+  const float* k0 = d.kstore.data();
+  const float* v0 = d.vstore.data();
+  for (size_t t = 0; t < r.keys.size(); ++t) {
+    r.keys[t] = r.kstore.data() + (static_cast<const float*>(d.keys[t]) - k0);
+    r.values[t] = r.vstore.data() + (static_cast<const float*>(d.values[t]) - v0);
+  }
+  // Probabilities rounded to bf16 move sum_t p_t v_t by at most 2^-9 max |v| (|v| <= 1).
+  ExpectEachQueryNearRef(c, r, got, 3e-3, "bf16 products");
+}
+
 // attention_queries with bf16_products (bf16 compute): on the AVX-512 table of a CPU with
 // AVX512_BF16, the reference over q, keys and values rounded to bf16 (what is left: the
 // probabilities' rounding, at most 2^-9 of each, and the order of f32 sums), and still each
@@ -975,33 +1005,7 @@ TEST_P(FastKernels, AttentionQueriesBf16ProductsRoundOnlyWhereTheCpuCanAndIgnore
           << GetParam().name << " H=" << c.heads << ": bf16_products must be ignored here";
       continue;
     }
-    // The reference over the rounded inputs.
-    QueriesData r = d;
-    for (float& v : r.q) v = RoundToBF16(v);
-    for (float& v : r.kstore) v = RoundToBF16(v);
-    for (float& v : r.vstore) v = RoundToBF16(v);
-    const float* k0 = d.kstore.data();
-    const float* v0 = d.vstore.data();
-    for (size_t t = 0; t < r.keys.size(); ++t) {
-      r.keys[t] = r.kstore.data() + (static_cast<const float*>(d.keys[t]) - k0);
-      r.values[t] = r.vstore.data() + (static_cast<const float*>(d.values[t]) - v0);
-    }
-    std::vector<float> want(per_query), scratch(r.keys.size() + 1);
-    for (int64_t i = 0; i < nq; ++i) {
-      AttentionArgs a = d.args.shared;
-      a.keys = r.keys.data();
-      a.values = r.values.data();
-      a.q = r.q.data() + i * c.heads * c.qk_dim;
-      a.length = c.lengths[i];
-      a.out = want.data();
-      a.scratch = scratch.data();
-      Ref().attention(a);
-      for (int64_t j = 0; j < per_query; ++j) {
-        // Probabilities rounded to bf16 move sum_t p_t v_t by at most 2^-9 max |v| (|v| <= 1).
-        ASSERT_NEAR(got[i * per_query + j], want[j], 3e-3)
-            << "H=" << c.heads << " query " << i << " length " << c.lengths[i];
-      }
-    }
+    ExpectNearRefOverRoundedInputs(c, d, got);
     ExpectEachQueryAloneGivesTheSame(fast, c, d, got);
   }
 }
@@ -1042,6 +1046,98 @@ TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
       fast.attention_queries(qa);
       EXPECT_EQ(out[0], 2.0f) << GetParam().name << " bad " << bad << " bf16 " << bf16;
     }
+  }
+}
+
+// The AMX table's attention_queries under bf16 products: TDPBF16PS where AmxTakesQueries (value
+// dims of whole 16-column tiles; here dq 192 and 33, which pads the keys to a whole tile, and
+// value tiles of 1 to 4 per group of 64 columns), the vdpbf16ps kernel of the AVX-512 table
+// otherwise, bit for bit. Near the reference over the rounded inputs, and each query's output
+// bit-identical alone or in a larger call, on 1 or 2 threads: lengths end inside blocks, at their
+// edges, at 0, and 40 consecutive queries cross a block edge inside a tile of 16.
+TEST(AmxAttention, QueriesRunOnTilesNearRefAndIgnoreTheBatch) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  ThreadCount restore;
+  const KernelTable& amx = *AmxKernels();
+  std::vector<int64_t> prefix(40);
+  std::iota(prefix.begin(), prefix.end(), 1000);
+  struct Case {
+    QueriesCase c;
+    bool tiles;
+  };
+  const std::vector<Case> cases = {
+      {{16, 192, 128, false, {1, 2, 3, 64, 65, 130, 511, 512, 513, 700, 1029, 0}}, true},
+      {{2, 64, 48, false, prefix}, true},
+      {{3, 33, 80, true, {7, 600, 1, 64, 2000, 31, 32, 33}}, true},
+      {{1, 40, 16, false, {3, 1, 2, 16, 17}}, true},
+      {{5, 17, 15, false, prefix}, false},
+      {{3, 33, 31, true, {7, 600, 1, 64, 2000}}, false},
+  };
+  std::mt19937 rng(19);
+  for (const Case& k : cases) {
+    const QueriesCase& c = k.c;
+    SCOPED_TRACE(::testing::Message()
+                 << "H=" << c.heads << " dq=" << c.qk_dim << " dv=" << c.v_dim);
+    QueriesData d;
+    MakeQueries(c, rng, d);
+    d.args.bf16_products = true;
+    EXPECT_EQ(amx::AmxTakesQueries(d.args), k.tiles);
+    const int64_t size = d.args.num_queries * c.heads * c.v_dim;
+    threads::SetNumThreads(2);
+    std::vector<float> got(size, NAN), other(size, NAN);
+    d.args.out = got.data();
+    amx.attention_queries(d.args);
+    d.args.out = other.data();
+    if (k.tiles) {
+      ASSERT_TRUE(amx::AttentionQueriesAmx(d.args));
+    } else {
+      Avx512Kernels()->attention_queries(d.args);
+    }
+    ASSERT_EQ(0, std::memcmp(got.data(), other.data(), sizeof(float) * size))
+        << "the table must run " << (k.tiles ? "the AMX kernel" : "the AVX-512 one");
+    ExpectNearRefOverRoundedInputs(c, d, got);
+    ExpectEachQueryAloneGivesTheSame(amx, c, d, got);
+  }
+}
+
+// A value of inf or NaN past a query's length (another query's position) would reach the query
+// through a tile product (0 times inf is NaN): the AMX kernel declines such a call, and the table
+// runs it on the vdpbf16ps kernel, which gives query 0 its one value.
+TEST(AmxAttention, ValuesWithInfOrNanGoToTheVectorKernel) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  for (const float bad : {INFINITY, -INFINITY, NAN}) {
+    // 3 queries of 1 head, qk 2, v 16: lengths 1, 3, 2; positions 1 and 2 hold bad values.
+    const int64_t dv = 16;
+    const std::vector<float> keys = {1.0f, 0.0f, 0.5f, 0.0f, -0.5f, 0.0f};
+    std::vector<float> values(3 * dv, bad);
+    std::fill(values.begin(), values.begin() + dv, 2.0f);
+    std::vector<const void*> key_ptrs, value_ptrs;
+    for (int t = 0; t < 3; ++t) {
+      key_ptrs.push_back(&keys[2 * t]);
+      value_ptrs.push_back(&values[t * dv]);
+    }
+    const std::vector<float> q = {1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f};
+    const std::vector<int64_t> lengths = {1, 3, 2};
+    QueriesAttentionArgs qa;
+    qa.shared.num_heads = 1;
+    qa.shared.qk_dim = 2;
+    qa.shared.v_dim = dv;
+    qa.shared.keys = key_ptrs.data();
+    qa.shared.key_head_stride = 2;
+    qa.shared.values = value_ptrs.data();
+    qa.shared.value_head_stride = dv;
+    qa.shared.scale = 1.0f;
+    qa.num_queries = 3;
+    qa.q = q.data();
+    qa.lengths = lengths.data();
+    qa.bf16_products = true;
+    std::vector<float> out(3 * dv, -1.0f);
+    qa.out = out.data();
+    ASSERT_TRUE(amx::AmxTakesQueries(qa));
+    EXPECT_FALSE(amx::AttentionQueriesAmx(qa)) << "bad " << bad;
+    EXPECT_EQ(out, std::vector<float>(3 * dv, -1.0f)) << "declined: nothing written";
+    AmxKernels()->attention_queries(qa);
+    for (int64_t c = 0; c < dv; ++c) EXPECT_EQ(out[c], 2.0f) << "bad " << bad << " column " << c;
   }
 }
 

@@ -34,4 +34,14 @@ bool AmxTakesFp8(const WeightRef& w);
 // packed copy the table made. Exposed for the kernel tests.
 void LinearFp8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
 
+// Wraps table.attention_queries (filled before: the AVX-512 one, on vdpbf16ps under
+// bf16_products): the calls AmxTakesQueries takes run on TDPBF16PS (attention_queries_amx.cc),
+// the others, and those whose values hold an inf or NaN, on the kernel it wrapped.
+void FillAmxAttentionQueries(KernelTable& table);
+// Whether the AMX attention takes qa: bf16 products, and a value dim of whole 16-column tiles.
+bool AmxTakesQueries(const QueriesAttentionArgs& qa);
+// The AMX attention itself, for a call AmxTakesQueries takes: false, with nothing written, when
+// the call's values hold an inf or NaN. Exposed for the kernel tests.
+bool AttentionQueriesAmx(const QueriesAttentionArgs& qa);
+
 }  // namespace latent::kernels::amx

@@ -29,6 +29,7 @@
 LATENT_AVX512_BF16_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/queries_common.h"
+#include "kernels/avx512/queries_pack_bf16.h"
 
 namespace latent::kernels::avx512 {
 namespace {
@@ -36,84 +37,6 @@ namespace {
 constexpr int64_t kKeys = kSoftmaxBlock;  // positions per block: 4 zmm of scores
 constexpr int64_t kQueryTile = kQueriesPerTask;
 constexpr int kQs = 4;                    // queries per register tile
-
-// Elements c0 .. c0 + 31 of the row at `row` (f32 or bf16, the formats attention_queries takes)
-// as 16 bf16 pairs (element c0 + 2 j in the low half of pair j), zero from element `end` on. f32
-// rounds to nearest even (vcvtne2ps2bf16).
-inline __m512i RowPairs16(DType dtype, const void* row, int64_t c0, int64_t end) {
-  const int64_t count = std::clamp<int64_t>(end - c0, 0, 32);
-  if (dtype == DType::kBF16) {
-    const __mmask32 m = count >= 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
-    return _mm512_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c0);
-  }
-  const float* f = static_cast<const float*>(row) + c0;
-  const __m512 lo = _mm512_maskz_loadu_ps(TailMask(std::min<int64_t>(count, 16)), f);
-  const __m512 hi = _mm512_maskz_loadu_ps(TailMask(std::max<int64_t>(count - 16, 0)), f + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-// Elements c .. c + 15 (the first `count` <= 16 of them, zero past) of the row at `row` as bf16,
-// widened to the low half of 16 32-bit lanes.
-inline __m512i RowBf16x16(DType dtype, const void* row, int64_t c, int64_t count) {
-  const __mmask16 m = TailMask(count);
-  if (dtype == DType::kBF16) {
-    return _mm512_cvtepu16_epi32(
-        _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + c));
-  }
-  const float* f = static_cast<const float*>(row) + c;
-  return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, f)));
-}
-
-// kt [key_heads][blocks][dq pairs][kKeys] and vt [value_heads][position pairs][dv], each element
-// a bf16 pair; zero past the last position and past dq. Keys 16 positions x 16 pairs at a time,
-// one transpose each; values 16 columns of a position pair at a time.
-void PackBf16(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads,
-              int64_t value_heads, uint32_t* kt, uint32_t* vt) {
-  const AttentionArgs& a = qa.shared;
-  const int64_t dq = a.qk_dim, dv = a.v_dim, pairs = (dq + 1) / 2;
-  const int64_t blocks = (positions + kKeys - 1) / kKeys, rows2 = (positions + 1) / 2;
-  const int64_t heads = std::max(key_heads, value_heads);
-  const DType dtype = a.rows.dtype;
-  threads::ParallelFor(heads * blocks, 4, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t head = j / blocks, block = j % blocks;
-      const int64_t t0 = block * kKeys, rows = std::min(kKeys, positions - t0);
-      if (head < key_heads) {
-        uint32_t* dst = kt + (head * blocks + block) * pairs * kKeys;
-        const int64_t k0 = head * a.key_head_stride;
-        for (int64_t r0 = 0; r0 < kKeys; r0 += 16) {
-          for (int64_t cp0 = 0; cp0 < pairs; cp0 += 16) {
-            __m512i r[16], line[16];
-            for (int64_t i = 0; i < 16; ++i) {
-              r[i] = r0 + i < rows ? RowPairs16(dtype, a.keys[t0 + r0 + i], k0 + 2 * cp0, k0 + dq)
-                                   : _mm512_setzero_si512();
-            }
-            Transpose16x16(r, line);
-            for (int64_t p = 0; p < std::min<int64_t>(16, pairs - cp0); ++p) {
-              _mm512_storeu_si512(dst + (cp0 + p) * kKeys + r0, line[p]);
-            }
-          }
-        }
-      }
-      if (head < value_heads) {
-        const int64_t v0 = head * a.value_head_stride;
-        for (int64_t rp = t0 / 2; rp < std::min(rows2, (t0 + kKeys) / 2); ++rp) {
-          uint32_t* dst = vt + (head * rows2 + rp) * dv;
-          const void* even = a.values[2 * rp];
-          const void* odd = 2 * rp + 1 < positions ? a.values[2 * rp + 1] : nullptr;
-          for (int64_t c = 0; c < dv; c += 16) {
-            const int64_t count = std::min<int64_t>(16, dv - c);
-            const __m512i lo = RowBf16x16(dtype, even, v0 + c, count);
-            const __m512i hi = odd != nullptr ? RowBf16x16(dtype, odd, v0 + c, count)
-                                              : _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(dst + c, TailMask(count),
-                                     _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-          }
-        }
-      }
-    }
-  });
-}
 
 // s[i][0..64) = scale * q_i . key(t0 + r) for the QS queries (q pairs qp[i]), from the block.
 template <int QS>
@@ -230,14 +153,15 @@ using QueryTileBlockFn = void (*)(const AttentionArgs&, const uint32_t*, const u
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
                                                     QueryTileBlock<3>, QueryTileBlock<4>};
 
-// Head `head`, queries [i0, i1) (at most kQueryTile); kt, vt as PackBf16 wrote them.
-void HeadQueries(const QueriesAttentionArgs& qa, const uint32_t* kt, const uint32_t* vt,
-                 int64_t positions, int64_t head, int64_t i0, int64_t i1) {
+// Head `head`, queries [i0, i1) (at most kQueryTile); kt, vt as PackQueriesBf16 wrote them in
+// layout l (unpadded: a line per k-pair, a row per position pair).
+void HeadQueries(const QueriesAttentionArgs& qa, const PackedQueriesLayout& l, const uint32_t* kt,
+                 const uint32_t* vt, int64_t head, int64_t i0, int64_t i1) {
   const AttentionArgs& a = qa.shared;
   const int64_t h = a.num_heads, dq = a.qk_dim, dv = a.v_dim, pairs = (dq + 1) / 2;
-  const int64_t blocks = (positions + kKeys - 1) / kKeys, rows2 = (positions + 1) / 2;
+  const int64_t blocks = l.blocks;
   const int64_t key_head = a.key_head_stride == 0 ? 0 : head;
-  const uint32_t* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * rows2 * dv;
+  const uint32_t* vhead = vt + (a.value_head_stride == 0 ? 0 : head) * l.value_pairs * dv;
   QueryTileState st(qa, i0, i1);
   thread_local std::vector<uint32_t> q_pairs;  // [kQueryTile, pairs]
   if (static_cast<int64_t>(q_pairs.size()) < kQueryTile * pairs) q_pairs.resize(kQueryTile * pairs);
@@ -260,25 +184,17 @@ void HeadQueries(const QueriesAttentionArgs& qa, const uint32_t* kt, const uint3
 }
 
 void AttentionQueriesBf16(const QueriesAttentionArgs& qa) {
-  const AttentionArgs& a = qa.shared;
-  int64_t positions = 0;
-  for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
-  const int64_t blocks = (positions + kKeys - 1) / kKeys, pairs = (a.qk_dim + 1) / 2;
-  const int64_t key_heads = a.key_head_stride == 0 ? 1 : a.num_heads;
-  const int64_t value_heads = a.value_head_stride == 0 ? 1 : a.num_heads;
+  const PackedQueriesLayout l(qa, 1, 1);  // a line per k-pair, a row per position pair
   // [key_heads, blocks, pairs, kKeys], then [value_heads, position pairs, v_dim].
   thread_local std::vector<uint32_t> packed;
-  const int64_t key_words = key_heads * blocks * pairs * kKeys;
-  const int64_t words = key_words + value_heads * ((positions + 1) / 2) * a.v_dim;
+  const int64_t key_words = l.key_words(), words = key_words + l.value_words();
   if (static_cast<int64_t>(packed.size()) < words) packed.resize(words);
-  if (positions > 0) {
-    PackBf16(qa, positions, key_heads, value_heads, packed.data(), packed.data() + key_words);
-  }
+  if (l.positions > 0) PackQueriesBf16(qa, l, packed.data(), packed.data() + key_words);
   // The calling thread's buffer, by pointer: inside the tasks `packed` would name each worker's.
   const uint32_t* kt = packed.data();
   const uint32_t* vt = packed.data() + key_words;
   ForEachHeadTile(qa, [&](int64_t head, int64_t i0, int64_t i1) {
-    HeadQueries(qa, kt, vt, positions, head, i0, i1);
+    HeadQueries(qa, l, kt, vt, head, i0, i1);
   });
 }
 

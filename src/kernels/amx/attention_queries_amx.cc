@@ -1,0 +1,268 @@
+// attention_queries under bf16 compute (QueriesAttentionArgs::bf16_products) on AMX tiles: the
+// expanded form's causal prefill attention, FlashAttention's loop with both products on
+// TDPBF16PS. Per task (one head, up to 64 queries: queries_common.h), per block of 64 positions,
+// per tile of 16 queries:
+//
+//   scores  S[16 queries][64 positions] = Q[16][dq] . K^T: 4 accumulator tiles of 16 positions,
+//           one TDPBF16PS per 32 dims of dq, in order; then S *= scale
+//   softmax each query's online-softmax step over its positions of the block (OnlineSoftmaxBlock,
+//           as the vdpbf16ps kernel): its output rescaled, its probabilities P (0 past its length)
+//           rounded to bf16
+//   values  O[16][c..c+16) += P[16][0..32) . V[0..32) then P[16][32..64) . V[32..64), per 16
+//           columns of dv, the accumulator loaded from and stored to the query's f32 output row
+//
+// Keys and values are packed once per call by avx512/queries_pack_bf16.h, whose layouts are the
+// B tiles as stored: a key tile is 16 k-pair lines x 16 positions (lines of 64 positions, 256
+// bytes apart), a value tile 16 position pairs x 16 columns (rows dv pairs apart). The AMX layout
+// pads the key lines to whole tiles of dq and the value rows to whole blocks, with zeros.
+//
+// Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and
+// a query's arithmetic follows its own length alone: its scores, its softmax steps at the blocks
+// it attends, and for those blocks the two value products of each column tile, in order. A query
+// of a tile that does not attend a block its neighbours attend keeps its output row as it was
+// (saved before the value products and put back: a product over zero probabilities would flush
+// a denormal sum to zero). So its result does not depend on the other queries of its tile or
+// call, nor on the thread, as in the vdpbf16ps kernel (but with other bits: the sums run in
+// another order).
+//
+// A value of inf or NaN would spoil the queries of its tile that do not attend it (probability 0
+// times inf is NaN): a call whose packed values hold one runs on the kernel this one wraps (the
+// vdpbf16ps kernel, which masks each query's positions), so each query still gets the right
+// value; the bits of the queries in such a call are the vdpbf16ps kernel's.
+#include "kernels/avx512/intrinsics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/amx/amx_kernels.h"
+#include "kernels/amx/amx_target.h"
+#include "kernels/attention.h"
+#include "kernels/kernel_table.h"
+#include "kernels/tile_pack.h"
+#include "tensor/dtype.h"
+#include "threads/thread_pool.h"
+
+LATENT_AMX_BEGIN
+#include "kernels/avx512/avx512_common.h"
+#include "kernels/avx512/bf16_rows.h"
+#include "kernels/avx512/queries_common.h"
+#include "kernels/avx512/queries_pack_bf16.h"
+#include "kernels/amx/tile_blocks.h"
+
+namespace latent::kernels::amx {
+namespace {
+
+using avx512::kSoftmaxBlock;
+constexpr int64_t kKeys = kSoftmaxBlock;                 // positions per block: 4 score tiles
+constexpr int64_t kKeyLineBytes = kKeys * 4;             // one k-pair of every position of a block
+constexpr int64_t kQueryTile = kTileRows;                // queries per tile
+constexpr int64_t kTaskQueries = avx512::kQueriesPerTask;  // queries per task: 4 tiles
+static_assert(kTaskQueries % kQueryTile == 0);
+
+// Whether any bf16 of the packed values [words pairs] is inf or NaN: each half widened to the f32
+// it is the high half of, where x - x is NaN exactly for inf and NaN.
+bool AnyNonFinite(const uint32_t* values, int64_t words) {
+  const __m512i high_halves = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const __m512 zero = _mm512_setzero_ps();
+  __mmask16 any = 0;
+  for (int64_t i = 0; i < words; i += 16) {
+    const __mmask16 m = avx512::TailMask(std::min<int64_t>(16, words - i));
+    const __m512i v = _mm512_maskz_loadu_epi32(m, values + i);
+    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, high_halves));
+    any |= _mm512_cmp_ps_mask(_mm512_sub_ps(even, even), zero, _CMP_UNORD_Q) |
+           _mm512_cmp_ps_mask(_mm512_sub_ps(odd, odd), zero, _CMP_UNORD_Q);
+  }
+  return any != 0;
+}
+
+// O[16 queries][c0 .. c0 + 16 CT) += P . V for one block: tiles 4 and 5 hold P's two halves
+// (positions 0-31, 32-63), v the block's first value row (position pair) at column c0, o the
+// tile's first output row at column c0.
+template <int CT>
+void ValueTiles(const uint32_t* v, int64_t dv, float* o) {
+  const int64_t ld = dv * 4;  // bytes between value rows and between output rows
+  const uint32_t* v_hi = v + kTileRows * dv;  // position pairs 16-31: positions 32-63
+  _tile_loadd(0, o, ld);
+  if constexpr (CT > 1) _tile_loadd(1, o + 16, ld);
+  if constexpr (CT > 2) _tile_loadd(2, o + 32, ld);
+  if constexpr (CT > 3) _tile_loadd(3, o + 48, ld);
+  _tile_loadd(6, v, ld);
+  _tile_loadd(7, v_hi, ld);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(0, 5, 7);
+  if constexpr (CT > 1) {
+    _tile_loadd(6, v + 16, ld);
+    _tile_loadd(7, v_hi + 16, ld);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(1, 5, 7);
+  }
+  if constexpr (CT > 2) {
+    _tile_loadd(6, v + 32, ld);
+    _tile_loadd(7, v_hi + 32, ld);
+    _tile_dpbf16ps(2, 4, 6);
+    _tile_dpbf16ps(2, 5, 7);
+  }
+  if constexpr (CT > 3) {
+    _tile_loadd(6, v + 48, ld);
+    _tile_loadd(7, v_hi + 48, ld);
+    _tile_dpbf16ps(3, 4, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, o, ld);
+  if constexpr (CT > 1) _tile_stored(1, o + 16, ld);
+  if constexpr (CT > 2) _tile_stored(2, o + 32, ld);
+  if constexpr (CT > 3) _tile_stored(3, o + 48, ld);
+}
+
+// S[16][64] (rows of 64 floats) = Q . K^T of one block: q the tile's first query row (bf16,
+// q_ld bytes apart), k the block's first key line, dq_tiles tiles of 32 dims.
+void ScoreTiles(const uint8_t* q, int64_t q_ld, const uint8_t* k, int64_t dq_tiles, float* s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kk = 0; kk < dq_tiles; ++kk) {
+    const uint8_t* lines = k + kk * kTileRows * kKeyLineBytes;  // 16 k-pair lines
+    _tile_loadd(4, q + kk * kTileRowBytes, q_ld);
+    _tile_loadd(5, lines, kKeyLineBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, lines + 64, kKeyLineBytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, lines + 128, kKeyLineBytes);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, lines + 192, kKeyLineBytes);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  constexpr int64_t ld = kKeys * 4;
+  _tile_stored(0, s, ld);
+  _tile_stored(1, s + 16, ld);
+  _tile_stored(2, s + 32, ld);
+  _tile_stored(3, s + 48, ld);
+}
+
+// Head `head`, queries [i0, i1) (at most kTaskQueries); kt, vt as PackQueriesBf16 wrote them in
+// layout l (key lines in whole tiles, value rows in whole blocks).
+void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesLayout& l,
+                    const uint32_t* kt, const uint32_t* vt, int64_t head, int64_t i0, int64_t i1) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t h = a.num_heads, dq = a.qk_dim, dv = a.v_dim;
+  const int64_t nq = i1 - i0, tiles = (nq + kQueryTile - 1) / kQueryTile;
+  const int64_t dq_tiles = l.key_lines / kTileRows;
+  const int64_t q_ld = TileActivationRowTiles(dq_tiles) * kTileRowBytes;  // bytes per query row
+  const uint8_t* keys = reinterpret_cast<const uint8_t*>(
+      kt + (a.key_head_stride == 0 ? 0 : head) * l.blocks * l.key_lines * kKeys);
+  const uint32_t* values = vt + (a.value_head_stride == 0 ? 0 : head) * l.value_pairs * dv;
+  avx512::QueryTileState st(qa, i0, i1);  // o: [nq rows of dv] in one buffer
+  float* o = st.o[0];
+
+  // The queries as bf16 rows of whole tiles (zero past dq), and zero rows past nq.
+  thread_local std::vector<uint16_t> q_buffer;
+  uint16_t* q = Aligned64(q_buffer, tiles * kQueryTile * q_ld / 2);
+  for (int64_t i = 0; i < tiles * kQueryTile; ++i) {
+    uint16_t* row = q + i * q_ld / 2;
+    if (i < nq) {
+      avx512::RoundRowsPadded(qa.q + ((i0 + i) * h + head) * dq, 1, dq, q_ld / 2, row);
+    } else {
+      std::memset(row, 0, q_ld);
+    }
+  }
+  thread_local std::vector<float> s_buffer, saved_buffer;
+  thread_local std::vector<uint16_t> p_buffer;
+  float* s = Aligned64(s_buffer, kQueryTile * kKeys);              // [16][64] scores
+  uint16_t* p = Aligned64(p_buffer, kQueryTile * kKeys);           // [16][64] bf16 probabilities
+  float* saved = Aligned64(saved_buffer, kQueryTile * dv);         // rows kept past a product
+
+  ConfigureTiles(kTileRows);
+  for (int64_t b = 0; b * kKeys < st.longest; ++b) {
+    const int64_t t0 = b * kKeys;
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t j0 = tile * kQueryTile;
+      int64_t rows[kQueryTile], rows_max = 0;  // each query's positions of the block
+      for (int64_t r = 0; r < kQueryTile; ++r) {
+        rows[r] = j0 + r < nq ? std::clamp<int64_t>(qa.lengths[i0 + j0 + r] - t0, 0, kKeys) : 0;
+        rows_max = std::max(rows_max, rows[r]);
+      }
+      if (rows_max == 0) continue;
+      ScoreTiles(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
+                 keys + b * l.key_lines * kKeyLineBytes, dq_tiles, s);
+      const __m512 scale = _mm512_set1_ps(a.scale);
+      for (int64_t r = 0; r < kQueryTile; ++r) {
+        float* sr = s + r * kKeys;
+        uint16_t* pr = p + r * kKeys;
+        if (rows[r] == 0) {
+          std::memset(pr, 0, kKeys * sizeof(uint16_t));
+          if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
+          continue;
+        }
+        for (int64_t c = 0; c < kKeys; c += 16) {
+          _mm512_store_ps(sr + c, _mm512_mul_ps(_mm512_load_ps(sr + c), scale));
+        }
+        avx512::OnlineSoftmaxBlock(sr, rows[r], &st.mx[j0 + r], &st.sum[j0 + r],
+                                   o + (j0 + r) * dv, dv);
+        for (int64_t c = 0; c < kKeys; c += 32) {  // position order: the pairs V's rows hold
+          _mm512_store_si512(pr + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(sr + c + 16),
+                                                                 _mm512_load_ps(sr + c)));
+        }
+      }
+      _tile_loadd(4, p, kKeys * 2);
+      _tile_loadd(5, p + kKeys / 2, kKeys * 2);
+      const uint32_t* v = values + t0 / 2 * dv;
+      float* ot = o + j0 * dv;
+      int64_t c = 0;
+      for (; c + 64 <= dv; c += 64) ValueTiles<4>(v + c, dv, ot + c);
+      switch ((dv - c) / 16) {
+        case 3: ValueTiles<3>(v + c, dv, ot + c); break;
+        case 2: ValueTiles<2>(v + c, dv, ot + c); break;
+        case 1: ValueTiles<1>(v + c, dv, ot + c); break;
+        default: break;
+      }
+      for (int64_t r = 0; r < kQueryTile; ++r) {
+        if (rows[r] == 0 && j0 + r < nq) {
+          std::memcpy(o + (j0 + r) * dv, saved + r * dv, dv * sizeof(float));
+        }
+      }
+    }
+  }
+  _tile_release();
+  avx512::WriteQueryOutputs(qa, head, i0, i1, st.o, st.mx, st.sum);
+}
+
+}  // namespace
+
+bool AmxTakesQueries(const QueriesAttentionArgs& qa) {
+  return qa.bf16_products && qa.shared.qk_dim > 0 && qa.shared.v_dim > 0 &&
+         qa.shared.v_dim % kTileRows == 0;
+}
+
+bool AttentionQueriesAmx(const QueriesAttentionArgs& qa) {
+  // Key lines in whole tiles of dq, value rows in whole blocks: every tile load stays inside.
+  const avx512::PackedQueriesLayout l(qa, kTileRows, kKeys / 2);
+  thread_local std::vector<uint32_t> packed;
+  const int64_t key_words = l.key_words(), words = key_words + l.value_words();
+  uint32_t* kt = Aligned64(packed, words);
+  uint32_t* vt = kt + key_words;
+  if (l.positions > 0) {
+    avx512::PackQueriesBf16(qa, l, kt, vt);
+    if (AnyNonFinite(vt, l.value_words())) return false;
+  }
+  // The calling thread's buffer, by pointer: inside the tasks `packed` would name each worker's.
+  avx512::ForEachHeadTile(qa, [&](int64_t head, int64_t i0, int64_t i1) {
+    HeadQueriesAmx(qa, l, kt, vt, head, i0, i1);
+  });
+  return true;
+}
+
+void FillAmxAttentionQueries(KernelTable& t) {
+  static void (*wrapped)(const QueriesAttentionArgs&) = nullptr;  // the table's kernel before
+  wrapped = t.attention_queries;
+  t.attention_queries = [](const QueriesAttentionArgs& qa) {
+    if (!AmxTakesQueries(qa) || !AttentionQueriesAmx(qa)) wrapped(qa);
+  };
+}
+
+}  // namespace latent::kernels::amx
+LATENT_AMX_END
