@@ -42,10 +42,11 @@ struct AttentionArgs {
   float* out = nullptr;     // [num_heads, v_dim]
   float* scratch = nullptr; // [L] scores (the reference kernel's; the AVX-512 one keeps its own)
   // bf16 compute (MLA's absorbed decode where kv_b computes in bf16): q and the probabilities
-  // rounded to bf16 and multiplied with bf16 rows on vdpbf16ps, f32 sums (avx512/
-  // attention_bf16.cc), where the CPU has AVX512_BF16 and the rows are bf16 with one shared
-  // head. Ignored elsewhere (the reference, AVX2, f32 or fp8 rows, per-head rows): the f32
-  // products, bit for bit. A token's result still depends on its own query and rows only.
+  // rounded to bf16 and multiplied with bf16 rows, f32 sums, where the CPU has AVX512_BF16 and the
+  // rows are bf16 with one shared head: on AMX tiles (amx/attention_amx.cc, value dims of whole
+  // 16-column tiles), else on vdpbf16ps (avx512/attention_bf16.cc). Ignored elsewhere (the
+  // reference, AVX2, f32 or fp8 rows, per-head rows): the f32 products, bit for bit. A token's
+  // result still depends on its own query and rows only.
   bool bf16_products = false;
 };
 
@@ -61,9 +62,11 @@ struct QueriesAttentionArgs {
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
   float* out = nullptr;           // [num_queries, num_heads, v_dim]
   // bf16 compute (`--precision bf16`): q, keys, probabilities and values rounded to bf16 (round
-  // to nearest even), their products summed in f32, as FlashAttention runs bf16 models. Kernels
-  // with AVX512_BF16 run it on vdpbf16ps (twice the f32 rate); the others compute in f32 and
-  // ignore it. Either way a query's result depends only on its own query, length and rows.
+  // to nearest even), their products summed in f32, as FlashAttention runs bf16 models. CPUs
+  // with AMX run it on tiles (amx/attention_queries_amx.cc, value dims of whole 16-column
+  // tiles), the others with AVX512_BF16 on vdpbf16ps (twice the f32 rate); the rest compute in
+  // f32 and ignore it. Either way a query's result depends only on its own query, length and
+  // rows.
   bool bf16_products = false;
 };
 

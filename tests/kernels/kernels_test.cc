@@ -1054,19 +1054,21 @@ TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
 // value tiles of 1 to 4 per group of 64 columns), the vdpbf16ps kernel of the AVX-512 table
 // otherwise, bit for bit. Near the reference over the rounded inputs, and each query's output
 // bit-identical alone or in a larger call, on 1 or 2 threads: lengths end inside blocks, at their
-// edges, at 0, and 40 consecutive queries cross a block edge inside a tile of 16.
+// edges, at 0; 40 consecutive queries cross a block edge inside a tile of 16, 100 fill 2 tasks.
 TEST(AmxAttention, QueriesRunOnTilesNearRefAndIgnoreTheBatch) {
   if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
   ThreadCount restore;
   const KernelTable& amx = *AmxKernels();
-  std::vector<int64_t> prefix(40);
+  std::vector<int64_t> prefix(40), chunk(100);
   std::iota(prefix.begin(), prefix.end(), 1000);
+  std::iota(chunk.begin(), chunk.end(), 200);  // 2 tasks of queries
   struct Case {
     QueriesCase c;
     bool tiles;
   };
   const std::vector<Case> cases = {
       {{16, 192, 128, false, {1, 2, 3, 64, 65, 130, 511, 512, 513, 700, 1029, 0}}, true},
+      {{2, 96, 32, false, chunk}, true},
       {{2, 64, 48, false, prefix}, true},
       {{3, 33, 80, true, {7, 600, 1, 64, 2000, 31, 32, 33}}, true},
       {{1, 40, 16, false, {3, 1, 2, 16, 17}}, true},
@@ -1089,7 +1091,7 @@ TEST(AmxAttention, QueriesRunOnTilesNearRefAndIgnoreTheBatch) {
     amx.attention_queries(d.args);
     d.args.out = other.data();
     if (k.tiles) {
-      ASSERT_TRUE(amx::AttentionQueriesAmx(d.args));
+      amx::AttentionQueriesAmx(d.args);
     } else {
       Avx512Kernels()->attention_queries(d.args);
     }
@@ -1100,44 +1102,42 @@ TEST(AmxAttention, QueriesRunOnTilesNearRefAndIgnoreTheBatch) {
   }
 }
 
-// A value of inf or NaN past a query's length (another query's position) would reach the query
-// through a tile product (0 times inf is NaN): the AMX kernel declines such a call, and the table
-// runs it on the vdpbf16ps kernel, which gives query 0 its one value.
-TEST(AmxAttention, ValuesWithInfOrNanGoToTheVectorKernel) {
+// A value of inf or NaN past a query's length (another query's position, in its last block)
+// would reach it through a tile product (0 times inf is NaN): the AMX kernel adds each query's
+// last block on the vector units over its own positions, so 40 consecutive queries whose later
+// positions hold bad values keep finite outputs before them, each bit-identical to its call alone
+// (where those positions are not even in the call), on 1 and 2 threads.
+TEST(AmxAttention, ValuesWithInfOrNanPastAQuerysLengthNeverReachIt) {
   if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  ThreadCount restore;
+  std::vector<int64_t> lengths(40);
+  std::iota(lengths.begin(), lengths.end(), 1);  // positions 0..39, one query ending at each
+  const QueriesCase c{2, 24, 16, false, lengths};
   for (const float bad : {INFINITY, -INFINITY, NAN}) {
-    // 3 queries of 1 head, qk 2, v 16: lengths 1, 3, 2; positions 1 and 2 hold bad values.
-    const int64_t dv = 16;
-    const std::vector<float> keys = {1.0f, 0.0f, 0.5f, 0.0f, -0.5f, 0.0f};
-    std::vector<float> values(3 * dv, bad);
-    std::fill(values.begin(), values.begin() + dv, 2.0f);
-    std::vector<const void*> key_ptrs, value_ptrs;
-    for (int t = 0; t < 3; ++t) {
-      key_ptrs.push_back(&keys[2 * t]);
-      value_ptrs.push_back(&values[t * dv]);
+    std::mt19937 rng(20);
+    QueriesData d;
+    MakeQueries(c, rng, d);
+    d.args.bf16_products = true;
+    for (int64_t t = 21; t < 40; ++t) {  // values of positions 21.. (both heads), in part bad
+      float* v = const_cast<float*>(static_cast<const float*>(d.values[t]));
+      v[t % c.v_dim] = bad;
+      v[c.v_dim + 3 + t % c.v_dim] = bad;
     }
-    const std::vector<float> q = {1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f};
-    const std::vector<int64_t> lengths = {1, 3, 2};
-    QueriesAttentionArgs qa;
-    qa.shared.num_heads = 1;
-    qa.shared.qk_dim = 2;
-    qa.shared.v_dim = dv;
-    qa.shared.keys = key_ptrs.data();
-    qa.shared.key_head_stride = 2;
-    qa.shared.values = value_ptrs.data();
-    qa.shared.value_head_stride = dv;
-    qa.shared.scale = 1.0f;
-    qa.num_queries = 3;
-    qa.q = q.data();
-    qa.lengths = lengths.data();
-    qa.bf16_products = true;
-    std::vector<float> out(3 * dv, -1.0f);
-    qa.out = out.data();
-    ASSERT_TRUE(amx::AmxTakesQueries(qa));
-    EXPECT_FALSE(amx::AttentionQueriesAmx(qa)) << "bad " << bad;
-    EXPECT_EQ(out, std::vector<float>(3 * dv, -1.0f)) << "declined: nothing written";
-    AmxKernels()->attention_queries(qa);
-    for (int64_t c = 0; c < dv; ++c) EXPECT_EQ(out[c], 2.0f) << "bad " << bad << " column " << c;
+    ASSERT_TRUE(amx::AmxTakesQueries(d.args));
+    const int64_t per_query = c.heads * c.v_dim;
+    std::vector<float> all(40 * per_query, -1.0f);
+    d.args.out = all.data();
+    threads::SetNumThreads(2);
+    AmxKernels()->attention_queries(d.args);
+    for (int64_t i = 0; i < 21 * per_query; ++i) {
+      ASSERT_TRUE(std::isfinite(all[i])) << "bad " << bad << " query " << i / per_query;
+    }
+    QueriesCase first = c;  // the queries that attend no bad value
+    first.lengths.resize(21);
+    d.args.num_queries = 21;
+    d.args.lengths = first.lengths.data();
+    ExpectEachQueryAloneGivesTheSame(*AmxKernels(), first, d, all);
+    ExpectNearRefOverRoundedInputs(first, d, all);
   }
 }
 
@@ -1337,6 +1337,40 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
   }
 }
 
+// A query of `heads` heads over `rows` (bf16, one shared head: the key, the value its first
+// v_dim) as MLA's absorbed decode calls attention, with a softmax peaked enough to matter.
+AttentionArgs SharedBf16Rows(const std::vector<float>& q, int64_t heads, int64_t qk_dim,
+                             int64_t v_dim, const std::vector<const void*>& rows,
+                             std::vector<float>& scratch) {
+  scratch.resize(rows.size() + 1);
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = heads;
+  a.qk_dim = qk_dim;
+  a.rows = RowFormat(DType::kBF16);
+  a.keys = rows.data();
+  a.values = rows.data();
+  a.v_dim = v_dim;
+  a.length = static_cast<int64_t>(rows.size());
+  a.scale = 1.0f / std::sqrt(static_cast<float>(qk_dim)) * 4.0f;
+  a.scratch = scratch.data();
+  return a;
+}
+
+// The reference's attention of a with its query rounded to bf16: what bf16 products compute but
+// for the probabilities' rounding and the order of the sums.
+std::vector<float> RefOverRoundedQuery(const AttentionArgs& a) {
+  std::vector<float> rounded(a.q, a.q + a.num_heads * a.qk_dim);
+  for (float& v : rounded) v = RoundToBF16(v);
+  std::vector<float> want(a.num_heads * a.v_dim);
+  AttentionArgs r = a;
+  r.q = rounded.data();
+  r.bf16_products = false;
+  r.out = want.data();
+  Ref().attention(r);
+  return want;
+}
+
 // attention under bf16_products, over bf16 rows with one shared head (MLA's absorbed decode): on
 // AVX-512 with AVX512_BF16, the reference over the bf16-rounded query within what rounding the
 // probabilities to bf16 can move (2^-9 of max |v|); bit for bit on 1 and 2 threads, and across
@@ -1357,18 +1391,8 @@ TEST_P(FastKernels, AttentionBf16ProductsOverSharedBf16Rows) {
     std::vector<const void*> row_ptrs(c.length);
     for (int64_t t = 0; t < c.length; ++t) row_ptrs[t] = &rows[t * c.qk_dim];
     const std::vector<float> q = RandomFloats(rng, c.heads * c.qk_dim, -1.0f, 1.0f);
-    std::vector<float> scratch(c.length + 1);
-    AttentionArgs a;
-    a.q = q.data();
-    a.num_heads = c.heads;
-    a.qk_dim = c.qk_dim;
-    a.rows = RowFormat(DType::kBF16);
-    a.keys = row_ptrs.data();
-    a.values = row_ptrs.data();
-    a.v_dim = c.v_dim;
-    a.length = c.length;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.qk_dim)) * 4.0f;  // peaked enough to matter
-    a.scratch = scratch.data();
+    std::vector<float> scratch;
+    AttentionArgs a = SharedBf16Rows(q, c.heads, c.qk_dim, c.v_dim, row_ptrs, scratch);
     const int64_t out_size = c.heads * c.v_dim;
     std::vector<float> f32(out_size, NAN), got(out_size, NAN), again(out_size, NAN);
     threads::SetNumThreads(2);
@@ -1383,14 +1407,7 @@ TEST_P(FastKernels, AttentionBf16ProductsOverSharedBf16Rows) {
       ASSERT_EQ(0, std::memcmp(f32.data(), got.data(), sizeof(float) * out_size)) << what;
       continue;
     }
-    std::vector<float> rounded(q);
-    for (float& v : rounded) v = RoundToBF16(v);
-    std::vector<float> want(out_size);
-    AttentionArgs r = a;
-    r.q = rounded.data();
-    r.bf16_products = false;
-    r.out = want.data();
-    Ref().attention(r);
+    const std::vector<float> want = RefOverRoundedQuery(a);
     for (int64_t j = 0; j < out_size; ++j) ASSERT_NEAR(got[j], want[j], 3e-3) << what << " " << j;
     if (c.length > 1) {
       EXPECT_NE(0, std::memcmp(f32.data(), got.data(), sizeof(float) * out_size)) << what;
@@ -1426,6 +1443,118 @@ TEST_P(FastKernels, AttentionBf16ProductsOverSharedBf16Rows) {
   a.out = flagged.data();
   fast.attention(a);
   EXPECT_EQ(plain, flagged);
+}
+
+// The AMX table's attention under bf16 products over shared bf16 rows (MLA's absorbed decode):
+// TDPBF16PS with the heads as tile rows where AmxTakesAttention (value dims of whole 16-column
+// tiles), the vdpbf16ps kernel otherwise, bit for bit. Near the reference over the rounded query;
+// bit for bit on 1 and 2 threads, over one segment or several, and whether the rows lie at one
+// stride (key tiles read in place) or scattered (staged): 2 head groups, a padded last group, dims
+// short of a whole tile, blocks cut short.
+TEST(AmxAttention, DecodeRunsOnTilesNearRefWhereverTheRowsLie) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  ThreadCount restore;
+  const KernelTable& amx = *AmxKernels();
+  std::mt19937 rng(34);
+  struct Case {
+    int64_t heads, qk_dim, v_dim, length;
+  };
+  for (const Case& c : {Case{16, 576, 512, 1}, Case{16, 576, 512, 130}, Case{9, 576, 512, 700},
+                        Case{20, 64, 32, 1200}, Case{3, 33, 16, 65}, Case{16, 576, 512, 3000},
+                        Case{7, 40, 24, 65}}) {
+    const std::string what = "H=" + std::to_string(c.heads) + " d=" + std::to_string(c.qk_dim) +
+                             " dv=" + std::to_string(c.v_dim) + " L=" + std::to_string(c.length);
+    std::vector<uint16_t> rows(c.length * c.qk_dim);  // bf16 rows: key, the value its first v_dim
+    for (uint16_t& v : rows) v = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
+    std::vector<const void*> row_ptrs(c.length);
+    for (int64_t t = 0; t < c.length; ++t) row_ptrs[t] = &rows[t * c.qk_dim];
+    // The same rows scattered: stored in shuffled order, a gap of one value between them.
+    std::vector<int64_t> order(c.length);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<uint16_t> scattered(c.length * (c.qk_dim + 1));
+    std::vector<const void*> scattered_ptrs(c.length);
+    for (int64_t t = 0; t < c.length; ++t) {
+      uint16_t* at = &scattered[order[t] * (c.qk_dim + 1)];
+      std::copy(&rows[t * c.qk_dim], &rows[(t + 1) * c.qk_dim], at);
+      scattered_ptrs[t] = at;
+    }
+    const std::vector<float> q = RandomFloats(rng, c.heads * c.qk_dim, -1.0f, 1.0f);
+    std::vector<float> scratch;
+    AttentionArgs a = SharedBf16Rows(q, c.heads, c.qk_dim, c.v_dim, row_ptrs, scratch);
+    a.bf16_products = true;
+    const bool tiles = c.v_dim % 16 == 0;
+    ASSERT_EQ(amx::AmxTakesAttention(a), tiles) << what;
+    const int64_t out_size = c.heads * c.v_dim;
+    std::vector<float> got(out_size, NAN), other(out_size, NAN);
+    threads::SetNumThreads(2);
+    a.out = got.data();
+    amx.attention(a);
+    a.out = other.data();
+    if (tiles) {
+      amx::AttentionBf16Amx(a);
+    } else {
+      Avx512Kernels()->attention(a);
+    }
+    ASSERT_EQ(0, std::memcmp(got.data(), other.data(), sizeof(float) * out_size))
+        << what << ": the table must run " << (tiles ? "the AMX kernel" : "the AVX-512 one");
+    const std::vector<float> want = RefOverRoundedQuery(a);
+    // Probabilities rounded to bf16 move sum_t p_t v_t by at most 2^-9 max |v| (|v| <= 1).
+    for (int64_t j = 0; j < out_size; ++j) ASSERT_NEAR(got[j], want[j], 3e-3) << what << " " << j;
+    for (const int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      for (const bool scatter : {false, true}) {
+        AttentionArgs b = a;
+        b.keys = b.values = scatter ? scattered_ptrs.data() : row_ptrs.data();
+        std::vector<float> again(out_size, NAN);
+        b.out = again.data();
+        amx.attention(b);
+        ASSERT_EQ(0, std::memcmp(got.data(), again.data(), sizeof(float) * out_size))
+            << what << " threads " << threads << " scattered " << scatter;
+      }
+    }
+  }
+}
+
+// Keys whose score is -inf weigh 0 in the AMX decode attention too, also when a whole first block
+// (64 rows) scores -inf (its running max still -inf): the output is the finite keys' one value,
+// over one segment and several.
+TEST(AmxAttention, DecodeWeighsMinusInfScoresZero) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  for (const int64_t length : {65, 100, 600, 1100}) {
+    // 2 heads, qk 32, v 16: keys 0..63 and 512..575 score -inf (element 3 is -inf), the rest 0.5
+    // everywhere; every value row is (1, 2, .., 16) followed by the key's other elements.
+    const int64_t qk = 32, dv = 16;
+    std::vector<uint16_t> rows(length * qk, F32ToBF16(0.5f));
+    for (int64_t t = 0; t < length; ++t) {
+      for (int64_t c = 0; c < dv; ++c) rows[t * qk + c] = F32ToBF16(static_cast<float>(c + 1));
+      if (t < 64 || (t >= 512 && t < 576)) rows[t * qk + 20] = F32ToBF16(-INFINITY);
+    }
+    std::vector<const void*> ptrs(length);
+    for (int64_t t = 0; t < length; ++t) ptrs[t] = &rows[t * qk];
+    std::vector<float> q(2 * qk, 0.0f);
+    q[20] = q[qk + 20] = 1.0f;  // each head reads element 20 alone
+    std::vector<float> out(2 * dv, NAN), scratch(length);
+    AttentionArgs a;
+    a.q = q.data();
+    a.num_heads = 2;
+    a.qk_dim = qk;
+    a.rows = RowFormat(DType::kBF16);
+    a.bf16_products = true;
+    a.keys = a.values = ptrs.data();
+    a.v_dim = dv;
+    a.length = length;
+    a.scale = 1.0f;
+    a.out = out.data();
+    a.scratch = scratch.data();
+    ASSERT_TRUE(amx::AmxTakesAttention(a));
+    AmxKernels()->attention(a);
+    for (int64_t c = 0; c < 2 * dv; ++c) {
+      EXPECT_EQ(out[c], static_cast<float>(c % dv + 1)) << "length " << length << " " << c;
+    }
+  }
 }
 
 // index_scores under bf16_products: over bf16 key rows of an even dim, on AVX-512 with

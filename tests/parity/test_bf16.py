@@ -86,15 +86,16 @@ DEFAULT_CASES = {
         "deepseek_v3",
         ("--fp8", "--fp8-block", "16", "--dtype", "float32", "--seed", "2", "--config-json",
          json.dumps({"qk_nope_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 32}))),
-    # A value head of two whole 16-column tiles: on AMX CPUs (and the emulated AMX build) the
-    # expanded form's attention runs on TDPBF16PS (kernels/amx/attention_queries_amx.cc); the
-    # other presets' odd value dims stay on vdpbf16ps. Dense layers only: with this head, bf16
+    # A value head and a latent of two whole 16-column tiles: on AMX CPUs (and the emulated AMX
+    # build) the expanded form's attention (kernels/amx/attention_queries_amx.cc) and, over the
+    # engine's bf16 rows, the absorbed decode's (kernels/amx/attention_amx.cc) run on TDPBF16PS;
+    # the other presets' odd dims stay on vdpbf16ps. Dense layers only: with these dims, bf16
     # rounding flips an expert of some token for most seeds, in transformers or in either form
     # here, which moves logits by a quarter of the largest and leaves the bound without meaning.
     "v3_bf16_tile_values": (
         "deepseek_v3",
         ("--dtype", "bfloat16", "--config-json",
-         json.dumps({"v_head_dim": 32, "first_k_dense_replace": 3}))),
+         json.dumps({"v_head_dim": 32, "kv_lora_rank": 32, "first_k_dense_replace": 3}))),
 }
 
 
@@ -127,6 +128,27 @@ def test_default_bf16_compute_within_transformers_bf16_error(tiny_models, tmp_pa
         print(f"{case_id} {form}: greedy {tokens}, exact {exact_tokens}, "
               f"largest margin {margins.max():.3g}")
         assert margins.max() <= 1e-3 * scale
+
+
+def test_decode_over_bf16_rows_within_transformers_bf16_error(tiny_models, tmp_path):
+    """The engine's decode: one token at a time over cached bf16 rows (the absorbed form; on AMX
+    CPUs, with this case's latent of 32, kernels/amx/attention_amx.cc) stays as close to the exact
+    logits as the one-chunk pass over f32 rows bounds it above, and differs from it (the bf16
+    rows were read)."""
+    preset, flags = DEFAULT_CASES["v3_bf16_tile_values"]
+    model_dir = tiny_models.get(preset, *flags)
+    ids, ref_exact, ref_bf16, _ = references(model_dir, tmp_path, 40, 5)
+    scale = np.abs(ref_exact).max()
+    hf_bf16_error = np.abs(ref_bf16 - ref_exact).max()
+    out = run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+                     "--attention", "absorbed", "--chunk-tokens", "1", "--cache-dtype", "bf16")
+    ours = np.asarray(json.loads(out.stdout)["logits"], dtype=np.float32)
+    assert not np.array_equal(ours, latent_logits(model_dir, ids, "absorbed"))
+    error = np.abs(ours - ref_exact).max()
+    print(f"decode over bf16 rows: |latent - exact| {error:.3g}, "
+          f"|transformers bf16 - exact| {hf_bf16_error:.3g}, scale {scale:.3g}")
+    assert error <= hf_bf16_error
+    assert np.abs(ours - ref_bf16).max() <= 1.5 * hf_bf16_error + 1e-3 * scale
 
 
 # The absorbed form's W_UK fold over a transposed, packed copy of kv_b's key rows (made at load
@@ -190,9 +212,11 @@ INVARIANCE_CASES = {
     "v3_fp8_tile_blocks": DEFAULT_CASES["v3_fp8_tile_blocks"],
     "v3_bf16_tile_values": DEFAULT_CASES["v3_bf16_tile_values"],
 }
-# Flags for both the alone and the batched runs: the expanded form for every token (chunks of any
-# size and decode), whose attention runs on AMX tiles for v3_bf16_tile_values.
-INVARIANCE_FLAGS = {"v3_bf16_tile_values": ("--attention", "expanded")}
+# Flags for both the alone and the batched runs of a case: v3_bf16_tile_values runs twice, once
+# in the expanded form for every token (chunks of any size, and decode) and once in the default
+# (its decode absorbed), the attention on AMX tiles either way where the CPU has them.
+INVARIANCE_CASES["v3_bf16_tile_values_expanded"] = INVARIANCE_CASES["v3_bf16_tile_values"]
+INVARIANCE_FLAGS = {"v3_bf16_tile_values_expanded": ("--attention", "expanded")}
 
 
 @pytest.mark.parametrize("case_id", list(INVARIANCE_CASES))

@@ -36,12 +36,21 @@ void LinearFp8Amx(const float* x, int64_t m, const WeightRef& w, float* y);
 
 // Wraps table.attention_queries (filled before: the AVX-512 one, on vdpbf16ps under
 // bf16_products): the calls AmxTakesQueries takes run on TDPBF16PS (attention_queries_amx.cc),
-// the others, and those whose values hold an inf or NaN, on the kernel it wrapped.
+// the others on the kernel it wrapped.
 void FillAmxAttentionQueries(KernelTable& table);
 // Whether the AMX attention takes qa: bf16 products, and a value dim of whole 16-column tiles.
 bool AmxTakesQueries(const QueriesAttentionArgs& qa);
-// The AMX attention itself, for a call AmxTakesQueries takes: false, with nothing written, when
-// the call's values hold an inf or NaN. Exposed for the kernel tests.
-bool AttentionQueriesAmx(const QueriesAttentionArgs& qa);
+// The AMX attention itself, for a call AmxTakesQueries takes. Exposed for the kernel tests.
+void AttentionQueriesAmx(const QueriesAttentionArgs& qa);
+
+// Wraps table.attention (filled before: the AVX-512 one, on vdpbf16ps under bf16_products): the
+// calls AmxTakesAttention takes run on TDPBF16PS (attention_amx.cc), the others on the kernel it
+// wrapped.
+void FillAmxAttention(KernelTable& table);
+// Whether the AMX attention takes a: bf16 products over bf16 rows with one shared head (MLA's
+// absorbed decode), and a value dim of whole 16-column tiles.
+bool AmxTakesAttention(const AttentionArgs& a);
+// The AMX attention itself, for a call AmxTakesAttention takes. Exposed for the kernel tests.
+void AttentionBf16Amx(const AttentionArgs& a);
 
 }  // namespace latent::kernels::amx

@@ -18,17 +18,19 @@
 //
 // Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and
 // a query's arithmetic follows its own length alone: its scores, its softmax steps at the blocks
-// it attends, and for those blocks the two value products of each column tile, in order. A query
-// of a tile that does not attend a block its neighbours attend keeps its output row as it was
-// (saved before the value products and put back: a product over zero probabilities would flush
-// a denormal sum to zero). So its result does not depend on the other queries of its tile or
-// call, nor on the thread, as in the vdpbf16ps kernel (but with other bits: the sums run in
-// another order).
+// it attends, for the blocks it attends whole the two value products of each column tile, in
+// order, and for its last block the vector products below. A query of a tile that does not
+// attend a block its neighbours attend (or only in part) keeps its output row out of the tile
+// product (saved before it and put back: a product over zero probabilities could turn a -0 sum
+// into +0). So its result does not depend on the other queries of its tile or call, nor on the
+// thread, as in the vdpbf16ps kernel (but with other bits: the sums run in another order).
 //
-// A value of inf or NaN would spoil the queries of its tile that do not attend it (probability 0
-// times inf is NaN): a call whose packed values hold one runs on the kernel this one wraps (the
-// vdpbf16ps kernel, which masks each query's positions), so each query still gets the right
-// value; the bits of the queries in such a call are the vdpbf16ps kernel's.
+// A query's block that it attends only in part (its last: the diagonal) leaves the tile product:
+// its probability row is zeroed there and its output row kept aside, then its values are added on
+// vdpbf16ps over its own positions alone (avx512/queries_pack_bf16.h, BlockValues). A tile product
+// would multiply its probabilities of 0 past its length by the other queries' values, and an inf
+// or NaN there would make its output NaN (0 times inf): now what reaches a query's sums depends on
+// its own length alone, whatever the other positions of the call hold.
 #include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
@@ -51,6 +53,7 @@ LATENT_AMX_BEGIN
 #include "kernels/avx512/queries_common.h"
 #include "kernels/avx512/queries_pack_bf16.h"
 #include "kernels/amx/tile_blocks.h"
+#include "kernels/amx/value_tiles.h"
 
 namespace latent::kernels::amx {
 namespace {
@@ -61,62 +64,6 @@ constexpr int64_t kKeyLineBytes = kKeys * 4;             // one k-pair of every 
 constexpr int64_t kQueryTile = kTileRows;                // queries per tile
 constexpr int64_t kTaskQueries = avx512::kQueriesPerTask;  // queries per task: 4 tiles
 static_assert(kTaskQueries % kQueryTile == 0);
-
-// Whether any bf16 of the packed values [words pairs] is inf or NaN: each half widened to the f32
-// it is the high half of, where x - x is NaN exactly for inf and NaN.
-bool AnyNonFinite(const uint32_t* values, int64_t words) {
-  const __m512i high_halves = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
-  const __m512 zero = _mm512_setzero_ps();
-  __mmask16 any = 0;
-  for (int64_t i = 0; i < words; i += 16) {
-    const __mmask16 m = avx512::TailMask(std::min<int64_t>(16, words - i));
-    const __m512i v = _mm512_maskz_loadu_epi32(m, values + i);
-    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, high_halves));
-    any |= _mm512_cmp_ps_mask(_mm512_sub_ps(even, even), zero, _CMP_UNORD_Q) |
-           _mm512_cmp_ps_mask(_mm512_sub_ps(odd, odd), zero, _CMP_UNORD_Q);
-  }
-  return any != 0;
-}
-
-// O[16 queries][c0 .. c0 + 16 CT) += P . V for one block: tiles 4 and 5 hold P's two halves
-// (positions 0-31, 32-63), v the block's first value row (position pair) at column c0, o the
-// tile's first output row at column c0.
-template <int CT>
-void ValueTiles(const uint32_t* v, int64_t dv, float* o) {
-  const int64_t ld = dv * 4;  // bytes between value rows and between output rows
-  const uint32_t* v_hi = v + kTileRows * dv;  // position pairs 16-31: positions 32-63
-  _tile_loadd(0, o, ld);
-  if constexpr (CT > 1) _tile_loadd(1, o + 16, ld);
-  if constexpr (CT > 2) _tile_loadd(2, o + 32, ld);
-  if constexpr (CT > 3) _tile_loadd(3, o + 48, ld);
-  _tile_loadd(6, v, ld);
-  _tile_loadd(7, v_hi, ld);
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(0, 5, 7);
-  if constexpr (CT > 1) {
-    _tile_loadd(6, v + 16, ld);
-    _tile_loadd(7, v_hi + 16, ld);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_dpbf16ps(1, 5, 7);
-  }
-  if constexpr (CT > 2) {
-    _tile_loadd(6, v + 32, ld);
-    _tile_loadd(7, v_hi + 32, ld);
-    _tile_dpbf16ps(2, 4, 6);
-    _tile_dpbf16ps(2, 5, 7);
-  }
-  if constexpr (CT > 3) {
-    _tile_loadd(6, v + 48, ld);
-    _tile_loadd(7, v_hi + 48, ld);
-    _tile_dpbf16ps(3, 4, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, o, ld);
-  if constexpr (CT > 1) _tile_stored(1, o + 16, ld);
-  if constexpr (CT > 2) _tile_stored(2, o + 32, ld);
-  if constexpr (CT > 3) _tile_stored(3, o + 48, ld);
-}
 
 // S[16][64] (rows of 64 floats) = Q . K^T of one block: q the tile's first query row (bf16,
 // q_ld bytes apart), k the block's first key line, dq_tiles tiles of 32 dims.
@@ -172,9 +119,12 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
   }
   thread_local std::vector<float> s_buffer, saved_buffer;
   thread_local std::vector<uint16_t> p_buffer;
+  thread_local std::vector<uint32_t> part_buffer;
   float* s = Aligned64(s_buffer, kQueryTile * kKeys);              // [16][64] scores
   uint16_t* p = Aligned64(p_buffer, kQueryTile * kKeys);           // [16][64] bf16 probabilities
-  float* saved = Aligned64(saved_buffer, kQueryTile * dv);         // rows kept past a product
+  float* saved = Aligned64(saved_buffer, kQueryTile * dv);         // rows kept out of a product
+  auto* part = reinterpret_cast<uint32_t (*)[kKeys / 2]>(           // [16][32] their pairs, for
+      Aligned64(part_buffer, kQueryTile * kKeys / 2));            // the rows attending in part
 
   ConfigureTiles(kTileRows);
   for (int64_t b = 0; b * kKeys < st.longest; ++b) {
@@ -193,37 +143,32 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
       for (int64_t r = 0; r < kQueryTile; ++r) {
         float* sr = s + r * kKeys;
         uint16_t* pr = p + r * kKeys;
-        if (rows[r] == 0) {
-          std::memset(pr, 0, kKeys * sizeof(uint16_t));
-          if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
-          continue;
+        if (rows[r] > 0) {
+          for (int64_t c = 0; c < kKeys; c += 16) {
+            _mm512_store_ps(sr + c, _mm512_mul_ps(_mm512_load_ps(sr + c), scale));
+          }
+          avx512::OnlineSoftmaxBlock(sr, rows[r], &st.mx[j0 + r], &st.sum[j0 + r],
+                                     o + (j0 + r) * dv, dv);
+          for (int64_t c = 0; c < kKeys; c += 32) {  // position order: the pairs V's rows hold
+            _mm512_store_si512(pr + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(sr + c + 16),
+                                                                   _mm512_load_ps(sr + c)));
+          }
         }
-        for (int64_t c = 0; c < kKeys; c += 16) {
-          _mm512_store_ps(sr + c, _mm512_mul_ps(_mm512_load_ps(sr + c), scale));
-        }
-        avx512::OnlineSoftmaxBlock(sr, rows[r], &st.mx[j0 + r], &st.sum[j0 + r],
-                                   o + (j0 + r) * dv, dv);
-        for (int64_t c = 0; c < kKeys; c += 32) {  // position order: the pairs V's rows hold
-          _mm512_store_si512(pr + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(sr + c + 16),
-                                                                 _mm512_load_ps(sr + c)));
-        }
+        if (rows[r] == kKeys) continue;  // attends the whole block: the tile product
+        if (rows[r] > 0) std::memcpy(part[r], pr, sizeof(part[r]));
+        std::memset(pr, 0, kKeys * sizeof(uint16_t));
+        if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
       }
       _tile_loadd(4, p, kKeys * 2);
       _tile_loadd(5, p + kKeys / 2, kKeys * 2);
       const uint32_t* v = values + t0 / 2 * dv;
-      float* ot = o + j0 * dv;
-      int64_t c = 0;
-      for (; c + 64 <= dv; c += 64) ValueTiles<4>(v + c, dv, ot + c);
-      switch ((dv - c) / 16) {
-        case 3: ValueTiles<3>(v + c, dv, ot + c); break;
-        case 2: ValueTiles<2>(v + c, dv, ot + c); break;
-        case 1: ValueTiles<1>(v + c, dv, ot + c); break;
-        default: break;
-      }
+      AddValueProducts(v, dv, o + j0 * dv);
       for (int64_t r = 0; r < kQueryTile; ++r) {
-        if (rows[r] == 0 && j0 + r < nq) {
-          std::memcpy(o + (j0 + r) * dv, saved + r * dv, dv * sizeof(float));
-        }
+        if (rows[r] == kKeys || j0 + r >= nq) continue;
+        float* row = o + (j0 + r) * dv;
+        std::memcpy(row, saved + r * dv, dv * sizeof(float));
+        if (rows[r] == 0) continue;
+        avx512::BlockValuesAll<1>(v, dv, (rows[r] + 1) / 2, &rows[r], &part[r], &row);
       }
     }
   }
@@ -234,33 +179,34 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
 }  // namespace
 
 bool AmxTakesQueries(const QueriesAttentionArgs& qa) {
+  constexpr int64_t kValueTileColumns = 16;  // f32 outputs per 64-byte accumulator row
   return qa.bf16_products && qa.shared.qk_dim > 0 && qa.shared.v_dim > 0 &&
-         qa.shared.v_dim % kTileRows == 0;
+         qa.shared.v_dim % kValueTileColumns == 0;
 }
 
-bool AttentionQueriesAmx(const QueriesAttentionArgs& qa) {
+void AttentionQueriesAmx(const QueriesAttentionArgs& qa) {
   // Key lines in whole tiles of dq, value rows in whole blocks: every tile load stays inside.
   const avx512::PackedQueriesLayout l(qa, kTileRows, kKeys / 2);
   thread_local std::vector<uint32_t> packed;
   const int64_t key_words = l.key_words(), words = key_words + l.value_words();
   uint32_t* kt = Aligned64(packed, words);
   uint32_t* vt = kt + key_words;
-  if (l.positions > 0) {
-    avx512::PackQueriesBf16(qa, l, kt, vt);
-    if (AnyNonFinite(vt, l.value_words())) return false;
-  }
+  if (l.positions > 0) avx512::PackQueriesBf16(qa, l, kt, vt);
   // The calling thread's buffer, by pointer: inside the tasks `packed` would name each worker's.
   avx512::ForEachHeadTile(qa, [&](int64_t head, int64_t i0, int64_t i1) {
     HeadQueriesAmx(qa, l, kt, vt, head, i0, i1);
   });
-  return true;
 }
 
 void FillAmxAttentionQueries(KernelTable& t) {
   static void (*wrapped)(const QueriesAttentionArgs&) = nullptr;  // the table's kernel before
   wrapped = t.attention_queries;
   t.attention_queries = [](const QueriesAttentionArgs& qa) {
-    if (!AmxTakesQueries(qa) || !AttentionQueriesAmx(qa)) wrapped(qa);
+    if (AmxTakesQueries(qa)) {
+      AttentionQueriesAmx(qa);
+    } else {
+      wrapped(qa);
+    }
   };
 }
 

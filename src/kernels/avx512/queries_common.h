@@ -1,6 +1,7 @@
-// The parts of attention_queries that the f32 kernel (attention_avx512.cc) and the bf16 one
-// (attention_queries_bf16.cc) share: the task split and each query's last step. Include it after
-// avx512_common.h, inside the including file's target pragma.
+// The parts of attention_queries that the f32 kernel (attention_avx512.cc), the vdpbf16ps one
+// (attention_queries_bf16.cc) and the AMX one (amx/attention_queries_amx.cc) share: the task
+// split and each query's last step. Include it after avx512_common.h, inside the including
+// file's target pragma: its functions have internal linkage, each target region its own copy.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "threads/thread_pool.h"
 
 namespace latent::kernels::avx512 {
+namespace {
 
 // Queries per task: they share each block of keys and values from L1/L2.
 inline constexpr int64_t kQueriesPerTask = 64;
@@ -33,7 +35,8 @@ void ForEachHeadTile(const QueriesAttentionArgs& qa, F&& head_queries) {
 }
 
 // A task's queries [i0, i1) (at most kQueriesPerTask) as their blocks go by: each one's running
-// max, sum and unnormalised output (o: the thread's buffer, v_dim floats per query).
+// max, sum and unnormalised output (o: the thread's buffer of kQueriesPerTask rows of v_dim
+// floats, one after the other: the AMX kernel reads 16 of them as one tile).
 struct QueryTileState {
   float mx[kQueriesPerTask], sum[kQueriesPerTask];
   float* o[kQueriesPerTask];
@@ -81,4 +84,5 @@ inline void WriteQueryOutputs(const QueriesAttentionArgs& qa, int64_t head, int6
   }
 }
 
+}  // namespace
 }  // namespace latent::kernels::avx512

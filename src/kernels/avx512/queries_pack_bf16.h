@@ -2,7 +2,9 @@
 // the layouts the vdpbf16ps kernel (attention_queries_bf16.cc) and the AMX one
 // (amx/attention_queries_amx.cc) read: per block of kSoftmaxBlock positions, the keys
 // transposed into lines of one k-pair for every position of the block; the values in rows of
-// one position pair. Include it inside a target region with AVX512-BF16, after avx512_common.h.
+// one position pair. And the value product on vdpbf16ps over them, which masks each query's
+// positions (BlockValues): the vdpbf16ps kernel's, and the AMX kernel's for a block a query
+// attends in part. Include it inside a target region with AVX512-BF16, after avx512_common.h.
 #pragma once
 
 #include <algorithm>
@@ -122,6 +124,69 @@ inline void PackQueriesBf16(const QueriesAttentionArgs& qa, const PackedQueriesL
       }
     }
   });
+}
+
+// o[i][c0..c0+16C) += sum over position pairs rp < (rows[i] + 1) / 2 of p pair . value pair, in
+// order of rp. pp[i]: query i's probabilities as bf16 pairs; vt: the head's value pairs from
+// the block's first pair. A query of odd rows[i] takes its last pair's value with the high half
+// zeroed: that position lies past its length (another query's row, or padding), and its
+// probability 0 times an inf or NaN there would be NaN.
+template <int QS, int C>
+void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
+                 const uint32_t (*pp)[kSoftmaxBlock / 2], float* const* o, int64_t c0,
+                 __mmask16 last) {
+  __mmask16 mask[C];
+  for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
+  __m512 acc[QS][C];
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc)
+      acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
+  // Whole pairs every query of the tile attends (the whole block but on the diagonal) run with
+  // no test; the rest per query: a whole pair, a half pair or nothing.
+  int64_t pairs_all = pairs_max;
+  for (int i = 0; i < QS; ++i) pairs_all = std::min(pairs_all, rows[i] / 2);
+  for (int64_t rp = 0; rp < pairs_all; ++rp) {
+    const uint32_t* v = vt + rp * dv + c0;
+    __m512bh vv[C];
+    for (int cc = 0; cc < C; ++cc) {
+      vv[cc] = (__m512bh)_mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+    }
+    for (int i = 0; i < QS; ++i) {
+      const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
+      for (int cc = 0; cc < C; ++cc) acc[i][cc] = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
+    }
+  }
+  const __m512i low_halves = _mm512_set1_epi32(0xffff);
+  for (int64_t rp = pairs_all; rp < pairs_max; ++rp) {
+    const uint32_t* v = vt + rp * dv + c0;
+    __m512i vv[C], low[C];  // the pair, and its first position's value alone
+    for (int cc = 0; cc < C; ++cc) {
+      vv[cc] = _mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+      low[cc] = _mm512_and_si512(vv[cc], low_halves);
+    }
+    for (int i = 0; i < QS; ++i) {
+      const int64_t attended = rows[i] - 2 * rp;  // of the pair's two positions
+      if (attended <= 0) continue;
+      const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
+      for (int cc = 0; cc < C; ++cc) {
+        acc[i][cc] =
+            _mm512_dpbf16_ps(acc[i][cc], pb, (__m512bh)(attended >= 2 ? vv[cc] : low[cc]));
+      }
+    }
+  }
+  for (int i = 0; i < QS; ++i)
+    for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(o[i] + c0 + 16 * cc, mask[cc], acc[i][cc]);
+}
+
+template <int QS>
+void BlockValuesAll(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
+                    const uint32_t (*pp)[kSoftmaxBlock / 2], float* const* o) {
+  const int64_t full = dv / 16;
+  const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
+  int64_t c = 0;
+  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
+  if (tail != 0) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, full * 16, tail);
 }
 
 }  // namespace
