@@ -1449,8 +1449,9 @@ TEST_P(FastKernels, AttentionBf16ProductsOverSharedBf16Rows) {
 // TDPBF16PS with the heads as tile rows where AmxTakesAttention (value dims of whole 16-column
 // tiles), the vdpbf16ps kernel otherwise, bit for bit. Near the reference over the rounded query;
 // bit for bit on 1 and 2 threads, over one segment or several, and whether the rows lie at one
-// stride (key tiles read in place) or scattered (staged): 2 head groups, a padded last group, dims
-// short of a whole tile, blocks cut short.
+// stride (key tiles read in place: packed, or with a gap between rows as a cache's blocks hold
+// them) or scattered (staged): 2 head groups, a padded last group, dims short of a whole tile,
+// value dims ending in half a 32-column step, blocks cut short; every other case with sinks.
 TEST(AmxAttention, DecodeRunsOnTilesNearRefWhereverTheRowsLie) {
   if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
   ThreadCount restore;
@@ -1459,16 +1460,25 @@ TEST(AmxAttention, DecodeRunsOnTilesNearRefWhereverTheRowsLie) {
   struct Case {
     int64_t heads, qk_dim, v_dim, length;
   };
+  int index = 0;
   for (const Case& c : {Case{16, 576, 512, 1}, Case{16, 576, 512, 130}, Case{9, 576, 512, 700},
                         Case{20, 64, 32, 1200}, Case{3, 33, 16, 65}, Case{16, 576, 512, 3000},
-                        Case{7, 40, 24, 65}}) {
+                        Case{4, 64, 48, 300}, Case{7, 40, 24, 65}}) {
+    const bool with_sinks = index++ % 2 == 1;
     const std::string what = "H=" + std::to_string(c.heads) + " d=" + std::to_string(c.qk_dim) +
                              " dv=" + std::to_string(c.v_dim) + " L=" + std::to_string(c.length);
     std::vector<uint16_t> rows(c.length * c.qk_dim);  // bf16 rows: key, the value its first v_dim
     for (uint16_t& v : rows) v = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
     std::vector<const void*> row_ptrs(c.length);
     for (int64_t t = 0; t < c.length; ++t) row_ptrs[t] = &rows[t * c.qk_dim];
-    // The same rows scattered: stored in shuffled order, a gap of one value between them.
+    // The same rows in order with a gap of 32 values between them, and scattered: stored in
+    // shuffled order, a gap of one value between them.
+    std::vector<uint16_t> gapped(c.length * (c.qk_dim + 32));
+    std::vector<const void*> gapped_ptrs(c.length);
+    for (int64_t t = 0; t < c.length; ++t) {
+      std::copy(&rows[t * c.qk_dim], &rows[(t + 1) * c.qk_dim], &gapped[t * (c.qk_dim + 32)]);
+      gapped_ptrs[t] = &gapped[t * (c.qk_dim + 32)];
+    }
     std::vector<int64_t> order(c.length);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -1483,6 +1493,8 @@ TEST(AmxAttention, DecodeRunsOnTilesNearRefWhereverTheRowsLie) {
     std::vector<float> scratch;
     AttentionArgs a = SharedBf16Rows(q, c.heads, c.qk_dim, c.v_dim, row_ptrs, scratch);
     a.bf16_products = true;
+    const std::vector<float> sinks = RandomFloats(rng, c.heads, -1.0f, 3.0f);
+    if (with_sinks) a.sinks = sinks.data();
     const bool tiles = c.v_dim % 16 == 0;
     ASSERT_EQ(amx::AmxTakesAttention(a), tiles) << what;
     const int64_t out_size = c.heads * c.v_dim;
@@ -1503,14 +1515,15 @@ TEST(AmxAttention, DecodeRunsOnTilesNearRefWhereverTheRowsLie) {
     for (int64_t j = 0; j < out_size; ++j) ASSERT_NEAR(got[j], want[j], 3e-3) << what << " " << j;
     for (const int threads : {1, 2}) {
       threads::SetNumThreads(threads);
-      for (const bool scatter : {false, true}) {
+      const std::vector<const void*>* layouts[] = {&row_ptrs, &gapped_ptrs, &scattered_ptrs};
+      for (int layout = 0; layout < 3; ++layout) {  // packed, gapped, scattered
         AttentionArgs b = a;
-        b.keys = b.values = scatter ? scattered_ptrs.data() : row_ptrs.data();
+        b.keys = b.values = layouts[layout]->data();
         std::vector<float> again(out_size, NAN);
         b.out = again.data();
         amx.attention(b);
         ASSERT_EQ(0, std::memcmp(got.data(), again.data(), sizeof(float) * out_size))
-            << what << " threads " << threads << " scattered " << scatter;
+            << what << " threads " << threads << " layout " << layout;
       }
     }
   }

@@ -89,16 +89,15 @@ void PackQueryTiles(const AttentionArgs& a, const Dims& d, uint32_t* qt) {
 // (rows of d.dq_tiles tiles | 1: off one L1 set). Sets *ld to the stride in bytes.
 const uint8_t* KeyRows(const AttentionArgs& a, const Dims& d, int64_t t, int64_t count,
                        uint16_t* stage, int64_t* ld) {
-  const auto* k0 = static_cast<const uint8_t*>(a.keys[t]);
   if (count == kKeyRows && a.qk_dim == d.dq_tiles * 32) {
-    const int64_t stride = static_cast<const uint8_t*>(a.keys[t + 1]) - k0;
+    // Addresses as integers: the rows may lie in different blocks of the cache.
+    const auto address = [&a, t](int64_t r) { return reinterpret_cast<uintptr_t>(a.keys[t + r]); };
+    const uintptr_t stride = address(1) - address(0);  // modulo 2^64: a negative one too
     bool even = stride != 0;
-    for (int64_t r = 2; r < kKeyRows && even; ++r) {
-      even = static_cast<const uint8_t*>(a.keys[t + r]) == k0 + r * stride;
-    }
+    for (int64_t r = 2; r < kKeyRows && even; ++r) even = address(r) == address(0) + r * stride;
     if (even) {
-      *ld = stride;
-      return k0;
+      *ld = static_cast<int64_t>(stride);
+      return static_cast<const uint8_t*>(a.keys[t]);
     }
   }
   const int64_t row = TileActivationRowTiles(d.dq_tiles) * 32;  // bf16 values per staged row

@@ -132,9 +132,11 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const int64_t j0 = tile * kQueryTile;
       int64_t rows[kQueryTile], rows_max = 0;  // each query's positions of the block
+      bool whole = false;                        // any query attends all of it: a tile product
       for (int64_t r = 0; r < kQueryTile; ++r) {
         rows[r] = j0 + r < nq ? std::clamp<int64_t>(qa.lengths[i0 + j0 + r] - t0, 0, kKeys) : 0;
         rows_max = std::max(rows_max, rows[r]);
+        whole = whole || rows[r] == kKeys;
       }
       if (rows_max == 0) continue;
       ScoreTiles(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
@@ -159,10 +161,12 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
         std::memset(pr, 0, kKeys * sizeof(uint16_t));
         if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
       }
-      _tile_loadd(4, p, kKeys * 2);
-      _tile_loadd(5, p + kKeys / 2, kKeys * 2);
       const uint32_t* v = values + t0 / 2 * dv;
-      AddValueProducts(v, dv, o + j0 * dv);
+      if (whole) {
+        _tile_loadd(4, p, kKeys * 2);
+        _tile_loadd(5, p + kKeys / 2, kKeys * 2);
+        AddValueProducts(v, dv, o + j0 * dv);
+      }
       for (int64_t r = 0; r < kQueryTile; ++r) {
         if (rows[r] == kKeys || j0 + r >= nq) continue;
         float* row = o + (j0 + r) * dv;

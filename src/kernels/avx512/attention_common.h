@@ -13,6 +13,8 @@
 
 LATENT_AVX512_BEGIN
 namespace latent::kernels::avx512 {
+// Internal linkage: the AVX-512, AVX512-BF16 and AMX files each compile their own copy.
+namespace {
 
 // Rows per segment: a function of L only, so the arithmetic never depends on the thread count.
 inline int64_t SegmentRows(int64_t length) {
@@ -68,5 +70,6 @@ inline void MergeSegments(const AttentionArgs& a, const float* base, int64_t seg
   }
 }
 
+}  // namespace
 }  // namespace latent::kernels::avx512
 LATENT_AVX512_END
