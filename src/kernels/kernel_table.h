@@ -143,7 +143,10 @@ const KernelTable* OnednnKernels();
 // stay on the AVX-512 kernels), or null without AMX-BF16 (or the OS's tile state). Batch
 // invariant like the AVX-512 kernels. fp8 weights under bf16 compute run on TDPBF16PS where their
 // scale blocks hold whole tiles of k (amx/linear_fp8_amx.cc: DeepSeek's 128 x 128), the others as
-// in Bf16PackedKernels(); W8A8 weights (AmxHasW8A8) on AMX-INT8 from 3 rows on.
+// in Bf16PackedKernels(); W8A8 weights (AmxHasW8A8) on AMX-INT8 from 3 rows on. attention and
+// attention_queries under bf16_products run on TDPBF16PS too where the value dim is whole
+// 16-column tiles (amx/attention_amx.cc: the absorbed decode over shared bf16 rows;
+// amx/attention_queries_amx.cc: the expanded prefill), batch invariant as the others.
 const KernelTable* AmxKernels();
 // Whether AmxKernels() computes W8A8 calls of 3 rows or more with TDPBUSD (AMX-INT8,
 // amx/linear_w8a8_amx.cc; the same bits as the vpdpbusd kernel it keeps for fewer rows).
