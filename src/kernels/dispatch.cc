@@ -102,6 +102,7 @@ const KernelTable* MakeAmx() {
   amx::FillAmxLinear(table);
   amx::FillAmxAttentionQueries(table);
   amx::FillAmxAttention(table);
+  amx::FillAmxIndexScores(table);
   // W8A8 weights: TDPBUSD over the vpdpbusd kernel's packed copy, which FillAmxLinear kept.
   if (CpuHasAmxInt8() && CpuHasAvx512Vnni()) amx::FillAmxW8A8Linear(table);
   // fp8 weights under bf16 compute: their packed codes widened to bf16 tiles for TDPBF16PS where

@@ -1293,6 +1293,21 @@ TEST_P(FastKernels, NormRopeIsNormThenRotation) {
   ExpectNormRope(fast, GetParam().name);
 }
 
+// Index scores of query q (heads x dim, weights w) over key_rows, n of them, in `format`.
+IndexScoreArgs IndexArgs(const std::vector<float>& q, const std::vector<float>& w, int64_t heads,
+                         int64_t dim, const std::vector<const void*>& key_rows, DType format) {
+  IndexScoreArgs a;
+  a.q = q.data();
+  a.w = w.data();
+  a.heads = heads;
+  a.dim = dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  a.keys = key_rows.data();
+  a.rows = RowFormat(format);
+  a.n = static_cast<int64_t>(key_rows.size());
+  return a;
+}
+
 // index_scores: the fast kernel against the reference (a dot summed in another order: relative
 // error ~ dim * 2^-24 of sum |q||k| per head), head counts with tails (64, 7, 17, 130), and each
 // key's score bit-identical whether scored alone or in any run of keys.
@@ -1307,14 +1322,7 @@ TEST_P(FastKernels, IndexScoresMatchRefAndIgnoreTheRun) {
       const std::vector<float> keys = RandomFloats(rng, n * dim, -1.0f, 1.0f);
       std::vector<const void*> key_rows(n);  // [n] -> key j
       for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
-      IndexScoreArgs a;
-      a.q = q.data();
-      a.w = w.data();
-      a.heads = heads;
-      a.dim = dim;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
-      a.keys = key_rows.data();
-      a.n = n;
+      IndexScoreArgs a = IndexArgs(q, w, heads, dim, key_rows, DType::kF32);
       std::vector<float> want(n), got(n, NAN);
       a.scores = want.data();
       Ref().index_scores(a);
@@ -1570,6 +1578,109 @@ TEST(AmxAttention, DecodeWeighsMinusInfScoresZero) {
   }
 }
 
+// The reference's scores of a with its query rounded to bf16: what bf16 products compute but for
+// the order of the sums.
+std::vector<float> IndexRefOverRoundedQuery(const IndexScoreArgs& a) {
+  std::vector<float> rounded(a.q, a.q + a.heads * a.dim), want(a.n);
+  for (float& v : rounded) v = RoundToBF16(v);
+  IndexScoreArgs r = a;
+  r.q = rounded.data();
+  r.bf16_products = false;
+  r.scores = want.data();
+  Ref().index_scores(r);
+  return want;
+}
+
+// The f32-row case of the bf16-products tests: 5 f32 keys of dim 8, 16 heads, the flag set.
+struct F32IndexCase {
+  std::vector<float> q, w, keys;
+  std::vector<const void*> key_rows;
+  IndexScoreArgs args;
+  explicit F32IndexCase(std::mt19937& rng)
+      : q(RandomFloats(rng, 16 * 8)), w(RandomFloats(rng, 16)), keys(RandomFloats(rng, 5 * 8)) {
+    for (int64_t j = 0; j < 5; ++j) key_rows.push_back(&keys[j * 8]);
+    args = IndexArgs(q, w, 16, 8, key_rows, DType::kF32);
+    args.bf16_products = true;
+  }
+};
+
+// The AMX table's index_scores under bf16 products over bf16 key rows of an even dim: TDPBF16PS
+// (16 keys x 16 heads a tile), bit for bit the kernel AmxTakesIndexScores names; near the
+// reference over the rounded query; each key's score bit-identical in any run (runs starting mid
+// tile, single keys) and whether the keys lie at one stride (read in place) or scattered (staged).
+// Heads of 1 to 5 groups of 16 (the last padded), dims of whole tiles and not; odd dims and f32
+// rows go to the AVX-512 table's kernel, bit for bit.
+TEST(AmxIndexScores, KeysRunOnTilesNearRefInAnyRunWhereverTheyLie) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  const KernelTable& amx = *AmxKernels();
+  std::mt19937 rng(35);
+  for (const int64_t heads : {64, 7, 17, 130}) {
+    for (const int64_t dim : {128, 6, 64, 33}) {
+      const int64_t n = 41;
+      const std::string what = "heads=" + std::to_string(heads) + " dim=" + std::to_string(dim);
+      const std::vector<float> q = RandomFloats(rng, heads * dim, -1.0f, 1.0f);
+      const std::vector<float> w = RandomFloats(rng, heads, -1.0f, 1.0f);
+      std::vector<uint16_t> keys(n * dim);  // bf16 rows, one after the other
+      for (uint16_t& k : keys) k = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
+      std::vector<const void*> key_rows(n), scattered_rows(n);
+      std::vector<uint16_t> scattered(n * (dim + 3));
+      for (int64_t j = 0; j < n; ++j) {
+        key_rows[j] = &keys[j * dim];
+        uint16_t* at = &scattered[(n - 1 - j) * (dim + 3)];  // reversed, a gap between rows
+        std::copy(&keys[j * dim], &keys[(j + 1) * dim], at);
+        scattered_rows[j] = at;
+      }
+      IndexScoreArgs a = IndexArgs(q, w, heads, dim, key_rows, DType::kBF16);
+      a.bf16_products = true;
+      const bool tiles = dim % 2 == 0;
+      ASSERT_EQ(amx::AmxTakesIndexScores(a), tiles) << what;
+      std::vector<float> got(n, NAN), other(n, NAN);
+      a.scores = got.data();
+      amx.index_scores(a);
+      a.scores = other.data();
+      if (tiles) {
+        amx::IndexScoresBf16Amx(a);
+      } else {
+        Avx512Kernels()->index_scores(a);
+      }
+      ASSERT_EQ(0, std::memcmp(got.data(), other.data(), sizeof(float) * n)) << what;
+      if (!tiles) continue;
+      const std::vector<float> want = IndexRefOverRoundedQuery(a);
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
+      for (const auto* rows : {&key_rows, &scattered_rows}) {
+        for (int64_t j0 : {0, 1, 3, 7, 16, 25, 40}) {  // runs starting mid tile, single keys
+          std::vector<float> part(n - j0, NAN);
+          a.keys = rows->data() + j0;
+          a.n = n - j0;
+          a.scores = part.data();
+          amx.index_scores(a);
+          ASSERT_EQ(0, std::memcmp(part.data(), got.data() + j0, sizeof(float) * part.size()))
+              << what << " from key " << j0 << (rows == &key_rows ? "" : " scattered");
+        }
+      }
+    }
+  }
+  // f32 rows keep the f32 products.
+  EXPECT_FALSE(amx::AmxTakesIndexScores(F32IndexCase(rng).args));
+  // relu(NaN) = 0 on tiles too: the key with a NaN element scores 0 in every head.
+  const std::vector<float> nan_q = {0.5f, 0.5f, -0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f,
+                                    0.5f, 0.5f, 0.5f, 0.5f};
+  const std::vector<float> ones = {1.0f, 1.0f, 1.0f};
+  std::vector<uint16_t> nan_keys;
+  for (float v : {1.0f, 1.0f, NAN, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}) nan_keys.push_back(F32ToBF16(v));
+  const std::vector<const void*> nan_rows = {&nan_keys[0], &nan_keys[4]};
+  std::vector<float> scores(2, -1.0f);
+  IndexScoreArgs b = IndexArgs(nan_q, ones, 3, 4, nan_rows, DType::kBF16);
+  b.scale = 0.5f;
+  b.scores = scores.data();
+  b.bf16_products = true;
+  ASSERT_TRUE(amx::AmxTakesIndexScores(b));
+  amx.index_scores(b);
+  EXPECT_EQ(scores[0], 0.0f);
+  EXPECT_EQ(scores[1], 2.5f);  // relu(0.5 x 1) + 2 relu(0.5 x 2)
+}
+
 // index_scores under bf16_products: over bf16 key rows of an even dim, on AVX-512 with
 // AVX512_BF16, the reference over the bf16-rounded query (the products are then exact, only the
 // order of the sums differs: the bound above); each key's score bit-identical alone or in any
@@ -1587,15 +1698,7 @@ TEST_P(FastKernels, IndexScoresBf16ProductsRoundTheQueryOnlyWhereTheCpuCan) {
       for (uint16_t& k : keys) k = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
       std::vector<const void*> key_rows(n);  // [n] -> key j
       for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
-      IndexScoreArgs a;
-      a.q = q.data();
-      a.w = w.data();
-      a.heads = heads;
-      a.dim = dim;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(dim));
-      a.keys = key_rows.data();
-      a.rows = RowFormat(DType::kBF16);
-      a.n = n;
+      IndexScoreArgs a = IndexArgs(q, w, heads, dim, key_rows, DType::kBF16);
       std::vector<float> f32(n, NAN), got(n, NAN);
       a.scores = f32.data();
       fast.index_scores(a);
@@ -1607,14 +1710,7 @@ TEST_P(FastKernels, IndexScoresBf16ProductsRoundTheQueryOnlyWhereTheCpuCan) {
         ASSERT_EQ(0, std::memcmp(f32.data(), got.data(), sizeof(float) * n)) << what;
         continue;
       }
-      std::vector<float> rounded(q);
-      for (float& v : rounded) v = RoundToBF16(v);
-      std::vector<float> want(n);
-      IndexScoreArgs r = a;
-      r.q = rounded.data();
-      r.bf16_products = false;
-      r.scores = want.data();
-      Ref().index_scores(r);
+      const std::vector<float> want = IndexRefOverRoundedQuery(a);
       for (int64_t j = 0; j < n; ++j)
         ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
       EXPECT_NE(0, std::memcmp(f32.data(), got.data(), sizeof(float) * n))
@@ -1631,19 +1727,10 @@ TEST_P(FastKernels, IndexScoresBf16ProductsRoundTheQueryOnlyWhereTheCpuCan) {
     }
   }
   // f32 rows keep the f32 products.
-  const int64_t heads = 16, dim = 8, n = 5;
-  const std::vector<float> q = RandomFloats(rng, heads * dim), w = RandomFloats(rng, heads);
-  const std::vector<float> keys = RandomFloats(rng, n * dim);
-  std::vector<const void*> key_rows(n);
-  for (int64_t j = 0; j < n; ++j) key_rows[j] = &keys[j * dim];
-  IndexScoreArgs a;
-  a.q = q.data();
-  a.w = w.data();
-  a.heads = heads;
-  a.dim = dim;
-  a.keys = key_rows.data();
-  a.n = n;
-  std::vector<float> plain(n), flagged(n);
+  F32IndexCase f32_case(rng);
+  IndexScoreArgs& a = f32_case.args;
+  std::vector<float> plain(a.n), flagged(a.n);
+  a.bf16_products = false;
   a.scores = plain.data();
   fast.index_scores(a);
   a.bf16_products = true;

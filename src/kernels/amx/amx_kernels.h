@@ -53,4 +53,13 @@ bool AmxTakesAttention(const AttentionArgs& a);
 // The AMX attention itself, for a call AmxTakesAttention takes. Exposed for the kernel tests.
 void AttentionBf16Amx(const AttentionArgs& a);
 
+// Wraps table.index_scores (filled before: the AVX-512 one, on vdpbf16ps under bf16_products):
+// the calls AmxTakesIndexScores takes run on TDPBF16PS (index_scores_amx.cc), the others on the
+// kernel it wrapped.
+void FillAmxIndexScores(KernelTable& table);
+// Whether the AMX indexer takes a: bf16 products over bf16 key rows of an even dim.
+bool AmxTakesIndexScores(const IndexScoreArgs& a);
+// The AMX indexer itself, for a call AmxTakesIndexScores takes. Exposed for the kernel tests.
+void IndexScoresBf16Amx(const IndexScoreArgs& a);
+
 }  // namespace latent::kernels::amx

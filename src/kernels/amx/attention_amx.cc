@@ -39,6 +39,7 @@ LATENT_AMX_BEGIN
 #include "kernels/avx512/attention_common.h"
 #include "kernels/avx512/bf16_rows.h"
 #include "kernels/amx/tile_blocks.h"
+#include "kernels/amx/row_tiles.h"
 #include "kernels/amx/value_tiles.h"
 
 namespace latent::kernels::amx {
@@ -82,33 +83,6 @@ void PackQueryTiles(const AttentionArgs& a, const Dims& d, uint32_t* qt) {
       for (int64_t p = 0; p < kTileRows; ++p) _mm512_store_si512(tile + p * 16, row[p]);
     }
   }
-}
-
-// The 16 key rows from position t (the first `count` real, the rest zero) as an A tile source:
-// in place where they lie at one stride and fill whole tiles of dq, else copied into `stage`
-// (rows of d.dq_tiles tiles | 1: off one L1 set). Sets *ld to the stride in bytes.
-const uint8_t* KeyRows(const AttentionArgs& a, const Dims& d, int64_t t, int64_t count,
-                       uint16_t* stage, int64_t* ld) {
-  if (count == kKeyRows && a.qk_dim == d.dq_tiles * 32) {
-    // Addresses as integers: the rows may lie in different blocks of the cache.
-    const auto address = [&a, t](int64_t r) { return reinterpret_cast<uintptr_t>(a.keys[t + r]); };
-    const uintptr_t stride = address(1) - address(0);  // modulo 2^64: a negative one too
-    bool even = stride != 0;
-    for (int64_t r = 2; r < kKeyRows && even; ++r) even = address(r) == address(0) + r * stride;
-    if (even) {
-      *ld = static_cast<int64_t>(stride);
-      return static_cast<const uint8_t*>(a.keys[t]);
-    }
-  }
-  const int64_t row = TileActivationRowTiles(d.dq_tiles) * 32;  // bf16 values per staged row
-  for (int64_t r = 0; r < kKeyRows; ++r) {
-    uint16_t* dst = stage + r * row;
-    const int64_t real = r < count ? a.qk_dim : 0;
-    if (real > 0) std::memcpy(dst, a.keys[t + r], real * sizeof(uint16_t));
-    std::memset(dst + real, 0, (d.dq_tiles * 32 - real) * sizeof(uint16_t));
-  }
-  *ld = row * static_cast<int64_t>(sizeof(uint16_t));
-  return reinterpret_cast<const uint8_t*>(stage);
 }
 
 // vv [32 pairs][dv]: the value rows of positions [t, t + rows) interleaved in pairs (position 2 j
@@ -168,7 +142,7 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
   thread_local std::vector<uint32_t> vv_buffer;
   thread_local std::vector<float> s_buffer;
   thread_local std::vector<uint32_t> p_buffer;
-  const int64_t stage_rows = kKeyRows * TileActivationRowTiles(d.dq_tiles) * 32;
+  const int64_t stage_rows = kKeyRows * StagedRowValues(d.dq_tiles);
   uint16_t* stage = Aligned64(stage_buffer, 4 * stage_rows);        // 4 key tiles' rows
   uint32_t* vv = Aligned64(vv_buffer, kBlock / 2 * dv);             // [32 pairs][dv]
   float* s = Aligned64(s_buffer, kBlock * kGroup);                  // [64 positions][16 heads]
@@ -191,8 +165,8 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
     const uint8_t* keys[4];
     int64_t ld[4];
     for (int64_t kt = 0; kt < key_tiles; ++kt) {
-      keys[kt] = KeyRows(a, d, tb + kt * kKeyRows, std::min(kKeyRows, rows - kt * kKeyRows),
-                         stage + kt * stage_rows, &ld[kt]);
+      keys[kt] = RowsAsTiles(a.keys, tb + kt * kKeyRows, std::min(kKeyRows, rows - kt * kKeyRows),
+                             a.qk_dim, d.dq_tiles, stage + kt * stage_rows, &ld[kt]);
     }
     InterleaveValues(a, tb, rows, vv);
     for (int64_t g = 0; g < d.groups; ++g) {
