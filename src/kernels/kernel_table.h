@@ -146,7 +146,8 @@ const KernelTable* OnednnKernels();
 // in Bf16PackedKernels(); W8A8 weights (AmxHasW8A8) on AMX-INT8 from 3 rows on. attention and
 // attention_queries under bf16_products run on TDPBF16PS too where the value dim is whole
 // 16-column tiles (amx/attention_amx.cc: the absorbed decode over shared bf16 rows;
-// amx/attention_queries_amx.cc: the expanded prefill), batch invariant as the others.
+// amx/attention_queries_amx.cc: the expanded prefill), and so does index_scores over bf16 keys
+// of an even dim (amx/index_scores_amx.cc), batch invariant as the others.
 const KernelTable* AmxKernels();
 // Whether AmxKernels() computes W8A8 calls of 3 rows or more with TDPBUSD (AMX-INT8,
 // amx/linear_w8a8_amx.cc; the same bits as the vpdpbusd kernel it keeps for fewer rows).
