@@ -25,10 +25,11 @@ struct IndexScoreArgs {
   int64_t n = 0;
   float* scores = nullptr;  // [n]
   // bf16 compute (the indexer's query projection computes in bf16): the query rounded to bf16
-  // and bf16 keys multiplied on vdpbf16ps, f32 sums (avx512/index_scores_bf16.cc), where the CPU
-  // has AVX512_BF16 and the keys are bf16 rows of an even dim. Elsewhere (the reference, AVX2,
-  // f32 or fp8 rows) it is ignored: the f32 products, bit for bit. Either way a key's score
-  // depends on the key and the query only.
+  // and bf16 keys multiplied, f32 sums, where the keys are bf16 rows of an even dim: on AMX tiles
+  // where the CPU has AMX-BF16 (amx/index_scores_amx.cc), else on vdpbf16ps where it has
+  // AVX512_BF16 (avx512/index_scores_bf16.cc; other bits: the dots sum in another order).
+  // Elsewhere (the reference, AVX2, f32 or fp8 rows) it is ignored: the f32 products, bit for
+  // bit. Either way a key's score depends on the key and the query only.
   bool bf16_products = false;
 };
 

@@ -1596,6 +1596,7 @@ struct F32IndexCase {
   std::vector<float> q, w, keys;
   std::vector<const void*> key_rows;
   IndexScoreArgs args;
+  F32IndexCase(const F32IndexCase&) = delete;  // args points into this object's vectors
   explicit F32IndexCase(std::mt19937& rng)
       : q(RandomFloats(rng, 16 * 8)), w(RandomFloats(rng, 16)), keys(RandomFloats(rng, 5 * 8)) {
     for (int64_t j = 0; j < 5; ++j) key_rows.push_back(&keys[j * 8]);
@@ -1607,14 +1608,15 @@ struct F32IndexCase {
 // The AMX table's index_scores under bf16 products over bf16 key rows of an even dim: TDPBF16PS
 // (16 keys x 16 heads a tile), bit for bit the kernel AmxTakesIndexScores names; near the
 // reference over the rounded query; each key's score bit-identical in any run (runs starting mid
-// tile, single keys) and whether the keys lie at one stride (read in place) or scattered (staged).
-// Heads of 1 to 5 groups of 16 (the last padded), dims of whole tiles and not; odd dims and f32
-// rows go to the AVX-512 table's kernel, bit for bit.
+// tile, single keys) and whether the keys lie at one stride (read in place: in order, or reversed
+// with a gap) or shuffled (staged). Heads of 1 to 9 groups of 16 (passes of 1 to 4 groups, the
+// last padded), dims of whole tiles and not; odd dims and f32 rows go to the AVX-512 table's
+// kernel, bit for bit.
 TEST(AmxIndexScores, KeysRunOnTilesNearRefInAnyRunWhereverTheyLie) {
   if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
   const KernelTable& amx = *AmxKernels();
   std::mt19937 rng(35);
-  for (const int64_t heads : {64, 7, 17, 130}) {
+  for (const int64_t heads : {64, 7, 17, 130, 48}) {
     for (const int64_t dim : {128, 6, 64, 33}) {
       const int64_t n = 41;
       const std::string what = "heads=" + std::to_string(heads) + " dim=" + std::to_string(dim);
@@ -1622,13 +1624,19 @@ TEST(AmxIndexScores, KeysRunOnTilesNearRefInAnyRunWhereverTheyLie) {
       const std::vector<float> w = RandomFloats(rng, heads, -1.0f, 1.0f);
       std::vector<uint16_t> keys(n * dim);  // bf16 rows, one after the other
       for (uint16_t& k : keys) k = F32ToBF16(std::uniform_real_distribution<float>(-1, 1)(rng));
-      std::vector<const void*> key_rows(n), scattered_rows(n);
-      std::vector<uint16_t> scattered(n * (dim + 3));
+      std::vector<const void*> key_rows(n), reversed_rows(n), shuffled_rows(n);
+      std::vector<uint16_t> reversed(n * (dim + 3)), shuffled(n * (dim + 3));
+      std::vector<int64_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
       for (int64_t j = 0; j < n; ++j) {
         key_rows[j] = &keys[j * dim];
-        uint16_t* at = &scattered[(n - 1 - j) * (dim + 3)];  // reversed, a gap between rows
+        uint16_t* at = &reversed[(n - 1 - j) * (dim + 3)];  // one negative stride
         std::copy(&keys[j * dim], &keys[(j + 1) * dim], at);
-        scattered_rows[j] = at;
+        reversed_rows[j] = at;
+        at = &shuffled[order[j] * (dim + 3)];
+        std::copy(&keys[j * dim], &keys[(j + 1) * dim], at);
+        shuffled_rows[j] = at;
       }
       IndexScoreArgs a = IndexArgs(q, w, heads, dim, key_rows, DType::kBF16);
       a.bf16_products = true;
@@ -1648,21 +1656,30 @@ TEST(AmxIndexScores, KeysRunOnTilesNearRefInAnyRunWhereverTheyLie) {
       const std::vector<float> want = IndexRefOverRoundedQuery(a);
       for (int64_t j = 0; j < n; ++j)
         ASSERT_NEAR(got[j], want[j], 1.2e-7 * heads * dim * a.scale) << what << " key " << j;
-      for (const auto* rows : {&key_rows, &scattered_rows}) {
+      const std::vector<const void*>* layouts[] = {&key_rows, &reversed_rows, &shuffled_rows};
+      for (int layout = 0; layout < 3; ++layout) {  // in order, reversed, shuffled
         for (int64_t j0 : {0, 1, 3, 7, 16, 25, 40}) {  // runs starting mid tile, single keys
           std::vector<float> part(n - j0, NAN);
-          a.keys = rows->data() + j0;
+          a.keys = layouts[layout]->data() + j0;
           a.n = n - j0;
           a.scores = part.data();
           amx.index_scores(a);
           ASSERT_EQ(0, std::memcmp(part.data(), got.data() + j0, sizeof(float) * part.size()))
-              << what << " from key " << j0 << (rows == &key_rows ? "" : " scattered");
+              << what << " from key " << j0 << " layout " << layout;
         }
       }
     }
   }
-  // f32 rows keep the f32 products.
-  EXPECT_FALSE(amx::AmxTakesIndexScores(F32IndexCase(rng).args));
+  // f32 rows keep the AVX-512 table's f32 products.
+  F32IndexCase f32_case(rng);
+  IndexScoreArgs& f = f32_case.args;
+  EXPECT_FALSE(amx::AmxTakesIndexScores(f));
+  std::vector<float> on_amx(f.n, NAN), on_avx512(f.n, NAN);
+  f.scores = on_amx.data();
+  amx.index_scores(f);
+  f.scores = on_avx512.data();
+  Avx512Kernels()->index_scores(f);
+  EXPECT_EQ(0, std::memcmp(on_amx.data(), on_avx512.data(), sizeof(float) * f.n));
   // relu(NaN) = 0 on tiles too: the key with a NaN element scores 0 in every head.
   const std::vector<float> nan_q = {0.5f, 0.5f, -0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f,
                                     0.5f, 0.5f, 0.5f, 0.5f};

@@ -53,6 +53,7 @@ LATENT_AMX_BEGIN
 #include "kernels/avx512/queries_common.h"
 #include "kernels/avx512/queries_pack_bf16.h"
 #include "kernels/amx/tile_blocks.h"
+#include "kernels/amx/row_tiles.h"
 #include "kernels/amx/value_tiles.h"
 
 namespace latent::kernels::amx {
@@ -60,36 +61,9 @@ namespace {
 
 using avx512::kSoftmaxBlock;
 constexpr int64_t kKeys = kSoftmaxBlock;                 // positions per block: 4 score tiles
-constexpr int64_t kKeyLineBytes = kKeys * 4;             // one k-pair of every position of a block
 constexpr int64_t kQueryTile = kTileRows;                // queries per tile
 constexpr int64_t kTaskQueries = avx512::kQueriesPerTask;  // queries per task: 4 tiles
 static_assert(kTaskQueries % kQueryTile == 0);
-
-// S[16][64] (rows of 64 floats) = Q . K^T of one block: q the tile's first query row (bf16,
-// q_ld bytes apart), k the block's first key line, dq_tiles tiles of 32 dims.
-void ScoreTiles(const uint8_t* q, int64_t q_ld, const uint8_t* k, int64_t dq_tiles, float* s) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t kk = 0; kk < dq_tiles; ++kk) {
-    const uint8_t* lines = k + kk * kTileRows * kKeyLineBytes;  // 16 k-pair lines
-    _tile_loadd(4, q + kk * kTileRowBytes, q_ld);
-    _tile_loadd(5, lines, kKeyLineBytes);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_loadd(6, lines + 64, kKeyLineBytes);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(7, lines + 128, kKeyLineBytes);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_loadd(5, lines + 192, kKeyLineBytes);
-    _tile_dpbf16ps(3, 4, 5);
-  }
-  constexpr int64_t ld = kKeys * 4;
-  _tile_stored(0, s, ld);
-  _tile_stored(1, s + 16, ld);
-  _tile_stored(2, s + 32, ld);
-  _tile_stored(3, s + 48, ld);
-}
 
 // Head `head`, queries [i0, i1) (at most kTaskQueries); kt, vt as PackQueriesBf16 wrote them in
 // layout l (key lines in whole tiles, value rows in whole blocks).
@@ -100,8 +74,7 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
   const int64_t nq = i1 - i0, tiles = (nq + kQueryTile - 1) / kQueryTile;
   const int64_t dq_tiles = l.key_lines / kTileRows;
   const int64_t q_ld = TileActivationRowTiles(dq_tiles) * kTileRowBytes;  // bytes per query row
-  const uint8_t* keys = reinterpret_cast<const uint8_t*>(
-      kt + (a.key_head_stride == 0 ? 0 : head) * l.blocks * l.key_lines * kKeys);
+  const uint32_t* keys = kt + (a.key_head_stride == 0 ? 0 : head) * l.blocks * l.key_lines * kKeys;
   const uint32_t* values = vt + (a.value_head_stride == 0 ? 0 : head) * l.value_pairs * dv;
   avx512::QueryTileState st(qa, i0, i1);  // o: [nq rows of dv] in one buffer
   float* o = st.o[0];
@@ -139,8 +112,9 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
         whole = whole || rows[r] == kKeys;
       }
       if (rows_max == 0) continue;
-      ScoreTiles(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
-                 keys + b * l.key_lines * kKeyLineBytes, dq_tiles, s);
+      // S[16][64] = Q . K^T: B tiles of 16 k-pair lines, each of the block's 64 positions.
+      TileProducts<4>(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
+                      keys + b * l.key_lines * kKeys, kKeys, dq_tiles, s);
       const __m512 scale = _mm512_set1_ps(a.scale);
       for (int64_t r = 0; r < kQueryTile; ++r) {
         float* sr = s + r * kKeys;

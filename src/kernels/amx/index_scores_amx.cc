@@ -23,6 +23,7 @@
 LATENT_AMX_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/bf16_rows.h"
+#include "kernels/avx512/index_scores_common.h"
 #include "kernels/amx/tile_blocks.h"
 #include "kernels/amx/row_tiles.h"
 
@@ -32,46 +33,10 @@ namespace {
 constexpr int64_t kHeadGroup = 16;  // heads per accumulator tile's columns
 constexpr int64_t kGroupsAtOnce = 4;  // accumulator tiles per pass: 64 heads
 
-// dots [16 keys][64] f32 for head groups [g0, g0 + G): tiles 0..G-1, the keys in tile 4, the
-// query in tiles 5-7 (5 again for the fourth group).
-template <int G>
-void DotTiles(const uint8_t* keys, int64_t ld, const uint32_t* qt, int64_t hp, int64_t g0,
-              int64_t dim_tiles, float* dots) {
-  _tile_zero(0);
-  if constexpr (G > 1) _tile_zero(1);
-  if constexpr (G > 2) _tile_zero(2);
-  if constexpr (G > 3) _tile_zero(3);
-  const int64_t q_ld = hp * 4;
-  for (int64_t kk = 0; kk < dim_tiles; ++kk) {
-    const uint32_t* q = qt + kk * kTileRows * hp + g0 * kHeadGroup;  // 16 pair rows
-    _tile_loadd(4, keys + kk * kTileRowBytes, ld);
-    _tile_loadd(5, q, q_ld);
-    _tile_dpbf16ps(0, 4, 5);
-    if constexpr (G > 1) {
-      _tile_loadd(6, q + kHeadGroup, q_ld);
-      _tile_dpbf16ps(1, 4, 6);
-    }
-    if constexpr (G > 2) {
-      _tile_loadd(7, q + 2 * kHeadGroup, q_ld);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if constexpr (G > 3) {
-      _tile_loadd(5, q + 3 * kHeadGroup, q_ld);
-      _tile_dpbf16ps(3, 4, 5);
-    }
-  }
-  constexpr int64_t ld_dots = kGroupsAtOnce * kHeadGroup * 4;
-  _tile_stored(0, dots, ld_dots);
-  if constexpr (G > 1) _tile_stored(1, dots + kHeadGroup, ld_dots);
-  if constexpr (G > 2) _tile_stored(2, dots + 2 * kHeadGroup, ld_dots);
-  if constexpr (G > 3) _tile_stored(3, dots + 3 * kHeadGroup, ld_dots);
-}
-
 void IndexScoresAmx(const IndexScoreArgs& a) {
   const int64_t hp = (a.heads + kHeadGroup - 1) / kHeadGroup * kHeadGroup;
   const int64_t groups = hp / kHeadGroup, dim_tiles = (a.dim + 31) / 32;
-  // qt [dim_tiles * 16 pair rows][hp]: row c2, lane h = head h's dims 2 c2 and 2 c2 + 1 in bf16
-  // (zero past the dim and past the heads); w [hp] the head weights, zero past the heads.
+  // qt [dim_tiles * 16 pair rows][hp] and w [hp]: avx512::PackIndexQuery.
   thread_local std::vector<uint32_t> qt_buffer;
   thread_local std::vector<float> w_buffer, dots_buffer;
   thread_local std::vector<uint16_t> stage_buffer;
@@ -79,15 +44,7 @@ void IndexScoresAmx(const IndexScoreArgs& a) {
   float* w = Aligned64(w_buffer, hp);
   float* dots = Aligned64(dots_buffer, kTileRows * kGroupsAtOnce * kHeadGroup);
   uint16_t* stage = Aligned64(stage_buffer, kTileRows * StagedRowValues(dim_tiles));
-  std::fill(qt, qt + dim_tiles * kTileRows * hp, 0u);
-  std::fill(w, w + hp, 0.0f);
-  for (int64_t h = 0; h < a.heads; ++h) {
-    w[h] = a.w[h];
-    for (int64_t c2 = 0; c2 < a.dim / 2; ++c2) {
-      const float* q = a.q + h * a.dim + 2 * c2;
-      qt[c2 * hp + h] = F32ToBF16(q[0]) | static_cast<uint32_t>(F32ToBF16(q[1])) << 16;
-    }
-  }
+  avx512::PackIndexQuery(a, hp, dim_tiles * kTileRows, qt, w);
   const __m512 scale = _mm512_set1_ps(a.scale), zero = _mm512_setzero_ps();
   ConfigureTiles(kTileRows);
   for (int64_t j0 = 0; j0 < a.n; j0 += kTileRows) {
@@ -98,11 +55,13 @@ void IndexScoresAmx(const IndexScoreArgs& a) {
     for (int64_t j = 0; j < kTileRows; ++j) total[j] = zero;
     for (int64_t g0 = 0; g0 < groups; g0 += kGroupsAtOnce) {
       const int64_t g = std::min(kGroupsAtOnce, groups - g0);
+      // dots [16 keys][64]: the keys against head groups [g0, g0 + g).
+      const uint32_t* qg = qt + g0 * kHeadGroup;
       switch (g) {
-        case 1: DotTiles<1>(keys, ld, qt, hp, g0, dim_tiles, dots); break;
-        case 2: DotTiles<2>(keys, ld, qt, hp, g0, dim_tiles, dots); break;
-        case 3: DotTiles<3>(keys, ld, qt, hp, g0, dim_tiles, dots); break;
-        default: DotTiles<4>(keys, ld, qt, hp, g0, dim_tiles, dots); break;
+        case 1: TileProducts<1>(keys, ld, qg, hp, dim_tiles, dots); break;
+        case 2: TileProducts<2>(keys, ld, qg, hp, dim_tiles, dots); break;
+        case 3: TileProducts<3>(keys, ld, qg, hp, dim_tiles, dots); break;
+        default: TileProducts<4>(keys, ld, qg, hp, dim_tiles, dots); break;
       }
       for (int64_t j = 0; j < count; ++j) {
         for (int64_t v = 0; v < g; ++v) {  // head vectors in order, as AddHeadScores

@@ -71,15 +71,9 @@ void Bf16IndexScores(const IndexScoreArgs& a) {
   thread_local std::vector<float> w_buffer;      // [hp]
   std::vector<uint32_t>& qt = qt_buffer;
   std::vector<float>& w = w_buffer;
-  qt.assign(a.dim / 2 * hp, 0);
-  w.assign(hp, 0.0f);
-  for (int64_t h = 0; h < a.heads; ++h) {
-    w[h] = a.w[h];
-    for (int64_t c2 = 0; c2 < a.dim / 2; ++c2) {
-      const float* q = a.q + h * a.dim + 2 * c2;
-      qt[c2 * hp + h] = F32ToBF16(q[0]) | static_cast<uint32_t>(F32ToBF16(q[1])) << 16;
-    }
-  }
+  qt.resize(a.dim / 2 * hp);
+  w.resize(hp);
+  PackIndexQuery(a, hp, a.dim / 2, qt.data(), w.data());
   int64_t j = 0;
   for (; j + kBf16IndexKeys <= a.n; j += kBf16IndexKeys) {
     Bf16IndexKeys<kBf16IndexKeys>(a, qt.data(), hp, w.data(), j);
