@@ -85,22 +85,24 @@ void PackQueryTiles(const AttentionArgs& a, const Dims& d, uint32_t* qt) {
   }
 }
 
+// The 16-bit permutation that pairs two sources: lanes 2 k and 2 k + 1 take elements first + k
+// and second + k (k < 16) of the 64 elements (v)permutex2var reads, or of the 32 permutexvar reads.
+__m512i PairIndex(int first, int second) {
+  alignas(64) uint16_t index[32];
+  for (int k = 0; k < 16; ++k) {
+    index[2 * k] = static_cast<uint16_t>(first + k);
+    index[2 * k + 1] = static_cast<uint16_t>(second + k);
+  }
+  return _mm512_load_si512(index);
+}
+
 // vv [32 pairs][dv]: the value rows of positions [t, t + rows) interleaved in pairs (position 2 j
 // in the low half), zero past `rows`.
 void InterleaveValues(const AttentionArgs& a, int64_t t, int64_t rows, uint32_t* vv) {
   const int64_t dv = a.v_dim;
-  __m512i lo_index, hi_index;  // lanes 2 k, 2 k + 1 <- element k (+ 16) of the even, odd row
-  {
-    alignas(64) uint16_t lo[32], hi[32];
-    for (int k = 0; k < 16; ++k) {
-      lo[2 * k] = static_cast<uint16_t>(k);
-      lo[2 * k + 1] = static_cast<uint16_t>(32 + k);
-      hi[2 * k] = static_cast<uint16_t>(16 + k);
-      hi[2 * k + 1] = static_cast<uint16_t>(48 + k);
-    }
-    lo_index = _mm512_load_si512(lo);
-    hi_index = _mm512_load_si512(hi);
-  }
+  // Columns c .. c + 15 and c + 16 .. c + 31 of the even row (elements 0-31) and the odd one
+  // (32-63).
+  const __m512i lo_index = PairIndex(0, 32), hi_index = PairIndex(16, 48);
   for (int64_t j = 0; j < kBlock / 2; ++j) {
     uint32_t* dst = vv + j * dv;
     if (2 * j >= rows) {
@@ -149,15 +151,7 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
   uint32_t* p = Aligned64(p_buffer, 2 * kGroup * 16);               // 2 x [16 heads][16 pairs]
   const __m512 scale = _mm512_set1_ps(a.scale);
   const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
-  __m512i interleave;  // lanes 2 h, 2 h + 1 <- element h of the even, odd position's heads
-  {
-    alignas(64) uint16_t index[32];
-    for (int h = 0; h < 16; ++h) {
-      index[2 * h] = static_cast<uint16_t>(h);
-      index[2 * h + 1] = static_cast<uint16_t>(16 + h);
-    }
-    interleave = _mm512_load_si512(index);
-  }
+  const __m512i interleave = PairIndex(0, 16);  // head h of the even and the odd position
   ConfigureTiles(kTileRows);
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
@@ -172,14 +166,10 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
     for (int64_t g = 0; g < d.groups; ++g) {
       // Scores: tiles 0-3 the key tiles' positions x the group's heads.
       const uint32_t* qg = qt + g * d.dq_tiles * kTileRows * 16;
-      for (int64_t kt = 0; kt < key_tiles; ++kt) {
-        switch (kt) {
-          case 0: _tile_zero(0); break;
-          case 1: _tile_zero(1); break;
-          case 2: _tile_zero(2); break;
-          default: _tile_zero(3); break;
-        }
-      }
+      _tile_zero(0);
+      if (key_tiles > 1) _tile_zero(1);
+      if (key_tiles > 2) _tile_zero(2);
+      if (key_tiles > 3) _tile_zero(3);
       for (int64_t kk = 0; kk < d.dq_tiles; ++kk) {
         _tile_loadd(7, qg + kk * kTileRows * 16, kTileRowBytes);
         const int64_t at = kk * kTileRowBytes;
@@ -292,20 +282,18 @@ void AttentionAmx(const AttentionArgs& a) {
     float* at = states + s * padded;
     const SegmentState st{at, at + hp, at + 2 * hp};
     SegmentAmx(a, d, qt, s * seg_rows, std::min(a.length, (s + 1) * seg_rows), st);
-    CompactState(d, st, merged + s * compact);
+    return st;
   };
   if (segments == 1) {
-    run(0);
-    const float* mx = merged;
-    const float* sum = merged + h;
-    std::copy(merged + 2 * h, merged + 2 * h + h * dv, a.out);
+    const SegmentState st = run(0);
+    std::copy(st.acc, st.acc + h * dv, a.out);
     for (int64_t i = 0; i < h; ++i) {
-      avx512::DivideRow(a.out + i * dv, dv, SinkDenominator(a.sinks, i, mx[i], sum[i]));
+      avx512::DivideRow(a.out + i * dv, dv, SinkDenominator(a.sinks, i, st.mx[i], st.sum[i]));
     }
     return;
   }
   threads::ParallelFor(segments, 1, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) run(s);
+    for (int64_t s = s0; s < s1; ++s) CompactState(d, run(s), merged + s * compact);
   });
   avx512::MergeSegments(a, merged, segments, compact);
 }

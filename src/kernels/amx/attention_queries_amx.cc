@@ -99,6 +99,7 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
   auto* part = reinterpret_cast<uint32_t (*)[kKeys / 2]>(           // [16][32] their pairs, for
       Aligned64(part_buffer, kQueryTile * kKeys / 2));            // the rows attending in part
 
+  const __m512 scale = _mm512_set1_ps(a.scale);
   ConfigureTiles(kTileRows);
   for (int64_t b = 0; b * kKeys < st.longest; ++b) {
     const int64_t t0 = b * kKeys;
@@ -115,7 +116,6 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
       // S[16][64] = Q . K^T: B tiles of 16 k-pair lines, each of the block's 64 positions.
       TileProducts<4>(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
                       keys + b * l.key_lines * kKeys, kKeys, dq_tiles, s);
-      const __m512 scale = _mm512_set1_ps(a.scale);
       for (int64_t r = 0; r < kQueryTile; ++r) {
         float* sr = s + r * kKeys;
         uint16_t* pr = p + r * kKeys;
@@ -132,6 +132,7 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
         }
         if (rows[r] == kKeys) continue;  // attends the whole block: the tile product
         if (rows[r] > 0) std::memcpy(part[r], pr, sizeof(part[r]));
+        if (!whole) continue;  // no tile product: nothing to keep this row out of
         std::memset(pr, 0, kKeys * sizeof(uint16_t));
         if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
       }
@@ -144,7 +145,7 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
       for (int64_t r = 0; r < kQueryTile; ++r) {
         if (rows[r] == kKeys || j0 + r >= nq) continue;
         float* row = o + (j0 + r) * dv;
-        std::memcpy(row, saved + r * dv, dv * sizeof(float));
+        if (whole) std::memcpy(row, saved + r * dv, dv * sizeof(float));
         if (rows[r] == 0) continue;
         avx512::BlockValuesAll<1>(v, dv, (rows[r] + 1) / 2, &rows[r], &part[r], &row);
       }
