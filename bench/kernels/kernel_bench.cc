@@ -6,7 +6,7 @@
 //       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
 //       [--prefill 512,2048]
 //       [--kernels best|ref|avx512|bf16dot|avx512-packed|amx|onednn|avx2|avx2-packed]
-//       [--attention-rows f32|bf16]
+//       [--attention-rows f32|bf16] [--prefill-calls both|queries]
 //
 // --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
 // bf16`: activations rounded to bf16), which the AVX-512 table runs on vdpbf16ps and the AMX table
@@ -19,7 +19,8 @@
 // cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
 // "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
 // values (128), as the expanded form runs it: one `attention` call per query against one
-// `attention_queries` call for all of them (bit-identical results).
+// `attention_queries` call for all of them (bit-identical results). --prefill-calls queries times
+// the second alone (the first takes seconds a run from 4k tokens).
 // --attention-rows bf16: the decode attention over bf16 rows with bf16 products (the engine's
 // default for a bf16 checkpoint), the DSA indexer's scores of one query (64 heads of 128) over as
 // many bf16 keys ("index_scores"), and the prefill attention with bf16 products; "gflops" counts
@@ -165,6 +166,7 @@ struct Options {
   std::vector<int64_t> prefills = {512};
   int64_t heads = 16;
   std::string attention_rows = "f32";
+  std::string prefill_calls = "both";  // both | queries
   std::string kernels = "best";
   // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
   // lm_head, say), as the engine reads its weights, instead of anonymous huge pages.
@@ -213,6 +215,8 @@ int main(int argc, char** argv) {
       o.kernels = value;
     else if (flag == "--attention-rows")
       o.attention_rows = value;
+    else if (flag == "--prefill-calls")
+      o.prefill_calls = value;
     else if (flag == "--file")
       o.file = value;
     else if (flag == "--offset")
@@ -339,6 +343,10 @@ int main(int argc, char** argv) {
   first = true;
   const int64_t qk = 576, dv = 512;
   const bool bf16_rows = o.attention_rows == "bf16";
+  if (o.prefill_calls != "both" && o.prefill_calls != "queries") {
+    std::fprintf(stderr, "--prefill-calls %s: both or queries\n", o.prefill_calls.c_str());
+    return 2;
+  }
   if (!bf16_rows && o.attention_rows != "f32") {
     std::fprintf(stderr, "--attention-rows %s: f32 or bf16\n", o.attention_rows.c_str());
     return 2;
@@ -482,7 +490,7 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * o.heads * (dq + dvh) * (static_cast<double>(p) * (p + 1) / 2);
     for (int64_t t : o.threads) {
       latent::threads::SetNumThreads(static_cast<int>(t));
-      for (int way = 0; way < 2; ++way) {
+      for (int way = o.prefill_calls == "queries" ? 1 : 0; way < 2; ++way) {
         const auto run = [&] { way == 0 ? per_query() : all_queries(); };
         run();
         std::vector<double> ms;

@@ -44,9 +44,10 @@ struct AttentionArgs {
   // bf16 compute (MLA's absorbed decode where kv_b computes in bf16): q and the probabilities
   // rounded to bf16 and multiplied with bf16 rows, f32 sums, where the CPU has AVX512_BF16 and the
   // rows are bf16 with one shared head: on AMX tiles (amx/attention_amx.cc, value dims of whole
-  // 16-column tiles), else on vdpbf16ps (avx512/attention_bf16.cc). Ignored elsewhere (the
-  // reference, AVX2, f32 or fp8 rows, per-head rows): the f32 products, bit for bit. A token's
-  // result still depends on its own query and rows only.
+  // 16-column tiles), else on vdpbf16ps (avx512/attention_bf16.cc). On AMX tiles fp8 rows too:
+  // each element decoded (the f32 value above) and rounded to bf16, then as bf16 rows. Ignored
+  // elsewhere (the reference, AVX2, f32 rows, fp8 rows without AMX, per-head rows): the f32
+  // products, bit for bit. A token's result still depends on its own query and rows only.
   bool bf16_products = false;
 };
 

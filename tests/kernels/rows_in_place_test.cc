@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/fp8_rows.h"
+#include "kernels/amx/amx_kernels.h"
 #include "kernels/attention.h"
 #include "kernels/index_scores.h"
 #include "kernels/kernel_table.h"
@@ -452,6 +453,114 @@ TEST_P(RowsInPlace, IndexScoresOverFp8KeysEqualDecodedKeys) {
     ASSERT_TRUE(std::any_of(got.begin(), got.end(), [](float x) { return x != 0; })) << what;
     ExpectRunsFromMidTileMatch(table, a, keys.fp8_rows.data(), want, what);
   }
+}
+
+// The same rows as bf16 rows of the decoded values rounded to bf16 (nearest even), stored in
+// order: what the AMX attention reads fp8 rows as under bf16 products.
+struct RoundedRows {
+  std::vector<uint16_t> bf16;
+  std::vector<const void*> rows;
+  RoundedRows(const Fp8Store& s, int64_t values) : bf16(s.f32.size()) {
+    for (size_t i = 0; i < s.f32.size(); ++i) bf16[i] = F32ToBF16(s.f32[i]);
+    for (size_t t = 0; t < s.f32_rows.size(); ++t) rows.push_back(&bf16[t * values]);
+  }
+};
+
+// The AMX table's attention under bf16 products over fp8 rows with one shared head (MLA's
+// absorbed decode, `--cache-dtype fp8`): on TDPBF16PS, each block's rows decoded and rounded to
+// bf16 once, so bit for bit the AMX kernel over bf16 rows of the decoded values rounded to bf16
+// (which kernels_test.cc's AmxAttention tests bound against the reference), on 1 and 2 threads.
+// V3's dims over one segment and several, 2 head groups with a padded last, a key dim short of a
+// whole tile, no rotary tail, values that are rows of their own; every other case with sinks. A
+// NaN code reaches the output as NaN; formats the kernels do not read in place stay off tiles.
+TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  const KernelTable& amx = *AmxKernels();
+  ThreadCount restore;
+  std::mt19937 rng(67);
+  struct Fp8Case {
+    int64_t heads, fp8_values, rope, length;
+    bool own_values;  // the values are other rows (v_dim = fp8_values), not the keys' prefix
+  };
+  const std::vector<Fp8Case> cases = {
+      {16, 512, 64, 1, false},  {16, 512, 64, 65, false},  {16, 512, 64, 700, false},
+      {16, 512, 64, 3000, false}, {20, 128, 32, 300, false}, {3, 32, 16, 65, false},
+      {4, 64, 0, 130, false},   {9, 512, 64, 200, true},
+  };
+  int index = 0;
+  for (const Fp8Case& c : cases) {
+    const int64_t qk = c.fp8_values + c.rope;
+    const std::string what = "H=" + std::to_string(c.heads) + " fp8=" +
+                             std::to_string(c.fp8_values) + " rope=" + std::to_string(c.rope) +
+                             " L=" + std::to_string(c.length) + (c.own_values ? " values" : "");
+    const std::vector<float> q = RandomFloats(rng, c.heads * qk, -2.0f, 2.0f);
+    const std::vector<float> sinks = RandomFloats(rng, c.heads, -1.0f, 3.0f);
+    const Fp8Store keys = MakeFp8Store(rng, c.length, qk, c.fp8_values);
+    const Fp8Store values = MakeFp8Store(rng, c.length, c.fp8_values, c.fp8_values);
+    const RoundedRows rounded_keys(keys, qk), rounded_values(values, c.fp8_values);
+    std::vector<float> scratch(std::max<int64_t>(c.length, 1));
+    AttentionArgs a;
+    a.q = q.data();
+    a.num_heads = c.heads;
+    a.qk_dim = qk;
+    a.v_dim = c.fp8_values;
+    a.length = c.length;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+    a.sinks = index++ % 2 == 1 ? sinks.data() : nullptr;
+    a.scratch = scratch.data();
+    a.bf16_products = true;
+    a.rows = DType::kBF16;
+    a.keys = rounded_keys.rows.data();
+    a.values = c.own_values ? rounded_values.rows.data() : a.keys;
+    std::vector<float> want(c.heads * c.fp8_values, NAN);
+    a.out = want.data();
+    threads::SetNumThreads(2);
+    amx.attention(a);
+    a.rows = keys.format;
+    a.keys = keys.fp8_rows.data();
+    a.values = c.own_values ? values.fp8_rows.data() : a.keys;
+    ASSERT_TRUE(amx::AmxTakesAttention(a)) << what;
+    for (const int threads : {1, 2}) {
+      threads::SetNumThreads(threads);
+      std::vector<float> got(want.size(), -NAN);
+      a.out = got.data();
+      amx.attention(a);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * got.size()))
+          << what << " threads " << threads;
+      ASSERT_TRUE(c.length == 0 ||
+                  std::any_of(got.begin(), got.end(), [](float x) { return x != 0; }))
+          << what;
+    }
+  }
+
+  // A NaN code (-NaN, 0xff) in one row: every output is NaN, as over the gather's f32 rows.
+  const int64_t heads = 16, fp8_values = 128, qk = fp8_values + 16, length = 90;
+  Fp8Store rows = MakeFp8Store(rng, length, qk, fp8_values);
+  const_cast<uint8_t*>(static_cast<const uint8_t*>(rows.fp8_rows[70]))[9] = 0xff;
+  const std::vector<float> q = RandomFloats(rng, heads * qk, -2.0f, 2.0f);
+  std::vector<float> scratch(length), out(heads * fp8_values, 0.0f);
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = heads;
+  a.qk_dim = qk;
+  a.v_dim = fp8_values;
+  a.length = length;
+  a.scale = 0.1f;
+  a.scratch = scratch.data();
+  a.bf16_products = true;
+  a.rows = rows.format;
+  a.keys = a.values = rows.fp8_rows.data();
+  a.out = out.data();
+  ASSERT_TRUE(amx::AmxTakesAttention(a));
+  amx.attention(a);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << i;
+  // fp8 rows whose chunks would straddle a group or the codes' end are not read in place: the
+  // caller converts them to f32 first, and the AMX kernel declines them.
+  a.rows = RowFormat::Fp8(40, cache::kFp8Group, cache::Fp8ScalesAt(40), cache::Fp8TailAt(40));
+  EXPECT_FALSE(amx::AmxTakesAttention(a));
+  a.rows = rows.format;
+  a.bf16_products = false;
+  EXPECT_FALSE(amx::AmxTakesAttention(a));
 }
 
 }  // namespace

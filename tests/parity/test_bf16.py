@@ -151,6 +151,37 @@ def test_decode_over_bf16_rows_within_transformers_bf16_error(tiny_models, tmp_p
     assert np.abs(ours - ref_bf16).max() <= 1.5 * hf_bf16_error + 1e-3 * scale
 
 
+def test_decode_over_fp8_rows_within_bound_of_bf16_rows(tiny_models, tmp_path):
+    """The same decode over fp8 rows (`--cache-dtype fp8`: e4m3 latents with a scale per 128,
+    the rotary key bf16). On AMX CPUs, with this case's latent of 32, kernels/amx/attention_amx.cc
+    decodes each block's rows and rounds them to bf16 (elsewhere the vector kernels take f32
+    products over them). e4m3 keeps 3 mantissa bits against bf16's 8, so a stored value moves by
+    up to 16x what bf16 rows move it; the logits move about linearly in a small perturbation of the
+    rows (tests/property/test_fp8_rows.py measured 10.7-16.3x over f32 rows; here 6.2x on an AMX
+    Xeon, where the bf16 rows' error also holds the bf16 compute's own). Bound: fp8 rows' distance
+    from the exact logits, and from the bf16 rows' logits, within 16x the bf16 rows' error. Rows
+    decoded with scales 1.25x too large moved them by 45x; a row off by one or values read from
+    the wrong rows move them by about the largest logit."""
+    preset, flags = DEFAULT_CASES["v3_bf16_tile_values"]
+    model_dir = tiny_models.get(preset, *flags)
+    ids, ref_exact, _, _ = references(model_dir, tmp_path, 40, 5)
+    scale = np.abs(ref_exact).max()
+
+    def decode(dtype):
+        out = run_latent("logits", "--model", str(model_dir), "--ids", ",".join(map(str, ids)),
+                         "--attention", "absorbed", "--chunk-tokens", "1", "--cache-dtype", dtype)
+        return np.asarray(json.loads(out.stdout)["logits"], dtype=np.float32)
+
+    bf16, fp8 = decode("bf16"), decode("fp8")
+    bf16_error = np.abs(bf16 - ref_exact).max()
+    fp8_error = np.abs(fp8 - ref_exact).max()
+    print(f"decode over fp8 rows: |fp8 - exact| {fp8_error:.3g}, |bf16 rows - exact| "
+          f"{bf16_error:.3g}, |fp8 - bf16 rows| {np.abs(fp8 - bf16).max():.3g}, scale {scale:.3g}")
+    assert not np.array_equal(fp8, bf16)
+    assert fp8_error <= 16 * bf16_error
+    assert np.abs(fp8 - bf16).max() <= 16 * bf16_error
+
+
 # The absorbed form's W_UK fold over a transposed, packed copy of kv_b's key rows (made at load
 # where the CPU packs weights) against LATENT_KEY_FOLD=transposed, the fold over kv_b's rows as
 # stored: the same products, summed in another order (fp8: the block scale applied to the sum,
@@ -216,7 +247,10 @@ INVARIANCE_CASES = {
 # in the expanded form for every token (chunks of any size, and decode) and once in the default
 # (its decode absorbed), the attention on AMX tiles either way where the CPU has them.
 INVARIANCE_CASES["v3_bf16_tile_values_expanded"] = INVARIANCE_CASES["v3_bf16_tile_values"]
-INVARIANCE_FLAGS = {"v3_bf16_tile_values_expanded": ("--attention", "expanded")}
+# ... and once over fp8 rows (`--cache-dtype fp8`), whose absorbed decode runs on AMX tiles too.
+INVARIANCE_CASES["v3_bf16_tile_values_fp8_rows"] = INVARIANCE_CASES["v3_bf16_tile_values"]
+INVARIANCE_FLAGS = {"v3_bf16_tile_values_expanded": ("--attention", "expanded"),
+                    "v3_bf16_tile_values_fp8_rows": ("--cache-dtype", "fp8")}
 
 
 @pytest.mark.parametrize("case_id", list(INVARIANCE_CASES))

@@ -47,8 +47,9 @@ void AttentionQueriesAmx(const QueriesAttentionArgs& qa);
 // calls AmxTakesAttention takes run on TDPBF16PS (attention_amx.cc), the others on the kernel it
 // wrapped.
 void FillAmxAttention(KernelTable& table);
-// Whether the AMX attention takes a: bf16 products over bf16 rows with one shared head (MLA's
-// absorbed decode), and a value dim of whole 16-column tiles.
+// Whether the AMX attention takes a: bf16 products over bf16 rows, or fp8 rows the kernels read
+// in place (RowsReadInPlace; decoded to bf16 per block), with one shared head (MLA's absorbed
+// decode), and a value dim of whole 16-column tiles.
 bool AmxTakesAttention(const AttentionArgs& a);
 // The AMX attention itself, for a call AmxTakesAttention takes. Exposed for the kernel tests.
 void AttentionBf16Amx(const AttentionArgs& a);

@@ -1,8 +1,9 @@
 // One query token's attention (kernels/attention.h) on AMX tiles under
-// AttentionArgs::bf16_products, over bf16 rows with one shared key/value head: MLA's absorbed
-// decode (and DSA's over its selected rows), as FlashMLA runs it, with the token's heads as the
-// rows of a tile. Per segment of positions (attention_common.h: sizes that depend on L only, run
-// in parallel, merged in segment order), per block of 64 positions, per group of 16 heads:
+// AttentionArgs::bf16_products, over bf16 or fp8 rows with one shared key/value head: MLA's
+// absorbed decode (and DSA's over its selected rows), as FlashMLA runs it, with the token's heads
+// as the rows of a tile. Per segment of positions (attention_common.h: sizes that depend on L
+// only, run in parallel, merged in segment order), per block of 64 positions, per group of 16
+// heads:
 //
 //   scores  S^T[64 positions][16 heads] = K[64][dq] . Q^T: 4 accumulator tiles of 16 positions,
 //           one TDPBF16PS per 32 dims, in order, with the rows read in place as A tiles (16 rows
@@ -13,6 +14,13 @@
 //           rounded to bf16 and transposed into P [16 heads][64 positions]
 //   values  O[16 heads][dv] += P . V (value_tiles.h), V the block's value rows interleaved in
 //           pairs once per block for every head group
+//
+// fp8 rows (the cache's e4m3 encoding, kernels/row_format.h), as FlashMLA's fp8 decode reads them:
+// each block's rows are decoded once into a stage, every element as the gather decodes it (the
+// f32 code x scale, avx512::Fp8Rows) then rounded to bf16 (nearest even; NaN stays NaN), and the
+// block runs as over bf16 rows holding those values, bit for bit. The rounding adds at most 2^-9
+// of an element to e4m3's own 2^-4; the vector kernels read fp8 rows with f32 products instead,
+// at a third of the speed here (docs/performance.md).
 //
 // Each head's arithmetic depends on its query and rows only (a tile's rows are independent, and
 // the padded heads of a last group are zero queries that nothing reads), so a token's result
@@ -38,6 +46,7 @@ LATENT_AMX_BEGIN
 #include "kernels/avx512/avx512_common.h"
 #include "kernels/avx512/attention_common.h"
 #include "kernels/avx512/bf16_rows.h"
+#include "kernels/avx512/row_loads_avx512.h"
 #include "kernels/amx/tile_blocks.h"
 #include "kernels/amx/row_tiles.h"
 #include "kernels/amx/value_tiles.h"
@@ -96,10 +105,9 @@ __m512i PairIndex(int first, int second) {
   return _mm512_load_si512(index);
 }
 
-// vv [32 pairs][dv]: the value rows of positions [t, t + rows) interleaved in pairs (position 2 j
-// in the low half), zero past `rows`.
-void InterleaveValues(const AttentionArgs& a, int64_t t, int64_t rows, uint32_t* vv) {
-  const int64_t dv = a.v_dim;
+// vv [32 pairs][dv]: the bf16 value rows values[0 .. rows) interleaved in pairs (position 2 j in
+// the low half), zero past `rows`.
+void InterleaveValues(const void* const* values, int64_t dv, int64_t rows, uint32_t* vv) {
   // Columns c .. c + 15 and c + 16 .. c + 31 of the even row (elements 0-31) and the odd one
   // (32-63).
   const __m512i lo_index = PairIndex(0, 32), hi_index = PairIndex(16, 48);
@@ -109,9 +117,9 @@ void InterleaveValues(const AttentionArgs& a, int64_t t, int64_t rows, uint32_t*
       std::memset(dst, 0, dv * sizeof(uint32_t));
       continue;
     }
-    const auto* even = static_cast<const uint16_t*>(a.values[t + 2 * j]);
+    const auto* even = static_cast<const uint16_t*>(values[2 * j]);
     const auto* odd =
-        2 * j + 1 < rows ? static_cast<const uint16_t*>(a.values[t + 2 * j + 1]) : nullptr;
+        2 * j + 1 < rows ? static_cast<const uint16_t*>(values[2 * j + 1]) : nullptr;
     for (int64_t c = 0; c < dv; c += 32) {
       const int64_t count = std::min<int64_t>(32, dv - c);  // 16 or 32: dv is whole tiles
       const __mmask32 m = count == 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
@@ -122,6 +130,33 @@ void InterleaveValues(const AttentionArgs& a, int64_t t, int64_t rows, uint32_t*
       if (count == 32) {
         _mm512_storeu_si512(dst + c + 16, _mm512_permutex2var_epi16(e, hi_index, o));
       }
+    }
+  }
+}
+
+// Elements [c, c + 16) of an fp8-encoded row as the gather's f32 values, zero from `dim` on.
+__m512 DecodedChunk(const RowFormat& f, const uint8_t* row, int64_t c, int64_t dim) {
+  if (c >= dim) return _mm512_setzero_ps();
+  if (c + 16 <= dim) return avx512::Fp8Rows::Full(f, row, c);
+  return avx512::Fp8Rows::Part(f, row, c, avx512::TailMask(dim - c));
+}
+
+// The fp8 rows src[0 .. rows) (format f, `dim` elements read) decoded and rounded to bf16 into
+// `stage`, rows of `stride` values (a multiple of 32) zero past dim, then zero rows up to
+// `padded` (whole key tiles); ptrs[r] -> staged row r.
+void StageFp8Rows(const RowFormat& f, const void* const* src, int64_t rows, int64_t padded,
+                  int64_t dim, int64_t stride, uint16_t* stage, const void** ptrs) {
+  for (int64_t r = 0; r < padded; ++r) {
+    uint16_t* dst = stage + r * stride;
+    ptrs[r] = dst;
+    if (r >= rows) {
+      std::memset(dst, 0, stride * sizeof(uint16_t));
+      continue;
+    }
+    const auto* row = static_cast<const uint8_t*>(src[r]);
+    for (int64_t c = 0; c < stride; c += 32) {
+      const __m512 lo = DecodedChunk(f, row, c, dim), hi = DecodedChunk(f, row, c + 16, dim);
+      _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
   }
 }
@@ -140,12 +175,25 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
   std::fill(st.mx, st.mx + hp, -INFINITY);
   std::fill(st.sum, st.sum + hp, 0.0f);
   std::fill(st.acc, st.acc + hp * dv, 0.0f);
-  thread_local std::vector<uint16_t> stage_buffer;
+  thread_local std::vector<uint16_t> stage_buffer, fp8_buffer;
   thread_local std::vector<uint32_t> vv_buffer;
   thread_local std::vector<float> s_buffer;
   thread_local std::vector<uint32_t> p_buffer;
   const int64_t stage_rows = kKeyRows * StagedRowValues(d.dq_tiles);
   uint16_t* stage = Aligned64(stage_buffer, 4 * stage_rows);        // 4 key tiles' rows
+  // fp8 rows: the block's keys, and its values where they are other rows, decoded to bf16.
+  const bool fp8 = a.rows.dtype == DType::kF8E4M3;
+  const bool own_values = a.values != a.keys;
+  const int64_t key_stride = StagedRowValues(d.dq_tiles);
+  const int64_t value_stride = StagedRowValues((dv + 31) / 32);
+  uint16_t* fp8_keys = nullptr;        // [64 rows][key_stride]
+  uint16_t* fp8_value_rows = nullptr;  // [64 rows][value_stride]
+  if (fp8) {
+    fp8_keys = Aligned64(fp8_buffer, kBlock * (key_stride + (own_values ? value_stride : 0)));
+    fp8_value_rows = fp8_keys + kBlock * key_stride;
+  }
+  const void* staged_keys[kBlock];
+  const void* staged_values[kBlock];
   uint32_t* vv = Aligned64(vv_buffer, kBlock / 2 * dv);             // [32 pairs][dv]
   float* s = Aligned64(s_buffer, kBlock * kGroup);                  // [64 positions][16 heads]
   uint32_t* p = Aligned64(p_buffer, 2 * kGroup * 16);               // 2 x [16 heads][16 pairs]
@@ -156,13 +204,29 @@ void SegmentAmx(const AttentionArgs& a, const Dims& d, const uint32_t* qt, int64
   for (int64_t tb = t0; tb < t1; tb += kBlock) {
     const int64_t rows = std::min(kBlock, t1 - tb);
     const int64_t key_tiles = (rows + kKeyRows - 1) / kKeyRows;
+    const void* const* key_rows = a.keys + tb;
+    const void* const* value_rows = a.values + tb;
+    int64_t key_count = rows, key_dim = a.qk_dim;  // real rows and their dim for RowsAsTiles
+    if (fp8) {  // decoded rows at one stride, zero past the dim and to whole tiles: in place
+      StageFp8Rows(a.rows, key_rows, rows, key_tiles * kKeyRows, a.qk_dim, key_stride, fp8_keys,
+                   staged_keys);
+      key_rows = staged_keys;
+      key_count = key_tiles * kKeyRows;
+      key_dim = d.dq_tiles * 32;
+      value_rows = staged_keys;  // the value is the key row's prefix ...
+      if (own_values) {          // ... unless the values are rows of their own
+        StageFp8Rows(a.rows, a.values + tb, rows, rows, dv, value_stride, fp8_value_rows,
+                     staged_values);
+        value_rows = staged_values;
+      }
+    }
     const uint8_t* keys[4];
     int64_t ld[4];
     for (int64_t kt = 0; kt < key_tiles; ++kt) {
-      keys[kt] = RowsAsTiles(a.keys, tb + kt * kKeyRows, std::min(kKeyRows, rows - kt * kKeyRows),
-                             a.qk_dim, d.dq_tiles, stage + kt * stage_rows, &ld[kt]);
+      keys[kt] = RowsAsTiles(key_rows, kt * kKeyRows, std::min(kKeyRows, key_count - kt * kKeyRows),
+                             key_dim, d.dq_tiles, stage + kt * stage_rows, &ld[kt]);
     }
-    InterleaveValues(a, tb, rows, vv);
+    InterleaveValues(value_rows, dv, rows, vv);
     for (int64_t g = 0; g < d.groups; ++g) {
       // Scores: tiles 0-3 the key tiles' positions x the group's heads.
       const uint32_t* qg = qt + g * d.dq_tiles * kTileRows * 16;
@@ -301,7 +365,9 @@ void AttentionAmx(const AttentionArgs& a) {
 }  // namespace
 
 bool AmxTakesAttention(const AttentionArgs& a) {
-  return a.bf16_products && a.rows.dtype == DType::kBF16 && a.key_head_stride == 0 &&
+  const bool rows = a.rows.dtype == DType::kBF16 ||
+                    (a.rows.dtype == DType::kF8E4M3 && RowsReadInPlace(a.rows));
+  return a.bf16_products && rows && a.key_head_stride == 0 &&
          a.value_head_stride == 0 && a.qk_dim > 0 && a.v_dim > 0 && a.v_dim % 16 == 0;
 }
 
