@@ -226,6 +226,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (o.prefill_calls != "both" && o.prefill_calls != "queries") {
+    std::fprintf(stderr, "--prefill-calls %s: both or queries\n", o.prefill_calls.c_str());
+    return 2;
+  }
   const KernelTable* table = o.kernels == "ref"       ? &latent::kernels::RefKernels()
                              : o.kernels == "avx512"  ? latent::kernels::Avx512Kernels()
                              : o.kernels == "bf16dot" ? latent::kernels::Bf16DotKernels()
@@ -343,10 +347,6 @@ int main(int argc, char** argv) {
   first = true;
   const int64_t qk = 576, dv = 512;
   const bool bf16_rows = o.attention_rows == "bf16";
-  if (o.prefill_calls != "both" && o.prefill_calls != "queries") {
-    std::fprintf(stderr, "--prefill-calls %s: both or queries\n", o.prefill_calls.c_str());
-    return 2;
-  }
   if (!bf16_rows && o.attention_rows != "f32") {
     std::fprintf(stderr, "--attention-rows %s: f32 or bf16\n", o.attention_rows.c_str());
     return 2;

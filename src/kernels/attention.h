@@ -9,8 +9,9 @@
 // scale (the f32 product a gather computes), and every kernel widens or decodes as it loads, in
 // registers, then sums in the same order as over f32 rows: its result over bf16 or fp8 rows
 // equals, bit for bit, its result over the same rows converted to f32 (what a gather into an f32
-// copy would feed it). Rows the kernels do not read in place (RowsReadInPlace) are converted to
-// f32 by the caller first. fp8 rows are read as one shared head only (head strides 0: MLA's
+// copy would feed it). Not so under bf16_products (below), whose kernels round the rows to bf16.
+// Rows the kernels do not read in place (RowsReadInPlace) are converted to f32 by the caller
+// first. fp8 rows are read as one shared head only (head strides 0: MLA's
 // absorbed form) and only by `attention`; attention_queries takes f32 or bf16 rows.
 #pragma once
 
@@ -44,10 +45,11 @@ struct AttentionArgs {
   // bf16 compute (MLA's absorbed decode where kv_b computes in bf16): q and the probabilities
   // rounded to bf16 and multiplied with bf16 rows, f32 sums, where the CPU has AVX512_BF16 and the
   // rows are bf16 with one shared head: on AMX tiles (amx/attention_amx.cc, value dims of whole
-  // 16-column tiles), else on vdpbf16ps (avx512/attention_bf16.cc). On AMX tiles fp8 rows too:
-  // each element decoded (the f32 value above) and rounded to bf16, then as bf16 rows. Ignored
-  // elsewhere (the reference, AVX2, f32 rows, fp8 rows without AMX, per-head rows): the f32
-  // products, bit for bit. A token's result still depends on its own query and rows only.
+  // 16-column tiles), else on vdpbf16ps (avx512/attention_bf16.cc). On AMX tiles fp8 rows too
+  // (those amx::AmxTakesAttention takes): each element decoded (the f32 value above) and rounded
+  // to bf16, then as bf16 rows. Ignored elsewhere (the reference, AVX2, f32 rows, the other fp8
+  // rows, per-head rows): the f32 products, bit for bit. A token's result still depends on its
+  // own query and rows only.
   bool bf16_products = false;
 };
 

@@ -11,10 +11,11 @@
 // exactly, times its group's f32 scale in one f32 multiply, the same product the gather into f32
 // (cache::DecodeFp8Row) computes. Every kernel decodes so, in registers, then sums in the same
 // order as over f32 rows: its result over fp8 rows equals, bit for bit, its result over the rows
-// decoded to f32. The one exception is the AMX attention under bf16 products
-// (amx/attention_amx.cc), which rounds the decoded values to bf16 and equals itself over bf16
-// rows holding them. The kernels do not see the cache (layering): the caller derives the offsets
-// from cache/fp8_rows.h's layout and passes plain numbers.
+// decoded to f32. Kernels under bf16 products (attention.h) round the rows to bf16 instead: the
+// AMX attention over fp8 rows (amx/attention_amx.cc, where amx::AmxTakesAttention) equals itself
+// over bf16 rows holding the decoded values rounded. The kernels do not see the cache
+// (layering): the caller derives the offsets from cache/fp8_rows.h's layout and passes plain
+// numbers.
 #pragma once
 
 #include <cstdint>

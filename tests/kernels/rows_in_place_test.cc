@@ -470,9 +470,11 @@ struct RoundedRows {
 // absorbed decode, `--cache-dtype fp8`): on TDPBF16PS, each block's rows decoded and rounded to
 // bf16 once, so bit for bit the AMX kernel over bf16 rows of the decoded values rounded to bf16
 // (which kernels_test.cc's AmxAttention tests bound against the reference), on 1 and 2 threads.
-// V3's dims over one segment and several, 2 head groups with a padded last, a key dim short of a
-// whole tile, no rotary tail, values that are rows of their own; every other case with sinks. A
-// NaN code reaches the output as NaN; formats the kernels do not read in place stay off tiles.
+// V3's dims over one segment and several, 2 head groups with a padded last, key dims short of a
+// whole tile and ending in a part of a 16-value chunk (the rotary tail read masked), no rotary
+// tail, values that are rows of their own (of one tile and a half); every other case with sinks.
+// A NaN code, and a NaN in a key's rotary tail alone, reach the output as NaN; formats the
+// kernels do not read in place stay off tiles.
 TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
   if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
   const KernelTable& amx = *AmxKernels();
@@ -485,7 +487,8 @@ TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
   const std::vector<Fp8Case> cases = {
       {16, 512, 64, 1, false},  {16, 512, 64, 65, false},  {16, 512, 64, 700, false},
       {16, 512, 64, 3000, false}, {20, 128, 32, 300, false}, {3, 32, 16, 65, false},
-      {4, 64, 0, 130, false},   {9, 512, 64, 200, true},
+      {4, 64, 0, 130, false},   {9, 512, 64, 200, true},    {3, 32, 8, 65, false},
+      {5, 48, 5, 700, false},   {4, 48, 8, 130, true},
   };
   int index = 0;
   for (const Fp8Case& c : cases) {
@@ -554,6 +557,16 @@ TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
   ASSERT_TRUE(amx::AmxTakesAttention(a));
   amx.attention(a);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << i;
+  // A NaN in one key's rotary tail (bf16, past the values): its score is NaN, so every output.
+  rows = MakeFp8Store(rng, length, qk, fp8_values);
+  auto* tail = const_cast<uint8_t*>(static_cast<const uint8_t*>(rows.fp8_rows[33])) +
+               rows.format.tail_at + 2 * 3;
+  const uint16_t nan_bits = 0x7fc1;
+  std::memcpy(tail, &nan_bits, sizeof(nan_bits));
+  a.keys = a.values = rows.fp8_rows.data();
+  std::fill(out.begin(), out.end(), 0.0f);
+  amx.attention(a);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << "tail " << i;
   // fp8 rows whose chunks would straddle a group or the codes' end are not read in place: the
   // caller converts them to f32 first, and the AMX kernel declines them.
   a.rows = RowFormat::Fp8(40, cache::kFp8Group, cache::Fp8ScalesAt(40), cache::Fp8TailAt(40));

@@ -17,10 +17,12 @@
 //
 // fp8 rows (the cache's e4m3 encoding, kernels/row_format.h), as FlashMLA's fp8 decode reads them:
 // each block's rows are decoded once into a stage, every element as the gather decodes it (the
-// f32 code x scale, avx512::Fp8Rows) then rounded to bf16 (nearest even; NaN stays NaN), and the
-// block runs as over bf16 rows holding those values, bit for bit. The rounding adds at most 2^-9
-// of an element to e4m3's own 2^-4; the vector kernels read fp8 rows with f32 products instead,
-// at a third of the speed here (docs/performance.md).
+// f32 code x scale, avx512::Fp8Rows) then rounded to bf16 (nearest even; NaN stays NaN; an f32
+// denormal becomes 0, which TDPBF16PS would read as 0 anyway), and the block runs as over bf16
+// rows holding those values, bit for bit. The rounding adds at most 2^-9 of an element to e4m3's
+// own 2^-4; the vector kernels read fp8 rows with f32 products instead, at 2.2x the time of the
+// part of a 32k decode step that grows with the context (docs/performance.md, "fp8 rows on AMX
+// tiles").
 //
 // Each head's arithmetic depends on its query and rows only (a tile's rows are independent, and
 // the padded heads of a last group are zero queries that nothing reads), so a token's result
@@ -142,19 +144,21 @@ __m512 DecodedChunk(const RowFormat& f, const uint8_t* row, int64_t c, int64_t d
 }
 
 // The fp8 rows src[0 .. rows) (format f, `dim` elements read) decoded and rounded to bf16 into
-// `stage`, rows of `stride` values (a multiple of 32) zero past dim, then zero rows up to
-// `padded` (whole key tiles); ptrs[r] -> staged row r.
+// `stage`, rows `stride` values apart, each zero from dim to whole tiles of 32, then zero rows up
+// to `padded` (whole key tiles); ptrs[r] -> staged row r. (A stride's spare tile, which keeps
+// rows off one L1 set, is never read.)
 void StageFp8Rows(const RowFormat& f, const void* const* src, int64_t rows, int64_t padded,
                   int64_t dim, int64_t stride, uint16_t* stage, const void** ptrs) {
+  const int64_t tiles_dim = (dim + 31) / 32 * 32;
   for (int64_t r = 0; r < padded; ++r) {
     uint16_t* dst = stage + r * stride;
     ptrs[r] = dst;
     if (r >= rows) {
-      std::memset(dst, 0, stride * sizeof(uint16_t));
+      std::memset(dst, 0, tiles_dim * sizeof(uint16_t));
       continue;
     }
     const auto* row = static_cast<const uint8_t*>(src[r]);
-    for (int64_t c = 0; c < stride; c += 32) {
+    for (int64_t c = 0; c < tiles_dim; c += 32) {
       const __m512 lo = DecodedChunk(f, row, c, dim), hi = DecodedChunk(f, row, c + 16, dim);
       _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
