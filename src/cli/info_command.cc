@@ -19,6 +19,7 @@
 #include "model/precision.h"
 #include "model/weight_quantization.h"
 #include "model/weight_table.h"
+#include "ops/attended_rows.h"
 #include "parallel/communicator.h"
 #include "weights/checkpoint.h"
 
@@ -35,6 +36,62 @@ struct InfoOptions {
   int64_t context = 0;   // 0: max_position_embeddings
   int64_t sequences = 1;
 };
+
+// Whether the attention's products run in bf16 (AttentionArgs::bf16_products and the like): the
+// layer's kv_b computes in bf16, as model::ApplyPrecision decides (bf16 precision, and kv_b not
+// converted to int8 by --quantize).
+bool AttentionInBf16(model::Precision active, const model::CheckpointReport& report,
+                     model::WeightQuantization quantize) {
+  if (active != model::Precision::kBf16) return false;
+  for (const model::ExpectedWeight& w : report.weights) {
+    if (w.name.ends_with("kv_b_proj.weight")) {
+      return quantize == model::WeightQuantization::kNone || !model::QuantizedByInt8(w);
+    }
+  }
+  return true;
+}
+
+// What runs the attention's products (kernels::BestAttentionName and the like), asked with the
+// first layer's calls as the engine makes them: the absorbed decode over the cached latent rows
+// (as the kernels read them: ops::KernelRowFormat), the expanded form's prefill over per-head
+// f32 keys and values, and DSA's indexer over its key rows. Empty without MLA latent rows.
+nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
+                                    const cache::ModelCacheRows& rows, model::CacheDType dtype,
+                                    bool bf16_products) {
+  const DType plain = dtype == model::CacheDType::kF32 ? DType::kF32 : DType::kBF16;
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::vector<cache::CacheRowSpec>& layer : rows) {
+    for (const cache::CacheRowSpec& row : layer) {
+      const kernels::RowFormat format =
+          ops::KernelRowFormat(ops::StoredRowFormat(plain, row.fp8_values));
+      if (row.name == "mla.latent" && !out.contains("decode")) {
+        kernels::AttentionArgs decode;  // one shared head: the latent and its rotary key
+        decode.num_heads = config.num_attention_heads;
+        decode.qk_dim = row.values;
+        decode.v_dim = config.kv_lora_rank;
+        decode.rows = format;
+        decode.bf16_products = bf16_products;
+        out["decode"] = kernels::BestAttentionName(decode);
+        kernels::QueriesAttentionArgs prefill;  // per-head keys [dn + dr] and values [dv]
+        prefill.shared.num_heads = config.num_attention_heads;
+        prefill.shared.qk_dim = config.qk_nope_head_dim + row.values - config.kv_lora_rank;
+        prefill.shared.key_head_stride = prefill.shared.qk_dim;
+        prefill.shared.v_dim = config.v_head_dim;
+        prefill.shared.value_head_stride = config.v_head_dim;
+        prefill.bf16_products = bf16_products;
+        out["prefill"] = kernels::BestQueriesAttentionName(prefill);
+      } else if (row.name == "dsa.index_k" && !out.contains("indexer")) {
+        kernels::IndexScoreArgs indexer;
+        indexer.heads = config.index_n_heads;
+        indexer.dim = row.values;
+        indexer.rows = format;
+        indexer.bf16_products = bf16_products;
+        out["indexer"] = kernels::BestIndexScoresName(indexer);
+      }
+    }
+  }
+  return out;
+}
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
   const model::ModelConfig config = model::ModelConfig::Load(opt.model_dir);
@@ -97,6 +154,8 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                            ? kernels::BestFp8ProductsName(config.quantization.block_n,
                                                           config.quantization.block_k)
                            : "none"}};
+  info["attention_kernels"] = AttentionKernelsJson(
+      config, rows, cache_dtype, AttentionInBf16(active, report, load.quantize));
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -163,6 +222,15 @@ void PrintText(const nlohmann::json& info) {
                     ? ", fp8 weights on " + precision["fp8_products"].get<std::string>()
                     : std::string())
             << ")\n";
+  if (!info["attention_kernels"].empty()) {
+    const auto& attention = info["attention_kernels"];
+    std::cout << "attention:        decode on " << attention["decode"].get<std::string>()
+              << ", prefill on " << attention["prefill"].get<std::string>()
+              << (attention.contains("indexer")
+                      ? ", DSA indexer on " + attention["indexer"].get<std::string>()
+                      : std::string())
+              << " (over " << info["cache_dtype"].get<std::string>() << " rows)\n";
+  }
   const auto& moe = info["moe"];
   std::cout << "experts:          " << moe["routed_experts"] << " routed, "
             << moe["experts_per_token"] << " per token, " << moe["shared_experts"] << " shared";

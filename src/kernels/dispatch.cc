@@ -298,6 +298,43 @@ const char* BestBf16ProductsName() {
   return Avx512HasBf16Dot() ? "vdpbf16ps" : "f32 fma";
 }
 
+// The three below: the AMX table's wrapper takes what its predicate takes and hands the rest to
+// the AVX-512 table's entry, which it copied; that one (on CPUs with AVX512_BF16) runs what its
+// vdpbf16ps predicate takes, and f32 products otherwise. oneDNN's table copies OwnKernels'.
+namespace {
+template <class Args>
+const char* ProductsName(const Args& a, bool (*amx_takes)(const Args&),
+                         bool (*bf16_takes)(const Args&)) {
+  if (OwnIsAvx2OrRef()) return "f32 fma";
+  if (&OwnKernels() == AmxKernels() && amx_takes(a)) return "amx";
+  return CpuHasAvx512Bf16() && bf16_takes(a) ? "vdpbf16ps" : "f32 fma";
+}
+}  // namespace
+
+const char* BestAttentionName(const AttentionArgs& decode) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return ProductsName(decode, amx::AmxTakesAttention, avx512::Bf16TakesAttention);
+#else
+  return "f32 fma";
+#endif
+}
+
+const char* BestQueriesAttentionName(const QueriesAttentionArgs& prefill) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return ProductsName(prefill, amx::AmxTakesQueries, avx512::Bf16TakesQueries);
+#else
+  return "f32 fma";
+#endif
+}
+
+const char* BestIndexScoresName(const IndexScoreArgs& indexer) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return ProductsName(indexer, amx::AmxTakesIndexScores, avx512::Bf16TakesIndexScores);
+#else
+  return "f32 fma";
+#endif
+}
+
 const char* BestFp8ProductsName(int64_t block_n, int64_t block_k) {
   // The fp8 packed kernels are in the packed and AMX tables where the CPU has VBMI (MakeAmx,
   // MakeBf16Packed); oneDNN's table copies OwnKernels, so it keeps what that table does. Each

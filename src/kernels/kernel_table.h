@@ -181,5 +181,13 @@ const char* BestBf16ProductsName();
 // "vdpbf16ps" (widened to bf16 lines: the packed and AMX tables on CPUs with AVX512-BF16 and
 // VBMI, avx512/linear_fp8_packed.cc) or "f32 fma" (each code widened to f32).
 const char* BestFp8ProductsName(int64_t block_n, int64_t block_k);
+// What runs the products of an attention or index-score call of this shape, row format and
+// bf16_products in BestKernels (no data is read; `latent info` asks it of the model's calls):
+// "amx" (TDPBF16PS tiles: amx/attention_amx.cc, attention_queries_amx.cc, index_scores_amx.cc),
+// "vdpbf16ps" (the AVX-512 tables on CPUs with AVX512_BF16) or "f32 fma" (f32 products: the
+// reference, AVX2, and the calls neither of those takes).
+const char* BestAttentionName(const AttentionArgs& decode);
+const char* BestQueriesAttentionName(const QueriesAttentionArgs& prefill);
+const char* BestIndexScoresName(const IndexScoreArgs& indexer);
 
 }  // namespace latent::kernels

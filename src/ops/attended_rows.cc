@@ -18,17 +18,21 @@ std::atomic<bool>& GatherForced() {
   return forced;
 }
 
-// How (layer, row) is stored, as the kernels read it: plain f32 or bf16, or the fp8 encoding with
-// its layout (cache/fp8_rows.h).
-kernels::RowFormat StoredFormat(const cache::PagedRows& cache, int64_t layer, int row) {
-  const DType dtype = cache.RowDType(layer, row);
-  if (dtype != DType::kF8E4M3) return dtype;
-  const int64_t fp8 = cache.row_fp8_values[layer * cache.rows_per_layer + row];
-  return kernels::RowFormat::Fp8(fp8, cache::kFp8Group, cache::Fp8ScalesAt(fp8),
-                                 cache::Fp8TailAt(fp8));
+}  // namespace
+
+kernels::RowFormat StoredRowFormat(DType dtype, int64_t fp8_values) {
+  if (fp8_values <= 0) return dtype;
+  return kernels::RowFormat::Fp8(fp8_values, cache::kFp8Group, cache::Fp8ScalesAt(fp8_values),
+                                 cache::Fp8TailAt(fp8_values));
 }
 
-}  // namespace
+bool GatheredIntoF32(const kernels::RowFormat& stored) {
+  return !kernels::RowsReadInPlace(stored) || RowsGatherForced();
+}
+
+kernels::RowFormat KernelRowFormat(const kernels::RowFormat& stored) {
+  return GatheredIntoF32(stored) ? kernels::RowFormat(DType::kF32) : stored;
+}
 
 bool RowsGatherForced() { return GatherForced().load(std::memory_order_relaxed); }
 
@@ -36,10 +40,11 @@ void SetRowsGatherForced(bool forced) { GatherForced().store(forced, std::memory
 
 float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int row, int64_t count) {
   at_.resize(count);
-  format_ = StoredFormat(cache, layer, row);
-  gathered_ = !kernels::RowsReadInPlace(format_) || RowsGatherForced();
+  const kernels::RowFormat stored = StoredRowFormat(
+      cache.RowDType(layer, row), cache.row_fp8_values[layer * cache.rows_per_layer + row]);
+  gathered_ = GatheredIntoF32(stored);
+  format_ = KernelRowFormat(stored);
   if (!gathered_) return nullptr;
-  format_ = DType::kF32;
   // Reused across calls: at long context a fresh buffer is tens of MB, which glibc maps anew each
   // time (past its 32 MiB mmap threshold), so every step would pay a page fault per 4 KiB.
   return gathered_rows_.Get(count * cache.Width(layer, row));

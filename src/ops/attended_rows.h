@@ -5,9 +5,10 @@
 // says so) are pointed at where the paged cache stores them: no copy. Any other row is converted
 // into the object's own f32 buffer first, and the pointers point there; LATENT_ROWS_GATHER=1
 // forces that path for every type (tests compare the two bit for bit: the kernels widen bf16 and
-// decode fp8 exactly as the gather does, so both give the same result). The buffer only grows, so
-// an object kept from step to step (ops/attention_workspace.h) gathers without allocating once it
-// has held the longest context.
+// decode fp8 exactly as the gather does, so both give the same result; not under bf16 products,
+// kernels/attention.h, where the kernels round rows read in place to bf16 and f32 rows stay).
+// The buffer only grows, so an object kept from step to step (ops/attention_workspace.h) gathers
+// without allocating once it has held the longest context.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,15 @@ namespace latent::ops {
 bool RowsGatherForced();
 // Overrides LATENT_ROWS_GATHER (tests); not to be called while a forward runs.
 void SetRowsGatherForced(bool forced);
+
+// How a row is stored: plain elements of `dtype` (f32 or bf16), or with fp8_values > 0 the fp8
+// encoding of cache/fp8_rows.h (cache::CacheRowSpec::fp8_values).
+kernels::RowFormat StoredRowFormat(DType dtype, int64_t fp8_values);
+// Whether a stored row is gathered into an f32 copy: where the kernels do not read it in place
+// (kernels::RowsReadInPlace), or a gather is forced.
+bool GatheredIntoF32(const kernels::RowFormat& stored);
+// The format the kernels read a stored row in: f32 where it is gathered, else its own.
+kernels::RowFormat KernelRowFormat(const kernels::RowFormat& stored);
 
 class AttendedRows {
  public:

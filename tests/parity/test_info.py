@@ -19,6 +19,16 @@ def info(model_dir, *extra):
     return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)
 
 
+def bf16_products_of(kernels):
+    """What runs bf16 products in the kernel table `kernels` (BestKernelsName, without a
+    "+onednn") on this CPU: TDPBF16PS tiles, vdpbf16ps where the CPU has AVX512-BF16, else f32."""
+    with open("/proc/cpuinfo") as f:
+        bf16_dot = "avx512_bf16" in f.read().split()
+    vector = "vdpbf16ps" if bf16_dot else "f32 fma"
+    return {"avx512-amx": "amx", "avx512-packed": vector, "avx512-bf16dot": vector,
+            "avx512": vector, "avx2": "f32 fma", "avx2-packed": "f32 fma", "ref": "f32 fma"}[kernels]
+
+
 VARIANTS = [(p, ()) for p in PRESETS] + [
     ("deepseek_v3", ("--dtype", "bfloat16")),
     ("deepseek_v3", ("--fp8", "--fp8-block", "16")),
@@ -54,18 +64,11 @@ def test_parameter_count_and_cache_rows(tiny_models, tmp_path, preset, extra):
     assert got["precision"]["active"] == ("bf16" if low_precision else "f32")
     assert info(model_dir, "--precision", "f32")["precision"]["active"] == "f32"
     # What runs the bf16 products follows the kernels; f32 precision has none.
-    with open("/proc/cpuinfo") as f:
-        bf16_dot = "avx512_bf16" in f.read().split()
-    vector = "vdpbf16ps" if bf16_dot else "f32 fma"
-    kernels_to_products = {"avx512-amx": "amx", "avx512-packed": vector,
-                           "avx512-bf16dot": vector, "avx512": vector, "avx2": "f32 fma",
-                           "avx2-packed": "f32 fma",
-                           "ref": "f32 fma"}
     products = got["precision"]["bf16_products"]
     if low_precision:
         kernels = got["precision"]["kernels"]
         assert products == ("onednn" if kernels.endswith("+onednn")
-                            else kernels_to_products[kernels]), got["precision"]
+                            else bf16_products_of(kernels)), got["precision"]
     else:
         assert products == "none"
     assert info(model_dir, "--precision", "f32")["precision"]["bf16_products"] == "none"
@@ -104,6 +107,31 @@ def test_deepseek_v3_dims_cache_576_values(tiny_models, tmp_path):
     # DeepSeek's fp8 latent layout: 512 e4m3 + 4 f32 scales + 64 bf16 rope values.
     fp8 = info(model_dir, "--cache-dtype", "fp8")
     assert all(layer["rows"][0]["bytes_per_token"] == 656 for layer in fp8["cache_layers"])
+
+
+def test_attention_kernels_follow_the_cpu_rows_and_precision(tiny_models):
+    """`latent info` names what runs the attention's products. DeepSeek V3.2's dims (a latent of
+    512 and value heads of 128: whole tiles; index keys of 128) in bf16: the absorbed decode over
+    bf16 rows, the expanded prefill and the DSA indexer on what runs the linears' bf16 products
+    (TDPBF16PS on AMX, else vdpbf16ps, else f32). Over fp8 rows the decode stays on tiles where
+    it ran on them (each block decoded to bf16) and takes f32 products elsewhere; the indexer over
+    fp8 keys takes f32 products. f32 precision, and --quantize int8 (kv_b in int8 keeps f32
+    activations), take f32 products everywhere. The text output says the same."""
+    model_dir = tiny_models.get("deepseek_v32", "--dtype", "bfloat16",
+                                config={**V3_ATTENTION_DIMS, "index_head_dim": 128})
+    got = info(model_dir)
+    products = bf16_products_of(got["precision"]["kernels"].removesuffix("+onednn"))
+    assert got["attention_kernels"] == {"decode": products, "prefill": products,
+                                        "indexer": products}
+    fp8 = info(model_dir, "--cache-dtype", "fp8")["attention_kernels"]
+    assert fp8 == {"decode": "amx" if products == "amx" else "f32 fma", "prefill": products,
+                   "indexer": "f32 fma"}
+    f32 = {"decode": "f32 fma", "prefill": "f32 fma", "indexer": "f32 fma"}
+    assert info(model_dir, "--precision", "f32")["attention_kernels"] == f32
+    assert info(model_dir, "--quantize", "int8")["attention_kernels"] == f32
+    out = run_latent("info", "--model", str(model_dir), "--cache-dtype", "fp8").stdout
+    assert (f"attention:        decode on {fp8['decode']}, prefill on {products}, DSA indexer on "
+            "f32 fma (over fp8 rows)") in out
 
 
 def test_text_output_names_the_essentials(tiny_models):

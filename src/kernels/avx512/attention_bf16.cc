@@ -215,12 +215,16 @@ void AttentionBf16(const AttentionArgs& a) {
 
 }  // namespace
 
+bool Bf16TakesAttention(const AttentionArgs& a) {
+  return a.bf16_products && a.rows.dtype == DType::kBF16 && a.key_head_stride == 0 &&
+         a.value_head_stride == 0;
+}
+
 void FillBf16Attention(KernelTable& t) {
   static void (*other)(const AttentionArgs&) = nullptr;  // the table's kernel before this call
   other = t.attention;
   t.attention = [](const AttentionArgs& a) {
-    if (a.bf16_products && a.rows.dtype == DType::kBF16 && a.key_head_stride == 0 &&
-        a.value_head_stride == 0) {
+    if (Bf16TakesAttention(a)) {
       AttentionBf16(a);
     } else {
       other(a);

@@ -138,11 +138,13 @@ void AttentionQueriesBf16(const QueriesAttentionArgs& qa) {
 
 }  // namespace
 
+bool Bf16TakesQueries(const QueriesAttentionArgs& qa) { return qa.bf16_products; }
+
 void FillBf16AttentionQueries(KernelTable& t) {
   static void (*f32)(const QueriesAttentionArgs&) = nullptr;  // the table's kernel before
   f32 = t.attention_queries;
   t.attention_queries = [](const QueriesAttentionArgs& qa) {
-    if (qa.bf16_products) {
+    if (Bf16TakesQueries(qa)) {
       AttentionQueriesBf16(qa);
     } else {
       f32(qa);

@@ -39,6 +39,11 @@ void FillBf16IndexScores(KernelTable& table);
 // attention under AttentionArgs::bf16_products over bf16 rows with one shared head on vdpbf16ps
 // (attention_bf16.cc, CPUs with AVX512_BF16); the table's own kernel for the other calls.
 void FillBf16Attention(KernelTable& table);
+// Whether the three vdpbf16ps kernels above take a call (its shape and flags; no data is read).
+// Compiled for AVX512_BF16: call them only where the CPU has it.
+bool Bf16TakesQueries(const QueriesAttentionArgs& qa);
+bool Bf16TakesIndexScores(const IndexScoreArgs& a);
+bool Bf16TakesAttention(const AttentionArgs& a);
 // Wraps table.linear: W8A8 weights (I8 with row_sums, `--quantize w8a8`) go to the vpdpbusd
 // kernels (linear_w8a8_vnni.cc over the rows as stored, linear_w8a8_vnni_packed.cc over the
 // packed copy), the others to the kernel it wrapped; and adds the packing of W8A8 weights to the

@@ -83,11 +83,15 @@ void Bf16IndexScores(const IndexScoreArgs& a) {
 
 }  // namespace
 
+bool Bf16TakesIndexScores(const IndexScoreArgs& a) {
+  return a.bf16_products && a.rows.dtype == DType::kBF16 && a.dim % 2 == 0;
+}
+
 void FillBf16IndexScores(KernelTable& t) {
   static void (*other)(const IndexScoreArgs&) = nullptr;  // the table's kernel before this call
   other = t.index_scores;
   t.index_scores = [](const IndexScoreArgs& a) {
-    if (a.bf16_products && a.rows.dtype == DType::kBF16 && a.dim % 2 == 0) {
+    if (Bf16TakesIndexScores(a)) {
       Bf16IndexScores(a);
     } else {
       other(a);
