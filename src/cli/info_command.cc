@@ -7,6 +7,10 @@
 // (config_estimate.h).
 #include <algorithm>
 #include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_layout.h"
@@ -37,60 +41,92 @@ struct InfoOptions {
   int64_t sequences = 1;
 };
 
-// Whether the attention's products run in bf16 (AttentionArgs::bf16_products and the like): the
-// layer's kv_b computes in bf16, as model::ApplyPrecision decides (bf16 precision, and kv_b not
-// converted to int8 by --quantize).
-bool AttentionInBf16(model::Precision active, const model::CheckpointReport& report,
-                     model::WeightQuantization quantize) {
-  if (active != model::Precision::kBf16) return false;
-  for (const model::ExpectedWeight& w : report.weights) {
-    if (w.name.ends_with("kv_b_proj.weight")) {
-      return quantize == model::WeightQuantization::kNone || !model::QuantizedByInt8(w);
+// What runs one attention call of every layer that makes it: the kernel's name when the layers
+// agree, else each name with its count of layers ("amx on 40 layers, f32 fma on 8 layers").
+class LayerKernels {
+ public:
+  void Add(const std::string& call, const char* kernel) {
+    auto& names = calls_[call];
+    for (auto& [name, layers] : names) {
+      if (name == kernel) {
+        ++layers;
+        return;
+      }
     }
+    names.emplace_back(kernel, 1);
   }
-  return true;
-}
+  nlohmann::json Json() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [call, names] : calls_) {
+      std::string text = names.size() == 1 ? names[0].first : "";
+      for (size_t i = 0; names.size() > 1 && i < names.size(); ++i) {
+        text += (i > 0 ? ", " : "") + names[i].first + " on " + std::to_string(names[i].second) +
+                " layers";
+      }
+      out[call] = text;
+    }
+    return out;
+  }
 
-// What runs the attention's products (kernels::BestAttentionName and the like), asked with the
-// first layer's calls as the engine makes them: the absorbed decode over the cached latent rows
-// (as the kernels read them: ops::KernelRowFormat), the expanded form's prefill over per-head
-// f32 keys and values, and DSA's indexer over its key rows. Empty without MLA latent rows.
+ private:
+  std::map<std::string, std::vector<std::pair<std::string, int64_t>>> calls_;
+};
+
+// What runs the attention's products (kernels::BestAttentionName and the like), asked with each
+// layer's calls as the engine makes them (ops/mla_attention.cc, ops/dsa_indexer.cc,
+// ops/kpool_indexer.cc):
+//   decode           the absorbed form over the cached latent rows (as the kernels read them:
+//                    ops::KernelRowFormat), one shared head
+//   prefill          the expanded form's causal tokens over per-head f32 keys and values
+//   prefill_selected the expanded form's tokens that attend DSA-selected positions or a sliding
+//                    window, one `attention` call each over per-head rows (f32 products)
+//   indexer          DSA's index scores over its key rows (KPool's over gathered f32 pool keys)
+// bf16 products where the layer's linears compute in bf16 (model::ApplyPrecision): for the
+// attention where kv_b does, which --quantize converts to int8 in every family; for the indexer
+// where its query projection does, which every family keeps as stored.
 nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
                                     const cache::ModelCacheRows& rows, model::CacheDType dtype,
-                                    bool bf16_products) {
+                                    model::Precision active, model::WeightQuantization quantize) {
+  const bool attention_bf16 =
+      active == model::Precision::kBf16 && quantize == model::WeightQuantization::kNone;
+  const bool indexer_bf16 = active == model::Precision::kBf16;
   const DType plain = dtype == model::CacheDType::kF32 ? DType::kF32 : DType::kBF16;
-  nlohmann::json out = nlohmann::json::object();
-  for (const std::vector<cache::CacheRowSpec>& layer : rows) {
-    for (const cache::CacheRowSpec& row : layer) {
+  LayerKernels kernels;
+  for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
+    const model::MlaLayerShape shape = config.LayerShape(l);
+    for (const cache::CacheRowSpec& row : rows[l]) {
       const kernels::RowFormat format =
           ops::KernelRowFormat(ops::StoredRowFormat(plain, row.fp8_values));
-      if (row.name == "mla.latent" && !out.contains("decode")) {
-        kernels::AttentionArgs decode;  // one shared head: the latent and its rotary key
-        decode.num_heads = config.num_attention_heads;
+      if (row.name.starts_with("mla.latent")) {
+        kernels::AttentionArgs decode;  // the latent and its rotary key
+        decode.num_heads = shape.num_attention_heads;
         decode.qk_dim = row.values;
-        decode.v_dim = config.kv_lora_rank;
+        decode.v_dim = shape.kv_lora_rank;
         decode.rows = format;
-        decode.bf16_products = bf16_products;
-        out["decode"] = kernels::BestAttentionName(decode);
+        decode.bf16_products = attention_bf16;
+        kernels.Add("decode", kernels::BestAttentionName(decode));
         kernels::QueriesAttentionArgs prefill;  // per-head keys [dn + dr] and values [dv]
-        prefill.shared.num_heads = config.num_attention_heads;
-        prefill.shared.qk_dim = config.qk_nope_head_dim + row.values - config.kv_lora_rank;
+        prefill.shared.num_heads = shape.num_attention_heads;
+        prefill.shared.qk_dim = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
         prefill.shared.key_head_stride = prefill.shared.qk_dim;
-        prefill.shared.v_dim = config.v_head_dim;
-        prefill.shared.value_head_stride = config.v_head_dim;
-        prefill.bf16_products = bf16_products;
-        out["prefill"] = kernels::BestQueriesAttentionName(prefill);
-      } else if (row.name == "dsa.index_k" && !out.contains("indexer")) {
+        prefill.shared.v_dim = shape.v_head_dim;
+        prefill.shared.value_head_stride = shape.qk_nope_head_dim + shape.v_head_dim;
+        prefill.bf16_products = attention_bf16;
+        kernels.Add("prefill", kernels::BestQueriesAttentionName(prefill));
+        if (row.retention == cache::Retention::kWindow || config.index_topk > 0) {
+          kernels.Add("prefill_selected", kernels::BestAttentionName(prefill.shared));
+        }
+      } else if (row.name == "dsa.index_k" || row.name == "dsa.kpool") {
         kernels::IndexScoreArgs indexer;
         indexer.heads = config.index_n_heads;
-        indexer.dim = row.values;
-        indexer.rows = format;
-        indexer.bf16_products = bf16_products;
-        out["indexer"] = kernels::BestIndexScoresName(indexer);
+        indexer.dim = config.index_head_dim;
+        indexer.rows = row.name == "dsa.kpool" ? kernels::RowFormat(DType::kF32) : format;
+        indexer.bf16_products = row.name == "dsa.index_k" && indexer_bf16;
+        kernels.Add("indexer", kernels::BestIndexScoresName(indexer));
       }
     }
   }
-  return out;
+  return kernels.Json();
 }
 
 nlohmann::json BuildInfo(const InfoOptions& opt) {
@@ -154,8 +190,8 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
                            ? kernels::BestFp8ProductsName(config.quantization.block_n,
                                                           config.quantization.block_k)
                            : "none"}};
-  info["attention_kernels"] = AttentionKernelsJson(
-      config, rows, cache_dtype, AttentionInBf16(active, report, load.quantize));
+  info["attention_kernels"] =
+      AttentionKernelsJson(config, rows, cache_dtype, active, load.quantize);
   info["ignored_tensors"] = report.ignored.size();
   info["unused_tensors"] = report.unused;
 
@@ -226,6 +262,10 @@ void PrintText(const nlohmann::json& info) {
     const auto& attention = info["attention_kernels"];
     std::cout << "attention:        decode on " << attention["decode"].get<std::string>()
               << ", prefill on " << attention["prefill"].get<std::string>()
+              << (attention.contains("prefill_selected")
+                      ? ", selected or windowed prefill on " +
+                            attention["prefill_selected"].get<std::string>()
+                      : std::string())
               << (attention.contains("indexer")
                       ? ", DSA indexer on " + attention["indexer"].get<std::string>()
                       : std::string())

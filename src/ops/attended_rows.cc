@@ -43,7 +43,7 @@ float* AttendedRows::Prepare(const cache::PagedRows& cache, int64_t layer, int r
   const kernels::RowFormat stored = StoredRowFormat(
       cache.RowDType(layer, row), cache.row_fp8_values[layer * cache.rows_per_layer + row]);
   gathered_ = GatheredIntoF32(stored);
-  format_ = KernelRowFormat(stored);
+  format_ = gathered_ ? kernels::RowFormat(DType::kF32) : stored;  // KernelRowFormat's rule
   if (!gathered_) return nullptr;
   // Reused across calls: at long context a fresh buffer is tens of MB, which glibc maps anew each
   // time (past its 32 MiB mmap threshold), so every step would pay a page fault per 4 KiB.

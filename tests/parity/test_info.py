@@ -113,25 +113,47 @@ def test_attention_kernels_follow_the_cpu_rows_and_precision(tiny_models):
     """`latent info` names what runs the attention's products. DeepSeek V3.2's dims (a latent of
     512 and value heads of 128: whole tiles; index keys of 128) in bf16: the absorbed decode over
     bf16 rows, the expanded prefill and the DSA indexer on what runs the linears' bf16 products
-    (TDPBF16PS on AMX, else vdpbf16ps, else f32). Over fp8 rows the decode stays on tiles where
-    it ran on them (each block decoded to bf16) and takes f32 products elsewhere; the indexer over
-    fp8 keys takes f32 products. f32 precision, and --quantize int8 (kv_b in int8 keeps f32
-    activations), take f32 products everywhere. The text output says the same."""
+    (TDPBF16PS on AMX, else vdpbf16ps, else f32); the prefill tokens that attend DSA-selected
+    positions take f32 products. Over fp8 rows the decode stays on tiles where it ran on them
+    (each block decoded to bf16) and takes f32 products elsewhere; the indexer over fp8 keys takes
+    f32 products. f32 precision takes f32 products everywhere; --quantize int8 turns kv_b to int8
+    (f32 activations) but keeps the indexer's query projection. The text output says the same.
+    (The expected names read this CPU's flags: not for the emulated build's smaller CPUs.)"""
     model_dir = tiny_models.get("deepseek_v32", "--dtype", "bfloat16",
                                 config={**V3_ATTENTION_DIMS, "index_head_dim": 128})
     got = info(model_dir)
     products = bf16_products_of(got["precision"]["kernels"].removesuffix("+onednn"))
+    f32 = "f32 fma"
     assert got["attention_kernels"] == {"decode": products, "prefill": products,
-                                        "indexer": products}
+                                        "prefill_selected": f32, "indexer": products}
     fp8 = info(model_dir, "--cache-dtype", "fp8")["attention_kernels"]
-    assert fp8 == {"decode": "amx" if products == "amx" else "f32 fma", "prefill": products,
-                   "indexer": "f32 fma"}
-    f32 = {"decode": "f32 fma", "prefill": "f32 fma", "indexer": "f32 fma"}
-    assert info(model_dir, "--precision", "f32")["attention_kernels"] == f32
-    assert info(model_dir, "--quantize", "int8")["attention_kernels"] == f32
+    assert fp8 == {"decode": "amx" if products == "amx" else f32, "prefill": products,
+                   "prefill_selected": f32, "indexer": f32}
+    assert info(model_dir, "--precision", "f32")["attention_kernels"] == {
+        "decode": f32, "prefill": f32, "prefill_selected": f32, "indexer": f32}
+    assert info(model_dir, "--quantize", "int8")["attention_kernels"] == {
+        "decode": f32, "prefill": f32, "prefill_selected": f32, "indexer": products}
     out = run_latent("info", "--model", str(model_dir), "--cache-dtype", "fp8").stdout
-    assert (f"attention:        decode on {fp8['decode']}, prefill on {products}, DSA indexer on "
-            "f32 fma (over fp8 rows)") in out
+    assert (f"attention:        decode on {fp8['decode']}, prefill on {products}, selected or "
+            f"windowed prefill on {f32}, DSA indexer on {f32} (over fp8 rows)") in out
+
+
+def test_attention_kernels_per_layer_kind(tiny_models):
+    """Each layer is asked with its own calls: LongCat-Flash's two latents per layer (rows named
+    mla.latent.0 and .1), and dots3_note's layers of two shapes: the DSA layers here with a latent
+    and value heads of whole 16-column tiles, the sliding-window ones (their own shape: a latent of
+    26, value heads of 9) not, so on AMX the tiles take the first kind only and the vdpbf16ps
+    kernels the second; elsewhere the layers agree. Sliding-window and DSA-selected prefill tokens
+    take f32 products."""
+    longcat = info(tiny_models.get("longcat_flash", "--dtype", "bfloat16"))
+    assert set(longcat["attention_kernels"]) == {"decode", "prefill"}
+    model_dir = tiny_models.get("dots3_note", "--dtype", "bfloat16", config={
+        "kv_lora_rank": 32, "v_head_dim": 16, "qk_nope_head_dim": 16, "head_dim": 24})
+    got = info(model_dir)
+    products = bf16_products_of(got["precision"]["kernels"].removesuffix("+onednn"))
+    mixed = "amx on 3 layers, vdpbf16ps on 3 layers" if products == "amx" else products
+    assert got["attention_kernels"] == {"decode": mixed, "prefill": mixed,
+                                        "prefill_selected": "f32 fma", "indexer": products}
 
 
 def test_text_output_names_the_essentials(tiny_models):
