@@ -1,5 +1,6 @@
 #include "model/attention_dims.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "model/model.h"
@@ -30,7 +31,15 @@ int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t
     case AttentionForm::kAuto:
       break;
   }
-  return ops::PreferExpanded(MlaDimsOf(config), prompt_tokens) ? prompt_tokens : 0;
+  // DSA: a position past index_topk attends the index_topk positions its indexer selected, a set
+  // of its own. Expanded, that is one query over per-head rows (no block of keys shared with other
+  // queries, f32 products: 40 t/s for an 8k prompt of bench/.cache/models/v32-dsa-L2); absorbed,
+  // the token's heads share the latent rows as tile rows, as in its decode steps. The positions
+  // before it attend causally, which the expanded form runs a block of keys at a time for many
+  // queries.
+  const int64_t expandable = config.is_dsa() ? std::min(prompt_tokens, config.index_topk)
+                                             : prompt_tokens;
+  return ops::PreferExpanded(MlaDimsOf(config), expandable) ? expandable : 0;
 }
 
 }  // namespace latent::model

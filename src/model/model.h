@@ -56,7 +56,9 @@ using ops::AttentionForm;
 
 // The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded:
 // [0, result). Under kAuto the whole prompt when it is long enough for the expanded form to cost
-// fewer FLOPs, else none; generated tokens are always absorbed. A function of the request alone
+// fewer FLOPs, else none; in a DSA model only its first index_topk positions (those past attend
+// the positions their indexer selected: absorbed, as a decode does); generated tokens are always
+// absorbed. A function of the request alone
 // (not of how its prompt was chunked, batched or recomputed after a preemption), because the two
 // forms round differently and seeded sampling over a flat distribution would show it.
 int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens);

@@ -1,0 +1,63 @@
+// model::ExpandedPositions: which positions of a request's prompt run the expanded MLA form under
+// --attention auto, expanded and absorbed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "model/model.h"
+#include "model/model_config.h"
+
+namespace latent::model {
+namespace {
+
+// DeepSeek V3's attention dims; with index_topk, V3.2's DSA.
+ModelConfig V3Attention(int64_t index_topk) {
+  ModelConfig c;
+  c.num_attention_heads = 128;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.index_topk = index_topk;
+  c.index_n_heads = index_topk > 0 ? 64 : 0;
+  c.index_head_dim = index_topk > 0 ? 128 : 0;
+  return c;
+}
+
+// Expanded costs fewer FLOPs than absorbed from 171 prompt tokens at these dims
+// (ops::PreferExpanded: 768 extra per attended token and query against 512 x 256 per attended
+// token once).
+TEST(ExpandedPositions, AutoExpandsLongPromptsWhole) {
+  const ModelConfig c = V3Attention(0);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 170), 0);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 171), 171);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), 100000);
+}
+
+// Under DSA a position past index_topk attends the positions it selected: absorbed, as its decode
+// steps do; the prompt's first index_topk positions attend causally and expand as a prompt of
+// that length would.
+TEST(ExpandedPositions, AutoExpandsOnlyTheCausalPositionsOfADsaPrompt) {
+  const ModelConfig c = V3Attention(2048);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100), 0);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 1000), 1000);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2048), 2048);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 2048);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), 2048);
+  // A selection shorter than the expanded form's break-even: all absorbed.
+  EXPECT_EQ(ExpandedPositions(V3Attention(64), AttentionForm::kAuto, 8192), 0);
+}
+
+TEST(ExpandedPositions, ForcedFormsHoldForEveryPosition) {
+  for (const int64_t topk : {0, 2048}) {
+    const ModelConfig c = V3Attention(topk);
+    EXPECT_EQ(ExpandedPositions(c, AttentionForm::kExpanded, 8192),
+              std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAbsorbed, 8192), 0);
+  }
+}
+
+}  // namespace
+}  // namespace latent::model
