@@ -289,6 +289,21 @@ Fp8Store MakeFp8Store(std::mt19937& rng, int64_t length, int64_t values, int64_t
   return s;
 }
 
+// MLA's absorbed form over fp8-style rows: one shared head, the value the key's first v_dim
+// values; q [heads, qk], scratch [length] (rows, keys and out are the caller's).
+AttentionArgs SharedHeadArgs(const std::vector<float>& q, int64_t heads, int64_t qk, int64_t v_dim,
+                             int64_t length, float scale, std::vector<float>& scratch) {
+  AttentionArgs a;
+  a.q = q.data();
+  a.num_heads = heads;
+  a.qk_dim = qk;
+  a.v_dim = v_dim;
+  a.length = length;
+  a.scale = scale;
+  a.scratch = scratch.data();
+  return a;
+}
+
 TEST(RowsInPlaceFormat, Fp8RowsAreReadInPlaceWhenChunksDoNotStraddle) {
   const auto fp8 = [](int64_t values) {
     return RowFormat::Fp8(values, cache::kFp8Group, cache::Fp8ScalesAt(values),
@@ -331,15 +346,9 @@ TEST_P(RowsInPlace, AttentionOverFp8RowsEqualsDecodedRows) {
     ASSERT_TRUE(RowsReadInPlace(rows.format)) << what;
     std::vector<float> scratch(std::max<int64_t>(c.length, 1));
     std::vector<float> want(c.heads * c.fp8_values, NAN), got(want.size(), -NAN);
-    AttentionArgs a;  // MLA's absorbed form: one shared head, the value the key's latent part
-    a.q = q.data();
-    a.num_heads = c.heads;
-    a.qk_dim = qk;
-    a.v_dim = c.fp8_values;
-    a.length = c.length;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+    AttentionArgs a = SharedHeadArgs(q, c.heads, qk, c.fp8_values, c.length,
+                                     1.0f / std::sqrt(static_cast<float>(qk)), scratch);
     a.sinks = c.sinks ? sinks.data() : nullptr;
-    a.scratch = scratch.data();
     a.rows = DType::kF32;
     a.keys = a.values = rows.f32_rows.data();
     a.out = want.data();
@@ -370,14 +379,7 @@ TEST_P(RowsInPlace, AttentionOverFp8RowsKeepsNaN) {
   cache::DecodeFp8Row(row, qk, fp8_values, decoded);
   const std::vector<float> q = RandomFloats(rng, heads * qk, -2.0f, 2.0f);
   std::vector<float> scratch(length), want(heads * fp8_values), got(want.size());
-  AttentionArgs a;
-  a.q = q.data();
-  a.num_heads = heads;
-  a.qk_dim = qk;
-  a.v_dim = fp8_values;
-  a.length = length;
-  a.scale = 0.1f;
-  a.scratch = scratch.data();
+  AttentionArgs a = SharedHeadArgs(q, heads, qk, fp8_values, length, 0.1f, scratch);
   a.keys = a.values = rows.f32_rows.data();
   a.out = want.data();
   table.attention(a);
@@ -502,15 +504,9 @@ TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
     const Fp8Store values = MakeFp8Store(rng, c.length, c.fp8_values, c.fp8_values);
     const RoundedRows rounded_keys(keys, qk), rounded_values(values, c.fp8_values);
     std::vector<float> scratch(std::max<int64_t>(c.length, 1));
-    AttentionArgs a;
-    a.q = q.data();
-    a.num_heads = c.heads;
-    a.qk_dim = qk;
-    a.v_dim = c.fp8_values;
-    a.length = c.length;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+    AttentionArgs a = SharedHeadArgs(q, c.heads, qk, c.fp8_values, c.length,
+                                     1.0f / std::sqrt(static_cast<float>(qk)), scratch);
     a.sinks = index++ % 2 == 1 ? sinks.data() : nullptr;
-    a.scratch = scratch.data();
     a.bf16_products = true;
     a.rows = DType::kBF16;
     a.keys = rounded_keys.rows.data();
@@ -542,14 +538,7 @@ TEST(RowsInPlaceAmx, DecodeOverFp8RowsIsDecodeOverTheirBf16Rounding) {
   const_cast<uint8_t*>(static_cast<const uint8_t*>(rows.fp8_rows[70]))[9] = 0xff;
   const std::vector<float> q = RandomFloats(rng, heads * qk, -2.0f, 2.0f);
   std::vector<float> scratch(length), out(heads * fp8_values, 0.0f);
-  AttentionArgs a;
-  a.q = q.data();
-  a.num_heads = heads;
-  a.qk_dim = qk;
-  a.v_dim = fp8_values;
-  a.length = length;
-  a.scale = 0.1f;
-  a.scratch = scratch.data();
+  AttentionArgs a = SharedHeadArgs(q, heads, qk, fp8_values, length, 0.1f, scratch);
   a.bf16_products = true;
   a.rows = rows.format;
   a.keys = a.values = rows.fp8_rows.data();
