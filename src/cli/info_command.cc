@@ -79,7 +79,9 @@ class LayerKernels {
 //                    ops::KernelRowFormat), one shared head
 //   prefill          the expanded form's causal tokens over per-head f32 keys and values
 //   prefill_selected the expanded form's tokens that attend DSA-selected positions or a sliding
-//                    window, one `attention` call each over per-head rows (f32 products)
+//                    window, one `attention` call each over per-head rows (f32 products): the
+//                    sliding-window tokens, and DSA's selecting ones only where they run expanded
+//                    (--attention expanded, or model::ExpandedPositions keeps them so)
 //   indexer          DSA's index scores over its key rows (KPool's over gathered f32 pool keys)
 // bf16 products where the layer's linears compute in bf16 (model::ApplyPrecision): for the
 // attention where kv_b does, which --quantize converts to int8 in every family; for the indexer

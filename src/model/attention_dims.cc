@@ -22,6 +22,12 @@ DsaDims DsaDimsOf(const ModelConfig& c) {
   return d;
 }
 
+int64_t FirstSelectingPosition(const ModelConfig& c) {
+  if (c.index_kpool <= 0) return c.index_topk;  // ops/dsa_indexer.cc: position + 1 > topk
+  // ops/kpool_indexer.cc: (position + 1) / kpool complete pools > topk / kpool
+  return (c.index_topk / c.index_kpool + 1) * c.index_kpool - 1;
+}
+
 int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
   switch (form) {
     case AttentionForm::kAbsorbed:
@@ -31,14 +37,17 @@ int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t
     case AttentionForm::kAuto:
       break;
   }
-  // DSA: a position past index_topk attends the index_topk positions its indexer selected, a set
-  // of its own. Expanded, that is one query over per-head rows (no block of keys shared with other
-  // queries, f32 products: 40 t/s for an 8k prompt of bench/.cache/models/v32-dsa-L2); absorbed,
-  // the token's heads share the latent rows as tile rows, as in its decode steps. The positions
-  // before it attend causally, which the expanded form runs a block of keys at a time for many
-  // queries.
-  const int64_t expandable = config.is_dsa() ? std::min(prompt_tokens, config.index_topk)
-                                             : prompt_tokens;
+  // DSA: a position from the first that selects on attends the index_topk positions its indexer
+  // selected, a set of its own. Expanded, that is one query over per-head rows (no block of keys
+  // shared with other queries, f32 products: 40 t/s for an 8k prompt of
+  // bench/.cache/models/v32-dsa-L2); absorbed, the token's heads share the latent rows as tile
+  // rows, as in its decode steps. The positions before it attend causally, which the expanded
+  // form runs a block of keys at a time for many queries. Not where some layer attends causally
+  // throughout (dots3_note's full_attention layers): absorbed there, a long prompt would cost
+  // 3-4x the FLOPs.
+  const int64_t expandable = config.is_dsa() && !config.dsa_full_attention_layers
+                                 ? std::min(prompt_tokens, FirstSelectingPosition(config))
+                                 : prompt_tokens;
   return ops::PreferExpanded(MlaDimsOf(config), expandable) ? expandable : 0;
 }
 

@@ -56,12 +56,16 @@ using ops::AttentionForm;
 
 // The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded:
 // [0, result). Under kAuto the whole prompt when it is long enough for the expanded form to cost
-// fewer FLOPs, else none; in a DSA model only its first index_topk positions (those past attend
-// the positions their indexer selected: absorbed, as a decode does); generated tokens are always
-// absorbed. A function of the request alone
+// fewer FLOPs, else none; in a DSA model only its positions before FirstSelectingPosition (those
+// from it on attend the positions their indexer selected: absorbed, as a decode does), unless
+// some layer attends causally throughout (ModelConfig::dsa_full_attention_layers); generated
+// tokens are always absorbed. A function of the request alone
 // (not of how its prompt was chunked, batched or recomputed after a preemption), because the two
 // forms round differently and seeded sampling over a flat distribution would show it.
 int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens);
+// In a DSA model, the first position whose indexer selects (index_topk; with KPool's pools of
+// index_kpool tokens, the first that sees more complete pools than it keeps).
+int64_t FirstSelectingPosition(const ModelConfig& config);
 
 // Optional record of what a forward pass decided, for tests and debugging.
 struct ForwardTrace {

@@ -242,6 +242,10 @@ INVARIANCE_CASES = {
     "v3_fp8_blocks": ("deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32")),
     "v3_fp8_tile_blocks": DEFAULT_CASES["v3_fp8_tile_blocks"],
     "v3_bf16_tile_values": DEFAULT_CASES["v3_bf16_tile_values"],
+    # index_topk 64, above these dims' expanded break-even (43 tokens): prompts of 130 run
+    # positions 0-63 expanded and the rest absorbed over their selections, chunks holding both.
+    "v32_bf16_topk64": ("deepseek_v32", ("--dtype", "bfloat16", "--config-json",
+                                         json.dumps({"index_topk": 64}))),
 }
 # Flags for both the alone and the batched runs of a case: v3_bf16_tile_values runs twice, once
 # in the expanded form for every token (chunks of any size, and decode) and once in the default

@@ -171,6 +171,27 @@ def test_dense_path_when_topk_covers_the_context(tiny_models, tmp_path, preset):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+def test_auto_expands_only_the_positions_before_the_first_selection(tiny_models, tmp_path, preset):
+    """--attention auto on a DSA prompt past index_topk (48, above these dims' expanded break-even
+    of 43 tokens): positions below 48 run expanded, bit for bit the forced expanded form's (a
+    position's logits never depend on later ones), and those from 48 on, which attend what their
+    indexer selected, run absorbed (model::ExpandedPositions), so they differ from it; every
+    position matches transformers up to the first tied selection."""
+    model_dir = tiny_models.get(preset, config={"index_topk": 48})
+    reference = load_reference(model_dir, tmp_path)
+    ids = prompt(reference.config.vocab_size, 120)
+    cut, _, _ = check_selection(reference, model_dir, ids)
+    ours = latent_logits(model_dir, ids, "auto")
+    expanded = latent_logits(model_dir, ids, "expanded")
+    assert np.array_equal(ours[:48], expanded[:48])
+    assert not np.array_equal(ours[48:], expanded[48:])
+    with torch.no_grad():
+        ref_logits = reference(torch.tensor([ids])).logits[0].numpy()
+    assert cut > 48
+    assert np.abs(ours[:cut] - ref_logits[:cut]).max() <= 1e-4 * np.abs(ref_logits).max()
+
+
+@pytest.mark.parametrize("preset", PRESETS)
 def test_info_shows_both_rows(tiny_models, preset):
     model_dir = tiny_models.get(preset)
     config = json.loads((model_dir / "config.json").read_text())

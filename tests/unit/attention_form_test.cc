@@ -7,6 +7,8 @@
 
 #include "model/model.h"
 #include "model/model_config.h"
+#include "model/attention_dims.h"
+#include "ops/mla_attention.h"
 
 namespace latent::model {
 namespace {
@@ -46,8 +48,29 @@ TEST(ExpandedPositions, AutoExpandsOnlyTheCausalPositionsOfADsaPrompt) {
   EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2048), 2048);
   EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 2048);
   EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), 2048);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2049), 2048);
   // A selection shorter than the expanded form's break-even: all absorbed.
+  EXPECT_FALSE(ops::PreferExpanded(MlaDimsOf(c), 64));
   EXPECT_EQ(ExpandedPositions(V3Attention(64), AttentionForm::kAuto, 8192), 0);
+}
+
+// KPool (GLM-5-Next) selects from the first position that sees more complete pools than it keeps:
+// with pools of 16 and index_topk 2048, position 2063 (2064 / 16 = 129 pools > 128).
+TEST(ExpandedPositions, KPoolSelectsFromItsFirstPoolPastTopk) {
+  ModelConfig c = V3Attention(2048);
+  c.index_kpool = 16;
+  EXPECT_EQ(FirstSelectingPosition(c), 2063);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 2063);
+  c.index_topk = 2040;  // 127 pools kept: selects from 128 pools, position 2047
+  EXPECT_EQ(FirstSelectingPosition(c), 2047);
+}
+
+// A DSA model whose layers include ones that attend causally throughout (dots3_note's
+// full_attention layers) keeps a long prompt expanded: absorbed there would cost more.
+TEST(ExpandedPositions, DsaWithFullAttentionLayersExpandsTheWholePrompt) {
+  ModelConfig c = V3Attention(2048);
+  c.dsa_full_attention_layers = true;
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 8192);
 }
 
 TEST(ExpandedPositions, ForcedFormsHoldForEveryPosition) {

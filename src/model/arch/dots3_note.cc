@@ -175,6 +175,9 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   if (std::find(indexed.begin(), indexed.end(), true) != indexed.end()) {
     ParseDsaIndexer(top, config, /*default_heads=*/64);
     config.indexer_layers = indexed;
+    for (int64_t l = 0; l < layers; ++l) {
+      if (!indexed[l] && !config.sliding_layers[l]) config.dsa_full_attention_layers = true;
+    }
   }
   config.sliding_window = top.IntOr("sliding_window", top.IntOr("sliding_window_size", 512));
   if (config.sliding_window <= 0) Fail(source, ": 'sliding_window' must be positive");
