@@ -301,6 +301,7 @@ const char* BestBf16ProductsName() {
 // The three below: the AMX table's wrapper takes what its predicate takes and hands the rest to
 // the AVX-512 table's entry, which it copied; that one (on CPUs with AVX512_BF16) runs what its
 // vdpbf16ps predicate takes, and f32 products otherwise. oneDNN's table copies OwnKernels'.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 namespace {
 template <class Args>
 const char* ProductsName(const Args& a, bool (*amx_takes)(const Args&),
@@ -312,28 +313,19 @@ const char* ProductsName(const Args& a, bool (*amx_takes)(const Args&),
 }  // namespace
 
 const char* BestAttentionName(const AttentionArgs& decode) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   return ProductsName(decode, amx::AmxTakesAttention, avx512::Bf16TakesAttention);
-#else
-  return "f32 fma";
-#endif
 }
-
 const char* BestQueriesAttentionName(const QueriesAttentionArgs& prefill) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   return ProductsName(prefill, amx::AmxTakesQueries, avx512::Bf16TakesQueries);
-#else
-  return "f32 fma";
-#endif
 }
-
 const char* BestIndexScoresName(const IndexScoreArgs& indexer) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   return ProductsName(indexer, amx::AmxTakesIndexScores, avx512::Bf16TakesIndexScores);
-#else
-  return "f32 fma";
-#endif
 }
+#else  // only the reference table here
+const char* BestAttentionName(const AttentionArgs&) { return "f32 fma"; }
+const char* BestQueriesAttentionName(const QueriesAttentionArgs&) { return "f32 fma"; }
+const char* BestIndexScoresName(const IndexScoreArgs&) { return "f32 fma"; }
+#endif
 
 const char* BestFp8ProductsName(int64_t block_n, int64_t block_k) {
   // The fp8 packed kernels are in the packed and AMX tables where the CPU has VBMI (MakeAmx,
