@@ -6,7 +6,7 @@
 //       [--dtypes bf16,fp8,f32,i8,w8a8] [--n 4096] [--k 4096] [--contexts 4096,16384] [--heads 16]
 //       [--prefill 512,2048]
 //       [--kernels best|ref|avx512|bf16dot|avx512-packed|amx|onednn|avx2|avx2-packed]
-//       [--attention-rows f32|bf16] [--prefill-calls both|queries]
+//       [--attention-rows f32|bf16] [--prefill-calls both|queries] [--window W]
 //
 // --dtypes bf16c: bf16 weights under bf16 compute (WeightRef::bf16_activations, `--precision
 // bf16`: activations rounded to bf16), which the AVX-512 table runs on vdpbf16ps and the AMX table
@@ -20,7 +20,8 @@
 // "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
 // values (128), as the expanded form runs it: one `attention` call per query against one
 // `attention_queries` call for all of them (bit-identical results). --prefill-calls queries times
-// the second alone (the first takes seconds a run from 4k tokens).
+// the second alone (the first takes seconds a run from 4k tokens). --window W: each token attends
+// its last W positions (a sliding-window layer: QueriesAttentionArgs::starts), not its prefix.
 // --attention-rows bf16: the decode attention over bf16 rows with bf16 products (the engine's
 // default for a bf16 checkpoint), the DSA indexer's scores of one query (64 heads of 128) over as
 // many bf16 keys ("index_scores"), and the prefill attention with bf16 products; "gflops" counts
@@ -167,6 +168,7 @@ struct Options {
   int64_t heads = 16;
   std::string attention_rows = "f32";
   std::string prefill_calls = "both";  // both | queries
+  int64_t window = 0;                  // prefill attention's sliding window; 0: causal
   std::string kernels = "best";
   // --file PATH --offset BYTES: one [n, k] matrix read in place from a mapped file (a checkpoint's
   // lm_head, say), as the engine reads its weights, instead of anonymous huge pages.
@@ -217,6 +219,8 @@ int main(int argc, char** argv) {
       o.attention_rows = value;
     else if (flag == "--prefill-calls")
       o.prefill_calls = value;
+    else if (flag == "--window")
+      o.window = std::atoll(value.c_str());
     else if (flag == "--file")
       o.file = value;
     else if (flag == "--offset")
@@ -455,11 +459,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < q.size(); ++i)
       q[i] = static_cast<float>((i * 69069u) % 2001) * 1e-3f - 1.0f;
     std::vector<const void*> key_ptrs(p), value_ptrs(p);
-    std::vector<int64_t> lengths(p);
+    std::vector<int64_t> lengths(p), starts(p);
+    double attended = 0;  // (query, position) pairs
     for (int64_t t = 0; t < p; ++t) {
       key_ptrs[t] = &keys[t * o.heads * dq];
       value_ptrs[t] = &kv[t * o.heads * kv_stride + dq - 64];
       lengths[t] = t + 1;
+      starts[t] = o.window > 0 ? std::max<int64_t>(0, t + 1 - o.window) : 0;
+      attended += static_cast<double>(lengths[t] - starts[t]);
     }
     latent::kernels::QueriesAttentionArgs qa;
     qa.shared.num_heads = o.heads;
@@ -473,21 +480,24 @@ int main(int argc, char** argv) {
     qa.num_queries = p;
     qa.q = q.data();
     qa.lengths = lengths.data();
+    qa.starts = o.window > 0 ? starts.data() : nullptr;
     qa.out = out.data();
     qa.bf16_products = bf16_rows;  // --attention-rows bf16: bf16 compute, as the engine's default
     const auto per_query = [&] {
       for (int64_t i = 0; i < p; ++i) {
         latent::kernels::AttentionArgs a = qa.shared;
         a.q = &q[i * o.heads * dq];
-        a.length = i + 1;
+        a.keys = key_ptrs.data() + starts[i];
+        a.values = value_ptrs.data() + starts[i];
+        a.length = i + 1 - starts[i];
         a.out = &out[i * o.heads * dvh];
         a.scratch = scratch.data();
         kt.attention(a);
       }
     };
     const auto all_queries = [&] { kt.attention_queries(qa); };
-    // q.k and p.v flops over the causal triangle.
-    const double flops = 2.0 * o.heads * (dq + dvh) * (static_cast<double>(p) * (p + 1) / 2);
+    // q.k and p.v flops over the attended positions (the causal triangle, or its window band).
+    const double flops = 2.0 * o.heads * (dq + dvh) * attended;
     for (int64_t t : o.threads) {
       latent::threads::SetNumThreads(static_cast<int>(t));
       for (int way = o.prefill_calls == "queries" ? 1 : 0; way < 2; ++way) {
@@ -506,9 +516,11 @@ int main(int argc, char** argv) {
           hash = (hash ^ reinterpret_cast<const uint8_t*>(out.data())[i]) * 1099511628211ull;
         }
         std::printf(
-            "%s\n  {\"tokens\": %lld, \"heads\": %lld, \"threads\": %lld, \"call\": \"%s\", "
+            "%s\n  {\"tokens\": %lld, \"window\": %lld, \"heads\": %lld, \"threads\": %lld, "
+            "\"call\": \"%s\", "
             "\"bf16_products\": %s, \"ms\": %.3f, \"gflops\": %.1f, \"out_hash\": \"%016llx\"}",
-            first ? "" : ",", static_cast<long long>(p), static_cast<long long>(o.heads),
+            first ? "" : ",", static_cast<long long>(p), static_cast<long long>(o.window),
+            static_cast<long long>(o.heads),
             static_cast<long long>(t), way == 0 ? "attention per query" : "attention_queries",
             bf16_rows ? "true" : "false", Median(ms), flops / Median(ms) * 1e-6,
             static_cast<unsigned long long>(hash));

@@ -77,11 +77,11 @@ class LayerKernels {
 // ops/kpool_indexer.cc):
 //   decode           the absorbed form over the cached latent rows (as the kernels read them:
 //                    ops::KernelRowFormat), one shared head
-//   prefill          the expanded form's causal tokens over per-head f32 keys and values
-//   prefill_selected the expanded form's tokens that attend DSA-selected positions or a sliding
-//                    window, one `attention` call each over per-head rows (f32 products): the
-//                    sliding-window tokens, and DSA's selecting ones only where they run expanded
-//                    (--attention expanded, or model::ExpandedPositions keeps them so)
+//   prefill          the expanded form's causal and sliding-window tokens over per-head f32 keys
+//                    and values
+//   prefill_selected (DSA layers) the expanded form's tokens that attend DSA-selected positions,
+//                    one `attention` call each over per-head rows (f32 products): only where they
+//                    run expanded (--attention expanded, or model::ExpandedPositions keeps them so)
 //   indexer          DSA's index scores over its key rows (KPool's over gathered f32 pool keys)
 // bf16 products where the layer's linears compute in bf16 (model::ApplyPrecision): for the
 // attention where kv_b does, which --quantize converts to int8 in every family; for the indexer
@@ -96,6 +96,9 @@ nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
   LayerKernels kernels;
   for (int64_t l = 0; l < static_cast<int64_t>(rows.size()); ++l) {
     const model::MlaLayerShape shape = config.LayerShape(l);
+    const bool dsa_layer = std::any_of(rows[l].begin(), rows[l].end(), [](const auto& row) {
+      return row.name.starts_with("dsa.");
+    });
     for (const cache::CacheRowSpec& row : rows[l]) {
       const kernels::RowFormat format =
           ops::KernelRowFormat(ops::StoredRowFormat(plain, row.fp8_values));
@@ -115,9 +118,7 @@ nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
         prefill.shared.value_head_stride = shape.qk_nope_head_dim + shape.v_head_dim;
         prefill.bf16_products = attention_bf16;
         kernels.Add("prefill", kernels::BestQueriesAttentionName(prefill));
-        if (row.retention == cache::Retention::kWindow || config.index_topk > 0) {
-          kernels.Add("prefill_selected", kernels::BestAttentionName(prefill.shared));
-        }
+        if (dsa_layer) kernels.Add("prefill_selected", kernels::BestAttentionName(prefill.shared));
       } else if (row.name == "dsa.index_k" || row.name == "dsa.kpool") {
         kernels::IndexScoreArgs indexer;
         indexer.heads = config.index_n_heads;
@@ -265,7 +266,7 @@ void PrintText(const nlohmann::json& info) {
     std::cout << "attention:        decode on " << attention["decode"].get<std::string>()
               << ", prefill on " << attention["prefill"].get<std::string>()
               << (attention.contains("prefill_selected")
-                      ? ", selected or windowed prefill on " +
+                      ? ", DSA-selected prefill on " +
                             attention["prefill_selected"].get<std::string>()
                       : std::string())
               << (attention.contains("indexer")

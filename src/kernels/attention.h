@@ -54,22 +54,28 @@ struct AttentionArgs {
 };
 
 // Causal attention of several query tokens of one sequence (an expanded-form prefill chunk): query
-// i attends positions [0, lengths[i]) of the shared keys and values. Each query's output depends
-// only on its own query, length and rows, never on the other queries of the call or the thread
-// count, so a token's result does not depend on the chunk it arrives in. The fast kernel reads a
-// block of keys and values once for many queries (not once per query, as `attention` would).
+// i attends positions [starts[i], lengths[i]) of the shared keys and values (from 0 without
+// starts; a sliding window's queries start at their window's first position). Each query's output
+// depends only on its own query, start, length and rows, never on the other queries of the call
+// or the thread count, so a token's result does not depend on the chunk it arrives in. The fast
+// kernel reads a block of keys and values once for many queries (not once per query, as
+// `attention` would).
 struct QueriesAttentionArgs {
   AttentionArgs shared;           // keys, values, strides, dims, scale; q, out, length unused
   int64_t num_queries = 0;
   const float* q = nullptr;       // [num_queries, num_heads, qk_dim]
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
+  // [num_queries] each query's first position, or null: 0 for every query. A query with
+  // starts[i] >= lengths[i] attends nothing (its output is 0). Positions before a query's start
+  // never reach its sums, whatever they hold (an inf or NaN there included).
+  const int64_t* starts = nullptr;
   float* out = nullptr;           // [num_queries, num_heads, v_dim]
   // bf16 compute (`--precision bf16`): q, keys, probabilities and values rounded to bf16 (round
   // to nearest even), their products summed in f32, as FlashAttention runs bf16 models. CPUs
   // with AMX run it on tiles (amx/attention_queries_amx.cc, value dims of whole 16-column
   // tiles), the others with AVX512_BF16 on vdpbf16ps (twice the f32 rate); the rest compute in
-  // f32 and ignore it. Either way a query's result depends only on its own query, length and
-  // rows.
+  // f32 and ignore it. Either way a query's result depends only on its own query, start, length
+  // and rows.
   bool bf16_products = false;
 };
 
@@ -78,6 +84,11 @@ struct QueriesAttentionArgs {
 // every score: the output is then 0, the limit.
 inline float SinkDenominator(const float* sinks, int64_t h, float max_score, float sum) {
   return sinks == nullptr ? sum : sum + std::exp(sinks[h] - max_score);
+}
+
+// Query i's first position (QueriesAttentionArgs::starts; 0 without).
+inline int64_t QueryStart(const QueriesAttentionArgs& qa, int64_t i) {
+  return qa.starts == nullptr ? 0 : qa.starts[i];
 }
 
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.

@@ -185,21 +185,27 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   shared.scale = scale;
   shared.sinks = sinks;
   // Tokens DSA picked positions for attend to those, one at a time; the others attend their
-  // causal prefix (up to and including themselves), all in one call that reads each block of
-  // keys and values once for many queries.
+  // causal prefix (up to and including themselves) or their sliding window, all in one call
+  // that reads each block of keys and values once for many queries.
   std::vector<int64_t> causal, picked_rows;
   for (int64_t row = seq.begin; row < seq.end; ++row) {
-    const bool picked = window > 0 || (selection != nullptr && !(*selection)[row].empty());
+    const bool picked = selection != nullptr && !(*selection)[row].empty();
     (picked ? picked_rows : causal).push_back(row);
   }
   const auto& k = kernels::BestKernels();
   if (!causal.empty()) {
     const int64_t nq = static_cast<int64_t>(causal.size());
     const int64_t q_floats = d.heads * d.qk(), out_floats = d.heads * d.v;  // per row
-    std::vector<int64_t> lengths(nq);
-    for (int64_t i = 0; i < nq; ++i) lengths[i] = batch.positions[causal[i]] + 1;
-    // The rows are ascending: with none picked out (no DSA selection or window among them) they
-    // are one range, read and written in place; otherwise gathered into the workspace first.
+    // Positions relative to `first` (the rows' first): (position - window, position] under a
+    // sliding window, else [0, position].
+    std::vector<int64_t> lengths(nq), starts(window > 0 ? nq : 0);
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t position = batch.positions[causal[i]];
+      lengths[i] = position + 1 - first;
+      if (window > 0) starts[i] = WindowStart(position, window) - first;
+    }
+    // The rows are ascending: with none picked out by DSA they are one range, read and written
+    // in place; otherwise gathered into the workspace first.
     const bool in_place = causal.back() - causal.front() + 1 == nq;
     const float* q_rows = q + causal.front() * q_floats;  // [nq, H, dn + dr]
     float* out_rows = in_place ? attn_out + causal.front() * out_floats
@@ -219,6 +225,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     qa.num_queries = nq;
     qa.q = q_rows;
     qa.lengths = lengths.data();
+    qa.starts = window > 0 ? starts.data() : nullptr;
     qa.out = out_rows;
     // bf16 products where the layer's kv_b runs bf16 compute (`--precision bf16`, the default
     // for bf16 and fp8 checkpoints); f32 under `--precision f32` and for int8 weights.
@@ -240,16 +247,9 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       const int64_t row = picked_rows[i];
       picked_keys.clear();
       picked_values.clear();
-      if (window > 0) {  // the sliding window, (position - window, position]
-        for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p) {
-          picked_keys.push_back(key_ptrs[p - first]);
-          picked_values.push_back(value_ptrs[p - first]);
-        }
-      } else {
-        for (int32_t p : (*selection)[row]) {
-          picked_keys.push_back(key_ptrs[p]);
-          picked_values.push_back(value_ptrs[p]);
-        }
+      for (int32_t p : (*selection)[row]) {
+        picked_keys.push_back(key_ptrs[p]);
+        picked_values.push_back(value_ptrs[p]);
       }
       kernels::AttentionArgs args = shared;
       args.q = q + row * d.heads * d.qk();

@@ -828,12 +828,26 @@ TEST_P(FastKernels, AttentionMatchesRefAndIgnoresThreadCount) {
 // attention_queries: each query's output must match `attention` on it alone (the reference's
 // math; within rounding), and must be bit-identical whether the query comes alone or inside a
 // larger call, on 1 or 2 threads: the chunk a prefill token arrives in must not change its
-// result. Lengths cover one block, block tails, several blocks, 0, and a tile's queries far apart.
+// result. Lengths cover one block, block tails, several blocks, 0, and a tile's queries far apart;
+// starts (sliding windows) cover 0, odd and even positions inside blocks, block edges, a start at
+// the length (nothing attended) and consecutive queries whose windows cross block edges.
 struct QueriesCase {
   int64_t heads, qk_dim, v_dim;
   bool shared;
   std::vector<int64_t> lengths;
+  std::vector<int64_t> starts = {};  // empty: every query from position 0
 };
+
+// Queries at positions [first, first + count), each attending its last `window` positions.
+QueriesCase WindowCase(int64_t heads, int64_t qk_dim, int64_t v_dim, int64_t first, int64_t count,
+                       int64_t window) {
+  QueriesCase c{heads, qk_dim, v_dim, false, {}};
+  for (int64_t p = first; p < first + count; ++p) {
+    c.lengths.push_back(p + 1);
+    c.starts.push_back(std::max<int64_t>(0, p + 1 - window));
+  }
+  return c;
+}
 
 struct QueriesData {
   std::vector<float> q, kstore, vstore;
@@ -870,7 +884,10 @@ void MakeQueries(const QueriesCase& c, std::mt19937& rng, QueriesData& d) {
   qa.num_queries = nq;
   qa.q = d.q.data();
   qa.lengths = c.lengths.data();
+  qa.starts = c.starts.empty() ? nullptr : c.starts.data();
 }
+
+int64_t StartOf(const QueriesCase& c, int64_t i) { return c.starts.empty() ? 0 : c.starts[i]; }
 
 std::vector<QueriesCase> QueriesCases() {
   std::vector<int64_t> prefix(40);
@@ -880,6 +897,10 @@ std::vector<QueriesCase> QueriesCases() {
       {5, 17, 15, false, prefix},
       {3, 33, 31, true, {7, 600, 1, 64, 2000}},
       {1, 1, 1, false, {3, 1, 2}},
+      {16, 192, 128, false, {1, 65, 130, 513, 700, 1029, 64, 5, 3}, {0, 1, 63, 200, 637, 1028, 64,
+                                                                      5, 2}},
+      WindowCase(5, 17, 15, 1000, 40, 34),
+      WindowCase(2, 32, 16, 10, 100, 77),
   };
 }
 
@@ -894,14 +915,18 @@ void ExpectEachQueryNearRef(const QueriesCase& c, const QueriesData& r,
     AttentionArgs a = r.args.shared;
     a.keys = r.keys.data();
     a.values = r.values.data();
+    const int64_t start = std::min(StartOf(c, i), c.lengths[i]);
+    a.keys = r.keys.data() + start;
+    a.values = r.values.data() + start;
     a.q = r.q.data() + i * c.heads * c.qk_dim;
-    a.length = c.lengths[i];
+    a.length = c.lengths[i] - start;
     a.out = want.data();
     a.scratch = scratch.data();
     Ref().attention(a);
     for (int64_t j = 0; j < per_query; ++j) {
       ASSERT_NEAR(got[i * per_query + j], want[j], tolerance)
-          << name << " H=" << c.heads << " query " << i << " length " << c.lengths[i];
+          << name << " H=" << c.heads << " query " << i << " length " << c.lengths[i]
+          << " start " << StartOf(c, i);
     }
   }
 }
@@ -933,6 +958,7 @@ void ExpectEachQueryAloneGivesTheSame(const KernelTable& fast, const QueriesCase
       one.num_queries = 1;
       one.q = d.q.data() + i * c.heads * c.qk_dim;
       one.lengths = &c.lengths[i];
+      one.starts = c.starts.empty() ? nullptr : &c.starts[i];
       std::vector<float> alone(per_query, NAN);
       one.out = alone.data();
       fast.attention_queries(one);
@@ -1049,6 +1075,62 @@ TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
   }
 }
 
+// Keys and values before a query's start (a sliding window's earlier positions) never reach it,
+// whatever they hold: with inf, -inf or NaN in every key and value before query i's start, query
+// i gives the bits it gives over finite rows there, for each i of 40 consecutive queries with
+// windows of 5. Their starts are odd and even, so some windows begin on the second position of a
+// bf16 pair whose first position holds the bad value.
+void ExpectRowsBeforeStartsNeverReachTheQueries(const KernelTable& table, bool bf16_products,
+                                                const std::string& name) {
+  const QueriesCase c = WindowCase(2, 24, 16, 20, 40, 5);
+  const int64_t per_query = c.heads * c.v_dim;
+  std::mt19937 rng(21);
+  QueriesData d;
+  MakeQueries(c, rng, d);
+  d.args.bf16_products = bf16_products;
+  std::vector<float> clean(d.args.num_queries * per_query, NAN);
+  d.args.out = clean.data();
+  table.attention_queries(d.args);
+  const std::vector<float> keys = d.kstore, values = d.vstore;
+  for (const float bad : {INFINITY, -INFINITY, NAN}) {
+    for (int64_t i = 0; i < d.args.num_queries; ++i) {
+      for (int64_t t = 0; t < c.starts[i]; ++t) {
+        float* k = const_cast<float*>(static_cast<const float*>(d.keys[t]));
+        float* v = const_cast<float*>(static_cast<const float*>(d.values[t]));
+        std::fill(k, k + c.heads * c.qk_dim, bad);
+        for (int64_t h = 0; h < c.heads; ++h) {
+          std::fill(v + h * (c.v_dim + 3), v + h * (c.v_dim + 3) + c.v_dim, bad);
+        }
+      }
+      std::vector<float> dirty(clean.size(), NAN);
+      d.args.out = dirty.data();
+      table.attention_queries(d.args);
+      ASSERT_EQ(0, std::memcmp(&clean[i * per_query], &dirty[i * per_query],
+                               sizeof(float) * per_query))
+          << name << " bad " << bad << " bf16 " << bf16_products << " query " << i << " start "
+          << c.starts[i];
+      std::copy(keys.begin(), keys.end(), d.kstore.begin());  // in place: d.keys point there
+      std::copy(values.begin(), values.end(), d.vstore.begin());
+    }
+  }
+}
+
+TEST_P(FastKernels, AttentionQueriesNeverReadRowsBeforeAQuerysStart) {
+  LATENT_REQUIRE_TABLE(fast);
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  for (const bool bf16 : {false, true}) {
+    ExpectRowsBeforeStartsNeverReachTheQueries(fast, bf16, GetParam().name);
+  }
+}
+
+TEST(AmxAttention, QueriesNeverReadRowsBeforeAQuerysStart) {
+  if (AmxKernels() == nullptr) GTEST_SKIP() << "no AMX-BF16 (or no OS tile state) here";
+  ThreadCount restore;
+  threads::SetNumThreads(2);
+  ExpectRowsBeforeStartsNeverReachTheQueries(*AmxKernels(), true, "amx");
+}
+
 // The AMX table's attention_queries under bf16 products: TDPBF16PS where AmxTakesQueries (value
 // dims of whole 16-column tiles; here dq 192 and 33, which pads the keys to a whole tile, and
 // value tiles of 1 to 4 per group of 64 columns), the vdpbf16ps kernel of the AVX-512 table
@@ -1074,6 +1156,13 @@ TEST(AmxAttention, QueriesRunOnTilesNearRefAndIgnoreTheBatch) {
       {{1, 40, 16, false, {3, 1, 2, 16, 17}}, true},
       {{5, 17, 15, false, prefix}, false},
       {{3, 33, 31, true, {7, 600, 1, 64, 2000}}, false},
+      // Sliding windows: blocks attended in part at both ends, tiles of 16 queries whose starts
+      // differ, starts at and past lengths.
+      {{16, 192, 128, false, {1, 65, 130, 513, 700, 1029, 64, 5, 3},
+        {0, 1, 63, 200, 637, 1028, 64, 5, 2}}, true},
+      {WindowCase(2, 96, 32, 200, 100, 77), true},
+      {WindowCase(2, 64, 48, 1000, 40, 64), true},
+      {WindowCase(5, 17, 15, 1000, 40, 34), false},
   };
   std::mt19937 rng(19);
   for (const Case& k : cases) {

@@ -134,8 +134,8 @@ def test_attention_kernels_follow_the_cpu_rows_and_precision(tiny_models):
     assert info(model_dir, "--quantize", "int8")["attention_kernels"] == {
         "decode": f32, "prefill": f32, "prefill_selected": f32, "indexer": products}
     out = run_latent("info", "--model", str(model_dir), "--cache-dtype", "fp8").stdout
-    assert (f"attention:        decode on {fp8['decode']}, prefill on {products}, selected or "
-            f"windowed prefill on {f32}, DSA indexer on {f32} (over fp8 rows)") in out
+    assert (f"attention:        decode on {fp8['decode']}, prefill on {products}, DSA-selected "
+            f"prefill on {f32}, DSA indexer on {f32} (over fp8 rows)") in out
 
 
 def test_attention_kernels_per_layer_kind(tiny_models):
@@ -143,8 +143,9 @@ def test_attention_kernels_per_layer_kind(tiny_models):
     mla.latent.0 and .1), and dots3_note's layers of two shapes: the DSA layers here with a latent
     and value heads of whole 16-column tiles, the sliding-window ones (their own shape: a latent of
     26, value heads of 9) not, so on AMX the tiles take the first kind only and the vdpbf16ps
-    kernels the second; elsewhere the layers agree. Sliding-window and DSA-selected prefill tokens
-    take f32 products."""
+    kernels the second; elsewhere the layers agree. The sliding-window layers' prefill runs on
+    the prefill kernel (a first position per query); DSA-selected prefill tokens take f32
+    products, and only the DSA layers name them."""
     longcat = info(tiny_models.get("longcat_flash", "--dtype", "bfloat16"))
     assert set(longcat["attention_kernels"]) == {"decode", "prefill"}
     model_dir = tiny_models.get("dots3_note", "--dtype", "bfloat16", config={

@@ -6,7 +6,8 @@
 //   scores  S[16 queries][64 positions] = Q[16][dq] . K^T: 4 accumulator tiles of 16 positions,
 //           one TDPBF16PS per 32 dims of dq, in order; then S *= scale
 //   softmax each query's online-softmax step over its positions of the block (OnlineSoftmaxBlock,
-//           as the vdpbf16ps kernel): its output rescaled, its probabilities P (0 past its length)
+//           as the vdpbf16ps kernel): its output rescaled, its probabilities P (0 outside its
+//           positions: before its start, past its length)
 //           rounded to bf16
 //   values  O[16][c..c+16) += P[16][0..32) . V[0..32) then P[16][32..64) . V[32..64), per 16
 //           columns of dv, the accumulator loaded from and stored to the query's f32 output row
@@ -17,20 +18,21 @@
 // pads the key lines to whole tiles of dq and the value rows to whole blocks, with zeros.
 //
 // Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and
-// a query's arithmetic follows its own length alone: its scores, its softmax steps at the blocks
-// it attends, for the blocks it attends whole the two value products of each column tile, in
-// order, and for its last block the vector products below. A query of a tile that does not
+// a query's arithmetic follows its own start and length alone: its scores, its softmax steps at
+// the blocks it attends, for the blocks it attends whole the two value products of each column
+// tile, in order, and for the blocks it attends in part the vector products below. A query of a tile that does not
 // attend a block its neighbours attend (or only in part) keeps its output row out of the tile
 // product (saved before it and put back: a product over zero probabilities could turn a -0 sum
 // into +0). So its result does not depend on the other queries of its tile or call, nor on the
 // thread, as in the vdpbf16ps kernel (but with other bits: the sums run in another order).
 //
-// A query's block that it attends only in part (its last: the diagonal) leaves the tile product:
-// its probability row is zeroed there and its output row kept aside, then its values are added on
-// vdpbf16ps over its own positions alone (avx512/queries_pack_bf16.h, BlockValues). A tile product
-// would multiply its probabilities of 0 past its length by the other queries' values, and an inf
-// or NaN there would make its output NaN (0 times inf): now what reaches a query's sums depends on
-// its own length alone, whatever the other positions of the call hold.
+// A query's block that it attends only in part (its last, the diagonal; under a sliding window
+// also its first) leaves the tile product: its probability row is zeroed there and its output row
+// kept aside, then its values are added on vdpbf16ps over its own positions alone
+// (avx512/queries_pack_bf16.h, BlockValues). A tile product would multiply its probabilities of 0
+// outside its positions by the other queries' values, and an inf or NaN there would make its
+// output NaN (0 times inf): now what reaches a query's sums depends on its own start and length
+// alone, whatever the other positions of the call hold.
 #include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
@@ -101,37 +103,42 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
 
   const __m512 scale = _mm512_set1_ps(a.scale);
   ConfigureTiles(kTileRows);
-  for (int64_t b = 0; b * kKeys < st.longest; ++b) {
+  for (int64_t b = st.first_block(); b * kKeys < st.longest; ++b) {
     const int64_t t0 = b * kKeys;
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const int64_t j0 = tile * kQueryTile;
-      int64_t rows[kQueryTile], rows_max = 0;  // each query's positions of the block
-      bool whole = false;                        // any query attends all of it: a tile product
+      // Each query's positions [first, rows) of the block (none past nq).
+      int64_t first[kQueryTile], rows[kQueryTile];
+      bool any = false;    // any query attends some of it
+      bool whole = false;  // any query attends all of it: a tile product
       for (int64_t r = 0; r < kQueryTile; ++r) {
-        rows[r] = j0 + r < nq ? std::clamp<int64_t>(qa.lengths[i0 + j0 + r] - t0, 0, kKeys) : 0;
-        rows_max = std::max(rows_max, rows[r]);
-        whole = whole || rows[r] == kKeys;
+        const int64_t i = i0 + j0 + r;
+        first[r] = j0 + r < nq ? std::clamp<int64_t>(QueryStart(qa, i) - t0, 0, kKeys) : 0;
+        rows[r] = j0 + r < nq ? std::clamp<int64_t>(qa.lengths[i] - t0, 0, kKeys) : 0;
+        any = any || rows[r] > first[r];
+        whole = whole || (first[r] == 0 && rows[r] == kKeys);
       }
-      if (rows_max == 0) continue;
+      if (!any) continue;
       // S[16][64] = Q . K^T: B tiles of 16 k-pair lines, each of the block's 64 positions.
       TileProducts<4>(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
                       keys + b * l.key_lines * kKeys, kKeys, dq_tiles, s);
       for (int64_t r = 0; r < kQueryTile; ++r) {
         float* sr = s + r * kKeys;
         uint16_t* pr = p + r * kKeys;
-        if (rows[r] > 0) {
+        const bool attends = rows[r] > first[r];
+        if (attends) {
           for (int64_t c = 0; c < kKeys; c += 16) {
             _mm512_store_ps(sr + c, _mm512_mul_ps(_mm512_load_ps(sr + c), scale));
           }
           avx512::OnlineSoftmaxBlock(sr, rows[r], &st.mx[j0 + r], &st.sum[j0 + r],
-                                     o + (j0 + r) * dv, dv);
+                                     o + (j0 + r) * dv, dv, first[r]);
           for (int64_t c = 0; c < kKeys; c += 32) {  // position order: the pairs V's rows hold
             _mm512_store_si512(pr + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(sr + c + 16),
                                                                    _mm512_load_ps(sr + c)));
           }
         }
-        if (rows[r] == kKeys) continue;  // attends the whole block: the tile product
-        if (rows[r] > 0) std::memcpy(part[r], pr, sizeof(part[r]));
+        if (first[r] == 0 && rows[r] == kKeys) continue;  // the whole block: the tile product
+        if (attends) std::memcpy(part[r], pr, sizeof(part[r]));
         if (!whole) continue;  // no tile product: nothing to keep this row out of
         std::memset(pr, 0, kKeys * sizeof(uint16_t));
         if (j0 + r < nq) std::memcpy(saved + r * dv, o + (j0 + r) * dv, dv * sizeof(float));
@@ -143,11 +150,11 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
         AddValueProducts(v, dv, o + j0 * dv);
       }
       for (int64_t r = 0; r < kQueryTile; ++r) {
-        if (rows[r] == kKeys || j0 + r >= nq) continue;
+        if ((first[r] == 0 && rows[r] == kKeys) || j0 + r >= nq) continue;
         float* row = o + (j0 + r) * dv;
         if (whole) std::memcpy(row, saved + r * dv, dv * sizeof(float));
-        if (rows[r] == 0) continue;
-        avx512::BlockValuesAll<1>(v, dv, (rows[r] + 1) / 2, &rows[r], &part[r], &row);
+        if (rows[r] <= first[r]) continue;
+        avx512::BlockValuesAll<1>(v, dv, (rows[r] + 1) / 2, &first[r], &rows[r], &part[r], &row);
       }
     }
   }

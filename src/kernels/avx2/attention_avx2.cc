@@ -166,13 +166,21 @@ void DivideRow(float* row, int64_t d, float divisor) {
   }
 }
 
-// Softmax step of one row of scores s[0, rows) (rows <= kBlock, s 32-byte aligned, room for a
-// whole number of vectors): updates the running max `mx` (rescaling `acc` [d] and `sum` when it
-// grows) and `sum`, and leaves exp(s - mx) in s (0 past rows).
-void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int64_t d) {
+// Softmax step of one row of scores s[first, rows) (first < rows <= kBlock, s 32-byte aligned,
+// room for a whole number of vectors): updates the running max `mx` (rescaling `acc` [d] and `sum`
+// when it grows) and `sum`, and leaves exp(s - mx) in s (0 outside [first, rows)). first > 0: a
+// sliding window's first block (the same sums as with first 0 where first is 0).
+void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int64_t d,
+                 int64_t first = 0) {
+  // Lanes i .. i + 7 in [first, rows).
+  const auto live_lanes = [first, rows](int64_t i) {
+    return _mm256_castsi256_ps(
+        _mm256_andnot_si256(TailMask(std::clamp<int64_t>(first - i, 0, 8)),
+                            TailMask(std::clamp<int64_t>(rows - i, 0, 8))));
+  };
   __m256 bm = _mm256_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < rows; i += 8) {
-    const __m256 live = _mm256_castsi256_ps(TailMask(std::min<int64_t>(8, rows - i)));
+  for (int64_t i = first / 8 * 8; i < rows; i += 8) {
+    const __m256 live = live_lanes(i);
     const __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(s + i), live);
     bm = _mm256_max_ps(bm, v);
   }
@@ -189,7 +197,7 @@ void SoftmaxStep(float* s, int64_t rows, float* mx, float* sum, float* acc, int6
   const __m256 mv = _mm256_set1_ps(*mx == -INFINITY ? 0.0f : *mx);
   __m256 total = _mm256_setzero_ps();
   for (int64_t i = 0; i < kBlock; i += 8) {
-    const __m256 live = _mm256_castsi256_ps(TailMask(std::clamp<int64_t>(rows - i, 0, 8)));
+    const __m256 live = live_lanes(i);
     const __m256 e = _mm256_and_ps(live, Exp(_mm256_sub_ps(_mm256_load_ps(s + i), mv)));
     _mm256_store_ps(s + i, e);
     total = _mm256_add_ps(total, e);
@@ -394,11 +402,12 @@ void BlockScores(const float* const* q, int64_t dq, const float* block, int64_t 
   }
 }
 
-// o[q][c0 .. c0 + 8C) += sum over r < rows[q] of p[q][r] * value(t0 + r)[c0 ..], in order of r;
-// the last chunk `last` (<= 8) columns wide.
+// o[q][c0 .. c0 + 8C) += sum over first[q] <= r < rows[q] of p[q][r] * value(t0 + r)[c0 ..], in
+// order of r; the last chunk `last` (<= 8) columns wide.
 template <int QS, int C>
-void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
-                 float (*p)[kKeyBlock], float* const* o, int64_t c0, int64_t last) {
+void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* first,
+                 const int64_t* rows, float (*p)[kKeyBlock], float* const* o, int64_t c0,
+                 int64_t last) {
   __m256 acc[QS][C];
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc)
@@ -409,7 +418,7 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
     for (int cc = 0; cc < C; ++cc)
       vv[cc] = cc == C - 1 && last < 8 ? LoadPart(v + 8 * cc, last) : _mm256_loadu_ps(v + 8 * cc);
     for (int i = 0; i < QS; ++i) {
-      if (r >= rows[i]) continue;  // masked out: this query's sum is left as it is
+      if (r < first[i] || r >= rows[i]) continue;  // masked out: this query's sum is left as is
       const __m256 pb = _mm256_broadcast_ss(&p[i][r]);
       for (int cc = 0; cc < C; ++cc) acc[i][cc] = _mm256_fmadd_ps(pb, vv[cc], acc[i][cc]);
     }
@@ -420,40 +429,44 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
 }
 
 template <int QS>
-void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
-                    float (*p)[kKeyBlock], float* const* o) {
+void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max,
+                    const int64_t* first, const int64_t* rows, float (*p)[kKeyBlock],
+                    float* const* o) {
   const int64_t full = dv / 8, rest = dv - full * 8;
   int64_t c = 0;
-  for (; c + 2 <= full; c += 2) BlockValues<QS, 2>(vt, dv, t0, rows_max, rows, p, o, c * 8, 8);
-  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, c * 8, 8);
-  if (rest != 0) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, full * 8, rest);
+  for (; c + 2 <= full; c += 2)
+    BlockValues<QS, 2>(vt, dv, t0, rows_max, first, rows, p, o, c * 8, 8);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, first, rows, p, o, c * 8, 8);
+  if (rest != 0) BlockValues<QS, 1>(vt, dv, t0, rows_max, first, rows, p, o, full * 8, rest);
 }
 
-// One tile of QS queries (pointers q[i], lengths len[i], state mx/sum/o) over block b.
+// One tile of QS queries (pointers q[i], lengths len[i], starts start[i] or none, state
+// mx/sum/o) over block b.
 template <int QS>
 void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block, int64_t b,
-                    const float* const* q, const int64_t* len, float* mx, float* sum,
-                    float* const* o) {
+                    const float* const* q, const int64_t* len, const int64_t* start, float* mx,
+                    float* sum, float* const* o) {
   const int64_t t0 = b * kKeyBlock;
   alignas(32) float s[QS][kKeyBlock];
-  int64_t rows[QS], rows_max = 0;
+  int64_t first[QS], rows[QS], rows_max = 0;  // each query's positions [first, rows) of the block
   for (int i = 0; i < QS; ++i) {
+    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, kKeyBlock);
     rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
-    rows_max = std::max(rows_max, rows[i]);
+    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
   }
   for (int64_t p0 = 0; p0 < rows_max; p0 += kScoreCols) {
     BlockScores<QS>(q, a.qk_dim, block, p0, a.scale, s);
   }
   for (int i = 0; i < QS; ++i) {
-    if (rows[i] == 0) continue;
-    SoftmaxStep(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim);
+    if (rows[i] <= first[i]) continue;
+    SoftmaxStep(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim, first[i]);
   }
-  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, rows, s, o);
+  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, first, rows, s, o);
 }
 
 using QueryTileBlockFn = void (*)(const AttentionArgs&, const float*, const float*, int64_t,
-                                  const float* const*, const int64_t*, float*, float*,
-                                  float* const*);
+                                  const float* const*, const int64_t*, const int64_t*, float*,
+                                  float*, float* const*);
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
                                                     QueryTileBlock<3>, QueryTileBlock<4>,
                                                     QueryTileBlock<5>, QueryTileBlock<6>};
@@ -472,6 +485,7 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
   const float* q[kQueryTile];
   float* o[kQueryTile];
   int64_t longest = 0;
+  int64_t earliest = INT64_MAX;  // the earliest start of a query that attends anything
   for (int64_t i = i0; i < i1; ++i) {
     mx[i - i0] = -INFINITY;
     sum[i - i0] = 0.0f;
@@ -479,18 +493,21 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
     o[i - i0] = acc_rows.data() + (i - i0) * dv;
     std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
     longest = std::max(longest, qa.lengths[i]);
+    if (QueryStart(qa, i) < qa.lengths[i]) earliest = std::min(earliest, QueryStart(qa, i));
   }
-  for (int64_t b = 0; b * kKeyBlock < longest; ++b) {
+  const int64_t first_block = earliest == INT64_MAX ? 0 : earliest / kKeyBlock;
+  for (int64_t b = first_block; b * kKeyBlock < longest; ++b) {
     const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
     for (int64_t j = 0; j < i1 - i0; j += kQs) {
       const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));
-      kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, mx + j, sum + j,
-                               o + j);
+      kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j,
+                               qa.starts == nullptr ? nullptr : qa.starts + i0 + j, mx + j,
+                               sum + j, o + j);
     }
   }
   for (int64_t i = i0; i < i1; ++i) {
     float* out = qa.out + (i * h + head) * dv;
-    if (qa.lengths[i] <= 0) {
+    if (qa.lengths[i] <= QueryStart(qa, i)) {  // attends nothing
       std::fill(out, out + dv, 0.0f);
       continue;
     }

@@ -285,9 +285,9 @@ void Attention(const AttentionArgs& a) {
 // qk columns in order, times the scale; the blocks from position 0 in order, each with an online
 // softmax (running max; the sum of a block's exps in one fixed tree; the output rescaled when
 // the max grows); p.v summed over the block's positions in order, vectorized over v columns.
-// Positions at or past a query's length are masked out of its max, sum and p.v (not added as
-// zeros), so a query's result depends only on its own query, length and rows: never on the other
-// queries of its tile or call, nor on the thread.
+// Positions before a query's start or at or past its length are masked out of its max, sum and
+// p.v (not added as zeros), so a query's result depends only on its own query, start, length and
+// rows: never on the other queries of its tile or call, nor on the thread.
 constexpr int64_t kKeyBlock = kSoftmaxBlock;  // positions per block: 4 zmm of scores
 constexpr int64_t kQueryTile = kQueriesPerTask;
 constexpr int kQs = 4;              // queries per register tile
@@ -362,10 +362,12 @@ void BlockScores(const float* const* q, int64_t dq, const float* block, float sc
     for (int v = 0; v < 4; ++v) _mm512_storeu_ps(&s[i][16 * v], _mm512_mul_ps(acc[i][v], sc));
 }
 
-// o[q][c0..c0+16C) += sum over r < rows[q] of p[q][r] * value(t0 + r)[c0..], in order of r.
+// o[q][c0..c0+16C) += sum over first[q] <= r < rows[q] of p[q][r] * value(t0 + r)[c0..], in
+// order of r.
 template <int QS, int C>
-void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
-                 float (*p)[kKeyBlock], float* const* o, int64_t c0, __mmask16 last) {
+void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* first,
+                 const int64_t* rows, float (*p)[kKeyBlock], float* const* o, int64_t c0,
+                 __mmask16 last) {
   __mmask16 mask[C];
   for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
   __m512 acc[QS][C];
@@ -377,7 +379,7 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
     __m512 vv[C];
     for (int cc = 0; cc < C; ++cc) vv[cc] = _mm512_maskz_loadu_ps(mask[cc], v + 16 * cc);
     for (int i = 0; i < QS; ++i) {
-      const __mmask16 live = r < rows[i] ? static_cast<__mmask16>(0xffff) : 0;
+      const __mmask16 live = r >= first[i] && r < rows[i] ? static_cast<__mmask16>(0xffff) : 0;
       const __m512 pb = _mm512_set1_ps(p[i][r]);
       for (int cc = 0; cc < C; ++cc)
         acc[i][cc] = _mm512_mask3_fmadd_ps(pb, vv[cc], acc[i][cc], live);
@@ -388,36 +390,45 @@ void BlockValues(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, cons
 }
 
 template <int QS>
-void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max, const int64_t* rows,
-                    float (*p)[kKeyBlock], float* const* o) {
+void BlockValuesAll(const float* vt, int64_t dv, int64_t t0, int64_t rows_max,
+                    const int64_t* first, const int64_t* rows, float (*p)[kKeyBlock],
+                    float* const* o) {
   const int64_t full = dv / 16;
   const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
   int64_t c = 0;
-  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
-  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, c * 16, all);
-  if (tail != 0) BlockValues<QS, 1>(vt, dv, t0, rows_max, rows, p, o, full * 16, tail);
+  for (; c + 4 <= full; c += 4)
+    BlockValues<QS, 4>(vt, dv, t0, rows_max, first, rows, p, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, t0, rows_max, first, rows, p, o, c * 16, all);
+  if (tail != 0)
+    BlockValues<QS, 1>(vt, dv, t0, rows_max, first, rows, p, o, full * 16, tail);
 }
 
-// One register tile of QS queries (pointers q[i], lengths len[i], state mx/sum/o) over block b.
+// One register tile of QS queries (pointers q[i], lengths len[i], starts start[i] or none,
+// state mx/sum/o) over block b.
 template <int QS>
 void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block, int64_t b,
-                    const float* const* q, const int64_t* len, float* mx, float* sum,
-                    float* const* o) {
+                    const float* const* q, const int64_t* len, const int64_t* start, float* mx,
+                    float* sum, float* const* o) {
   const int64_t t0 = b * kKeyBlock;
+  int64_t first[QS], rows[QS], rows_max = 0;  // each query's positions [first, rows) of the block
+  for (int i = 0; i < QS; ++i) {
+    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, kKeyBlock);
+    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
+    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
+  }
+  if (rows_max == 0) return;  // none of the tile's queries attends this block
   alignas(64) float s[QS][kKeyBlock];
   BlockScores<QS>(q, a.qk_dim, block, a.scale, s);
-  int64_t rows[QS], rows_max = 0;
   for (int i = 0; i < QS; ++i) {
-    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
-    rows_max = std::max(rows_max, rows[i]);
-    if (rows[i] > 0) OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim);
+    if (rows[i] > first[i])
+      OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim, first[i]);
   }
-  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, rows, s, o);
+  BlockValuesAll<QS>(vt, a.v_dim, t0, rows_max, first, rows, s, o);
 }
 
 using QueryTileBlockFn = void (*)(const AttentionArgs&, const float*, const float*, int64_t,
-                                  const float* const*, const int64_t*, float*, float*,
-                                  float* const*);
+                                  const float* const*, const int64_t*, const int64_t*, float*,
+                                  float*, float* const*);
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
                                                     QueryTileBlock<3>, QueryTileBlock<4>};
 
@@ -435,7 +446,8 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
   for (int64_t i = i0; i < i1; ++i) q[i - i0] = qa.q + (i * h + head) * dq;
   st.ForEachBlockAndTile(i1 - i0, kQs, [&](int64_t b, int64_t j, int qs) {
     const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
-    kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j, st.mx + j,
+    kQueryTileBlocks[qs - 1](a, vhead, block, b, q + j, qa.lengths + i0 + j,
+                             qa.starts == nullptr ? nullptr : qa.starts + i0 + j, st.mx + j,
                              st.sum + j, st.o + j);
   });
   WriteQueryOutputs(qa, head, i0, i1, st.o, st.mx, st.sum);

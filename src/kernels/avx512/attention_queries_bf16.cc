@@ -9,9 +9,10 @@
 //
 // with keys packed per block as [k-pairs][64 positions] of bf16 pairs and values as
 // [position pairs][v_dim] of bf16 pairs. Each query's sums run in one fixed order (k-pairs in
-// order; position pairs in order, blocks in order), and a pair past its length is masked off, so
-// a query's result depends only on its own query, length and rows: never on the other queries of
-// its tile or call, nor on the thread, as the f32 kernel's.
+// order; position pairs in order, blocks in order), and a pair outside its positions (before its
+// start, past its length) is masked off, so a query's result depends only on its own query,
+// start, length and rows: never on the other queries of its tile or call, nor on the thread, as
+// the f32 kernel's.
 #include "kernels/avx512/intrinsics.h"
 
 #include <algorithm>
@@ -59,22 +60,26 @@ void BlockScores(const uint32_t* const* qp, int64_t pairs, const uint32_t* block
     for (int v = 0; v < 4; ++v) _mm512_storeu_ps(&s[i][16 * v], _mm512_mul_ps(acc[i][v], sc));
 }
 
-// One register tile of QS queries (q pairs qp[i], lengths len[i], state mx/sum/o) over block b.
-// vt: the head's value pairs.
+// One register tile of QS queries (q pairs qp[i], lengths len[i], starts start[i] or none,
+// state mx/sum/o) over block b. vt: the head's value pairs.
 template <int QS>
 void QueryTileBlock(const AttentionArgs& a, const uint32_t* vt, const uint32_t* block, int64_t b,
-                    const uint32_t* const* qp, const int64_t* len, float* mx, float* sum,
-                    float* const* o) {
+                    const uint32_t* const* qp, const int64_t* len, const int64_t* start,
+                    float* mx, float* sum, float* const* o) {
   const int64_t t0 = b * kKeys, pairs = (a.qk_dim + 1) / 2;
+  int64_t first[QS], rows[QS], rows_max = 0;  // each query's positions [first, rows) of the block
+  for (int i = 0; i < QS; ++i) {
+    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, kKeys);
+    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeys);
+    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
+  }
+  if (rows_max == 0) return;  // none of the tile's queries attends this block
   alignas(64) float s[QS][kKeys];
   BlockScores<QS>(qp, pairs, block, a.scale, s);
-  int64_t rows[QS], rows_max = 0;
   alignas(64) uint32_t pp[QS][kKeys / 2];
   for (int i = 0; i < QS; ++i) {
-    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeys);
-    rows_max = std::max(rows_max, rows[i]);
-    if (rows[i] == 0) continue;
-    OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim);
+    if (rows[i] <= first[i]) continue;
+    OnlineSoftmaxBlock(s[i], rows[i], &mx[i], &sum[i], o[i], a.v_dim, first[i]);
     // The probabilities as bf16, in position order: pair rp holds positions 2 rp and 2 rp + 1.
     for (int v = 0; v < 2; ++v) {
       const __m512bh p = _mm512_cvtne2ps_pbh(_mm512_load_ps(&s[i][32 * v + 16]),
@@ -82,12 +87,12 @@ void QueryTileBlock(const AttentionArgs& a, const uint32_t* vt, const uint32_t* 
       _mm512_store_si512(&pp[i][16 * v], (__m512i)p);
     }
   }
-  BlockValuesAll<QS>(vt + t0 / 2 * a.v_dim, a.v_dim, (rows_max + 1) / 2, rows, pp, o);
+  BlockValuesAll<QS>(vt + t0 / 2 * a.v_dim, a.v_dim, (rows_max + 1) / 2, first, rows, pp, o);
 }
 
 using QueryTileBlockFn = void (*)(const AttentionArgs&, const uint32_t*, const uint32_t*, int64_t,
-                                  const uint32_t* const*, const int64_t*, float*, float*,
-                                  float* const*);
+                                  const uint32_t* const*, const int64_t*, const int64_t*, float*,
+                                  float*, float* const*);
 constexpr QueryTileBlockFn kQueryTileBlocks[kQs] = {QueryTileBlock<1>, QueryTileBlock<2>,
                                                     QueryTileBlock<3>, QueryTileBlock<4>};
 
@@ -115,7 +120,8 @@ void HeadQueries(const QueriesAttentionArgs& qa, const PackedQueriesLayout& l, c
   }
   st.ForEachBlockAndTile(i1 - i0, kQs, [&](int64_t b, int64_t j, int qs) {
     const uint32_t* block = kt + (key_head * blocks + b) * l.key_lines * kKeys;
-    kQueryTileBlocks[qs - 1](a, vhead, block, b, qp + j, qa.lengths + i0 + j, st.mx + j,
+    kQueryTileBlocks[qs - 1](a, vhead, block, b, qp + j, qa.lengths + i0 + j,
+                             qa.starts == nullptr ? nullptr : qa.starts + i0 + j, st.mx + j,
                              st.sum + j, st.o + j);
   });
   WriteQueryOutputs(qa, head, i0, i1, st.o, st.mx, st.sum);

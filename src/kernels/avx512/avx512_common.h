@@ -160,14 +160,18 @@ inline void Transpose16x16(const __m512i (&r)[16], __m512i (&line)[16]) {
 // Positions per online-softmax block of the attention kernels that run many queries at once.
 inline constexpr int64_t kSoftmaxBlock = 64;
 
-// One query's online-softmax step over a block: s [kSoftmaxBlock] holds its scaled scores, the
-// first `rows` (> 0) of them real. Raises the running max *mx (rescaling the unnormalised output
-// o [dv] and *sum when it grows), then leaves exp(s - max) in s (0 past `rows`) and adds them to
-// *sum. The caller then adds s . values to o.
+// One query's online-softmax step over a block: s [kSoftmaxBlock] holds its scaled scores, those
+// in [first, rows) (first < rows) real. Raises the running max *mx (rescaling the unnormalised
+// output o [dv] and *sum when it grows), then leaves exp(s - max) in s (0 outside [first, rows))
+// and adds them to *sum. The caller then adds s . values to o. first > 0: a sliding window's
+// first block (the same sums as with first 0 where first is 0).
 inline void OnlineSoftmaxBlock(float* s, int64_t rows, float* mx, float* sum, float* o,
-                               int64_t dv) {
+                               int64_t dv, int64_t first = 0) {
   __mmask16 m[4];
-  for (int v = 0; v < 4; ++v) m[v] = TailMask(std::clamp<int64_t>(rows - 16 * v, 0, 16));
+  for (int v = 0; v < 4; ++v) {
+    m[v] = TailMask(std::clamp<int64_t>(rows - 16 * v, 0, 16)) &
+           static_cast<__mmask16>(~TailMask(std::clamp<int64_t>(first - 16 * v, 0, 16)));
+  }
   __m512 bm = _mm512_set1_ps(-INFINITY);
   for (int v = 0; v < 4; ++v) bm = _mm512_mask_max_ps(bm, m[v], bm, _mm512_load_ps(s + 16 * v));
   const float block_max = ReduceMax(bm);

@@ -41,6 +41,9 @@ struct QueryTileState {
   float mx[kQueriesPerTask], sum[kQueriesPerTask];
   float* o[kQueriesPerTask];
   int64_t longest = 0;  // the longest query's length: blocks past it are skipped
+  // The earliest start of a query that attends anything: blocks before it are skipped (a sliding
+  // window's queries attend only their last positions).
+  int64_t earliest = INT64_MAX;
 
   QueryTileState(const QueriesAttentionArgs& qa, int64_t i0, int64_t i1) {
     const int64_t dv = qa.shared.v_dim;
@@ -52,14 +55,19 @@ struct QueryTileState {
       o[i - i0] = rows.data() + (i - i0) * dv;
       std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
       longest = std::max(longest, qa.lengths[i]);
+      if (QueryStart(qa, i) < qa.lengths[i]) earliest = std::min(earliest, QueryStart(qa, i));
     }
   }
 
-  // Calls tile(block, j, count) for every block of kSoftmaxBlock positions up to `longest` and
-  // every register tile of `per_tile` queries from j (count of them) among `queries`.
+  // The first block any query of the task attends.
+  int64_t first_block() const { return earliest == INT64_MAX ? 0 : earliest / kSoftmaxBlock; }
+
+  // Calls tile(block, j, count) for every block of kSoftmaxBlock positions from the earliest
+  // start up to `longest` and every register tile of `per_tile` queries from j (count of them)
+  // among `queries`.
   template <class F>
   void ForEachBlockAndTile(int64_t queries, int per_tile, F&& tile) const {
-    for (int64_t b = 0; b * kSoftmaxBlock < longest; ++b) {
+    for (int64_t b = first_block(); b * kSoftmaxBlock < longest; ++b) {
       for (int64_t j = 0; j < queries; j += per_tile) {
         tile(b, j, static_cast<int>(std::min<int64_t>(per_tile, queries - j)));
       }
@@ -68,14 +76,14 @@ struct QueryTileState {
 };
 
 // Queries [i0, i1) of `head`: out = o / the softmax denominator (from the running max and sum),
-// or 0 for a query of length 0. o[i - i0]: the query's unnormalised output [v_dim].
+// or 0 for a query that attends nothing. o[i - i0]: the query's unnormalised output [v_dim].
 inline void WriteQueryOutputs(const QueriesAttentionArgs& qa, int64_t head, int64_t i0,
                               int64_t i1, float* const* o, const float* mx, const float* sum) {
   const AttentionArgs& a = qa.shared;
   const int64_t dv = a.v_dim;
   for (int64_t i = i0; i < i1; ++i) {
     float* out = qa.out + (i * a.num_heads + head) * dv;
-    if (qa.lengths[i] <= 0) {
+    if (qa.lengths[i] <= QueryStart(qa, i)) {
       std::fill(out, out + dv, 0.0f);
       continue;
     }

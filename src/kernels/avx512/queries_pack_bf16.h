@@ -126,26 +126,53 @@ inline void PackQueriesBf16(const QueriesAttentionArgs& qa, const PackedQueriesL
   });
 }
 
-// o[i][c0..c0+16C) += sum over position pairs rp < (rows[i] + 1) / 2 of p pair . value pair, in
-// order of rp. pp[i]: query i's probabilities as bf16 pairs; vt: the head's value pairs from
-// the block's first pair. A query of odd rows[i] takes its last pair's value with the high half
-// zeroed: that position lies past its length (another query's row, or padding), and its
-// probability 0 times an inf or NaN there would be NaN.
+// o[i][c0..c0+16C) += sum over the position pairs rp < pairs_max that query i attends of p pair .
+// value pair, in order of rp. Query i attends positions [first[i], rows[i]) of the block. pp[i]:
+// its probabilities as bf16 pairs (0 outside its positions); vt: the head's value pairs from the
+// block's first pair. A pair of which the query attends one position takes its value with the
+// other half zeroed: that position lies outside the query's (another query's row, or padding),
+// and its probability 0 times an inf or NaN there would be NaN.
 template <int QS, int C>
-void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
-                 const uint32_t (*pp)[kSoftmaxBlock / 2], float* const* o, int64_t c0,
-                 __mmask16 last) {
+void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* first,
+                 const int64_t* rows, const uint32_t (*pp)[kSoftmaxBlock / 2], float* const* o,
+                 int64_t c0, __mmask16 last) {
   __mmask16 mask[C];
   for (int cc = 0; cc < C; ++cc) mask[cc] = cc == C - 1 ? last : static_cast<__mmask16>(0xffff);
   __m512 acc[QS][C];
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc)
       acc[i][cc] = _mm512_maskz_loadu_ps(mask[cc], o[i] + c0 + 16 * cc);
-  // Whole pairs every query of the tile attends (the whole block but on the diagonal) run with
-  // no test; the rest per query: a whole pair, a half pair or nothing.
-  int64_t pairs_all = pairs_max;
-  for (int i = 0; i < QS; ++i) pairs_all = std::min(pairs_all, rows[i] / 2);
-  for (int64_t rp = 0; rp < pairs_all; ++rp) {
+  // Whole pairs every query of the tile attends (the whole block but on the diagonal and at a
+  // window's start) run with no test; the rest per query: a whole pair, a half pair or nothing.
+  int64_t pairs_lo = 0, pairs_all = pairs_max;
+  for (int i = 0; i < QS; ++i) {
+    pairs_lo = std::max(pairs_lo, (first[i] + 1) / 2);
+    pairs_all = std::min(pairs_all, rows[i] / 2);
+  }
+  const __m512i low_halves = _mm512_set1_epi32(0xffff);
+  const auto tested_pairs = [&](int64_t rp0, int64_t rp1) {
+    for (int64_t rp = rp0; rp < rp1; ++rp) {
+      const uint32_t* v = vt + rp * dv + c0;
+      __m512i vv[C], low[C], high[C];  // the pair, and its first or second position's value alone
+      for (int cc = 0; cc < C; ++cc) {
+        vv[cc] = _mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
+        low[cc] = _mm512_and_si512(vv[cc], low_halves);
+        high[cc] = _mm512_andnot_si512(low_halves, vv[cc]);
+      }
+      for (int i = 0; i < QS; ++i) {
+        const bool lo = first[i] <= 2 * rp && 2 * rp < rows[i];
+        const bool hi = first[i] <= 2 * rp + 1 && 2 * rp + 1 < rows[i];
+        if (!lo && !hi) continue;
+        const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
+        for (int cc = 0; cc < C; ++cc) {
+          const __m512i value = lo && hi ? vv[cc] : lo ? low[cc] : high[cc];
+          acc[i][cc] = _mm512_dpbf16_ps(acc[i][cc], pb, (__m512bh)value);
+        }
+      }
+    }
+  };
+  tested_pairs(0, std::min(pairs_lo, pairs_max));
+  for (int64_t rp = pairs_lo; rp < pairs_all; ++rp) {
     const uint32_t* v = vt + rp * dv + c0;
     __m512bh vv[C];
     for (int cc = 0; cc < C; ++cc) {
@@ -156,37 +183,22 @@ void BlockValues(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_
       for (int cc = 0; cc < C; ++cc) acc[i][cc] = _mm512_dpbf16_ps(acc[i][cc], pb, vv[cc]);
     }
   }
-  const __m512i low_halves = _mm512_set1_epi32(0xffff);
-  for (int64_t rp = pairs_all; rp < pairs_max; ++rp) {
-    const uint32_t* v = vt + rp * dv + c0;
-    __m512i vv[C], low[C];  // the pair, and its first position's value alone
-    for (int cc = 0; cc < C; ++cc) {
-      vv[cc] = _mm512_maskz_loadu_epi32(mask[cc], v + 16 * cc);
-      low[cc] = _mm512_and_si512(vv[cc], low_halves);
-    }
-    for (int i = 0; i < QS; ++i) {
-      const int64_t attended = rows[i] - 2 * rp;  // of the pair's two positions
-      if (attended <= 0) continue;
-      const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int32_t>(pp[i][rp]));
-      for (int cc = 0; cc < C; ++cc) {
-        acc[i][cc] =
-            _mm512_dpbf16_ps(acc[i][cc], pb, (__m512bh)(attended >= 2 ? vv[cc] : low[cc]));
-      }
-    }
-  }
+  tested_pairs(std::max(pairs_lo, pairs_all), pairs_max);
   for (int i = 0; i < QS; ++i)
     for (int cc = 0; cc < C; ++cc) _mm512_mask_storeu_ps(o[i] + c0 + 16 * cc, mask[cc], acc[i][cc]);
 }
 
 template <int QS>
-void BlockValuesAll(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* rows,
-                    const uint32_t (*pp)[kSoftmaxBlock / 2], float* const* o) {
+void BlockValuesAll(const uint32_t* vt, int64_t dv, int64_t pairs_max, const int64_t* first,
+                    const int64_t* rows, const uint32_t (*pp)[kSoftmaxBlock / 2],
+                    float* const* o) {
   const int64_t full = dv / 16;
   const __mmask16 all = 0xffff, tail = TailMask(dv - full * 16);
   int64_t c = 0;
-  for (; c + 4 <= full; c += 4) BlockValues<QS, 4>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
-  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, c * 16, all);
-  if (tail != 0) BlockValues<QS, 1>(vt, dv, pairs_max, rows, pp, o, full * 16, tail);
+  for (; c + 4 <= full; c += 4)
+    BlockValues<QS, 4>(vt, dv, pairs_max, first, rows, pp, o, c * 16, all);
+  for (; c < full; ++c) BlockValues<QS, 1>(vt, dv, pairs_max, first, rows, pp, o, c * 16, all);
+  if (tail != 0) BlockValues<QS, 1>(vt, dv, pairs_max, first, rows, pp, o, full * 16, tail);
 }
 
 }  // namespace

@@ -70,8 +70,11 @@ void AttentionQueriesRef(const QueriesAttentionArgs& qa) {
   std::vector<float> scores(longest);
   for (int64_t i = 0; i < qa.num_queries; ++i) {
     AttentionArgs a = shared;
+    const int64_t start = std::min(QueryStart(qa, i), qa.lengths[i]);
+    a.keys = shared.keys + start;
+    a.values = shared.values + start;
     a.q = qa.q + i * shared.num_heads * shared.qk_dim;
-    a.length = qa.lengths[i];
+    a.length = qa.lengths[i] - start;
     a.out = qa.out + i * shared.num_heads * shared.v_dim;
     a.scratch = scores.data();
     AttentionRef(a);
