@@ -20,10 +20,10 @@
 // Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and
 // a query's arithmetic follows its own start and length alone: its scores, its softmax steps at
 // the blocks it attends, for the blocks it attends whole the two value products of each column
-// tile, in order, and for the blocks it attends in part the vector products below. A query of a tile that does not
-// attend a block its neighbours attend (or only in part) keeps its output row out of the tile
-// product (saved before it and put back: a product over zero probabilities could turn a -0 sum
-// into +0). So its result does not depend on the other queries of its tile or call, nor on the
+// tile, in order, and for the blocks it attends in part the vector products below. A query of a
+// tile that does not attend a block its neighbours attend (or only in part) keeps its output row
+// out of the tile product (saved before it and put back: a product over zero probabilities could
+// turn a -0 sum into +0). So its result does not depend on the other queries of its tile or call, nor on the
 // thread, as in the vdpbf16ps kernel (but with other bits: the sums run in another order).
 //
 // A query's block that it attends only in part (its last, the diagonal; under a sliding window
