@@ -19,9 +19,10 @@
 // cache (compute ceiling of the kernels). "gflops" counts 2 * M flops per weight;
 // "prefill_attention": causal attention of a P-token chunk over per-head expanded keys (192) and
 // values (128), as the expanded form runs it: one `attention` call per query against one
-// `attention_queries` call for all of them (bit-identical results). --prefill-calls queries times
-// the second alone (the first takes seconds a run from 4k tokens). --window W: each token attends
-// its last W positions (a sliding-window layer: QueriesAttentionArgs::starts), not its prefix.
+// `attention_queries` call for all of them (other bits: the two sum in other orders).
+// --prefill-calls queries times the second alone (the first takes seconds a run from 4k tokens).
+// --window W: each token attends its last W positions (a sliding-window layer:
+// QueriesAttentionArgs::starts), not its prefix.
 // --attention-rows bf16: the decode attention over bf16 rows with bf16 products (the engine's
 // default for a bf16 checkpoint), the DSA indexer's scores of one query (64 heads of 128) over as
 // many bf16 keys ("index_scores"), and the prefill attention with bf16 products; "gflops" counts

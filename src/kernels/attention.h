@@ -53,19 +53,25 @@ struct AttentionArgs {
   bool bf16_products = false;
 };
 
-// Causal attention of several query tokens of one sequence (an expanded-form prefill chunk): query
+// Attention of several query tokens of one sequence (an expanded-form prefill chunk): query
 // i attends positions [starts[i], lengths[i]) of the shared keys and values (from 0 without
 // starts; a sliding window's queries start at their window's first position). Each query's output
 // depends only on its own query, start, length and rows, never on the other queries of the call
 // or the thread count, so a token's result does not depend on the chunk it arrives in. The fast
 // kernel reads a block of keys and values once for many queries (not once per query, as
 // `attention` would).
+// attention_queries' kernels lay their online-softmax blocks (and bf16 position pairs) over the
+// key indices from 0, so a query's bits depend on its start and length themselves, not only on
+// the rows they span. A caller that wants a token's bits not to depend on where its call's keys
+// begin (a sliding window's chunk) indexes them from a position that is a multiple of this.
+inline constexpr int64_t kQueriesBlockPositions = 64;
+
 struct QueriesAttentionArgs {
   AttentionArgs shared;           // keys, values, strides, dims, scale; q, out, length unused
   int64_t num_queries = 0;
   const float* q = nullptr;       // [num_queries, num_heads, qk_dim]
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
-  // [num_queries] each query's first position, or null: 0 for every query. A query with
+  // [num_queries] each query's first position (>= 0), or null: 0 for every query. A query with
   // starts[i] >= lengths[i] attends nothing (its output is 0). Positions before a query's start
   // never reach its sums, whatever they hold (an inf or NaN there included).
   const int64_t* starts = nullptr;

@@ -46,8 +46,9 @@ struct KernelTable {
   void (*transposed_linear)(const float* x, int64_t m, const WeightRef& w, float* y);
   // Attention of one query token over its positions (kernels/attention.h).
   void (*attention)(const AttentionArgs& args);
-  // Several query tokens of one sequence, each over its own causal prefix; a query's output
-  // depends on nothing else in the call (kernels/attention.h).
+  // Several query tokens of one sequence, each over its own causal prefix or from its own first
+  // position (a sliding window); a query's output depends on nothing else in the call
+  // (kernels/attention.h).
   void (*attention_queries)(const QueriesAttentionArgs& args);
   // MLA's kv_a_layernorm and rotary embedding of keys and queries, fused (kernels/norm_rope.h);
   // the norm equals this table's rms_norm bit for bit.

@@ -148,6 +148,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
                       float scale, const float* sinks, float* attn_out, AttentionWorkspace& ws) {
   const int64_t n = seq.context - first;
   LATENT_CHECK(window > 0 || first == 0);
+  LATENT_CHECK(window == 0 || selection == nullptr);  // a window layer attends its window only
   LATENT_CHECK(rows.size() == n);
   const int64_t head_rows = d.nope + d.v;
   // The step-sized buffers come from the workspace: fresh vectors of these sizes (megabytes at
@@ -169,10 +170,18 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       }
     }
   });
-  std::vector<const void*> key_ptrs(n), value_ptrs(n);
+  // The kernels' key index 0 is position `base`, a multiple of kQueriesBlockPositions: a window
+  // token's bits then do not depend on where its chunk's window starts (how the prompt was
+  // chunked). Positions [base, first) lie before every query's window (masked, never read into
+  // a sum); they point at a zero row, their rows may be gone from the cache.
+  const int64_t base = first / kernels::kQueriesBlockPositions * kernels::kQueriesBlockPositions;
+  const int64_t pad = first - base;
+  std::vector<float> zero_row(pad > 0 ? d.heads * std::max(d.qk(), head_rows) : 0, 0.0f);
+  std::vector<const void*> key_ptrs(pad + n, zero_row.data());
+  std::vector<const void*> value_ptrs(pad + n, zero_row.data());
   for (int64_t t = 0; t < n; ++t) {
-    key_ptrs[t] = &keys[t * d.heads * d.qk()];
-    value_ptrs[t] = &kv[t * d.heads * head_rows + d.nope];
+    key_ptrs[pad + t] = &keys[t * d.heads * d.qk()];
+    value_ptrs[pad + t] = &kv[t * d.heads * head_rows + d.nope];
   }
   kernels::AttentionArgs shared;
   shared.num_heads = d.heads;
@@ -196,13 +205,13 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   if (!causal.empty()) {
     const int64_t nq = static_cast<int64_t>(causal.size());
     const int64_t q_floats = d.heads * d.qk(), out_floats = d.heads * d.v;  // per row
-    // Positions relative to `first` (the rows' first): (position - window, position] under a
-    // sliding window, else [0, position].
+    // Positions relative to `base`: (position - window, position] under a sliding window, else
+    // [0, position].
     std::vector<int64_t> lengths(nq), starts(window > 0 ? nq : 0);
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t position = batch.positions[causal[i]];
-      lengths[i] = position + 1 - first;
-      if (window > 0) starts[i] = WindowStart(position, window) - first;
+      lengths[i] = position + 1 - base;
+      if (window > 0) starts[i] = WindowStart(position, window) - base;
     }
     // The rows are ascending: with none picked out by DSA they are one range, read and written
     // in place; otherwise gathered into the workspace first.

@@ -901,6 +901,8 @@ std::vector<QueriesCase> QueriesCases() {
                                                                       5, 2}},
       WindowCase(5, 17, 15, 1000, 40, 34),
       WindowCase(2, 32, 16, 10, 100, 77),
+      WindowCase(2, 32, 16, 200, 100, 77),  // two tasks whose first blocks differ
+      {3, 33, 31, true, {7, 600, 64, 2000}, {3, 550, 1, 1999}},  // one shared head
   };
 }
 
@@ -913,8 +915,6 @@ void ExpectEachQueryNearRef(const QueriesCase& c, const QueriesData& r,
   std::vector<float> want(per_query), scratch(r.keys.size() + 1);
   for (int64_t i = 0; i < r.args.num_queries; ++i) {
     AttentionArgs a = r.args.shared;
-    a.keys = r.keys.data();
-    a.values = r.values.data();
     const int64_t start = std::min(StartOf(c, i), c.lengths[i]);
     a.keys = r.keys.data() + start;
     a.values = r.values.data() + start;
@@ -1077,12 +1077,11 @@ TEST_P(FastKernels, AttentionQueriesIgnoreNonFiniteValuesPastAQuerysLength) {
 
 // Keys and values before a query's start (a sliding window's earlier positions) never reach it,
 // whatever they hold: with inf, -inf or NaN in every key and value before query i's start, query
-// i gives the bits it gives over finite rows there, for each i of 40 consecutive queries with
-// windows of 5. Their starts are odd and even, so some windows begin on the second position of a
-// bf16 pair whose first position holds the bad value.
-void ExpectRowsBeforeStartsNeverReachTheQueries(const KernelTable& table, bool bf16_products,
-                                                const std::string& name) {
-  const QueriesCase c = WindowCase(2, 24, 16, 20, 40, 5);
+// i gives the bits it gives over finite rows there, for each i of c's consecutive queries. Their
+// starts are odd and even, so some windows begin on the second position of a bf16 pair whose
+// first position holds the bad value.
+void ExpectRowsBeforeStartNeverReachTheQuery(const KernelTable& table, bool bf16_products,
+                                             const std::string& name, const QueriesCase& c) {
   const int64_t per_query = c.heads * c.v_dim;
   std::mt19937 rng(21);
   QueriesData d;
@@ -1115,12 +1114,53 @@ void ExpectRowsBeforeStartsNeverReachTheQueries(const KernelTable& table, bool b
   }
 }
 
+void ExpectRowsBeforeStartsNeverReachTheQueries(const KernelTable& table, bool bf16_products,
+                                                const std::string& name) {
+  // Windows of 5 in one block; windows of 70 over two, with some queries attending block 1 whole
+  // (on AMX: a tile product beside the rows kept out of it).
+  for (const QueriesCase& c : {WindowCase(2, 24, 16, 20, 40, 5), WindowCase(2, 24, 16, 120, 40, 70)})
+    ExpectRowsBeforeStartNeverReachTheQuery(table, bf16_products, name, c);
+}
+
+// kQueriesBlockPositions: keys indexed from a position 64 later (64 more rows before them, every
+// start and length 64 more) give each query the same bits. What mla_attention.cc relies on to
+// give a sliding-window token the same bits wherever its chunk starts.
+void ExpectKeysShiftedByWholeBlocksGiveTheSameBits(const KernelTable& table, bool bf16_products,
+                                                  const std::string& name) {
+  const QueriesCase c = WindowCase(2, 24, 16, 100, 30, 70);
+  std::mt19937 rng(22);
+  QueriesData d;
+  MakeQueries(c, rng, d);
+  d.args.bf16_products = bf16_products;
+  const int64_t size = d.args.num_queries * c.heads * c.v_dim;
+  std::vector<float> want(size, NAN), got(size, NAN);
+  d.args.out = want.data();
+  table.attention_queries(d.args);
+  const int64_t shift = kQueriesBlockPositions;
+  std::vector<const void*> keys(shift, d.keys[0]), values(shift, d.values[0]);
+  keys.insert(keys.end(), d.keys.begin(), d.keys.end());
+  values.insert(values.end(), d.values.begin(), d.values.end());
+  std::vector<int64_t> lengths = c.lengths, starts = c.starts;
+  for (int64_t& v : lengths) v += shift;
+  for (int64_t& v : starts) v += shift;
+  QueriesAttentionArgs shifted = d.args;
+  shifted.shared.keys = keys.data();
+  shifted.shared.values = values.data();
+  shifted.lengths = lengths.data();
+  shifted.starts = starts.data();
+  shifted.out = got.data();
+  table.attention_queries(shifted);
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * size))
+      << name << " bf16 " << bf16_products;
+}
+
 TEST_P(FastKernels, AttentionQueriesNeverReadRowsBeforeAQuerysStart) {
   LATENT_REQUIRE_TABLE(fast);
   ThreadCount restore;
   threads::SetNumThreads(2);
   for (const bool bf16 : {false, true}) {
     ExpectRowsBeforeStartsNeverReachTheQueries(fast, bf16, GetParam().name);
+    ExpectKeysShiftedByWholeBlocksGiveTheSameBits(fast, bf16, GetParam().name);
   }
 }
 
@@ -1129,6 +1169,7 @@ TEST(AmxAttention, QueriesNeverReadRowsBeforeAQuerysStart) {
   ThreadCount restore;
   threads::SetNumThreads(2);
   ExpectRowsBeforeStartsNeverReachTheQueries(*AmxKernels(), true, "amx");
+  ExpectKeysShiftedByWholeBlocksGiveTheSameBits(*AmxKernels(), true, "amx");
 }
 
 // The AMX table's attention_queries under bf16 products: TDPBF16PS where AmxTakesQueries (value

@@ -112,3 +112,28 @@ def test_prefix_hits_equal_alone(model_dir, workload, alone, tmp_path):
                            "--max-batch-tokens", "48", name="hits-pressured")
     assert summary["preemptions"] > 0
     assert outputs(results) == alone
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def window_model(tiny_models, request):
+    """dots3_note's sliding-window layers with a window of 100: wider than the attention kernels'
+    64-position blocks, so a window starts inside a block and spans several. In f32 and in bf16
+    (bf16 compute: the prefill attention on bf16 position pairs where the CPU has AVX512-BF16)."""
+    return tiny_models.get("dots3_note", "--dtype", request.param,
+                           config={"sliding_window": 100, "max_position_embeddings": 512})
+
+
+@pytest.mark.parametrize("budget", [7, 13, 64])
+def test_window_prefill_bits_do_not_depend_on_the_chunking(window_model, tmp_path, budget):
+    """A sliding-window token's expanded prefill attends its window in one attention_queries call
+    with the other tokens of its chunk. Its bits must not depend on where that chunk starts: the
+    same seeded requests, their prompts (30 to 250 tokens) run expanded in chunks of the budget
+    and batched, give the same tokens and logprobs as each alone (chunks of the window)."""
+    rng = random.Random(37)
+    requests = [sampled([rng.randrange(2, 257) for _ in range(n)], seed=3000 + i, max_tokens=6)
+                for i, n in enumerate([30, 101, 130, 177, 250])]
+    flags = ("--attention", "expanded", "--no-prefix-cache")
+    alone, _ = run(window_model, tmp_path, requests, "--max-seqs", "1", *flags, name="alone")
+    chunked, _ = run(window_model, tmp_path, [dict(r, arrival_step=i) for i, r in enumerate(requests)],
+                     "--max-batch-tokens", str(budget), *flags, name=f"chunked{budget}")
+    assert outputs(chunked) == outputs(alone)

@@ -1,5 +1,5 @@
 // attention_queries under bf16 compute (QueriesAttentionArgs::bf16_products) on AMX tiles: the
-// expanded form's causal prefill attention, FlashAttention's loop with both products on
+// expanded form's prefill attention (causal or sliding-window), FlashAttention's loop with both products on
 // TDPBF16PS. Per task (one head, up to 64 queries: queries_common.h), per block of 64 positions,
 // per tile of 16 queries:
 //

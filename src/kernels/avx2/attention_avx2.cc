@@ -1,5 +1,5 @@
-// AVX2 attention of one query token over L positions, and of several causal queries of one
-// sequence (kernels/attention.h): the AVX-512 kernels' structure with 8-lane vectors and
+// AVX2 attention of one query token over L positions, and of several queries of one sequence
+// (causal or sliding-window) (kernels/attention.h): the AVX-512 kernels' structure with 8-lane vectors and
 // register tiles that fit 16 ymm.
 //
 // attention: the positions are cut into segments whose size depends on L only; segments run in
@@ -311,7 +311,7 @@ void Attention(const AttentionArgs& a) {
   MergeSegments(a, base, segments, per_segment);
 }
 
-// ---- attention_queries: several causal queries of one sequence (expanded-form prefill) ----
+// ---- attention_queries: several queries of one sequence (expanded-form prefill) ----
 //
 // Flash-attention style, per head and per tile of kQueryTile queries, as the AVX-512 kernel:
 // the keys are packed once per call, transposed into blocks of kKeyBlock positions
@@ -321,12 +321,13 @@ void Attention(const AttentionArgs& a) {
 // block, 48 KiB at qk 192, streams from L2: with 2 queries x 32 positions per tile, columns 256
 // bytes apart, the loads' latency and the L2 bandwidth bounded the kernel, at 0.6x this speed.)
 // Per query: each score is one f32 chain over the qk columns in order, times the scale; the
-// blocks from position 0 in order, each with an online softmax; p.v summed over the block's
-// positions in order, vectorized over v columns. Positions at or past a query's length are
-// masked out of its max, sum and p.v (not added as zeros), so a query's result depends only on
-// its own query, length and rows: never on the other queries of its tile or call, nor on the
-// thread.
+// blocks (of key indices from 0) in order from the one holding its start, each with an online
+// softmax; p.v summed over the block's positions in order, vectorized over v columns. Positions
+// before a query's start or at or past its length are masked out of its max, sum and p.v (not
+// added as zeros), so a query's result depends only on its own query, start, length and rows:
+// never on the other queries of its tile or call, nor on the thread.
 constexpr int64_t kKeyBlock = 64;   // positions per block
+static_assert(kQueriesBlockPositions % kKeyBlock == 0);
 constexpr int64_t kQueryTile = 64;  // queries per task (they share each block from L1/L2)
 constexpr int kQs = 6;              // queries per score / softmax / p.v register tile
 constexpr int64_t kScoreCols = 16;  // positions per score register tile (2 ymm)

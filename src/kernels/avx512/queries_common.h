@@ -17,6 +17,7 @@ namespace {
 
 // Queries per task: they share each block of keys and values from L1/L2.
 inline constexpr int64_t kQueriesPerTask = 64;
+static_assert(kQueriesBlockPositions % kSoftmaxBlock == 0);  // the blocks of every kernel here
 
 // Runs head_queries(head, i0, i1) for every head and tile of at most kQueriesPerTask queries, on
 // the thread pool, later tiles first: they attend more positions, and the pool hands tasks out
