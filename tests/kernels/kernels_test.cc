@@ -1118,8 +1118,10 @@ void ExpectRowsBeforeStartsNeverReachTheQueries(const KernelTable& table, bool b
                                                 const std::string& name) {
   // Windows of 5 in one block; windows of 70 over two, with some queries attending block 1 whole
   // (on AMX: a tile product beside the rows kept out of it).
-  for (const QueriesCase& c : {WindowCase(2, 24, 16, 20, 40, 5), WindowCase(2, 24, 16, 120, 40, 70)})
+  for (const QueriesCase& c :
+       {WindowCase(2, 24, 16, 20, 40, 5), WindowCase(2, 24, 16, 120, 40, 70)}) {
     ExpectRowsBeforeStartNeverReachTheQuery(table, bf16_products, name, c);
+  }
 }
 
 // kQueriesBlockPositions: keys indexed from a position 64 later (64 more rows before them, every

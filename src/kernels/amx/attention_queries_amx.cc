@@ -1,7 +1,7 @@
 // attention_queries under bf16 compute (QueriesAttentionArgs::bf16_products) on AMX tiles: the
-// expanded form's prefill attention (causal or sliding-window), FlashAttention's loop with both products on
-// TDPBF16PS. Per task (one head, up to 64 queries: queries_common.h), per block of 64 positions,
-// per tile of 16 queries:
+// expanded form's prefill attention (causal or sliding-window), FlashAttention's loop with both
+// products on TDPBF16PS. Per task (one head, up to 64 queries: queries_common.h), per block of 64
+// positions, per tile of 16 queries:
 //
 //   scores  S[16 queries][64 positions] = Q[16][dq] . K^T: 4 accumulator tiles of 16 positions,
 //           one TDPBF16PS per 32 dims of dq, in order; then S *= scale
@@ -17,13 +17,13 @@
 // bytes apart), a value tile 16 position pairs x 16 columns (rows dv pairs apart). The AMX layout
 // pads the key lines to whole tiles of dq and the value rows to whole blocks, with zeros.
 //
-// Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and
-// a query's arithmetic follows its own start and length alone: its scores, its softmax steps at
-// the blocks it attends, for the blocks it attends whole the two value products of each column
-// tile, in order, and for the blocks it attends in part the vector products below. A query of a
-// tile that does not attend a block its neighbours attend (or only in part) keeps its output row
-// out of the tile product (saved before it and put back: a product over zero probabilities could
-// turn a -0 sum into +0). So its result does not depend on the other queries of its tile or call, nor on the
+// Batch invariance: a tile's rows are independent (row r of a product reads only row r of A), and a
+// query's arithmetic follows its own start and length alone: its scores, its softmax steps at the
+// blocks it attends, for the blocks it attends whole the two value products of each column tile, in
+// order, and for the blocks it attends in part the vector products below. A query of a tile that
+// does not attend a block its neighbours attend (or only in part) keeps its output row out of the
+// tile product (saved before it and put back: a product over zero probabilities could turn a -0 sum
+// into +0). So its result does not depend on the other queries of its tile or call, nor on the
 // thread, as in the vdpbf16ps kernel (but with other bits: the sums run in another order).
 //
 // A query's block that it attends only in part (its last, the diagonal; under a sliding window

@@ -1,6 +1,6 @@
-// AVX2 attention of one query token over L positions, and of several queries of one sequence
-// (causal or sliding-window) (kernels/attention.h): the AVX-512 kernels' structure with 8-lane vectors and
-// register tiles that fit 16 ymm.
+// AVX2 attention of one query token over L positions, and of several queries of one sequence,
+// causal or sliding-window (kernels/attention.h): the AVX-512 kernels' structure with 8-lane
+// vectors and register tiles that fit 16 ymm.
 //
 // attention: the positions are cut into segments whose size depends on L only; segments run in
 // parallel, each with an online softmax over 64-row blocks (running max, rescaled partial sums),

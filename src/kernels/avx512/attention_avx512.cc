@@ -277,17 +277,17 @@ void Attention(const AttentionArgs& a) {
 
 // ---- attention_queries: several queries of one sequence (expanded-form prefill) ----
 //
-// Flash-attention style, per head and per tile of kQueryTile queries: the keys are packed once
-// per call, transposed into blocks of kKeyBlock positions ([head][block][qk_dim][kKeyBlock]) (and
-// the values per head, [head][position][v_dim]), so
-// the scores of 4 queries x 64 positions are a register tile of 16 accumulators fed by one
-// broadcast per query and 4 loads per qk column. Per query: each score is one f32 chain over the
-// qk columns in order, times the scale; the blocks (of key indices from 0) in order from the one
-// holding its start, each with an online softmax (running max; the sum of a block's exps in one fixed tree; the output rescaled when
-// the max grows); p.v summed over the block's positions in order, vectorized over v columns.
-// Positions before a query's start or at or past its length are masked out of its max, sum and
-// p.v (not added as zeros), so a query's result depends only on its own query, start, length and
-// rows: never on the other queries of its tile or call, nor on the thread.
+// Flash-attention style, per head and per tile of kQueryTile queries: the keys are packed once per
+// call, transposed into blocks of kKeyBlock positions ([head][block][qk_dim][kKeyBlock]) (and the
+// values per head, [head][position][v_dim]), so the scores of 4 queries x 64 positions are a
+// register tile of 16 accumulators fed by one broadcast per query and 4 loads per qk column. Per
+// query: each score is one f32 chain over the qk columns in order, times the scale; the blocks (of
+// key indices from 0) in order from the one holding its start, each with an online softmax (running
+// max; the sum of a block's exps in one fixed tree; the output rescaled when the max grows); p.v
+// summed over the block's positions in order, vectorized over v columns. Positions before a query's
+// start or at or past its length are masked out of its max, sum and p.v (not added as zeros), so a
+// query's result depends only on its own query, start, length and rows: never on the other queries
+// of its tile or call, nor on the thread.
 constexpr int64_t kKeyBlock = kSoftmaxBlock;  // positions per block: 4 zmm of scores
 static_assert(kQueriesBlockPositions % kKeyBlock == 0);
 constexpr int64_t kQueryTile = kQueriesPerTask;

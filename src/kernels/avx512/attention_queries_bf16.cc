@@ -1,8 +1,8 @@
 // attention_queries under bf16 compute (QueriesAttentionArgs::bf16_products) on vdpbf16ps: the
-// expanded form's prefill attention (causal or sliding-window) with q, keys, probabilities and values rounded to bf16
-// (round to nearest even) and every product summed in f32, as FlashAttention runs bf16 models.
-// vdpbf16ps does two products per f32 lane, so this runs at twice the f32 kernel's rate
-// (attention_avx512.cc), on the same blocking:
+// expanded form's prefill attention (causal or sliding-window) with q, keys, probabilities and
+// values rounded to bf16 (round to nearest even) and every product summed in f32, as FlashAttention
+// runs bf16 models. vdpbf16ps does two products per f32 lane, so this runs at twice the f32
+// kernel's rate (attention_avx512.cc), on the same blocking:
 //
 //   scores  s[q][r] = scale * sum over k-pairs cp of vdpbf16ps(q pair cp, key r's pair cp)
 //   values  o[q][c] += sum over position pairs rp of vdpbf16ps(p pair rp, value pair rp at c)
