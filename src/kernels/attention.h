@@ -71,6 +71,13 @@ struct QueriesAttentionArgs {
   int64_t num_queries = 0;
   const float* q = nullptr;       // [num_queries, num_heads, qk_dim]
   const int64_t* lengths = nullptr;  // [num_queries], each <= the positions `keys` holds
+  // MLA's expanded keys without a per-head copy of the rotary key: with shared_key_dims > 0 the
+  // last shared_key_dims of each head's qk_dim key values (the rotary key, the same for every
+  // head) are read from shared_keys[t] (f32), and keys[t] (+ the head stride) holds only the
+  // first qk_dim - shared_key_dims. f32 rows only. The results equal, bit for bit, those over
+  // whole key rows holding both: the kernels gather the two parts when they pack the keys.
+  const float* const* shared_keys = nullptr;  // [positions] -> shared_key_dims values
+  int64_t shared_key_dims = 0;
   // [num_queries] each query's first position (>= 0), or null: 0 for every query. A query with
   // starts[i] >= lengths[i] attends nothing (its output is 0). Positions before a query's start
   // never reach its sums, whatever they hold (an inf or NaN there included).

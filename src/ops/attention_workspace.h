@@ -41,7 +41,8 @@ class AttentionWorkspace {
   struct Expanded {
     Scratch<float> latents;   // [n, C] the rows' latents
     Scratch<float> kv;        // [n, H, dn + dv] kv_b_proj of them
-    Scratch<float> keys;      // [n, H, dn + dr] the expanded keys
+    Scratch<float> rope;      // [n, dr] the rows' rotary keys (shared by the heads)
+    Scratch<float> keys;      // [n, H, dn + dr] whole expanded keys (DSA-selected tokens only)
     Scratch<float> q_rows;    // [nq, H, dn + dr] the causal queries
     Scratch<float> out_rows;  // [nq, H, dv] their outputs
   };

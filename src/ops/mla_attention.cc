@@ -159,16 +159,9 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   });
   float* kv = ws.expanded.kv.Get(n * d.heads * head_rows);  // [n, H, dn + dv]
   Linear(latents, n, kv_b, kv);
-  float* keys = ws.expanded.keys.Get(n * d.heads * d.qk());  // [n, H, dn + dr]
-  threads::ParallelRows(n, d.heads * d.qk(), [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t h = 0; h < d.heads; ++h) {
-        const float* src = &kv[(t * d.heads + h) * head_rows];
-        float* dst = &keys[(t * d.heads + h) * d.qk()];
-        std::copy(src, src + d.nope, dst);
-        rows.ToF32(t, d.latent, d.row(), dst + d.nope);  // shared rotary key
-      }
-    }
+  float* rope = ws.expanded.rope.Get(n * d.rope);  // [n, dr] the shared rotary keys
+  threads::ParallelRows(n, d.rope, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) rows.ToF32(t, d.latent, d.row(), &rope[t * d.rope]);
   });
   // The kernels' key index 0 is position `base`, a multiple of kQueriesBlockPositions: a window
   // token's bits then do not depend on where its chunk's window starts (how the prompt was
@@ -177,17 +170,21 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
   const int64_t base = first / kernels::kQueriesBlockPositions * kernels::kQueriesBlockPositions;
   const int64_t pad = first - base;
   std::vector<float> zero_row(pad > 0 ? d.heads * std::max(d.qk(), head_rows) : 0, 0.0f);
-  std::vector<const void*> key_ptrs(pad + n, zero_row.data());
+  // Each position's k_nope of every head, in kv_b's output [H, dn + dv] (the keys' rotary part
+  // comes from `rope`, QueriesAttentionArgs::shared_keys), its values, and its rotary key.
+  std::vector<const void*> nope_ptrs(pad + n, zero_row.data());
   std::vector<const void*> value_ptrs(pad + n, zero_row.data());
+  std::vector<const float*> rope_ptrs(pad + n, zero_row.data());
   for (int64_t t = 0; t < n; ++t) {
-    key_ptrs[pad + t] = &keys[t * d.heads * d.qk()];
+    nope_ptrs[pad + t] = &kv[t * d.heads * head_rows];
     value_ptrs[pad + t] = &kv[t * d.heads * head_rows + d.nope];
+    rope_ptrs[pad + t] = &rope[t * d.rope];
   }
   kernels::AttentionArgs shared;
   shared.num_heads = d.heads;
   shared.qk_dim = d.qk();
-  shared.keys = key_ptrs.data();
-  shared.key_head_stride = d.qk();
+  shared.keys = nope_ptrs.data();
+  shared.key_head_stride = head_rows;
   shared.values = value_ptrs.data();
   shared.value_head_stride = head_rows;
   shared.v_dim = d.v;
@@ -235,6 +232,8 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
     qa.q = q_rows;
     qa.lengths = lengths.data();
     qa.starts = window > 0 ? starts.data() : nullptr;
+    qa.shared_keys = rope_ptrs.data();
+    qa.shared_key_dims = d.rope;
     qa.out = out_rows;
     // bf16 products where the layer's kv_b runs bf16 compute (`--precision bf16`, the default
     // for bf16 and fp8 checkpoints); f32 under `--precision f32` and for int8 weights.
@@ -249,6 +248,21 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       });
     }
   }
+  if (picked_rows.empty()) return;
+  // `attention` takes whole key rows: [n, H, dn + dr], k_nope and the shared rotary key (no
+  // window here, so no padding: index t is position t).
+  float* keys = ws.expanded.keys.Get(n * d.heads * d.qk());
+  threads::ParallelRows(n, d.heads * d.qk(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t h = 0; h < d.heads; ++h) {
+        const float* src = &kv[(t * d.heads + h) * head_rows];
+        float* dst = &keys[(t * d.heads + h) * d.qk()];
+        std::copy(src, src + d.nope, dst);
+        std::copy(&rope[t * d.rope], &rope[(t + 1) * d.rope], dst + d.nope);
+      }
+    }
+  });
+  shared.key_head_stride = d.qk();
   threads::ParallelFor(static_cast<int64_t>(picked_rows.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores(n);
     std::vector<const void*> picked_keys, picked_values;
@@ -257,7 +271,7 @@ void ExpandedSequence(const MlaDims& d, const kernels::WeightRef& kv_b, const Se
       picked_keys.clear();
       picked_values.clear();
       for (int32_t p : (*selection)[row]) {
-        picked_keys.push_back(key_ptrs[p]);
+        picked_keys.push_back(&keys[p * d.heads * d.qk()]);
         picked_values.push_back(value_ptrs[p]);
       }
       kernels::AttentionArgs args = shared;

@@ -45,6 +45,24 @@ inline __m512i RowBf16x16(DType dtype, const void* row, int64_t c, int64_t count
   return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, f)));
 }
 
+// Elements c0 .. c0 + 31 of head `head`'s key at position t as 16 bf16 pairs (RowPairs16), zero
+// past qk_dim: from its row, or with QueriesAttentionArgs::shared_keys from its own values below
+// qk_dim - shared_key_dims and the shared rotary key's from there on.
+inline __m512i KeyPairs16(const QueriesAttentionArgs& qa, int64_t t, int64_t head, int64_t c0) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t dq = a.qk_dim, k0 = head * a.key_head_stride, own = dq - qa.shared_key_dims;
+  if (own == dq) return RowPairs16(a.rows.dtype, a.keys[t], k0 + c0, k0 + dq);
+  const float* key = static_cast<const float*>(a.keys[t]) + k0;
+  if (c0 + 32 <= own) return RowPairs16(DType::kF32, key, c0, own);
+  if (c0 >= own) return RowPairs16(DType::kF32, qa.shared_keys[t], c0 - own, dq - own);
+  alignas(64) float joined[32];  // the 32 values across the two parts
+  for (int64_t j = 0; j < 32; ++j) {
+    const int64_t c = c0 + j;
+    joined[j] = c < own ? key[c] : c < dq ? qa.shared_keys[t][c - own] : 0.0f;
+  }
+  return RowPairs16(DType::kF32, joined, 0, 32);
+}
+
 // The packed layout of a call's `positions` (its longest length): kt [key_heads][blocks]
 // [key_lines][kSoftmaxBlock] and vt [value_heads][value_pairs][v_dim], each element a bf16 pair,
 // zero past the last position and past qk_dim. key_lines >= (qk_dim + 1) / 2 and value_pairs >=
@@ -76,7 +94,7 @@ inline void PackQueriesBf16(const QueriesAttentionArgs& qa, const PackedQueriesL
                             uint32_t* kt, uint32_t* vt) {
   const AttentionArgs& a = qa.shared;
   constexpr int64_t kKeys = kSoftmaxBlock;
-  const int64_t dq = a.qk_dim, dv = a.v_dim, positions = l.positions;
+  const int64_t dv = a.v_dim, positions = l.positions;
   const int64_t rows2 = (positions + 1) / 2;
   const int64_t heads = std::max(l.key_heads, l.value_heads);
   const DType dtype = a.rows.dtype;
@@ -86,12 +104,11 @@ inline void PackQueriesBf16(const QueriesAttentionArgs& qa, const PackedQueriesL
       const int64_t t0 = block * kKeys, rows = std::min(kKeys, positions - t0);
       if (head < l.key_heads) {
         uint32_t* dst = kt + (head * l.blocks + block) * l.key_lines * kKeys;
-        const int64_t k0 = head * a.key_head_stride;
         for (int64_t r0 = 0; r0 < kKeys; r0 += 16) {
           for (int64_t cp0 = 0; cp0 < l.key_lines; cp0 += 16) {
             __m512i r[16], line[16];
             for (int64_t i = 0; i < 16; ++i) {
-              r[i] = r0 + i < rows ? RowPairs16(dtype, a.keys[t0 + r0 + i], k0 + 2 * cp0, k0 + dq)
+              r[i] = r0 + i < rows ? KeyPairs16(qa, t0 + r0 + i, head, 2 * cp0)
                                    : _mm512_setzero_si512();
             }
             Transpose16x16(r, line);

@@ -68,10 +68,34 @@ void AttentionQueriesRef(const QueriesAttentionArgs& qa) {
   int64_t longest = 1;
   for (int64_t i = 0; i < qa.num_queries; ++i) longest = std::max(longest, qa.lengths[i]);
   std::vector<float> scores(longest);
+  // With shared_keys: whole key rows [positions, H, qk] (f32), each head's values then the shared.
+  int64_t positions = 0;
+  for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
+  std::vector<float> whole;
+  std::vector<const void*> whole_keys;
+  const void* const* keys = shared.keys;
+  int64_t key_head_stride = shared.key_head_stride;
+  if (qa.shared_key_dims > 0) {
+    const int64_t h = shared.num_heads, dq = shared.qk_dim, own = dq - qa.shared_key_dims;
+    whole.resize(positions * h * dq);
+    whole_keys.resize(positions);
+    for (int64_t t = 0; t < positions; ++t) {
+      for (int64_t head = 0; head < h; ++head) {
+        const float* key = static_cast<const float*>(shared.keys[t]) + head * key_head_stride;
+        float* dst = &whole[(t * h + head) * dq];
+        std::copy(key, key + own, dst);
+        std::copy(qa.shared_keys[t], qa.shared_keys[t] + (dq - own), dst + own);
+      }
+      whole_keys[t] = &whole[t * h * dq];
+    }
+    keys = whole_keys.data();
+    key_head_stride = dq;
+  }
   for (int64_t i = 0; i < qa.num_queries; ++i) {
     AttentionArgs a = shared;
     const int64_t start = std::min(QueryStart(qa, i), qa.lengths[i]);
-    a.keys = shared.keys + start;
+    a.key_head_stride = key_head_stride;
+    a.keys = keys + start;
     a.values = shared.values + start;
     a.q = qa.q + i * shared.num_heads * shared.qk_dim;
     a.length = qa.lengths[i] - start;
