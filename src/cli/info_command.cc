@@ -110,15 +110,21 @@ nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
         decode.rows = format;
         decode.bf16_products = attention_bf16;
         kernels.Add("decode", kernels::BestAttentionName(decode));
-        kernels::QueriesAttentionArgs prefill;  // per-head keys [dn + dr] and values [dv]
+        // kv_b's per-head k_nope [dn] and values [dv], the shared rotary key [dr] beside them
+        kernels::QueriesAttentionArgs prefill;
         prefill.shared.num_heads = shape.num_attention_heads;
         prefill.shared.qk_dim = shape.qk_nope_head_dim + shape.qk_rope_head_dim;
-        prefill.shared.key_head_stride = prefill.shared.qk_dim;
+        prefill.shared.key_head_stride = shape.qk_nope_head_dim + shape.v_head_dim;
+        prefill.shared_key_dims = shape.qk_rope_head_dim;
         prefill.shared.v_dim = shape.v_head_dim;
         prefill.shared.value_head_stride = shape.qk_nope_head_dim + shape.v_head_dim;
         prefill.bf16_products = attention_bf16;
         kernels.Add("prefill", kernels::BestQueriesAttentionName(prefill));
-        if (dsa_layer) kernels.Add("prefill_selected", kernels::BestAttentionName(prefill.shared));
+        if (dsa_layer) {  // one `attention` call per token over whole key rows [dn + dr]
+          kernels::AttentionArgs selected = prefill.shared;
+          selected.key_head_stride = selected.qk_dim;
+          kernels.Add("prefill_selected", kernels::BestAttentionName(selected));
+        }
       } else if (row.name == "dsa.index_k" || row.name == "dsa.kpool") {
         kernels::IndexScoreArgs indexer;
         indexer.heads = config.index_n_heads;

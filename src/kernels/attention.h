@@ -1,7 +1,8 @@
 // Scaled dot-product attention of one query token over L cached positions, per head.
 // Keys and values are addressed by one pointer per position, so the same kernel reads rows in a
 // paged cache in place (absorbed MLA: one shared key/value head, head stride 0) or materialised
-// per-head keys and values (expanded MLA).
+// per-head keys and values (expanded MLA; attention_queries can take the shared rotary key apart
+// from each head's k_nope: QueriesAttentionArgs::shared_keys).
 //
 // Rows in place: the key and value rows are in `rows`' format (kernels/row_format.h): f32, bf16
 // or the fp8 row encoding (the paged cache's storage types). A bf16 element widens to f32
@@ -12,7 +13,8 @@
 // copy would feed it). Not so under bf16_products (below), whose kernels round the rows to bf16.
 // Rows the kernels do not read in place (RowsReadInPlace) are converted to f32 by the caller
 // first. fp8 rows are read as one shared head only (head strides 0: MLA's
-// absorbed form) and only by `attention`; attention_queries takes f32 or bf16 rows.
+// absorbed form) and only by `attention`; attention_queries takes f32 or bf16 rows (f32 only
+// with shared_keys).
 #pragma once
 
 #include <cmath>
@@ -97,6 +99,14 @@ struct QueriesAttentionArgs {
 // every score: the output is then 0, the limit.
 inline float SinkDenominator(const float* sinks, int64_t h, float max_score, float sum) {
   return sinks == nullptr ? sum : sum + std::exp(sinks[h] - max_score);
+}
+
+// Whether a call's shared_keys are as the kernels take them: none, or f32 rows with at most
+// qk_dim shared values (each attention_queries checks it).
+inline bool SharedKeysTaken(const QueriesAttentionArgs& qa) {
+  return qa.shared_key_dims == 0 ||
+         (qa.shared_keys != nullptr && qa.shared.rows.dtype == DType::kF32 &&
+          qa.shared_key_dims > 0 && qa.shared_key_dims <= qa.shared.qk_dim);
 }
 
 // Query i's first position (QueriesAttentionArgs::starts; 0 without).

@@ -1158,18 +1158,22 @@ void ExpectKeysShiftedByWholeBlocksGiveTheSameBits(const KernelTable& table, boo
 
 // QueriesAttentionArgs::shared_keys (MLA's expanded keys: each head's k_nope from kv_b's output,
 // the rotary key shared): the same bits as over whole key rows holding both, for k_nope dims that
-// end inside, at and past a 32-value pair group of the bf16 packing, causal and windowed.
+// end inside, at and past a 32-value pair group of the bf16 packing, causal and windowed, per-head
+// keys and one key head.
 void ExpectSharedKeysGiveTheWholeKeysBits(const KernelTable& table, bool bf16_products,
                                           const std::string& name) {
   struct Dims {
     int64_t heads, nope, rope, v;
+    bool one_key_head;  // key head stride 0
   };
-  for (const Dims& dims : {Dims{3, 20, 13, 9}, Dims{2, 128, 64, 32}, Dims{2, 32, 8, 16},
-                           Dims{1, 45, 19, 16}}) {
+  for (const Dims& dims : {Dims{3, 20, 13, 9, false}, Dims{2, 128, 64, 32, false},
+                           Dims{2, 32, 8, 16, false}, Dims{1, 45, 19, 16, false},
+                           Dims{3, 20, 13, 16, true}}) {
     for (const bool window : {false, true}) {
       QueriesCase c = window ? WindowCase(dims.heads, dims.nope + dims.rope, dims.v, 90, 50, 70)
                              : QueriesCase{dims.heads, dims.nope + dims.rope, dims.v, false,
                                            {1, 64, 65, 140, 7, 100}};
+      c.shared = dims.one_key_head;
       std::mt19937 rng(23);
       QueriesData d;
       MakeQueries(c, rng, d);
@@ -1179,25 +1183,26 @@ void ExpectSharedKeysGiveTheWholeKeysBits(const KernelTable& table, bool bf16_pr
       // Each position's k_nope per head at a stride of nope + 5, and its rotary key once (head
       // 0's: the whole rows get it in every head, as MLA's do).
       const int64_t positions = static_cast<int64_t>(d.keys.size()), stride = dims.nope + 5;
-      std::vector<float> nope(positions * dims.heads * stride), rope(positions * dims.rope);
+      const int64_t key_heads = c.shared ? 1 : dims.heads;
+      std::vector<float> nope(positions * key_heads * stride), rope(positions * dims.rope);
       std::vector<const void*> nope_ptrs(positions);
       std::vector<const float*> rope_ptrs(positions);
       for (int64_t t = 0; t < positions; ++t) {
         float* key = const_cast<float*>(static_cast<const float*>(d.keys[t]));
-        for (int64_t h = 0; h < dims.heads; ++h) {
+        for (int64_t h = 0; h < key_heads; ++h) {
           float* whole = key + h * c.qk_dim;
-          std::copy(key + dims.nope, key + c.qk_dim, whole + dims.nope);  // head 0's rotary key
-          std::copy(whole, whole + dims.nope, &nope[(t * dims.heads + h) * stride]);
+          if (h > 0) std::copy(key + dims.nope, key + c.qk_dim, whole + dims.nope);  // head 0's
+          std::copy(whole, whole + dims.nope, &nope[(t * key_heads + h) * stride]);
         }
         std::copy(key + dims.nope, key + c.qk_dim, &rope[t * dims.rope]);
-        nope_ptrs[t] = &nope[t * dims.heads * stride];
+        nope_ptrs[t] = &nope[t * key_heads * stride];
         rope_ptrs[t] = &rope[t * dims.rope];
       }
       d.args.out = want.data();
       table.attention_queries(d.args);  // over the whole rows, each head's with the shared part
       QueriesAttentionArgs split = d.args;
       split.shared.keys = nope_ptrs.data();
-      split.shared.key_head_stride = stride;
+      split.shared.key_head_stride = c.shared ? 0 : stride;
       split.shared_keys = rope_ptrs.data();
       split.shared_key_dims = dims.rope;
       split.out = got.data();

@@ -41,6 +41,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/amx/amx_kernels.h"
 #include "kernels/amx/amx_target.h"
 #include "kernels/attention.h"

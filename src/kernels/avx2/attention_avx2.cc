@@ -522,6 +522,7 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
 }
 
 void AttentionQueries(const QueriesAttentionArgs& qa) {
+  LATENT_CHECK(SharedKeysTaken(qa));
   const AttentionArgs& a = qa.shared;
   int64_t positions = 0;
   for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);

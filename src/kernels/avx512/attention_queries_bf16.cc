@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/attention.h"
 #include "kernels/avx512/avx512_kernels.h"
 #include "kernels/avx512/bf16_target.h"

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/error.h"
 #include "kernels/attention.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
@@ -92,6 +93,7 @@ struct PackedQueriesLayout {
 // time.
 inline void PackQueriesBf16(const QueriesAttentionArgs& qa, const PackedQueriesLayout& l,
                             uint32_t* kt, uint32_t* vt) {
+  LATENT_CHECK(SharedKeysTaken(qa));
   const AttentionArgs& a = qa.shared;
   constexpr int64_t kKeys = kSoftmaxBlock;
   const int64_t dv = a.v_dim, positions = l.positions;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/attention.h"
 
 namespace latent::kernels {
@@ -64,13 +65,12 @@ void AttentionRef(const AttentionArgs& a) {
 }
 
 void AttentionQueriesRef(const QueriesAttentionArgs& qa) {
+  LATENT_CHECK(SharedKeysTaken(qa));
   const AttentionArgs& shared = qa.shared;
-  int64_t longest = 1;
-  for (int64_t i = 0; i < qa.num_queries; ++i) longest = std::max(longest, qa.lengths[i]);
-  std::vector<float> scores(longest);
-  // With shared_keys: whole key rows [positions, H, qk] (f32), each head's values then the shared.
-  int64_t positions = 0;
+  int64_t positions = 0;  // the longest length
   for (int64_t i = 0; i < qa.num_queries; ++i) positions = std::max(positions, qa.lengths[i]);
+  std::vector<float> scores(std::max<int64_t>(positions, 1));
+  // With shared_keys: whole key rows [positions, H, qk] (f32), each head's values then the shared.
   std::vector<float> whole;
   std::vector<const void*> whole_keys;
   const void* const* keys = shared.keys;
