@@ -23,10 +23,17 @@ bool GrowTables(cache::BlockPool& pool, Sequence& seq, int64_t tokens) {
   return !seq.window_table || seq.window_table->Grow(pool, tokens);
 }
 
-// Sliding-window retention: a sequence with window rows runs chunks of at most `window` tokens,
-// so a step holds the window blocks of less than two windows (CacheManager::capacity_tokens).
+// Sliding-window retention: a sequence with window rows runs chunks of at most
+// WindowChunkTokens(window), so a step holds the window blocks of its window and that chunk.
 int64_t ChunkCap(const Sequence& seq) {
-  return seq.window_table ? std::max<int64_t>(1, seq.window) : std::numeric_limits<int64_t>::max();
+  return seq.window_table ? WindowChunkTokens(seq.window) : std::numeric_limits<int64_t>::max();
+}
+
+// The chunk a window sequence falls back to when the blocks of a `want`-token chunk are short: a
+// window at most, whose window blocks CacheManager::capacity_tokens reserves (so a sequence
+// alone always progresses). `want` itself for other sequences, and for chunks no longer.
+int64_t WindowFallbackChunk(const Sequence& seq, int64_t want) {
+  return seq.window_table ? std::min(want, std::max<int64_t>(1, seq.window)) : want;
 }
 
 void FreeTables(cache::BlockPool& pool, Sequence& seq) {
@@ -120,11 +127,16 @@ SchedulePlan Scheduler::Schedule() {
   for (Sequence* seq : order) {
     if (seq->status != SequenceStatus::kRunning) continue;  // Preempted earlier in this loop.
     if (budget == 0 || static_cast<int32_t>(plan.chunks.size()) >= options_.max_seqs) break;
-    const int64_t want =
+    int64_t want =
         CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     if (want == 0) continue;
     bool scheduled = true;
     while (!GrowTables(pool_, *seq, seq->num_computed + want)) {
+      if (const int64_t smaller = WindowFallbackChunk(*seq, want); smaller < want) {
+        TrimTables(pool_, *seq, seq->num_computed + smaller);  // what the longer one grew
+        want = smaller;
+        continue;
+      }
       // Free blocks by preempting the newest running sequence; maybe this one.
       Sequence* victim = *std::max_element(running_.begin(), running_.end(),
                                            [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
@@ -161,14 +173,22 @@ SchedulePlan Scheduler::Schedule() {
       seq->table.TruncateTo(pool_, hit);
     }
     seq->num_computed = hit;
-    const int64_t want = CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
+    int64_t want =
+        CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     std::optional<cache::StateSlot> slot;
     if (want > 0 && slots_ != nullptr) {
       // A hybrid model's state starts at position 0: no prefix hit (the pool refuses them).
       LATENT_CHECK(hit == 0 && seq->state_slot < 0);
       slot = slots_->Acquire();
     }
-    if (want == 0 || (slots_ != nullptr && !slot) || !GrowTables(pool_, *seq, seq->num_computed + want)) {
+    const bool has_slot = slots_ == nullptr || slot.has_value();
+    bool grown = want > 0 && has_slot && GrowTables(pool_, *seq, seq->num_computed + want);
+    if (want > 0 && has_slot && !grown && WindowFallbackChunk(*seq, want) < want) {
+      want = WindowFallbackChunk(*seq, want);
+      TrimTables(pool_, *seq, seq->num_computed + want);  // what the longer chunk grew
+      grown = GrowTables(pool_, *seq, seq->num_computed + want);
+    }
+    if (!grown) {  // no tokens, no state slot, or no blocks
       if (slot) slots_->Release(*slot);
       FreeTables(pool_, *seq);
       seq->num_computed = 0;

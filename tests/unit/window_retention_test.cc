@@ -87,7 +87,8 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
     peak_window = std::max(peak_window, Held(*seq->window_table));
     Commit(scheduler, plan);
   }
-  EXPECT_EQ(seq->num_computed, 10 + 58);  // two prompt chunks (a window at most), 58 decodes
+  // The prompt in one chunk (a chunk may exceed the window: WindowChunkTokens), 59 decodes.
+  EXPECT_EQ(seq->num_computed, 10 + 59);
   // Full-attention rows: every block of the context stays.
   EXPECT_EQ(Held(seq->table), (seq->num_computed + kBlock - 1) / kBlock);
   for (cache::BlockId b : seq->table.blocks()) EXPECT_NE(b, cache::kNoBlock);
@@ -96,6 +97,47 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
   EXPECT_LE(peak_window, (10 + kBlock - 1) / kBlock + 1);
   EXPECT_EQ(pool.NumUsed(), Held(seq->table) + Held(*seq->window_table));
   scheduler.Remove(seq.get());
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+// A window sequence's chunk may pass its window (WindowChunkTokens) where the blocks are free;
+// where they are short it falls back to a chunk of its window, admitted or running, and preempts
+// nothing for the longer one. 100 prompt tokens in one chunk need 25 full and 25 window blocks.
+TEST(WindowRetention, AChunkPastTheWindowFallsBackToAWindowWhereBlocksAreShort) {
+  {
+    cache::BlockPool pool(50, false);
+    Scheduler scheduler({.max_batch_tokens = 256}, pool);
+    auto seq = WindowSequence(0, 100);
+    scheduler.AddWaiting(seq.get());
+    const SchedulePlan plan = scheduler.Schedule();
+    ASSERT_EQ(plan.chunks.size(), 1u);
+    EXPECT_EQ(plan.chunks[0].num_tokens, 100);  // the whole prompt, 16x the window
+    scheduler.Remove(seq.get());
+  }
+  cache::BlockPool pool(30, false);
+  Scheduler scheduler({.max_batch_tokens = 256}, pool);
+  auto seq = WindowSequence(0, 100);
+  auto other = WindowSequence(1, 8, 500);
+  scheduler.AddWaiting(other.get());
+  scheduler.AddWaiting(seq.get());
+  SchedulePlan plan = scheduler.Schedule();  // admitted in id order: seq a window, other whole
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].seq, seq.get());
+  EXPECT_EQ(plan.chunks[0].num_tokens, kWindow);
+  EXPECT_EQ(plan.chunks[1].num_tokens, 8);
+  EXPECT_EQ(Held(seq->table), 2);  // nothing kept of the longer chunk's blocks
+  EXPECT_EQ(Held(*seq->window_table), 2);
+  Commit(scheduler, plan);
+  plan = scheduler.Schedule();  // running: seq's 94 tokens left would need 24 + 24 blocks
+  EXPECT_EQ(plan.num_preempted, 0);
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[1].seq, seq.get());
+  EXPECT_EQ(plan.chunks[1].num_tokens, kWindow);
+  EXPECT_EQ(pool.NumUsed(), Held(seq->table) + Held(*seq->window_table) + Held(other->table) +
+                                Held(*other->window_table));
+  scheduler.Remove(seq.get());
+  scheduler.Remove(other.get());
   EXPECT_EQ(pool.NumUsed(), 0);
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
@@ -144,7 +186,7 @@ TEST(WindowRetention, PrefixHitShrinksWhenWindowBlocksWereEvicted) {
   Scheduler scheduler({.max_batch_tokens = 64}, pool);
   auto first = WindowSequence(0, 16);
   scheduler.AddWaiting(first.get());
-  RunSteps(scheduler, 19);
+  RunSteps(scheduler, 17);  // the prompt in one chunk, 16 decodes
   ASSERT_EQ(first->num_computed, 32);
   scheduler.Remove(first.get());
   // Its full blocks of positions 0..15 are cached, its window blocks of them are not: a hit
@@ -155,7 +197,7 @@ TEST(WindowRetention, PrefixHitShrinksWhenWindowBlocksWereEvicted) {
   EXPECT_EQ(plan.prefix_hit_tokens, 0);
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(second->num_computed, 0);
-  EXPECT_EQ(plan.chunks[0].num_tokens, kWindow);  // chunks of a window sequence: a window at most
+  EXPECT_EQ(plan.chunks[0].num_tokens, 24);  // its whole prompt: under WindowChunkTokens(kWindow)
   EXPECT_EQ(pool.NumUsed(), Held(second->table) + Held(*second->window_table));
   scheduler.Remove(second.get());
   EXPECT_EQ(pool.CheckConsistency(), "");
