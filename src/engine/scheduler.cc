@@ -23,17 +23,11 @@ bool GrowTables(cache::BlockPool& pool, Sequence& seq, int64_t tokens) {
   return !seq.window_table || seq.window_table->Grow(pool, tokens);
 }
 
-// Sliding-window retention: a sequence with window rows runs chunks of at most
-// WindowChunkTokens(window), so a step holds the window blocks of its window and that chunk.
+// Sliding-window retention: a sequence with window rows is scheduled chunks of at most `window`
+// tokens, so a step holds the window blocks of less than two windows (CacheManager::
+// capacity_tokens); ExtendWindowChunks then lengthens them where the step has room to spare.
 int64_t ChunkCap(const Sequence& seq) {
-  return seq.window_table ? WindowChunkTokens(seq.window) : std::numeric_limits<int64_t>::max();
-}
-
-// The chunk a window sequence falls back to when the blocks of a `want`-token chunk are short: a
-// window at most, whose window blocks CacheManager::capacity_tokens reserves (so a sequence
-// alone always progresses). `want` itself for other sequences, and for chunks no longer.
-int64_t WindowFallbackChunk(const Sequence& seq, int64_t want) {
-  return seq.window_table ? std::min(want, std::max<int64_t>(1, seq.window)) : want;
+  return seq.window_table ? std::max<int64_t>(1, seq.window) : std::numeric_limits<int64_t>::max();
 }
 
 void FreeTables(cache::BlockPool& pool, Sequence& seq) {
@@ -127,16 +121,11 @@ SchedulePlan Scheduler::Schedule() {
   for (Sequence* seq : order) {
     if (seq->status != SequenceStatus::kRunning) continue;  // Preempted earlier in this loop.
     if (budget == 0 || static_cast<int32_t>(plan.chunks.size()) >= options_.max_seqs) break;
-    int64_t want =
+    const int64_t want =
         CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     if (want == 0) continue;
     bool scheduled = true;
     while (!GrowTables(pool_, *seq, seq->num_computed + want)) {
-      if (const int64_t smaller = WindowFallbackChunk(*seq, want); smaller < want) {
-        TrimTables(pool_, *seq, seq->num_computed + smaller);  // what the longer one grew
-        want = smaller;
-        continue;
-      }
       // Free blocks by preempting the newest running sequence; maybe this one.
       Sequence* victim = *std::max_element(running_.begin(), running_.end(),
                                            [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
@@ -173,22 +162,14 @@ SchedulePlan Scheduler::Schedule() {
       seq->table.TruncateTo(pool_, hit);
     }
     seq->num_computed = hit;
-    int64_t want =
-        CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
+    const int64_t want = CapPromptLogits(*seq, std::min({seq->num_pending(), budget, ChunkCap(*seq)}), rows_left);
     std::optional<cache::StateSlot> slot;
     if (want > 0 && slots_ != nullptr) {
       // A hybrid model's state starts at position 0: no prefix hit (the pool refuses them).
       LATENT_CHECK(hit == 0 && seq->state_slot < 0);
       slot = slots_->Acquire();
     }
-    const bool has_slot = slots_ == nullptr || slot.has_value();
-    bool grown = want > 0 && has_slot && GrowTables(pool_, *seq, seq->num_computed + want);
-    if (want > 0 && has_slot && !grown && WindowFallbackChunk(*seq, want) < want) {
-      want = WindowFallbackChunk(*seq, want);
-      TrimTables(pool_, *seq, seq->num_computed + want);  // what the longer chunk grew
-      grown = GrowTables(pool_, *seq, seq->num_computed + want);
-    }
-    if (!grown) {  // no tokens, no state slot, or no blocks
+    if (want == 0 || (slots_ != nullptr && !slot) || !GrowTables(pool_, *seq, seq->num_computed + want)) {
       if (slot) slots_->Release(*slot);
       FreeTables(pool_, *seq);
       seq->num_computed = 0;
@@ -205,8 +186,42 @@ SchedulePlan Scheduler::Schedule() {
     plan.num_tokens += want;
     budget -= want;
   }
+  ExtendWindowChunks(plan);
   AddDrafts(plan);
   return plan;
+}
+
+void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
+  // After every decode, prefill and admission took its chunk (a window at most), so a longer
+  // chunk never takes another sequence's budget or blocks, and never causes a preemption: it
+  // grows only into blocks nobody would miss (free, not a cached prompt's), as drafts do.
+  for (ScheduledChunk& chunk : plan.chunks) {
+    Sequence& seq = *chunk.seq;
+    const int64_t budget = options_.max_batch_tokens - plan.num_tokens;
+    if (budget <= 0) break;
+    // Prompt logits keep their own cap (max_prompt_logits_rows): those chunks stay as they are.
+    if (!seq.window_table || !seq.is_prefill() || seq.wants_prompt_logits()) continue;
+    const int64_t most = std::min({seq.num_pending(), WindowChunkTokens(seq.window),
+                                   chunk.num_tokens + budget});
+    const int32_t free = pool_.NumAvailable() - pool_.NumCachedUnowned();
+    const auto fits = [&](int64_t tokens) {
+      const int64_t end = seq.num_computed + tokens;
+      return seq.table.BlocksNeeded(end) + seq.window_table->BlocksNeeded(end) <= free;
+    };
+    int64_t lo = chunk.num_tokens, hi = most;  // the longest chunk whose new blocks are free
+    while (lo < hi) {
+      const int64_t mid = hi - (hi - lo) / 2;
+      if (fits(mid)) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    if (lo <= chunk.num_tokens) continue;
+    LATENT_CHECK(GrowTables(pool_, seq, seq.num_computed + lo));
+    plan.num_tokens += lo - chunk.num_tokens;
+    chunk.num_tokens = lo;
+  }
 }
 
 void Scheduler::AddDrafts(SchedulePlan& plan) {

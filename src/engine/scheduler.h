@@ -107,6 +107,9 @@ class Scheduler {
   // everything else, capped by max_draft_tokens, into free blocks only (else the room in the
   // sequence's own blocks).
   void AddDrafts(SchedulePlan& plan);
+  // Lengthens the window sequences' prefill chunks of the plan past their window, up to
+  // WindowChunkTokens, with the budget and free blocks left (engine/sequence.h).
+  void ExtendWindowChunks(SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
   // Frees the sequence's blocks and its state slot.
   void ReleaseCache(Sequence* seq);

@@ -95,7 +95,8 @@ def test_prefix_hits_equal_misses(case, tmp_path):
     rng = random.Random(8)
     system = [rng.randint(2, 250) for _ in range(100)]
     # The first request computes the prefix; the others arrive once it is cached and hit its 6
-    # full blocks of 16 (a sliding-window model runs chunks of at most its window: up to 7 steps).
+    # full blocks of 16 (a sliding-window model runs chunks of its window where blocks are short:
+    # up to 7 steps).
     requests = [{"ids": system + [rng.randint(2, 250) for _ in range(rng.randint(1, 30))],
                  "max_tokens": 5, "ignore_eos": True, "arrival_step": 10 + 2 * i if i else 0}
                 for i in range(6)]

@@ -762,23 +762,16 @@ TEST_F(SchedulerDraftTest, NoDraftWhenOnlyOneOfItsTablesCouldGrow) {
 }
 
 TEST_F(SchedulerDraftTest, AWindowCapsTheChunkWithItsDraft) {
-  // A window sequence's chunks hold at most WindowChunkTokens(window) tokens: kWindowChunkFloor
-  // for a window of 3, under a budget twice that. Here the pending token and floor - 1 of a
-  // longer draft.
-  constexpr int64_t kCap = kWindowChunkFloor;
-  ASSERT_EQ(WindowChunkTokens(3), kCap);
-  ASSERT_EQ(WindowChunkTokens(kCap + 100), kCap + 100);
-  cache::BlockPool pool(2 * (kCap + 16) / 4, false);
-  Scheduler scheduler({.max_batch_tokens = 2 * kCap, .max_seqs = 8, .max_draft_tokens = 2 * kCap},
-                      pool);
-  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, std::vector<int32_t>(kCap + 10, 1),
-                            /*window=*/3);
+  cache::BlockPool pool(16, false);
+  Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 8}, pool);
+  // Chunks of at most 3 tokens: the pending one and 2 of the draft.
+  Sequence* seq = AddDecode(scheduler, pool, 0, 0, 5, 9, {1, 2, 3, 4}, /*window=*/3);
 
   const SchedulePlan plan = scheduler.Schedule();
-  EXPECT_EQ(ChunkTokens(plan), (Ids{kCap}));
-  EXPECT_EQ(ChunkDrafts(plan), (Ids{kCap - 1}));
-  EXPECT_EQ(seq->table.capacity(), 5 + kCap + 3);  // whole blocks of 4
-  EXPECT_EQ(seq->window_table->capacity(), 5 + kCap + 3);
+  EXPECT_EQ(ChunkTokens(plan), (Ids{3}));
+  EXPECT_EQ(ChunkDrafts(plan), (Ids{2}));
+  EXPECT_EQ(seq->table.capacity(), 8);
+  EXPECT_EQ(seq->window_table->capacity(), 8);
 }
 
 TEST_F(SchedulerDraftTest, NoDraftForASequenceStillInPrefill) {
@@ -867,7 +860,7 @@ TEST_F(SchedulerDraftTest, CommitDraftTrimsAWindowTableAndKeepsItsReleasedSlots)
   // Position 10 reads positions 7..10: the window's first block (0..3) is gone.
   ASSERT_EQ(seq->window_table->ReleaseBefore(pool, 7), 1);
   const SchedulePlan plan = scheduler.Schedule();
-  ASSERT_EQ(ChunkDrafts(plan), (Ids{3}));  // the pending token and its draft of 3
+  ASSERT_EQ(ChunkDrafts(plan), (Ids{3}));  // the window caps the chunk at 4 tokens
   ASSERT_EQ(seq->window_table->blocks().size(), 4u);  // positions 10..13 reach a 4th block
   scheduler.CommitStep(plan);
 

@@ -101,10 +101,10 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
-// A window sequence's chunk may pass its window (WindowChunkTokens) where the blocks are free;
-// where they are short it falls back to a chunk of its window, admitted or running, and preempts
-// nothing for the longer one. 100 prompt tokens in one chunk need 25 full and 25 window blocks.
-TEST(WindowRetention, AChunkPastTheWindowFallsBackToAWindowWhereBlocksAreShort) {
+// A window sequence's prefill chunk passes its window (up to WindowChunkTokens) only with the
+// budget and the free blocks left after every sequence took its share: never a cached prompt's
+// block, never a preemption. 100 prompt tokens in one chunk need 25 full and 25 window blocks.
+TEST(WindowRetention, AChunkPastTheWindowTakesOnlyTheFreeBlocks) {
   {
     cache::BlockPool pool(50, false);
     Scheduler scheduler({.max_batch_tokens = 256}, pool);
@@ -113,27 +113,43 @@ TEST(WindowRetention, AChunkPastTheWindowFallsBackToAWindowWhereBlocksAreShort) 
     const SchedulePlan plan = scheduler.Schedule();
     ASSERT_EQ(plan.chunks.size(), 1u);
     EXPECT_EQ(plan.chunks[0].num_tokens, 100);  // the whole prompt, 16x the window
+    EXPECT_EQ(plan.num_tokens, 100);
     scheduler.Remove(seq.get());
   }
-  cache::BlockPool pool(30, false);
+  cache::BlockPool pool(40, true);
   Scheduler scheduler({.max_batch_tokens = 256}, pool);
-  auto seq = WindowSequence(0, 100);
-  auto other = WindowSequence(1, 8, 500);
-  scheduler.AddWaiting(other.get());
+  // A finished request leaves 4 cached full blocks (positions 0..15) that nobody holds.
+  auto cached = WindowSequence(0, 17, 900);
+  scheduler.AddWaiting(cached.get());
+  Commit(scheduler, scheduler.Schedule());
+  scheduler.Remove(cached.get());
+  const int32_t lru = pool.NumCachedUnowned();
+  ASSERT_GE(lru, 4);
+  auto seq = WindowSequence(1, 100);
+  auto other = WindowSequence(2, 8, 500);
   scheduler.AddWaiting(seq.get());
-  SchedulePlan plan = scheduler.Schedule();  // admitted in id order: seq a window, other whole
+  scheduler.AddWaiting(other.get());
+  const int32_t free = pool.NumAvailable() - lru;
+  SchedulePlan plan = scheduler.Schedule();
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[0].seq, seq.get());
-  EXPECT_EQ(plan.chunks[0].num_tokens, kWindow);
   EXPECT_EQ(plan.chunks[1].num_tokens, 8);
-  EXPECT_EQ(Held(seq->table), 2);  // nothing kept of the longer chunk's blocks
-  EXPECT_EQ(Held(*seq->window_table), 2);
+  // seq: a window, then as far as the blocks left free by other's 2 + 2 allow (2 per 4 tokens).
+  const int64_t longest = (free - 4) / 2 * kBlock;
+  EXPECT_EQ(plan.chunks[0].num_tokens, longest);
+  EXPECT_GT(longest, kWindow);
+  EXPECT_EQ(pool.NumCachedUnowned(), lru);  // no cached block taken
+  EXPECT_EQ(plan.num_preempted, 0);
   Commit(scheduler, plan);
-  plan = scheduler.Schedule();  // running: seq's 94 tokens left would need 24 + 24 blocks
+  // Running, with no free block left: its window (which may take cached blocks) and the 2 more
+  // tokens its window's blocks hold anyway.
+  const int32_t cached_before = pool.NumCachedUnowned();
+  plan = scheduler.Schedule();
   EXPECT_EQ(plan.num_preempted, 0);
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[1].seq, seq.get());
-  EXPECT_EQ(plan.chunks[1].num_tokens, kWindow);
+  EXPECT_EQ(plan.chunks[1].num_tokens, kWindow + 2);
+  EXPECT_LE(pool.NumCachedUnowned(), cached_before);
   EXPECT_EQ(pool.NumUsed(), Held(seq->table) + Held(*seq->window_table) + Held(other->table) +
                                 Held(*other->window_table));
   scheduler.Remove(seq.get());
@@ -197,7 +213,7 @@ TEST(WindowRetention, PrefixHitShrinksWhenWindowBlocksWereEvicted) {
   EXPECT_EQ(plan.prefix_hit_tokens, 0);
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(second->num_computed, 0);
-  EXPECT_EQ(plan.chunks[0].num_tokens, 24);  // its whole prompt: under WindowChunkTokens(kWindow)
+  EXPECT_EQ(plan.chunks[0].num_tokens, 8);  // a window, and what its blocks hold: none is free
   EXPECT_EQ(pool.NumUsed(), Held(second->table) + Held(*second->window_table));
   scheduler.Remove(second.get());
   EXPECT_EQ(pool.CheckConsistency(), "");
