@@ -17,6 +17,7 @@
 // with shared_keys).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -107,6 +108,20 @@ inline bool SharedKeysTaken(const QueriesAttentionArgs& qa) {
   return qa.shared_key_dims == 0 ||
          (qa.shared_keys != nullptr && qa.shared.rows.dtype == DType::kF32 &&
           qa.shared_key_dims > 0 && qa.shared_key_dims <= qa.shared.qk_dim);
+}
+
+// For the attention_queries kernels: each of n queries' positions [first[i], rows[i]) of the
+// block of `size` positions from t0 (counted from t0), from their lengths len[i] and starts
+// start[i] (null: 0). Returns the largest rows[i] of a query that attends any (0: none does).
+inline int64_t QueryBlockSpans(int64_t n, const int64_t* len, const int64_t* start, int64_t t0,
+                               int64_t size, int64_t* first, int64_t* rows) {
+  int64_t rows_max = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, size);
+    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, size);
+    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
+  }
+  return rows_max;
 }
 
 // Query i's first position (QueriesAttentionArgs::starts; 0 without).

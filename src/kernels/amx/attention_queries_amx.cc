@@ -109,17 +109,14 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const int64_t j0 = tile * kQueryTile;
       // Each query's positions [first, rows) of the block (none past nq).
-      int64_t first[kQueryTile], rows[kQueryTile];
-      bool any = false;    // any query attends some of it
-      bool whole = false;  // any query attends all of it: a tile product
-      for (int64_t r = 0; r < kQueryTile; ++r) {
-        const int64_t i = i0 + j0 + r;
-        first[r] = j0 + r < nq ? std::clamp<int64_t>(QueryStart(qa, i) - t0, 0, kKeys) : 0;
-        rows[r] = j0 + r < nq ? std::clamp<int64_t>(qa.lengths[i] - t0, 0, kKeys) : 0;
-        any = any || rows[r] > first[r];
-        whole = whole || (first[r] == 0 && rows[r] == kKeys);
-      }
+      int64_t first[kQueryTile] = {}, rows[kQueryTile] = {};
+      const int64_t real = std::min(kQueryTile, nq - j0);
+      const bool any = QueryBlockSpans(real, qa.lengths + i0 + j0,
+                                       qa.starts == nullptr ? nullptr : qa.starts + i0 + j0, t0,
+                                       kKeys, first, rows) > 0;
       if (!any) continue;
+      bool whole = false;  // any query attends all of it: a tile product
+      for (int64_t r = 0; r < real; ++r) whole = whole || (first[r] == 0 && rows[r] == kKeys);
       // S[16][64] = Q . K^T: B tiles of 16 k-pair lines, each of the block's 64 positions.
       TileProducts<4>(reinterpret_cast<const uint8_t*>(q) + j0 * q_ld, q_ld,
                       keys + b * l.key_lines * kKeys, kKeys, dq_tiles, s);

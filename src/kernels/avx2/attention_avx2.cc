@@ -453,12 +453,8 @@ void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block,
                     float* sum, float* const* o) {
   const int64_t t0 = b * kKeyBlock;
   alignas(32) float s[QS][kKeyBlock];
-  int64_t first[QS], rows[QS], rows_max = 0;  // each query's positions [first, rows) of the block
-  for (int i = 0; i < QS; ++i) {
-    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, kKeyBlock);
-    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
-    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
-  }
+  int64_t first[QS], rows[QS];  // each query's positions [first, rows) of the block
+  const int64_t rows_max = QueryBlockSpans(QS, len, start, t0, kKeyBlock, first, rows);
   for (int64_t p0 = 0; p0 < rows_max; p0 += kScoreCols) {
     BlockScores<QS>(q, a.qk_dim, block, p0, a.scale, s);
   }

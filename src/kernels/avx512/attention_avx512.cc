@@ -415,12 +415,8 @@ void QueryTileBlock(const AttentionArgs& a, const float* vt, const float* block,
                     const float* const* q, const int64_t* len, const int64_t* start, float* mx,
                     float* sum, float* const* o) {
   const int64_t t0 = b * kKeyBlock;
-  int64_t first[QS], rows[QS], rows_max = 0;  // each query's positions [first, rows) of the block
-  for (int i = 0; i < QS; ++i) {
-    first[i] = start == nullptr ? 0 : std::clamp<int64_t>(start[i] - t0, 0, kKeyBlock);
-    rows[i] = std::clamp<int64_t>(len[i] - t0, 0, kKeyBlock);
-    if (rows[i] > first[i]) rows_max = std::max(rows_max, rows[i]);
-  }
+  int64_t first[QS], rows[QS];  // each query's positions [first, rows) of the block
+  const int64_t rows_max = QueryBlockSpans(QS, len, start, t0, kKeyBlock, first, rows);
   if (rows_max == 0) return;  // none of the tile's queries attends this block
   alignas(64) float s[QS][kKeyBlock];
   BlockScores<QS>(q, a.qk_dim, block, a.scale, s);
