@@ -46,7 +46,7 @@ class CacheManager {
   int64_t capacity_tokens() const {
     if (!has_window()) return static_cast<int64_t>(num_blocks()) * block_tokens_;
     // A step of a window sequence holds the window blocks of under two windows where its chunk is
-    // at most a window long, which it always may be (a longer one runs only in free blocks:
+    // at most a window long, which it always may be (a longer one runs only in the blocks left:
     // Scheduler::ExtendWindowChunks): the rest of the pool holds its full rows.
     const int64_t w = window_block_tokens_;
     const int64_t window_blocks = (2 * window_tokens_ + w - 1) / w + 1;

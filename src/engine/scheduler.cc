@@ -193,8 +193,13 @@ SchedulePlan Scheduler::Schedule() {
 
 void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
   // After every decode, prefill and admission took its chunk (a window at most), so a longer
-  // chunk never takes another sequence's budget or blocks, and never causes a preemption: it
-  // grows only into blocks nobody would miss (free, not a cached prompt's), as drafts do.
+  // chunk never takes another sequence's budget or blocks, and never causes a preemption. It
+  // takes free blocks, and least recently used cached ones as any chunk does: unlike a draft,
+  // its tokens all run and stay, and it grows only as far as the blocks reach, so nothing is
+  // evicted for a chunk that does not run. (Free blocks alone would not do: with prefix caching
+  // every released block is cached, and a warm pool has none.) Not in a step that preempted, as
+  // no admission is: the blocks just freed are the preempted work's.
+  if (plan.num_preempted > 0) return;
   for (ScheduledChunk& chunk : plan.chunks) {
     Sequence& seq = *chunk.seq;
     const int64_t budget = options_.max_batch_tokens - plan.num_tokens;
@@ -203,12 +208,12 @@ void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
     if (!seq.window_table || !seq.is_prefill() || seq.wants_prompt_logits()) continue;
     const int64_t most = std::min({seq.num_pending(), WindowChunkTokens(seq.window),
                                    chunk.num_tokens + budget});
-    const int32_t free = pool_.NumAvailable() - pool_.NumCachedUnowned();
+    const int32_t available = pool_.NumAvailable();  // free and cached-unowned blocks
     const auto fits = [&](int64_t tokens) {
       const int64_t end = seq.num_computed + tokens;
-      return seq.table.BlocksNeeded(end) + seq.window_table->BlocksNeeded(end) <= free;
+      return seq.table.BlocksNeeded(end) + seq.window_table->BlocksNeeded(end) <= available;
     };
-    int64_t lo = chunk.num_tokens, hi = most;  // the longest chunk whose new blocks are free
+    int64_t lo = chunk.num_tokens, hi = most;  // the longest chunk whose new blocks are there
     while (lo < hi) {
       const int64_t mid = hi - (hi - lo) / 2;
       if (fits(mid)) {

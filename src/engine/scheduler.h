@@ -108,7 +108,7 @@ class Scheduler {
   // sequence's own blocks).
   void AddDrafts(SchedulePlan& plan);
   // Lengthens the window sequences' prefill chunks of the plan past their window, up to
-  // WindowChunkTokens, with the budget and free blocks left (engine/sequence.h).
+  // WindowChunkTokens, with the budget and blocks left (engine/sequence.h); never preempts.
   void ExtendWindowChunks(SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
   // Frees the sequence's blocks and its state slot.

@@ -20,7 +20,7 @@ enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
 // than kWindowChunkFloor tokens (the default step budget). The scheduler gives such a sequence a
 // chunk of its window first, as its share of the budget and blocks (CacheManager::capacity_tokens
 // reserves the window blocks of two windows, so a sequence alone always progresses), then
-// lengthens it up to this with the budget and free blocks left (Scheduler::ExtendWindowChunks):
+// lengthens it up to this with the budget and blocks left (Scheduler::ExtendWindowChunks):
 // a step holds the window blocks of its window and its chunk. With chunks of the window alone,
 // a small window (dots3_note's 512) cut a long prompt into 4x as many chunks as other models run,
 // and every chunk re-expands the full-attention layers' cached latents: dots3_note's 8k prefill

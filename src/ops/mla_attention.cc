@@ -495,7 +495,7 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     ForEachInLanes(ws, static_cast<int64_t>(starts.size()) - 1, [&](int64_t lane, int64_t s) {
       const int32_t slot = batch.seq_slots[group[starts[s]]];
       // Positions up to the run's last token's: a group of a long chunk reads no further (its
-      // sequence's context may reach 2,048 positions past it).
+      // sequence's context reaches the end of the chunk).
       const int64_t context = batch.positions[group[starts[s + 1] - 1]] + 1;
       // When DSA selected for every token of this run, only the selected rows are read (at
       // long context a small share of them); otherwise rows 0..context-1.

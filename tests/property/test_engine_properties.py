@@ -121,8 +121,7 @@ def test_prefix_hits_equal_misses(model_dir, tmp_path):
     rng = random.Random(7)
     system = [rng.randint(2, 250) for _ in range(150)]
     # The first request computes the shared prefix; the others arrive once it is cached (a
-    # sliding-window model runs chunks of its window where blocks are short, so that takes up to
-    # 12 steps), then
+    # sliding-window model runs chunks of its window where blocks are short: up to 12 steps), then
     # every 3 steps, each hitting all 144 tokens of the prefix's 9 full blocks.
     requests = [{"ids": system + [rng.randint(2, 250) for _ in range(rng.randint(1, 40))],
                  "max_tokens": 6, "ignore_eos": True, "arrival_step": 12 + 3 * i if i else 0}

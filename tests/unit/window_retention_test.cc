@@ -102,9 +102,10 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
 }
 
 // A window sequence's prefill chunk passes its window (up to WindowChunkTokens) only with the
-// budget and the free blocks left after every sequence took its share: never a cached prompt's
-// block, never a preemption. 100 prompt tokens in one chunk need 25 full and 25 window blocks.
-TEST(WindowRetention, AChunkPastTheWindowTakesOnlyTheFreeBlocks) {
+// budget and the blocks left after every sequence took its share (free ones, then cached ones
+// nobody holds, as far as they reach), and never by preempting. 100 prompt tokens in one chunk
+// need 25 full and 25 window blocks.
+TEST(WindowRetention, AChunkPastTheWindowTakesTheBudgetAndBlocksLeft) {
   {
     cache::BlockPool pool(50, false);
     Scheduler scheduler({.max_batch_tokens = 256}, pool);
@@ -116,40 +117,52 @@ TEST(WindowRetention, AChunkPastTheWindowTakesOnlyTheFreeBlocks) {
     EXPECT_EQ(plan.num_tokens, 100);
     scheduler.Remove(seq.get());
   }
+  {
+    cache::BlockPool pool(50, false);
+    Scheduler scheduler({.max_batch_tokens = 50}, pool);  // the budget caps it
+    auto seq = WindowSequence(0, 100);
+    auto other = WindowSequence(1, 8, 500);
+    scheduler.AddWaiting(seq.get());
+    scheduler.AddWaiting(other.get());
+    const SchedulePlan plan = scheduler.Schedule();
+    ASSERT_EQ(plan.chunks.size(), 2u);
+    // other keeps its share, a window (6 of its 8); seq takes the rest of the budget.
+    EXPECT_EQ(plan.chunks[1].num_tokens, kWindow);
+    EXPECT_EQ(plan.chunks[0].num_tokens, 50 - kWindow);
+    EXPECT_EQ(plan.num_tokens, 50);
+    scheduler.Remove(seq.get());
+    scheduler.Remove(other.get());
+  }
   cache::BlockPool pool(40, true);
   Scheduler scheduler({.max_batch_tokens = 256}, pool);
-  // A finished request leaves 4 cached full blocks (positions 0..15) that nobody holds.
+  // A finished request leaves cached blocks that nobody holds.
   auto cached = WindowSequence(0, 17, 900);
   scheduler.AddWaiting(cached.get());
   Commit(scheduler, scheduler.Schedule());
   scheduler.Remove(cached.get());
-  const int32_t lru = pool.NumCachedUnowned();
-  ASSERT_GE(lru, 4);
+  ASSERT_GE(pool.NumCachedUnowned(), 4);
   auto seq = WindowSequence(1, 100);
   auto other = WindowSequence(2, 8, 500);
   scheduler.AddWaiting(seq.get());
   scheduler.AddWaiting(other.get());
-  const int32_t free = pool.NumAvailable() - lru;
+  const int32_t available = pool.NumAvailable();  // free and cached
   SchedulePlan plan = scheduler.Schedule();
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[0].seq, seq.get());
   EXPECT_EQ(plan.chunks[1].num_tokens, 8);
-  // seq: a window, then as far as the blocks left free by other's 2 + 2 allow (2 per 4 tokens).
-  const int64_t longest = (free - 4) / 2 * kBlock;
+  // seq: a window, then as far as the blocks left by other's 2 + 2 reach (2 per 4 tokens), the
+  // cached ones among them.
+  const int64_t longest = (available - 4) / 2 * kBlock;
   EXPECT_EQ(plan.chunks[0].num_tokens, longest);
   EXPECT_GT(longest, kWindow);
-  EXPECT_EQ(pool.NumCachedUnowned(), lru);  // no cached block taken
+  EXPECT_EQ(pool.NumAvailable(), available - 4 - 2 * (longest / kBlock));
   EXPECT_EQ(plan.num_preempted, 0);
   Commit(scheduler, plan);
-  // Running, with no free block left: its window (which may take cached blocks) and the 2 more
-  // tokens its window's blocks hold anyway.
-  const int32_t cached_before = pool.NumCachedUnowned();
-  plan = scheduler.Schedule();
+  plan = scheduler.Schedule();  // running: the rest of its prompt in the blocks left
   EXPECT_EQ(plan.num_preempted, 0);
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[1].seq, seq.get());
-  EXPECT_EQ(plan.chunks[1].num_tokens, kWindow + 2);
-  EXPECT_LE(pool.NumCachedUnowned(), cached_before);
+  EXPECT_EQ(plan.chunks[1].num_tokens, 100 - longest);
   EXPECT_EQ(pool.NumUsed(), Held(seq->table) + Held(*seq->window_table) + Held(other->table) +
                                 Held(*other->window_table));
   scheduler.Remove(seq.get());
@@ -213,7 +226,7 @@ TEST(WindowRetention, PrefixHitShrinksWhenWindowBlocksWereEvicted) {
   EXPECT_EQ(plan.prefix_hit_tokens, 0);
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(second->num_computed, 0);
-  EXPECT_EQ(plan.chunks[0].num_tokens, 8);  // a window, and what its blocks hold: none is free
+  EXPECT_EQ(plan.chunks[0].num_tokens, 24);  // its whole prompt: the blocks left hold it
   EXPECT_EQ(pool.NumUsed(), Held(second->table) + Held(*second->window_table));
   scheduler.Remove(second.get());
   EXPECT_EQ(pool.CheckConsistency(), "");
