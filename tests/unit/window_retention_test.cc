@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -167,6 +168,39 @@ TEST(WindowRetention, AChunkPastTheWindowTakesTheBudgetAndBlocksLeft) {
                                 Held(*other->window_table));
   scheduler.Remove(seq.get());
   scheduler.Remove(other.get());
+  EXPECT_EQ(pool.NumUsed(), 0);
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+// In a step that preempted, no chunk grows past its window: the blocks just freed are the
+// preempted work's (as no admission runs then). X's decode needs 2 blocks of a full pool and
+// preempts Z; Y's window chunk fits in the blocks it holds and stays a window, though Z's freed
+// blocks would let it grow to 12 tokens.
+TEST(WindowRetention, NoChunkGrowsPastItsWindowInAStepThatPreempted) {
+  cache::BlockPool pool(14, false);
+  Scheduler scheduler({.max_batch_tokens = 256}, pool);
+  auto x = WindowSequence(0, 4);  // a decode at position 4: 1 + 1 blocks held, 1 + 1 to come
+  x->tokens.push_back(7);
+  auto y = WindowSequence(1, 40);  // a prefill at position 8, holding blocks up to position 15
+  auto z = WindowSequence(2, 4, 500);  // a decode holding 2 + 2 blocks
+  z->tokens.push_back(7);
+  for (auto [seq, computed, held] :
+       {std::tuple{x.get(), 4, 4}, std::tuple{y.get(), 8, 16}, std::tuple{z.get(), 4, 8}}) {
+    ASSERT_TRUE(seq->table.Grow(pool, held));
+    ASSERT_TRUE(seq->window_table->Grow(pool, held));
+    seq->num_computed = computed;
+    seq->status = engine::SequenceStatus::kRunning;
+    scheduler.AddRunning(seq);
+  }
+  ASSERT_EQ(pool.NumAvailable(), 0);
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 1);
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  EXPECT_EQ(plan.chunks[0].seq, x.get());
+  EXPECT_EQ(plan.chunks[1].seq, y.get());
+  EXPECT_EQ(plan.chunks[1].num_tokens, kWindow);
+  EXPECT_EQ(pool.NumAvailable(), 2);  // Z's blocks, less X's 2
+  for (Sequence* seq : {x.get(), y.get(), z.get()}) scheduler.Remove(seq);
   EXPECT_EQ(pool.NumUsed(), 0);
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
