@@ -129,6 +129,30 @@ inline int64_t QueryStart(const QueriesAttentionArgs& qa, int64_t i) {
   return qa.starts == nullptr ? 0 : qa.starts[i];
 }
 
+// For the attention_queries kernels: the first block of `block` positions any of queries
+// [i0, i1) attends (the block of the earliest start of a query that attends anything; 0 when
+// none does). The blocks before it are skipped.
+inline int64_t FirstAttendedBlock(const QueriesAttentionArgs& qa, int64_t i0, int64_t i1,
+                                  int64_t block) {
+  int64_t earliest = INT64_MAX;
+  for (int64_t i = i0; i < i1; ++i) {
+    if (QueryStart(qa, i) < qa.lengths[i]) earliest = std::min(earliest, QueryStart(qa, i));
+  }
+  return earliest == INT64_MAX ? 0 : earliest / block;
+}
+
+// For the f32 packing of the attention_queries kernels: the qk_dim values of `head`'s key at
+// position t (f32 rows) into dst[c * stride]: the head's own values, then with shared_keys the
+// shared rotary key's.
+inline void StridedKeyF32(const QueriesAttentionArgs& qa, int64_t t, int64_t head, float* dst,
+                          int64_t stride) {
+  const AttentionArgs& a = qa.shared;
+  const int64_t dq = a.qk_dim, own = dq - qa.shared_key_dims;
+  const float* key = static_cast<const float*>(a.keys[t]) + head * a.key_head_stride;
+  for (int64_t c = 0; c < own; ++c) dst[c * stride] = key[c];
+  for (int64_t c = own; c < dq; ++c) dst[c * stride] = qa.shared_keys[t][c - own];
+}
+
 // The scalar reference (KernelTable::attention of RefKernels()); use BestKernels().attention.
 void AttentionRef(const AttentionArgs& args);
 // One AttentionRef per query (KernelTable::attention_queries of RefKernels()).

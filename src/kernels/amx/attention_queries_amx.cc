@@ -104,7 +104,7 @@ void HeadQueriesAmx(const QueriesAttentionArgs& qa, const avx512::PackedQueriesL
 
   const __m512 scale = _mm512_set1_ps(a.scale);
   ConfigureTiles(kTileRows);
-  for (int64_t b = st.first_block(); b * kKeys < st.longest; ++b) {
+  for (int64_t b = st.first_block; b * kKeys < st.longest; ++b) {
     const int64_t t0 = b * kKeys;
     for (int64_t tile = 0; tile < tiles; ++tile) {
       const int64_t j0 = tile * kQueryTile;

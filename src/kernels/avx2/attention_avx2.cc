@@ -357,12 +357,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
             for (int64_t c = 0; c < dq; ++c)
               at[c * kScoreCols] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
           } else {
-            // The head's own values, then (MLA's expanded keys) the shared rotary key's.
-            const int64_t own = dq - qa.shared_key_dims;
-            const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
-            for (int64_t c = 0; c < own; ++c) at[c * kScoreCols] = key[c];
-            const float* tail = own < dq ? qa.shared_keys[t0 + r] : nullptr;
-            for (int64_t c = own; c < dq; ++c) at[c * kScoreCols] = tail[c - own];
+            StridedKeyF32(qa, t0 + r, head, at, kScoreCols);
           }
         }
       }
@@ -486,7 +481,6 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
   const float* q[kQueryTile];
   float* o[kQueryTile];
   int64_t longest = 0;
-  int64_t earliest = INT64_MAX;  // the earliest start of a query that attends anything
   for (int64_t i = i0; i < i1; ++i) {
     mx[i - i0] = -INFINITY;
     sum[i - i0] = 0.0f;
@@ -494,10 +488,8 @@ void HeadQueries(const QueriesAttentionArgs& qa, const float* kt, const float* v
     o[i - i0] = acc_rows.data() + (i - i0) * dv;
     std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
     longest = std::max(longest, qa.lengths[i]);
-    if (QueryStart(qa, i) < qa.lengths[i]) earliest = std::min(earliest, QueryStart(qa, i));
   }
-  const int64_t first_block = earliest == INT64_MAX ? 0 : earliest / kKeyBlock;
-  for (int64_t b = first_block; b * kKeyBlock < longest; ++b) {
+  for (int64_t b = FirstAttendedBlock(qa, i0, i1, kKeyBlock); b * kKeyBlock < longest; ++b) {
     const float* block = kt + (key_head * blocks + b) * dq * kKeyBlock;
     for (int64_t j = 0; j < i1 - i0; j += kQs) {
       const int qs = static_cast<int>(std::min<int64_t>(kQs, i1 - i0 - j));

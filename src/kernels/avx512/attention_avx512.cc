@@ -318,12 +318,7 @@ void Pack(const QueriesAttentionArgs& qa, int64_t positions, int64_t key_heads, 
             for (int64_t c = 0; c < dq; ++c)
               dst[c * kKeyBlock + r] = RowValue(a.rows, a.keys[t0 + r], k0 + c);
           } else {
-            // The head's own values, then (MLA's expanded keys) the shared rotary key's.
-            const int64_t own = dq - qa.shared_key_dims;
-            const float* key = static_cast<const float*>(a.keys[t0 + r]) + k0;
-            for (int64_t c = 0; c < own; ++c) dst[c * kKeyBlock + r] = key[c];
-            const float* tail = own < dq ? qa.shared_keys[t0 + r] : nullptr;
-            for (int64_t c = own; c < dq; ++c) dst[c * kKeyBlock + r] = tail[c - own];
+            StridedKeyF32(qa, t0 + r, head, dst + r, kKeyBlock);
           }
         }
       }

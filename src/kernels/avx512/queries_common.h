@@ -42,9 +42,9 @@ struct QueryTileState {
   float mx[kQueriesPerTask], sum[kQueriesPerTask];
   float* o[kQueriesPerTask];
   int64_t longest = 0;  // the longest query's length: blocks past it are skipped
-  // The earliest start of a query that attends anything: blocks before it are skipped (a sliding
-  // window's queries attend only their last positions).
-  int64_t earliest = INT64_MAX;
+  // The first block any query attends (FirstAttendedBlock): those before it are skipped (a
+  // sliding window's queries attend only their last positions).
+  int64_t first_block = 0;
 
   QueryTileState(const QueriesAttentionArgs& qa, int64_t i0, int64_t i1) {
     const int64_t dv = qa.shared.v_dim;
@@ -56,19 +56,16 @@ struct QueryTileState {
       o[i - i0] = rows.data() + (i - i0) * dv;
       std::fill(o[i - i0], o[i - i0] + dv, 0.0f);
       longest = std::max(longest, qa.lengths[i]);
-      if (QueryStart(qa, i) < qa.lengths[i]) earliest = std::min(earliest, QueryStart(qa, i));
     }
+    first_block = FirstAttendedBlock(qa, i0, i1, kSoftmaxBlock);
   }
-
-  // The first block any query of the task attends.
-  int64_t first_block() const { return earliest == INT64_MAX ? 0 : earliest / kSoftmaxBlock; }
 
   // Calls tile(block, j, count) for every block of kSoftmaxBlock positions from the earliest
   // start up to `longest` and every register tile of `per_tile` queries from j (count of them)
   // among `queries`.
   template <class F>
   void ForEachBlockAndTile(int64_t queries, int per_tile, F&& tile) const {
-    for (int64_t b = first_block(); b * kSoftmaxBlock < longest; ++b) {
+    for (int64_t b = first_block; b * kSoftmaxBlock < longest; ++b) {
       for (int64_t j = 0; j < queries; j += per_tile) {
         tile(b, j, static_cast<int>(std::min<int64_t>(per_tile, queries - j)));
       }
