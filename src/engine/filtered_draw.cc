@@ -344,12 +344,6 @@ int32_t DrawKept(const Kept& k, Keeps keeps, Scratch& s, double u) {
 
 }  // namespace
 
-uint64_t OrderKey(float logit, int32_t id) {
-  uint32_t bits = std::bit_cast<uint32_t>(logit + 0.0f);  // -0 + 0 = +0: one zero
-  bits = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;  // ascending with the value
-  return (static_cast<uint64_t>(~bits) << 32) | static_cast<uint32_t>(id);
-}
-
 int32_t DrawFiltered(const std::vector<float>& logits, const uint32_t* allowed,
                      const SamplingParams& p, double u) {
   Scratch& s = ThreadScratch();

@@ -8,15 +8,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/order_key.h"
 #include "engine/request.h"
 
 namespace latent::engine {
 
-// The filters' order as one integer, smaller first: the larger logit first, equal logits by the
-// smaller id. -inf (a disallowed token) comes after every finite logit. Probability is monotone
-// in the logit, so this ranks by probability, as a sort of the probabilities (ties by id) would,
-// but from the logits alone: two tokens are never tied in it.
-uint64_t OrderKey(float logit, int32_t id);
+// The filters' order is OrderKey(logit, id) (base/order_key.h), smaller first: the larger logit
+// first, equal logits by the smaller id; -inf (a disallowed token) after every finite logit.
+// Probability is monotone in the logit, so this ranks by probability, as a sort of the
+// probabilities (ties by id) would, but from the logits alone: two tokens are never tied in it.
+using latent::OrderKey;
 
 // Returns the token drawn with uniform `u` in [0, 1) from softmax(logits / p.temperature)
 // restricted to the kept set and renormalized:

@@ -24,7 +24,12 @@ namespace latent::ops {
 struct AttentionLane {
   AttendedRows rows;            // the rows one sequence's attention reads
   std::vector<float> scores;    // [visible] one token's indexer scores
-  std::vector<int32_t> order;   // [visible] their top-k order
+  std::vector<uint64_t> keys;   // [visible] their OrderKeys, for the top-k
+  // An absorbed run's selected positions: their union, ascending, and each position's index in
+  // it ([context], -1 where not selected); one token's visible rows and attention scores.
+  std::vector<int32_t> wanted, index_of;
+  std::vector<const void*> visible;
+  std::vector<float> attention_scores;
 };
 
 class AttentionWorkspace {

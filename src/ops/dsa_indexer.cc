@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "base/dump.h"
+#include "base/order_key.h"
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
@@ -52,20 +52,25 @@ void ScoreKeys(const IndexQuery& query, const AttendedRows& keys, int64_t j0, in
   kernels::BestKernels().index_scores(args);
 }
 
-// chosen = the topk positions of the largest scores, ties to the lower position, ascending.
-// nth_element under that strict total order picks exactly the set a full sort would.
-void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<int32_t>& order,
-                std::vector<int32_t>& chosen) {
-  order.resize(scores.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::nth_element(order.begin(), order.begin() + topk, order.end(), [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
-  chosen.assign(order.begin(), order.begin() + topk);
-  std::sort(chosen.begin(), chosen.end());
-}
-
 }  // namespace
+
+// The positions whose OrderKey (unique per position) is at most the topk-th smallest key, found
+// by nth_element over the keys and then a scan in position order, with no sort.
+void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<uint64_t>& keys,
+                std::vector<int32_t>& chosen) {
+  const int64_t n = static_cast<int64_t>(scores.size());
+  LATENT_CHECK(topk > 0 && topk < n);
+  keys.resize(n);
+  for (int64_t j = 0; j < n; ++j) keys[j] = OrderKey(scores[j], static_cast<int32_t>(j));
+  std::nth_element(keys.begin(), keys.begin() + (topk - 1), keys.end());
+  const uint64_t last = keys[topk - 1];
+  chosen.clear();
+  chosen.reserve(topk);
+  for (int64_t j = 0; j < n; ++j) {
+    const auto position = static_cast<int32_t>(j);
+    if (OrderKey(scores[j], position) <= last) chosen.push_back(position);
+  }
+}
 
 void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* rope,
                    int64_t layer, int index_row, const AttentionBatch& batch, const float* x,
@@ -141,7 +146,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
     const bool per_token = static_cast<int64_t>(selecting.size()) >= 2 * threads::NumThreads();
     auto select = [&](int64_t lane, int64_t i, bool split_positions) {
       std::vector<float>& scores = ws.Lane(lane).scores;
-      std::vector<int32_t>& order = ws.Lane(lane).order;
+      std::vector<uint64_t>& keys = ws.Lane(lane).keys;
       const int64_t t = selecting[i];
       const int64_t visible = batch.positions[t] + 1;
       scores.resize(visible);
@@ -155,7 +160,7 @@ void RunDsaIndexer(const DsaDims& d, const IndexerWeights& w, const ops::Rope* r
       } else {
         ScoreKeys(query, cached_keys, 0, visible, scores.data());
       }
-      SelectTopK(scores, d.topk, order, selection[t]);
+      SelectTopK(scores, d.topk, keys, selection[t]);
     };
     if (per_token) {
       ForEachInLanes(ws, static_cast<int64_t>(selecting.size()), [&](int64_t lane, int64_t i) {

@@ -46,6 +46,11 @@ struct DsaDims {
 // Per batch token, the key positions it attends to (ascending); empty: all of 0..position.
 using DsaSelection = std::vector<std::vector<int32_t>>;
 
+// chosen = the topk (0 < topk < scores.size()) positions of the largest scores, ties to the lower
+// position, in ascending order: the indexer's selection. `keys` is scratch.
+void SelectTopK(const std::vector<float>& scores, int64_t topk, std::vector<uint64_t>& keys,
+                std::vector<int32_t>& chosen);
+
 // x [T, D] (after input_layernorm), q_resid [T, Q] (q_a_layernorm(q_a_proj(x))). Writes the index
 // keys of the batch's tokens into its paged cache (row `index_row` of `layer`), then for every
 // token whose context (position + 1) exceeds topk keeps the topk positions with the largest

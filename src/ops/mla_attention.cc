@@ -1,6 +1,7 @@
 #include "ops/mla_attention.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -86,13 +87,34 @@ void AbsorbQueries(const MlaDims& d, const AttentionWeights& w, const float* q,
   });
 }
 
+// The union of the selections of batch rows group[i0, i1), ascending, into `wanted`, and each
+// position's index in it into `index_of` ([context], -1 where not selected). Marks over the
+// context rather than a sort: a prefill run of 64 tokens would sort 64 x index_topk positions.
+void SelectionUnion(const DsaSelection& selection, const std::vector<int64_t>& group, int64_t i0,
+                    int64_t i1, int64_t context, std::vector<int32_t>& wanted,
+                    std::vector<int32_t>& index_of) {
+  index_of.assign(context, -1);
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int32_t p : selection[group[i]]) {
+      LATENT_CHECK(p >= 0 && p < context);
+      index_of[p] = 0;
+    }
+  }
+  wanted.clear();
+  for (int32_t p = 0; p < context; ++p) {
+    if (index_of[p] < 0) continue;
+    index_of[p] = static_cast<int32_t>(wanted.size());
+    wanted.push_back(p);
+  }
+}
+
 // One token: attention over the latent rows (in `format`, read in place) with one shared head.
 // q_cat [H, C + dr] -> out_lat [H, C]. bf16_products: the layer computes in bf16 (kv_b's
 // bf16_activations), so the kernel may multiply bf16 q, probabilities and rows.
 void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const void*>& rows,
                   const kernels::RowFormat& format, float scale, const float* sinks,
-                  bool bf16_products, float* out_lat) {
-  std::vector<float> scores(rows.size());
+                  bool bf16_products, std::vector<float>& scores, float* out_lat) {
+  scores.resize(rows.size());
   kernels::AttentionArgs args;
   args.q = q_cat;
   args.num_heads = d.heads;
@@ -497,50 +519,57 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
       // Positions up to the run's last token's: a group of a long chunk reads no further (its
       // sequence's context reaches the end of the chunk).
       const int64_t context = batch.positions[group[starts[s + 1] - 1]] + 1;
-      // When DSA selected for every token of this run, only the selected rows are read (at
-      // long context a small share of them); otherwise rows 0..context-1.
-      bool all_selected = selection != nullptr;
-      for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
-        all_selected = !(*selection)[group[i]].empty();
-      std::vector<int32_t> wanted;  // positions read, ascending; empty: all of them
       // A sliding window reads positions from the window start of the run's first token: the
       // rows before it may have been dropped.
       const int64_t first = WindowStart(batch.positions[group[starts[s]]], window);
-      if (first > 0) {
-        all_selected = true;
-        for (int64_t p = first; p < context; ++p) wanted.push_back(static_cast<int32_t>(p));
-      } else if (all_selected) {
-        for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
-          const std::vector<int32_t>& picked = (*selection)[group[i]];
-          wanted.insert(wanted.end(), picked.begin(), picked.end());
-        }
-        std::sort(wanted.begin(), wanted.end());
-        wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-      }
-      AttendedRows& rows = ws.Lane(lane).rows;  // the row of each wanted position (or of
-                                                // 0..context-1), in place
+      // When DSA selected for every token of this run, only the selected rows are read (at
+      // long context a small share of them); otherwise rows first..context-1.
+      bool all_selected = selection != nullptr && first == 0;
+      for (int64_t i = starts[s]; all_selected && i < starts[s + 1]; ++i)
+        all_selected = !(*selection)[group[i]].empty();
+      AttentionLane& memory = ws.Lane(lane);
+      AttendedRows& rows = memory.rows;  // the row of each position read, in place
       const auto table = batch.RowTable(slot, latent_layer, latent_row);
-      if (all_selected) {
-        rows.Positions(cache, table, latent_layer, latent_row, wanted);
-      } else {
-        rows.Range(cache, table, latent_layer, latent_row, 0, context);
+      // One token's selection in ascending order (a decode's, the indexer's order) is read as
+      // it is: no marks over a long context for each sequence of a decode step.
+      const bool alone = starts[s + 1] - starts[s] == 1;
+      const std::vector<int32_t>* picked_alone =
+          all_selected && alone ? &(*selection)[group[starts[s]]] : nullptr;
+      if (picked_alone != nullptr &&
+          std::adjacent_find(picked_alone->begin(), picked_alone->end(), std::greater_equal<>()) !=
+              picked_alone->end()) {
+        picked_alone = nullptr;
       }
-      // The row of a position.
-      auto row_at = [&](int32_t p) -> const void* {
-        if (!all_selected) return rows[p];
-        return rows[std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin()];
-      };
+      if (picked_alone != nullptr) {
+        rows.Positions(cache, table, latent_layer, latent_row, *picked_alone);
+      } else if (all_selected) {
+        SelectionUnion(*selection, group, starts[s], starts[s + 1], context, memory.wanted,
+                       memory.index_of);
+        rows.Positions(cache, table, latent_layer, latent_row, memory.wanted);
+      } else {
+        rows.Range(cache, table, latent_layer, latent_row, first, context - first);
+      }
+      std::vector<const void*>& visible = memory.visible;
       for (int64_t i = starts[s]; i < starts[s + 1]; ++i) {
         const int64_t row = group[i];
-        std::vector<const void*> visible;
-        if (selection != nullptr && !(*selection)[row].empty()) {
-          for (int32_t p : (*selection)[row]) visible.push_back(row_at(p));
+        visible.clear();
+        const bool picks = selection != nullptr && !(*selection)[row].empty();
+        if (picked_alone != nullptr) {
+          visible.assign(rows.data(), rows.data() + rows.size());
+        } else if (all_selected) {
+          for (int32_t p : (*selection)[row]) visible.push_back(rows[memory.index_of[p]]);
+        } else if (picks) {  // beside tokens that attend all their positions
+          for (int32_t p : (*selection)[row]) {
+            LATENT_CHECK(p >= first && p < context);
+            visible.push_back(rows[p - first]);
+          }
         } else {
           for (int64_t p = WindowStart(batch.positions[row], window); p <= batch.positions[row]; ++p)
-            visible.push_back(row_at(static_cast<int32_t>(p)));
+            visible.push_back(rows[p - first]);
         }
         AttendLatent(d, &q_cat[i * d.heads * d.row()], visible, rows.format(), rope.softmax_scale,
-                     sinks, w.kv_b.bf16_activations, &out_lat[i * d.heads * d.latent]);
+                     sinks, w.kv_b.bf16_activations, memory.attention_scores,
+                     &out_lat[i * d.heads * d.latent]);
       }
     });
     scope.reset();
