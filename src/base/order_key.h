@@ -9,7 +9,8 @@
 namespace latent {
 
 // Smaller first: the larger value first, equal values by the smaller id, so two pairs are never
-// tied. -0 and +0 are one value (as floats compare); -inf comes after every finite value.
+// tied and a top-k keeps exactly k. -0 and +0 are one value (as floats compare); -inf comes after
+// every finite value; a NaN with the sign bit clear before +inf, one with it set after -inf.
 inline uint64_t OrderKey(float value, int32_t id) {
   uint32_t bits = std::bit_cast<uint32_t>(value + 0.0f);  // -0 + 0 = +0: one zero
   bits = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;  // ascending with the value

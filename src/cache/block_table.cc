@@ -56,7 +56,7 @@ void BlockTable::TruncateTo(BlockPool& pool, int64_t tokens) {
 }
 
 bool BlockTable::MatchWindow(BlockPool& pool, std::span<const int32_t> tokens, int64_t hit,
-                             int64_t window, int64_t regime_boundary) {
+                             int64_t window, const RegimeBounds& regimes) {
   LATENT_CHECK(blocks_.empty() && hit % block_tokens_ == 0 &&
                hit <= static_cast<int64_t>(tokens.size()));
   const int64_t count = hit / block_tokens_;
@@ -64,7 +64,7 @@ bool BlockTable::MatchWindow(BlockPool& pool, std::span<const int32_t> tokens, i
   BlockHash parent = root_;
   std::vector<int32_t> scratch;
   for (int64_t i = 0; i < count; ++i) {
-    auto key = BlockKey(tokens, i, regime_boundary, scratch);
+    auto key = BlockKey(tokens, i, regimes, scratch);
     const BlockHash hash = HashBlock(parent, key);
     if (i < first) {
       blocks_.push_back(kNoBlock);
@@ -88,25 +88,30 @@ int32_t BlockTable::NumHeld() const {
 }
 
 std::span<const int32_t> BlockTable::BlockKey(std::span<const int32_t> tokens, int64_t i,
-                                              int64_t regime_boundary,
+                                              const RegimeBounds& regimes,
                                               std::vector<int32_t>& scratch) const {
   auto block_tokens = tokens.subspan(i * block_tokens_, block_tokens_);
-  const int64_t before = std::clamp<int64_t>(regime_boundary - i * block_tokens_, 0, block_tokens_);
-  if (before == 0) return block_tokens;  // The common case keeps the plain key.
+  const int64_t first = i * block_tokens_;
+  const int64_t bt = block_tokens_;
+  const int64_t selected = std::clamp<int64_t>(regimes.selected - first, 0, bt);
+  const int64_t causal = std::clamp<int64_t>(regimes.causal - first, 0, bt);
+  // The common cases keep the plain key, or the one marker of a single bound.
+  if (selected == 0 && causal == 0) return block_tokens;
   scratch.assign(block_tokens.begin(), block_tokens.end());
-  scratch.push_back(static_cast<int32_t>(-1 - before));
+  if (selected > 0) scratch.push_back(static_cast<int32_t>(-1 - selected));  // -1 - bt .. -2
+  if (causal != selected) scratch.push_back(static_cast<int32_t>(-2 - bt - causal));  // .. -2 - bt
   return scratch;
 }
 
 int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens,
-                                int64_t regime_boundary) {
+                                const RegimeBounds& regimes) {
   LATENT_CHECK(blocks_.empty());
   if (tokens.empty()) return 0;
   const int64_t max_blocks = static_cast<int64_t>(tokens.size() - 1) / block_tokens_;
   BlockHash parent = root_;
   std::vector<int32_t> scratch;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
+    auto block_tokens = BlockKey(tokens, i, regimes, scratch);
     const BlockHash hash = HashBlock(parent, block_tokens);
     std::optional<BlockId> block = pool.Lookup(hash, block_tokens, parent);
     if (!block) break;
@@ -119,12 +124,12 @@ int64_t BlockTable::MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens
 }
 
 void BlockTable::RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed,
-                                  int64_t regime_boundary) {
+                                  const RegimeBounds& regimes) {
   if (!pool.prefix_caching()) return;
   const int64_t full = std::min<int64_t>(computed / block_tokens_, blocks_.size());
   std::vector<int32_t> scratch;
   for (int64_t i = static_cast<int64_t>(hashes_.size()); i < full; ++i) {
-    auto block_tokens = BlockKey(tokens, i, regime_boundary, scratch);
+    auto block_tokens = BlockKey(tokens, i, regimes, scratch);
     const BlockHash parent = hashes_.empty() ? root_ : hashes_.back();
     const BlockHash hash = HashBlock(parent, block_tokens);
     if (blocks_[i] != kNoBlock) pool.Register(blocks_[i], hash, block_tokens, parent);

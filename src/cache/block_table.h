@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/block_pool.h"
+#include "cache/regime_bounds.h"
 
 namespace latent::cache {
 
@@ -37,19 +38,20 @@ class BlockTable {
   // and released slots before them. All or nothing: false (table left empty) when one is not
   // cached. Hashed like MatchPrefix, from this table's own root.
   bool MatchWindow(BlockPool& pool, std::span<const int32_t> tokens, int64_t hit, int64_t window,
-                   int64_t regime_boundary = 0);
-  // `regime_boundary`, below: positions before it were computed one way and those from it on
-  // another (the model's MLA form, expanded for a long prompt and absorbed after). Rows computed
-  // differently differ in their last bits, so a block's identity includes how many of its
-  // positions lie before the boundary: a prefix hit then only ever serves rows computed exactly
-  // as the sequence itself would compute them.
+                   const RegimeBounds& regimes = {});
+  // `regimes`, below: positions before a bound were computed one way and those from it on
+  // another, in its kind of layer (cache/regime_bounds.h). Rows computed differently differ in
+  // their last bits, so a block's identity includes how many of its positions lie before each
+  // bound: a prefix hit then only ever serves rows computed exactly as the sequence itself would
+  // compute them.
   //
   // Takes the longest chain of cached full blocks matching `tokens`, never covering the last
   // token (its logits must be computed). Returns the number of tokens covered.
-  int64_t MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens, int64_t regime_boundary = 0);
+  int64_t MatchPrefix(BlockPool& pool, std::span<const int32_t> tokens,
+                      const RegimeBounds& regimes = {});
   // Registers the full blocks among the first `computed` tokens for prefix caching.
   void RegisterComputed(BlockPool& pool, std::span<const int32_t> tokens, int64_t computed,
-                        int64_t regime_boundary = 0);
+                        const RegimeBounds& regimes = {});
   // Shares `other`'s full blocks (retained) and returns how many tokens they cover; the caller
   // copies the partial last block into a fresh one.
   int64_t ShareFullBlocks(BlockPool& pool, const BlockTable& other, int64_t tokens);
@@ -64,9 +66,11 @@ class BlockTable {
   BlockHash root_ = 0;
 
   // What identifies block `i`: its tokens, then (when any of its positions lie before
-  // `regime_boundary`) a negative marker no token id can equal.
+  // regimes.selected) a negative marker no token id can equal, and (when regimes.causal puts
+  // another count of them before it) a second one from a range of its own.
   std::span<const int32_t> BlockKey(std::span<const int32_t> tokens, int64_t i,
-                                    int64_t regime_boundary, std::vector<int32_t>& scratch) const;
+                                    const RegimeBounds& regimes,
+                                    std::vector<int32_t>& scratch) const;
 };
 
 }  // namespace latent::cache

@@ -80,8 +80,8 @@ class LayerKernels {
 //   prefill          the expanded form's causal and sliding-window tokens over per-head f32 keys
 //                    and values
 //   prefill_selected (DSA layers) the expanded form's tokens that attend DSA-selected positions,
-//                    one `attention` call each over per-head rows (f32 products): only where they
-//                    run expanded (--attention expanded, or model::ExpandedPositions keeps them so)
+//                    one `attention` call each over per-head rows (f32 products): only under
+//                    --attention expanded (auto runs them absorbed: model::ExpandedPositions)
 //   indexer          DSA's index scores over its key rows (KPool's over gathered f32 pool keys)
 // bf16 products where the layer's linears compute in bf16 (model::ApplyPrecision): for the
 // attention where kv_b does, which --quantize converts to int8 in every family; for the indexer

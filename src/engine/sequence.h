@@ -47,9 +47,10 @@ struct Sequence {
   DraftPace draft_pace;  // how long its next draft may be
   int64_t num_prompt = 0;
   int64_t num_computed = 0;     // Tokens whose rows are in the cache.
-  // Positions [0, expanded_below) run in the expanded MLA form (model::ExpandedPositions of the
-  // prompt), the rest absorbed; prefix-cache blocks are keyed with it too.
-  int64_t expanded_below = 0;
+  // Positions below its bound for a layer's kind run in the expanded MLA form there
+  // (model::ExpandedPositions of the prompt), the rest absorbed; prefix-cache blocks are keyed
+  // with them too.
+  cache::RegimeBounds expanded_below;
   int64_t prefix_hit_tokens = -1;  // Prompt tokens found in the prefix cache when first scheduled.
   // The next prompt token whose logprob is still to be reported: 1 at first (token 0 has none),
   // num_prompt once all are; the max when not asked for (only sample 0 of a prompt_logprobs

@@ -28,27 +28,31 @@ int64_t FirstSelectingPosition(const ModelConfig& c) {
   return (c.index_topk / c.index_kpool + 1) * c.index_kpool - 1;
 }
 
-int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens) {
+cache::RegimeBounds ExpandedPositions(const ModelConfig& config, AttentionForm form,
+                                      int64_t prompt_tokens) {
   switch (form) {
     case AttentionForm::kAbsorbed:
-      return 0;
+      return cache::RegimeBounds::Both(0);
     case AttentionForm::kExpanded:
-      return std::numeric_limits<int64_t>::max();
+      return cache::RegimeBounds::Both(std::numeric_limits<int64_t>::max());
     case AttentionForm::kAuto:
       break;
   }
+  const MlaDims dims = MlaDimsOf(config);
+  const int64_t causal = ops::PreferExpanded(dims, prompt_tokens) ? prompt_tokens : 0;
+  if (!config.is_dsa()) return cache::RegimeBounds::Both(causal);
   // DSA: a position from the first that selects on attends the index_topk positions its indexer
   // selected, a set of its own. Expanded, that is one query over per-head rows (no block of keys
   // shared with other queries, f32 products: 40 t/s for an 8k prompt of
   // bench/.cache/models/v32-dsa-L2); absorbed, the token's heads share the latent rows as tile
   // rows, as in its decode steps. The positions before it attend causally, which the expanded
-  // form runs a block of keys at a time for many queries. Not where some layer attends causally
-  // throughout (dots3_note's full_attention layers): absorbed there, a long prompt would cost
-  // 3-4x the FLOPs.
-  const int64_t expandable = config.is_dsa() && !config.dsa_full_attention_layers
-                                 ? std::min(prompt_tokens, FirstSelectingPosition(config))
-                                 : prompt_tokens;
-  return ops::PreferExpanded(MlaDimsOf(config), expandable) ? expandable : 0;
+  // form runs a block of keys at a time for many queries.
+  const int64_t causal_part = std::min(prompt_tokens, FirstSelectingPosition(config));
+  const int64_t selected = ops::PreferExpanded(dims, causal_part) ? causal_part : 0;
+  // The layers that attend their whole prefix or window (dots3_note's) stay expanded past it:
+  // absorbed, a long prompt would cost them 2-4x the FLOPs. Without such layers the second bound
+  // follows the first, so that it never splits a prefix-cache block's identity.
+  return {selected, config.dsa_causal_layers ? causal : selected};
 }
 
 }  // namespace latent::model

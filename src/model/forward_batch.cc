@@ -21,7 +21,8 @@ void ForwardBatch::Clear() {
 }
 
 void ForwardBatch::AddSequence(std::span<const int32_t> tokens, int64_t first_position,
-                               std::span<const cache::BlockId> table, int64_t expanded_below_pos,
+                               std::span<const cache::BlockId> table,
+                               const cache::RegimeBounds& expanded_below_pos,
                                bool last_logits, bool all_logits) {
   LATENT_CHECK(!tokens.empty());
   if (seq_starts.empty()) seq_starts.push_back(0);

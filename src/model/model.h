@@ -39,8 +39,8 @@ struct ForwardBatch : ops::AttentionBatch {
   // its block-table row as the next slot and its ExpandedPositions; logits of its last token when
   // `last_logits`, of every token when `all_logits`.
   void AddSequence(std::span<const int32_t> tokens, int64_t first_position,
-                   std::span<const cache::BlockId> table, int64_t expanded_below, bool last_logits,
-                   bool all_logits = false);
+                   std::span<const cache::BlockId> table, const cache::RegimeBounds& expanded_below,
+                   bool last_logits, bool all_logits = false);
   // Fails unless the per-sequence arrays agree with token_ids/positions/seq_slots and every
   // table covers its sequence's context (a malformed batch, not bad input).
   void Validate() const;
@@ -54,15 +54,17 @@ enum CacheRowKind : int {
 
 using ops::AttentionForm;
 
-// The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded:
-// [0, result). Under kAuto the whole prompt when it is long enough for the expanded form to cost
-// fewer FLOPs, else none; in a DSA model only its positions before FirstSelectingPosition (those
-// from it on attend the positions their indexer selected: absorbed, as a decode does), unless
-// some layer attends causally throughout (ModelConfig::dsa_full_attention_layers); generated
-// tokens are always absorbed. A function of the request alone
-// (not of how its prompt was chunked, batched or recomputed after a preemption), because the two
-// forms round differently and seeded sampling over a flat distribution would show it.
-int64_t ExpandedPositions(const ModelConfig& config, AttentionForm form, int64_t prompt_tokens);
+// The positions of a sequence with `prompt_tokens` prompt tokens that `form` computes expanded,
+// [0, bound) for each kind of layer. Under kAuto the whole prompt when it is long enough for the
+// expanded form to cost fewer FLOPs, else none; in the layers that attend a DSA selection only
+// the positions before FirstSelectingPosition (those from it on attend the positions their
+// indexer selected: absorbed, as a decode does), while a DSA model's other layers
+// (ModelConfig::dsa_causal_layers) keep the whole prompt expanded. Generated tokens are always
+// absorbed. A function of the request alone (not of how its prompt was chunked, batched or
+// recomputed after a preemption), because the two forms round differently and seeded sampling
+// over a flat distribution would show it.
+cache::RegimeBounds ExpandedPositions(const ModelConfig& config, AttentionForm form,
+                                      int64_t prompt_tokens);
 // In a DSA model, the first position whose indexer selects (index_topk; with KPool's pools of
 // index_kpool tokens, the first that sees more complete pools than it keeps).
 int64_t FirstSelectingPosition(const ModelConfig& config);

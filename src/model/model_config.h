@@ -138,10 +138,12 @@ struct ModelConfig {
   // settings (sliding_rope) and, where mla_layer_shapes has an entry, its own MLA shape.
   int64_t sliding_window = 0;
   std::vector<bool> sliding_layers;
-  // A DSA model with layers that neither select nor slide (dots3_note's full_attention layers):
-  // their tokens attend the whole causal prefix, so a long prompt stays expanded there
-  // (ExpandedPositions). In the other DSA families every MLA layer selects or reuses a selection.
-  bool dsa_full_attention_layers = false;
+  // A DSA model with MLA layers that do not attend a selection (dots3_note's full_attention and
+  // sliding_attention layers): their tokens attend the whole causal prefix or window, so a long
+  // prompt stays expanded there past the point where the selecting layers switch to the absorbed
+  // form (ExpandedPositions). In the other DSA families every MLA layer selects or reuses a
+  // selection.
+  bool dsa_causal_layers = false;
   RopeConfig sliding_rope;
   // Per layer: the layer's MLA shape, or empty (every layer has the top-level dims).
   std::vector<MlaLayerShape> mla_layer_shapes;

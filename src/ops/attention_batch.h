@@ -13,6 +13,7 @@
 
 #include "cache/block_pool.h"
 #include "cache/paged_rows.h"
+#include "cache/regime_bounds.h"
 
 namespace latent::ops {
 
@@ -25,10 +26,11 @@ struct AttentionBatch {
   std::vector<int32_t> seq_slots;    // [T] slot (sequence index) of the token
   std::vector<int32_t> seq_starts;   // [S + 1] first batch row of each sequence, then T
   std::vector<int64_t> context_lens;  // [S] positions cached once the step ran (last position + 1)
-  // [S] under AttentionForm::kAuto, the sequence's positions below this are computed in the
-  // expanded MLA form and the rest absorbed (model::ExpandedPositions): a property of the
-  // sequence, so a token's form never depends on the chunk or batch that carries it.
-  std::vector<int64_t> expanded_below;
+  // [S] under AttentionForm::kAuto, the sequence's positions below its bound for a layer's kind
+  // are computed in the expanded MLA form there and the rest absorbed (model::ExpandedPositions):
+  // a property of the sequence, so a token's form never depends on the chunk or batch that
+  // carries it.
+  std::vector<cache::RegimeBounds> expanded_below;
   // Block-table rows, ragged: sequence s's block ids are
   // block_ids[block_table_starts[s] .. block_table_starts[s + 1]).
   std::vector<int32_t> block_table_starts;  // [S + 1]

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "base/dump.h"
-#include "base/order_key.h"
 #include "base/error.h"
+#include "base/order_key.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
 #include "ops/attended_rows.h"

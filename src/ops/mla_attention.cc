@@ -87,12 +87,29 @@ void AbsorbQueries(const MlaDims& d, const AttentionWeights& w, const float* q,
   });
 }
 
-// The union of the selections of batch rows group[i0, i1), ascending, into `wanted`, and each
-// position's index in it into `index_of` ([context], -1 where not selected). Marks over the
-// context rather than a sort: a prefill run of 64 tokens would sort 64 x index_topk positions.
-void SelectionUnion(const DsaSelection& selection, const std::vector<int64_t>& group, int64_t i0,
+// The union of the selections of batch rows group[i0, i1), ascending, into `wanted`. Where they
+// cover a good share of the context (a prefill run of 64 tokens, whose sort would order 64 x
+// index_topk positions), by marks over the context, which also leave each position's index in
+// `wanted` in `index_of` ([context], -1 where not selected): returns true. Where they are sparse
+// (a few verify tokens at a long context, where marks would walk all of it), by a sort: returns
+// false, and an index is found by a binary search of `wanted`.
+bool SelectionUnion(const DsaSelection& selection, const std::vector<int64_t>& group, int64_t i0,
                     int64_t i1, int64_t context, std::vector<int32_t>& wanted,
                     std::vector<int32_t>& index_of) {
+  int64_t picks = 0;
+  for (int64_t i = i0; i < i1; ++i) picks += static_cast<int64_t>(selection[group[i]].size());
+  wanted.clear();
+  if (picks * 8 < context) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int32_t p : selection[group[i]]) {
+        LATENT_CHECK(p >= 0 && p < context);
+        wanted.push_back(p);
+      }
+    }
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    return false;
+  }
   index_of.assign(context, -1);
   for (int64_t i = i0; i < i1; ++i) {
     for (int32_t p : selection[group[i]]) {
@@ -100,17 +117,18 @@ void SelectionUnion(const DsaSelection& selection, const std::vector<int64_t>& g
       index_of[p] = 0;
     }
   }
-  wanted.clear();
   for (int32_t p = 0; p < context; ++p) {
     if (index_of[p] < 0) continue;
     index_of[p] = static_cast<int32_t>(wanted.size());
     wanted.push_back(p);
   }
+  return true;
 }
 
 // One token: attention over the latent rows (in `format`, read in place) with one shared head.
-// q_cat [H, C + dr] -> out_lat [H, C]. bf16_products: the layer computes in bf16 (kv_b's
-// bf16_activations), so the kernel may multiply bf16 q, probabilities and rows.
+// q_cat [H, C + dr] -> out_lat [H, C]; `scores` is scratch ([rows]). bf16_products: the layer
+// computes in bf16 (kv_b's bf16_activations), so the kernel may multiply bf16 q, probabilities
+// and rows.
 void AttendLatent(const MlaDims& d, const float* q_cat, const std::vector<const void*>& rows,
                   const kernels::RowFormat& format, float scale, const float* sinks,
                   bool bf16_products, std::vector<float>& scores, float* out_lat) {
@@ -477,9 +495,12 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
     const SequenceTokens chunk = SequenceOf(batch, slot);
     // The sequence's tokens below `expanded_below` run expanded, the rest absorbed: a chunk of a
     // sequence recomputed after a preemption may hold some of each.
-    const int64_t expanded_below = form == AttentionForm::kExpanded  ? std::numeric_limits<int64_t>::max()
-                                   : form == AttentionForm::kAbsorbed ? 0
-                                                                      : batch.expanded_below[slot];
+    // The bound of this layer's kind: a layer that attends a DSA selection may switch to the
+    // absorbed form earlier than one that attends its whole prefix or window.
+    const int64_t expanded_below =
+        form == AttentionForm::kExpanded   ? std::numeric_limits<int64_t>::max()
+        : form == AttentionForm::kAbsorbed ? 0
+                                           : batch.expanded_below[slot].For(dsa != nullptr);
     SequenceTokens seq = chunk;
     seq.end = seq.begin;
     while (seq.end < chunk.end && batch.positions[seq.end] < expanded_below) ++seq.end;
@@ -540,11 +561,12 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
               picked_alone->end()) {
         picked_alone = nullptr;
       }
+      bool marked = false;  // SelectionUnion's index_of holds each position's index in `wanted`
       if (picked_alone != nullptr) {
         rows.Positions(cache, table, latent_layer, latent_row, *picked_alone);
       } else if (all_selected) {
-        SelectionUnion(*selection, group, starts[s], starts[s + 1], context, memory.wanted,
-                       memory.index_of);
+        marked = SelectionUnion(*selection, group, starts[s], starts[s + 1], context,
+                                memory.wanted, memory.index_of);
         rows.Positions(cache, table, latent_layer, latent_row, memory.wanted);
       } else {
         rows.Range(cache, table, latent_layer, latent_row, first, context - first);
@@ -556,8 +578,14 @@ void MlaAttentionForward(const MlaDims& d, const AttentionWeights& w, const ops:
         const bool picks = selection != nullptr && !(*selection)[row].empty();
         if (picked_alone != nullptr) {
           visible.assign(rows.data(), rows.data() + rows.size());
-        } else if (all_selected) {
+        } else if (all_selected && marked) {
           for (int32_t p : (*selection)[row]) visible.push_back(rows[memory.index_of[p]]);
+        } else if (all_selected) {
+          const std::vector<int32_t>& wanted = memory.wanted;
+          for (int32_t p : (*selection)[row]) {
+            const auto at = std::lower_bound(wanted.begin(), wanted.end(), p) - wanted.begin();
+            visible.push_back(rows[at]);
+          }
         } else if (picks) {  // beside tokens that attend all their positions
           for (int32_t p : (*selection)[row]) {
             LATENT_CHECK(p >= first && p < context);

@@ -138,3 +138,61 @@ def test_window_prefill_bits_do_not_depend_on_the_chunking(window_model, tmp_pat
     chunked, _ = run(window_model, tmp_path, [dict(r, arrival_step=i) for i, r in enumerate(requests)],
                      "--max-batch-tokens", str(budget), *flags, name=f"chunked{budget}")
     assert outputs(chunked) == outputs(alone)
+
+
+@pytest.fixture(scope="module")
+def dsa_window_model(tiny_models):
+    """dots3_note with DSA layers (index_topk 32) and sliding-window layers (window 16). Under
+    `--attention auto` a prompt past 24 tokens runs expanded, but the DSA layers switch to the
+    absorbed form at position 32, where their selection starts, while the window layers keep the
+    whole prompt expanded: two bounds per sequence (cache::RegimeBounds), both in every
+    prefix-cache block's identity."""
+    return tiny_models.get("dots3_note", "--dtype", "bfloat16",
+                           config={"index_topk": 32, "max_position_embeddings": 512})
+
+
+def test_dsa_and_window_bounds_equal_alone(dsa_window_model, tmp_path):
+    """The same seeded requests, with prompts on both sides of each bound and sharing a 32-token
+    prefix, give the same tokens and logprobs alone, batched and chunked, after preemptions and
+    on prefix hits. The last one is a second turn: the first turn's prompt (40 tokens) and reply,
+    then more. Its block of positions 32-47 holds the same tokens as the first turn's, with
+    selecting-layer rows computed the same way (absorbed) but window-layer rows not (expanded
+    for its 60 positions against 8 expanded in the first turn), so only the second bound keeps
+    the hit off that block."""
+    vocab = json.loads((dsa_window_model / "config.json").read_text())["vocab_size"]
+    rng = random.Random(41)
+    requests = [sampled([rng.randrange(2, vocab) for _ in range(n)], seed=4000 + i, max_tokens=9)
+                for i, n in enumerate([5, 20, 26, 31, 32, 33, 40, 64, 90, 120])]
+    shared = [rng.randrange(2, vocab) for _ in range(32)]
+    requests += [sampled(shared + [rng.randrange(2, vocab) for _ in range(own)], seed=5000 + i,
+                         max_tokens=9) for i, own in enumerate([1, 3, 17, 40, 60])]
+    first_turn = requests[6]
+    assert len(first_turn["ids"]) == 40
+    alone, _ = run(dsa_window_model, tmp_path, requests, "--max-seqs", "1", "--no-prefix-cache",
+                   name="alone")
+    reply = alone[6]["ids"]
+    assert len(reply) == 9  # its rows up to position 47 computed: the block of 32-47 is full
+    second_turn = sampled(first_turn["ids"] + reply + [rng.randrange(2, vocab) for _ in range(11)],
+                          seed=6000, max_tokens=9)
+    second_alone, _ = run(dsa_window_model, tmp_path, [second_turn], "--no-prefix-cache",
+                          name="second-alone")
+    requests.append(second_turn)
+    alone = outputs(alone) + outputs(second_alone)
+    for budget, block_tokens in [(7, 16), (13, 1)]:
+        arriving = [dict(r, arrival_step=i % 5) for i, r in enumerate(requests)]
+        batched, _ = run(dsa_window_model, tmp_path, arriving, "--max-batch-tokens", str(budget),
+                         "--block-tokens", str(block_tokens), "--no-prefix-cache",
+                         name=f"batched{budget}")
+        assert outputs(batched) == alone, f"budget {budget}, blocks of {block_tokens}"
+    preempted, summary = run(dsa_window_model, tmp_path, requests, "--block-tokens", "16",
+                             "--num-blocks", "24", "--max-batch-tokens", "64",
+                             "--no-prefix-cache", name="preempted")
+    assert summary["preemptions"] > 0, "the small cache forced no preemption"
+    assert outputs(preempted) == alone
+    # One at a time, so that every later request can hit the blocks of earlier ones; the second
+    # turn well after the first has ended.
+    one_by_one = [dict(r, arrival_step=3 * i) for i, r in enumerate(requests)]
+    one_by_one[-1]["arrival_step"] = 3 * len(requests) + 40
+    hits, summary = run(dsa_window_model, tmp_path, one_by_one, "--block-tokens", "16", name="hits")
+    assert summary["prefix_hit_tokens"] >= 32 * 4 + 32, "the shared prefixes' blocks were not hit"
+    assert outputs(hits) == alone

@@ -134,6 +134,27 @@ def test_drafts_with_prefix_hits_cache_dtypes_and_forms(tiny_models, replay_file
     assert outputs(drafted) == outputs(plain)
 
 
+@pytest.mark.parametrize("draft_tokens", [3, 7])
+def test_dsa_drafts_at_a_context_far_past_their_selections(tiny_models, replay_file, tmp_path,
+                                                           draft_tokens):
+    """A verify run reads the union of its tokens' DSA selections (ops/mla_attention.cc,
+    SelectionUnion): by marks over the context where they cover a good share of it, by a sort
+    where they are sparse. DeepSeek V3.2 (index_topk 8) at contexts of 300-480 tokens: a run of
+    4 tokens selects at most 32 positions (sparse: sorted), one of 8 at most 64 (marks). Both
+    give every logprob bit for bit as one token per step."""
+    model_dir = tiny_models.get("deepseek_v32")
+    rng = random.Random(19)
+    requests = [{"ids": [rng.randint(2, 250) for _ in range(n)] + replay_text()[:10],
+                 "max_tokens": 30, "logprobs": 1, "ignore_eos": True}
+                for n in (290, 380, 440)]
+    flags = ["--debug-replay", str(replay_file), "--block-tokens", "16", "--no-prefix-cache"]
+    plain, _ = run(model_dir, tmp_path, requests, *flags, name="plain")
+    drafted, summary = run(model_dir, tmp_path, requests, *flags, "--speculative-tokens",
+                           str(draft_tokens), name="drafted")
+    assert summary["accepted_draft_tokens"] > 0
+    assert outputs(drafted) == outputs(plain)
+
+
 def demo_prompts(count):
     """Prompts of 4 lines each of the demo model's held-out text."""
     lines = [l for l in (DEMO / "heldout.txt").read_text(encoding="utf-8").splitlines() if l.strip()]

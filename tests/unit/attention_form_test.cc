@@ -4,14 +4,23 @@
 
 #include <cstdint>
 #include <limits>
+#include <ostream>
 
 #include "model/model.h"
 #include "model/model_config.h"
 #include "model/attention_dims.h"
 #include "ops/mla_attention.h"
 
+namespace latent::cache {
+void PrintTo(const RegimeBounds& b, std::ostream* os) {
+  *os << "{selected " << b.selected << ", causal " << b.causal << "}";
+}
+}  // namespace latent::cache
+
 namespace latent::model {
 namespace {
+
+using cache::RegimeBounds;
 
 // DeepSeek V3's attention dims; with index_topk, V3.2's DSA.
 ModelConfig V3Attention(int64_t index_topk) {
@@ -33,9 +42,9 @@ ModelConfig V3Attention(int64_t index_topk) {
 // token once).
 TEST(ExpandedPositions, AutoExpandsLongPromptsWhole) {
   const ModelConfig c = V3Attention(0);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 170), 0);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 171), 171);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), 100000);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 170), RegimeBounds::Both(0));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 171), RegimeBounds::Both(171));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), RegimeBounds::Both(100000));
 }
 
 // Under DSA a position past index_topk attends the positions it selected: absorbed, as its decode
@@ -43,15 +52,15 @@ TEST(ExpandedPositions, AutoExpandsLongPromptsWhole) {
 // that length would.
 TEST(ExpandedPositions, AutoExpandsOnlyTheCausalPositionsOfADsaPrompt) {
   const ModelConfig c = V3Attention(2048);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100), 0);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 1000), 1000);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2048), 2048);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 2048);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), 2048);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2049), 2048);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100), RegimeBounds::Both(0));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 1000), RegimeBounds::Both(1000));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2048), RegimeBounds::Both(2048));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), RegimeBounds::Both(2048));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100000), RegimeBounds::Both(2048));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 2049), RegimeBounds::Both(2048));
   // A selection shorter than the expanded form's break-even: all absorbed.
   EXPECT_FALSE(ops::PreferExpanded(MlaDimsOf(c), 64));
-  EXPECT_EQ(ExpandedPositions(V3Attention(64), AttentionForm::kAuto, 8192), 0);
+  EXPECT_EQ(ExpandedPositions(V3Attention(64), AttentionForm::kAuto, 8192), RegimeBounds::Both(0));
 }
 
 // KPool (GLM-5-Next) selects from the first position that sees more complete pools than it keeps:
@@ -60,25 +69,34 @@ TEST(ExpandedPositions, KPoolSelectsFromItsFirstPoolPastTopk) {
   ModelConfig c = V3Attention(2048);
   c.index_kpool = 16;
   EXPECT_EQ(FirstSelectingPosition(c), 2063);
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 2063);
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), RegimeBounds::Both(2063));
   c.index_topk = 2040;  // 127 pools kept: selects from 128 pools, position 2047
   EXPECT_EQ(FirstSelectingPosition(c), 2047);
 }
 
-// A DSA model whose layers include ones that attend causally throughout (dots3_note's
-// full_attention layers) keeps a long prompt expanded: absorbed there would cost more.
-TEST(ExpandedPositions, DsaWithFullAttentionLayersExpandsTheWholePrompt) {
+// A DSA model whose other layers attend causally throughout (dots3_note's full_attention and
+// sliding-window layers) keeps a long prompt expanded there, and switches the selecting layers
+// to the absorbed form where the selection starts, as every DSA model does.
+TEST(ExpandedPositions, DsaCausalLayersKeepTheWholePromptExpanded) {
   ModelConfig c = V3Attention(2048);
-  c.dsa_full_attention_layers = true;
-  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), 8192);
+  c.dsa_causal_layers = true;
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), (RegimeBounds{2048, 8192}));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 1000), RegimeBounds::Both(1000));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100), RegimeBounds::Both(0));
+  // A selection shorter than the break-even: the selecting layers all absorbed, the others not.
+  c.index_topk = 64;
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 8192), (RegimeBounds{0, 8192}));
+  EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAuto, 100), RegimeBounds::Both(0));
+  EXPECT_EQ((RegimeBounds{0, 8192}).For(/*selects=*/true), 0);
+  EXPECT_EQ((RegimeBounds{0, 8192}).For(/*selects=*/false), 8192);
 }
 
 TEST(ExpandedPositions, ForcedFormsHoldForEveryPosition) {
   for (const int64_t topk : {0, 2048}) {
     const ModelConfig c = V3Attention(topk);
     EXPECT_EQ(ExpandedPositions(c, AttentionForm::kExpanded, 8192),
-              std::numeric_limits<int64_t>::max());
-    EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAbsorbed, 8192), 0);
+              RegimeBounds::Both(std::numeric_limits<int64_t>::max()));
+    EXPECT_EQ(ExpandedPositions(c, AttentionForm::kAbsorbed, 8192), RegimeBounds::Both(0));
   }
 }
 

@@ -184,17 +184,17 @@ TEST(BlockTableTest, MatchPrefixHonoursTheRegimeBoundary) {
   const auto tokens = Range(10, 13);  // Blocks [10..13], [14..17], [18..21], then token 22.
   BlockTable expanded(4);             // Positions 0..9 computed one way (boundary 10), 10.. another.
   ASSERT_TRUE(expanded.Grow(pool, 13));
-  expanded.RegisterComputed(pool, tokens, 13, /*regime_boundary=*/10);
+  expanded.RegisterComputed(pool, tokens, 13, RegimeBounds::Both(10));
 
   BlockTable plain(4);  // Boundary 0: no block of `expanded` was computed like this.
   EXPECT_EQ(plain.MatchPrefix(pool, tokens), 0);
   BlockTable same(4);
-  EXPECT_EQ(same.MatchPrefix(pool, tokens, 10), 12);
+  EXPECT_EQ(same.MatchPrefix(pool, tokens, RegimeBounds::Both(10)), 12);
   EXPECT_EQ(same.blocks(), std::vector<BlockId>(expanded.blocks().begin(), expanded.blocks().begin() + 3));
   BlockTable earlier(4);  // Boundary 9: block 0 and 1 agree (all before it), block 2 does not.
-  EXPECT_EQ(earlier.MatchPrefix(pool, tokens, 9), 8);
+  EXPECT_EQ(earlier.MatchPrefix(pool, tokens, RegimeBounds::Both(9)), 8);
   BlockTable later(4);  // Boundary 12: block 2 lies wholly before it, unlike in `expanded`.
-  EXPECT_EQ(later.MatchPrefix(pool, tokens, 12), 8);
+  EXPECT_EQ(later.MatchPrefix(pool, tokens, RegimeBounds::Both(12)), 8);
   // Blocks wholly after the boundary in both keep the plain key: a boundary-0 table registers
   // its own block 0 alongside, and each sequence finds its own.
   const BlockId first_expanded = expanded.blocks()[0];
@@ -207,6 +207,44 @@ TEST(BlockTableTest, MatchPrefixHonoursTheRegimeBoundary) {
   for (BlockTable* t : {&expanded, &plain, &same, &earlier, &later, &plain_owner, &plain_again}) {
     t->Free(pool);
   }
+  EXPECT_EQ(pool.CheckConsistency(), "");
+}
+
+// Two bounds (a DSA model whose selecting layers switch form before its causal ones): a block
+// matches only where both put the same number of its positions before them.
+TEST(BlockTableTest, MatchPrefixHonoursBothRegimeBounds) {
+  BlockPool pool(32, true);
+  const auto tokens = Range(10, 13);  // Blocks of positions 0..3, 4..7, 8..11, then 12.
+  BlockTable owner(4);                // Selecting layers switch at 4, causal ones at 10.
+  ASSERT_TRUE(owner.Grow(pool, 13));
+  owner.RegisterComputed(pool, tokens, 13, RegimeBounds{4, 10});
+  const std::vector<BlockId> blocks = owner.blocks();
+  struct Case {
+    RegimeBounds bounds;
+    int64_t hit;
+  };
+  for (const Case& c : {Case{{4, 10}, 12},
+                        Case{RegimeBounds::Both(4), 4},   // block 1: causal 4 against 0
+                        Case{RegimeBounds::Both(10), 4},  // block 1: selecting 0 against 4
+                        Case{{4, 9}, 8},                  // block 2: causal 2 against 1
+                        Case{{4, 12}, 8},                 // block 2: causal 2 against 4
+                        Case{{0, 10}, 0},                 // block 0: selecting 4 against 0
+                        Case{{3, 10}, 0}}) {              // block 0: selecting 4 against 3
+    BlockTable table(4);
+    EXPECT_EQ(table.MatchPrefix(pool, tokens, c.bounds), c.hit)
+        << "selected " << c.bounds.selected << " causal " << c.bounds.causal;
+    EXPECT_EQ(table.blocks(), std::vector<BlockId>(blocks.begin(), blocks.begin() + c.hit / 4));
+    table.Free(pool);
+  }
+  // (selected s, causal c) never keys like (c', s') of another pair: the block of 0..3 registered
+  // with {0, 4} is another block than with {4, 4}.
+  BlockTable causal_only(4);
+  ASSERT_TRUE(causal_only.Grow(pool, 13));
+  causal_only.RegisterComputed(pool, tokens, 13, RegimeBounds{0, 4});
+  BlockTable again(4);
+  EXPECT_EQ(again.MatchPrefix(pool, tokens, RegimeBounds{0, 4}), 12);
+  EXPECT_NE(again.blocks()[0], blocks[0]);
+  for (BlockTable* t : {&owner, &causal_only, &again}) t->Free(pool);
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
 

@@ -36,7 +36,7 @@ TEST(Dots3NoteConfigTest, ReleasedKeys) {
   EXPECT_EQ(c.architecture, "dots3_note");
   EXPECT_EQ(c.sliding_layers, (std::vector<bool>{false, false, true, true, true, false}));
   EXPECT_EQ(c.indexer_layers, (std::vector<bool>{true, true, false, false, false, true}));
-  EXPECT_FALSE(c.dsa_full_attention_layers);  // every layer selects or slides
+  EXPECT_TRUE(c.dsa_causal_layers);  // the sliding layers attend their window
   EXPECT_EQ(c.sliding_window, 32);
   EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, true, true, true, true, true}));
   EXPECT_DOUBLE_EQ(c.rope.theta, 80000000.0);
@@ -72,7 +72,7 @@ TEST(Dots3NoteConfigTest, PerLayerConfigAndNestedRope) {
   const ModelConfig c = Parse(j);
   EXPECT_EQ(c.sliding_layers, (std::vector<bool>{false, true, true, false, true, false}));
   EXPECT_EQ(c.indexer_layers, (std::vector<bool>{true, false, false, false, false, true}));
-  EXPECT_TRUE(c.dsa_full_attention_layers);  // layer 3 attends its whole causal prefix
+  EXPECT_TRUE(c.dsa_causal_layers);  // layer 3 attends its whole causal prefix
   EXPECT_EQ(c.LayerShape(1).num_attention_heads, 3);
   EXPECT_EQ(c.LayerShape(1).qk_rope_head_dim, 4);
   EXPECT_EQ(c.LayerShape(3).num_attention_heads, 4);  // no entry: the top-level dims

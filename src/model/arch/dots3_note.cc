@@ -176,7 +176,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
     ParseDsaIndexer(top, config, /*default_heads=*/64);
     config.indexer_layers = indexed;
     for (int64_t l = 0; l < layers; ++l) {
-      if (!indexed[l] && !config.sliding_layers[l]) config.dsa_full_attention_layers = true;
+      if (!indexed[l]) config.dsa_causal_layers = true;
     }
   }
   config.sliding_window = top.IntOr("sliding_window", top.IntOr("sliding_window_size", 512));
