@@ -319,7 +319,8 @@ void Engine::RetireFinished() {
 }
 
 void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logits) {
-  // Called when sample 0 has just computed the whole prompt: the others share its full blocks,
+  // Called when sample 0 has just computed the whole prompt, before its first token is accepted
+  // (which may finish it and free its blocks): the others share its full blocks,
   // copy its partial last block, and draw their first token from the same logits (or wait to
   // compute the prompt themselves when no block is free for the copy).
   for (size_t i = 1; i < state.samples.size(); ++i) {
@@ -372,12 +373,15 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
     }
     const float* row = logits + batch.logits_index[slot] * vocab;
     RequestState& state = *requests_.at(seq.request_id);
-    const bool fork = seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1;
+    // Sample 0 just computed the prompt: its siblings fork from its blocks (and state slot)
+    // before its own token, which may finish it and free them (max_tokens 1, an eos or a stop
+    // id as its first token); its siblings go on either way.
+    if (seq.sample == 0 && seq.num_generated() == 0 && state.samples.size() > 1) {
+      ForkSamples(state, seq, row);
+    }
     AcceptToken(seq, row, drawn[slot].empty() ? nullptr : &drawn[slot][0]);
     const int64_t draft = plan.chunks[slot].num_draft;
     if (draft > 0) VerifyDraft(seq, draft, row, drawn[slot]);
-    // Also when sample 0 finished on its first token: its siblings go on.
-    if (fork) ForkSamples(state, seq, row);
   }
 }
 

@@ -174,6 +174,27 @@ def test_seeded_sampling_is_independent_of_the_batch(model_dir, tmp_path):
     assert len({tuple(s["ids"]) for s in alone[10]["samples"]}) > 1
 
 
+def test_samples_go_on_when_the_first_ends_on_its_first_token(model_dir, tmp_path):
+    """n > 1 samples fork from sample 0 once it has computed the prompt. With max_tokens 1 sample
+    0 ends on the token it draws in that step; its siblings must still fork from its blocks (and
+    linear-attention state), not from blocks it has just given back: with prefix caching off and
+    two identical prompts in one step, freed blocks are reused at once. Each request gives what
+    it gives alone, and no block is left held."""
+    prompt = list(range(5, 45))  # 2 full blocks of 16 and a partial one
+    requests = [{"ids": prompt, "max_tokens": 1, "n": 3, "temperature": 1.0, "seed": 70 + i}
+                for i in range(3)]
+    for flags in (["--no-prefix-cache"], []):
+        results, summary = run_batch(model_dir, tmp_path, requests, "--block-tokens", "16", *flags,
+                                     name="forks")
+        assert summary["used_blocks_at_end"] == 0
+        for i, r in enumerate(requests):
+            alone, _ = run_batch(model_dir, tmp_path, [r], "--block-tokens", "16", *flags,
+                                 name=f"fork-alone{i}")
+            assert [s["ids"] for s in results[i]["samples"]] == \
+                [s["ids"] for s in alone[0]["samples"]]
+            assert all(len(s["ids"]) == 1 for s in results[i]["samples"])
+
+
 def test_cancellation_frees_blocks(model_dir, tmp_path):
     requests = [{"ids": list(range(2, 2 + 100)), "max_tokens": 50, "ignore_eos": True,
                  "cancel_step": 5},
