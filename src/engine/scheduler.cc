@@ -193,7 +193,8 @@ SchedulePlan Scheduler::Schedule() {
 
 void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
   // After every decode, prefill and admission took its chunk (a window at most), so a longer
-  // chunk never takes another sequence's budget or blocks, and never causes a preemption. It
+  // chunk never takes another sequence's budget or blocks, and never causes a preemption. As
+  // long as the step's budget allows, as any other model's chunk. It
   // takes free blocks, and least recently used cached ones as any chunk does: unlike a draft,
   // its tokens all run and stay, and it grows only as far as the blocks reach, so nothing is
   // evicted for a chunk that does not run. (Free blocks alone would not do: with prefix caching
@@ -206,8 +207,7 @@ void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
     if (budget <= 0) break;
     // Prompt logits keep their own cap (max_prompt_logits_rows): those chunks stay as they are.
     if (!seq.window_table || !seq.is_prefill() || seq.wants_prompt_logits()) continue;
-    const int64_t most = std::min({seq.num_pending(), WindowChunkTokens(seq.window),
-                                   chunk.num_tokens + budget});
+    const int64_t most = std::min(seq.num_pending(), chunk.num_tokens + budget);
     const int32_t available = pool_.NumAvailable();  // free and cached-unowned blocks
     const auto fits = [&](int64_t tokens) {
       const int64_t end = seq.num_computed + tokens;

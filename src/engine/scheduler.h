@@ -107,8 +107,13 @@ class Scheduler {
   // everything else, capped by max_draft_tokens, into free blocks only (else the room in the
   // sequence's own blocks).
   void AddDrafts(SchedulePlan& plan);
-  // Lengthens the window sequences' prefill chunks of the plan past their window, up to
-  // WindowChunkTokens, with the budget and blocks left (engine/sequence.h); never preempts.
+  // Lengthens the window sequences' prefill chunks of the plan past their window with the budget
+  // and blocks left; never preempts. A window sequence's own share is a chunk of its window
+  // (CacheManager::capacity_tokens reserves the window blocks of two windows, so a sequence alone
+  // always progresses); with chunks of the window alone, a small window (dots3_note's 512) cut a
+  // long prompt into many more chunks than other models run, and every chunk re-expands the
+  // full-attention layers' cached latents (dots3_note's 8k prefill ran 27% slower,
+  // docs/performance.md, wave 2 session 31). A step then holds the window blocks of the chunk.
   void ExtendWindowChunks(SchedulePlan& plan);
   void InsertWaiting(Sequence* seq);
   // Frees the sequence's blocks and its state slot.

@@ -16,20 +16,6 @@ namespace latent::engine {
 
 enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
 
-// The longest prefill chunk of a sequence with sliding-window rows: its window, and never less
-// than kWindowChunkFloor tokens (the default step budget). The scheduler gives such a sequence a
-// chunk of its window first, as its share of the budget and blocks (CacheManager::capacity_tokens
-// reserves the window blocks of two windows, so a sequence alone always progresses), then
-// lengthens it up to this with the budget and blocks left (Scheduler::ExtendWindowChunks):
-// a step holds the window blocks of its window and its chunk. With chunks of the window alone,
-// a small window (dots3_note's 512) cut a long prompt into 4x as many chunks as other models run,
-// and every chunk re-expands the full-attention layers' cached latents: dots3_note's 8k prefill
-// ran 27% slower (docs/performance.md, wave 2 session 31).
-inline constexpr int64_t kWindowChunkFloor = 2048;
-inline int64_t WindowChunkTokens(int64_t window) {
-  return std::max<int64_t>(window, kWindowChunkFloor);
-}
-
 struct Sequence {
   // `table`: empty, from the engine's CacheManager (NewTable), which holds the block size.
   Sequence(int64_t id, cache::BlockTable table) : id(id), table(std::move(table)) {}

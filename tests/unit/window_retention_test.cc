@@ -88,7 +88,7 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
     peak_window = std::max(peak_window, Held(*seq->window_table));
     Commit(scheduler, plan);
   }
-  // The prompt in one chunk (a chunk may exceed the window: WindowChunkTokens), 59 decodes.
+  // The prompt in one chunk (a chunk may exceed the window: ExtendWindowChunks), 59 decodes.
   EXPECT_EQ(seq->num_computed, 10 + 59);
   // Full-attention rows: every block of the context stays.
   EXPECT_EQ(Held(seq->table), (seq->num_computed + kBlock - 1) / kBlock);
@@ -102,7 +102,7 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
   EXPECT_EQ(pool.CheckConsistency(), "");
 }
 
-// A window sequence's prefill chunk passes its window (up to WindowChunkTokens) only with the
+// A window sequence's prefill chunk passes its window (as far as the budget goes) only with the
 // budget and the blocks left after every sequence took its share (free ones, then cached ones
 // nobody holds, as far as they reach), and never by preempting. 100 prompt tokens in one chunk
 // need 25 full and 25 window blocks.
@@ -116,6 +116,17 @@ TEST(WindowRetention, AChunkPastTheWindowTakesTheBudgetAndBlocksLeft) {
     ASSERT_EQ(plan.chunks.size(), 1u);
     EXPECT_EQ(plan.chunks[0].num_tokens, 100);  // the whole prompt, 16x the window
     EXPECT_EQ(plan.num_tokens, 100);
+    scheduler.Remove(seq.get());
+  }
+  {
+    // A budget past 2,048 (once a cap of its own) holds a prompt past it in one chunk too.
+    cache::BlockPool pool(1300, false);
+    Scheduler scheduler({.max_batch_tokens = 4096}, pool);
+    auto seq = WindowSequence(0, 2500);
+    scheduler.AddWaiting(seq.get());
+    const SchedulePlan plan = scheduler.Schedule();
+    ASSERT_EQ(plan.chunks.size(), 1u);
+    EXPECT_EQ(plan.chunks[0].num_tokens, 2500);
     scheduler.Remove(seq.get());
   }
   {
