@@ -90,10 +90,12 @@ void Scheduler::Remove(Sequence* seq) {
   std::erase(waiting_, seq);
 }
 
-void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
+int64_t Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
+  int64_t rows = 0;
   for (auto it = plan.chunks.begin(); it != plan.chunks.end(); ++it) {
     if (it->seq != victim) continue;
     plan.num_tokens -= it->num_tokens;
+    rows = victim->PromptLogitsRows(victim->num_computed, it->num_tokens);
     plan.chunks.erase(it);
     break;
   }
@@ -104,6 +106,7 @@ void Scheduler::Preempt(Sequence* victim, SchedulePlan& plan) {
   victim->status = SequenceStatus::kWaiting;
   InsertWaiting(victim);
   ++plan.num_preempted;
+  return rows;
 }
 
 SchedulePlan Scheduler::Schedule() {
@@ -130,7 +133,9 @@ SchedulePlan Scheduler::Schedule() {
       Sequence* victim = *std::max_element(running_.begin(), running_.end(),
                                            [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
       const bool self = victim == seq;
-      Preempt(victim, plan);
+      // The victim's chunk, if it had one this step, gives back its budget and rows.
+      rows_left += Preempt(victim, plan);
+      budget = options_.max_batch_tokens - plan.num_tokens;
       if (self) {
         scheduled = false;
         break;

@@ -100,7 +100,9 @@ class Scheduler {
   bool HasWork() const { return !running_.empty() || !waiting_.empty(); }
 
  private:
-  void Preempt(Sequence* victim, SchedulePlan& plan);
+  // Sends `victim` back to the waiting queue, its blocks freed and its chunk of `plan` (if
+  // any) dropped; returns the prompt-logit rows that chunk had taken.
+  int64_t Preempt(Sequence* victim, SchedulePlan& plan);
   // num_computed advances by `tokens`; full blocks register, window blocks out of reach go.
   void Advance(Sequence& seq, int64_t tokens);
   // Lets the decodes of `plan` run their drafts, in plan order, from the budget left after

@@ -87,6 +87,32 @@ TEST_F(SchedulerTest, EmptySchedulerPlansNothing) {
   EXPECT_EQ(plan.num_tokens, 0);
 }
 
+// A preempted chunk gives its tokens back to the step's budget at once: a sequence scheduled after
+// the preemptions gets the whole budget. D decodes (1 token of the 8), P's prefill needs 2 new
+// blocks of a full pool: D's block is not enough, so P preempts D and then itself; Q then takes
+// all 8 tokens (not the 7 left before D's chunk was dropped) in the 2 blocks they freed.
+TEST_F(SchedulerTest, PreemptedChunksGiveTheirBudgetBack) {
+  cache::BlockPool pool(3, false);
+  Scheduler scheduler({.max_batch_tokens = 8, .max_seqs = 16}, pool);
+  Sequence* p = NewSequence(3, Prompt(0, 40));
+  Sequence* q = NewSequence(0, Prompt(100, 40));
+  Sequence* d = NewSequence(5, Prompt(200, 3));
+  d->tokens.push_back(7);
+  for (auto [seq, computed] : {std::pair{p, 4}, std::pair{q, 4}, std::pair{d, 3}}) {
+    ASSERT_TRUE(seq->table.Grow(pool, computed));
+    seq->num_computed = computed;
+    seq->status = SequenceStatus::kRunning;
+    scheduler.AddRunning(seq);  // admission order: P, Q, D
+  }
+  ASSERT_EQ(pool.NumAvailable(), 0);
+  const SchedulePlan plan = scheduler.Schedule();
+  EXPECT_EQ(plan.num_preempted, 2);
+  EXPECT_EQ(ChunkIds(plan), (Ids{0}));
+  EXPECT_EQ(ChunkTokens(plan), (Ids{8}));
+  EXPECT_EQ(plan.num_tokens, 8);
+  EXPECT_EQ(IdsOf(scheduler.waiting()), (Ids{3, 5}));
+}
+
 TEST_F(SchedulerTest, DecodesThenRunningPrefillsThenWaitingInArrivalOrder) {
   cache::BlockPool pool(64, true);
   Scheduler scheduler({.max_batch_tokens = 100, .max_seqs = 16}, pool);
