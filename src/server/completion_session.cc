@@ -264,6 +264,7 @@ void CompletionSession::Echo(int32_t p) {
     Choice& c = choices_[static_cast<size_t>(p) * n + s];
     // Before any of the choice's tokens: the engine reports the whole prompt first.
     c.text.insert(0, prompt.echo_text);
+    c.text_bytes += static_cast<int64_t>(prompt.echo_text.size());
     c.logprobs.insert(c.logprobs.begin(), prompt.echo_logprobs.begin(), prompt.echo_logprobs.end());
   }
   prompt.echo_logprobs.clear();
@@ -291,13 +292,13 @@ void CompletionSession::Apply(const Event& event) {
     c.last_token = event.at;
     ++c.tokens;
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
-    if (request_.logprobs)
-      c.logprobs.push_back(MakeLogprob(out, static_cast<int64_t>(c.text.size())));
+    if (request_.logprobs) c.logprobs.push_back(MakeLogprob(out, c.text_bytes));
     const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
                          !std::binary_search(context_.tool_marker_tokens.begin(),
                                              context_.tool_marker_tokens.end(), out.token);
     const std::string piece =
         c.detokenizer && !skipped ? c.detokenizer->Push(out.token) : std::string();
+    c.text_bytes += static_cast<int64_t>(piece.size());
     Emit(c, c.stop.Push(piece));
     if (c.stop.stopped()) {
       EndChoice(c, "stop");
@@ -375,6 +376,10 @@ void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
   // The output is over: what the parser held back (a partial marker) is text after all.
   if (c.parser) AddParsed(c, c.parser->Finish());
   c.ended = true;
+  // A stop string cut the text where it began, maybe before the text of the tokens it spans.
+  for (LogprobEntry& e : c.logprobs) {
+    e.text_offset = std::min(e.text_offset, static_cast<int64_t>(c.text.size()));
+  }
   // A turn that ends by calling tools finishes "tool_calls" (one cut at max_tokens stays
   // "length").
   c.finish_reason = reason == "stop" && !c.tool_calls.empty() ? "tool_calls" : reason;

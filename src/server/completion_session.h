@@ -96,6 +96,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     bool keep_markers_only = false;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
+    // Bytes of text the echo and the choice's tokens gave so far, whether a partial stop string
+    // holds them back or not: where the next token's text starts (its text_offset).
+    int64_t text_bytes = 0;
     // Chat with a reasoning and/or tool-call parser: it splits the emitted text into reasoning,
     // text and tool calls.
     std::unique_ptr<OutputParser> parser;

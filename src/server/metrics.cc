@@ -176,8 +176,8 @@ std::string ServerMetrics::Render(const std::string& model_name,
   Metric(out, "latent_http_requests_in_flight", "gauge", "Generation requests being served.", model,
          static_cast<double>(in_flight_));
   Header(out, "latent_request_success_total", "counter",
-         "Choices finished, by finish reason (stop, length, abort, error).");
-  for (const char* reason : {"stop", "length", "abort", "error"}) {
+         "Choices finished, by finish reason (stop, length, tool_calls, abort, error).");
+  for (const char* reason : {"stop", "length", "tool_calls", "abort", "error"}) {
     auto it = finished_.find(reason);
     Sample(out, "latent_request_success_total", model + ",finished_reason=\"" + reason + "\"",
            it == finished_.end() ? 0 : it->second);

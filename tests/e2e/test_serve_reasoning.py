@@ -193,3 +193,38 @@ def test_bad_flags_are_refused(chat_model, tmp_path):
                           "--port", "0", "--debug-replay", str(replay)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "entry 1 (-2) is not a token id" in bad.stderr, bad.stderr
+
+
+def test_completion_text_offsets_count_held_back_text(chat_model, tokenizer, tmp_path):
+    """text_offset is where each token's text starts in the choice's text, also after text that a
+    partial stop string held back and let go (" x" of " xq"), streamed and not; a token past the
+    cut of a stop string that matched starts at the cut."""
+    pieces = ["Hello", ",", " world", ",", " x", "yz", " abc", " de", "f"]
+    ids = encode_pieces(tokenizer, pieces)
+    texts = [tokenizer.decode([i]) for i in ids]
+    starts = [len("".join(texts[:i]).encode()) for i in range(len(ids))]
+    srv = start(chat_model, tmp_path, ids)
+    try:
+        client = srv.client()
+        resp = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=len(ids),
+                                         logprobs=0, stop=[" xq"])
+        assert resp.choices[0].text == "".join(texts)
+        assert resp.choices[0].logprobs.text_offset == starts
+        chunks = list(client.completions.create(model=MODEL_NAME, prompt="hi",
+                                                max_tokens=len(ids), logprobs=0, stop=[" xq"],
+                                                stream=True))
+        streamed = [o for c in chunks if c.choices and c.choices[0].logprobs
+                    for o in c.choices[0].logprobs.text_offset]
+        assert streamed == starts
+        # " abc d" stops: the text ends before " abc", where the offsets of its tokens and of
+        # " de" (which completed the match) go.
+        resp = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=len(ids),
+                                         logprobs=0, stop=[" abc d"])
+        full = "".join(texts)
+        cut = full.find(" abc d")
+        assert resp.choices[0].text == full[:cut]
+        offsets = resp.choices[0].logprobs.text_offset
+        assert len(offsets) < len(ids) and offsets[-1] == cut
+        assert offsets == [min(s, cut) for s in starts[:len(offsets)]]
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -167,6 +167,7 @@ def answer(name, srv):
 def test_tool_calls_streamed_and_not(family):
     name, srv, _ = family
     _, _, _, content, reasoning, _ = FAMILIES[name]
+    before = srv.metrics()
     resp = answer(name, srv)
     message = resp.choices[0].message
     assert resp.choices[0].finish_reason == "tool_calls"
@@ -185,6 +186,10 @@ def test_tool_calls_streamed_and_not(family):
     # Arguments arrive in pieces, not only whole at the end.
     assert len(deltas) > len(calls)
     assert all("<" not in (d.function.arguments or "") for d in deltas)
+    # /metrics counts both choices under their finish reason (the first answer may have come
+    # from an earlier test: at least the streamed one here).
+    key = 'latent_request_success_total{finished_reason="tool_calls"}'
+    assert srv.metrics().get(key, 0) - before.get(key, 0) >= 1
 
 
 # Every family with a chat template (no DeepSeek V3.2 template exists to render with: its parser is
