@@ -189,6 +189,9 @@ struct HttpServer::Impl {
   std::atomic<int> waiting{0};
   mutable std::mutex sessions_mutex;
   std::set<std::shared_ptr<CompletionSession>> sessions;
+  // Set by AbortAll: a session that registers later (its prompt was still being tokenized) is
+  // aborted as it registers, so that none outlives the drain.
+  std::optional<std::string> abort_message;
 
   EngineMetricsReader engine_metrics;
   std::unique_ptr<WorkerPool> workers;  // Last: its threads stop before the rest goes.
@@ -308,6 +311,7 @@ struct HttpServer::Impl {
     std::lock_guard<std::mutex> lock(sessions_mutex);
     sessions.insert(session);
     metrics.AddInFlight(1);
+    if (abort_message) session->Abort(*abort_message);
   }
   void Unregister(const std::shared_ptr<CompletionSession>& session) {
     std::lock_guard<std::mutex> lock(sessions_mutex);
@@ -1059,6 +1063,7 @@ int HttpServer::InFlight() const { return impl_->admitted.load(); }
 
 void HttpServer::AbortAll(const std::string& message) {
   std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
+  impl_->abort_message = message;
   for (const auto& session : impl_->sessions) session->Abort(message);
 }
 

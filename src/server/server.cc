@@ -285,6 +285,9 @@ int RunServer(const ServeOptions& o) {
   if (parallel::World().rank() != 0) engine::LoadRankedModel(o.model_dir, o.load);
   HandleSignals();
   ServerMetrics metrics;
+  // Before the server, so destroyed after it: its connections' sessions and its workers' queued
+  // jobs still reach the engine (stopped by then, but there) as they end.
+  std::unique_ptr<Loaded> loaded;
   HttpServer http(o.http, name, metrics);
   const int port = http.Bind();
   Log("listening on http://", o.http.host, ":", port,
@@ -295,7 +298,6 @@ int RunServer(const ServeOptions& o) {
     listening_done = true;
   });
 
-  std::unique_ptr<Loaded> loaded;
   try {
     loaded = Load(o, name, metrics);
   } catch (const std::exception& e) {
