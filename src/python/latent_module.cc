@@ -107,7 +107,9 @@ class PyEngine {
       std::lock_guard<std::mutex> lock(mutex_);
       if (tracked->job->OnOutput(out)) tracked->done = true;
       ++tracked->events;
-      if (tracked->job->TakeCancelNeeded()) engine_->Cancel(tracked->engine_id);
+      // By the event's id: engine_id is set only after Submit returns, which can be after the
+      // stop string matched.
+      if (tracked->job->TakeCancelNeeded()) engine_->Cancel(out.request_id);
       changed_.notify_all();
     };
     try {
