@@ -83,16 +83,21 @@ class PyEngine {
 
   ~PyEngine() { Close(); }
 
+  // Stops the engine thread. A second call (or one racing the first) does nothing.
   void Close() {
-    if (!engine_) return;
+    // Taken while the GIL is held: the other methods read engine_ under the GIL, so from here
+    // on they see the LLM closed and never the engine that is being stopped.
+    std::unique_ptr<engine::Engine> engine = std::move(engine_);
+    if (!engine) return;
     nb::gil_scoped_release release;
-    engine_->Stop();
-    engine_.reset();
+    engine->Stop();
+    engine.reset();
   }
 
   // Parses and submits one request line; returns its handle.
   int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
-    Engine();
+    // Held under the GIL to the end, as engine_ is, so Close cannot take it away meanwhile.
+    engine::Engine& engine = Engine();
     const Json line = Json::parse(line_json);
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
     auto tracked = std::make_shared<Tracked>();
@@ -103,17 +108,18 @@ class PyEngine {
       std::lock_guard<std::mutex> lock(mutex_);
       tracked_[handle] = tracked;
     }
-    auto on_output = [this, tracked](const engine::RequestOutput& out) {
+    // Runs on the engine's own thread, so `engine` outlives every call; engine_ may already be
+    // taken by Close, and tracked->engine_id is set only after Submit returns, which can be
+    // after the request's first events.
+    auto on_output = [this, tracked, engine = &engine](const engine::RequestOutput& out) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (tracked->job->OnOutput(out)) tracked->done = true;
       ++tracked->events;
-      // By the event's id: engine_id is set only after Submit returns, which can be after the
-      // stop string matched.
-      if (tracked->job->TakeCancelNeeded()) engine_->Cancel(out.request_id);
+      if (tracked->job->TakeCancelNeeded()) engine->Cancel(out.request_id);
       changed_.notify_all();
     };
     try {
-      const int64_t id = engine_->Submit(tracked->job->request(), on_output);
+      const int64_t id = engine.Submit(tracked->job->request(), on_output);
       std::lock_guard<std::mutex> lock(mutex_);
       tracked->engine_id = id;
     } catch (...) {
