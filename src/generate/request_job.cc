@@ -54,6 +54,7 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
     }
   }
   if (out.finish == engine::FinishReason::kNone) return false;
+  sample.ended = true;
   if (sample.stop_reason.empty()) {
     sample.finish = out.finish;
     sample.error = out.error;
@@ -69,6 +70,17 @@ bool RequestJob::TakeCancelNeeded() {
   if (cancel_sent_ || stopped_by_text_ == 0 || !all_ended || done()) return false;
   cancel_sent_ = true;
   return true;
+}
+
+void RequestJob::Abandon(const std::string& error) {
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    if (samples_[i].ended) continue;
+    engine::RequestOutput out;
+    out.sample = static_cast<int32_t>(i);
+    out.finish = engine::FinishReason::kError;
+    out.error = error;
+    OnOutput(out);
+  }
 }
 
 std::string RequestJob::Text(const Sample& sample) const {

@@ -29,6 +29,7 @@ class RequestJob {
     std::unique_ptr<server::StopStringMatcher> matcher;
     std::string text;
     std::string stop_reason;  // The stop string that ended this sample, if one did.
+    bool ended = false;       // The engine has reported this sample's end.
   };
 
   // Makes the samples of `line` (n of them). With `stream_text` (needs a tokenizer) every sample
@@ -40,6 +41,9 @@ class RequestJob {
   // True once, when every sample has ended on a stop string while the engine still runs them:
   // the owner should cancel the request (the samples ignore the kCancelled that follows).
   bool TakeCancelNeeded();
+  // Ends the samples the engine never ended with kError and `error`: the engine stopped with
+  // them still running and will report nothing more. Samples a stop string ended keep that end.
+  void Abandon(const std::string& error);
 
   bool done() const { return done_ == static_cast<int32_t>(samples_.size()); }
   const RequestLine& line() const { return line_; }

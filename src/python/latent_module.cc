@@ -83,7 +83,8 @@ class PyEngine {
 
   ~PyEngine() { Close(); }
 
-  // Stops the engine thread. A second call (or one racing the first) does nothing.
+  // Stops the engine thread; the requests it left unfinished end with an error. A second call
+  // (or one racing the first) does nothing.
   void Close() {
     // Taken while the GIL is held: the other methods read engine_ under the GIL, so from here
     // on they see the LLM closed and never the engine that is being stopped.
@@ -92,6 +93,15 @@ class PyEngine {
     nb::gil_scoped_release release;
     engine->Stop();
     engine.reset();
+    // The engine reports nothing more: without an end, their waiters would wait forever.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [handle, t] : tracked_) {
+      if (t->done) continue;
+      t->job->Abandon("this LLM was closed while the request ran");
+      t->done = true;
+      ++t->events;
+    }
+    changed_.notify_all();
   }
 
   // Parses and submits one request line; returns its handle.
@@ -366,7 +376,10 @@ NB_MODULE(_latent, m) {
   nb::class_<PyEngine>(m, "Engine")
       .def(nb::init<const std::string&, const std::string&, const EngineArgs&>(), "model_dir"_a,
            "tokenizer_dir"_a, "args"_a)
-      .def("close", &PyEngine::Close)
+      .def("close", &PyEngine::Close,
+           "Stops the engine thread; requests still running end with the error 'this LLM was "
+           "closed while the request ran'. Later calls raise LatentError; a second close() does "
+           "nothing.")
       .def("submit", &PyEngine::Submit, "line_json"_a, "default_max_tokens"_a, "stream_text"_a)
       .def("wait", &PyEngine::Wait, "handles"_a, "timeout_s"_a)
       .def("poll", &PyEngine::Poll, "handle"_a, "timeout_s"_a)

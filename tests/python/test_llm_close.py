@@ -1,9 +1,11 @@
-"""LLM.close() while other threads use the LLM: no crash, and their calls raise LatentError. Each
-case runs in a child process: the failure this guards against is a segfault. On the trained demo
-model (about a second)."""
+"""LLM.close() while other threads use the LLM: no crash, and their calls raise LatentError (a
+submit racing the close), or their generate() and stream() end with LatentError at once instead
+of waiting forever. Each case runs in a child process: the failures these guard against are a
+segfault and a thread that never returns. On the trained demo model (about a second)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -49,6 +51,8 @@ SUBMIT_RACE = """
         thread.join(10)
         assert not thread.is_alive() and not closer.is_alive()
         assert len(errors) == 1 and "closed" in errors[0], errors
+        # Every request submitted before the close has ended, with its tokens or the close.
+        assert llm._engine.wait(submitted, 0)
         for call in (llm.metrics, lambda: llm.config, lambda: llm.generate("x")):
             try:
                 call()
@@ -62,3 +66,53 @@ SUBMIT_RACE = """
 
 def test_close_racing_submit_raises_not_crashes():
     assert run_child(SUBMIT_RACE) == [f"ROUND {i} True" for i in range(5)]
+
+
+CLOSE_WHILE_RUNNING = """
+    import json, os, sys, threading, time
+    sys.path.insert(0, sys.argv[2])
+    import latent
+    llm = latent.LLM(sys.argv[1], block_tokens=16)
+    # A thousand steps to go, far more than the test waits.
+    params = latent.SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
+    outcome, streaming = {}, threading.Event()
+
+    def generate():
+        try:
+            llm.generate([[3 + i, 4, 5] for i in range(48)], params)
+            outcome["generate"] = "returned"
+        except latent.LatentError as e:
+            outcome["generate"] = str(e)
+
+    def stream():
+        try:
+            for _ in llm.stream([7, 8, 9], params):
+                streaming.set()
+            outcome["stream"] = "returned"
+        except latent.LatentError as e:
+            outcome["stream"] = str(e)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (generate, stream)]
+    threads[0].start()
+    deadline = time.time() + 30  # generate() has submitted them all: close() ends them running.
+    while llm.metrics()["running"] < 48 and time.time() < deadline:
+        time.sleep(0.001)
+    threads[1].start()
+    assert streaming.wait(30)
+    start = time.time()
+    llm.close()
+    for t in threads:
+        t.join(10)
+    outcome["seconds"] = round(time.time() - start)
+    outcome["alive"] = sum(t.is_alive() for t in threads)
+    print(json.dumps(outcome, sort_keys=True), flush=True)
+    os._exit(0)  # A thread left waiting (the bug) would hold up the interpreter's exit.
+"""
+
+
+def test_close_ends_generate_and_stream_in_other_threads():
+    (line,) = run_child(CLOSE_WHILE_RUNNING)
+    outcome = json.loads(line)
+    message = "this LLM was closed while the request ran"
+    assert outcome.pop("seconds") <= 5
+    assert outcome == {"alive": 0, "generate": message, "stream": message}

@@ -177,7 +177,8 @@ class LLM:
     speculative_ngram_min, check_invariants.
 
     Thread-safe: several threads may call generate/chat/stream at once; their requests share the
-    engine's batches. Use as a context manager, or call close(), to stop the engine thread.
+    engine's batches. Use as a context manager, or call close(), to stop the engine thread (see
+    close() for what happens to requests still running in other threads).
     """
 
     def __init__(self, model: str, tokenizer: Optional[str] = None, **engine_options: Any) -> None:
@@ -285,7 +286,10 @@ class LLM:
         return self._engine.metrics()
 
     def close(self) -> None:
-        """Stops the engine thread (requests still running are dropped)."""
+        """Stops the engine thread. Requests still running, in other threads' generate(), chat()
+        or stream(), end at once: those calls raise LatentError ("this LLM was closed while the
+        request ran"), as does any later call that needs the engine. A second close() does
+        nothing; one that races another returns at once while the first stops the engine."""
         self._engine.close()
 
     def __enter__(self) -> "LLM":
