@@ -4,6 +4,7 @@
 // and the problem), 1 for anything else (a bug in latent, or the system refusing memory).
 #include <algorithm>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -27,8 +28,12 @@ int Run(int argc, char** argv);
 
 }  // namespace
 
-// Under mpirun (and only then) MPI is initialized first and finalized on every way out, so that
-// no rank leaves the others waiting.
+// Under mpirun (and only then) MPI is initialized first, and no rank may leave the others
+// waiting. A command that succeeded finalizes MPI (rank 0's StepBroadcaster has sent the workers
+// their stop). One that failed on any rank ends the whole job at once: the others may wait for it
+// without a timeout (workers for rank 0's first step, if rank 0 failed before it had a model, e.g.
+// serve on a busy port), in a step's collectives (up to LATENT_STEP_TIMEOUT), or in MPI_Finalize,
+// which waits for every rank.
 int main(int argc, char** argv) {
   try {
     latent::parallel::InitWorld(&argc, &argv);
@@ -36,7 +41,29 @@ int main(int argc, char** argv) {
     std::cerr << "latent: error: " << e.what() << "\n";
     return 2;
   }
-  const int code = Run(argc, argv);
+  int code = 1;
+  std::string error;  // what failed, printed after "latent: "
+  try {
+    code = Run(argc, argv);
+  } catch (const latent::engine::WorkerFinished&) {
+    code = 0;  // a rank > 0 served rank 0's steps to the end
+  } catch (const latent::Error& e) {
+    error = latent::StrCat("error: ", e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    error = latent::StrCat("internal error: ", e.what());
+    code = 1;
+  } catch (...) {
+    error = "internal error: an unknown exception";
+    code = 1;
+  }
+  if (code != 0 && latent::parallel::World().size() > 1) {
+    // AbortWorld prints "latent: error: rank r of n: " before the message.
+    if (error.empty()) error = latent::StrCat("the command failed (exit code ", code, ")");
+    if (error.starts_with("error: ")) error.erase(0, 7);
+    latent::parallel::AbortWorld(latent::StrCat(error, "; ending the job"), code);
+  }
+  if (!error.empty()) std::cerr << "latent: " << error << "\n";
   latent::parallel::FinalizeWorld();
   return code;
 }
@@ -63,18 +90,8 @@ int Run(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) latent::threads::SetNumThreads(threads);
-  try {
-    for (auto& [sub, run] : commands)
-      if (sub->parsed()) return run();
-  } catch (const latent::engine::WorkerFinished&) {
-    return 0;  // a rank > 0 served rank 0's steps to the end
-  } catch (const latent::Error& e) {
-    std::cerr << "latent: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "latent: internal error: " << e.what() << "\n";
-    return 1;
-  }
+  for (auto& [sub, run] : commands)
+    if (sub->parsed()) return run();  // main turns what it throws into the exit code
   return 1;
 }
 

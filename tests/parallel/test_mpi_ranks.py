@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -240,6 +241,53 @@ def test_lost_rank_ends_the_job(models, tmp_path, sig):
         # Where rank 0 waits depends on the moment: the MoE sums or the step broadcast.
         assert re.search(r"rank 0 of 2: the (MoE partial sums|step broadcast).* did not complete "
                          r"within the step timeout \(3 s", stderr), stderr
+
+
+def run_failing_job(argv: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs a job one of whose ranks fails; returns it and its seconds. A job that hangs is killed
+    after 60 s (the test then fails on the time)."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=mpi_env(), timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the job hung after a rank failed:\n{e.stderr}") from e
+    return proc, time.monotonic() - start
+
+
+def test_rank_0_failing_before_its_first_step_ends_the_job(models):
+    """serve on a busy port: rank 0 fails before it has a model, while rank 1, its model loaded,
+    waits for rank 0's first step without a deadline. The job ends at once with the error, not in
+    MPI_Finalize waiting for rank 1 forever."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc, took = run_failing_job(mpirun_args(
+            2, "serve", "--model", str(models["deepseek_v3"]), "--host", "127.0.0.1",
+            "--port", str(port)))
+    assert proc.returncode != 0, proc.stderr
+    assert took < 20, f"the job took {took:.1f} s to end"
+    assert re.search(rf"rank 0 of 2: cannot listen on 127\.0\.0\.1:{port} ", proc.stderr), \
+        proc.stderr
+
+
+@pytest.mark.parametrize("bad_rank", [0, 1])
+def test_one_rank_failing_to_load_ends_the_job(models, tmp_path, bad_rank):
+    """One rank's --model does not exist (mpirun's MPMD form): rank 0 failing left rank 1
+    waiting for its first step forever; rank 1 failing left rank 0 waiting for it in the first
+    step until the step timeout (300 s). Either ends the job at once, naming the error."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"ids": [3, 17, 29], "max_tokens": 4}\n')
+    argv = [MPIRUN, "--oversubscribe", "--bind-to", "none"]
+    for rank in range(2):
+        model = tmp_path / "missing" if rank == bad_rank else models["deepseek_v3"]
+        argv += ([":"] if rank else []) + [
+            "-np", "1", str(LATENT), "--threads", "1", "generate", "--model", str(model),
+            "--prompts", str(prompts)]
+    proc, took = run_failing_job(argv)
+    assert proc.returncode != 0, proc.stderr
+    assert took < 20, f"the job took {took:.1f} s to end"
+    assert f"rank {bad_rank} of 2: " in proc.stderr and "missing" in proc.stderr, proc.stderr
 
 
 def test_sliding_window_model_identical(tiny_models, tmp_path):
