@@ -15,6 +15,7 @@ struct BatchGenerateOptions {
   std::string prompt_text;    // one text prompt (--prompt)
   bool chat = false;          // --prompt is a user message rendered with the chat template
   int64_t max_tokens = 16;    // Default for requests that do not say.
+  bool ignore_eos = false;    // Default for requests that do not say (--ignore-eos).
   engine::EngineOptions engine;
   model::LoadOptions load;    // --quantize
   std::string debug_replay_path;  // test-only: EngineOptions::debug_replay from this file

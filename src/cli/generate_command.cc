@@ -57,7 +57,8 @@ Runner RegisterGenerate(CLI::App& app) {
   sub->add_flag("--check-invariants", opt->engine.check_invariants, "Verify block accounting after every step");
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
-  sub->add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at EOS");
+  sub->add_flag("--ignore-eos", opt->ignore_eos,
+                "Do not stop at EOS (with --prompts: for lines without their own \"ignore_eos\")");
   sub->add_option("--debug-replay", opt->debug_replay_path,
                   "TEST-ONLY, with --prompts or --prompt: every request emits the token ids "
                   "in FILE (as latent serve's --debug-replay) instead of sampling")
@@ -74,6 +75,7 @@ Runner RegisterGenerate(CLI::App& app) {
       batch.prompt_text = opt->prompt;
       batch.chat = opt->chat;
       batch.max_tokens = opt->max_tokens;
+      batch.ignore_eos = opt->ignore_eos;
       batch.engine = opt->engine;
       batch.load = load;
       batch.engine.attention = form;

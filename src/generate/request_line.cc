@@ -70,7 +70,8 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
   Fail("needs 'ids', 'prompt' or 'messages'");
 }
 
-RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens) {
+RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
+                             bool default_ignore_eos) {
   if (!line.is_object()) Fail("not a JSON object");
   RequestLine out;
   engine::Request& r = out.request;
@@ -88,7 +89,7 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
   s.n = Field<int32_t>(line, "n", 1);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
-  r.ignore_eos = Field<bool>(line, "ignore_eos", false);
+  r.ignore_eos = Field<bool>(line, "ignore_eos", default_ignore_eos);
   r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
   out.stop = StopStrings(line);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.

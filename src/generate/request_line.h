@@ -39,7 +39,10 @@ struct RequestLine {
 };
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
-RequestLine ParseRequestLine(const nlohmann::json& line, TextTools& text, int64_t default_max_tokens);
+// `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
+// generate --max-tokens, --ignore-eos`).
+RequestLine ParseRequestLine(const nlohmann::json& line, TextTools& text,
+                             int64_t default_max_tokens, bool default_ignore_eos = false);
 
 // The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
 // transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding

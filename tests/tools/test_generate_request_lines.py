@@ -1,0 +1,45 @@
+"""`latent generate --prompts`: request lines and the flags that give their defaults.
+- `--ignore-eos` is the default of a line without its own "ignore_eos" (it used to be dropped:
+  only the --ids path read it), as --max-tokens is of "max_tokens".
+
+Run: .venv/bin/python -m pytest -q tests/tools/test_generate_request_lines.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_latent
+
+
+@pytest.fixture(scope="module")
+def model(tiny_models):
+    return tiny_models.get("deepseek_v3")
+
+
+def generate(model, tmp_path, lines, *flags):
+    """Runs the lines; returns each one's result object, in input order."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = run_latent("generate", "--model", str(model), "--prompts", str(prompts), *flags)
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["index"] for r in results] == list(range(len(lines))), proc.stdout
+    return results
+
+
+def test_ignore_eos_flag_is_the_default_of_a_line(model, tmp_path):
+    eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
+    eos = eos[0] if isinstance(eos, list) else eos
+    said = [5, eos, 7, 8, 9]  # the 5th, past max_tokens: a replay's end would be a "stop"
+    assert eos not in (5, 7, 8, 9)
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(said))
+    lines = [{"ids": [3, 17, 29], "max_tokens": 4},
+             {"ids": [3, 17, 29], "max_tokens": 4, "ignore_eos": False}]  # its own value wins
+    plain = generate(model, tmp_path, lines, "--debug-replay", str(replay))
+    assert [r["ids"] for r in plain] == [said[:2], said[:2]]
+    flagged = generate(model, tmp_path, lines, "--debug-replay", str(replay), "--ignore-eos")
+    assert [r["ids"] for r in flagged] == [said[:4], said[:2]]
+    assert flagged[0]["finish_reason"] == "length"
