@@ -1,6 +1,8 @@
 """`latent generate --prompts`: request lines and the flags that give their defaults.
 - `--ignore-eos` is the default of a line without its own "ignore_eos" (it used to be dropped:
-  only the --ids path read it), as --max-tokens is of "max_tokens".
+  only the --ids path read it), as --max-tokens is of "max_tokens";
+- an integer field out of its range is refused naming the field: ids [4294967301] used to run
+  as token 5 (nlohmann's get<int32_t> casts modulo 2^32).
 
 Run: .venv/bin/python -m pytest -q tests/tools/test_generate_request_lines.py
 """
@@ -43,3 +45,28 @@ def test_ignore_eos_flag_is_the_default_of_a_line(model, tmp_path):
     flagged = generate(model, tmp_path, lines, "--debug-replay", str(replay), "--ignore-eos")
     assert [r["ids"] for r in flagged] == [said[:4], said[:2]]
     assert flagged[0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("field,value", [
+    ("ids", [4294967301, 7]),
+    ("ids", [7, -2147483649]),
+    ("ids", [7, 2**64 + 5]),
+    ("stop_token_ids", [4294967297]),
+    ("n", 4294967297),
+    ("top_k", 4294967297),
+    ("logprobs", 4294967296),
+    ("prompt_logprobs", -4294967295),
+    ("max_tokens", 2**64 - 1),
+])
+def test_integer_out_of_range_is_refused(model, tmp_path, field, value):
+    line = {"ids": [3, 17, 29], "max_tokens": 2, field: value}
+    bad, ok = generate(model, tmp_path, [line, {"ids": [3, 17, 29], "max_tokens": 2}])
+    assert f"field '{field}'" in bad.get("error", ""), bad
+    assert "out of range" in bad["error"], bad
+    assert "error" not in ok and len(ok["ids"]) == 2, ok  # the other lines still run
+
+
+def test_integer_fields_refuse_fractions_and_take_integral_floats(model, tmp_path):
+    bad, ok = generate(model, tmp_path, [{"ids": [3, 17.5]}, {"ids": [3, 17.0], "max_tokens": 2.0}])
+    assert "field 'ids' must be an integer" in bad.get("error", ""), bad
+    assert "error" not in ok and len(ok["ids"]) == 2, ok
