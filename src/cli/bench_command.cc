@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "engine/distributed_model.h"
@@ -83,6 +84,7 @@ PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64
     Clock::time_point first;
     std::vector<Clock::time_point> tokens;
     bool done = false;
+    std::string error;  // why it finished with FinishReason::kError
   };
   std::vector<Timing> timings(pt.batch);
   int64_t remaining = pt.batch;
@@ -98,6 +100,7 @@ PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64
       Timing& timing = timings[i];
       if (out.has_token) timing.tokens.push_back(Clock::now());
       if (out.finish != engine::FinishReason::kNone) {
+        if (out.finish == engine::FinishReason::kError) timing.error = out.error;
         timing.done = true;
         --remaining;
       }
@@ -109,7 +112,14 @@ PointRun RunPoint(engine::Engine& engine, const Point& pt, int64_t vocab, uint64
   // Prefill ends when the last request got its first token; decode is the rest.
   Clock::time_point prefill_end = start;
   PointRun run;
-  for (const Timing& t : timings) {
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const Timing& t = timings[i];
+    // A request that failed (a forward or sampling error) may have no token to time, and a
+    // point with one has no meaning: say why instead of reading past an empty list.
+    if (!t.error.empty() || t.tokens.empty()) {
+      Fail("bench point pp ", pt.pp, ", tg ", pt.tg, ", batch ", pt.batch, ": request ", i,
+           t.error.empty() ? std::string(" ended without a token") : ": " + t.error);
+    }
     prefill_end = std::max(prefill_end, t.tokens.front());
     run.ttft.push_back(std::chrono::duration<double>(t.tokens.front() - start).count());
     for (size_t k = 1; k < t.tokens.size(); ++k) {
