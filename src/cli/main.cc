@@ -3,6 +3,7 @@
 // checkpoint, config, tokenizer, flag or request latent cannot use; the message names the file
 // and the problem), 1 for anything else (a bug in latent, or the system refusing memory).
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
     // AbortWorld prints "latent: error: rank r of n: " before the message.
     if (error.empty()) error = latent::StrCat("the command failed (exit code ", code, ")");
     if (error.starts_with("error: ")) error.erase(0, 7);
+    // AbortWorld ends the process without unwinding: what rank 0 wrote to a pipe goes out first.
+    std::cout.flush();
+    std::fflush(nullptr);
     latent::parallel::AbortWorld(latent::StrCat(error, "; ending the job"), code);
   }
   if (!error.empty()) std::cerr << "latent: " << error << "\n";

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,10 +37,22 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // MPI counts are ints: a step too large for one (a --max-batch-tokens x hidden size past 2^31
+  // floats) is refused by name instead of wrapping. Every rank moves the same counts, so every
+  // rank fails at the same point.
+  static int Count(int64_t n, const char* what) {
+    if (n > std::numeric_limits<int>::max()) {
+      Fail(what, " of ", n, " elements exceeds what one MPI call moves (2^31 - 1): lower "
+           "--max-batch-tokens");
+    }
+    return static_cast<int>(n);
+  }
+
   void Broadcast(void* data, int64_t bytes, bool wait_forever) override {
     const auto start = Clock::now();
     MPI_Request request;
-    Check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, 0, comm_, &request), "broadcast");
+    Check(MPI_Ibcast(data, Count(bytes, "a step broadcast"), MPI_BYTE, 0, comm_, &request),
+          "broadcast");
     Wait(&request, "the step broadcast", wait_forever && rank_ != 0);
     moved_ += rank_ == 0 ? bytes * (size_ - 1) : bytes;
     Took(start);
@@ -51,6 +64,7 @@ class MpiCommunicator final : public Communicator {
   // move (N-1) times the data).
   void SumInRankOrder(float* data, int64_t n) override {
     if (n == 0) return;
+    Count(n, "the MoE partial sums");  // so that every slice's count and offset fit too
     const auto start = Clock::now();
     std::vector<int> counts(size_), displs(size_);
     for (int r = 0; r < size_; ++r) {
@@ -89,8 +103,8 @@ class MpiCommunicator final : public Communicator {
 
   void AllGather(const double* mine, int64_t n, double* all) override {
     MPI_Request request;
-    Check(MPI_Iallgather(mine, static_cast<int>(n), MPI_DOUBLE, all, static_cast<int>(n), MPI_DOUBLE,
-                         comm_, &request),
+    const int count = Count(n, "the step timing");
+    Check(MPI_Iallgather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, comm_, &request),
           "all-gather");
     Wait(&request, "the step timing (all-gather)", false);
   }
