@@ -136,7 +136,13 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   s.repetition_penalty = Field<float>(line, "repetition_penalty", 1.0f);
   s.presence_penalty = Field<float>(line, "presence_penalty", 0.0f);
   s.frequency_penalty = Field<float>(line, "frequency_penalty", 0.0f);
-  if (line.contains("seed") && !line["seed"].is_null()) s.seed = Field<uint64_t>(line, "seed", 0);
+  if (line.contains("seed") && !line["seed"].is_null()) {
+    // An integer, as the server takes it (a negative one wraps); not a float or a bool, which
+    // get<uint64_t> would cast.
+    const Json& seed = line["seed"];
+    if (!seed.is_number_integer()) Fail("field 'seed' must be an integer, got ", seed.dump());
+    s.seed = seed.get<uint64_t>();
+  }
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
   s.n = Field<int32_t>(line, "n", 1);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});

@@ -70,3 +70,13 @@ def test_integer_fields_refuse_fractions_and_take_integral_floats(model, tmp_pat
     bad, ok = generate(model, tmp_path, [{"ids": [3, 17.5]}, {"ids": [3, 17.0], "max_tokens": 2.0}])
     assert "field 'ids' must be an integer" in bad.get("error", ""), bad
     assert "error" not in ok and len(ok["ids"]) == 2, ok
+
+
+@pytest.mark.parametrize("seed", [1.5, True, 1e30])
+def test_seed_must_be_an_integer(model, tmp_path, seed):
+    """As the server's parser: a float or a bool seed is refused, not cast; a negative integer
+    wraps as it does there."""
+    line = {"ids": [3, 17, 29], "max_tokens": 2, "temperature": 1.0}
+    bad, ok = generate(model, tmp_path, [dict(line, seed=seed), dict(line, seed=-1)])
+    assert "field 'seed' must be an integer" in bad.get("error", ""), bad
+    assert "error" not in ok and len(ok["ids"]) == 2, ok
