@@ -172,7 +172,9 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   out.finish = reason;
   out.error = error;
   if (state.on_output) state.on_output(out);
-  // Samples that never started (sample 0 ended before forking them) end with it.
+  // Sample 0 ended without a token (a failed draw, a cancel, a failed step): its siblings end
+  // with it, those waiting to fork and those forked from it in this step (which then share
+  // the request's failure).
   if (seq.sample == 0 && seq.num_generated() == 0) {
     for (auto& other : state.samples) {
       if (other.get() != &seq && other->status != SequenceStatus::kFinished) Finish(*other, reason, error);
