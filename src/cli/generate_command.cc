@@ -44,17 +44,34 @@ Runner RegisterGenerate(CLI::App& app) {
   auto* prompt = sub->add_option("--prompt", opt->prompt, "One text prompt, run through the engine");
   ids->excludes(prompts)->excludes(prompt);
   prompts->excludes(prompt);
-  sub->add_flag("--chat", opt->chat, "With --prompt: a user message, rendered by the chat template");
-  sub->add_option("--tokenizer", opt->tokenizer, "Tokenizer directory (default: --model)");
-  sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
-  sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
+  auto* chat = sub->add_flag("--chat", opt->chat,
+                             "With --prompt: a user message, rendered by the chat template");
+  auto* tokenizer =
+      sub->add_option("--tokenizer", opt->tokenizer, "Tokenizer directory (default: --model)");
+  auto* budget = sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens,
+                                 "Token budget per step")
+                     ->check(CLI::PositiveNumber);
+  auto* seqs = sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")
+                   ->check(CLI::PositiveNumber);
   sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
-  sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks (default: from --cache-memory)")->check(CLI::PositiveNumber);
-  sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
+  auto* blocks = sub->add_option("--num-blocks", opt->engine.num_blocks,
+                                 "Cache blocks (default: from --cache-memory)")
+                     ->check(CLI::PositiveNumber);
+  auto* memory =
+      sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")
+          ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
-  sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
+  auto* no_prefix = sub->add_flag("--no-prefix-cache", opt->no_prefix_cache,
+                                  "Do not reuse cached prompt blocks");
   AddSpeculativeOptions(sub, opt->engine);
-  sub->add_flag("--check-invariants", opt->engine.check_invariants, "Verify block accounting after every step");
+  auto* invariants = sub->add_flag("--check-invariants", opt->engine.check_invariants,
+                                   "Verify block accounting after every step");
+  // --ids decodes one sequence without the engine or a tokenizer: refuse what it would ignore.
+  for (CLI::Option* engine_only :
+       {chat, tokenizer, budget, seqs, blocks, memory, no_prefix, invariants}) {
+    ids->excludes(engine_only);
+  }
+  chat->excludes(prompts);  // --chat renders --prompt's text; --prompts lines say it themselves
   sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos,

@@ -24,3 +24,20 @@ def test_generate_refuses_max_tokens_past_the_positions(tiny_models):
     # One that fits runs.
     ok = run_latent("generate", "--model", str(model), "--ids", "1,2,3", "--max-tokens", "2")
     assert ok.returncode == 0
+
+
+def test_ids_refuses_the_engine_flags_it_would_ignore(tiny_models):
+    """--ids decodes one sequence without the engine: its batch, cache-size, prefix-cache,
+    invariant and tokenizer flags would do nothing, so they are refused by name; --chat renders
+    --prompt's text only. The flags --ids does use (--block-tokens, --cache-dtype) still run."""
+    model = tiny_models.get("deepseek_v3")
+    base = ["generate", "--model", str(model), "--ids", "1,2,3", "--max-tokens", "2"]
+    for flag in (["--max-batch-tokens", "8"], ["--max-seqs", "2"], ["--num-blocks", "8"],
+                 ["--cache-memory", "0.1"], ["--no-prefix-cache"], ["--check-invariants"],
+                 ["--tokenizer", str(model)], ["--chat"]):
+        out = run_latent(*base, *flag, check=False)
+        assert out.returncode != 0 and f"--ids excludes {flag[0]}" in out.stderr + out.stdout, flag
+    out = run_latent("generate", "--model", str(model), "--prompts", "x.jsonl", "--chat",
+                     check=False)
+    assert out.returncode != 0 and "--prompts excludes --chat" in out.stderr + out.stdout
+    assert run_latent(*base, "--block-tokens", "16", "--cache-dtype", "bf16").returncode == 0
