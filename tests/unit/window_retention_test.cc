@@ -107,26 +107,17 @@ TEST(WindowRetention, DecodeHoldsWindowBlocksAndKeepsFullBlocks) {
 // nobody holds, as far as they reach), and never by preempting. 100 prompt tokens in one chunk
 // need 25 full and 25 window blocks.
 TEST(WindowRetention, AChunkPastTheWindowTakesTheBudgetAndBlocksLeft) {
-  {
-    cache::BlockPool pool(50, false);
-    Scheduler scheduler({.max_batch_tokens = 256}, pool);
-    auto seq = WindowSequence(0, 100);
+  // The whole prompt in one chunk, 16x the window; and past 2,048 tokens (once a cap of its own)
+  // where the budget allows it.
+  for (auto [blocks, budget, prompt] : {std::tuple{50, 256, 100}, std::tuple{1300, 4096, 2500}}) {
+    cache::BlockPool pool(blocks, false);
+    Scheduler scheduler({.max_batch_tokens = budget}, pool);
+    auto seq = WindowSequence(0, prompt);
     scheduler.AddWaiting(seq.get());
     const SchedulePlan plan = scheduler.Schedule();
     ASSERT_EQ(plan.chunks.size(), 1u);
-    EXPECT_EQ(plan.chunks[0].num_tokens, 100);  // the whole prompt, 16x the window
-    EXPECT_EQ(plan.num_tokens, 100);
-    scheduler.Remove(seq.get());
-  }
-  {
-    // A budget past 2,048 (once a cap of its own) holds a prompt past it in one chunk too.
-    cache::BlockPool pool(1300, false);
-    Scheduler scheduler({.max_batch_tokens = 4096}, pool);
-    auto seq = WindowSequence(0, 2500);
-    scheduler.AddWaiting(seq.get());
-    const SchedulePlan plan = scheduler.Schedule();
-    ASSERT_EQ(plan.chunks.size(), 1u);
-    EXPECT_EQ(plan.chunks[0].num_tokens, 2500);
+    EXPECT_EQ(plan.chunks[0].num_tokens, prompt);
+    EXPECT_EQ(plan.num_tokens, prompt);
     scheduler.Remove(seq.get());
   }
   {
