@@ -23,6 +23,22 @@ constexpr std::array<std::string_view, 4> kSchemaArrays = {"anyOf", "oneOf", "al
 constexpr std::array<std::string_view, 5> kSchemaMaps = {"properties", "patternProperties", "$defs",
                                                          "definitions", "dependentSchemas"};
 
+// XGrammar takes the first of these an object has and ignores every other constraining keyword
+// of the object (GenerateFromSpec's order).
+constexpr std::array<std::string_view, 6> kExclusive = {"$ref",  "const", "enum",
+                                                        "anyOf", "oneOf", "allOf"};
+// The keywords that constrain a value (not annotations such as title, description, default or
+// $defs).
+constexpr std::array<std::string_view, 30> kConstraining = {
+    "type",          "properties",       "required",        "additionalProperties",
+    "patternProperties", "propertyNames", "minProperties",  "maxProperties",
+    "items",         "prefixItems",      "additionalItems", "unevaluatedItems",
+    "unevaluatedProperties", "minItems", "maxItems",        "minimum",
+    "maximum",       "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength",     "maxLength",        "pattern",         "format",
+    "const",         "enum",             "anyOf",           "oneOf",
+    "allOf",         "$ref"};
+
 template <size_t N>
 bool In(const std::array<std::string_view, N>& names, std::string_view key) {
   for (std::string_view n : names) {
@@ -46,16 +62,75 @@ std::string Escape(const std::string& key) {
   return out;
 }
 
+// Whether `type` (a name or a list of them) names `name`.
+bool HasType(const nlohmann::ordered_json& schema, std::string_view name) {
+  if (!schema.contains("type")) return false;
+  const auto& type = schema["type"];
+  if (type.is_string()) return type.get<std::string>() == name;
+  if (!type.is_array()) return false;
+  for (const auto& t : type) {
+    if (t.is_string() && t.get<std::string>() == name) return true;
+  }
+  return false;
+}
+
+// An integer's multipleOf, which XGrammar keeps only as a whole number up to 1,024 on a range
+// bounded on both sides (or on neither) and at most 10,000 wide; it ignores it otherwise.
+void CheckIntegerMultipleOf(const nlohmann::ordered_json& schema, const std::string& at) {
+  const auto& m = schema["multipleOf"];
+  const auto refuse = [&](const char* why) {
+    Fail("unsupported JSON schema keyword 'multipleOf' for type integer at ", at, " (", why, ")");
+  };
+  if (!m.is_number_integer() || m.get<int64_t>() <= 0 || m.get<int64_t>() > 1024) {
+    refuse("a whole number from 1 to 1024");
+  }
+  const auto bound = [&](const char* a, const char* b) -> const nlohmann::ordered_json* {
+    if (schema.contains(a) && schema[a].is_number()) return &schema[a];
+    if (schema.contains(b) && schema[b].is_number()) return &schema[b];
+    return nullptr;
+  };
+  const auto* low = bound("minimum", "exclusiveMinimum");
+  const auto* high = bound("maximum", "exclusiveMaximum");
+  if ((low == nullptr) != (high == nullptr)) {
+    refuse("with a range bounded on both sides or neither");
+  }
+  if (low != nullptr && high->get<double>() - low->get<double>() >= 10000) {
+    refuse("on a range at most 10,000 wide");
+  }
+}
+
 void Check(const nlohmann::ordered_json& schema, const std::string& at) {
   if (schema.is_boolean()) return;
   if (!schema.is_object()) Fail("the JSON schema at ", at, " must be an object or a boolean");
-  const bool is_number = schema.contains("type") && schema["type"] == "number";
+  // The keyword XGrammar would keep alone: what it drops beside it is refused by name (a type
+  // beside const or enum is implied by their values).
+  for (std::string_view first : kExclusive) {
+    if (!schema.contains(std::string(first))) continue;
+    for (const auto& [key, value] : schema.items()) {
+      if (key == first || !In(kConstraining, key)) continue;
+      if (key == "type" && (first == "const" || first == "enum")) continue;
+      Fail("unsupported JSON schema keyword '", key, "' beside '", first, "' at ", at,
+           " (only '", first, "' would constrain the output)");
+    }
+    break;
+  }
+  if (schema.contains("allOf") && schema["allOf"].is_array() && schema["allOf"].size() > 1) {
+    Fail("unsupported JSON schema keyword 'allOf' with more than one schema at ", at);
+  }
+  if (schema.contains("$ref") &&
+      !(schema["$ref"].is_string() && schema["$ref"].get<std::string>().starts_with("#"))) {
+    Fail("unsupported JSON schema '$ref' at ", at, " (only references inside the schema, '#...')");
+  }
+  if (schema.contains("multipleOf")) {
+    if (HasType(schema, "number")) {
+      Fail("unsupported JSON schema keyword 'multipleOf' for type number at ", at,
+           " (integers only)");
+    }
+    if (HasType(schema, "integer")) CheckIntegerMultipleOf(schema, at);
+  }
   for (const auto& [key, value] : schema.items()) {
     const std::string here = at + "/" + Escape(key);
     if (In(kUnsupported, key)) Fail("unsupported JSON schema keyword '", key, "' at ", at);
-    if (key == "multipleOf" && is_number) {
-      Fail("unsupported JSON schema keyword 'multipleOf' for type number at ", at, " (integers only)");
-    }
     if ((key == "minLength" || key == "maxLength") && (schema.contains("pattern") || schema.contains("format"))) {
       Fail("unsupported JSON schema keyword '", key, "' together with 'pattern' or 'format' at ", at);
     }

@@ -360,6 +360,50 @@ TEST(StructuredGrammar, UnsupportedOrInvalidSchemasAreNamed) {
   EXPECT_EQ(output.cached_grammars(), 0u);  // failures are not cached
 }
 
+// What XGrammar 0.2.9 would compile looser than the schema, with only a log line, is refused by
+// name: allOf of several schemas (any JSON value), keywords beside the one it keeps ($ref, const,
+// enum, anyOf, oneOf, allOf, in that order), an integer multipleOf it ignores, references out of
+// the schema. What pydantic and OpenAPI commonly write still compiles.
+TEST(StructuredGrammar, SchemasTheGrammarWouldLoosenAreRefused) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      {R"({"allOf": [{"type": "object", "required": ["a"]},
+                     {"type": "object", "required": ["b"]}]})",
+       "'allOf' with more than one schema at #"},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}},
+          "allOf": [{"$ref": "#/$defs/B"}], "$defs": {"B": {"type": "object"}}})",
+       "'type' beside 'allOf' at #"},
+      {R"({"properties": {"x": {"anyOf": [{"type": "string"}], "minLength": 3}}})",
+       "'minLength' beside 'anyOf' at #/properties/x"},
+      {R"({"$ref": "#/$defs/A", "required": ["a"], "$defs": {"A": {"type": "object"}}})",
+       "'required' beside '$ref' at #"},
+      {R"({"enum": [1, 2], "anyOf": [{"type": "integer"}]})", "'anyOf' beside 'enum' at #"},
+      {R"({"$ref": "other.json#/A"})", "only references inside the schema"},
+      {R"({"type": ["number", "null"], "multipleOf": 0.5})", "'multipleOf' for type number"},
+      {R"({"type": "integer", "multipleOf": 2.5})", "a whole number from 1 to 1024"},
+      {R"({"type": "integer", "multipleOf": 3, "minimum": 0})", "bounded on both sides or neither"},
+      {R"({"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 100000})",
+       "at most 10,000 wide"},
+  };
+  for (const auto& [schema, error] : refused) {
+    EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(schema)); }), HasSubstr(error))
+        << schema;
+  }
+  for (const char* schema : {
+           R"({"enum": ["a", "b"], "type": "string", "title": "Color"})",
+           R"({"const": 3, "type": "integer"})",
+           R"({"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "X"})",
+           R"({"$defs": {"M": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+               "$ref": "#/$defs/M"})",
+           R"({"allOf": [{"$ref": "#/$defs/M"}], "description": "one",
+               "$defs": {"M": {"type": "object"}}})",
+           R"({"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 100})",
+           R"({"type": "integer", "multipleOf": 5})"}) {
+    EXPECT_EQ(ErrorOf([&] { output.JsonSchema(OJson::parse(schema)); }), "") << schema;
+  }
+}
+
 TEST(StructuredGrammar, AVocabularyWithoutEosIsRefused) {
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromJson(
       R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})");
