@@ -1,6 +1,9 @@
 #include "structured/json_schema_check.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -75,28 +78,33 @@ bool HasType(const nlohmann::ordered_json& schema, std::string_view name) {
 }
 
 // An integer's multipleOf, which XGrammar keeps only as a whole number up to 1,024 on a range
-// bounded on both sides (or on neither) and at most 10,000 wide; it ignores it otherwise.
+// bounded on both sides (or on neither) of at most 10,000 values; it ignores it otherwise. The
+// range as XGrammar folds it (ComputeEffectiveIntegerRange): the tighter of each side's inclusive
+// and exclusive bound.
 void CheckIntegerMultipleOf(const nlohmann::ordered_json& schema, const std::string& at) {
   const auto& m = schema["multipleOf"];
   const auto refuse = [&](const char* why) {
     Fail("unsupported JSON schema keyword 'multipleOf' for type integer at ", at, " (", why, ")");
   };
-  if (!m.is_number_integer() || m.get<int64_t>() <= 0 || m.get<int64_t>() > 1024) {
+  if (!m.is_number() || !(m.get<double>() > 0 && m.get<double>() <= 1024) ||
+      m.get<double>() != std::floor(m.get<double>())) {
     refuse("a whole number from 1 to 1024");
   }
-  const auto bound = [&](const char* a, const char* b) -> const nlohmann::ordered_json* {
-    if (schema.contains(a) && schema[a].is_number()) return &schema[a];
-    if (schema.contains(b) && schema[b].is_number()) return &schema[b];
-    return nullptr;
+  const auto number = [&](const char* key) -> std::optional<double> {
+    if (schema.contains(key) && schema[key].is_number()) return schema[key].get<double>();
+    return std::nullopt;
   };
-  const auto* low = bound("minimum", "exclusiveMinimum");
-  const auto* high = bound("maximum", "exclusiveMaximum");
-  if ((low == nullptr) != (high == nullptr)) {
-    refuse("with a range bounded on both sides or neither");
+  std::optional<double> low, high;
+  if (auto v = number("minimum")) low = std::ceil(*v);
+  if (auto v = number("exclusiveMinimum")) {
+    low = std::max(low.value_or(-INFINITY), std::floor(*v) + 1);
   }
-  if (low != nullptr && high->get<double>() - low->get<double>() >= 10000) {
-    refuse("on a range at most 10,000 wide");
+  if (auto v = number("maximum")) high = std::floor(*v);
+  if (auto v = number("exclusiveMaximum")) {
+    high = std::min(high.value_or(INFINITY), std::ceil(*v) - 1);
   }
+  if (low.has_value() != high.has_value()) refuse("with a range bounded on both sides or neither");
+  if (low && *high - *low + 1 > 10000) refuse("on a range of at most 10,000 values");
 }
 
 void Check(const nlohmann::ordered_json& schema, const std::string& at) {
@@ -109,6 +117,11 @@ void Check(const nlohmann::ordered_json& schema, const std::string& at) {
     for (const auto& [key, value] : schema.items()) {
       if (key == first || !In(kConstraining, key)) continue;
       if (key == "type" && (first == "const" || first == "enum")) continue;
+      // pydantic writes a one-value Literal as const and an enum holding it.
+      if (first == "const" && key == "enum" && value.is_array() &&
+          std::find(value.begin(), value.end(), schema["const"]) != value.end()) {
+        continue;
+      }
       Fail("unsupported JSON schema keyword '", key, "' beside '", first, "' at ", at,
            " (only '", first, "' would constrain the output)");
     }
@@ -117,9 +130,13 @@ void Check(const nlohmann::ordered_json& schema, const std::string& at) {
   if (schema.contains("allOf") && schema["allOf"].is_array() && schema["allOf"].size() > 1) {
     Fail("unsupported JSON schema keyword 'allOf' with more than one schema at ", at);
   }
-  if (schema.contains("$ref") &&
-      !(schema["$ref"].is_string() && schema["$ref"].get<std::string>().starts_with("#"))) {
-    Fail("unsupported JSON schema '$ref' at ", at, " (only references inside the schema, '#...')");
+  if (schema.contains("$ref")) {
+    const auto& ref = schema["$ref"];
+    const std::string target = ref.is_string() ? ref.get<std::string>() : "";
+    if (target != "#" && !target.starts_with("#/")) {
+      Fail("unsupported JSON schema '$ref' ", ref.dump(), " at ", at,
+           " (only JSON pointers inside the schema: '#' or '#/...')");
+    }
   }
   if (schema.contains("multipleOf")) {
     if (HasType(schema, "number")) {

@@ -379,12 +379,20 @@ TEST(StructuredGrammar, SchemasTheGrammarWouldLoosenAreRefused) {
       {R"({"$ref": "#/$defs/A", "required": ["a"], "$defs": {"A": {"type": "object"}}})",
        "'required' beside '$ref' at #"},
       {R"({"enum": [1, 2], "anyOf": [{"type": "integer"}]})", "'anyOf' beside 'enum' at #"},
-      {R"({"$ref": "other.json#/A"})", "only references inside the schema"},
+      {R"({"$ref": "other.json#/A"})", "only JSON pointers inside the schema"},
+      {R"({"$ref": "#Foo"})", "only JSON pointers inside the schema"},
+      {R"({"const": "a", "enum": ["b"]})", "'enum' beside 'const' at #"},
+      {R"({"oneOf": [{"type": "integer"}], "maximum": 3})", "'maximum' beside 'oneOf' at #"},
+      {R"({"type": ["integer", "null"], "multipleOf": 3, "minimum": 0})",
+       "bounded on both sides or neither"},
+      {R"({"type": "integer", "multipleOf": 1025})", "a whole number from 1 to 1024"},
+      {R"({"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 10000})",
+       "at most 10,000 values"},
       {R"({"type": ["number", "null"], "multipleOf": 0.5})", "'multipleOf' for type number"},
       {R"({"type": "integer", "multipleOf": 2.5})", "a whole number from 1 to 1024"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 0})", "bounded on both sides or neither"},
       {R"({"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 100000})",
-       "at most 10,000 wide"},
+       "at most 10,000 values"},
   };
   for (const auto& [schema, error] : refused) {
     EXPECT_THAT(ErrorOf([&] { output.JsonSchema(OJson::parse(schema)); }), HasSubstr(error))
@@ -399,7 +407,16 @@ TEST(StructuredGrammar, SchemasTheGrammarWouldLoosenAreRefused) {
            R"({"allOf": [{"$ref": "#/$defs/M"}], "description": "one",
                "$defs": {"M": {"type": "object"}}})",
            R"({"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 100})",
-           R"({"type": "integer", "multipleOf": 5})"}) {
+           R"({"type": "integer", "multipleOf": 5})",
+           R"({"type": "integer", "multipleOf": 5.0, "minimum": 0, "maximum": 9999})",
+           R"({"type": "integer", "multipleOf": 1024, "exclusiveMinimum": 0,
+               "exclusiveMaximum": 10001})",
+           R"({"type": "integer", "multipleOf": 5, "minimum": -100000, "exclusiveMinimum": 0,
+               "maximum": 100})",
+           R"({"const": "cat", "enum": ["cat"], "type": "string"})",
+           R"({"definitions": {"A": {"type": "object"}}, "$ref": "#/definitions/A"})",
+           R"({"$defs": {"N": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}}, "type": "object",
+               "properties": {"next": {"$ref": "#/$defs/N"}}})"}) {
     EXPECT_EQ(ErrorOf([&] { output.JsonSchema(OJson::parse(schema)); }), "") << schema;
   }
 }
