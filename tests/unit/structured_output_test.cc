@@ -458,5 +458,36 @@ TEST(StructuredToolChoice, NamedFunctionGivesItsParametersAndRequiredAnyCall) {
   EXPECT_NE(output.JsonSchema(required), nullptr);
 }
 
+// tool_choice "required" wraps every tool's parameters: their definitions move to the wrapper's
+// root (two tools may both define "Item", differently) and their references follow, "#" to the
+// tool's own root among them, so pydantic-made tools with nested models compile.
+TEST(StructuredToolChoice, RequiredMovesEachToolsDefinitionsToTheRoot) {
+  const OJson tools = OJson::parse(R"([
+      {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+        "properties": {"item": {"$ref": "#/$defs/Item"}}, "required": ["item"],
+        "$defs": {"Item": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}},
+      {"type": "function", "function": {"name": "tree", "parameters": {"type": "object",
+        "properties": {"item": {"$ref": "#/definitions/Item"},
+                       "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "definitions": {"Item": {"type": "string"}}}}}])");
+  const OJson required = structured::ToolCallSchema(tools, "required");
+  EXPECT_EQ(required["$defs"], OJson::parse(R"({"f0_Item": {"type": "object",
+      "properties": {"n": {"type": "integer"}}}, "f1_Item": {"type": "string"}})"));
+  const OJson& add = required["items"]["anyOf"][0]["properties"]["parameters"];
+  const OJson& tree = required["items"]["anyOf"][1]["properties"]["parameters"];
+  EXPECT_FALSE(add.contains("$defs"));
+  EXPECT_FALSE(tree.contains("definitions"));
+  EXPECT_EQ(add["properties"]["item"]["$ref"], "#/$defs/f0_Item");
+  EXPECT_EQ(tree["properties"]["item"]["$ref"], "#/$defs/f1_Item");
+  EXPECT_EQ(tree["properties"]["child"]["anyOf"][0]["$ref"],
+            "#/items/anyOf/1/properties/parameters");
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  EXPECT_NE(output.JsonSchema(required), nullptr);
+  // A named function keeps its schema as it is: it is the root there.
+  EXPECT_EQ(structured::ToolCallSchema(tools, OJson::parse(R"({"type": "function",
+      "function": {"name": "tree"}})")), tools[1]["function"]["parameters"]);
+}
+
 }  // namespace
 }  // namespace latent
