@@ -15,9 +15,9 @@ namespace latent::structured {
 // - "required": an array of at least one call, each {"name": one of the functions' names,
 //   "parameters": that function's arguments}, as vLLM forces it:
 //   {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "object", "properties":
-//   {"name": {"const": NAME}, "parameters": PARAMETERS}, "required": ["name", "parameters"]}, ...]}},
-//   with each function's definitions moved to the root's $defs (prefixed "f<i>_") and its
-//   references rewritten to match.
+//   {"name": {"const": NAME}, "parameters": PARAMETERS},
+//   "required": ["name", "parameters"]}, ...]}}, with each function's definitions moved to the
+//   root's $defs (prefixed "f<i>_") and its references rewritten to match.
 // Throws latent::Error naming the problem ("tool_choice names function 'x', which is not in
 // tools"; "tool_choice 'required' needs at least one tool"; malformed tools or choice).
 nlohmann::ordered_json ToolCallSchema(const nlohmann::ordered_json& tools,
