@@ -42,6 +42,16 @@ constexpr std::array<std::string_view, 30> kConstraining = {
     "const",         "enum",             "anyOf",           "oneOf",
     "allOf",         "$ref"};
 
+// Keywords that constrain one type of value only, and what tells XGrammar a value's type: without
+// the latter it compiles the former's object as any value.
+constexpr std::array<std::string_view, 15> kTypeSpecific = {
+    "minimum",   "maximum",       "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "minLength", "maxLength",     "pattern",          "format",           "minItems",
+    "maxItems",  "required",      "minProperties",    "maxProperties",    "patternProperties"};
+constexpr std::array<std::string_view, 13> kTyping = {
+    "type",  "properties", "additionalProperties", "unevaluatedProperties", "items",
+    "prefixItems", "unevaluatedItems", "$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
+
 template <size_t N>
 bool In(const std::array<std::string_view, N>& names, std::string_view key) {
   for (std::string_view n : names) {
@@ -107,9 +117,20 @@ void CheckIntegerMultipleOf(const nlohmann::ordered_json& schema, const std::str
   if (low && *high - *low + 1 > 10000) refuse("on a range of at most 10,000 values");
 }
 
-void Check(const nlohmann::ordered_json& schema, const std::string& at) {
+// `typed`: the parent gives the value a type of its own (propertyNames: a string).
+void Check(const nlohmann::ordered_json& schema, const std::string& at, bool typed = false) {
   if (schema.is_boolean()) return;
   if (!schema.is_object()) Fail("the JSON schema at ", at, " must be an object or a boolean");
+  if (!typed) {
+    bool typing = false;
+    for (const auto& [key, value] : schema.items()) typing = typing || In(kTyping, key);
+    for (const auto& [key, value] : schema.items()) {
+      if (!typing && In(kTypeSpecific, key)) {
+        Fail("JSON schema keyword '", key, "' at ", at, " needs a 'type' beside it (without one "
+             "the output there could be any value)");
+      }
+    }
+  }
   // The keyword XGrammar would keep alone: what it drops beside it is refused by name (a type
   // beside const or enum is implied by their values).
   for (std::string_view first : kExclusive) {
@@ -155,7 +176,7 @@ void Check(const nlohmann::ordered_json& schema, const std::string& at) {
       if (key == "items" && value.is_array()) {
         for (size_t i = 0; i < value.size(); ++i) Check(value[i], here + "/" + std::to_string(i));
       } else {
-        Check(value, here);
+        Check(value, here, /*typed=*/key == "propertyNames");
       }
     } else if (In(kSchemaArrays, key)) {
       if (!value.is_array()) Fail("the JSON schema keyword '", key, "' at ", at, " must be an array");
