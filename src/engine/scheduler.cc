@@ -198,13 +198,13 @@ SchedulePlan Scheduler::Schedule() {
 
 void Scheduler::ExtendWindowChunks(SchedulePlan& plan) {
   // After every decode, prefill and admission took its chunk (a window at most), so a longer
-  // chunk never takes another sequence's budget or blocks, and never causes a preemption. As
-  // long as the step's budget allows, as any other model's chunk. It
-  // takes free blocks, and least recently used cached ones as any chunk does: unlike a draft,
-  // its tokens all run and stay, and it grows only as far as the blocks reach, so nothing is
-  // evicted for a chunk that does not run. (Free blocks alone would not do: with prefix caching
-  // every released block is cached, and a warm pool has none.) Not in a step that preempted, as
-  // no admission is: the blocks just freed are the preempted work's.
+  // chunk never takes another sequence's budget or blocks, and never causes a preemption; it
+  // grows as far as the step's budget, as any other model's chunk may. It takes free blocks, and
+  // least recently used cached ones as any chunk does: unlike a draft, its tokens all run and
+  // stay, and it grows only as far as the blocks reach, so nothing is evicted for a chunk that
+  // does not run. (Free blocks alone would not do: with prefix caching every released block is
+  // cached, and a warm pool has none.) Not in a step that preempted, as no admission is: the
+  // blocks just freed are the preempted work's.
   if (plan.num_preempted > 0) return;
   for (ScheduledChunk& chunk : plan.chunks) {
     Sequence& seq = *chunk.seq;

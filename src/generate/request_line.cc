@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "base/error.h"
+#include "server/openai_schema.h"
 
 namespace latent::generate {
 namespace {
@@ -14,34 +16,25 @@ using Json = nlohmann::json;
 
 // An integer of field `key` in T's range. nlohmann's get<int32_t> casts whatever number it
 // finds, so ids: [4294967301] ran as token 5 and top_k: 1.5 as 1. A float with an integral
-// value (16.0) counts, as Python clients may send one (as the server's GetInt).
+// value (16.0) counts, as in the server's requests (server::IntegralNumber).
 template <typename T>
 T Integer(const Json& v, const char* key) {
   static_assert(std::is_signed_v<T> && sizeof(T) <= sizeof(int64_t));
-  int64_t value = 0;
-  bool in_int64 = false;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    in_int64 = u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    value = static_cast<int64_t>(u);
-  } else if (v.is_number_integer()) {
-    in_int64 = true;
-    value = v.get<int64_t>();
-  } else if (v.is_number_float()) {
+  const std::optional<int64_t> value = server::IntegralNumber(v);
+  if (!value) {
+    if (!v.is_number()) {
+      Fail("field '", key, "' has the wrong type: ", v.dump(), " (expected an integer)");
+    }
     const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d)) {
+    if (!v.is_number_integer() && !(std::isfinite(d) && d == std::floor(d))) {
       Fail("field '", key, "' must be an integer, not ", v.dump());
     }
-    in_int64 = std::abs(d) < 9.0e18;
-    if (in_int64) value = static_cast<int64_t>(d);
-  } else {
-    Fail("field '", key, "' has the wrong type: ", v.dump(), " (expected an integer)");
   }
-  if (!in_int64 || value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max()) {
+  if (!value || *value < std::numeric_limits<T>::min() || *value > std::numeric_limits<T>::max()) {
     Fail("field '", key, "': ", v.dump(), " is out of range (", std::numeric_limits<T>::min(),
          " to ", std::numeric_limits<T>::max(), ")");
   }
-  return static_cast<T>(value);
+  return static_cast<T>(*value);
 }
 
 template <typename T>

@@ -35,23 +35,12 @@ bool GetBool(const Json& object, const char* key, bool fallback) {
   return v->get<bool>();
 }
 
-// An integer; a float with an integral value (16.0) counts, as Python clients may send one.
+// An integer (IntegralNumber).
 std::optional<int64_t> GetInt(const Json& object, const char* key) {
   const Json* v = Find(object, key);
   if (!v) return std::nullopt;
-  if (v->is_number_unsigned()) {
-    const uint64_t u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      BadField(key, StrCat("'", key, "' is too large"));
-    }
-    return static_cast<int64_t>(u);
-  }
-  if (v->is_number_integer()) return v->get<int64_t>();
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e18)
-      return static_cast<int64_t>(d);
-  }
+  if (const std::optional<int64_t> i = IntegralNumber(*v)) return i;
+  if (v->is_number_unsigned()) BadField(key, StrCat("'", key, "' is too large"));
   WrongType(key, "an integer");
 }
 
@@ -402,6 +391,22 @@ OrderedJson ErrorJson(const ApiError& error) {
 
 OrderedJson ErrorJson(int status, const std::string& message, const std::string& code) {
   return ErrorJson(ApiError(status, message, "", code));
+}
+
+std::optional<int64_t> IntegralNumber(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9.0e18) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  return std::nullopt;
 }
 
 Json ParseJsonObject(std::string_view body) {

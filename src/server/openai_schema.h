@@ -60,6 +60,10 @@ OrderedJson ErrorJson(const ApiError& error);
 // The same for a status and message (HTTP-level errors: 404 route, 413 body).
 OrderedJson ErrorJson(int status, const std::string& message, const std::string& code = "");
 
+// A JSON number with an integral value in int64's range (16.0 counts, as Python clients may
+// send one); nullopt for anything else (a fraction, an infinity, a string, a number past int64).
+std::optional<int64_t> IntegralNumber(const Json& v);
+
 // Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than 64 levels
 // and non-objects with 400.
 Json ParseJsonObject(std::string_view body);
