@@ -8,10 +8,45 @@
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/linear.h"
+#include "ops/attended_rows.h"
 #include "ops/kpool.h"
 #include "threads/thread_pool.h"
 
 namespace latent::ops {
+namespace {
+
+// Every token of the batch that completes a pool (position + 1 a multiple of the pool) replaces
+// the key half of its cached row with its pool's key, computed from the pool's stored rows (its
+// own as stored, so the key depends on the pool's tokens only, never on the batch): a pool's key
+// never changes once the pool is complete, so each step reads one row per pool instead of
+// rebuilding every key from its tokens' rows. The token's own key is needed for nothing else (a
+// complete pool is selected whole, through its tokens' latent rows, and the tail pool is never
+// scored). Runs after every packed row of the batch is written: a pool may complete in the
+// step that wrote its other tokens.
+void StorePoolKeys(const KPoolDims& pd, const IndexerWeights& w, int64_t layer, int index_row,
+                   const AttentionBatch& batch) {
+  std::vector<int64_t> completing;  // [n] batch rows whose token ends a pool
+  for (int64_t t = 0; t < batch.num_tokens(); ++t)
+    if ((batch.positions[t] + 1) % pd.pool == 0) completing.push_back(t);
+  threads::ParallelFor(static_cast<int64_t>(completing.size()), 1, [&](int64_t i0, int64_t i1) {
+    std::vector<int32_t> pool_tokens(pd.pool);
+    std::vector<float> rows(pd.pool * pd.packed());  // [pool, 2 d_i] the pool's stored rows
+    std::vector<float> key(pd.head_dim);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = completing[i], last = batch.positions[t];
+      const auto table = batch.BlockTable(batch.seq_slots[t]);
+      for (int64_t j = 0; j < pd.pool; ++j)
+        pool_tokens[j] = static_cast<int32_t>(last - pd.pool + 1 + j);
+      batch.rows->GatherPositions(table, layer, index_row, pool_tokens, rows.data());
+      ops::KPoolKeys(pd, rows.data(), 1, w.kpool_ape.data(), key.data());
+      float* last_row = &rows[(pd.pool - 1) * pd.packed()];  // -> [pool key | its gate score]
+      std::copy(key.begin(), key.end(), last_row);
+      batch.rows->WriteRow(table, layer, index_row, last, last_row);
+    }
+  });
+}
+
+}  // namespace
 
 void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, int index_row,
                      const AttentionBatch& batch, const float* x, int64_t hidden, const float* q_resid,
@@ -39,6 +74,7 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
                          &packed[t * pd.packed()]);
   }
   dump::Tensor("index_k", layer, packed.data(), tokens, pd.packed());
+  StorePoolKeys(pd, w, layer, index_row, batch);
   // Queries [T, n_h, d_i] from the query latent (no rope); head weights [T, n_h] in f32.
   std::vector<float> queries(tokens * d.heads * di), head_weights(tokens * d.heads);
   kernels::Linear(q_resid, tokens, w.wq_b, queries.data());
@@ -58,12 +94,12 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
       pools = std::max(pools, eligible);
     }
     if (selecting.empty()) continue;
-    // The pools' keys [pools, d_i] from the cached packed rows of their tokens.
-    std::vector<float> rows(pools * pd.pool * pd.packed()), pool_keys(pools * di);
-    batch.rows->GatherRows(batch.BlockTable(s), layer, index_row, pools * pd.pool, rows.data());
-    ops::KPoolKeys(pd, rows.data(), pools, w.kpool_ape.data(), pool_keys.data());
-    std::vector<const void*> pool_key_rows(pools);  // [pools] -> its key in pool_keys
-    for (int64_t p = 0; p < pools; ++p) pool_key_rows[p] = &pool_keys[p * di];
+    // The pools' keys, read in place: the key halves of their last tokens' rows.
+    std::vector<int32_t> last_tokens(pools);  // [pools] -> the position of its last token
+    for (int64_t p = 0; p < pools; ++p)
+      last_tokens[p] = static_cast<int32_t>((p + 1) * pd.pool - 1);
+    AttendedRows pool_keys;
+    pool_keys.Positions(*batch.rows, batch.BlockTable(s), layer, index_row, last_tokens);
     threads::ParallelFor(static_cast<int64_t>(selecting.size()), 1, [&](int64_t i0, int64_t i1) {
       std::vector<float> scores;
       std::vector<int32_t> order;
@@ -77,7 +113,8 @@ void RunKPoolIndexer(const DsaDims& d, const IndexerWeights& w, int64_t layer, i
         args.heads = d.heads;
         args.dim = di;
         args.scale = score_scale;
-        args.keys = pool_key_rows.data();
+        args.keys = pool_keys.data();
+        args.rows = pool_keys.format();  // the first d_i values of each row: its pool's key
         args.n = static_cast<int64_t>(scores.size());
         args.scores = scores.data();
         k.index_scores(args);

@@ -1,7 +1,9 @@
 // GLM-5-Next's KPool DSA indexer over a packed batch (the math is ops/kpool.h): writes each
-// token's packed row [LayerNorm(wk x) | kpool_gate x] (the layer's dsa.kpool row), then for every
-// token with more complete visible pools than it keeps, selects the tokens of its best pools
-// plus the incomplete tail pool. No rotary part (GLM-5-Next is all NoPE).
+// token's packed row [LayerNorm(wk x) | kpool_gate x] (the layer's dsa.kpool row), and where the
+// token completes a pool, replaces the key half of that row with the pool's key (computed once,
+// from the pool's stored rows); then for every token with more complete visible pools than it
+// keeps, scores the pools' keys in place and selects the tokens of its best pools plus the
+// incomplete tail pool. No rotary part (GLM-5-Next is all NoPE).
 #pragma once
 
 #include <cstdint>
