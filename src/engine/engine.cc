@@ -1,7 +1,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <optional>
 #include <random>
@@ -77,6 +79,10 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     Fail("prompt_logprobs must be in [0, 20], got ", request.prompt_logprobs);
   }
   if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    Fail("min_tokens must be in [0, max_tokens (", request.max_tokens, ")], got ",
+         request.min_tokens);
+  }
   request.sampling.Validate();
   const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
   if (total > c.max_position_embeddings) {
@@ -187,11 +193,24 @@ Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
   const int64_t vocab = model_->config().vocab_size;
   const SamplingParams& sampling = seq.request->sampling;
   Drawn drawn;
+  // min_tokens holds off the ids that would end the sample. num_generated() counts the draft
+  // tokens DrawRows stands in for the sequence's own, so each draft row holds off exactly what
+  // its own step would.
+  std::vector<int32_t> held_off;
+  const Request& r = *seq.request;
+  if (seq.num_generated() < r.min_tokens) {
+    if (!r.ignore_eos) {
+      for (int64_t id : generation_.eos_token_ids) {
+        if (id >= 0 && id < vocab) held_off.push_back(static_cast<int32_t>(id));
+      }
+    }
+    held_off.insert(held_off.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+  }
   try {
     drawn.sampled = !options_.debug_replay.empty()
                         ? ReplayNext(options_.debug_replay, logits, vocab, seq, sampling)
                         : SampleNext(logits, vocab, seq, sampling,
-                                     seq.constraint ? seq.bitmask.data() : nullptr);
+                                     seq.constraint ? seq.bitmask.data() : nullptr, held_off);
   } catch (const Error& e) {
     drawn.error = e.what();
   }
@@ -345,16 +364,23 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
   out.prompt_logprobs_start = rows.first_position + 1;
   out.prompt_logprobs.resize(rows.count);
   // Rows side by side: scoring a long prompt reads a vocabulary-wide row per token.
+  std::atomic<bool> non_finite{false};
   threads::ParallelFor(rows.count, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = logits + r * vocab;
       const float log_z = LogPartition(row, vocab);
+      // A NaN or +inf logit makes the log-partition NaN or inf (and every logprob with it).
+      if (!std::isfinite(log_z)) non_finite = true;
       PromptTokenLogprob& e = out.prompt_logprobs[r];
       e.token = seq.tokens[rows.first_position + 1 + r];
       e.logprob = row[e.token] - log_z;
       TopLogprobs(row, vocab, top, log_z, e.top);
     }
   });
+  if (non_finite) {
+    Finish(seq, FinishReason::kError, kNonFiniteLogitsError);
+    return;
+  }
   seq.prompt_logprobs_next = rows.first_position + 1 + rows.count;
   RequestState& state = *requests_.at(seq.request_id);
   if (state.on_output) state.on_output(out);
@@ -368,7 +394,7 @@ void Engine::Commit(const SchedulePlan& plan, const BuiltBatch& batch, const flo
     Sequence& seq = *plan.chunks[slot].seq;
     const PromptLogitsRows& prompt = batch.prompt_logits[slot];
     if (prompt.count > 0) ReportPromptLogprobs(seq, prompt, logits + prompt.first_row * vocab);
-    if (batch.logits_index[slot] < 0) continue;
+    if (batch.logits_index[slot] < 0 || seq.status == SequenceStatus::kFinished) continue;
     if (seq.request->max_tokens == 0) {
       Finish(seq, FinishReason::kLength);  // Prompt only (scoring); its samples end with it.
       continue;

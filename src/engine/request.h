@@ -17,6 +17,11 @@ struct Request {
   std::vector<int32_t> prompt;         // Token ids.
   int64_t max_tokens = 16;             // Generated tokens at most (per sample); 0: the prompt
                                        // only (scoring, with prompt_logprobs), ends "length".
+  // Generated tokens at least (per sample), 0 <= min_tokens <= max_tokens: until a sample has
+  // this many, its EOS ids (unless ignore_eos) and stop_token_ids are never drawn (vLLM's
+  // min_tokens). A structured-output grammar that allows only those ids still ends the sample:
+  // the grammar wins. Stop strings are the caller's (the server ignores them meanwhile too).
+  int64_t min_tokens = 0;
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids; // Besides EOS.
   bool ignore_eos = false;

@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -70,6 +71,32 @@ void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
   if (!any) Fail("the structured-output constraint allows no next token");
 }
 
+// min_tokens: whether the held-off ids go to -inf, which they do unless nothing else is allowed
+// (a grammar that allows only EOS must still be able to end; without one, a vocabulary of only
+// held-off ids). Counts bits, not logits: what the model gave them does not matter.
+bool HoldOff(std::span<const int32_t> held, const uint32_t* allowed, int64_t vocab) {
+  if (held.empty()) return false;
+  std::vector<int32_t> ids;  // the distinct held-off ids the mask allows
+  for (int32_t t : held) {
+    if (t >= 0 && t < vocab && (allowed == nullptr || BitmaskAllows(allowed, t))) ids.push_back(t);
+  }
+  std::sort(ids.begin(), ids.end());
+  const int64_t held_allowed = std::unique(ids.begin(), ids.end()) - ids.begin();
+  if (allowed == nullptr) return held_allowed < vocab;
+  int64_t count = 0;
+  for (int64_t w = 0; w < BitmaskWords(vocab); ++w) {
+    uint32_t word = allowed[w];
+    if ((w + 1) * 32 > vocab) word &= (1u << (vocab & 31)) - 1u;  // bits past the vocabulary
+    count += std::popcount(word);
+    if (count > held_allowed) return true;
+  }
+  return false;
+}
+
+bool IsHeld(std::span<const int32_t> held, int32_t t) {
+  return std::find(held.begin(), held.end(), t) != held.end();
+}
+
 // Greedy: the first index of the largest value (std::max_element's), on the fastest kernel.
 int32_t Argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(kernels::BestKernels().argmax(v, n));
@@ -81,12 +108,33 @@ int32_t Argmax(const std::vector<float>& v) {
 
 }  // namespace
 
+bool HasNanOrPosInf(const float* x, int64_t n) {
+  // !(v < inf) is true exactly for NaN and +inf. Fixed-length chunks with a branch-free OR inside
+  // let the compiler vectorize at -O2 (its cheap cost model refuses loops of unknown length):
+  // the check runs on every sampled row, a few microseconds for a 150k vocabulary.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr int64_t kChunk = 64;
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk) {
+    int bad = 0;
+    for (int64_t j = 0; j < kChunk; ++j) bad |= x[i + j] < kInf ? 0 : 1;
+    if (bad) return true;
+  }
+  for (; i < n; ++i) {
+    if (!(x[i] < kInf)) return true;
+  }
+  return false;
+}
+
 void SamplingParams::Validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) Fail("temperature must be >= 0");
   if (top_k < 0) Fail("top_k must be >= 0");
   if (!(top_p > 0.0f && top_p <= 1.0f)) Fail("top_p must be in (0, 1]");
   if (!(min_p >= 0.0f && min_p <= 1.0f)) Fail("min_p must be in [0, 1]");
-  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) Fail("repetition_penalty must be > 0");
+  // A floor as well as the server's ceiling: logit / 1e-40 overflows to +inf.
+  if (!(repetition_penalty >= 0.01f && repetition_penalty <= 100.0f)) {
+    Fail("repetition_penalty must be in [0.01, 100]");
+  }
   if (!std::isfinite(presence_penalty) || std::abs(presence_penalty) > 2.0f) Fail("presence_penalty must be in [-2, 2]");
   if (!std::isfinite(frequency_penalty) || std::abs(frequency_penalty) > 2.0f) Fail("frequency_penalty must be in [-2, 2]");
   if (top_logprobs < -1 || top_logprobs > 20) Fail("top_logprobs must be in [0, 20]");
@@ -94,21 +142,40 @@ void SamplingParams::Validate() const {
 }
 
 SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p,
-                        const uint32_t* allowed) {
+                        const uint32_t* allowed, std::span<const int32_t> held_off) {
   SampledToken out;
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool hold = HoldOff(held_off, allowed, vocab);
   std::vector<float> logits;
   if (p.temperature == 0.0f && !penalties && allowed == nullptr) {
-    out.token = Argmax(raw, vocab);  // greedy on the raw row: no copy
-  } else {
+    // Greedy on the raw row, no copy. Holding ids off lowers only them, so a best token that is
+    // not held off is the masked row's best too (the first of its value either way).
+    const int32_t best = Argmax(raw, vocab);
+    if (!hold || !IsHeld(held_off, best)) out.token = best;
+  }
+  if (out.token < 0) {
     logits.assign(raw, raw + vocab);
     if (allowed != nullptr) MaskDisallowed(logits, allowed);
+    if (hold) {
+      for (int32_t t : held_off) {
+        if (t >= 0 && t < vocab) logits[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
     ApplyPenalties(logits, seq, p);
+  }
+  // NaN or +inf in the row drawn from: a NaN is never the argmax and weighs nothing sensible in a
+  // draw (which then fell through to the last token), +inf's weight is NaN. Fail the sample, as an
+  // all-masked row does. The raw row too when its logprobs are reported (their log-partition
+  // would be NaN), though a mask may have hidden its bad entries from the draw.
+  const float* drawn_row = logits.empty() ? raw : logits.data();
+  if (HasNanOrPosInf(drawn_row, vocab) ||
+      (p.top_logprobs >= 0 && drawn_row != raw && HasNanOrPosInf(raw, vocab))) {
+    Fail(kNonFiniteLogitsError);
   }
 
   if (out.token >= 0) {
-    // greedy without penalties: done
+    // greedy on the raw row: done
   } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
   } else {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/request.h"
@@ -15,6 +16,14 @@ struct SampledToken {
   std::vector<TokenLogprob> top_logprobs;
 };
 
+// True when x[n] holds a NaN or +inf (-inf, a masked token's logit, is fine). Vectorized.
+bool HasNanOrPosInf(const float* x, int64_t n);
+
+// The error of a sample whose logits are NaN or +inf (the model overflowed).
+inline constexpr const char* kNonFiniteLogitsError =
+    "the model produced non-finite logits (NaN/inf): no token or logprob can be computed from "
+    "them (an overflow in the model's weights or activations)";
+
 // `logits` [vocab] is the model's output for the sequence's last token. The draw uses a
 // generator seeded from (seq.seed, tokens generated so far) only, so a seeded request gives the
 // same tokens alone, in any batch, and after preemption.
@@ -22,7 +31,13 @@ struct SampledToken {
 // clear get probability 0 before penalties, temperature and the filters. The logprobs reported
 // stay those of the raw row. Without `allowed` the result is exactly what it was without the
 // parameter. Throws latent::Error when the mask allows no token.
+// `held_off` (min_tokens: the EOS and stop ids while too few tokens are generated; ids outside
+// the vocabulary are skipped) get probability 0 too, unless nothing else is allowed: then the
+// grammar wins and they stay drawable (a row of -inf has nothing to draw).
+// Throws latent::Error too when the row to draw from (after the masks and penalties), or the raw
+// row logprobs are computed from, holds a NaN or +inf: no draw from it means anything.
 SampledToken SampleNext(const float* logits, int64_t vocab, const Sequence& seq,
-                        const SamplingParams& params, const uint32_t* allowed = nullptr);
+                        const SamplingParams& params, const uint32_t* allowed = nullptr,
+                        std::span<const int32_t> held_off = {});
 
 }  // namespace latent::engine

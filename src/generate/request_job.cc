@@ -45,7 +45,13 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
     if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);
     if (sample.detokenizer) {
       const std::string piece = sample.detokenizer->Push(out.token);
-      sample.text += sample.matcher ? sample.matcher->Push(piece) : piece;
+      // min_tokens: no stop string in the first min_tokens tokens' text, as the server does.
+      const bool held = static_cast<int64_t>(sample.ids.size()) <= line_.request.min_tokens;
+      if (!sample.matcher) {
+        sample.text += piece;
+      } else {
+        sample.text += held ? sample.matcher->PushUnmatched(piece) : sample.matcher->Push(piece);
+      }
       if (sample.matcher && sample.matcher->stopped()) {
         sample.stop_reason = sample.matcher->matched();
         sample.finish = engine::FinishReason::kStop;

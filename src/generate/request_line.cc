@@ -121,6 +121,7 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   engine::Request& r = out.request;
   r.prompt = PromptIds(line, text);
   r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
+  r.min_tokens = Field<int64_t>(line, "min_tokens", 0);  // Engine::Submit checks its range
   engine::SamplingParams& s = r.sampling;
   s.temperature = Field<float>(line, "temperature", 0.0f);
   s.top_k = Field<int32_t>(line, "top_k", 0);

@@ -48,6 +48,13 @@ std::string StopStringMatcher::Push(std::string_view text) {
   return buffer;
 }
 
+std::string StopStringMatcher::PushUnmatched(std::string_view text) {
+  if (stopped_) return "";
+  std::string out = std::exchange(held_, std::string());
+  out.append(text);
+  return out;
+}
+
 std::string StopStringMatcher::Finish() {
   if (stopped_) return "";
   return std::exchange(held_, std::string());

@@ -18,6 +18,10 @@ class StopStringMatcher {
   // Appends `text` and returns what is now safe to emit. Once a stop string appears, returns
   // the text before its first occurrence and stopped() turns true; later calls return "".
   std::string Push(std::string_view text);
+  // Appends `text` that no stop string may match in (the text of the tokens before min_tokens,
+  // as vLLM skips their stop-string checks): returns it with any held-back text. A stop string
+  // later matches only in text pushed after it.
+  std::string PushUnmatched(std::string_view text);
   // The end of the output: releases the held-back text (no stop string completed).
   std::string Finish();
   bool stopped() const { return stopped_; }

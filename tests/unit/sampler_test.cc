@@ -367,6 +367,95 @@ TEST(SamplerTest, LogprobsStayFiniteForLargeLogits) {
   EXPECT_TRUE(std::isfinite(out.top_logprobs[1].logprob));
 }
 
+// min_tokens' held-off ids never come out, in every path (greedy on the raw row, greedy with
+// penalties, sampled, structured), while the other tokens keep their odds.
+TEST(SamplerTest, HeldOffTokensAreNeverDrawn) {
+  const std::vector<float> logits = {0.0f, 5.0f, 4.0f, 1.0f, 4.5f};
+  const std::vector<int32_t> held = {1, 4, 99, -1};  // ids outside the vocabulary are skipped
+  const Sequence seq = MakeSequence({0});
+  auto sample = [&](const SamplingParams& p, const uint32_t* allowed = nullptr,
+                    const Sequence& s = MakeSequence({0})) {
+    return SampleNext(logits.data(), 5, s, p, allowed, held).token;
+  };
+  EXPECT_EQ(sample(Greedy()), 2);
+  SamplingParams penalized;
+  penalized.presence_penalty = 0.5f;
+  EXPECT_EQ(sample(penalized), 2);
+  // A best token that is not held off: the raw row's answer.
+  EXPECT_EQ(SampleNext(logits.data(), 5, seq, Greedy(), nullptr, std::vector<int32_t>{4}).token, 1);
+  SamplingParams hot;
+  hot.temperature = 2.0f;
+  for (uint64_t s = 0; s < 500; ++s) {
+    const int32_t t = sample(hot, nullptr, MakeSequence({0}, {}, s));
+    EXPECT_NE(t, 1);
+    EXPECT_NE(t, 4);
+  }
+  const uint32_t allowed = 0b10011;  // 0, 1, 4
+  EXPECT_EQ(sample(Greedy(), &allowed), 0);
+}
+
+TEST(SamplerTest, HeldOffTokensYieldToAGrammarThatAllowsNothingElse) {
+  const std::vector<float> logits = {3.0f, 1.0f, 2.0f};
+  const uint32_t only_eos = 0b010;
+  const std::vector<int32_t> held = {1};
+  SamplingParams hot;
+  hot.temperature = 1.0f;
+  for (const SamplingParams& p : {Greedy(), hot}) {
+    EXPECT_EQ(SampleNext(logits.data(), 3, MakeSequence({0}), p, &only_eos, held).token, 1);
+  }
+  // Without a grammar, a vocabulary of only held-off ids: the same.
+  EXPECT_EQ(SampleNext(logits.data(), 3, MakeSequence({0}), Greedy(), nullptr,
+                       std::vector<int32_t>{0, 1, 2, 2})
+                .token,
+            0);
+}
+
+// NaN or +inf in the row: a clear error in every path, not a token (a NaN never was the argmax,
+// and a draw over NaN weights fell through to the last token).
+TEST(SamplerTest, NonFiniteLogitsFailTheSample) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams hot;
+  hot.temperature = 0.8f;
+  SamplingParams top_k = hot;
+  top_k.top_k = 2;
+  SamplingParams top_p = hot;
+  top_p.top_p = 0.5f;
+  SamplingParams penalized;
+  penalized.repetition_penalty = 1.3f;
+  SamplingParams logprobs;
+  logprobs.top_logprobs = 2;
+  for (float bad : {nan, inf, -nan}) {
+    for (int64_t at : {0, 70, 199}) {  // in a vectorized chunk and in the tail
+      std::vector<float> logits(200, 0.5f);
+      logits[at] = bad;
+      for (const SamplingParams& p : {Greedy(), hot, top_k, top_p, penalized, logprobs}) {
+        try {
+          SampleNext(logits.data(), 200, MakeSequence({0}, {}, 7), p);
+          ADD_FAILURE() << "sampled from a row with " << bad << " at " << at;
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr("non-finite logits (NaN/inf)"));
+        }
+      }
+    }
+  }
+  // -inf is a token ruled out, not an error.
+  std::vector<float> logits(200, -inf);
+  logits[3] = 1.0f;
+  EXPECT_EQ(SampleNext(logits.data(), 200, MakeSequence({0}), hot).token, 3);
+  EXPECT_FALSE(HasNanOrPosInf(logits.data(), 200));
+  // A penalty that overflows a finite logit to +inf fails too (3e38 / 0.01).
+  std::vector<float> big = {3e38f, 1.0f};
+  SamplingParams strong;
+  strong.repetition_penalty = 0.01f;
+  EXPECT_THROW(SampleNext(big.data(), 2, MakeSequence({0}), strong), Error);
+  // A NaN the grammar masks is not drawn from; but the raw row's logprobs would be NaN.
+  std::vector<float> masked = {1.0f, nan};
+  const uint32_t first = 0b01;
+  EXPECT_EQ(SampleNext(masked.data(), 2, MakeSequence({0}), Greedy(), &first).token, 0);
+  EXPECT_THROW(SampleNext(masked.data(), 2, MakeSequence({0}), logprobs, &first), Error);
+}
+
 TEST(SamplingParamsTest, DefaultsAndBoundsAreValid) {
   EXPECT_NO_THROW(SamplingParams{}.Validate());
   SamplingParams p;
@@ -409,6 +498,9 @@ TEST(SamplingParamsTest, RejectsEachBadFieldByName) {
       {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }},
       {"repetition_penalty", [&](SamplingParams& p) { p.repetition_penalty = inf; }},
       {"repetition_penalty", [&](SamplingParams& p) { p.repetition_penalty = nan; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 1e-39f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0099f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 100.5f; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = -2.01f; }},
       {"presence_penalty", [&](SamplingParams& p) { p.presence_penalty = nan; }},

@@ -52,6 +52,20 @@ TEST(StopStringsTest, FalseStartIsReleased) {
   EXPECT_FALSE(m.stopped());
 }
 
+// min_tokens: text pushed unmatched never ends the output, nor starts a stop string that later
+// text completes; matching resumes with the text after it.
+TEST(StopStringsTest, UnmatchedTextIsPassedThrough) {
+  StopStringMatcher m({"END"});
+  EXPECT_EQ(m.Push("aE"), "a");                 // "E" held back
+  EXPECT_EQ(m.PushUnmatched("ENDxE"), "EENDxE");  // with the held "E", nothing matched
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Push("ND"), "ND");  // "E" + "ND" spans the unmatched text: no stop
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Push("yEND"), "y");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.PushUnmatched("z"), "");
+}
+
 TEST(StopStringsTest, HeldTextComesOutAtFinish) {
   StopStringMatcher m({"END"});
   EXPECT_EQ(m.Push("xEN"), "x");

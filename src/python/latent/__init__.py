@@ -68,6 +68,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
     max_tokens: int = 16
+    min_tokens: int = 0
+    """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
+    (vLLM's min_tokens; at most max_tokens)."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
     stop_token_ids: Optional[list[int]] = None
@@ -87,6 +90,7 @@ class SamplingParams:
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
             "max_tokens": self.max_tokens,
+            "min_tokens": self.min_tokens,
             "ignore_eos": self.ignore_eos,
         }
         if self.seed is not None:

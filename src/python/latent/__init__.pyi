@@ -17,6 +17,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
     max_tokens: int = 16
+    min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
     stop_token_ids: Optional[list[int]] = None
     ignore_eos: bool = False
