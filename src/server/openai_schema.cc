@@ -1,5 +1,6 @@
 #include "server/openai_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -196,6 +197,14 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
   if (endpoint == Endpoint::kCompletions && Find(body, "suffix")) {
     BadField("suffix", "'suffix' is not supported", "unsupported_parameter");
   }
+  // Completions give alternatives with the integer 'logprobs'; a top_logprobs there would be
+  // ignored (OpenAI's completions API has no such field).
+  if (endpoint == Endpoint::kCompletions && Find(body, "top_logprobs")) {
+    BadField("top_logprobs",
+             "'top_logprobs' is for chat completions; completions take the number of "
+             "alternatives in the integer 'logprobs'",
+             "unsupported_parameter");
+  }
   if (const Json* bias = Find(body, "logit_bias")) {
     if (!bias->is_object()) WrongType("logit_bias", "an object");
     if (!bias->empty())
@@ -280,8 +289,11 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
     }
   }
   if (auto v = GetNumber(body, "repetition_penalty")) {
-    if (!(*v > 0 && *v <= 100))
-      BadField("repetition_penalty", StrCat("'repetition_penalty' must be in (0, 100], got ", *v));
+    // A floor mirroring the ceiling: a logit divided by a subnormal penalty overflows to inf.
+    if (!(*v >= 0.01 && *v <= 100)) {
+      BadField("repetition_penalty",
+               StrCat("'repetition_penalty' must be in [0.01, 100], got ", *v));
+    }
     s.repetition_penalty = SamplingFloat("repetition_penalty", *v);
   }
   if (const Json* seed = Find(body, "seed")) {
@@ -372,6 +384,14 @@ void ParseMaxTokens(const Json& body, GenerationRequest& r) {
              StrCat("'max_tokens' must be at least ", least, zero_note, ", got ", *v));
   }
   r.max_tokens = max_tokens;
+  if (auto v = GetInt(body, "min_tokens")) {
+    if (*v < 0) BadField("min_tokens", StrCat("'min_tokens' must be >= 0, got ", *v));
+    if (max_tokens && *v > *max_tokens) {
+      BadField("min_tokens", StrCat("'min_tokens' (", *v, ") must be at most '", field, "' (",
+                                    *max_tokens, ")"));
+    }
+    r.min_tokens = *v;
+  }
 }
 
 }  // namespace
@@ -534,9 +554,16 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
                     " for the completion)"),
              "context_length_exceeded");
   }
+  // Against the default too, as vLLM checks its resolved max_tokens.
+  if (request.min_tokens > max_tokens) {
+    BadField("min_tokens", StrCat("'min_tokens' (", request.min_tokens,
+                                  ") must be at most max_tokens, which is ", max_tokens,
+                                  " for this request"));
+  }
   engine::Request r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
+  r.min_tokens = request.min_tokens;
   r.sampling = request.sampling;
   r.stop_token_ids = request.stop_token_ids;
   r.ignore_eos = request.ignore_eos;
@@ -599,6 +626,10 @@ OrderedJson Bytes(const std::string& text) {
 
 // Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. Chat: {"content":
 // [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+// A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as
+// null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.
+OrderedJson LogprobValue(float logprob) { return std::max(logprob, -9999.0f); }
+
 OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& entries) {
   if (endpoint == Endpoint::kCompletions) {
     OrderedJson tokens = OrderedJson::array(), logprobs = OrderedJson::array(),
@@ -611,10 +642,10 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
         top.push_back(nullptr);
         continue;
       }
-      logprobs.push_back(e.logprob);
+      logprobs.push_back(LogprobValue(e.logprob));
       OrderedJson alternatives = OrderedJson::object();
       for (const auto& [token, lp] : e.top) {
-        if (!alternatives.contains(token)) alternatives[token] = lp;
+        if (!alternatives.contains(token)) alternatives[token] = LogprobValue(lp);
       }
       top.push_back(std::move(alternatives));
     }
@@ -627,10 +658,10 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
   for (const LogprobEntry& e : entries) {
     OrderedJson top = OrderedJson::array();
     for (const auto& [token, lp] : e.top) {
-      top.push_back({{"token", token}, {"logprob", lp}, {"bytes", Bytes(token)}});
+      top.push_back({{"token", token}, {"logprob", LogprobValue(lp)}, {"bytes", Bytes(token)}});
     }
     content.push_back({{"token", e.token},
-                       {"logprob", e.logprob},
+                       {"logprob", LogprobValue(e.logprob)},
                        {"bytes", Bytes(e.token)},
                        {"top_logprobs", top}});
   }

@@ -4,12 +4,13 @@
 // (tests/fuzz/openai_request_fuzzer.cc) drive them directly.
 //
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
-// ignore_eos, stop_token_ids, skip_special_tokens, return_token_ids (the choice's "token_ids" and
-// the response's "prompt_token_ids"), add_generation_prompt and chat_template_kwargs. Fields
-// latent does not know are ignored; known ones it cannot honour (echo for chat, best_of > n,
-// suffix, logit_bias, response_format other than text) are rejected. Chat takes `tools` and
-// `tool_choice` (validated in tool_request.h); the model's tool calls come back as
-// message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
+// ignore_eos, stop_token_ids, min_tokens, skip_special_tokens, return_token_ids (the choice's
+// "token_ids" and the response's "prompt_token_ids"), add_generation_prompt and
+// chat_template_kwargs. Fields latent does not know are ignored; known ones it cannot honour (echo
+// for chat, best_of > n, suffix, logit_bias, top_logprobs for completions, response_format other
+// than text) are rejected. Chat takes `tools` and `tool_choice` (validated in tool_request.h); the
+// model's tool calls come back as message.tool_calls / delta.tool_calls through a tool-call
+// parser (tool_call_parser.h).
 //
 // Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
 // "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null
@@ -112,6 +113,9 @@ struct GenerationRequest {
   bool include_usage = false;         // stream_options.include_usage.
   std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context;
                                       // 0 only with echo (score the prompt).
+  // vLLM's min_tokens: EOS and stop_token_ids are held off, and stop strings not matched, until
+  // this many tokens are generated (engine::Request::min_tokens); at most the resolved max_tokens.
+  int64_t min_tokens = 0;
   engine::SamplingParams sampling;    // temperature defaults to 1, as OpenAI's does.
   std::vector<std::string> stop;      // Stop strings, matched on the output text.
   std::vector<int32_t> stop_token_ids;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "server/metrics.h"
@@ -185,6 +186,76 @@ TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   EXPECT_EQ(lp["top_logprobs"][1]["c"], -0.5f);
   EXPECT_EQ(lp["text_offset"], OrderedJson({0, 1}));
+}
+
+TEST(OpenAiSchemaTest, MinTokens) {
+  GenerationRequest r = Parse(R"({"prompt": "x", "max_tokens": 9, "min_tokens": 4})");
+  EXPECT_EQ(r.min_tokens, 4);
+  EXPECT_EQ(MakeEngineRequest(r, {1}, Limits()).min_tokens, 4);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "min_tokens": null})").min_tokens, 0);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "max_tokens": 9, "min_tokens": 9})").min_tokens, 9);
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "min_tokens": -1})"),
+            std::make_pair(400, std::string("min_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "min_tokens": 1.5})"),
+            std::make_pair(400, std::string("min_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "min_tokens": "3"})"),
+            std::make_pair(400, std::string("min_tokens")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "max_tokens": 3, "min_tokens": 4})"),
+            std::make_pair(400, std::string("min_tokens")));
+  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "min_tokens": 6,
+                        "max_completion_tokens": 5})",
+                    Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("min_tokens")));
+  // Above the default max_tokens (16 for completions): refused once the default is known.
+  r = Parse(R"({"prompt": "x", "min_tokens": 17})");
+  try {
+    MakeEngineRequest(r, {1}, Limits());
+    ADD_FAILURE() << "min_tokens above the default max_tokens accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "min_tokens");
+  }
+}
+
+TEST(OpenAiSchemaTest, RepetitionPenaltyRange) {
+  EXPECT_FLOAT_EQ(Parse(R"({"prompt": "x", "repetition_penalty": 0.01})")
+                      .sampling.repetition_penalty, 0.01f);
+  EXPECT_FLOAT_EQ(Parse(R"({"prompt": "x", "repetition_penalty": 100})")
+                      .sampling.repetition_penalty, 100.0f);
+  for (const char* v : {"0.0099", "1e-39", "1e-300", "0", "100.5"}) {
+    EXPECT_EQ(Refusal(std::string(R"({"prompt": "x", "repetition_penalty": )") + v + "}"),
+              std::make_pair(400, std::string("repetition_penalty")))
+        << v;
+  }
+}
+
+TEST(OpenAiSchemaTest, CompletionsRefuseTopLogprobs) {
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "logprobs": 2, "top_logprobs": 2})"),
+            std::make_pair(400, std::string("top_logprobs")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "top_logprobs": 0})"),
+            std::make_pair(400, std::string("top_logprobs")));
+  EXPECT_EQ(Parse(R"({"prompt": "x", "logprobs": 2, "top_logprobs": null})").top_logprobs, 2);
+}
+
+TEST(OpenAiSchemaTest, MinusInfinityLogprobsAreNumbers) {
+  // -inf would serialize as null; vLLM's -9999.0 instead, for completions and chat alike.
+  const float inf = std::numeric_limits<float>::infinity();
+  LogprobEntry e;
+  e.token = "a";
+  e.logprob = -inf;
+  e.top = {{"a", -inf}};
+  ChoiceOutput c;
+  c.text = "a";
+  c.logprobs = {e};
+  ResponseMeta meta;
+  meta.logprobs = true;
+  OrderedJson lp = ResponseJson(meta, {c}, {}, {})["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["token_logprobs"][0], -9999.0f);
+  EXPECT_EQ(lp["top_logprobs"][0]["a"], -9999.0f);
+  meta.endpoint = Endpoint::kChatCompletions;
+  lp = ResponseJson(meta, {c}, {}, {})["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["content"][0]["logprob"], -9999.0f);
+  EXPECT_EQ(lp["content"][0]["top_logprobs"][0]["logprob"], -9999.0f);
 }
 
 TEST(OpenAiSchemaTest, ErrorJsonShape) {
