@@ -18,9 +18,10 @@ class StopStringMatcher {
   // Appends `text` and returns what is now safe to emit. Once a stop string appears, returns
   // the text before its first occurrence and stopped() turns true; later calls return "".
   std::string Push(std::string_view text);
-  // Appends `text` that no stop string may match in (the text of the tokens before min_tokens,
-  // as vLLM skips their stop-string checks): returns it with any held-back text. A stop string
-  // later matches only in text pushed after it.
+  // Appends `text` that no stop string may match in (the text of the first min_tokens tokens,
+  // whose stop-string checks vLLM skips): returns what is safe to emit, holding back as Push does.
+  // A stop string later must end in text pushed by Push, but may start in this text (as vLLM
+  // searches the new text and the stop string's length less one before it).
   std::string PushUnmatched(std::string_view text);
   // The end of the output: releases the held-back text (no stop string completed).
   std::string Finish();
@@ -29,8 +30,12 @@ class StopStringMatcher {
   const std::string& matched() const { return matched_; }
 
  private:
+  // Emits `buffer` but its longest suffix that some stop string starts with, which it holds.
+  std::string HoldBack(std::string buffer);
+
   std::vector<std::string> stops_;
   std::string held_;  // A suffix that is a proper prefix of some stop string.
+  size_t held_unmatched_ = 0;  // Bytes of held_ pushed by PushUnmatched: no match ends in them.
   bool stopped_ = false;
   std::string matched_;
 };

@@ -56,14 +56,31 @@ TEST(StopStringsTest, FalseStartIsReleased) {
 // text completes; matching resumes with the text after it.
 TEST(StopStringsTest, UnmatchedTextIsPassedThrough) {
   StopStringMatcher m({"END"});
-  EXPECT_EQ(m.Push("aE"), "a");                 // "E" held back
-  EXPECT_EQ(m.PushUnmatched("ENDxE"), "EENDxE");  // with the held "E", nothing matched
+  EXPECT_EQ(m.PushUnmatched("aENDxEN"), "aENDx");  // nothing matched; "EN" held back
   EXPECT_FALSE(m.stopped());
-  EXPECT_EQ(m.Push("ND"), "ND");  // "E" + "ND" spans the unmatched text: no stop
+  EXPECT_EQ(m.PushUnmatched("Dy"), "ENDy");  // still unmatched
   EXPECT_FALSE(m.stopped());
-  EXPECT_EQ(m.Push("yEND"), "y");
+  EXPECT_EQ(m.Push("qEND"), "q");
   EXPECT_TRUE(m.stopped());
   EXPECT_EQ(m.PushUnmatched("z"), "");
+}
+
+// As vLLM searches the new text and the stop string's length less one before it: a stop string
+// may start in the unmatched text and end in the next, but one inside the unmatched text does
+// not match later.
+TEST(StopStringsTest, StopStringsMayStartInUnmatchedText) {
+  StopStringMatcher straddling({"END"});
+  EXPECT_EQ(straddling.PushUnmatched("xEN"), "x");
+  EXPECT_EQ(straddling.Push("Dy"), "");
+  EXPECT_TRUE(straddling.stopped());
+  EXPECT_EQ(straddling.matched(), "END");
+  // "xaby" is held for "xabyz"; "ab" lies wholly inside it and must not match.
+  StopStringMatcher inside({"ab", "xabyz"});
+  EXPECT_EQ(inside.PushUnmatched("cxaby"), "c");
+  EXPECT_EQ(inside.Push("q"), "xabyq");
+  EXPECT_FALSE(inside.stopped());
+  EXPECT_EQ(inside.Push("ab"), "");
+  EXPECT_TRUE(inside.stopped());
 }
 
 TEST(StopStringsTest, HeldTextComesOutAtFinish) {
