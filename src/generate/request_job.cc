@@ -2,20 +2,37 @@
 
 #include <algorithm>
 
+#include "server/openai_schema.h"
+
 namespace latent::generate {
 namespace {
 
+// {"token", "logprob"}: the logprob a number always, as the server sends it (-inf as -9999).
+nlohmann::ordered_json TokenLogprobJson(int64_t token, float logprob) {
+  return {{"token", token}, {"logprob", server::LogprobValue(logprob)}};
+}
+
 // The text of a streamed sample at its end: what the matcher released, then the rest.
-void FinishText(RequestJob::Sample& sample) {
+// `unmatched`: the sample has no more than min_tokens tokens, whose text no stop string ends in.
+// A stop string that the last characters complete ends the sample as it would have earlier (the
+// server's rule).
+void FinishText(RequestJob::Sample& sample, bool unmatched) {
   if (!sample.detokenizer || !sample.stop_reason.empty()) return;
   const std::string rest = sample.detokenizer->Finish();
   if (!sample.matcher) {
     sample.text += rest;
     return;
   }
-  sample.text += sample.matcher->Push(rest);
-  if (sample.matcher->stopped()) return;
-  sample.text += sample.matcher->Finish();
+  sample.text += unmatched ? sample.matcher->PushUnmatched(rest) : sample.matcher->Push(rest);
+  if (!sample.matcher->stopped()) {
+    sample.text += sample.matcher->Finish();
+    return;
+  }
+  using engine::FinishReason;
+  if (sample.finish == FinishReason::kLength || sample.finish == FinishReason::kStop) {
+    sample.stop_reason = sample.matcher->matched();
+    sample.finish = FinishReason::kStop;
+  }
 }
 
 }  // namespace
@@ -37,8 +54,10 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   Sample& sample = samples_.at(out.sample);
   for (const engine::PromptTokenLogprob& p : out.prompt_logprobs) {
     nlohmann::ordered_json top = nlohmann::ordered_json::array();
-    for (const auto& alt : p.top) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
-    prompt_logprobs_.push_back({{"token", p.token}, {"logprob", p.logprob}, {"top_logprobs", top}});
+    for (const auto& alt : p.top) top.push_back(TokenLogprobJson(alt.token, alt.logprob));
+    nlohmann::ordered_json entry = TokenLogprobJson(p.token, p.logprob);
+    entry["top_logprobs"] = top;
+    prompt_logprobs_.push_back(entry);
   }
   if (out.has_token && sample.stop_reason.empty()) {
     sample.ids.push_back(out.token);
@@ -64,7 +83,7 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   if (sample.stop_reason.empty()) {
     sample.finish = out.finish;
     sample.error = out.error;
-    FinishText(sample);
+    FinishText(sample, static_cast<int64_t>(sample.ids.size()) <= line_.request.min_tokens);
   }
   return ++done_ == static_cast<int32_t>(samples_.size());
 }
@@ -103,8 +122,11 @@ nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {
     nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();
     for (const engine::RequestOutput& out : s.logprobs) {
       nlohmann::ordered_json top = nlohmann::ordered_json::array();
-      for (const auto& alt : out.top_logprobs) top.push_back({{"token", alt.token}, {"logprob", alt.logprob}});
-      logprobs.push_back({{"token", out.token}, {"logprob", out.logprob}, {"top_logprobs", top}});
+      for (const auto& alt : out.top_logprobs)
+        top.push_back(TokenLogprobJson(alt.token, alt.logprob));
+      nlohmann::ordered_json entry = TokenLogprobJson(out.token, out.logprob);
+      entry["top_logprobs"] = top;
+      logprobs.push_back(entry);
     }
     j["logprobs"] = logprobs;
   }

@@ -616,6 +616,8 @@ OrderedJson UsageJson(const Usage& usage) {
   return u;
 }
 
+OrderedJson LogprobValue(float logprob) { return std::max(logprob, -9999.0f); }
+
 namespace {
 
 OrderedJson Bytes(const std::string& text) {
@@ -626,10 +628,6 @@ OrderedJson Bytes(const std::string& text) {
 
 // Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}. Chat: {"content":
 // [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-// A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as
-// null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.
-OrderedJson LogprobValue(float logprob) { return std::max(logprob, -9999.0f); }
-
 OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& entries) {
   if (endpoint == Endpoint::kCompletions) {
     OrderedJson tokens = OrderedJson::array(), logprobs = OrderedJson::array(),

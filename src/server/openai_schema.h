@@ -65,6 +65,10 @@ OrderedJson ErrorJson(int status, const std::string& message, const std::string&
 // send one); nullopt for anything else (a fraction, an infinity, a string, a number past int64).
 std::optional<int64_t> IntegralNumber(const Json& v);
 
+// A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as
+// null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.
+OrderedJson LogprobValue(float logprob);
+
 // Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than 64 levels
 // and non-objects with 400.
 Json ParseJsonObject(std::string_view body);
