@@ -82,7 +82,7 @@ class LayerKernels {
 //   prefill_selected (DSA layers) the expanded form's tokens that attend DSA-selected positions,
 //                    one `attention` call each over per-head rows (f32 products): only under
 //                    --attention expanded (auto runs them absorbed: model::ExpandedPositions)
-//   indexer          DSA's index scores over its key rows (KPool's over gathered f32 pool keys)
+//   indexer          DSA's index scores over its key rows (KPool's over its pool keys, in place)
 // bf16 products where the layer's linears compute in bf16 (model::ApplyPrecision): for the
 // attention where kv_b does, which --quantize converts to int8 in every family; for the indexer
 // where its query projection does, which every family keeps as stored.
@@ -129,7 +129,7 @@ nlohmann::json AttentionKernelsJson(const model::ModelConfig& config,
         kernels::IndexScoreArgs indexer;
         indexer.heads = config.index_n_heads;
         indexer.dim = config.index_head_dim;
-        indexer.rows = row.name == "dsa.kpool" ? kernels::RowFormat(DType::kF32) : format;
+        indexer.rows = format;  // token keys, or KPool's pool keys, read in place
         indexer.bf16_products = row.name == "dsa.index_k" && indexer_bf16;
         kernels.Add("indexer", kernels::BestIndexScoresName(indexer));
       }
