@@ -19,6 +19,9 @@ using Json = nlohmann::json;
 // 7168, vocabulary 129,280).
 constexpr int64_t kMaxConfigSize = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxConfigLayers = 1 << 16;
+// Routed expert MLPs (n_routed_experts x MoE layers) a config may imply: far above any model's
+// (Kimi K2: 384 x 60 = 23,040), low enough that listing and holding their tensors is cheap.
+constexpr int64_t kMaxExpertMlps = int64_t{1} << 20;
 
 // Reads typed fields from one JSON object and names `source` and the field in every error.
 class ConfigReader {
@@ -35,15 +38,21 @@ class ConfigReader {
   }
   // A size: positive, and at most kMaxConfigSize, so that no product of two sizes (a weight's
   // element count) overflows and no per-size allocation is absurd.
-  int64_t PositiveInt(const char* key) const {
-    int64_t v = RequiredInt(key);
-    if (v <= 0) Fail(source_, ": field '", key, "' must be positive, got ", v);
-    if (v > kMaxConfigSize) {
-      Fail(source_, ": field '", key, "' is ", v, ", larger than any model (at most ", kMaxConfigSize, ")");
+  int64_t PositiveInt(const char* key) const { return CheckSize(key, RequiredInt(key), 1); }
+  // An optional size: `fallback` when absent, else at least `min` (0 or 1) and at most
+  // kMaxConfigSize, as PositiveInt.
+  int64_t SizeOr(const char* key, int64_t fallback, int64_t min = 1) const {
+    return Has(key) ? CheckSize(key, Int(key), min) : fallback;
+  }
+  int64_t IntOr(const char* key, int64_t fallback) const { return Has(key) ? Int(key) : fallback; }
+  // A number that must be positive and finite (rope_theta: zero or less makes NaN frequencies).
+  double PositiveNumberOr(const char* key, double fallback) const {
+    const double v = NumberOr(key, fallback);
+    if (!(v > 0) || !std::isfinite(v)) {
+      Fail(source_, ": field '", key, "' must be positive and finite, got ", object_[key].dump());
     }
     return v;
   }
-  int64_t IntOr(const char* key, int64_t fallback) const { return Has(key) ? Int(key) : fallback; }
   double NumberOr(const char* key, double fallback) const {
     if (!Has(key)) return fallback;
     if (!object_[key].is_number()) Fail(source_, ": field '", key, "' must be a number");
@@ -79,9 +88,31 @@ class ConfigReader {
   const std::string& source() const { return source_; }
 
  private:
+  int64_t CheckSize(const char* key, int64_t v, int64_t min) const {
+    if (v < min) {
+      Fail(source_, ": field '", key, "' must be ", min > 0 ? "positive" : "non-negative",
+           ", got ", v);
+    }
+    if (v > kMaxConfigSize) {
+      Fail(source_, ": field '", key, "' is ", v, ", larger than any model (at most ",
+           kMaxConfigSize, ")");
+    }
+    return v;
+  }
+
   const Json& object_;
   std::string source_;
 };
+
+// Fails unless `size`, a weight dimension derived from config sizes (`what` says how), is at
+// most kMaxConfigSize: each dimension then is a size itself, so no dimension and no product of
+// two overflows. Compute `size` with SaturatingMul / SaturatingAdd.
+void CheckDerivedSize(const std::string& source, const std::string& what, int64_t size);
+
+// The eos_token_id field of `file` (config.json or generation_config.json): an integer, a list
+// of them, or null (none). Every id must name a token: 0 <= id < vocab_size.
+std::vector<int64_t> ParseEosTokenIds(const Json& value, const std::string& file,
+                                      int64_t vocab_size);
 
 // Kimi's and Ling's names for DeepSeek's MoE keys (num_experts, num_local_experts,
 // num_experts_per_token, moe_renormalize, num_expert_group, num_shared_experts) and

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/config_reader.h"
 
 namespace latent::model {
 
@@ -23,17 +24,7 @@ GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig&
   if (!json.is_object() || !json.contains("eos_token_id")) return gen;
   const auto& eos = json["eos_token_id"];
   if (eos.is_null()) return gen;
-  gen.eos_token_ids.clear();
-  if (eos.is_number_integer()) {
-    gen.eos_token_ids.push_back(eos.get<int64_t>());
-  } else if (eos.is_array()) {
-    for (const auto& id : eos) {
-      if (!id.is_number_integer()) Fail(path.string(), ": eos_token_id entries must be integers");
-      gen.eos_token_ids.push_back(id.get<int64_t>());
-    }
-  } else {
-    Fail(path.string(), ": eos_token_id must be an integer or a list of integers");
-  }
+  gen.eos_token_ids = ParseEosTokenIds(eos, path.string(), config.vocab_size);
   return gen;
 }
 

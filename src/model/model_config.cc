@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/saturating.h"
 #include "model/arch/registry.h"
 #include "model/config_reader.h"
 
@@ -71,14 +72,15 @@ void ParseRope(const ConfigReader& top, ModelConfig& config) {
       params_name = "rope_scaling";
     }
   }
-  double top_theta = top.NumberOr("rope_theta", 10000.0);
+  // Zero or a negative theta would make every rotary frequency NaN, silently.
+  double top_theta = top.PositiveNumberOr("rope_theta", 10000.0);
   if (params == nullptr) {
     config.rope.theta = top_theta;
     return;
   }
   if (!params->is_object()) Fail(source, ": '", params_name, "' must be an object");
   ConfigReader rope(*params, source + " " + params_name);
-  config.rope.theta = rope.NumberOr("rope_theta", top_theta);
+  config.rope.theta = rope.PositiveNumberOr("rope_theta", top_theta);
   if (top.Has("rope_theta") && rope.Has("rope_theta") &&
       rope.NumberOr("rope_theta", 0) != top.NumberOr("rope_theta", 0)) {
     Fail(source, ": contradictory rope_theta: ", top["rope_theta"].dump(), " at top level, ",
@@ -132,36 +134,37 @@ void ParseQuantization(const ConfigReader& top, ModelConfig& config) {
       !q["weight_block_size"][1].is_number_integer()) {
     Fail(quant.source(), ": 'weight_block_size' must be [rows, cols]");
   }
-  config.quantization.block_n = q["weight_block_size"][0].get<int64_t>();
-  config.quantization.block_k = q["weight_block_size"][1].get<int64_t>();
-  if (config.quantization.block_n <= 0 || config.quantization.block_k <= 0) {
-    Fail(quant.source(), ": 'weight_block_size' entries must be positive");
+  // Bounded like any size: a block past every weight's dimension would overflow the scale
+  // shape's ceil(rows / block_n), and get<int64_t> would wrap 2^64 - 1 to -1.
+  int64_t block[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const Json& v = q["weight_block_size"][i];
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{kMaxConfigSize}
+                                             : v.get<int64_t>() <= kMaxConfigSize;
+    if (!fits || v.get<int64_t>() <= 0) {
+      Fail(quant.source(), ": 'weight_block_size' entries must be positive and at most ",
+           kMaxConfigSize, ", got ", q["weight_block_size"].dump());
+    }
+    block[i] = v.get<int64_t>();
   }
+  config.quantization.block_n = block[0];
+  config.quantization.block_k = block[1];
 }
 
-std::vector<int64_t> ParseEos(const ConfigReader& top, std::optional<int64_t> fallback) {
+// The family's default applies only when the file does not state the field.
+std::vector<int64_t> ParseEos(const ConfigReader& top, std::optional<int64_t> fallback,
+                              int64_t vocab_size) {
   if (!top.Present("eos_token_id")) return fallback ? std::vector<int64_t>{*fallback} : std::vector<int64_t>{};
-  const Json& v = top["eos_token_id"];
-  if (v.is_null()) return {};
-  if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (v.is_array()) {
-    std::vector<int64_t> ids;
-    for (const Json& id : v) {
-      if (!id.is_number_integer()) Fail(top.source(), ": 'eos_token_id' entries must be integers");
-      ids.push_back(id.get<int64_t>());
-    }
-    return ids;
-  }
-  Fail(top.source(), ": 'eos_token_id' must be an integer or a list of integers");
+  return ParseEosTokenIds(top["eos_token_id"], top.source(), vocab_size);
 }
 
 void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& config) {
   const std::string& source = top.source();
-  config.n_routed_experts = top.IntOr("n_routed_experts", 0);
-  if (config.n_routed_experts < 0) Fail(source, ": 'n_routed_experts' must not be negative");
+  config.n_routed_experts = top.SizeOr("n_routed_experts", 0, /*min=*/0);
   config.first_k_dense_replace = top.IntOr("first_k_dense_replace", d.first_k_dense_replace);
   config.moe_layer_freq = top.IntOr("moe_layer_freq", 1);
-  config.n_shared_experts = top.IntOr("n_shared_experts", d.n_shared_experts);
+  // Checked here, before a dense config returns: a negative count is wrong whatever the layers.
+  config.n_shared_experts = top.SizeOr("n_shared_experts", d.n_shared_experts, /*min=*/0);
   config.routed_scaling_factor = top.NumberOr("routed_scaling_factor", d.routed_scaling_factor);
   config.norm_topk_prob = top.BoolOr("norm_topk_prob", d.norm_topk_prob);
   if (config.n_routed_experts == 0) return;
@@ -174,7 +177,6 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
     Fail(source, ": moe_layer_freq ", config.moe_layer_freq,
          " is not supported (transformers ignores it; released checkpoints use 1)");
   }
-  if (config.n_shared_experts < 0) Fail(source, ": 'n_shared_experts' must not be negative");
   if (config.num_experts_per_tok > config.n_routed_experts) {
     Fail(source, ": num_experts_per_tok (", config.num_experts_per_tok,
          ") exceeds n_routed_experts (", config.n_routed_experts, ")");
@@ -241,6 +243,37 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
 
 }  // namespace
 
+void CheckDerivedSize(const std::string& source, const std::string& what, int64_t size) {
+  if (size > kMaxConfigSize) {
+    Fail(source, ": ", what, " is ", size == INT64_MAX ? "past int64" : std::to_string(size),
+         ", larger than any model (at most ", kMaxConfigSize, ")");
+  }
+}
+
+std::vector<int64_t> ParseEosTokenIds(const Json& value, const std::string& file,
+                                      int64_t vocab_size) {
+  if (value.is_null()) return {};
+  if (!value.is_number_integer() && !value.is_array()) {
+    Fail(file, ": 'eos_token_id' must be an integer or a list of integers");
+  }
+  std::vector<int64_t> ids;
+  for (const Json& id : value.is_array() ? value : Json::array({value})) {
+    if (!id.is_number_integer()) Fail(file, ": 'eos_token_id' entries must be integers");
+    // An id outside the vocabulary is never sampled, so generation would never stop (transformers
+    // warns for a negative one and says nothing otherwise); get<int64_t> would also wrap 2^64 - 1
+    // to -1.
+    const bool in_vocab = id.is_number_unsigned()
+                              ? id.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
+                              : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
+    if (!in_vocab) {
+      Fail(file, ": 'eos_token_id' ", id.dump(), " is not a token id (vocab_size ", vocab_size,
+           ": ids are 0 to ", vocab_size - 1, ")");
+    }
+    ids.push_back(id.get<int64_t>());
+  }
+  return ids;
+}
+
 void ReadMoeKeyAliases(Json& json, const std::string& source) {
   static const std::pair<const char*, const char*> kAliases[] = {
       {"num_experts", "n_routed_experts"},
@@ -305,12 +338,9 @@ void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t defau
                      bool query_latent) {
   const std::string& source = top.source();
   if (query_latent && !config.q_lora_rank) Fail(source, ": ", config.model_type, " needs q_lora_rank (the indexer reads the query latent)");
-  config.index_n_heads = top.IntOr("index_n_heads", default_heads);
-  config.index_head_dim = top.IntOr("index_head_dim", 128);
-  config.index_topk = top.IntOr("index_topk", 2048);
-  if (config.index_n_heads <= 0 || config.index_head_dim <= 0 || config.index_topk <= 0) {
-    Fail(source, ": index_n_heads, index_head_dim and index_topk must be positive");
-  }
+  config.index_n_heads = top.SizeOr("index_n_heads", default_heads);
+  config.index_head_dim = top.SizeOr("index_head_dim", 128);
+  config.index_topk = top.SizeOr("index_topk", 2048);
   if (config.index_head_dim < config.qk_rope_head_dim) {
     Fail(source, ": index_head_dim (", config.index_head_dim, ") is smaller than qk_rope_head_dim (",
          config.qk_rope_head_dim, "), which the indexer rotates");
@@ -340,6 +370,27 @@ void ParseIndexShare(const ConfigReader& top, ModelConfig& config) {
 }
 
 namespace {
+
+// Weight dimensions that are products of config sizes, each bounded like a size (see
+// CheckDerivedSize), and the routed expert MLPs the loader allocates one by one.
+void CheckDerivedSizes(const std::string& source, const ModelConfig& c) {
+  int64_t moe_layers = 0;
+  for (bool moe : c.moe_layers) moe_layers += moe ? 1 : 0;
+  if (SaturatingMul(c.n_routed_experts, std::max<int64_t>(moe_layers, 1)) > kMaxExpertMlps) {
+    Fail(source, ": n_routed_experts (", c.n_routed_experts, ") x MoE layers (", moe_layers,
+         ") is more expert MLPs than any model has (at most ", kMaxExpertMlps, ")");
+  }
+  // The query projection's rows (with AXK2's output gate, the largest).
+  CheckDerivedSize(
+      source, "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)",
+      SaturatingMul(c.num_attention_heads, SaturatingAdd(c.qk_head_dim(), c.v_head_dim)));
+  const int64_t shared = c.shared_expert_intermediate_size > 0 ? c.shared_expert_intermediate_size
+                                                               : c.moe_intermediate_size;
+  CheckDerivedSize(source, "n_shared_experts x the shared expert intermediate size",
+                   SaturatingMul(c.n_shared_experts, shared));
+  CheckDerivedSize(source, "index_n_heads x index_head_dim",
+                   SaturatingMul(c.index_n_heads, c.index_head_dim));
+}
 
 // A vision-language config (mistral3) holding the text model's config under text_config: that
 // config, for a family that reads this wrapper. The wrapper's own tie_word_embeddings decides
@@ -444,6 +495,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   ParseLayerTypes(top, config);
   if (arch->parse != nullptr) arch->parse(top, config);
   ParseQuantization(top, config);
+  CheckDerivedSizes(source, config);
 
   config.dtype = top.StringOr("dtype", top.StringOr("torch_dtype", "float32"));
   if (top.Present("bos_token_id")) {
@@ -451,7 +503,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   } else {
     config.bos_token_id = d.bos;
   }
-  config.eos_token_ids = ParseEos(top, d.eos);
+  config.eos_token_ids = ParseEos(top, d.eos, config.vocab_size);
   return config;
 }
 

@@ -12,7 +12,8 @@ namespace {
 
 bool IsFloat8(DType dtype) { return dtype == DType::kF8E4M3; }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, without forming a + b - 1 (which overflows for a huge b).
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 // Returns the layer index of a "model.layers.{l}." name, or -1.
 int64_t LayerOf(const std::string& name) {
@@ -146,6 +147,8 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
       for (int i = 0; i + 2 < w.shape.rank(); ++i) want.Append(w.shape[i]);
       want.Append(CeilDiv(w.shape[w.shape.rank() - 2], config.quantization.block_n));
       want.Append(CeilDiv(w.shape[w.shape.rank() - 1], config.quantization.block_k));
+      // An empty scale tensor for a non-empty weight would leave the kernels nothing to read.
+      LATENT_CHECK(want.NumElements() > 0 || w.shape.NumElements() == 0);
       if (!(s.shape == want)) {
         Fail(ckpt.dir(), ": '", scale_name, "' has shape ", s.shape.ToString(), " but weight ",
              w.shape.ToString(), " with blocks [", config.quantization.block_n, ", ",

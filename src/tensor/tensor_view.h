@@ -19,10 +19,12 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) {
     LATENT_CHECK(dims.size() <= kMaxDims);
-    for (int64_t d : dims) dims_[rank_++] = d;
+    for (int64_t d : dims) Append(d);
   }
   void Append(int64_t d) {
     LATENT_CHECK(rank_ < kMaxDims);
+    // A negative dimension is a wrapped product of sizes: never a shape to compare or allocate.
+    LATENT_CHECK(d >= 0);
     dims_[rank_++] = d;
   }
   int rank() const { return rank_; }

@@ -236,6 +236,16 @@ def test_non_finite_scan_can_be_turned_off(model):
     ("qk_rope_head_dim", 7, "qk_rope_head_dim (7) must be even"),
     ("num_experts_per_tok", 10**6, "num_experts_per_tok (1000000) exceeds n_routed_experts"),
     ("intermediate_size", 1.5, "field 'intermediate_size' must be an integer"),
+    # Once std::bad_alloc (one entry per routed expert) or int64 overflow in a weight's shape.
+    ("n_routed_experts", 2**30, "n_routed_experts (1073741824) x MoE layers (2) is more expert "
+                                "MLPs than any model has"),
+    ("n_shared_experts", 2**40, "field 'n_shared_experts' is 1099511627776, larger than any model"),
+    ("num_attention_heads", 2**30, "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim + "
+                                   "v_head_dim) is 44023414784, larger than any model"),
+    # Never sampled, so generation would never stop; 2^64 - 1 once wrapped to -1.
+    ("eos_token_id", 10**6, "'eos_token_id' 1000000 is not a token id (vocab_size 257"),
+    ("eos_token_id", [1, -1], "'eos_token_id' -1 is not a token id"),
+    ("eos_token_id", 2**64 - 1, "'eos_token_id' 18446744073709551615 is not a token id"),
 ])
 @pytest.mark.parametrize("command", ["generate", "serve"])
 def test_config_with_impossible_sizes(model, field, value, message, command):
@@ -244,6 +254,37 @@ def test_config_with_impossible_sizes(model, field, value, message, command):
     config[field] = value
     config_path.write_text(json.dumps(config))
     assert_load_error(run(command, model), "config.json", message)
+
+
+@pytest.mark.parametrize("mutate,message", [
+    # Every rotary frequency NaN, and the output garbage, without a word.
+    (lambda c: c["rope_parameters"].update(rope_theta=0),
+     "config.json rope_parameters: field 'rope_theta' must be positive"),
+    (lambda c: c["rope_parameters"].update(rope_theta=-10000.0), "'rope_theta' must be positive"),
+    # ceil(rows / block) overflowed, an empty scale tensor passed validation and the kernels read
+    # past it.
+    (lambda c: c.update(quantization_config={"quant_method": "fp8",
+                                             "weight_block_size": [2**63 - 1, 16]}),
+     "'weight_block_size' entries must be positive and at most 2147483647"),
+])
+def test_config_with_impossible_nested_settings(model, mutate, message):
+    config_path = model / "config.json"
+    config = json.loads(config_path.read_text())
+    mutate(config)
+    config_path.write_text(json.dumps(config))
+    assert_load_error(run("generate", model), "config.json", message)
+
+
+@pytest.mark.parametrize("eos,message", [
+    (-1, "'eos_token_id' -1 is not a token id"),
+    ([1, 257], "'eos_token_id' 257 is not a token id (vocab_size 257: ids are 0 to 256)"),
+])
+def test_generation_config_eos_outside_the_vocabulary(model, eos, message):
+    path = model / "generation_config.json"
+    generation = json.loads(path.read_text())
+    generation["eos_token_id"] = eos
+    path.write_text(json.dumps(generation))
+    assert_load_error(run("generate", model), "generation_config.json", message)
 
 
 def test_config_that_is_not_json(model):

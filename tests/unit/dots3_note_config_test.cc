@@ -93,6 +93,18 @@ TEST(Dots3NoteConfigTest, Refusals) {
   j["layer_types"] = {"indexed_attention", "windowed", "x", "x", "x", "x"};
   EXPECT_NE(ErrorFor(j).find("'layer_types' entry 1"), std::string::npos) << ErrorFor(j);
   j = TinyDots3();
+  j["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 0}}}};
+  EXPECT_NE(ErrorFor(j).find("field 'rope_theta' must be positive"), std::string::npos)
+      << ErrorFor(j);
+  j = TinyDots3();
+  j["per_layer_config"] = {{"1", {{"num_attention_heads", int64_t{1} << 30}}}};
+  EXPECT_NE(ErrorFor(j).find("layer 1's num_attention_heads x (qk_head_dim + v_head_dim) is "),
+            std::string::npos) << ErrorFor(j);
+  j = TinyDots3();
+  j["shared_experts_intermediate_size"] = int64_t{1} << 40;
+  EXPECT_NE(ErrorFor(j).find("field 'shared_experts_intermediate_size' is 1099511627776"),
+            std::string::npos) << ErrorFor(j);
+  j = TinyDots3();
   j["sliding_window"] = 0;
   EXPECT_NE(ErrorFor(j).find("'sliding_window' must be positive"), std::string::npos) << ErrorFor(j);
 }

@@ -128,6 +128,7 @@ Json TinyV2() {
 
 using config_test::ErrorFor;
 using config_test::Parse;
+using config_test::With;
 
 TEST(ModelConfigTest, ParsesDeepseekV3) {
   ModelConfig c = Parse(kDeepseekV3);
@@ -462,6 +463,97 @@ TEST(ModelConfigTest, RejectsUnsupportedLayers) {
   j = TinyV3();
   j["eos_token_id"] = {1, "2"};
   EXPECT_CONFIG_ERROR(j, "'eos_token_id' entries must be integers");
+}
+
+TEST(ModelConfigTest, RejectsFp8BlocksLargerThanAnySize) {
+  // ceil(rows / block) overflowed for a block near INT64_MAX, making an empty scale tensor
+  // pass validation; 2^64 - 1 wrapped to -1.
+  Json j = TinyV3();
+  for (const Json& bad : {Json::array({9223372036854775807, 16}),
+                          Json::array({128, 18446744073709551615u}),
+                          Json::array({int64_t{1} << 31, 128}), Json::array({-1, 128})}) {
+    j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", bad}};
+    EXPECT_CONFIG_ERROR(j, "'weight_block_size' entries must be positive and at most 2147483647");
+  }
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {2147483647, 1}}};
+  EXPECT_EQ(Parse(j).quantization.block_n, 2147483647);
+}
+
+TEST(ModelConfigTest, RejectsMoreExpertsThanAnyModel) {
+  // The loader allocates one entry per routed expert and MoE layer: std::bad_alloc, not a message.
+  Json j = TinyV3();
+  j["n_routed_experts"] = int64_t{1} << 30;
+  EXPECT_CONFIG_ERROR(j, "n_routed_experts (1073741824) x MoE layers (2) is more expert MLPs "
+                         "than any model has (at most 1048576)");
+  j["n_routed_experts"] = int64_t{1} << 40;
+  EXPECT_CONFIG_ERROR(j, "field 'n_routed_experts' is 1099511627776, larger than any model");
+  j["n_routed_experts"] = int64_t{1} << 20;  // one MoE layer's worth is fine, two are not
+  EXPECT_CONFIG_ERROR(j, "x MoE layers (2) is more expert MLPs");
+  j["first_k_dense_replace"] = 2;
+  EXPECT_EQ(Parse(j).n_routed_experts, int64_t{1} << 20);
+}
+
+TEST(ModelConfigTest, RejectsSizesWhoseProductsOverflow) {
+  Json j = TinyV3();
+  j["n_shared_experts"] = int64_t{1} << 40;
+  EXPECT_CONFIG_ERROR(j, "field 'n_shared_experts' is 1099511627776, larger than any model");
+  j["n_shared_experts"] = 4;
+  j["moe_intermediate_size"] = int64_t{1} << 30;
+  EXPECT_CONFIG_ERROR(j, "n_shared_experts x the shared expert intermediate size is 4294967296");
+  j = TinyV3();
+  j["num_attention_heads"] = int64_t{1} << 30;
+  EXPECT_CONFIG_ERROR(j, "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)"
+                         " is 42949672960, larger than any model");
+  j["num_attention_heads"] = 2147483647;
+  j["qk_nope_head_dim"] = 2147483647;
+  j["v_head_dim"] = 2147483647;
+  EXPECT_CONFIG_ERROR(j, "v_head_dim) is past int64");
+  j = TinyV3();
+  j["model_type"] = "glm_moe_dsa";
+  j["n_group"] = 1;
+  j["topk_group"] = 1;
+  for (const char* key : {"index_n_heads", "index_head_dim", "index_topk"}) {
+    EXPECT_CONFIG_ERROR(With(j, key, int64_t{1} << 40),
+                        StrCat("field '", key, "' is 1099511627776, larger than any model"));
+    EXPECT_CONFIG_ERROR(With(j, key, 0), StrCat("field '", key, "' must be positive, got 0"));
+  }
+  j["index_n_heads"] = 1 << 20;
+  j["index_head_dim"] = 1 << 20;
+  EXPECT_CONFIG_ERROR(j, "index_n_heads x index_head_dim is 1099511627776, larger than any model");
+}
+
+TEST(ModelConfigTest, RejectsRopeThetaThatIsNotPositive) {
+  // A theta of zero or less makes every rotary frequency NaN, and the output garbage.
+  for (const Json& theta : {Json(0), Json(-10000.0), Json(0.0)}) {
+    EXPECT_CONFIG_ERROR(With(TinyV3(), "rope_theta", theta), "field 'rope_theta' must be positive");
+    Json j = TinyV3();
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    EXPECT_CONFIG_ERROR(j, "config.json rope_parameters: field 'rope_theta' must be positive");
+  }
+  EXPECT_CONFIG_ERROR(With(TinyV3(), "rope_theta", "10000"), "field 'rope_theta' must be a number");
+}
+
+TEST(ModelConfigTest, RejectsEosIdsOutsideTheVocabulary) {
+  // transformers warns about a negative id and says nothing of one past the vocabulary; either
+  // way no sampled token matches it and generation never stops. 2^64 - 1 would wrap to -1.
+  for (const Json& eos : {Json(-1), Json(256), Json(18446744073709551615u), Json::array({1, 300}),
+                          Json::array({-2})}) {
+    EXPECT_CONFIG_ERROR(With(TinyV3(), "eos_token_id", eos), "is not a token id (vocab_size 256:");
+  }
+  EXPECT_CONFIG_ERROR(With(TinyV3(), "eos_token_id", 256),
+                      "'eos_token_id' 256 is not a token id (vocab_size 256: ids are 0 to 255)");
+  EXPECT_EQ(Parse(With(TinyV3(), "eos_token_id", Json::array({0, 255}))).eos_token_ids,
+            (std::vector<int64_t>{0, 255}));
+}
+
+TEST(ModelConfigTest, RejectsNegativeSharedExpertsInADenseModel) {
+  // The sign was checked only after a dense config (no routed experts) had returned.
+  Json j = TinyV3();
+  j.erase("n_routed_experts");
+  j["n_shared_experts"] = -1;
+  EXPECT_CONFIG_ERROR(j, "field 'n_shared_experts' must be non-negative, got -1");
+  j["n_routed_experts"] = -1;
+  EXPECT_CONFIG_ERROR(j, "field 'n_routed_experts' must be non-negative, got -1");
 }
 
 TEST(ModelConfigTest, LoadNamesTheMissingFile) {

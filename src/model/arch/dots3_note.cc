@@ -17,6 +17,7 @@
 
 #include "base/dump.h"
 #include "base/profile.h"
+#include "base/saturating.h"
 #include "model/arch/registry.h"
 #include "model/deepseek_model.h"
 
@@ -114,8 +115,7 @@ RopeConfig ParseSlidingRope(const ConfigReader& top) {
     Fail(rope.source(), ": rope_type '", type, "' is not supported on sliding-window layers (only default)");
   }
   RopeConfig config;
-  config.theta = rope.NumberOr("rope_theta", 50000.0);
-  if (!(config.theta > 0)) Fail(rope.source(), ": 'rope_theta' must be positive");
+  config.theta = rope.PositiveNumberOr("rope_theta", 50000.0);
   return config;
 }
 
@@ -149,11 +149,8 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = true;
   if (!config.q_lora_rank) Fail(source, ": dots3_note needs q_lora_rank (the MLA queries use a LoRA)");
   if (config.n_shared_experts < 1) Fail(source, ": dots3_note needs at least one shared expert");
-  config.shared_expert_intermediate_size = top.IntOr(
-      "shared_experts_intermediate_size", top.IntOr("moe_shared_expert_intermediate_size", 1536));
-  if (config.shared_expert_intermediate_size <= 0) {
-    Fail(source, ": 'shared_experts_intermediate_size' must be positive");
-  }
+  config.shared_expert_intermediate_size = top.SizeOr(
+      "shared_experts_intermediate_size", top.SizeOr("moe_shared_expert_intermediate_size", 1536));
   // Layer kinds.
   const Json& types = top["layer_types"];
   if (!types.is_array() || static_cast<int64_t>(types.size()) != layers) {
@@ -208,6 +205,14 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
         s.qk_rope_head_dim % 2 != 0) {
       Fail(source, ": layer ", l, "'s MLA shape must have positive dims and an even qk_rope_head_dim");
     }
+    // Bounded like the top-level sizes, so that no weight dimension built from them overflows.
+    const int64_t rows = SaturatingMul(
+        s.num_attention_heads, SaturatingAdd(SaturatingAdd(s.qk_nope_head_dim, s.qk_rope_head_dim),
+                                             s.v_head_dim));
+    CheckDerivedSize(source,
+                     StrCat("layer ", l, "'s num_attention_heads x (qk_head_dim + v_head_dim)"), rows);
+    CheckDerivedSize(source, StrCat("layer ", l, "'s q_lora_rank"), s.q_lora_rank);
+    CheckDerivedSize(source, StrCat("layer ", l, "'s kv_lora_rank"), s.kv_lora_rank);
     if (indexed[l] && s.q_lora_rank != base.q_lora_rank) {
       Fail(source, ": DSA layer ", l, " must use the top-level q_lora_rank (its indexer reads the query latent)");
     }
