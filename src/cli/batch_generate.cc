@@ -77,8 +77,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     Job& job = jobs.emplace_back();
     try {
       job.job = std::make_unique<generate::RequestJob>(
-          generate::ParseRequestLine(Json::parse(text), text_tools, options.max_tokens,
-                                     options.ignore_eos),
+          generate::ParseRequestLine(generate::ParseRequestLineJson(text), text_tools,
+                                     options.max_tokens, options.ignore_eos),
           text_tools, /*stream_text=*/false);
     } catch (const Json::exception& e) {
       job.error = StrCat(source, ":", i + 1, ": invalid JSON: ", e.what());

@@ -4,7 +4,8 @@
 //
 // A request is a JSON object: "messages" (required), "tools", "documents",
 // "add_generation_prompt" (default false), and template variables under "chat_template_kwargs"
-// (as in OpenAI-compatible servers) or as any other top-level key (enable_thinking, ...).
+// (as in OpenAI-compatible servers) or as any other top-level key (enable_thinking, ...). A
+// request may nest tokenizer::kMaxChatJsonDepth levels deep.
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
 // prompt as a JSON string, or {"error": "..."}; it exits 2 (bad input) if any failed.
 #include <fstream>
@@ -68,13 +69,7 @@ tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
 }
 
 tokenizer::ChatRequest ParseRequestText(const std::string& text, const std::string& where) {
-  nlohmann::ordered_json j;
-  try {
-    j = nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(where, ": invalid JSON: ", e.what());
-  }
-  return ParseRequest(j);
+  return ParseRequest(tokenizer::ParseChatJson(text, where));
 }
 
 int Run(const RenderChatOptions& opt) {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "server/openai_schema.h"
 
 namespace latent::generate {
@@ -112,6 +113,13 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
     return text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
   }
   Fail("needs 'ids', 'prompt' or 'messages'");
+}
+
+Json ParseRequestLineJson(std::string_view text) {
+  if (JsonNestsDeeperThan(text, tokenizer::kMaxChatJsonDepth)) {
+    Fail("the request nests more than ", tokenizer::kMaxChatJsonDepth, " levels deep");
+  }
+  return Json::parse(text);
 }
 
 RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,

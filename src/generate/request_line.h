@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/request.h"
@@ -37,6 +38,11 @@ struct RequestLine {
   int64_t cancel_step = -1;        // Cancel when the engine reaches this step (tests).
   std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
 };
+
+// A request line's text parsed: a latent::Error when it nests deeper than
+// tokenizer::kMaxChatJsonDepth (its messages are copied on their way to the chat template, and
+// nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON.
+nlohmann::json ParseRequestLineJson(std::string_view text);
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent

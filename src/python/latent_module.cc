@@ -108,7 +108,7 @@ class PyEngine {
   int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
     // Held under the GIL to the end, as engine_ is, so Close cannot take it away meanwhile.
     engine::Engine& engine = Engine();
-    const Json line = Json::parse(line_json);
+    const Json line = generate::ParseRequestLineJson(line_json);
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
     auto tracked = std::make_shared<Tracked>();
     tracked->job = std::make_unique<generate::RequestJob>(
@@ -242,9 +242,12 @@ class PyEngine {
                          const std::string& tools_json, const std::string& kwargs_json) {
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);
     tokenizer::ChatRequest chat;
-    chat.messages = nlohmann::ordered_json::parse(messages_json);
-    if (!tools_json.empty()) chat.tools = nlohmann::ordered_json::parse(tools_json);
-    if (!kwargs_json.empty()) chat.kwargs = nlohmann::ordered_json::parse(kwargs_json);
+    // Depth-checked: deep JSON would overflow the stack where nlohmann copies it.
+    chat.messages = tokenizer::ParseChatJson(messages_json, "messages");
+    if (!tools_json.empty()) chat.tools = tokenizer::ParseChatJson(tools_json, "tools");
+    if (!kwargs_json.empty()) {
+      chat.kwargs = tokenizer::ParseChatJson(kwargs_json, "chat_template_kwargs");
+    }
     chat.add_generation_prompt = add_generation_prompt;
     return text_.Template().Render(chat);
   }

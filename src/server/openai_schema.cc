@@ -5,13 +5,12 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "base/saturating.h"
 #include "server/tool_request.h"
 
 namespace latent::server {
 namespace {
-
-constexpr int kMaxJsonDepth = 64;
 
 [[noreturn]] void BadField(const std::string& field, const std::string& message,
                            const std::string& code = "invalid_value") {
@@ -431,29 +430,9 @@ std::optional<int64_t> IntegralNumber(const Json& v) {
 
 Json ParseJsonObject(std::string_view body) {
   // Bound the nesting before parsing, so nothing later recurses deeply.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        throw ApiError(400,
-                       StrCat("the JSON body is nested deeper than ", kMaxJsonDepth, " levels"), "",
-                       "invalid_json");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  if (JsonNestsDeeperThan(body, kMaxJsonDepth)) {
+    throw ApiError(400, StrCat("the JSON body is nested deeper than ", kMaxJsonDepth, " levels"),
+                   "", "invalid_json");
   }
   Json json;
   try {

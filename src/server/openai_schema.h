@@ -69,8 +69,11 @@ std::optional<int64_t> IntegralNumber(const Json& v);
 // null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.
 OrderedJson LogprobValue(float logprob);
 
-// Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than 64 levels
-// and non-objects with 400.
+// How deep a request's JSON may nest, the body and any JSON text inside it (tool-call arguments).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than
+// kMaxJsonDepth levels and non-objects with 400.
 Json ParseJsonObject(std::string_view body);
 
 enum class Endpoint : uint8_t { kCompletions, kChatCompletions };

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "server/tool_call_parser.h"
 
 namespace latent::server {
@@ -170,12 +171,17 @@ void ShapeToolCallTurns(OrderedJson& messages, bool as_objects) {
       OrderedJson& args = fn["arguments"];
       if (as_objects && args.is_string()) {
         const std::string& text = args.get_ref<const std::string&>();
+        const std::string field =
+            StrCat("messages[", i, "].tool_calls[", j, "].function.arguments");
+        // The body's depth check cannot see into this string, and the parsed object is copied
+        // (recursively) on its way to the template.
+        if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+          Bad(field, StrCat("'", field, "' nests deeper than ", kMaxJsonDepth, " levels"));
+        }
         OrderedJson parsed = text.find_first_not_of(" \t\r\n") == std::string::npos
                                  ? OrderedJson::object()
                                  : OrderedJson::parse(text, nullptr, false);
         if (!parsed.is_object()) {
-          const std::string field =
-              StrCat("messages[", i, "].tool_calls[", j, "].function.arguments");
           Bad(field, StrCat("'", field, "' must be a JSON object (this chat template reads the "
                             "arguments one by one)"));
         }

@@ -241,3 +241,31 @@ def test_template_error_has_position(tmp_path):
                           capture_output=True)
     assert proc.returncode == 2
     assert b"chat template line 3 col 16: no filter named 'nosuchfilter'" in proc.stderr
+
+
+def test_deep_nesting_is_refused(tmp_path):
+    """A message field or a tool's parameters nested 50,000 levels deep overflowed the stack
+    (nlohmann copies recurse) before the template's own depth check: now an error, and in a batch
+    the other requests still render."""
+    _require_latent()
+    tdir = TOKENIZERS / "deepseek_v3"
+    deep = "[" * 50000 + "]" * 50000
+    message = '{"role": "user", "content": "hi", "extra": ' + deep + "}"
+    tool = ('{"type": "function", "function": {"name": "f", "parameters": {"type": "object", '
+            '"properties": ' + deep + "}}}")
+    bodies = ['{"messages": [' + message + "]}",
+              '{"messages": [{"role": "user", "content": "hi"}], "tools": [' + tool + "]}"]
+    for body in bodies:
+        proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--request",
+                               "-"], input=body.encode(), capture_output=True)
+        assert proc.returncode == 2, (proc.returncode, proc.stderr[-300:])
+        assert b"nests more than 256 levels deep" in proc.stderr, proc.stderr[-300:]
+    path = tmp_path / "requests.jsonl"
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    path.write_text("\n".join([good, bodies[0], good]) + "\n")
+    proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--requests",
+                           str(path)], capture_output=True)
+    assert proc.returncode == 2, proc.stderr[-300:]
+    lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert isinstance(lines[0], str) and lines[2] == lines[0]
+    assert "nests more than 256 levels deep" in lines[1]["error"]

@@ -365,6 +365,30 @@ def test_glm_arguments_must_be_an_object(chat_model, tmp_path):
         assert srv.stop() == 0, srv.log()
 
 
+def test_deeply_nested_arguments_are_a_400(chat_model, tmp_path):
+    """Arguments as JSON text escape the body's depth check (it skips strings); parsed for GLM-4.5's
+    template, 60,000 levels overflowed the stack where the object was copied, killing the server.
+    Now a 400 naming the field, and the server answers the next request."""
+    model = model_with_template(chat_model, "glm-4.5.jinja", tmp_path / "glm")
+    srv = LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS)
+    try:
+        deep = '{"a":' + "[" * 60000 + "]" * 60000 + "}"
+        call = {"id": "c", "type": "function",
+                "function": {"name": "get_weather", "arguments": deep}}
+        messages = MESSAGES + [{"role": "assistant", "content": "", "tool_calls": [call]}]
+        body = {"model": MODEL_NAME, "messages": messages, "tools": TOOLS, "max_tokens": 1}
+        for path in ("/v1/chat/completions", "/tokenize"):
+            status, resp = srv.post(path, body)
+            assert status == 400, resp
+            assert resp["error"]["param"] == "messages[2].tool_calls[0].function.arguments"
+            assert "nests deeper than 64 levels" in resp["error"]["message"]
+        status, resp = srv.post("/v1/chat/completions", {"model": MODEL_NAME, "messages": MESSAGES,
+                                                         "max_tokens": 1})
+        assert status == 200, resp
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
 def test_unknown_parser_is_refused_before_loading(chat_model):
     import subprocess
 

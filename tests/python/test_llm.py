@@ -104,6 +104,17 @@ def test_chat_uses_the_checkpoint_template(llm, model_dir, tmp_path):
     assert llm.chat(conversations[0], params)[0].outputs[0].token_ids == results[0].outputs[0].token_ids
 
 
+def test_render_chat_refuses_deep_json(llm):
+    """JSON nested 500,000 deep overflowed the stack where it was copied for the template. Through
+    the binding itself: Python's json.dumps cannot write it (RecursionError)."""
+    deep = "[" * 500000 + "]" * 500000
+    with pytest.raises(latent.LatentError, match="messages: JSON nests more than 256 levels deep"):
+        llm._engine.render_chat('[{"role": "user", "content": ' + deep + "}]", True, "", "")
+    with pytest.raises(latent.LatentError, match="tools: JSON nests more than 256 levels deep"):
+        llm._engine.render_chat('[{"role": "user", "content": "hi"}]', True, deep, "")
+    assert llm.apply_chat_template([{"role": "user", "content": "hi"}])  # still usable
+
+
 def concurrent_requests(count: int) -> list[tuple[list[int], latent.SamplingParams]]:
     requests = []
     for i in range(count):

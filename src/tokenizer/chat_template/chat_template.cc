@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "tokenizer/chat_template/ast.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
@@ -80,6 +81,22 @@ void CollectSpecialTokens(const nlohmann::ordered_json& config,
   }
 }
 
+// Refuses JSON nested deeper than kMaxChatJsonDepth before anything copies it: nlohmann's copy
+// recurses once per level, and PrepareMessage copies before FromJson checks the depth. A walk
+// with its own stack, so the check itself cannot overflow.
+void CheckDepth(const nlohmann::ordered_json& json, const char* what) {
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> stack = {{&json, 1}};
+  while (!stack.empty()) {
+    const auto [value, depth] = stack.back();
+    stack.pop_back();
+    if (!value->is_structured()) continue;
+    if (depth > kMaxChatJsonDepth) {
+      Fail("chat request: ", what, " nest more than ", kMaxChatJsonDepth, " levels deep");
+    }
+    for (const auto& item : *value) stack.emplace_back(&item, depth + 1);
+  }
+}
+
 // What transformers does to messages before rendering: drop keys whose value is null, and copy
 // the reasoning under both "thinking" (first) and "reasoning_content" (last).
 Value PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
@@ -118,6 +135,17 @@ Value ListOfObjects(const nlohmann::ordered_json& v, const char* what) {
 }
 
 }  // namespace
+
+nlohmann::ordered_json ParseChatJson(std::string_view text, const std::string& what) {
+  if (JsonNestsDeeperThan(text, kMaxChatJsonDepth)) {
+    Fail(what, ": JSON nests more than ", kMaxChatJsonDepth, " levels deep");
+  }
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    Fail(what, ": invalid JSON: ", e.what());
+  }
+}
 
 std::shared_ptr<const ChatTemplate::Compiled> ChatTemplate::Compile(const std::string& name,
                                                                     const std::string& source) {
@@ -209,6 +237,10 @@ bool ChatTemplate::SourceMentions(std::string_view text) const {
 std::string ChatTemplate::Render(const nlohmann::ordered_json& messages,
                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                  const nlohmann::ordered_json& extra_kwargs) const {
+  // Checked before the copies below (Render checks its request again, at no risk).
+  CheckDepth(messages, "messages");
+  CheckDepth(tools, "tools");
+  CheckDepth(extra_kwargs, "template kwargs");
   ChatRequest request;
   request.messages = messages;
   request.tools = tools;
@@ -218,6 +250,10 @@ std::string ChatTemplate::Render(const nlohmann::ordered_json& messages,
 }
 
 std::string ChatTemplate::Render(const ChatRequest& request) const {
+  CheckDepth(request.messages, "messages");
+  CheckDepth(request.tools, "tools");
+  CheckDepth(request.documents, "documents");
+  CheckDepth(request.kwargs, "template kwargs");
   const Compiled* compiled = nullptr;
   if (templates_.size() == 1) {
     compiled = templates_.begin()->second.get();

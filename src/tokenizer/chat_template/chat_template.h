@@ -33,6 +33,15 @@ struct ChatTemplateLimits {
   size_t max_list_items = size_t{1} << 20;     // items of any list the template builds
 };
 
+// How deep caller JSON may nest (messages, tools, documents, template variables; the text of a
+// request holding them): as deep as templates take values. nlohmann's copies and dumps recurse
+// once per level, so deeper input is refused before anything copies it.
+inline constexpr int kMaxChatJsonDepth = 256;
+
+// JSON text from a caller, parsed: a latent::Error starting with `what` when it is not JSON or
+// nests deeper than kMaxChatJsonDepth.
+nlohmann::ordered_json ParseChatJson(std::string_view text, const std::string& what);
+
 struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;      // null: no tools

@@ -1,0 +1,15 @@
+// A bound on how deep JSON text from a caller nests, checked on the text before it is parsed.
+// nlohmann's parser keeps its own stack, but copying, comparing and dumping a value recurse once
+// per level, so a value nested some ten thousand levels deep overflows the stack wherever it is
+// next copied. Callers check the text they are given first and refuse it with their own error.
+#pragma once
+
+#include <string_view>
+
+namespace latent {
+
+// Whether `text` nests arrays and objects more than `max_depth` levels deep. Brackets inside
+// strings do not count; the text need not be valid JSON (the parser judges that after).
+bool JsonNestsDeeperThan(std::string_view text, int max_depth);
+
+}  // namespace latent
