@@ -3,9 +3,10 @@
 // tokenize=False) renders it. `--model DIR` is accepted for --tokenizer.
 //
 // A request is a JSON object: "messages" (required), "tools", "documents",
-// "add_generation_prompt" (default false), and template variables under "chat_template_kwargs"
-// (as in OpenAI-compatible servers) or as any other top-level key (enable_thinking, ...). A
-// request may nest tokenizer::kMaxChatJsonDepth levels deep.
+// "add_generation_prompt" (default false), "continue_final_message" (default false: end the prompt
+// inside the final message, as transformers does), and template variables under
+// "chat_template_kwargs" (as in OpenAI-compatible servers) or as any other top-level key
+// (enable_thinking, ...). A request may nest tokenizer::kMaxChatJsonDepth levels deep.
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
 // prompt as a JSON string, or {"error": "..."}; it exits 2 (bad input) if any failed.
 #include <fstream>
@@ -56,6 +57,9 @@ tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
     } else if (key == "add_generation_prompt") {
       if (!value.is_boolean()) Fail("\"add_generation_prompt\" must be true or false");
       request.add_generation_prompt = value.get<bool>();
+    } else if (key == "continue_final_message") {
+      if (!value.is_boolean()) Fail("\"continue_final_message\" must be true or false");
+      request.continue_final_message = value.get<bool>();
     } else if (key != "chat_template_kwargs") {
       request.kwargs[key] = value;
     }
@@ -116,7 +120,8 @@ Runner RegisterRenderChat(CLI::App& app) {
                   "Checkpoint directory, used when --tokenizer is not given");
   sub->add_option(
       "--request", opt->request_file,
-      "JSON request: messages, tools, add_generation_prompt, template kwargs ('-': stdin)");
+      "JSON request: messages, tools, add_generation_prompt, continue_final_message, template "
+      "kwargs ('-': stdin)");
   sub->add_option(
       "--requests", opt->requests_file,
       "JSON Lines, one request per line; prints one JSON string (or {\"error\"}) per line");

@@ -239,7 +239,8 @@ class PyEngine {
     return Tokenizer().Decode(ids, skip_special_tokens);
   }
   std::string RenderChat(const std::string& messages_json, bool add_generation_prompt,
-                         const std::string& tools_json, const std::string& kwargs_json) {
+                         const std::string& tools_json, const std::string& kwargs_json,
+                         bool continue_final_message) {
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);
     tokenizer::ChatRequest chat;
     // Depth-checked: deep JSON would overflow the stack where nlohmann copies it.
@@ -249,6 +250,7 @@ class PyEngine {
       chat.kwargs = tokenizer::ParseChatJson(kwargs_json, "chat_template_kwargs");
     }
     chat.add_generation_prompt = add_generation_prompt;
+    chat.continue_final_message = continue_final_message;
     return text_.Template().Render(chat);
   }
 
@@ -393,7 +395,7 @@ NB_MODULE(_latent, m) {
       .def("encode", &PyEngine::Encode, "text"_a, "add_special_tokens"_a)
       .def("decode", &PyEngine::Decode, "ids"_a, "skip_special_tokens"_a)
       .def("render_chat", &PyEngine::RenderChat, "messages_json"_a, "add_generation_prompt"_a,
-           "tools_json"_a, "kwargs_json"_a)
+           "tools_json"_a, "kwargs_json"_a, "continue_final_message"_a = false)
       .def("metrics", &PyEngine::Metrics)
       .def("config", &PyEngine::Config)
       .def_prop_ro("has_tokenizer", &PyEngine::has_tokenizer);

@@ -55,12 +55,15 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
     throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
   }
   std::string& text = *rendered;
-  OrderedJson messages = request_.messages;
-  ShapeToolCallTurns(messages, context_.tool_arguments_as_objects);
+  tokenizer::ChatRequest chat;
+  chat.messages = request_.messages;
+  ShapeToolCallTurns(chat.messages, context_.tool_arguments_as_objects);
+  chat.tools = request_.tools;
+  chat.add_generation_prompt = request_.add_generation_prompt;
+  chat.continue_final_message = request_.continue_final_message;
+  chat.kwargs = request_.chat_template_kwargs;
   try {
-    text = context_.chat_template->Render(messages, request_.tools,
-                                          request_.add_generation_prompt,
-                                          request_.chat_template_kwargs);
+    text = context_.chat_template->Render(chat);
   } catch (const Error& e) {
     throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
                    "messages");

@@ -950,11 +950,15 @@ Reply HttpServer::Impl::Tokenize(const std::string& body) const {
   std::string text = r.prompt;
   if (r.is_chat) {
     if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
-    OrderedJson messages = r.messages;
-    ShapeToolCallTurns(messages, ctx.tool_arguments_as_objects);
+    tokenizer::ChatRequest chat;
+    chat.messages = r.messages;
+    ShapeToolCallTurns(chat.messages, ctx.tool_arguments_as_objects);
+    chat.tools = r.tools;
+    chat.add_generation_prompt = r.add_generation_prompt;
+    chat.continue_final_message = r.continue_final_message;
+    chat.kwargs = r.chat_template_kwargs;
     try {
-      text = ctx.chat_template->Render(messages, r.tools, r.add_generation_prompt,
-                                       r.chat_template_kwargs);
+      text = ctx.chat_template->Render(chat);
     } catch (const Error& e) {
       throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
                      "messages");

@@ -5,12 +5,12 @@
 //
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
 // ignore_eos, stop_token_ids, min_tokens, skip_special_tokens, return_token_ids (the choice's
-// "token_ids" and the response's "prompt_token_ids"), add_generation_prompt and
-// chat_template_kwargs. Fields latent does not know are ignored; known ones it cannot honour (echo
-// for chat, best_of > n, suffix, logit_bias, top_logprobs for completions, response_format other
-// than text) are rejected. Chat takes `tools` and `tool_choice` (validated in tool_request.h); the
-// model's tool calls come back as message.tool_calls / delta.tool_calls through a tool-call
-// parser (tool_call_parser.h).
+// "token_ids" and the response's "prompt_token_ids"), add_generation_prompt,
+// continue_final_message and chat_template_kwargs. Fields latent does not know are ignored;
+// known ones it cannot honour (echo for chat, best_of > n, suffix, logit_bias, top_logprobs for
+// completions, response_format other than text) are rejected. Chat takes `tools` and
+// `tool_choice` (validated in tool_request.h); the model's tool calls come back as
+// message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
 // Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
 // "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null
@@ -116,6 +116,8 @@ struct GenerationRequest {
   ToolChoice tool_choice;             // Chat: tools/tool_choice (tool_request.h).
   OrderedJson chat_template_kwargs;   // Chat: null or an object of template variables.
   bool add_generation_prompt = true;  // Chat.
+  // Chat: the prompt ends inside the final (assistant) message, for the model to continue it.
+  bool continue_final_message = false;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage.
   std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context;
@@ -155,7 +157,8 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
                                   const ServingLimits& limits);
 
 // POST /tokenize: {"prompt": text, "add_special_tokens": true} or {"messages": [...],
-// "add_generation_prompt": true, "add_special_tokens": false} (vLLM's shape).
+// "add_generation_prompt": true, "continue_final_message": false, "add_special_tokens": false}
+// (vLLM's shape).
 struct TokenizeRequest {
   std::string model;
   bool is_chat = false;
@@ -164,6 +167,7 @@ struct TokenizeRequest {
   OrderedJson tools;
   OrderedJson chat_template_kwargs;
   bool add_generation_prompt = true;
+  bool continue_final_message = false;
   bool add_special_tokens = true;
   bool return_token_strs = false;
 };

@@ -2,7 +2,8 @@
 byte on the chat templates of DeepSeek V3 (its tokenizer_config.json), DeepSeek V3.1, Kimi K2 and
 GLM-4.5 (/work/shared/chat-templates) and Qwen3, over the conversations in chat_corpus.py. Where
 transformers cannot render a conversation with a template (it raises), latent must fail too, with
-a clear error.
+a clear error. Also continue_final_message (the prompt cut inside the final message, and
+transformers' errors), and requests nested too deep to copy refused without a crash.
 
 Each template's conversations go to latent as one --requests JSON Lines batch, so the whole file
 runs in a few seconds."""
@@ -241,6 +242,95 @@ def test_template_error_has_position(tmp_path):
                           capture_output=True)
     assert proc.returncode == 2
     assert b"chat template line 3 col 16: no filter named 'nosuchfilter'" in proc.stderr
+
+
+# Conversations ending in the assistant's message, to continue (continue_final_message).
+CONTINUATIONS = [
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I am "}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to 3."},
+     {"role": "assistant", "content": "1, 2,"}],
+    [{"role": "user", "content": "A"}, {"role": "assistant", "content": "B"},
+     {"role": "user", "content": "C"}, {"role": "assistant", "content": "  D with space\n"}],
+    [{"role": "user", "content": "Think first."},
+     {"role": "assistant", "reasoning_content": "Hmm.", "content": "So the answer is"}],
+    [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}],
+    [{"role": "user", "content": "Parts"}, {"role": "assistant", "content": [
+        {"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two"}]}],
+]
+
+
+def _continue_reference(tokenizer, messages: list, **kwargs) -> tuple[bool, str]:
+    try:
+        return True, tokenizer.apply_chat_template(copy.deepcopy(messages), tokenize=False,
+                                                   continue_final_message=True, **kwargs)
+    except Exception as e:  # ValueError (not found, not compatible), jinja2 errors
+        return False, f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize("template", list(TEMPLATE_SOURCES))
+def test_continue_final_message_matches_transformers(template, tmp_path):
+    """The prompt ends inside the final message, byte for byte as transformers cuts it; where
+    transformers refuses, latent does too."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    tdir = _tokenizer_dir(template, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(tdir))
+    requests = [{"messages": m, "continue_final_message": True} for m in CONTINUATIONS]
+    mine = _render_batch(tdir, requests, tmp_path)
+    rendered = 0
+    for messages, got in zip(CONTINUATIONS, mine):
+        ok, expected = _continue_reference(tokenizer, messages)
+        if ok:
+            assert got == expected, messages
+            rendered += 1
+        else:
+            assert isinstance(got, dict) and got["error"].startswith(("chat template",
+                                                                      "chat request")), (
+                f"transformers failed ({expected}) but latent rendered {got!r}")
+    assert rendered >= 4
+
+
+def _one_template_dir(root: Path, source: str) -> Path:
+    root.mkdir()
+    (root / "chat_template.jinja").write_text(source)
+    (root / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    shutil.copy(TOKENIZERS / "deepseek_v3" / "tokenizer.json", root / "tokenizer.json")
+    return root
+
+
+def test_continue_final_message_cut_and_errors(tmp_path):
+    """A template that trims the message (the tag loses its space: the prompt is right-stripped),
+    and the errors transformers raises: with add_generation_prompt, a template without "content",
+    a final message the template cuts short, a final message without content."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    trims = _one_template_dir(tmp_path / "trims", "{% for m in messages %}[{{ m.role }}]"
+                              "{{ m.content | trim }}</s>{% endfor %}")
+    short = _one_template_dir(tmp_path / "short", "{% for m in messages %}{{ m.content[:3] }}"
+                              "{% endfor %}")
+    no_content = _one_template_dir(tmp_path / "none", "{% for m in messages %}{{ m.role }}"
+                                   "{% endfor %}")
+    messages = [{"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello there  "}]
+    ok, expected = _continue_reference(AutoTokenizer.from_pretrained(str(trims)), messages)
+    assert ok and expected == "[user]Hi</s>[assistant]Hello there"
+    assert _render_batch(trims, [{"messages": messages, "continue_final_message": True}],
+                         tmp_path) == [expected]
+    cases = [
+        (TOKENIZERS / "deepseek_v3", messages, {"add_generation_prompt": True}, "not compatible"),
+        (short, messages, {}, "does not appear in the chat"),
+        (no_content, messages, {}, "not an accepted field"),
+        (TOKENIZERS / "deepseek_v3", [{"role": "user", "content": "Hi"}, {"role": "assistant"}],
+         {}, "has no \"content\""),
+    ]
+    for tdir, msgs, kwargs, words in cases:
+        ok, expected = _continue_reference(AutoTokenizer.from_pretrained(str(tdir)), msgs, **kwargs)
+        assert not ok and words in expected, expected
+        request = dict({"messages": msgs, "continue_final_message": True}, **kwargs)
+        [got] = _render_batch(tdir, [request], tmp_path)
+        assert isinstance(got, dict) and words in got["error"], got
 
 
 def test_deep_nesting_is_refused(tmp_path):

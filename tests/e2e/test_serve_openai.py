@@ -1,7 +1,8 @@
 """`latent serve` driven by the official `openai` client: completions and chat, streaming and not,
 with usage; greedy output equal to `latent generate` on the same prompt ids, and the prompt ids and
 text equal to transformers' tokenizer; logprobs, stop strings, n with seeds, several prompts at
-once, prefix-cache hits reported as cached tokens, /v1/models, /tokenize and /detokenize."""
+once, prefix-cache hits reported as cached tokens, /v1/models, /tokenize and /detokenize, and
+continue_final_message."""
 
 from __future__ import annotations
 
@@ -247,3 +248,30 @@ def test_tokenize_and_detokenize(server, hf_tokenizer):
                                                              tokenize=False),
                             add_special_tokens=False)["input_ids"]
     assert (status, out["tokens"]) == (200, expected)
+
+
+def test_continue_final_message(server, client, hf_tokenizer):
+    """continue_final_message leaves the final assistant message open, as vLLM does through
+    transformers' apply_chat_template(continue_final_message=True); add_generation_prompt is then
+    off unless set. Both on, or a final message not from the assistant, are 400s."""
+    messages = [{"role": "user", "content": "Name a prime number."},
+                {"role": "assistant", "content": "The smallest one is "}]
+    text = hf_tokenizer.apply_chat_template(messages, continue_final_message=True, tokenize=False)
+    assert text.endswith("The smallest one is ")
+    expected = hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+    resp = client.chat.completions.create(
+        model=MODEL_NAME, messages=messages, max_completion_tokens=2, temperature=0,
+        extra_body={"continue_final_message": True, "return_token_ids": True})
+    assert extra(resp, "prompt_token_ids") == expected
+    status, out = server.post("/tokenize", {"messages": messages, "continue_final_message": True,
+                                            "add_generation_prompt": False})
+    assert (status, out["tokens"]) == (200, expected)
+    cases = [({"messages": messages, "add_generation_prompt": True}, "cannot both be true"),
+             ({"messages": messages[:1]}, "needs the final message to be an assistant message")]
+    for body, words in cases:
+        for path in ("/v1/chat/completions", "/tokenize"):
+            status, out = server.post(path, dict(body, model=MODEL_NAME,
+                                                 continue_final_message=True))
+            assert status == 400, (path, out)
+            assert out["error"]["param"] == "continue_final_message", out
+            assert words in out["error"]["message"], out

@@ -104,6 +104,19 @@ def test_chat_uses_the_checkpoint_template(llm, model_dir, tmp_path):
     assert llm.chat(conversations[0], params)[0].outputs[0].token_ids == results[0].outputs[0].token_ids
 
 
+def test_apply_chat_template_continue_final_message(llm, model_dir):
+    """As transformers' apply_chat_template(continue_final_message=True); add_generation_prompt
+    then defaults to False, and both True raise."""
+    from transformers import AutoTokenizer
+
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I am "}]
+    expected = AutoTokenizer.from_pretrained(str(model_dir)).apply_chat_template(
+        messages, continue_final_message=True, tokenize=False)
+    assert llm.apply_chat_template(messages, continue_final_message=True) == expected
+    with pytest.raises(latent.LatentError, match="not compatible"):
+        llm.apply_chat_template(messages, add_generation_prompt=True, continue_final_message=True)
+
+
 def test_render_chat_refuses_deep_json(llm):
     """JSON nested 500,000 deep overflowed the stack where it was copied for the template. Through
     the binding itself: Python's json.dumps cannot write it (RecursionError)."""

@@ -270,12 +270,24 @@ class LLM:
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._engine.decode(list(token_ids), skip_special_tokens)
 
-    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                            tools: Optional[list[dict]] = None, chat_template_kwargs: Optional[dict] = None) -> str:
-        """The prompt text the checkpoint's chat template renders for `messages`."""
-        return self._engine.render_chat(json.dumps(list(messages)), add_generation_prompt,
-                                        json.dumps(tools) if tools is not None else "",
-                                        json.dumps(chat_template_kwargs) if chat_template_kwargs else "")
+    def apply_chat_template(self, messages: Sequence[dict],
+                            add_generation_prompt: Optional[bool] = None,
+                            tools: Optional[list[dict]] = None,
+                            chat_template_kwargs: Optional[dict] = None,
+                            continue_final_message: bool = False) -> str:
+        """The prompt text the checkpoint's chat template renders for `messages`.
+
+        `continue_final_message`: the prompt ends inside the final message, for the model to
+        continue it (as transformers' apply_chat_template). `add_generation_prompt` defaults to
+        True, or to False with continue_final_message; both True raises.
+        """
+        if add_generation_prompt is None:
+            add_generation_prompt = not continue_final_message
+        return self._engine.render_chat(
+            json.dumps(list(messages)), add_generation_prompt,
+            json.dumps(tools) if tools is not None else "",
+            json.dumps(chat_template_kwargs) if chat_template_kwargs else "",
+            continue_final_message)
 
     # -- state ------------------------------------------------------------------------------
 

@@ -100,9 +100,10 @@ class LLM:
     def apply_chat_template(
         self,
         messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
+        add_generation_prompt: Optional[bool] = None,
         tools: Optional[list[dict[str, Any]]] = None,
         chat_template_kwargs: Optional[dict[str, Any]] = None,
+        continue_final_message: bool = False,
     ) -> str: ...
     @property
     def config(self) -> dict[str, Any]: ...

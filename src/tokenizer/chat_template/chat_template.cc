@@ -97,9 +97,62 @@ void CheckDepth(const nlohmann::ordered_json& json, const char* what) {
   }
 }
 
+// continue_final_message: transformers appends this to the final message's text, renders, and
+// cuts the prompt where it lands.
+constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+// Appends kContinueTag to the final message's content (the last text block of a list of blocks)
+// and returns the text it followed, as transformers' render_jinja_template does.
+std::string MarkFinalMessage(nlohmann::ordered_json& message, std::string_view source) {
+  if (source.find("content") == std::string_view::npos) {
+    Fail("chat request: continue_final_message is set to \"content\" but this is not an accepted "
+         "field in the chat_template");
+  }
+  auto content = message.find("content");
+  if (content == message.end()) {
+    Fail("chat request: continue_final_message is set but the final message has no \"content\" "
+         "to continue");
+  }
+  nlohmann::ordered_json* text = &*content;
+  if (content->is_array()) {
+    text = nullptr;
+    for (auto block = content->rbegin(); block != content->rend() && !text; ++block) {
+      if (block->is_object() && block->contains("text")) text = &(*block)["text"];
+    }
+    if (!text) {
+      Fail("chat request: continue_final_message is set but we could not find any text to "
+           "continue in the final message");
+    }
+  }
+  if (!text->is_string()) {
+    Fail("chat request: continue_final_message needs the final message's text to be a string (got ",
+         text->type_name(), ")");
+  }
+  std::string final_text = text->get<std::string>();
+  *text = final_text + std::string(kContinueTag);
+  return final_text;
+}
+
+// The prompt cut where kContinueTag landed, or an error when the template dropped the final
+// text or the tag.
+std::string CutAtMark(const std::string& rendered, const std::string& final_text) {
+  const std::string stripped = jinja::Strip(final_text, std::nullopt, true, true);
+  const std::string_view tag = kContinueTag.substr(0, kContinueTag.size() - 1);  // .strip()
+  if (rendered.find(stripped) == std::string::npos || rendered.find(tag) == std::string::npos) {
+    Fail("chat request: continue_final_message is set but the final message does not appear in "
+         "the chat after applying the chat template (the template may delete part of it); "
+         "final message to continue: ", stripped);
+  }
+  const size_t at = rendered.rfind(tag);
+  // The tag's space survives when the template keeps the text as it is; otherwise the template
+  // trimmed trailing space, and the prompt is trimmed there too.
+  if (rendered.compare(at, kContinueTag.size(), kContinueTag) == 0) return rendered.substr(0, at);
+  return jinja::Strip(std::string_view(rendered).substr(0, at), std::nullopt, false, true);
+}
+
 // What transformers does to messages before rendering: drop keys whose value is null, and copy
 // the reasoning under both "thinking" (first) and "reasoning_content" (last).
-Value PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
+nlohmann::ordered_json PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
   if (!message.is_object()) {
     Fail("chat request: message ", index, " is not an object (got ", message.type_name(), ")");
   }
@@ -122,7 +175,7 @@ Value PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
     aliased["reasoning_content"] = r;
     m = std::move(aliased);
   }
-  return jinja::FromJson(m);
+  return m;
 }
 
 Value ListOfObjects(const nlohmann::ordered_json& v, const char* what) {
@@ -254,6 +307,11 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
   CheckDepth(request.tools, "tools");
   CheckDepth(request.documents, "documents");
   CheckDepth(request.kwargs, "template kwargs");
+  if (request.continue_final_message && request.add_generation_prompt) {
+    Fail("chat request: continue_final_message and add_generation_prompt are not compatible: "
+         "continue_final_message continues the final message, add_generation_prompt starts a new "
+         "assistant message");
+  }
   const Compiled* compiled = nullptr;
   if (templates_.size() == 1) {
     compiled = templates_.begin()->second.get();
@@ -272,6 +330,7 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
   }
 
   std::vector<std::pair<std::string, Value>> vars;
+  std::string final_text;  // continue_final_message: the text the prompt ends in
   try {
     if (!request.messages.is_array()) {
       Fail("chat request: messages must be a list (got ", request.messages.type_name(), ")");
@@ -281,7 +340,11 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
     }
     std::vector<Value> messages;
     for (size_t i = 0; i < request.messages.size(); ++i) {
-      messages.push_back(PrepareMessage(request.messages[i], i));
+      nlohmann::ordered_json m = PrepareMessage(request.messages[i], i);
+      if (request.continue_final_message && i + 1 == request.messages.size()) {
+        final_text = MarkFinalMessage(m, compiled->source);
+      }
+      messages.push_back(jinja::FromJson(m));
     }
     vars.emplace_back("messages", Value::List(std::move(messages)));
     vars.emplace_back("tools", ListOfObjects(request.tools, "tools"));
@@ -305,7 +368,9 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
     Fail("chat request: ", e.what());
   }
   jinja::Interpreter interp(limits_);
-  return interp.Render(compiled->body, std::move(vars));
+  std::string rendered = interp.Render(compiled->body, std::move(vars));
+  if (request.continue_final_message) return CutAtMark(rendered, final_text);
+  return rendered;
 }
 
 }  // namespace latent::tokenizer

@@ -47,6 +47,11 @@ struct ChatRequest {
   nlohmann::ordered_json tools;      // null: no tools
   nlohmann::ordered_json documents;  // null: no documents
   bool add_generation_prompt = false;
+  // End the prompt inside the final message's content, left open for the model to continue
+  // (a prefilled reply), as transformers' apply_chat_template(continue_final_message=True):
+  // not with add_generation_prompt, and an error when the rendered prompt does not hold the
+  // content.
+  bool continue_final_message = false;
   // More template variables (enable_thinking, ...): an object, or null.
   nlohmann::ordered_json kwargs;
 };
