@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
+#include "server/openai_schema.h"
 #include "server/tool_call_parser.h"
 
 namespace latent::server {
@@ -46,7 +48,10 @@ class RequiredCallsParser : public OutputParser {
   }
   ParsedDelta Finish() override {
     ParsedDelta out;
-    const nlohmann::ordered_json calls = nlohmann::ordered_json::parse(text_, nullptr, false);
+    // Output nested deeper than a request may be is no call (copying it would recurse per level).
+    const nlohmann::ordered_json calls = JsonNestsDeeperThan(text_, kMaxJsonDepth)
+                                             ? nlohmann::ordered_json()
+                                             : nlohmann::ordered_json::parse(text_, nullptr, false);
     bool valid = calls.is_array() && !calls.empty();
     for (size_t i = 0; valid && i < calls.size(); ++i) {
       valid = calls[i].is_object() && calls[i].contains("name") && calls[i]["name"].is_string() &&

@@ -3,6 +3,9 @@
 #include <cctype>
 #include <utility>
 
+#include "base/json_depth.h"
+#include "server/openai_schema.h"
+
 namespace latent::server {
 namespace {
 
@@ -21,9 +24,10 @@ std::string Trim(std::string_view s) {
 std::string JsonString(const std::string& text) { return PythonJsonDumps(OrderedJson(text)); }
 
 // A value written as text: a JSON string when `is_string`, else the JSON it parses as (a string
-// when it does not).
+// when it does not, or when it nests deeper than a request may: the model's text is not trusted
+// to be shallow, and a value thousands of levels deep overflows the stack when dumped).
 std::string ValueJson(const std::string& text, bool is_string) {
-  if (!is_string) {
+  if (!is_string && !JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     const std::string trimmed = Trim(text);
     OrderedJson parsed = OrderedJson::parse(trimmed, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) return PythonJsonDumps(parsed);

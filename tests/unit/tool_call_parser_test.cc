@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "model/arch/registry.h"
+#include "server/forced_tool_call_parser.h"
 #include "server/reasoning_parser.h"
 
 namespace latent::server {
@@ -178,6 +179,25 @@ TEST(ToolCallParserTest, Glm47NameWithoutNewlineAndNoArguments) {
   ASSERT_EQ(a.calls.size(), 2u);
   EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Rome\"}");
   EXPECT_EQ(a.calls[1].arguments, "{}");
+}
+
+// A value the model nests far deeper than a request may (kMaxJsonDepth) stays text: parsing it
+// and writing it back would recurse once per level, past the stack.
+TEST(ToolCallParserTest, DeeplyNestedValuesStayText) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const Assembled a =
+      Whole("glm45", "<tool_call>search<arg_key>filters</arg_key><arg_value>" + deep +
+                         "</arg_value></tool_call>");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, "{\"filters\": \"" + deep + "\"}");
+  // tool_choice "required": an output that deep is no call, only content.
+  std::unique_ptr<OutputParser> required =
+      MakeForcedToolCallParser({ToolChoice::Mode::kRequired, ""});
+  const std::string output = "[{\"name\": \"search\", \"parameters\": {\"q\": " + deep + "}}]";
+  EXPECT_TRUE(required->Push(output).tool_calls.empty());
+  const ParsedDelta end = required->Finish();
+  EXPECT_TRUE(end.tool_calls.empty());
+  EXPECT_EQ(end.content, output);
 }
 
 const std::string kDsml =
