@@ -46,12 +46,59 @@ ThreadMatchState& MatchState() {
   return state;
 }
 
+// The code points a property (a general category, a group of them, or the Han script) gained
+// between Unicode 14.0, the tables of the PCRE2 this is built with (Debian bookworm's 10.42), and
+// 16.0, the tables of HF tokenizers' Oniguruma and of tiktoken's regex: written by
+// tools/gen_unicode_additions.py as PCRE2 class members. A newer PCRE2 already has them; adding
+// them again changes nothing.
+struct PropertyAdditions {
+  std::string_view name, members;
+};
+constexpr PropertyAdditions kUnicode16Additions[] = {
+#include "tokenizer/unicode_additions.inc"
+};
+
+// The members `property` (the name inside \p{...}) gained, or "" for any other name.
+std::string_view AddedMembers(std::string_view property) {
+  for (const PropertyAdditions& p : kUnicode16Additions) {
+    if (p.name == property) return p.members;
+  }
+  return {};
+}
+
+// Where pattern[i] is the 'p' or 'P' of a property escape, \p{Name} or \pX: sets `name` and
+// returns the index of the escape's last character; else returns i (no name).
+size_t PropertyEscape(std::string_view pattern, size_t i, std::string_view& name) {
+  if (i + 1 >= pattern.size()) return i;
+  if (pattern[i + 1] != '{') {
+    name = pattern.substr(i + 1, 1);
+    return i + 1;
+  }
+  const size_t close = pattern.find('}', i + 2);
+  if (close == std::string_view::npos) return i;
+  name = pattern.substr(i + 2, close - i - 2);
+  return close;
+}
+
+// A property as PCRE2 class members with the characters it gained by Unicode 16.0, inside a class
+// or as a class of its own; `negated` outside a class only (no set difference inside one).
+std::string WithAdditions(std::string_view escape, std::string_view added, bool in_class,
+                          bool negated) {
+  if (in_class) return StrCat(escape, added);
+  return StrCat(negated ? "[^" : "[", escape, added, "]");
+}
+
 // Rewrites the escapes whose meaning differs between Oniguruma (what HF compiles tokenizer.json
 // patterns with) and PCRE2: Oniguruma's \s is exactly Unicode White_Space (PCRE2's also takes
 // U+180E), its \w is Unicode's word class (PCRE2's leaves out marks), and its \h is a hex digit
-// (PCRE2's is horizontal space). Everything else means the same in both.
+// (PCRE2's is horizontal space). Properties (\p{L}, \p{N}, \d as \p{Nd}, \w's letters, ...)
+// take the characters Unicode 15.0-16.0 assigned them (kUnicode16Additions), except a negated
+// one inside a class (\P{L} in [...]), which stays PCRE2's. Everything else means the same in
+// both.
 std::string TranslateOnigPattern(std::string_view pattern) {
-  static constexpr std::string_view kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
+  static const std::string kWord =
+      StrCat("\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}", AddedMembers("L"),
+             AddedMembers("M"), AddedMembers("Nd"), AddedMembers("Nl"));
   static constexpr std::string_view kHex = "0-9a-fA-F";
   std::string out;
   out.reserve(pattern.size() + 16);
@@ -77,6 +124,27 @@ std::string TranslateOnigPattern(std::string_view pattern) {
             out += StrCat("[^", kWord, "]");
           }
           break;
+        case 'd':
+          out += WithAdditions("\\p{Nd}", AddedMembers("Nd"), in_class, false);
+          break;
+        case 'D':
+          out += in_class ? std::string("\\D")
+                          : WithAdditions("\\p{Nd}", AddedMembers("Nd"), false, true);
+          break;
+        case 'p':
+        case 'P': {
+          std::string_view name;
+          const size_t last = PropertyEscape(pattern, i, name);
+          const std::string_view escape = pattern.substr(i - 1, last - i + 2);
+          const std::string_view added = name.empty() ? std::string_view() : AddedMembers(name);
+          if (added.empty() || (e == 'P' && in_class)) {
+            out += escape;
+          } else {
+            out += WithAdditions(StrCat("\\p{", name, "}"), added, in_class, e == 'P');
+          }
+          i = last;
+          break;
+        }
         case 'h':
           out += in_class ? std::string(kHex) : StrCat("[", kHex, "]");
           break;

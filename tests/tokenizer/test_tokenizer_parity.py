@@ -126,6 +126,35 @@ def test_encode_matches_hf(name, add_special_tokens, tmp_path):
     assert mismatch is None, f"{n_bad} of {len(got)} differ; first: {mismatch}"
 
 
+def unicode_16_additions() -> list[int]:
+    """Every code point a property gained between Unicode 14.0 and 16.0, read from the table
+    latent adds to PCRE2's (src/tokenizer/unicode_additions.inc, tools/gen_unicode_additions.py)."""
+    import re
+
+    text = (REPO / "src" / "tokenizer" / "unicode_additions.inc").read_text()
+    points = set()
+    for first, last in re.findall(r"x\{([0-9A-F]+)\}(?:-\\\\x\{([0-9A-F]+)\})?", text):
+        points.update(range(int(first, 16), int(last or first, 16) + 1))
+    return sorted(points)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "qwen3"])
+def test_characters_of_unicode_15_and_16_split_as_hf(name, tmp_path):
+    """HF compiles the split patterns with Oniguruma's Unicode 16.0 tables, latent with PCRE2's
+    (14.0 in Debian bookworm): a character assigned since (🫨, CJK Extension H, Kawi letters) must
+    still count as the letter, digit or symbol it is. Each probe puts the character beside
+    letters, digits, punctuation, a contraction and a newline."""
+    points = unicode_16_additions()
+    assert len(points) > 10000 and 0x1FAE8 in points and 0x31350 in points
+    texts = [f"a{c}'s {c}1{c}!{c}{c} x{c}\n{c}é" for c in map(chr, points)]
+    ref = reference(name)
+    want = [e.ids for e in ref.hf.encode_batch(texts, add_special_tokens=False)]
+    args = ["tokenize", "--tokenizer", str(ref.dir), "--no-special-tokens"]
+    got = [o["ids"] for o in run_jsonl(args, [{"text": t} for t in texts], tmp_path)]
+    n_bad = sum(g != w for g, w in zip(got, want))
+    assert n_bad == 0, f"{n_bad} of {len(got)} differ; first: {first_mismatch(texts, got, want)}"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_encode_matches_transformers_autotokenizer(name):
     """The user-facing truth for add_special_tokens=True: AutoTokenizer(...).encode(text)."""
