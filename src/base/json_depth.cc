@@ -20,8 +20,8 @@ bool JsonNestsDeeperThan(std::string_view text, int max_depth) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;  // never below 0: a stray closer must not lend depth to later openers
     }
   }
   return false;

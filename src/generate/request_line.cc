@@ -108,7 +108,10 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
     if (line.contains("chat_template_kwargs")) {
       chat.kwargs = nlohmann::ordered_json::parse(line["chat_template_kwargs"].dump());
     }
-    chat.add_generation_prompt = Field<bool>(line, "add_generation_prompt", true);
+    // As the server: continuing the final message turns the generation prompt off unless set.
+    chat.continue_final_message = Field<bool>(line, "continue_final_message", false);
+    chat.add_generation_prompt =
+        Field<bool>(line, "add_generation_prompt", !chat.continue_final_message);
     const std::string rendered = text.Template().Render(chat);
     return text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
   }

@@ -349,7 +349,7 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
   // reasoning or markup parser runs.
   if (ToolCallForced()) return MakeForcedToolCallParser(request_.tool_choice);
   std::unique_ptr<OutputParser> reasoning =
-      MakeReasoningParser(context_.reasoning_parser, prompt);
+      MakeReasoningParser(context_.reasoning_parser, prompt, request_.continue_final_message);
   std::unique_ptr<OutputParser> tools;
   if (ToolCallsParsed()) tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
   if (!tools) return reasoning;

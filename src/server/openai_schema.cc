@@ -188,22 +188,15 @@ void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messa
 // add_generation_prompt and continue_final_message, the ends a chat prompt can have: a new
 // assistant turn's header (the default), or the final message left open for the model to continue
 // (vLLM's and transformers' continue_final_message). add_generation_prompt defaults to false when
-// continuing; both true is a 400, as transformers refuses them together.
-void ParsePromptEnd(const Json& body, const OrderedJson& messages, bool* add_generation_prompt,
-                    bool* continue_final_message) {
+// continuing; both true is a 400, as transformers refuses them together. The final message may
+// have any role, as in transformers and vLLM (a user's text can be continued too).
+void ParsePromptEnd(const Json& body, bool* add_generation_prompt, bool* continue_final_message) {
   *continue_final_message = GetBool(body, "continue_final_message", false);
   *add_generation_prompt = GetBool(body, "add_generation_prompt", !*continue_final_message);
-  if (!*continue_final_message) return;
-  if (*add_generation_prompt) {
+  if (*continue_final_message && *add_generation_prompt) {
     BadField("continue_final_message",
              "'continue_final_message' and 'add_generation_prompt' cannot both be true: one "
              "continues the final message, the other starts a new assistant message");
-  }
-  const OrderedJson& role = messages.back().at("role");
-  if (role != "assistant") {
-    BadField("continue_final_message",
-             StrCat("'continue_final_message' needs the final message to be an assistant message, "
-                    "got role ", role.dump()));
   }
 }
 
@@ -479,7 +472,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   } else {
     ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
     r.tool_choice = ParseToolChoice(body, r.tools);
-    ParsePromptEnd(body, r.messages, &r.add_generation_prompt, &r.continue_final_message);
+    ParsePromptEnd(body, &r.add_generation_prompt, &r.continue_final_message);
   }
 
   r.stream = GetBool(body, "stream", false);
@@ -588,7 +581,7 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body_text, const ServingLi
   } else {
     r.is_chat = true;
     ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
-    ParsePromptEnd(body, r.messages, &r.add_generation_prompt, &r.continue_final_message);
+    ParsePromptEnd(body, &r.add_generation_prompt, &r.continue_final_message);
     r.add_special_tokens = GetBool(body, "add_special_tokens", false);
   }
   r.return_token_strs = GetBool(body, "return_token_strs", false);

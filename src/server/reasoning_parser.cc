@@ -94,8 +94,16 @@ std::string ResolveReasoningParser(const std::string& flag, bool template_mentio
 }
 
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
-                                                  std::string_view rendered_prompt) {
+                                                  std::string_view rendered_prompt,
+                                                  bool continued) {
   if (name.empty()) return nullptr;
+  if (continued) {
+    const size_t open = rendered_prompt.rfind(kOpen), close = rendered_prompt.rfind(kClose);
+    if (open != std::string_view::npos && (close == std::string_view::npos || open > close)) {
+      return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
+    }
+    if (close != std::string_view::npos) return std::make_unique<ThinkParser>(ThinkStart::kContent);
+  }
   if (name == "deepseek_r1") return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
   while (!rendered_prompt.empty() && IsSpace(rendered_prompt.back())) {
     rendered_prompt.remove_suffix(1);

@@ -51,8 +51,13 @@ const char* ReasoningParserNames();
 std::string ResolveReasoningParser(const std::string& flag, bool template_mentions_think);
 
 // A fresh parser for one choice of one request, given the resolved name ("" gives null) and the
-// rendered prompt.
+// rendered prompt. It starts in reasoning when the prompt ends with <think>, in content when it
+// ends with </think>, and else waits to see whether the output opens with <think> ("deepseek_r1":
+// always in reasoning). `continued` (continue_final_message): the output goes on with the prompt's
+// final message, so the prompt's last marker decides, wherever it is (a continued "<think>Let me"
+// is reasoning, a continued answer after "</think>" content).
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
-                                                  std::string_view rendered_prompt);
+                                                  std::string_view rendered_prompt,
+                                                  bool continued = false);
 
 }  // namespace latent::server

@@ -115,6 +115,10 @@ def test_apply_chat_template_continue_final_message(llm, model_dir):
     assert llm.apply_chat_template(messages, continue_final_message=True) == expected
     with pytest.raises(latent.LatentError, match="not compatible"):
         llm.apply_chat_template(messages, add_generation_prompt=True, continue_final_message=True)
+    # chat (through a request line, as `generate --prompts` takes it) continues the message too.
+    params = latent.SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    result = llm.chat(messages, params, continue_final_message=True)[0]
+    assert result.prompt_token_ids == llm.encode(expected, add_special_tokens=False)
 
 
 def test_render_chat_refuses_deep_json(llm):

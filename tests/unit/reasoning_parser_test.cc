@@ -152,5 +152,24 @@ TEST(ReasoningParserTest, StartFollowsTheRenderedPrompt) {
   EXPECT_EQ(MakeReasoningParser("", "x"), nullptr);
 }
 
+// continue_final_message: the output goes on with the final message, so the prompt's last marker
+// decides, wherever it stands (the prompts are Qwen3's and DeepSeek R1's continued tails).
+TEST(ReasoningParserTest, AContinuedPromptStartsWhereItsLastMarkerLeftOff) {
+  const std::string qwen = "<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\nLet me";
+  auto thinking = MakeReasoningParser("think", qwen, /*continued=*/true);
+  const ParsedDelta t = Feed(*thinking, {" see.</think>", "Four."});
+  EXPECT_EQ(t.reasoning, " see.");
+  EXPECT_EQ(t.content, "Four.");
+  // Not continued, the same prompt leaves the start to the output (it opens no block: content).
+  auto fresh = MakeReasoningParser("think", qwen);
+  EXPECT_EQ(Feed(*fresh, {" see.</think>Four."}).content, " see.</think>Four.");
+  const std::string answered = "<｜Assistant｜><think>r</think>The answer is";
+  auto r1 = MakeReasoningParser("deepseek_r1", answered, /*continued=*/true);
+  EXPECT_EQ(Feed(*r1, {" 4."}).content, " 4.");
+  // No marker: as a fresh prompt ("deepseek_r1" in reasoning, "think" waiting for <think>).
+  auto unmarked = MakeReasoningParser("deepseek_r1", "<｜Assistant｜>Well", /*continued=*/true);
+  EXPECT_EQ(Feed(*unmarked, {"r</think>c"}).reasoning, "r");
+}
+
 }  // namespace
 }  // namespace latent::server

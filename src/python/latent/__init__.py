@@ -218,18 +218,25 @@ class LLM:
         messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
         *,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: Optional[bool] = None,
         chat_template_kwargs: Optional[dict] = None,
         tools: Optional[list[dict]] = None,
+        continue_final_message: bool = False,
     ) -> list[RequestOutput]:
         """Renders each conversation with the checkpoint's chat template and generates a reply.
 
         `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them.
+        `continue_final_message`: the model continues the final message (a prefilled reply), as
+        in apply_chat_template; `add_generation_prompt` defaults to True, or to False with it.
         """
+        if add_generation_prompt is None:
+            add_generation_prompt = not continue_final_message
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         lines = []
         for conversation in conversations:
-            line: dict[str, Any] = {"messages": list(conversation), "add_generation_prompt": add_generation_prompt}
+            line: dict[str, Any] = {"messages": list(conversation),
+                                    "add_generation_prompt": add_generation_prompt,
+                                    "continue_final_message": continue_final_message}
             if tools is not None:
                 line["tools"] = tools
             if chat_template_kwargs:

@@ -90,9 +90,10 @@ class LLM:
         messages: Union[Sequence[dict[str, Any]], Sequence[Sequence[dict[str, Any]]]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
         *,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: Optional[bool] = None,
         chat_template_kwargs: Optional[dict[str, Any]] = None,
         tools: Optional[list[dict[str, Any]]] = None,
+        continue_final_message: bool = False,
     ) -> list[RequestOutput]: ...
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]: ...
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
