@@ -1,69 +1,68 @@
 #!/usr/bin/env python3
-"""Writes src/tokenizer/unicode_additions.inc: the code points each Unicode property gained between
-Unicode 14.0 and 16.0, as PCRE2 class members.
+"""Writes src/tokenizer/unicode_additions.inc: every character Unicode 15.0 and 16.0 assigned,
+as ranges, each with a stand-in assigned by 14.0 that shares its properties.
 
 Why: HF tokenizers compiles tokenizer.json's split patterns with Oniguruma, whose tables are
-Unicode 16.0 (tokenizers 0.23: a CJK Extension I ideograph is \\p{L}, a Unicode 17 one is not);
-latent compiles them with the system PCRE2, whose tables are Unicode 14.0 in Debian bookworm's
-10.42. Every character assigned in 15.0-16.0 (🫨, CJK Extensions H and I, Kawi, ...) is then
-unassigned to PCRE2 and splits differently. src/tokenizer/regex.cc adds these members to each
-\\p{...} it translates. Between 14.0 and 16.0 only one assigned character changed category (U+1171E,
-Mn to Mc): it is added to Mc and left in Mn.
+Unicode 16.0 (tokenizers 0.23: a CJK Extension I ideograph is \\p{L}, a Unicode 17 one is not),
+and tiktoken's regex splits Kimi's text by 16.0 too; latent matches them with the system PCRE2,
+whose tables are 14.0 in Debian bookworm's 10.42, where every character assigned since (🫨, CJK
+Extensions H and I, Kawi, ...) is unassigned and splits differently. src/tokenizer/regex.cc
+matches such text with each of these characters replaced by its stand-in: a character of the
+same general category, UTF-8 length, Alphabetic property and Han script (as Script and as
+Script_Extensions), so every property a pattern tests answers as Unicode 16.0 would, and the
+matches cover the same bytes. Between 14.0 and 16.0 one assigned character changed category
+(U+1171E, Mn to Mc); it is given a stand-in too.
 
-Needs `pip install unicodedata2==16.0.0` (the Unicode 16.0 database) and a Python whose own
-unicodedata is 14.0 (Python 3.11). Run: python tools/gen_unicode_additions.py > src/tokenizer/unicode_additions.inc
+Needs `pip install unicodedata2==16.0.0` (the Unicode 16.0 database), the `regex` module (for the
+Alphabetic and script properties; its tables are newer than 16.0, which these properties of
+these characters do not depend on) and a Python whose unicodedata is 14.0 (Python 3.11). Run:
+  python tools/gen_unicode_additions.py > src/tokenizer/unicode_additions.inc
 """
 import sys
 import unicodedata as old
 
+import regex
 import unicodedata2 as new
 
 OLD, NEW = "14.0.0", "16.0.0"
-GROUPS = {"L": "Lu Ll Lt Lm Lo", "LC": "Lu Ll Lt", "L&": "Lu Ll Lt", "M": "Mn Mc Me",
-          "N": "Nd Nl No", "P": "Pc Pd Ps Pe Pi Pf Po", "S": "Sm Sc Sk So", "Z": "Zs Zl Zp"}
-HAN_NAMES = ("CJK UNIFIED IDEOGRAPH", "CJK COMPATIBILITY IDEOGRAPH")
+PROPERTIES = [regex.compile(p) for p in (r"\p{Alphabetic}", r"\p{sc=Han}", r"\p{scx=Han}",
+                                         r"\p{White_Space}")]
 
 
-def ranges(code_points):
-    out = []
-    for cp in sorted(code_points):
-        if out and out[-1][1] == cp - 1:
-            out[-1][1] = cp
-        else:
-            out.append([cp, cp])
-    return out
-
-
-def members(code_points):
-    return "".join(f"\\\\x{{{a:X}}}" if a == b else f"\\\\x{{{a:X}}}-\\\\x{{{b:X}}}"
-                   for a, b in ranges(code_points))
+def key(cp):
+    c = chr(cp)
+    return (new.category(c), len(c.encode()), *(bool(p.fullmatch(c)) for p in PROPERTIES))
 
 
 def main():
     if old.unidata_version != OLD or new.unidata_version != NEW:
         sys.exit(f"needs Python's unicodedata {OLD} and unicodedata2 {NEW}, have "
                  f"{old.unidata_version} and {new.unidata_version}")
-    gained = {}  # category -> code points that are in it in 16.0 and were not in 14.0
+    changed = [cp for cp in range(0x110000) if old.category(chr(cp)) != new.category(chr(cp))]
+    if any(new.category(chr(cp)) == "Cn" for cp in changed):
+        sys.exit("a character became unassigned")
+    # Stand-ins: assigned by 14.0, in the same category then and now, first of their key.
+    stand_in = {}
     for cp in range(0x110000):
-        before, after = old.category(chr(cp)), new.category(chr(cp))
-        if before != after:
-            gained.setdefault(after, set()).add(cp)
-    for cp in gained.get("Cn", ()):  # a character can only leave Cn by being assigned
-        sys.exit(f"U+{cp:04X} became unassigned")
-    gained.pop("Cn", None)
-    han = {cp for cp in gained.get("Lo", ()) if new.name(chr(cp), "").startswith(HAN_NAMES)}
-    table = {cat: gained[cat] for cat in sorted(gained) if not cat.startswith("C")}
-    for group, cats in GROUPS.items():
-        table[group] = set().union(*(gained.get(c, set()) for c in cats.split()))
-    table["Han"] = table["sc=Han"] = table["Script=Han"] = han
+        c = chr(cp)
+        if old.category(c) in ("Cn", "Cs", "Co") or old.category(c) != new.category(c):
+            continue
+        stand_in.setdefault(key(cp), cp)
+    rows = []  # [first, last, stand-in]
+    for cp in changed:
+        s = stand_in.get(key(cp))
+        if s is None:
+            sys.exit(f"no stand-in for U+{cp:04X} {key(cp)}")
+        if rows and rows[-1][1] == cp - 1 and rows[-1][2] == s:
+            rows[-1][1] = cp
+        else:
+            rows.append([cp, cp, s])
     print(f"// Generated by tools/gen_unicode_additions.py from unicodedata2 {NEW} against Python's")
-    print(f"// unicodedata {OLD}: do not edit. The code points each property gained between")
-    print(f"// Unicode {OLD[:4]} and {NEW[:4]}, as PCRE2 class members (src/tokenizer/regex.cc).")
-    print("// clang-format off")
-    for name, cps in table.items():
-        if cps:
-            print(f'{{"{name}", "{members(cps)}"}},')
-    print("// clang-format on")
+    print(f"// unicodedata {OLD}: do not edit. {{first, last, stand-in}}: the characters Unicode")
+    print(f"// {OLD[:4]} did not have as they are in {NEW[:4]}, each range with a character of")
+    print("// the same category, UTF-8 length, Alphabetic and Han script (src/tokenizer/regex.cc).")
+    for first, last, s in rows:
+        print(f"{{0x{first:X}, 0x{last:X}, 0x{s:X}}},")
 
 
 if __name__ == "__main__":

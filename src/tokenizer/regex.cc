@@ -3,6 +3,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <string>
+
 #include "base/error.h"
 #include "tokenizer/unicode.h"
 
@@ -46,59 +51,70 @@ ThreadMatchState& MatchState() {
   return state;
 }
 
-// The code points a property (a general category, a group of them, or the Han script) gained
-// between Unicode 14.0, the tables of the PCRE2 this is built with (Debian bookworm's 10.42), and
-// 16.0, the tables of HF tokenizers' Oniguruma and of tiktoken's regex: written by
-// tools/gen_unicode_additions.py as PCRE2 class members. A newer PCRE2 already has them; adding
-// them again changes nothing.
-struct PropertyAdditions {
-  std::string_view name, members;
+// The characters Unicode 15.0 and 16.0 assigned (and U+1171E, which changed category), which the
+// PCRE2 this is built with (Debian bookworm's 10.42: Unicode 14.0) sees as unassigned, while HF
+// tokenizers' Oniguruma and tiktoken's regex split by 16.0: each range with a stand-in assigned by
+// 14.0 of the same general category, UTF-8 length, Alphabetic and Han script, written by
+// tools/gen_unicode_additions.py. A newer PCRE2 knows them; the stand-ins then change nothing.
+struct AddedRange {
+  uint32_t first, last, stand_in;
 };
-constexpr PropertyAdditions kUnicode16Additions[] = {
+constexpr AddedRange kUnicode16Additions[] = {
 #include "tokenizer/unicode_additions.inc"
 };
 
-// The members `property` (the name inside \p{...}) gained, or "" for any other name.
-std::string_view AddedMembers(std::string_view property) {
-  for (const PropertyAdditions& p : kUnicode16Additions) {
-    if (p.name == property) return p.members;
-  }
-  return {};
+// The stand-in of `cp`, or 0 when it is not an added character.
+uint32_t StandIn(uint32_t cp) {
+  const auto* end = std::end(kUnicode16Additions);
+  const auto* it = std::upper_bound(std::begin(kUnicode16Additions), end, cp,
+                                    [](uint32_t c, const AddedRange& r) { return c < r.first; });
+  if (it == std::begin(kUnicode16Additions)) return 0;
+  --it;
+  return cp <= it->last ? it->stand_in : 0;
 }
 
-// Where pattern[i] is the 'p' or 'P' of a property escape, \p{Name} or \pX: sets `name` and
-// returns the index of the escape's last character; else returns i (no name).
-size_t PropertyEscape(std::string_view pattern, size_t i, std::string_view& name) {
-  if (i + 1 >= pattern.size()) return i;
-  if (pattern[i + 1] != '{') {
-    name = pattern.substr(i + 1, 1);
-    return i + 1;
+// `text` with every added character replaced by its stand-in, in `copy`, or `text` itself when it
+// holds none (the common case: only lead bytes of 3- and 4-byte characters are looked at). The
+// stand-in has the same length, so a match on the copy covers the same bytes of the text.
+std::string_view WithStandIns(std::string_view text, std::string& copy) {
+  constexpr uint32_t kFirstAdded = kUnicode16Additions[0].first;
+  static_assert(kFirstAdded >= 0x800, "only 3- and 4-byte characters are looked at");
+  bool copied = false;
+  for (size_t pos = 0; pos < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[pos]);
+    if (lead < 0xe0) {
+      ++pos;
+      continue;
+    }
+    const size_t start = pos;
+    const uint32_t cp = NextCodePoint(text, pos);
+    const uint32_t stand_in = cp >= kFirstAdded ? StandIn(cp) : 0;
+    if (stand_in == 0) continue;
+    if (!copied) {
+      copy.assign(text);
+      copied = true;
+    }
+    // Same length as cp's (the generator checks): 3 or 4 bytes.
+    if (pos - start == 3) {
+      copy[start] = static_cast<char>(0xe0 | (stand_in >> 12));
+      copy[start + 1] = static_cast<char>(0x80 | ((stand_in >> 6) & 0x3f));
+      copy[start + 2] = static_cast<char>(0x80 | (stand_in & 0x3f));
+    } else {
+      copy[start] = static_cast<char>(0xf0 | (stand_in >> 18));
+      copy[start + 1] = static_cast<char>(0x80 | ((stand_in >> 12) & 0x3f));
+      copy[start + 2] = static_cast<char>(0x80 | ((stand_in >> 6) & 0x3f));
+      copy[start + 3] = static_cast<char>(0x80 | (stand_in & 0x3f));
+    }
   }
-  const size_t close = pattern.find('}', i + 2);
-  if (close == std::string_view::npos) return i;
-  name = pattern.substr(i + 2, close - i - 2);
-  return close;
-}
-
-// A property as PCRE2 class members with the characters it gained by Unicode 16.0, inside a class
-// or as a class of its own; `negated` outside a class only (no set difference inside one).
-std::string WithAdditions(std::string_view escape, std::string_view added, bool in_class,
-                          bool negated) {
-  if (in_class) return StrCat(escape, added);
-  return StrCat(negated ? "[^" : "[", escape, added, "]");
+  return copied ? std::string_view(copy) : text;
 }
 
 // Rewrites the escapes whose meaning differs between Oniguruma (what HF compiles tokenizer.json
 // patterns with) and PCRE2: Oniguruma's \s is exactly Unicode White_Space (PCRE2's also takes
 // U+180E), its \w is Unicode's word class (PCRE2's leaves out marks), and its \h is a hex digit
-// (PCRE2's is horizontal space). Properties (\p{L}, \p{N}, \d as \p{Nd}, \w's letters, ...)
-// take the characters Unicode 15.0-16.0 assigned them (kUnicode16Additions), except a negated
-// one inside a class (\P{L} in [...]), which stays PCRE2's. Everything else means the same in
-// both.
+// (PCRE2's is horizontal space). Everything else means the same in both.
 std::string TranslateOnigPattern(std::string_view pattern) {
-  static const std::string kWord =
-      StrCat("\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}", AddedMembers("L"),
-             AddedMembers("M"), AddedMembers("Nd"), AddedMembers("Nl"));
+  static constexpr std::string_view kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
   static constexpr std::string_view kHex = "0-9a-fA-F";
   std::string out;
   out.reserve(pattern.size() + 16);
@@ -124,27 +140,6 @@ std::string TranslateOnigPattern(std::string_view pattern) {
             out += StrCat("[^", kWord, "]");
           }
           break;
-        case 'd':
-          out += WithAdditions("\\p{Nd}", AddedMembers("Nd"), in_class, false);
-          break;
-        case 'D':
-          out += in_class ? std::string("\\D")
-                          : WithAdditions("\\p{Nd}", AddedMembers("Nd"), false, true);
-          break;
-        case 'p':
-        case 'P': {
-          std::string_view name;
-          const size_t last = PropertyEscape(pattern, i, name);
-          const std::string_view escape = pattern.substr(i - 1, last - i + 2);
-          const std::string_view added = name.empty() ? std::string_view() : AddedMembers(name);
-          if (added.empty() || (e == 'P' && in_class)) {
-            out += escape;
-          } else {
-            out += WithAdditions(StrCat("\\p{", name, "}"), added, in_class, e == 'P');
-          }
-          i = last;
-          break;
-        }
         case 'h':
           out += in_class ? std::string(kHex) : StrCat("[", kHex, "]");
           break;
@@ -212,6 +207,9 @@ void Regex::FindAll(std::string_view text, std::vector<Span>& out) const {
     return;
   }
   ThreadMatchState& state = MatchState();
+  // Matched with Unicode 16.0's characters as PCRE2 knows them (kUnicode16Additions).
+  thread_local std::string stand_ins;
+  text = WithStandIns(text, stand_ins);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   // Oniguruma's FindMatches: search from the end of the previous match; an empty match right where
   // the previous match ended is skipped by searching again one character further on.
