@@ -348,8 +348,17 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
   // A forced call is JSON from its first token (the grammar allows nothing else), so no
   // reasoning or markup parser runs.
   if (ToolCallForced()) return MakeForcedToolCallParser(request_.tool_choice);
-  std::unique_ptr<OutputParser> reasoning =
-      MakeReasoningParser(context_.reasoning_parser, prompt, request_.continue_final_message);
+  std::optional<ContinuedMessage> continued;
+  if (request_.continue_final_message && !request_.messages.empty()) {
+    // The server's messages hold their content as one string (openai_schema.cc).
+    const OrderedJson& last = request_.messages.back();
+    continued.emplace();
+    continued->role = last.value("role", "");
+    const auto content = last.find("content");
+    if (content != last.end() && content->is_string()) continued->text = content->get<std::string>();
+  }
+  std::unique_ptr<OutputParser> reasoning = MakeReasoningParser(
+      context_.reasoning_parser, prompt, continued ? &*continued : nullptr);
   std::unique_ptr<OutputParser> tools;
   if (ToolCallsParsed()) tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
   if (!tools) return reasoning;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "base/error.h"
 
@@ -93,28 +94,49 @@ std::string ResolveReasoningParser(const std::string& flag, bool template_mentio
        ReasoningParserNames(), ")");
 }
 
+namespace {
+
+std::string_view TrimEnd(std::string_view s) {
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool EndsWith(std::string_view s, std::string_view end) {
+  return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
+}
+
+// Where the output of a continued message starts, or nullopt for a fresh reply's rule.
+std::optional<ThinkStart> ContinuedStart(std::string_view prompt, const ContinuedMessage& m) {
+  if (m.role != "assistant") return ThinkStart::kContent;
+  const std::string_view text = TrimEnd(m.text);
+  if (text.empty()) return std::nullopt;
+  const size_t open = text.rfind(kOpen), close = text.rfind(kClose);
+  if (open != std::string_view::npos && (close == std::string_view::npos || open > close)) {
+    return ThinkStart::kReasoning;
+  }
+  if (close != std::string_view::npos) return ThinkStart::kContent;
+  prompt = TrimEnd(prompt);
+  if (!EndsWith(prompt, text)) return ThinkStart::kContent;  // the template rewrote the text
+  const std::string_view before = TrimEnd(prompt.substr(0, prompt.size() - text.size()));
+  return EndsWith(before, kOpen) ? ThinkStart::kReasoning : ThinkStart::kContent;
+}
+
+}  // namespace
+
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt,
-                                                  bool continued) {
+                                                  const ContinuedMessage* continued) {
   if (name.empty()) return nullptr;
-  if (continued) {
-    const size_t open = rendered_prompt.rfind(kOpen), close = rendered_prompt.rfind(kClose);
-    if (open != std::string_view::npos && (close == std::string_view::npos || open > close)) {
-      return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
+  if (continued != nullptr) {
+    if (const std::optional<ThinkStart> start = ContinuedStart(rendered_prompt, *continued)) {
+      return std::make_unique<ThinkParser>(*start);
     }
-    if (close != std::string_view::npos) return std::make_unique<ThinkParser>(ThinkStart::kContent);
   }
   if (name == "deepseek_r1") return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
-  while (!rendered_prompt.empty() && IsSpace(rendered_prompt.back())) {
-    rendered_prompt.remove_suffix(1);
-  }
-  auto ends_with = [&](std::string_view marker) {
-    return rendered_prompt.size() >= marker.size() &&
-           rendered_prompt.substr(rendered_prompt.size() - marker.size()) == marker;
-  };
-  const ThinkStart start = ends_with(kOpen)    ? ThinkStart::kReasoning
-                           : ends_with(kClose) ? ThinkStart::kContent
-                                               : ThinkStart::kMayOpen;
+  rendered_prompt = TrimEnd(rendered_prompt);
+  const ThinkStart start = EndsWith(rendered_prompt, kOpen)    ? ThinkStart::kReasoning
+                           : EndsWith(rendered_prompt, kClose) ? ThinkStart::kContent
+                                                               : ThinkStart::kMayOpen;
   return std::make_unique<ThinkParser>(start);
 }
 

@@ -50,14 +50,21 @@ const char* ReasoningParserNames();
 // throws latent::Error naming an unknown parser.
 std::string ResolveReasoningParser(const std::string& flag, bool template_mentions_think);
 
+// The final message a continue_final_message prompt leaves open for the output to go on with.
+struct ContinuedMessage {
+  std::string role;
+  std::string text;  // its text (a list's last text part), as the request gave it
+};
+
 // A fresh parser for one choice of one request, given the resolved name ("" gives null) and the
-// rendered prompt. It starts in reasoning when the prompt ends with <think>, in content when it
-// ends with </think>, and else waits to see whether the output opens with <think> ("deepseek_r1":
-// always in reasoning). `continued` (continue_final_message): the output goes on with the prompt's
-// final message, so the prompt's last marker decides, wherever it is (a continued "<think>Let me"
-// is reasoning, a continued answer after "</think>" content).
+// rendered prompt, as the header describes. With `continued`, the output goes on with that
+// message rather than starting a reply, so only the message decides (never markers in the system
+// prompt or the history): another role's message is content; the last marker in the message's
+// text decides (a continued "<think>Let me" is reasoning); without one, a marker the template
+// wrote right before the text (Qwen3's empty <think></think>), else content (mid-message, the
+// model opens no block). An empty text is a fresh reply, decided as above.
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt,
-                                                  bool continued = false);
+                                                  const ContinuedMessage* continued = nullptr);
 
 }  // namespace latent::server

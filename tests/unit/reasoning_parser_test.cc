@@ -152,23 +152,40 @@ TEST(ReasoningParserTest, StartFollowsTheRenderedPrompt) {
   EXPECT_EQ(MakeReasoningParser("", "x"), nullptr);
 }
 
-// continue_final_message: the output goes on with the final message, so the prompt's last marker
-// decides, wherever it stands (the prompts are Qwen3's and DeepSeek R1's continued tails).
-TEST(ReasoningParserTest, AContinuedPromptStartsWhereItsLastMarkerLeftOff) {
+// continue_final_message: the output goes on with the final message, so only that message
+// decides: its own last marker, else a marker the template wrote right before it, else content.
+TEST(ReasoningParserTest, AContinuedMessageDecidesWhereTheOutputStarts) {
+  auto start = [](const std::string& name, const std::string& prompt, const std::string& role,
+                  const std::string& text, const std::vector<std::string>& pieces) {
+    const ContinuedMessage m{role, text};
+    return Feed(*MakeReasoningParser(name, prompt, &m), pieces);
+  };
+  // Qwen3's tail: the template's empty block, then the message's own open one.
   const std::string qwen = "<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\nLet me";
-  auto thinking = MakeReasoningParser("think", qwen, /*continued=*/true);
-  const ParsedDelta t = Feed(*thinking, {" see.</think>", "Four."});
+  const ParsedDelta t = start("think", qwen, "assistant", "<think>\nLet me", {" see.</think>", "4"});
   EXPECT_EQ(t.reasoning, " see.");
-  EXPECT_EQ(t.content, "Four.");
+  EXPECT_EQ(t.content, "4");
   // Not continued, the same prompt leaves the start to the output (it opens no block: content).
-  auto fresh = MakeReasoningParser("think", qwen);
-  EXPECT_EQ(Feed(*fresh, {" see.</think>Four."}).content, " see.</think>Four.");
-  const std::string answered = "<｜Assistant｜><think>r</think>The answer is";
-  auto r1 = MakeReasoningParser("deepseek_r1", answered, /*continued=*/true);
-  EXPECT_EQ(Feed(*r1, {" 4."}).content, " 4.");
-  // No marker: as a fresh prompt ("deepseek_r1" in reasoning, "think" waiting for <think>).
-  auto unmarked = MakeReasoningParser("deepseek_r1", "<｜Assistant｜>Well", /*continued=*/true);
-  EXPECT_EQ(Feed(*unmarked, {"r</think>c"}).reasoning, "r");
+  EXPECT_EQ(Feed(*MakeReasoningParser("think", qwen), {" see.</think>4"}).content, " see.</think>4");
+  // An answer after the template's empty block (Qwen3), or after the message's own closed block.
+  EXPECT_EQ(start("think", "assistant\n<think>\n\n</think>\n\nThe answer", "assistant",
+                  "The answer", {" is 4."}).content, " is 4.");
+  EXPECT_EQ(start("deepseek_r1", "<｜Assistant｜><think>r</think>The answer is", "assistant",
+                  "<think>r</think>The answer is", {" 4."}).content, " 4.");
+  // A marker in the system prompt or the history says nothing about the continued message.
+  const std::string kimi = "<|im_system|>Reason inside <think> tags<|im_end|><|im_assistant|>"
+                           "assistant<|im_middle|>The answer";
+  EXPECT_EQ(start("think", kimi, "assistant", "The answer", {" is <think>4"}).content,
+            " is <think>4");
+  // A template that opens the block right before the text: the text is reasoning.
+  EXPECT_EQ(start("think", "<|assistant|><think>\nHmm", "assistant", "Hmm", {" so</think>4"})
+                .reasoning, " so");
+  // A user's text continued is content, whatever it says.
+  EXPECT_EQ(start("deepseek_r1", "<｜User｜>Explain <think>", "user", "Explain <think>",
+                  {" tags</think>"}).content, " tags</think>");
+  // An empty message is a fresh reply: "deepseek_r1" in reasoning.
+  EXPECT_EQ(start("deepseek_r1", "<｜Assistant｜>", "assistant", "", {"r</think>c"}).reasoning,
+            "r");
 }
 
 }  // namespace
