@@ -1,7 +1,8 @@
 // latent: serve multi-head latent attention models. This file only dispatches subcommands and
 // turns errors into a one-line message and an exit code: 2 for latent::Error (bad input: a
 // checkpoint, config, tokenizer, flag or request latent cannot use; the message names the file
-// and the problem), 1 for anything else (a bug in latent, or the system refusing memory).
+// and the problem) and for a command line CLI11 cannot parse (CLI11 prints its own message;
+// --help exits 0), 1 for anything else (a bug in latent, or the system refusing memory).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -92,7 +93,13 @@ int Run(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({})[before], std::move(runner));
   }
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the message (or the help, which is not an error); a command line latent cannot
+    // use is bad input like any other: exit 2, not CLI11's own codes (105, 106, ...).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (threads > 0) latent::threads::SetNumThreads(threads);
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();  // main turns what it throws into the exit code

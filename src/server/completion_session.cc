@@ -355,7 +355,9 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
     continued.emplace();
     continued->role = last.value("role", "");
     const auto content = last.find("content");
-    if (content != last.end() && content->is_string()) continued->text = content->get<std::string>();
+    if (content != last.end() && content->is_string()) {
+      continued->text = content->get<std::string>();
+    }
   }
   std::unique_ptr<OutputParser> reasoning = MakeReasoningParser(
       context_.reasoning_parser, prompt, continued ? &*continued : nullptr);

@@ -162,11 +162,13 @@ TEST(ReasoningParserTest, AContinuedMessageDecidesWhereTheOutputStarts) {
   };
   // Qwen3's tail: the template's empty block, then the message's own open one.
   const std::string qwen = "<|im_start|>assistant\n<think>\n\n</think>\n\n<think>\nLet me";
-  const ParsedDelta t = start("think", qwen, "assistant", "<think>\nLet me", {" see.</think>", "4"});
+  const ParsedDelta t =
+      start("think", qwen, "assistant", "<think>\nLet me", {" see.</think>", "4"});
   EXPECT_EQ(t.reasoning, " see.");
   EXPECT_EQ(t.content, "4");
   // Not continued, the same prompt leaves the start to the output (it opens no block: content).
-  EXPECT_EQ(Feed(*MakeReasoningParser("think", qwen), {" see.</think>4"}).content, " see.</think>4");
+  EXPECT_EQ(Feed(*MakeReasoningParser("think", qwen), {" see.</think>4"}).content,
+            " see.</think>4");
   // An answer after the template's empty block (Qwen3), or after the message's own closed block.
   EXPECT_EQ(start("think", "assistant\n<think>\n\n</think>\n\nThe answer", "assistant",
                   "The answer", {" is 4."}).content, " is 4.");
