@@ -1,9 +1,10 @@
 // Reads the engine's metrics for /metrics on a thread of its own.
 //
-// Engine::Metrics() reads between two steps, so it waits for the step in progress (figures must be
-// exact: a client that got its last token and reads /metrics must see its request gone). Here
-// one thread makes that call for every /metrics request waiting at the time, so however many
-// arrive while a step runs, they hold one thread, not one worker each.
+// Engine::Metrics() never waits for a step: it copies, under a small lock, the counters and the
+// gauges the engine last published (at step boundaries and before a request's end is reported, so
+// a client that got its last token and reads /metrics sees its request gone). Here one thread
+// makes that call for every /metrics request waiting at the time, so however many arrive at once,
+// they share one read.
 #pragma once
 
 #include <condition_variable>

@@ -984,7 +984,7 @@ Reply HttpServer::Impl::Detokenize(const std::string& body) const {
   return JsonReply(200, {{"prompt", ctx.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/false)}});
 }
 
-// On a worker: the engine's figures are read between two steps.
+// On a worker: the engine's figures as last published at a step boundary (never waits for one).
 Reply HttpServer::Impl::Metrics() {
   const ServerContext* ctx = context.load();
   Reply r;

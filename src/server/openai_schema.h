@@ -7,8 +7,10 @@
 // ignore_eos, stop_token_ids, min_tokens, skip_special_tokens, return_token_ids (the choice's
 // "token_ids" and the response's "prompt_token_ids"), add_generation_prompt,
 // continue_final_message and chat_template_kwargs. Fields latent does not know are ignored;
-// known ones it cannot honour (echo for chat, best_of > n, suffix, logit_bias, top_logprobs for
-// completions, response_format other than text) are rejected. Chat takes `tools` and
+// known ones it cannot honour (echo for chat, best_of other than n, suffix, a non-empty
+// logit_bias, top_logprobs for completions, a response_format type other than text, json_object
+// and json_schema) are rejected. response_format json_object and json_schema constrain the output
+// (structured/structured_output.h). Chat takes `tools` and
 // `tool_choice` (validated in tool_request.h); the model's tool calls come back as
 // message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
