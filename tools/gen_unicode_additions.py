@@ -8,9 +8,10 @@ and tiktoken's regex splits Kimi's text by 16.0 too; latent matches them with th
 whose tables are 14.0 in Debian bookworm's 10.42, where every character assigned since (🫨, CJK
 Extensions H and I, Kawi, ...) is unassigned and splits differently. src/tokenizer/regex.cc
 matches such text with each of these characters replaced by its stand-in: a character of the
-same general category, UTF-8 length, Alphabetic property and Han script (as Script and as
-Script_Extensions), so every property a pattern tests answers as Unicode 16.0 would, and the
-matches cover the same bytes. Between 14.0 and 16.0 one assigned character changed category
+same general category, UTF-8 length, Alphabetic and White_Space properties and Han script (as
+Script and as Script_Extensions), so what split patterns test (\p{L}, \p{N}, \p{P}, \s, \w,
+\p{Han}, ...) answers as Unicode 16.0 would, and the matches cover the same bytes. Other scripts,
+case properties and emoji properties are not kept: no tokenizer pattern tests them. Between 14.0 and 16.0 one assigned character changed category
 (U+1171E, Mn to Mc); it is given a stand-in too.
 
 Needs `pip install unicodedata2==16.0.0` (the Unicode 16.0 database), the `regex` module (for the

@@ -30,7 +30,8 @@ struct Request {
   // request gets no prefix-cache hit (cached blocks have no logits), it recomputes its prompt.
   int32_t prompt_logprobs = -1;
   // Structured output: when set, each sample draws only tokens its constraint allows (the mask is
-  // applied before penalties and sampling; logprobs stay those of the raw distribution) and ends
+  // applied before penalties and sampling, and before logprobs, as vLLM: they are of the raw row
+  // renormalised over the allowed tokens) and ends
   // with kStop once the constraint is terminated. Null: unconstrained.
   std::shared_ptr<const TokenConstraintFactory> constraint;
 };

@@ -164,13 +164,23 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     }
     ApplyPenalties(logits, seq, p);
   }
+  // The row logprobs are of: the raw row, with a grammar's disallowed tokens at -inf, as vLLM
+  // masks the logits before its sampler takes their logprobs (renormalised over the allowed
+  // tokens; penalties, min_tokens, temperature and the filters never enter).
+  const float* logprob_row = raw;
+  std::vector<float> masked;
+  if (p.top_logprobs >= 0 && allowed != nullptr) {
+    masked.assign(raw, raw + vocab);
+    MaskDisallowed(masked, allowed);
+    logprob_row = masked.data();
+  }
   // NaN or +inf in the row drawn from: a NaN is never the argmax and weighs nothing sensible in a
   // draw (which then fell through to the last token), +inf's weight is NaN. Fail the sample, as an
-  // all-masked row does. The raw row too when its logprobs are reported (their log-partition
-  // would be NaN), though a mask may have hidden its bad entries from the draw.
+  // all-masked row does. The logprobs' row too when reported (their log-partition would be NaN),
+  // though held-off ids may have hidden its bad entries from the draw.
   const float* drawn_row = logits.empty() ? raw : logits.data();
-  if (HasNanOrPosInf(drawn_row, vocab) ||
-      (p.top_logprobs >= 0 && drawn_row != raw && HasNanOrPosInf(raw, vocab))) {
+  if (HasNanOrPosInf(drawn_row, vocab) || (p.top_logprobs >= 0 && logprob_row != drawn_row &&
+                                           HasNanOrPosInf(logprob_row, vocab))) {
     Fail(kNonFiniteLogitsError);
   }
 
@@ -183,9 +193,9 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   }
 
   if (p.top_logprobs >= 0) {
-    const float log_z = LogPartition(raw, vocab);
-    out.logprob = raw[out.token] - log_z;
-    TopLogprobs(raw, vocab, p.top_logprobs, log_z, out.top_logprobs);
+    const float log_z = LogPartition(logprob_row, vocab);
+    out.logprob = logprob_row[out.token] - log_z;
+    TopLogprobs(logprob_row, vocab, p.top_logprobs, log_z, out.top_logprobs);
   }
   return out;
 }

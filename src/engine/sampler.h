@@ -29,13 +29,14 @@ inline constexpr const char* kNonFiniteLogitsError =
 // same tokens alone, in any batch, and after preemption.
 // `allowed` [BitmaskWords(vocab)] (structured output; null: every token): tokens whose bit is
 // clear get probability 0 before penalties, temperature and the filters. The logprobs reported
-// stay those of the raw row. Without `allowed` the result is exactly what it was without the
-// parameter. Throws latent::Error when the mask allows no token.
+// are those of the raw row with the same tokens masked (vLLM's: renormalised over the allowed
+// ones; nothing else that shapes the draw enters them). Without `allowed` the result is exactly
+// what it was without the parameter. Throws latent::Error when the mask allows no token.
 // `held_off` (min_tokens: the EOS and stop ids while too few tokens are generated; ids outside
 // the vocabulary are skipped) get probability 0 too, unless nothing else is allowed: then the
 // grammar wins and they stay drawable (a row of -inf has nothing to draw).
-// Throws latent::Error too when the row to draw from (after the masks and penalties), or the raw
-// row logprobs are computed from, holds a NaN or +inf: no draw from it means anything.
+// Throws latent::Error too when the row to draw from (after the masks and penalties), or the row
+// logprobs are computed from, holds a NaN or +inf: no draw from it means anything.
 SampledToken SampleNext(const float* logits, int64_t vocab, const Sequence& seq,
                         const SamplingParams& params, const uint32_t* allowed = nullptr,
                         std::span<const int32_t> held_off = {});

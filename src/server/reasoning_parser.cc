@@ -101,6 +101,12 @@ std::string_view TrimEnd(std::string_view s) {
   return s;
 }
 
+std::string_view TrimBothEnds(std::string_view s) {
+  s = TrimEnd(s);
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  return s;
+}
+
 bool EndsWith(std::string_view s, std::string_view end) {
   return s.size() >= end.size() && s.substr(s.size() - end.size()) == end;
 }
@@ -108,7 +114,8 @@ bool EndsWith(std::string_view s, std::string_view end) {
 // Where the output of a continued message starts, or nullopt for a fresh reply's rule.
 std::optional<ThinkStart> ContinuedStart(std::string_view prompt, const ContinuedMessage& m) {
   if (m.role != "assistant") return ThinkStart::kContent;
-  const std::string_view text = TrimEnd(m.text);
+  // Trimmed at both ends, as the prompt holds it (templates strip a message's text).
+  const std::string_view text = TrimBothEnds(m.text);
   if (text.empty()) return std::nullopt;
   const size_t open = text.rfind(kOpen), close = text.rfind(kClose);
   if (open != std::string_view::npos && (close == std::string_view::npos || open > close)) {

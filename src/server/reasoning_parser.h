@@ -53,7 +53,7 @@ std::string ResolveReasoningParser(const std::string& flag, bool template_mentio
 // The final message a continue_final_message prompt leaves open for the output to go on with.
 struct ContinuedMessage {
   std::string role;
-  std::string text;  // its text (a list's last text part), as the request gave it
+  std::string text;  // its text as the request gave it (the server joins a list's text parts)
 };
 
 // A fresh parser for one choice of one request, given the resolved name ("" gives null) and the

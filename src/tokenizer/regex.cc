@@ -54,8 +54,10 @@ ThreadMatchState& MatchState() {
 // The characters Unicode 15.0 and 16.0 assigned (and U+1171E, which changed category), which the
 // PCRE2 this is built with (Debian bookworm's 10.42: Unicode 14.0) sees as unassigned, while HF
 // tokenizers' Oniguruma and tiktoken's regex split by 16.0: each range with a stand-in assigned by
-// 14.0 of the same general category, UTF-8 length, Alphabetic and Han script, written by
-// tools/gen_unicode_additions.py. A newer PCRE2 knows them; the stand-ins then change nothing.
+// 14.0 of the same general category, UTF-8 length, Alphabetic, White_Space and Han script, written
+// by tools/gen_unicode_additions.py: what tokenizer split patterns test (\p{L}, \p{N}, \s, \w,
+// \p{Han}, ...), though not other scripts, case or emoji properties. A newer PCRE2 knows them;
+// the stand-ins then change nothing.
 struct AddedRange {
   uint32_t first, last, stand_in;
 };
@@ -87,6 +89,7 @@ std::string_view WithStandIns(std::string_view text, std::string& copy) {
       continue;
     }
     const size_t start = pos;
+    if (start + Utf8Length(lead) > text.size()) break;  // a cut character: nothing to replace
     const uint32_t cp = NextCodePoint(text, pos);
     const uint32_t stand_in = cp >= kFirstAdded ? StandIn(cp) : 0;
     if (stand_in == 0) continue;

@@ -449,11 +449,34 @@ TEST(SamplerTest, NonFiniteLogitsFailTheSample) {
   SamplingParams strong;
   strong.repetition_penalty = 0.01f;
   EXPECT_THROW(SampleNext(big.data(), 2, MakeSequence({0}), strong), Error);
-  // A NaN the grammar masks is not drawn from; but the raw row's logprobs would be NaN.
+  // A NaN the grammar masks is neither drawn from nor in the logprobs (of the masked row).
   std::vector<float> masked = {1.0f, nan};
   const uint32_t first = 0b01;
   EXPECT_EQ(SampleNext(masked.data(), 2, MakeSequence({0}), Greedy(), &first).token, 0);
-  EXPECT_THROW(SampleNext(masked.data(), 2, MakeSequence({0}), logprobs, &first), Error);
+  EXPECT_EQ(SampleNext(masked.data(), 2, MakeSequence({0}), logprobs, &first).logprob, 0.0f);
+  // A NaN held off by min_tokens is not drawn, but the logprobs' row (no min_tokens) holds it.
+  const std::vector<int32_t> held = {1};
+  EXPECT_THROW(SampleNext(masked.data(), 2, MakeSequence({0}), logprobs, nullptr, held), Error);
+}
+
+// As vLLM: under a grammar the logprobs are of the raw row with the disallowed tokens masked,
+// renormalised over the allowed ones; the alternatives are allowed tokens only. Penalties and
+// temperature shape the draw, never the logprobs.
+TEST(SamplerTest, LogprobsUnderAGrammarAreOfTheAllowedTokens) {
+  const std::vector<float> logits = {3.0f, 1.0f, 2.0f, 0.5f};
+  const uint32_t allowed = 0b0110;  // tokens 1 and 2
+  SamplingParams p = Greedy();
+  p.top_logprobs = 3;
+  p.repetition_penalty = 2.5f;
+  const SampledToken out = SampleNext(logits.data(), 4, MakeSequence({0, 2}), p, &allowed);
+  const float log_z = std::log(std::exp(1.0f) + std::exp(2.0f));
+  EXPECT_EQ(out.token, 1);  // 2's logit 2 / 2.5 under the penalty is below 1
+  EXPECT_NEAR(out.logprob, 1.0f - log_z, 1e-6f);
+  ASSERT_EQ(out.top_logprobs.size(), 3u);
+  EXPECT_EQ(out.top_logprobs[0].token, 2);
+  EXPECT_NEAR(out.top_logprobs[0].logprob, 2.0f - log_z, 1e-6f);
+  EXPECT_EQ(out.top_logprobs[1].token, 1);
+  EXPECT_EQ(out.top_logprobs[2].logprob, -std::numeric_limits<float>::infinity());
 }
 
 TEST(SamplingParamsTest, DefaultsAndBoundsAreValid) {

@@ -76,7 +76,7 @@ TEST(StructuredSampler, GreedyPicksTheBestAllowedToken) {
   EXPECT_EQ(engine::SampleNext(logits.data(), vocab, seq, penalised, mask.data()).token, 3);
 }
 
-TEST(StructuredSampler, SeededDrawsOnlyAllowedTokensAndLogprobsStayRaw) {
+TEST(StructuredSampler, SeededDrawsOnlyAllowedTokensWithLogprobsOverThem) {
   const int64_t vocab = 100;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -97,12 +97,13 @@ TEST(StructuredSampler, SeededDrawsOnlyAllowedTokensAndLogprobsStayRaw) {
         const engine::SampledToken s = engine::SampleNext(logits.data(), vocab, seq, p, mask.data());
         ASSERT_TRUE(allowed.count(s.token)) << s.token;
         seen.insert(s.token);
-        // The reported logprob is the raw distribution's (as without a mask).
+        // The reported logprob is the raw row's renormalised over the allowed tokens (vLLM's:
+        // the mask before the logprobs; top_p and top_k never enter).
         const engine::SampledToken raw = engine::SampleNext(logits.data(), vocab, seq, p);
-        float max = logits[0];
-        for (float l : logits) max = std::max(max, l);
+        float max = logits[*allowed.begin()];
+        for (int32_t t : allowed) max = std::max(max, logits[t]);
         double z = 0;
-        for (float l : logits) z += std::exp(double(l) - max);
+        for (int32_t t : allowed) z += std::exp(double(logits[t]) - max);
         EXPECT_NEAR(s.logprob, logits[s.token] - max - std::log(z), 1e-4);
         EXPECT_EQ(raw.token, engine::SampleNext(logits.data(), vocab, seq, p, nullptr).token);
       }
