@@ -9,7 +9,8 @@
 // ends a sample before it has that many tokens; at most max_tokens), "arrival_step" (submit the
 // request when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
-// Output, in input order: {"index": i, "ids": [...], "text": ... (with a tokenizer),
+// Output, in input order: {"index": i, "ids": [...], "text": ... (when the model or --tokenizer
+// directory has a tokenizer),
 // "finish_reason": "stop"|"length", ...; "stop_reason": the stop string that ended it, if one
 // did: "text" then ends before it and "ids" end with the token that completed it; with
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
@@ -32,6 +33,7 @@
 #include "generate/request_job.h"
 #include "generate/request_line.h"
 #include "model/generation_config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
 namespace {
@@ -56,7 +58,12 @@ void PrintProgress(size_t done, size_t total, bool tty) {
 }  // namespace
 
 int RunBatchGenerate(const BatchGenerateOptions& options) {
-  generate::TextTools text_tools(options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir);
+  const std::string text_dir =
+      options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir;
+  generate::TextTools text_tools(text_dir);
+  // Loaded now where there is one, so every line's output has "text", not only those that run
+  // after a line that needed the tokenizer: a line's output never depends on the others.
+  if (tokenizer::Tokenizer::DirHasTokenizer(text_dir)) text_tools.Tokenizer();
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {

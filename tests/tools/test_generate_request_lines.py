@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import run_latent
+from conftest import REPO, run_latent
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,15 @@ def test_seed_must_be_an_integer(model, tmp_path, seed):
     bad, ok = generate(model, tmp_path, [dict(line, seed=seed), dict(line, seed=-1)])
     assert "field 'seed' must be an integer" in bad.get("error", ""), bad
     assert "error" not in ok and len(ok["ids"]) == 2, ok
+
+
+def test_a_lines_output_does_not_depend_on_the_others(tmp_path):
+    """With a tokenizer in the model directory, every line's output has "text": an ids line
+    alone, and beside a line that needs the tokenizer (a text prompt, stop strings), is the same
+    object (it had "text" only when another line had loaded the tokenizer)."""
+    demo = REPO / "models" / "demo"
+    line = {"ids": [5, 6, 7], "max_tokens": 3}
+    alone = generate(demo, tmp_path, [line])[0]
+    assert isinstance(alone.get("text"), str), alone
+    beside = generate(demo, tmp_path, [line, {"prompt": "Hello", "max_tokens": 2, "stop": ["q"]}])
+    assert beside[0] == alone
