@@ -33,6 +33,7 @@
 #include "generate/request_job.h"
 #include "generate/request_line.h"
 #include "model/generation_config.h"
+#include "parallel/communicator.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
@@ -62,8 +63,15 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir;
   generate::TextTools text_tools(text_dir);
   // Loaded now where there is one, so every line's output has "text", not only those that run
-  // after a line that needed the tokenizer: a line's output never depends on the others.
-  if (tokenizer::Tokenizer::DirHasTokenizer(text_dir)) text_tools.Tokenizer();
+  // after a line that needed the tokenizer: a line's output never depends on the others. On
+  // rank 0 only (workers print nothing). A tokenizer that does not load stops no ids line: no
+  // line then has "text", and each line that needs it fails with the error, as before.
+  if (parallel::World().rank() == 0 && tokenizer::Tokenizer::DirHasTokenizer(text_dir)) {
+    try {
+      text_tools.Tokenizer();
+    } catch (const Error&) {
+    }
+  }
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {

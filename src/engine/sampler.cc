@@ -169,7 +169,9 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   // tokens; penalties, min_tokens, temperature and the filters never enter).
   const float* logprob_row = raw;
   std::vector<float> masked;
-  if (p.top_logprobs >= 0 && allowed != nullptr) {
+  if (p.top_logprobs >= 0 && allowed != nullptr && !hold && !penalties) {
+    logprob_row = logits.data();  // the masked raw row already: no second copy
+  } else if (p.top_logprobs >= 0 && allowed != nullptr) {
     masked.assign(raw, raw + vocab);
     MaskDisallowed(masked, allowed);
     logprob_row = masked.data();

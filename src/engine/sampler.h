@@ -12,7 +12,9 @@ namespace latent::engine {
 
 struct SampledToken {
   int32_t token = -1;
-  float logprob = 0.0f;  // log p(token) under the model's raw distribution (no penalties).
+  // log p(token) under the model's raw distribution (no penalties or temperature), renormalised
+  // over the allowed tokens under a grammar.
+  float logprob = 0.0f;
   std::vector<TokenLogprob> top_logprobs;
 };
 

@@ -27,6 +27,7 @@
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -74,7 +75,7 @@ class PyEngine {
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
     }
     // Loaded now, not on first use: several Python threads may submit text prompts at once.
-    if (std::filesystem::exists(std::filesystem::path(tok_dir) / "tokenizer.json")) {
+    if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
       text_.Tokenizer();
       has_tokenizer_ = true;
     }
@@ -303,7 +304,9 @@ class PyEngine {
     return *engine_;
   }
   const tokenizer::Tokenizer& Tokenizer() {
-    if (!has_tokenizer_) Fail("this model has no tokenizer.json: use token ids");
+    if (!has_tokenizer_) {
+      Fail("this model has no tokenizer (tokenizer.json or tiktoken.model): use token ids");
+    }
     return text_.Tokenizer();
   }
   // Under mutex_.

@@ -92,3 +92,19 @@ def test_a_lines_output_does_not_depend_on_the_others(tmp_path):
     assert isinstance(alone.get("text"), str), alone
     beside = generate(demo, tmp_path, [line, {"prompt": "Hello", "max_tokens": 2, "stop": ["q"]}])
     assert beside[0] == alone
+
+
+def test_a_broken_tokenizer_stops_only_the_lines_that_need_it(tmp_path):
+    """A tokenizer.json that does not load: ids lines still run (none has "text"), and a text
+    line fails on its own with the tokenizer's error."""
+    demo = REPO / "models" / "demo"
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in demo.iterdir():
+        if f.name != "tokenizer.json":
+            (model / f.name).symlink_to(f)
+    (model / "tokenizer.json").write_text("{not json")
+    ids, text = generate(model, tmp_path, [{"ids": [5, 6, 7], "max_tokens": 3},
+                                           {"prompt": "Hello", "max_tokens": 2}])
+    assert len(ids["ids"]) == 3 and "text" not in ids and "error" not in ids, ids
+    assert "tokenizer.json is not valid JSON" in text.get("error", ""), text
