@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "server/chat_prompt.h"
 #include "server/forced_tool_call_parser.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
@@ -54,22 +55,10 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
   if (!context_.tokenizer || !context_.chat_template) {
     throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
   }
-  std::string& text = *rendered;
-  tokenizer::ChatRequest chat;
-  chat.messages = request_.messages;
-  ShapeToolCallTurns(chat.messages, context_.tool_arguments_as_objects);
-  chat.tools = request_.tools;
-  chat.add_generation_prompt = request_.add_generation_prompt;
-  chat.continue_final_message = request_.continue_final_message;
-  chat.kwargs = request_.chat_template_kwargs;
-  try {
-    text = context_.chat_template->Render(chat);
-  } catch (const Error& e) {
-    throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
-                   "messages");
-  }
+  *rendered =
+      RenderChatPrompt(*context_.chat_template, context_.tool_arguments_as_objects, request_);
   // The template writes the special tokens (BOS) itself.
-  return context_.tokenizer->Encode(text, /*add_special_tokens=*/false);
+  return context_.tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ResponseConstraint() const {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "server/chat_prompt.h"
 #include "server/completion_session.h"
 #include "server/constant_time.h"
 #include "server/engine_metrics_reader.h"
@@ -950,19 +951,7 @@ Reply HttpServer::Impl::Tokenize(const std::string& body) const {
   std::string text = r.prompt;
   if (r.is_chat) {
     if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
-    tokenizer::ChatRequest chat;
-    chat.messages = r.messages;
-    ShapeToolCallTurns(chat.messages, ctx.tool_arguments_as_objects);
-    chat.tools = r.tools;
-    chat.add_generation_prompt = r.add_generation_prompt;
-    chat.continue_final_message = r.continue_final_message;
-    chat.kwargs = r.chat_template_kwargs;
-    try {
-      text = ctx.chat_template->Render(chat);
-    } catch (const Error& e) {
-      throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
-                     "messages");
-    }
+    text = RenderChatPrompt(*ctx.chat_template, ctx.tool_arguments_as_objects, r);
   }
   const std::vector<int32_t> ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
   OrderedJson out;

@@ -210,7 +210,8 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
         s.num_attention_heads, SaturatingAdd(SaturatingAdd(s.qk_nope_head_dim, s.qk_rope_head_dim),
                                              s.v_head_dim));
     CheckDerivedSize(source,
-                     StrCat("layer ", l, "'s num_attention_heads x (qk_head_dim + v_head_dim)"), rows);
+                     StrCat("layer ", l, "'s num_attention_heads x (qk_head_dim + v_head_dim)"),
+                     rows);
     CheckDerivedSize(source, StrCat("layer ", l, "'s q_lora_rank"), s.q_lora_rank);
     CheckDerivedSize(source, StrCat("layer ", l, "'s kv_lora_rank"), s.kv_lora_rank);
     if (indexed[l] && s.q_lora_rank != base.q_lora_rank) {
