@@ -492,8 +492,18 @@ std::string CompletionSession::TakeStream() {
       c.sent_arguments[i] = call.arguments.size();
     }
     c.sent_calls = c.tool_calls.size();
+    // Completions' text_offset: an entry whose offset lies past the text let through so far
+    // waits, since a stop string may yet cut the text before it (EndChoice then moves the offset
+    // to the cut); so the streamed entries are the whole response's. Offsets only grow.
+    size_t logprobs_to = c.logprobs.size();
+    if (!c.ended && request_.endpoint == Endpoint::kCompletions) {
+      while (logprobs_to > c.sent_logprobs &&
+             c.logprobs[logprobs_to - 1].text_offset > static_cast<int64_t>(c.text.size())) {
+        --logprobs_to;
+      }
+    }
     if (c.sent_text == c.text.size() && c.sent_reasoning == c.reasoning.size() &&
-        c.sent_ids == c.token_ids.size() && c.sent_logprobs == c.logprobs.size() &&
+        c.sent_ids == c.token_ids.size() && c.sent_logprobs == logprobs_to &&
         call_deltas.empty() && !new_end) {
       continue;
     }
@@ -503,12 +513,12 @@ std::string CompletionSession::TakeStream() {
     delta.text = c.text.substr(c.sent_text);
     delta.reasoning = c.reasoning.substr(c.sent_reasoning);
     delta.token_ids.assign(c.token_ids.begin() + c.sent_ids, c.token_ids.end());
-    delta.logprobs.assign(c.logprobs.begin() + c.sent_logprobs, c.logprobs.end());
+    delta.logprobs.assign(c.logprobs.begin() + c.sent_logprobs, c.logprobs.begin() + logprobs_to);
     if (new_end) delta.finish_reason = c.finish_reason;
     c.sent_text = c.text.size();
     c.sent_reasoning = c.reasoning.size();
     c.sent_ids = c.token_ids.size();
-    c.sent_logprobs = c.logprobs.size();
+    c.sent_logprobs = logprobs_to;
     c.sent_end = c.sent_end || new_end;
     out += SseData(ChunkJson(meta_, delta));
   }

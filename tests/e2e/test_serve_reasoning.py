@@ -226,5 +226,18 @@ def test_completion_text_offsets_count_held_back_text(chat_model, tokenizer, tmp
         offsets = resp.choices[0].logprobs.text_offset
         assert len(offsets) < len(ids) and offsets[-1] == cut
         assert offsets == [min(s, cut) for s in starts[:len(offsets)]]
+        # Streamed, the same offsets, also where the match spans three tokens (" de" is held past
+        # the text let through while "f" is still to come): an entry past that text waits for
+        # the cut (it went out at once, at its place in the uncut text).
+        for stop in [" abc d", " abc def"]:
+            whole = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=len(ids),
+                                              logprobs=0, stop=[stop])
+            assert whole.choices[0].text == full[:cut]
+            chunks = list(client.completions.create(model=MODEL_NAME, prompt="hi",
+                                                    max_tokens=len(ids), logprobs=0, stop=[stop],
+                                                    stream=True))
+            streamed = [o for c in chunks if c.choices and c.choices[0].logprobs
+                        for o in c.choices[0].logprobs.text_offset]
+            assert streamed == whole.choices[0].logprobs.text_offset, stop
     finally:
         assert srv.stop() == 0, srv.log()
