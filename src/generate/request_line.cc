@@ -150,6 +150,8 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   }
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
   s.n = Field<int32_t>(line, "n", 1);
+  // Now, not at submit: the request's samples are allocated before it reaches the engine.
+  s.Validate();
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", default_ignore_eos);
   r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);

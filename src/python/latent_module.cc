@@ -12,6 +12,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -86,6 +87,8 @@ class PyEngine {
 
   // Stops the engine thread; the requests it left unfinished end with an error. A second call
   // (or one racing the first) does nothing.
+  int waiting() const { return waiting_.load(); }
+
   void Close() {
     // Taken while the GIL is held: the other methods read engine_ under the GIL, so from here
     // on they see the LLM closed and never the engine that is being stopped.
@@ -148,6 +151,7 @@ class PyEngine {
       std::lock_guard<std::mutex> lock(mutex_);
       for (int64_t h : handles) items.push_back(Find(h));
     }
+    const Waiting waiting(waiting_);  // ends after the release below has taken the GIL back
     nb::gil_scoped_release release;
     std::unique_lock<std::mutex> lock(mutex_);
     return changed_.wait_for(lock, Seconds(timeout_s), [&] {
@@ -171,6 +175,7 @@ class PyEngine {
     std::string text;
     std::string finish;
     {
+      const Waiting waiting(waiting_);
       nb::gil_scoped_release release;
       std::unique_lock<std::mutex> lock(mutex_);
       const auto& sample = t->job->samples()[0];
@@ -330,6 +335,13 @@ class PyEngine {
   std::vector<int64_t> eos_ids_;
   std::unique_ptr<engine::Engine> engine_;
   std::mutex parse_mutex_;
+  // Threads in Wait or Poll with the GIL released, counted until they hold it again (waiting()).
+  std::atomic<int> waiting_{0};
+  struct Waiting {
+    explicit Waiting(std::atomic<int>& n) : n_(n) { ++n_; }
+    ~Waiting() { --n_; }
+    std::atomic<int>& n_;
+  };
   std::mutex mutex_;  // Guards tracked_ and every Tracked.
   std::condition_variable changed_;
   std::map<int64_t, std::shared_ptr<Tracked>> tracked_;
@@ -390,6 +402,8 @@ NB_MODULE(_latent, m) {
            "nothing.")
       .def("submit", &PyEngine::Submit, "line_json"_a, "default_max_tokens"_a, "stream_text"_a)
       .def("wait", &PyEngine::Wait, "handles"_a, "timeout_s"_a)
+      .def("waiting", [](const PyEngine& e) { return e.waiting(); },
+           "Threads waiting inside wait() or poll() (the GIL released) right now.")
       .def("poll", &PyEngine::Poll, "handle"_a, "timeout_s"_a)
       .def("result", &PyEngine::Result, "handle"_a)
       .def("prompt_ids", &PyEngine::PromptIds, "handle"_a)

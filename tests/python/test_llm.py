@@ -274,3 +274,14 @@ def test_speculative_tokens_change_no_output():
     assert outputs[4] == outputs[0]
     with pytest.raises(latent.LatentError, match="speculative n-gram sizes"):
         latent.LLM(demo, speculative_tokens=2, speculative_ngram_min=3, speculative_ngram_max=2)
+
+
+def test_generate_refuses_what_is_not_a_prompt(llm):
+    """None and an empty dict are errors, not an empty result; an empty list is no prompts."""
+    with pytest.raises(TypeError, match="generate\\(\\) needs prompts"):
+        llm.generate(None)
+    with pytest.raises(ValueError, match="needs 'prompt' or 'prompt_token_ids'"):
+        llm.generate({})
+    with pytest.raises(latent.LatentError, match="empty"):
+        llm.generate("")
+    assert llm.generate([]) == []

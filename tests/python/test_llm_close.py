@@ -116,3 +116,34 @@ def test_close_ends_generate_and_stream_in_other_threads():
     message = "this LLM was closed while the request ran"
     assert outcome.pop("seconds") <= 5
     assert outcome == {"alive": 0, "generate": message, "stream": message}
+
+
+# The interpreter exits while daemon threads wait in generate() and stream(): Python stops such a
+# thread where it next takes the GIL, which inside the engine's C++ wait aborted the process
+# ("terminate called without an active exception", 4 runs in 6). The LLM is closed at exit first.
+EXIT_WHILE_WAITING = """
+    import sys, threading, time
+    sys.path.insert(0, sys.argv[2])
+    import latent
+    llm = latent.LLM(sys.argv[1], block_tokens=16)
+    params = latent.SamplingParams(max_tokens=1000, ignore_eos=True)
+
+    def generate_forever():
+        while True:
+            llm.generate(["To be, or not to be "] * 8, params)
+
+    def stream_forever():
+        while True:
+            for _ in llm.stream("To be, or not to be ", params):
+                pass
+
+    for target in (generate_forever, stream_forever):
+        threading.Thread(target=target, daemon=True).start()
+    time.sleep(0.3)
+    print("exiting", flush=True)
+"""
+
+
+def test_exit_with_daemon_threads_waiting_does_not_abort():
+    for _ in range(3):
+        assert run_child(EXIT_WHILE_WAITING) == ["exiting"]

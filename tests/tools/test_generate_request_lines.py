@@ -108,3 +108,11 @@ def test_a_broken_tokenizer_stops_only_the_lines_that_need_it(tmp_path):
                                            {"prompt": "Hello", "max_tokens": 2}])
     assert len(ids["ids"]) == 3 and "text" not in ids and "error" not in ids, ids
     assert "tokenizer.json is not valid JSON" in text.get("error", ""), text
+
+
+@pytest.mark.parametrize("n", [-1, 0, 129, 10**7])
+def test_n_out_of_range_is_refused_before_anything_is_allocated(model, tmp_path, n):
+    """n = 10**7 allocated its samples (about 1.7 GB) before the engine refused it; -1 failed as
+    an internal error."""
+    (bad,) = generate(model, tmp_path, [{"ids": [3, 17, 29], "max_tokens": 2, "n": n}])
+    assert "n must be in [1, 128]" in bad.get("error", ""), bad

@@ -15,9 +15,12 @@ raise `latent.LatentError` with latent's own message.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import threading
+import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional, Sequence, Union
 
@@ -195,6 +198,7 @@ class LLM:
         self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
         self._next_id = 0
         self._id_lock = threading.Lock()
+        _open_llms.add(self)
 
     # -- generation -------------------------------------------------------------------------
 
@@ -210,7 +214,10 @@ class LLM:
         one per prompt (default SamplingParams()). Ctrl-C cancels the requests and raises
         KeyboardInterrupt; the LLM stays usable.
         """
-        lines, texts = zip(*[self._prompt_line(p) for p in _as_prompt_list(prompts)]) if prompts else ((), ())
+        if prompts is None:
+            raise TypeError("generate() needs prompts: a str, a token id list, a dict or a list of them")
+        items = _as_prompt_list(prompts)
+        lines, texts = zip(*[self._prompt_line(p) for p in items]) if items else ((), ())
         return self._run(list(lines), list(texts), sampling_params)
 
     def chat(
@@ -374,6 +381,25 @@ class LLM:
         with self._id_lock:
             self._next_id += 1
             return str(self._next_id - 1)
+
+
+# Every LLM not yet collected, for _close_at_exit.
+_open_llms: "weakref.WeakSet[LLM]" = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """At interpreter exit Python ends its daemon threads where they next take the GIL; one
+    waiting in the engine (generate(), stream()) would be ended inside C++ code, which aborts the
+    process. So every LLM still open is closed, and its waiters get the moment they need to
+    return to Python (where their call raises LatentError) before the threads are stopped."""
+    for llm in list(_open_llms):
+        llm.close()
+        deadline = time.monotonic() + 2.0
+        while llm._engine.waiting() > 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+
+atexit.register(_close_at_exit)
 
 
 def _as_prompt_list(prompts) -> list:
