@@ -5,7 +5,8 @@
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
 // token's only), "n"), "prompt_logprobs" (the same for every prompt token: scoring; with
 // "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
-// matched on the detokenized text), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
+// matched on the detokenized text; "include_stop_str_in_output": true keeps the one that
+// matched in "text"), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
 // ends a sample before it has that many tokens; at most max_tokens), "arrival_step" (submit the
 // request when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).

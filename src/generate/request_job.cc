@@ -45,7 +45,9 @@ RequestJob::RequestJob(RequestLine line, TextTools& text, bool stream_text)
       sample.detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
           text_.Tokenizer(), /*skip_special_tokens=*/true);
     }
-    if (!line_.stop.empty()) sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop);
+    if (!line_.stop.empty()) {
+      sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop, line_.include_stop);
+    }
   }
   if (line_.request.prompt_logprobs >= 0) prompt_logprobs_.push_back(nullptr);
 }

@@ -156,6 +156,7 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   r.ignore_eos = Field<bool>(line, "ignore_eos", default_ignore_eos);
   r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
   out.stop = StopStrings(line);
+  out.include_stop = Field<bool>(line, "include_stop_str_in_output", false);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   out.arrival_step = Field<int64_t>(line, "arrival_step", 0);
   out.cancel_step = Field<int64_t>(line, "cancel_step", -1);

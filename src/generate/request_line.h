@@ -37,6 +37,7 @@ struct RequestLine {
   int64_t arrival_step = 0;        // Submit when the engine reaches this step (tests).
   int64_t cancel_step = -1;        // Cancel when the engine reaches this step (tests).
   std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
+  bool include_stop = false;       // include_stop_str_in_output: the text ends after the stop
 };
 
 // A request line's text parsed: a latent::Error when it nests deeper than

@@ -129,7 +129,7 @@ void CompletionSession::Start() {
       }
     }
     for (int32_t s = 0; s < n; ++s) {
-      Choice& c = choices_.emplace_back(request_.stop);
+      Choice& c = choices_.emplace_back(request_.stop, request_.include_stop_str_in_output);
       c.index = static_cast<int32_t>(p) * n + s;
       if (request_.endpoint == Endpoint::kChatCompletions) c.parser = MakeParser(chat_prompt);
       c.keep_markers_only = request_.skip_special_tokens && ToolCallsParsed() &&

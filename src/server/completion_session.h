@@ -88,7 +88,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     bool cancelled = false;
   };
   struct Choice {
-    explicit Choice(std::vector<std::string> stops) : stop(std::move(stops)) {}
+    Choice(std::vector<std::string> stops, bool include_stop)
+        : stop(std::move(stops), include_stop) {}
     int32_t index = 0;
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
     // Decoding keeps special tokens, and drops those but the tool-call markers itself (a request

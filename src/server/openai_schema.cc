@@ -353,6 +353,7 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
 }
 
 void ParseStop(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
+  r.include_stop_str_in_output = GetBool(body, "include_stop_str_in_output", false);
   const Json* stop = Find(body, "stop");
   if (!stop) return;
   auto add = [&](const Json& item) {

@@ -129,6 +129,7 @@ struct GenerationRequest {
   int64_t min_tokens = 0;
   engine::SamplingParams sampling;    // temperature defaults to 1, as OpenAI's does.
   std::vector<std::string> stop;      // Stop strings, matched on the output text.
+  bool include_stop_str_in_output = false;  // vLLM's: the text ends after the stop string
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool logprobs = false;     // Per-token logprobs in the response.

@@ -5,7 +5,8 @@
 
 namespace latent::server {
 
-StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops, bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {
   std::erase(stops_, std::string());
 }
 
@@ -30,7 +31,7 @@ std::string StopStringMatcher::Push(std::string_view text) {
   }
   if (first != std::string::npos) {
     stopped_ = true;
-    buffer.resize(first);
+    buffer.resize(first + (include_stop_ ? matched_.size() : 0));
     return buffer;
   }
   return HoldBack(std::move(buffer));

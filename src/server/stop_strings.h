@@ -12,8 +12,9 @@ namespace latent::server {
 
 class StopStringMatcher {
  public:
-  // `stops` must not contain empty strings.
-  explicit StopStringMatcher(std::vector<std::string> stops);
+  // `stops` must not contain empty strings. `include_stop` (vLLM's include_stop_str_in_output):
+  // the output ends after the stop string that matched, not before it.
+  explicit StopStringMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   // Appends `text` and returns what is now safe to emit. Once a stop string appears, returns
   // the text before its first occurrence and stopped() turns true; later calls return "".
@@ -34,6 +35,7 @@ class StopStringMatcher {
   std::string HoldBack(std::string buffer);
 
   std::vector<std::string> stops_;
+  bool include_stop_ = false;
   std::string held_;  // A suffix that is a proper prefix of some stop string.
   size_t held_unmatched_ = 0;  // Bytes of held_ pushed by PushUnmatched: no match ends in them.
   bool stopped_ = false;

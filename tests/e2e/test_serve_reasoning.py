@@ -239,5 +239,13 @@ def test_completion_text_offsets_count_held_back_text(chat_model, tokenizer, tmp
             streamed = [o for c in chunks if c.choices and c.choices[0].logprobs
                         for o in c.choices[0].logprobs.text_offset]
             assert streamed == whole.choices[0].logprobs.text_offset, stop
+        # vLLM's include_stop_str_in_output: the text ends after the stop string.
+        for stream in (False, True):
+            resp = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=len(ids),
+                                             stop=[" abc d"], stream=stream,
+                                             extra_body={"include_stop_str_in_output": True})
+            text = ("".join(c.choices[0].text for c in resp if c.choices) if stream
+                    else resp.choices[0].text)
+            assert text == full[:cut] + " abc d", stream
     finally:
         assert srv.stop() == 0, srv.log()

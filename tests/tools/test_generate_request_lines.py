@@ -116,3 +116,16 @@ def test_n_out_of_range_is_refused_before_anything_is_allocated(model, tmp_path,
     an internal error."""
     (bad,) = generate(model, tmp_path, [{"ids": [3, 17, 29], "max_tokens": 2, "n": n}])
     assert "n must be in [1, 128]" in bad.get("error", ""), bad
+
+
+def test_include_stop_str_in_output(tmp_path):
+    """vLLM's include_stop_str_in_output: the text ends after the stop string, not before it."""
+    demo = REPO / "models" / "demo"
+    line = {"prompt": "To be, or not to be", "max_tokens": 12, "ignore_eos": True}
+    (plain,) = generate(demo, tmp_path, [line])
+    stop = plain["text"][4:7]
+    at = plain["text"].find(stop)
+    cut, kept = generate(demo, tmp_path, [dict(line, stop=[stop]),
+                                          dict(line, stop=[stop], include_stop_str_in_output=True)])
+    assert cut["text"] == plain["text"][:at] and cut["stop_reason"] == stop, cut
+    assert kept["text"] == plain["text"][:at] + stop and kept["stop_reason"] == stop, kept

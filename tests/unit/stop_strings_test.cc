@@ -83,6 +83,16 @@ TEST(StopStringsTest, StopStringsMayStartInUnmatchedText) {
   EXPECT_TRUE(inside.stopped());
 }
 
+// include_stop_str_in_output: the text ends after the stop string, held text and all.
+TEST(StopStringsTest, AnIncludedStopStringEndsTheText) {
+  StopStringMatcher m({"END", "xy"}, /*include_stop=*/true);
+  EXPECT_EQ(m.Push("abEN"), "ab");
+  EXPECT_EQ(m.Push("Dxy"), "END");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "END");
+  EXPECT_EQ(m.Finish(), "");
+}
+
 TEST(StopStringsTest, HeldTextComesOutAtFinish) {
   StopStringMatcher m({"END"});
   EXPECT_EQ(m.Push("xEN"), "x");

@@ -76,6 +76,8 @@ class SamplingParams:
     (vLLM's min_tokens; at most max_tokens)."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
+    include_stop_str_in_output: bool = False
+    """The text ends after the stop string that matched, not before it."""
     stop_token_ids: Optional[list[int]] = None
     """Token ids that end a sample (besides the checkpoint's EOS)."""
     ignore_eos: bool = False
@@ -100,6 +102,7 @@ class SamplingParams:
             line["seed"] = self.seed
         if self.stop:
             line["stop"] = self.stop
+            line["include_stop_str_in_output"] = self.include_stop_str_in_output
         if self.stop_token_ids:
             line["stop_token_ids"] = list(self.stop_token_ids)
         if self.logprobs is not None:

@@ -19,6 +19,7 @@ class SamplingParams:
     max_tokens: int = 16
     min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
+    include_stop_str_in_output: bool = False
     stop_token_ids: Optional[list[int]] = None
     ignore_eos: bool = False
     logprobs: Optional[int] = None
