@@ -125,15 +125,8 @@ Json ParseRequestLineJson(std::string_view text) {
   return Json::parse(text);
 }
 
-RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
-                             bool default_ignore_eos) {
-  if (!line.is_object()) Fail("not a JSON object");
-  RequestLine out;
-  engine::Request& r = out.request;
-  r.prompt = PromptIds(line, text);
-  r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
-  r.min_tokens = Field<int64_t>(line, "min_tokens", 0);  // Engine::Submit checks its range
-  engine::SamplingParams& s = r.sampling;
+engine::SamplingParams ParseSamplingFields(const Json& line) {
+  engine::SamplingParams s;
   s.temperature = Field<float>(line, "temperature", 0.0f);
   s.top_k = Field<int32_t>(line, "top_k", 0);
   s.top_p = Field<float>(line, "top_p", 1.0f);
@@ -150,8 +143,21 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   }
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
   s.n = Field<int32_t>(line, "n", 1);
-  // Now, not at submit: the request's samples are allocated before it reaches the engine.
   s.Validate();
+  return s;
+}
+
+RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
+                             bool default_ignore_eos) {
+  if (!line.is_object()) Fail("not a JSON object");
+  RequestLine out;
+  engine::Request& r = out.request;
+  r.prompt = PromptIds(line, text);
+  r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
+  r.min_tokens = Field<int64_t>(line, "min_tokens", 0);  // Engine::Submit checks its range
+  // Checked now, not at submit: the request's n samples are allocated before it reaches the
+  // engine.
+  r.sampling = ParseSamplingFields(line);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", default_ignore_eos);
   r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);

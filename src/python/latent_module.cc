@@ -363,6 +363,15 @@ NB_MODULE(_latent, m) {
     }
   });
 
+  m.def(
+      "check_sampling",
+      [](const std::string& line_json) {
+        latent::generate::ParseSamplingFields(latent::generate::ParseRequestLineJson(line_json));
+      },
+      "line_json"_a,
+      "Raises LatentError naming the field when a request line's sampling fields are out of "
+      "range (what the engine would refuse at submit).");
+
   nb::class_<EngineArgs>(m, "EngineArgs")
       .def(nb::init<>())
       .def_rw("quantize", &EngineArgs::quantize)

@@ -203,8 +203,11 @@ def test_bad_model_dir_raises(tmp_path):
 
 
 def test_bad_requests_raise_with_latent_messages(llm, model_dir):
+    # A field changed after construction is still refused at generate().
+    params = latent.SamplingParams()
+    params.temperature = -1
     with pytest.raises(latent.LatentError, match="temperature"):
-        llm.generate("x", latent.SamplingParams(temperature=-1))
+        llm.generate("x", params)
     with pytest.raises(latent.LatentError, match="outside the vocabulary"):
         llm.generate([[1, 2, 10**6]])
     with pytest.raises(latent.LatentError, match="max_tokens"):
@@ -285,3 +288,18 @@ def test_generate_refuses_what_is_not_a_prompt(llm):
     with pytest.raises(latent.LatentError, match="empty"):
         llm.generate("")
     assert llm.generate([]) == []
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"temperature": -1}, "temperature must be >= 0"),
+    ({"top_p": 0}, "top_p must be in"),
+    ({"n": 0}, "n must be in"),
+    ({"repetition_penalty": 1e-9}, "repetition_penalty must be in"),
+    ({"temperature": float("nan")}, "Out of range float"),
+    ({"seed": 1.5}, "'seed' must be an integer"),
+])
+def test_sampling_params_are_checked_when_made(fields, message):
+    """As vLLM's SamplingParams: a ValueError at construction, by the engine's own rules."""
+    with pytest.raises(ValueError, match=message):
+        latent.SamplingParams(**fields)
+    assert latent.SamplingParams(temperature=0, top_k=-1, n=3, seed=7).n == 3

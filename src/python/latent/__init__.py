@@ -84,6 +84,14 @@ class SamplingParams:
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
 
+    def __post_init__(self) -> None:
+        # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
+        # rules, not a LatentError from generate() (a field changed later is still checked there).
+        try:
+            _latent.check_sampling(json.dumps(self._line(), allow_nan=False))
+        except (LatentError, ValueError) as e:
+            raise ValueError(f"SamplingParams: {e}") from None
+
     def _line(self) -> dict[str, Any]:
         line: dict[str, Any] = {
             "n": self.n,
