@@ -31,8 +31,8 @@ struct Request {
   int32_t prompt_logprobs = -1;
   // Structured output: when set, each sample draws only tokens its constraint allows (the mask is
   // applied before penalties and sampling, and before logprobs, as vLLM: they are of the raw row
-  // renormalised over the allowed tokens) and ends
-  // with kStop once the constraint is terminated. Null: unconstrained.
+  // renormalised over the allowed tokens) and ends with kStop once the constraint is terminated.
+  // Null: unconstrained.
   std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 

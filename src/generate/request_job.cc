@@ -12,18 +12,18 @@ nlohmann::ordered_json TokenLogprobJson(int64_t token, float logprob) {
   return {{"token", token}, {"logprob", server::LogprobValue(logprob)}};
 }
 
-// The text of a streamed sample at its end: what the matcher released, then the rest.
-// `unmatched`: the sample has no more than min_tokens tokens, whose text no stop string ends in.
-// A stop string that the last characters complete ends the sample as it would have earlier (the
-// server's rule).
-void FinishText(RequestJob::Sample& sample, bool unmatched) {
+// The text of a streamed sample at its end: what the matcher released, then the rest. A stop
+// string that the last characters complete ends the sample as it would have earlier (the
+// server's rule); none does in the text of the first `min_tokens` tokens.
+void FinishText(RequestJob::Sample& sample, int64_t min_tokens) {
   if (!sample.detokenizer || !sample.stop_reason.empty()) return;
   const std::string rest = sample.detokenizer->Finish();
   if (!sample.matcher) {
     sample.text += rest;
     return;
   }
-  sample.text += unmatched ? sample.matcher->PushUnmatched(rest) : sample.matcher->Push(rest);
+  const auto tokens = static_cast<int64_t>(sample.ids.size());
+  sample.text += sample.matcher->PushTokenText(rest, tokens, min_tokens);
   if (!sample.matcher->stopped()) {
     sample.text += sample.matcher->Finish();
     return;
@@ -66,12 +66,11 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
     if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);
     if (sample.detokenizer) {
       const std::string piece = sample.detokenizer->Push(out.token);
-      // min_tokens: no stop string in the first min_tokens tokens' text, as the server does.
-      const bool held = static_cast<int64_t>(sample.ids.size()) <= line_.request.min_tokens;
       if (!sample.matcher) {
         sample.text += piece;
       } else {
-        sample.text += held ? sample.matcher->PushUnmatched(piece) : sample.matcher->Push(piece);
+        sample.text += sample.matcher->PushTokenText(
+            piece, static_cast<int64_t>(sample.ids.size()), line_.request.min_tokens);
       }
       if (sample.matcher && sample.matcher->stopped()) {
         sample.stop_reason = sample.matcher->matched();
@@ -85,7 +84,7 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   if (sample.stop_reason.empty()) {
     sample.finish = out.finish;
     sample.error = out.error;
-    FinishText(sample, static_cast<int64_t>(sample.ids.size()) <= line_.request.min_tokens);
+    FinishText(sample, line_.request.min_tokens);
   }
   return ++done_ == static_cast<int32_t>(samples_.size());
 }

@@ -45,14 +45,14 @@ struct RequestLine {
 // nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON.
 nlohmann::json ParseRequestLineJson(std::string_view text);
 
-// Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
-// `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
-// generate --max-tokens, --ignore-eos`).
 // A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n;
 // temperature 0 when absent), checked as the engine checks them (SamplingParams::Validate):
 // latent::Error naming the field otherwise.
 engine::SamplingParams ParseSamplingFields(const nlohmann::json& line);
 
+// Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
+// `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
+// generate --max-tokens, --ignore-eos`).
 RequestLine ParseRequestLine(const nlohmann::json& line, TextTools& text,
                              int64_t default_max_tokens, bool default_ignore_eos = false);
 

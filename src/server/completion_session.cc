@@ -291,9 +291,7 @@ void CompletionSession::Apply(const Event& event) {
     const std::string piece =
         c.detokenizer && !skipped ? c.detokenizer->Push(out.token) : std::string();
     c.text_bytes += static_cast<int64_t>(piece.size());
-    // min_tokens: the text of the first min_tokens tokens is not searched for stop strings
-    // (vLLM's detokenizer skips them too), so a stop string ends only text after them.
-    Emit(c, c.tokens <= request_.min_tokens ? c.stop.PushUnmatched(piece) : c.stop.Push(piece));
+    Emit(c, c.stop.PushTokenText(piece, c.tokens, request_.min_tokens));
     if (c.stop.stopped()) {
       EndChoice(c, "stop");
       return;
@@ -301,7 +299,7 @@ void CompletionSession::Apply(const Event& event) {
   }
   if (out.finish == engine::FinishReason::kNone) return;
   const std::string rest = c.detokenizer ? c.detokenizer->Finish() : std::string();
-  Emit(c, c.tokens <= request_.min_tokens ? c.stop.PushUnmatched(rest) : c.stop.Push(rest));
+  Emit(c, c.stop.PushTokenText(rest, c.tokens, request_.min_tokens));
   if (!c.stop.stopped()) Emit(c, c.stop.Finish());
   switch (out.finish) {
     case engine::FinishReason::kStop:

@@ -4,6 +4,7 @@
 // next piece shows whether it is one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,11 @@ class StopStringMatcher {
   // A stop string later must end in text pushed by Push, but may start in this text (as vLLM
   // searches the new text and the stop string's length less one before it).
   std::string PushUnmatched(std::string_view text);
+  // The text a sample's `tokens`-th token added: PushUnmatched while tokens <= min_tokens (their
+  // stop-string checks skipped, as vLLM's detokenizer skips them), else Push.
+  std::string PushTokenText(std::string_view text, int64_t tokens, int64_t min_tokens) {
+    return tokens <= min_tokens ? PushUnmatched(text) : Push(text);
+  }
   // The end of the output: releases the held-back text (no stop string completed).
   std::string Finish();
   bool stopped() const { return stopped_; }

@@ -247,14 +247,14 @@ class LLM:
         `continue_final_message`: the model continues the final message (a prefilled reply), as
         in apply_chat_template; `add_generation_prompt` defaults to True, or to False with it.
         """
-        if add_generation_prompt is None:
-            add_generation_prompt = not continue_final_message
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         lines = []
         for conversation in conversations:
+            # add_generation_prompt unset: the request line's default (off when continuing).
             line: dict[str, Any] = {"messages": list(conversation),
-                                    "add_generation_prompt": add_generation_prompt,
                                     "continue_final_message": continue_final_message}
+            if add_generation_prompt is not None:
+                line["add_generation_prompt"] = add_generation_prompt
             if tools is not None:
                 line["tools"] = tools
             if chat_template_kwargs:
