@@ -46,7 +46,9 @@ SERVER_FLAGS = ("--block-tokens", "16", "--num-blocks", "2048", "--max-batch-tok
 class LatentServer:
     """One `latent serve` process; its stderr goes to a log file."""
 
-    def __init__(self, model_dir: Path, log_path: Path, *flags: str, name: str = MODEL_NAME):
+    def __init__(self, model_dir: Path, log_path: Path, *flags: str, name: str = MODEL_NAME,
+                 env: dict[str, str] | None = None):
+        """env: variables set for the server on top of this process's environment."""
         if not LATENT.exists():
             raise RuntimeError(f"{LATENT} is missing: run `make build` first")
         self.log_path = log_path
@@ -55,7 +57,8 @@ class LatentServer:
         self.proc = subprocess.Popen(
             [str(LATENT), "serve", "--model", str(model_dir), "--host", HOST, "--port", "0",
              "--served-model-name", name, *flags],
-            stdout=subprocess.DEVNULL, stderr=self._log)
+            stdout=subprocess.DEVNULL, stderr=self._log,
+            env=None if env is None else {**os.environ, **env})
         self.port = self._wait_for_port(timeout=30 * SLOWDOWN)
         self.wait_ready(timeout=60 * SLOWDOWN)
 
