@@ -701,6 +701,27 @@ TEST_P(FastKernels, ExpWeightsMatchRefAndWeighMinusInfAtZero) {
   }
 }
 
+// The max is the largest number, as the reference's std::max gives it, with a NaN logit after the
+// max in the same vector lane (8 or 16 lanes): a max instruction with the NaN as its second
+// operand returned the NaN, and the next value in the lane then replaced the true max.
+TEST_P(FastKernels, ExpWeightsMaxSkipsNan) {
+  LATENT_REQUIRE_TABLE(fast);
+  std::mt19937 rng(17);
+  for (int64_t n : {20, 40, 257}) {
+    std::vector<float> x = RandomFloats(rng, n, -5.0f, 5.0f);
+    x[3] = 9.0f;
+    x[3 + 8] = std::numeric_limits<float>::quiet_NaN();
+    x[3 + 16] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> want(n), got(n);
+    std::vector<double> want_mass(1), got_mass(1);
+    const float want_max = Ref().exp_weights(x.data(), n, 1.0f, n, want.data(), want_mass.data());
+    const float got_max = fast.exp_weights(x.data(), n, 1.0f, n, got.data(), got_mass.data());
+    EXPECT_EQ(want_max, 9.0f) << "n=" << n;
+    EXPECT_EQ(got_max, want_max) << "n=" << n;
+    EXPECT_EQ(got[3], 1.0f) << "n=" << n << ": the max weighs 1";
+  }
+}
+
 // The index std::max_element gives (the first of equal largest values; NaN never chosen but at 0).
 int64_t MaxElementIndex(const std::vector<float>& x) {
   return std::max_element(x.begin(), x.end()) - x.begin();

@@ -154,7 +154,9 @@ float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w
   for (int64_t i = 0; i < n; i += 8) {
     const int64_t count = std::min<int64_t>(8, n - i);
     const __m256 tail = _mm256_castsi256_ps(TailMask(count));
-    mv = _mm256_max_ps(mv, _mm256_blendv_ps(minus_inf, LoadPart(x + i, count), tail));
+    // The new values first: vmaxps returns its second operand when either is NaN, so a NaN logit
+    // is skipped (as the reference's std::max skips it) rather than replacing the running max.
+    mv = _mm256_max_ps(_mm256_blendv_ps(minus_inf, LoadPart(x + i, count), tail), mv);
   }
   const float max = ReduceMax(mv);
   const __m256 sv = _mm256_set1_ps(max), kv = _mm256_set1_ps(scale);

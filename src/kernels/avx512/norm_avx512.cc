@@ -157,7 +157,9 @@ float ExpWeights(const float* x, int64_t n, float scale, int64_t block, float* w
   __m512 mv = minus_inf;
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mk = TailMask(std::min<int64_t>(16, n - i));
-    mv = _mm512_max_ps(mv, _mm512_mask_loadu_ps(minus_inf, mk, x + i));
+    // The new values first: vmaxps returns its second operand when either is NaN (a NaN logit is
+    // skipped, as the reference's std::max skips it).
+    mv = _mm512_max_ps(_mm512_mask_loadu_ps(minus_inf, mk, x + i), mv);
   }
   const float max = _mm512_reduce_max_ps(mv);
   const __m512 sv = _mm512_set1_ps(max), kv = _mm512_set1_ps(scale);
