@@ -7,7 +7,9 @@
 // "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
 // matched on the detokenized text; "include_stop_str_in_output": true keeps the one that
 // matched in "text"), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
-// ends a sample before it has that many tokens; at most max_tokens), "arrival_step" (submit the
+// ends a sample before it has that many tokens; at most max_tokens), "structured_outputs"
+// (vLLM's object: one of "json", "regex", "choice", "grammar", "json_object"; the output is
+// constrained to it, structured/output_spec.h), "arrival_step" (submit the
 // request when the engine reaches that step; for tests of requests arriving mid-flight) and
 // "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (when the model or --tokenizer
@@ -35,6 +37,7 @@
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "parallel/communicator.h"
+#include "structured/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
@@ -110,6 +113,19 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     engine_options.debug_replay =
         engine::LoadDebugReplay(options.debug_replay_path, m->config().vocab_size);
   }
+  // Structured output for the lines that ask for it, over the model's vocabulary: made on the
+  // first such line (every rank compiles the same grammars).
+  const int64_t vocab_size = m->config().vocab_size;
+  const std::vector<int32_t> eos_ids(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
+  std::unique_ptr<structured::LazyStructuredOutput> structured_output;
+  auto constrain = [&](generate::RequestJob& job) {
+    if (!job.line().output.active()) return;
+    if (!structured_output) {
+      structured_output = std::make_unique<structured::LazyStructuredOutput>(
+          &text_tools.Tokenizer(), vocab_size, eos_ids);
+    }
+    job.SetConstraint(structured_output->Get().Constraint(job.line().output));
+  };
   engine::Engine engine(std::move(m), std::move(gen), engine_options);
 
   size_t finished = 0;
@@ -131,6 +147,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         if (request_job->OnOutput(out)) ++finished;
       };
       try {
+        constrain(*job.job);
         job.id = engine.Submit(job.job->request(), on_output);
       } catch (const Error& e) {
         job.error = e.what();

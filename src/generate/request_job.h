@@ -36,6 +36,12 @@ class RequestJob {
   // keeps its text as the tokens arrive, not only those with stop strings.
   RequestJob(RequestLine line, TextTools& text, bool stream_text);
 
+  // The grammar the line's structured_outputs compiled to, set before the request is submitted
+  // (the submitter compiles it: it holds the model's vocabulary).
+  void SetConstraint(std::shared_ptr<const engine::TokenConstraintFactory> constraint) {
+    line_.request.constraint = std::move(constraint);
+  }
+
   // Applies one engine event. Returns true when it finished the whole request.
   bool OnOutput(const engine::RequestOutput& out);
   // True once, when every sample has ended on a stop string while the engine still runs them:

@@ -13,7 +13,7 @@
 namespace latent::generate {
 namespace {
 
-using Json = nlohmann::json;
+using Json = RequestJson;
 
 // An integer of field `key` in T's range. nlohmann's get<int32_t> casts whatever number it
 // finds, so ids: [4294967301] ran as token 5 and top_k: 1.5 as 1. A float with an integral
@@ -103,11 +103,9 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
   }
   if (line.contains("messages")) {
     tokenizer::ChatRequest chat;
-    chat.messages = nlohmann::ordered_json::parse(line["messages"].dump());
-    if (line.contains("tools")) chat.tools = nlohmann::ordered_json::parse(line["tools"].dump());
-    if (line.contains("chat_template_kwargs")) {
-      chat.kwargs = nlohmann::ordered_json::parse(line["chat_template_kwargs"].dump());
-    }
+    chat.messages = line["messages"];
+    if (line.contains("tools")) chat.tools = line["tools"];
+    if (line.contains("chat_template_kwargs")) chat.kwargs = line["chat_template_kwargs"];
     // As the server: continuing the final message turns the generation prompt off unless set.
     chat.continue_final_message = Field<bool>(line, "continue_final_message", false);
     chat.add_generation_prompt =
@@ -164,6 +162,9 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   out.stop = StopStrings(line);
   out.include_stop = Field<bool>(line, "include_stop_str_in_output", false);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
+  if (line.contains("structured_outputs") && !line["structured_outputs"].is_null()) {
+    out.output = structured::ParseStructuredOutputs(line["structured_outputs"]);
+  }
   out.arrival_step = Field<int64_t>(line, "arrival_step", 0);
   out.cancel_step = Field<int64_t>(line, "cancel_step", -1);
   return out;

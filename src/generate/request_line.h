@@ -11,10 +11,15 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "structured/output_spec.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latent::generate {
+
+// A request line's JSON, its keys in the line's order: a structured_outputs schema's property
+// order is the order of the generated object's properties.
+using RequestJson = nlohmann::ordered_json;
 
 // The tokenizer and chat template of a checkpoint, loaded on first use: only text and chat
 // prompts need them. Not thread-safe while loading; call Tokenizer()/Template() once up front
@@ -38,27 +43,30 @@ struct RequestLine {
   int64_t cancel_step = -1;        // Cancel when the engine reaches this step (tests).
   std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
   bool include_stop = false;       // include_stop_str_in_output: the text ends after the stop
+  // "structured_outputs" (vLLM's object: json, regex, choice, grammar or json_object): compiled
+  // by whoever submits the request (RequestJob::Constrain), which needs the model's vocabulary.
+  structured::OutputSpec output;
 };
 
 // A request line's text parsed: a latent::Error when it nests deeper than
 // tokenizer::kMaxChatJsonDepth (its messages are copied on their way to the chat template, and
 // nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON.
-nlohmann::json ParseRequestLineJson(std::string_view text);
+RequestJson ParseRequestLineJson(std::string_view text);
 
 // A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n;
 // temperature 0 when absent), checked as the engine checks them (SamplingParams::Validate):
 // latent::Error naming the field otherwise.
-engine::SamplingParams ParseSamplingFields(const nlohmann::json& line);
+engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
 // generate --max-tokens, --ignore-eos`).
-RequestLine ParseRequestLine(const nlohmann::json& line, TextTools& text,
+RequestLine ParseRequestLine(const RequestJson& line, TextTools& text,
                              int64_t default_max_tokens, bool default_ignore_eos = false);
 
 // The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
 // transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
 // special tokens: the template writes them).
-std::vector<int32_t> PromptIds(const nlohmann::json& line, TextTools& text);
+std::vector<int32_t> PromptIds(const RequestJson& line, TextTools& text);
 
 }  // namespace latent::generate

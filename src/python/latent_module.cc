@@ -29,14 +29,15 @@
 #include "model/generation_config.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#if LATENT_WITH_XGRAMMAR
+#include "structured/structured_output.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace latent::python {
 namespace {
-
-using Json = nlohmann::json;
 
 struct EngineArgs {
   std::string quantize = "none";
@@ -73,6 +74,7 @@ class PyEngine {
       precision_ = m->precision();
       model::GenerationConfig gen = model::LoadGenerationConfig(model_dir, m->config());
       eos_ids_ = gen.eos_token_ids;
+      vocab_size_ = m->config().vocab_size;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
     }
     // Loaded now, not on first use: several Python threads may submit text prompts at once.
@@ -112,11 +114,14 @@ class PyEngine {
   int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
     // Held under the GIL to the end, as engine_ is, so Close cannot take it away meanwhile.
     engine::Engine& engine = Engine();
-    const Json line = generate::ParseRequestLineJson(line_json);
+    const generate::RequestJson line = generate::ParseRequestLineJson(line_json);
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
     auto tracked = std::make_shared<Tracked>();
     tracked->job = std::make_unique<generate::RequestJob>(
         generate::ParseRequestLine(line, text_, default_max_tokens), text_, stream_text && has_tokenizer_);
+    if (tracked->job->line().output.active()) {
+      tracked->job->SetConstraint(StructuredConstraint(tracked->job->line().output));
+    }
     const int64_t handle = next_handle_++;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -330,9 +335,33 @@ class PyEngine {
     return out;
   }
 
+  // The grammar of a request's structured_outputs, over the model's vocabulary (parse_mutex_
+  // held).
+  std::shared_ptr<const engine::TokenConstraintFactory> StructuredConstraint(
+      const structured::OutputSpec& spec) {
+#if LATENT_WITH_XGRAMMAR
+    if (!structured_) {
+      if (!has_tokenizer_) {
+        Fail("structured_outputs needs the model's tokenizer, and this model has none");
+      }
+      structured_ = std::make_unique<structured::LazyStructuredOutput>(
+          &text_.Tokenizer(), vocab_size_, std::vector<int32_t>(eos_ids_.begin(), eos_ids_.end()));
+    }
+    return structured_->Get().Constraint(spec);
+#else
+    (void)spec;
+    Fail("structured_outputs needs XGrammar, which `pip install .` leaves out of latent's module "
+         "(the module `make build` makes has it)");
+#endif
+  }
+
   generate::TextTools text_;
   bool has_tokenizer_ = false;
   std::vector<int64_t> eos_ids_;
+  int64_t vocab_size_ = 0;
+#if LATENT_WITH_XGRAMMAR
+  std::unique_ptr<structured::LazyStructuredOutput> structured_;
+#endif
   std::unique_ptr<engine::Engine> engine_;
   std::mutex parse_mutex_;
   // Threads in Wait or Poll with the GIL released, counted until they hold it again (waiting()).

@@ -62,20 +62,19 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ResponseConstraint() const {
-  const ResponseFormat& format = request_.response_format;
   try {
     if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
-    structured::StructuredOutput& output = context_.structured->Get();
-    return format.type == ResponseFormat::Type::kJsonObject ? output.JsonObject() : output.JsonSchema(format.schema);
+    return context_.structured->Get().Constraint(request_.output);
   } catch (const Error& e) {
-    throw ApiError(400, StrCat("response_format: ", e.what()), "response_format");
+    throw ApiError(400, StrCat(request_.output_field, ": ", e.what()), request_.output_field);
   }
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedToolCallConstraint() const {
-  if (request_.response_format.type != ResponseFormat::Type::kText) {
-    throw ApiError(400, "response_format cannot be combined with tool_choice 'required' or a named "
-                   "function: the forced call is the output", "response_format");
+  if (request_.output.active()) {
+    throw ApiError(400, StrCat(request_.output_field, " cannot be combined with tool_choice "
+                               "'required' or a named function: the forced call is the output"),
+                   request_.output_field);
   }
   nlohmann::ordered_json choice = "required";
   if (request_.tool_choice.mode == ToolChoice::Mode::kFunction) {
@@ -104,7 +103,7 @@ void CompletionSession::Start() {
   if (ToolCallForced()) {
     const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ForcedToolCallConstraint();
     for (engine::Request& r : requests) r.constraint = constraint;
-  } else if (request_.response_format.type != ResponseFormat::Type::kText) {
+  } else if (request_.output.active()) {
     const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ResponseConstraint();
     for (engine::Request& r : requests) r.constraint = constraint;
   }

@@ -122,8 +122,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
   // The chat prompt's ids; `text` gets the rendered prompt.
   std::vector<int32_t> RenderChat(std::string* text) const;
-  // The response_format's grammar constraint (compiled or from the cache); ApiError 400 naming the
-  // problem for a schema the grammar cannot enforce.
+  // The grammar constraint of response_format or structured_outputs (compiled or from the cache);
+  // ApiError 400 naming the problem for a schema the grammar cannot enforce, a regex or grammar
+  // that does not compile.
   std::shared_ptr<const engine::TokenConstraintFactory> ResponseConstraint() const;
   // tool_choice "required" or a named function: the grammar of the forced call's JSON
   // (structured::ToolCallSchema); ApiError 400 naming the problem.

@@ -227,10 +227,11 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
 }
 
 // response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
-// "json_schema": {"name": ..., "schema": {...}, "strict": ...}}. The schema is kept with its keys in
-// the request's order (they order the generated object's properties); whether the grammar can
-// enforce it is checked when it is compiled.
-void ParseResponseFormat(const Json& body, std::string_view text, ResponseFormat& out) {
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}} (the name and strict change
+// nothing: the output always fits the schema). The schema is kept with its keys in the request's
+// order (they order the generated object's properties); whether the grammar can enforce it is
+// checked when it is compiled.
+void ParseResponseFormat(const Json& body, std::string_view text, structured::OutputSpec& out) {
   const Json* format = Find(body, "response_format");
   if (format == nullptr) return;
   if (!format->is_object()) WrongType("response_format", "an object");
@@ -238,7 +239,7 @@ void ParseResponseFormat(const Json& body, std::string_view text, ResponseFormat
   if (!type) BadField("response_format", "'response_format' needs a 'type'");
   if (*type == "text") return;
   if (*type == "json_object") {
-    out.type = ResponseFormat::Type::kJsonObject;
+    out.kind = structured::OutputSpec::Kind::kJsonObject;
     return;
   }
   if (*type != "json_schema") {
@@ -249,19 +250,33 @@ void ParseResponseFormat(const Json& body, std::string_view text, ResponseFormat
   const Json* spec = Find(*format, "json_schema");
   if (spec == nullptr) BadField("response_format", "response_format type 'json_schema' needs a 'json_schema' object");
   if (!spec->is_object()) WrongType("response_format.json_schema", "an object");
-  if (const Json* name = Find(*spec, "name")) {
-    if (!name->is_string()) WrongType("response_format.json_schema.name", "a string");
-    out.name = name->get<std::string>();
+  if (const Json* name = Find(*spec, "name"); name && !name->is_string()) {
+    WrongType("response_format.json_schema.name", "a string");
   }
-  if (const Json* strict = Find(*spec, "strict")) {
-    if (!strict->is_boolean()) WrongType("response_format.json_schema.strict", "a boolean");
-    out.strict = strict->get<bool>();
+  if (const Json* strict = Find(*spec, "strict"); strict && !strict->is_boolean()) {
+    WrongType("response_format.json_schema.strict", "a boolean");
   }
   const Json* schema = Find(*spec, "schema");
   if (schema == nullptr) BadField("response_format", "response_format.json_schema needs a 'schema'");
   if (!schema->is_object()) WrongType("response_format.json_schema.schema", "an object");
-  out.type = ResponseFormat::Type::kJsonSchema;
+  out.kind = structured::OutputSpec::Kind::kJsonSchema;
   out.schema = OrderedJson::parse(text.begin(), text.end())["response_format"]["json_schema"]["schema"];
+}
+
+// vLLM's structured_outputs (structured/output_spec.h), with its keys in the request's order.
+void ParseStructuredOutputs(const Json& body, std::string_view text, GenerationRequest& r) {
+  if (Find(body, "structured_outputs") == nullptr) return;
+  if (r.output.active()) {
+    BadField("structured_outputs", "'structured_outputs' cannot be combined with a "
+             "response_format of type json_object or json_schema");
+  }
+  try {
+    r.output = structured::ParseStructuredOutputs(
+        OrderedJson::parse(text.begin(), text.end())["structured_outputs"]);
+  } catch (const Error& e) {
+    BadField("structured_outputs", e.what());
+  }
+  r.output_field = "structured_outputs";
 }
 
 // A sampling value as the engine's float, refused when a float cannot hold it: 1e300 would become
@@ -487,7 +502,8 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   ParseMaxTokens(body, r);
   ParseSampling(body, limits, r);
   RejectUnsupported(body, endpoint, r.sampling.n);
-  ParseResponseFormat(body, body_text, r.response_format);
+  ParseResponseFormat(body, body_text, r.output);
+  ParseStructuredOutputs(body, body_text, r);
   if (static_cast<int64_t>(r.num_prompts()) * r.sampling.n > limits.max_choices) {
     BadField("n", StrCat("prompts x n is ", static_cast<int64_t>(r.num_prompts()) * r.sampling.n,
                          "; at most ", limits.max_choices, " choices per request"));

@@ -9,8 +9,9 @@
 // continue_final_message and chat_template_kwargs. Fields latent does not know are ignored;
 // known ones it cannot honour (echo for chat, best_of other than n, suffix, a non-empty
 // logit_bias, top_logprobs for completions, a response_format type other than text, json_object
-// and json_schema) are rejected. response_format json_object and json_schema constrain the output
-// (structured/structured_output.h). Chat takes `tools` and
+// and json_schema) are rejected. response_format json_object and json_schema constrain the output,
+// and so does vLLM's structured_outputs (json, regex, choice, grammar, json_object:
+// structured/output_spec.h; compiled by structured/structured_output.h). Chat takes `tools` and
 // `tool_choice` (validated in tool_request.h); the model's tool calls come back as
 // message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
@@ -28,6 +29,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "structured/output_spec.h"
 #include <vector>
 
 #include "engine/request.h"
@@ -100,15 +103,6 @@ struct PromptSpec {
   std::vector<int32_t> ids;
 };
 
-// response_format: free text, any JSON object, or JSON fitting a schema (structured output).
-struct ResponseFormat {
-  enum class Type : uint8_t { kText, kJsonObject, kJsonSchema };
-  Type type = Type::kText;
-  std::string name;     // json_schema.name
-  OrderedJson schema;   // json_schema.schema, its keys in the request's order.
-  bool strict = false;  // json_schema.strict (the output always fits the schema either way).
-};
-
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -139,7 +133,10 @@ struct GenerationRequest {
   bool skip_special_tokens = true;
   bool return_token_ids = false;
   std::string user;
-  ResponseFormat response_format;
+  // What the output is constrained to (structured output), from response_format or
+  // structured_outputs: output_field names which, for errors.
+  structured::OutputSpec output;
+  const char* output_field = "response_format";
 
   int32_t num_prompts() const {
     return endpoint == Endpoint::kChatCompletions ? 1 : static_cast<int32_t>(prompts.size());

@@ -72,8 +72,11 @@ struct StructuredOutput::Impl {
         max_cached(max_cached) {}
 
   // Compiles (or finds) the grammar for `key` with `compile`, keeping at most max_cached.
+  // `what` names the grammar in the error when it does not compile ("the regex").
   template <typename Compile>
-  std::shared_ptr<const engine::TokenConstraintFactory> Cached(const std::string& key, Compile compile) {
+  std::shared_ptr<const engine::TokenConstraintFactory> Cached(const std::string& key,
+                                                               Compile compile,
+                                                               const char* what = "the grammar") {
     {
       std::lock_guard<std::mutex> lock(mutex);
       auto it = cache.find(key);
@@ -85,7 +88,7 @@ struct StructuredOutput::Impl {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      Fail("the grammar cannot be compiled: ", e.what());
+      Fail(what, " cannot be compiled: ", e.what());
     }
     std::lock_guard<std::mutex> lock(mutex);
     if (cache.emplace(key, factory).second) {
@@ -131,6 +134,38 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Structur
     const std::string& structural_tag_json) {
   return impl_->Cached("structural_tag:" + structural_tag_json,
                        [&] { return impl_->compiler.CompileStructuralTag(structural_tag_json); });
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Regex(
+    const std::string& pattern) {
+  return impl_->Cached("regex:" + pattern, [&] { return impl_->compiler.CompileRegex(pattern); },
+                       "the regex");
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Grammar(
+    const std::string& ebnf) {
+  return impl_->Cached("ebnf:" + ebnf, [&] {
+    return impl_->compiler.CompileGrammar(ebnf, /*root_rule_name=*/"root");
+  });
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constraint(
+    const OutputSpec& spec) {
+  switch (spec.kind) {
+    case OutputSpec::Kind::kNone:
+      return nullptr;
+    case OutputSpec::Kind::kJsonObject:
+      return JsonObject();
+    case OutputSpec::Kind::kJsonSchema:
+      return JsonSchema(spec.schema);
+    case OutputSpec::Kind::kRegex:
+      return Regex(spec.text);
+    case OutputSpec::Kind::kChoice:
+      return Grammar(ChoiceGrammar(spec.choices));
+    case OutputSpec::Kind::kGrammar:
+      return Grammar(spec.text);
+  }
+  return nullptr;
 }
 
 StructuredOutput& LazyStructuredOutput::Get() {

@@ -1,5 +1,6 @@
-// Structured output for one model: JSON-schema grammars compiled by XGrammar against the model's
-// vocabulary (GrammarVocabulary), each compiled once and cached by its schema text, and turned into
+// Structured output for one model: grammars (JSON schemas, regular expressions, EBNF) compiled by
+// XGrammar against the model's vocabulary (GrammarVocabulary), each compiled once and cached by its
+// text, and turned into
 // the engine's per-request TokenConstraintFactory (a grammar matcher per sample, whose token
 // bitmask the sampler applies before each draw).
 //
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/grammar_vocabulary.h"
+#include "structured/output_spec.h"
 
 namespace latent::structured {
 
@@ -40,6 +42,13 @@ class StructuredOutput {
   // {"type": "triggered_tags", ...}}), for tool calls in a family's markup. Throws latent::Error
   // naming the problem for an invalid tag.
   std::shared_ptr<const engine::TokenConstraintFactory> StructuralTag(const std::string& structural_tag_json);
+  // Output matching the regular expression `pattern` (XGrammar's regex: the whole output).
+  std::shared_ptr<const engine::TokenConstraintFactory> Regex(const std::string& pattern);
+  // Output in the language of an EBNF grammar (XGrammar's EBNF, from rule `root`).
+  std::shared_ptr<const engine::TokenConstraintFactory> Grammar(const std::string& ebnf);
+  // Whichever of the above `spec` asks for (choice: Grammar(ChoiceGrammar)); null when it asks for
+  // nothing. Throws latent::Error as they do.
+  std::shared_ptr<const engine::TokenConstraintFactory> Constraint(const OutputSpec& spec);
 
   int64_t vocab_size() const;
   // Compiled grammars held in the cache (for tests).

@@ -3,7 +3,9 @@ DeepSeek V3 with the real deepseek_v3 tokenizer: 100 completions sampled at temp
 schema with nested objects, arrays, enums, bounded integers and short strings all parse, validate
 (`jsonschema`) and end with finish_reason "stop", while seeded unconstrained requests running in
 the same batches give exactly what they give alone; json_object on /v1/completions gives an
-object; a schema the grammar cannot enforce is a 400 naming the keyword.
+object; a schema the grammar cannot enforce is a 400 naming the keyword. vLLM's structured_outputs
+(choice, regex, EBNF grammar, json, json_object) constrain the same way, and a bad one is a 400
+naming what is wrong.
 
 Every value the schema allows is bounded (enums, integer ranges, maxLength, maxItems), so each
 completion ends well inside max_tokens: once the JSON is complete the grammar allows only EOS."""
@@ -11,6 +13,7 @@ completion ends well inside max_tokens: once the JSON is complete the grammar al
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import jsonschema
@@ -141,6 +144,80 @@ def test_schemas_the_grammar_cannot_enforce_are_refused(server):
                 response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
         assert words in str(e.value), str(e.value)
         assert "response_format" in str(e.value)
+
+
+# vLLM's structured_outputs (an extra body field: the openai client passes it through).
+
+
+def test_structured_outputs_choice_regex_grammar_and_json(server):
+    client = server.client(timeout=300)
+    choices = ["yes", "no", "it \"depends\"\n"]
+    for seed in (1, 2, 3, 4):
+        r = client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=20, temperature=1.0, seed=seed,
+            extra_body={"structured_outputs": {"choice": choices}})
+        assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop", r
+    # A regex on completions, n samples; the same on the stream.
+    r = client.completions.create(model=MODEL_NAME, prompt="Code:", max_tokens=20, temperature=1.0,
+                                  seed=5, n=4, extra_body={"structured_outputs": {"regex": "[A-F]{2}-[0-9]{3}"}})
+    for c in r.choices:
+        assert re.fullmatch(r"[A-F]{2}-[0-9]{3}", c.text) and c.finish_reason == "stop", c
+    chunks = client.completions.create(model=MODEL_NAME, prompt="Code:", max_tokens=20, temperature=1.0,
+                                       seed=5, n=4, stream=True,
+                                       extra_body={"structured_outputs": {"regex": "[A-F]{2}-[0-9]{3}"}})
+    streamed = ["", "", "", ""]
+    for chunk in chunks:
+        for c in chunk.choices:
+            streamed[c.index] += c.text
+    assert streamed == [c.text for c in r.choices]
+    # An EBNF grammar.
+    grammar = 'root ::= "[" item ("," item)? "]"\nitem ::= "cat" | "dog" | [0-9]'
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=30,
+                                       temperature=1.0, seed=6,
+                                       extra_body={"structured_outputs": {"grammar": grammar}})
+    assert re.fullmatch(r"\[(cat|dog|[0-9])(,(cat|dog|[0-9]))?\]", r.choices[0].message.content), r
+    # A schema, as an object (its properties in its order) and as its text: the same output.
+    schema = {"type": "object", "properties": {"z": {"type": "boolean"}, "a": {"enum": [1, 2]}},
+              "required": ["z", "a"]}
+    outs = []
+    for value in (schema, json.dumps(schema)):
+        r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=30,
+                                           temperature=1.0, seed=8,
+                                           extra_body={"structured_outputs": {"json": value}})
+        outs.append(r.choices[0].message.content)
+    assert outs[0] == outs[1] and list(json.loads(outs[0])) == ["z", "a"], outs
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=200,
+                                       temperature=0.0,
+                                       extra_body={"structured_outputs": {"json_object": True}})
+    assert r.choices[0].message.content.startswith("{")
+
+
+def test_bad_structured_outputs_are_refused_by_name(server):
+    client = server.client()
+    for body, words in [
+        ({"regex": "(unclosed"}, "structured_outputs: the regex cannot be compiled"),
+        ({"grammar": "root ::= ("}, "structured_outputs: the grammar cannot be compiled"),
+        ({"regex": "a", "choice": ["a"]}, "not both 'regex' and 'choice'"),
+        ({"choice": []}, "non-empty list of strings"),
+        ({"structural_tag": "{}"}, "structured_outputs.structural_tag is not supported"),
+        ({"json": {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}},
+         "unsupported JSON schema keyword 'uniqueItems'"),
+        ("a+", "structured_outputs must be an object"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+                                           extra_body={"structured_outputs": body})
+        assert words in str(e.value) and "structured_outputs" in str(e.value), str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+                                       response_format={"type": "json_object"},
+                                       extra_body={"structured_outputs": {"regex": "a"}})
+    assert "cannot be combined with a response_format" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8, tools=TOOLS,
+                                       tool_choice="required",
+                                       extra_body={"structured_outputs": {"regex": "a"}})
+    assert "structured_outputs cannot be combined with tool_choice" in str(e.value)
 
 
 # Forced tool calls: tool_choice "required" or a named function constrains the output to the

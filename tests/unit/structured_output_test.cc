@@ -2,8 +2,8 @@
 // allowed tokens; no mask leaves the draw exactly as it was), in the engine (a constrained request
 // batched with unconstrained ones: those give what they give alone; the constrained one ends when
 // its constraint terminates), and the XGrammar-backed constraints (a JSON schema over a small
-// vocabulary, EOS only where the JSON is complete, unsupported schemas refused by name), and the
-// tool_choice schema.
+// vocabulary, EOS only where the JSON is complete, unsupported schemas refused by name; regexes,
+// choices and EBNF grammars; vLLM's structured_outputs parsed), and the tool_choice schema.
 #include "structured/structured_output.h"
 
 #include <gmock/gmock.h>
@@ -341,6 +341,108 @@ TEST(StructuredGrammar, JsonObjectAcceptsAnyObjectAndStringsTakeRawBytes) {
     ASSERT_TRUE(d->Accept(id[piece])) << piece;
   }
   EXPECT_EQ(Allowed(*d, 64), (std::set<int32_t>{0}));
+}
+
+// Accepts `pieces` in order; true when every one was accepted.
+bool AcceptAll(engine::TokenConstraint& c, std::map<std::string, int32_t>& id,
+               const std::vector<std::string>& pieces) {
+  for (const std::string& piece : pieces) {
+    if (!c.Accept(id.at(piece))) return false;
+  }
+  return true;
+}
+
+TEST(StructuredGrammar, RegexMatchesTheWholeOutput) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  auto factory = output.Regex("(red|blue)-[0-2]+");
+  EXPECT_EQ(output.Regex("(red|blue)-[0-2]+"), factory);  // cached by the pattern
+  auto c = factory->Start();
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["red"], id["blue"], id["b"]}));
+  ASSERT_TRUE(AcceptAll(*c, id, {"red", "-", "1"}));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{0, id["0"], id["1"], id["2"]}));  // EOS may end it
+  EXPECT_FALSE(c->Accept(id["a"]));
+  ASSERT_TRUE(AcceptAll(*c, id, {"2"}));
+  ASSERT_TRUE(c->Accept(0));
+  EXPECT_TRUE(c->IsTerminated());
+  EXPECT_THAT(ErrorOf([&] { output.Regex("(unclosed"); }),
+              HasSubstr("the regex cannot be compiled"));
+}
+
+TEST(StructuredGrammar, ChoiceIsExactlyOneOfTheStringsWithQuotesAndControlCharacters) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  structured::OutputSpec spec;
+  spec.kind = structured::OutputSpec::Kind::kChoice;
+  spec.choices = {"red", "\"a\"", "b\\c"};
+  auto c = output.Constraint(spec)->Start();
+  ASSERT_TRUE(AcceptAll(*c, id, {"red"}));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{0}));  // complete: nothing else may follow
+  auto quoted = output.Constraint(spec)->Start();
+  EXPECT_FALSE(quoted->Accept(id["a"]));
+  ASSERT_TRUE(AcceptAll(*quoted, id, {"\"a\""}));  // the quotes themselves, as one token
+  EXPECT_EQ(Allowed(*quoted, 64), (std::set<int32_t>{0}));
+  auto backslash = output.Constraint(spec)->Start();
+  ASSERT_TRUE(AcceptAll(*backslash, id, {"b"}));
+  EXPECT_FALSE(backslash->Accept(id["c"]));  // the backslash comes first
+
+  EXPECT_EQ(structured::ChoiceGrammar({"a\"b", "x\\", "\n1"}),
+            R"(root ::= "a\"b" | "x\\" | "\u000a1")");
+}
+
+TEST(StructuredGrammar, EbnfGrammarFromRootAndItsErrorsNamed) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  auto c = output.Grammar(R"(root ::= "[" item ("," item)* "]"
+item ::= "red" | "blue")")->Start();
+  ASSERT_TRUE(AcceptAll(*c, id, {"[", "red", ",", "blue"}));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id[","], id["]"]}));
+  ASSERT_TRUE(AcceptAll(*c, id, {"]"}));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{0}));
+  EXPECT_THAT(ErrorOf([&] { output.Grammar("root ::= ("); }),
+              HasSubstr("the grammar cannot be compiled"));
+  EXPECT_THAT(ErrorOf([&] { output.Grammar(R"(start ::= "a")"); }),  // no rule `root`
+              HasSubstr("the grammar cannot be compiled"));
+}
+
+TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
+  using Kind = structured::OutputSpec::Kind;
+  const auto parse = [](const char* text) {
+    return structured::ParseStructuredOutputs(OJson::parse(text));
+  };
+  EXPECT_EQ(parse(R"({"regex": "a+"})").text, "a+");
+  EXPECT_EQ(parse(R"({"regex": "a+", "json": null, "json_object": false})").kind, Kind::kRegex);
+  EXPECT_EQ(parse(R"({"grammar": "root ::= \"a\""})").kind, Kind::kGrammar);
+  EXPECT_EQ(parse(R"({"choice": ["x", "y"]})").choices, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(parse(R"({"json_object": true, "disable_any_whitespace": true})").kind,
+            Kind::kJsonObject);
+  // A schema object keeps its key order; a schema given as text is parsed the same.
+  const structured::OutputSpec object =
+      parse(R"({"json": {"type": "object", "properties": {"z": {}, "a": {}}}})");
+  EXPECT_EQ(object.kind, Kind::kJsonSchema);
+  EXPECT_EQ(object.schema["properties"].begin().key(), "z");
+  EXPECT_EQ(
+      parse(R"({"json": "{\"type\": \"object\", \"properties\": {\"z\": {}, \"a\": {}}}"})").schema,
+      object.schema);
+
+  const auto error = [&](const char* text) { return ErrorOf([&] { parse(text); }); };
+  EXPECT_THAT(error(R"({})"),
+              HasSubstr("needs one of json, regex, choice, grammar or json_object"));
+  EXPECT_THAT(error(R"({"json_object": false})"), HasSubstr("needs one of"));
+  EXPECT_THAT(error(R"({"regex": "a", "choice": ["a"]})"),
+              HasSubstr("not both 'regex' and 'choice'"));
+  EXPECT_THAT(error(R"({"choice": []})"), HasSubstr("choice must be a non-empty list of strings"));
+  EXPECT_THAT(error(R"({"choice": ["a", 1]})"),
+              HasSubstr("structured_outputs.choice[] must be a string"));
+  EXPECT_THAT(error(R"({"regex": 5})"), HasSubstr("structured_outputs.regex must be a string"));
+  EXPECT_THAT(error(R"({"regex": ""})"), HasSubstr("structured_outputs.regex is empty"));
+  EXPECT_THAT(error(R"({"json": "{not json"})"),
+              HasSubstr("structured_outputs.json is not a JSON schema"));
+  EXPECT_THAT(error(R"({"json": [1]})"),
+              HasSubstr("structured_outputs.json must be a JSON schema"));
+  EXPECT_THAT(error(R"({"structural_tag": "{}"})"),
+              HasSubstr("structured_outputs.structural_tag is not supported"));
+  EXPECT_THAT(error(R"(["regex"])"), HasSubstr("structured_outputs must be an object"));
 }
 
 TEST(StructuredGrammar, UnsupportedOrInvalidSchemasAreNamed) {

@@ -29,6 +29,7 @@ from . import _latent
 __all__ = [
     "LLM",
     "SamplingParams",
+    "StructuredOutputsParams",
     "RequestOutput",
     "CompletionOutput",
     "TokenLogprob",
@@ -46,6 +47,39 @@ _ENGINE_OPTIONS = ("quantize", "precision", "attention", "max_batch_tokens", "ma
                    "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype",
                    "speculative_tokens", "speculative_ngram_max", "speculative_ngram_min",
                    "check_invariants")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """What the output must be, as vLLM's `StructuredOutputsParams`: exactly one of
+
+    - `json`: a JSON schema (a dict, or its text); the output is compact JSON fitting it, its
+      properties in the schema's order and none beyond the schema's;
+    - `regex`: a regular expression the whole output matches;
+    - `choice`: the output is exactly one of these strings;
+    - `grammar`: an EBNF grammar (XGrammar's, from rule `root`);
+    - `json_object=True`: any JSON object.
+
+    The grammar masks each draw (XGrammar); the sample ends when the grammar is complete.
+    Needs the model's tokenizer, and XGrammar: the module `make build` makes has it, a
+    `pip install .` one refuses such requests.
+    """
+
+    json: Optional[Union[str, dict]] = None
+    regex: Optional[str] = None
+    choice: Optional[list[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        given = [name for name, value in self._fields().items() if value is not None]
+        if len(given) != 1:
+            raise ValueError("StructuredOutputsParams: give exactly one of json, regex, choice, "
+                             f"grammar or json_object=True (got {', '.join(given) or 'none'})")
+
+    def _fields(self) -> dict[str, Any]:
+        return {"json": self.json, "regex": self.regex, "choice": self.choice,
+                "grammar": self.grammar, "json_object": self.json_object or None}
 
 
 @dataclass
@@ -83,6 +117,8 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
+    structured_outputs: Optional[StructuredOutputsParams] = None
+    """Constrains the output to JSON, a regex, a choice or a grammar (StructuredOutputsParams)."""
 
     def __post_init__(self) -> None:
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
@@ -115,6 +151,9 @@ class SamplingParams:
             line["stop_token_ids"] = list(self.stop_token_ids)
         if self.logprobs is not None:
             line["logprobs"] = self.logprobs
+        if self.structured_outputs is not None:
+            line["structured_outputs"] = {
+                k: v for k, v in self.structured_outputs._fields().items() if v is not None}
         return line
 
 

@@ -6,6 +6,14 @@ class LatentError(RuntimeError):
     """Raised with latent's message when the engine refuses something."""
 
 @dataclass
+class StructuredOutputsParams:
+    json: Optional[Union[str, dict]] = None
+    regex: Optional[str] = None
+    choice: Optional[list[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+
+@dataclass
 class SamplingParams:
     n: int = 1
     temperature: float = 1.0
@@ -23,6 +31,7 @@ class SamplingParams:
     stop_token_ids: Optional[list[int]] = None
     ignore_eos: bool = False
     logprobs: Optional[int] = None
+    structured_outputs: Optional[StructuredOutputsParams] = None
 
 @dataclass
 class TokenLogprob:

@@ -1,0 +1,101 @@
+#include "structured/output_spec.h"
+
+#include <cstdio>
+#include <string_view>
+
+#include "base/error.h"
+
+namespace latent::structured {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+const char* const kKinds = "json, regex, choice, grammar or json_object";
+
+std::string String(const OrderedJson& v, std::string_view key) {
+  if (!v.is_string()) Fail("structured_outputs.", key, " must be a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
+  if (!value.is_object()) Fail("structured_outputs must be an object, got ", value.dump());
+  OutputSpec spec;
+  std::string chosen;  // The key that set spec.kind.
+  auto choose = [&](const std::string& key, OutputSpec::Kind kind) {
+    if (spec.active()) {
+      Fail("structured_outputs: give one of ", kKinds, ", not both '", chosen, "' and '", key, "'");
+    }
+    spec.kind = kind;
+    chosen = key;
+  };
+  for (const auto& [key, v] : value.items()) {
+    if (v.is_null()) continue;
+    if (key == "json") {
+      choose(key, OutputSpec::Kind::kJsonSchema);
+      if (v.is_string()) {
+        // vLLM takes the schema as its text too.
+        try {
+          spec.schema = OrderedJson::parse(v.get<std::string>());
+        } catch (const OrderedJson::exception& e) {
+          Fail("structured_outputs.json is not a JSON schema: ", e.what());
+        }
+      } else {
+        spec.schema = v;
+      }
+      if (!spec.schema.is_object() && !spec.schema.is_boolean()) {
+        Fail("structured_outputs.json must be a JSON schema (an object), got ", spec.schema.dump());
+      }
+    } else if (key == "regex") {
+      choose(key, OutputSpec::Kind::kRegex);
+      spec.text = String(v, key);
+      if (spec.text.empty()) Fail("structured_outputs.regex is empty");
+    } else if (key == "grammar") {
+      choose(key, OutputSpec::Kind::kGrammar);
+      spec.text = String(v, key);
+      if (spec.text.empty()) Fail("structured_outputs.grammar is empty");
+    } else if (key == "choice") {
+      choose(key, OutputSpec::Kind::kChoice);
+      if (!v.is_array() || v.empty()) {
+        Fail("structured_outputs.choice must be a non-empty list of strings, got ", v.dump());
+      }
+      for (const OrderedJson& c : v) spec.choices.push_back(String(c, "choice[]"));
+    } else if (key == "json_object") {
+      if (!v.is_boolean()) Fail("structured_outputs.json_object must be a boolean, got ", v.dump());
+      if (v.get<bool>()) choose(key, OutputSpec::Kind::kJsonObject);
+    } else if (key == "disable_any_whitespace" || key == "disable_additional_properties") {
+      if (!v.is_boolean()) Fail("structured_outputs.", key, " must be a boolean, got ", v.dump());
+    } else {
+      Fail("structured_outputs.", key, " is not supported (latent takes ", kKinds, ")");
+    }
+  }
+  if (!spec.active()) Fail("structured_outputs needs one of ", kKinds);
+  return spec;
+}
+
+std::string ChoiceGrammar(const std::vector<std::string>& choices) {
+  std::string out = "root ::=";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    out += i == 0 ? " \"" : " | \"";
+    for (const char c : choices[i]) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (byte < 0x20 || byte == 0x7f) {
+        // \u with its fixed 4 digits: XGrammar's \x takes every hex digit that follows, so "\n1"
+        // written \xa1 would read as one character.
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
+        out += escaped;
+      } else {
+        out += c;  // UTF-8 bytes stand for themselves inside a literal.
+      }
+    }
+    out += '"';
+  }
+  return out;
+}
+
+}  // namespace latent::structured

@@ -1,0 +1,37 @@
+// What a request constrains its output to, in one form for every front end: vLLM's
+// `structured_outputs` object (json, regex, choice, grammar, json_object), given to the server and
+// in request lines (`latent generate`, the Python module), and OpenAI's `response_format`
+// (json_object, json_schema), given to the server. StructuredOutput::Constraint compiles it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace latent::structured {
+
+struct OutputSpec {
+  enum class Kind : uint8_t { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kNone;
+  nlohmann::ordered_json schema;     // kJsonSchema: its keys in the request's order (they order
+                                     // the generated object's properties).
+  std::string text;                  // kRegex: the pattern; kGrammar: the EBNF grammar.
+  std::vector<std::string> choices;  // kChoice: the output is exactly one of them.
+
+  bool active() const { return kind != Kind::kNone; }
+};
+
+// vLLM's structured_outputs: an object with exactly one of "json" (a JSON schema, as an object or
+// as its text), "regex" (a pattern the whole output matches), "choice" (a non-empty list of
+// strings), "grammar" (XGrammar's EBNF, from rule `root`) or "json_object": true; null values
+// count as absent. "disable_any_whitespace" and "disable_additional_properties" are accepted and
+// change nothing: latent's JSON is always compact and never has properties beyond the schema's.
+// Throws latent::Error naming the key at fault (messages start "structured_outputs").
+OutputSpec ParseStructuredOutputs(const nlohmann::ordered_json& value);
+
+// The EBNF grammar whose language is `choices`: root ::= "a" | "b", every literal escaped (quotes,
+// backslashes and control characters) so that any string stands for itself.
+std::string ChoiceGrammar(const std::vector<std::string>& choices);
+
+}  // namespace latent::structured
