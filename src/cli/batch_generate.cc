@@ -6,7 +6,8 @@
 // token's only), "n"), "prompt_logprobs" (the same for every prompt token: scoring; with
 // "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
 // matched on the detokenized text; "include_stop_str_in_output": true keeps the one that
-// matched in "text"), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
+// matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens out, as
+// the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
 // ends a sample before it has that many tokens; at most max_tokens), "structured_outputs"
 // (vLLM's object: one of "json", "regex", "choice", "grammar", "json_object"; the output is
 // constrained to it, structured/output_spec.h), "arrival_step" (submit the
@@ -174,7 +175,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       out["error"] = job.error;
     } else {
       const auto& samples = job.job->samples();
-      if (job.job->request().prompt_logprobs >= 0) out["prompt_logprobs"] = job.job->prompt_logprobs();
+      if (job.job->request().prompt_logprobs >= 0) {
+        out["prompt_logprobs"] = job.job->PromptLogprobsJson();
+      }
       if (samples.size() == 1) {
         out.update(job.job->SampleJson(samples[0]));
       } else {

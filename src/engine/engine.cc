@@ -75,9 +75,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= c.vocab_size) Fail("prompt token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
   }
-  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20) {
-    Fail("prompt_logprobs must be in [0, 20], got ", request.prompt_logprobs);
-  }
+  ValidatePromptLogprobs(request.prompt_logprobs);
   if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
   if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
     Fail("min_tokens must be in [0, max_tokens (", request.max_tokens, ")], got ",

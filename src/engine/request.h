@@ -36,6 +36,10 @@ struct Request {
   std::shared_ptr<const TokenConstraintFactory> constraint;
 };
 
+// Request::prompt_logprobs' range, [-1, 20]: latent::Error otherwise. Engine::Submit checks it, and
+// so do the fronts that parse a request (generate::ParseRequestLine), to refuse it before submit.
+void ValidatePromptLogprobs(int32_t prompt_logprobs);
+
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);
 

@@ -202,6 +202,12 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   return out;
 }
 
+void ValidatePromptLogprobs(int32_t prompt_logprobs) {
+  if (prompt_logprobs < -1 || prompt_logprobs > 20) {
+    Fail("prompt_logprobs must be in [0, 20], got ", prompt_logprobs);
+  }
+}
+
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone: return "none";

@@ -43,24 +43,18 @@ RequestJob::RequestJob(RequestLine line, TextTools& text, bool stream_text)
   for (Sample& sample : samples_) {
     if (with_text) {
       sample.detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
-          text_.Tokenizer(), /*skip_special_tokens=*/true);
+          text_.Tokenizer(), line_.skip_special_tokens);
     }
     if (!line_.stop.empty()) {
       sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop, line_.include_stop);
     }
   }
-  if (line_.request.prompt_logprobs >= 0) prompt_logprobs_.push_back(nullptr);
 }
 
 bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   Sample& sample = samples_.at(out.sample);
-  for (const engine::PromptTokenLogprob& p : out.prompt_logprobs) {
-    nlohmann::ordered_json top = nlohmann::ordered_json::array();
-    for (const auto& alt : p.top) top.push_back(TokenLogprobJson(alt.token, alt.logprob));
-    nlohmann::ordered_json entry = TokenLogprobJson(p.token, p.logprob);
-    entry["top_logprobs"] = top;
-    prompt_logprobs_.push_back(entry);
-  }
+  prompt_logprobs_.insert(prompt_logprobs_.end(), out.prompt_logprobs.begin(),
+                          out.prompt_logprobs.end());
   if (out.has_token && sample.stop_reason.empty()) {
     sample.ids.push_back(out.token);
     if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);
@@ -109,9 +103,21 @@ void RequestJob::Abandon(const std::string& error) {
   }
 }
 
+nlohmann::ordered_json RequestJob::PromptLogprobsJson() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array({nullptr});
+  for (const engine::PromptTokenLogprob& p : prompt_logprobs_) {
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& alt : p.top) top.push_back(TokenLogprobJson(alt.token, alt.logprob));
+    nlohmann::ordered_json entry = TokenLogprobJson(p.token, p.logprob);
+    entry["top_logprobs"] = top;
+    out.push_back(entry);
+  }
+  return out;
+}
+
 std::string RequestJob::Text(const Sample& sample) const {
   if (sample.matcher) return sample.text;
-  return text_.Tokenizer().Decode(sample.ids, /*skip_special_tokens=*/true);
+  return text_.Tokenizer().Decode(sample.ids, line_.skip_special_tokens);
 }
 
 nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {

@@ -55,11 +55,16 @@ class RequestJob {
   const RequestLine& line() const { return line_; }
   const engine::Request& request() const { return line_.request; }
   const std::vector<Sample>& samples() const { return samples_; }
-  // With "prompt_logprobs": null for the first prompt token, then {token, logprob, top_logprobs}
-  // per prompt token, as they arrive (vLLM's form).
-  const nlohmann::ordered_json& prompt_logprobs() const { return prompt_logprobs_; }
+  // With "prompt_logprobs": the logprobs of prompt tokens 1, 2, ... (token 0 has none), as they
+  // arrive from sample 0.
+  const std::vector<engine::PromptTokenLogprob>& prompt_logprobs() const {
+    return prompt_logprobs_;
+  }
+  // The same as `latent generate` writes them (vLLM's form): null for the first prompt token,
+  // then {token, logprob, top_logprobs} per prompt token.
+  nlohmann::ordered_json PromptLogprobsJson() const;
   // A sample's text: the streamed text with stop strings, else its ids decoded (special tokens
-  // skipped). Needs a tokenizer.
+  // skipped unless the line's "skip_special_tokens" is false). Needs a tokenizer.
   std::string Text(const Sample& sample) const;
   // `latent generate`'s output for one sample: ids, text (with a tokenizer), finish_reason,
   // stop_reason, logprobs, error.
@@ -69,7 +74,7 @@ class RequestJob {
   RequestLine line_;
   TextTools& text_;
   std::vector<Sample> samples_;
-  nlohmann::ordered_json prompt_logprobs_ = nlohmann::ordered_json::array();
+  std::vector<engine::PromptTokenLogprob> prompt_logprobs_;
   int32_t done_ = 0;             // Samples the engine has finished.
   int32_t stopped_by_text_ = 0;  // Samples a stop string ended (the engine runs them on).
   bool cancel_sent_ = false;

@@ -145,6 +145,12 @@ engine::SamplingParams ParseSamplingFields(const Json& line) {
   return s;
 }
 
+int32_t ParsePromptLogprobs(const Json& line) {
+  const auto prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
+  engine::ValidatePromptLogprobs(prompt_logprobs);
+  return prompt_logprobs;
+}
+
 RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
                              bool default_ignore_eos) {
   if (!line.is_object()) Fail("not a JSON object");
@@ -158,9 +164,10 @@ RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_
   r.sampling = ParseSamplingFields(line);
   r.stop_token_ids = Field<std::vector<int32_t>>(line, "stop_token_ids", {});
   r.ignore_eos = Field<bool>(line, "ignore_eos", default_ignore_eos);
-  r.prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
+  r.prompt_logprobs = ParsePromptLogprobs(line);
   out.stop = StopStrings(line);
   out.include_stop = Field<bool>(line, "include_stop_str_in_output", false);
+  out.skip_special_tokens = Field<bool>(line, "skip_special_tokens", true);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   if (line.contains("structured_outputs") && !line["structured_outputs"].is_null()) {
     out.output = structured::ParseStructuredOutputs(line["structured_outputs"]);

@@ -44,8 +44,9 @@ struct RequestLine {
   std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
   bool include_stop = false;       // include_stop_str_in_output: the text ends after the stop
   // "structured_outputs" (vLLM's object: json, regex, choice, grammar or json_object): compiled
-  // by whoever submits the request (RequestJob::Constrain), which needs the model's vocabulary.
+  // by whoever submits the request (RequestJob::SetConstraint), which needs the model's vocabulary.
   structured::OutputSpec output;
+  bool skip_special_tokens = true; // The samples' text leaves special tokens out (the server's).
 };
 
 // A request line's text parsed: a latent::Error when it nests deeper than
@@ -57,6 +58,11 @@ RequestJson ParseRequestLineJson(std::string_view text);
 // temperature 0 when absent), checked as the engine checks them (SamplingParams::Validate):
 // latent::Error naming the field otherwise.
 engine::SamplingParams ParseSamplingFields(const RequestJson& line);
+
+// A line's "prompt_logprobs" (-1 when absent), checked as the engine checks it
+// (engine::ValidatePromptLogprobs). Separate from ParseSamplingFields: it is the request's, not a
+// sample's (engine::Request, not SamplingParams).
+int32_t ParsePromptLogprobs(const RequestJson& line);
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent

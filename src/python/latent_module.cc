@@ -219,6 +219,24 @@ class PyEngine {
     return out;
   }
 
+  // The finished request's prompt logprobs (vLLM's form): None without "prompt_logprobs", else
+  // None for the first prompt token, then (token, logprob, [(token, logprob), ...]) per token.
+  nb::object PromptLogprobs(int64_t handle) {
+    std::shared_ptr<Tracked> t;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      t = Find(handle);
+      if (!t->done) Fail("request ", handle, " has not finished");
+    }
+    if (t->job->request().prompt_logprobs < 0) return nb::none();
+    nb::list out;
+    out.append(nb::none());
+    for (const engine::PromptTokenLogprob& p : t->job->prompt_logprobs()) {
+      out.append(nb::make_tuple(p.token, p.logprob, TopList(p.top)));
+    }
+    return out;
+  }
+
   std::vector<int32_t> PromptIds(int64_t handle) {
     std::lock_guard<std::mutex> lock(mutex_);
     return Find(handle)->job->request().prompt;
@@ -325,12 +343,16 @@ class PyEngine {
     if (it == tracked_.end()) Fail("unknown request handle ", handle);
     return it->second;
   }
+  static std::vector<std::pair<int32_t, float>> TopList(
+      const std::vector<engine::TokenLogprob>& alternatives) {
+    std::vector<std::pair<int32_t, float>> top;
+    for (const auto& alt : alternatives) top.emplace_back(alt.token, alt.logprob);
+    return top;
+  }
   static nb::list LogprobList(const std::vector<engine::RequestOutput>& events) {
     nb::list out;
     for (const auto& e : events) {
-      std::vector<std::pair<int32_t, float>> top;
-      for (const auto& alt : e.top_logprobs) top.emplace_back(alt.token, alt.logprob);
-      out.append(nb::make_tuple(e.token, e.logprob, top));
+      out.append(nb::make_tuple(e.token, e.logprob, TopList(e.top_logprobs)));
     }
     return out;
   }
@@ -395,11 +417,14 @@ NB_MODULE(_latent, m) {
   m.def(
       "check_sampling",
       [](const std::string& line_json) {
-        latent::generate::ParseSamplingFields(latent::generate::ParseRequestLineJson(line_json));
+        const latent::generate::RequestJson line =
+            latent::generate::ParseRequestLineJson(line_json);
+        latent::generate::ParseSamplingFields(line);
+        latent::generate::ParsePromptLogprobs(line);
       },
       "line_json"_a,
-      "Raises LatentError naming the field when a request line's sampling fields are out of "
-      "range (what the engine would refuse at submit).");
+      "Raises LatentError naming the field when a request line's sampling fields (prompt_logprobs "
+      "too) are out of range (what the engine would refuse at submit).");
 
   nb::class_<EngineArgs>(m, "EngineArgs")
       .def(nb::init<>())
@@ -445,6 +470,7 @@ NB_MODULE(_latent, m) {
       .def("poll", &PyEngine::Poll, "handle"_a, "timeout_s"_a)
       .def("result", &PyEngine::Result, "handle"_a)
       .def("prompt_ids", &PyEngine::PromptIds, "handle"_a)
+      .def("prompt_logprobs", &PyEngine::PromptLogprobs, "handle"_a)
       .def("cancel", &PyEngine::Cancel, "handle"_a)
       .def("release", &PyEngine::Release, "handle"_a)
       .def("encode", &PyEngine::Encode, "text"_a, "add_special_tokens"_a)

@@ -334,9 +334,12 @@ def test_generate_refuses_what_is_not_a_prompt(llm):
     ({"repetition_penalty": 1e-9}, "repetition_penalty must be in"),
     ({"temperature": float("nan")}, "Out of range float"),
     ({"seed": 1.5}, "'seed' must be an integer"),
+    ({"prompt_logprobs": 21}, "prompt_logprobs must be in \\[0, 20\\], got 21"),
+    ({"prompt_logprobs": -2}, "prompt_logprobs must be in \\[0, 20\\], got -2"),
 ])
 def test_sampling_params_are_checked_when_made(fields, message):
     """As vLLM's SamplingParams: a ValueError at construction, by the engine's own rules."""
     with pytest.raises(ValueError, match=message):
         latent.SamplingParams(**fields)
     assert latent.SamplingParams(temperature=0, top_k=-1, n=3, seed=7).n == 3
+    assert latent.SamplingParams(prompt_logprobs=20).prompt_logprobs == 20

@@ -119,6 +119,13 @@ class SamplingParams:
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
     structured_outputs: Optional[StructuredOutputsParams] = None
     """Constrains the output to JSON, a regex, a choice or a grammar (StructuredOutputsParams)."""
+    prompt_logprobs: Optional[int] = None
+    """None: none; 0: each prompt token's logprob; k (at most 20): and the k most likely tokens'
+    at its position (`RequestOutput.prompt_logprobs`). A request asking for them computes its
+    whole prompt: it takes no prefix-cache hit."""
+    skip_special_tokens: bool = True
+    """The text leaves special tokens out (token_ids keep them). vLLM's
+    spaces_between_special_tokens is not offered: latent decodes as transformers' decode does."""
 
     def __post_init__(self) -> None:
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
@@ -154,17 +161,23 @@ class SamplingParams:
         if self.structured_outputs is not None:
             line["structured_outputs"] = {
                 k: v for k, v in self.structured_outputs._fields().items() if v is not None}
+        if self.prompt_logprobs is not None:
+            line["prompt_logprobs"] = self.prompt_logprobs
+        if not self.skip_special_tokens:
+            line["skip_special_tokens"] = False
         return line
 
 
 @dataclass
 class TokenLogprob:
-    """One generated token's log-probability, and the most likely alternatives when asked."""
+    """One token's log-probability (a generated token's or a prompt token's), and the most likely
+    alternatives at its position when asked."""
 
     token_id: int
     logprob: float
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)
-    """(token id, logprob) of the `SamplingParams.logprobs` most likely tokens."""
+    """(token id, logprob) of the `SamplingParams.logprobs` (for a prompt token,
+    `SamplingParams.prompt_logprobs`) most likely tokens, best first."""
 
 
 @dataclass
@@ -173,7 +186,8 @@ class CompletionOutput:
 
     index: int
     text: Optional[str]
-    """The generated text (special tokens skipped); None without a tokenizer."""
+    """The generated text (special tokens skipped unless `SamplingParams.skip_special_tokens` is
+    False); None without a tokenizer."""
     token_ids: list[int]
     finish_reason: str
     """"stop" (EOS, a stop token or a stop string), "length" (max_tokens) or "cancelled"."""
@@ -199,6 +213,13 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
+    """With `SamplingParams.prompt_logprobs`: one entry per prompt token, None for the first (it has
+    no position before it), then each token's logprob under the model given the tokens before it.
+    vLLM's entry is a dict {token_id: Logprob} holding the prompt token and the k most likely;
+    here it is a TokenLogprob: the prompt token's id and logprob, and the k most likely as
+    top_logprobs (which hold the prompt token too when it is among them). The request's, not a
+    sample's: the same for every n."""
 
 
 @dataclass
@@ -421,7 +442,11 @@ class LLM:
                         raise LatentError(error)
                     outputs.append(CompletionOutput(index, out_text, list(ids), finish, stop_reason or None,
                                                     _logprobs(logprobs) if logprobs is not None else None))
-                results.append(RequestOutput(self._new_id(), text, list(self._engine.prompt_ids(handle)), outputs))
+                prompt_logprobs = self._engine.prompt_logprobs(handle)
+                if prompt_logprobs is not None:
+                    prompt_logprobs = [None] + _logprobs(prompt_logprobs[1:])
+                results.append(RequestOutput(self._new_id(), text, list(self._engine.prompt_ids(handle)), outputs,
+                                             prompt_logprobs=prompt_logprobs))
             return results
         finally:
             for handle in handles:

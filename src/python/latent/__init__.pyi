@@ -32,6 +32,8 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     structured_outputs: Optional[StructuredOutputsParams] = None
+    prompt_logprobs: Optional[int] = None
+    skip_special_tokens: bool = True
 
 @dataclass
 class TokenLogprob:
@@ -58,6 +60,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
 
 @dataclass
 class StreamChunk:
