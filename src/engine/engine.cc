@@ -81,7 +81,20 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     Fail("min_tokens must be in [0, max_tokens (", request.max_tokens, ")], got ",
          request.min_tokens);
   }
-  request.sampling.Validate();
+  request.sampling.Validate();  // negative ids too: only the upper bound is left to check
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id >= c.vocab_size) {
+      Fail("logit_bias token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
+    }
+  }
+  if (request.sampling.allowed_token_ids) {
+    for (int32_t id : *request.sampling.allowed_token_ids) {
+      if (id >= c.vocab_size) {
+        Fail("allowed_token_ids token id ", id, " is outside the vocabulary (size ", c.vocab_size,
+             ")");
+      }
+    }
+  }
   const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
   if (total > c.max_position_embeddings) {
     Fail("prompt (", prompt, " tokens) + max_tokens (", request.max_tokens,

@@ -48,9 +48,35 @@ void ApplyPenalties(std::vector<float>& logits, const Sequence& seq, const Sampl
   }
 }
 
+// allowed_token_ids as a bitmask, intersected with the grammar's when there is one: the draw
+// then has one mask, which min_tokens' rule (HoldOff) and the no-token check see whole.
+std::vector<uint32_t> AllowedIdsMask(const std::vector<int32_t>& ids, const uint32_t* grammar,
+                                     int64_t vocab) {
+  std::vector<uint32_t> mask(BitmaskWords(vocab), 0u);
+  for (int32_t t : ids) {
+    if (t >= 0 && t < vocab && (grammar == nullptr || BitmaskAllows(grammar, t))) {
+      mask[t >> 5] |= 1u << (t & 31);
+    }
+  }
+  return mask;
+}
+
+// logit_bias, after the masks (-inf + bias stays -inf) and before the penalties, as vLLM's
+// LogitBiasLogitsProcessor runs before its penalties. Ids outside the vocabulary are skipped
+// (Engine::Submit refuses them; debug replays and tests call the sampler directly).
+void ApplyLogitBias(std::vector<float>& logits, const SamplingParams& p) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < vocab) logits[t] += bias;
+  }
+}
+
+constexpr const char* kGrammarAllowsNone = "the structured-output constraint allows no next token";
+
 // Disallowed tokens get -inf: probability 0 at any temperature, never the argmax (when one token
 // is allowed). Penalties keep -inf at -inf.
-void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
+void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed,
+                    const char* none_left = kGrammarAllowsNone) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   bool any = false;
   for (int64_t w = 0; w < BitmaskWords(vocab); ++w) {
@@ -68,7 +94,7 @@ void MaskDisallowed(std::vector<float>& logits, const uint32_t* allowed) {
       }
     }
   }
-  if (!any) Fail("the structured-output constraint allows no next token");
+  if (!any) Fail(none_left);
 }
 
 // min_tokens: whether the held-off ids go to -inf, which they do unless nothing else is allowed
@@ -139,6 +165,18 @@ void SamplingParams::Validate() const {
   if (!std::isfinite(frequency_penalty) || std::abs(frequency_penalty) > 2.0f) Fail("frequency_penalty must be in [-2, 2]");
   if (top_logprobs < -1 || top_logprobs > 20) Fail("top_logprobs must be in [0, 20]");
   if (n < 1 || n > 128) Fail("n must be in [1, 128]");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) Fail("logit_bias token id ", id, " is outside the vocabulary (negative)");
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      Fail("logit_bias for token id ", id, " must be in [-100, 100], got ", bias);
+    }
+  }
+  if (allowed_token_ids) {
+    if (allowed_token_ids->empty()) Fail("allowed_token_ids must not be empty");
+    for (int32_t id : *allowed_token_ids) {
+      if (id < 0) Fail("allowed_token_ids token id ", id, " is outside the vocabulary (negative)");
+    }
+  }
 }
 
 SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p,
@@ -146,9 +184,14 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   SampledToken out;
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  const bool hold = HoldOff(held_off, allowed, vocab);
+  // The draw's mask: the grammar's, narrowed by allowed_token_ids. `allowed` stays the grammar's
+  // alone, for the logprobs.
+  std::vector<uint32_t> ids_mask;
+  if (p.allowed_token_ids) ids_mask = AllowedIdsMask(*p.allowed_token_ids, allowed, vocab);
+  const uint32_t* draw_allowed = p.allowed_token_ids ? ids_mask.data() : allowed;
+  const bool hold = HoldOff(held_off, draw_allowed, vocab);
   std::vector<float> logits;
-  if (p.temperature == 0.0f && !penalties && allowed == nullptr) {
+  if (p.temperature == 0.0f && !penalties && draw_allowed == nullptr && p.logit_bias.empty()) {
     // Greedy on the raw row, no copy. Holding ids off lowers only them, so a best token that is
     // not held off is the masked row's best too (the first of its value either way).
     const int32_t best = Argmax(raw, vocab);
@@ -156,20 +199,31 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   }
   if (out.token < 0) {
     logits.assign(raw, raw + vocab);
-    if (allowed != nullptr) MaskDisallowed(logits, allowed);
+    if (draw_allowed != nullptr) {
+      MaskDisallowed(logits, draw_allowed,
+                     allowed == nullptr ? "allowed_token_ids allows no token"
+                     : p.allowed_token_ids
+                         ? "no token in allowed_token_ids is allowed by the structured-output "
+                           "constraint"
+                         : kGrammarAllowsNone);
+    }
     if (hold) {
       for (int32_t t : held_off) {
         if (t >= 0 && t < vocab) logits[t] = -std::numeric_limits<float>::infinity();
       }
     }
+    ApplyLogitBias(logits, p);
     ApplyPenalties(logits, seq, p);
   }
   // The row logprobs are of: the raw row, with a grammar's disallowed tokens at -inf, as vLLM
   // masks the logits before its sampler takes their logprobs (renormalised over the allowed
-  // tokens; penalties, min_tokens, temperature and the filters never enter).
+  // tokens; allowed_token_ids, logit_bias, penalties, min_tokens, temperature and the filters
+  // never enter: vLLM v1's default logprobs_mode, raw_logprobs, takes the logprobs before any of
+  // its logits processors run).
   const float* logprob_row = raw;
   std::vector<float> masked;
-  if (p.top_logprobs >= 0 && allowed != nullptr && !hold && !penalties) {
+  if (p.top_logprobs >= 0 && allowed != nullptr && draw_allowed == allowed && !hold &&
+      !penalties && p.logit_bias.empty()) {
     logprob_row = logits.data();  // the masked raw row already: no second copy
   } else if (p.top_logprobs >= 0 && allowed != nullptr) {
     masked.assign(raw, raw + vocab);
@@ -191,7 +245,8 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   } else if (p.temperature == 0.0f) {
     out.token = Argmax(logits);
   } else {
-    out.token = DrawFiltered(logits, allowed, p, UniformDraw(seq.seed, seq.num_generated()));
+    out.token =
+        DrawFiltered(logits, draw_allowed, p, UniformDraw(seq.seed, seq.num_generated()));
   }
 
   if (p.top_logprobs >= 0) {

@@ -37,6 +37,8 @@ inline constexpr const char* kNonFiniteLogitsError =
 // `held_off` (min_tokens: the EOS and stop ids while too few tokens are generated; ids outside
 // the vocabulary are skipped) get probability 0 too, unless nothing else is allowed: then the
 // grammar wins and they stay drawable (a row of -inf has nothing to draw).
+// `params.allowed_token_ids` narrows the draw's mask as `allowed` does, and `params.logit_bias`
+// is added after the masks, before the penalties (vLLM's order); neither enters the logprobs.
 // Throws latent::Error too when the row to draw from (after the masks and penalties), or the row
 // logprobs are computed from, holds a NaN or +inf: no draw from it means anything.
 SampledToken SampleNext(const float* logits, int64_t vocab, const Sequence& seq,

@@ -1,9 +1,12 @@
-// Per-request sampling settings. The order of application: penalties, temperature, top-k,
+// Per-request sampling settings. The order of application, vLLM v1's: allowed_token_ids (and a
+// structured-output grammar's mask), min_tokens, logit_bias, penalties, temperature, top-k,
 // top-p, min-p, then a draw from the request's own seeded generator.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <vector>
 
 namespace latent::engine {
 
@@ -18,8 +21,16 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // Same seed, same output, whatever else is in the batch.
   int32_t top_logprobs = -1;        // -1: no logprobs; 0: the sampled token's; n: and the n best.
   int32_t n = 1;                    // Parallel samples sharing the prompt's cache blocks.
+  // OpenAI's logit_bias: token id -> bias in [-100, 100], added to the token's logit before the
+  // penalties. A map: one bias per id (a later duplicate key wins, as in vLLM's dict).
+  std::map<int32_t, float> logit_bias;
+  // vLLM's allowed_token_ids: when set, a non-empty list; every other token gets probability 0.
+  std::optional<std::vector<int32_t>> allowed_token_ids;
+  // Neither bias nor allowed_token_ids enters the reported logprobs (vLLM v1's default
+  // logprobs_mode "raw_logprobs" takes them before any logits processor).
 
-  // Throws latent::Error naming the first invalid field.
+  // Throws latent::Error naming the first invalid field. Token ids are checked for sign only:
+  // Engine::Submit, which knows the vocabulary, checks their upper bound.
   void Validate() const;
 };
 

@@ -479,6 +479,107 @@ TEST(SamplerTest, LogprobsUnderAGrammarAreOfTheAllowedTokens) {
   EXPECT_EQ(out.top_logprobs[2].logprob, -std::numeric_limits<float>::infinity());
 }
 
+// OpenAI's logit_bias: +100 makes a token the pick of every path (greedy, seeded draws, with
+// penalties and filters), -100 bans one; the greedy fast path on the raw row must not skip it.
+TEST(SamplerTest, LogitBiasForcesAndBansTokens) {
+  const std::vector<float> logits = {2.0f, 5.0f, 4.0f, 1.0f, 3.0f};
+  SamplingParams forced = Greedy();
+  forced.logit_bias = {{3, 100.0f}};
+  EXPECT_EQ(Sample(logits, MakeSequence({0}), forced), 3);
+  SamplingParams hot = forced;
+  hot.temperature = 1.5f;
+  SamplingParams filtered = hot;
+  filtered.top_k = 2;
+  filtered.top_p = 0.5f;
+  filtered.presence_penalty = 2.0f;  // after the bias: 3's 101 - 2 still wins
+  for (uint64_t s = 0; s < 200; ++s) {
+    EXPECT_EQ(Sample(logits, MakeSequence({0}, {}, s), hot), 3);
+    EXPECT_EQ(Sample(logits, MakeSequence({0}, {3}, s), filtered), 3);
+  }
+  SamplingParams banned = Greedy();
+  banned.logit_bias = {{1, -100.0f}};
+  EXPECT_EQ(Sample(logits, MakeSequence({0}), banned), 2);
+  banned.temperature = 1.0f;
+  banned.logit_bias[2] = -100.0f;
+  for (uint64_t s = 0; s < 500; ++s) {
+    const int32_t t = Sample(logits, MakeSequence({0}, {}, s), banned);
+    EXPECT_NE(t, 1);
+    EXPECT_NE(t, 2);
+  }
+  // A small bias shifts the odds by exp(bias), as a logit would: 0 and 4 become even.
+  SamplingParams even;
+  even.temperature = 1.0f;
+  even.logit_bias = {{0, 1.0f}, {1, -100.0f}, {2, -100.0f}, {3, -100.0f}};
+  const std::vector<double> freq = Frequencies(logits, even);
+  EXPECT_NEAR(freq[0], 0.5, 0.02);
+  EXPECT_NEAR(freq[4], 0.5, 0.02);
+  // Before the penalties, as vLLM: repetition_penalty divides the biased logit (3 + 4 = 7,
+  // / 2 = 3.5 < 5), where penalizing first (3 / 2 + 4 = 5.5 > 5) would pick token 4.
+  SamplingParams order = Greedy();
+  order.logit_bias = {{4, 4.0f}};
+  order.repetition_penalty = 2.0f;
+  EXPECT_EQ(Sample({2.0f, 5.0f, 0.0f, 0.0f, 3.0f}, MakeSequence({4}), order), 1);
+}
+
+// vLLM's allowed_token_ids: only those are drawn, in every path; under a grammar the draw takes
+// the tokens both allow, and none in common is an error rather than a token.
+TEST(SamplerTest, AllowedTokenIdsRestrictTheDraw) {
+  const std::vector<float> logits = {2.0f, 5.0f, 4.0f, 1.0f, 3.0f};
+  SamplingParams p = Greedy();
+  p.allowed_token_ids = std::vector<int32_t>{0, 3, 4};
+  EXPECT_EQ(Sample(logits, MakeSequence({0}), p), 4);
+  p.temperature = 3.0f;
+  std::set<int32_t> seen;
+  for (uint64_t s = 0; s < 500; ++s) seen.insert(Sample(logits, MakeSequence({0}, {}, s), p));
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 3, 4}));
+  const uint32_t grammar = 0b00110;  // 1 and 2
+  p.allowed_token_ids = std::vector<int32_t>{2, 3};
+  EXPECT_EQ(SampleNext(logits.data(), 5, MakeSequence({0}, {}, 1), p, &grammar).token, 2);
+  p.allowed_token_ids = std::vector<int32_t>{0, 3};
+  try {
+    SampleNext(logits.data(), 5, MakeSequence({0}), p, &grammar);
+    ADD_FAILURE() << "drew a token no mask allows";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("allowed_token_ids"));
+  }
+  // min_tokens holds its ids off within the allowed ones, unless they are all that is left.
+  p = Greedy();
+  p.allowed_token_ids = std::vector<int32_t>{3, 4};
+  EXPECT_EQ(SampleNext(logits.data(), 5, MakeSequence({0}), p, nullptr,
+                       std::vector<int32_t>{4}).token, 3);
+  p.allowed_token_ids = std::vector<int32_t>{4};
+  EXPECT_EQ(SampleNext(logits.data(), 5, MakeSequence({0}), p, nullptr,
+                       std::vector<int32_t>{4}).token, 4);
+}
+
+// As vLLM v1's default logprobs_mode (raw_logprobs, taken before its logits processors): neither
+// logit_bias nor allowed_token_ids enters the logprobs, which stay the raw row's (a grammar's
+// mask does enter, as before).
+TEST(SamplerTest, LogprobsIgnoreLogitBiasAndAllowedTokenIds) {
+  const std::vector<float> logits = {2.0f, 5.0f, 4.0f, 1.0f, 3.0f};
+  const std::vector<double> probs = Softmax(logits);
+  SamplingParams p = Greedy();
+  p.top_logprobs = 2;
+  p.logit_bias = {{3, 100.0f}, {1, -50.0f}};
+  p.allowed_token_ids = std::vector<int32_t>{1, 3};
+  SampledToken out = SampleNext(logits.data(), 5, MakeSequence({0}), p);
+  EXPECT_EQ(out.token, 3);
+  EXPECT_NEAR(out.logprob, std::log(probs[3]), 1e-5);
+  ASSERT_EQ(out.top_logprobs.size(), 2u);
+  EXPECT_EQ(out.top_logprobs[0].token, 1);  // not in the draw's reach, still the model's best
+  EXPECT_NEAR(out.top_logprobs[0].logprob, std::log(probs[1]), 1e-5);
+  EXPECT_EQ(out.top_logprobs[1].token, 2);
+  // Under a grammar: its mask only (tokens 2 and 3), not the bias.
+  const uint32_t grammar = 0b01100;
+  p.allowed_token_ids.reset();
+  out = SampleNext(logits.data(), 5, MakeSequence({0}), p, &grammar);
+  const double log_z = std::log(std::exp(4.0) + std::exp(1.0));
+  EXPECT_EQ(out.token, 3);
+  EXPECT_NEAR(out.logprob, 1.0 - log_z, 1e-5);
+  EXPECT_EQ(out.top_logprobs[0].token, 2);
+  EXPECT_NEAR(out.top_logprobs[0].logprob, 4.0 - log_z, 1e-5);
+}
+
 TEST(SamplingParamsTest, DefaultsAndBoundsAreValid) {
   EXPECT_NO_THROW(SamplingParams{}.Validate());
   SamplingParams p;
@@ -491,6 +592,8 @@ TEST(SamplingParamsTest, DefaultsAndBoundsAreValid) {
   p.frequency_penalty = 2.0f;
   p.top_logprobs = 20;
   p.n = 128;
+  p.logit_bias = {{0, -100.0f}, {7, 100.0f}};
+  p.allowed_token_ids = std::vector<int32_t>{0};
   EXPECT_NO_THROW(p.Validate());
   p.top_logprobs = -1;
   p.n = 1;
@@ -533,6 +636,14 @@ TEST(SamplingParamsTest, RejectsEachBadFieldByName) {
       {"top_logprobs", [](SamplingParams& p) { p.top_logprobs = 21; }},
       {"n", [](SamplingParams& p) { p.n = 0; }},
       {"n", [](SamplingParams& p) { p.n = 129; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -101.0f}}; }},
+      {"logit_bias", [&](SamplingParams& p) { p.logit_bias = {{3, nan}}; }},
+      {"logit_bias", [&](SamplingParams& p) { p.logit_bias = {{3, inf}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }},
+      {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids.emplace(); }},
+      {"allowed_token_ids",
+       [](SamplingParams& p) { p.allowed_token_ids = std::vector<int32_t>{1, -2}; }},
   };
   for (const Case& c : cases) {
     SamplingParams p;
