@@ -3,11 +3,12 @@
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
-// token's only), "n"), "prompt_logprobs" (the same for every prompt token: scoring; with
-// "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list of strings,
-// matched on the detokenized text; "include_stop_str_in_output": true keeps the one that
-// matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens out, as
-// the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
+// token's only), "n", "logit_bias" ({"5": 2.5}: token ids as strings, biases in [-100, 100]),
+// "allowed_token_ids" (a non-empty list)), "prompt_logprobs" (the same for every prompt token:
+// scoring; with "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a
+// list of strings, matched on the detokenized text; "include_stop_str_in_output": true keeps the
+// one that matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens
+// out, as the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
 // ends a sample before it has that many tokens; at most max_tokens), "structured_outputs"
 // (vLLM's object: one of "json", "regex", "choice", "grammar", "json_object"; the output is
 // constrained to it, structured/output_spec.h), "arrival_step" (submit the

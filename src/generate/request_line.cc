@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <type_traits>
 
@@ -83,6 +84,34 @@ std::vector<std::string> StopStrings(const Json& line) {
   return out;
 }
 
+// "logit_bias": an object of token ids, as strings (JSON keys are: the server's form, and what
+// json.dumps makes of a Python dict[int, float]), to numbers. Ranges: SamplingParams::Validate,
+// and the vocabulary's bound at Engine::Submit.
+std::map<int32_t, float> LogitBias(const Json& line) {
+  if (!line.contains("logit_bias") || line["logit_bias"].is_null()) return {};
+  const Json& bias = line["logit_bias"];
+  if (!bias.is_object()) {
+    Fail("field 'logit_bias' has the wrong type: ", bias.dump(),
+         " (expected an object of token ids to biases)");
+  }
+  std::map<int32_t, float> out;
+  for (const auto& [key, value] : bias.items()) {
+    const std::optional<int64_t> id = server::TokenIdKey(key);
+    if (!id) Fail("field 'logit_bias': key '", key, "' is not a token id (an integer string)");
+    // Past int32 here; a negative id is SamplingParams::Validate's to refuse.
+    if (*id < std::numeric_limits<int32_t>::min() || *id > std::numeric_limits<int32_t>::max()) {
+      Fail("field 'logit_bias': token id ", *id, " is outside the vocabulary");
+    }
+    if (!value.is_number()) {
+      Fail("field 'logit_bias': the bias of token id ", *id, " must be a number, not ",
+           value.dump());
+    }
+    // A double past float's range becomes +-inf, which Validate's [-100, 100] refuses.
+    out[static_cast<int32_t>(*id)] = static_cast<float>(value.get<double>());
+  }
+  return out;
+}
+
 }  // namespace
 
 const tokenizer::Tokenizer& TextTools::Tokenizer() {
@@ -141,6 +170,10 @@ engine::SamplingParams ParseSamplingFields(const Json& line) {
   }
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
   s.n = Field<int32_t>(line, "n", 1);
+  s.logit_bias = LogitBias(line);
+  if (line.contains("allowed_token_ids") && !line["allowed_token_ids"].is_null()) {
+    s.allowed_token_ids = Field<std::vector<int32_t>>(line, "allowed_token_ids", {});
+  }
   s.Validate();
   return s;
 }

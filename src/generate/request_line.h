@@ -54,9 +54,9 @@ struct RequestLine {
 // nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON.
 RequestJson ParseRequestLineJson(std::string_view text);
 
-// A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n;
-// temperature 0 when absent), checked as the engine checks them (SamplingParams::Validate):
-// latent::Error naming the field otherwise.
+// A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n,
+// logit_bias, allowed_token_ids; temperature 0 when absent), checked as the engine checks them
+// (SamplingParams::Validate; token ids for sign only): latent::Error naming the field otherwise.
 engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 
 // A line's "prompt_logprobs" (-1 when absent), checked as the engine checks it

@@ -219,11 +219,6 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
              "alternatives in the integer 'logprobs'",
              "unsupported_parameter");
   }
-  if (const Json* bias = Find(body, "logit_bias")) {
-    if (!bias->is_object()) WrongType("logit_bias", "an object");
-    if (!bias->empty())
-      BadField("logit_bias", "'logit_bias' is not supported", "unsupported_parameter");
-  }
 }
 
 // response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
@@ -340,6 +335,39 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
     s.n = static_cast<int32_t>(*v);
   }
 
+  // OpenAI's logit_bias: JSON keys are strings, so token ids come as "50256".
+  if (const Json* bias = Find(body, "logit_bias")) {
+    if (!bias->is_object()) WrongType("logit_bias", "an object of token ids to biases");
+    for (const auto& [key, value] : bias->items()) {
+      const std::optional<int64_t> id = TokenIdKey(key);
+      if (!id) {
+        BadField("logit_bias", StrCat("'logit_bias' key '", key,
+                                      "' is not a token id (an integer, as a string)"));
+      }
+      if (*id < 0 || *id > std::numeric_limits<int32_t>::max() ||
+          (limits.vocab_size > 0 && *id >= limits.vocab_size)) {
+        BadField("logit_bias", StrCat("token id ", *id, " in 'logit_bias' is outside the "
+                                      "vocabulary (size ", limits.vocab_size, ")"));
+      }
+      if (!value.is_number()) {
+        BadField("logit_bias", StrCat("'logit_bias' value for token id ", *id,
+                                      " must be a number, got ", value.dump()),
+                 "invalid_type");
+      }
+      const double b = value.get<double>();
+      if (!(b >= -100 && b <= 100)) {
+        BadField("logit_bias", StrCat("'logit_bias' value for token id ", *id,
+                                      " must be in [-100, 100], got ", b));
+      }
+      s.logit_bias[static_cast<int32_t>(*id)] = static_cast<float>(b);
+    }
+  }
+  if (const Json* ids = Find(body, "allowed_token_ids")) {
+    if (!ids->is_array()) WrongType("allowed_token_ids", "a list of token ids");
+    if (ids->empty()) BadField("allowed_token_ids", "'allowed_token_ids' must not be empty");
+    s.allowed_token_ids = TokenIds(*ids, "allowed_token_ids", limits);
+  }
+
   // Logprobs: an integer (alternatives per token) for completions; a boolean plus top_logprobs
   // for chat.
   if (r.endpoint == Endpoint::kCompletions) {
@@ -441,6 +469,19 @@ OrderedJson ErrorJson(const ApiError& error) {
 
 OrderedJson ErrorJson(int status, const std::string& message, const std::string& code) {
   return ErrorJson(ApiError(status, message, "", code));
+}
+
+std::optional<int64_t> TokenIdKey(std::string_view key) {
+  const bool negative = !key.empty() && key[0] == '-';
+  const std::string_view digits = key.substr(negative ? 1 : 0);
+  // 18 digits at most: any int64 of them, and far past every vocabulary.
+  if (digits.empty() || digits.size() > 18) return std::nullopt;
+  int64_t value = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  return negative ? -value : value;
 }
 
 std::optional<int64_t> IntegralNumber(const Json& v) {

@@ -4,14 +4,15 @@
 // (tests/fuzz/openai_request_fuzzer.cc) drive them directly.
 //
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
-// ignore_eos, stop_token_ids, min_tokens, skip_special_tokens, return_token_ids (the choice's
-// "token_ids" and the response's "prompt_token_ids"), add_generation_prompt,
-// continue_final_message and chat_template_kwargs. Fields latent does not know are ignored;
-// known ones it cannot honour (echo for chat, best_of other than n, suffix, a non-empty
-// logit_bias, top_logprobs for completions, a response_format type other than text, json_object
-// and json_schema) are rejected. response_format json_object and json_schema constrain the output,
-// and so does vLLM's structured_outputs (json, regex, choice, grammar, json_object:
-// structured/output_spec.h; compiled by structured/structured_output.h). Chat takes `tools` and
+// ignore_eos, stop_token_ids, min_tokens, allowed_token_ids, skip_special_tokens,
+// return_token_ids (the choice's "token_ids" and the response's "prompt_token_ids"),
+// add_generation_prompt, continue_final_message and chat_template_kwargs. logit_bias (token id
+// strings to biases in [-100, 100]) is honoured. Fields latent does not know are ignored;
+// known ones it cannot honour (echo for chat, best_of other than n, suffix, top_logprobs for
+// completions, a response_format type other than text, json_object and json_schema) are
+// rejected. response_format json_object and json_schema constrain the output, and so does
+// vLLM's structured_outputs (json, regex, choice, grammar, json_object: structured/output_spec.h;
+// compiled by structured/structured_output.h). Chat takes `tools` and
 // `tool_choice` (validated in tool_request.h); the model's tool calls come back as
 // message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //
@@ -69,6 +70,10 @@ OrderedJson ErrorJson(int status, const std::string& message, const std::string&
 // A JSON number with an integral value in int64's range (16.0 counts, as Python clients may
 // send one); nullopt for anything else (a fraction, an infinity, a string, a number past int64).
 std::optional<int64_t> IntegralNumber(const Json& v);
+
+// A logit_bias key as a token id: an optional '-' and decimal digits (JSON keys are strings, so
+// OpenAI's clients send "50256"); nullopt for anything else. The caller checks the range.
+std::optional<int64_t> TokenIdKey(std::string_view key);
 
 // A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as
 // null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.

@@ -1,6 +1,7 @@
 """Sampling guards over the OpenAI API: `min_tokens` (vLLM's: EOS, stop_token_ids and stop strings
 do not end a choice before it has that many tokens; a grammar that allows only EOS still wins),
-its 400s, and a model whose logits overflow to NaN/inf: each request ends with a clear error
+its 400s, `logit_bias` and `allowed_token_ids` steering every draw (not the logprobs), and a
+model whose logits overflow to NaN/inf: each request ends with a clear error
 naming the problem rather than tokens, and the server keeps serving."""
 
 from __future__ import annotations
@@ -65,6 +66,49 @@ def test_min_tokens_holds_off_stop_strings(server):
     assert status == 200
     chunks = [json.loads(e) for e in sse_events(raw) if e != "[DONE]"]
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == plain["text"]
+
+
+def test_logit_bias_forces_and_bans_tokens(server):
+    plain = complete(server)
+    ids = plain["token_ids"]
+    target = next(t for t in range(3, 200) if t not in ids)
+    # +100 on a token the model never picked: greedy returns it every time; sampled too.
+    forced = complete(server, logit_bias={str(target): 100})
+    assert forced["token_ids"] == [target] * 12, forced
+    # Its logprobs are the model's raw ones (vLLM's raw_logprobs): the bias does not make it ~0.
+    assert forced["logprobs"]["token_logprobs"][0] < -0.5, forced["logprobs"]
+    for body in ({"temperature": 1.0, "seed": 3, "n": 3},
+                 {"temperature": 0.7, "top_p": 0.9, "presence_penalty": 2.0, "stream": False}):
+        status, out = server.post(C, {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 6,
+                                      "ignore_eos": True, "return_token_ids": True,
+                                      "logit_bias": {str(target): 100.0}, **body})
+        assert status == 200, out
+        assert all(c["token_ids"] == [target] * 6 for c in out["choices"]), out
+    # -100 on the greedy first token: another one comes first.
+    banned = complete(server, logit_bias={str(ids[0]): -100})
+    assert banned["token_ids"][0] != ids[0]
+    assert ids[0] not in banned["token_ids"]
+    # An empty object is no bias (OpenAI's clients send one by default).
+    assert complete(server, logit_bias={})["token_ids"] == ids
+    # Chat takes it too.
+    status, out = server.post(CHAT, {"model": MODEL_NAME, "max_tokens": 4, "temperature": 0,
+                                     "messages": [{"role": "user", "content": PROMPT}],
+                                     "ignore_eos": True, "return_token_ids": True,
+                                     "logit_bias": {str(target): 100}})
+    assert status == 200, out
+    assert out["choices"][0]["token_ids"] == [target] * 4, out
+
+
+def test_allowed_token_ids_restrict_every_draw(server):
+    allowed = [5, 17, 42]
+    greedy = complete(server, allowed_token_ids=allowed)
+    assert set(greedy["token_ids"]) <= set(allowed), greedy
+    status, out = server.post(C, {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 10,
+                                  "temperature": 1.5, "seed": 1, "n": 4, "ignore_eos": True,
+                                  "return_token_ids": True, "allowed_token_ids": allowed})
+    assert status == 200, out
+    drawn = {t for c in out["choices"] for t in c["token_ids"]}
+    assert drawn <= set(allowed) and len(drawn) > 1, drawn
 
 
 def test_a_grammar_that_allows_only_eos_wins_over_min_tokens(server):

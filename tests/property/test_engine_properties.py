@@ -161,6 +161,19 @@ def test_seeded_sampling_is_independent_of_the_batch(model_dir, tmp_path):
                 "ignore_eos": True} for i in range(10)]
     sampled.append({"ids": [5, 6, 7], "max_tokens": 8, "temperature": 1.0, "seed": 9, "n": 4,
                     "ignore_eos": True})
+    # logit_bias and allowed_token_ids: greedy (off the raw row's fast path, which the unbiased
+    # noise around it takes) and sampled with penalties and logprobs.
+    steered = [
+        {"ids": [rng.randint(2, 250) for _ in range(30)], "max_tokens": 6, "ignore_eos": True,
+         "logit_bias": {"11": 100}},
+        {"ids": [rng.randint(2, 250) for _ in range(50)], "max_tokens": 12, "temperature": 1.0,
+         "seed": 3, "top_k": 40, "repetition_penalty": 1.1, "ignore_eos": True, "logprobs": 2,
+         "logit_bias": {**{str(t): 4.0 for t in (4, 8, 15, 16, 23, 42)}, "2": -100}},
+        {"ids": [rng.randint(2, 250) for _ in range(20)], "max_tokens": 12, "temperature": 1.2,
+         "seed": 4, "ignore_eos": True, "logprobs": 1, "allowed_token_ids": [3, 9, 27, 81, 243],
+         "logit_bias": {"9": -100}},
+    ]
+    sampled += steered
     noise = [{"ids": [rng.randint(2, 250) for _ in range(rng.randint(1, 200))], "max_tokens": 8,
               "arrival_step": rng.randint(0, 10)} for _ in range(20)]
     alone = [run_batch(model_dir, tmp_path, [r], name=f"alone{i}")[0][0] for i, r in enumerate(sampled)]
@@ -172,6 +185,10 @@ def test_seeded_sampling_is_independent_of_the_batch(model_dir, tmp_path):
     # Sampling is really random: different seeds give different tokens, n samples differ.
     assert len({tuple(a["ids"]) for a in alone[:10]}) == 10
     assert len({tuple(s["ids"]) for s in alone[10]["samples"]}) > 1
+    # And the steering is real: forced, biased towards, restricted.
+    assert alone[11]["ids"] == [11] * 6, alone[11]
+    assert 2 not in alone[12]["ids"] and set(alone[12]["ids"]) & {4, 8, 15, 16, 23, 42}, alone[12]
+    assert set(alone[13]["ids"]) <= {3, 27, 81, 243}, alone[13]
 
 
 def test_samples_go_on_when_the_first_ends_on_its_first_token(model_dir, tmp_path):

@@ -213,10 +213,22 @@ def test_sampled_drafts_that_prove_right_change_nothing(tmp_path):
     requests = [{"prompt": prompt, "max_tokens": 48, "logprobs": 2, "temperature": 0.3,
                  "seed": 90 + i, "repetition_penalty": 1.02, "presence_penalty": 0.1,
                  "frequency_penalty": 0.05} for i, prompt in enumerate(demo_prompts(6))]
+    # A draft row's draw takes the request's logit_bias and allowed_token_ids as its own step's
+    # would: a forced token (every draft of it right), a mild bias, a restricted vocabulary.
+    prompts = demo_prompts(8)
+    requests += [
+        {"prompt": prompts[6], "max_tokens": 24, "logprobs": 2, "logit_bias": {"100": 100}},
+        {"prompt": prompts[7], "max_tokens": 40, "logprobs": 2, "temperature": 0.3, "seed": 5,
+         "logit_bias": {"100": 2.0, "101": -100, "50": 1.5}},
+        {"prompt": prompts[0], "max_tokens": 32, "logprobs": 1,
+         "allowed_token_ids": list(range(40, 400))},
+    ]
     plain, _ = run(DEMO, tmp_path, requests, name="plain")
     drafted, summary = run(DEMO, tmp_path, requests, "--speculative-tokens", "4", name="drafted")
     assert summary["accepted_draft_tokens"] > 0, summary
     assert outputs(drafted) == outputs(plain)
+    assert plain[6]["ids"] == [100] * 24, plain[6]
+    assert set(plain[8]["ids"]) <= set(range(40, 400)), plain[8]
 
 
 def refusal(model_dir, tmp_path, *flags) -> str:

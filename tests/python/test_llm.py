@@ -327,7 +327,38 @@ def test_generate_refuses_what_is_not_a_prompt(llm):
     assert llm.generate([]) == []
 
 
+def test_logit_bias_equals_latent_generate(llm, model_dir, tmp_path):
+    """logit_bias (int keys, sent as the strings request lines and OpenAI take) and
+    allowed_token_ids give what the same request line gives through `latent generate`."""
+    cases = [
+        ([5, 6, 7], latent.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True,
+                                          logit_bias={9: 100.0}, logprobs=1)),
+        ([11, 3, 250], latent.SamplingParams(temperature=0.9, seed=4, max_tokens=8, ignore_eos=True,
+                                             logit_bias={4: 3.0, 8: -100}, n=2, logprobs=2)),
+        ([40, 41], latent.SamplingParams(temperature=1.3, seed=2, max_tokens=8, ignore_eos=True,
+                                         allowed_token_ids=[3, 9, 27], logit_bias={27: -2.5})),
+    ]
+    lines = [dict({"ids": ids}, **params._line()) for ids, params in cases]
+    assert lines[0]["logit_bias"] == {9: 100.0}  # json.dumps makes the key "9"
+    expected = cli_generate(model_dir, lines, tmp_path)
+    results = llm.generate([ids for ids, _ in cases], [params for _, params in cases])
+    for result, want, (_, params) in zip(results, expected, cases):
+        samples = want.get("samples", [want])
+        assert len(result.outputs) == params.n == len(samples)
+        for output, sample in zip(result.outputs, samples):
+            assert_same(output, sample)
+    assert results[0].outputs[0].token_ids == [9] * 6
+    assert set(results[2].outputs[0].token_ids) <= {3, 9, 27}
+    with pytest.raises(latent.LatentError, match="logit_bias token id 1000000 is outside"):
+        llm.generate([[1, 2]], latent.SamplingParams(logit_bias={10**6: 1.0}))
+
+
 @pytest.mark.parametrize("fields,message", [
+    ({"logit_bias": {5: 100.5}}, "logit_bias for token id 5 must be in \\[-100, 100\\]"),
+    ({"logit_bias": {-1: 1.0}}, "logit_bias token id -1"),
+    ({"logit_bias": {5: "x"}}, "the bias of token id 5 must be a number"),
+    ({"allowed_token_ids": []}, "allowed_token_ids must not be empty"),
+    ({"allowed_token_ids": [3, -4]}, "allowed_token_ids token id -4"),
     ({"temperature": -1}, "temperature must be >= 0"),
     ({"top_p": 0}, "top_p must be in"),
     ({"n": 0}, "n must be in"),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <map>
 #include <string>
 
 #include "server/metrics.h"
@@ -72,6 +73,32 @@ TEST(OpenAiSchemaTest, SamplingFields) {
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n"}));
   EXPECT_EQ(*r.max_tokens, 7);
   EXPECT_TRUE(r.ignore_eos);
+}
+
+// OpenAI's logit_bias (token ids as string keys) and vLLM's allowed_token_ids reach the engine's
+// SamplingParams; every bad form is a 400 naming the field.
+TEST(OpenAiSchemaTest, LogitBiasAndAllowedTokenIds) {
+  const GenerationRequest r = Parse(
+      R"({"prompt": "x", "logit_bias": {"5": 100, "999": -100, "0": 2.5},
+          "allowed_token_ids": [7, 5]})");
+  EXPECT_EQ(r.sampling.logit_bias,
+            (std::map<int32_t, float>{{0, 2.5f}, {5, 100.0f}, {999, -100.0f}}));
+  EXPECT_EQ(r.sampling.allowed_token_ids, (std::vector<int32_t>{7, 5}));
+  EXPECT_EQ(MakeEngineRequest(r, {1}, Limits()).sampling.logit_bias.size(), 3u);
+  EXPECT_TRUE(Parse(R"({"prompt": "x", "logit_bias": {}})").sampling.logit_bias.empty());
+  EXPECT_FALSE(Parse(R"({"prompt": "x"})").sampling.allowed_token_ids.has_value());
+  for (const char* bad : {R"({"a": 1})", R"({"1.0": 1})", R"({"": 1})", R"({"1000": 1})",
+                          R"({"-1": 1})", R"({"99999999999999999999": 1})", R"({"1": 100.01})",
+                          R"({"1": -101})", R"({"1": "2"})", R"({"1": true})", "[]", "3"}) {
+    EXPECT_EQ(Refusal(std::string(R"({"prompt": "x", "logit_bias": )") + bad + "}"),
+              std::make_pair(400, std::string("logit_bias")))
+        << bad;
+  }
+  for (const char* bad : {"[]", "[1000]", "[-1]", R"(["1"])", "[1.5]", "5", "{}"}) {
+    EXPECT_EQ(Refusal(std::string(R"({"prompt": "x", "allowed_token_ids": )") + bad + "}"),
+              std::make_pair(400, std::string("allowed_token_ids")))
+        << bad;
+  }
 }
 
 TEST(OpenAiSchemaTest, ChatFields) {

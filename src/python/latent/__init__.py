@@ -87,9 +87,9 @@ class SamplingParams:
     """How to sample one request: the fields `latent serve` and `latent generate` take.
 
     The defaults are vLLM's: temperature 1.0 (pass 0 for greedy decoding), 16 tokens at most.
-    Order of application: penalties, temperature, top-k, top-p, min-p, then a draw from the
-    request's own generator (seeded with `seed`: the same seed gives the same output whatever
-    else runs in the batch).
+    Order of application (vLLM's): allowed_token_ids, logit_bias, penalties, temperature, top-k,
+    top-p, min-p, then a draw from the request's own generator (seeded with `seed`: the same seed
+    gives the same output whatever else runs in the batch).
     """
 
     n: int = 1
@@ -126,6 +126,11 @@ class SamplingParams:
     skip_special_tokens: bool = True
     """The text leaves special tokens out (token_ids keep them). vLLM's
     spaces_between_special_tokens is not offered: latent decodes as transformers' decode does."""
+    logit_bias: Optional[dict[int, float]] = None
+    """Token id -> bias in [-100, 100], added to the token's logit before sampling (OpenAI's
+    logit_bias). The logprobs stay those of the model's raw distribution, as vLLM's."""
+    allowed_token_ids: Optional[list[int]] = None
+    """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids)."""
 
     def __post_init__(self) -> None:
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
@@ -165,6 +170,11 @@ class SamplingParams:
             line["prompt_logprobs"] = self.prompt_logprobs
         if not self.skip_special_tokens:
             line["skip_special_tokens"] = False
+        if self.logit_bias:
+            # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take.
+            line["logit_bias"] = dict(self.logit_bias)
+        if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
+            line["allowed_token_ids"] = list(self.allowed_token_ids)
         return line
 
 

@@ -34,6 +34,8 @@ class SamplingParams:
     structured_outputs: Optional[StructuredOutputsParams] = None
     prompt_logprobs: Optional[int] = None
     skip_special_tokens: bool = True
+    logit_bias: Optional[dict[int, float]] = None
+    allowed_token_ids: Optional[list[int]] = None
 
 @dataclass
 class TokenLogprob:
