@@ -320,6 +320,7 @@ void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn)
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
   if (is_eos || is_stop || constraint_done || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;
+    if (is_stop && !is_eos) out.stop_token = sampled.token;
   } else if (seq.num_generated() >= r.max_tokens) {
     out.finish = FinishReason::kLength;
   }

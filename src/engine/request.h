@@ -70,6 +70,10 @@ struct RequestOutput {
   int64_t prompt_logprobs_start = 0;
   std::vector<PromptTokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;  // kNone while running.
+  // With kStop: the Request::stop_token_ids entry this token is, when that ended the sample;
+  // -1 otherwise (an EOS id, unless ignore_eos, ends it first, as in vLLM, whose stop_reason is
+  // then None; so does a grammar's end on an id that is neither). vLLM's int stop_reason.
+  int32_t stop_token = -1;
   std::string error;                          // With kError.
 };
 

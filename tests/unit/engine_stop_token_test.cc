@@ -1,0 +1,122 @@
+// RequestOutput::stop_token, vLLM's int stop_reason: the stop_token_ids entry that ended a sample,
+// on its last event only; -1 when EOS ended it (EOS is checked first, as in vLLM, unless
+// ignore_eos), at max_tokens, and on every event before the last. A token drawn from a draft's
+// verification row (speculative decoding) reports it as the sample's own step would.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "fake_cache_model.h"
+
+namespace latent::engine {
+namespace {
+
+// A model whose output is scripted by position: the logits after the token at position p favour
+// kStopScript[p + 1] (the last entry after the script's end). The prompt is the first
+// kStopPrompt tokens; the tokens it goes on with repeat the prompt's own n-grams, so
+// prompt-lookup drafts of them prove right.
+const std::vector<int32_t> kStopScript = {10, 11, 12, 10, 11, 12, 10, 11,
+                                          12, 10, 11, 12, 10, 11, 12};
+constexpr size_t kStopPrompt = 7;  // then 11, 12, 10, 11, ...
+
+class StopScriptModel : public model::Model {
+ public:
+  const model::ModelConfig& config() const override { return c_; }
+  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
+               model::ForwardTrace*) const override {
+    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
+      const int64_t next = batch.positions[batch.logits_rows[r]] + 1;
+      float* out = logits + r * c_.vocab_size;
+      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = 0.0f;
+      out[kStopScript[std::min<size_t>(static_cast<size_t>(next), kStopScript.size() - 1)]] = 5.0f;
+    }
+  }
+
+ private:
+  model::ModelConfig c_ = testing::FakeMlaConfig(64);
+};
+
+struct StopOutcome {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> stop_tokens;  // each event's
+  FinishReason finish = FinishReason::kNone;
+};
+
+struct StopRun {
+  StopOutcome outcome;
+  EngineMetrics metrics;
+};
+
+StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_t> eos,
+                         bool ignore_eos, int32_t speculative_tokens = 0) {
+  EngineOptions options;
+  options.block_tokens = 4;
+  options.num_blocks = 64;
+  options.max_batch_tokens = 64;
+  options.max_seqs = 4;
+  options.check_invariants = true;
+  options.speculative_tokens = speculative_tokens;
+  model::GenerationConfig generation;
+  generation.eos_token_ids = std::move(eos);
+  Engine engine(std::make_unique<StopScriptModel>(), generation, options);
+  Request request;
+  request.prompt.assign(kStopScript.begin(), kStopScript.begin() + kStopPrompt);
+  request.max_tokens = 6;
+  request.stop_token_ids = std::move(stop_token_ids);
+  request.ignore_eos = ignore_eos;
+  StopRun run;
+  engine.Submit(std::move(request), [&run](const RequestOutput& out) {
+    if (out.has_token) run.outcome.tokens.push_back(out.token);
+    run.outcome.stop_tokens.push_back(out.stop_token);
+    if (out.finish != FinishReason::kNone) run.outcome.finish = out.finish;
+  });
+  for (int steps = 0; engine.Step(); ++steps) EXPECT_LT(steps, 100);
+  run.metrics = engine.Metrics();
+  return run;
+}
+
+TEST(EngineStopToken, AStopTokenIdEndsWithItsId) {
+  const StopOutcome o = GenerateScripted({12, 40}, {}, /*ignore_eos=*/false).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));  // on the last event only
+}
+
+TEST(EngineStopToken, EosIsCheckedFirst) {
+  // 12 is both EOS and a stop id: EOS ended it, no stop token (vLLM's stop_reason None).
+  StopOutcome o = GenerateScripted({12}, {12}, /*ignore_eos=*/false).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));
+  // EOS alone.
+  o = GenerateScripted({}, {12}, /*ignore_eos=*/false).outcome;
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));
+  // Under ignore_eos the same token ends it as a stop id.
+  o = GenerateScripted({12}, {12}, /*ignore_eos=*/true).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));
+}
+
+TEST(EngineStopToken, NoneAtMaxTokens) {
+  const StopOutcome o = GenerateScripted({40}, {41}, /*ignore_eos=*/false).outcome;
+  EXPECT_EQ(o.tokens.size(), 6u);
+  EXPECT_EQ(o.finish, FinishReason::kLength);
+  for (int32_t stop : o.stop_tokens) EXPECT_EQ(stop, -1);
+}
+
+TEST(EngineStopToken, FromADraftsVerificationRow) {
+  // The first decode step drafts 12, 10, ... (the prompt's n-grams): 12 is drawn from the
+  // pending token's row, 10 from the row of draft token 12, and ends the sample there.
+  const StopRun run = GenerateScripted({10}, {}, /*ignore_eos=*/false, /*speculative_tokens=*/4);
+  EXPECT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
+  EXPECT_EQ(run.outcome.finish, FinishReason::kStop);
+  EXPECT_EQ(run.outcome.stop_tokens, (std::vector<int32_t>{-1, -1, 10}));
+  EXPECT_GE(run.metrics.accepted_draft_tokens, 1);  // 10 came from a draft's row
+}
+
+}  // namespace
+}  // namespace latent::engine
