@@ -16,8 +16,10 @@
 // "cancel_step" (cancel it when the engine reaches that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (when the model or --tokenizer
 // directory has a tokenizer),
-// "finish_reason": "stop"|"length", ...; "stop_reason": the stop string that ended it, if one
-// did: "text" then ends before it and "ids" end with the token that completed it; with
+// "finish_reason": "stop"|"length", ...; "stop_reason" (vLLM's): the stop string that ended it,
+// if one did ("text" then ends before it and "ids" end with the token that completed it), else
+// the "stop_token_ids" entry that did (an integer; an EOS id ends it first, with none), absent
+// when neither did; with
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
 // per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.

@@ -30,7 +30,9 @@ void FinishText(RequestJob::Sample& sample, int64_t min_tokens) {
   }
   using engine::FinishReason;
   if (sample.finish == FinishReason::kLength || sample.finish == FinishReason::kStop) {
+    // The string wins over a stop token that ended the sample with it (vLLM's order).
     sample.stop_reason = sample.matcher->matched();
+    sample.stop_token = -1;
     sample.finish = FinishReason::kStop;
   }
 }
@@ -77,6 +79,7 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   sample.ended = true;
   if (sample.stop_reason.empty()) {
     sample.finish = out.finish;
+    sample.stop_token = out.stop_token;
     sample.error = out.error;
     FinishText(sample, line_.request.min_tokens);
   }
@@ -115,6 +118,12 @@ nlohmann::ordered_json RequestJob::PromptLogprobsJson() const {
   return out;
 }
 
+nlohmann::ordered_json RequestJob::StopReason(const Sample& sample) {
+  if (!sample.stop_reason.empty()) return sample.stop_reason;
+  if (sample.stop_token >= 0) return sample.stop_token;
+  return nullptr;
+}
+
 std::string RequestJob::Text(const Sample& sample) const {
   if (sample.matcher) return sample.text;
   return text_.Tokenizer().Decode(sample.ids, line_.skip_special_tokens);
@@ -124,7 +133,7 @@ nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {
   nlohmann::ordered_json j = {{"ids", s.ids}};
   if (text_.has_tokenizer()) j["text"] = Text(s);
   j["finish_reason"] = engine::FinishReasonName(s.finish);
-  if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
+  if (nlohmann::ordered_json stop = StopReason(s); !stop.is_null()) j["stop_reason"] = stop;
   if (line_.request.sampling.top_logprobs >= 0) {
     nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();
     for (const engine::RequestOutput& out : s.logprobs) {

@@ -29,6 +29,8 @@ class RequestJob {
     std::unique_ptr<server::StopStringMatcher> matcher;
     std::string text;
     std::string stop_reason;  // The stop string that ended this sample, if one did.
+    // Else the stop_token_ids entry that did (RequestOutput::stop_token), or -1.
+    int32_t stop_token = -1;
     bool ended = false;       // The engine has reported this sample's end.
   };
 
@@ -69,6 +71,8 @@ class RequestJob {
   // `latent generate`'s output for one sample: ids, text (with a tokenizer), finish_reason,
   // stop_reason, logprobs, error.
   nlohmann::ordered_json SampleJson(const Sample& sample) const;
+  // vLLM's stop_reason: the stop string, else the stop token id, else null.
+  static nlohmann::ordered_json StopReason(const Sample& sample);
 
  private:
   RequestLine line_;

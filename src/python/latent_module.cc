@@ -201,7 +201,7 @@ class PyEngine {
   }
 
   // The finished request: a list of samples, each (ids, text or None, finish_reason,
-  // stop_reason, logprobs or None, error).
+  // stop_reason (the stop string, the stop token id or None), logprobs or None, error).
   nb::list Result(int64_t handle) {
     std::shared_ptr<Tracked> t;
     {
@@ -213,8 +213,14 @@ class PyEngine {
     for (const auto& s : t->job->samples()) {
       nb::object text = has_tokenizer_ ? nb::cast(t->job->Text(s)) : nb::none();
       nb::object logprobs = t->job->request().sampling.top_logprobs >= 0 ? nb::object(LogprobList(s.logprobs)) : nb::none();
+      nb::object stop_reason = nb::none();
+      if (!s.stop_reason.empty()) {
+        stop_reason = nb::cast(s.stop_reason);
+      } else if (s.stop_token >= 0) {
+        stop_reason = nb::cast(s.stop_token);
+      }
       out.append(nb::make_tuple(s.ids, text, std::string(engine::FinishReasonName(s.finish)),
-                                s.stop_reason, logprobs, s.error));
+                                stop_reason, logprobs, s.error));
     }
     return out;
   }

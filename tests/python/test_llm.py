@@ -316,6 +316,32 @@ def test_speculative_tokens_change_no_output():
         latent.LLM(demo, speculative_tokens=2, speculative_ngram_min=3, speculative_ngram_max=2)
 
 
+def test_stop_reason_is_the_stop_token_id_or_string():
+    """CompletionOutput.stop_reason, as vLLM's: the stop_token_ids entry that ended the sample (an
+    int), the stop string that did, else None; the same with drafts (speculative decoding), where
+    the stop id may be drawn from a draft's row. On the demo model, which repeats itself."""
+    demo = str(REPO / "models" / "demo")
+    prompt = "To be, or not to be, that is the question.\n"
+    greedy = dict(temperature=0, max_tokens=32, ignore_eos=True)
+    for k in (0, 4):
+        with latent.LLM(demo, block_tokens=16, check_invariants=True, speculative_tokens=k) as llm:
+            (plain,) = llm.generate(prompt, latent.SamplingParams(**greedy))[0].outputs
+            ids = plain.token_ids
+            assert plain.finish_reason == "length" and plain.stop_reason is None, plain
+            # The last token that is new where it comes (one of the first ones otherwise).
+            at = next(i for i in range(len(ids) - 1, 1, -1) if ids[i] not in ids[:i])
+            params = latent.SamplingParams(stop_token_ids=[ids[at]], **greedy)
+            (out,) = llm.generate(prompt, params)[0].outputs
+            assert out.token_ids == ids[:at + 1] and out.finish_reason == "stop", (out, k)
+            assert out.stop_reason == ids[at] and type(out.stop_reason) is int, (out, k)
+            stop = next(plain.text[i:i + 3] for i in range(3, len(plain.text))
+                        if plain.text[i:i + 3].strip() == plain.text[i:i + 3])
+            (out,) = llm.generate(prompt, latent.SamplingParams(stop=[stop], **greedy))[0].outputs
+            assert out.finish_reason == "stop" and out.stop_reason == stop, (out, k)
+            if k:
+                assert llm.metrics()["accepted_draft_tokens"] > 0
+
+
 def test_generate_refuses_what_is_not_a_prompt(llm):
     """None and an empty dict are errors, not an empty result; an empty list is no prompts."""
     with pytest.raises(TypeError, match="generate\\(\\) needs prompts"):

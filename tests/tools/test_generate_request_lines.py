@@ -129,3 +129,39 @@ def test_include_stop_str_in_output(tmp_path):
                                           dict(line, stop=[stop], include_stop_str_in_output=True)])
     assert cut["text"] == plain["text"][:at] and cut["stop_reason"] == stop, cut
     assert kept["text"] == plain["text"][:at] + stop and kept["stop_reason"] == stop, kept
+
+
+def test_stop_reason_is_the_stop_token_id(model, tmp_path):
+    """vLLM's stop_reason: a stop_token_ids entry that ended a sample is its "stop_reason" (an
+    integer), each sample's own with n > 1; none when the sample ran to max_tokens."""
+    line = {"ids": [3, 17, 29], "max_tokens": 10, "ignore_eos": True}
+    (plain,) = generate(model, tmp_path, [line])
+    ids = plain["ids"]
+    assert plain["finish_reason"] == "length" and "stop_reason" not in plain, plain
+    at = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])
+    stopped, both = generate(model, tmp_path, [dict(line, stop_token_ids=[ids[at]]),
+                                               dict(line, stop_token_ids=[ids[at]], n=2)])
+    assert stopped["ids"] == ids[:at + 1] and stopped["finish_reason"] == "stop", stopped
+    assert stopped["stop_reason"] == ids[at] and type(stopped["stop_reason"]) is int, stopped
+    assert [s.get("stop_reason") for s in both["samples"]] == [ids[at], ids[at]], both
+
+
+def test_eos_is_checked_before_stop_token_ids(model, tmp_path):
+    """A token that is EOS ends the sample with no stop_reason, though it is a stop id too;
+    under ignore_eos it ends it as a stop id."""
+    eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
+    eos = eos[0] if isinstance(eos, list) else eos
+    assert eos not in (5, 7, 8, 9)
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([5, eos, 7, 8, 9]))
+    line = {"ids": [3, 17, 29], "max_tokens": 8, "stop_token_ids": [eos]}
+    at_eos, ignored, later, none = generate(
+        model, tmp_path, [dict(line, ignore_eos=False), dict(line, ignore_eos=True),
+                          dict(line, ignore_eos=True, stop_token_ids=[8]),
+                          dict(line, ignore_eos=True, stop_token_ids=[])],
+        "--debug-replay", str(replay))
+    assert at_eos["ids"] == [5, eos] and at_eos["finish_reason"] == "stop", at_eos
+    assert "stop_reason" not in at_eos, at_eos
+    assert ignored["ids"] == [5, eos] and ignored["stop_reason"] == eos, ignored
+    assert later["ids"] == [5, eos, 7, 8] and later["stop_reason"] == 8, later
+    assert none["finish_reason"] == "stop" and "stop_reason" not in none, none  # the replay's end

@@ -113,7 +113,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     """The text ends after the stop string that matched, not before it."""
     stop_token_ids: Optional[list[int]] = None
-    """Token ids that end a sample (besides the checkpoint's EOS)."""
+    """Token ids that end a sample (besides the checkpoint's EOS); the one that did is the
+    output's `stop_reason`."""
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
@@ -201,8 +202,10 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str
     """"stop" (EOS, a stop token or a stop string), "length" (max_tokens) or "cancelled"."""
-    stop_reason: Optional[str] = None
-    """The stop string that ended the sample, if one did."""
+    stop_reason: Optional[Union[int, str]] = None
+    """What ended the sample, as vLLM's: the stop string, if one did; else the
+    `SamplingParams.stop_token_ids` entry (an int), if one did; else None (EOS, which is checked
+    before stop_token_ids unless `ignore_eos`, max_tokens, or a grammar's end)."""
     logprobs: Optional[list[TokenLogprob]] = None
     """Per generated token, when `SamplingParams.logprobs` is set."""
 
@@ -450,7 +453,7 @@ class LLM:
                 for index, (ids, out_text, finish, stop_reason, logprobs, error) in enumerate(samples):
                     if error:
                         raise LatentError(error)
-                    outputs.append(CompletionOutput(index, out_text, list(ids), finish, stop_reason or None,
+                    outputs.append(CompletionOutput(index, out_text, list(ids), finish, stop_reason,
                                                     _logprobs(logprobs) if logprobs is not None else None))
                 prompt_logprobs = self._engine.prompt_logprobs(handle)
                 if prompt_logprobs is not None:

@@ -49,7 +49,7 @@ class CompletionOutput:
     text: Optional[str]
     token_ids: list[int]
     finish_reason: str
-    stop_reason: Optional[str] = None
+    stop_reason: Optional[Union[int, str]] = None
     logprobs: Optional[list[TokenLogprob]] = None
     @property
     def cumulative_logprob(self) -> Optional[float]: ...
