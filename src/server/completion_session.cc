@@ -292,6 +292,7 @@ void CompletionSession::Apply(const Event& event) {
     c.text_bytes += static_cast<int64_t>(piece.size());
     Emit(c, c.stop.PushTokenText(piece, c.tokens, request_.min_tokens));
     if (c.stop.stopped()) {
+      c.stop_reason = c.stop.matched();
       EndChoice(c, "stop");
       return;
     }
@@ -300,6 +301,15 @@ void CompletionSession::Apply(const Event& event) {
   const std::string rest = c.detokenizer ? c.detokenizer->Finish() : std::string();
   Emit(c, c.stop.PushTokenText(rest, c.tokens, request_.min_tokens));
   if (!c.stop.stopped()) Emit(c, c.stop.Finish());
+  // A stop string the last text completed wins over the stop token that ended the choice with
+  // it (vLLM's order); EOS ends with none (stop_token is -1).
+  if (out.finish == engine::FinishReason::kStop || out.finish == engine::FinishReason::kLength) {
+    if (c.stop.stopped()) {
+      c.stop_reason = c.stop.matched();
+    } else if (out.stop_token >= 0) {
+      c.stop_reason = out.stop_token;
+    }
+  }
   switch (out.finish) {
     case engine::FinishReason::kStop:
       EndChoice(c, "stop");
@@ -511,7 +521,10 @@ std::string CompletionSession::TakeStream() {
     delta.reasoning = c.reasoning.substr(c.sent_reasoning);
     delta.token_ids.assign(c.token_ids.begin() + c.sent_ids, c.token_ids.end());
     delta.logprobs.assign(c.logprobs.begin() + c.sent_logprobs, c.logprobs.begin() + logprobs_to);
-    if (new_end) delta.finish_reason = c.finish_reason;
+    if (new_end) {
+      delta.finish_reason = c.finish_reason;
+      delta.stop_reason = c.stop_reason;
+    }
     c.sent_text = c.text.size();
     c.sent_reasoning = c.reasoning.size();
     c.sent_ids = c.token_ids.size();
@@ -536,8 +549,8 @@ std::pair<int, std::string> CompletionSession::Response() const {
   std::vector<ChoiceOutput> choices;
   choices.reserve(choices_.size());
   for (const Choice& c : choices_) {
-    choices.push_back(
-        {c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.reasoning, c.tool_calls});
+    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason,
+                       c.reasoning, c.tool_calls});
   }
   std::vector<std::vector<int32_t>> prompt_ids;
   if (request_.return_token_ids) {

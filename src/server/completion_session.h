@@ -112,6 +112,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     std::vector<LogprobEntry> logprobs;
     int64_t tokens = 0;  // Completion tokens, up to the one that completed a stop string.
     std::string finish_reason;
+    OrderedJson stop_reason;  // ChoiceOutput::stop_reason
     bool ended = false;
     Clock::time_point last_token;
     // How much of text / token_ids / logprobs went out in chunks, and whether the end did.

@@ -781,6 +781,7 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
     choice["logprobs"] =
         meta.logprobs ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
     choice["finish_reason"] = FinishReason(c.finish_reason);
+    choice["stop_reason"] = c.stop_reason;
     if (meta.return_token_ids) choice["token_ids"] = c.token_ids;
     list.push_back(std::move(choice));
   }
@@ -818,6 +819,9 @@ OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role
   choice["logprobs"] =
       meta.logprobs && !role_only ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
   choice["finish_reason"] = FinishReason(c.finish_reason);
+  if (meta.endpoint == Endpoint::kCompletions || (!role_only && !c.finish_reason.empty())) {
+    choice["stop_reason"] = c.stop_reason;
+  }
   if (meta.return_token_ids && !role_only) choice["token_ids"] = c.token_ids;
   j["choices"] = OrderedJson::array({std::move(choice)});
   if (meta.include_usage) j["usage"] = nullptr;

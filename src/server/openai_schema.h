@@ -219,6 +219,11 @@ struct ChoiceOutput {
   std::vector<int32_t> token_ids;  // With return_token_ids.
   std::vector<LogprobEntry> logprobs;
   std::string finish_reason;  // "" while running: null in JSON.
+  // vLLM's stop_reason (not OpenAI's), beside finish_reason: the stop string that ended the
+  // choice, else the stop_token_ids entry (a JSON int), else null (EOS, length, abort). In every
+  // response choice and completions chunk; in chat chunks only the one with the finish_reason
+  // (vLLM leaves it unset in the others).
+  OrderedJson stop_reason;
   // Chat with a reasoning parser: message.reasoning_content (null when empty) /
   // delta.reasoning_content (only when not empty).
   std::string reasoning;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -316,6 +317,40 @@ TEST(OpenAiSchemaTest, ResponseAndChunks) {
   // Invalid UTF-8 is replaced, never thrown.
   c.text = "\xff";
   EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {}, {})));
+}
+
+TEST(OpenAiSchemaTest, StopReasonBesideFinishReason) {
+  // vLLM's shape: every response choice and completions chunk carries stop_reason (null, a stop
+  // string, or a stop token id as a JSON int); a chat chunk only with its finish_reason.
+  for (const Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+    SCOPED_TRACE(static_cast<int>(endpoint));
+    ResponseMeta meta;
+    meta.endpoint = endpoint;
+    ChoiceOutput c;
+    c.text = "hi";
+    const bool chat = endpoint == Endpoint::kChatCompletions;
+    OrderedJson chunk = ChunkJson(meta, c)["choices"][0];
+    EXPECT_EQ(chunk.contains("stop_reason"), !chat) << chunk;
+    if (!chat) {
+      EXPECT_TRUE(chunk["stop_reason"].is_null());
+    }
+    c.finish_reason = "stop";
+    EXPECT_TRUE(ResponseJson(meta, {c}, {}, {})["choices"][0]["stop_reason"].is_null());
+    c.stop_reason = 7;
+    const OrderedJson choice = ResponseJson(meta, {c}, {}, {})["choices"][0];
+    EXPECT_EQ(Dump(choice["stop_reason"]), "7");
+    // Right after finish_reason, as vLLM's models order their fields.
+    auto after = std::next(choice.find("finish_reason"));
+    ASSERT_NE(after, choice.end());
+    EXPECT_EQ(after.key(), "stop_reason");
+    chunk = ChunkJson(meta, c)["choices"][0];
+    EXPECT_EQ(Dump(chunk["stop_reason"]), "7");
+    c.stop_reason = "\n\n";
+    EXPECT_EQ(ChunkJson(meta, c)["choices"][0]["stop_reason"], "\n\n");
+    if (chat) {
+      EXPECT_FALSE(ChunkJson(meta, c, /*role_only=*/true)["choices"][0].contains("stop_reason"));
+    }
+  }
 }
 
 TEST(MetricsTest, HistogramIsCumulative) {

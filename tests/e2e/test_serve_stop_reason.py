@@ -1,0 +1,147 @@
+"""vLLM's `stop_reason` beside `finish_reason` on /v1/completions and /v1/chat/completions: the
+stop string that ended a choice, else the `stop_token_ids` entry that did (a JSON int), else null
+(EOS, which is checked first unless ignore_eos, or max_tokens). Every response choice carries it;
+streamed, every completions chunk (null until the one with the finish_reason) and only the chat
+chunk with the finish_reason, as vLLM serializes them. With n > 1 each choice has its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from e2e_harness import (MODEL_NAME, SERVER_FLAGS, LatentServer, chat_model,  # noqa: F401
+                         server, sse_events)
+
+C = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+
+def body_for(path: str, **fields) -> dict:
+    body = {"model": MODEL_NAME, "temperature": 0.0, "max_tokens": 12, "ignore_eos": True,
+            "return_token_ids": True, **fields}
+    if path == C:
+        body.setdefault("prompt", "The quick brown fox")
+    else:
+        body.setdefault("messages", [{"role": "user", "content": "Name three rivers."}])
+    return body
+
+
+def respond(srv, path: str, **fields) -> list[dict]:
+    """The response's choices."""
+    status, out = srv.post(path, body_for(path, **fields))
+    assert status == 200, out
+    return out["choices"]
+
+
+def stream(srv, path: str, **fields) -> list[dict]:
+    """Every streamed chunk's choices, in order (the usage chunk has none)."""
+    status, raw = srv.request("POST", path, body_for(path, stream=True, **fields))
+    assert status == 200, raw
+    return [c for e in sse_events(raw) if e != "[DONE]" for c in json.loads(e)["choices"]]
+
+
+def check_stream(path: str, chunks: list[dict], finish: str, stop_reason) -> None:
+    """One choice's chunks: stop_reason with the finish_reason, null or absent before it."""
+    ends = [c for c in chunks if c.get("finish_reason")]
+    assert len(ends) == 1, chunks
+    assert ends[0]["finish_reason"] == finish, ends[0]
+    assert "stop_reason" in ends[0] and ends[0]["stop_reason"] == stop_reason, ends[0]
+    assert type(ends[0]["stop_reason"]) is type(stop_reason), ends[0]
+    for c in chunks:
+        if c is ends[0]:
+            continue
+        if path == C:
+            assert "stop_reason" in c and c["stop_reason"] is None, c
+        else:
+            assert "stop_reason" not in c, c
+
+
+def first_new(ids: list[int], start: int = 2) -> int:
+    """The first position from `start` whose token did not come before it."""
+    return next(i for i in range(start, len(ids)) if ids[i] not in ids[:i])
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_a_stop_token_id_is_the_stop_reason(server, path):
+    (plain,) = respond(server, path)
+    ids = plain["token_ids"]
+    assert plain["finish_reason"] == "length" and "stop_reason" in plain
+    assert plain["stop_reason"] is None, plain
+    at = first_new(ids)
+    stop = ids[at]
+    (stopped,) = respond(server, path, stop_token_ids=[stop])
+    assert stopped["token_ids"] == ids[:at + 1], (stopped, ids)
+    assert stopped["finish_reason"] == "stop"
+    assert stopped["stop_reason"] == stop and type(stopped["stop_reason"]) is int, stopped
+    chunks = stream(server, path, stop_token_ids=[stop])
+    check_stream(path, chunks, "stop", stop)
+    assert [t for c in chunks for t in c.get("token_ids") or []] == ids[:at + 1]
+    check_stream(path, stream(server, path), "length", None)
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_a_stop_string_is_the_stop_reason(server, path):
+    """The server's own stop-string matcher gives the string."""
+    (plain,) = respond(server, path)
+    text = plain["text"] if path == C else plain["message"]["content"]
+    stop = next(text[i:i + 2] for i in range(2, len(text) - 2) if text[i:i + 2].strip())
+    (stopped,) = respond(server, path, stop=["\u2603 never", stop])
+    assert stopped["finish_reason"] == "stop" and stopped["stop_reason"] == stop, stopped
+    check_stream(path, stream(server, path, stop=[stop]), "stop", stop)
+
+
+def test_each_choice_has_its_own(server):
+    """Two prompts, n = 2 each (greedy): a stop id from the first prompt's output ends its two
+    choices with it; the second prompt's, which never draw it, end at max_tokens with null."""
+    prompts = ["The quick brown fox", "Once upon a time"]
+    outputs = [respond(server, C, prompt=p)[0]["token_ids"] for p in prompts]
+    at = next(i for i in range(2, len(outputs[0]))
+              if outputs[0][i] not in outputs[0][:i] + outputs[1])
+    stop = outputs[0][at]
+    body = dict(prompt=prompts, n=2, stop_token_ids=[stop])
+    want = [("stop", stop), ("stop", stop), ("length", None), ("length", None)]
+    choices = respond(server, C, **body)
+    assert [(c["finish_reason"], c["stop_reason"]) for c in choices] == want, choices
+    streamed: dict[int, list[dict]] = {}
+    for c in stream(server, C, **body):
+        streamed.setdefault(c["index"], []).append(c)
+    assert sorted(streamed) == [0, 1, 2, 3]
+    for index, (finish, stop_reason) in enumerate(want):
+        check_stream(C, streamed[index], finish, stop_reason)
+
+
+@pytest.fixture(scope="module")
+def replay_server(chat_model, tmp_path_factory):
+    """Every request emits 5, EOS, 7, 8, 9 (--debug-replay), then ends."""
+    tmp = tmp_path_factory.mktemp("replay")
+    eos = json.loads((chat_model / "generation_config.json").read_text())["eos_token_id"]
+    eos = eos[0] if isinstance(eos, list) else eos
+    assert eos not in (5, 7, 8, 9)
+    (tmp / "replay.json").write_text(json.dumps({"ids": [5, eos, 7, 8, 9]}))
+    srv = LatentServer(chat_model, tmp / "serve.log", *SERVER_FLAGS, "--debug-replay",
+                       str(tmp / "replay.json"))
+    srv.eos = eos
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_eos_is_checked_before_stop_token_ids(replay_server, path):
+    eos = replay_server.eos
+    # EOS ends it, though it is a stop id too: null, as vLLM.
+    (c,) = respond(replay_server, path, ignore_eos=False, stop_token_ids=[eos])
+    assert c["token_ids"] == [5, eos] and c["finish_reason"] == "stop", c
+    assert "stop_reason" in c and c["stop_reason"] is None, c
+    check_stream(path, stream(replay_server, path, ignore_eos=False, stop_token_ids=[eos]),
+                 "stop", None)
+    # Under ignore_eos the same id ends it as a stop id.
+    (c,) = respond(replay_server, path, ignore_eos=True, stop_token_ids=[eos])
+    assert c["token_ids"] == [5, eos] and c["stop_reason"] == eos, c
+    check_stream(path, stream(replay_server, path, ignore_eos=True, stop_token_ids=[eos]),
+                 "stop", eos)
+    # The replay's own end is neither.
+    (c,) = respond(replay_server, path, ignore_eos=True, stop_token_ids=[8])
+    assert c["token_ids"] == [5, eos, 7, 8] and c["stop_reason"] == 8, c
+    (c,) = respond(replay_server, path, ignore_eos=True)
+    assert c["finish_reason"] == "stop" and c["stop_reason"] is None, c
