@@ -321,6 +321,7 @@ void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn)
   if (is_eos || is_stop || constraint_done || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;
     if (is_stop && !is_eos) out.stop_token = sampled.token;
+    out.stop_terminated = is_eos || is_stop;
   } else if (seq.num_generated() >= r.max_tokens) {
     out.finish = FinishReason::kLength;
   }

@@ -74,6 +74,10 @@ struct RequestOutput {
   // -1 otherwise (an EOS id, unless ignore_eos, ends it first, as in vLLM, whose stop_reason is
   // then None; so does a grammar's end on an id that is neither). vLLM's int stop_reason.
   int32_t stop_token = -1;
+  // With kStop: this token is an EOS id (unless ignore_eos) or a stop_token_ids entry, vLLM's
+  // stop_terminated. Its text then stays out of the output and out of the stop-string search
+  // unless include_stop_str_in_output, as vLLM's detokenizer does; its id is still output.
+  bool stop_terminated = false;
   std::string error;                          // With kError.
 };
 

@@ -1,6 +1,7 @@
 // RequestOutput::stop_token, vLLM's int stop_reason: the stop_token_ids entry that ended a sample,
 // on its last event only; -1 when EOS ended it (EOS is checked first, as in vLLM, unless
-// ignore_eos), at max_tokens, and on every event before the last. A token drawn from a draft's
+// ignore_eos), at max_tokens, and on every event before the last. stop_terminated marks that
+// last event when EOS or a stop id ended the sample. A token drawn from a draft's
 // verification row (speculative decoding) reports it as the sample's own step would.
 #include <gtest/gtest.h>
 
@@ -42,6 +43,7 @@ class StopScriptModel : public model::Model {
 struct StopOutcome {
   std::vector<int32_t> tokens;
   std::vector<int32_t> stop_tokens;  // each event's
+  std::vector<bool> stop_terminated;  // each event's
   FinishReason finish = FinishReason::kNone;
 };
 
@@ -71,6 +73,7 @@ StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_
   engine.Submit(std::move(request), [&run](const RequestOutput& out) {
     if (out.has_token) run.outcome.tokens.push_back(out.token);
     run.outcome.stop_tokens.push_back(out.stop_token);
+    run.outcome.stop_terminated.push_back(out.stop_terminated);
     if (out.finish != FinishReason::kNone) run.outcome.finish = out.finish;
   });
   for (int steps = 0; engine.Step(); ++steps) EXPECT_LT(steps, 100);
@@ -83,6 +86,7 @@ TEST(EngineStopToken, AStopTokenIdEndsWithItsId) {
   EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));  // on the last event only
+  EXPECT_EQ(o.stop_terminated, (std::vector<bool>{false, true}));
 }
 
 TEST(EngineStopToken, EosIsCheckedFirst) {
@@ -91,10 +95,11 @@ TEST(EngineStopToken, EosIsCheckedFirst) {
   EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));
-  // EOS alone.
+  // EOS alone: stop-terminated all the same (vLLM leaves its text out too).
   o = GenerateScripted({}, {12}, /*ignore_eos=*/false).outcome;
   EXPECT_EQ(o.finish, FinishReason::kStop);
   EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(o.stop_terminated, (std::vector<bool>{false, true}));
   // Under ignore_eos the same token ends it as a stop id.
   o = GenerateScripted({12}, {12}, /*ignore_eos=*/true).outcome;
   EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
@@ -106,6 +111,7 @@ TEST(EngineStopToken, NoneAtMaxTokens) {
   EXPECT_EQ(o.tokens.size(), 6u);
   EXPECT_EQ(o.finish, FinishReason::kLength);
   for (int32_t stop : o.stop_tokens) EXPECT_EQ(stop, -1);
+  for (bool terminated : o.stop_terminated) EXPECT_FALSE(terminated);
 }
 
 TEST(EngineStopToken, FromADraftsVerificationRow) {
@@ -115,6 +121,7 @@ TEST(EngineStopToken, FromADraftsVerificationRow) {
   EXPECT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
   EXPECT_EQ(run.outcome.finish, FinishReason::kStop);
   EXPECT_EQ(run.outcome.stop_tokens, (std::vector<int32_t>{-1, -1, 10}));
+  EXPECT_EQ(run.outcome.stop_terminated, (std::vector<bool>{false, false, true}));
   EXPECT_GE(run.metrics.accepted_draft_tokens, 1);  // 10 came from a draft's row
 }
 
