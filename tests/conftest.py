@@ -141,3 +141,20 @@ def latent_generate(model_dir: Path, ids: list[int], max_tokens: int, form: str 
         args.append("--ignore-eos")
     out = run_latent(*args)
     return json.loads(out.stdout)["ids"]
+
+
+def stop_token_case(prefixes: list[str], ids: list[int]) -> tuple[int, str]:
+    """Where a greedy output has a token to stop on whose text shows: new where it comes (so the
+    stop id ends the sample there), its text non-empty whole characters, and the last character
+    before it plus its text a stop string that first occurs there; the last such token (the
+    likeliest to come from a draft). `prefixes[k]`: the text of the first k ids. Returns (its
+    position, that stop string)."""
+    for at in range(len(ids) - 1, 0, -1):
+        before, after = prefixes[at], prefixes[at + 1]
+        if ids[at] in ids[:at] or not before or after == before or not after.startswith(before):
+            continue
+        stop = after[len(before) - 1:]
+        if "\ufffd" not in after and stop.strip() and stop not in before:
+            return at, stop
+    raise AssertionError(f"no token to stop on in {ids} {prefixes}")
+

@@ -19,7 +19,8 @@
 // "finish_reason": "stop"|"length", ...; "stop_reason" (vLLM's): the stop string that ended it,
 // if one did ("text" then ends before it and "ids" end with the token that completed it), else
 // the "stop_token_ids" entry that did (an integer; an EOS id ends it first, with none), absent
-// when neither did; with
+// when neither did; the EOS or stop id that ended it ends "ids", but its text is not in "text"
+// unless "include_stop_str_in_output" (vLLM); with
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
 // per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.

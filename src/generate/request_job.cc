@@ -1,6 +1,7 @@
 #include "generate/request_job.h"
 
 #include <algorithm>
+#include <span>
 
 #include "server/openai_schema.h"
 
@@ -14,8 +15,10 @@ nlohmann::ordered_json TokenLogprobJson(int64_t token, float logprob) {
 
 // The text of a streamed sample at its end: what the matcher released, then the rest. A stop
 // string that the last characters complete ends the sample as it would have earlier (the
-// server's rule); none does in the text of the first `min_tokens` tokens.
-void FinishText(RequestJob::Sample& sample, int64_t min_tokens) {
+// server's rule); none does in the text of the first `min_tokens` tokens. `stop_token_text`:
+// the rest may hold the text of the stop token that ended the sample (kept under
+// include_stop_str_in_output), which vLLM does not search for stop strings.
+void FinishText(RequestJob::Sample& sample, int64_t min_tokens, bool stop_token_text) {
   if (!sample.detokenizer || !sample.stop_reason.empty()) return;
   const std::string rest = sample.detokenizer->Finish();
   if (!sample.matcher) {
@@ -23,14 +26,16 @@ void FinishText(RequestJob::Sample& sample, int64_t min_tokens) {
     return;
   }
   const auto tokens = static_cast<int64_t>(sample.ids.size());
-  sample.text += sample.matcher->PushTokenText(rest, tokens, min_tokens);
+  sample.text += stop_token_text ? sample.matcher->PushUnmatched(rest)
+                                 : sample.matcher->PushTokenText(rest, tokens, min_tokens);
   if (!sample.matcher->stopped()) {
     sample.text += sample.matcher->Finish();
     return;
   }
   using engine::FinishReason;
   if (sample.finish == FinishReason::kLength || sample.finish == FinishReason::kStop) {
-    // The string wins over a stop token that ended the sample with it (vLLM's order).
+    // Text held back from tokens before the last completed the string: it would have ended the
+    // sample at that token, before any stop token, had it been released then.
     sample.stop_reason = sample.matcher->matched();
     sample.stop_token = -1;
     sample.finish = FinishReason::kStop;
@@ -57,13 +62,22 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
   Sample& sample = samples_.at(out.sample);
   prompt_logprobs_.insert(prompt_logprobs_.end(), out.prompt_logprobs.begin(),
                           out.prompt_logprobs.end());
+  // vLLM's detokenizer (update(new_token_ids, stop_terminated)): the EOS or stop id that ended
+  // the sample is in the ids, but its text is neither output nor searched for stop strings
+  // unless include_stop_str_in_output, where it is output, still unsearched; so its id is the
+  // stop_reason even where its text would complete a stop string.
+  const bool stop_terminated =
+      out.has_token && out.finish == engine::FinishReason::kStop && out.stop_terminated;
   if (out.has_token && sample.stop_reason.empty()) {
     sample.ids.push_back(out.token);
+    sample.last_text_dropped = stop_terminated && !line_.include_stop;
     if (line_.request.sampling.top_logprobs >= 0) sample.logprobs.push_back(out);
-    if (sample.detokenizer) {
+    if (sample.detokenizer && !sample.last_text_dropped) {
       const std::string piece = sample.detokenizer->Push(out.token);
       if (!sample.matcher) {
         sample.text += piece;
+      } else if (stop_terminated) {
+        sample.text += sample.matcher->PushUnmatched(piece);
       } else {
         sample.text += sample.matcher->PushTokenText(
             piece, static_cast<int64_t>(sample.ids.size()), line_.request.min_tokens);
@@ -81,7 +95,7 @@ bool RequestJob::OnOutput(const engine::RequestOutput& out) {
     sample.finish = out.finish;
     sample.stop_token = out.stop_token;
     sample.error = out.error;
-    FinishText(sample, line_.request.min_tokens);
+    FinishText(sample, line_.request.min_tokens, stop_terminated && line_.include_stop);
   }
   return ++done_ == static_cast<int32_t>(samples_.size());
 }
@@ -126,7 +140,9 @@ nlohmann::ordered_json RequestJob::StopReason(const Sample& sample) {
 
 std::string RequestJob::Text(const Sample& sample) const {
   if (sample.matcher) return sample.text;
-  return text_.Tokenizer().Decode(sample.ids, line_.skip_special_tokens);
+  std::span<const int32_t> ids = sample.ids;
+  if (sample.last_text_dropped) ids = ids.first(ids.size() - 1);
+  return text_.Tokenizer().Decode(ids, line_.skip_special_tokens);
 }
 
 nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {

@@ -31,6 +31,9 @@ class RequestJob {
     std::string stop_reason;  // The stop string that ended this sample, if one did.
     // Else the stop_token_ids entry that did (RequestOutput::stop_token), or -1.
     int32_t stop_token = -1;
+    // The last id is the EOS or stop id that ended the sample, whose text vLLM leaves out
+    // (include_stop_str_in_output unset): ids has it, text does not.
+    bool last_text_dropped = false;
     bool ended = false;       // The engine has reported this sample's end.
   };
 

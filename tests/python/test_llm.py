@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_PYTHON, REPO, run_latent
+from conftest import BUILD_PYTHON, REPO, run_latent, stop_token_case
 
 try:
     import latent
@@ -340,6 +340,38 @@ def test_stop_reason_is_the_stop_token_id_or_string():
             assert out.finish_reason == "stop" and out.stop_reason == stop, (out, k)
             if k:
                 assert llm.metrics()["accepted_draft_tokens"] > 0
+
+
+def test_a_stop_tokens_text_is_not_output():
+    """As vLLM's detokenizer: the text of the stop id that ended a sample is left out of
+    CompletionOutput.text and StreamChunk.text and out of the stop-string search (token_ids keep
+    it), unless include_stop_str_in_output, which keeps the text, still unsearched; so stop_reason
+    is the id even where its text completes a stop string. With drafts too. It used to be output,
+    and the stop string it completed won."""
+    demo = str(REPO / "models" / "demo")
+    prompt = "To be, or not to be, that is the question.\n"
+    greedy = dict(temperature=0, ignore_eos=True)
+    for k in (0, 4):
+        with latent.LLM(demo, block_tokens=16, check_invariants=True, speculative_tokens=k) as llm:
+            runs = [r.outputs[0] for r in llm.generate(
+                [prompt] * 12, [latent.SamplingParams(max_tokens=n, **greedy) for n in range(1, 13)])]
+            ids = runs[-1].token_ids
+            prefixes = [""] + [r.text for r in runs]
+            at, stop = stop_token_case(prefixes, ids)
+            token = ids[at]
+            cases = [(dict(), prefixes[at]), (dict(stop=[stop]), prefixes[at]),
+                     (dict(include_stop_str_in_output=True), prefixes[at + 1]),
+                     (dict(stop=[stop], include_stop_str_in_output=True), prefixes[at + 1])]
+            for fields, text in cases:
+                params = latent.SamplingParams(max_tokens=12, stop_token_ids=[token], **fields, **greedy)
+                (out,) = llm.generate(prompt, params)[0].outputs
+                assert out.token_ids == ids[:at + 1] and out.finish_reason == "stop", (out, k)
+                assert out.stop_reason == token and out.text == text, (out, fields, k, stop)
+                chunks = list(llm.stream(prompt, params))
+                assert "".join(c.text for c in chunks) == text, (chunks, fields, k)
+                assert [t for c in chunks for t in c.token_ids] == ids[:at + 1]
+            (out,) = llm.generate(prompt, latent.SamplingParams(max_tokens=12, stop=[stop], **greedy))[0].outputs
+            assert out.stop_reason == stop and out.text == prefixes[at + 1][:-len(stop)], (out, k)
 
 
 def test_generate_refuses_what_is_not_a_prompt(llm):

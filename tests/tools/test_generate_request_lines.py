@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_latent
+from conftest import REPO, run_latent, stop_token_case
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +165,31 @@ def test_eos_is_checked_before_stop_token_ids(model, tmp_path):
     assert ignored["ids"] == [5, eos] and ignored["stop_reason"] == eos, ignored
     assert later["ids"] == [5, eos, 7, 8] and later["stop_reason"] == 8, later
     assert none["finish_reason"] == "stop" and "stop_reason" not in none, none  # the replay's end
+
+
+@pytest.mark.parametrize("flags", [(), ("--speculative-tokens", "4")])
+def test_a_stop_tokens_text_is_not_output(tmp_path, flags):
+    """vLLM's detokenizer leaves the text of the stop id that ended a sample out of "text" and out
+    of the stop-string search (the id stays in "ids"), unless include_stop_str_in_output, which
+    keeps the text, still unsearched: so "stop_reason" is the id even where its text completes a
+    stop string. It used to be output, and the stop string it completed won."""
+    demo = REPO / "models" / "demo"
+    line = {"prompt": "To be, or not to be, that is the question.\n", "ignore_eos": True}
+    runs = generate(demo, tmp_path, [dict(line, max_tokens=k) for k in range(1, 13)], *flags)
+    ids = runs[-1]["ids"]
+    prefixes = [""] + [r["text"] for r in runs]
+    at, stop = stop_token_case(prefixes, ids)
+    token = ids[at]
+    keep = {"include_stop_str_in_output": True}
+    out = generate(demo, tmp_path, [dict(line, max_tokens=12, stop_token_ids=[token]),
+                                    dict(line, max_tokens=12, stop_token_ids=[token], stop=[stop]),
+                                    dict(line, max_tokens=12, stop_token_ids=[token], **keep),
+                                    dict(line, max_tokens=12, stop_token_ids=[token], stop=[stop],
+                                         **keep),
+                                    dict(line, max_tokens=12, stop=[stop])], *flags)
+    for r in out[:4]:
+        assert r["ids"] == ids[:at + 1] and r["finish_reason"] == "stop", (r, at)
+        assert r["stop_reason"] == token and type(r["stop_reason"]) is int, (r, stop)
+    assert [r["text"] for r in out[:4]] == [prefixes[at]] * 2 + [prefixes[at + 1]] * 2, (out, at)
+    # Without the stop id the same text completes the stop string.
+    assert out[4]["stop_reason"] == stop and out[4]["text"] == prefixes[at + 1][:-len(stop)]

@@ -111,10 +111,12 @@ class SamplingParams:
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
     include_stop_str_in_output: bool = False
-    """The text ends after the stop string that matched, not before it."""
+    """The text ends after the stop string that matched, not before it; and it keeps the text of
+    the EOS or stop_token_ids entry that ended the sample, which it otherwise leaves out (vLLM)."""
     stop_token_ids: Optional[list[int]] = None
     """Token ids that end a sample (besides the checkpoint's EOS); the one that did is the
-    output's `stop_reason`."""
+    output's `stop_reason`, in its token_ids but not in its text (as vLLM, unless
+    include_stop_str_in_output), nor searched for stop strings."""
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
@@ -159,7 +161,8 @@ class SamplingParams:
             line["seed"] = self.seed
         if self.stop:
             line["stop"] = self.stop
-            line["include_stop_str_in_output"] = self.include_stop_str_in_output
+        # Also without stop strings: it keeps the text of an EOS or stop id that ends a sample.
+        line["include_stop_str_in_output"] = self.include_stop_str_in_output
         if self.stop_token_ids:
             line["stop_token_ids"] = list(self.stop_token_ids)
         if self.logprobs is not None:
