@@ -274,6 +274,8 @@ void CompletionSession::Apply(const Event& event) {
   }
   Choice& c = choices_[static_cast<size_t>(event.prompt) * request_.sampling.n + out.sample];
   if (c.ended) return;  // Tokens after a stop string.
+  const bool stop_terminated =
+      out.has_token && out.finish == engine::FinishReason::kStop && out.stop_terminated;
   if (out.has_token) {
     if (!prompt.first_token_seen) {
       prompt.first_token_seen = true;
@@ -287,10 +289,20 @@ void CompletionSession::Apply(const Event& event) {
     const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
                          !std::binary_search(context_.tool_marker_tokens.begin(),
                                              context_.tool_marker_tokens.end(), out.token);
-    const std::string piece =
-        c.detokenizer && !skipped ? c.detokenizer->Push(out.token) : std::string();
+    // vLLM's detokenizer (update(new_token_ids, stop_terminated)): the EOS or stop id that ended
+    // the choice is in token_ids, logprobs and usage, but its text is neither output nor
+    // searched for stop strings unless include_stop_str_in_output, where it is output, still
+    // unsearched; so its id is the stop_reason even where its text would complete a stop
+    // string. Left out here, before the parsers, it is in no content, reasoning or tool call.
+    const bool dropped = stop_terminated && !request_.include_stop_str_in_output;
+    const std::string piece = c.detokenizer && !skipped && !dropped
+                                  ? c.detokenizer->Push(out.token) : std::string();
     c.text_bytes += static_cast<int64_t>(piece.size());
-    Emit(c, c.stop.PushTokenText(piece, c.tokens, request_.min_tokens));
+    if (stop_terminated) {
+      if (!dropped) Emit(c, c.stop.PushUnmatched(piece));
+    } else {
+      Emit(c, c.stop.PushTokenText(piece, c.tokens, request_.min_tokens));
+    }
     if (c.stop.stopped()) {
       c.stop_reason = c.stop.matched();
       EndChoice(c, "stop");
@@ -298,11 +310,16 @@ void CompletionSession::Apply(const Event& event) {
     }
   }
   if (out.finish == engine::FinishReason::kNone) return;
+  // The detokenizer's held-back rest: the text of tokens before the last, unless it holds the
+  // kept text of a stop id (then unsearched, as above).
   const std::string rest = c.detokenizer ? c.detokenizer->Finish() : std::string();
-  Emit(c, c.stop.PushTokenText(rest, c.tokens, request_.min_tokens));
+  Emit(c, stop_terminated && request_.include_stop_str_in_output
+              ? c.stop.PushUnmatched(rest)
+              : c.stop.PushTokenText(rest, c.tokens, request_.min_tokens));
   if (!c.stop.stopped()) Emit(c, c.stop.Finish());
-  // A stop string the last text completed wins over the stop token that ended the choice with
-  // it (vLLM's order); EOS ends with none (stop_token is -1).
+  // A stop string completed by text held back from tokens before the last would have ended the
+  // choice at that token, before any stop id, had the text been released then; so it wins. Else
+  // the stop id is the stop_reason; EOS gives none (stop_token is -1).
   if (out.finish == engine::FinishReason::kStop || out.finish == engine::FinishReason::kLength) {
     if (c.stop.stopped()) {
       c.stop_reason = c.stop.matched();

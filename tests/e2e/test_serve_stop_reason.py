@@ -2,7 +2,11 @@
 stop string that ended a choice, else the `stop_token_ids` entry that did (a JSON int), else null
 (EOS, which is checked first unless ignore_eos, or max_tokens). Every response choice carries it;
 streamed, every completions chunk (null until the one with the finish_reason) and only the chat
-chunk with the finish_reason, as vLLM serializes them. With n > 1 each choice has its own."""
+chunk with the finish_reason, as vLLM serializes them. With n > 1 each choice has its own.
+
+As vLLM's detokenizer, the text of the EOS or stop id that ended a choice is left out of its text
+(and of the stop-string search), unless include_stop_str_in_output, though token_ids, logprobs and
+usage have the token."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import json
 
 import pytest
 
+from conftest import stop_token_case
 from e2e_harness import (MODEL_NAME, SERVER_FLAGS, LatentServer, chat_model,  # noqa: F401
                          server, sse_events)
 
@@ -55,6 +60,16 @@ def check_stream(path: str, chunks: list[dict], finish: str, stop_reason) -> Non
             assert "stop_reason" in c and c["stop_reason"] is None, c
         else:
             assert "stop_reason" not in c, c
+
+
+def text_of(path: str, choice: dict) -> str:
+    return choice["text"] if path == C else choice["message"]["content"]
+
+
+def streamed_text(path: str, chunks: list[dict]) -> str:
+    if path == C:
+        return "".join(c["text"] for c in chunks)
+    return "".join(c["delta"].get("content") or "" for c in chunks)
 
 
 def first_new(ids: list[int], start: int = 2) -> int:
@@ -145,3 +160,71 @@ def test_eos_is_checked_before_stop_token_ids(replay_server, path):
     assert c["token_ids"] == [5, eos, 7, 8] and c["stop_reason"] == 8, c
     (c,) = respond(replay_server, path, ignore_eos=True)
     assert c["finish_reason"] == "stop" and c["stop_reason"] is None, c
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_a_stop_tokens_text_is_not_output(server, path):
+    """vLLM leaves the text of the stop id that ended a choice out of its text and out of the
+    stop-string search (token_ids keep the id), unless include_stop_str_in_output, which keeps
+    the text, still unsearched: so stop_reason is the id even where its text completes a stop
+    string. Streamed as not. It used to be output, and the stop string it completed won."""
+    prefixes = [""] + [text_of(path, respond(server, path, max_tokens=k)[0]) for k in range(1, 13)]
+    ids = respond(server, path)[0]["token_ids"]
+    at, stop = stop_token_case(prefixes, ids)
+    token = ids[at]
+    keep = {"include_stop_str_in_output": True}
+    cases = [({}, prefixes[at]), ({"stop": [stop]}, prefixes[at]),
+             (keep, prefixes[at + 1]), ({"stop": [stop], **keep}, prefixes[at + 1])]
+    for fields, want in cases:
+        (c,) = respond(server, path, stop_token_ids=[token], **fields)
+        assert c["token_ids"] == ids[:at + 1] and c["finish_reason"] == "stop", (c, fields)
+        assert c["stop_reason"] == token and text_of(path, c) == want, (c, fields, stop)
+        chunks = stream(server, path, stop_token_ids=[token], **fields)
+        check_stream(path, chunks, "stop", token)
+        assert streamed_text(path, chunks) == want, (chunks, fields)
+    # Without the stop id the same text completes the stop string.
+    (c,) = respond(server, path, stop=[stop])
+    assert c["stop_reason"] == stop and text_of(path, c) == prefixes[at + 1][:-len(stop)], c
+
+
+def test_echo_and_logprobs_agree_with_the_text(server):
+    """/v1/completions with echo and logprobs: the stop id has its logprob entry, at the end of
+    the text (whose bytes its text_offset counts), with the text left out; streamed the same."""
+    prompt = "The quick brown fox"
+    prefixes = [""] + [respond(server, C, max_tokens=k)[0]["text"] for k in range(1, 13)]
+    ids = respond(server, C)[0]["token_ids"]
+    at, _ = stop_token_case(prefixes, ids)
+    fields = dict(stop_token_ids=[ids[at]], echo=True, logprobs=1)
+    (c,) = respond(server, C, **fields)
+    assert c["text"] == prompt + prefixes[at], c
+    logprobs = c["logprobs"]
+    n = len(logprobs["tokens"])
+    assert n == len(respond(server, C, echo=True, logprobs=1, max_tokens=at + 1)[0]["logprobs"]
+                    ["tokens"]), logprobs
+    end = len(c["text"].encode())
+    assert logprobs["text_offset"][-1] == end and max(logprobs["text_offset"]) == end, logprobs
+    chunks = stream(server, C, **fields)
+    assert "".join(ch["text"] for ch in chunks) == c["text"]
+    merged = {k: [v for ch in chunks if ch.get("logprobs") for v in ch["logprobs"][k]]
+              for k in ("tokens", "token_logprobs", "text_offset")}
+    assert merged["tokens"] == logprobs["tokens"] and merged["text_offset"] == logprobs["text_offset"]
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_an_eos_text_is_left_out_too(replay_server, path):
+    """Under skip_special_tokens false an EOS's text is output, but not that of the EOS that ended
+    the choice (vLLM), unless include_stop_str_in_output; under ignore_eos it ends nothing."""
+    eos = replay_server.eos
+    raw = {"skip_special_tokens": False}
+    first = text_of(path, respond(replay_server, path, max_tokens=1, **raw)[0])
+    with_eos = text_of(path, respond(replay_server, path, max_tokens=2, **raw)[0])
+    assert with_eos.startswith(first) and len(with_eos) > len(first), (first, with_eos)
+    for fields, want in [({}, first), ({"include_stop_str_in_output": True}, with_eos)]:
+        (c,) = respond(replay_server, path, ignore_eos=False, **raw, **fields)
+        assert c["token_ids"] == [5, eos] and c["stop_reason"] is None, c
+        assert text_of(path, c) == want, (c, fields)
+        chunks = stream(replay_server, path, ignore_eos=False, **raw, **fields)
+        assert streamed_text(path, chunks) == want, (chunks, fields)
+    # A stop id that is EOS, under ignore_eos: its text is left out as any stop id's.
+    (c,) = respond(replay_server, path, ignore_eos=True, stop_token_ids=[eos], **raw)
+    assert c["stop_reason"] == eos and text_of(path, c) == first, c
