@@ -192,6 +192,9 @@ def test_stream_yields_the_generated_text(llm):
     while llm.metrics()["running"] and time.time() < deadline:
         time.sleep(0.02)
     assert llm.metrics()["running"] == 0
+    # A chunk has no place for prompt logprobs: refused, not computed and dropped.
+    with pytest.raises(ValueError, match="stream\\(\\) does not return prompt_logprobs"):
+        next(llm.stream("Streaming", latent.SamplingParams(prompt_logprobs=0)))
 
 
 def test_bad_model_dir_raises(tmp_path):
@@ -424,7 +427,9 @@ def test_logit_bias_equals_latent_generate(llm, model_dir, tmp_path):
     ({"temperature": float("nan")}, "Out of range float"),
     ({"seed": 1.5}, "'seed' must be an integer"),
     ({"prompt_logprobs": 21}, "prompt_logprobs must be in \\[0, 20\\], got 21"),
-    ({"prompt_logprobs": -2}, "prompt_logprobs must be in \\[0, 20\\], got -2"),
+    ({"prompt_logprobs": -2}, "prompt_logprobs must be in \\[0, 20\\] or None, got -2"),
+    ({"prompt_logprobs": -1}, "prompt_logprobs must be in \\[0, 20\\] or None, got -1"),
+    ({"logprobs": -1}, "logprobs must be in \\[0, 20\\] or None, got -1"),
 ])
 def test_sampling_params_are_checked_when_made(fields, message):
     """As vLLM's SamplingParams: a ValueError at construction, by the engine's own rules."""

@@ -136,6 +136,12 @@ class SamplingParams:
     """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids)."""
 
     def __post_init__(self) -> None:
+        # -1 is the request lines' "none"; newer vLLM reads it as "every token of the vocabulary",
+        # which latent does not offer: refused rather than silently giving none.
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 0:
+                raise ValueError(f"SamplingParams: {name} must be in [0, 20] or None, got {value}")
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
         # rules, not a LatentError from generate() (a field changed later is still checked there).
         try:
@@ -346,6 +352,9 @@ class LLM:
         params = sampling_params or SamplingParams()
         if params.n != 1:
             raise ValueError(f"stream() generates one sample; SamplingParams.n is {params.n}")
+        if params.prompt_logprobs is not None:
+            # A chunk has no place for them (vLLM's server refuses them with stream too).
+            raise ValueError("stream() does not return prompt_logprobs; use generate()")
         line, _ = self._prompt_line(prompt)
         line.update(params._line())
         handle = self._engine.submit(json.dumps(line), params.max_tokens, True)
