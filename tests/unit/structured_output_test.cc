@@ -3,7 +3,8 @@
 // batched with unconstrained ones: those give what they give alone; the constrained one ends when
 // its constraint terminates), and the XGrammar-backed constraints (a JSON schema over a small
 // vocabulary, EOS only where the JSON is complete, unsupported schemas refused by name; regexes,
-// choices and EBNF grammars; vLLM's structured_outputs parsed), and the tool_choice schema.
+// choices and EBNF grammars; a grammar that starts after the reasoning; vLLM's structured_outputs
+// parsed), and the tool_choice schema.
 #include "structured/structured_output.h"
 
 #include <gmock/gmock.h>
@@ -20,6 +21,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence.h"
 #include "model/model.h"
+#include "structured/after_reasoning.h"
 #include "structured/json_schema_check.h"
 #include "structured/tool_choice.h"
 #include "fake_cache_model.h"
@@ -403,6 +405,52 @@ item ::= "red" | "blue")")->Start();
               HasSubstr("the grammar cannot be compiled"));
   EXPECT_THAT(ErrorOf([&] { output.Grammar(R"(start ::= "a")"); }),  // no rule `root`
               HasSubstr("the grammar cannot be compiled"));
+}
+
+// A thinking model's grammar (--reasoning-parser): every token is allowed and the grammar stays
+// where it was until the reasoning's end token; from the token after it the grammar masks, and the
+// sample terminates only once the grammar does. Replaying the tokens into a fresh constraint (a
+// recompute) gives the same masks; each sample has its own state.
+TEST(StructuredGrammar, AfterReasoningFreesTheReasoningThenTheGrammarMasks) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const int32_t end = 1;  // the special token standing for </think>
+  auto factory = structured::AfterReasoning(output.Regex("(red|blue)-[0-2]+"), end, 64);
+  std::set<int32_t> every;
+  for (int32_t t = 0; t < 64; ++t) every.insert(t);
+  auto c = factory->Start();
+  auto other = factory->Start();
+  std::vector<int32_t> tokens;
+  std::vector<std::set<int32_t>> masks;
+  const auto step = [&](int32_t token) {
+    masks.push_back(Allowed(*c, 64));
+    tokens.push_back(token);
+    return c->Accept(token);
+  };
+  // Reasoning: anything, the grammar's refusals and EOS included, and nothing terminates.
+  for (const std::string piece : {"a", "{", "red", "-", "1"}) ASSERT_TRUE(step(id[piece])) << piece;
+  EXPECT_EQ(Allowed(*c, 64), every);
+  ASSERT_TRUE(step(0));
+  EXPECT_FALSE(c->IsTerminated());
+  ASSERT_TRUE(step(end));
+  // The answer: the regex from its start (the reasoning's "red-1" did not advance it).
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["red"], id["blue"], id["b"]}));
+  EXPECT_FALSE(c->Accept(id["a"]));
+  EXPECT_FALSE(c->Accept(end));  // a second end marker is the answer's, and not in it
+  for (const std::string piece : {"blue", "-", "2"}) ASSERT_TRUE(step(id[piece])) << piece;
+  EXPECT_FALSE(c->IsTerminated());
+  ASSERT_TRUE(step(0));
+  EXPECT_TRUE(c->IsTerminated());
+  // The other sample is still reasoning.
+  EXPECT_EQ(Allowed(*other, 64), every);
+  EXPECT_FALSE(other->IsTerminated());
+  // A fresh constraint fed the same tokens sees the same masks and ends the same way.
+  auto replay = factory->Start();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(Allowed(*replay, 64), masks[i]) << i;
+    ASSERT_TRUE(replay->Accept(tokens[i])) << i;
+  }
+  EXPECT_TRUE(replay->IsTerminated());
 }
 
 TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
