@@ -11,6 +11,7 @@
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "server/tool_request.h"
+#include "structured/after_reasoning.h"
 #include "structured/tool_choice.h"
 
 namespace latent::server {
@@ -88,6 +89,32 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedT
   }
 }
 
+bool CompletionSession::ReasoningFirst(const std::string& chat_prompt) const {
+  if (request_.endpoint != Endpoint::kChatCompletions) return false;
+  const std::optional<ContinuedMessage> continued = Continued();
+  const std::optional<ThinkStart> start = ReasoningStart(
+      context_.reasoning_parser, chat_prompt, continued ? &*continued : nullptr);
+  return start && *start != ThinkStart::kContent;
+}
+
+std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::AfterReasoning(
+    std::shared_ptr<const engine::TokenConstraintFactory> grammar) const {
+  if (context_.reasoning_end_token < 0) {
+    // Only a token id tells the engine, token by token, that the reasoning is over (as vLLM's
+    // is_reasoning_end does); matching decoded text would need the detokenizer in the engine's
+    // step. So such a tokenizer cannot have both: refused rather than constrain the reasoning.
+    const std::string field = ToolCallForced() ? "tool_choice" : request_.output_field;
+    throw ApiError(400, StrCat(field, " cannot be combined with the reasoning parser '",
+                               context_.reasoning_parser, "' here: the tokenizer has no single ",
+                               "token for its end marker ", ReasoningEndMarker(), ", so the ",
+                               "grammar cannot tell where the answer starts (serve with ",
+                               "--reasoning-parser none to constrain the whole output)"),
+                   field);
+  }
+  return structured::AfterReasoning(std::move(grammar), context_.reasoning_end_token,
+                                    context_.structured->Get().vocab_size());
+}
+
 void CompletionSession::Start() {
   // Tokenize and check every prompt before submitting any.
   std::vector<engine::Request> requests;
@@ -100,13 +127,14 @@ void CompletionSession::Start() {
       requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
     }
   }
+  std::shared_ptr<const engine::TokenConstraintFactory> constraint;
   if (ToolCallForced()) {
-    const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ForcedToolCallConstraint();
-    for (engine::Request& r : requests) r.constraint = constraint;
+    constraint = ForcedToolCallConstraint();
   } else if (request_.output.active()) {
-    const std::shared_ptr<const engine::TokenConstraintFactory> constraint = ResponseConstraint();
-    for (engine::Request& r : requests) r.constraint = constraint;
+    constraint = ResponseConstraint();
   }
+  if (constraint && ReasoningFirst(chat_prompt)) constraint = AfterReasoning(std::move(constraint));
+  for (engine::Request& r : requests) r.constraint = constraint;
   const int32_t n = request_.sampling.n;
   prompts_.resize(requests.size());
   choices_.reserve(requests.size() * n);
@@ -357,23 +385,28 @@ bool CompletionSession::ToolCallForced() const {
           request_.tool_choice.mode == ToolChoice::Mode::kFunction);
 }
 
+std::optional<ContinuedMessage> CompletionSession::Continued() const {
+  if (!request_.continue_final_message || request_.messages.empty()) return std::nullopt;
+  // The server's messages hold their content as one string (openai_schema.cc).
+  const OrderedJson& last = request_.messages.back();
+  ContinuedMessage continued;
+  continued.role = last.value("role", "");
+  const auto content = last.find("content");
+  if (content != last.end() && content->is_string()) continued.text = content->get<std::string>();
+  return continued;
+}
+
 std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& prompt) const {
-  // A forced call is JSON from its first token (the grammar allows nothing else), so no
-  // reasoning or markup parser runs.
-  if (ToolCallForced()) return MakeForcedToolCallParser(request_.tool_choice);
-  std::optional<ContinuedMessage> continued;
-  if (request_.continue_final_message && !request_.messages.empty()) {
-    // The server's messages hold their content as one string (openai_schema.cc).
-    const OrderedJson& last = request_.messages.back();
-    continued.emplace();
-    continued->role = last.value("role", "");
-    const auto content = last.find("content");
-    if (content != last.end() && content->is_string()) {
-      continued->text = content->get<std::string>();
-    }
-  }
+  const std::optional<ContinuedMessage> continued = Continued();
   std::unique_ptr<OutputParser> reasoning = MakeReasoningParser(
       context_.reasoning_parser, prompt, continued ? &*continued : nullptr);
+  // A forced call's grammar starts after the reasoning (AfterReasoning), so the reasoning parser
+  // runs first and its content is the call's JSON, as vLLM parses forced calls; no markup parser
+  // runs (the grammar allows no markup).
+  if (ToolCallForced()) {
+    return std::make_unique<ParserChain>(std::move(reasoning),
+                                         MakeForcedToolCallParser(request_.tool_choice));
+  }
   std::unique_ptr<OutputParser> tools;
   if (ToolCallsParsed()) tools = MakeToolCallParser(context_.tool_call_parser, request_.tools);
   if (!tools) return reasoning;

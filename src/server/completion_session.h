@@ -22,6 +22,7 @@
 
 #include "server/openai_schema.h"
 #include "server/output_parser.h"
+#include "server/reasoning_parser.h"
 #include "server/server_context.h"
 #include "server/stop_strings.h"
 #include "tokenizer/streaming_detokenizer.h"
@@ -132,6 +133,15 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::shared_ptr<const engine::TokenConstraintFactory> ForcedToolCallConstraint() const;
   // Whether tool_choice forces a call (chat with tools, "required" or a named function).
   bool ToolCallForced() const;
+  // Whether this chat's output may start with reasoning (a reasoning parser runs and the prompt
+  // did not close the reasoning): a grammar then waits for its end (AfterReasoning).
+  bool ReasoningFirst(const std::string& chat_prompt) const;
+  // `grammar` applied from the token after the reasoning's end token; ApiError 400 when the
+  // tokenizer has no single token for the end marker.
+  std::shared_ptr<const engine::TokenConstraintFactory> AfterReasoning(
+      std::shared_ptr<const engine::TokenConstraintFactory> grammar) const;
+  // continue_final_message: the final message the output goes on with.
+  std::optional<ContinuedMessage> Continued() const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
   void AddParsed(Choice& choice, const ParsedDelta& parsed);

@@ -130,21 +130,29 @@ std::optional<ThinkStart> ContinuedStart(std::string_view prompt, const Continue
 
 }  // namespace
 
+std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_view rendered_prompt,
+                                         const ContinuedMessage* continued) {
+  if (name.empty()) return std::nullopt;
+  if (continued != nullptr) {
+    if (const std::optional<ThinkStart> start = ContinuedStart(rendered_prompt, *continued)) {
+      return start;
+    }
+  }
+  if (name == "deepseek_r1") return ThinkStart::kReasoning;
+  rendered_prompt = TrimEnd(rendered_prompt);
+  return EndsWith(rendered_prompt, kOpen)    ? ThinkStart::kReasoning
+         : EndsWith(rendered_prompt, kClose) ? ThinkStart::kContent
+                                             : ThinkStart::kMayOpen;
+}
+
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt,
                                                   const ContinuedMessage* continued) {
-  if (name.empty()) return nullptr;
-  if (continued != nullptr) {
-    if (const std::optional<ThinkStart> start = ContinuedStart(rendered_prompt, *continued)) {
-      return std::make_unique<ThinkParser>(*start);
-    }
-  }
-  if (name == "deepseek_r1") return std::make_unique<ThinkParser>(ThinkStart::kReasoning);
-  rendered_prompt = TrimEnd(rendered_prompt);
-  const ThinkStart start = EndsWith(rendered_prompt, kOpen)    ? ThinkStart::kReasoning
-                           : EndsWith(rendered_prompt, kClose) ? ThinkStart::kContent
-                                                               : ThinkStart::kMayOpen;
-  return std::make_unique<ThinkParser>(start);
+  const std::optional<ThinkStart> start = ReasoningStart(name, rendered_prompt, continued);
+  if (!start) return nullptr;
+  return std::make_unique<ThinkParser>(*start);
 }
+
+std::string_view ReasoningEndMarker() { return kClose; }
 
 }  // namespace latent::server

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -66,5 +67,13 @@ struct ContinuedMessage {
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt,
                                                   const ContinuedMessage* continued = nullptr);
+
+// Where MakeReasoningParser's parser starts for this request (the rule above); nullopt for none.
+// Structured output applies its grammar only after the reasoning unless this is kContent.
+std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_view rendered_prompt,
+                                         const ContinuedMessage* continued = nullptr);
+
+// The text that closes the reasoning ("</think>"), whose token id starts a grammar.
+std::string_view ReasoningEndMarker();
 
 }  // namespace latent::server

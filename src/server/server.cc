@@ -251,6 +251,15 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.reasoning_parser = std::move(reasoning_parser);
   ctx.tool_call_parser = std::move(tool_call_parser);
   ctx.tool_arguments_as_objects = arguments_as_objects;
+  if (loaded->tokenizer && !ctx.reasoning_parser.empty()) {
+    const std::vector<int32_t> ids = loaded->tokenizer->Encode(ReasoningEndMarker(), false);
+    if (ids.size() == 1) {
+      ctx.reasoning_end_token = ids[0];
+    } else {
+      Log("the tokenizer splits ", ReasoningEndMarker(), " into ", ids.size(), " tokens: chat "
+          "requests with a grammar that may reason first are refused (400)");
+    }
+  }
   if (loaded->tokenizer) {
     for (const std::string& marker : ToolCallMarkers(ctx.tool_call_parser)) {
       const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);

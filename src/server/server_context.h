@@ -24,6 +24,9 @@ struct ServerContext {
   ServerMetrics* metrics = nullptr;
   // The resolved --reasoning-parser for chat completions; empty: none.
   std::string reasoning_parser;
+  // The id of the reasoning parser's end marker (ReasoningEndMarker), where a grammar starts on
+  // a chat that may reason first; -1: no parser, or the tokenizer splits the marker.
+  int32_t reasoning_end_token = -1;
   // The resolved --tool-call-parser; empty: none (tool markup stays content).
   std::string tool_call_parser;
   // Whether the chat template reads tool-call arguments as an object (tool_template.h).

@@ -190,5 +190,21 @@ TEST(ReasoningParserTest, AContinuedMessageDecidesWhereTheOutputStarts) {
             "r");
 }
 
+// The start a grammar looks at (AfterReasoning unless kContent) is the parser's own.
+TEST(ReasoningParserTest, ReasoningStartIsTheParsersStart) {
+  EXPECT_EQ(ReasoningStart("", "<think>"), std::nullopt);
+  EXPECT_EQ(ReasoningStart("deepseek_r1", "<｜Assistant｜>"), ThinkStart::kReasoning);
+  EXPECT_EQ(ReasoningStart("think", "<｜Assistant｜><think>\n"), ThinkStart::kReasoning);
+  EXPECT_EQ(ReasoningStart("think", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            ThinkStart::kContent);
+  EXPECT_EQ(ReasoningStart("glm45", "<|assistant|>"), ThinkStart::kMayOpen);
+  ContinuedMessage m{"assistant", "<think>Let me"};
+  EXPECT_EQ(ReasoningStart("think", "<|assistant|><think>Let me", &m), ThinkStart::kReasoning);
+  m.text = "<think>x</think>The";
+  EXPECT_EQ(ReasoningStart("deepseek_r1", "<|assistant|><think>x</think>The", &m),
+            ThinkStart::kContent);
+  EXPECT_EQ(ReasoningEndMarker(), "</think>");
+}
+
 }  // namespace
 }  // namespace latent::server
