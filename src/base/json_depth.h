@@ -8,6 +8,11 @@
 
 namespace latent {
 
+// How deep a request's JSON may nest: the server's whole body, and JSON text a request carries in
+// a string (tool-call arguments, a structured_outputs.json schema), which the body's check cannot
+// see into.
+inline constexpr int kMaxJsonDepth = 64;
+
 // Whether `text` nests arrays and objects more than `max_depth` levels deep. Brackets inside
 // strings do not count; the text need not be valid JSON (the parser judges that after).
 bool JsonNestsDeeperThan(std::string_view text, int max_depth);

@@ -34,6 +34,7 @@
 #include "structured/output_spec.h"
 #include <vector>
 
+#include "base/json_depth.h"
 #include "engine/request.h"
 #include "server/tool_choice.h"
 
@@ -78,9 +79,6 @@ std::optional<int64_t> TokenIdKey(std::string_view key);
 // A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as
 // null, which OpenAI's clients do not expect; vLLM sends -9999.0 for it, as does this.
 OrderedJson LogprobValue(float logprob);
-
-// How deep a request's JSON may nest, the body and any JSON text inside it (tool-call arguments).
-inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a request body as a JSON object. Rejects invalid JSON, nesting deeper than
 // kMaxJsonDepth levels and non-objects with 400.

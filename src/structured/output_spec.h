@@ -27,7 +27,8 @@ struct OutputSpec {
 // strings), "grammar" (XGrammar's EBNF, from rule `root`) or "json_object": true; null values
 // count as absent. "disable_any_whitespace" and "disable_additional_properties" are accepted and
 // change nothing: latent's JSON is always compact and never has properties beyond the schema's.
-// Throws latent::Error naming the key at fault (messages start "structured_outputs").
+// A schema given as text may nest kMaxJsonDepth levels. Throws latent::Error naming the key at fault (messages start
+// "structured_outputs"; they quote at most a few hundred characters of the value).
 OutputSpec ParseStructuredOutputs(const nlohmann::ordered_json& value);
 
 // The EBNF grammar whose language is `choices`: root ::= "a" | "b", every literal escaped (quotes,

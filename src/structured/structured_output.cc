@@ -2,10 +2,12 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <xgrammar/xgrammar.h>
 
 #include "base/error.h"
@@ -63,6 +65,28 @@ xgrammar::TokenizerInfo MakeTokenizerInfo(const GrammarVocabulary& v) {
 
 }  // namespace
 
+std::string XGrammarErrorText(std::string_view what) {
+  // XGrammar's errors read "[hh:mm:ss] /path/to/file.cc:94: message\n".
+  const auto digit = [&](size_t i) { return i < what.size() && what[i] >= '0' && what[i] <= '9'; };
+  if (what.size() > 11 && what[0] == '[' && digit(1) && digit(2) && what[3] == ':' && digit(4) &&
+      digit(5) && what[6] == ':' && digit(7) && digit(8) && what.substr(9, 2) == "] ") {
+    // The path ends at the first ":<line>: " (a path may hold colons, a line number not).
+    for (size_t colon = what.find(':', 11); colon != std::string_view::npos;
+         colon = what.find(':', colon + 1)) {
+      size_t end = colon + 1;
+      while (digit(end)) ++end;
+      if (end > colon + 1 && what.substr(end, 2) == ": ") {
+        what.remove_prefix(end + 2);
+        break;
+      }
+    }
+  }
+  while (!what.empty() && std::string_view(" \t\r\n").find(what.back()) != std::string_view::npos) {
+    what.remove_suffix(1);
+  }
+  return std::string(what);
+}
+
 struct StructuredOutput::Impl {
   Impl(const GrammarVocabulary& v, size_t max_cached)
       : vocab_size(static_cast<int64_t>(v.token_bytes.size())),
@@ -72,7 +96,8 @@ struct StructuredOutput::Impl {
         max_cached(max_cached) {}
 
   // Compiles (or finds) the grammar for `key` with `compile`, keeping at most max_cached.
-  // `what` names the grammar in the error when it does not compile ("the regex").
+  // `what` names the grammar in the error when it does not compile ("the regex") or admits no
+  // output.
   template <typename Compile>
   std::shared_ptr<const engine::TokenConstraintFactory> Cached(const std::string& key,
                                                                Compile compile,
@@ -80,25 +105,49 @@ struct StructuredOutput::Impl {
     {
       std::lock_guard<std::mutex> lock(mutex);
       auto it = cache.find(key);
-      if (it != cache.end()) return it->second;
+      if (it != cache.end()) return Checked(it->second);
     }
-    std::shared_ptr<const engine::TokenConstraintFactory> factory;
+    Entry entry;
     try {
-      factory = std::make_shared<GrammarConstraintFactory>(compile(), vocab_size);
+      entry.factory = std::make_shared<GrammarConstraintFactory>(compile(), vocab_size);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      Fail(what, " cannot be compiled: ", e.what());
+      Fail(what, " cannot be compiled: ", XGrammarErrorText(e.what()));
     }
+    // A grammar whose language is empty (root ::= root), or whose every string starts with bytes
+    // no token has, compiles; refused now, the request gets the error instead of a failure at its
+    // first draw. Cached as such: the verdict is the grammar's, and compiling again costs as much.
+    if (!AdmitsOutput(*entry.factory)) entry.error = StrCat(what, " admits no output");
     std::lock_guard<std::mutex> lock(mutex);
-    if (cache.emplace(key, factory).second) {
+    if (cache.emplace(key, entry).second) {
       order.push_back(key);
       while (order.size() > max_cached) {
         cache.erase(order.front());
         order.pop_front();
       }
     }
-    return factory;
+    return Checked(entry);
+  }
+
+  // Whether a sample could draw a first token: one is allowed, or the grammar is complete already.
+  bool AdmitsOutput(const engine::TokenConstraintFactory& factory) const {
+    const std::unique_ptr<engine::TokenConstraint> matcher = factory.Start();
+    std::vector<uint32_t> mask(engine::BitmaskWords(vocab_size), 0);
+    matcher->FillNextTokenBitmask(mask.data());
+    return matcher->IsTerminated() ||
+           std::any_of(mask.begin(), mask.end(), [](uint32_t word) { return word != 0; });
+  }
+
+  // A compiled grammar, and the error it is refused with (empty when it is not).
+  struct Entry {
+    std::shared_ptr<const engine::TokenConstraintFactory> factory;
+    std::string error;
+  };
+
+  static std::shared_ptr<const engine::TokenConstraintFactory> Checked(const Entry& entry) {
+    if (!entry.error.empty()) Fail(entry.error);
+    return entry.factory;
   }
 
   xgrammar::CompiledGrammar CompileSchema(const std::string& text) {
@@ -111,7 +160,7 @@ struct StructuredOutput::Impl {
   xgrammar::GrammarCompiler compiler;
   size_t max_cached;
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const engine::TokenConstraintFactory>> cache;
+  std::map<std::string, Entry> cache;
   std::deque<std::string> order;  // Insertion order, oldest first.
 };
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/token_constraint.h"
@@ -58,6 +59,11 @@ class StructuredOutput {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// XGrammar's error message `what` as a caller can use it: without the "[hh:mm:ss] file:line: " its
+// errors start with (the time and the build's source paths mean nothing to a client) and without
+// trailing whitespace.
+std::string XGrammarErrorText(std::string_view what);
 
 // The model's StructuredOutput, built on first use: a server that never sees response_format does
 // not pay for the vocabulary (about a second for 129k tokens).

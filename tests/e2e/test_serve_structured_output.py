@@ -203,11 +203,19 @@ def test_bad_structured_outputs_are_refused_by_name(server):
         ({"json": {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}},
          "unsupported JSON schema keyword 'uniqueItems'"),
         ("a+", "structured_outputs must be an object"),
+        # Compiled, but no output could fit: refused now, not a 500 at the first draw.
+        ({"grammar": "root ::= root"}, "structured_outputs: the grammar admits no output"),
+        ({"regex": "[^\\x00-\\U0010FFFF]"}, "structured_outputs: the regex admits no output"),
+        # Schema text the body's depth check cannot see into (it overflowed the server's stack).
+        ({"json": "[" * 100000 + "]" * 100000}, "structured_outputs.json nests deeper than 64"),
+        ({"json": ["x" * 100000]}, "structured_outputs.json must be a JSON schema"),
     ]:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
                                            extra_body={"structured_outputs": body})
         assert words in str(e.value) and "structured_outputs" in str(e.value), str(e.value)
+        # Neither XGrammar's source paths nor megabytes of the request come back.
+        assert ".cc:" not in str(e.value) and len(str(e.value)) < 1000, str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
                                        response_format={"type": "json_object"},

@@ -260,6 +260,33 @@ def test_structured_outputs_constrain_as_latent_generate_does(llm, model_dir, tm
         llm.generate("x", latent.SamplingParams(structured_outputs=latent.StructuredOutputsParams(regex="(")))
 
 
+REGEX = latent.SamplingParams(temperature=1.0, seed=11, max_tokens=30,
+                              structured_outputs=latent.StructuredOutputsParams(regex="[a-c]{3}-[0-9]"))
+
+
+def test_structured_outputs_refused_when_submitted_and_named(llm):
+    text = llm.generate("Answer:", REGEX)[0].outputs[0].text
+
+    def refused(**kind):
+        return latent.SamplingParams(structured_outputs=latent.StructuredOutputsParams(**kind))
+
+    # Schema text nested this deep overflowed the stack (the process died with SIGSEGV).
+    with pytest.raises(latent.LatentError, match="structured_outputs.json nests deeper than 64 levels"):
+        llm.generate("x", refused(json="[" * 100000 + "]" * 100000))
+    # A grammar no output fits is refused when submitted, not failed at its first draw.
+    with pytest.raises(latent.LatentError, match="^prompt 0: the grammar admits no output$"):
+        llm.generate("x", refused(grammar="root ::= root"))
+    with pytest.raises(latent.LatentError, match="^prompt 0: the regex admits no output$"):
+        llm.generate("x", refused(regex="[^\\x00-\\U0010FFFF]"))
+    # XGrammar's time and source path are left out of its errors.
+    with pytest.raises(latent.LatentError) as e:
+        llm.generate("x", refused(regex="("))
+    assert str(e.value).startswith("prompt 0: the regex cannot be compiled: "), str(e.value)
+    assert ".cc:" not in str(e.value)
+    assert not str(e.value).endswith("\n")
+    assert llm.generate("Answer:", REGEX)[0].outputs[0].text == text  # still usable
+
+
 INTERRUPTED = textwrap.dedent("""
     import signal, sys, time
     # Ctrl-C as at a terminal: Python keeps SIGINT ignored when its parent started it ignored,

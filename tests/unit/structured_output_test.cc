@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/json_depth.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/sequence.h"
@@ -371,6 +372,47 @@ TEST(StructuredGrammar, RegexMatchesTheWholeOutput) {
               HasSubstr("the regex cannot be compiled"));
 }
 
+// XGrammar's errors start with the time and its source file's path, which mean nothing to the
+// client reading them, and end with a newline.
+TEST(StructuredGrammar, CompileErrorsLeaveOutXGrammarsTimeAndPath) {
+  EXPECT_EQ(structured::XGrammarErrorText(
+                "[02:43:31] /work/b/_deps/xgrammar/cpp/regex_converter.cc:94: Regex parsing error "
+                "at position 9: x\n"),
+            "Regex parsing error at position 9: x");
+  EXPECT_EQ(structured::XGrammarErrorText("[12:00:00] C:/src/a:b.cc:7: Check failed: (y) \n \n"),
+            "Check failed: (y)");
+  EXPECT_EQ(structured::XGrammarErrorText("plain: 12: text\n"), "plain: 12: text");
+  EXPECT_EQ(structured::XGrammarErrorText("[12:00:00] no line number"),
+            "[12:00:00] no line number");
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  for (const std::string& error : {ErrorOf([&] { output.Regex("(unclosed"); }),
+                                   ErrorOf([&] { output.Grammar("root ::= ("); })}) {
+    EXPECT_THAT(error, HasSubstr("cannot be compiled: "));
+    EXPECT_THAT(error, ::testing::Not(HasSubstr(".cc:")));
+    EXPECT_THAT(error, ::testing::Not(HasSubstr("] ")));
+    EXPECT_NE(error.back(), '\n');
+  }
+}
+
+// A grammar that compiles but whose language is empty, or whose every string needs bytes no token
+// has, is refused when it is compiled (a request's error), not at the first draw (an engine
+// failure). The verdict is cached with the grammar.
+TEST(StructuredGrammar, AGrammarAdmittingNoOutputIsRefusedWhenCompiled) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  EXPECT_EQ(ErrorOf([&] { output.Grammar("root ::= root"); }), "the grammar admits no output");
+  EXPECT_EQ(ErrorOf([&] { output.Regex("[^\\x00-\\U0010FFFF]"); }), "the regex admits no output");
+  EXPECT_EQ(ErrorOf([&] { output.Regex("z"); }), "the regex admits no output");  // no token has z
+  EXPECT_EQ(output.cached_grammars(), 3u);
+  EXPECT_EQ(ErrorOf([&] { output.Grammar("root ::= root"); }), "the grammar admits no output");
+  EXPECT_EQ(output.cached_grammars(), 3u);
+  // A grammar whose only string is the empty one admits EOS, and one that needs a rare token
+  // compiles as before.
+  EXPECT_EQ(Allowed(*output.Grammar("root ::= \"\"")->Start(), 64), (std::set<int32_t>{0}));
+  EXPECT_EQ(Allowed(*output.Regex("é")->Start(), 64), (std::set<int32_t>{id["é"], id["\xC3"]}));
+}
+
 TEST(StructuredGrammar, ChoiceIsExactlyOneOfTheStringsWithQuotesAndControlCharacters) {
   std::map<std::string, int32_t> id;
   structured::StructuredOutput output(SmallVocabulary(&id));
@@ -493,6 +535,53 @@ TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
   EXPECT_THAT(error(R"(["regex"])"), HasSubstr("structured_outputs must be an object"));
 }
 
+// A schema given as text is parsed here, where the request's own depth check cannot see: nested
+// past kMaxJsonDepth it is refused before it is parsed (a hundred thousand levels would overflow
+// the stack where the value is next copied or dumped).
+TEST(StructuredOutputsSpec, ASchemaAsTextNestedTooDeepIsRefused) {
+  const auto error = [](const std::string& schema_text) {
+    OJson value = OJson::object();
+    value["json"] = schema_text;
+    return ErrorOf([&] { structured::ParseStructuredOutputs(value); });
+  };
+  const auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_THAT(error(nested(kMaxJsonDepth)),
+              HasSubstr("structured_outputs.json must be a JSON schema"));
+  EXPECT_EQ(error(nested(kMaxJsonDepth + 1)),
+            StrCat("structured_outputs.json nests deeper than ", kMaxJsonDepth, " levels"));
+  EXPECT_THAT(error(nested(100000)), HasSubstr("nests deeper than"));
+}
+
+// An error quotes at most a few hundred characters of the value at fault: a schema may be
+// megabytes, and the error goes back to the client and into logs.
+TEST(StructuredOutputsSpec, ErrorsQuoteOnlyTheStartOfALongValue) {
+  const std::string long_text(100000, 'x');
+  const auto error = [](const OJson& value) {
+    return ErrorOf([&] { structured::ParseStructuredOutputs(value); });
+  };
+  const std::vector<std::string> errors = {
+      error(OJson{{"json", OJson::array({long_text})}}),                 // not a schema
+      error(OJson{{"json", "{\"a\": \"" + long_text}}),                 // unterminated text
+      error(OJson{{"choice", long_text}}),                               // not a list
+      error(OJson{{"regex", OJson::array({long_text})}}),                // not a string
+      error(OJson{{"json_object", long_text}}),                          // not a boolean
+      error(OJson{{"disable_fallback", long_text}}),
+      error(OJson{{long_text, true}}),                                   // not a key latent takes
+      error(OJson::array({long_text})),                                  // not an object
+  };
+  for (const std::string& e : errors) {
+    EXPECT_THAT(e, HasSubstr("structured_outputs"));
+    EXPECT_THAT(e, HasSubstr("xxx..."));
+    EXPECT_LT(e.size(), 500u) << e.substr(0, 300);
+  }
+  // Cut between characters, never inside one: the 200th byte quoted (after the dump's opening
+  // quote) is the second of an é.
+  const std::string e =
+      error(OJson{{"choice", std::string(198, 'a') + "\xC3\xA9" + std::string(300, 'a')}});
+  EXPECT_THAT(e, HasSubstr("\"" + std::string(198, 'a') + "..."));
+  EXPECT_NO_THROW((void)OJson(e).dump());
+}
+
 TEST(StructuredGrammar, UnsupportedOrInvalidSchemasAreNamed) {
   std::map<std::string, int32_t> id;
   structured::StructuredOutput output(SmallVocabulary(&id));
@@ -557,7 +646,8 @@ TEST(StructuredGrammar, SchemasTheGrammarWouldLoosenAreRefused) {
   }
   for (const char* schema : {
            R"({"enum": ["a", "b"], "type": "string", "title": "Color"})",
-           R"({"const": 3, "type": "integer"})",
+           // 2, not 3: a const no token of the test vocabulary can write admits no output.
+           R"({"const": 2, "type": "integer"})",
            R"({"anyOf": [{"type": "string"}, {"type": "null"}], "default": null, "title": "X"})",
            R"({"$defs": {"M": {"type": "object", "properties": {"a": {"type": "integer"}}}},
                "$ref": "#/$defs/M"})",
