@@ -54,6 +54,7 @@ struct Job {
   std::unique_ptr<generate::RequestJob> job;  // Null when the line is malformed.
   int64_t id = -1;  // The engine's request id once submitted.
   std::string error;  // Set when the line is malformed or the engine refused it.
+  size_t line = 0;  // Its line in the input (from 1), which every error names.
 };
 
 void PrintProgress(size_t done, size_t total, bool tty) {
@@ -99,15 +100,16 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     const std::string& text = lines[i];
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     Job& job = jobs.emplace_back();
+    job.line = i + 1;
     try {
       job.job = std::make_unique<generate::RequestJob>(
           generate::ParseRequestLine(generate::ParseRequestLineJson(text), text_tools,
                                      options.max_tokens, options.ignore_eos),
           text_tools, /*stream_text=*/false);
     } catch (const Json::exception& e) {
-      job.error = StrCat(source, ":", i + 1, ": invalid JSON: ", e.what());
+      job.error = StrCat(source, ":", job.line, ": invalid JSON: ", e.what());
     } catch (const Error& e) {
-      job.error = StrCat(source, ":", i + 1, ": ", e.what());
+      job.error = StrCat(source, ":", job.line, ": ", e.what());
     }
   }
 
@@ -119,7 +121,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         engine::LoadDebugReplay(options.debug_replay_path, m->config().vocab_size);
   }
   // Structured output for the lines that ask for it, over the model's vocabulary: made on the
-  // first such line (every rank compiles the same grammars).
+  // first such line. Rank 0 alone gets here (on a worker rank LoadRankedModel runs the worker loop
+  // and ends in WorkerFinished), and it alone samples, so only it compiles grammars.
   const int64_t vocab_size = m->config().vocab_size;
   const std::vector<int32_t> eos_ids(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
   std::unique_ptr<structured::LazyStructuredOutput> structured_output;
@@ -155,7 +158,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
         constrain(*job.job);
         job.id = engine.Submit(job.job->request(), on_output);
       } catch (const Error& e) {
-        job.error = e.what();
+        // Its structured_outputs did not compile, or the engine refused it: the line's fault, named
+        // as a parse error names it.
+        job.error = StrCat(source, ":", job.line, ": ", e.what());
         ++finished;
       }
       it = pending.erase(it);

@@ -287,6 +287,27 @@ def test_structured_outputs_refused_when_submitted_and_named(llm):
     assert llm.generate("Answer:", REGEX)[0].outputs[0].text == text  # still usable
 
 
+def test_latent_generate_names_the_line_of_a_refused_grammar(llm, model_dir, tmp_path):
+    """`latent generate` names the file and line of a line whose grammar is refused, as it does a
+    line it cannot parse."""
+    text = llm.generate("Answer:", REGEX)[0].outputs[0].text
+
+    def refused(**kind):
+        return latent.SamplingParams(structured_outputs=latent.StructuredOutputsParams(**kind))
+
+    lines = [dict(prompt="Answer:", **REGEX._line()),
+             dict(prompt="x", **refused(regex="(")._line()),
+             dict(prompt="x", **refused(grammar="root ::= root")._line()),
+             {"prompt": "x", "max_tokens": "many"}]
+    out = cli_generate(model_dir, lines, tmp_path)
+    path = tmp_path / "requests.jsonl"
+    assert out[0]["text"] == text
+    assert out[1]["error"].startswith(f"{path}:2: the regex cannot be compiled: "), out[1]
+    assert ".cc:" not in out[1]["error"]
+    assert out[2]["error"] == f"{path}:3: the grammar admits no output"
+    assert out[3]["error"].startswith(f"{path}:4: "), out[3]
+
+
 INTERRUPTED = textwrap.dedent("""
     import signal, sys, time
     # Ctrl-C as at a terminal: Python keeps SIGINT ignored when its parent started it ignored,
