@@ -88,7 +88,8 @@ OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
     } else if (key == "json_object") {
       if (!v.is_boolean()) Fail("structured_outputs.json_object must be a boolean, got ", Echo(v));
       if (v.get<bool>()) choose(key, OutputSpec::Kind::kJsonObject);
-    } else if (key == "disable_any_whitespace" || key == "disable_additional_properties") {
+    } else if (key == "disable_any_whitespace" || key == "disable_additional_properties" ||
+               key == "disable_fallback") {
       if (!v.is_boolean()) Fail("structured_outputs.", key, " must be a boolean, got ", Echo(v));
     } else {
       Fail("structured_outputs.", Truncated(key), " is not supported (latent takes ", kKinds, ")");

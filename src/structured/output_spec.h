@@ -25,9 +25,10 @@ struct OutputSpec {
 // vLLM's structured_outputs: an object with exactly one of "json" (a JSON schema, as an object or
 // as its text), "regex" (a pattern the whole output matches), "choice" (a non-empty list of
 // strings), "grammar" (XGrammar's EBNF, from rule `root`) or "json_object": true; null values
-// count as absent. "disable_any_whitespace" and "disable_additional_properties" are accepted and
-// change nothing: latent's JSON is always compact and never has properties beyond the schema's.
-// A schema given as text may nest kMaxJsonDepth levels. Throws latent::Error naming the key at fault (messages start
+// count as absent. The booleans "disable_any_whitespace", "disable_additional_properties" and
+// "disable_fallback" are accepted and change nothing: latent's JSON is always compact and never has
+// properties beyond the schema's, and there is no other backend to fall back to. A schema given as
+// text may nest kMaxJsonDepth levels. Throws latent::Error naming the key at fault (messages start
 // "structured_outputs"; they quote at most a few hundred characters of the value).
 OutputSpec ParseStructuredOutputs(const nlohmann::ordered_json& value);
 

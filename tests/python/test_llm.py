@@ -308,6 +308,19 @@ def test_latent_generate_names_the_line_of_a_refused_grammar(llm, model_dir, tmp
     assert out[3]["error"].startswith(f"{path}:4: "), out[3]
 
 
+def test_structured_outputs_take_vllms_option_booleans(llm):
+    """vLLM's disable_any_whitespace, disable_additional_properties and (older releases)
+    disable_fallback are accepted, sent in the line, and change nothing."""
+    text = llm.generate("Answer:", REGEX)[0].outputs[0].text
+    options = latent.StructuredOutputsParams(regex="[a-c]{3}-[0-9]", disable_any_whitespace=True,
+                                             disable_additional_properties=True, disable_fallback=True)
+    assert options._line() == {"regex": "[a-c]{3}-[0-9]", "disable_any_whitespace": True,
+                               "disable_additional_properties": True, "disable_fallback": True}
+    assert latent.StructuredOutputsParams(json_object=True)._line()["disable_fallback"] is False
+    with_options = dataclasses.replace(REGEX, structured_outputs=options)
+    assert llm.generate("Answer:", with_options)[0].outputs[0].text == text
+
+
 INTERRUPTED = textwrap.dedent("""
     import signal, sys, time
     # Ctrl-C as at a terminal: Python keeps SIGINT ignored when its parent started it ignored,

@@ -533,6 +533,12 @@ TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
   EXPECT_THAT(error(R"({"structural_tag": "{}"})"),
               HasSubstr("structured_outputs.structural_tag is not supported"));
   EXPECT_THAT(error(R"(["regex"])"), HasSubstr("structured_outputs must be an object"));
+  // vLLM's option booleans change nothing here.
+  EXPECT_EQ(parse(R"({"regex": "a", "disable_fallback": true, "disable_any_whitespace": false,
+                      "disable_additional_properties": true})").kind,
+            Kind::kRegex);
+  EXPECT_THAT(error(R"({"regex": "a", "disable_fallback": 1})"),
+              HasSubstr("structured_outputs.disable_fallback must be a boolean"));
 }
 
 // A schema given as text is parsed here, where the request's own depth check cannot see: nested

@@ -62,7 +62,13 @@ class StructuredOutputsParams:
 
     The grammar masks each draw (XGrammar); the sample ends when the grammar is complete.
     Needs the model's tokenizer, and XGrammar: the module `make build` makes has it, a
-    `pip install .` one refuses such requests.
+    `pip install .` one refuses such requests. A grammar that admits no output (its language is
+    empty, or no token of the model can start it) is refused when the request is submitted.
+
+    vLLM's options `disable_any_whitespace`, `disable_additional_properties` and
+    `disable_fallback` (older vLLM releases) are accepted, so that vLLM code passing them runs, and
+    change nothing: latent's JSON is always compact and strict (no whitespace between tokens, no
+    properties beyond the schema's), and there is no other backend to fall back to.
     """
 
     json: Optional[Union[str, dict]] = None
@@ -70,16 +76,27 @@ class StructuredOutputsParams:
     choice: Optional[list[str]] = None
     grammar: Optional[str] = None
     json_object: Optional[bool] = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    disable_fallback: bool = False
 
     def __post_init__(self) -> None:
-        given = [name for name, value in self._fields().items() if value is not None]
+        given = [name for name, value in self._constraints().items() if value is not None]
         if len(given) != 1:
             raise ValueError("StructuredOutputsParams: give exactly one of json, regex, choice, "
                              f"grammar or json_object=True (got {', '.join(given) or 'none'})")
 
-    def _fields(self) -> dict[str, Any]:
+    def _constraints(self) -> dict[str, Any]:
         return {"json": self.json, "regex": self.regex, "choice": self.choice,
                 "grammar": self.grammar, "json_object": self.json_object or None}
+
+    def _line(self) -> dict[str, Any]:
+        """The request line's `structured_outputs`: the constraint and the options."""
+        line = {k: v for k, v in self._constraints().items() if v is not None}
+        line.update(disable_any_whitespace=self.disable_any_whitespace,
+                    disable_additional_properties=self.disable_additional_properties,
+                    disable_fallback=self.disable_fallback)
+        return line
 
 
 @dataclass
@@ -174,8 +191,7 @@ class SamplingParams:
         if self.logprobs is not None:
             line["logprobs"] = self.logprobs
         if self.structured_outputs is not None:
-            line["structured_outputs"] = {
-                k: v for k, v in self.structured_outputs._fields().items() if v is not None}
+            line["structured_outputs"] = self.structured_outputs._line()
         if self.prompt_logprobs is not None:
             line["prompt_logprobs"] = self.prompt_logprobs
         if not self.skip_special_tokens:
