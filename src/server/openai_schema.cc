@@ -149,6 +149,22 @@ OrderedJson FlattenContent(const Json& content, size_t index) {
   return text;
 }
 
+// The body `text` parsed again keeping key order (which templates may show, and which orders a
+// schema's properties), with only the top-level members named in `keys`. nlohmann's ordered_json
+// finds each key by a linear scan, so a whole body's ignored 60k-key object would take seconds;
+// the members left out here are never built. `text` has been parsed as the object `body` already.
+OrderedJson ParseOrdered(std::string_view text, std::initializer_list<std::string_view> keys) {
+  const OrderedJson::parser_callback_t keep =
+      [keys](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) {
+        // A key event's depth is the object's depth plus one: 1 for the body's own members.
+        // Refusing the key drops its member, value and all.
+        if (depth != 1 || event != OrderedJson::parse_event_t::key) return true;
+        const std::string& key = parsed.get_ref<const std::string&>();
+        return std::find(keys.begin(), keys.end(), key) != keys.end();
+      };
+  return OrderedJson::parse(text.begin(), text.end(), keep);
+}
+
 // `ordered` is the same body parsed keeping key order, which templates may show (tojson).
 OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
   const Json* messages = Find(body, "messages");
@@ -176,7 +192,7 @@ OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
 // The chat fields shared by /v1/chat/completions and /tokenize.
 void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messages,
                      OrderedJson* tools, OrderedJson* kwargs) {
-  const OrderedJson ordered = OrderedJson::parse(text.begin(), text.end());
+  const OrderedJson ordered = ParseOrdered(text, {"messages", "tools", "chat_template_kwargs"});
   *messages = ParseMessages(body, ordered);
   *tools = ParseTools(body, ordered);
   if (const Json* k = Find(body, "chat_template_kwargs")) {
@@ -255,7 +271,7 @@ void ParseResponseFormat(const Json& body, std::string_view text, structured::Ou
   if (schema == nullptr) BadField("response_format", "response_format.json_schema needs a 'schema'");
   if (!schema->is_object()) WrongType("response_format.json_schema.schema", "an object");
   out.kind = structured::OutputSpec::Kind::kJsonSchema;
-  out.schema = OrderedJson::parse(text.begin(), text.end())["response_format"]["json_schema"]["schema"];
+  out.schema = ParseOrdered(text, {"response_format"})["response_format"]["json_schema"]["schema"];
 }
 
 // vLLM's structured_outputs (structured/output_spec.h), with its keys in the request's order.
@@ -267,7 +283,7 @@ void ParseStructuredOutputs(const Json& body, std::string_view text, GenerationR
   }
   try {
     r.output = structured::ParseStructuredOutputs(
-        OrderedJson::parse(text.begin(), text.end())["structured_outputs"]);
+        ParseOrdered(text, {"structured_outputs"})["structured_outputs"]);
   } catch (const Error& e) {
     BadField("structured_outputs", e.what());
   }
