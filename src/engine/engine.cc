@@ -82,17 +82,20 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
          request.min_tokens);
   }
   request.sampling.Validate();  // negative ids too: only the upper bound is left to check
-  for (const auto& [id, bias] : request.sampling.logit_bias) {
-    if (id >= c.vocab_size) {
-      Fail("logit_bias token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
-    }
+  SamplingParams& sampling = request.sampling;
+  if (!sampling.logit_bias.empty() && sampling.logit_bias.rbegin()->first >= c.vocab_size) {
+    Fail("logit_bias token id ", sampling.logit_bias.rbegin()->first,
+         " is outside the vocabulary (size ", c.vocab_size, ")");
   }
-  if (request.sampling.allowed_token_ids) {
-    for (int32_t id : *request.sampling.allowed_token_ids) {
-      if (id >= c.vocab_size) {
-        Fail("allowed_token_ids token id ", id, " is outside the vocabulary (size ", c.vocab_size,
-             ")");
-      }
+  if (sampling.allowed_token_ids) {
+    // Sorted and de-duplicated once, here on the caller's thread: a list of any length (one id
+    // repeated millions of times) then costs the engine nothing per step.
+    std::vector<int32_t>& ids = *sampling.allowed_token_ids;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (ids.back() >= c.vocab_size) {
+      Fail("allowed_token_ids token id ", ids.back(), " is outside the vocabulary (size ",
+           c.vocab_size, ")");
     }
   }
   const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
@@ -106,6 +109,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
          ") can never fit in the cache (", capacity, " tokens)");
   }
   auto state = std::make_unique<RequestState>();
+  state->sampling_tables = BuildSamplingTables(sampling, c.vocab_size);
   state->request = std::move(request);
   state->on_output = std::move(on_output);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -141,6 +145,7 @@ void Engine::Admit(int64_t id, std::unique_ptr<RequestState> state) {
     seq->request_id = id;
     seq->sample = i;
     seq->request = &state->request;
+    seq->sampling_tables = &state->sampling_tables;
     seq->seed = seed + static_cast<uint64_t>(i);
     seq->tokens = r.prompt;
     seq->num_prompt = static_cast<int64_t>(r.prompt.size());
@@ -221,7 +226,8 @@ Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
     drawn.sampled = !options_.debug_replay.empty()
                         ? ReplayNext(options_.debug_replay, logits, vocab, seq, sampling)
                         : SampleNext(logits, vocab, seq, sampling,
-                                     seq.constraint ? seq.bitmask.data() : nullptr, held_off);
+                                     seq.constraint ? seq.bitmask.data() : nullptr, held_off,
+                                     seq.sampling_tables);
   } catch (const Error& e) {
     drawn.error = e.what();
   }

@@ -100,6 +100,7 @@ class Engine {
  private:
   struct RequestState {
     Request request;
+    SamplingTables sampling_tables;  // built by Submit, off the engine's thread
     OutputCallback on_output;
     std::vector<std::unique_ptr<Sequence>> samples;
     int32_t live = 0;

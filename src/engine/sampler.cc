@@ -48,27 +48,20 @@ void ApplyPenalties(std::vector<float>& logits, const Sequence& seq, const Sampl
   }
 }
 
-// allowed_token_ids as a bitmask, intersected with the grammar's when there is one: the draw
-// then has one mask, which min_tokens' rule (HoldOff) and the no-token check see whole.
-std::vector<uint32_t> AllowedIdsMask(const std::vector<int32_t>& ids, const uint32_t* grammar,
-                                     int64_t vocab) {
-  std::vector<uint32_t> mask(BitmaskWords(vocab), 0u);
-  for (int32_t t : ids) {
-    if (t >= 0 && t < vocab && (grammar == nullptr || BitmaskAllows(grammar, t))) {
-      mask[t >> 5] |= 1u << (t & 31);
-    }
-  }
+// The draw's mask: allowed_token_ids' (built once per request), intersected with the grammar's
+// when there is one, word by word: the draw then has one mask, which min_tokens' rule (HoldOff)
+// and the no-token check see whole.
+std::vector<uint32_t> IntersectMasks(const std::vector<uint32_t>& ids, const uint32_t* grammar) {
+  std::vector<uint32_t> mask(ids);
+  for (size_t w = 0; w < mask.size(); ++w) mask[w] &= grammar[w];
   return mask;
 }
 
 // logit_bias, after the masks (-inf + bias stays -inf) and before the penalties, as vLLM's
-// LogitBiasLogitsProcessor runs before its penalties. Ids outside the vocabulary are skipped
-// (Engine::Submit refuses them; debug replays and tests call the sampler directly).
-void ApplyLogitBias(std::vector<float>& logits, const SamplingParams& p) {
-  const int64_t vocab = static_cast<int64_t>(logits.size());
-  for (const auto& [t, bias] : p.logit_bias) {
-    if (t >= 0 && t < vocab) logits[t] += bias;
-  }
+// LogitBiasLogitsProcessor runs before its penalties.
+void ApplyLogitBias(std::vector<float>& logits,
+                    const std::vector<std::pair<int32_t, float>>& bias) {
+  for (const auto& [t, b] : bias) logits[t] += b;
 }
 
 constexpr const char* kGrammarAllowsNone = "the structured-output constraint allows no next token";
@@ -179,19 +172,48 @@ void SamplingParams::Validate() const {
   }
 }
 
+SamplingTables BuildSamplingTables(const SamplingParams& p, int64_t vocab,
+                                   std::span<const int32_t> also_allowed) {
+  SamplingTables tables;
+  // Ids outside the vocabulary are skipped (Engine::Submit refuses them; debug replays and tests
+  // call the sampler directly). The map is ordered, so the ids come ascending.
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < vocab) tables.bias.emplace_back(t, bias);
+  }
+  if (p.allowed_token_ids) {
+    tables.allowed.assign(BitmaskWords(vocab), 0u);
+    auto allow = [&](int32_t t) {
+      if (t >= 0 && t < vocab) tables.allowed[t >> 5] |= 1u << (t & 31);
+    };
+    for (int32_t t : *p.allowed_token_ids) allow(t);
+    for (int32_t t : also_allowed) allow(t);
+  }
+  return tables;
+}
+
 SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, const SamplingParams& p,
-                        const uint32_t* allowed, std::span<const int32_t> held_off) {
+                        const uint32_t* allowed, std::span<const int32_t> held_off,
+                        const SamplingTables* tables) {
   SampledToken out;
+  // Direct callers (tests, debug replays) pass none: built here, as Engine::Submit would.
+  SamplingTables own;
+  if (tables == nullptr) {
+    own = BuildSamplingTables(p, vocab);
+    tables = &own;
+  }
+  const bool has_ids = !tables->allowed.empty();
   const bool penalties =
       p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   // The draw's mask: the grammar's, narrowed by allowed_token_ids. `allowed` stays the grammar's
   // alone, for the logprobs.
   std::vector<uint32_t> ids_mask;
-  if (p.allowed_token_ids) ids_mask = AllowedIdsMask(*p.allowed_token_ids, allowed, vocab);
-  const uint32_t* draw_allowed = p.allowed_token_ids ? ids_mask.data() : allowed;
+  if (has_ids && allowed != nullptr) ids_mask = IntersectMasks(tables->allowed, allowed);
+  const uint32_t* draw_allowed = !has_ids           ? allowed
+                                 : allowed != nullptr ? ids_mask.data()
+                                                      : tables->allowed.data();
   const bool hold = HoldOff(held_off, draw_allowed, vocab);
   std::vector<float> logits;
-  if (p.temperature == 0.0f && !penalties && draw_allowed == nullptr && p.logit_bias.empty()) {
+  if (p.temperature == 0.0f && !penalties && draw_allowed == nullptr && tables->bias.empty()) {
     // Greedy on the raw row, no copy. Holding ids off lowers only them, so a best token that is
     // not held off is the masked row's best too (the first of its value either way).
     const int32_t best = Argmax(raw, vocab);
@@ -202,7 +224,7 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
     if (draw_allowed != nullptr) {
       MaskDisallowed(logits, draw_allowed,
                      allowed == nullptr ? "allowed_token_ids allows no token"
-                     : p.allowed_token_ids
+                     : has_ids
                          ? "no token in allowed_token_ids is allowed by the structured-output "
                            "constraint"
                          : kGrammarAllowsNone);
@@ -212,7 +234,7 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
         if (t >= 0 && t < vocab) logits[t] = -std::numeric_limits<float>::infinity();
       }
     }
-    ApplyLogitBias(logits, p);
+    ApplyLogitBias(logits, tables->bias);
     ApplyPenalties(logits, seq, p);
   }
   // The row logprobs are of: the raw row, with a grammar's disallowed tokens at -inf, as vLLM
@@ -223,7 +245,7 @@ SampledToken SampleNext(const float* raw, int64_t vocab, const Sequence& seq, co
   const float* logprob_row = raw;
   std::vector<float> masked;
   if (p.top_logprobs >= 0 && allowed != nullptr && draw_allowed == allowed && !hold &&
-      !penalties && p.logit_bias.empty()) {
+      !penalties && tables->bias.empty()) {
     logprob_row = logits.data();  // the masked raw row already: no second copy
   } else if (p.top_logprobs >= 0 && allowed != nullptr) {
     masked.assign(raw, raw + vocab);

@@ -39,10 +39,18 @@ inline constexpr const char* kNonFiniteLogitsError =
 // grammar wins and they stay drawable (a row of -inf has nothing to draw).
 // `params.allowed_token_ids` narrows the draw's mask as `allowed` does, and `params.logit_bias`
 // is added after the masks, before the penalties (vLLM's order); neither enters the logprobs.
+// Both are read from `tables` (BuildSamplingTables of `params`; null: built here, per call).
 // Throws latent::Error too when the row to draw from (after the masks and penalties), or the row
 // logprobs are computed from, holds a NaN or +inf: no draw from it means anything.
 SampledToken SampleNext(const float* logits, int64_t vocab, const Sequence& seq,
                         const SamplingParams& params, const uint32_t* allowed = nullptr,
-                        std::span<const int32_t> held_off = {});
+                        std::span<const int32_t> held_off = {},
+                        const SamplingTables* tables = nullptr);
+
+// `params`' logit_bias and allowed_token_ids as SampleNext reads them; ids outside the vocabulary
+// are skipped. `also_allowed` joins allowed_token_ids when it is set (the grammar's end, which
+// Engine::Submit lets through under a grammar).
+SamplingTables BuildSamplingTables(const SamplingParams& params, int64_t vocab,
+                                   std::span<const int32_t> also_allowed = {});
 
 }  // namespace latent::engine

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace latent::engine {
@@ -32,6 +33,14 @@ struct SamplingParams {
   // Throws latent::Error naming the first invalid field. Token ids are checked for sign only:
   // Engine::Submit, which knows the vocabulary, checks their upper bound.
   void Validate() const;
+};
+
+// logit_bias and allowed_token_ids in the form a draw reads them (BuildSamplingTables), built once
+// per request by Engine::Submit: walking a map and a list of ids (of any length: a client may
+// repeat an id millions of times) for every row at every step stalled the whole batch.
+struct SamplingTables {
+  std::vector<std::pair<int32_t, float>> bias;  // ascending ids, each in the vocabulary
+  std::vector<uint32_t> allowed;  // BitmaskWords(vocab) words; empty: no allowed_token_ids
 };
 
 }  // namespace latent::engine

@@ -25,6 +25,9 @@ struct Sequence {
   int64_t request_id = 0;
   int32_t sample = 0;       // Index among the request's n samples.
   const Request* request = nullptr;  // Owned by the engine, alive while any sample runs.
+  // The request's logit_bias and allowed_token_ids as the draw reads them, built once at submit
+  // (owned with the request); null: SampleNext builds them from request->sampling.
+  const SamplingTables* sampling_tables = nullptr;
   uint64_t seed = 0;        // This sample's generator seed.
   std::vector<int32_t> tokens;  // Prompt, then generated tokens.
   // Speculative decoding: tokens guessed to follow the pending last token (engine/ngram_draft.h),

@@ -552,6 +552,24 @@ TEST(SamplerTest, AllowedTokenIdsRestrictTheDraw) {
                        std::vector<int32_t>{4}).token, 4);
 }
 
+// The draw reads logit_bias and allowed_token_ids from the tables built once per request (the
+// engine builds them at submit): a list of any length is then not walked again at every draw.
+TEST(SamplerTest, DrawReadsTheRequestTables) {
+  const std::vector<float> logits = {2.0f, 5.0f, 4.0f, 1.0f, 3.0f};
+  SamplingParams built = Greedy();
+  built.allowed_token_ids = std::vector<int32_t>(100000, 3);
+  built.allowed_token_ids->push_back(0);
+  built.logit_bias = {{0, -1.0f}, {3, 0.5f}, {9, 1.0f}};  // 9: outside, skipped
+  const SamplingTables tables = BuildSamplingTables(built, 5, std::vector<int32_t>{4});
+  EXPECT_EQ(tables.bias, (std::vector<std::pair<int32_t, float>>{{0, -1.0f}, {3, 0.5f}}));
+  EXPECT_EQ(tables.allowed, (std::vector<uint32_t>{0b11001}));
+  // The params passed alongside say otherwise: the tables decide.
+  SamplingParams p = Greedy();
+  EXPECT_EQ(SampleNext(logits.data(), 5, MakeSequence({0}), p, nullptr, {}, &tables).token, 4);
+  const uint32_t grammar = 0b01001;  // 0 and 3
+  EXPECT_EQ(SampleNext(logits.data(), 5, MakeSequence({0}), p, &grammar, {}, &tables).token, 3);
+}
+
 // As vLLM v1's default logprobs_mode (raw_logprobs, taken before its logits processors): neither
 // logit_bias nor allowed_token_ids enters the logprobs, which stay the raw row's (a grammar's
 // mask does enter, as before).
