@@ -87,6 +87,15 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     Fail("logit_bias token id ", sampling.logit_bias.rbegin()->first,
          " is outside the vocabulary (size ", c.vocab_size, ")");
   }
+  // EOS (unless ignore_eos) and stop_token_ids: what min_tokens holds off.
+  std::vector<int32_t> held;
+  if (!request.ignore_eos) {
+    for (int64_t id : generation_.eos_token_ids) {
+      if (id >= 0 && id < c.vocab_size) held.push_back(static_cast<int32_t>(id));
+    }
+  }
+  held.insert(held.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
+  std::vector<int32_t> grammar_end;  // the ids a grammar ends on: the checkpoint's EOS ids
   if (sampling.allowed_token_ids) {
     // Sorted and de-duplicated once, here on the caller's thread: a list of any length (one id
     // repeated millions of times) then costs the engine nothing per step.
@@ -96,6 +105,22 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     if (ids.back() >= c.vocab_size) {
       Fail("allowed_token_ids token id ", ids.back(), " is outside the vocabulary (size ",
            c.vocab_size, ")");
+    }
+    // min_tokens holds off every id the list allows: the sample could draw nothing before
+    // min_tokens, or would have to end early. Refused rather than quietly ending it early.
+    if (request.min_tokens > 0 && std::all_of(ids.begin(), ids.end(), [&](int32_t t) {
+          return std::find(held.begin(), held.end(), t) != held.end();
+        })) {
+      Fail("allowed_token_ids holds only EOS and stop_token_ids ids, which min_tokens (",
+           request.min_tokens, ") keeps from being drawn: allow another token or drop min_tokens");
+    }
+    // A grammar ends on EOS, which it allows only where its text may end: kept drawable whatever
+    // the list says, or a list without EOS would fail every such request once the text is
+    // complete (nothing left to draw), where the user expects it to end there.
+    if (request.constraint) {
+      for (int64_t id : generation_.eos_token_ids) {
+        if (id >= 0 && id < c.vocab_size) grammar_end.push_back(static_cast<int32_t>(id));
+      }
     }
   }
   const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
@@ -109,7 +134,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
          ") can never fit in the cache (", capacity, " tokens)");
   }
   auto state = std::make_unique<RequestState>();
-  state->sampling_tables = BuildSamplingTables(sampling, c.vocab_size);
+  state->sampling_tables = BuildSamplingTables(sampling, c.vocab_size, grammar_end);
   state->request = std::move(request);
   state->on_output = std::move(on_output);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -25,7 +25,10 @@ struct SamplingParams {
   // OpenAI's logit_bias: token id -> bias in [-100, 100], added to the token's logit before the
   // penalties. A map: one bias per id (a later duplicate key wins, as in vLLM's dict).
   std::map<int32_t, float> logit_bias;
-  // vLLM's allowed_token_ids: when set, a non-empty list; every other token gets probability 0.
+  // vLLM's allowed_token_ids: when set, a non-empty list; every other token gets probability 0,
+  // but for a grammar's end (EOS), which a structured-output grammar keeps drawable where its
+  // text may end. Engine::Submit sorts and de-duplicates it, and refuses min_tokens > 0 with a
+  // list of only the ids min_tokens holds off.
   std::optional<std::vector<int32_t>> allowed_token_ids;
   // Neither bias nor allowed_token_ids enters the reported logprobs (vLLM v1's default
   // logprobs_mode "raw_logprobs" takes them before any logits processor).
