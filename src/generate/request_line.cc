@@ -97,7 +97,10 @@ std::map<int32_t, float> LogitBias(const Json& line) {
   std::map<int32_t, float> out;
   for (const auto& [key, value] : bias.items()) {
     const std::optional<int64_t> id = server::TokenIdKey(key);
-    if (!id) Fail("field 'logit_bias': key '", key, "' is not a token id (an integer string)");
+    if (!id) {
+      Fail("field 'logit_bias': key '", key,
+           "' is not a token id (an integer string, without leading zeros)");
+    }
     // Past int32 here; a negative id is SamplingParams::Validate's to refuse.
     if (*id < std::numeric_limits<int32_t>::min() || *id > std::numeric_limits<int32_t>::max()) {
       Fail("field 'logit_bias': token id ", *id, " is outside the vocabulary");
@@ -106,8 +109,13 @@ std::map<int32_t, float> LogitBias(const Json& line) {
       Fail("field 'logit_bias': the bias of token id ", *id, " must be a number, not ",
            value.dump());
     }
-    // A double past float's range becomes +-inf, which Validate's [-100, 100] refuses.
-    out[static_cast<int32_t>(*id)] = static_cast<float>(value.get<double>());
+    // The range on the double, as the server checks it: 100.0000001 rounds to 100.0f, which
+    // Validate's float check would pass.
+    const double b = value.get<double>();
+    if (!(b >= -100 && b <= 100)) {
+      Fail("logit_bias for token id ", *id, " must be in [-100, 100], got ", b);
+    }
+    out[static_cast<int32_t>(*id)] = static_cast<float>(b);
   }
   return out;
 }

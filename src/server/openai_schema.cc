@@ -358,7 +358,8 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
       const std::optional<int64_t> id = TokenIdKey(key);
       if (!id) {
         BadField("logit_bias", StrCat("'logit_bias' key '", key,
-                                      "' is not a token id (an integer, as a string)"));
+                                      "' is not a token id (an integer in decimal, as a string, "
+                                      "without leading zeros)"));
       }
       if (*id < 0 || *id > std::numeric_limits<int32_t>::max() ||
           (limits.vocab_size > 0 && *id >= limits.vocab_size)) {
@@ -492,6 +493,9 @@ std::optional<int64_t> TokenIdKey(std::string_view key) {
   const std::string_view digits = key.substr(negative ? 1 : 0);
   // 18 digits at most: any int64 of them, and far past every vocabulary.
   if (digits.empty() || digits.size() > 18) return std::nullopt;
+  // The canonical form only ("5", not "05" or "-0"): two keys for one id would leave which bias
+  // applies to JSON's key order.
+  if (digits[0] == '0' && (digits.size() > 1 || negative)) return std::nullopt;
   int64_t value = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return std::nullopt;

@@ -72,8 +72,9 @@ OrderedJson ErrorJson(int status, const std::string& message, const std::string&
 // send one); nullopt for anything else (a fraction, an infinity, a string, a number past int64).
 std::optional<int64_t> IntegralNumber(const Json& v);
 
-// A logit_bias key as a token id: an optional '-' and decimal digits (JSON keys are strings, so
-// OpenAI's clients send "50256"); nullopt for anything else. The caller checks the range.
+// A logit_bias key as a token id: an optional '-' and decimal digits without a leading zero (JSON
+// keys are strings, so OpenAI's clients send "50256"); nullopt for anything else, "05" and "-0"
+// too (one id, one key). The caller checks the range.
 std::optional<int64_t> TokenIdKey(std::string_view key);
 
 // A logprob as JSON: a number always. -inf (a token the model rules out) would serialize as

@@ -112,6 +112,9 @@ CASES = [
      "'x1' is not a token id"),
     ("logit-bias-key-float", "POST", C, with_(OK, logit_bias={"1.5": 5}), 400, "logit_bias",
      "not a token id"),
+    # "05" beside "5" would be two keys for one id: only the canonical form is an id.
+    ("logit-bias-key-leading-zero", "POST", C, with_(OK, logit_bias={"05": 5}), 400,
+     "logit_bias", "'05' is not a token id"),
     ("logit-bias-out-of-vocab", "POST", C, with_(OK, logit_bias={"1000000": 5}), 400, "logit_bias",
      "token id 1000000 in 'logit_bias' is outside the vocabulary"),
     ("logit-bias-negative-id", "POST", C, with_(OK, logit_bias={"-1": 5}), 400, "logit_bias",

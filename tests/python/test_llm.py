@@ -475,8 +475,19 @@ def test_logit_bias_equals_latent_generate(llm, model_dir, tmp_path):
         llm.generate([[1, 2]], latent.SamplingParams(logit_bias={10**6: 1.0}))
 
 
+@pytest.mark.parametrize("key", ["05", "-0", "00", "+5", " 5"])
+def test_logit_bias_key_is_a_canonical_integer(key):
+    """A request line's logit_bias key is a token id in its one decimal form: "05" beside "5"
+    would be two keys for one id."""
+    with pytest.raises((latent.LatentError, ValueError), match="is not a token id"):
+        latent._latent.check_sampling(json.dumps({"logit_bias": {key: 1.0}}))
+    latent._latent.check_sampling(json.dumps({"logit_bias": {"5": 1.0, "0": 2.0}}))
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"logit_bias": {5: 100.5}}, "logit_bias for token id 5 must be in \\[-100, 100\\]"),
+    # Checked on the double, as the server checks it: as a float it would round to 100.
+    ({"logit_bias": {5: 100.0000001}}, "logit_bias for token id 5 must be in \\[-100, 100\\]"),
     ({"logit_bias": {-1: 1.0}}, "logit_bias token id -1"),
     ({"logit_bias": {5: "x"}}, "the bias of token id 5 must be a number"),
     ({"allowed_token_ids": []}, "allowed_token_ids must not be empty"),

@@ -92,7 +92,10 @@ TEST(OpenAiSchemaTest, LogitBiasAndAllowedTokenIds) {
   EXPECT_FALSE(Parse(R"({"prompt": "x"})").sampling.allowed_token_ids.has_value());
   for (const char* bad : {R"({"a": 1})", R"({"1.0": 1})", R"({"": 1})", R"({"1000": 1})",
                           R"({"-1": 1})", R"({"99999999999999999999": 1})", R"({"1": 100.01})",
-                          R"({"1": -101})", R"({"1": "2"})", R"({"1": true})", "[]", "3"}) {
+                          R"({"1": -101})", R"({"1": "2"})", R"({"1": true})", "[]", "3",
+                          // one id, one key: "05" would be a second key for id 5
+                          R"({"05": 1})", R"({"-0": 1})", R"({"00": 1})", R"({"+5": 1})",
+                          R"({"1": 100.0000001})"}) {
     EXPECT_EQ(Refusal(std::string(R"({"prompt": "x", "logit_bias": )") + bad + "}"),
               std::make_pair(400, std::string("logit_bias")))
         << bad;
