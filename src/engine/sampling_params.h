@@ -1,6 +1,9 @@
-// Per-request sampling settings. The order of application, vLLM v1's: allowed_token_ids (and a
-// structured-output grammar's mask), min_tokens, logit_bias, penalties, temperature, top-k,
-// top-p, min-p, then a draw from the request's own seeded generator.
+// Per-request sampling settings. The order of application: allowed_token_ids (and a
+// structured-output grammar's mask), min_tokens, logit_bias, penalties (vLLM v1's order so far),
+// then temperature, top-k, top-p over what top-k kept, min-p over what top-p kept
+// (engine/filtered_draw.h), and a draw from the request's own seeded generator. vLLM v1 applies
+// min-p before top-k and top-p instead, so with min-p and top-k/top-p together the kept sets
+// can differ.
 #pragma once
 
 #include <cstdint>

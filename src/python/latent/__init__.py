@@ -104,9 +104,10 @@ class SamplingParams:
     """How to sample one request: the fields `latent serve` and `latent generate` take.
 
     The defaults are vLLM's: temperature 1.0 (pass 0 for greedy decoding), 16 tokens at most.
-    Order of application (vLLM's): allowed_token_ids, logit_bias, penalties, temperature, top-k,
-    top-p, min-p, then a draw from the request's own generator (seeded with `seed`: the same seed
-    gives the same output whatever else runs in the batch).
+    Order of application: allowed_token_ids (and a structured-output grammar), min_tokens,
+    logit_bias, penalties (so far vLLM v1's order), then temperature, top-k, top-p, min-p (vLLM
+    v1 applies min-p before top-k and top-p), then a draw from the request's own generator
+    (seeded with `seed`: the same seed gives the same output whatever else runs in the batch).
     """
 
     n: int = 1
@@ -124,7 +125,8 @@ class SamplingParams:
     max_tokens: int = 16
     min_tokens: int = 0
     """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
-    (vLLM's min_tokens; at most max_tokens)."""
+    (vLLM's min_tokens; at most max_tokens), unless a structured_outputs grammar allows only
+    them (the grammar wins)."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
     include_stop_str_in_output: bool = False
@@ -150,7 +152,10 @@ class SamplingParams:
     """Token id -> bias in [-100, 100], added to the token's logit before sampling (OpenAI's
     logit_bias). The logprobs stay those of the model's raw distribution, as vLLM's."""
     allowed_token_ids: Optional[list[int]] = None
-    """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids)."""
+    """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids), with one
+    exception: under structured_outputs the grammar's end (EOS, which it allows only where its
+    text may end) stays drawable, so a list without EOS still ends there. With min_tokens > 0, a
+    list of only EOS and stop_token_ids ids (which min_tokens holds off) is refused."""
 
     def __post_init__(self) -> None:
         # -1 is the request lines' "none"; newer vLLM reads it as "every token of the vocabulary",
