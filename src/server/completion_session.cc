@@ -89,30 +89,36 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedT
   }
 }
 
-bool CompletionSession::ReasoningFirst(const std::string& chat_prompt) const {
-  if (request_.endpoint != Endpoint::kChatCompletions) return false;
+std::optional<ThinkStart> CompletionSession::OutputStart(const std::string& chat_prompt) const {
+  if (request_.endpoint != Endpoint::kChatCompletions) return std::nullopt;
   const std::optional<ContinuedMessage> continued = Continued();
-  const std::optional<ThinkStart> start = ReasoningStart(
-      context_.reasoning_parser, chat_prompt, continued ? &*continued : nullptr);
-  return start && *start != ThinkStart::kContent;
+  return ReasoningStart(context_.reasoning_parser, chat_prompt,
+                        continued ? &*continued : nullptr);
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::AfterReasoning(
-    std::shared_ptr<const engine::TokenConstraintFactory> grammar) const {
-  if (context_.reasoning_end_token < 0) {
-    // Only a token id tells the engine, token by token, that the reasoning is over (as vLLM's
-    // is_reasoning_end does); matching decoded text would need the detokenizer in the engine's
-    // step. So such a tokenizer cannot have both: refused rather than constrain the reasoning.
+    std::shared_ptr<const engine::TokenConstraintFactory> grammar, ThinkStart start) const {
+  // The parser decides by <think> only where the model may open the reasoning itself.
+  const bool may_open = start == ThinkStart::kMayOpen;
+  for (const auto& [marker, token] :
+       {std::pair{ReasoningEndMarker(), context_.reasoning_end_token},
+        std::pair{ReasoningStartMarker(), may_open ? context_.reasoning_start_token : 0}}) {
+    if (token >= 0) continue;
+    // Only a token id tells the engine, token by token, where the reasoning opens and ends (as
+    // vLLM's is_reasoning_end does); matching decoded text would need the detokenizer in the
+    // engine's step. So such a tokenizer cannot have both: refused rather than constrain the
+    // reasoning, or leave the answer unconstrained.
     const std::string field = ToolCallForced() ? "tool_choice" : request_.output_field;
     throw ApiError(400, StrCat(field, " cannot be combined with the reasoning parser '",
                                context_.reasoning_parser, "' here: the tokenizer has no single ",
-                               "token for its end marker ", ReasoningEndMarker(), ", so the ",
-                               "grammar cannot tell where the answer starts (serve with ",
-                               "--reasoning-parser none to constrain the whole output)"),
+                               "token for its marker ", marker, ", so the grammar cannot tell ",
+                               "where the answer starts (serve with --reasoning-parser none to ",
+                               "constrain the whole output)"),
                    field);
   }
   return structured::AfterReasoning(std::move(grammar), context_.reasoning_end_token,
-                                    context_.structured->Get().vocab_size());
+                                    context_.structured->Get().vocab_size(),
+                                    may_open ? context_.reasoning_start_token : -1);
 }
 
 void CompletionSession::Start() {
@@ -133,7 +139,12 @@ void CompletionSession::Start() {
   } else if (request_.output.active()) {
     constraint = ResponseConstraint();
   }
-  if (constraint && ReasoningFirst(chat_prompt)) constraint = AfterReasoning(std::move(constraint));
+  if (constraint) {
+    const std::optional<ThinkStart> start = OutputStart(chat_prompt);
+    if (start && *start != ThinkStart::kContent) {
+      constraint = AfterReasoning(std::move(constraint), *start);
+    }
+  }
   for (engine::Request& r : requests) r.constraint = constraint;
   const int32_t n = request_.sampling.n;
   prompts_.resize(requests.size());

@@ -133,13 +133,14 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::shared_ptr<const engine::TokenConstraintFactory> ForcedToolCallConstraint() const;
   // Whether tool_choice forces a call (chat with tools, "required" or a named function).
   bool ToolCallForced() const;
-  // Whether this chat's output may start with reasoning (a reasoning parser runs and the prompt
-  // did not close the reasoning): a grammar then waits for its end (AfterReasoning).
-  bool ReasoningFirst(const std::string& chat_prompt) const;
-  // `grammar` applied from the token after the reasoning's end token; ApiError 400 when the
-  // tokenizer has no single token for the end marker.
+  // Where this chat's output starts (ReasoningStart); nullopt without a reasoning parser. Unless
+  // kContent, a grammar waits for the reasoning's end (AfterReasoning).
+  std::optional<ThinkStart> OutputStart(const std::string& chat_prompt) const;
+  // `grammar` applied from the token after the reasoning's end token, or, where the model may
+  // open the reasoning (`start` kMayOpen), from the first token unless that opens it; ApiError
+  // 400 when the tokenizer has no single token for a marker it needs.
   std::shared_ptr<const engine::TokenConstraintFactory> AfterReasoning(
-      std::shared_ptr<const engine::TokenConstraintFactory> grammar) const;
+      std::shared_ptr<const engine::TokenConstraintFactory> grammar, ThinkStart start) const;
   // continue_final_message: the final message the output goes on with.
   std::optional<ContinuedMessage> Continued() const;
   // Appends text that stop strings let through to the choice (through its parser, if any).

@@ -155,4 +155,6 @@ std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
 
 std::string_view ReasoningEndMarker() { return kClose; }
 
+std::string_view ReasoningStartMarker() { return kOpen; }
+
 }  // namespace latent::server

@@ -69,11 +69,15 @@ std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   const ContinuedMessage* continued = nullptr);
 
 // Where MakeReasoningParser's parser starts for this request (the rule above); nullopt for none.
-// Structured output applies its grammar only after the reasoning unless this is kContent.
+// Structured output applies its grammar only after the reasoning unless this is kContent; with
+// kMayOpen, only when the first token is <think> (AfterReasoning).
 std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_view rendered_prompt,
                                          const ContinuedMessage* continued = nullptr);
 
 // The text that closes the reasoning ("</think>"), whose token id starts a grammar.
 std::string_view ReasoningEndMarker();
+// The text that opens it ("<think>"): where the model may open the reasoning (kMayOpen), a first
+// token with its id makes a grammar wait for the end.
+std::string_view ReasoningStartMarker();
 
 }  // namespace latent::server

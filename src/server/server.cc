@@ -252,13 +252,17 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.tool_call_parser = std::move(tool_call_parser);
   ctx.tool_arguments_as_objects = arguments_as_objects;
   if (loaded->tokenizer && !ctx.reasoning_parser.empty()) {
-    const std::vector<int32_t> ids = loaded->tokenizer->Encode(ReasoningEndMarker(), false);
-    if (ids.size() == 1) {
-      ctx.reasoning_end_token = ids[0];
-    } else {
-      Log("the tokenizer splits ", ReasoningEndMarker(), " into ", ids.size(), " tokens: chat "
-          "requests with a grammar that may reason first are refused (400)");
-    }
+    const auto marker_token = [&](std::string_view marker, int32_t* token) {
+      const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);
+      if (ids.size() == 1) {
+        *token = ids[0];
+      } else {
+        Log("the tokenizer splits ", marker, " into ", ids.size(), " tokens: chat requests with "
+            "a grammar that may reason first are refused (400) where it must mark the reasoning");
+      }
+    };
+    marker_token(ReasoningEndMarker(), &ctx.reasoning_end_token);
+    marker_token(ReasoningStartMarker(), &ctx.reasoning_start_token);
   }
   if (loaded->tokenizer) {
     for (const std::string& marker : ToolCallMarkers(ctx.tool_call_parser)) {

@@ -27,6 +27,9 @@ struct ServerContext {
   // The id of the reasoning parser's end marker (ReasoningEndMarker), where a grammar starts on
   // a chat that may reason first; -1: no parser, or the tokenizer splits the marker.
   int32_t reasoning_end_token = -1;
+  // The id of its start marker (ReasoningStartMarker), which, as a first token, makes a grammar
+  // wait for the end where the model may open the reasoning; -1 as above.
+  int32_t reasoning_start_token = -1;
   // The resolved --tool-call-parser; empty: none (tool markup stays content).
   std::string tool_call_parser;
   // Whether the chat template reads tool-call arguments as an object (tool_template.h).

@@ -49,6 +49,19 @@ def end_id(tokenizer):
     return ids[0]
 
 
+def with_tokenizer(model: Path, out: Path, edit) -> Path:
+    """`model` (its files linked) with its tokenizer.json changed by `edit` (a function of its
+    JSON): the same weights, so the same greedy outputs for the same ids."""
+    out.mkdir()
+    for f in model.iterdir():
+        if f.name != "tokenizer.json":
+            (out / f.name).symlink_to(f)
+    tok = json.loads((model / "tokenizer.json").read_text())
+    edit(tok)
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    return out
+
+
 def serve(model: Path, tmp: Path, *flags: str) -> LatentServer:
     return LatentServer(model, tmp / f"serve{len(list(tmp.glob('*.log')))}.log", *SERVER_FLAGS,
                         *flags)
@@ -61,11 +74,12 @@ def r1_server(qwen3_model, tmp_path_factory):
     assert srv.stop() == 0, srv.log()
 
 
-def find_bias(client, end_id: int, **kwargs) -> dict:
+def find_bias(client, end_id: int, reasoning: bool = True, **kwargs) -> dict:
     """Arguments (messages, logit_bias) with which greedy decoding of this request without a
     grammar writes some reasoning and then </think> within a few tokens, and that reasoning
     (`thought`). A bias on </think> alone may only win at the first token; other questions give
-    other rows."""
+    other rows. reasoning=False: where the model opens no reasoning, the text before </think> is
+    content, and `thought` is that."""
     for question in ("Yes or no?", "Is it so?", "Well?", "Answer me.", "True?"):
         messages = [{"role": "user", "content": question}]
         for tenths in range(30, 200, 5):
@@ -75,12 +89,30 @@ def find_bias(client, end_id: int, **kwargs) -> dict:
                 logit_bias=bias, extra_body={"return_token_ids": True}, **kwargs)
             ids = resp.choices[0].model_extra["token_ids"]
             if end_id in ids and ids[0] != end_id:
-                thought = reasoning_of(resp.choices[0].message)
+                message = resp.choices[0].message
+                thought = reasoning_of(message) if reasoning else message.content
                 assert thought
                 return {"messages": messages, "logit_bias": bias, "thought": thought}
             if ids[0] == end_id:
                 break  # a larger bias wins at once too
     pytest.fail("no question and bias on </think> give reasoning and then </think>")
+
+
+@pytest.fixture(scope="module")
+def open_id(tokenizer):
+    ids = tokenizer.encode("<think>", add_special_tokens=False).ids
+    assert len(ids) == 1
+    return ids[0]
+
+
+@pytest.fixture(scope="module")
+def think_server(qwen3_model, tmp_path_factory):
+    """auto: "think", since Qwen3's template mentions </think>. By default its prompt ends at
+    "assistant\n": the model may open <think> itself (kMayOpen)."""
+    srv = serve(qwen3_model, tmp_path_factory.mktemp("think"))
+    assert "reasoning parser: think (auto" in srv.log()
+    yield srv
+    assert srv.stop() == 0, srv.log()
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +219,48 @@ def test_prompt_that_closed_the_reasoning_is_constrained_at_once(qwen3_model, tm
         assert srv.stop() == 0, srv.log()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reply_that_opens_no_reasoning_is_constrained_at_once(think_server, open_id, stream):
+    # The prompt leaves the model to open <think>. The grammar allows <think> as the first token
+    # beside its own, which this random model may prefer: banned here, so that the first token
+    # is not <think>. The parser then files the output as content, and the grammar must mask it
+    # from that first token.
+    reasoning, content, finish, _ = chat(think_server.client(), stream, extra_body=CHOICE,
+                                         logit_bias={str(open_id): -100})
+    assert not reasoning and content in ("yes", "no") and finish == "stop"
+
+
+def test_text_before_a_late_end_marker_is_the_constrained_answer(think_server, open_id, end_id):
+    # Unconstrained, this model writes some text and then </think>: the parser, which saw no
+    # <think> first, has filed that text as content. So the grammar must mask from the first
+    # token (not from after </think>): the forced call's arguments are the grammar's JSON alone.
+    # (<think> is banned as above; the unconstrained output has none.)
+    tools = [{"type": "function", "function": {
+        "name": "answer", "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                                         "required": ["ok"]}}}]
+    args = find_bias(think_server.client(), end_id, reasoning=False, tools=tools,
+                     tool_choice="auto")
+    args.pop("thought")
+    args["logit_bias"][str(open_id)] = -100
+    for stream in (False, True):
+        reasoning, content, _, calls = chat(
+            think_server.client(), stream, tools=tools, max_completion_tokens=32, **args,
+            tool_choice={"type": "function", "function": {"name": "answer"}})
+        assert not reasoning and not content, stream
+        assert len(calls) == 1 and calls[0][0] == "answer", stream
+        assert isinstance(json.loads(calls[0][1])["ok"], bool), calls
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_first_think_token_opens_reasoning_and_the_grammar_waits(think_server, open_id,
+                                                                   stream):
+    # A first <think> token opens the reasoning, as the parser reads it: the grammar then waits
+    # for </think>, which this model never writes, so the output is all reasoning.
+    reasoning, content, finish, _ = chat(think_server.client(), stream, max_completion_tokens=6,
+                                         logit_bias={str(open_id): 100}, extra_body=CHOICE)
+    assert finish == "length" and not content and reasoning
+
+
 def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tmp_path):
     # --debug-replay (no sampling, no grammar): the parsers alone. The reasoning goes to
     # reasoning_content and the JSON after </think> is the forced call's arguments.
@@ -203,6 +277,26 @@ def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tm
                 tool_choice={"type": "function", "function": {"name": "answer"}})
             assert (reasoning, calls) == ("Let me see.", [("answer", '{"ok":true}')]), stream
             assert not content
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_split_start_marker_refuses_a_grammar_where_the_model_may_open(qwen3_model, tmp_path):
+    # Without a <think> token the grammar cannot tell whether the first token opens the reasoning
+    # (kMayOpen), so that is a 400 naming the marker; a prompt that opened or closed the
+    # reasoning itself needs only </think>.
+    import openai
+
+    def split_open(tok):
+        tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "<think>"]
+
+    srv = serve(with_tokenizer(qwen3_model, tmp_path / "model", split_open), tmp_path)
+    try:
+        with pytest.raises(openai.BadRequestError) as err:
+            chat(srv.client(), False, extra_body=CHOICE)
+        assert "single token for its marker <think>" in str(err.value)
+        body = dict(CHOICE, chat_template_kwargs={"enable_thinking": False})
+        assert chat(srv.client(), False, extra_body=body)[1] in ("yes", "no")
     finally:
         assert srv.stop() == 0, srv.log()
 

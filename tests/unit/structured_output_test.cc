@@ -495,6 +495,42 @@ TEST(StructuredGrammar, AfterReasoningFreesTheReasoningThenTheGrammarMasks) {
   EXPECT_TRUE(replay->IsTerminated());
 }
 
+// A prompt that leaves the model to open the reasoning (the reasoning parser's kMayOpen): the
+// first token decides, as the parser does. The open token starts the reasoning, free until the
+// end token; any other first token is the answer's, masked by the grammar from that first token.
+TEST(StructuredGrammar, AfterReasoningThatMayOpenDecidesByTheFirstToken) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const int32_t end = 1, open = 50;  // </think> and <think>, ids the grammar never allows
+  std::set<int32_t> every;
+  for (int32_t t = 0; t < 64; ++t) every.insert(t);
+  auto factory = structured::AfterReasoning(output.Regex("(red|blue)-[0-2]+"), end, 64, open);
+  // The first mask is the grammar's and the open token.
+  auto answers = factory->Start();
+  EXPECT_EQ(Allowed(*answers, 64), (std::set<int32_t>{id["red"], id["blue"], id["b"], open}));
+  // Text that is not the grammar's is refused at once (the state stays the first token's).
+  EXPECT_FALSE(answers->Accept(id["a"]));
+  EXPECT_FALSE(answers->Accept(end));
+  ASSERT_TRUE(answers->Accept(id["red"]));
+  // Answered: the grammar alone, and the open token is no longer allowed.
+  EXPECT_EQ(Allowed(*answers, 64), (std::set<int32_t>{id["-"]}));
+  EXPECT_FALSE(answers->Accept(open));
+  for (const std::string piece : {"-", "1"}) ASSERT_TRUE(answers->Accept(id[piece])) << piece;
+  ASSERT_TRUE(answers->Accept(0));
+  EXPECT_TRUE(answers->IsTerminated());
+  // Opened: free (EOS included, nothing terminates) until the end token, then the grammar.
+  auto thinks = factory->Start();
+  ASSERT_TRUE(thinks->Accept(open));
+  EXPECT_EQ(Allowed(*thinks, 64), every);
+  for (const std::string piece : {"a", "{", "red"}) ASSERT_TRUE(thinks->Accept(id[piece])) << piece;
+  EXPECT_FALSE(thinks->IsTerminated());
+  ASSERT_TRUE(thinks->Accept(end));
+  EXPECT_EQ(Allowed(*thinks, 64), (std::set<int32_t>{id["red"], id["blue"], id["b"]}));
+  for (const std::string piece : {"blue", "-", "0"}) ASSERT_TRUE(thinks->Accept(id[piece]));
+  ASSERT_TRUE(thinks->Accept(0));
+  EXPECT_TRUE(thinks->IsTerminated());
+}
+
 TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
   using Kind = structured::OutputSpec::Kind;
   const auto parse = [](const char* text) {
