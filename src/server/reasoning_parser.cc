@@ -138,11 +138,13 @@ std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_vi
       return start;
     }
   }
-  if (name == "deepseek_r1") return ThinkStart::kReasoning;
   rendered_prompt = TrimEnd(rendered_prompt);
-  return EndsWith(rendered_prompt, kOpen)    ? ThinkStart::kReasoning
-         : EndsWith(rendered_prompt, kClose) ? ThinkStart::kContent
-                                             : ThinkStart::kMayOpen;
+  // A prompt that closed the reasoning (Qwen3 with enable_thinking=false) leaves none to the
+  // output, whatever the parser: vLLM too ends the reasoning on the prompt's ids
+  // (is_reasoning_end), and a grammar waiting for a </think> that never comes would never apply.
+  if (EndsWith(rendered_prompt, kClose)) return ThinkStart::kContent;
+  if (name == "deepseek_r1" || EndsWith(rendered_prompt, kOpen)) return ThinkStart::kReasoning;
+  return ThinkStart::kMayOpen;
 }
 
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,

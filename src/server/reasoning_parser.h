@@ -3,8 +3,9 @@
 // ParsedDelta::reasoning and the rest to ParsedDelta::content, incrementally.
 //
 // Where the output starts differs per chat template, so it is decided per request:
-// - "deepseek_r1" (vLLM's deepseek_r1): the output always starts inside the reasoning (R1's
-//   template ends the prompt with "<think>\n"; older R1 outputs repeat the <think> themselves).
+// - "deepseek_r1" (vLLM's deepseek_r1): the output starts inside the reasoning (R1's template
+//   ends the prompt with "<think>\n"; older R1 outputs repeat the <think> themselves), unless
+//   the prompt closed it (ends with </think>, as Qwen3's with enable_thinking=false): content.
 // - "think" (and its aliases deepseek_v3, glm45, kimi_k2): from the end of the rendered prompt.
 //   <think> (DeepSeek V3.1 with thinking=true): inside the reasoning. </think> (V3.1 without
 //   thinking, GLM-4.5 with enable_thinking=false): the template closed the reasoning, so all the

@@ -261,6 +261,16 @@ def test_a_first_think_token_opens_reasoning_and_the_grammar_waits(think_server,
     assert finish == "length" and not content and reasoning
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_closed_prompt_is_constrained_at_once_under_deepseek_r1(r1_server, stream):
+    # deepseek_r1 starts in the reasoning, but not where the prompt closed it (Qwen3 with
+    # enable_thinking=false): the grammar applies from the first token, as vLLM's
+    # is_reasoning_end on the prompt's ids, and the answer is content.
+    body = dict(CHOICE, chat_template_kwargs={"enable_thinking": False})
+    reasoning, content, finish, _ = chat(r1_server.client(), stream, extra_body=body)
+    assert not reasoning and content in ("yes", "no") and finish == "stop"
+
+
 def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tmp_path):
     # --debug-replay (no sampling, no grammar): the parsers alone. The reasoning goes to
     # reasoning_content and the JSON after </think> is the forced call's arguments.

@@ -194,6 +194,11 @@ TEST(ReasoningParserTest, AContinuedMessageDecidesWhereTheOutputStarts) {
 TEST(ReasoningParserTest, ReasoningStartIsTheParsersStart) {
   EXPECT_EQ(ReasoningStart("", "<think>"), std::nullopt);
   EXPECT_EQ(ReasoningStart("deepseek_r1", "<｜Assistant｜>"), ThinkStart::kReasoning);
+  // A prompt that closed the reasoning leaves none to the output, under deepseek_r1 too (Qwen3
+  // with enable_thinking=false), as vLLM's is_reasoning_end on the prompt's ids.
+  const std::string closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  EXPECT_EQ(ReasoningStart("deepseek_r1", closed), ThinkStart::kContent);
+  EXPECT_EQ(Feed(*MakeReasoningParser("deepseek_r1", closed), {"4"}).content, "4");
   EXPECT_EQ(ReasoningStart("think", "<｜Assistant｜><think>\n"), ThinkStart::kReasoning);
   EXPECT_EQ(ReasoningStart("think", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             ThinkStart::kContent);
