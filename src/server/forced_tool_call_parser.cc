@@ -28,11 +28,9 @@ class NamedCallParser : public OutputParser {
     out.tool_calls.push_back(std::move(call));
     return out;
   }
-  ParsedDelta Finish() override {
-    ParsedDelta out;
-    if (!started_) out.tool_calls.push_back({0, NewToolCallId(), name_, "{}"});
-    return out;
-  }
+  // No text, no call: the model made none (an output that ended inside its reasoning, so the
+  // grammar never started), and a made-up one would finish "tool_calls" as if it had.
+  ParsedDelta Finish() override { return {}; }
 
  private:
   const std::string name_;

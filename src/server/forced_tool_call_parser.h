@@ -6,7 +6,8 @@
 // - "required": the output is an array of {"name", "parameters"}; it is parsed once complete
 //   (Finish), each element one call with `parameters` as its arguments.
 // An output that does not parse (cut by max_tokens) stays content; a named call cut short keeps
-// the arguments it has, as a markup call cut by max_tokens does.
+// the arguments it has, as a markup call cut by max_tokens does. An output with no text for
+// this parser (one that ended inside its reasoning) has no call.
 #pragma once
 
 #include <memory>

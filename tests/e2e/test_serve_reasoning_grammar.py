@@ -196,6 +196,23 @@ def test_forced_tool_call_after_the_reasoning(r1_server, end_id, stream):
 
 
 @pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice",
+                         ["required", {"type": "function", "function": {"name": "answer"}}])
+def test_forced_call_in_a_reasoning_that_never_ends_is_no_call(r1_server, choice, stream):
+    # No bias: the model never writes </think>, so it never makes the forced call. No call is
+    # made up: the output is reasoning, and it finishes as cut (length, or stop at a stop
+    # string inside the reasoning), not "tool_calls".
+    tools = [{"type": "function", "function": {"name": "answer", "parameters": {"type": "object"}}}]
+    args = dict(tools=tools, tool_choice=choice, max_completion_tokens=6)
+    reasoning, content, finish, calls = chat(r1_server.client(), stream, **args)
+    assert (finish, calls) == ("length", []) and not content and reasoning
+    thought = reasoning
+    reasoning, content, finish, calls = chat(r1_server.client(), stream, stop=[thought[2:]],
+                                             **args)
+    assert (reasoning, finish, calls) == (thought[:2], "stop", []) and not content
+
+
+@pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_that_never_ends_is_unconstrained(r1_server, stream):
     # No bias: the random model never writes </think>, so nothing is constrained and all of the
     # output is reasoning, cut by max_tokens.

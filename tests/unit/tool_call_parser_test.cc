@@ -181,6 +181,19 @@ TEST(ToolCallParserTest, Glm47NameWithoutNewlineAndNoArguments) {
   EXPECT_EQ(a.calls[1].arguments, "{}");
 }
 
+// A forced call's parser that got no text (the output ended inside its reasoning, which the
+// reasoning parser took) makes no call, named or "required": the model made none.
+TEST(ToolCallParserTest, ForcedCallWithoutTextIsNoCall) {
+  for (const ToolChoice& choice : {ToolChoice{ToolChoice::Mode::kFunction, "search"},
+                                   ToolChoice{ToolChoice::Mode::kRequired, ""}}) {
+    std::unique_ptr<OutputParser> parser = MakeForcedToolCallParser(choice);
+    EXPECT_TRUE(parser->Push("").tool_calls.empty());
+    const ParsedDelta end = parser->Finish();
+    EXPECT_TRUE(end.tool_calls.empty());
+    EXPECT_EQ(end.content, "");
+  }
+}
+
 // A value the model nests far deeper than a request may (kMaxJsonDepth) stays text: parsing it
 // and writing it back would recurse once per level, past the stack.
 TEST(ToolCallParserTest, DeeplyNestedValuesStayText) {
