@@ -146,6 +146,12 @@ void CompletionSession::Start() {
     }
   }
   for (engine::Request& r : requests) r.constraint = constraint;
+  if (ToolCallsParsed()) kept_markers_ = context_.tool_marker_tokens;
+  if (meta_.reasoning) {
+    kept_markers_.insert(kept_markers_.end(), context_.reasoning_marker_tokens.begin(),
+                         context_.reasoning_marker_tokens.end());
+    std::sort(kept_markers_.begin(), kept_markers_.end());
+  }
   const int32_t n = request_.sampling.n;
   prompts_.resize(requests.size());
   choices_.reserve(requests.size() * n);
@@ -170,8 +176,7 @@ void CompletionSession::Start() {
       Choice& c = choices_.emplace_back(request_.stop, request_.include_stop_str_in_output);
       c.index = static_cast<int32_t>(p) * n + s;
       if (request_.endpoint == Endpoint::kChatCompletions) c.parser = MakeParser(chat_prompt);
-      c.keep_markers_only = request_.skip_special_tokens && ToolCallsParsed() &&
-                            !context_.tool_marker_tokens.empty();
+      c.keep_markers_only = request_.skip_special_tokens && !kept_markers_.empty();
       if (context_.tokenizer) {
         c.detokenizer.emplace(*context_.tokenizer,
                               request_.skip_special_tokens && !c.keep_markers_only);
@@ -326,8 +331,8 @@ void CompletionSession::Apply(const Event& event) {
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
     if (request_.logprobs) c.logprobs.push_back(MakeLogprob(out, c.text_bytes));
     const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
-                         !std::binary_search(context_.tool_marker_tokens.begin(),
-                                             context_.tool_marker_tokens.end(), out.token);
+                         !std::binary_search(kept_markers_.begin(), kept_markers_.end(),
+                                             out.token);
     // vLLM's detokenizer (update(new_token_ids, stop_terminated)): the EOS or stop id that ended
     // the choice is in token_ids, logprobs and usage, but its text is neither output nor
     // searched for stop strings unless include_stop_str_in_output, where it is output, still

@@ -93,8 +93,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
         : stop(std::move(stops), include_stop) {}
     int32_t index = 0;
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
-    // Decoding keeps special tokens, and drops those but the tool-call markers itself (a request
-    // with tools under skip_special_tokens, when the tokenizer marks markers special).
+    // Decoding keeps special tokens, and drops those but kept_markers_ itself (a request with a
+    // parser under skip_special_tokens, when the tokenizer marks the parser's markers special).
     bool keep_markers_only = false;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
@@ -171,6 +171,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   ResponseMeta meta_;
   std::vector<Prompt> prompts_;
   std::vector<Choice> choices_;
+  // The special tokens that this request's parsers read, decoded under skip_special_tokens too
+  // (the tool-call markers with tools, the reasoning markers with a reasoning parser); sorted.
+  std::vector<int32_t> kept_markers_;
   bool done_ = false;
   bool cancelled_ = false;
   bool stream_opened_ = false, stream_closed_ = false;

@@ -256,6 +256,9 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);
       if (ids.size() == 1) {
         *token = ids[0];
+        // Dropped by skip_special_tokens, it would never reach the parser, while a grammar
+        // switches on its id: the answer would be filed as reasoning.
+        if (loaded->tokenizer->IsSpecial(ids[0])) ctx.reasoning_marker_tokens.push_back(ids[0]);
       } else {
         Log("the tokenizer splits ", marker, " into ", ids.size(), " tokens: chat requests with "
             "a grammar that may reason first are refused (400) where it must mark the reasoning");
@@ -263,6 +266,11 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
     };
     marker_token(ReasoningEndMarker(), &ctx.reasoning_end_token);
     marker_token(ReasoningStartMarker(), &ctx.reasoning_start_token);
+    std::sort(ctx.reasoning_marker_tokens.begin(), ctx.reasoning_marker_tokens.end());
+    if (!ctx.reasoning_marker_tokens.empty()) {
+      Log("reasoning markers the tokenizer marks special (kept in the output of chat "
+          "requests): ", ctx.reasoning_marker_tokens.size());
+    }
   }
   if (loaded->tokenizer) {
     for (const std::string& marker : ToolCallMarkers(ctx.tool_call_parser)) {

@@ -37,6 +37,9 @@ struct ServerContext {
   // The tokens of the tool-call parser's markers that the tokenizer marks special, sorted: a
   // request with tools decodes them even under skip_special_tokens.
   std::vector<int32_t> tool_marker_tokens;
+  // The same for the reasoning parser's markers (<think>, </think>): a chat request decodes them
+  // even under skip_special_tokens, since the parser splits the text at them.
+  std::vector<int32_t> reasoning_marker_tokens;
   // response_format json_object / json_schema: grammars over this model's vocabulary. Null: the
   // server refuses them.
   structured::LazyStructuredOutput* structured = nullptr;

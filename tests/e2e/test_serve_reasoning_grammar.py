@@ -308,6 +308,29 @@ def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tm
         assert srv.stop() == 0, srv.log()
 
 
+def test_special_markers_still_split_reasoning_from_the_answer(qwen3_model, biased, tmp_path):
+    # A tokenizer that marks <think> and </think> special: skip_special_tokens (the default)
+    # must not drop them before the reasoning parser, which would file the constrained answer
+    # after </think> as reasoning while the grammar switched on the token's id.
+    def special(tok):
+        for t in tok["added_tokens"]:
+            if t["content"] in ("<think>", "</think>"):
+                t["special"] = True
+
+    srv = serve(with_tokenizer(qwen3_model, tmp_path / "model", special), tmp_path,
+                "--reasoning-parser", "deepseek_r1")
+    args = dict(biased)
+    thought = args.pop("thought")
+    try:
+        for stream in (False, True):
+            reasoning, content, finish, _ = chat(srv.client(), stream, extra_body=CHOICE, **args)
+            assert (reasoning, finish) == (thought, "stop"), stream
+            assert content in ("yes", "no"), stream
+        assert "reasoning markers the tokenizer marks special (kept" in srv.log()
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
 def test_split_start_marker_refuses_a_grammar_where_the_model_may_open(qwen3_model, tmp_path):
     # Without a <think> token the grammar cannot tell whether the first token opens the reasoning
     # (kMayOpen), so that is a 400 naming the marker; a prompt that opened or closed the
