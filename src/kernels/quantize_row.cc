@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace latent::kernels {
 
 float QuantizeRowInt8(const float* w, int64_t k, int8_t* q) {
   float amax = 0.0f;
-  for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(w[c]));
-  const float scale = amax / 127.0f;
-  if (!(scale > 0.0f)) {  // all zeros: zeros, so the row contributes nothing
+  bool has_nan = false;
+  for (int64_t c = 0; c < k; ++c) {
+    amax = std::max(amax, std::fabs(w[c]));
+    has_nan |= w[c] != w[c];
+  }
+  const float scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : amax / 127.0f;
+  if (!(scale > 0.0f)) {  // all zeros (the row contributes nothing) or a NaN (its outputs NaN)
     std::fill(q, q + k, int8_t{0});
-    return 0.0f;
+    return has_nan ? scale : 0.0f;
   }
   for (int64_t c = 0; c < k; ++c) {
     // nearbyint rounds to nearest even in the default rounding mode, as torch.round does.

@@ -126,7 +126,7 @@ std::vector<float> Activations(std::mt19937& rng, int64_t m, int64_t k) {
     x[2 * k] = 127.0f;
   }
   if (m > 3) x[3 * k + k / 2] = 300.0f;
-  if (m > 4) x[4 * k + k / 3] = NAN;  // ignored by the max, quantized to 0
+  if (m > 4) x[4 * k + k / 3] = NAN;  // scale NaN: every output NaN
   if (m > 5) {  // -0 and values that quantize to 0 beside a normal maximum
     for (int64_t c = 0; c < k; ++c) x[5 * k + c] = c % 2 == 0 ? -0.0f : 1e-30f;
     x[5 * k + k - 1] = 1.0f;
@@ -196,6 +196,9 @@ TEST_P(W8A8Kernels, MatchesRefBitExactly) {
           }
           if (m > 1) {
             for (int64_t r = 0; r < n; ++r) ASSERT_EQ(got[n + r], 0.0f) << "zero row";
+          }
+          if (m > 4) {  // a NaN activation reaches every output of its row, as in bf16
+            for (int64_t r = 0; r < n; ++r) ASSERT_TRUE(std::isnan(got[4 * n + r])) << "NaN row";
           }
         }
       }

@@ -37,6 +37,14 @@ TEST(QuantizeRowInt8, ScaleIsMaxOver127AndZeroRowsStayZero) {
   EXPECT_EQ(qz, std::vector<int8_t>(5, 0));
 }
 
+TEST(QuantizeRowInt8, ARowWithANanGetsANanScale) {
+  // Dropping the NaN (its old rule) gave finite outputs the sampler could not tell from real ones.
+  const std::vector<float> w = {0.5f, NAN, -2.0f};
+  std::vector<int8_t> q(3, 9);
+  EXPECT_TRUE(std::isnan(QuantizeRowInt8(w.data(), 3, q.data())));
+  EXPECT_EQ(q, std::vector<int8_t>(3, 0));
+}
+
 TEST(WeightQuantization, ParsesModesAndRejectsOthers) {
   EXPECT_EQ(ParseWeightQuantization("none"), WeightQuantization::kNone);
   EXPECT_EQ(ParseWeightQuantization("int8"), WeightQuantization::kInt8);

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/activation_rows.h"
@@ -250,20 +251,28 @@ void RowsBatch(const Job& j, int64_t r0, int64_t r1) {
 
 // One activation row to int8 (zero-padded to kp); returns its scale. The same f32 operations as
 // QuantizeRowInt8: max of |x| (vmaxps returns its second operand, the running max, when x is NaN,
-// as std::max does), scale = max / 127, x / scale (vdivps, IEEE), rounded to nearest even,
-// NaN -> 0, clamped to [-127, 127].
+// as std::max does), scale = max / 127 (a quiet NaN when the row holds a NaN, with every value
+// 0), x / scale (vdivps, IEEE), rounded to nearest even, clamped to [-127, 127].
 float QuantizeRow(const float* x, int64_t k, int64_t kp, int8_t* out) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 amax = _mm256_setzero_ps();
+  __m256 nan = _mm256_setzero_ps();  // all-ones lanes where a NaN was seen
   int64_t c = 0;
   for (; c + 8 <= k; c += 8) {
-    amax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + c), abs_mask), amax);
+    const __m256 v = _mm256_loadu_ps(x + c);
+    amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   }
-  if (c < k) amax = _mm256_max_ps(_mm256_and_ps(LoadPart(x + c, k - c), abs_mask), amax);
-  const float scale = ReduceMax(amax) / 127.0f;
-  if (!(scale > 0.0f)) {
+  if (c < k) {
+    const __m256 v = LoadPart(x + c, k - c);
+    amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  const bool has_nan = _mm256_movemask_ps(nan) != 0;
+  const float scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : ReduceMax(amax) / 127.0f;
+  if (!(scale > 0.0f)) {  // all zeros, or a NaN: the outputs 0, or NaN through the scale
     std::memset(out, 0, static_cast<size_t>(kp));
-    return 0.0f;
+    return has_nan ? scale : 0.0f;
   }
   const __m256 s = _mm256_set1_ps(scale);
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
