@@ -61,10 +61,11 @@ unit-test: build
 # Two pytest workers, one test file each at a time (--dist loadfile keeps a file's module
 # fixtures, its servers and transformers references, on one worker): much of a test's time is
 # single-threaded Python (transformers, tokenizers, HTTP clients) or waiting on a server, so two
-# workers overlap on 2 cores. PYTEST_WORKERS=0 runs them in one process.
+# workers overlap on 2 cores. PYTEST_WORKERS=0 runs them in one process. The 25 slowest tests are
+# listed at the end, so a CI log shows where its time went.
 PYTEST_WORKERS ?= 2
 py-test: build
-	$(PY) -m pytest -q $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) tests
+	$(PY) -m pytest -q --durations=25 $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) tests
 
 test: unit-test py-test
 
