@@ -76,10 +76,12 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     if (id < 0 || id >= c.vocab_size) Fail("prompt token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
   }
   ValidatePromptLogprobs(request.prompt_logprobs);
-  if (request.max_tokens < 0) Fail("max_tokens must be at least 0, got ", request.max_tokens);
-  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
-    Fail("min_tokens must be in [0, max_tokens (", request.max_tokens, ")], got ",
-         request.min_tokens);
+  ValidateTokenCounts(request.max_tokens, request.min_tokens);
+  // As logit_bias and allowed_token_ids: an id no token has would never end a sample.
+  for (int32_t id : request.stop_token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      Fail("stop_token_ids token id ", id, " is outside the vocabulary (size ", c.vocab_size, ")");
+    }
   }
   request.sampling.Validate();  // negative ids too: only the upper bound is left to check
   SamplingParams& sampling = request.sampling;

@@ -39,6 +39,9 @@ struct Request {
 // Request::prompt_logprobs' range, [-1, 20]: latent::Error otherwise. Engine::Submit checks it, and
 // so do the fronts that parse a request (generate::ParseRequestLine), to refuse it before submit.
 void ValidatePromptLogprobs(int32_t prompt_logprobs);
+// Request::max_tokens >= 0 and min_tokens in [0, max_tokens]: latent::Error naming the field
+// otherwise. Engine::Submit checks them, and so does the Python SamplingParams when made.
+void ValidateTokenCounts(int64_t max_tokens, int64_t min_tokens);
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);

@@ -285,6 +285,13 @@ void ValidatePromptLogprobs(int32_t prompt_logprobs) {
   }
 }
 
+void ValidateTokenCounts(int64_t max_tokens, int64_t min_tokens) {
+  if (max_tokens < 0) Fail("max_tokens must be at least 0, got ", max_tokens);
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    Fail("min_tokens must be in [0, max_tokens (", max_tokens, ")], got ", min_tokens);
+  }
+}
+
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone: return "none";
