@@ -132,7 +132,7 @@ const tokenizer::ChatTemplate& TextTools::Template() {
   return *template_;
 }
 
-std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
+std::vector<int32_t> PromptIds(const Json& line, TextTools& text, std::string* chat_prompt) {
   if (line.contains("ids")) return Field<std::vector<int32_t>>(line, "ids", {});
   if (line.contains("prompt")) {
     if (!line["prompt"].is_string()) Fail("field 'prompt' must be a string");
@@ -148,7 +148,9 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text) {
     chat.add_generation_prompt =
         Field<bool>(line, "add_generation_prompt", !chat.continue_final_message);
     const std::string rendered = text.Template().Render(chat);
-    return text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
+    std::vector<int32_t> ids = text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
+    if (chat_prompt) *chat_prompt = rendered;
+    return ids;
   }
   Fail("needs 'ids', 'prompt' or 'messages'");
 }
@@ -192,12 +194,23 @@ int32_t ParsePromptLogprobs(const Json& line) {
   return prompt_logprobs;
 }
 
+void CheckLengthAndStopFields(const Json& line) {
+  // Absent, max_tokens is the submitter's default: min_tokens is then checked for sign only.
+  const auto max_tokens =
+      Field<int64_t>(line, "max_tokens", std::numeric_limits<int64_t>::max());
+  engine::ValidateTokenCounts(max_tokens, Field<int64_t>(line, "min_tokens", 0));
+  StopStrings(line);
+  for (int32_t id : Field<std::vector<int32_t>>(line, "stop_token_ids", {})) {
+    if (id < 0) Fail("stop_token_ids token id ", id, " is outside the vocabulary");
+  }
+}
+
 RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
                              bool default_ignore_eos) {
   if (!line.is_object()) Fail("not a JSON object");
   RequestLine out;
   engine::Request& r = out.request;
-  r.prompt = PromptIds(line, text);
+  r.prompt = PromptIds(line, text, &out.chat_prompt);
   r.max_tokens = Field<int64_t>(line, "max_tokens", default_max_tokens);
   r.min_tokens = Field<int64_t>(line, "min_tokens", 0);  // Engine::Submit checks its range
   // Checked now, not at submit: the request's n samples are allocated before it reaches the

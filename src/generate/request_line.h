@@ -47,6 +47,7 @@ struct RequestLine {
   // by whoever submits the request (RequestJob::SetConstraint), which needs the model's vocabulary.
   structured::OutputSpec output;
   bool skip_special_tokens = true; // The samples' text leaves special tokens out (the server's).
+  std::string chat_prompt;  // A "messages" line's prompt as the chat template rendered it.
 };
 
 // A request line's text parsed: a latent::Error when it nests deeper than
@@ -64,6 +65,13 @@ engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 // sample's (engine::Request, not SamplingParams).
 int32_t ParsePromptLogprobs(const RequestJson& line);
 
+// A line's max_tokens, min_tokens, stop and stop_token_ids, checked where there is no prompt yet
+// (the Python SamplingParams): their types; max_tokens >= 0 and 0 <= min_tokens <= max_tokens
+// (engine::ValidateTokenCounts, min_tokens against no bound when max_tokens is absent); stop
+// strings not empty; stop token ids not negative (the vocabulary's bound is Engine::Submit's).
+// latent::Error naming the field otherwise, as ParseRequestLine and Engine::Submit would.
+void CheckLengthAndStopFields(const RequestJson& line);
+
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
 // generate --max-tokens, --ignore-eos`).
@@ -72,7 +80,9 @@ RequestLine ParseRequestLine(const RequestJson& line, TextTools& text,
 
 // The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
 // transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
-// special tokens: the template writes them).
-std::vector<int32_t> PromptIds(const RequestJson& line, TextTools& text);
+// special tokens: the template writes them). `chat_prompt`, when given, gets a "messages" line's
+// rendered text.
+std::vector<int32_t> PromptIds(const RequestJson& line, TextTools& text,
+                               std::string* chat_prompt = nullptr);
 
 }  // namespace latent::generate
