@@ -12,6 +12,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,7 +56,12 @@ struct Tracked {
   // Streaming reads of sample 0: how much has been handed out.
   size_t streamed_tokens = 0;
   size_t streamed_text = 0;
+  int64_t cached_tokens = -1;  // Prompt tokens the prefix cache held (sample 0's first token).
 };
+
+// Submit's default_max_tokens for "as many as the context leaves after the prompt" (vLLM's
+// max_tokens=None).
+constexpr int64_t kMaxTokensToContext = -1;
 
 class PyEngine {
  public:
@@ -76,6 +82,10 @@ class PyEngine {
       eos_ids_ = gen.eos_token_ids;
       vocab_size_ = m->config().vocab_size;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
+      // The server's limits (server.cc): prompt + completion fit both.
+      const engine::EngineMetrics em = engine_->Metrics();
+      context_tokens_ = engine_->config().max_position_embeddings;
+      cache_tokens_ = int64_t{em.total_blocks} * em.block_tokens;
     }
     // Loaded now, not on first use: several Python threads may submit text prompts at once.
     if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
@@ -110,15 +120,23 @@ class PyEngine {
     changed_.notify_all();
   }
 
-  // Parses and submits one request line; returns its handle.
+  // Parses and submits one request line; returns its handle. `default_max_tokens` applies to a
+  // line without max_tokens; kMaxTokensToContext: as many as the context leaves (the server's
+  // default for chat completions).
   int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
     // Held under the GIL to the end, as engine_ is, so Close cannot take it away meanwhile.
     engine::Engine& engine = Engine();
     const generate::RequestJson line = generate::ParseRequestLineJson(line_json);
     std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
     auto tracked = std::make_shared<Tracked>();
-    tracked->job = std::make_unique<generate::RequestJob>(
-        generate::ParseRequestLine(line, text_, default_max_tokens), text_, stream_text && has_tokenizer_);
+    const bool to_context = default_max_tokens == kMaxTokensToContext;
+    generate::RequestLine parsed =
+        generate::ParseRequestLine(line, text_, to_context ? 0 : default_max_tokens);
+    if (to_context && (!line.contains("max_tokens") || line["max_tokens"].is_null())) {
+      parsed.request.max_tokens = MaxTokensToContext(parsed.request.prompt.size());
+    }
+    tracked->job = std::make_unique<generate::RequestJob>(std::move(parsed), text_,
+                                                          stream_text && has_tokenizer_);
     if (tracked->job->line().output.active()) {
       tracked->job->SetConstraint(StructuredConstraint(tracked->job->line().output));
     }
@@ -133,6 +151,9 @@ class PyEngine {
     auto on_output = [this, tracked, engine = &engine](const engine::RequestOutput& out) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (tracked->job->OnOutput(out)) tracked->done = true;
+      if (out.has_token && out.sample == 0 && out.cached_prompt_tokens >= 0) {
+        tracked->cached_tokens = out.cached_prompt_tokens;
+      }
       ++tracked->events;
       if (tracked->job->TakeCancelNeeded()) engine->Cancel(out.request_id);
       changed_.notify_all();
@@ -248,6 +269,27 @@ class PyEngine {
     return Find(handle)->job->request().prompt;
   }
 
+  // A "messages" request's prompt as the chat template rendered it; None for other requests.
+  nb::object ChatPrompt(int64_t handle) {
+    std::string text;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      text = Find(handle)->job->line().chat_prompt;
+    }
+    return text.empty() ? nb::none() : nb::cast(text);  // a rendered prompt is never empty
+  }
+
+  // Prompt tokens the prefix cache held, as the server's usage.prompt_tokens_details
+  // .cached_tokens; None when the request generated no token (max_tokens 0, an error).
+  nb::object CachedTokens(int64_t handle) {
+    int64_t cached = -1;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cached = Find(handle)->cached_tokens;
+    }
+    return cached < 0 ? nb::none() : nb::cast(cached);
+  }
+
   // Ends a request early (no-op once finished).
   void Cancel(int64_t handle) {
     int64_t id = -1;
@@ -333,6 +375,20 @@ class PyEngine {
 
   model::Precision precision_ = model::Precision::kF32;
 
+  // max_tokens for a prompt of `n` tokens under kMaxTokensToContext: what the context and the
+  // cache leave after it, as the server's default; a prompt that leaves none is refused here,
+  // naming both limits, rather than scored with max_tokens 0.
+  int64_t MaxTokensToContext(size_t prompt_tokens) const {
+    const auto n = static_cast<int64_t>(prompt_tokens);
+    const int64_t room = std::min(context_tokens_, cache_tokens_);
+    if (n > 0 && n >= room) {
+      Fail("max_tokens=None: the prompt is ", n,
+           " tokens, which leaves no room for a completion (the model's maximum context length is ",
+           context_tokens_, " tokens and the cache holds ", cache_tokens_, ")");
+    }
+    return std::max<int64_t>(room - n, 0);
+  }
+
   engine::Engine& Engine() {
     if (!engine_) Fail("this LLM has been closed");
     return *engine_;
@@ -387,6 +443,8 @@ class PyEngine {
   bool has_tokenizer_ = false;
   std::vector<int64_t> eos_ids_;
   int64_t vocab_size_ = 0;
+  int64_t context_tokens_ = 0;  // max_position_embeddings
+  int64_t cache_tokens_ = 0;    // the cache's blocks x tokens per block
 #if LATENT_WITH_XGRAMMAR
   std::unique_ptr<structured::LazyStructuredOutput> structured_;
 #endif
@@ -427,10 +485,13 @@ NB_MODULE(_latent, m) {
             latent::generate::ParseRequestLineJson(line_json);
         latent::generate::ParseSamplingFields(line);
         latent::generate::ParsePromptLogprobs(line);
+        latent::generate::CheckLengthAndStopFields(line);
       },
       "line_json"_a,
-      "Raises LatentError naming the field when a request line's sampling fields (prompt_logprobs "
-      "too) are out of range (what the engine would refuse at submit).");
+      "Raises LatentError naming the field when a request line's sampling fields (prompt_logprobs, "
+      "max_tokens, min_tokens, stop and stop_token_ids too) are out of range (what the engine "
+      "would refuse at submit).");
+  m.attr("MAX_TOKENS_TO_CONTEXT") = kMaxTokensToContext;
 
   nb::class_<EngineArgs>(m, "EngineArgs")
       .def(nb::init<>())
@@ -476,6 +537,8 @@ NB_MODULE(_latent, m) {
       .def("poll", &PyEngine::Poll, "handle"_a, "timeout_s"_a)
       .def("result", &PyEngine::Result, "handle"_a)
       .def("prompt_ids", &PyEngine::PromptIds, "handle"_a)
+      .def("chat_prompt", &PyEngine::ChatPrompt, "handle"_a)
+      .def("cached_tokens", &PyEngine::CachedTokens, "handle"_a)
       .def("prompt_logprobs", &PyEngine::PromptLogprobs, "handle"_a)
       .def("cancel", &PyEngine::Cancel, "handle"_a)
       .def("release", &PyEngine::Release, "handle"_a)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import numbers
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from . import _latent
 
@@ -47,6 +48,30 @@ _ENGINE_OPTIONS = ("quantize", "precision", "attention", "max_batch_tokens", "ma
                    "num_blocks", "cache_memory_gib", "prefix_caching", "cache_dtype",
                    "speculative_tokens", "speculative_ngram_max", "speculative_ngram_min",
                    "check_invariants")
+
+# The integer engine options' ranges, as `latent serve` checks its flags (num_blocks 0: from
+# cache_memory_gib); the upper bounds are the C++ fields' types.
+_ENGINE_INT_RANGES = {
+    "max_batch_tokens": (1, 2**63 - 1), "max_seqs": (1, 2**31 - 1), "block_tokens": (1, 2**32 - 1),
+    "num_blocks": (0, 2**31 - 1), "speculative_tokens": (0, 2**31 - 1),
+    "speculative_ngram_max": (1, 2**31 - 1), "speculative_ngram_min": (1, 2**31 - 1),
+}
+
+
+def _check_engine_option(key: str, value: Any) -> None:
+    """A ValueError (TypeError for the wrong type) naming an engine option out of range, rather
+    than nanobind's unreadable TypeError or a cache of -5 blocks taken for 'from cache_memory_gib'."""
+    if key in _ENGINE_INT_RANGES:
+        least, most = _ENGINE_INT_RANGES[key]
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"LLM(): {key} must be an integer, got {value!r}")
+        if not least <= value <= most:
+            raise ValueError(f"LLM(): {key} must be in [{least}, {most}], got {value}")
+    elif key == "cache_memory_gib":
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise TypeError(f"LLM(): cache_memory_gib must be a number, got {value!r}")
+        if not value > 0:
+            raise ValueError(f"LLM(): cache_memory_gib must be positive, got {value}")
 
 
 @dataclass
@@ -122,7 +147,10 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
-    max_tokens: int = 16
+    max_tokens: Optional[int] = 16
+    """Tokens to generate at most per sample; 0 scores the prompt (with prompt_logprobs) without
+    generating. None (vLLM's): as many as the context leaves, the model's max_position_embeddings
+    (or the cache's size, if smaller) less the prompt's tokens, resolved per prompt when submitted."""
     min_tokens: int = 0
     """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
     (vLLM's min_tokens; at most max_tokens), unless a structured_outputs grammar allows only
@@ -158,6 +186,11 @@ class SamplingParams:
     list of only EOS and stop_token_ids ids (which min_tokens holds off) is refused."""
 
     def __post_init__(self) -> None:
+        # None where vLLM's SamplingParams takes no None either (its from_optional(), which maps
+        # None to the default, is the server's): refused rather than quietly meaning a default.
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is None and f.name in _NOT_NONE:
+                raise TypeError(f"SamplingParams: {f.name} must not be None (its default is {f.default!r})")
         # -1 is the request lines' "none"; newer vLLM reads it as "every token of the vocabulary",
         # which latent does not offer: refused rather than silently giving none.
         for name in ("logprobs", "prompt_logprobs"):
@@ -181,18 +214,18 @@ class SamplingParams:
             "repetition_penalty": self.repetition_penalty,
             "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens,  # None: null, the context's room (MAX_TOKENS_TO_CONTEXT)
             "min_tokens": self.min_tokens,
             "ignore_eos": self.ignore_eos,
         }
         if self.seed is not None:
             line["seed"] = self.seed
-        if self.stop:
-            line["stop"] = self.stop
+        if self.stop is not None:  # "" and [""] too, for the engine to refuse by name
+            line["stop"] = _json_list(self.stop)
         # Also without stop strings: it keeps the text of an EOS or stop id that ends a sample.
         line["include_stop_str_in_output"] = self.include_stop_str_in_output
-        if self.stop_token_ids:
-            line["stop_token_ids"] = list(self.stop_token_ids)
+        if self.stop_token_ids is not None:
+            line["stop_token_ids"] = _json_list(self.stop_token_ids)
         if self.logprobs is not None:
             line["logprobs"] = self.logprobs
         if self.structured_outputs is not None:
@@ -207,6 +240,20 @@ class SamplingParams:
         if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
             line["allowed_token_ids"] = list(self.allowed_token_ids)
         return line
+
+
+# The SamplingParams fields for which None means nothing (vLLM's are not Optional either).
+_NOT_NONE = frozenset({"n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                       "presence_penalty", "frequency_penalty", "min_tokens",
+                       "include_stop_str_in_output", "ignore_eos", "skip_special_tokens"})
+
+
+def _json_list(value: Any) -> Any:
+    """A list or tuple as a JSON list (a numpy array through tolist()); anything else as it is,
+    for the engine's check to refuse by the field's name."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return value.tolist()
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 @dataclass
@@ -263,6 +310,9 @@ class RequestOutput:
     here it is a TokenLogprob: the prompt token's id and logprob, and the k most likely as
     top_logprobs (which hold the prompt token too when it is among them). The request's, not a
     sample's: the same for every n."""
+    num_cached_tokens: Optional[int] = None
+    """Prompt tokens the prefix cache held (the server's usage.prompt_tokens_details
+    .cached_tokens); None when the request generated no token (max_tokens 0)."""
 
 
 @dataclass
@@ -307,6 +357,7 @@ class LLM:
         for key, value in engine_options.items():
             if key not in _ENGINE_OPTIONS:
                 raise TypeError(f"LLM() got an unknown engine option '{key}' (known: {', '.join(_ENGINE_OPTIONS)})")
+            _check_engine_option(key, value)
             setattr(args, key, value)
         self.model = str(model)
         self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
@@ -320,24 +371,29 @@ class LLM:
         self,
         prompts: Union[PromptType, Sequence[PromptType]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
     ) -> list[RequestOutput]:
         """Runs the prompts concurrently and returns their results in order.
 
-        `prompts`: a string, a list of token ids, a dict {"prompt": str} or
-        {"prompt_token_ids": [...]}, or a list of these. `sampling_params`: one for all prompts or
-        one per prompt (default SamplingParams()). Ctrl-C cancels the requests and raises
-        KeyboardInterrupt; the LLM stays usable.
+        `prompts`: a string, a list of int token ids (or a numpy int array), a dict
+        {"prompt": str} or {"prompt_token_ids": [...]}, or a list of these; anything else raises
+        TypeError before any is submitted. `sampling_params`: one for all prompts or one per prompt
+        (default SamplingParams()). `use_tqdm` (vLLM's: a bool or a tqdm-like callable) is
+        accepted so that vLLM code runs, and changes nothing: latent shows no progress bar.
+        Ctrl-C cancels the requests and raises KeyboardInterrupt; the LLM stays usable.
         """
+        _check_use_tqdm(use_tqdm)
         if prompts is None:
-            raise TypeError("generate() needs prompts: a str, a token id list, a dict or a list of them")
+            raise TypeError("generate() needs prompts: " + _PROMPTS_ACCEPTED)
         items = _as_prompt_list(prompts)
-        lines, texts = zip(*[self._prompt_line(p) for p in items]) if items else ((), ())
-        return self._run(list(lines), list(texts), sampling_params)
+        lines, texts = zip(*[_prompt_line(p, i) for i, p in enumerate(items)]) if items else ((), ())
+        return self._run(list(lines), list(texts), sampling_params, "generate")
 
     def chat(
         self,
         messages: Union[Sequence[dict], Sequence[Sequence[dict]]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
         *,
         add_generation_prompt: Optional[bool] = None,
         chat_template_kwargs: Optional[dict] = None,
@@ -349,7 +405,10 @@ class LLM:
         `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them.
         `continue_final_message`: the model continues the final message (a prefilled reply), as
         in apply_chat_template; `add_generation_prompt` defaults to True, or to False with it.
+        Each RequestOutput's `prompt` is the rendered prompt text, as vLLM's. `use_tqdm` changes
+        nothing (latent shows no progress bar), as in generate().
         """
+        _check_use_tqdm(use_tqdm)
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         lines = []
         for conversation in conversations:
@@ -363,22 +422,22 @@ class LLM:
             if chat_template_kwargs:
                 line["chat_template_kwargs"] = chat_template_kwargs
             lines.append(line)
-        return self._run(lines, [None] * len(lines), sampling_params)
+        return self._run(lines, [None] * len(lines), sampling_params, "chat")
 
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]:
         """Generates for one prompt (n must be 1), yielding chunks as the tokens come.
 
         Leaving the loop early (break, an exception, Ctrl-C) cancels the request.
         """
-        params = sampling_params or SamplingParams()
+        params = _params_list(sampling_params, 1, "stream")[0]
         if params.n != 1:
             raise ValueError(f"stream() generates one sample; SamplingParams.n is {params.n}")
         if params.prompt_logprobs is not None:
             # A chunk has no place for them (vLLM's server refuses them with stream too).
             raise ValueError("stream() does not return prompt_logprobs; use generate()")
-        line, _ = self._prompt_line(prompt)
+        line, _ = _prompt_line(prompt)
         line.update(params._line())
-        handle = self._engine.submit(json.dumps(line), params.max_tokens, True)
+        handle = self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, True)
         try:
             while True:
                 ids, logprobs, text, finish = self._engine.poll(handle, _WAIT_SLICE_S)
@@ -447,34 +506,14 @@ class LLM:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _prompt_line(self, prompt: PromptType) -> tuple[dict[str, Any], Optional[str]]:
-        if isinstance(prompt, str):
-            return {"prompt": prompt}, prompt
-        if isinstance(prompt, dict):
-            if "prompt_token_ids" in prompt:
-                return {"ids": [int(t) for t in prompt["prompt_token_ids"]]}, prompt.get("prompt")
-            if "prompt" in prompt:
-                return {"prompt": prompt["prompt"]}, prompt["prompt"]
-            raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
-        ids = list(prompt)
-        if not all(isinstance(t, int) for t in ids):
-            raise TypeError("a prompt is a string, a list of token ids or a dict; got a list holding "
-                            f"{type(next(t for t in ids if not isinstance(t, int))).__name__}")
-        return {"ids": ids}, None
-
-    def _run(self, lines: list[dict], texts: list[Optional[str]], sampling_params) -> list[RequestOutput]:
-        if isinstance(sampling_params, (list, tuple)):
-            if len(sampling_params) != len(lines):
-                raise ValueError(f"{len(lines)} prompts but {len(sampling_params)} SamplingParams")
-            params = list(sampling_params)
-        else:
-            params = [sampling_params or SamplingParams()] * len(lines)
+    def _run(self, lines: list[dict], texts: list[Optional[str]], sampling_params, call: str) -> list[RequestOutput]:
+        params = _params_list(sampling_params, len(lines), call)
         handles: list[int] = []
         try:
             for i, (line, p) in enumerate(zip(lines, params)):
                 line = dict(line, **p._line())
                 try:
-                    handles.append(self._engine.submit(json.dumps(line), p.max_tokens, False))
+                    handles.append(self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, False))
                 except LatentError as e:
                     raise LatentError(f"prompt {i}: {e}") from None
             while not self._engine.wait(handles, _WAIT_SLICE_S):
@@ -491,8 +530,11 @@ class LLM:
                 prompt_logprobs = self._engine.prompt_logprobs(handle)
                 if prompt_logprobs is not None:
                     prompt_logprobs = [None] + _logprobs(prompt_logprobs[1:])
+                if text is None:
+                    text = self._engine.chat_prompt(handle)  # a chat's rendered prompt, or None
                 results.append(RequestOutput(self._new_id(), text, list(self._engine.prompt_ids(handle)), outputs,
-                                             prompt_logprobs=prompt_logprobs))
+                                             prompt_logprobs=prompt_logprobs,
+                                             num_cached_tokens=self._engine.cached_tokens(handle)))
             return results
         finally:
             for handle in handles:
@@ -523,10 +565,88 @@ def _close_at_exit() -> None:
 atexit.register(_close_at_exit)
 
 
+_PROMPTS_ACCEPTED = ("a str, a list of int token ids (or a numpy int array), a dict with 'prompt' or "
+                     "'prompt_token_ids', or a list of these")
+
+
+def _is_token_id(t: Any) -> bool:
+    # numpy's integers are Integral; bool is an int but not a token id.
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
 def _as_prompt_list(prompts) -> list:
     if isinstance(prompts, (str, dict)):
         return [prompts]
+    # bytes would iterate as token ids (b"abc": 97, 98, 99).
+    if isinstance(prompts, (bytes, bytearray, memoryview)) or not hasattr(prompts, "__iter__"):
+        raise TypeError(f"prompts must be {_PROMPTS_ACCEPTED}; got {_describe(prompts)}")
+    if hasattr(prompts, "tolist") and not isinstance(prompts, (list, tuple)):
+        prompts = prompts.tolist()  # a numpy array: token ids, or rows of them
+        if not isinstance(prompts, list):  # a 0-d array's one value
+            raise TypeError(f"prompts must be {_PROMPTS_ACCEPTED}; got {_describe(prompts)}")
     prompts = list(prompts)
-    if prompts and all(isinstance(t, int) for t in prompts):
+    ids = [_is_token_id(t) for t in prompts]
+    if prompts and all(ids):
         return [prompts]  # One prompt of token ids.
+    if any(ids):
+        raise TypeError("prompts mix int token ids with other items: a list of ints is one prompt "
+                        f"of token ids; a list of prompts holds str, lists of ids or dicts (got "
+                        f"{_describe(prompts[ids.index(False)])} at {ids.index(False)})")
     return prompts
+
+
+def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[str, Any], Optional[str]]:
+    """The request line of one prompt (generate()'s `index`-th), and its text; TypeError naming
+    what a prompt is otherwise."""
+    where = "the prompt" if index is None else f"prompt {index}"
+    if isinstance(prompt, str):
+        return {"prompt": prompt}, prompt
+    if isinstance(prompt, dict):
+        if "prompt_token_ids" in prompt:
+            ids = _json_list(prompt["prompt_token_ids"])
+            if not isinstance(ids, list) or not all(_is_token_id(t) for t in ids):
+                raise TypeError(f"{where}: 'prompt_token_ids' must be a list of int token ids; got "
+                                f"{_describe(prompt['prompt_token_ids'])}")
+            return {"ids": [int(t) for t in ids]}, prompt.get("prompt")
+        if "prompt" in prompt:
+            if not isinstance(prompt["prompt"], str):
+                raise TypeError(f"{where}: 'prompt' must be a str; got {_describe(prompt['prompt'])}")
+            return {"prompt": prompt["prompt"]}, prompt["prompt"]
+        raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
+    if hasattr(prompt, "tolist") and not isinstance(prompt, (list, tuple, memoryview)):
+        prompt = prompt.tolist()  # a numpy array of token ids
+    if isinstance(prompt, (list, tuple)) and all(_is_token_id(t) for t in prompt):
+        return {"ids": [int(t) for t in prompt]}, None
+    if isinstance(prompt, (list, tuple)):
+        bad = next(t for t in prompt if not _is_token_id(t))
+        raise TypeError(f"{where} is a list holding {_describe(bad)}, not only int token ids: a "
+                        f"prompt is {_PROMPTS_ACCEPTED}")
+    raise TypeError(f"{where} is {_describe(prompt)}: a prompt is {_PROMPTS_ACCEPTED}")
+
+
+def _params_list(sampling_params, count: int, call: str) -> list[SamplingParams]:
+    """One SamplingParams per prompt: None (the defaults), one for all, or a list of `count`."""
+    if sampling_params is None:
+        return [SamplingParams()] * count
+    if isinstance(sampling_params, SamplingParams):
+        return [sampling_params] * count
+    if isinstance(sampling_params, (list, tuple)) and call != "stream":
+        params = list(sampling_params)
+        for i, p in enumerate(params):
+            if not isinstance(p, SamplingParams):
+                raise TypeError(f"{call}(): sampling_params[{i}] is {_describe(p)}, not a SamplingParams")
+        if len(params) != count:
+            raise ValueError(f"{count} prompts but {len(params)} SamplingParams")
+        return params
+    wanted = "a SamplingParams" if call == "stream" else "a SamplingParams or a list of them"
+    raise TypeError(f"{call}(): sampling_params must be {wanted}, not {_describe(sampling_params)}"
+                    + (" (make one with SamplingParams(**d))" if isinstance(sampling_params, dict) else ""))
+
+
+def _check_use_tqdm(use_tqdm: Any) -> None:
+    if not (isinstance(use_tqdm, bool) or callable(use_tqdm)):
+        raise TypeError(f"use_tqdm must be a bool or a callable (vLLM's), not {_describe(use_tqdm)}")

@@ -1,6 +1,6 @@
 # Type hints for latent (the package's API; latent._latent is its private back end).
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 class LatentError(RuntimeError):
     """Raised with latent's message when the engine refuses something."""
@@ -27,7 +27,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
-    max_tokens: int = 16
+    max_tokens: Optional[int] = 16  # None: up to the context (max_position_embeddings - prompt)
     min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
     include_stop_str_in_output: bool = False
@@ -66,6 +66,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool = True
     prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
+    num_cached_tokens: Optional[int] = None
 
 @dataclass
 class StreamChunk:
@@ -74,7 +75,7 @@ class StreamChunk:
     logprobs: Optional[list[TokenLogprob]] = None
     finish_reason: Optional[str] = None
 
-PromptType = Union[str, Sequence[int], dict[str, Any]]
+PromptType = Union[str, Sequence[int], dict[str, Any]]  # token ids: a numpy int array too
 
 class LLM:
     model: str
@@ -102,11 +103,13 @@ class LLM:
         self,
         prompts: Union[PromptType, Sequence[PromptType]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
     ) -> list[RequestOutput]: ...
     def chat(
         self,
         messages: Union[Sequence[dict[str, Any]], Sequence[Sequence[dict[str, Any]]]],
         sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+        use_tqdm: Union[bool, Callable[..., Any]] = True,
         *,
         add_generation_prompt: Optional[bool] = None,
         chat_template_kwargs: Optional[dict[str, Any]] = None,

@@ -1,0 +1,250 @@
+"""Code written for vLLM's offline API runs on latent.LLM: max_tokens=None (up to the context),
+use_tqdm, RequestOutput.num_cached_tokens and a chat's rendered prompt; and what latent refuses
+(a SamplingParams out of range, a value that is not a prompt, an engine option out of range) it
+refuses by name, when made or before anything is submitted. On the committed demo model
+(max_position_embeddings 1024, vocabulary 2048). A few seconds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import BUILD_PYTHON, REPO
+
+try:
+    import latent
+except ImportError as e:
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
+                       "in .venv (requirements-dev.txt)") from e
+
+DEMO = REPO / "models" / "demo"
+CONTEXT = 1024
+VOCAB = 2048
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    with latent.LLM(str(DEMO), block_tokens=16, check_invariants=True) as llm:
+        assert llm.config["max_position_embeddings"] == CONTEXT
+        assert llm.config["vocab_size"] == VOCAB
+        yield llm
+
+
+def usable(llm) -> None:
+    out = llm.generate([[5, 6, 7]], latent.SamplingParams(max_tokens=2, **GREEDY))[0].outputs[0]
+    assert len(out.token_ids) == 2
+
+
+# -- max_tokens=None ------------------------------------------------------------------------------
+
+
+def conversation(repeats: int) -> list[dict]:
+    return [{"role": "user", "content": "my lord " * repeats}]
+
+
+def test_max_tokens_none_generates_up_to_the_context(llm):
+    """vLLM's None: as many as max_model_len leaves after the prompt, per prompt."""
+    params = latent.SamplingParams(max_tokens=None, **GREEDY)
+    short, long = llm.generate([[5] * 1000, [7] * 1010], params)
+    assert len(short.outputs[0].token_ids) == CONTEXT - 1000
+    assert len(long.outputs[0].token_ids) == CONTEXT - 1010
+    assert short.outputs[0].finish_reason == "length"
+    chunks = list(llm.stream([9] * 1016, params))
+    assert sum(len(c.token_ids) for c in chunks) == CONTEXT - 1016
+    assert chunks[-1].finish_reason == "length"
+    # A conversation whose rendered prompt is a little under the context.
+    repeats = 1000
+    while len(llm.encode(llm.apply_chat_template(conversation(repeats)), False)) > 1016:
+        repeats -= 10
+    chat = llm.chat(conversation(repeats), params)[0]
+    assert len(chat.prompt_token_ids) > 900
+    assert len(chat.prompt_token_ids) + len(chat.outputs[0].token_ids) == CONTEXT
+
+
+def test_max_tokens_none_refuses_a_prompt_that_leaves_no_room(llm):
+    with pytest.raises(latent.LatentError, match="max_tokens=None: the prompt is 1024 tokens.*1024"):
+        llm.generate([[5] * CONTEXT], latent.SamplingParams(max_tokens=None))
+    # min_tokens is checked against what None came to.
+    with pytest.raises(latent.LatentError, match="min_tokens must be in \\[0, max_tokens \\(4\\)\\], got 10"):
+        llm.generate([[5] * 1020], latent.SamplingParams(max_tokens=None, min_tokens=10))
+    usable(llm)
+
+
+@pytest.mark.parametrize("value,message", [
+    (5.5, "field 'max_tokens' must be an integer, not 5.5"),
+    ("5", "field 'max_tokens' has the wrong type"),
+    (True, "field 'max_tokens' has the wrong type"),
+])
+def test_max_tokens_that_is_not_an_int_is_refused_when_made(value, message):
+    with pytest.raises(ValueError, match=message):
+        latent.SamplingParams(max_tokens=value)
+
+
+# -- SamplingParams checked when made -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"max_tokens": -1}, "max_tokens must be at least 0, got -1"),
+    ({"min_tokens": -1}, "min_tokens must be in \\[0, max_tokens \\(16\\)\\], got -1"),
+    ({"min_tokens": 20, "max_tokens": 5}, "min_tokens must be in \\[0, max_tokens \\(5\\)\\], got 20"),
+    ({"min_tokens": -1, "max_tokens": None}, "min_tokens must be in"),
+    ({"min_tokens": 1.5}, "field 'min_tokens' must be an integer"),
+    ({"stop": 5}, "field 'stop' must be a string or a list of strings: 5"),
+    ({"stop": [5]}, "field 'stop' must be a string or a list of strings"),
+    ({"stop": [""]}, "field 'stop' holds an empty string"),
+    ({"stop": ""}, "field 'stop' holds an empty string"),
+    ({"stop_token_ids": [-1]}, "stop_token_ids token id -1 is outside the vocabulary"),
+    ({"stop_token_ids": 5}, "field 'stop_token_ids' has the wrong type"),
+    ({"stop_token_ids": ["5"]}, "field 'stop_token_ids' has the wrong type"),
+])
+def test_length_and_stop_fields_are_checked_when_made(fields, message):
+    """README: a SamplingParams out of range raises ValueError when made, as vLLM's does; by the
+    rules ParseRequestLine and Engine::Submit apply."""
+    with pytest.raises(ValueError, match=message):
+        latent.SamplingParams(**fields)
+
+
+def test_max_tokens_zero_is_kept_for_scoring(llm):
+    """max_tokens=0 scores the prompt (prompt_logprobs) without generating, as request lines do."""
+    out = llm.generate([[5, 6, 7, 8]], latent.SamplingParams(max_tokens=0, prompt_logprobs=0))[0]
+    assert out.outputs[0].token_ids == []
+    assert len(out.prompt_logprobs) == 4
+    assert latent.SamplingParams(stop=[], stop_token_ids=[], max_tokens=0).max_tokens == 0
+
+
+@pytest.mark.parametrize("name", ["n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                  "presence_penalty", "frequency_penalty", "min_tokens",
+                                  "include_stop_str_in_output", "ignore_eos", "skip_special_tokens"])
+def test_none_is_refused_where_it_means_nothing(name):
+    """vLLM's SamplingParams takes no None for these (only its from_optional() maps None to the
+    default); latent's took temperature=None as greedy without a word."""
+    with pytest.raises(TypeError, match=f"SamplingParams: {name} must not be None"):
+        latent.SamplingParams(**{name: None})
+
+
+def test_none_is_the_default_where_it_means_none():
+    params = latent.SamplingParams(seed=None, stop=None, stop_token_ids=None, logprobs=None,
+                                   prompt_logprobs=None, logit_bias=None, allowed_token_ids=None,
+                                   structured_outputs=None, max_tokens=None)
+    assert "stop" not in params._line() and params._line()["max_tokens"] is None
+
+
+# -- use_tqdm, num_cached_tokens, a chat's prompt --------------------------------------------------
+
+
+def test_use_tqdm_is_accepted_and_changes_nothing(llm):
+    params = latent.SamplingParams(max_tokens=3, **GREEDY)
+    want = llm.generate([[5, 6]], params)[0].outputs[0].token_ids
+    assert llm.generate([[5, 6]], params, use_tqdm=False)[0].outputs[0].token_ids == want
+    assert llm.generate([[5, 6]], params, False)[0].outputs[0].token_ids == want  # vLLM's position
+    assert llm.generate([[5, 6]], params, use_tqdm=lambda *a, **k: iter(()))[0].outputs[0].token_ids == want
+    messages = [{"role": "user", "content": "Hello"}]
+    assert llm.chat(messages, params, use_tqdm=False)[0].outputs[0].token_ids == \
+        llm.chat(messages, params)[0].outputs[0].token_ids
+    with pytest.raises(TypeError, match="use_tqdm must be a bool or a callable"):
+        llm.generate([[5, 6]], params, use_tqdm="yes")
+
+
+def test_num_cached_tokens_counts_the_prefix_cache_hit(llm):
+    """As the server's usage.prompt_tokens_details.cached_tokens: whole 16-token blocks of a prompt
+    the cache held; 0 on the first run."""
+    prompt = [int(t) for t in np.arange(100, 150)]  # 50 tokens: 3 whole blocks
+    params = latent.SamplingParams(max_tokens=2, **GREEDY)
+    first = llm.generate([prompt], params)[0]
+    hits = llm.metrics()["prefix_hit_tokens"]
+    second = llm.generate([prompt], params)[0]
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens == 48
+    assert llm.metrics()["prefix_hit_tokens"] - hits == 48
+    assert llm.generate([prompt], latent.SamplingParams(max_tokens=0))[0].num_cached_tokens is None
+
+
+def test_chat_prompt_is_the_rendered_text(llm):
+    messages = [{"role": "user", "content": "What say you, my lord?"}]
+    out = llm.chat([messages, messages + [{"role": "assistant", "content": "Nothing"}]],
+                   latent.SamplingParams(max_tokens=2, **GREEDY), continue_final_message=False)
+    assert out[0].prompt == llm.apply_chat_template(messages)
+    assert out[0].prompt_token_ids == llm.encode(out[0].prompt, add_special_tokens=False)
+    assert out[1].prompt == llm.apply_chat_template(messages + [{"role": "assistant", "content": "Nothing"}])
+    assert llm.generate([[5, 6]], latent.SamplingParams(max_tokens=1))[0].prompt is None
+    assert llm.generate("ROMEO.", latent.SamplingParams(max_tokens=1))[0].prompt == "ROMEO."
+
+
+# -- prompts that are not prompts -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompts,message", [
+    (["a", 5], "prompts mix int token ids with other items.*str 'a' at 0"),
+    ([5, "a"], "prompts mix int token ids with other items.*str 'a' at 1"),
+    (5, "prompts must be a str, a list of int token ids.*got int 5"),
+    (["a", None], "prompt 1 is NoneType None: a prompt is a str"),
+    (b"abc", "prompts must be a str.*got bytes b'abc'"),
+    ([b"abc"], "prompt 0 is bytes b'abc'"),
+    ([[5, "a"]], "prompt 0 is a list holding str 'a', not only int token ids"),
+    ([[True, 5]], "prompt 0 is a list holding bool True"),
+    ([{"prompt": 5}], "prompt 0: 'prompt' must be a str; got int 5"),
+    ([{"prompt_token_ids": ["a"]}], "prompt 0: 'prompt_token_ids' must be a list of int token ids"),
+    (np.array(5), "prompts must be a str.*got int 5"),
+])
+def test_what_is_not_a_prompt_is_a_type_error_naming_prompts(llm, prompts, message):
+    with pytest.raises(TypeError, match=message):
+        llm.generate(prompts, latent.SamplingParams(max_tokens=2))
+    usable(llm)
+
+
+def test_stream_names_what_is_not_a_prompt(llm):
+    with pytest.raises(TypeError, match="the prompt is a list holding str 'a'"):
+        next(llm.stream(["a", "b"], latent.SamplingParams(max_tokens=2)))
+    with pytest.raises(TypeError, match="stream\\(\\): sampling_params must be a SamplingParams, not dict"):
+        next(llm.stream("a", {"max_tokens": 2}))
+
+
+@pytest.mark.parametrize("sampling_params,message", [
+    ({"max_tokens": 3}, "sampling_params must be a SamplingParams or a list of them, not dict.*SamplingParams\\(\\*\\*d\\)"),
+    ([{"max_tokens": 3}], "sampling_params\\[0\\] is dict"),
+    (3, "sampling_params must be a SamplingParams or a list of them, not int 3"),
+])
+def test_sampling_params_that_are_not_sampling_params_are_named(llm, sampling_params, message):
+    with pytest.raises(TypeError, match=message):
+        llm.generate("a", sampling_params)
+    usable(llm)
+
+
+def test_numpy_token_ids_are_prompts(llm):
+    params = latent.SamplingParams(max_tokens=3, **GREEDY)
+    want = [o.outputs[0].token_ids for o in llm.generate([[5, 6, 7], [8, 9]], params)]
+    assert llm.generate(np.array([5, 6, 7]), params)[0].outputs[0].token_ids == want[0]
+    got = llm.generate([np.array([5, 6, 7], dtype=np.int32), np.array([8, 9])], params)
+    assert [o.outputs[0].token_ids for o in got] == want
+    assert llm.generate([np.int64(5), np.int64(6), np.int64(7)], params)[0].prompt_token_ids == [5, 6, 7]
+    assert llm.generate({"prompt_token_ids": np.array([8, 9])}, params)[0].outputs[0].token_ids == want[1]
+
+
+# -- token ids and engine options out of range ----------------------------------------------------
+
+
+def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
+    """As logit_bias and allowed_token_ids are: an id no token has would never end a sample."""
+    with pytest.raises(latent.LatentError,
+                       match=f"stop_token_ids token id {VOCAB} is outside the vocabulary \\(size {VOCAB}\\)"):
+        llm.generate([[5, 6]], latent.SamplingParams(stop_token_ids=[3, VOCAB]))
+    params = latent.SamplingParams(max_tokens=2)
+    params.stop_token_ids = [-1]  # changed after it was checked
+    with pytest.raises(latent.LatentError, match="stop_token_ids token id -1 is outside the vocabulary"):
+        llm.generate([[5, 6]], params)
+    usable(llm)
+
+
+@pytest.mark.parametrize("option,value,error,message", [
+    ("num_blocks", -5, ValueError, "num_blocks must be in \\[0, 2147483647\\], got -5"),
+    ("block_tokens", -1, ValueError, "block_tokens must be in \\[1, 4294967295\\], got -1"),
+    ("block_tokens", 0, ValueError, "block_tokens must be in \\[1,"),
+    ("block_tokens", 1.5, TypeError, "block_tokens must be an integer, got 1.5"),
+    ("max_seqs", 2**40, ValueError, "max_seqs must be in \\[1, 2147483647\\]"),
+    ("speculative_tokens", -1, ValueError, "speculative_tokens must be in \\[0,"),
+    ("cache_memory_gib", 0, ValueError, "cache_memory_gib must be positive, got 0"),
+])
+def test_engine_options_out_of_range_are_value_errors(option, value, error, message):
+    with pytest.raises(error, match=message):
+        latent.LLM(str(DEMO), **{option: value})
