@@ -96,6 +96,10 @@ class Engine {
 
   EngineMetrics Metrics() const;
   const model::ModelConfig& config() const { return model_->config(); }
+  // Tokens one request's sample may hold (prompt + max_tokens) for Submit to take it: the
+  // cache's blocks less, on a model with sliding-window rows, those held back for two windows
+  // (CacheManager::capacity_tokens). Fixed once constructed; what clients size a default by.
+  int64_t capacity_tokens() const { return cache_->capacity_tokens(); }
 
  private:
   struct RequestState {

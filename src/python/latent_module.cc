@@ -83,9 +83,8 @@ class PyEngine {
       vocab_size_ = m->config().vocab_size;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
       // The server's limits (server.cc): prompt + completion fit both.
-      const engine::EngineMetrics em = engine_->Metrics();
       context_tokens_ = engine_->config().max_position_embeddings;
-      cache_tokens_ = int64_t{em.total_blocks} * em.block_tokens;
+      cache_tokens_ = engine_->capacity_tokens();
     }
     // Loaded now, not on first use: several Python threads may submit text prompts at once.
     if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
@@ -444,7 +443,7 @@ class PyEngine {
   std::vector<int64_t> eos_ids_;
   int64_t vocab_size_ = 0;
   int64_t context_tokens_ = 0;  // max_position_embeddings
-  int64_t cache_tokens_ = 0;    // the cache's blocks x tokens per block
+  int64_t cache_tokens_ = 0;    // Engine::capacity_tokens: what Submit takes
 #if LATENT_WITH_XGRAMMAR
   std::unique_ptr<structured::LazyStructuredOutput> structured_;
 #endif

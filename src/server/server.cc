@@ -236,6 +236,10 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       " bytes per token (", cache_dtype, " rows, ", em.cache_layer_bytes_per_token,
       " per token in the widest layer), prefix caching ",
       o.engine.prefix_caching ? "on" : "off");
+  if (loaded->engine->capacity_tokens() < cache_tokens) {
+    Log("one request fits at most ", loaded->engine->capacity_tokens(),
+        " tokens of it (the rest is held back for the sliding-window rows of two windows)");
+  }
   if (o.engine.speculative_tokens > 0) {
     Log("speculative decoding: up to ", o.engine.speculative_tokens,
         " prompt-lookup draft tokens per sequence and step (n-grams of ",
@@ -287,7 +291,9 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   }
   ctx.limits.model_name = name;
   ctx.limits.context_tokens = config.max_position_embeddings;
-  ctx.limits.cache_tokens = cache_tokens;
+  // What Engine::Submit takes, not the blocks' tokens: with sliding-window rows it is less, and a
+  // default max_tokens sized by the blocks would be refused as never fitting.
+  ctx.limits.cache_tokens = loaded->engine->capacity_tokens();
   ctx.limits.vocab_size = config.vocab_size;
   loaded->engine->Start();
   return loaded;

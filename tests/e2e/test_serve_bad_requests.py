@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from e2e_harness import (CONTEXT, HOST, MODEL_NAME, chat_model, read_until,  # noqa: F401
-                         server, start_server)
+from e2e_harness import (CONTEXT, HOST, MODEL_NAME, TOKENIZER_DIR, chat_model,  # noqa: F401
+                         read_until, server, start_server)
 
 C = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -285,3 +285,27 @@ def test_prompt_longer_than_the_cache(start_server):
     out = json.loads(data)
     assert status == 200, out
     assert out["usage"]["total_tokens"] == 128 and out["choices"][0]["finish_reason"] == "length"
+
+
+def test_sliding_window_cache_limit_is_what_the_engine_takes(start_server, tiny_models):
+    """With sliding-window rows the cache holds back the blocks of two windows for a request
+    (CacheManager::capacity_tokens): 8 blocks of 16 take 64 tokens, not 128. The server's limit
+    (and so a chat's default max_tokens) is that figure, or the default would be refused."""
+    model = tiny_models.get("dots3_note", "--tokenizer", str(TOKENIZER_DIR),
+                            config={"max_position_embeddings": 512})  # window 16
+    srv = start_server("--block-tokens", "16", "--num-blocks", "8", model=model)
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 64))
+    check_error(status, data, 400, "prompt", "cache holds only 64 tokens", "window cache")
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 50, max_tokens=15))
+    check_error(status, data, 400, "max_tokens", "cache holds 64 tokens", "window cache")
+    status, data = srv.request("POST", CHAT, with_(MSG, max_tokens=..., temperature=0,
+                                                   ignore_eos=True))
+    out = json.loads(data)
+    assert status == 200, out
+    assert out["usage"]["total_tokens"] == 64 and out["choices"][0]["finish_reason"] == "length"
+    # A completion's default, 16, shrinks to the room left: 14 after a 50-token prompt.
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 50, max_tokens=...,
+                                                temperature=0, ignore_eos=True))
+    out = json.loads(data)
+    assert status == 200, out
+    assert out["usage"]["completion_tokens"] == 14
