@@ -71,6 +71,22 @@ def test_max_tokens_none_refuses_a_prompt_that_leaves_no_room(llm):
     usable(llm)
 
 
+def test_max_tokens_none_fits_a_sliding_window_cache(tiny_models):
+    """On a model with sliding-window rows the cache holds back the window blocks of two windows
+    (CacheManager::capacity_tokens): None sizes the room by what Engine::Submit takes, not by
+    the blocks' tokens, or every None request on a cache smaller than the context would be
+    refused as one that can never fit."""
+    model = tiny_models.get("dots3_note", config={"max_position_embeddings": 512})  # window 16
+    with latent.LLM(str(model), block_tokens=16, num_blocks=8) as window_llm:
+        # 8 blocks of 16 tokens, less 3 for two windows and 1 more: 4 blocks, 64 tokens.
+        params = latent.SamplingParams(max_tokens=None, **GREEDY)
+        outs = window_llm.generate([[5] * 10, [6] * 60], params)
+        assert [len(o.outputs[0].token_ids) for o in outs] == [54, 4]
+        assert [o.outputs[0].finish_reason for o in outs] == ["length", "length"]
+        with pytest.raises(latent.LatentError, match="the prompt is 64 tokens.*the cache holds 64"):
+            window_llm.generate([[5] * 64], params)
+
+
 @pytest.mark.parametrize("value,message", [
     (5.5, "field 'max_tokens' must be an integer, not 5.5"),
     ("5", "field 'max_tokens' has the wrong type"),
@@ -97,11 +113,27 @@ def test_max_tokens_that_is_not_an_int_is_refused_when_made(value, message):
     ({"stop_token_ids": [-1]}, "stop_token_ids token id -1 is outside the vocabulary"),
     ({"stop_token_ids": 5}, "field 'stop_token_ids' has the wrong type"),
     ({"stop_token_ids": ["5"]}, "field 'stop_token_ids' has the wrong type"),
+    ({"stop_token_ids": "56"}, "field 'stop_token_ids' has the wrong type: \"56\""),
+    ({"stop_token_ids": {1.5}}, "field 'stop_token_ids' must be an integer, not 1.5"),
+    ({"stop_token_ids": [object()]}, "field 'stop_token_ids' has the wrong type: \"<object object"),
+    ({"allowed_token_ids": "ab"}, "field 'allowed_token_ids' has the wrong type: \"ab\""),
+    ({"allowed_token_ids": 5}, "field 'allowed_token_ids' has the wrong type: 5"),
+    ({"allowed_token_ids": {True}}, "field 'allowed_token_ids' has the wrong type: true"),
 ])
 def test_length_and_stop_fields_are_checked_when_made(fields, message):
     """README: a SamplingParams out of range raises ValueError when made, as vLLM's does; by the
     rules ParseRequestLine and Engine::Submit apply."""
     with pytest.raises(ValueError, match=message):
+        latent.SamplingParams(**fields)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"stop_token_ids": b"\x05"}, "stop_token_ids must be an iterable of int token ids, not bytes"),
+    ({"allowed_token_ids": bytearray(b"ab")}, "allowed_token_ids must be an iterable of int token ids"),
+    ({"stop": b"ab"}, "stop must be a str or a list of str, not bytes b'ab'"),
+])
+def test_bytes_are_not_token_ids(fields, message):
+    with pytest.raises(TypeError, match=f"SamplingParams: {message}"):
         latent.SamplingParams(**fields)
 
 
@@ -114,8 +146,7 @@ def test_max_tokens_zero_is_kept_for_scoring(llm):
 
 
 @pytest.mark.parametrize("name", ["n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                                  "presence_penalty", "frequency_penalty", "min_tokens",
-                                  "include_stop_str_in_output", "ignore_eos", "skip_special_tokens"])
+                                  "presence_penalty", "frequency_penalty", "min_tokens"])
 def test_none_is_refused_where_it_means_nothing(name):
     """vLLM's SamplingParams takes no None for these (only its from_optional() maps None to the
     default); latent's took temperature=None as greedy without a word."""
@@ -130,6 +161,41 @@ def test_none_is_the_default_where_it_means_none():
     assert "stop" not in params._line() and params._line()["max_tokens"] is None
 
 
+def test_none_is_false_for_the_flags(llm):
+    """vLLM reads ignore_eos, skip_special_tokens and include_stop_str_in_output by truth value:
+    None is False there (skip_special_tokens=None keeps the special tokens in the text)."""
+    flags = ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output")
+    params = latent.SamplingParams(max_tokens=3, temperature=0, **{name: None for name in flags})
+    line = params._line()
+    assert [line[name] for name in flags] == [False, False, False]
+    want = latent.SamplingParams(max_tokens=3, temperature=0, **{name: False for name in flags})
+    got, expected = llm.generate([[5, 6], [8]], [params, want]), llm.generate([[5, 6], [8]], want)
+    assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
+    for name in flags:  # what is neither a bool nor None is still refused, by name
+        with pytest.raises(latent.LatentError, match=f"field '{name}' has the wrong type: \"yes\""):
+            llm.generate([[5, 6]], latent.SamplingParams(max_tokens=1, **{name: "yes"}))
+
+
+# -- id lists: any iterable of ints, as vLLM's list(...) --------------------------------------------
+
+
+@pytest.mark.parametrize("ids", [
+    lambda: {7}, lambda: frozenset({7}), lambda: range(7, 8), lambda: {7: 1}.keys(), lambda: (7,),
+    lambda: iter([7]), lambda: np.array([7]), lambda: [np.int64(7)],
+], ids=["set", "frozenset", "range", "dict_keys", "tuple", "iterator", "ndarray", "np_int64"])
+def test_id_lists_take_any_iterable_of_ints(llm, ids):
+    """stop_token_ids and allowed_token_ids as vLLM takes them (it calls list() on them): main
+    did, then a set or a range raised "Object of type set is not JSON serializable"."""
+    allowed = latent.SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, allowed_token_ids=ids())
+    assert allowed._line()["allowed_token_ids"] == [7]
+    assert llm.generate([[5, 6]], allowed)[0].outputs[0].token_ids == [7, 7, 7]
+    stop = latent.SamplingParams(max_tokens=3, temperature=0, allowed_token_ids=[7], stop_token_ids=ids())
+    out = llm.generate([[5, 6]], stop)[0].outputs[0]
+    assert (out.token_ids, out.finish_reason, out.stop_reason) == ([7], "stop", 7)
+    assert latent.SamplingParams(stop_token_ids=range(5, 9))._line()["stop_token_ids"] == [5, 6, 7, 8]
+    assert latent.SamplingParams(stop={"ab"})._line()["stop"] == ["ab"]
+
+
 # -- use_tqdm, num_cached_tokens, a chat's prompt --------------------------------------------------
 
 
@@ -137,7 +203,9 @@ def test_use_tqdm_is_accepted_and_changes_nothing(llm):
     params = latent.SamplingParams(max_tokens=3, **GREEDY)
     want = llm.generate([[5, 6]], params)[0].outputs[0].token_ids
     assert llm.generate([[5, 6]], params, use_tqdm=False)[0].outputs[0].token_ids == want
-    assert llm.generate([[5, 6]], params, False)[0].outputs[0].token_ids == want  # vLLM's position
+    # latent's also takes it third positionally; current vLLM's is keyword-only (in old vLLM the
+    # third positional argument was prompt_token_ids).
+    assert llm.generate([[5, 6]], params, False)[0].outputs[0].token_ids == want
     assert llm.generate([[5, 6]], params, use_tqdm=lambda *a, **k: iter(()))[0].outputs[0].token_ids == want
     messages = [{"role": "user", "content": "Hello"}]
     assert llm.chat(messages, params, use_tqdm=False)[0].outputs[0].token_ids == \
@@ -185,6 +253,7 @@ def test_chat_prompt_is_the_rendered_text(llm):
     ([[True, 5]], "prompt 0 is a list holding bool True"),
     ([{"prompt": 5}], "prompt 0: 'prompt' must be a str; got int 5"),
     ([{"prompt_token_ids": ["a"]}], "prompt 0: 'prompt_token_ids' must be a list of int token ids"),
+    ([{"prompt_token_ids": b"ab"}], "prompt 0: 'prompt_token_ids' must be an iterable of int token ids, not bytes"),
     (np.array(5), "prompts must be a str.*got int 5"),
 ])
 def test_what_is_not_a_prompt_is_a_type_error_naming_prompts(llm, prompts, message):
@@ -219,6 +288,7 @@ def test_numpy_token_ids_are_prompts(llm):
     assert [o.outputs[0].token_ids for o in got] == want
     assert llm.generate([np.int64(5), np.int64(6), np.int64(7)], params)[0].prompt_token_ids == [5, 6, 7]
     assert llm.generate({"prompt_token_ids": np.array([8, 9])}, params)[0].outputs[0].token_ids == want[1]
+    assert llm.generate({"prompt_token_ids": range(8, 10)}, params)[0].outputs[0].token_ids == want[1]
 
 
 # -- token ids and engine options out of range ----------------------------------------------------

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from . import _latent
 
@@ -150,21 +150,22 @@ class SamplingParams:
     max_tokens: Optional[int] = 16
     """Tokens to generate at most per sample; 0 scores the prompt (with prompt_logprobs) without
     generating. None (vLLM's): as many as the context leaves, the model's max_position_embeddings
-    (or the cache's size, if smaller) less the prompt's tokens, resolved per prompt when submitted."""
+    (or, if smaller, what the cache takes for one request: less than its size on a model with
+    sliding-window rows) less the prompt's tokens, resolved per prompt when submitted."""
     min_tokens: int = 0
     """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
     (vLLM's min_tokens; at most max_tokens), unless a structured_outputs grammar allows only
     them (the grammar wins)."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
-    include_stop_str_in_output: bool = False
+    include_stop_str_in_output: Optional[bool] = False
     """The text ends after the stop string that matched, not before it; and it keeps the text of
     the EOS or stop_token_ids entry that ended the sample, which it otherwise leaves out (vLLM)."""
-    stop_token_ids: Optional[list[int]] = None
+    stop_token_ids: Optional[Iterable[int]] = None
     """Token ids that end a sample (besides the checkpoint's EOS); the one that did is the
     output's `stop_reason`, in its token_ids but not in its text (as vLLM, unless
     include_stop_str_in_output), nor searched for stop strings."""
-    ignore_eos: bool = False
+    ignore_eos: Optional[bool] = False
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
     structured_outputs: Optional[StructuredOutputsParams] = None
@@ -173,13 +174,13 @@ class SamplingParams:
     """None: none; 0: each prompt token's logprob; k (at most 20): and the k most likely tokens'
     at its position (`RequestOutput.prompt_logprobs`). A request asking for them computes its
     whole prompt: it takes no prefix-cache hit."""
-    skip_special_tokens: bool = True
+    skip_special_tokens: Optional[bool] = True
     """The text leaves special tokens out (token_ids keep them). vLLM's
     spaces_between_special_tokens is not offered: latent decodes as transformers' decode does."""
     logit_bias: Optional[dict[int, float]] = None
     """Token id -> bias in [-100, 100], added to the token's logit before sampling (OpenAI's
     logit_bias). The logprobs stay those of the model's raw distribution, as vLLM's."""
-    allowed_token_ids: Optional[list[int]] = None
+    allowed_token_ids: Optional[Iterable[int]] = None
     """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids), with one
     exception: under structured_outputs the grammar's end (EOS, which it allows only where its
     text may end) stays drawable, so a list without EOS still ends there. With min_tokens > 0, a
@@ -191,6 +192,11 @@ class SamplingParams:
         for f in dataclasses.fields(self):
             if getattr(self, f.name) is None and f.name in _NOT_NONE:
                 raise TypeError(f"SamplingParams: {f.name} must not be None (its default is {f.default!r})")
+        # Listed once here, as vLLM's list(...) does: an iterator would be empty when read again.
+        for name, expected in _LIST_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, _json_list(value, f"SamplingParams: {name}", expected))
         # -1 is the request lines' "none"; newer vLLM reads it as "every token of the vocabulary",
         # which latent does not offer: refused rather than silently giving none.
         for name in ("logprobs", "prompt_logprobs"):
@@ -216,44 +222,67 @@ class SamplingParams:
             "frequency_penalty": self.frequency_penalty,
             "max_tokens": self.max_tokens,  # None: null, the context's room (MAX_TOKENS_TO_CONTEXT)
             "min_tokens": self.min_tokens,
-            "ignore_eos": self.ignore_eos,
+            "ignore_eos": _flag(self.ignore_eos),
         }
         if self.seed is not None:
             line["seed"] = self.seed
         if self.stop is not None:  # "" and [""] too, for the engine to refuse by name
-            line["stop"] = _json_list(self.stop)
+            line["stop"] = _json_list(self.stop, "SamplingParams: stop", _LIST_FIELDS["stop"])
         # Also without stop strings: it keeps the text of an EOS or stop id that ends a sample.
-        line["include_stop_str_in_output"] = self.include_stop_str_in_output
+        line["include_stop_str_in_output"] = _flag(self.include_stop_str_in_output)
         if self.stop_token_ids is not None:
-            line["stop_token_ids"] = _json_list(self.stop_token_ids)
+            line["stop_token_ids"] = _json_list(self.stop_token_ids, "SamplingParams: stop_token_ids")
         if self.logprobs is not None:
             line["logprobs"] = self.logprobs
         if self.structured_outputs is not None:
             line["structured_outputs"] = self.structured_outputs._line()
         if self.prompt_logprobs is not None:
             line["prompt_logprobs"] = self.prompt_logprobs
-        if not self.skip_special_tokens:
-            line["skip_special_tokens"] = False
+        if self.skip_special_tokens is not True:  # False, None (vLLM's false) or a bad value
+            line["skip_special_tokens"] = _flag(self.skip_special_tokens)
         if self.logit_bias:
             # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take.
             line["logit_bias"] = dict(self.logit_bias)
         if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
-            line["allowed_token_ids"] = list(self.allowed_token_ids)
+            line["allowed_token_ids"] = _json_list(self.allowed_token_ids,
+                                                   "SamplingParams: allowed_token_ids")
         return line
 
 
+# The SamplingParams fields that take any iterable, and what they hold.
+_LIST_FIELDS = {"stop": "a str or a list of str", "stop_token_ids": "an iterable of int token ids",
+                "allowed_token_ids": "an iterable of int token ids"}
+
 # The SamplingParams fields for which None means nothing (vLLM's are not Optional either).
 _NOT_NONE = frozenset({"n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                       "presence_penalty", "frequency_penalty", "min_tokens",
-                       "include_stop_str_in_output", "ignore_eos", "skip_special_tokens"})
+                       "presence_penalty", "frequency_penalty", "min_tokens"})
 
 
-def _json_list(value: Any) -> Any:
-    """A list or tuple as a JSON list (a numpy array through tolist()); anything else as it is,
-    for the engine's check to refuse by the field's name."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return value.tolist()
-    return list(value) if isinstance(value, (list, tuple)) else value
+def _flag(value: Any) -> Any:
+    """A bool field's request-line value: None is False (vLLM tests these by truth value); any
+    other non-bool goes as it is, for the engine's check to refuse by the field's name."""
+    return False if value is None else value
+
+
+def _json_list(value: Any, what: str, expected: str = "an iterable of int token ids") -> Any:
+    """Any iterable (a list, tuple, set, range, dict keys; a numpy array through tolist()) as a
+    JSON list, its integers (numpy's too) as ints, as vLLM's list(...) takes them; a str or
+    non-iterable as it is, and other elements as they are (repr'd if JSON has no form for them),
+    for the engine's check to refuse by the field's name. Bytes, which JSON has no form for and
+    which would iterate as token ids (b"ab": 97, 98), are a TypeError naming `what`."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be {expected}, not {_describe(value)}")
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        return value
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+        if not isinstance(value, list):  # a 0-d array's one value
+            return value
+    return [int(t) if _is_token_id(t) else t if _is_json_value(t) else repr(t) for t in value]
+
+
+def _is_json_value(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
 
 
 @dataclass
@@ -607,7 +636,7 @@ def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[
         return {"prompt": prompt}, prompt
     if isinstance(prompt, dict):
         if "prompt_token_ids" in prompt:
-            ids = _json_list(prompt["prompt_token_ids"])
+            ids = _json_list(prompt["prompt_token_ids"], f"{where}: 'prompt_token_ids'")
             if not isinstance(ids, list) or not all(_is_token_id(t) for t in ids):
                 raise TypeError(f"{where}: 'prompt_token_ids' must be a list of int token ids; got "
                                 f"{_describe(prompt['prompt_token_ids'])}")

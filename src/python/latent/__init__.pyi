@@ -1,6 +1,6 @@
 # Type hints for latent (the package's API; latent._latent is its private back end).
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 class LatentError(RuntimeError):
     """Raised with latent's message when the engine refuses something."""
@@ -30,15 +30,15 @@ class SamplingParams:
     max_tokens: Optional[int] = 16  # None: up to the context (max_position_embeddings - prompt)
     min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
-    include_stop_str_in_output: bool = False
-    stop_token_ids: Optional[list[int]] = None
-    ignore_eos: bool = False
+    include_stop_str_in_output: Optional[bool] = False
+    stop_token_ids: Optional[Iterable[int]] = None
+    ignore_eos: Optional[bool] = False
     logprobs: Optional[int] = None
     structured_outputs: Optional[StructuredOutputsParams] = None
     prompt_logprobs: Optional[int] = None
-    skip_special_tokens: bool = True
+    skip_special_tokens: Optional[bool] = True
     logit_bias: Optional[dict[int, float]] = None
-    allowed_token_ids: Optional[list[int]] = None
+    allowed_token_ids: Optional[Iterable[int]] = None
 
 @dataclass
 class TokenLogprob:
