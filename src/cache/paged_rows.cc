@@ -68,11 +68,13 @@ PagedRows PagedRows::Of(uint8_t* base, const ModelCacheRows& rows, const CacheLa
       v.row_bytes[i] = spec.bytes_per_token;
       if (spec.fp8_values > 0 && spec.bytes_per_token > 0) {
         if (dtype != DType::kF8E4M3) {
-          Fail("internal: row '", spec.name, "' of layer ", l, " is fp8-encoded in a ", DTypeName(dtype), " cache");
+          FailInternal("row '", spec.name, "' of layer ", l, " is fp8-encoded in a ",
+                       DTypeName(dtype), " cache");
         }
         if (spec.fp8_values > spec.values || spec.bytes_per_token != Fp8RowBytes(spec.values, spec.fp8_values)) {
-          Fail("internal: fp8 row '", spec.name, "' of layer ", l, ": ", spec.bytes_per_token,
-               " bytes per token for ", spec.values, " values, ", spec.fp8_values, " of them fp8");
+          FailInternal("fp8 row '", spec.name, "' of layer ", l, ": ", spec.bytes_per_token,
+                       " bytes per token for ", spec.values, " values, ", spec.fp8_values,
+                       " of them fp8");
         }
         v.row_values[i] = spec.values;
         v.row_fp8_values[i] = spec.fp8_values;
@@ -108,8 +110,8 @@ uint8_t* PagedRows::Locate(std::span<const BlockId> table, int64_t layer, int ro
   LATENT_CHECK(position >= 0 && position < static_cast<int64_t>(table.size()) * tokens);
   const BlockId block = table[position / tokens];
   if (block == kNoBlock) {
-    Fail("internal: position ", position, " of layer ", layer, " row ", row,
-         " is read after its sliding-window block was released");
+    FailInternal("position ", position, " of layer ", layer, " row ", row,
+                 " is read after its sliding-window block was released");
   }
   return RowAt(block, layer, row, static_cast<uint32_t>(position % tokens));
 }

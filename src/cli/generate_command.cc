@@ -138,7 +138,7 @@ Runner RegisterGenerate(CLI::App& app) {
     while (static_cast<int64_t>(generated.size()) < opt->max_tokens) {
       const int64_t end = position + static_cast<int64_t>(step.size());
       if (!table.Grow(cache.pool(), end) || (cache.has_window() && !window_table.Grow(cache.pool(), end))) {
-        Fail("internal: generate's cache is too small");
+        FailInternal("generate's cache is too small");
       }
       batch.Clear();
       batch.AddSequence(step, position, table.blocks(),

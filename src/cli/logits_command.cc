@@ -38,7 +38,7 @@ void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t c
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t end = std::min(n, start + chunk);
     if (!table.Grow(cache.pool(), end) || (cache.has_window() && !window_table.Grow(cache.pool(), end))) {
-      Fail("internal: chunked cache too small");
+      FailInternal("chunked cache too small");
     }
     batch.Clear();
     batch.AddSequence(std::span<const int32_t>(ids).subspan(start, end - start), start,

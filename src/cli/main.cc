@@ -1,15 +1,19 @@
 // latent: serve multi-head latent attention models. This file only dispatches subcommands and
-// turns errors into a one-line message and an exit code: 2 for latent::Error (bad input: a
-// checkpoint, config, tokenizer, flag or request latent cannot use; the message names the file
-// and the problem) and for a command line CLI11 cannot parse (CLI11 prints its own message;
-// --help exits 0), 1 for anything else (a bug in latent, or the system refusing memory).
+// turns errors into a one-line message and an exit code (base/exit_code.h): 2 for latent::Error
+// (bad input: a checkpoint, config, tokenizer, flag or request latent cannot use; the message
+// names the file and the problem) and for a command line CLI11 cannot parse (CLI11 prints its own
+// message; --help exits 0), 1 for anything else (a bug in latent: a failed LATENT_CHECK, any
+// InternalError; or the system refusing memory).
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
+#include "base/exit_code.h"
 #include "cli/commands.h"
 #include "engine/distributed_model.h"
 #include "parallel/communicator.h"
@@ -49,15 +53,10 @@ int main(int argc, char** argv) {
     code = Run(argc, argv);
   } catch (const latent::engine::WorkerFinished&) {
     code = 0;  // a rank > 0 served rank 0's steps to the end
-  } catch (const latent::Error& e) {
-    error = latent::StrCat("error: ", e.what());
-    code = 2;
-  } catch (const std::exception& e) {
-    error = latent::StrCat("internal error: ", e.what());
-    code = 1;
   } catch (...) {
-    error = "internal error: an unknown exception";
-    code = 1;
+    latent::ExitOutcome outcome = latent::ExitOutcomeOf(std::current_exception());
+    code = outcome.code;
+    error = std::move(outcome.error);
   }
   if (code != 0 && latent::parallel::World().size() > 1) {
     // AbortWorld prints "latent: error: rank r of n: " before the message.

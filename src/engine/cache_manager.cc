@@ -15,7 +15,7 @@ DType ElementType(model::CacheDType dtype) {
     case model::CacheDType::kBF16: return DType::kBF16;
     case model::CacheDType::kFP8: return DType::kF8E4M3;
   }
-  Fail("internal: unknown cache dtype");
+  FailInternal("unknown cache dtype");
 }
 
 }  // namespace

@@ -10,15 +10,17 @@
 
 #include "base/error.h"
 #include "engine/cache_manager.h"
+#include "engine/injected_check.h"
 #include "model/cache_rows.h"
 
 namespace latent::engine {
 namespace {
 
-// A forward that failed on one rank with anything but latent::Error (std::bad_alloc, a library's
-// error) failed there alone: the other ranks wait in a collective it will never join, so the
-// ranks cannot go on in step. Bad input (latent::Error) fails every rank at the same point and
-// the job goes on; this ends the job, as an uncaught exception used to end its process.
+// A forward that failed on one rank with anything but bad input (std::bad_alloc, a library's
+// error, an InternalError: a failed LATENT_CHECK) may have failed there alone: the other ranks
+// wait in a collective it will never join, so the ranks cannot go on in step. Bad input (any
+// other latent::Error) fails every rank at the same point and the job goes on; this ends the job
+// at once (exit 1), where the others would wait out LATENT_STEP_TIMEOUT.
 [[noreturn]] void AbortForwardElsewhere(const char* where, const std::string& what) {
   parallel::AbortWorld(StrCat("latent: the forward failed on ", where, ": ", what,
                               "; the other ranks cannot go on in step, ending the job"));
@@ -129,7 +131,7 @@ double LeastTimePerCall(parallel::Communicator& comm, const std::vector<double>&
   std::vector<double> counts(ranks);
   comm.AllGather(&count, 1, counts.data());
   for (double c : counts) {
-    if (c != count) Fail("internal: the ranks ran different collectives in one step");
+    if (c != count) FailInternal("the ranks ran different collectives in one step");
   }
   const int64_t n = static_cast<int64_t>(calls.size());
   std::vector<double> all(static_cast<size_t>(ranks) * n);  // [ranks, n]
@@ -166,7 +168,7 @@ model::CacheDType CacheDTypeOf(DType dtype) {
     case DType::kF8E4M3: return model::CacheDType::kFP8;
     default: break;
   }
-  Fail("internal: the step broadcast got a cache of ", DTypeName(dtype), " rows");
+  FailInternal("the step broadcast got a cache of ", DTypeName(dtype), " rows");
 }
 
 }  // namespace
@@ -231,7 +233,10 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   };
   Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
   try {
+    LATENT_CHECK(!InjectedCheckFailure(comm_.rank(), ++forwards_));
     model_->Forward(batch, form, logits, trace);
+  } catch (const InternalError& e) {  // a bug, maybe on this rank alone
+    AbortForwardElsewhere("rank 0", StrCat("internal error: ", e.what()));
   } catch (const Error&) {  // counted as any step, then the engine fails the step's requests
     finish();
     throw;
@@ -270,6 +275,7 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
   std::vector<uint8_t> payload;
   float no_logits = 0;  // Workers skip the LM head: only rank 0 samples.
   std::vector<double> calls;  // [calls] a detailed step's collectives' seconds on this rank
+  int64_t forwards = 0;
   for (;;) {
     Header header;
     calls.clear();
@@ -323,7 +329,12 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         batch.rows = &cache->rows();
         batch.logits_rows.clear();
         try {
+          LATENT_CHECK(!InjectedCheckFailure(comm.rank(), ++forwards));
           model.Forward(batch, static_cast<model::AttentionForm>(header.form), &no_logits);
+        } catch (const InternalError& e) {
+          // A bug, which rank 0 may not share: it would wait for this rank in the step's
+          // collectives until LATENT_STEP_TIMEOUT.
+          AbortForwardElsewhere("a worker rank", StrCat("internal error: ", e.what()));
         } catch (const Error&) {
           // Bad input fails the same way on rank 0, at the same point (every rank runs the same
           // batch), which reports it; the job goes on.
@@ -339,7 +350,7 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         break;
       }
       default:
-        Fail("internal: unknown step message ", static_cast<uint32_t>(header.kind));
+        FailInternal("unknown step message ", static_cast<uint32_t>(header.kind));
     }
   }
 }

@@ -84,6 +84,7 @@ class StepBroadcaster final : public model::Model {
   bool detail_ = false;
   mutable StepCommStats stats_;
   mutable std::vector<double> calls_;  // [calls] this step's collectives' seconds (detail)
+  mutable int64_t forwards_ = 0;       // forwards so far (LATENT_TEST_FAIL_CHECK counts them)
 };
 
 // Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends

@@ -533,6 +533,8 @@ bool Engine::Step() {
   std::optional<std::string> failure;  // set when the forward threw
   try {
     model_->Forward(batch_.forward, options_.attention, logits);
+  } catch (const InternalError& e) {  // a failed check: a bug, which the requests' error says
+    failure = StrCat("internal error: ", e.what());
   } catch (const Error& e) {
     failure = e.what();
   } catch (const std::exception& e) {  // std::bad_alloc, a library's own error

@@ -11,7 +11,7 @@ cache::PagedRows ViewOf(cache::CacheStorage& storage, model::CacheDType dtype) {
     case model::CacheDType::kBF16: return storage.View(DType::kBF16);
     case model::CacheDType::kFP8: return storage.View(DType::kF8E4M3);
   }
-  Fail("internal: unknown cache dtype");
+  FailInternal("unknown cache dtype");
 }
 
 }  // namespace

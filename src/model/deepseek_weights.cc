@@ -299,7 +299,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
         }
       }
     } else {
-      Fail("internal: tensor '", t.name, "' has no place to load into");
+      FailInternal("tensor '", t.name, "' has no place to load into");
     }
   });
   // Tied: the LM head is the embedding, which stays as stored (its rows are read per token), and

@@ -64,15 +64,15 @@ void ForwardBatch::Validate() const {
     LATENT_CHECK(context_lens[s] == positions[seq_starts[s + 1] - 1] + 1);
     const int64_t blocks = block_table_starts[s + 1] - block_table_starts[s];
     if (blocks * rows->block_tokens < context_lens[s]) {
-      Fail("internal: the block table of batch sequence ", s, " holds ", blocks * rows->block_tokens,
-           " positions, short of its context ", context_lens[s]);
+      FailInternal("the block table of batch sequence ", s, " holds ", blocks * rows->block_tokens,
+                   " positions, short of its context ", context_lens[s]);
     }
     if (rows->num_groups() > 1) {
       LATENT_CHECK(window_table_starts.size() == seqs + 1);
       const int64_t window_blocks = window_table_starts[s + 1] - window_table_starts[s];
       if (window_blocks * rows->GroupBlockTokens(1) < context_lens[s]) {
-        Fail("internal: the window block table of batch sequence ", s, " is short of its context ",
-             context_lens[s]);
+        FailInternal("the window block table of batch sequence ", s, " is short of its context ",
+                     context_lens[s]);
       }
     }
   }

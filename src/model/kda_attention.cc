@@ -18,7 +18,7 @@ void KdaAttentionForward(const ops::KdaDims& dims, const ops::KdaWeights& w, Kda
   const int64_t T = static_cast<int64_t>(batch.token_ids.size());
   const int64_t c = dims.channels(), H = dims.heads, d = dims.head_dim;
   const cache::StateSlots& states = batch.rows->states;
-  if (states.empty()) Fail("internal: a KDA layer ran on a cache without per-sequence state");
+  if (states.empty()) FailInternal("a KDA layer ran on a cache without per-sequence state");
   // [T, 3C] the q|k|v projections, then (in place per sequence) their convolution.
   std::vector<float> proj(T * c), mixed(T * 3 * c), conv(T * 3 * c);
   const kernels::WeightRef* qkv[3] = {&w.q, &w.k, &w.v};
@@ -44,7 +44,7 @@ void KdaAttentionForward(const ops::KdaDims& dims, const ops::KdaWeights& w, Kda
     const int64_t position = batch.positions[first];
     const int32_t slot = batch.StateSlot(s);
     if (slot < 0 || slot >= states.num_slots) {
-      Fail("internal: batch sequence ", s, " has state slot ", slot, " of ", states.num_slots);
+      FailInternal("batch sequence ", s, " has state slot ", slot, " of ", states.num_slots);
     }
     float* conv_state = states.At(slot, layer, kKdaConvRow);
     float* state = states.At(slot, layer, kKdaStateRow);

@@ -344,8 +344,8 @@ std::string ResolveToolCallParser(const std::string& flag, std::string_view mode
   for (const ParserName& n : kNames) {
     if (model_format == n.name) return std::string(n.canonical);
   }
-  Fail("internal: the model declares tool-call markup '", model_format,
-       "', which no parser reads (known: ", ToolCallParserNames(), ")");
+  FailInternal("the model declares tool-call markup '", model_format,
+               "', which no parser reads (known: ", ToolCallParserNames(), ")");
 }
 
 std::vector<std::string> ToolCallMarkers(const std::string& name) {

@@ -243,12 +243,14 @@ def test_lost_rank_ends_the_job(models, tmp_path, sig):
                          r"within the step timeout \(3 s", stderr), stderr
 
 
-def run_failing_job(argv: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+def run_failing_job(argv: list[str], env: dict | None = None
+                    ) -> tuple[subprocess.CompletedProcess, float]:
     """Runs a job one of whose ranks fails; returns it and its seconds. A job that hangs is killed
     after 60 s (the test then fails on the time)."""
     start = time.monotonic()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=mpi_env(), timeout=60)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env or mpi_env(),
+                              timeout=60)
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"the job hung after a rank failed:\n{e.stderr}") from e
     return proc, time.monotonic() - start
@@ -288,6 +290,31 @@ def test_one_rank_failing_to_load_ends_the_job(models, tmp_path, bad_rank):
     assert proc.returncode != 0, proc.stderr
     assert took < 20, f"the job took {took:.1f} s to end"
     assert f"rank {bad_rank} of 2: " in proc.stderr and "missing" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("bad_rank", [1, 0])
+def test_check_failing_on_one_rank_ends_the_job(models, tmp_path, bad_rank):
+    """A LATENT_CHECK failing in one rank's forward (its second; LATENT_TEST_FAIL_CHECK, a
+    test-only hook) is a bug the other rank need not share. It was taken for bad input, which
+    fails every rank at the same point: the rank went on while the other waited for it in the
+    step's collectives until the step timeout (30 s here, 300 s by default). Now the job ends at
+    once with exit code 1, naming the rank and the check."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(
+        json.dumps({"ids": [3 + i, 17, 29], "max_tokens": 8, "ignore_eos": True}) + "\n"
+        for i in range(4)))
+    env = mpi_env()
+    env["LATENT_TEST_FAIL_CHECK"] = f"{bad_rank}:2"
+    env["LATENT_STEP_TIMEOUT"] = "30"
+    proc, took = run_failing_job(mpirun_args(
+        2, "generate", "--model", str(models["deepseek_v3"]), "--prompts", str(prompts)), env)
+    assert proc.returncode == 1, proc.stderr
+    assert took < 20, f"the job took {took:.1f} s to end:\n{proc.stderr}"
+    where = "rank 0" if bad_rank == 0 else "a worker rank"
+    assert re.search(rf"rank {bad_rank} of 2: latent: the forward failed on {where}: internal "
+                     r"error: \S*distributed_model\.cc:\d+: check failed: "
+                     r"!InjectedCheckFailure\(", proc.stderr), proc.stderr
+    assert "within the step timeout" not in proc.stderr, proc.stderr
 
 
 def test_sliding_window_model_identical(tiny_models, tmp_path):

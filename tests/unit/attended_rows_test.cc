@@ -133,10 +133,11 @@ TEST(AttendedRows, AReleasedBlockOrAShortTableFails) {
   Rows rows(DType::kBF16, 3, 2);
   const std::vector<cache::BlockId> table = {cache::kNoBlock, 1};
   AttendedRows r;
-  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 2, 4), Error);  // position 2 is in a released block
+  // Position 2 is in a released block.
+  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 2, 4), InternalError);
   r.Range(rows.view, table, 0, 0, 4, 4);                      // the live block alone reads fine
   EXPECT_EQ(r.size(), 4);
-  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 4, 5), Error);  // past the table
+  EXPECT_THROW(r.Range(rows.view, table, 0, 0, 4, 5), InternalError);  // past the table
 }
 
 }  // namespace

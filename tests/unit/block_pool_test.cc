@@ -80,9 +80,9 @@ TEST(BlockPoolTest, AllocateRetainReleaseCounts) {
 
 TEST(BlockPoolTest, ReleasingAnUnheldBlockIsABug) {
   BlockPool pool(2, true);
-  EXPECT_THROW(pool.Release(0), Error);
+  EXPECT_THROW(pool.Release(0), InternalError);
   // Retain only revives cached blocks, never free ones.
-  EXPECT_THROW(pool.Retain(1), Error);
+  EXPECT_THROW(pool.Retain(1), InternalError);
 }
 
 TEST(BlockPoolTest, HashedReleasedBlockStaysMatchableAndRetainRevivesIt) {

@@ -1,7 +1,8 @@
-// A forward that throws, whatever it throws (latent::Error from a check, std::bad_alloc, any
-// other std::exception), fails the requests of its step with an error that names it, and nothing
-// else: the engine goes on, no block is lost, and the wrong cache rows the broken forward wrote
-// reach no later request (a prefix hit on them would change its tokens: fake_cache_model.h).
+// A forward that throws, whatever it throws (latent::Error, InternalError from a failed check,
+// std::bad_alloc, any other std::exception), fails the requests of its step with an error that
+// names it (a failed check as an internal error), and nothing else: the engine goes on, no block
+// is lost, and the wrong cache rows the broken forward wrote reach no later request (a prefix hit
+// on them would change its tokens: fake_cache_model.h).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -166,6 +167,9 @@ INSTANTIATE_TEST_SUITE_P(
     Thrown, EngineStepFailure,
     ::testing::Values(Thrown{"latent_error", [] { Fail("a kernel's check failed"); },
                              "a kernel's check failed"},
+                      // A failed check says it is internal: a bug in latent, not the request's.
+                      Thrown{"latent_check", [] { LATENT_CHECK(1 + 1 == 3); },
+                             "internal error: "},
                       Thrown{"bad_alloc", [] { throw std::bad_alloc(); }, "bad_alloc"},
                       Thrown{"runtime_error",
                              [] { throw std::runtime_error("a library's own error"); },

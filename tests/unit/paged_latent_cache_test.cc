@@ -208,19 +208,19 @@ TEST(PagedLatentCacheTest, RejectsPositionsBeyondTheTable) {
   cache.SetTables({&table});
   const std::vector<float> values(5, 1.0f);
   EXPECT_NO_THROW(cache.WriteRow(0, model::kLatentRow, 0, 3, values.data()));
-  EXPECT_THROW(cache.WriteRow(0, model::kLatentRow, 0, 4, values.data()), Error);
+  EXPECT_THROW(cache.WriteRow(0, model::kLatentRow, 0, 4, values.data()), InternalError);
   std::vector<float> out(5 * 5);
-  EXPECT_THROW(cache.GatherRows(0, model::kLatentRow, 0, 5, out.data()), Error);
+  EXPECT_THROW(cache.GatherRows(0, model::kLatentRow, 0, 5, out.data()), InternalError);
   EXPECT_THROW(cache.GatherRows(0, model::kLatentRow, 1, 1, out.data()), std::out_of_range);
 }
 
 TEST(PagedLatentCacheTest, RejectsAViewInAnotherDTypeThanItsRows) {
   // f32 rows read as fp8 ones (bf16 where no fp8 values): the widths disagree.
   cache::CacheStorage f32(Rows(model::CacheDType::kF32), 4, 1);
-  EXPECT_THROW(PagedLatentCache(f32, kRowValues, model::CacheDType::kFP8), Error);
+  EXPECT_THROW(PagedLatentCache(f32, kRowValues, model::CacheDType::kFP8), InternalError);
   // fp8-encoded rows in a bf16 view.
   cache::CacheStorage fp8(Rows(model::CacheDType::kFP8), 4, 1);
-  EXPECT_THROW(PagedLatentCache(fp8, kRowValues, model::CacheDType::kBF16), Error);
+  EXPECT_THROW(PagedLatentCache(fp8, kRowValues, model::CacheDType::kBF16), InternalError);
 }
 
 TEST(PagedLatentCacheTest, CopyBlockCopiesTheFirstCountTokensOfEveryLayerAndRow) {

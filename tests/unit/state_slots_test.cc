@@ -52,8 +52,8 @@ TEST(StateSlotsTest, StateRowsTakeNoBlockBytesAndOneSlotPerSequence) {
   EXPECT_EQ(v.slot_bytes, 512u);
   EXPECT_EQ(storage.total_bytes(), 3u * 512);
   EXPECT_EQ(reinterpret_cast<uint8_t*>(v.At(1, 2, 1)) - v.base, 512 + 320);
-  EXPECT_THROW(v.At(0, 1, 0), Error);  // the MLA row is not state
-  EXPECT_THROW(v.At(3, 0, 0), Error);  // no such slot
+  EXPECT_THROW(v.At(0, 1, 0), InternalError);  // the MLA row is not state
+  EXPECT_THROW(v.At(3, 0, 0), InternalError);  // no such slot
   // Zeroed at start; CopySlot copies every row of a slot.
   EXPECT_EQ(v.At(2, 0, 0)[0], 0.0f);
   for (int row = 0; row < 2; ++row) std::iota(v.At(0, 0, row), v.At(0, 0, row) + 10, 1.0f);
@@ -78,7 +78,7 @@ TEST(StateSlotsTest, SlotPoolHandsOutTheLowestFreeSlot) {
   pool.Release(0);
   EXPECT_EQ(pool.NumUsed(), 1);
   EXPECT_EQ(pool.Acquire(), 0);
-  EXPECT_THROW(pool.Release(5), Error);
+  EXPECT_THROW(pool.Release(5), InternalError);
 }
 
 class SchedulerStateTest : public ::testing::Test {

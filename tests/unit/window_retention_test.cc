@@ -346,7 +346,8 @@ TEST(GroupedLayout, WindowRowsLiveInBlocksOfTheirOwn) {
   EXPECT_EQ(out, b);
   // A released window slot is never read.
   const std::vector<cache::BlockId> released = {cache::kNoBlock, 3};
-  EXPECT_THROW(view.GatherPositions(released, 1, 0, std::vector<int32_t>{0}, out.data()), Error);
+  EXPECT_THROW(view.GatherPositions(released, 1, 0, std::vector<int32_t>{0}, out.data()),
+               InternalError);
 }
 
 }  // namespace
