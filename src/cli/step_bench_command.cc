@@ -52,6 +52,9 @@ int64_t ParsePositive(const std::string& item, const char* flag) {
 
 struct StepResult {
   std::vector<double> step_ms;  // One per decoded token.
+  // [steps][batch] each timed step's greedy token per sequence: what the model made of the rows,
+  // the same under any number of ranks.
+  std::vector<std::vector<int32_t>> argmax;
 };
 
 StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int64_t steps,
@@ -111,6 +114,11 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
       }
     }
   }
+  // Under mpirun the rows were written on rank 0 alone: every rank must read the same ones, or
+  // the workers' attention (over a zeroed cache) and so their routing would differ from rank 0's.
+  if (const auto* broadcaster = dynamic_cast<const engine::StepBroadcaster*>(&m)) {
+    broadcaster->ShareCacheRows(rows);
+  }
 
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(config.vocab_size - 1));
   std::vector<float> logits(static_cast<size_t>(batch * config.vocab_size));
@@ -127,8 +135,13 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
     const Clock::time_point start = Clock::now();
     m.Forward(step, form, logits.data());
     // Step 0 warms up: it faults in the mapped weights and sizes the scratch buffers.
-    if (s > 0)
-      result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+    if (s == 0) continue;
+    result.step_ms.push_back(1e3 * std::chrono::duration<double>(Clock::now() - start).count());
+    std::vector<int32_t>& argmax = result.argmax.emplace_back(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* row = logits.data() + b * config.vocab_size;
+      argmax[b] = static_cast<int32_t>(std::max_element(row, row + config.vocab_size) - row);
+    }
   }
   for (cache::BlockTable& table : tables) table.Free(cache.pool());
   for (cache::BlockTable& table : window_tables) table.Free(cache.pool());
@@ -206,6 +219,7 @@ Runner RegisterStepBench(CLI::App& app) {
                                         {"step_ms_p50", p50},
                                         {"step_ms_min", sorted.front()},
                                         {"step_ms", r.step_ms},
+                                        {"argmax", r.argmax},
                                         {"index_topk", config.index_topk},
                                         {"block_tokens", opt->block_tokens},
                                         {"cache_dtype", model::CacheDTypeName(dtype)},

@@ -27,7 +27,24 @@ namespace {
 }
 
 // What rank 0 sends, in a fixed-size header followed by `payload_bytes` bytes.
-enum class Message : uint32_t { kForward = 1, kCopyBlock = 2, kCache = 3, kStop = 4, kCopySlot = 5 };
+enum class Message : uint32_t {
+  kForward = 1,
+  kCopyBlock = 2,
+  kCache = 3,
+  kStop = 4,
+  kCopySlot = 5,
+  kRows = 6,  // the cache's bytes follow, in broadcasts of at most kRowsChunkBytes
+};
+
+// Bytes per broadcast of kRows: MPI counts in int.
+constexpr int64_t kRowsChunkBytes = int64_t{1} << 28;
+
+// Broadcasts `bytes` bytes at `data` from rank 0 in chunks of kRowsChunkBytes.
+void BroadcastRows(parallel::Communicator& comm, uint8_t* data, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += kRowsChunkBytes) {
+    comm.Broadcast(data + at, std::min(kRowsChunkBytes, bytes - at));
+  }
+}
 
 struct Header {
   Message kind = Message::kStop;
@@ -259,6 +276,15 @@ void StepBroadcaster::CopyCacheBlock(const cache::PagedRows& rows, cache::BlockI
   model_->CopyCacheBlock(rows, from, to, tokens);
 }
 
+void StepBroadcaster::ShareCacheRows(const cache::PagedRows& rows) const {
+  SendCacheIfNew(rows);
+  const int64_t bytes = static_cast<int64_t>(rows.block_bytes) * rows.num_blocks;
+  Writer w;
+  w.Scalar(bytes);
+  Send(comm_, Message::kRows, w.bytes);
+  BroadcastRows(comm_, rows.base, bytes);
+}
+
 void StepBroadcaster::CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
                                     cache::StateSlot to) const {
   SendCacheIfNew(rows);
@@ -314,6 +340,14 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         const auto to = r.Scalar<cache::BlockId>();
         const auto tokens = r.Scalar<uint32_t>();
         model.CopyCacheBlock(cache->rows(), from, to, tokens);
+        break;
+      }
+      case Message::kRows: {
+        LATENT_CHECK(cache != nullptr);
+        const cache::PagedRows& rows = cache->rows();
+        const auto bytes = r.Scalar<int64_t>();
+        LATENT_CHECK(bytes == static_cast<int64_t>(rows.block_bytes) * rows.num_blocks);
+        BroadcastRows(comm, rows.base, bytes);
         break;
       }
       case Message::kCopySlot: {

@@ -63,6 +63,11 @@ class StepBroadcaster final : public model::Model {
   void CopyStateSlot(const cache::PagedRows& rows, cache::StateSlot from,
                      cache::StateSlot to) const override;
 
+  // Sends the workers `rows`' bytes as they are now, so that every rank holds the rows rank 0
+  // wrote outside a forward (bench-step's random rows; the engine writes rows only in forwards,
+  // which every rank runs).
+  void ShareCacheRows(const cache::PagedRows& rows) const;
+
   // The time of every step so far, by kind (always counted: a clock read and a sum per step).
   const StepCommStats& comm_stats() const { return stats_; }
   // Also split each step's collective time into transfer and waiting: every rank records each

@@ -188,6 +188,20 @@ def test_bench_times_prefill_and_decode_steps(models):
     assert "latent bench: decode steps: 4, " in proc.stderr
 
 
+@pytest.mark.parametrize("preset", ["deepseek_v3", "dots3_note"])
+def test_bench_step_ranks_read_the_same_rows(tiny_models, preset):
+    """`latent bench-step` writes its random cached rows on rank 0, outside a forward: they reach
+    every rank (the workers' caches were zero, so their attention, routing and expert sums were
+    not rank 0's). Each step's greedy tokens equal one process's. dots3_note: window rows too."""
+    args = ["bench-step", "--model", str(tiny_models.get(preset)), "--context", "40",
+            "--attention", "absorbed,expanded", "--batch", "4", "--steps", "4", "--json"]
+    alone = [json.loads(l) for l in run_latent(*args).stdout.splitlines() if l.startswith("{")]
+    ranked = [json.loads(l) for l in run_mpi(2, *args).stdout.splitlines() if l.startswith("{")]
+    assert len(alone) == len(ranked) == 2
+    for a, r in zip(alone, ranked):
+        assert r["argmax"] == a["argmax"], (a["attention"], a["argmax"], r["argmax"])
+
+
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSTOP"])
 def test_lost_rank_ends_the_job(models, tmp_path, sig):
     """Rank 1 killed (SIGKILL: mpirun notices and ends the job, rank 0 says why) or hung

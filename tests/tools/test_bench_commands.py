@@ -116,6 +116,8 @@ def test_bench_step_points(tiny_models):
         for p in points:
             assert len(p["step_ms"]) == 3 and all(t > 0 for t in p["step_ms"])
             assert min(p["step_ms"]) == p["step_ms_min"] <= p["step_ms_p50"]
+            # Each timed step's greedy token per sequence.
+            assert [len(a) for a in p["argmax"]] == [p["batch"]] * 3
             assert (p["index_topk"] > 0) == (preset == "deepseek_v32")
 
 
