@@ -26,8 +26,7 @@ std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template,
   try {
     return chat_template.Render(chat);
   } catch (const Error& e) {
-    throw ApiError(400, StrCat("the chat template failed on these messages: ", e.what()),
-                   "messages");
+    throw RequestError(e, "the chat template failed on these messages: ", "messages");
   }
 }
 

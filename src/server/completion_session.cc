@@ -67,7 +67,7 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::Respons
     if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
     return context_.structured->Get().Constraint(request_.output);
   } catch (const Error& e) {
-    throw ApiError(400, StrCat(request_.output_field, ": ", e.what()), request_.output_field);
+    throw RequestError(e, StrCat(request_.output_field, ": "), request_.output_field);
   }
 }
 
@@ -85,7 +85,7 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedT
     if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
     return context_.structured->Get().JsonSchema(structured::ToolCallSchema(request_.tools, choice));
   } catch (const Error& e) {
-    throw ApiError(400, StrCat("tool_choice: ", e.what()), "tool_choice");
+    throw RequestError(e, "tool_choice: ", "tool_choice");
   }
 }
 
@@ -198,8 +198,8 @@ void CompletionSession::Start() {
     } catch (const Error& e) {
       for (size_t q = 0; q < p; ++q) context_.engine->Cancel(prompts_[q].engine_id);
       cancelled_ = true;
-      throw ApiError(400, e.what(),
-                     request_.endpoint == Endpoint::kCompletions ? "prompt" : "messages");
+      throw RequestError(e, "",
+                         request_.endpoint == Endpoint::kCompletions ? "prompt" : "messages");
     }
   }
 }

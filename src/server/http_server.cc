@@ -802,8 +802,8 @@ void HttpServer::Impl::RunJob(Conn& c, std::function<Reply()> job) {
       reply = job();
     } catch (const ApiError& e) {
       reply = ErrorReply(e);
-    } catch (const Error& e) {
-      reply = ErrorReply(ApiError(400, e.what()));
+    } catch (const Error& e) {  // bad input: 400; a failed check (InternalError): 500
+      reply = ErrorReply(RequestError(e));
     } catch (const std::exception& e) {
       reply = ErrorReply(500, StrCat("internal error: ", e.what()), "internal_error");
     }
@@ -849,8 +849,8 @@ void HttpServer::Impl::StartGeneration(Conn& c, Endpoint endpoint, HttpRequest& 
       session->Start();
     } catch (const ApiError& e) {
       error = ErrorReply(e);
-    } catch (const Error& e) {
-      error = ErrorReply(ApiError(400, e.what()));
+    } catch (const Error& e) {  // bad input: 400; a failed check (InternalError): 500
+      error = ErrorReply(RequestError(e));
     } catch (const std::exception& e) {
       error = ErrorReply(500, StrCat("internal error: ", e.what()), "internal_error");
     }

@@ -488,6 +488,13 @@ OrderedJson ErrorJson(int status, const std::string& message, const std::string&
   return ErrorJson(ApiError(status, message, "", code));
 }
 
+ApiError RequestError(const Error& error, const std::string& context, std::string param) {
+  if (dynamic_cast<const InternalError*>(&error) != nullptr) {
+    return ApiError(500, StrCat("internal error: ", context, error.what()), "", "internal_error");
+  }
+  return ApiError(400, StrCat(context, error.what()), std::move(param));
+}
+
 std::optional<int64_t> TokenIdKey(std::string_view key) {
   const bool negative = !key.empty() && key[0] == '-';
   const std::string_view digits = key.substr(negative ? 1 : 0);

@@ -34,6 +34,7 @@
 #include "structured/output_spec.h"
 #include <vector>
 
+#include "base/error.h"
 #include "base/json_depth.h"
 #include "engine/request.h"
 #include "server/tool_choice.h"
@@ -67,6 +68,12 @@ class ApiError : public std::runtime_error {
 OrderedJson ErrorJson(const ApiError& error);
 // The same for a status and message (HTTP-level errors: 404 route, 413 body).
 OrderedJson ErrorJson(int status, const std::string& message, const std::string& code = "");
+
+// The error a request is answered with for a latent::Error caught while handling it: bad input is
+// 400 invalid_request_error, `context` + the message, naming `param`. An InternalError (a failed
+// LATENT_CHECK) is a bug in latent, not the client's: 500 server_error "internal error: " +
+// `context` + the message, code internal_error and no param, as for any unexpected exception.
+ApiError RequestError(const Error& error, const std::string& context = "", std::string param = "");
 
 // A JSON number with an integral value in int64's range (16.0 counts, as Python clients may
 // send one); nullopt for anything else (a fraction, an infinity, a string, a number past int64).

@@ -339,6 +339,34 @@ TEST(OpenAiSchemaTest, MinusInfinityLogprobsAreNumbers) {
   EXPECT_EQ(lp["content"][0]["top_logprobs"][0]["logprob"], -9999.0f);
 }
 
+// The server's boundaries (a worker's job, a session's start, its constraint and submit) answer a
+// caught latent::Error through RequestError. A failed LATENT_CHECK is an InternalError, which is a
+// latent::Error too: it was answered 400 invalid_request_error, blaming the client for a bug.
+TEST(OpenAiSchemaTest, RequestErrorAnswersBadInput400AndAFailedCheck500) {
+  const ApiError bad = RequestError(Error("not a schema"), "response_format: ", "response_format");
+  EXPECT_EQ(bad.status(), 400);
+  EXPECT_EQ(std::string(bad.what()), "response_format: not a schema");
+  EXPECT_EQ(bad.param(), "response_format");
+  EXPECT_EQ(ErrorJson(bad)["error"]["type"], "invalid_request_error");
+
+  try {
+    const std::string empty;
+    LATENT_CHECK(!empty.empty());
+    FAIL() << "the check passed";
+  } catch (const Error& e) {
+    const ApiError bug = RequestError(e, "response_format: ", "response_format");
+    EXPECT_EQ(bug.status(), 500);
+    EXPECT_EQ(std::string(bug.what()).rfind("internal error: response_format: ", 0), 0u)
+        << bug.what();
+    EXPECT_NE(std::string(bug.what()).find("check failed: !empty.empty()"), std::string::npos);
+    // The shape of the server's other unexpected exceptions: no param, code internal_error.
+    const OrderedJson json = ErrorJson(bug);
+    EXPECT_EQ(json["error"]["type"], "server_error");
+    EXPECT_EQ(json["error"]["param"], nullptr);
+    EXPECT_EQ(json["error"]["code"], "internal_error");
+  }
+}
+
 TEST(OpenAiSchemaTest, ErrorJsonShape) {
   const OrderedJson e = ErrorJson(ApiError(400, "bad top_p", "top_p"));
   EXPECT_EQ(
