@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "base/error.h"
+#include "base/error_context.h"
 #include "tokenizer/json_fields.h"
 #include "tokenizer/kimi_split_pattern.h"
 #include "tokenizer/tiktoken_ranks.h"
@@ -95,7 +96,7 @@ TiktokenParts LoadTiktokenParts(std::string_view tiktoken_model, std::string_vie
   try {
     parts.model = BpeModel::FromTokenRanks(ranks);
   } catch (const Error& e) {
-    Fail(model_name, ": ", e.what());
+    FailLike(e, model_name, ": ", e.what());
   }
   parts.pre_tokenizer = MakePreTokenizer(PreTokenizerJson());
   parts.decoder = MakeDecoder(Json{{"type", "ByteLevel"}});

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/error_context.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoders.h"
@@ -103,7 +104,7 @@ Tokenizer Tokenizer::FromDir(const std::string& dir) {
     try {
       return FromTiktoken(ReadFile(tiktoken_path), ReadFile(config_path), tiktoken_path.string());
     } catch (const Error& e) {
-      Fail(e.what(), " (in ", dir, ")");
+      FailLike(e, e.what(), " (in ", dir, ")");
     }
   }
   const std::string config =
@@ -111,7 +112,7 @@ Tokenizer Tokenizer::FromDir(const std::string& dir) {
   try {
     return FromJson(ReadFile(tokenizer_path), config);
   } catch (const Error& e) {
-    Fail(e.what(), " (in ", dir, ")");
+    FailLike(e, e.what(), " (in ", dir, ")");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/error_context.h"
 #include "base/exit_code.h"
 
 namespace latent {
@@ -46,6 +47,29 @@ TEST(InternalError, IsALatentError) {
     FAIL() << "bad input was taken for an internal error";
   } catch (const Error&) {
   }
+}
+
+// A boundary that adds context to an error from below (Tokenizer::FromDir adds the directory,
+// FromTiktoken the file) used Fail(e.what(), ...), which made a failed check bad input: exit 2.
+TEST(InternalError, FailLikeKeepsTheKindAndAddsTheContext) {
+  auto with_dir = [](void (*inner)()) -> std::exception_ptr {
+    try {
+      try {
+        inner();
+      } catch (const Error& e) {
+        FailLike(e, e.what(), " (in /models/x)");
+      }
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  };
+  const ExitOutcome bug = ExitOutcomeOf(with_dir([] { FailInternal("bpe: merge rank 3 twice"); }));
+  EXPECT_EQ(bug.code, 1);
+  EXPECT_EQ(bug.error, "internal error: bpe: merge rank 3 twice (in /models/x)");
+  const ExitOutcome bad = ExitOutcomeOf(with_dir([] { Fail("tokenizer.json: no model"); }));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.error, "error: tokenizer.json: no model (in /models/x)");
 }
 
 TEST(ExitOutcome, BadInputExits2) {
