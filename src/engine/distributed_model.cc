@@ -10,7 +10,6 @@
 
 #include "base/error.h"
 #include "engine/cache_manager.h"
-#include "engine/injected_check.h"
 #include "model/cache_rows.h"
 
 namespace latent::engine {
@@ -193,15 +192,18 @@ model::CacheDType CacheDTypeOf(DType dtype) {
 std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::LoadOptions options) {
   parallel::Communicator& world = parallel::World();
   if (world.size() == 1) return model::LoadModel(dir, options);
+  // Every rank reads the test hook before it loads, so a malformed value ends the job there.
+  const std::optional<InjectedCheck> injected = ReadInjectedCheck();
   options.communicator = &world;
   std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
-  if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world);
-  RunWorker(*m, world);
+  if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world, injected);
+  RunWorker(*m, world, injected);
   throw WorkerFinished{};
 }
 
-StepBroadcaster::StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm)
-    : model_(std::move(model)), comm_(comm) {}
+StepBroadcaster::StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm,
+                                 std::optional<InjectedCheck> injected)
+    : model_(std::move(model)), comm_(comm), injected_(injected) {}
 
 StepBroadcaster::~StepBroadcaster() { Send(comm_, Message::kStop, {}); }
 
@@ -250,7 +252,7 @@ void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::Attention
   };
   Send(comm_, Message::kForward, w.bytes, static_cast<uint32_t>(form), detail);
   try {
-    LATENT_CHECK(!InjectedCheckFailure(comm_.rank(), ++forwards_));
+    LATENT_CHECK(!InjectedCheckFailure(injected_, comm_.rank(), ++forwards_));
     model_->Forward(batch, form, logits, trace);
   } catch (const InternalError& e) {  // a bug, maybe on this rank alone
     AbortForwardElsewhere("rank 0", StrCat("internal error: ", e.what()));
@@ -295,7 +297,8 @@ void StepBroadcaster::CopyStateSlot(const cache::PagedRows& rows, cache::StateSl
   model_->CopyStateSlot(rows, from, to);
 }
 
-void RunWorker(const model::Model& model, parallel::Communicator& comm) {
+void RunWorker(const model::Model& model, parallel::Communicator& comm,
+               const std::optional<InjectedCheck>& injected) {
   std::unique_ptr<CacheManager> cache;
   model::ForwardBatch batch;
   std::vector<uint8_t> payload;
@@ -363,7 +366,7 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm) {
         batch.rows = &cache->rows();
         batch.logits_rows.clear();
         try {
-          LATENT_CHECK(!InjectedCheckFailure(comm.rank(), ++forwards));
+          LATENT_CHECK(!InjectedCheckFailure(injected, comm.rank(), ++forwards));
           model.Forward(batch, static_cast<model::AttentionForm>(header.form), &no_logits);
         } catch (const InternalError& e) {
           // A bug, which rank 0 may not share: it would wait for this rank in the step's

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/injected_check.h"
 #include "model/model.h"
 #include "parallel/communicator.h"
 
@@ -47,7 +49,9 @@ struct StepCommStats {
 // Rank 0's side: broadcasts each step before running it, and a stop message when destroyed.
 class StepBroadcaster final : public model::Model {
  public:
-  StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm);
+  // `injected`: LATENT_TEST_FAIL_CHECK, read at start-up (engine/injected_check.h).
+  StepBroadcaster(std::unique_ptr<model::Model> model, parallel::Communicator& comm,
+                  std::optional<InjectedCheck> injected = std::nullopt);
   ~StepBroadcaster() override;
 
   const model::ModelConfig& config() const override { return model_->config(); }
@@ -89,11 +93,13 @@ class StepBroadcaster final : public model::Model {
   bool detail_ = false;
   mutable StepCommStats stats_;
   mutable std::vector<double> calls_;  // [calls] this step's collectives' seconds (detail)
+  std::optional<InjectedCheck> injected_;  // test-only (engine/injected_check.h)
   mutable int64_t forwards_ = 0;       // forwards so far (LATENT_TEST_FAIL_CHECK counts them)
 };
 
 // Ranks > 0: runs rank 0's steps on `model` with a cache replica of its own until rank 0 sends
-// stop.
-void RunWorker(const model::Model& model, parallel::Communicator& comm);
+// stop. `injected`: as for StepBroadcaster.
+void RunWorker(const model::Model& model, parallel::Communicator& comm,
+               const std::optional<InjectedCheck>& injected = std::nullopt);
 
 }  // namespace latent::engine

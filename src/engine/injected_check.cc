@@ -1,17 +1,14 @@
 #include "engine/injected_check.h"
 
 #include <cstdlib>
-#include <optional>
+#include <exception>
 #include <string>
-#include <utility>
 
 #include "base/error.h"
 
 namespace latent::engine {
-namespace {
 
-// (rank, forward) from LATENT_TEST_FAIL_CHECK, read once.
-std::optional<std::pair<int, int64_t>> ReadTarget() {
+std::optional<InjectedCheck> ReadInjectedCheck() {
   const char* value = std::getenv("LATENT_TEST_FAIL_CHECK");
   if (value == nullptr || *value == '\0') return std::nullopt;
   const std::string text = value;
@@ -23,19 +20,12 @@ std::optional<std::pair<int, int64_t>> ReadTarget() {
       const int64_t forward = std::stoll(text.substr(colon + 1), &forward_end);
       if (rank_end == colon && forward_end == text.size() - colon - 1 && rank >= 0 &&
           forward >= 1) {
-        return std::make_pair(rank, forward);
+        return InjectedCheck{rank, forward};
       }
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception&) {  // not a number, or out of range: refused below
   }
   Fail("LATENT_TEST_FAIL_CHECK: '", text, "' is not RANK:FORWARD (a rank >= 0, a forward >= 1)");
-}
-
-}  // namespace
-
-bool InjectedCheckFailure(int rank, int64_t forward) {
-  static const std::optional<std::pair<int, int64_t>> target = ReadTarget();
-  return target && target->first == rank && target->second == forward;
 }
 
 }  // namespace latent::engine

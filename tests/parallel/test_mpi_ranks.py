@@ -331,6 +331,30 @@ def test_check_failing_on_one_rank_ends_the_job(models, tmp_path, bad_rank):
     assert "within the step timeout" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("ranks_with_it", ["both", "rank 1"])
+def test_malformed_fail_check_hook_is_refused_at_start(models, tmp_path, ranks_with_it):
+    """A LATENT_TEST_FAIL_CHECK that is not RANK:FORWARD was parsed inside every forward: set on
+    every rank it failed each request as bad input, and set on rank 1 alone it failed rank 1's
+    forward while rank 0 waited for it in the step's collectives until the step timeout. Every
+    rank reads it once before it loads the model: the job ends at once, exit 2, naming it."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"ids": [3, 17, 29], "max_tokens": 4}\n')
+    env = mpi_env()
+    env["LATENT_STEP_TIMEOUT"] = "30"
+    argv = [MPIRUN, "--oversubscribe", "--bind-to", "none"]
+    for rank in range(2):
+        hook = ["env", "LATENT_TEST_FAIL_CHECK=1:x"] if ranks_with_it == "both" or rank else []
+        argv += ([":"] if rank else []) + ["-np", "1"] + hook + [
+            str(LATENT), "--threads", "1", "generate", "--model", str(models["deepseek_v3"]),
+            "--prompts", str(prompts)]
+    proc, took = run_failing_job(argv, env)
+    assert proc.returncode == 2, proc.stderr
+    assert took < 20, f"the job took {took:.1f} s to end:\n{proc.stderr}"
+    assert re.search(r"latent: error: rank [01] of 2: LATENT_TEST_FAIL_CHECK: '1:x' is not "
+                     r"RANK:FORWARD", proc.stderr), proc.stderr
+    assert proc.stdout == "", proc.stdout  # no request ran
+
+
 def test_sliding_window_model_identical(tiny_models, tmp_path):
     """dots3_note (sliding-window layers of 16 tokens: a second, window block table per sequence
     whose early blocks are released as it advances) under 2 ranks: prompts longer than the window
