@@ -158,3 +158,24 @@ def stop_token_case(prefixes: list[str], ids: list[int]) -> tuple[int, str]:
             return at, stop
     raise AssertionError(f"no token to stop on in {ids} {prefixes}")
 
+
+
+# The deepseek_v3 tokenizer in ../shared, whose eos_token (tokenizer_config.json) is
+# <｜end▁of▁sentence｜>, id TOKENIZER_EOS.
+DEEPSEEK_TOKENIZER = REPO.parent / "shared" / "tokenizers" / "deepseek_v3"
+TOKENIZER_EOS = 1
+# An ordinary token (" river") that two_eos_model lists as an EOS id beside the tokenizer's.
+EXTRA_EOS = 12334
+
+
+def two_eos_model(tiny_models: TinyModels) -> Path:
+    """A tiny DeepSeek V3 with the deepseek_v3 tokenizer whose generation_config.json (and
+    config.json) list two EOS ids, the extra one first: [EXTRA_EOS, TOKENIZER_EOS]. vLLM's
+    update_from_generation_config moves every id but the tokenizer's eos into stop_token_ids, so
+    EXTRA_EOS ends a sample with it as the (int) stop_reason and TOKENIZER_EOS with a null one,
+    wherever they stand in the list."""
+    model = tiny_models.get("deepseek_v3", "--tokenizer", str(DEEPSEEK_TOKENIZER),
+                            config={"eos_token_id": [EXTRA_EOS, TOKENIZER_EOS]})
+    eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
+    assert eos == [EXTRA_EOS, TOKENIZER_EOS], eos
+    return model

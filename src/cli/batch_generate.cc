@@ -44,6 +44,7 @@
 #include "parallel/communicator.h"
 #include "structured/structured_output.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
 namespace {
@@ -115,6 +116,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
 
   std::unique_ptr<model::Model> m = engine::LoadRankedModel(options.model_dir, options.load);
   model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
+  // Extra EOS ids of generation_config.json end a sample with their id as its stop_reason.
+  model::SetTokenizerEos(gen, text_tools.has_tokenizer() ? text_tools.Tokenizer().eos_id()
+                                                         : std::nullopt);
   engine::EngineOptions engine_options = options.engine;
   if (!options.debug_replay_path.empty()) {
     engine_options.debug_replay =

@@ -353,7 +353,10 @@ void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn)
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
   if (is_eos || is_stop || constraint_done || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;
-    if (is_stop && !is_eos) out.stop_token = sampled.token;
+    // vLLM checks the tokenizer's EOS first (stop_reason None); the checkpoint's other EOS ids
+    // are among its stop_token_ids (unless ignore_eos), so they report their id as a stop id.
+    const bool primary_eos = is_eos && !generation_.IsExtraEos(sampled.token);
+    if ((is_stop || is_eos) && !primary_eos) out.stop_token = sampled.token;
     out.stop_terminated = is_eos || is_stop;
   } else if (seq.num_generated() >= r.max_tokens) {
     out.finish = FinishReason::kLength;

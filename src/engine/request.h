@@ -73,9 +73,11 @@ struct RequestOutput {
   int64_t prompt_logprobs_start = 0;
   std::vector<PromptTokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;  // kNone while running.
-  // With kStop: the Request::stop_token_ids entry this token is, when that ended the sample;
-  // -1 otherwise (an EOS id, unless ignore_eos, ends it first, as in vLLM, whose stop_reason is
-  // then None; so does a grammar's end on an id that is neither). vLLM's int stop_reason.
+  // With kStop: the Request::stop_token_ids entry or the extra EOS id this token is, when that
+  // ended the sample; -1 otherwise. vLLM's int stop_reason: the primary EOS
+  // (GenerationConfig::primary_eos_id, the tokenizer's), unless ignore_eos, ends it first with
+  // stop_reason None, and vLLM adds the checkpoint's other EOS ids to stop_token_ids (a grammar's
+  // end on an id that is neither gives -1 too).
   int32_t stop_token = -1;
   // With kStop: this token is an EOS id (unless ignore_eos) or a stop_token_ids entry, vLLM's
   // stop_terminated. Its text then stays out of the output and out of the stop-string search

@@ -1,5 +1,6 @@
 #include "model/generation_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,9 +10,15 @@
 
 namespace latent::model {
 
+bool GenerationConfig::IsExtraEos(int64_t token) const {
+  return token != primary_eos_id &&
+         std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
+}
+
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config) {
   GenerationConfig gen;
   gen.eos_token_ids = config.eos_token_ids;
+  if (!config.eos_token_ids.empty()) gen.primary_eos_id = config.eos_token_ids.front();
   const auto path = std::filesystem::path(dir) / "generation_config.json";
   std::ifstream in(path);
   if (!in) return gen;
@@ -26,6 +33,10 @@ GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig&
   if (eos.is_null()) return gen;
   gen.eos_token_ids = ParseEosTokenIds(eos, path.string(), config.vocab_size);
   return gen;
+}
+
+void SetTokenizerEos(GenerationConfig& generation, std::optional<int32_t> tokenizer_eos) {
+  if (tokenizer_eos) generation.primary_eos_id = *tokenizer_eos;
 }
 
 }  // namespace latent::model

@@ -81,15 +81,17 @@ class PyEngine {
       model::GenerationConfig gen = model::LoadGenerationConfig(model_dir, m->config());
       eos_ids_ = gen.eos_token_ids;
       vocab_size_ = m->config().vocab_size;
+      // Loaded now, not on first use: several Python threads may submit text prompts at once;
+      // and before the engine, which takes its EOS (extra EOS ids end a sample with their id as
+      // its stop_reason).
+      if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
+        model::SetTokenizerEos(gen, text_.Tokenizer().eos_id());
+        has_tokenizer_ = true;
+      }
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
       // The server's limits (server.cc): prompt + completion fit both.
       context_tokens_ = engine_->config().max_position_embeddings;
       cache_tokens_ = engine_->capacity_tokens();
-    }
-    // Loaded now, not on first use: several Python threads may submit text prompts at once.
-    if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
-      text_.Tokenizer();
-      has_tokenizer_ = true;
     }
     engine_->Start();
   }
@@ -233,14 +235,8 @@ class PyEngine {
     for (const auto& s : t->job->samples()) {
       nb::object text = has_tokenizer_ ? nb::cast(t->job->Text(s)) : nb::none();
       nb::object logprobs = t->job->request().sampling.top_logprobs >= 0 ? nb::object(LogprobList(s.logprobs)) : nb::none();
-      nb::object stop_reason = nb::none();
-      if (!s.stop_reason.empty()) {
-        stop_reason = nb::cast(s.stop_reason);
-      } else if (s.stop_token >= 0) {
-        stop_reason = nb::cast(s.stop_token);
-      }
       out.append(nb::make_tuple(s.ids, text, std::string(engine::FinishReasonName(s.finish)),
-                                stop_reason, logprobs, s.error));
+                                StopReason(s.stop_reason, s.stop_token), logprobs, s.error));
     }
     return out;
   }
@@ -410,6 +406,14 @@ class PyEngine {
     for (const auto& alt : alternatives) top.emplace_back(alt.token, alt.logprob);
     return top;
   }
+  // vLLM's stop_reason: the stop string that ended the sample, else the stop token id (a
+  // stop_token_ids entry or an extra EOS id), else None.
+  static nb::object StopReason(const std::string& stop_string, int32_t stop_token) {
+    if (!stop_string.empty()) return nb::cast(stop_string);
+    if (stop_token >= 0) return nb::cast(stop_token);
+    return nb::none();
+  }
+
   static nb::list LogprobList(const std::vector<engine::RequestOutput>& events) {
     nb::list out;
     for (const auto& e : events) {

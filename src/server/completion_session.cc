@@ -363,7 +363,8 @@ void CompletionSession::Apply(const Event& event) {
   if (!c.stop.stopped()) Emit(c, c.stop.Finish());
   // A stop string completed by text held back from tokens before the last would have ended the
   // choice at that token, before any stop id, had the text been released then; so it wins. Else
-  // the stop id is the stop_reason; EOS gives none (stop_token is -1).
+  // the stop id (or extra EOS id) is the stop_reason; the tokenizer's EOS gives none (stop_token
+  // is -1).
   if (out.finish == engine::FinishReason::kStop || out.finish == engine::FinishReason::kLength) {
     if (c.stop.stopped()) {
       c.stop_reason = c.stop.matched();

@@ -202,6 +202,10 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
         "text");
   }
 
+  // Extra EOS ids of generation_config.json end a choice with their id as its stop_reason.
+  model::SetTokenizerEos(generation,
+                         loaded->tokenizer ? loaded->tokenizer->eos_id() : std::nullopt);
+
   const std::string cache_dtype =
       model::CacheDTypeName(model::ParseCacheDType(o.engine.cache_dtype, config));
   std::string reasoning_parser = ResolveReasoningParser(

@@ -4,6 +4,10 @@ stop string that ended a choice, else the `stop_token_ids` entry that did (a JSO
 streamed, every completions chunk (null until the one with the finish_reason) and only the chat
 chunk with the finish_reason, as vLLM serializes them. With n > 1 each choice has its own.
 
+generation_config.json's EOS ids other than the tokenizer's are stop_token_ids to vLLM (unless
+ignore_eos): one of them ends a choice with its id as the stop_reason, the tokenizer's EOS with
+null.
+
 As vLLM's detokenizer, the text of the EOS or stop id that ended a choice is left out of its text
 (and of the stop-string search), unless include_stop_str_in_output, though token_ids, logprobs and
 usage have the token."""
@@ -14,7 +18,7 @@ import json
 
 import pytest
 
-from conftest import stop_token_case
+from conftest import EXTRA_EOS, TOKENIZER_EOS, stop_token_case, two_eos_model
 from e2e_harness import (MODEL_NAME, SERVER_FLAGS, LatentServer, chat_model,  # noqa: F401
                          server, sse_events)
 
@@ -228,3 +232,48 @@ def test_an_eos_text_is_left_out_too(replay_server, path):
     # A stop id that is EOS, under ignore_eos: its text is left out as any stop id's.
     (c,) = respond(replay_server, path, ignore_eos=True, stop_token_ids=[eos], **raw)
     assert c["stop_reason"] == eos and text_of(path, c) == first, c
+
+
+@pytest.fixture(scope="module")
+def two_eos_server(tiny_models, tmp_path_factory):
+    """A server of two_eos_model: generation_config.json lists [EXTRA_EOS, TOKENIZER_EOS]."""
+    srv = LatentServer(two_eos_model(tiny_models), tmp_path_factory.mktemp("serve") / "serve.log",
+                       *SERVER_FLAGS)
+    yield srv
+    returncode = srv.stop()
+    assert returncode == 0, f"latent serve exited {returncode}:\n{srv.log()}"
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_an_extra_eos_id_is_the_stop_reason(two_eos_server, path):
+    """The extra EOS id ends a choice with its id as the stop_reason, its text (" river") left out
+    as a stop id's; the tokenizer's EOS, though listed after it, with null. logit_bias makes the
+    random model draw the id asked for. Under ignore_eos the extra id ends nothing, and min_tokens
+    holds it off as before. It used to give null for both."""
+    srv = two_eos_server
+
+    def run(token: int, **fields):
+        fields = {"ignore_eos": False, "logit_bias": {str(token): 100}, **fields}
+        return respond(srv, path, **fields)[0], stream(srv, path, **fields)
+
+    extra, chunks = run(EXTRA_EOS)
+    assert extra["token_ids"] == [EXTRA_EOS] and extra["finish_reason"] == "stop", extra
+    assert extra["stop_reason"] == EXTRA_EOS and type(extra["stop_reason"]) is int, extra
+    assert not text_of(path, extra), extra
+    check_stream(path, chunks, "stop", EXTRA_EOS)
+    assert not streamed_text(path, chunks), chunks
+    eos, chunks = run(TOKENIZER_EOS)
+    assert eos["token_ids"] == [TOKENIZER_EOS] and eos["finish_reason"] == "stop", eos
+    assert "stop_reason" in eos and eos["stop_reason"] is None, eos
+    check_stream(path, chunks, "stop", None)
+    ignored, chunks = run(EXTRA_EOS, ignore_eos=True, max_tokens=3)
+    assert ignored["token_ids"] == [EXTRA_EOS] * 3 and ignored["finish_reason"] == "length", ignored
+    assert ignored["stop_reason"] is None, ignored
+    check_stream(path, chunks, "length", None)
+    (two,) = respond(srv, path, ignore_eos=False, logit_bias={str(EXTRA_EOS): 100}, min_tokens=2,
+                     max_tokens=2)
+    held, chunks = run(EXTRA_EOS, min_tokens=2)
+    assert EXTRA_EOS not in two["token_ids"], two
+    assert held["token_ids"] == two["token_ids"] + [EXTRA_EOS], (held, two)
+    assert held["stop_reason"] == EXTRA_EOS and text_of(path, held) == text_of(path, two), held
+    check_stream(path, chunks, "stop", EXTRA_EOS)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD_PYTHON, REPO, run_latent, stop_token_case
+from conftest import (BUILD_PYTHON, EXTRA_EOS, REPO, TOKENIZER_EOS, run_latent, stop_token_case,
+                      two_eos_model)
 
 try:
     import latent
@@ -436,6 +437,36 @@ def test_a_stop_tokens_text_is_not_output():
                 assert [t for c in chunks for t in c.token_ids] == ids[:at + 1]
             (out,) = llm.generate(prompt, latent.SamplingParams(max_tokens=12, stop=[stop], **greedy))[0].outputs
             assert out.stop_reason == stop and out.text == prefixes[at + 1][:-len(stop)], (out, k)
+
+
+def test_an_extra_eos_id_is_the_stop_reason(tiny_models):
+    """generation_config.json lists [EXTRA_EOS, TOKENIZER_EOS]: as vLLM's
+    update_from_generation_config makes every id but the tokenizer's eos a stop_token_ids entry,
+    EXTRA_EOS ends a sample with it as the (int) stop_reason and its text left out, the
+    tokenizer's EOS with None. Under ignore_eos the extra id ends nothing; min_tokens holds it off.
+    logit_bias makes the random model draw the id asked for."""
+    prompt = "The quick brown fox"
+
+    def run(token: int, **fields) -> latent.CompletionOutput:
+        fields = dict(dict(temperature=0, max_tokens=8), **fields)
+        params = latent.SamplingParams(logit_bias={token: 100}, **fields)
+        return llm.generate(prompt, params)[0].outputs[0]
+
+    with latent.LLM(str(two_eos_model(tiny_models)), block_tokens=16, check_invariants=True) as llm:
+        out = run(EXTRA_EOS)
+        assert out.token_ids == [EXTRA_EOS] and out.finish_reason == "stop", out
+        assert out.stop_reason == EXTRA_EOS and type(out.stop_reason) is int and out.text == "", out
+        out = run(TOKENIZER_EOS)
+        assert out.token_ids == [TOKENIZER_EOS] and out.finish_reason == "stop", out
+        assert out.stop_reason is None, out
+        out = run(EXTRA_EOS, ignore_eos=True, max_tokens=3)
+        assert out.token_ids == [EXTRA_EOS] * 3 and out.finish_reason == "length", out
+        assert out.stop_reason is None, out
+        two = run(EXTRA_EOS, min_tokens=2, max_tokens=2)
+        out = run(EXTRA_EOS, min_tokens=2)
+        assert EXTRA_EOS not in two.token_ids, two
+        assert out.token_ids == two.token_ids + [EXTRA_EOS], (out, two)
+        assert out.stop_reason == EXTRA_EOS and out.text == two.text, (out, two)
 
 
 def test_generate_refuses_what_is_not_a_prompt(llm):

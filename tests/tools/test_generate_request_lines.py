@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_latent, stop_token_case
+from conftest import EXTRA_EOS, REPO, TOKENIZER_EOS, run_latent, stop_token_case, two_eos_model
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +165,31 @@ def test_eos_is_checked_before_stop_token_ids(model, tmp_path):
     assert ignored["ids"] == [5, eos] and ignored["stop_reason"] == eos, ignored
     assert later["ids"] == [5, eos, 7, 8] and later["stop_reason"] == 8, later
     assert none["finish_reason"] == "stop" and "stop_reason" not in none, none  # the replay's end
+
+
+def test_an_extra_eos_id_is_the_stop_reason(tiny_models, tmp_path):
+    """generation_config.json's EOS ids other than the tokenizer's end a sample as stop ids, as
+    vLLM's update_from_generation_config makes them: "stop_reason" is the id, and its text is left
+    out; the tokenizer's EOS ends it with none, though listed after. Under ignore_eos the extra id
+    ends nothing; min_tokens holds it off. logit_bias makes the random model draw the id."""
+    model = two_eos_model(tiny_models)
+    line = {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}
+    extra_bias = {"logit_bias": {str(EXTRA_EOS): 100}}
+    extra, eos, ignored, held, two = generate(model, tmp_path, [
+        dict(line, **extra_bias),
+        dict(line, logit_bias={str(TOKENIZER_EOS): 100}),
+        dict(line, **extra_bias, ignore_eos=True, max_tokens=3),
+        dict(line, **extra_bias, min_tokens=2),
+        dict(line, **extra_bias, min_tokens=2, max_tokens=2)])
+    assert extra["ids"] == [EXTRA_EOS] and extra["finish_reason"] == "stop", extra
+    assert extra["stop_reason"] == EXTRA_EOS and type(extra["stop_reason"]) is int, extra
+    assert extra["text"] == "", extra
+    assert eos["ids"] == [TOKENIZER_EOS] and eos["finish_reason"] == "stop", eos
+    assert "stop_reason" not in eos, eos
+    assert ignored["ids"] == [EXTRA_EOS] * 3 and ignored["finish_reason"] == "length", ignored
+    assert "stop_reason" not in ignored, ignored
+    assert EXTRA_EOS not in two["ids"] and held["ids"] == two["ids"] + [EXTRA_EOS], (held, two)
+    assert held["stop_reason"] == EXTRA_EOS and held["text"] == two["text"], (held, two)
 
 
 @pytest.mark.parametrize("flags", [(), ("--speculative-tokens", "4")])

@@ -1,12 +1,14 @@
-// RequestOutput::stop_token, vLLM's int stop_reason: the stop_token_ids entry that ended a sample,
-// on its last event only; -1 when EOS ended it (EOS is checked first, as in vLLM, unless
-// ignore_eos), at max_tokens, and on every event before the last. stop_terminated marks that
-// last event when EOS or a stop id ended the sample. A token drawn from a draft's
-// verification row (speculative decoding) reports it as the sample's own step would.
+// RequestOutput::stop_token, vLLM's int stop_reason: the stop_token_ids entry or extra EOS id
+// (GenerationConfig::IsExtraEos) that ended a sample, on its last event only; -1 when the primary
+// EOS ended it (checked first, as in vLLM, unless ignore_eos), at max_tokens, and on every event
+// before the last. stop_terminated marks that last event when EOS or a stop id ended the sample.
+// A token drawn from a draft's verification row (speculative decoding) reports it as the
+// sample's own step would.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/engine.h"
@@ -52,8 +54,11 @@ struct StopRun {
   EngineMetrics metrics;
 };
 
+// `eos`: the checkpoint's EOS ids; the first is the primary one (the tokenizer's) unless
+// `primary_eos` names another (or none, with an empty optional inside).
 StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_t> eos,
-                         bool ignore_eos, int32_t speculative_tokens = 0) {
+                         bool ignore_eos, int32_t speculative_tokens = 0,
+                         std::optional<std::optional<int64_t>> primary_eos = std::nullopt) {
   EngineOptions options;
   options.block_tokens = 4;
   options.num_blocks = 64;
@@ -62,6 +67,11 @@ StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_
   options.check_invariants = true;
   options.speculative_tokens = speculative_tokens;
   model::GenerationConfig generation;
+  if (primary_eos) {
+    generation.primary_eos_id = *primary_eos;
+  } else if (!eos.empty()) {
+    generation.primary_eos_id = eos.front();
+  }
   generation.eos_token_ids = std::move(eos);
   Engine engine(std::make_unique<StopScriptModel>(), generation, options);
   Request request;
@@ -104,6 +114,31 @@ TEST(EngineStopToken, EosIsCheckedFirst) {
   o = GenerateScripted({12}, {12}, /*ignore_eos=*/true).outcome;
   EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
   EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));
+}
+
+TEST(EngineStopToken, AnExtraEosIdEndsWithItsId) {
+  // vLLM moves generation_config's EOS ids other than the tokenizer's into stop_token_ids: 12,
+  // an EOS id beside the primary 40, ends the sample as a stop id would.
+  StopOutcome o = GenerateScripted({}, {40, 12}, /*ignore_eos=*/false).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));
+  EXPECT_EQ(o.stop_terminated, (std::vector<bool>{false, true}));
+  // The primary EOS, wherever it stands in the list, gives none.
+  o = GenerateScripted({}, {40, 12}, /*ignore_eos=*/false, 0, std::optional<int64_t>(12)).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));
+  // Without a primary EOS every EOS id is a stop id (vLLM without a tokenizer's eos).
+  o = GenerateScripted({}, {12}, /*ignore_eos=*/false, 0, std::optional<int64_t>()).outcome;
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, 12}));
+  // Under ignore_eos an extra EOS id ends nothing, as vLLM then leaves it out of stop_token_ids.
+  o = GenerateScripted({}, {40, 12}, /*ignore_eos=*/true).outcome;
+  EXPECT_EQ(o.finish, FinishReason::kLength);
+  EXPECT_EQ(o.tokens.size(), 6u);
+  // From a draft's verification row too.
+  const StopRun run = GenerateScripted({}, {40, 10}, /*ignore_eos=*/false, 4);
+  EXPECT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
+  EXPECT_EQ(run.outcome.stop_tokens, (std::vector<int32_t>{-1, -1, 10}));
 }
 
 TEST(EngineStopToken, NoneAtMaxTokens) {

@@ -1,0 +1,69 @@
+// GenerationConfig: generation_config.json's EOS ids, and which of them is the primary one (the
+// tokenizer's) whose end gives no stop_reason, the others ending a sample as stop ids (vLLM's
+// update_from_generation_config).
+#include "model/generation_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace latent::model {
+namespace {
+
+class GenerationConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One directory per test: ctest runs each test in its own process, possibly at once.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           (std::string("latent_generation_config_") +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& json) { std::ofstream(dir_ / "generation_config.json") << json; }
+
+  std::filesystem::path dir_;
+};
+
+ModelConfig WithEos(std::vector<int64_t> eos) {
+  ModelConfig c;
+  c.vocab_size = 100;
+  c.eos_token_ids = std::move(eos);
+  return c;
+}
+
+TEST_F(GenerationConfigTest, ThePrimaryEosIsConfigJsonsUntilTheTokenizerNamesOne) {
+  Write(R"({"eos_token_id": [7, 1, 9]})");
+  GenerationConfig gen = LoadGenerationConfig(dir_.string(), WithEos({7, 1}));
+  EXPECT_EQ(gen.eos_token_ids, (std::vector<int64_t>{7, 1, 9}));
+  EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(7));
+  EXPECT_FALSE(gen.IsExtraEos(7));
+  EXPECT_TRUE(gen.IsExtraEos(1));
+  SetTokenizerEos(gen, std::nullopt);  // no tokenizer, or one naming no EOS: config.json's stays
+  EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(7));
+  SetTokenizerEos(gen, 1);
+  EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(1));
+  EXPECT_FALSE(gen.IsExtraEos(1));
+  EXPECT_TRUE(gen.IsExtraEos(7));
+  EXPECT_TRUE(gen.IsExtraEos(9));
+  EXPECT_FALSE(gen.IsExtraEos(3));  // not an EOS id at all
+}
+
+TEST_F(GenerationConfigTest, WithoutAPrimaryEosEveryEosIdIsExtra) {
+  // No generation_config.json and no eos in config.json: no EOS, nothing extra.
+  GenerationConfig gen = LoadGenerationConfig(dir_.string(), WithEos({}));
+  EXPECT_EQ(gen.primary_eos_id, std::nullopt);
+  EXPECT_FALSE(gen.IsExtraEos(0));
+  // generation_config.json's ids with no primary one: each ends a sample as a stop id, as in vLLM
+  // without a tokenizer eos.
+  Write(R"({"eos_token_id": 4})");
+  gen = LoadGenerationConfig(dir_.string(), WithEos({}));
+  EXPECT_TRUE(gen.IsExtraEos(4));
+}
+
+}  // namespace
+}  // namespace latent::model
