@@ -190,7 +190,8 @@ class PyEngine {
   }
 
   // Waits up to `timeout_s` for news on one request (a token or its end); returns what is new
-  // for sample 0 since the last call: (token ids, logprob entries, text, finish reason or "").
+  // for sample 0 since the last call: (token ids, logprob entries, text, finish reason or "",
+  // stop_reason: None until the request is done, as vLLM's streamed outputs).
   nb::tuple Poll(int64_t handle, double timeout_s) {
     std::shared_ptr<Tracked> t;
     {
@@ -201,6 +202,8 @@ class PyEngine {
     std::vector<engine::RequestOutput> logprobs;
     std::string text;
     std::string finish;
+    std::string stop_string;  // the sample's stop_reason, once done
+    int32_t stop_token = -1;
     {
       const Waiting waiting(waiting_);
       nb::gil_scoped_release release;
@@ -218,8 +221,13 @@ class PyEngine {
       t->streamed_text = sample.text.size();
       if (t->done) finish = engine::FinishReasonName(sample.finish);
       if (t->done && !sample.error.empty()) finish = "error: " + sample.error;
+      if (t->done) {
+        stop_string = sample.stop_reason;
+        stop_token = sample.stop_token;
+      }
     }
-    return nb::make_tuple(ids, LogprobList(logprobs), text, finish);
+    return nb::make_tuple(ids, LogprobList(logprobs), text, finish,
+                          StopReason(stop_string, stop_token));
   }
 
   // The finished request: a list of samples, each (ids, text or None, finish_reason,

@@ -186,6 +186,7 @@ def test_stream_yields_the_generated_text(llm):
     assert [l.logprob for c in chunks for l in c.logprobs] == pytest.approx([l.logprob for l in whole.logprobs], abs=1e-5)
     assert chunks[-1].finish_reason == "length"
     assert all(c.finish_reason is None for c in chunks[:-1])
+    assert all(c.stop_reason is None for c in chunks)
     # Leaving early cancels the request.
     for chunk in llm.stream("Streaming", latent.SamplingParams(max_tokens=200, ignore_eos=True)):
         break
@@ -196,6 +197,29 @@ def test_stream_yields_the_generated_text(llm):
     # A chunk has no place for prompt logprobs: refused, not computed and dropped.
     with pytest.raises(ValueError, match="stream\\(\\) does not return prompt_logprobs"):
         next(llm.stream("Streaming", latent.SamplingParams(prompt_logprobs=0)))
+
+
+def test_stream_chunks_carry_the_stop_reason(llm):
+    """The last chunk of LLM.stream has the sample's stop_reason, as vLLM's streamed output of a
+    finished sample: the stop_token_ids entry that ended it (an int), the stop string, or None;
+    every chunk before it None. Chunks used to have no stop_reason at all."""
+    prompt = "Streaming, one token at a time"
+    greedy = dict(temperature=0, max_tokens=12, ignore_eos=True)
+    whole = llm.generate(prompt, latent.SamplingParams(**greedy))[0].outputs[0]
+    ids, text = whole.token_ids, whole.text
+    at = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])  # new where it comes
+    stop = next(text[i:i + 2] for i in range(2, len(text) - 2) if text[i:i + 2].strip())
+    for fields, want in [({"stop_token_ids": [ids[at]]}, ids[at]), ({"stop": [stop]}, stop),
+                         ({}, None)]:
+        params = latent.SamplingParams(**greedy, **fields)
+        (out,) = llm.generate(prompt, params)[0].outputs
+        chunks = list(llm.stream(prompt, params))
+        assert out.stop_reason == want and type(out.stop_reason) is type(want), (out, fields)
+        assert [t for c in chunks for t in c.token_ids] == out.token_ids, (chunks, out)
+        assert chunks[-1].finish_reason == out.finish_reason, chunks
+        assert chunks[-1].stop_reason == want, (chunks, fields)
+        assert type(chunks[-1].stop_reason) is type(want), (chunks, fields)
+        assert all(c.stop_reason is None for c in chunks[:-1]), (chunks, fields)
 
 
 def test_bad_model_dir_raises(tmp_path):
@@ -452,13 +476,22 @@ def test_an_extra_eos_id_is_the_stop_reason(tiny_models):
         params = latent.SamplingParams(logit_bias={token: 100}, **fields)
         return llm.generate(prompt, params)[0].outputs[0]
 
+    def stream(token: int) -> list[latent.StreamChunk]:
+        params = latent.SamplingParams(logit_bias={token: 100}, temperature=0, max_tokens=8)
+        return list(llm.stream(prompt, params))
+
     with latent.LLM(str(two_eos_model(tiny_models)), block_tokens=16, check_invariants=True) as llm:
         out = run(EXTRA_EOS)
         assert out.token_ids == [EXTRA_EOS] and out.finish_reason == "stop", out
         assert out.stop_reason == EXTRA_EOS and type(out.stop_reason) is int and out.text == "", out
+        (chunk,) = stream(EXTRA_EOS)
+        assert chunk.token_ids == [EXTRA_EOS] and chunk.text == "", chunk
+        assert chunk.stop_reason == EXTRA_EOS and type(chunk.stop_reason) is int, chunk
         out = run(TOKENIZER_EOS)
         assert out.token_ids == [TOKENIZER_EOS] and out.finish_reason == "stop", out
         assert out.stop_reason is None, out
+        (chunk,) = stream(TOKENIZER_EOS)
+        assert chunk.finish_reason == "stop" and chunk.stop_reason is None, chunk
         out = run(EXTRA_EOS, ignore_eos=True, max_tokens=3)
         assert out.token_ids == [EXTRA_EOS] * 3 and out.finish_reason == "length", out
         assert out.stop_reason is None, out

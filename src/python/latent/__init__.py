@@ -355,6 +355,9 @@ class StreamChunk:
     logprobs: Optional[list[TokenLogprob]] = None
     finish_reason: Optional[str] = None
     """Set on the last chunk."""
+    stop_reason: Optional[Union[int, str]] = None
+    """On the last chunk, `CompletionOutput.stop_reason`: the stop string or stop token id that
+    ended the sample, else None (as on every earlier chunk), as vLLM's streamed outputs."""
 
 
 PromptType = Union[str, Sequence[int], dict]
@@ -470,12 +473,12 @@ class LLM:
         handle = self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, True)
         try:
             while True:
-                ids, logprobs, text, finish = self._engine.poll(handle, _WAIT_SLICE_S)
+                ids, logprobs, text, finish, stop_reason = self._engine.poll(handle, _WAIT_SLICE_S)
                 if finish.startswith("error: "):
                     raise LatentError(finish[len("error: "):])
                 if ids or text or finish:
                     yield StreamChunk(text, list(ids), _logprobs(logprobs) if params.logprobs is not None else None,
-                                      finish or None)
+                                      finish or None, stop_reason)
                 if finish:
                     return
         finally:

@@ -74,6 +74,7 @@ class StreamChunk:
     token_ids: list[int]
     logprobs: Optional[list[TokenLogprob]] = None
     finish_reason: Optional[str] = None
+    stop_reason: Optional[Union[int, str]] = None
 
 PromptType = Union[str, Sequence[int], dict[str, Any]]  # token ids: a numpy int array too
 
