@@ -6,11 +6,12 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/engine.h"
-#include "fake_cache_model.h"
+#include "favoured_token_model.h"
 
 namespace latent::engine {
 namespace {
@@ -19,22 +20,6 @@ using ::testing::HasSubstr;
 
 constexpr int32_t kAllowedEos = 1;
 constexpr int32_t kAllowedFavoured = 20;  // the model's best token at every position
-
-class AllowedIdsModel : public model::Model {
- public:
-  const model::ModelConfig& config() const override { return c_; }
-  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
-               model::ForwardTrace*) const override {
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
-      float* out = logits + r * c_.vocab_size;
-      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = 0.0f;
-      out[kAllowedFavoured] = 5.0f;
-    }
-  }
-
- private:
-  model::ModelConfig c_ = testing::FakeMlaConfig(64);
-};
 
 // A grammar of exactly `length` tokens of id 10, then its end: EOS, allowed only there.
 class TenThenEnd : public TokenConstraint {
@@ -73,7 +58,10 @@ std::unique_ptr<Engine> MakeAllowedIdsEngine() {
   options.check_invariants = true;
   model::GenerationConfig generation;
   generation.eos_token_ids = {kAllowedEos};
-  return std::make_unique<Engine>(std::make_unique<AllowedIdsModel>(), generation, options);
+  // One-hot logits on kAllowedFavoured at every position.
+  auto model = std::make_unique<testing::FavouredTokenModel>(
+      64, [](int32_t, int64_t) { return kAllowedFavoured; });
+  return std::make_unique<Engine>(std::move(model), generation, options);
 }
 
 struct AllowedOutcome {

@@ -12,35 +12,25 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "fake_cache_model.h"
+#include "favoured_token_model.h"
 
 namespace latent::engine {
 namespace {
 
-// A model whose output is scripted by position: the logits after the token at position p favour
-// kStopScript[p + 1] (the last entry after the script's end). The prompt is the first
-// kStopPrompt tokens; the tokens it goes on with repeat the prompt's own n-grams, so
+// The model's output is scripted by position (StopScriptModel): the logits after the token at
+// position p favour kStopScript[p + 1] (the last entry after the script's end). The prompt is the
+// first kStopPrompt tokens; the tokens it goes on with repeat the prompt's own n-grams, so
 // prompt-lookup drafts of them prove right.
 const std::vector<int32_t> kStopScript = {10, 11, 12, 10, 11, 12, 10, 11,
                                           12, 10, 11, 12, 10, 11, 12};
 constexpr size_t kStopPrompt = 7;  // then 11, 12, 10, 11, ...
 
-class StopScriptModel : public model::Model {
- public:
-  const model::ModelConfig& config() const override { return c_; }
-  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
-               model::ForwardTrace*) const override {
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
-      const int64_t next = batch.positions[batch.logits_rows[r]] + 1;
-      float* out = logits + r * c_.vocab_size;
-      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = 0.0f;
-      out[kStopScript[std::min<size_t>(static_cast<size_t>(next), kStopScript.size() - 1)]] = 5.0f;
-    }
-  }
-
- private:
-  model::ModelConfig c_ = testing::FakeMlaConfig(64);
-};
+std::unique_ptr<model::Model> StopScriptModel() {
+  return std::make_unique<testing::FavouredTokenModel>(64, [](int32_t, int64_t position) {
+    const size_t next = static_cast<size_t>(position) + 1;
+    return kStopScript[std::min(next, kStopScript.size() - 1)];
+  });
+}
 
 struct StopOutcome {
   std::vector<int32_t> tokens;
@@ -73,7 +63,7 @@ StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_
     generation.primary_eos_id = eos.front();
   }
   generation.eos_token_ids = std::move(eos);
-  Engine engine(std::make_unique<StopScriptModel>(), generation, options);
+  Engine engine(StopScriptModel(), generation, options);
   Request request;
   request.prompt.assign(kStopScript.begin(), kStopScript.begin() + kStopPrompt);
   request.max_tokens = 6;

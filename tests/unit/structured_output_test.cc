@@ -25,7 +25,7 @@
 #include "structured/after_reasoning.h"
 #include "structured/json_schema_check.h"
 #include "structured/tool_choice.h"
-#include "fake_cache_model.h"
+#include "favoured_token_model.h"
 
 namespace latent {
 namespace {
@@ -160,23 +160,16 @@ TEST(StructuredSampler, UnfilteredMaskedDrawsFollowTheSoftmaxOfTheAllowedTokens)
 
 // Logits that depend only on the sequence's last token and position: token (last * 7 + pos) % V
 // is favoured, with a gentle slope over the rest, so seeded sampling varies.
-class FakeModel : public model::Model {
- public:
-  const model::ModelConfig& config() const override { return c_; }
-  void Forward(const model::ForwardBatch& batch, model::AttentionForm, float* logits,
-               model::ForwardTrace*) const override {
-    for (size_t r = 0; r < batch.logits_rows.size(); ++r) {
-      const int32_t t = batch.logits_rows[r];
-      const int64_t last = batch.token_ids[t], pos = batch.positions[t];
-      float* out = logits + r * c_.vocab_size;
-      for (int64_t v = 0; v < c_.vocab_size; ++v) out[v] = float((v * 5 + last) % 11) * 0.3f;
-      out[(last * 7 + pos) % c_.vocab_size] = 3.0f;
-    }
-  }
-
- private:
-  model::ModelConfig c_ = engine::testing::FakeMlaConfig(48);
-};
+std::unique_ptr<model::Model> FakeModel() {
+  constexpr int64_t kVocab = 48;
+  return std::make_unique<engine::testing::FavouredTokenModel>(
+      kVocab,
+      [](int32_t last, int64_t position) {
+        return static_cast<int32_t>((int64_t{last} * 7 + position) % kVocab);
+      },
+      /*favoured_logit=*/3.0f,
+      [](int64_t v, int32_t last) { return float((v * 5 + last) % 11) * 0.3f; });
+}
 
 // Allows only multiples of 3 (with 0 the stop token) for `length` tokens, then only the stop token.
 class EveryThird final : public engine::TokenConstraint {
@@ -217,7 +210,7 @@ std::vector<std::vector<Outcome>> RunTogether(std::vector<engine::Request> reque
   options.check_invariants = true;
   model::GenerationConfig generation;
   generation.eos_token_ids = {0};
-  engine::Engine e(std::make_unique<FakeModel>(), generation, options);
+  engine::Engine e(FakeModel(), generation, options);
   std::vector<std::vector<Outcome>> out(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     out[i].resize(requests[i].sampling.n);
