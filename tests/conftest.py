@@ -179,3 +179,24 @@ def two_eos_model(tiny_models: TinyModels) -> Path:
     eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
     assert eos == [EXTRA_EOS, TOKENIZER_EOS], eos
     return model
+
+
+def unlisted_eos_model(tiny_models: TinyModels) -> Path:
+    """two_eos_model's kind whose generation_config.json (and config.json) list only EXTRA_EOS,
+    not the tokenizer's EOS (as Kimi K2's lists another id than its tokenizer's [EOS]). vLLM
+    checks request.eos_token_id, the tokenizer's, whatever generation_config lists: TOKENIZER_EOS
+    ends a sample with a null stop_reason, EXTRA_EOS with its id."""
+    model = tiny_models.get("deepseek_v3", "--tokenizer", str(DEEPSEEK_TOKENIZER),
+                            config={"eos_token_id": [EXTRA_EOS]})
+    eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
+    assert eos in ([EXTRA_EOS], EXTRA_EOS), eos
+    return model
+
+
+def copy_without_tokenizer(model: Path, out: Path) -> Path:
+    """`model`'s config.json, generation_config.json and weights in `out`, with no tokenizer."""
+    out.mkdir(parents=True)
+    for f in model.iterdir():
+        if f.name in ("config.json", "generation_config.json") or f.suffix == ".safetensors":
+            shutil.copy(f, out / f.name)
+    return out

@@ -18,8 +18,9 @@
 // directory has a tokenizer),
 // "finish_reason": "stop"|"length", ...; "stop_reason" (vLLM's): the stop string that ended it,
 // if one did ("text" then ends before it and "ids" end with the token that completed it), else
-// the "stop_token_ids" entry that did (an integer; an EOS id ends it first, with none), absent
-// when neither did; the EOS or stop id that ended it ends "ids", but its text is not in "text"
+// the "stop_token_ids" entry or generation_config EOS id other than the tokenizer's that did (an
+// integer), absent when neither did (the tokenizer's EOS, checked first, gives none); the EOS or
+// stop id that ended it ends "ids", but its text is not in "text"
 // unless "include_stop_str_in_output" (vLLM); with
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
 // per prompt token, null for the first, as vLLM's};
@@ -43,7 +44,6 @@
 #include "model/generation_config.h"
 #include "parallel/communicator.h"
 #include "structured/structured_output.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latent::cli {
@@ -116,7 +116,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
 
   std::unique_ptr<model::Model> m = engine::LoadRankedModel(options.model_dir, options.load);
   model::GenerationConfig gen = model::LoadGenerationConfig(options.model_dir, m->config());
-  // Extra EOS ids of generation_config.json end a sample with their id as its stop_reason.
+  // The tokenizer's EOS ends a sample with no stop_reason; the other EOS ids with their id.
   model::SetTokenizerEos(gen, text_tools.has_tokenizer() ? text_tools.Tokenizer().eos_id()
                                                          : std::nullopt);
   engine::EngineOptions engine_options = options.engine;
@@ -128,7 +128,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
   // first such line. Rank 0 alone gets here (on a worker rank LoadRankedModel runs the worker loop
   // and ends in WorkerFinished), and it alone samples, so only it compiles grammars.
   const int64_t vocab_size = m->config().vocab_size;
-  const std::vector<int32_t> eos_ids(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
+  const std::vector<int32_t> eos_ids = gen.EndIds(vocab_size);
   std::unique_ptr<structured::LazyStructuredOutput> structured_output;
   auto constrain = [&](generate::RequestJob& job) {
     if (!job.line().output.active()) return;

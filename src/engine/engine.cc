@@ -24,6 +24,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
                EngineOptions options)
     : model_(std::move(model)), generation_(std::move(generation)), options_(options) {
   const model::ModelConfig& config = model_->config();
+  eos_ids_ = generation_.EndIds(config.vocab_size);
   CacheOptions cache_options;
   cache_options.block_tokens = options_.block_tokens;
   cache_options.num_blocks = options_.num_blocks;
@@ -91,13 +92,9 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
   }
   // EOS (unless ignore_eos) and stop_token_ids: what min_tokens holds off.
   std::vector<int32_t> held;
-  if (!request.ignore_eos) {
-    for (int64_t id : generation_.eos_token_ids) {
-      if (id >= 0 && id < c.vocab_size) held.push_back(static_cast<int32_t>(id));
-    }
-  }
+  if (!request.ignore_eos) held = eos_ids_;
   held.insert(held.end(), request.stop_token_ids.begin(), request.stop_token_ids.end());
-  std::vector<int32_t> grammar_end;  // the ids a grammar ends on: the checkpoint's EOS ids
+  std::vector<int32_t> grammar_end;  // the ids a grammar ends on: the EOS ids
   if (sampling.allowed_token_ids) {
     // Sorted and de-duplicated once, here on the caller's thread: a list of any length (one id
     // repeated millions of times) then costs the engine nothing per step.
@@ -119,11 +116,7 @@ int64_t Engine::Submit(Request request, OutputCallback on_output) {
     // A grammar ends on EOS, which it allows only where its text may end: kept drawable whatever
     // the list says, or a list without EOS would fail every such request once the text is
     // complete (nothing left to draw), where the user expects it to end there.
-    if (request.constraint) {
-      for (int64_t id : generation_.eos_token_ids) {
-        if (id >= 0 && id < c.vocab_size) grammar_end.push_back(static_cast<int32_t>(id));
-      }
-    }
+    if (request.constraint) grammar_end = eos_ids_;
   }
   const int64_t total = SaturatingAdd(prompt, request.max_tokens);  // any client max_tokens
   if (total > c.max_position_embeddings) {
@@ -242,11 +235,7 @@ Engine::Drawn Engine::Draw(const Sequence& seq, const float* logits) const {
   std::vector<int32_t> held_off;
   const Request& r = *seq.request;
   if (seq.num_generated() < r.min_tokens) {
-    if (!r.ignore_eos) {
-      for (int64_t id : generation_.eos_token_ids) {
-        if (id >= 0 && id < vocab) held_off.push_back(static_cast<int32_t>(id));
-      }
-    }
+    if (!r.ignore_eos) held_off = eos_ids_;
     held_off.insert(held_off.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
   }
   try {
@@ -348,8 +337,10 @@ void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn)
   if (seq.num_generated() == 1) {
     out.cached_prompt_tokens = std::max<int64_t>(seq.prefix_hit_tokens, 0);
   }
-  const auto& eos = generation_.eos_token_ids;
-  const bool is_eos = !r.ignore_eos && std::count(eos.begin(), eos.end(), sampled.token) > 0;
+  // The tokenizer's EOS ends it whether or not generation_config lists it (vLLM checks
+  // request.eos_token_id, the tokenizer's, then stop_token_ids).
+  const bool is_eos =
+      !r.ignore_eos && std::count(eos_ids_.begin(), eos_ids_.end(), sampled.token) > 0;
   const bool is_stop = std::count(r.stop_token_ids.begin(), r.stop_token_ids.end(), sampled.token) > 0;
   if (is_eos || is_stop || constraint_done || (replay && ReplayDone(options_.debug_replay, seq))) {
     out.finish = FinishReason::kStop;

@@ -155,6 +155,9 @@ class Engine {
 
   std::unique_ptr<model::Model> model_;
   model::GenerationConfig generation_;
+  // generation_.EndIds(vocab): the EOS ids, the tokenizer's among them, that end a sample unless
+  // ignore_eos (and that min_tokens holds off).
+  std::vector<int32_t> eos_ids_;
   EngineOptions options_;
   std::unique_ptr<CacheManager> cache_;
   cache::BlockPool* pool_;  // cache_'s pool.

@@ -18,9 +18,10 @@ struct Request {
   int64_t max_tokens = 16;             // Generated tokens at most (per sample); 0: the prompt
                                        // only (scoring, with prompt_logprobs), ends "length".
   // Generated tokens at least (per sample), 0 <= min_tokens <= max_tokens: until a sample has
-  // this many, its EOS ids (unless ignore_eos) and stop_token_ids are never drawn (vLLM's
-  // min_tokens). A structured-output grammar that allows only those ids still ends the sample:
-  // the grammar wins. Stop strings are the caller's (the server ignores them meanwhile too).
+  // this many, its EOS ids (GenerationConfig::EndIds, unless ignore_eos) and stop_token_ids are
+  // never drawn (vLLM's min_tokens). A structured-output grammar that allows only those ids
+  // still ends the sample: the grammar wins. Stop strings are the caller's (the server ignores
+  // them meanwhile too).
   int64_t min_tokens = 0;
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids; // Besides EOS.
@@ -75,9 +76,9 @@ struct RequestOutput {
   FinishReason finish = FinishReason::kNone;  // kNone while running.
   // With kStop: the Request::stop_token_ids entry or the extra EOS id this token is, when that
   // ended the sample; -1 otherwise. vLLM's int stop_reason: the primary EOS
-  // (GenerationConfig::primary_eos_id, the tokenizer's), unless ignore_eos, ends it first with
-  // stop_reason None, and vLLM adds the checkpoint's other EOS ids to stop_token_ids (a grammar's
-  // end on an id that is neither gives -1 too).
+  // (GenerationConfig::primary_eos_id, the tokenizer's, listed or not), unless ignore_eos, ends it
+  // first with stop_reason None, and vLLM adds the checkpoint's other EOS ids to stop_token_ids
+  // (a grammar's end on an id that is neither gives -1 too).
   int32_t stop_token = -1;
   // With kStop: this token is an EOS id (unless ignore_eos) or a stop_token_ids entry, vLLM's
   // stop_terminated. Its text then stays out of the output and out of the stop-string search

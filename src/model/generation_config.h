@@ -1,4 +1,4 @@
-// The few fields of a checkpoint's generation_config.json latent honours.
+// The few fields of a checkpoint's generation_config.json latent honours, and the tokenizer's EOS.
 #pragma once
 
 #include <cstdint>
@@ -11,31 +11,38 @@
 namespace latent::model {
 
 struct GenerationConfig {
-  std::vector<int64_t> eos_token_ids;  // Generation stops after any of these.
-  // The one EOS id that ends a sample with no stop_reason: vLLM's tokenizer.eos_token_id, checked
-  // before stop_token_ids. vLLM's SamplingParams.update_from_generation_config moves the other
-  // eos_token_ids into the request's stop_token_ids (unless ignore_eos), so a sample one of them
-  // ends has that id as its stop_reason. nullopt: every EOS id is such a stop id (vLLM without
-  // a tokenizer eos). Set by LoadGenerationConfig and SetTokenizerEos.
+  // generation_config.json's eos_token_id (config.json's when that file is absent). Each ends a
+  // sample unless ignore_eos; vLLM's SamplingParams.update_from_generation_config moves those
+  // other than the primary one into the request's stop_token_ids, so a sample one of them ends
+  // has that id as its (int) stop_reason.
+  std::vector<int64_t> eos_token_ids;
+  // vLLM's tokenizer.eos_token_id (request.eos_token_id), set by SetTokenizerEos: it ends a
+  // sample unless ignore_eos, with no stop_reason, whether or not eos_token_ids lists it (Kimi
+  // K2's tokenizer ends on [EOS], its generation_config.json lists another id). nullopt without
+  // a tokenizer or when it names no EOS: then every EOS id is an extra one, as in vLLM.
   std::optional<int64_t> primary_eos_id;
 
   // Whether `token` ends a sample as one of the extra EOS ids: an EOS id other than the
   // primary one, which vLLM reports as the (int) stop_reason.
   bool IsExtraEos(int64_t token) const;
+  // Every id that ends a sample unless ignore_eos, and that min_tokens holds off: eos_token_ids
+  // and the primary EOS, those in [0, vocab_size), each once.
+  std::vector<int32_t> EndIds(int64_t vocab_size) const;
 };
 
-// Reads DIR/generation_config.json when present (eos_token_id: int or list); otherwise falls
-// back to config.json's eos ids, as transformers' generate does. primary_eos_id starts as
-// config.json's (first) eos_token_id, the stand-in for the tokenizer's until SetTokenizerEos.
+// Reads DIR/generation_config.json when present, and then only its eos_token_id (int or list;
+// missing or null: none), as vLLM (transformers' GenerationConfig.from_pretrained) does; without
+// that file, config.json's eos ids (vLLM's GenerationConfig.from_model_config). So a
+// generation_config.json without eos_token_id leaves the tokenizer's EOS the only one. No
+// primary EOS until SetTokenizerEos.
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config);
 
 // The tokenizer's EOS, latent's stand-in for vLLM's tokenizer.eos_token_id: the id of
 // tokenizer_config.json's eos_token (Kimi's tiktoken tokenizer: its eos_token, else "[EOS]"),
 // tokenizer::Tokenizer::eos_id(), of the tokenizer the front loaded (its --tokenizer directory
 // where one is given). A front without a tokenizer, or whose tokenizer names no EOS the
-// vocabulary holds, passes nullopt and keeps config.json's eos_token_id, which transformers
-// checkpoints keep equal to the tokenizer's: so a checkpoint's own EOS ends a sample with a null
-// stop_reason there too, where vLLM (no tokenizer eos) would report it as an int.
+// vocabulary holds, passes nullopt: no primary EOS, so every EOS id ends a sample with its id as
+// the stop_reason, as vLLM without a tokenizer eos.
 void SetTokenizerEos(GenerationConfig& generation, std::optional<int32_t> tokenizer_eos);
 
 }  // namespace latent::model

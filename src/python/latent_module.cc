@@ -79,15 +79,13 @@ class PyEngine {
       std::unique_ptr<model::Model> m = model::LoadModel(model_dir, load);
       precision_ = m->precision();
       model::GenerationConfig gen = model::LoadGenerationConfig(model_dir, m->config());
-      eos_ids_ = gen.eos_token_ids;
       vocab_size_ = m->config().vocab_size;
       // Loaded now, not on first use: several Python threads may submit text prompts at once;
-      // and before the engine, which takes its EOS (extra EOS ids end a sample with their id as
-      // its stop_reason).
-      if (tokenizer::Tokenizer::DirHasTokenizer(tok_dir)) {  // tokenizer.json or tiktoken.model
-        model::SetTokenizerEos(gen, text_.Tokenizer().eos_id());
-        has_tokenizer_ = true;
-      }
+      // and before the engine, which takes its EOS (it ends a sample with no stop_reason, the
+      // other EOS ids with their id; without a tokenizer every EOS id gives its id).
+      has_tokenizer_ = tokenizer::Tokenizer::DirHasTokenizer(tok_dir);  // tokenizer.json, tiktoken
+      model::SetTokenizerEos(gen, has_tokenizer_ ? text_.Tokenizer().eos_id() : std::nullopt);
+      eos_ids_ = gen.EndIds(vocab_size_);
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
       // The server's limits (server.cc): prompt + completion fit both.
       context_tokens_ = engine_->config().max_position_embeddings;
@@ -440,7 +438,7 @@ class PyEngine {
         Fail("structured_outputs needs the model's tokenizer, and this model has none");
       }
       structured_ = std::make_unique<structured::LazyStructuredOutput>(
-          &text_.Tokenizer(), vocab_size_, std::vector<int32_t>(eos_ids_.begin(), eos_ids_.end()));
+          &text_.Tokenizer(), vocab_size_, eos_ids_);
     }
     return structured_->Get().Constraint(spec);
 #else
@@ -452,7 +450,7 @@ class PyEngine {
 
   generate::TextTools text_;
   bool has_tokenizer_ = false;
-  std::vector<int64_t> eos_ids_;
+  std::vector<int32_t> eos_ids_;  // the ids that end a sample unless ignore_eos
   int64_t vocab_size_ = 0;
   int64_t context_tokens_ = 0;  // max_position_embeddings
   int64_t cache_tokens_ = 0;    // Engine::capacity_tokens: what Submit takes

@@ -202,7 +202,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
         "text");
   }
 
-  // Extra EOS ids of generation_config.json end a choice with their id as its stop_reason.
+  // The tokenizer's EOS ends a choice with a null stop_reason; the other EOS ids with their id.
   model::SetTokenizerEos(generation,
                          loaded->tokenizer ? loaded->tokenizer->eos_id() : std::nullopt);
 
@@ -230,7 +230,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   }
   loaded->structured = std::make_unique<structured::LazyStructuredOutput>(
       loaded->tokenizer.get(), config.vocab_size,
-      std::vector<int32_t>(generation.eos_token_ids.begin(), generation.eos_token_ids.end()));
+      generation.EndIds(config.vocab_size));
   loaded->engine =
       std::make_unique<engine::Engine>(std::move(m), std::move(generation), engine_options);
   const engine::EngineMetrics em = loaded->engine->Metrics();

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from conftest import EXTRA_EOS, TOKENIZER_EOS, stop_token_case, two_eos_model
+from conftest import EXTRA_EOS, TOKENIZER_EOS, stop_token_case, two_eos_model, unlisted_eos_model
 from e2e_harness import (MODEL_NAME, SERVER_FLAGS, LatentServer, chat_model,  # noqa: F401
                          server, sse_events)
 
@@ -277,3 +277,29 @@ def test_an_extra_eos_id_is_the_stop_reason(two_eos_server, path):
     assert held["token_ids"] == two["token_ids"] + [EXTRA_EOS], (held, two)
     assert held["stop_reason"] == EXTRA_EOS and text_of(path, held) == text_of(path, two), held
     check_stream(path, chunks, "stop", EXTRA_EOS)
+
+
+@pytest.fixture(scope="module")
+def unlisted_eos_server(tiny_models, tmp_path_factory):
+    """A server of unlisted_eos_model: generation_config.json lists EXTRA_EOS alone."""
+    srv = LatentServer(unlisted_eos_model(tiny_models),
+                       tmp_path_factory.mktemp("serve") / "serve.log", *SERVER_FLAGS)
+    yield srv
+    returncode = srv.stop()
+    assert returncode == 0, f"latent serve exited {returncode}:\n{srv.log()}"
+
+
+@pytest.mark.parametrize("path", [C, CHAT])
+def test_the_tokenizers_eos_ends_a_choice_though_unlisted(unlisted_eos_server, path):
+    """vLLM checks request.eos_token_id, the tokenizer's, whatever generation_config.json lists
+    (Kimi K2's lists another id than its tokenizer's [EOS]): it ends a choice with a null
+    stop_reason, plain and streamed; min_tokens holds it off. It used to end nothing."""
+    srv = unlisted_eos_server
+    fields = {"ignore_eos": False, "logit_bias": {str(TOKENIZER_EOS): 100}, "max_tokens": 4}
+    (eos,) = respond(srv, path, **fields)
+    assert eos["token_ids"] == [TOKENIZER_EOS] and eos["finish_reason"] == "stop", eos
+    assert "stop_reason" in eos and eos["stop_reason"] is None, eos
+    check_stream(path, stream(srv, path, **fields), "stop", None)
+    (held,) = respond(srv, path, **fields, min_tokens=2)
+    assert len(held["token_ids"]) == 3 and TOKENIZER_EOS not in held["token_ids"][:2], held
+    assert held["token_ids"][2] == TOKENIZER_EOS and held["finish_reason"] == "stop", held

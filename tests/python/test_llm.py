@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BUILD_PYTHON, EXTRA_EOS, REPO, TOKENIZER_EOS, run_latent, stop_token_case,
-                      two_eos_model)
+from conftest import (BUILD_PYTHON, EXTRA_EOS, REPO, TOKENIZER_EOS, copy_without_tokenizer,
+                      run_latent, stop_token_case, two_eos_model, unlisted_eos_model)
 
 try:
     import latent
@@ -500,6 +500,40 @@ def test_an_extra_eos_id_is_the_stop_reason(tiny_models):
         assert EXTRA_EOS not in two.token_ids, two
         assert out.token_ids == two.token_ids + [EXTRA_EOS], (out, two)
         assert out.stop_reason == EXTRA_EOS and out.text == two.text, (out, two)
+
+
+def test_the_tokenizers_eos_ends_a_sample_though_unlisted(tiny_models):
+    """generation_config.json lists only EXTRA_EOS: the tokenizer's EOS ends a sample all the same
+    (vLLM checks request.eos_token_id), stop_reason None, in generate and stream; min_tokens holds
+    it off. It used to end nothing (max_tokens ids of it, "length")."""
+    params = latent.SamplingParams(temperature=0, max_tokens=4, logit_bias={TOKENIZER_EOS: 100})
+    with latent.LLM(str(unlisted_eos_model(tiny_models)), block_tokens=16,
+                    check_invariants=True) as llm:
+        out = llm.generate("The quick brown fox", params)[0].outputs[0]
+        assert out.token_ids == [TOKENIZER_EOS] and out.finish_reason == "stop", out
+        assert out.stop_reason is None and out.text == "", out
+        (chunk,) = llm.stream("The quick brown fox", params)
+        assert chunk.token_ids == [TOKENIZER_EOS] and chunk.finish_reason == "stop", chunk
+        assert chunk.stop_reason is None, chunk
+        held = latent.SamplingParams(temperature=0, max_tokens=4, logit_bias={TOKENIZER_EOS: 100},
+                                     min_tokens=2)
+        out = llm.generate("The quick brown fox", held)[0].outputs[0]
+        assert len(out.token_ids) == 3 and TOKENIZER_EOS not in out.token_ids[:2], out
+        assert out.token_ids[2] == TOKENIZER_EOS and out.finish_reason == "stop", out
+
+
+def test_without_a_tokenizer_every_eos_id_is_the_stop_reason(tiny_models, tmp_path):
+    """No tokenizer, so no primary EOS (vLLM's request.eos_token_id is None): every
+    generation_config EOS id ends a sample with its id as the stop_reason, the first listed too."""
+    model = copy_without_tokenizer(two_eos_model(tiny_models), tmp_path / "no-tokenizer")
+    with latent.LLM(str(model), block_tokens=16, check_invariants=True) as llm:
+        for token in (EXTRA_EOS, TOKENIZER_EOS):
+            params = latent.SamplingParams(temperature=0, max_tokens=4, logit_bias={token: 100})
+            out = llm.generate({"prompt_token_ids": [3, 4, 5]}, params)[0].outputs[0]
+            assert out.token_ids == [token] and out.finish_reason == "stop", out
+            assert out.stop_reason == token and type(out.stop_reason) is int, out
+            (chunk,) = llm.stream({"prompt_token_ids": [3, 4, 5]}, params)
+            assert chunk.stop_reason == token, chunk
 
 
 def test_generate_refuses_what_is_not_a_prompt(llm):

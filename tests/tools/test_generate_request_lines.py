@@ -10,10 +10,12 @@ Run: .venv/bin/python -m pytest -q tests/tools/test_generate_request_lines.py
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
-from conftest import EXTRA_EOS, REPO, TOKENIZER_EOS, run_latent, stop_token_case, two_eos_model
+from conftest import (DEEPSEEK_TOKENIZER, EXTRA_EOS, REPO, TOKENIZER_EOS, copy_without_tokenizer,
+                      run_latent, stop_token_case, two_eos_model, unlisted_eos_model)
 
 
 @pytest.fixture(scope="module")
@@ -146,11 +148,12 @@ def test_stop_reason_is_the_stop_token_id(model, tmp_path):
     assert [s.get("stop_reason") for s in both["samples"]] == [ids[at], ids[at]], both
 
 
-def test_eos_is_checked_before_stop_token_ids(model, tmp_path):
-    """A token that is EOS ends the sample with no stop_reason, though it is a stop id too;
-    under ignore_eos it ends it as a stop id."""
-    eos = json.loads((model / "generation_config.json").read_text())["eos_token_id"]
-    eos = eos[0] if isinstance(eos, list) else eos
+def test_eos_is_checked_before_stop_token_ids(tiny_models, tmp_path):
+    """A token that is the tokenizer's EOS ends the sample with no stop_reason, though it is a
+    stop id too; under ignore_eos it ends it as a stop id. (Without a tokenizer there is no such
+    EOS: test_without_a_tokenizer_every_eos_id_is_the_stop_reason.)"""
+    model = tiny_models.get("deepseek_v3", "--tokenizer", str(DEEPSEEK_TOKENIZER))
+    eos = TOKENIZER_EOS
     assert eos not in (5, 7, 8, 9)
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps([5, eos, 7, 8, 9]))
@@ -190,6 +193,53 @@ def test_an_extra_eos_id_is_the_stop_reason(tiny_models, tmp_path):
     assert "stop_reason" not in ignored, ignored
     assert EXTRA_EOS not in two["ids"] and held["ids"] == two["ids"] + [EXTRA_EOS], (held, two)
     assert held["stop_reason"] == EXTRA_EOS and held["text"] == two["text"], (held, two)
+
+
+def test_the_tokenizers_eos_ends_a_sample_though_unlisted(tiny_models, tmp_path):
+    """generation_config.json lists only EXTRA_EOS: the tokenizer's EOS ends a sample all the same
+    (vLLM checks request.eos_token_id), with no stop_reason and its text left out; min_tokens holds
+    it off and ignore_eos lets it through, as a listed EOS. It used to end nothing."""
+    model = unlisted_eos_model(tiny_models)
+    line = {"prompt": "The quick brown fox", "max_tokens": 4, "temperature": 0,
+            "logit_bias": {str(TOKENIZER_EOS): 100}}
+    eos, ignored, held, two = generate(model, tmp_path, [
+        line, dict(line, ignore_eos=True), dict(line, min_tokens=2),
+        dict(line, min_tokens=2, max_tokens=2)])
+    assert eos["ids"] == [TOKENIZER_EOS] and eos["finish_reason"] == "stop", eos
+    assert "stop_reason" not in eos and eos["text"] == "", eos
+    assert ignored["ids"] == [TOKENIZER_EOS] * 4 and ignored["finish_reason"] == "length", ignored
+    assert TOKENIZER_EOS not in two["ids"] and held["ids"] == two["ids"] + [TOKENIZER_EOS], (held,
+                                                                                           two)
+    assert held["finish_reason"] == "stop" and "stop_reason" not in held, held
+
+
+def test_without_a_tokenizer_every_eos_id_is_the_stop_reason(tiny_models, tmp_path):
+    """vLLM without a tokenizer has no request.eos_token_id: update_from_generation_config makes
+    every generation_config EOS id a stop_token_ids entry, so each reports its id, the first
+    listed too (which used to stand in for the tokenizer's, with none)."""
+    model = copy_without_tokenizer(two_eos_model(tiny_models), tmp_path / "no-tokenizer")
+    line = {"ids": [3, 4, 5], "max_tokens": 4, "temperature": 0}
+    results = generate(model, tmp_path, [dict(line, logit_bias={str(t): 100})
+                                         for t in (EXTRA_EOS, TOKENIZER_EOS)])
+    for token, r in zip((EXTRA_EOS, TOKENIZER_EOS), results):
+        assert r["ids"] == [token] and r["finish_reason"] == "stop", r
+        assert r["stop_reason"] == token and type(r["stop_reason"]) is int, r
+
+
+def test_a_generation_config_without_eos_leaves_the_tokenizers(tiny_models, tmp_path):
+    """A generation_config.json without eos_token_id: vLLM reads only that file's fields, so
+    config.json's EOS ids stop nothing and the tokenizer's EOS alone ends a sample."""
+    model = tmp_path / "no-eos"
+    shutil.copytree(two_eos_model(tiny_models), model)
+    gen = json.loads((model / "generation_config.json").read_text())
+    del gen["eos_token_id"]
+    (model / "generation_config.json").write_text(json.dumps(gen))
+    line = {"prompt": "The quick brown fox", "max_tokens": 3, "temperature": 0}
+    extra, eos = generate(model, tmp_path, [dict(line, logit_bias={str(t): 100})
+                                            for t in (EXTRA_EOS, TOKENIZER_EOS)])
+    assert extra["ids"] == [EXTRA_EOS] * 3 and extra["finish_reason"] == "length", extra
+    assert eos["ids"] == [TOKENIZER_EOS] and eos["finish_reason"] == "stop", eos
+    assert "stop_reason" not in eos, eos
 
 
 @pytest.mark.parametrize("flags", [(), ("--speculative-tokens", "4")])

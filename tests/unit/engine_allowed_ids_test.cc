@@ -49,7 +49,9 @@ class TenThenEndFactory : public TokenConstraintFactory {
   }
 };
 
-std::unique_ptr<Engine> MakeAllowedIdsEngine() {
+// `listed`: kAllowedEos is generation_config's EOS; otherwise only the tokenizer's (primary),
+// which generation_config leaves out (Kimi K2's [EOS]).
+std::unique_ptr<Engine> MakeAllowedIdsEngine(bool listed = true) {
   EngineOptions options;
   options.block_tokens = 4;
   options.num_blocks = 64;
@@ -57,7 +59,12 @@ std::unique_ptr<Engine> MakeAllowedIdsEngine() {
   options.max_seqs = 4;
   options.check_invariants = true;
   model::GenerationConfig generation;
-  generation.eos_token_ids = {kAllowedEos};
+  if (listed) {
+    generation.eos_token_ids = {kAllowedEos};
+  } else {
+    generation.eos_token_ids = {40};
+    generation.primary_eos_id = kAllowedEos;
+  }
   // One-hot logits on kAllowedFavoured at every position.
   auto model = std::make_unique<testing::FavouredTokenModel>(
       64, [](int32_t, int64_t) { return kAllowedFavoured; });
@@ -149,6 +156,23 @@ TEST(EngineAllowedIdsTest, MinTokensWithOnlyHeldOffIdsAllowedIsRefused) {
   ignored.sampling.allowed_token_ids = std::vector<int32_t>{kAllowedEos};
   EXPECT_EQ(GenerateAllowed(*engine, std::move(ignored)).tokens,
             (std::vector<int32_t>{kAllowedEos}));
+}
+
+// The tokenizer's EOS is the grammar's end and is held off by min_tokens though generation_config
+// does not list it.
+TEST(EngineAllowedIdsTest, TheTokenizersEosCountsThoughUnlisted) {
+  auto engine = MakeAllowedIdsEngine(/*listed=*/false);
+  Request r = AllowedPrompt();
+  r.sampling.allowed_token_ids = std::vector<int32_t>{10};
+  r.constraint = std::make_shared<TenThenEndFactory>();
+  const AllowedOutcome o = GenerateAllowed(*engine, std::move(r));
+  EXPECT_EQ(o.error, "");
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{10, 10, kAllowedEos}));
+  Request eos_only = AllowedPrompt();
+  eos_only.min_tokens = 1;
+  eos_only.sampling.allowed_token_ids = std::vector<int32_t>{kAllowedEos};
+  EXPECT_THROW(engine->Submit(std::move(eos_only), nullptr), Error);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // RequestOutput::stop_token, vLLM's int stop_reason: the stop_token_ids entry or extra EOS id
 // (GenerationConfig::IsExtraEos) that ended a sample, on its last event only; -1 when the primary
-// EOS ended it (checked first, as in vLLM, unless ignore_eos), at max_tokens, and on every event
+// EOS (the tokenizer's, whether or not generation_config lists it) ended it (checked first, as in
+// vLLM, unless ignore_eos), at max_tokens, and on every event
 // before the last. stop_terminated marks that last event when EOS or a stop id ended the sample.
 // A token drawn from a draft's verification row (speculative decoding) reports it as the
 // sample's own step would.
@@ -48,7 +49,8 @@ struct StopRun {
 // `primary_eos` names another (or none, with an empty optional inside).
 StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_t> eos,
                          bool ignore_eos, int32_t speculative_tokens = 0,
-                         std::optional<std::optional<int64_t>> primary_eos = std::nullopt) {
+                         std::optional<std::optional<int64_t>> primary_eos = std::nullopt,
+                         int64_t min_tokens = 0) {
   EngineOptions options;
   options.block_tokens = 4;
   options.num_blocks = 64;
@@ -69,6 +71,7 @@ StopRun GenerateScripted(std::vector<int32_t> stop_token_ids, std::vector<int64_
   request.max_tokens = 6;
   request.stop_token_ids = std::move(stop_token_ids);
   request.ignore_eos = ignore_eos;
+  request.min_tokens = min_tokens;
   StopRun run;
   engine.Submit(std::move(request), [&run](const RequestOutput& out) {
     if (out.has_token) run.outcome.tokens.push_back(out.token);
@@ -129,6 +132,36 @@ TEST(EngineStopToken, AnExtraEosIdEndsWithItsId) {
   const StopRun run = GenerateScripted({}, {40, 10}, /*ignore_eos=*/false, 4);
   EXPECT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
   EXPECT_EQ(run.outcome.stop_tokens, (std::vector<int32_t>{-1, -1, 10}));
+}
+
+TEST(EngineStopToken, TheTokenizersEosEndsThoughGenerationConfigLeavesItOut) {
+  // vLLM checks request.eos_token_id (the tokenizer's) whatever generation_config lists: Kimi
+  // K2's tokenizer ends on [EOS], its generation_config.json lists another id. 12 is the
+  // primary EOS, the list holds only 40.
+  const std::optional<int64_t> primary(12);
+  StopOutcome o = GenerateScripted({}, {40}, /*ignore_eos=*/false, 0, primary).outcome;
+  EXPECT_EQ(o.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens, (std::vector<int32_t>{-1, -1}));  // stop_reason None
+  EXPECT_EQ(o.stop_terminated, (std::vector<bool>{false, true}));
+  // ignore_eos: it ends nothing.
+  o = GenerateScripted({}, {40}, /*ignore_eos=*/true, 0, primary).outcome;
+  EXPECT_EQ(o.finish, FinishReason::kLength);
+  EXPECT_EQ(o.tokens.size(), 6u);
+  // min_tokens holds it off as the listed ids: not drawn as the 2nd token (the script's 11, 12,
+  // 10, 11, 12), it ends the sample as the 5th.
+  o = GenerateScripted({}, {40}, /*ignore_eos=*/false, 0, primary, /*min_tokens=*/3).outcome;
+  ASSERT_EQ(o.tokens.size(), 5u);
+  EXPECT_NE(o.tokens[1], 12);
+  EXPECT_EQ(o.tokens[4], 12);
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  EXPECT_EQ(o.stop_tokens.back(), -1);
+  // From a draft's verification row too (primary 10: the script's 11, 12, then 10 drafted).
+  const StopRun run =
+      GenerateScripted({}, {40}, /*ignore_eos=*/false, 4, std::optional<int64_t>(10));
+  EXPECT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
+  EXPECT_EQ(run.outcome.stop_tokens, (std::vector<int32_t>{-1, -1, -1}));
+  EXPECT_GE(run.metrics.accepted_draft_tokens, 1);
 }
 
 TEST(EngineStopToken, NoneAtMaxTokens) {

@@ -36,15 +36,17 @@ ModelConfig WithEos(std::vector<int64_t> eos) {
   return c;
 }
 
-TEST_F(GenerationConfigTest, ThePrimaryEosIsConfigJsonsUntilTheTokenizerNamesOne) {
+TEST_F(GenerationConfigTest, ThePrimaryEosIsTheTokenizers) {
   Write(R"({"eos_token_id": [7, 1, 9]})");
   GenerationConfig gen = LoadGenerationConfig(dir_.string(), WithEos({7, 1}));
   EXPECT_EQ(gen.eos_token_ids, (std::vector<int64_t>{7, 1, 9}));
-  EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(7));
-  EXPECT_FALSE(gen.IsExtraEos(7));
+  // No tokenizer, or one naming no EOS: no primary (not config.json's first), as vLLM's
+  // request.eos_token_id is None then: every EOS id reports its id.
+  EXPECT_EQ(gen.primary_eos_id, std::nullopt);
+  SetTokenizerEos(gen, std::nullopt);
+  EXPECT_EQ(gen.primary_eos_id, std::nullopt);
+  EXPECT_TRUE(gen.IsExtraEos(7));
   EXPECT_TRUE(gen.IsExtraEos(1));
-  SetTokenizerEos(gen, std::nullopt);  // no tokenizer, or one naming no EOS: config.json's stays
-  EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(7));
   SetTokenizerEos(gen, 1);
   EXPECT_EQ(gen.primary_eos_id, std::optional<int64_t>(1));
   EXPECT_FALSE(gen.IsExtraEos(1));
@@ -63,6 +65,35 @@ TEST_F(GenerationConfigTest, WithoutAPrimaryEosEveryEosIdIsExtra) {
   Write(R"({"eos_token_id": 4})");
   gen = LoadGenerationConfig(dir_.string(), WithEos({}));
   EXPECT_TRUE(gen.IsExtraEos(4));
+}
+
+TEST_F(GenerationConfigTest, TheTokenizersEosEndsASampleThoughUnlisted) {
+  // Kimi K2: the tokenizer ends on [EOS], generation_config.json lists another id; both end it.
+  Write(R"({"eos_token_id": 9})");
+  GenerationConfig gen = LoadGenerationConfig(dir_.string(), WithEos({9}));
+  EXPECT_EQ(gen.EndIds(100), (std::vector<int32_t>{9}));
+  SetTokenizerEos(gen, 3);
+  EXPECT_EQ(gen.EndIds(100), (std::vector<int32_t>{9, 3}));
+  EXPECT_FALSE(gen.IsExtraEos(3));
+  EXPECT_TRUE(gen.IsExtraEos(9));
+  SetTokenizerEos(gen, 9);  // listed: once
+  EXPECT_EQ(gen.EndIds(100), (std::vector<int32_t>{9}));
+  SetTokenizerEos(gen, 120);  // outside the model's vocabulary: draws never reach it
+  EXPECT_EQ(gen.EndIds(100), (std::vector<int32_t>{9}));
+}
+
+TEST_F(GenerationConfigTest, AFileWithoutEosTokenIdHasNone) {
+  // vLLM (transformers' GenerationConfig.from_pretrained) reads only generation_config.json when
+  // it exists: config.json's ids no longer count, the tokenizer's EOS alone ends a sample.
+  for (const char* json : {R"({"do_sample": false})", R"({"eos_token_id": null})"}) {
+    Write(json);
+    const GenerationConfig gen = LoadGenerationConfig(dir_.string(), WithEos({7, 1}));
+    EXPECT_TRUE(gen.eos_token_ids.empty()) << json;
+  }
+  // Without the file, config.json's (vLLM's GenerationConfig.from_model_config).
+  std::filesystem::remove(dir_ / "generation_config.json");
+  EXPECT_EQ(LoadGenerationConfig(dir_.string(), WithEos({7, 1})).eos_token_ids,
+            (std::vector<int64_t>{7, 1}));
 }
 
 }  // namespace

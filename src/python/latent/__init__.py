@@ -310,9 +310,10 @@ class CompletionOutput:
     """"stop" (EOS, a stop token or a stop string), "length" (max_tokens) or "cancelled"."""
     stop_reason: Optional[Union[int, str]] = None
     """What ended the sample, as vLLM's: the stop string, if one did; else the
-    `SamplingParams.stop_token_ids` entry or the extra EOS id of generation_config.json (an int),
-    if one did; else None (the tokenizer's EOS, which is checked before stop_token_ids unless
-    `ignore_eos`, max_tokens, or a grammar's end)."""
+    `SamplingParams.stop_token_ids` entry or an EOS id of generation_config.json other than the
+    tokenizer's (any, without a tokenizer) (an int), if one did; else None (the tokenizer's EOS,
+    listed or not, checked before stop_token_ids unless `ignore_eos`, max_tokens, or a grammar's
+    end)."""
     logprobs: Optional[list[TokenLogprob]] = None
     """Per generated token, when `SamplingParams.logprobs` is set."""
 
