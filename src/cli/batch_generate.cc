@@ -72,6 +72,7 @@ void PrintProgress(size_t done, size_t total, bool tty) {
 int RunBatchGenerate(const BatchGenerateOptions& options) {
   const std::string text_dir =
       options.tokenizer_dir.empty() ? options.model_dir : options.tokenizer_dir;
+  if (!options.tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(options.tokenizer_dir);
   generate::TextTools text_tools(text_dir);
   // Loaded now where there is one, so every line's output has "text", not only those that run
   // after a line that needed the tokenizer: a line's output never depends on the others. On
@@ -97,6 +98,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     source = "--prompt";
   }
   std::vector<Job> jobs;
+  // A line that met a bug in latent (a failed check) still gets its error line and the others
+  // still run, but the command then exits 1, as any internal error does (docs/reliability.md).
+  bool internal_errors = false;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& text = lines[i];
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -109,6 +113,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
           text_tools, /*stream_text=*/false);
     } catch (const Json::exception& e) {
       job.error = StrCat(source, ":", job.line, ": invalid JSON: ", e.what());
+    } catch (const InternalError& e) {
+      job.error = StrCat(source, ":", job.line, ": internal error: ", e.what());
+      internal_errors = true;
     } catch (const Error& e) {
       job.error = StrCat(source, ":", job.line, ": ", e.what());
     }
@@ -161,6 +168,10 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       try {
         constrain(*job.job);
         job.id = engine.Submit(job.job->request(), on_output);
+      } catch (const InternalError& e) {  // a bug met on this line: reported, and exit 1 at the end
+        job.error = StrCat(source, ":", job.line, ": internal error: ", e.what());
+        internal_errors = true;
+        ++finished;
       } catch (const Error& e) {
         // Its structured_outputs did not compile, or the engine refused it: the line's fault, named
         // as a parse error names it.
@@ -223,6 +234,10 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       {"window_block_tokens", metrics.window_block_tokens},
   };
   std::cerr << "latent: summary " << summary.dump() << "\n";
+  if (internal_errors) {
+    std::cerr << "latent: internal error: a line failed a check in latent (its error line)\n";
+    return 1;
+  }
   return 0;
 }
 

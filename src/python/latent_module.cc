@@ -69,6 +69,7 @@ class PyEngine {
       : text_(tokenizer_dir.empty() ? model_dir : tokenizer_dir) {
     const std::string tok_dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
     if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
+    if (!tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(tokenizer_dir);
     model::LoadOptions load;
     load.quantize = model::ParseWeightQuantization(args.quantize);
     load.precision = model::ParsePrecision(args.precision);
@@ -478,7 +479,11 @@ class PyEngine {
 NB_MODULE(_latent, m) {
   using namespace latent::python;
   m.doc() = "latent's engine, in process (the API is latent.LLM; this module is its back end)";
-  nb::exception<latent::Error>(m, "LatentError", PyExc_RuntimeError);
+  nb::exception<latent::Error> latent_error(m, "LatentError", PyExc_RuntimeError);
+  // A failed check (a bug in latent, not the caller's input) as its own subclass, so that Python
+  // tells the two apart as the server (500 against 400) and the CLI (exit 1 against 2) do. nanobind
+  // tries the translators last registered first, so this one sees InternalError before Error's.
+  nb::exception<latent::InternalError>(m, "LatentInternalError", latent_error);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
@@ -500,6 +505,9 @@ NB_MODULE(_latent, m) {
       "Raises LatentError naming the field when a request line's sampling fields (prompt_logprobs, "
       "max_tokens, min_tokens, stop and stop_token_ids too) are out of range (what the engine "
       "would refuse at submit).");
+  // No input reaches a failed check on purpose; the Python tests raise one here to see which
+  // exception it becomes (LatentInternalError, never a ValueError or a plain LatentError).
+  m.def("_fail_check_for_tests", [] { LATENT_CHECK(!"raised on purpose by latent's tests"); });
   m.attr("MAX_TOKENS_TO_CONTEXT") = kMaxTokensToContext;
 
   nb::class_<EngineArgs>(m, "EngineArgs")

@@ -85,6 +85,13 @@ bool Tokenizer::DirHasTokenizer(const std::string& dir) {
          std::filesystem::exists(root / "tiktoken.model");
 }
 
+void Tokenizer::CheckNamedDir(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) Fail("tokenizer directory ", dir, ": not a directory");
+  if (!DirHasTokenizer(dir)) {
+    Fail("tokenizer directory ", dir, ": no tokenizer.json or tiktoken.model in it");
+  }
+}
+
 Tokenizer Tokenizer::FromDir(const std::string& dir) {
   const std::filesystem::path root(dir);
   const auto tokenizer_path = root / "tokenizer.json";

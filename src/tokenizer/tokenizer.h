@@ -32,6 +32,10 @@ class Tokenizer {
   static Tokenizer FromDir(const std::string& dir);
   // Whether DIR holds a tokenizer FromDir reads (tokenizer.json or tiktoken.model).
   static bool DirHasTokenizer(const std::string& dir);
+  // A tokenizer directory the user named (--tokenizer, LLM(tokenizer=...)): throws, naming it,
+  // unless it holds a tokenizer. A wrong path there would otherwise go unnoticed until a text
+  // prompt failed with "this model has no tokenizer".
+  static void CheckNamedDir(const std::string& dir);
   // The same from the files' contents; `config_json` may be empty.
   static Tokenizer FromJson(std::string_view tokenizer_json, std::string_view config_json = "");
   // Kimi's tokenizer (tiktoken_tokenizer.h) from the contents of tiktoken.model and

@@ -318,3 +318,33 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
 def test_engine_options_out_of_range_are_value_errors(option, value, error, message):
     with pytest.raises(error, match=message):
         latent.LLM(str(DEMO), **{option: value})
+
+
+# -- a named tokenizer directory, and a bug told apart from bad input ------------------------------
+
+
+@pytest.mark.parametrize("where, message", [
+    ("missing", "tokenizer directory .*missing: not a directory"),
+    ("empty", "tokenizer directory .*empty: no tokenizer.json or tiktoken.model in it"),
+])
+def test_a_named_tokenizer_directory_must_hold_a_tokenizer(tmp_path, where, message):
+    """A wrong path went unnoticed: the LLM started without a tokenizer and a text prompt failed
+    later with "this model has no tokenizer"."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(latent.LatentError, match=message):
+        latent.LLM(str(DEMO), tokenizer=str(tmp_path / where))
+
+
+def test_a_failed_check_is_a_latent_internal_error(llm):
+    """As the server answers 500 (not 400) and the CLI exits 1 (not 2) for a failed check."""
+    assert issubclass(latent.LatentInternalError, latent.LatentError)
+    assert latent.LatentInternalError is not latent.LatentError
+    with pytest.raises(latent.LatentInternalError, match="check failed"):
+        latent._latent._fail_check_for_tests()
+    with pytest.raises(latent.LatentError, match="vocabulary") as bad_input:
+        llm.generate([[VOCAB + 5]], latent.SamplingParams(max_tokens=1))
+    assert not isinstance(bad_input.value, latent.LatentInternalError)
+    # A sample's error text from a step that failed a check, and one that refused bad input.
+    assert type(latent._engine_error("internal error: x.cc:1: check failed: y")) is \
+        latent.LatentInternalError
+    assert type(latent._engine_error("prompt too long")) is latent.LatentError

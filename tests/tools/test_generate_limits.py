@@ -42,3 +42,13 @@ def test_ids_refuses_the_engine_flags_it_would_ignore(tiny_models):
                      check=False)
     assert out.returncode == 2 and "--prompts excludes --chat" in out.stderr + out.stdout
     assert run_latent(*base, "--block-tokens", "16", "--cache-dtype", "bf16").returncode == 0
+
+
+def test_generate_refuses_a_named_tokenizer_directory_without_one(tiny_models, tmp_path):
+    """--tokenizer naming a directory with no tokenizer was taken as "no tokenizer": each text
+    line then failed with "this model has no tokenizer" instead of naming the path."""
+    model = tiny_models.get("deepseek_v3")
+    out = run_latent("generate", "--model", str(model), "--tokenizer", str(tmp_path), "--prompt",
+                     "hi", "--max-tokens", "1", check=False)
+    assert out.returncode == 2
+    assert f"tokenizer directory {tmp_path}: no tokenizer.json or tiktoken.model" in out.stderr

@@ -36,10 +36,19 @@ __all__ = [
     "TokenLogprob",
     "StreamChunk",
     "LatentError",
+    "LatentInternalError",
 ]
 
 LatentError = _latent.LatentError
 """Raised with latent's message when the engine refuses something (subclass of RuntimeError)."""
+LatentInternalError = _latent.LatentInternalError
+"""A LatentError that is a bug in latent (a failed internal check), not the caller's input."""
+
+
+def _engine_error(message: str) -> LatentError:
+    """The exception for a sample's error text: the engine marks a failed check "internal error: "."""
+    kind = LatentInternalError if message.startswith("internal error: ") else LatentError
+    return kind(message)
 
 # How long one wait holds the GIL released: Ctrl-C (KeyboardInterrupt) is seen between waits.
 _WAIT_SLICE_S = 0.05
@@ -207,6 +216,8 @@ class SamplingParams:
         # rules, not a LatentError from generate() (a field changed later is still checked there).
         try:
             _latent.check_sampling(json.dumps(self._line(), allow_nan=False))
+        except LatentInternalError:
+            raise  # a bug in latent, not a bad field
         except (LatentError, ValueError) as e:
             raise ValueError(f"SamplingParams: {e}") from None
 
@@ -476,7 +487,7 @@ class LLM:
             while True:
                 ids, logprobs, text, finish, stop_reason = self._engine.poll(handle, _WAIT_SLICE_S)
                 if finish.startswith("error: "):
-                    raise LatentError(finish[len("error: "):])
+                    raise _engine_error(finish[len("error: "):])
                 if ids or text or finish:
                     yield StreamChunk(text, list(ids), _logprobs(logprobs) if params.logprobs is not None else None,
                                       finish or None, stop_reason)
@@ -549,7 +560,7 @@ class LLM:
                 try:
                     handles.append(self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, False))
                 except LatentError as e:
-                    raise LatentError(f"prompt {i}: {e}") from None
+                    raise type(e)(f"prompt {i}: {e}") from None
             while not self._engine.wait(handles, _WAIT_SLICE_S):
                 pass
             results = []
@@ -558,7 +569,7 @@ class LLM:
                 outputs = []
                 for index, (ids, out_text, finish, stop_reason, logprobs, error) in enumerate(samples):
                     if error:
-                        raise LatentError(error)
+                        raise _engine_error(error)
                     outputs.append(CompletionOutput(index, out_text, list(ids), finish, stop_reason,
                                                     _logprobs(logprobs) if logprobs is not None else None))
                 prompt_logprobs = self._engine.prompt_logprobs(handle)

@@ -5,6 +5,9 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 class LatentError(RuntimeError):
     """Raised with latent's message when the engine refuses something."""
 
+class LatentInternalError(LatentError):
+    """A failed internal check: a bug in latent, not the caller's input."""
+
 @dataclass
 class StructuredOutputsParams:
     json: Optional[Union[str, dict]] = None
@@ -27,7 +30,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
-    max_tokens: Optional[int] = 16  # None: up to the context (max_position_embeddings - prompt)
+    max_tokens: Optional[int] = 16  # None: up to the context (the smaller of max_position_embeddings
+    # and what the cache can hold, less the prompt)
     min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
     include_stop_str_in_output: Optional[bool] = False
