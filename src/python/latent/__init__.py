@@ -46,7 +46,8 @@ LatentInternalError = _latent.LatentInternalError
 
 
 def _engine_error(message: str) -> LatentError:
-    """The exception for a sample's error text: the engine marks a failed check "internal error: "."""
+    """The exception for a sample's error text (the engine prefixes a failed check's with
+    "internal error: ")."""
     kind = LatentInternalError if message.startswith("internal error: ") else LatentError
     return kind(message)
 

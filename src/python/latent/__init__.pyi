@@ -30,8 +30,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
-    max_tokens: Optional[int] = 16  # None: up to the context (the smaller of max_position_embeddings
-    # and what the cache can hold, less the prompt)
+    # None: up to the context (the smaller of max_position_embeddings and what the cache can
+    # hold, less the prompt)
+    max_tokens: Optional[int] = 16
     min_tokens: int = 0
     stop: Optional[Union[str, list[str]]] = None
     include_stop_str_in_output: Optional[bool] = False
