@@ -272,19 +272,26 @@ def test_api_key(start_server):
     assert srv.request("GET", "/metrics")[0] == 200
 
 
-def test_prompt_longer_than_the_cache(start_server):
-    """128 cache tokens, a longer context: a 200-token prompt fits the context, not the cache."""
-    srv = start_server("--block-tokens", "16", "--num-blocks", "8")
-    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 200))
-    check_error(status, data, 400, "prompt", "cache holds only 128 tokens", "cache")
-    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 100, max_tokens=100))
-    check_error(status, data, 400, "max_tokens", "cache holds 128 tokens", "cache")
-    # A chat with no max_tokens gets the room that is left.
+def check_cache_limit(srv, capacity: int, long_prompt: int, prompt: int, max_tokens: int,
+                      label: str) -> None:
+    """The server's cache limit is `capacity` tokens: a `long_prompt` is refused, so is `prompt`
+    with `max_tokens`, and a chat with no max_tokens gets the room that is left, all of it."""
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * long_prompt))
+    check_error(status, data, 400, "prompt", f"cache holds only {capacity} tokens", label)
+    status, data = srv.request("POST", C, with_(OK, prompt=[100] * prompt, max_tokens=max_tokens))
+    check_error(status, data, 400, "max_tokens", f"cache holds {capacity} tokens", label)
     status, data = srv.request("POST", CHAT, with_(MSG, max_tokens=..., temperature=0,
                                                    ignore_eos=True))
     out = json.loads(data)
     assert status == 200, out
-    assert out["usage"]["total_tokens"] == 128 and out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["total_tokens"] == capacity
+    assert out["choices"][0]["finish_reason"] == "length"
+
+
+def test_prompt_longer_than_the_cache(start_server):
+    """128 cache tokens, a longer context: a 200-token prompt fits the context, not the cache."""
+    srv = start_server("--block-tokens", "16", "--num-blocks", "8")
+    check_cache_limit(srv, 128, long_prompt=200, prompt=100, max_tokens=100, label="cache")
 
 
 def test_sliding_window_cache_limit_is_what_the_engine_takes(start_server, tiny_models):
@@ -294,15 +301,7 @@ def test_sliding_window_cache_limit_is_what_the_engine_takes(start_server, tiny_
     model = tiny_models.get("dots3_note", "--tokenizer", str(TOKENIZER_DIR),
                             config={"max_position_embeddings": 512})  # window 16
     srv = start_server("--block-tokens", "16", "--num-blocks", "8", model=model)
-    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 64))
-    check_error(status, data, 400, "prompt", "cache holds only 64 tokens", "window cache")
-    status, data = srv.request("POST", C, with_(OK, prompt=[100] * 50, max_tokens=15))
-    check_error(status, data, 400, "max_tokens", "cache holds 64 tokens", "window cache")
-    status, data = srv.request("POST", CHAT, with_(MSG, max_tokens=..., temperature=0,
-                                                   ignore_eos=True))
-    out = json.loads(data)
-    assert status == 200, out
-    assert out["usage"]["total_tokens"] == 64 and out["choices"][0]["finish_reason"] == "length"
+    check_cache_limit(srv, 64, long_prompt=64, prompt=50, max_tokens=15, label="window cache")
     # A completion's default, 16, shrinks to the room left: 14 after a 50-token prompt.
     status, data = srv.request("POST", C, with_(OK, prompt=[100] * 50, max_tokens=...,
                                                 temperature=0, ignore_eos=True))
