@@ -98,8 +98,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     source = "--prompt";
   }
   std::vector<Job> jobs;
-  // A line that met a bug in latent (a failed check) still gets its error line and the others
-  // still run, but the command then exits 1, as any internal error does (docs/reliability.md).
+  // A line that met a bug in latent (a failed check: parsing it, compiling its constraint,
+  // submitting it, or in a step it ran in) still gets its error and the others still run, but the
+  // command then exits 1, as any internal error does (docs/reliability.md).
   bool internal_errors = false;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& text = lines[i];
@@ -199,6 +200,10 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
       out["error"] = job.error;
     } else {
       const auto& samples = job.job->samples();
+      // A step that failed a check ended its samples with the engine's "internal error: " text.
+      for (const auto& sample : samples) {
+        if (sample.error.starts_with("internal error: ")) internal_errors = true;
+      }
       if (job.job->request().prompt_logprobs >= 0) {
         out["prompt_logprobs"] = job.job->PromptLogprobsJson();
       }
