@@ -276,6 +276,14 @@ def _flag(value: Any) -> Any:
     return False if value is None else value
 
 
+def _from_array(value: Any) -> Any:
+    """A numpy array (anything with tolist() but a list, tuple or memoryview) as Python lists of
+    ints, or a 0-d array's one value; anything else as it is."""
+    if hasattr(value, "tolist") and not isinstance(value, (list, tuple, memoryview)):
+        return value.tolist()
+    return value
+
+
 def _json_list(value: Any, what: str, expected: str = "an iterable of int token ids") -> Any:
     """Any iterable (a list, tuple, set, range, dict keys; a numpy array through tolist()) as a
     JSON list, its integers (numpy's too) as ints, as vLLM's list(...) takes them; a str or
@@ -286,10 +294,10 @@ def _json_list(value: Any, what: str, expected: str = "an iterable of int token 
         raise TypeError(f"{what} must be {expected}, not {_describe(value)}")
     if isinstance(value, str) or not hasattr(value, "__iter__"):
         return value
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-        if not isinstance(value, list):  # a 0-d array's one value
-            return value
+    array = _from_array(value)
+    if array is not value and not isinstance(array, list):  # a 0-d array's one value
+        return array
+    value = array
     return [int(t) if _is_token_id(t) else t if _is_json_value(t) else repr(t) for t in value]
 
 
@@ -630,10 +638,10 @@ def _as_prompt_list(prompts) -> list:
     # bytes would iterate as token ids (b"abc": 97, 98, 99).
     if isinstance(prompts, (bytes, bytearray, memoryview)) or not hasattr(prompts, "__iter__"):
         raise TypeError(f"prompts must be {_PROMPTS_ACCEPTED}; got {_describe(prompts)}")
-    if hasattr(prompts, "tolist") and not isinstance(prompts, (list, tuple)):
-        prompts = prompts.tolist()  # a numpy array: token ids, or rows of them
-        if not isinstance(prompts, list):  # a 0-d array's one value
-            raise TypeError(f"prompts must be {_PROMPTS_ACCEPTED}; got {_describe(prompts)}")
+    array = _from_array(prompts)  # a numpy array: token ids, or rows of them
+    if array is not prompts and not isinstance(array, list):  # a 0-d array's one value
+        raise TypeError(f"prompts must be {_PROMPTS_ACCEPTED}; got {_describe(array)}")
+    prompts = array
     prompts = list(prompts)
     ids = [_is_token_id(t) for t in prompts]
     if prompts and all(ids):
@@ -663,8 +671,7 @@ def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[
                 raise TypeError(f"{where}: 'prompt' must be a str; got {_describe(prompt['prompt'])}")
             return {"prompt": prompt["prompt"]}, prompt["prompt"]
         raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
-    if hasattr(prompt, "tolist") and not isinstance(prompt, (list, tuple, memoryview)):
-        prompt = prompt.tolist()  # a numpy array of token ids
+    prompt = _from_array(prompt)  # a numpy array of token ids
     if isinstance(prompt, (list, tuple)) and all(_is_token_id(t) for t in prompt):
         return {"ids": [int(t) for t in prompt]}, None
     if isinstance(prompt, (list, tuple)):
