@@ -8,6 +8,8 @@ fp8 keys; also with a 32-value latent, which attention reads in place) and dots3
 - batched greedy output equals each request run alone (`latent generate --ids` with the same
   --cache-dtype) bit for bit, with chunked prefill; preemption and prefix hits change nothing;
 - chunked prefill equals one-shot prefill through the same fp8 rows;
+- glm5_next (KPool keys, KDA state) and mistral_large4 (shared latent rows), batched with
+  preemption, equal each request alone;
 - the engine reports the fp8 bytes per token (the summary's cache_bytes_per_token and
   cache_layer_bytes_per_token);
 - fp8 rows' logits stay within a stated bound of f32 rows' on DeepSeek V3.
@@ -153,6 +155,26 @@ def test_reported_cache_bytes(case, tmp_path):
     assert summary["cache_dtype"] == dtype
     assert summary["cache_bytes_per_token"] == sum(per_layer)
     assert summary["cache_layer_bytes_per_token"] == max(per_layer)
+
+
+# Cache shapes the cases above do not cover, in fp8: glm5_next (KPool indexer keys, a pooled key
+# re-encoded into its row when its pool fills, beside KDA linear-attention state) and
+# mistral_large4 (layers that read another layer's latent rows). Batched with a cache small
+# enough to preempt, against each request alone.
+@pytest.mark.parametrize("family", ["glm5_next", "mistral_large4"])
+def test_other_cache_shapes_batched_equal_alone(tiny_models, family, tmp_path):
+    model_dir = tiny_models.get(family)
+    rng = random.Random(77)
+    requests = [{"ids": [rng.randint(2, 250) for _ in range(rng.randint(1, 100))],
+                 "max_tokens": rng.randint(16, 40), "ignore_eos": True,
+                 "arrival_step": rng.randint(0, 4)} for _ in range(8)]
+    alone = [generate_alone(model_dir, r["ids"], r["max_tokens"], True, "fp8") for r in requests]
+    results, summary = run_batch(model_dir, tmp_path, requests, "--cache-dtype", "fp8",
+                                 "--block-tokens", "16", "--num-blocks", "16",
+                                 "--max-batch-tokens", "64")
+    assert summary["cache_dtype"] == "fp8"
+    assert summary["preemptions"] > 0, "the small cache forced no preemption"
+    assert [r["ids"] for r in results] == alone
 
 
 def test_fp8_logits_within_bound_of_f32_rows(tiny_models):
