@@ -43,8 +43,9 @@ struct RequestLine {
   int64_t cancel_step = -1;        // Cancel when the engine reaches this step (tests).
   std::vector<std::string> stop;   // Stop strings, matched on the detokenized text.
   bool include_stop = false;       // include_stop_str_in_output: the text ends after the stop
-  // "structured_outputs" (vLLM's object: json, regex, choice, grammar or json_object): compiled
-  // by whoever submits the request (RequestJob::SetConstraint), which needs the model's vocabulary.
+  // "structured_outputs" (vLLM's object: json, regex, choice, grammar, json_object or
+  // structural_tag): compiled by whoever submits the request (RequestJob::SetConstraint), which
+  // needs the model's vocabulary.
   structured::OutputSpec output;
   bool skip_special_tokens = true; // The samples' text leaves special tokens out (the server's).
   std::string chat_prompt;  // A "messages" line's prompt as the chat template rendered it.

@@ -8,6 +8,7 @@
 #include "base/json_depth.h"
 #include "base/saturating.h"
 #include "server/tool_request.h"
+#include "structured/structural_tag.h"
 
 namespace latent::server {
 namespace {
@@ -237,9 +238,10 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
   }
 }
 
-// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// response_format: {"type": "text"}, {"type": "json_object"}, {"type": "json_schema",
 // "json_schema": {"name": ..., "schema": {...}, "strict": ...}} (the name and strict change
-// nothing: the output always fits the schema). The schema is kept with its keys in the request's
+// nothing: the output always fits the schema) or vLLM's {"type": "structural_tag", ...} (either
+// form: structured/structural_tag.h). The schema is kept with its keys in the request's
 // order (they order the generated object's properties); whether the grammar can enforce it is
 // checked when it is compiled.
 void ParseResponseFormat(const Json& body, std::string_view text, structured::OutputSpec& out) {
@@ -253,9 +255,20 @@ void ParseResponseFormat(const Json& body, std::string_view text, structured::Ou
     out.kind = structured::OutputSpec::Kind::kJsonObject;
     return;
   }
+  if (*type == "structural_tag") {
+    out.kind = structured::OutputSpec::Kind::kStructuralTag;
+    try {
+      out.schema = structured::ParseStructuralTag(
+          ParseOrdered(text, {"response_format"})["response_format"], "response_format");
+    } catch (const Error& e) {
+      BadField("response_format", e.what());
+    }
+    return;
+  }
   if (*type != "json_schema") {
     BadField("response_format",
-             StrCat("response_format type '", *type, "' is not supported (text, json_object or json_schema)"),
+             StrCat("response_format type '", *type,
+                    "' is not supported (text, json_object, json_schema or structural_tag)"),
              "unsupported_parameter");
   }
   const Json* spec = Find(*format, "json_schema");
@@ -279,7 +292,7 @@ void ParseStructuredOutputs(const Json& body, std::string_view text, GenerationR
   if (Find(body, "structured_outputs") == nullptr) return;
   if (r.output.active()) {
     BadField("structured_outputs", "'structured_outputs' cannot be combined with a "
-             "response_format of type json_object or json_schema");
+             "response_format of type json_object, json_schema or structural_tag");
   }
   try {
     r.output = structured::ParseStructuredOutputs(

@@ -9,10 +9,11 @@
 // add_generation_prompt, continue_final_message and chat_template_kwargs. logit_bias (token id
 // strings to biases in [-100, 100]) is honoured. Fields latent does not know are ignored;
 // known ones it cannot honour (echo for chat, best_of other than n, suffix, top_logprobs for
-// completions, a response_format type other than text, json_object and json_schema) are
-// rejected. response_format json_object and json_schema constrain the output, and so does
-// vLLM's structured_outputs (json, regex, choice, grammar, json_object: structured/output_spec.h;
-// compiled by structured/structured_output.h). Chat takes `tools` and
+// completions, a response_format type other than text, json_object, json_schema and
+// structural_tag) are rejected. response_format json_object, json_schema and vLLM's structural_tag
+// (structured/structural_tag.h) constrain the output, and so does vLLM's structured_outputs (json,
+// regex, choice, grammar, json_object, structural_tag: structured/output_spec.h; compiled by
+// structured/structured_output.h). Chat takes `tools` and
 // `tool_choice` (validated in tool_request.h); the model's tool calls come back as
 // message.tool_calls / delta.tool_calls through a tool-call parser (tool_call_parser.h).
 //

@@ -5,33 +5,34 @@
 
 #include "base/error.h"
 #include "base/json_depth.h"
+#include "structured/echo.h"
+#include "structured/structural_tag.h"
 
 namespace latent::structured {
 namespace {
 
 using OrderedJson = nlohmann::ordered_json;
 
-const char* const kKinds = "json, regex, choice, grammar or json_object";
-
-// At most this much of a value the caller sent goes into an error: a schema can be megabytes.
-constexpr size_t kMaxEchoed = 200;
-
-std::string Truncated(std::string text) {
-  if (text.size() <= kMaxEchoed) return text;
-  size_t cut = kMaxEchoed;
-  // Not inside a UTF-8 character: the message must stay valid text.
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  text.resize(cut);
-  return text + "...";
-}
-
-std::string Echo(const OrderedJson& v) {
-  return Truncated(v.dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
-}
+const char* const kKinds = "json, regex, choice, grammar, json_object or structural_tag";
 
 std::string String(const OrderedJson& v, std::string_view key) {
   if (!v.is_string()) Fail("structured_outputs.", key, " must be a string, got ", Echo(v));
   return v.get<std::string>();
+}
+
+// JSON text a request carries in a string, parsed: the request's own depth check cannot see into
+// the string, and a value nested some ten thousand levels overflows the stack where it is next
+// copied or dumped.
+OrderedJson ParseText(const std::string& text, std::string_view key, const char* what) {
+  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+    Fail("structured_outputs.", key, " nests deeper than ", kMaxJsonDepth, " levels");
+  }
+  try {
+    return OrderedJson::parse(text);
+  } catch (const OrderedJson::exception& e) {
+    // The parser's message quotes the text it last read, which may be the whole string.
+    Fail("structured_outputs.", key, " is not ", what, ": ", Truncated(e.what()));
+  }
 }
 
 }  // namespace
@@ -51,23 +52,9 @@ OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
     if (v.is_null()) continue;
     if (key == "json") {
       choose(key, OutputSpec::Kind::kJsonSchema);
-      if (v.is_string()) {
-        // vLLM takes the schema as its text too. The request's own depth check cannot see into
-        // the string, and a schema nested some ten thousand levels overflows the stack where it
-        // is next copied or dumped.
-        const std::string& text = v.get_ref<const std::string&>();
-        if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
-          Fail("structured_outputs.json nests deeper than ", kMaxJsonDepth, " levels");
-        }
-        try {
-          spec.schema = OrderedJson::parse(text);
-        } catch (const OrderedJson::exception& e) {
-          // The parser's message quotes the text it last read, which may be the whole string.
-          Fail("structured_outputs.json is not a JSON schema: ", Truncated(e.what()));
-        }
-      } else {
-        spec.schema = v;
-      }
+      // vLLM takes the schema as its text too.
+      spec.schema = v.is_string() ? ParseText(v.get_ref<const std::string&>(), key, "a JSON schema")
+                                  : v;
       if (!spec.schema.is_object() && !spec.schema.is_boolean()) {
         Fail("structured_outputs.json must be a JSON schema (an object), got ", Echo(spec.schema));
       }
@@ -88,6 +75,12 @@ OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
     } else if (key == "json_object") {
       if (!v.is_boolean()) Fail("structured_outputs.json_object must be a boolean, got ", Echo(v));
       if (v.get<bool>()) choose(key, OutputSpec::Kind::kJsonObject);
+    } else if (key == "structural_tag") {
+      choose(key, OutputSpec::Kind::kStructuralTag);
+      // vLLM's is the tag's JSON text; the object itself is taken too.
+      spec.schema = ParseStructuralTag(
+          v.is_string() ? ParseText(v.get_ref<const std::string&>(), key, "JSON") : v,
+          "structured_outputs.structural_tag");
     } else if (key == "disable_any_whitespace" || key == "disable_additional_properties" ||
                key == "disable_fallback") {
       if (!v.is_boolean()) Fail("structured_outputs.", key, " must be a boolean, got ", Echo(v));

@@ -1,7 +1,8 @@
 // What a request constrains its output to, in one form for every front end: vLLM's
-// `structured_outputs` object (json, regex, choice, grammar, json_object), given to the server and
-// in request lines (`latent generate`, the Python module), and OpenAI's `response_format`
-// (json_object, json_schema), given to the server. StructuredOutput::Constraint compiles it.
+// `structured_outputs` object (json, regex, choice, grammar, json_object, structural_tag), given to
+// the server and in request lines (`latent generate`, the Python module), and OpenAI's
+// `response_format` (json_object, json_schema, and vLLM's structural_tag), given to the server.
+// StructuredOutput::Constraint compiles it.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,13 @@
 namespace latent::structured {
 
 struct OutputSpec {
-  enum class Kind : uint8_t { kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  enum class Kind : uint8_t {
+    kNone, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar, kStructuralTag
+  };
   Kind kind = Kind::kNone;
   nlohmann::ordered_json schema;     // kJsonSchema: its keys in the request's order (they order
-                                     // the generated object's properties).
+                                     // the generated object's properties). kStructuralTag:
+                                     // XGrammar's structural tag (structural_tag.h).
   std::string text;                  // kRegex: the pattern; kGrammar: the EBNF grammar.
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them.
 
@@ -24,12 +28,14 @@ struct OutputSpec {
 
 // vLLM's structured_outputs: an object with exactly one of "json" (a JSON schema, as an object or
 // as its text), "regex" (a pattern the whole output matches), "choice" (a non-empty list of
-// strings), "grammar" (XGrammar's EBNF, from rule `root`) or "json_object": true; null values
-// count as absent. The booleans "disable_any_whitespace", "disable_additional_properties" and
-// "disable_fallback" are accepted and change nothing: latent's JSON is always compact and never has
-// properties beyond the schema's, and there is no other backend to fall back to. A schema given as
-// text may nest kMaxJsonDepth levels. Throws latent::Error naming the key at fault (messages start
-// "structured_outputs"; they quote at most a few hundred characters of the value).
+// strings), "grammar" (XGrammar's EBNF, from rule `root`), "json_object": true or
+// "structural_tag" (a structural tag as JSON text, as vLLM takes it, or as an object: either form
+// of ParseStructuralTag); null values count as absent. The booleans "disable_any_whitespace",
+// "disable_additional_properties" and "disable_fallback" are accepted and change nothing: latent's
+// JSON is always compact and never has properties beyond the schema's, and there is no other
+// backend to fall back to. A schema given as text (and a structural tag's) may nest kMaxJsonDepth
+// levels. Throws latent::Error naming the key at fault (messages start "structured_outputs"; they
+// quote at most a few hundred characters of the value).
 OutputSpec ParseStructuredOutputs(const nlohmann::ordered_json& value);
 
 // The EBNF grammar whose language is `choices`: root ::= "a" | "b", every literal escaped (quotes,

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "structured/json_schema_check.h"
+#include "structured/structural_tag.h"
 
 namespace latent::structured {
 namespace {
@@ -181,8 +182,10 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonSche
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::StructuralTag(
     const std::string& structural_tag_json) {
-  return impl_->Cached("structural_tag:" + structural_tag_json,
-                       [&] { return impl_->compiler.CompileStructuralTag(structural_tag_json); });
+  return impl_->Cached(
+      "structural_tag:" + structural_tag_json,
+      [&] { return impl_->compiler.CompileStructuralTag(structural_tag_json); },
+      "the structural tag");
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Regex(
@@ -213,6 +216,17 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constrai
       return Grammar(ChoiceGrammar(spec.choices));
     case OutputSpec::Kind::kGrammar:
       return Grammar(spec.text);
+    case OutputSpec::Kind::kStructuralTag:
+      // XGrammar compiles a tag's schemas as loosely as response_format's (json_schema_check.h).
+      ForEachStructuralTagSchema(spec.schema, [](const nlohmann::ordered_json& schema,
+                                                 const std::string& where) {
+        try {
+          CheckJsonSchemaSupported(schema);
+        } catch (const Error& e) {
+          Fail("the structural tag's schema at ", where, ": ", e.what());
+        }
+      });
+      return StructuralTag(spec.schema.dump());
   }
   return nullptr;
 }

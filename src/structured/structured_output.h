@@ -40,15 +40,16 @@ class StructuredOutput {
   std::shared_ptr<const engine::TokenConstraintFactory> JsonSchema(const nlohmann::ordered_json& schema);
 
   // An XGrammar structural tag (its JSON format: e.g. {"type": "structural_tag", "format":
-  // {"type": "triggered_tags", ...}}), for tool calls in a family's markup. Throws latent::Error
-  // naming the problem for an invalid tag.
+  // {"type": "triggered_tags", ...}}: structural_tag.h). Throws latent::Error naming the problem
+  // for an invalid tag ("the structural tag cannot be compiled: ...").
   std::shared_ptr<const engine::TokenConstraintFactory> StructuralTag(const std::string& structural_tag_json);
   // Output matching the regular expression `pattern` (XGrammar's regex: the whole output).
   std::shared_ptr<const engine::TokenConstraintFactory> Regex(const std::string& pattern);
   // Output in the language of an EBNF grammar (XGrammar's EBNF, from rule `root`).
   std::shared_ptr<const engine::TokenConstraintFactory> Grammar(const std::string& ebnf);
   // Whichever of the above `spec` asks for (choice: Grammar(ChoiceGrammar)); null when it asks for
-  // nothing. Throws latent::Error as they do.
+  // nothing. A structural tag's JSON schemas are checked as JsonSchema's are. Throws latent::Error
+  // as they do.
   std::shared_ptr<const engine::TokenConstraintFactory> Constraint(const OutputSpec& spec);
 
   int64_t vocab_size() const;

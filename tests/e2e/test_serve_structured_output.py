@@ -5,7 +5,10 @@ schema with nested objects, arrays, enums, bounded integers and short strings al
 the same batches give exactly what they give alone; json_object on /v1/completions gives an
 object; a schema the grammar cannot enforce is a 400 naming the keyword. vLLM's structured_outputs
 (choice, regex, EBNF grammar, json, json_object) constrain the same way, and a bad one is a 400
-naming what is wrong.
+naming what is wrong. vLLM's structural tags (response_format type structural_tag, in its legacy
+and XGrammar forms, or structured_outputs.structural_tag) leave the text free until a trigger and
+constrain it from there to the tag's end: greedy text without the trigger is what it is without
+the tag; a logit_bias that makes the model write the trigger gets the tag's JSON after it.
 
 Every value the schema allows is bounded (enums, integer ranges, maxLength, maxItems), so each
 completion ends well inside max_tokens: once the JSON is complete the grammar allows only EOS."""
@@ -199,7 +202,12 @@ def test_bad_structured_outputs_are_refused_by_name(server):
         ({"grammar": "root ::= ("}, "structured_outputs: the grammar cannot be compiled"),
         ({"regex": "a", "choice": ["a"]}, "not both 'regex' and 'choice'"),
         ({"choice": []}, "non-empty list of strings"),
-        ({"structural_tag": "{}"}, "structured_outputs.structural_tag is not supported"),
+        ({"structural_tag": "{}"}, "structured_outputs.structural_tag needs 'format'"),
+        ({"structural_tag": "{\"structures\": ["}, "structured_outputs.structural_tag is not JSON"),
+        ({"structural_tag": json.dumps(legacy_tag(["<", "["]))},
+         'structured_outputs.structural_tag.triggers[1] "[" starts no begin'),
+        ({"structural_tag": json.dumps({"format": {"type": "nonsense"}})},
+         "structured_outputs: the structural tag cannot be compiled"),
         ({"json": {"type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}},
          "unsupported JSON schema keyword 'uniqueItems'"),
         ("a+", "structured_outputs must be an object"),
@@ -226,6 +234,117 @@ def test_bad_structured_outputs_are_refused_by_name(server):
                                        tool_choice="required",
                                        extra_body={"structured_outputs": {"regex": "a"}})
     assert "structured_outputs cannot be combined with tool_choice" in str(e.value)
+
+
+# vLLM's structural tags: the text is free until a trigger, then the tag's (here a tool call's JSON
+# between <name> and </name>) until its end, then free again.
+
+
+def legacy_tag(triggers: list[str]) -> dict:
+    """vLLM's legacy structural tag: one structure per tool, each beginning with a trigger."""
+    return {"type": "structural_tag", "triggers": triggers,
+            "structures": [{"begin": f"<{name}>", "schema": schema, "end": f"</{name}>"}
+                           for name, schema in TOOL_SCHEMAS.items()]}
+
+
+def format_tag(name: str) -> dict:
+    """XGrammar's structural tag: exactly one call of `name` and nothing else."""
+    return {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<function="], "at_least_one": True,
+        "stop_after_first": True,
+        "tags": [{"begin": f"<function={name}>", "end": "</function>",
+                  "content": {"type": "json_schema", "json_schema": TOOL_SCHEMAS[name],
+                              "max_whitespace_cnt": 1}}]}}
+
+
+def test_structural_tag_leaves_text_free_until_a_trigger(server):
+    client = server.client(timeout=300)
+    plain = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=24,
+                                           temperature=0.0)
+    text = plain.choices[0].message.content
+    assert "<function=" not in text  # the trigger never came: nothing was constrained
+    for body in ({"response_format": legacy_tag(["<function="]) | {
+                     "structures": [{"begin": "<function=get_weather>", "schema": WEATHER,
+                                     "end": "</function>"}]}},
+                 {"structured_outputs": {"structural_tag": json.dumps(
+                     {"format": format_tag("get_weather")["format"] | {"at_least_one": False}})}}):
+        r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=24,
+                                           temperature=0.0, extra_body=body)
+        assert r.choices[0].message.content == text, body
+
+
+def test_structural_tag_constrains_the_text_after_its_trigger(server, chat_model):
+    from tokenizers import Tokenizer
+
+    (lt,) = Tokenizer.from_file(str(chat_model / "tokenizer.json")).encode(
+        "<", add_special_tokens=False).ids
+    client = server.client(timeout=300)
+    # "<" is the trigger, and the bias makes the model write it where the text is free: the text
+    # is then mostly calls, each's JSON fitting its tool's schema.
+    r = client.chat.completions.create(
+        model=MODEL_NAME, messages=MESSAGES, max_tokens=120, temperature=1.0, seed=3, n=4,
+        logit_bias={str(lt): 100}, response_format=legacy_tag(["<"]))
+    for c in r.choices:
+        text = c.message.content
+        calls = re.findall(r"<(get_weather|get_time)>(.*?)</\1>", text, re.S)
+        assert len(calls) >= 2 and text.startswith("<get_"), text
+        # Every trigger began a call: outside the complete ones, a "<" only starts the last call,
+        # cut off by max_tokens.
+        outside = re.sub(r"<(get_weather|get_time)>.*?</\1>", "", text, flags=re.S)
+        cut = outside.find("<")
+        tail = outside[cut:]
+        assert cut < 0 or (text.endswith(tail) and
+                           re.match(r"<(get_weather>|get_time>|get_\w*$|g?e?t?$)", tail)), text
+        for name, args in calls:
+            jsonschema.validate(json.loads(args), TOOL_SCHEMAS[name])
+    # Without the bias the trigger never comes (the text is free), as the test above shows; with
+    # at_least_one the tag comes first. XGrammar's form on completions: exactly one call, then EOS.
+    r = client.completions.create(model=MODEL_NAME, prompt="Call:", max_tokens=60,
+                                  temperature=1.0, seed=4, n=4,
+                                  extra_body={"response_format": format_tag("get_time")})
+    outs = []
+    for c in r.choices:
+        m = re.fullmatch(r"<function=get_time>(.*)</function>", c.text, re.S)
+        assert m and c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(m.group(1)), CLOCK)
+        outs.append(c.text)
+    # structured_outputs takes the same tag as JSON text: the same samples.
+    r = client.completions.create(
+        model=MODEL_NAME, prompt="Call:", max_tokens=60, temperature=1.0, seed=4, n=4,
+        extra_body={"structured_outputs": {"structural_tag": json.dumps(format_tag("get_time"))}})
+    assert [c.text for c in r.choices] == outs
+
+
+def test_bad_structural_tags_are_refused_by_name(server):
+    client = server.client()
+    weather = [{"begin": "<get_weather>", "schema": WEATHER, "end": "</get_weather>"}]
+    for response_format, words in [
+        ({"type": "structural_tag", "structures": weather},
+         "response_format needs 'triggers' beside 'structures'"),
+        ({"type": "structural_tag", "triggers": ["<"]},
+         "response_format needs 'structures' beside 'triggers'"),
+        ({"type": "structural_tag", "structures": [weather[0] | {"schema": ["x"]}],
+          "triggers": ["<"]},
+         'response_format.structures[0].schema must be a JSON schema (an object), got ["x"]'),
+        ({"type": "structural_tag", "structures": weather, "triggers": ["<", "{"]},
+         'response_format.triggers[1] "{" starts no begin'),
+        ({"type": "structural_tag", "structures": weather, "triggers": ["["]},
+         'response_format.structures[0].begin "<get_weather>" starts with no trigger'),
+        ({"type": "structural_tag"}, "response_format needs 'format'"),
+        ({"type": "structural_tag", "format": "x"}, 'response_format.format must be an object'),
+        ({"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": []}},
+         "response_format: the structural tag cannot be compiled: "),
+        ({"type": "structural_tag", "structures": [weather[0] | {"schema": {
+            "type": "object", "properties": {"t": {"type": "array", "uniqueItems": True}}}}],
+          "triggers": ["<"]},
+         "response_format: the structural tag's schema at format.tags[0].content: unsupported "
+         "JSON schema keyword 'uniqueItems'"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+                                           response_format=response_format)
+        assert words in str(e.value), str(e.value)
+        assert ".cc:" not in str(e.value), str(e.value)
 
 
 # Forced tool calls: tool_choice "required" or a named function constrains the output to the

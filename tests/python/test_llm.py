@@ -259,8 +259,14 @@ def test_structured_outputs_constrain_as_latent_generate_does(llm, model_dir, tm
         latent.StructuredOutputsParams(grammar='root ::= "(" [0-9] ("+" [0-9])? ")"'),
         latent.StructuredOutputsParams(json=schema),
         latent.StructuredOutputsParams(json=json.dumps(schema)),
+        # One tag, first and alone (XGrammar's structural tag, as vLLM's JSON text).
+        latent.StructuredOutputsParams(structural_tag=json.dumps({"format": {
+            "type": "triggered_tags", "triggers": ["<f"], "at_least_one": True,
+            "stop_after_first": True, "tags": [{"begin": "<f>", "end": "</f>", "content": {
+                "type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1}}]}})),
     ]
-    params = [latent.SamplingParams(temperature=1.0, seed=10 + i, max_tokens=30, structured_outputs=k)
+    params = [latent.SamplingParams(temperature=1.0, seed=10 + i, max_tokens=60 if i == 5 else 30,
+                                    structured_outputs=k)
               for i, k in enumerate(kinds)]
     results = llm.generate(["Answer:"] * len(params), params)
     texts = [r.outputs[0].text for r in results]
@@ -268,6 +274,8 @@ def test_structured_outputs_constrain_as_latent_generate_does(llm, model_dir, tm
     assert re.fullmatch(r"[a-c]{3}-[0-9]", texts[1])
     assert re.fullmatch(r"\([0-9](\+[0-9])?\)", texts[2])
     assert list(json.loads(texts[3])) == ["z", "a"]  # the schema's order
+    tagged = re.fullmatch(r"<f>(.*)</f>", texts[5], re.S)
+    assert tagged and list(json.loads(tagged.group(1))) == ["z", "a"], texts[5]
     assert all(r.outputs[0].finish_reason == "stop" for r in results), results
     # The same lines through `latent generate`: the same tokens.
     expected = cli_generate(model_dir, [dict(prompt="Answer:", **p._line()) for p in params], tmp_path)

@@ -1,5 +1,6 @@
 #include "server/openai_schema.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -308,6 +309,71 @@ TEST(OpenAiSchemaTest, RepetitionPenaltyRange) {
               std::make_pair(400, std::string("repetition_penalty")))
         << v;
   }
+}
+
+// vLLM's response_format {"type": "structural_tag"}, in its legacy form (structures and
+// triggers) and XGrammar's (format), on both endpoints; structured_outputs.structural_tag takes
+// the same as JSON text. Bad ones are 400s naming response_format and what is wrong.
+TEST(OpenAiSchemaTest, StructuralTagResponseFormat) {
+  const std::string legacy =
+      R"({"type": "structural_tag", "structures": [{"begin": "<function=f>", "schema": )"
+      R"({"type": "object", "properties": {"z": {}, "a": {}}}, "end": "</function>"}], )"
+      R"("triggers": ["<function="]})";
+  const GenerationRequest chat =
+      Parse(StrCat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": )",
+                   legacy, "}"),
+            Endpoint::kChatCompletions);
+  EXPECT_EQ(chat.output.kind, structured::OutputSpec::Kind::kStructuralTag);
+  EXPECT_STREQ(chat.output_field, "response_format");
+  const nlohmann::ordered_json& tags = chat.output.schema["format"]["tags"];
+  EXPECT_EQ(chat.output.schema["format"]["triggers"].dump(), R"(["<function="])");
+  EXPECT_EQ(tags[0]["begin"], "<function=f>");
+  EXPECT_EQ(tags[0]["end"], "</function>");
+  // The schema keeps its keys' order (it orders the generated object).
+  EXPECT_EQ(tags[0]["content"]["json_schema"].dump(),
+            R"({"type":"object","properties":{"z":{},"a":{}}})");
+
+  const std::string format =
+      R"({"type": "triggered_tags", "triggers": ["<f"], "tags": [{"begin": "<f>", )"
+      R"("content": {"type": "const_string", "value": "x"}, "end": "</f>"}]})";
+  const GenerationRequest completion = Parse(
+      StrCat(R"({"prompt": "x", "response_format": {"type": "structural_tag", "format": )", format,
+             "}}"));
+  EXPECT_EQ(completion.output.kind, structured::OutputSpec::Kind::kStructuralTag);
+  EXPECT_EQ(completion.output.schema.dump(),
+            StrCat(R"({"type":"structural_tag","format":)",
+                   nlohmann::ordered_json::parse(format).dump(), "}"));
+  // The same through structured_outputs, as JSON text.
+  const GenerationRequest text = Parse(StrCat(
+      R"({"prompt": "x", "structured_outputs": {"structural_tag": )",
+      nlohmann::json(StrCat(R"({"type": "structural_tag", "format": )", format, "}")).dump(),
+      "}}"));
+  EXPECT_EQ(text.output.schema, completion.output.schema);
+  EXPECT_STREQ(text.output_field, "structured_outputs");
+
+  const auto error = [](const std::string& response_format) -> std::string {
+    try {
+      Parse(StrCat(R"({"prompt": "x", "response_format": )", response_format, "}"));
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_EQ(e.param(), "response_format");
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(R"({"type": "structural_tag"})"),
+            "response_format needs 'format' (XGrammar's structural tag format) or 'structures' "
+            "and 'triggers'");
+  EXPECT_EQ(error(R"({"type": "structural_tag", "structures": [{"begin": "<f>", "schema": {}, )"
+                  R"("end": "</f>"}]})"),
+            "response_format needs 'triggers' beside 'structures'");
+  EXPECT_EQ(error(R"({"type": "structural_tag", "format": [1]})"),
+            "response_format.format must be an object, got [1]");
+  EXPECT_THAT(error(R"({"type": "tag"})"),
+              ::testing::HasSubstr("(text, json_object, json_schema or structural_tag)"));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "response_format": {"type": "structural_tag", "format": )"
+                    R"({}}, "structured_outputs": {"regex": "a"}})"),
+            std::make_pair(400, std::string("structured_outputs")));
 }
 
 TEST(OpenAiSchemaTest, CompletionsRefuseTopLogprobs) {

@@ -4,7 +4,8 @@
 // its constraint terminates), and the XGrammar-backed constraints (a JSON schema over a small
 // vocabulary, EOS only where the JSON is complete, unsupported schemas refused by name; regexes,
 // choices and EBNF grammars; a grammar that starts after the reasoning; vLLM's structured_outputs
-// parsed), and the tool_choice schema.
+// parsed; structural tags: free text, constrained between a trigger and the end), and the
+// tool_choice schema.
 #include "structured/structured_output.h"
 
 #include <gmock/gmock.h>
@@ -277,7 +278,8 @@ structured::GrammarVocabulary SmallVocabulary(std::map<std::string, int32_t>* id
   v.token_bytes.push_back(std::nullopt);  // 0: EOS (a special token)
   v.token_bytes.push_back(std::nullopt);  // 1: another special token
   const std::vector<std::string> pieces = {"{", "}", "[", "]", "\"", ":", ",", " ", "a", "b", "c", "n",
-                                           "0", "1", "2", "-", "true", "false", "\"a\"", "\":", "red", "blue", "é"};
+                                           "0", "1", "2", "-", "true", "false", "\"a\"", "\":", "red", "blue", "é",
+                                           "<", "x", ">", "<x>", "</x>"};
   for (const std::string& p : pieces) {
     (*ids)[p] = static_cast<int32_t>(v.token_bytes.size());
     v.token_bytes.push_back(p);
@@ -545,8 +547,9 @@ TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
       object.schema);
 
   const auto error = [&](const char* text) { return ErrorOf([&] { parse(text); }); };
-  EXPECT_THAT(error(R"({})"),
-              HasSubstr("needs one of json, regex, choice, grammar or json_object"));
+  EXPECT_THAT(
+      error(R"({})"),
+      HasSubstr("needs one of json, regex, choice, grammar, json_object or structural_tag"));
   EXPECT_THAT(error(R"({"json_object": false})"), HasSubstr("needs one of"));
   EXPECT_THAT(error(R"({"regex": "a", "choice": ["a"]})"),
               HasSubstr("not both 'regex' and 'choice'"));
@@ -559,8 +562,8 @@ TEST(StructuredOutputsSpec, ParsesOneKindAndNamesWhatIsWrong) {
               HasSubstr("structured_outputs.json is not a JSON schema"));
   EXPECT_THAT(error(R"({"json": [1]})"),
               HasSubstr("structured_outputs.json must be a JSON schema"));
-  EXPECT_THAT(error(R"({"structural_tag": "{}"})"),
-              HasSubstr("structured_outputs.structural_tag is not supported"));
+  EXPECT_THAT(error(R"({"whitespace_pattern": "x"})"),
+              HasSubstr("structured_outputs.whitespace_pattern is not supported"));
   EXPECT_THAT(error(R"(["regex"])"), HasSubstr("structured_outputs must be an object"));
   // vLLM's option booleans change nothing here.
   EXPECT_EQ(parse(R"({"regex": "a", "disable_fallback": true, "disable_any_whitespace": false,
@@ -772,6 +775,167 @@ TEST(StructuredToolChoice, RequiredMovesEachToolsDefinitionsToTheRoot) {
   // A named function keeps its schema as it is: it is the root there.
   EXPECT_EQ(structured::ToolCallSchema(tools, OJson::parse(R"({"type": "function",
       "function": {"name": "tree"}})")), tools[1]["function"]["parameters"]);
+}
+
+}  // namespace
+}  // namespace latent
+
+namespace latent {
+namespace {
+
+// ---- Structural tags (vLLM's response_format / structured_outputs structural_tag) ----
+
+// The legacy form: after the trigger "<", one of the structures beginning with it.
+const char* const kLegacyTag = R"({"type": "structural_tag", "structures": [{"begin": "<x>",
+    "schema": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"]},
+    "end": "</x>"}], "triggers": ["<"]})";
+
+structured::OutputSpec TagSpec(const std::string& tag) {
+  return structured::ParseStructuredOutputs(OJson{{"structural_tag", tag}});
+}
+
+TEST(StructuredGrammar, StructuralTagConstrainsOnlyFromATriggerToItsEnd) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  auto c = output.Constraint(TagSpec(kLegacyTag))->Start();
+  // Free text: any token, EOS too.
+  const std::set<int32_t> free = Allowed(*c, 64);
+  for (const std::string piece : {"red", "{", "a", "1", "\"", "x"}) {
+    EXPECT_TRUE(free.count(id[piece])) << piece;
+  }
+  EXPECT_TRUE(free.count(0));
+  ASSERT_TRUE(AcceptAll(*c, id, {"red", " ", "{", "<x>"}));
+  // Begun: the schema's JSON, with one whitespace character at most between its tokens.
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["{"]}));
+  EXPECT_FALSE(c->Accept(id["red"]));
+  ASSERT_TRUE(AcceptAll(*c, id, {"{", " ", "\"a\"", ":", " "}));
+  EXPECT_FALSE(c->Accept(id[" "]));  // a second whitespace character
+  EXPECT_FALSE(c->Accept(id["1"]));  // not a boolean
+  ASSERT_TRUE(AcceptAll(*c, id, {"true", "}"}));
+  EXPECT_FALSE(c->Accept(id["red"]));  // the end comes next
+  EXPECT_FALSE(c->Accept(0));
+  ASSERT_TRUE(AcceptAll(*c, id, {"</x>", "blue", "a"}));  // then free text again
+  ASSERT_TRUE(c->Accept(0));
+  EXPECT_TRUE(c->IsTerminated());
+  // The trigger alone: the rest of a begin must follow.
+  auto d = output.Constraint(TagSpec(kLegacyTag))->Start();
+  ASSERT_TRUE(d->Accept(id["<"]));
+  EXPECT_EQ(Allowed(*d, 64), (std::set<int32_t>{id["x"]}));
+  ASSERT_TRUE(AcceptAll(*d, id, {"x", ">"}));
+  EXPECT_EQ(Allowed(*d, 64), (std::set<int32_t>{id["{"]}));
+}
+
+// XGrammar's own format, as given: here a tag that must come first and is the whole output.
+TEST(StructuredGrammar, StructuralTagFormatIsXGrammarsAndItsErrorsAreNamed) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const OJson tag = OJson::parse(R"({"type": "structural_tag", "format": {
+      "type": "triggered_tags", "triggers": ["<"], "at_least_one": true, "stop_after_first": true,
+      "tags": [{"begin": "<x>", "end": "</x>", "content": {"type": "json_schema",
+                "json_schema": {"enum": ["red", "blue"]}, "max_whitespace_cnt": 1}}]}})");
+  auto c = output.Constraint(TagSpec(tag.dump()))->Start();
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{id["<"], id["<x>"]}));
+  ASSERT_TRUE(AcceptAll(*c, id, {"<x>", "\"", "blue", "\"", "</x>"}));
+  EXPECT_EQ(Allowed(*c, 64), (std::set<int32_t>{0}));
+  ASSERT_TRUE(c->Accept(0));
+  EXPECT_TRUE(c->IsTerminated());
+
+  const auto error = [&](const std::string& tag_text) {
+    return ErrorOf([&] { output.Constraint(TagSpec(tag_text)); });
+  };
+  const std::string bad_type = error(R"({"format": {"type": "nonsense"}})");
+  EXPECT_THAT(bad_type, HasSubstr("the structural tag cannot be compiled: "));
+  EXPECT_THAT(bad_type, HasSubstr("nonsense"));
+  EXPECT_THAT(bad_type, ::testing::Not(HasSubstr(".cc:")));
+  EXPECT_THAT(error(R"({"format": {"type": "triggered_tags", "triggers": "<", "tags": []}})"),
+              HasSubstr("the structural tag cannot be compiled: "));
+  // Why a trigger that starts no begin is refused before XGrammar sees it: XGrammar's own refusal
+  // is a failed internal check that names nothing the caller wrote.
+  EXPECT_THAT(ErrorOf([&] {
+                output.StructuralTag(R"({"type": "structural_tag", "format": {
+                    "type": "triggered_tags", "triggers": ["<", "["], "tags": [{"begin": "<x>",
+                    "content": {"type": "const_string", "value": "a"}, "end": "</x>"}]}})");
+              }),
+              HasSubstr("Internal check failed"));
+  // Its schemas are held to what the grammar can enforce, as response_format's are.
+  EXPECT_EQ(error(R"({"structures": [{"begin": "<x>", "end": "</x>", "schema": {"type": "object",
+                      "properties": {"t": {"type": "array", "uniqueItems": true}}}}],
+                      "triggers": ["<"]})"),
+            "the structural tag's schema at format.tags[0].content: unsupported JSON schema "
+            "keyword 'uniqueItems' at #/properties/t");
+}
+
+TEST(StructuredOutputsSpec, StructuralTagsInBothFormsAndWhatIsWrongNamed) {
+  const auto parse = [](const OJson& value) {
+    return structured::ParseStructuredOutputs(OJson{{"structural_tag", value}});
+  };
+  const structured::OutputSpec legacy = parse(
+      R"({"structures": [{"begin": "<f>", "schema": {"type": "object"}, "end": "</f>"}],
+          "triggers": ["<f"]})");
+  EXPECT_EQ(legacy.kind, structured::OutputSpec::Kind::kStructuralTag);
+  EXPECT_EQ(legacy.schema.dump(),
+            R"({"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<f"],)"
+            R"("tags":[{"type":"tag","begin":"<f>","content":{"type":"json_schema","json_schema":)"
+            R"({"type":"object"},"max_whitespace_cnt":1},"end":"</f>"}]}})");
+  // XGrammar's format as given; the object itself is taken as its text is.
+  const OJson format = OJson::parse(
+      R"({"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}})");
+  EXPECT_EQ(parse(format.dump()).schema, format);
+  EXPECT_EQ(parse(format).schema, format);
+  EXPECT_EQ(parse(R"({"format": {"type": "const_string", "value": "hi"}})").schema, format);
+
+  const auto error = [&](const OJson& value) { return ErrorOf([&] { parse(value); }); };
+  const std::string field = "structured_outputs.structural_tag";
+  const auto with = [](const char* structures, const char* triggers) {
+    return StrCat(R"({"structures": )", structures, R"(, "triggers": )", triggers, "}");
+  };
+  const char* const ok = R"([{"begin": "<f>", "schema": {}, "end": "</f>"}])";
+  EXPECT_THAT(error("{\"structures\": ["), HasSubstr(field + " is not JSON: "));
+  EXPECT_EQ(error(R"({"triggers": ["<"]})"), field + " needs 'structures' beside 'triggers'");
+  EXPECT_EQ(error(StrCat(R"({"structures": )", ok, "}")),
+            field + " needs 'triggers' beside 'structures'");
+  EXPECT_EQ(error(R"({"type": "structural_tag"})"),
+            field + " needs 'format' (XGrammar's structural tag format) or 'structures' and "
+                    "'triggers'");
+  EXPECT_EQ(error(with("[]", R"(["<"])")),
+            field + R"(.structures must be a non-empty list of {"begin", "schema", "end"} )"
+                    "objects, got []");
+  EXPECT_EQ(error(with(ok, R"("<")")),
+            field + R"(.triggers must be a non-empty list of strings, got "<")");
+  EXPECT_EQ(error(with(ok, R"(["<f", ""])")),
+            field + R"(.triggers[1] must be a non-empty string, got "")");
+  EXPECT_EQ(error(with("[3]", R"(["<"])")),
+            field + R"(.structures[0] must be an object {"begin", "schema", "end"}, got 3)");
+  EXPECT_EQ(error(with(R"([{"schema": {}, "end": "</f>"}])", R"(["<"])")),
+            field + ".structures[0] needs 'begin' (a string)");
+  EXPECT_EQ(error(with(R"([{"begin": "<f>", "schema": {}, "end": 1}])", R"(["<"])")),
+            field + ".structures[0].end must be a string, got 1");
+  EXPECT_EQ(error(with(R"([{"begin": "<f>", "end": "</f>"}])", R"(["<"])")),
+            field + ".structures[0] needs 'schema' (a JSON schema object)");
+  EXPECT_EQ(error(with(R"([{"begin": "<f>", "schema": "x", "end": "</f>"}])", R"(["<"])")),
+            field + R"(.structures[0].schema must be a JSON schema (an object), got "x")");
+  EXPECT_EQ(error(with(ok, R"(["<f", "["])")),
+            field + R"(.triggers[1] "[" starts no begin (each trigger must be a prefix of some )"
+                    "begin)");
+  EXPECT_EQ(error(with(ok, R"(["["])")),
+            field + R"(.structures[0].begin "<f>" starts with no trigger (it must start with )"
+                    "exactly one of " + field + ".triggers)");
+  EXPECT_THAT(error(with(ok, R"(["<", "<f"])")), HasSubstr("starts with more than one trigger"));
+  EXPECT_THAT(error(StrCat(R"({"format": {}, "structures": )", ok, R"(, "triggers": ["<"]})")),
+              HasSubstr(field + ": give either 'format'"));
+  EXPECT_EQ(error(R"({"type": "json", "format": {}})"),
+            field + R"(.type must be "structural_tag", got "json")");
+  EXPECT_EQ(error(R"({"format": "x"})"), field + R"(.format must be an object, got "x")");
+  EXPECT_EQ(error(5), field + " must be a structural tag (an object), got 5");
+  // XGrammar's format: a trigger no tag begins with, however deep, is named where it is.
+  EXPECT_EQ(error(R"({"format": {"type": "sequence", "elements": [{"type": "const_string",
+      "value": "a"}, {"type": "triggered_tags", "triggers": ["<a", "["], "tags": [
+      {"begin": "<a>", "content": {"type": "any_text"}, "end": "</a>"}]}]}})"),
+            field + R"(.format.elements[1].triggers[1] "[" starts no begin (each trigger must be )"
+                    "a prefix of some begin)");
+  // Text the request's depth check cannot see into.
+  EXPECT_EQ(error(std::string(100000, '[') + std::string(100000, ']')),
+            StrCat(field, " nests deeper than ", kMaxJsonDepth, " levels"));
 }
 
 }  // namespace

@@ -93,7 +93,12 @@ class StructuredOutputsParams:
     - `regex`: a regular expression the whole output matches;
     - `choice`: the output is exactly one of these strings;
     - `grammar`: an EBNF grammar (XGrammar's, from rule `root`);
-    - `json_object=True`: any JSON object.
+    - `json_object=True`: any JSON object;
+    - `structural_tag`: a structural tag as JSON text (vLLM's form): the output is free text except
+      between trigger strings, where it must fit the tag (e.g. a tool call's JSON between
+      `<function=f>` and `</function>`). Either vLLM's legacy
+      `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}` or XGrammar's
+      `{"type": "structural_tag", "format": {...}}`.
 
     The grammar masks each draw (XGrammar); the sample ends when the grammar is complete.
     Needs the model's tokenizer, and XGrammar: the module `make build` makes has it, a
@@ -111,6 +116,7 @@ class StructuredOutputsParams:
     choice: Optional[list[str]] = None
     grammar: Optional[str] = None
     json_object: Optional[bool] = None
+    structural_tag: Optional[str] = None
     disable_any_whitespace: bool = False
     disable_additional_properties: bool = False
     disable_fallback: bool = False
@@ -119,11 +125,13 @@ class StructuredOutputsParams:
         given = [name for name, value in self._constraints().items() if value is not None]
         if len(given) != 1:
             raise ValueError("StructuredOutputsParams: give exactly one of json, regex, choice, "
-                             f"grammar or json_object=True (got {', '.join(given) or 'none'})")
+                             "grammar, json_object=True or structural_tag "
+                             f"(got {', '.join(given) or 'none'})")
 
     def _constraints(self) -> dict[str, Any]:
         return {"json": self.json, "regex": self.regex, "choice": self.choice,
-                "grammar": self.grammar, "json_object": self.json_object or None}
+                "grammar": self.grammar, "json_object": self.json_object or None,
+                "structural_tag": self.structural_tag}
 
     def _line(self) -> dict[str, Any]:
         """The request line's `structured_outputs`: the constraint and the options."""
@@ -179,7 +187,8 @@ class SamplingParams:
     logprobs: Optional[int] = None
     """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
     structured_outputs: Optional[StructuredOutputsParams] = None
-    """Constrains the output to JSON, a regex, a choice or a grammar (StructuredOutputsParams)."""
+    """Constrains the output to JSON, a regex, a choice, a grammar or a structural tag
+    (StructuredOutputsParams)."""
     prompt_logprobs: Optional[int] = None
     """None: none; 0: each prompt token's logprob; k (at most 20): and the k most likely tokens'
     at its position (`RequestOutput.prompt_logprobs`). A request asking for them computes its
