@@ -1,5 +1,5 @@
 """Structured output on a thinking model (`--reasoning-parser`), as vLLM: the grammar (a choice,
-response_format, a forced tool call) applies only after the reasoning's end token, so the model
+response_format, a structural tag, a forced tool call) applies only after the reasoning's end token, so the model
 thinks freely, the reasoning goes to reasoning_content and the constrained answer to content (or
 the tool call), streamed and not. A prompt that closed the reasoning (Qwen3's enable_thinking=false
 writes <think></think>) is constrained from its first token; an output that never ends its
@@ -15,6 +15,7 @@ what follows."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -177,6 +178,22 @@ def test_json_schema_after_the_reasoning(r1_server, biased, stream):
                                          max_completion_tokens=32, **args)
     assert (reasoning, finish) == (thought, "stop")
     assert isinstance(json.loads(content)["ok"], bool)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_structural_tag_after_the_reasoning(r1_server, biased, stream):
+    args = dict(biased)
+    thought = args.pop("thought")
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    tag = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<f"], "at_least_one": True, "stop_after_first": True,
+        "tags": [{"begin": "<f>", "end": "</f>", "content": {
+            "type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1}}]}}
+    reasoning, content, finish, _ = chat(r1_server.client(), stream, response_format=tag,
+                                         max_completion_tokens=40, **args)
+    assert (reasoning, finish) == (thought, "stop")
+    tagged = re.fullmatch(r"<f>(.*)</f>", content, re.S)
+    assert tagged and isinstance(json.loads(tagged.group(1))["ok"], bool), content
 
 
 @pytest.mark.parametrize("stream", [False, True])
