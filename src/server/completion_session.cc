@@ -440,6 +440,7 @@ void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
     } else if (call.index >= 0 && static_cast<size_t>(call.index) < c.tool_calls.size()) {
       c.tool_calls[call.index].arguments += call.arguments;
     }
+    if (call.closed) ++c.complete_calls;
   }
 }
 
@@ -459,9 +460,13 @@ void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
   for (LogprobEntry& e : c.logprobs) {
     e.text_offset = std::min(e.text_offset, static_cast<int64_t>(c.text.size()));
   }
-  // A turn that ends by calling tools finishes "tool_calls" (one cut at max_tokens stays
-  // "length").
-  c.finish_reason = reason == "stop" && !c.tool_calls.empty() ? "tool_calls" : reason;
+  // A turn that ends by calling tools finishes "tool_calls", but only when every call is complete
+  // (its end marker came): a call cut by a stop string keeps "stop", as one cut by max_tokens
+  // keeps "length", so that a client does not run a call with half its arguments. (vLLM says
+  // "tool_calls" whenever its parser found a call, however the output ended.)
+  const bool calls_complete =
+      !c.tool_calls.empty() && c.complete_calls == c.tool_calls.size();
+  c.finish_reason = reason == "stop" && calls_complete ? "tool_calls" : reason;
   context_.metrics->CountFinished(c.finish_reason);
   CheckDone();
 }

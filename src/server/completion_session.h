@@ -106,6 +106,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     std::unique_ptr<OutputParser> parser;
     std::string reasoning;
     std::vector<ToolCallOutput> tool_calls;
+    size_t complete_calls = 0;  // Calls whose parser saw them close (ToolCallDelta::closed).
     // Streams: how many calls went out (id and name), and how much of each one's arguments.
     size_t sent_calls = 0;
     std::vector<size_t> sent_arguments;

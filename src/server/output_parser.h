@@ -20,12 +20,16 @@ namespace latent::server {
 
 // The new part of one tool call: a call's first delta carries its id and name (and maybe the
 // start of its arguments); later ones carry only more of the arguments' JSON text, so the
-// arguments are the concatenation of every delta's `arguments` for that index.
+// arguments are the concatenation of every delta's `arguments` for that index. The delta that
+// completes a call says so (`closed`): its end marker came, or (forced calls) its JSON closed. A
+// call cut short (by max_tokens, a stop string, or markup that stops parsing) never closes, and
+// a choice with such a call does not finish "tool_calls" (CompletionSession::EndChoice).
 struct ToolCallDelta {
   int32_t index = 0;      // The call's position in the choice's tool_calls.
   std::string id;         // Only in the call's first delta.
   std::string name;       // Only in the call's first delta.
   std::string arguments;  // More of the arguments' JSON text.
+  bool closed = false;    // The call is complete with this delta.
 };
 
 struct ParsedDelta {
@@ -43,6 +47,7 @@ struct ParsedDelta {
   void AppendToolCall(const ToolCallDelta& call) {
     if (!tool_calls.empty() && tool_calls.back().index == call.index && call.id.empty()) {
       tool_calls.back().arguments += call.arguments;
+      tool_calls.back().closed = tool_calls.back().closed || call.closed;
     } else {
       tool_calls.push_back(call);
     }

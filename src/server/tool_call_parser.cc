@@ -190,13 +190,14 @@ void ToolCallParser::AddArgument(const std::string& key, const std::string& json
   AddArgumentText((arguments_started_ ? ", " : "{") + PythonJsonDumps(key) + ": " + json_value);
 }
 
-void ToolCallParser::EndCall() {
+void ToolCallParser::CloseCall(bool complete) {
   if (!call_open_) return;
   if (!arguments_started_) {
     AddArgumentText("{}");
   } else if (key_value_) {
     AddArgumentText("}");
   }
+  if (complete) out_->AppendToolCall({calls_ - 1, "", "", "", /*closed=*/true});
   call_open_ = false;
   Commit();
 }
@@ -255,7 +256,7 @@ void ToolCallParser::Run() {
         continue;
       case Step::kMalformed: {
         const std::string rest = pending_raw_ + buf_;
-        EndCall();
+        CloseCall(/*complete=*/false);
         Commit();
         buf_.clear();
         in_section_ = false;
@@ -282,7 +283,7 @@ ParsedDelta ToolCallParser::Finish() {
   if (in_section_) {
     // The output ended inside the markup: an open call stays; unparsed text is content.
     const std::string rest = pending_raw_ + buf_;
-    EndCall();
+    CloseCall(/*complete=*/false);
     Commit();
     buf_.clear();
     in_section_ = false;

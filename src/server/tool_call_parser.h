@@ -23,8 +23,9 @@
 //
 // Whitespace between the content and the markup, between calls and after them is dropped.
 // Markup that does not parse falls back to content: from where it stops parsing, the rest of the
-// output is content (a call whose name was already out stays, closed as it stands). An output
-// that ends inside a call keeps the call with the arguments so far.
+// output is content (a call whose name was already out stays as it stands). An output that ends
+// inside a call keeps the call with the arguments so far. Either such call is not complete
+// (ToolCallDelta::closed): only a call whose end marker came is.
 #pragma once
 
 #include <cstdint>
@@ -92,8 +93,9 @@ class ToolCallParser : public OutputParser {
   void StartCall(std::string id, std::string name);
   // Key/value arguments: one more, its value as JSON text.
   void AddArgument(const std::string& key, const std::string& json_value);
-  // Closes the open call ("{}" when it got no arguments).
-  void EndCall();
+  // Closes the open call ("{}" when it got no arguments): its end marker came, so it is complete
+  // (ToolCallDelta::closed).
+  void EndCall() { CloseCall(/*complete=*/true); }
   const std::string& current_call_name() const { return call_name_; }
   // A function name as the markup may carry it: not empty, no whitespace or angle brackets.
   static bool ValidName(std::string_view name);
@@ -105,6 +107,9 @@ class ToolCallParser : public OutputParser {
   void Commit() { pending_raw_.clear(); }
   void EmitContent(std::string_view text);
   void AddArgumentText(const std::string& text);
+  // Closes the open call; `complete`: its end marker came (else the output or the markup stopped
+  // inside it, and the call stays as it stands, not complete).
+  void CloseCall(bool complete);
   void Run();
 
   const std::vector<std::string> section_begins_;

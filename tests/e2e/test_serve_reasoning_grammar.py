@@ -307,7 +307,8 @@ def test_closed_prompt_is_constrained_at_once_under_deepseek_r1(r1_server, strea
 
 def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tmp_path):
     # --debug-replay (no sampling, no grammar): the parsers alone. The reasoning goes to
-    # reasoning_content and the JSON after </think> is the forced call's arguments.
+    # reasoning_content and the JSON after </think> is the forced call's arguments (in
+    # json.dumps's spacing, as every parser writes them).
     text = "<think>Let me see.</think>" + '{"ok":true}'
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps({"ids": tokenizer.encode(text, add_special_tokens=False).ids}))
@@ -319,7 +320,7 @@ def test_replayed_reasoning_then_forced_call_is_split(qwen3_model, tokenizer, tm
             reasoning, content, _, calls = chat(
                 srv.client(), stream, tools=tools, max_completion_tokens=32,
                 tool_choice={"type": "function", "function": {"name": "answer"}})
-            assert (reasoning, calls) == ("Let me see.", [("answer", '{"ok":true}')]), stream
+            assert (reasoning, calls) == ("Let me see.", [("answer", '{"ok": true}')]), stream
             assert not content
     finally:
         assert srv.stop() == 0, srv.log()

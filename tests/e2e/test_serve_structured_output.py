@@ -404,3 +404,66 @@ def test_forced_tool_choice_with_response_format_is_refused(server):
             model=MODEL_NAME, messages=MESSAGES, max_tokens=8, tools=TOOLS, tool_choice="required",
             response_format={"type": "json_object"})
     assert "cannot be combined with tool_choice" in str(e.value)
+
+
+def assemble(chunks):
+    """A streamed choice's calls [name, arguments, deltas] and its finish reason."""
+    calls, finish = [], None
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        assert not choice.delta.content
+        for d in choice.delta.tool_calls or []:
+            if d.id:
+                assert d.index == len(calls) and d.function.name, d
+                calls.append([d.function.name, "", 0])
+            calls[d.index][1] += d.function.arguments or ""
+            calls[d.index][2] += 1
+        finish = choice.finish_reason or finish
+    return calls, finish
+
+
+def test_required_tool_choice_streams_and_keeps_calls_cut_short(server, chat_model):
+    """tool_choice "required" behaves as a named one: its calls stream as the array forms, in
+    json.dumps's spacing ({"a": 1}, as every parser writes them; the grammar's JSON is compact),
+    and an output cut by max_tokens keeps its calls as tool_calls (the last one with the
+    arguments so far), finishing "length", not as content."""
+    from tokenizers import Tokenizer
+
+    client = server.client(timeout=300)
+    base = dict(model=MODEL_NAME, messages=MESSAGES, temperature=0.0, tools=TOOLS,
+                tool_choice="required")
+    whole = client.chat.completions.create(max_tokens=160, extra_body={"return_token_ids": True},
+                                           **base).choices[0]
+    assert whole.finish_reason == "tool_calls"
+    calls = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    for _, arguments in calls:
+        assert arguments == json.dumps(json.loads(arguments), ensure_ascii=False)
+    streamed, finish = assemble(client.chat.completions.create(max_tokens=160, stream=True,
+                                                               **base))
+    assert finish == "tool_calls"
+    assert [(name, arguments) for name, arguments, _ in streamed] == calls
+    assert streamed[0][2] > 1, "the first call's arguments came in pieces"
+    named = client.chat.completions.create(
+        max_tokens=160, **dict(base, tool_choice={"type": "function",
+                                                  "function": {"name": "get_weather"}}))
+    arguments = named.choices[0].message.tool_calls[0].function.arguments
+    assert arguments == json.dumps(json.loads(arguments), ensure_ascii=False)
+
+    # Cut by max_tokens two tokens into the first call's parameters (greedy: the same tokens).
+    tokenizer = Tokenizer.from_file(str(chat_model / "tokenizer.json"))
+    ids = whole.model_extra["token_ids"]
+    begun = next(k for k in range(len(ids))
+                 if '"parameters":{' in tokenizer.decode(ids[:k], skip_special_tokens=False))
+    cut = client.chat.completions.create(max_tokens=begun + 2, **base).choices[0]
+    assert cut.finish_reason == "length"
+    assert cut.message.content is None
+    (call,) = cut.message.tool_calls
+    assert call.function.name == calls[0][0] and call.id.startswith("call_")
+    assert calls[0][1].startswith(call.function.arguments) and call.function.arguments
+    assert call.function.arguments != calls[0][1]
+    streamed_cut, finish = assemble(client.chat.completions.create(
+        max_tokens=begun + 2, stream=True, **base))
+    assert finish == "length"
+    assert [(n, a) for n, a, _ in streamed_cut] == [(call.function.name, call.function.arguments)]

@@ -399,3 +399,26 @@ def test_unknown_parser_is_refused_before_loading(chat_model):
                          timeout=60)
     assert bad.returncode != 0 and "unknown parser 'hermes'" in bad.stderr, bad.stderr
     assert "deepseek_v32 (DSML)" in bad.stderr
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3"], indirect=True)
+def test_call_cut_short_does_not_finish_tool_calls(family, tokenizer):
+    """finish_reason "tool_calls" says every call is complete (its end marker came): a call cut by
+    a stop string finishes "stop", as one cut by max_tokens finishes "length", streamed and not,
+    keeping the arguments so far; a stop string after a complete call still gives "tool_calls"."""
+    _, srv, _ = family
+    pieces = FAMILIES["deepseek_v3"][2]
+    cut_args = '{"city": "Paris", "days": 3'  # V3 closes its arguments with "}\n```".
+    max_tokens = sum(len(tokenizer.encode(p, add_special_tokens=False).ids) for p in pieces[:2])
+    cases = [({"stop": ["}\n```"]}, "stop", [("get_weather", cut_args)]),
+             ({"max_completion_tokens": max_tokens}, "length",
+              [("get_weather", '{"city": "Paris",')]),
+             ({"stop": ["search"]}, "tool_calls", [("get_weather", cut_args + "}")])]
+    for kwargs, finish, calls in cases:
+        resp = create(srv, False, **kwargs).choices[0]
+        assert resp.finish_reason == finish, kwargs
+        assert [(c.function.name, c.function.arguments) for c in resp.message.tool_calls] == \
+            calls, kwargs
+        _, _, s_calls, s_finish, _ = streamed(srv, **kwargs)
+        assert s_finish == finish, kwargs
+        assert [c[1:] for c in s_calls] == calls, kwargs

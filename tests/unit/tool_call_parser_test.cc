@@ -18,7 +18,10 @@ using OrderedJson = nlohmann::ordered_json;
 
 struct Call {
   std::string id, name, arguments;
-  bool operator==(const Call& o) const { return name == o.name && arguments == o.arguments; }
+  bool closed = false;  // A delta said the call is complete.
+  bool operator==(const Call& o) const {
+    return name == o.name && arguments == o.arguments && closed == o.closed;
+  }
 };
 
 // What a client assembles from the deltas: content, reasoning and the calls by index.
@@ -36,10 +39,12 @@ struct Assembled {
       if (!c.id.empty()) {
         ASSERT_EQ(static_cast<size_t>(c.index), calls.size()) << "calls open in order";
         ASSERT_FALSE(c.name.empty());
-        calls.push_back({c.id, c.name, c.arguments});
+        calls.push_back({c.id, c.name, c.arguments, c.closed});
       } else {
         ASSERT_LT(static_cast<size_t>(c.index), calls.size()) << "arguments of an unknown call";
+        ASSERT_FALSE(calls[c.index].closed) << "more of a complete call";
         calls[c.index].arguments += c.arguments;
+        calls[c.index].closed = c.closed;
       }
     }
   }
@@ -64,6 +69,14 @@ Assembled Feed(const std::string& parser, const std::vector<std::string>& pieces
 }
 
 Assembled Whole(const std::string& parser, const std::string& text) { return Feed(parser, {text}); }
+
+Assembled Forced(const ToolChoice& choice, const std::vector<std::string>& pieces) {
+  std::unique_ptr<OutputParser> p = MakeForcedToolCallParser(choice);
+  Assembled a;
+  for (const std::string& piece : pieces) a.Add(p->Push(piece));
+  a.Add(p->Finish());
+  return a;
+}
 
 // The text cut into two pieces at `cut`.
 std::vector<std::string> CutAt(const std::string& text, size_t cut) {
@@ -194,6 +207,90 @@ TEST(ToolCallParserTest, ForcedCallWithoutTextIsNoCall) {
   }
 }
 
+// The grammar's compact JSON comes out in json.dumps's spacing, as the markup parsers' arguments
+// do, streamed as it comes (every split gives the same calls), complete once the JSON closed.
+TEST(ToolCallParserTest, ForcedCallsStreamInPythonSpacing) {
+  const ToolChoice named{ToolChoice::Mode::kFunction, "get_weather"};
+  const std::string args = R"({"city":"Pa, \"ris\": {x}","days":[1,{"a":null}]})";
+  const std::string spaced = R"({"city": "Pa, \"ris\": {x}", "days": [1, {"a": null}]})";
+  const ToolChoice required{ToolChoice::Mode::kRequired, ""};
+  const std::string array = R"([{"name":"get_weather","parameters":)" + args +
+                            R"(},{"name":"search","parameters":{}}])";
+  for (size_t cut = 0; cut <= array.size(); ++cut) {
+    const Assembled n = Forced(named, CutAt(args, std::min(cut, args.size())));
+    ASSERT_EQ(n.calls.size(), 1u) << cut;
+    EXPECT_EQ(n.calls[0].name, "get_weather");
+    EXPECT_EQ(n.calls[0].arguments, spaced) << cut;
+    EXPECT_TRUE(n.calls[0].closed) << cut;
+    EXPECT_EQ(n.content, "");
+    const Assembled r = Forced(required, CutAt(array, cut));
+    ASSERT_EQ(r.calls.size(), 2u) << cut;
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    EXPECT_EQ(r.calls[0].arguments, spaced) << cut;
+    EXPECT_EQ(r.calls[1].name, "search");
+    EXPECT_EQ(r.calls[1].arguments, "{}");
+    EXPECT_TRUE(r.calls[0].closed && r.calls[1].closed) << cut;
+    EXPECT_EQ(r.content, "") << cut;
+  }
+  // "required" streams: the first call's id, name and the start of its parameters go out before
+  // the array ends.
+  std::unique_ptr<OutputParser> p = MakeForcedToolCallParser(required);
+  const ParsedDelta first = p->Push(R"([{"name":"search","parameters":{"query":"to)");
+  ASSERT_EQ(first.tool_calls.size(), 1u);
+  EXPECT_EQ(first.tool_calls[0].name, "search");
+  EXPECT_FALSE(first.tool_calls[0].id.empty());
+  EXPECT_EQ(first.tool_calls[0].arguments, R"({"query": "to)");
+  EXPECT_FALSE(first.tool_calls[0].closed);
+}
+
+// An output cut short (max_tokens, a stop string) keeps its calls as tool calls, the last one
+// with the arguments so far and not complete, "required" as named; not content.
+TEST(ToolCallParserTest, ForcedCallsCutShort) {
+  const Assembled named = Forced({ToolChoice::Mode::kFunction, "search"}, {R"({"query":"a)"});
+  ASSERT_EQ(named.calls.size(), 1u);
+  EXPECT_EQ(named.calls[0].arguments, R"({"query": "a)");
+  EXPECT_FALSE(named.calls[0].closed);
+  const ToolChoice required{ToolChoice::Mode::kRequired, ""};
+  const Assembled r = Forced(
+      required, {R"([{"name":"search","parameters":{"query":"a"}},{"name":"get_weather",)",
+                 R"("parameters":{"city":"Os)"});
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_TRUE(r.calls[0].closed);
+  EXPECT_EQ(r.calls[1].name, "get_weather");
+  EXPECT_EQ(r.calls[1].arguments, R"({"city": "Os)");
+  EXPECT_FALSE(r.calls[1].closed);
+  EXPECT_EQ(r.content, "");
+  // Cut before a call's parameters began: no call for it, and no content.
+  const Assembled early = Forced(required, {R"([{"name":"sea)"});
+  EXPECT_TRUE(early.calls.empty());
+  EXPECT_EQ(early.content, "");
+  // The parameters' end at the array's end, with the element's "}" cut: not complete.
+  const Assembled open = Forced(required, {R"([{"name":"search","parameters":{})"});
+  ASSERT_EQ(open.calls.size(), 1u);
+  EXPECT_EQ(open.calls[0].arguments, "{}");
+  EXPECT_FALSE(open.calls[0].closed);
+}
+
+// Text that is not the forced JSON (no grammar allows it) is content: all of it before any call
+// went out, else from where it stops fitting; the open call stays, not complete.
+TEST(ToolCallParserTest, ForcedOutputThatDoesNotFitIsContent) {
+  const ToolChoice required{ToolChoice::Mode::kRequired, ""};
+  for (const std::string text : {"I will not call.", "[]x", R"([{"name":1,"parameters":{}}])",
+                                 R"([{"name":"a"} oops)"}) {
+    const Assembled a = Forced(required, Bytes(text));
+    EXPECT_TRUE(a.calls.empty()) << text;
+    EXPECT_EQ(a.content, text) << text;
+  }
+  const Assembled a = Forced(required, {R"([{"name":"a","parameters":{"k":1} x}])"});
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].arguments, R"({"k": 1})");
+  EXPECT_FALSE(a.calls[0].closed);
+  EXPECT_EQ(a.content, "x}]");
+  const Assembled named = Forced({ToolChoice::Mode::kFunction, "a"}, {R"({"k":1} x)"});
+  ASSERT_EQ(named.calls.size(), 1u);
+  EXPECT_FALSE(named.calls[0].closed);
+}
+
 // A value the model nests far deeper than a request may (kMaxJsonDepth) stays text: parsing it
 // and writing it back would recurse once per level, past the stack.
 TEST(ToolCallParserTest, DeeplyNestedValuesStayText) {
@@ -203,14 +300,15 @@ TEST(ToolCallParserTest, DeeplyNestedValuesStayText) {
                          "</arg_value></tool_call>");
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].arguments, "{\"filters\": \"" + deep + "\"}");
-  // tool_choice "required": an output that deep is no call, only content.
-  std::unique_ptr<OutputParser> required =
-      MakeForcedToolCallParser({ToolChoice::Mode::kRequired, ""});
-  const std::string output = "[{\"name\": \"search\", \"parameters\": {\"q\": " + deep + "}}]";
-  EXPECT_TRUE(required->Push(output).tool_calls.empty());
-  const ParsedDelta end = required->Finish();
-  EXPECT_TRUE(end.tool_calls.empty());
-  EXPECT_EQ(end.content, output);
+  // tool_choice "required" reads its array with a depth counter, never parsing the parameters:
+  // as deep as it comes, they are the call's arguments text.
+  const Assembled r =
+      Forced({ToolChoice::Mode::kRequired, ""},
+             {"[{\"name\":\"search\",\"parameters\":{\"q\":" + deep + "}}]"});
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{\"q\": " + deep + "}");
+  EXPECT_TRUE(r.calls[0].closed);
+  EXPECT_EQ(r.content, "");
 }
 
 const std::string kDsml =
@@ -283,6 +381,7 @@ TEST(ToolCallParserTest, MalformedMarkupFallsBackToContent) {
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].arguments, "{\"city\": \"Oslo\"}");
   EXPECT_EQ(a.content, "junk</tool_call>");
+  EXPECT_FALSE(a.calls[0].closed) << "its end marker never came";
   // Later markup is not parsed any more.
   const Assembled b = Whole("deepseek_v31", bad_v31 + kV31);
   EXPECT_TRUE(b.calls.empty());
@@ -293,6 +392,34 @@ TEST(ToolCallParserTest, MalformedMarkupFallsBackToContent) {
   ExpectSplitInvariant("glm45", bad_name);
 }
 
+// A call is complete once its end marker came, in every family, however the text is split; a
+// call whose arguments were cut (here as a stop string "}\n```" cuts V3's) is not: the choice
+// must not finish "tool_calls" on it.
+TEST(ToolCallParserTest, CallsCompleteAtTheirEndMarker) {
+  const std::map<std::string, std::string> outputs = {
+      {"deepseek_v31", kV31},
+      {"deepseek_v32", kDsml},
+      {"deepseek_v3",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+       "{\"city\": \"Paris\", \"n\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {"kimi_k2",
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+       "<|tool_call_argument_begin|>{\"query\": \"x\"}<|tool_call_end|>"},
+      {"glm45", "<tool_call>search\n<arg_key>query</arg_key><arg_value>x</arg_value></tool_call>"},
+  };
+  for (const auto& [name, text] : outputs) {
+    const Assembled a = Whole(name, text);
+    ASSERT_FALSE(a.calls.empty()) << name;
+    for (const Call& call : a.calls) EXPECT_TRUE(call.closed) << name << " " << call.name;
+    ExpectSplitInvariant(name, text);
+  }
+  const std::string v3 = outputs.at("deepseek_v3");
+  const Assembled cut = Whole("deepseek_v3", v3.substr(0, v3.find("}\n```")));
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(cut.calls[0].arguments, "{\"city\": \"Paris\", \"n\": 1");
+  EXPECT_FALSE(cut.calls[0].closed);
+}
+
 TEST(ToolCallParserTest, OutputEndingInsideACall) {
   // Cut at max_tokens: the call stays with what came of its arguments.
   const Assembled a = Whole(
@@ -300,12 +427,14 @@ TEST(ToolCallParserTest, OutputEndingInsideACall) {
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].arguments, "{\"ci");
   EXPECT_EQ(a.content, "");
-  // Key/value calls are closed; a half-read argument is content.
+  EXPECT_FALSE(a.calls[0].closed);
+  // Key/value calls are ended; a half-read argument is content.
   const Assembled g =
       Whole("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Os");
   ASSERT_EQ(g.calls.size(), 1u);
   EXPECT_EQ(g.calls[0].arguments, "{}");
   EXPECT_EQ(g.content, "<arg_key>city</arg_key><arg_value>Os");
+  EXPECT_FALSE(g.calls[0].closed);
   // Before any name: the markup is content.
   EXPECT_EQ(Whole("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge").content,
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge");
