@@ -46,6 +46,36 @@ void ParseLongRope(const ConfigReader& rope, ModelConfig& config) {
   if (rope.Has("attention_factor")) config.rope.attention_factor = rope.NumberOr("attention_factor", 1.0);
 }
 
+// A scaled type's `factor`: required (transformers reads rope_parameters["factor"]) and positive.
+double RequiredFactor(const ConfigReader& rope, const std::string& type) {
+  if (!rope.Has("factor")) Fail(rope.source(), ": ", type, " needs 'factor'");
+  const double factor = rope.NumberOr("factor", 1.0);
+  if (!(factor > 0)) Fail(rope.source(), ": ", type, " 'factor' must be positive");
+  return factor;
+}
+
+// Llama 3's frequency-dependent scaling (transformers' _compute_llama3_parameters): its four keys
+// are required there too. high_freq_factor must exceed low_freq_factor, or the interpolation
+// between the two wavelengths divides by zero.
+void ParseLlama3Rope(const ConfigReader& rope, ModelConfig& config) {
+  config.rope.type = RopeType::kLlama3;
+  config.rope.factor = RequiredFactor(rope, "llama3");
+  for (const char* key : {"original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}) {
+    if (!rope.Has(key)) Fail(rope.source(), ": llama3 needs '", key, "'");
+  }
+  config.rope.original_max_position_embeddings = rope.Int("original_max_position_embeddings");
+  if (config.rope.original_max_position_embeddings <= 0) {
+    Fail(rope.source(), ": 'original_max_position_embeddings' must be positive");
+  }
+  config.rope.low_freq_factor = rope.NumberOr("low_freq_factor", 1.0);
+  config.rope.high_freq_factor = rope.NumberOr("high_freq_factor", 4.0);
+  if (!(config.rope.low_freq_factor > 0) ||
+      !(config.rope.high_freq_factor > config.rope.low_freq_factor)) {
+    Fail(rope.source(), ": llama3 needs 0 < low_freq_factor < high_freq_factor, got ",
+         config.rope.low_freq_factor, " and ", config.rope.high_freq_factor);
+  }
+}
+
 void ParseRope(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   // transformers 5 writes `rope_parameters` (with rope_theta inside); older checkpoints write
@@ -87,13 +117,25 @@ void ParseRope(const ConfigReader& top, ModelConfig& config) {
          (*params)["rope_theta"].dump(), " in ", params_name);
   }
   std::string type = rope.StringOr("rope_type", rope.StringOr("type", "default"));
+  // Every type but default scales the softmax by mscale(factor, mscale_all_dim)^2 when set.
+  config.rope.mscale_all_dim = rope.NumberOr("mscale_all_dim", 0.0);
   if (type == "default") {
     config.rope.type = RopeType::kDefault;
+    config.rope.mscale_all_dim = 0.0;
+  } else if (type == "linear") {
+    config.rope.type = RopeType::kLinear;
+    config.rope.factor = RequiredFactor(rope, type);
+  } else if (type == "llama3") {
+    ParseLlama3Rope(rope, config);
+  } else if (type == "dynamic") {
+    // transformers recomputes dynamic NTK frequencies from the longest sequence of each forward
+    // call, so under continuous batching a request's output would depend on what else runs.
+    Fail(rope.source(), ": rope_type 'dynamic' is not supported: its frequencies follow the "
+         "longest sequence in each batch, so outputs would depend on the load (supported: default, "
+         "linear, llama3, yarn, longrope)");
   } else if (type == "yarn") {
     config.rope.type = RopeType::kYarn;
-    if (!rope.Has("factor")) Fail(rope.source(), ": yarn needs 'factor'");
-    config.rope.factor = rope.NumberOr("factor", 1.0);
-    if (!(config.rope.factor > 0)) Fail(rope.source(), ": yarn 'factor' must be positive");
+    config.rope.factor = RequiredFactor(rope, type);
     config.rope.original_max_position_embeddings =
         rope.IntOr("original_max_position_embeddings", config.max_position_embeddings);
     if (config.rope.original_max_position_embeddings <= 0) {
@@ -105,13 +147,13 @@ void ParseRope(const ConfigReader& top, ModelConfig& config) {
     config.rope.beta_slow = rope.NumberOr("beta_slow", 0.0);
     if (config.rope.beta_slow == 0) config.rope.beta_slow = 1.0;
     config.rope.mscale = rope.NumberOr("mscale", 0.0);
-    config.rope.mscale_all_dim = rope.NumberOr("mscale_all_dim", 0.0);
     if (rope.Has("attention_factor")) config.rope.attention_factor = rope.NumberOr("attention_factor", 1.0);
     config.rope.truncate = rope.BoolOr("truncate", true);
   } else if (type == "longrope") {
     ParseLongRope(rope, config);
   } else {
-    Fail(rope.source(), ": unsupported rope_type '", type, "' (supported: default, yarn, longrope)");
+    Fail(rope.source(), ": unsupported rope_type '", type,
+         "' (supported: default, linear, llama3, yarn, longrope)");
   }
 }
 

@@ -40,6 +40,32 @@ void LongRope(const RopeConfig& y, const std::vector<float>& pos_freqs, Rope& ro
   }
 }
 
+// transformers' _compute_llama3_parameters, in f32 as its torch ops: a frequency whose
+// wavelength is longer than original / low_freq_factor is divided by `factor`, one shorter than
+// original / high_freq_factor kept, and one between them interpolated by how many turns it
+// makes over the original context.
+void Llama3(const RopeConfig& y, const std::vector<float>& pos_freqs, Rope& rope) {
+  const float factor = static_cast<float>(y.factor);
+  const float low = static_cast<float>(y.low_freq_factor);
+  const float width = static_cast<float>(y.high_freq_factor - y.low_freq_factor);  // in double
+  const float original = static_cast<float>(y.original_max_position_embeddings);
+  const double context = static_cast<double>(y.original_max_position_embeddings);
+  const float low_freq_wavelen = static_cast<float>(context / y.low_freq_factor);
+  const float high_freq_wavelen = static_cast<float>(context / y.high_freq_factor);
+  for (size_t i = 0; i < pos_freqs.size(); ++i) {
+    const float inv_freq = 1.0f / pos_freqs[i];
+    const float wavelen = static_cast<float>(2 * M_PI) / inv_freq;
+    if (wavelen > low_freq_wavelen) {
+      rope.inv_freq[i] = inv_freq / factor;
+    } else if (wavelen < high_freq_wavelen) {
+      rope.inv_freq[i] = inv_freq;
+    } else {
+      const float smooth = (original / wavelen - low) / width;
+      rope.inv_freq[i] = (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
+    }
+  }
+}
+
 }  // namespace
 
 Rope Rope::FromConfig(const RopeConfig& y, int64_t rope_dim, int64_t qk_head_dim,
@@ -59,6 +85,12 @@ Rope Rope::FromConfig(const RopeConfig& y, int64_t rope_dim, int64_t qk_head_dim
   double softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
   if (y.type == RopeType::kDefault) {
     for (int64_t i = 0; i < half; ++i) rope.inv_freq[i] = 1.0f / pos_freqs[i];
+  } else if (y.type == RopeType::kLinear) {
+    // transformers divides the default frequencies by the factor (in f32).
+    const float factor = static_cast<float>(y.factor);
+    for (int64_t i = 0; i < half; ++i) rope.inv_freq[i] = 1.0f / pos_freqs[i] / factor;
+  } else if (y.type == RopeType::kLlama3) {
+    Llama3(y, pos_freqs, rope);
   } else if (y.type == RopeType::kLongRope) {
     LongRope(y, pos_freqs, rope);
   } else {
@@ -91,10 +123,11 @@ Rope Rope::FromConfig(const RopeConfig& y, int64_t rope_dim, int64_t qk_head_dim
     } else {
       rope.attention_factor = static_cast<float>(YarnMscale(y.factor, 1.0));
     }
-    if (y.mscale_all_dim != 0) {
-      const double m = YarnMscale(y.factor, y.mscale_all_dim);
-      softmax_scale *= m * m;
-    }
+  }
+  // The MLA families' yarn_apply_mscale: any type but default, not only YaRN.
+  if (y.type != RopeType::kDefault && y.mscale_all_dim != 0) {
+    const double m = YarnMscale(y.factor, y.mscale_all_dim);
+    softmax_scale *= m * m;
   }
   rope.softmax_scale = static_cast<float>(softmax_scale);
   return rope;

@@ -7,19 +7,27 @@
 
 namespace latent::ops {
 
-enum class RopeType : uint8_t { kDefault, kYarn, kLongRope };
+enum class RopeType : uint8_t { kDefault, kLinear, kLlama3, kYarn, kLongRope };
 
 struct RopeConfig {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;
-  // YaRN (type == kYarn):
+  // Every type but kDefault: `factor` (linear: every frequency divided by it; llama3: the
+  // low frequencies; YaRN and LongRoPE below), and mscale_all_dim below.
   double factor = 1.0;
+  // YaRN, LongRoPE and llama3: the context the model was trained on.
   int64_t original_max_position_embeddings = 0;
+  // llama3: frequencies whose wavelength exceeds original / low_freq_factor are divided by
+  // `factor`, those below original / high_freq_factor kept, those between interpolated.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  // YaRN (type == kYarn):
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  // 0 means absent, as transformers reads a missing or zero value: with both set, cos/sin are
-  // scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim); with mscale_all_dim set,
-  // the softmax scale is multiplied by mscale(factor, mscale_all_dim)^2.
+  // 0 means absent, as transformers reads a missing or zero value: with both set, YaRN's cos/sin
+  // are scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim); with mscale_all_dim
+  // set, every type but kDefault multiplies the softmax scale by mscale(factor, mscale_all_dim)^2
+  // (the MLA families' yarn_apply_mscale tests the type, not yarn).
   double mscale = 0.0;
   double mscale_all_dim = 0.0;
   std::optional<double> attention_factor;      // Overrides the cos/sin factor when set.

@@ -19,6 +19,15 @@ CASES = [
     # Prompt longer than original_max_position_embeddings (64) so YaRN's ramp matters.
     ("v3_noaux_yarn_interleave", "deepseek_v3", (), None, 100),
     ("v3_no_interleave", "deepseek_v3_no_interleave", (), None, 24),
+    # Linear scaling, with mscale_all_dim: the softmax scale takes mscale^2 for any type but
+    # default, as the families' yarn_apply_mscale does.
+    ("v3_rope_linear", "deepseek_v3", (), {"rope_parameters": {
+        "rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0, "mscale_all_dim": 0.707}}, 100),
+    # Llama 3 scaling over 64 original positions: the 8 rotary dims' wavelengths (6.3, 63, 628,
+    # 6283) fall below 64 / 4, between it and 64, and above 64: each branch.
+    ("v3_rope_llama3", "deepseek_v3", (), {"rope_parameters": {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64, "rope_theta": 10000.0}}, 100),
     ("kimi_k2", "kimi_k2", (), None, 24),
     ("v3_fp8_blocks", "deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32"), None, 24),
 ]

@@ -182,6 +182,26 @@ TEST(ModelConfigTest, ParsesDeepseekV3) {
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{1});
 }
 
+TEST(ModelConfigTest, ParsesLinearAndLlama3Rope) {
+  Json j = TinyV3();
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4}, {"mscale_all_dim", 0.707}};
+  ModelConfig c = Parse(j.dump());
+  EXPECT_EQ(c.rope.type, RopeType::kLinear);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 0.707);  // Scales the softmax for any scaled type.
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8}, {"low_freq_factor", 1},
+                          {"high_freq_factor", 4}, {"original_max_position_embeddings", 8192}};
+  c = Parse(j.dump());
+  EXPECT_EQ(c.rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+  // The default type has no scaling to take mscale_all_dim from: transformers ignores it there.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"mscale_all_dim", 0.707}};
+  EXPECT_DOUBLE_EQ(Parse(j.dump()).rope.mscale_all_dim, 0.0);
+}
+
 TEST(ModelConfigTest, ParsesTransformers5RopeParameters) {
   ModelConfig c = Parse(kTransformers5);
   EXPECT_EQ(c.rope.type, RopeType::kYarn);
@@ -419,9 +439,21 @@ TEST(ModelConfigTest, RejectsBadRope) {
   EXPECT_CONFIG_ERROR(j, "contradictory rope_theta: 10000 at top level, 50000 in rope_parameters");
   j = TinyV3();
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2}};
-  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'dynamic' (supported: default, yarn, longrope)");
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8}};
-  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'llama3'");
+  EXPECT_CONFIG_ERROR(j, "rope_type 'dynamic' is not supported: its frequencies follow the longest "
+                         "sequence in each batch, so outputs would depend on the load");
+  j["rope_scaling"] = {{"type", "su"}, {"factor", 2}};
+  EXPECT_CONFIG_ERROR(j, "unsupported rope_type 'su' (supported: default, linear, llama3, yarn, "
+                         "longrope)");
+  j["rope_scaling"] = {{"type", "linear"}};
+  EXPECT_CONFIG_ERROR(j, "config.json rope_scaling: linear needs 'factor'");
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", -2}};
+  EXPECT_CONFIG_ERROR(j, "linear 'factor' must be positive");
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8}, {"low_freq_factor", 1},
+                       {"high_freq_factor", 4}};
+  EXPECT_CONFIG_ERROR(j, "llama3 needs 'original_max_position_embeddings'");
+  j["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  j["rope_scaling"]["high_freq_factor"] = 1;
+  EXPECT_CONFIG_ERROR(j, "llama3 needs 0 < low_freq_factor < high_freq_factor, got 1 and 1");
   j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};
   EXPECT_CONFIG_ERROR(j, "config.json rope_scaling: yarn needs 'factor'");
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 0}};
