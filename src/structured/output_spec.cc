@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "structured/echo.h"
+#include "structured/lark_grammar.h"
 #include "structured/structural_tag.h"
 
 namespace latent::structured {
@@ -66,6 +67,7 @@ OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
       choose(key, OutputSpec::Kind::kGrammar);
       spec.text = String(v, key);
       if (spec.text.empty()) Fail("structured_outputs.grammar is empty");
+      if (GrammarIsLikelyLark(spec.text)) spec.text = LarkToEbnf(spec.text);  // as vLLM does
     } else if (key == "choice") {
       choose(key, OutputSpec::Kind::kChoice);
       if (!v.is_array() || v.empty()) {

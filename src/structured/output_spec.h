@@ -20,7 +20,8 @@ struct OutputSpec {
   nlohmann::ordered_json schema;     // kJsonSchema: its keys in the request's order (they order
                                      // the generated object's properties). kStructuralTag:
                                      // XGrammar's structural tag (structural_tag.h).
-  std::string text;                  // kRegex: the pattern; kGrammar: the EBNF grammar.
+  std::string text;                  // kRegex: the pattern; kGrammar: the EBNF grammar (a Lark
+                                     // one converted: structured/lark_grammar.h).
   std::vector<std::string> choices;  // kChoice: the output is exactly one of them.
 
   bool active() const { return kind != Kind::kNone; }
@@ -28,7 +29,7 @@ struct OutputSpec {
 
 // vLLM's structured_outputs: an object with exactly one of "json" (a JSON schema, as an object or
 // as its text), "regex" (a pattern the whole output matches), "choice" (a non-empty list of
-// strings), "grammar" (XGrammar's EBNF, from rule `root`), "json_object": true or
+// strings), "grammar" (XGrammar's EBNF from rule `root`, or Lark), "json_object": true or
 // "structural_tag" (a structural tag as JSON text, as vLLM takes it, or as an object: either form
 // of ParseStructuralTag); null values count as absent. The booleans "disable_any_whitespace",
 // "disable_additional_properties" and "disable_fallback" are accepted and change nothing: latent's

@@ -4,8 +4,8 @@ schema with nested objects, arrays, enums, bounded integers and short strings al
 (`jsonschema`) and end with finish_reason "stop", while seeded unconstrained requests running in
 the same batches give exactly what they give alone; json_object on /v1/completions gives an
 object; a schema the grammar cannot enforce is a 400 naming the keyword. vLLM's structured_outputs
-(choice, regex, EBNF grammar, json, json_object) constrain the same way, and a bad one is a 400
-naming what is wrong. vLLM's structural tags (response_format type structural_tag, in its legacy
+(choice, regex, EBNF or Lark grammar, json, json_object) constrain the same way, and a bad one is a
+400 naming what is wrong. vLLM's structural tags (response_format type structural_tag, in its legacy
 and XGrammar forms, or structured_outputs.structural_tag) leave the text free until a trigger and
 constrain it from there to the tag's end: greedy text without the trigger is what it is without
 the tag; a logit_bias that makes the model write the trigger gets the tag's JSON after it.
@@ -179,6 +179,20 @@ def test_structured_outputs_choice_regex_grammar_and_json(server):
                                        temperature=1.0, seed=6,
                                        extra_body={"structured_outputs": {"grammar": grammar}})
     assert re.fullmatch(r"\[(cat|dog|[0-9])(,(cat|dog|[0-9]))?\]", r.choices[0].message.content), r
+    # The same language written in Lark (vLLM converts it to EBNF): rules from `start`, a `|`
+    # continuation line, an optional, single quotes, a comment and an import from Lark's common.
+    lark = """// a list of one or two items
+start: "[" item ["," item] "]"
+item: 'cat' | "dog"
+    | DIGIT
+%import common.DIGIT"""
+    for seed in (6, 7):
+        r = client.completions.create(model=MODEL_NAME, prompt="List:", max_tokens=30,
+                                      temperature=1.0, seed=seed, n=2,
+                                      extra_body={"structured_outputs": {"grammar": lark}})
+        for c in r.choices:
+            assert re.fullmatch(r"\[(cat|dog|[0-9])(,(cat|dog|[0-9]))?\]", c.text), c
+            assert c.finish_reason == "stop", c
     # A schema, as an object (its properties in its order) and as its text: the same output.
     schema = {"type": "object", "properties": {"z": {"type": "boolean"}, "a": {"enum": [1, 2]}},
               "required": ["z", "a"]}
@@ -213,6 +227,11 @@ def test_bad_structured_outputs_are_refused_by_name(server):
         ("a+", "structured_outputs must be an object"),
         # Compiled, but no output could fit: refused now, not a 500 at the first draw.
         ({"grammar": "root ::= root"}, "structured_outputs: the grammar admits no output"),
+        # Lark grammars: a rule never defined, and no rule at all, named with their line.
+        ({"grammar": "start: colour\ncolor: 'red'"},
+         "structured_outputs.grammar line 1: rule 'colour' is not defined"),
+        ({"grammar": "// nothing here\n%ignore \" \""}, "defines no Lark rule"),
+        ({"grammar": "start: /(?<=a)b/"}, "the grammar cannot be compiled"),
         ({"regex": "[^\\x00-\\U0010FFFF]"}, "structured_outputs: the regex admits no output"),
         # Schema text the body's depth check cannot see into (it overflowed the server's stack).
         ({"json": "[" * 100000 + "]" * 100000}, "structured_outputs.json nests deeper than 64"),

@@ -92,7 +92,8 @@ class StructuredOutputsParams:
       properties in the schema's order and none beyond the schema's;
     - `regex`: a regular expression the whole output matches;
     - `choice`: the output is exactly one of these strings;
-    - `grammar`: an EBNF grammar (XGrammar's, from rule `root`);
+    - `grammar`: an EBNF grammar (XGrammar's, from rule `root`), or, as vLLM takes it, a Lark
+      grammar (no `::=` line; from rule `start`), converted to EBNF;
     - `json_object=True`: any JSON object;
     - `structural_tag`: a structural tag as JSON text (vLLM's form): the output is free text except
       between trigger strings, where it must fit the tag (e.g. a tool call's JSON between
