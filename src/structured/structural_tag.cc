@@ -1,6 +1,10 @@
 #include "structured/structural_tag.h"
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "base/error.h"
@@ -23,21 +27,70 @@ std::string StringMember(const OrderedJson& object, const char* key, const std::
   return v->get<std::string>();
 }
 
-bool StartsWith(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
-}
+// Strings in a trie, so that which of them start a text, and whether a text starts one of them,
+// cost the text's length: comparing every trigger with every begin was quadratic in the list.
+class Trie {
+ public:
+  void Insert(const std::string& text) {
+    size_t node = 0;
+    for (const char c : text) {
+      auto [it, added] = nodes_[node].next.emplace(c, nodes_.size());
+      if (added) nodes_.emplace_back();
+      node = it->second;
+    }
+    ++nodes_[node].ends;
+  }
+  // How many of the strings (repeats counted) are prefixes of `text`, `text` itself included.
+  size_t PrefixesOf(const std::string& text) const {
+    size_t node = 0;
+    size_t count = nodes_[0].ends;
+    for (const char c : text) {
+      const auto it = nodes_[node].next.find(c);
+      if (it == nodes_[node].next.end()) break;
+      node = it->second;
+      count += nodes_[node].ends;
+    }
+    return count;
+  }
+  // Whether `text` is a prefix of some string.
+  bool StartsOne(const std::string& text) const {
+    size_t node = 0;
+    for (const char c : text) {
+      const auto it = nodes_[node].next.find(c);
+      if (it == nodes_[node].next.end()) return false;
+      node = it->second;
+    }
+    return true;
+  }
+
+ private:
+  struct Node {
+    std::map<char, size_t> next;
+    size_t ends = 0;
+  };
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+};
 
 // Each trigger must start some begin: XGrammar refuses a trigger no tag has only with a failed
 // internal check ("new_choice_ids.size() >= 1"), which tells the caller nothing.
 void CheckTriggersStartABegin(const std::vector<std::string>& triggers,
                               const std::vector<std::string>& begins, const std::string& where) {
+  Trie begin_trie;
+  for (const std::string& begin : begins) begin_trie.Insert(begin);
   for (size_t i = 0; i < triggers.size(); ++i) {
-    bool starts = false;
-    for (const std::string& begin : begins) starts = starts || StartsWith(begin, triggers[i]);
-    if (!starts) {
+    if (!begin_trie.StartsOne(triggers[i])) {
       Fail(where, ".triggers[", i, "] ", Echo(triggers[i]),
            " starts no begin (each trigger must be a prefix of some begin)");
     }
+  }
+}
+
+// XGrammar compiles about 400 tags a second, holding a server worker: a list past the cap is
+// refused before anything else is done with it.
+void CheckCount(size_t count, const std::string& where, const char* what) {
+  if (count > kMaxStructuralTagItems) {
+    Fail(where, " holds more than ", kMaxStructuralTagItems, " ", what,
+         ", the most a structural tag may have");
   }
 }
 
@@ -46,7 +99,6 @@ OrderedJson LegacyFormat(const OrderedJson& value, const std::string& field) {
   const OrderedJson* structures = Member(value, "structures");
   const OrderedJson* triggers = Member(value, "triggers");
   if (triggers == nullptr) Fail(field, " needs 'triggers' beside 'structures'");
-  if (structures == nullptr) Fail(field, " needs 'structures' beside 'triggers'");
   if (!structures->is_array() || structures->empty()) {
     Fail(field, ".structures must be a non-empty list of {\"begin\", \"schema\", \"end\"} "
          "objects, got ", Echo(*structures));
@@ -54,13 +106,17 @@ OrderedJson LegacyFormat(const OrderedJson& value, const std::string& field) {
   if (!triggers->is_array() || triggers->empty()) {
     Fail(field, ".triggers must be a non-empty list of strings, got ", Echo(*triggers));
   }
+  CheckCount(structures->size(), field + ".structures", "structures");
+  CheckCount(triggers->size(), field + ".triggers", "triggers");
   std::vector<std::string> trigger_texts;
+  Trie trigger_trie;
   for (size_t i = 0; i < triggers->size(); ++i) {
     const OrderedJson& t = (*triggers)[i];
     if (!t.is_string() || t.get_ref<const std::string&>().empty()) {
       Fail(field, ".triggers[", i, "] must be a non-empty string, got ", Echo(t));
     }
     trigger_texts.push_back(t.get<std::string>());
+    trigger_trie.Insert(trigger_texts.back());
   }
   OrderedJson tags = OrderedJson::array();
   std::vector<std::string> begins;
@@ -77,8 +133,7 @@ OrderedJson LegacyFormat(const OrderedJson& value, const std::string& field) {
     if (!schema->is_object()) {
       Fail(where, ".schema must be a JSON schema (an object), got ", Echo(*schema));
     }
-    size_t starting = 0;
-    for (const std::string& t : trigger_texts) starting += StartsWith(begin, t) ? 1 : 0;
+    const size_t starting = trigger_trie.PrefixesOf(begin);
     if (starting != 1) {
       Fail(where, ".begin ", Echo(begin), starting == 0 ? " starts with no trigger"
                                                         : " starts with more than one trigger",
@@ -96,54 +151,123 @@ OrderedJson LegacyFormat(const OrderedJson& value, const std::string& field) {
   return {{"type", "triggered_tags"}, {"triggers", *triggers}, {"tags", std::move(tags)}};
 }
 
-// What XGrammar refuses without naming it, over every format nested in `format` (`where` is its
-// place).
-void CheckFormat(const OrderedJson& format, const std::string& where) {
-  if (format.is_array()) {
-    for (size_t i = 0; i < format.size(); ++i) CheckFormat(format[i], StrCat(where, "[", i, "]"));
-    return;
+bool IsNonEmptyArray(const OrderedJson* v) { return v != nullptr && v->is_array() && !v->empty(); }
+
+bool IsArrayOfStrings(const OrderedJson* v) {
+  if (v == nullptr || !v->is_array()) return false;
+  for (const OrderedJson& item : *v) {
+    if (!item.is_string()) return false;
   }
-  if (!format.is_object()) return;
-  const OrderedJson* type = Member(format, "type");
-  const bool is_type = type != nullptr && type->is_string();
-  if (is_type && *type == "json_schema") return;  // A schema holds no formats.
-  if (is_type && *type == "triggered_tags") {
-    const OrderedJson* triggers = Member(format, "triggers");
-    const OrderedJson* tags = Member(format, "tags");
-    std::vector<std::string> trigger_texts;
-    std::vector<std::string> begins;
-    bool all_strings = triggers != nullptr && triggers->is_array() && tags != nullptr &&
-                       tags->is_array();
-    for (size_t i = 0; all_strings && i < triggers->size(); ++i) {
-      all_strings = (*triggers)[i].is_string();
-      if (all_strings) trigger_texts.push_back((*triggers)[i].get<std::string>());
-    }
-    for (size_t i = 0; all_strings && i < tags->size(); ++i) {
-      const OrderedJson* begin = (*tags)[i].is_object() ? Member((*tags)[i], "begin") : nullptr;
-      all_strings = begin != nullptr && begin->is_string();
-      if (all_strings) begins.push_back(begin->get<std::string>());
-    }
-    // Anything else malformed (or a token begin) is XGrammar's to name.
-    if (all_strings) CheckTriggersStartABegin(trigger_texts, begins, where);
-  }
-  for (const auto& [key, v] : format.items()) CheckFormat(v, StrCat(where, ".", key));
+  return true;
 }
 
-void VisitSchemas(const OrderedJson& format, const std::string& where,
-                  const std::function<void(const OrderedJson&, const std::string&)>& visit) {
+// The type XGrammar 0.2.9 gives the format `f` (StructuralTagParser::ParseFormat): its "type",
+// or, without one, the first type it tries in turn whose required members `f` has with the right
+// JSON types ("" when none has). XGrammar also needs the nested formats to parse before it takes
+// a type; this does not look into them, so a tag whose nested formats are bad may be typed here
+// as XGrammar would have typed it had they been good (XGrammar then refuses the tag, or, rarely,
+// tries its next type).
+std::string FormatType(const OrderedJson& f) {
+  if (const OrderedJson* type = Member(f, "type")) {
+    return type->is_string() ? type->get<std::string>() : "";
+  }
+  const auto has = [&](const char* key) { return Member(f, key) != nullptr; };
+  const OrderedJson* begin = Member(f, "begin");
+  const OrderedJson* end = Member(f, "end");
+  if (begin != nullptr && (begin->is_string() || begin->is_object()) && has("content") &&
+      end != nullptr && (end->is_string() || end->is_array() || end->is_object())) {
+    return "tag";
+  }
+  if (const OrderedJson* value = Member(f, "value"); value != nullptr && value->is_string()) {
+    return "const_string";
+  }
+  if (const OrderedJson* schema = Member(f, "json_schema");
+      schema != nullptr && (schema->is_object() || schema->is_boolean())) {
+    return "json_schema";
+  }
+  // any_text without a type needs "excludes" (so a triggered_tags with "excludes" is any_text).
+  if (IsArrayOfStrings(Member(f, "excludes"))) return "any_text";
+  if (IsNonEmptyArray(Member(f, "elements"))) return "sequence";
+  if (IsNonEmptyArray(Member(f, "triggers")) && IsNonEmptyArray(Member(f, "tags"))) {
+    return "triggered_tags";
+  }
+  if (IsNonEmptyArray(Member(f, "tags")) && Member(f, "separator") != nullptr) {
+    return "tags_with_separator";
+  }
+  if (has("content")) return "optional";
+  if (IsNonEmptyArray(Member(f, "rules"))) return "dispatch";
+  return "";
+}
+
+// Whether a triggered_tags format's triggers are all used: not when it is at_least_one and
+// stop_after_first, whose grammar is one of its tags, with no dispatch on its triggers.
+bool DispatchesOnTriggers(const OrderedJson& f) {
+  const OrderedJson* at_least_one = Member(f, "at_least_one");
+  const OrderedJson* stop_after_first = Member(f, "stop_after_first");
+  return !(at_least_one != nullptr && *at_least_one == true && stop_after_first != nullptr &&
+           *stop_after_first == true);
+}
+
+// Calls `visit(object, type, where)` for each format object in `format` (`where` names it),
+// nested at any depth, with FormatType's type; never inside a schema.
+void ForEachFormat(
+    const OrderedJson& format, const std::string& where,
+    const std::function<void(const OrderedJson&, const std::string&, const std::string&)>& visit) {
   if (format.is_array()) {
     for (size_t i = 0; i < format.size(); ++i) {
-      VisitSchemas(format[i], StrCat(where, "[", i, "]"), visit);
+      ForEachFormat(format[i], StrCat(where, "[", i, "]"), visit);
     }
     return;
   }
   if (!format.is_object()) return;
-  const OrderedJson* type = Member(format, "type");
-  if (type != nullptr && type->is_string() && *type == "json_schema") {
-    if (const OrderedJson* schema = Member(format, "json_schema")) visit(*schema, where);
-    return;
+  visit(format, FormatType(format), where);
+  for (const auto& [key, v] : format.items()) {
+    if (key != "json_schema") ForEachFormat(v, StrCat(where, ".", key), visit);
   }
-  for (const auto& [key, v] : format.items()) VisitSchemas(v, StrCat(where, ".", key), visit);
+}
+
+// What XGrammar refuses without naming it, or too slowly, over every format in `format`.
+void CheckFormat(const OrderedJson& format, const std::string& where) {
+  size_t tags = 0;
+  size_t triggers = 0;
+  ForEachFormat(format, where, [&](const OrderedJson& f, const std::string& type,
+                                   const std::string& at) {
+    // Counted over the whole tag, wherever they are.
+    if (const OrderedJson* t = Member(f, "tags"); t != nullptr && t->is_array()) tags += t->size();
+    for (const char* key : {"triggers", "trigger_tokens"}) {
+      if (const OrderedJson* t = Member(f, key); t != nullptr && t->is_array()) {
+        triggers += t->size();
+      }
+    }
+    CheckCount(tags, where, "tags in all");
+    CheckCount(triggers, where, "triggers in all");
+    if (type != "triggered_tags" || !DispatchesOnTriggers(f)) return;
+    const OrderedJson* trigger_list = Member(f, "triggers");
+    const OrderedJson* tag_list = Member(f, "tags");
+    if (!IsArrayOfStrings(trigger_list) || tag_list == nullptr || !tag_list->is_array()) return;
+    std::vector<std::string> begins;
+    for (const OrderedJson& tag : *tag_list) {
+      const OrderedJson* begin = tag.is_object() ? Member(tag, "begin") : nullptr;
+      // Anything else malformed (or a token begin) is XGrammar's to name.
+      if (begin == nullptr || !begin->is_string()) return;
+      begins.push_back(begin->get<std::string>());
+    }
+    CheckTriggersStartABegin(trigger_list->get<std::vector<std::string>>(), begins, at);
+  });
+}
+
+// A token as a token_triggered_tags format gives it (an id or the token's text) as its id, or
+// nothing when XGrammar would refuse it (and say why).
+std::optional<int32_t> TokenId(const OrderedJson& token, const TokenIdOf& id_of) {
+  if (token.is_number_integer()) {
+    const int64_t id = token.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) return std::nullopt;
+    return static_cast<int32_t>(id);
+  }
+  if (token.is_string() && !token.get_ref<const std::string&>().empty()) {
+    return id_of(token.get<std::string>());
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -155,14 +279,11 @@ OrderedJson ParseStructuralTag(const OrderedJson& value, std::string_view field_
       type != nullptr && (!type->is_string() || *type != "structural_tag")) {
     Fail(field, ".type must be \"structural_tag\", got ", Echo(*type));
   }
-  const OrderedJson* format = Member(value, "format");
-  const bool legacy =
-      Member(value, "structures") != nullptr || Member(value, "triggers") != nullptr;
-  if (format != nullptr && legacy) {
-    Fail(field, ": give either 'format' (XGrammar's structural tag) or 'structures' and "
-         "'triggers' (the legacy form), not both");
+  // As vLLM: the legacy form whenever "structures" is there, else the format; other keys ignored.
+  if (Member(value, "structures") != nullptr) {
+    return {{"type", "structural_tag"}, {"format", LegacyFormat(value, field)}};
   }
-  if (legacy) return {{"type", "structural_tag"}, {"format", LegacyFormat(value, field)}};
+  const OrderedJson* format = Member(value, "format");
   if (format == nullptr) {
     Fail(field, " needs 'format' (XGrammar's structural tag format) or 'structures' and "
          "'triggers'");
@@ -175,7 +296,50 @@ OrderedJson ParseStructuralTag(const OrderedJson& value, std::string_view field_
 void ForEachStructuralTagSchema(
     const OrderedJson& tag,
     const std::function<void(const OrderedJson&, const std::string&)>& visit) {
-  if (const OrderedJson* format = Member(tag, "format")) VisitSchemas(*format, "format", visit);
+  const OrderedJson* format = Member(tag, "format");
+  if (format == nullptr) return;
+  ForEachFormat(*format, "format", [&](const OrderedJson& f, const std::string& type,
+                                       const std::string& where) {
+    // Without a type, XGrammar may take the schema (json_schema is among the types it tries):
+    // checked whatever type it would pick, rather than let one through.
+    const bool takes_schema = type == "json_schema" || type == "qwen_xml_parameter" ||
+                              Member(f, "type") == nullptr;
+    const OrderedJson* schema = Member(f, "json_schema");
+    if (takes_schema && schema != nullptr && (schema->is_object() || schema->is_boolean())) {
+      visit(*schema, where);
+    }
+  });
+}
+
+void CheckStructuralTagTriggerTokens(const OrderedJson& tag, const TokenIdOf& id_of) {
+  const OrderedJson* format = Member(tag, "format");
+  if (format == nullptr) return;
+  ForEachFormat(*format, "format", [&](const OrderedJson& f, const std::string& type,
+                                       const std::string& where) {
+    if (type != "token_triggered_tags" || !DispatchesOnTriggers(f)) return;
+    const OrderedJson* triggers = Member(f, "trigger_tokens");
+    const OrderedJson* tags = Member(f, "tags");
+    if (triggers == nullptr || !triggers->is_array() || tags == nullptr || !tags->is_array()) {
+      return;
+    }
+    std::unordered_set<int32_t> begins;
+    for (const OrderedJson& t : *tags) {
+      const OrderedJson* begin = t.is_object() ? Member(t, "begin") : nullptr;
+      const OrderedJson* token = begin != nullptr && begin->is_object() ? Member(*begin, "token")
+                                                                         : nullptr;
+      std::optional<int32_t> id = token != nullptr ? TokenId(*token, id_of) : std::nullopt;
+      if (!id) return;  // XGrammar's to name.
+      begins.insert(*id);
+    }
+    for (size_t i = 0; i < triggers->size(); ++i) {
+      const std::optional<int32_t> id = TokenId((*triggers)[i], id_of);
+      if (!id) return;
+      if (!begins.count(*id)) {
+        Fail("the structural tag's ", where, ".trigger_tokens[", i, "] ", Echo((*triggers)[i]),
+             " begins no tag (each trigger token must be some tag's begin token)");
+      }
+    }
+  });
 }
 
 }  // namespace latent::structured

@@ -3,12 +3,19 @@
 // become XGrammar's structural tag JSON here, without XGrammar: StructuredOutput compiles it.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace latent::structured {
+
+// The most structures (tags) and the most triggers one structural tag may have, in all: real tool
+// lists are tens, and XGrammar compiles about 400 tags a second on the request's worker.
+inline constexpr size_t kMaxStructuralTagItems = 1024;
 
 // `value` as XGrammar's structural tag, {"type": "structural_tag", "format": {...}}. vLLM's two
 // forms (an optional "type" must be "structural_tag"):
@@ -20,17 +27,29 @@ namespace latent::structured {
 //   The JSON may have one whitespace character between tokens, no more: XGrammar's structural
 //   tags cannot make it compact, and unbounded whitespace lets a weak model loop on it.
 // - {"format": {...}}: XGrammar's format, as given. Only what XGrammar refuses without naming it
-//   is refused here (a "triggered_tags" trigger that starts none of its tags' begins); XGrammar
-//   judges the rest when it compiles.
+//   is refused here (a "triggered_tags" trigger that starts none of its tags' begins, typed so or
+//   with no type where XGrammar would infer it), and more than kMaxStructuralTagItems tags or
+//   triggers; XGrammar judges the rest when it compiles.
+// As vLLM, the legacy form is taken whenever "structures" is there, else the format; other
+// members are ignored.
 // `field` names the value in errors ("response_format", "structured_outputs.structural_tag").
 // Throws latent::Error naming the member at fault.
 nlohmann::ordered_json ParseStructuralTag(const nlohmann::ordered_json& value,
                                           std::string_view field);
 
-// Calls `visit(schema, where)` for the schema of each "json_schema" format in `tag` (one
-// ParseStructuralTag returned), `where` naming its place ("format.tags[0].content").
+// Calls `visit(schema, where)` for each schema in `tag` (one ParseStructuralTag returned) that
+// XGrammar may compile: of "json_schema" and "qwen_xml_parameter" formats and of formats with no
+// "type" (XGrammar may infer json_schema); `where` names its place ("format.tags[0].content").
 void ForEachStructuralTagSchema(
     const nlohmann::ordered_json& tag,
     const std::function<void(const nlohmann::ordered_json&, const std::string&)>& visit);
+
+// A token's id from its text, as XGrammar finds it in the vocabulary; nothing when there is none.
+using TokenIdOf = std::function<std::optional<int32_t>(const std::string&)>;
+
+// Throws latent::Error naming a "token_triggered_tags" trigger token in `tag` that is no tag's
+// begin token (XGrammar refuses it only with a failed internal check). Token texts are resolved
+// with `id_of`; one that does not resolve is left to XGrammar, which names it.
+void CheckStructuralTagTriggerTokens(const nlohmann::ordered_json& tag, const TokenIdOf& id_of);
 
 }  // namespace latent::structured

@@ -7,7 +7,9 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
+#include <unordered_map>
 #include <xgrammar/xgrammar.h>
 
 #include "base/error.h"
@@ -82,18 +84,30 @@ std::string XGrammarErrorText(std::string_view what) {
       }
     }
   }
+  // Its checks read "Check failed: (<the C++ condition>) is false: message": the condition is
+  // XGrammar's code, not the caller's input, so only the message is kept.
+  for (const std::string_view check : {"Check failed: (", "Internal check failed: ("}) {
+    if (what.substr(0, check.size()) != check) continue;
+    const size_t is_false = what.find(") is false:");
+    if (is_false == std::string_view::npos) break;
+    what.remove_prefix(is_false + std::string_view(") is false:").size());
+    while (!what.empty() && what.front() == ' ') what.remove_prefix(1);
+    break;
+  }
   while (!what.empty() && std::string_view(" \t\r\n").find(what.back()) != std::string_view::npos) {
     what.remove_suffix(1);
   }
+  if (what.empty()) return "XGrammar refused it without saying why";
   return std::string(what);
 }
 
 struct StructuredOutput::Impl {
   Impl(const GrammarVocabulary& v, size_t max_cached)
       : vocab_size(static_cast<int64_t>(v.token_bytes.size())),
+        tokenizer_info(MakeTokenizerInfo(v)),
         // One compile thread (requests compile side by side on the server's workers); XGrammar's
         // own cache off: ours below holds the constraint factories by schema text.
-        compiler(MakeTokenizerInfo(v), /*max_threads=*/1, /*cache_enabled=*/false),
+        compiler(tokenizer_info, /*max_threads=*/1, /*cache_enabled=*/false),
         max_cached(max_cached) {}
 
   // Compiles (or finds) the grammar for `key` with `compile`, keeping at most max_cached.
@@ -157,8 +171,25 @@ struct StructuredOutput::Impl {
                                       /*strict_mode=*/true);
   }
 
+  // The id of the token whose text is `text`, the first as XGrammar resolves a token's text.
+  std::optional<int32_t> TokenId(const std::string& text) {
+    std::call_once(token_ids_built, [&] {
+      const std::vector<std::string>& vocab = tokenizer_info.GetDecodedVocab();
+      for (size_t i = 0; i < vocab.size(); ++i) {
+        token_ids.emplace(vocab[i], static_cast<int32_t>(i));  // Keeps the first.
+      }
+    });
+    const auto it = token_ids.find(text);
+    if (it == token_ids.end()) return std::nullopt;
+    return it->second;
+  }
+
   int64_t vocab_size;
+  xgrammar::TokenizerInfo tokenizer_info;
   xgrammar::GrammarCompiler compiler;
+  // Token texts' ids, built the first time a structural tag names a token by its text.
+  std::once_flag token_ids_built;
+  std::unordered_map<std::string, int32_t> token_ids;
   size_t max_cached;
   std::mutex mutex;
   std::map<std::string, Entry> cache;
@@ -226,6 +257,8 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constrai
           Fail("the structural tag's schema at ", where, ": ", e.what());
         }
       });
+      CheckStructuralTagTriggerTokens(
+          spec.schema, [&](const std::string& text) { return impl_->TokenId(text); });
       return StructuralTag(spec.schema.dump());
   }
   return nullptr;

@@ -340,8 +340,9 @@ def test_bad_structural_tags_are_refused_by_name(server):
     for response_format, words in [
         ({"type": "structural_tag", "structures": weather},
          "response_format needs 'triggers' beside 'structures'"),
+        # As vLLM: without "structures" it is the format form, stray "triggers" ignored.
         ({"type": "structural_tag", "triggers": ["<"]},
-         "response_format needs 'structures' beside 'triggers'"),
+         "response_format needs 'format' (XGrammar's structural tag format) or 'structures'"),
         ({"type": "structural_tag", "structures": [weather[0] | {"schema": ["x"]}],
           "triggers": ["<"]},
          'response_format.structures[0].schema must be a JSON schema (an object), got ["x"]'),
@@ -358,12 +359,43 @@ def test_bad_structural_tags_are_refused_by_name(server):
           "triggers": ["<"]},
          "response_format: the structural tag's schema at format.tags[0].content: unsupported "
          "JSON schema keyword 'uniqueItems'"),
+        # A format with no type is the one XGrammar infers: its schema and triggers are checked.
+        ({"type": "structural_tag", "format": {"json_schema": {"type": "array",
+                                                               "uniqueItems": True}}},
+         "response_format: the structural tag's schema at format: unsupported JSON schema "
+         "keyword 'uniqueItems'"),
+        ({"type": "structural_tag", "format": {"triggers": ["<f", "["], "tags": [
+            {"begin": "<f>", "content": {"type": "any_text"}, "end": "</f>"}]}},
+         'response_format.format.triggers[1] "[" starts no begin'),
+        # XGrammar's failed check, without its C++ condition.
+        ({"type": "structural_tag", "format": {"type": "or", "elements": []}},
+         "response_format: the structural tag cannot be compiled: Invalid structural tag error: "
+         "Or format must have at least one element"),
+        ({"type": "structural_tag", "triggers": ["<"], "structures": [
+            {"begin": f"<f{i}>", "schema": WEATHER, "end": "</f>"} for i in range(1025)]},
+         "response_format.structures holds more than 1024 structures, the most a structural "
+         "tag may have"),
     ]:
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
                                            response_format=response_format)
         assert words in str(e.value), str(e.value)
         assert ".cc:" not in str(e.value), str(e.value)
+        assert "Check failed" not in str(e.value), str(e.value)
+
+
+def test_a_huge_structural_tag_is_refused_at_once(server):
+    """Ten thousand structures (under the server's 1 MiB body limit; a larger limit took more)
+    were half a minute of a worker's time, then compiled; past the cap they are refused before
+    anything is done with the list (no timing asserted: the 400 is what the cap changes)."""
+    structures = [{"begin": f"<f{i}>", "schema": {"type": "object"}, "end": "</f>"}
+                  for i in range(10_000)]
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+            response_format={"type": "structural_tag", "structures": structures,
+                             "triggers": [s["begin"] for s in structures]})
+    assert "more than 1024 structures" in str(e.value), str(e.value)
 
 
 # Forced tool calls: tool_choice "required" or a named function constrains the output to the

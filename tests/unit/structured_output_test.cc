@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "structured/after_reasoning.h"
 #include "structured/json_schema_check.h"
+#include "structured/structural_tag.h"
 #include "structured/tool_choice.h"
 #include "favoured_token_model.h"
 
@@ -374,8 +375,18 @@ TEST(StructuredGrammar, CompileErrorsLeaveOutXGrammarsTimeAndPath) {
                 "[02:43:31] /work/b/_deps/xgrammar/cpp/regex_converter.cc:94: Regex parsing error "
                 "at position 9: x\n"),
             "Regex parsing error at position 9: x");
-  EXPECT_EQ(structured::XGrammarErrorText("[12:00:00] C:/src/a:b.cc:7: Check failed: (y) \n \n"),
-            "Check failed: (y)");
+  EXPECT_EQ(structured::XGrammarErrorText("[12:00:00] C:/src/a:b.cc:7: no check (y) \n \n"),
+            "no check (y)");
+  // A failed check's C++ condition is XGrammar's code, not the caller's: only its message stays.
+  EXPECT_EQ(structured::XGrammarErrorText(
+                "[12:00:00] /x/grammar_compiler.cc:1318: Check failed: (std::holds_alternative<"
+                "Grammar>(result)) is false: Invalid structural tag error: Or format must have at "
+                "least one element\n"),
+            "Invalid structural tag error: Or format must have at least one element");
+  EXPECT_EQ(structured::XGrammarErrorText(
+                "[12:00:00] /x/grammar_functor.cc:435: Internal check failed: "
+                "(new_choice_ids.size() >= 1) is false: \n"),
+            "XGrammar refused it without saying why");
   EXPECT_EQ(structured::XGrammarErrorText("plain: 12: text\n"), "plain: 12: text");
   EXPECT_EQ(structured::XGrammarErrorText("[12:00:00] no line number"),
             "[12:00:00] no line number");
@@ -856,7 +867,7 @@ TEST(StructuredGrammar, StructuralTagFormatIsXGrammarsAndItsErrorsAreNamed) {
                     "type": "triggered_tags", "triggers": ["<", "["], "tags": [{"begin": "<x>",
                     "content": {"type": "const_string", "value": "a"}, "end": "</x>"}]}})");
               }),
-              HasSubstr("Internal check failed"));
+              HasSubstr("XGrammar refused it without saying why"));
   // Its schemas are held to what the grammar can enforce, as response_format's are.
   EXPECT_EQ(error(R"({"structures": [{"begin": "<x>", "end": "</x>", "schema": {"type": "object",
                       "properties": {"t": {"type": "array", "uniqueItems": true}}}}],
@@ -891,7 +902,9 @@ TEST(StructuredOutputsSpec, StructuralTagsInBothFormsAndWhatIsWrongNamed) {
   };
   const char* const ok = R"([{"begin": "<f>", "schema": {}, "end": "</f>"}])";
   EXPECT_THAT(error("{\"structures\": ["), HasSubstr(field + " is not JSON: "));
-  EXPECT_EQ(error(R"({"triggers": ["<"]})"), field + " needs 'structures' beside 'triggers'");
+  EXPECT_EQ(error(R"({"triggers": ["<"]})"),
+            field + " needs 'format' (XGrammar's structural tag format) or 'structures' and "
+                    "'triggers'");
   EXPECT_EQ(error(StrCat(R"({"structures": )", ok, "}")),
             field + " needs 'triggers' beside 'structures'");
   EXPECT_EQ(error(R"({"type": "structural_tag"})"),
@@ -921,8 +934,14 @@ TEST(StructuredOutputsSpec, StructuralTagsInBothFormsAndWhatIsWrongNamed) {
             field + R"(.structures[0].begin "<f>" starts with no trigger (it must start with )"
                     "exactly one of " + field + ".triggers)");
   EXPECT_THAT(error(with(ok, R"(["<", "<f"])")), HasSubstr("starts with more than one trigger"));
-  EXPECT_THAT(error(StrCat(R"({"format": {}, "structures": )", ok, R"(, "triggers": ["<"]})")),
-              HasSubstr(field + ": give either 'format'"));
+  // As vLLM: "structures" makes it the legacy form, whatever else is there; without it, the
+  // format form, stray "triggers" ignored.
+  EXPECT_EQ(parse(StrCat(R"({"format": {"type": "nonsense"}, "structures": )", ok,
+                         R"(, "triggers": ["<f"]})")).schema["format"]["type"],
+            "triggered_tags");
+  EXPECT_EQ(parse(R"({"format": {"type": "const_string", "value": "hi"}, "triggers": ["<"]})")
+                .schema,
+            format);
   EXPECT_EQ(error(R"({"type": "json", "format": {}})"),
             field + R"(.type must be "structural_tag", got "json")");
   EXPECT_EQ(error(R"({"format": "x"})"), field + R"(.format must be an object, got "x")");
@@ -936,6 +955,119 @@ TEST(StructuredOutputsSpec, StructuralTagsInBothFormsAndWhatIsWrongNamed) {
   // Text the request's depth check cannot see into.
   EXPECT_EQ(error(std::string(100000, '[') + std::string(100000, ']')),
             StrCat(field, " nests deeper than ", kMaxJsonDepth, " levels"));
+}
+
+// Real tool lists are tens of tools; XGrammar compiles about 400 tags a second on the request's
+// worker, and a long list's prefix checks were quadratic. A list past the cap is refused first.
+TEST(StructuredOutputsSpec, StructuralTagsPastTheCapAreRefusedNamingIt) {
+  const auto parse = [](const OJson& value) {
+    return structured::ParseStructuredOutputs(OJson{{"structural_tag", value}});
+  };
+  const auto legacy = [](size_t structures, size_t triggers) {
+    OJson tag = {{"structures", OJson::array()}, {"triggers", OJson::array()}};
+    for (size_t i = 0; i < structures; ++i) {
+      tag["structures"].push_back(
+          {{"begin", StrCat("<f", i, ">")}, {"schema", OJson::object()}, {"end", "</f>"}});
+    }
+    for (size_t i = 0; i < triggers; ++i) tag["triggers"].push_back(StrCat("<f", i, ">"));
+    return tag;
+  };
+  const size_t cap = structured::kMaxStructuralTagItems;
+  EXPECT_EQ(cap, 1024u);
+  EXPECT_EQ(parse(legacy(cap, cap)).kind, structured::OutputSpec::Kind::kStructuralTag);
+  const std::string field = "structured_outputs.structural_tag";
+  EXPECT_EQ(ErrorOf([&] { parse(legacy(cap + 1, 1)); }),
+            field + ".structures holds more than 1024 structures, the most a structural tag may "
+                    "have");
+  EXPECT_EQ(ErrorOf([&] { parse(legacy(1, cap + 1)); }),
+            field + ".triggers holds more than 1024 triggers, the most a structural tag may have");
+  // A list 50 times the cap is refused as soon (it was minutes of work).
+  EXPECT_THAT(ErrorOf([&] { parse(legacy(50 * cap, 50 * cap)); }), HasSubstr("more than 1024"));
+
+  // XGrammar's format: counted over the whole tag, however the lists are nested.
+  const auto tags = [](size_t n) {
+    OJson list = OJson::array();
+    for (size_t i = 0; i < n; ++i) {
+      list.push_back({{"begin", StrCat("<f", i, ">")}, {"content", {{"type", "any_text"}}},
+                      {"end", "</f>"}});
+    }
+    return OJson{{"type", "triggered_tags"}, {"triggers", {"<f"}}, {"tags", list}};
+  };
+  const auto sequence = [](OJson a, OJson b) {
+    return OJson{{"format", {{"type", "sequence"}, {"elements", {a, b}}}}};
+  };
+  EXPECT_EQ(parse(sequence(tags(cap / 2), tags(cap / 2))).kind,
+            structured::OutputSpec::Kind::kStructuralTag);
+  EXPECT_EQ(ErrorOf([&] { parse(sequence(tags(cap / 2), tags(cap / 2 + 1))); }),
+            field + ".format holds more than 1024 tags in all, the most a structural tag may have");
+  OJson many_triggers = tags(1);
+  for (size_t i = 0; i < cap; ++i) many_triggers["triggers"].push_back("<f");
+  EXPECT_THAT(ErrorOf([&] { parse(OJson{{"format", many_triggers}}); }),
+              HasSubstr(".format holds more than 1024 triggers in all"));
+}
+
+// XGrammar infers a format's type when it has none (trying tag, const_string, json_schema, ...
+// in turn) and takes qwen_xml_parameter's schema too: their schemas are checked as
+// json_schema's, and an untyped triggered_tags' triggers as a typed one's.
+TEST(StructuredGrammar, StructuralTagSchemasAndTriggersAreCheckedWhateverTheFormatsType) {
+  std::map<std::string, int32_t> id;
+  structured::StructuredOutput output(SmallVocabulary(&id));
+  const auto error = [&](const std::string& tag_text) {
+    return ErrorOf([&] { output.Constraint(TagSpec(tag_text)); });
+  };
+  const std::string unique_items = R"({"type": "array", "uniqueItems": true})";
+  EXPECT_EQ(error(StrCat(R"({"format": {"json_schema": )", unique_items, "}}")),
+            "the structural tag's schema at format: unsupported JSON schema keyword "
+            "'uniqueItems' at #");
+  EXPECT_EQ(error(StrCat(R"({"format": {"type": "qwen_xml_parameter", "json_schema": {"type": )",
+                         R"("object", "properties": {"t": )", unique_items, "}}}}")),
+            "the structural tag's schema at format: unsupported JSON schema keyword "
+            "'uniqueItems' at #/properties/t");
+  EXPECT_EQ(error(StrCat(R"({"format": {"begin": "<x>", "end": "</x>", "content": {)",
+                         R"("json_schema": )", unique_items, "}}}")),
+            "the structural tag's schema at format.content: unsupported JSON schema keyword "
+            "'uniqueItems' at #");
+  // Untyped, so XGrammar infers triggered_tags: "[" starts no begin.
+  const std::string field = "structured_outputs.structural_tag";
+  EXPECT_EQ(error(R"({"format": {"triggers": ["<", "["], "tags": [{"begin": "<x>",
+                      "content": {"type": "any_text"}, "end": "</x>"}]}})"),
+            field + R"(.format.triggers[1] "[" starts no begin (each trigger must be a prefix )"
+                    "of some begin)");
+  // Typed triggered_tags with at_least_one and stop_after_first use no trigger: none is refused.
+  EXPECT_NE(output.Constraint(TagSpec(R"({"format": {"type": "triggered_tags",
+                "triggers": ["<", "["], "at_least_one": true, "stop_after_first": true,
+                "tags": [{"begin": "<x>", "content": {"type": "const_string", "value": "a"},
+                          "end": "</x>"}]}})")),
+            nullptr);
+  // Token triggers: a trigger token that is no tag's begin token, given by text or by id.
+  const auto token_tag = [&](const std::string& triggers) {
+    return StrCat(R"({"format": {"type": "token_triggered_tags", "trigger_tokens": )", triggers,
+                  R"(, "tags": [{"begin": {"token": "<x>"}, "content": {"type": "const_string",
+                  "value": "a"}, "end": "</x>"}]}})");
+  };
+  EXPECT_EQ(error(token_tag(R"(["<x>", "red"])")),
+            R"(the structural tag's format.trigger_tokens[1] "red" begins no tag (each trigger )"
+            "token must be some tag's begin token)");
+  EXPECT_THAT(error(token_tag(StrCat("[", id["red"], "]"))),
+              HasSubstr(StrCat("format.trigger_tokens[0] ", id["red"], " begins no tag")));
+  auto c = output.Constraint(TagSpec(token_tag(StrCat("[", id["<x>"], "]"))))->Start();
+  ASSERT_TRUE(AcceptAll(*c, id, {"red", "<x>", "a", "</x>"}));
+  // A token text not in the vocabulary is XGrammar's to name.
+  EXPECT_THAT(error(token_tag(R"(["<nope>"])")), HasSubstr("<nope>"));
+
+  // No error, XGrammar's own included, shows the C++ condition of a failed check.
+  for (const std::string tag : {
+           R"({"format": {"type": "or", "elements": []}})",
+           R"({"format": {"type": "sequence", "elements": []}})",
+           R"({"format": {"type": "triggered_tags", "triggers": "<", "tags": []}})",
+           R"({"format": {"type": "tag", "begin": "<x>", "end": "</x>"}})",
+           R"({"format": {"elements": [{"type": "nonsense"}]}})",
+       }) {
+    const std::string e = error(tag);
+    EXPECT_THAT(e, HasSubstr("the structural tag cannot be compiled: ")) << tag;
+    EXPECT_THAT(e, ::testing::Not(HasSubstr("heck failed"))) << e;
+    EXPECT_THAT(e, ::testing::Not(HasSubstr("is false"))) << e;
+  }
 }
 
 }  // namespace
