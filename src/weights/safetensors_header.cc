@@ -64,7 +64,12 @@ Json ParseJsonRejectingDuplicates(std::string_view text, const std::string& file
   return header;
 }
 
-uint64_t GetOffset(const Json& value, const std::string& where) {
+uint64_t GetOffset(const Json& value, uint64_t data_size, const std::string& where) {
+  // An integer past 2^64 - 1 parses as a float: too large, not malformed.
+  if (value.is_number_float() && value.get<double>() >= 0x1p64) {
+    Fail(where, ": data_offsets entry ", value.dump(), " is too large: past the end of the file ",
+         "(the data buffer has ", data_size, " bytes)");
+  }
   if (!value.is_number_unsigned()) Fail(where, ": data_offsets must be non-negative integers");
   return value.get<uint64_t>();
 }
@@ -110,8 +115,8 @@ SafetensorsEntry ParseEntry(const std::string& name, const Json& desc, uint64_t 
   if (offsets_it == desc.end() || !offsets_it->is_array() || offsets_it->size() != 2) {
     Fail(where, ": missing 'data_offsets' [begin, end]");
   }
-  uint64_t begin = GetOffset((*offsets_it)[0], where);
-  uint64_t end = GetOffset((*offsets_it)[1], where);
+  uint64_t begin = GetOffset((*offsets_it)[0], data_size, where);
+  uint64_t end = GetOffset((*offsets_it)[1], data_size, where);
   if (begin > end) Fail(where, ": data_offsets [", begin, ", ", end, "] are unsorted (begin > end)");
   if (end > data_size) {
     Fail(where, ": data_offsets [", begin, ", ", end, "] out of range: the data buffer has ",
@@ -173,8 +178,10 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* bytes, size_t size,
            e.begin - header.data_start, " < ", cursor - header.data_start, ")");
     }
     if (e.begin > cursor) {
-      Fail(file, ": tensor '", e.name, "': hole in the data buffer before it (bytes ",
-           cursor - header.data_start, "..", e.begin - header.data_start, " unused)");
+      // Typically a header entry removed with its bytes left in place.
+      Fail(file, ": hole in the data buffer: bytes ", cursor - header.data_start, "..",
+           e.begin - header.data_start, " belong to no tensor listed in the header (the next, '",
+           e.name, "', starts after them)");
     }
     cursor = e.end;
     previous = &e;
