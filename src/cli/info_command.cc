@@ -288,7 +288,8 @@ void PrintText(const nlohmann::json& info) {
             << moe["topk_method"].get<std::string>() << " (" << info["expert_layout"].get<std::string>()
             << " layout)\n";
   if (info["ignored_tensors"].get<size_t>() > 0)
-    std::cout << "ignored:          " << info["ignored_tensors"] << " MTP tensors\n";
+    std::cout << "ignored:          " << info["ignored_tensors"]
+              << " tensors never read (MTP layers, rotary buffers)\n";
   if (!info["unused_tensors"].empty())
     std::cout << "unused tensors:   " << info["unused_tensors"].size() << "\n";
   std::cout << "cache rows (" << info["cache_dtype"].get<std::string>() << "):\n";

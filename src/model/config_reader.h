@@ -130,6 +130,10 @@ std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int6
 // family feeds them from the hidden state (mistral_large4).
 void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads,
                      bool query_latent = true);
+// layer_types of a family whose every layer is DSA attention (deepseek_v32, glm_moe_dsa, axk2,
+// mistral_large4, hy_v4): when stated, one "indexed_attention" per layer. transformers refuses
+// another length; another type would say the layer runs an attention the family does not have.
+void ParseIndexedLayerTypes(const ConfigReader& top, const ModelConfig& config);
 // IndexShare (GLM-5, mistral_large4): which layers run their own indexer ("full") and which
 // reuse the selection of the last one that did ("shared"), from indexer_types, else
 // index_topk_pattern ("FSS..."), else index_topk_freq / index_skip_topk_offset, as transformers

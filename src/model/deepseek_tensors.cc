@@ -237,10 +237,11 @@ void DeepseekTensors::FinalNorm() {
 }
 
 void DeepseekTensors::LmHead() {
-  // Tied: the LM head is the embedding (the loader points lm_head at it).
-  if (c_.tie_word_embeddings) return;
+  // Tied: the LM head is the embedding (the loader points lm_head at it), unless the checkpoint
+  // stores a head of its own (Presence::kTiedHead).
   Add("lm_head.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
-      QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr));
+      QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr),
+      c_.tie_word_embeddings ? Presence::kTiedHead : Presence::kRequired);
 }
 
 void DeepseekTensors::InputNormAt(int64_t slot, const std::string& name) {

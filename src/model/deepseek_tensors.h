@@ -48,7 +48,7 @@ class DeepseekTensors {
   void GatedInputNorm(int64_t layer);
   void GatedPostAttentionNorm(int64_t layer);
   void FinalNorm();                 // model.norm.weight
-  void LmHead();                    // lm_head.weight, unless tied to the embedding
+  void LmHead();                    // lm_head.weight (kTiedHead when tied to the embedding)
 
   // The pieces under explicit names, loading into LayerWeights `slot` (LongCat's sublayers).
   void MlaAttentionAt(int64_t slot, const std::string& prefix,  // "model.layers.3.self_attn.1."

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string_view>
 
 #include "base/error.h"
@@ -251,6 +252,10 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
                                     DeepseekTensorList tensors, const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const CheckpointReport report = ValidateCheckpoint(config, ckpt);
+  if (const std::string warning = UnusedTensorsWarning(report, ckpt.dir());
+      !warning.empty() && options.Shard().rank == 0) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   const Loader load(config, ckpt);
   DeepseekWeights w;
   w.precision = ResolvePrecision(options.precision, report, ckpt);
@@ -263,10 +268,15 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   std::string embedding;  // The embedding's name in this family's list (the first kEmbedding).
   // The family's one tensor list, this time with targets: each tensor goes where it says, converted
   // as its rule says.
+  // The kOptional and kTiedHead entries the report lists: those to load.
+  std::set<std::string> listed;
+  for (const ExpectedWeight& t : report.weights) {
+    if (t.presence != Presence::kRequired) listed.insert(t.name);
+  }
   tensors(config, report.expert_layout, &w, [&](const ExpectedWeight& t) {
-    // Not loaded: stored but unused, or optional and absent (ValidateCheckpoint accepted both).
-    const bool absent = t.presence == Presence::kOptional && !ckpt.Has(t.name);
-    if (t.presence == Presence::kUnused || absent) return;
+    // Not loaded: stored but unused, optional and absent, or a tied head the checkpoint lacks or
+    // stores as a copy of the embedding (ValidateCheckpoint left these out of the report).
+    if (t.presence != Presence::kRequired && listed.count(t.name) == 0) return;
     if (t.kind == WeightKind::kUnused) return;  // transformers never reads it either
     if (t.expert >= 0 && !shard.Holds(t.expert, experts)) return;  // another rank's expert
     if (t.kind == WeightKind::kEmbedding && embedding.empty()) embedding = t.name;
@@ -304,7 +314,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   });
   // Tied: the LM head is the embedding, which stays as stored (its rows are read per token), and
   // --quantize converts a copy of it.
-  if (config.tie_word_embeddings) {
+  if (LmHeadTied(config, report.weights)) {
     w.lm_head = convert(load.Linear(embedding), /*release=*/false);
     ApplyPrecision(w.precision, w.lm_head);
     // The embedding reads its rows as stored; a --quantize copy is read by nothing else.

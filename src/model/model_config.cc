@@ -376,6 +376,23 @@ void ParseLayerTypes(const ConfigReader& top, ModelConfig& config) {
 
 }  // namespace
 
+void ParseIndexedLayerTypes(const ConfigReader& top, const ModelConfig& config) {
+  if (!top.Has("layer_types")) return;
+  const Json& types = top["layer_types"];
+  const int64_t layers = config.num_hidden_layers;
+  // transformers' validate_layer_type refuses a list of another length.
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers) {
+    Fail(top.source(), ": 'layer_types' must list one entry per layer (", layers, "), got ",
+         types.is_array() ? std::to_string(types.size()) + " entries" : types.dump());
+  }
+  for (size_t l = 0; l < types.size(); ++l) {
+    if (types[l] != "indexed_attention") {
+      Fail(top.source(), ": 'layer_types' entry ", l, " is ", types[l].dump(), ", but every ",
+           config.model_type, " layer is \"indexed_attention\" (DSA)");
+    }
+  }
+}
+
 void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t default_heads,
                      bool query_latent) {
   const std::string& source = top.source();
@@ -495,6 +512,9 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
     Fail(source, ": field 'num_hidden_layers' is ", config.num_hidden_layers,
          ", larger than any model (at most ", kMaxConfigLayers, ")");
   }
+  // Negative would list none, as transformers' range() does.
+  config.num_mtp_layers = std::clamp<int64_t>(
+      top.IntOr("num_nextn_predict_layers", top.IntOr("num_mtp_layers", 0)), 0, kMaxConfigLayers);
   config.num_attention_heads = top.PositiveInt("num_attention_heads");
   config.max_position_embeddings = top.IntOr("max_position_embeddings", d.max_position_embeddings);
   if (config.max_position_embeddings <= 0) Fail(source, ": 'max_position_embeddings' must be positive");
@@ -542,6 +562,13 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
   config.dtype = top.StringOr("dtype", top.StringOr("torch_dtype", "float32"));
   if (top.Present("bos_token_id")) {
     if (top.Has("bos_token_id")) config.bos_token_id = top.Int("bos_token_id");
+    // Checked as eos_token_id is: an id outside the vocabulary names no token (transformers
+    // only warns).
+    if (config.bos_token_id &&
+        (*config.bos_token_id < 0 || *config.bos_token_id >= config.vocab_size)) {
+      Fail(source, ": 'bos_token_id' ", *config.bos_token_id, " is not a token id (vocab_size ",
+           config.vocab_size, ": ids are 0 to ", config.vocab_size - 1, ")");
+    }
   } else {
     config.bos_token_id = d.bos;
   }

@@ -47,6 +47,10 @@ struct ModelConfig {
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;  // Dense MLP layers.
   int64_t num_hidden_layers = 0;  // Without MTP layers, which latent does not load.
+  // The MTP layers a checkpoint may store after the decoder's, as model.layers.{num_hidden_layers
+  // + i}.* (num_nextn_predict_layers, or transformers' num_mtp_layers): never loaded, and their
+  // tensors ignored without a warning, unlike other tensors the config does not explain.
+  int64_t num_mtp_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;

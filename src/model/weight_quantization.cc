@@ -128,7 +128,7 @@ int64_t LoadedWeightBytes(const ModelConfig& config, const std::vector<ExpectedW
       loaded += bytes;
     }
   }
-  if (quantize != WeightQuantization::kNone && config.tie_word_embeddings) {
+  if (quantize != WeightQuantization::kNone && LmHeadTied(config, weights)) {
     loaded += config.vocab_size * config.hidden_size + 4 * config.vocab_size;  // the int8 LM head
     if (quantize == WeightQuantization::kW8A8) loaded += 4 * config.vocab_size;  // its row sums
   }

@@ -1,6 +1,8 @@
 #include "model/weight_table.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "base/error.h"
@@ -24,6 +26,33 @@ int64_t LayerOf(const std::string& name) {
   return (end != nullptr && *end == '.') ? layer : -1;
 }
 
+// Tensors a checkpoint may hold that the model never reads, ignored without a word as
+// transformers' _keys_to_ignore_on_load_unexpected ignores them: the MTP layers after the
+// decoder's (model.layers.{L .. L + num_mtp_layers - 1}), the MTP modules some families name
+// apart (LongCat's and dots3's model.mtp.*, Hy4's model.mtp_layers.*), and rotary inv_freq
+// buffers that older exports saved.
+bool NeverRead(const ModelConfig& config, const std::string& name) {
+  const int64_t layer = LayerOf(name);
+  if (layer >= config.num_hidden_layers &&
+      layer - config.num_hidden_layers < config.num_mtp_layers) {
+    return true;
+  }
+  for (const char* prefix : {"model.mtp.", "model.mtp_layers."}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  const std::string buffer = ".inv_freq";
+  return name.size() > buffer.size() &&
+         name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
+}
+
+// Whether `a` and `b` are both stored, with the same dtype, shape and bytes.
+bool SameStoredTensor(const weights::Checkpoint& ckpt, const std::string& a, const std::string& b) {
+  if (!ckpt.Has(a) || !ckpt.Has(b)) return false;
+  const TensorView x = ckpt.Get(a), y = ckpt.Get(b);
+  return x.dtype == y.dtype && x.shape == y.shape &&
+         std::memcmp(x.data, y.data, x.NumBytes()) == 0;
+}
+
 }  // namespace
 
 std::vector<ExpectedWeight> ExpectedWeights(const ModelConfig& config, ExpertLayout layout) {
@@ -40,9 +69,15 @@ bool Fp8Eligible(const ExpectedWeight& w) {
 std::vector<ExpectedWeight> ConfigWeights(const ModelConfig& config) {
   std::vector<ExpectedWeight> out;
   ArchOf(config).tensors(config, ExpertLayout::kPerExpert, [&](const ExpectedWeight& w) {
-    if (w.presence != Presence::kUnused) out.push_back(w);
+    if (w.presence != Presence::kUnused && w.presence != Presence::kTiedHead) out.push_back(w);
   });
   return out;
+}
+
+bool LmHeadTied(const ModelConfig& config, const std::vector<ExpectedWeight>& weights) {
+  return config.tie_word_embeddings &&
+         std::none_of(weights.begin(), weights.end(),
+                      [](const ExpectedWeight& w) { return w.presence == Presence::kTiedHead; });
 }
 
 int64_t CountParameters(const std::vector<ExpectedWeight>& weights) {
@@ -110,9 +145,16 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
     break;
   }
   std::set<std::string> explained;
+  std::string embedding;  // The family's embedding: its list's first kEmbedding entry.
   for (ExpectedWeight& w : ExpectedWeights(config, report.expert_layout)) {
+    if (w.kind == WeightKind::kEmbedding && embedding.empty()) embedding = w.name;
     const bool held = ckpt.Has(w.name);
     if (w.presence != Presence::kRequired && !held) continue;
+    if (w.presence == Presence::kTiedHead && SameStoredTensor(ckpt, w.name, embedding)) {
+      // A stored copy of the embedding is the tie itself (transformers ties an equal pair).
+      explained.insert(w.name);
+      continue;
+    }
     if (w.presence == Presence::kUnused) {
       // Accepted and explained, but neither loaded nor counted (transformers drops it).
       explained.insert(w.name);
@@ -166,13 +208,22 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
   }
   for (const std::string& name : ckpt.Names()) {
     if (explained.count(name)) continue;
-    if (LayerOf(name) >= config.num_hidden_layers) {
-      report.ignored.push_back(name);
-    } else {
-      report.unused.push_back(name);
-    }
+    (NeverRead(config, name) ? report.ignored : report.unused).push_back(name);
   }
   return report;
+}
+
+std::string UnusedTensorsWarning(const CheckpointReport& report, const std::string& dir) {
+  if (report.unused.empty()) return "";
+  constexpr size_t kNamed = 3;
+  std::string names;
+  for (size_t i = 0; i < std::min(kNamed, report.unused.size()); ++i) {
+    names += StrCat(i > 0 ? ", " : "", "'", report.unused[i], "'");
+  }
+  if (report.unused.size() > kNamed) names += ", ...";
+  return StrCat("latent: warning: ", dir, ": ignoring ", report.unused.size(),
+                " checkpoint tensor(s) that config.json does not describe (", names,
+                "): a stray tensor, or num_hidden_layers smaller than the layers stored?");
 }
 
 std::string LayerPrefix(int64_t layer) { return StrCat("model.layers.", layer, "."); }

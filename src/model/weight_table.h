@@ -55,6 +55,11 @@ enum class Presence : uint8_t {
   kOptional,  // Loaded when present; else its target stays empty (A.X-K1's score correction bias).
   kUnused,    // Accepted (shape-checked) when present, never loaded nor counted: a tensor the
               // checkpoint stores but transformers drops (A.X-K1's dense-layer post_mlp_layernorm).
+  // The LM head of a config with tie_word_embeddings: the embedding serves as the head unless the
+  // checkpoint stores a head with values of its own, which is then loaded and counted, as
+  // transformers' tie_weights unties a stored pair that differs. Absent, or a byte-for-byte copy
+  // of the embedding: not listed in the report (LmHeadTied), nor by ConfigWeights.
+  kTiedHead,
 };
 
 struct ExpectedWeight {
@@ -89,9 +94,13 @@ bool Fp8Eligible(const ExpectedWeight& w);
 
 // The tensors a complete checkpoint of `config` holds that latent counts or loads, in per-expert
 // layout (as released checkpoints store experts): ExpectedWeights without kUnused-presence
-// entries (stored but dropped), kOptional ones taken as present. What `latent info` counts on a
-// directory holding only config.json.
+// entries (stored but dropped) and kTiedHead ones (a tied head is the embedding), kOptional ones
+// taken as present. What `latent info` counts on a directory holding only config.json.
 std::vector<ExpectedWeight> ConfigWeights(const ModelConfig& config);
+
+// Whether the LM head is the embedding: config.json ties them and `weights` (a CheckpointReport's,
+// or ConfigWeights) lists no kTiedHead entry, i.e. the checkpoint stores no head of its own.
+bool LmHeadTied(const ModelConfig& config, const std::vector<ExpectedWeight>& weights);
 
 // Parameters as transformers' num_parameters() counts them: every weight but buffers, with
 // FP8 weights counted by their logical elements (scales excluded), tied embeddings once.
@@ -100,9 +109,19 @@ int64_t CountParameters(const std::vector<ExpectedWeight>& weights);
 struct CheckpointReport {
   ExpertLayout expert_layout = ExpertLayout::kPerExpert;
   std::vector<ExpectedWeight> weights;
-  std::vector<std::string> ignored;  // MTP layers (model.layers.{L..}) latent never loads.
-  std::vector<std::string> unused;   // Tensors nothing in the config explains.
+  // Tensors the model never reads, as transformers ignores them silently: MTP layers
+  // (model.layers.{L .. L + num_mtp_layers - 1}, model.mtp.*, model.mtp_layers.*) and rotary
+  // inv_freq buffers.
+  std::vector<std::string> ignored;
+  // Tensors nothing in the config explains (a stray tensor, layers past num_hidden_layers and
+  // its MTP layers): not loaded either, but loading warns (UnusedTensorsWarning), as transformers
+  // warns of unexpected keys.
+  std::vector<std::string> unused;
 };
+
+// The one line loading prints on stderr when `report` holds unused tensors (their count and the
+// first few names), else "".
+std::string UnusedTensorsWarning(const CheckpointReport& report, const std::string& dir);
 
 // The checkpoint in `dir` as `config` reads it: for a vision-language wrapper (config.
 // wrapper_model_type), only its language model's tensors, under the text model's names
@@ -111,7 +130,8 @@ struct CheckpointReport {
 weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir);
 
 // Checks that `ckpt` holds every expected tensor (report.weights: those it holds and latent loads,
-// without kOptional ones it lacks and kUnused ones) with the expected shape (and, for FP8 configs,
+// without kOptional ones it lacks, kUnused ones, and a kTiedHead it lacks or stores as a copy of
+// the embedding) with the expected shape (and, for FP8 configs,
 // a float8 weight with a weight_scale_inv of [ceil(N/bn), ceil(K/bk)]). Throws latent::Error
 // naming the first missing or misshapen tensor.
 CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Checkpoint& ckpt);

@@ -114,7 +114,8 @@ def test_dsa_selection_matches_transformers(case):
 @pytest.mark.parametrize("edit,message", [
     (lambda c: c.update(indexer_types=["shared"] * 4), "layer 0 is a shared indexer layer"),
     (lambda c: c.update(hc_mult=0), "'hc_mult' must be positive"),
-    (lambda c: c.update(layer_types=["sliding_attention"] * 4), "hy_v4 layer_types entries must be"),
+    (lambda c: c.update(layer_types=["sliding_attention"] * 4),
+     "but every hy_v4 layer is \"indexed_attention\""),
     (lambda c: c.update(hc_mult=4),
      "tensor 'model.layers.0.hc_pre.hc_attn_layer.hc_fn' has shape [6, 180] but config.json implies [8, 240]"),
 ], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch"])

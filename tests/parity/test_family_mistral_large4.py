@@ -88,8 +88,14 @@ def test_dsa_selection_matches_transformers(case):
     (lambda c: c.update(q_lora_rank=16), "mistral_large4 has no query LoRA"),
     (lambda c: c.update(indexer_types=["shared"] * 6), "layer 0 is a shared indexer layer"),
     (lambda c: c.update(final_logit_softcapping=0), "'final_logit_softcapping' must be positive"),
+    # transformers' validate_layer_type refuses a list of another length.
+    (lambda c: c.update(layer_types=["indexed_attention"] * 5),
+     "'layer_types' must list one entry per layer (6), got 5 entries"),
+    (lambda c: c.update(layer_types=["full_attention"] + ["indexed_attention"] * 5),
+     "'layer_types' entry 0 is \"full_attention\", but every mistral_large4_text layer is "
+     "\"indexed_attention\""),
 ], ids=["kv_source_not_latest", "kv_source_not_owner", "kv_source_length", "no_rope_value", "q_lora",
-        "shared_first_indexer", "softcap_zero"])
+        "shared_first_indexer", "softcap_zero", "layer_types_length", "layer_types_entry"])
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
     assert_info_fails(rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit, text_config=True),
                       message)

@@ -232,6 +232,32 @@ def test_bad_model_dir_raises(tmp_path):
         latent.LLM(str(tmp_path / "empty"), max_batch=3)
 
 
+def test_a_stray_checkpoint_tensor_warns_at_load(model_dir, tmp_path, capfd):
+    """As `latent generate` and `latent serve` do: one line on stderr naming the tensor that
+    config.json does not describe, which is not loaded; a normal checkpoint loads without one."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    with latent.LLM(str(model_dir)):
+        pass
+    assert "latent: warning:" not in capfd.readouterr().err
+    stray = tmp_path / "stray"
+    shutil.copytree(model_dir, stray)
+    assert not (stray / "model.safetensors.index.json").exists()
+    tensors = load_file(stray / "model.safetensors")
+    tensors["model.layers.0.mlp.bogus.weight"] = torch.zeros(2)
+    save_file(tensors, stray / "model.safetensors", metadata={"format": "pt"})
+    with latent.LLM(str(stray)):
+        pass
+    err = capfd.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("latent: warning: ")]
+    assert len(warnings) == 1, err
+    assert "ignoring 1 checkpoint tensor(s)" in warnings[0]
+    assert "'model.layers.0.mlp.bogus.weight'" in warnings[0]
+
+
 def test_bad_requests_raise_with_latent_messages(llm, model_dir):
     # A field changed after construction is still refused at generate().
     params = latent.SamplingParams()

@@ -100,9 +100,34 @@ def model(base_model, tmp_path) -> Path:
     return out
 
 
+def serve_until_ready(model: Path) -> str:
+    """`latent serve`'s stderr up to its "ready:" line, the model loaded (or its exit); then
+    stops it."""
+    proc = subprocess.Popen([str(LATENT), "serve", "--model", str(model), "--host", "127.0.0.1",
+                             "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    lines = []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("latent serve: ready: "):
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return "".join(lines)
+
+
+def warnings_in(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("latent: warning: ")]
+
+
 def test_the_undamaged_model_loads(model):
     proc = run("generate", model)
     assert proc.returncode == 0, proc.stderr
+    assert warnings_in(proc.stderr) == [], proc.stderr
+    stderr = serve_until_ready(model)
+    assert "latent serve: ready: " in stderr and warnings_in(stderr) == [], stderr
 
 
 # -- checkpoint faults ----------------------------------------------------------------------------
@@ -168,6 +193,86 @@ def test_header_names_an_unknown_dtype(model):
     write_safetensors(shard, header, data)
     assert_load_error(run("generate", model), shard.name, f"tensor '{name}'",
                       "unknown dtype 'F128'")
+
+
+def test_header_entry_removed_with_its_bytes_left(model):
+    """The bytes of a tensor whose header entry was removed belong to no tensor: the error names
+    the hole's byte range, not the tensor after it as if it were at fault."""
+    for shard in shards(model):
+        header, data = read_safetensors(shard)
+        tensors = sorted((e["data_offsets"], n) for n, e in header.items() if n != "__metadata__")
+        if len(tensors) >= 3:
+            break
+    else:
+        raise AssertionError("no shard holds three tensors")
+    (begin, end), name = tensors[1]
+    del header[name]
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name,
+                      f"hole in the data buffer: bytes {begin}..{end} belong to no tensor "
+                      "listed in the header")
+
+
+def test_header_offset_past_2_to_the_64(model):
+    """2^64 - 8 + size is too large for any reader's integers, not a malformed number."""
+    shard, name, entry = float_tensor(model)
+    header, data = read_safetensors(shard)
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [2**64 - 8, 2**64 - 8 + end - begin]
+    write_safetensors(shard, header, data)
+    assert_load_error(run("generate", model), shard.name, f"tensor '{name}'", "is too large",
+                      "past the end of the file")
+
+
+def add_stray_tensor(model: Path, name: str) -> None:
+    """A tensor the config does not describe, appended to the last shard (and the index)."""
+    shard = shards(model)[-1]
+    header, data = read_safetensors(shard)
+    header[name] = {"dtype": "F32", "shape": [2], "data_offsets": [len(data), len(data) + 8]}
+    write_safetensors(shard, header, data + bytes(8))
+    index_path = model / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["weight_map"][name] = shard.name
+    index_path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_stray_tensor_is_loaded_with_a_warning(model, command):
+    """transformers warns of unexpected keys and loads; so does latent, in one line that says how
+    many tensors it ignores and names them."""
+    add_stray_tensor(model, "model.layers.1.mlp.bogus.weight")
+    if command == "generate":
+        proc = run("generate", model)
+        assert proc.returncode == 0, proc.stderr
+        stderr = proc.stderr
+    else:
+        stderr = serve_until_ready(model)
+        assert "latent serve: ready: " in stderr, stderr
+    warnings = warnings_in(stderr)
+    assert len(warnings) == 1, stderr
+    assert "ignoring 1 checkpoint tensor(s) that config.json does not describe" in warnings[0]
+    assert "'model.layers.1.mlp.bogus.weight'" in warnings[0]
+
+
+def test_layers_past_num_hidden_layers_are_ignored_with_a_warning(model):
+    """num_hidden_layers one short of the layers stored: the last layer is not an MTP layer
+    (num_nextn_predict_layers 0), so its tensors are named; as one, they load silently."""
+    config_path = model / "config.json"
+    config = json.loads(config_path.read_text())
+    layers = config["num_hidden_layers"]
+    config["num_hidden_layers"] = layers - 1
+    config_path.write_text(json.dumps(config))
+    proc = run("generate", model)
+    assert proc.returncode == 0, proc.stderr
+    warnings = warnings_in(proc.stderr)
+    assert len(warnings) == 1, proc.stderr
+    assert f"'model.layers.{layers - 1}." in warnings[0] and ", ...)" in warnings[0], warnings[0]
+
+    config["num_nextn_predict_layers"] = 1
+    config_path.write_text(json.dumps(config))
+    proc = run("generate", model)
+    assert proc.returncode == 0, proc.stderr
+    assert warnings_in(proc.stderr) == [], proc.stderr
 
 
 def test_missing_shard_listed_in_the_index(model):
@@ -246,6 +351,8 @@ def test_non_finite_scan_can_be_turned_off(model):
     ("eos_token_id", 10**6, "'eos_token_id' 1000000 is not a token id (vocab_size 257"),
     ("eos_token_id", [1, -1], "'eos_token_id' -1 is not a token id"),
     ("eos_token_id", 2**64 - 1, "'eos_token_id' 18446744073709551615 is not a token id"),
+    ("bos_token_id", 10**6, "'bos_token_id' 1000000 is not a token id (vocab_size 257"),
+    ("bos_token_id", -1, "'bos_token_id' -1 is not a token id"),
 ])
 @pytest.mark.parametrize("command", ["generate", "serve"])
 def test_config_with_impossible_sizes(model, field, value, message, command):

@@ -102,6 +102,14 @@ TEST(Axk2ConfigTest, RefusesWhatTransformersRefuses) {
   j["n_group"] = 2;
   j["topk_group"] = 3;
   EXPECT_CONFIG_ERROR(j, "topk_group (3) exceeds n_group (2)");
+  // transformers' validate_layer_type refuses a list of another length.
+  EXPECT_CONFIG_ERROR(With(TinyAxk2(), "layer_types", Json::array({"indexed_attention"})),
+                      "'layer_types' must list one entry per layer (4), got 1 entries");
+  EXPECT_CONFIG_ERROR(
+      With(TinyAxk2(), "layer_types",
+           Json::array({"indexed_attention", "sliding_attention", "indexed_attention",
+                        "indexed_attention"})),
+      "'layer_types' entry 1 is \"sliding_attention\", but every axk2 layer is");
 }
 
 TEST(Axk2ConfigTest, TensorNamesAreTheHubs) {

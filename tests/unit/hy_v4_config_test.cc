@@ -83,7 +83,8 @@ TEST(HyV4ConfigTest, Refusals) {
                       "layer 0 is a shared indexer layer");
   j = TinyHyV4();
   j["layer_types"] = std::vector<std::string>(7, "sliding_attention");
-  EXPECT_CONFIG_ERROR(j, "hy_v4 layer_types entries must be \"indexed_attention\"");
+  EXPECT_CONFIG_ERROR(j, "'layer_types' entry 0 is \"sliding_attention\", but every hy_v4 layer "
+                         "is \"indexed_attention\"");
   EXPECT_CONFIG_ERROR(With(TinyHyV4(), "q_lora_rank", nullptr), "needs q_lora_rank");
 }
 

@@ -578,6 +578,47 @@ TEST(ModelConfigTest, RejectsEosIdsOutsideTheVocabulary) {
             (std::vector<int64_t>{0, 255}));
 }
 
+TEST(ModelConfigTest, RejectsBosIdsOutsideTheVocabulary) {
+  // Checked as eos_token_id is (transformers only warns); null stays "no bos".
+  for (const Json& bos : {Json(-1), Json(256), Json(1000000)}) {
+    EXPECT_CONFIG_ERROR(With(TinyV3(), "bos_token_id", bos), "is not a token id (vocab_size 256:");
+  }
+  EXPECT_CONFIG_ERROR(With(TinyV3(), "bos_token_id", 256),
+                      "'bos_token_id' 256 is not a token id (vocab_size 256: ids are 0 to 255)");
+  EXPECT_EQ(Parse(With(TinyV3(), "bos_token_id", 255)).bos_token_id, 255);
+}
+
+TEST(ModelConfigTest, ReadsTheMtpLayerCount) {
+  EXPECT_EQ(Parse(TinyV3()).num_mtp_layers, 0);
+  EXPECT_EQ(Parse(With(TinyV3(), "num_nextn_predict_layers", 1)).num_mtp_layers, 1);
+  EXPECT_EQ(Parse(With(TinyV3(), "num_mtp_layers", 2)).num_mtp_layers, 2);  // transformers' name
+  EXPECT_EQ(Parse(With(TinyV3(), "num_nextn_predict_layers", -1)).num_mtp_layers, 0);
+}
+
+// Families whose every layer is DSA attention: layer_types, when stated, must list
+// "indexed_attention" once per layer. transformers refuses another length
+// ("num_hidden_layers (3) must be equal to the number of layer_types (2)").
+TEST(ModelConfigTest, RejectsLayerTypesOfDsaFamiliesThatDoNotFit) {
+  for (const char* type : {"deepseek_v32", "glm_moe_dsa"}) {
+    Json j = TinyV3();
+    j["model_type"] = type;
+    j["n_group"] = 1;
+    j["topk_group"] = 1;
+    j["layer_types"] = {"indexed_attention", "indexed_attention", "indexed_attention"};
+    EXPECT_TRUE(Parse(j).is_dsa()) << type;
+    j["layer_types"] = {"indexed_attention", "indexed_attention"};
+    EXPECT_CONFIG_ERROR(j, "'layer_types' must list one entry per layer (3), got 2 entries");
+    j["layer_types"].push_back("indexed_attention");
+    j["layer_types"].push_back("indexed_attention");
+    EXPECT_CONFIG_ERROR(j, "'layer_types' must list one entry per layer (3), got 4 entries");
+    j["layer_types"] = {"full_attention", "indexed_attention", "indexed_attention"};
+    EXPECT_CONFIG_ERROR(j, std::string("'layer_types' entry 0 is \"full_attention\", but every ") +
+                               type + " layer is \"indexed_attention\"");
+    j["layer_types"] = "indexed_attention";
+    EXPECT_CONFIG_ERROR(j, "'layer_types' must list one entry per layer (3)");
+  }
+}
+
 TEST(ModelConfigTest, RejectsNegativeSharedExpertsInADenseModel) {
   // The sign was checked only after a dense config (no routed experts) had returned.
   Json j = TinyV3();

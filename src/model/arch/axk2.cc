@@ -59,6 +59,7 @@ void Prepare(Json& json, const std::string& source) {
 void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = true;  // AXK2Attention always rotates adjacent pairs.
   config.router_dropped_groups_score_zero = true;
+  ParseIndexedLayerTypes(top, config);
   ParseDsaIndexer(top, config, /*default_heads=*/16);  // also requires q_lora_rank
   config.gated_norm_rank = top.IntOr("gated_norm_rank", 16);
   if (config.gated_norm_rank <= 0 || config.gated_norm_rank > kMaxConfigSize) {

@@ -19,6 +19,7 @@ ArchDefaults Defaults() {
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = true;  // Always adjacent pairs in the MLA; no rope_interleave field.
+  ParseIndexedLayerTypes(top, config);
   ParseDsaIndexer(top, config, /*default_heads=*/64);
 }
 

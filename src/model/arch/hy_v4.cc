@@ -41,17 +41,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
       Fail(source, ": hy_v4 layers after the first are MoE (no mlp_layer_types), but n_routed_experts is 0");
     }
   }
-  if (top.Has("layer_types")) {
-    const Json& kinds = top["layer_types"];
-    if (!kinds.is_array() || static_cast<int64_t>(kinds.size()) != layers) {
-      Fail(source, ": 'layer_types' must have one entry per layer (", layers, ")");
-    }
-    for (const Json& kind : kinds) {
-      if (kind != "indexed_attention") {
-        Fail(source, ": hy_v4 layer_types entries must be \"indexed_attention\", got ", kind.dump());
-      }
-    }
-  }
+  ParseIndexedLayerTypes(top, config);
   ParseDsaIndexer(top, config, /*default_heads=*/16, /*query_latent=*/true);
   if (top.Has("indexer_types")) {
     ParseIndexShare(top, config);

@@ -115,6 +115,7 @@ std::vector<int64_t> ParseKvSources(const ConfigReader& top, const std::vector<b
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   config.rope_interleave = true;
+  ParseIndexedLayerTypes(top, config);
   ParseDsaIndexer(top, config, /*default_heads=*/32, /*query_latent=*/false);
   ParseIndexShare(top, config);
   config.rope_layers = ParseRopeLayers(top, config.num_hidden_layers);
@@ -142,10 +143,10 @@ class Tensors {
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) Layer(l);
     Add("norm.weight", {c_.hidden_size}, WeightKind::kNorm, QuantizeRule::kKeep,
         To(w_ ? &w_->final_norm : nullptr));
-    if (!c_.tie_word_embeddings) {
-      Add("output.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
-          QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr));
-    }
+    // Tied: the embedding unless the checkpoint stores a head of its own (Presence::kTiedHead).
+    Add("output.weight", {c_.vocab_size, c_.hidden_size}, WeightKind::kEmbedding,
+        QuantizeRule::kWeightsAndActivations, To(w_ ? &w_->lm_head : nullptr),
+        c_.tie_word_embeddings ? Presence::kTiedHead : Presence::kRequired);
     // Kept in f32 (transformers' _keep_in_fp32_modules_strict), like a router.
     Add("lerope.alpha", {c_.qk_rope_head_dim / 2}, WeightKind::kRouter, QuantizeRule::kKeep,
         To(w_ ? &w_->rope_alpha : nullptr));
@@ -157,8 +158,9 @@ class Tensors {
     return p != nullptr ? TensorTarget{p} : TensorTarget{};
   }
 
-  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target) {
-    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, Presence::kRequired,
+  void Add(std::string name, Shape shape, WeightKind kind, QuantizeRule rule, TensorTarget target,
+           Presence presence = Presence::kRequired) {
+    visit_(ExpectedWeight{std::move(name), std::move(shape), kind, rule, target, presence,
                           expert_});
   }
 

@@ -40,7 +40,7 @@ void ForEachTensor(const ModelConfig& c, ExpertLayout layout, DeepseekWeights* w
     t.DenseMlp(l);
   }
   t.FinalNorm();
-  t.LmHead();  // Nothing when tied.
+  t.LmHead();  // When tied, only a head the checkpoint stores.
 }
 
 // Every layer caches its MLA latent row.
