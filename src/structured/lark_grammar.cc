@@ -60,6 +60,10 @@ struct Token {
 bool IsNameStart(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsNameChar(char c) { return IsNameStart(c) || (c >= '0' && c <= '9'); }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+int HexValue(char h) {
+  return IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+}
 
 void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
@@ -102,6 +106,40 @@ std::vector<uint32_t> CodePoints(std::string_view text) {
     i += len;
   }
   return out;
+}
+
+// Letters outside ASCII and their other case: blocks of code points `first` to `last` whose lower
+// case is `to_lower` away (every other one from `first` where the cases alternate). Latin-1,
+// Latin Extended-A and Additional, Greek, Cyrillic, Armenian and fullwidth Latin; letters whose
+// case maps to more than one code point (ß, İ) or to ASCII are left out.
+struct CaseBlock {
+  uint32_t first, last;
+  int32_t to_lower;
+  bool alternating;
+};
+constexpr CaseBlock kCaseBlocks[] = {
+    {0x00C0, 0x00D6, 32, false}, {0x00D8, 0x00DE, 32, false}, {0x0100, 0x012E, 1, true},
+    {0x0132, 0x0136, 1, true},   {0x0139, 0x0147, 1, true},   {0x014A, 0x0176, 1, true},
+    {0x0178, 0x0178, -121, false}, {0x0179, 0x017D, 1, true}, {0x0386, 0x0386, 38, false},
+    {0x0388, 0x038A, 37, false}, {0x038C, 0x038C, 64, false}, {0x038E, 0x038F, 63, false},
+    {0x0391, 0x03A1, 32, false}, {0x03A3, 0x03AB, 32, false}, {0x0400, 0x040F, 80, false},
+    {0x0410, 0x042F, 32, false}, {0x0460, 0x0480, 1, true},   {0x048A, 0x04BE, 1, true},
+    {0x04C1, 0x04CD, 1, true},   {0x04D0, 0x04FE, 1, true},   {0x0531, 0x0556, 48, false},
+    {0x1E00, 0x1E94, 1, true},   {0x1EA0, 0x1EFE, 1, true},   {0xFF21, 0xFF3A, 32, false},
+};
+
+// `cp` and its other case, if kCaseBlocks has it.
+std::vector<uint32_t> CaseVariants(uint32_t cp) {
+  const auto upper_in = [](const CaseBlock& b, int64_t upper) {
+    return upper >= b.first && upper <= b.last && (!b.alternating || (upper - b.first) % 2 == 0);
+  };
+  for (const CaseBlock& b : kCaseBlocks) {
+    if (upper_in(b, cp)) return {cp, static_cast<uint32_t>(int64_t{cp} + b.to_lower)};
+    if (upper_in(b, int64_t{cp} - b.to_lower)) {
+      return {static_cast<uint32_t>(int64_t{cp} - b.to_lower), cp};
+    }
+  }
+  return {cp};
 }
 
 // `text` as an XGrammar string literal: quotes and backslashes escaped, control characters as
@@ -201,8 +239,8 @@ class Converter {
         const size_t start = i;
         while (IsNameChar(at(i))) ++i;
         out.push_back({Token::Kind::kName, std::string(line.substr(start, i - start)), ""});
-      } else if (IsDigit(c)) {
-        const size_t start = i;
+      } else if (IsDigit(c) || (c == '-' && IsDigit(at(i + 1)))) {
+        const size_t start = i++;  // A '-' signs a priority (`B.-1: ...`).
         while (IsDigit(at(i))) ++i;
         out.push_back({Token::Kind::kNumber, std::string(line.substr(start, i - start)), ""});
       } else if (c == '%') {
@@ -222,22 +260,30 @@ class Converter {
     return out;
   }
 
-  // A quoted string from line[*i] (its quote), escapes decoded as Python decodes them.
+  // A quoted string from line[*i] (its quote), escapes decoded as Lark's eval_escaping decodes
+  // them: \x, \u, \U, \n, \f, \t and \r stand for their characters, \\ for a backslash and \" (and
+  // in a 'single' quoted string, which Lark has not, \') for the quote; any other backslash stays
+  // as written, so "\d" is the two characters \d and "\b" is no backspace.
   static std::string String(size_t number, std::string_view line, size_t* i) {
     const char quote = line[*i];
+    // Lark's text before its last step: \\ is two backslashes here, and every pair of
+    // backslashes becomes one at the end (so "\x5c\x5c" is one backslash in Lark as well).
     std::string out;
     size_t k = *i + 1;
-    const auto hex = [&](size_t digits) {
-      if (k + digits > line.size()) Fail(Where(number), "a \\x, \\u or \\U escape is cut short");
+    const auto hex = [&](char e, size_t digits) {
+      const std::string_view escape = line.substr(k - 2, digits + 2);
+      if (k + digits > line.size()) Fail(Where(number), "the escape ", escape, " is cut short");
       uint32_t cp = 0;
       for (size_t d = 0; d < digits; ++d) {
-        const char h = line[k + d];
-        const int v = IsDigit(h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-                                           : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-        if (v < 0) Fail(Where(number), "'", std::string(1, h), "' is not a hex digit in an escape");
+        const int v = HexValue(line[k + d]);
+        if (v < 0) Fail(Where(number), "the escape \\", std::string(1, e), " takes ", digits,
+                        " hex digits, got ", escape);
         cp = cp * 16 + static_cast<uint32_t>(v);
       }
-      if (cp > 0x10FFFF) Fail(Where(number), "escape beyond U+10FFFF");
+      if (cp > 0x10FFFF) Fail(Where(number), "the escape ", escape, " is beyond U+10FFFF");
+      if (cp >= 0xD800 && cp <= 0xDFFF) {
+        Fail(Where(number), "the escape ", escape, " is a UTF-16 surrogate, which no text holds");
+      }
       k += digits;
       AppendUtf8(cp, &out);
     };
@@ -245,32 +291,38 @@ class Converter {
       if (k >= line.size()) Fail(Where(number), "string not closed with ", std::string(1, quote));
       const char c = line[k];
       if (c == quote) break;
-      if (c != '\\') {
+      if (c != '\\' || k + 1 >= line.size()) {
         out += c;
         ++k;
         continue;
       }
-      const char e = k + 1 < line.size() ? line[k + 1] : '\0';
+      const char e = line[k + 1];
       k += 2;
       switch (e) {
-        case '\\': case '"': case '\'': out += e; break;
+        case '\\': out += "\\\\"; break;
         case 'n': out += '\n'; break;
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
         case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case '0': out += '\0'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
+        case 'x': hex(e, 2); break;
+        case 'u': hex(e, 4); break;
+        case 'U': hex(e, 8); break;
         default:
-          Fail(Where(number), "unknown escape \\", std::string(1, e), " in a string");
+          if (e == '"' || e == quote) {
+            out += e;
+          } else {
+            out += '\\';
+            out += e;
+          }
       }
     }
     *i = k + 1;
-    return out;
+    std::string collapsed;
+    for (size_t j = 0; j < out.size(); ++j) {
+      collapsed += out[j];
+      if (out[j] == '\\' && j + 1 < out.size() && out[j + 1] == '\\') ++j;
+    }
+    return collapsed;
   }
 
   // A /regex/flags from line[*i] (its slash). `\/` stands for `/`.
@@ -297,11 +349,88 @@ class Converter {
         Fail(Where(number), "regular expression flag '", std::string(1, f), "' is not supported");
       }
     }
+    t.text = RegexForXGrammar(number, t.text);
     *i = k;
     return t;
   }
 
+  // The pattern of a /regex/ as XGrammar's Regex() must read it to keep its meaning in Lark.
+  // Lark decodes \x, \u and \U before Python's re sees the pattern (so /\x2e/ is `.`, any
+  // character), where XGrammar's \x would take every hex digit that follows. Escapes Python's re
+  // reads otherwise than XGrammar are refused: anchors and word boundaries (\A \Z \z \G \b
+  // \B), which XGrammar takes for letters or cannot take, octal escapes and backreferences, and
+  // letters that are no escape to Python's re (Lark refuses those; XGrammar reads \e and \c as
+  // escapes and the others as the letter).
+  static std::string RegexForXGrammar(size_t number, std::string_view p) {
+    const auto refuse = [&](std::string_view escape, std::string_view why) {
+      Fail(Where(number), "the escape ", escape, " in /", p, "/ ", why);
+    };
+    std::string out;
+    bool in_class = false;
+    size_t class_first = 0;  // Where the class's first member is: a ']' there is a member.
+    for (size_t k = 0; k < p.size();) {
+      const char c = p[k];
+      if (c != '\\') {
+        if (!in_class && c == '[') {
+          in_class = true;
+          class_first = k + 1 + (k + 1 < p.size() && p[k + 1] == '^');
+        } else if (in_class && c == ']' && k != class_first) {
+          in_class = false;
+        }
+        out += c;
+        ++k;
+        continue;
+      }
+      if (k + 1 >= p.size()) Fail(Where(number), "/", p, "/ ends in a lone backslash");
+      const char e = p[k + 1];
+      const std::string_view escape = p.substr(k, 2);
+      if (e == 'x' || e == 'u' || e == 'U') {
+        const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+        uint32_t cp = 0;
+        for (size_t d = 0; d < digits; ++d) {
+          const int v = k + 2 + d < p.size() ? HexValue(p[k + 2 + d]) : -1;
+          if (v < 0) refuse(escape, StrCat("needs ", digits, " hex digits"));
+          cp = cp * 16 + static_cast<uint32_t>(v);
+        }
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+          refuse(p.substr(k, digits + 2), "is no character");
+        }
+        if (cp < 0x20 || cp == 0x7f) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(cp));
+          out += escaped;  // The control character itself, written as XGrammar reads it.
+        } else {
+          AppendUtf8(cp, &out);
+        }
+        k += digits + 2;
+        continue;
+      }
+      const bool letter = (e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z');
+      if (std::string_view("AZzGbB").find(e) != std::string_view::npos && !(in_class && e == 'b')) {
+        refuse(escape, "(an anchor or word boundary) is not supported");
+      } else if (IsDigit(e) && !(e == '0' && !(k + 2 < p.size() && IsDigit(p[k + 2])))) {
+        refuse(escape, "(an octal escape or a backreference) is not supported");
+      } else if (e == 'N') {
+        refuse(escape, "(a character by its name) is not supported");
+      } else if (letter && std::string_view("dDwWsSafnrtv").find(e) == std::string_view::npos &&
+                 e != 'b') {
+        refuse(escape, "is not an escape of Python's re");
+      }
+      out += escape;
+      k += 2;
+    }
+    return out;
+  }
+
   // ---- Definitions ----
+
+  // How many tokens from t[k] spell a priority (`.2`, `.-1`, `.+1`): 0 when none does.
+  static size_t PrioritySize(const std::vector<Token>& t, size_t k) {
+    if (k >= t.size() || t[k].kind != Token::Kind::kOp || t[k].text != ".") return 0;
+    const bool plus = k + 1 < t.size() && t[k + 1].kind == Token::Kind::kOp && t[k + 1].text == "+";
+    const size_t number = k + 1 + plus;
+    return number < t.size() && t[number].kind == Token::Kind::kNumber ? number + 1 - k : 0;
+  }
 
   // Where a line's definition's name is (the token after a `?`/`!` prefix), or nullopt when the
   // line does not define a rule.
@@ -315,9 +444,7 @@ class Converter {
     if (after < t.size() && t[after].kind == Token::Kind::kOp && t[after].text == "{") {
       return k;  // A template: refused where the line is converted.
     }
-    if (after + 1 < t.size() && t[after].text == "." && t[after + 1].kind == Token::Kind::kNumber) {
-      after += 2;  // A priority.
-    }
+    after += PrioritySize(t, after);
     if (after < t.size() && t[after].kind == Token::Kind::kOp && t[after].text == ":") return k;
     return std::nullopt;
   }
@@ -335,6 +462,8 @@ class Converter {
       };
       if (!t.empty() && t[0].kind == Token::Kind::kDirective && t[0].text == "import") {
         for (const auto& [name, target] : Imports(i + 1, t)) {
+          const auto imported = imports_.find(name);
+          if (imported != imports_.end() && imported->second == target) continue;  // As Lark.
           define(name);
           imports_[name] = target;
         }
@@ -430,21 +559,18 @@ class Converter {
     if (t[0].kind == Token::Kind::kOp && t[0].text == "|") {
       if (!in_rule_) Fail(Where(number), "'|' continues no rule");
       k = 1;
-      if (rule_is_empty_) {
-        // `name:` with its alternatives on the lines below: the first `|` opens the first one.
-      } else {
-        CloseAlternative(&out);
-        out += "|";
-        alternative_empty_ = true;
-      }
+      // After `name:` with nothing on its line, the empty string is the first alternative, as
+      // in Lark.
+      CloseAlternative(&out);
+      out += out.empty() ? "|" : " |";
+      alternative_empty_ = true;
     } else if (const std::optional<size_t> name = DefinitionName(t)) {
       EndRule();
       in_rule_ = true;
-      rule_is_empty_ = true;
       alternative_empty_ = true;
       out += names_.at(t[*name].text) + " ::=";
       k = *name + 1;
-      if (t[k].text == ".") k += 2;
+      k += PrioritySize(t, k);
       k += 1;  // ':'
     } else {
       Fail(Where(number), "expected a rule (`name: ...`), an alternative (`| ...`), %import or ",
@@ -473,7 +599,6 @@ class Converter {
     *out += " " + text;
     after_optional_ = false;
     alternative_empty_ = false;
-    rule_is_empty_ = false;
   }
 
   void ConvertToken(size_t number, const std::vector<Token>& t, size_t* k, std::string* out) {
@@ -499,11 +624,21 @@ class Converter {
           Item(out, "[" + ClassChar(lo[0]) + "-" + ClassChar(hi[0]) + "]");
           *k += 2;
         } else if (tok.flags == "i") {
+          // XGrammar's flag i folds ASCII letters; other letters are a class of their cases.
           constexpr std::string_view kSpecial = "\\^$.|?*+()[]{}";  // to a regex
           std::string pattern;
-          for (const char c : tok.text) {
-            if (kSpecial.find(c) != std::string_view::npos) pattern += '\\';
-            pattern += c;
+          for (const uint32_t cp : CodePoints(tok.text)) {
+            const std::vector<uint32_t> cases = cp < 0x80 ? std::vector{cp} : CaseVariants(cp);
+            if (cases.size() > 1) {
+              pattern += '[';
+              for (const uint32_t variant : cases) AppendUtf8(variant, &pattern);
+              pattern += ']';
+              continue;
+            }
+            if (cp < 0x80 && kSpecial.find(static_cast<char>(cp)) != std::string_view::npos) {
+              pattern += '\\';
+            }
+            AppendUtf8(cp, &pattern);
           }
           Item(out, "Regex(" + EbnfString(pattern) + ", flags=\"i\")");
         } else {
@@ -552,7 +687,9 @@ class Converter {
       }
     } else if (op == "~") {
       const auto number_at = [&](size_t j) {
-        if (j >= t.size() || t[j].kind != Token::Kind::kNumber) return false;
+        if (j >= t.size() || t[j].kind != Token::Kind::kNumber || !IsDigit(t[j].text[0])) {
+          return false;
+        }
         if (t[j].text.size() > 9) {
           Fail(Where(number), "'~' counts up to 999999999, got ", t[j].text);
         }
@@ -561,17 +698,26 @@ class Converter {
       if (alternative_empty_ || !number_at(*k + 1)) {
         Fail(Where(number), "'~' takes an item before it and a count after it (item~3, item~1..3)");
       }
-      std::string range = "{" + t[*k + 1].text;
+      const std::string low = t[*k + 1].text;
+      std::string high = low;
       *k += 1;
-      if (next_is("..")) {
+      const bool ranged = next_is("..");
+      if (ranged) {
         if (!number_at(*k + 2)) Fail(Where(number), "'~n..' needs a number after '..'");
-        if (std::stoull(t[*k + 2].text) < std::stoull(range.substr(1))) {
-          Fail(Where(number), "'~", range.substr(1), "..", t[*k + 2].text, "' counts down");
+        high = t[*k + 2].text;
+        if (std::stoull(high) < std::stoull(low)) {
+          Fail(Where(number), "'~", low, "..", high, "' counts down");
         }
-        range += "," + t[*k + 2].text;
         *k += 2;
       }
-      *out += range + "}";
+      if (after_optional) {
+        // [x]~n..m is n to m times x or nothing, which is x from 0 to m times: XGrammar takes
+        // one quantifier to an item, so (x)? becomes (x){0,m}.
+        out->pop_back();
+        *out += "{0," + high + "}";
+      } else {
+        *out += "{" + low + (ranged ? "," + high : "") + "}";
+      }
     } else if (op == "->") {
       // An alias names the parse tree's node; the language is the same without it.
       if (*k + 1 >= t.size() || t[*k + 1].kind != Token::Kind::kName) {
@@ -589,7 +735,6 @@ class Converter {
   std::vector<std::pair<std::string, size_t>> references_;  // (name, line) in order of use.
   std::vector<std::pair<std::string, size_t>> open_;        // Open brackets: ("(" or "[", line).
   bool in_rule_ = false;
-  bool rule_is_empty_ = true;       // No item or '|' of the rule yet.
   bool alternative_empty_ = true;   // No item in the alternative being converted yet.
   bool after_optional_ = false;     // The last thing converted was a Lark [optional].
   size_t rule_last_line_ = 0;       // The last line (from 1) of the rule being converted.

@@ -20,17 +20,22 @@ bool GrammarIsLikelyLark(std::string_view grammar);
 // rule named `root` that is not the start is renamed `root-lark`).
 //
 // Converted: `name: ...` rules and terminals with `?`/`!` prefixes and `.N` priorities (dropped),
-// continuation lines starting with `|`, "double" and 'single' quoted strings with Python escapes,
-// "x"i, "a".."z", /regex/flags (i, s, u) as XGrammar's Regex(), [optional] as (...)?, item~n and
-// item~n..m as {n} and {n,m}, `-> alias` (dropped: it only names a parse tree node), `//` and `#`
-// comments. `%ignore` lines are dropped as vLLM drops them: the ignored text is not allowed
+// continuation lines starting with `|` (after `name:` alone on its line, the first `|` follows an
+// empty alternative, as in Lark), "double" and 'single' quoted strings with Lark's escapes (\x
+// \u \U \n \f \t \r \\ and the quote; any other backslash is kept as written), "x"i (letters
+// outside ASCII as a class of their two cases), "a".."z", /regex/flags (i, s, u) as XGrammar's
+// Regex() (Lark's \x \u \U decoded first), [optional] as (...)?, item~n and item~n..m as {n} and
+// {n,m} ([x]~n..m as (x){0,m}), `-> alias` (dropped: it only names a parse tree node), `//` and
+// `#` comments. `%ignore` lines are dropped as vLLM drops them: the ignored text is not allowed
 // between items, so the output is one of the grammar's strings without the ignored filler.
 // `%import common.X` brings X from Lark's common library (INT, NUMBER, WS, CNAME, ...).
 //
 // Throws latent::Error, its message starting "structured_outputs.grammar", naming the line for:
 // no rule at all, a line that is none of the above, a rule defined twice, a reference to a rule
 // that is not defined, a construct XGrammar cannot take (templates, %declare, regex flags m, x,
-// l), an unknown escape, unbalanced brackets.
+// l; in a regex the anchors and word boundaries \A \Z \z \G \b \B, octal escapes,
+// backreferences, \N{...} and letters that are no escape of Python's re), a bad \x \u \U
+// escape, unbalanced brackets.
 std::string LarkToEbnf(std::string_view lark);
 
 }  // namespace latent::structured

@@ -42,7 +42,7 @@ condition: column "=" number
 number: "1" | "2"
 )";
 
-// Token 0 is EOS; tokens 1..95 are the printable ASCII bytes, so a string is its bytes.
+// Token 0 is EOS; tokens 1..256 are the bytes 0..255, so a string is its bytes.
 class ByteGrammar {
  public:
   ByteGrammar() : output_(Vocabulary()) {}
@@ -51,8 +51,7 @@ class ByteGrammar {
   bool Matches(const std::string& ebnf, const std::string& text) {
     auto c = output_.Grammar(ebnf)->Start();
     for (const char ch : text) {
-      if (ch < 0x20 || ch > 0x7e) ADD_FAILURE() << "not in the byte vocabulary: " << int{ch};
-      if (!c->Accept(ch - 0x20 + 1)) return false;
+      if (!c->Accept(static_cast<unsigned char>(ch) + 1)) return false;
     }
     return c->Accept(0) && c->IsTerminated();
   }
@@ -63,7 +62,9 @@ class ByteGrammar {
   static structured::GrammarVocabulary Vocabulary() {
     structured::GrammarVocabulary v;
     v.token_bytes.push_back(std::nullopt);
-    for (char ch = 0x20; ch <= 0x7e; ++ch) v.token_bytes.push_back(std::string(1, ch));
+    for (int byte = 0; byte < 256; ++byte) {
+      v.token_bytes.push_back(std::string(1, static_cast<char>(byte)));
+    }
     v.stop_token_ids = {0};
     return v;
   }
@@ -189,8 +190,98 @@ TEST(LarkGrammar, EmptyAlternativesOptionalsAndRepeatsMatch) {
   ByteGrammar g;
   const std::string ebnf = LarkToEbnf("start: a b c\na: \"1\" |\nb:\n  | \"2\"\n  | \"3\"\n"
                                       "c: [\"4\"]* \"!\"");
-  for (const char* ok : {"2!", "12!", "3444!", "134!"}) EXPECT_TRUE(g.Matches(ebnf, ok)) << ok;
-  for (const char* bad : {"!", "1!", "23!", "24"}) EXPECT_FALSE(g.Matches(ebnf, bad)) << bad;
+  // b's first alternative is the empty one before its first `|`, as in Lark.
+  for (const char* ok : {"2!", "12!", "3444!", "134!", "!", "1!", "44!"}) {
+    EXPECT_TRUE(g.Matches(ebnf, ok)) << ok << "\n" << ebnf;
+  }
+  for (const char* bad : {"23!", "24", "11!"}) EXPECT_FALSE(g.Matches(ebnf, bad)) << bad;
+  EXPECT_EQ(LarkToEbnf("start:\n  | \"a\"\n  | \"b\""), "root ::=\n \"\" | \"a\"\n| \"b\"");
+}
+
+// [x]~n..m is x from 0 to m times (XGrammar takes no quantifier after (x)?).
+TEST(LarkGrammar, RepeatedOptionalIsZeroToItsMostTimes) {
+  ByteGrammar g;
+  const std::string exact = LarkToEbnf("start: [\"b\"]~2 \"c\"");
+  for (const char* ok : {"c", "bc", "bbc"}) EXPECT_TRUE(g.Matches(exact, ok)) << ok << exact;
+  EXPECT_FALSE(g.Matches(exact, "bbbc"));
+  const std::string ranged = LarkToEbnf("start: [\"a\" | \"b\"]~2..3");
+  for (const char* ok : {"", "a", "ab", "bab"}) EXPECT_TRUE(g.Matches(ranged, ok)) << ok << ranged;
+  EXPECT_FALSE(g.Matches(ranged, "abab"));
+}
+
+// Lark's escapes in strings: \x \u \U \n \f \t \r, \\ and the quote; any other backslash is
+// kept as written (Lark's eval_escaping), where Python's own escapes would make "\b" a backspace.
+TEST(LarkGrammar, StringEscapesAreLarks) {
+  ByteGrammar g;
+  const std::string ebnf = LarkToEbnf(R"(start: "\b\a\v\0" "a\'b" "a\db" "\t\x41\\" 'q\'')");
+  EXPECT_EQ(ebnf, R"(root ::= "\\b\\a\\v\\0" "a\\'b" "a\\db" "\u0009A\\" "q'")");
+  EXPECT_TRUE(g.Matches(ebnf, "\\b\\a\\v\\0a\\'ba\\db\tA\\q'")) << ebnf;
+  EXPECT_FALSE(g.Matches(ebnf, "\b\a\v" + std::string(1, '\0') + "a'badb\tA\\q'"));
+  // Lark turns each pair of backslashes into one after decoding, hex escapes' included.
+  EXPECT_TRUE(g.Matches(LarkToEbnf(R"(start: "\x5c\x5c")"), "\\"));
+  // NUL is a character like any other.
+  const std::string nul = LarkToEbnf(R"(start: "a\x00b" /c\x00/)");
+  EXPECT_TRUE(g.Matches(nul, std::string("a\0bc\0", 5))) << nul;
+  EXPECT_FALSE(g.Matches(nul, "abc"));
+  const auto error = [](const std::string& lark) { return ErrorOf([&] { LarkToEbnf(lark); }); };
+  EXPECT_EQ(error("start: \"abc\\"),
+            "structured_outputs.grammar line 1: string not closed with \"");
+  EXPECT_EQ(error("start: \"\\x4\""),
+            "structured_outputs.grammar line 1: the escape \\x takes 2 hex digits, got \\x4\"");
+  EXPECT_EQ(error("start: \"\\ud800\""),
+            "structured_outputs.grammar line 1: the escape \\ud800 is a UTF-16 surrogate, which "
+            "no text holds");
+}
+
+// Python's re reads these escapes otherwise than XGrammar (an anchor as a letter, \x41B as one
+// code point): Lark's \x, \u and \U are decoded first, and the others are refused.
+TEST(LarkGrammar, RegexEscapesKeepPythonsMeaningOrAreRefused) {
+  ByteGrammar g;
+  EXPECT_TRUE(g.Matches(LarkToEbnf(R"(start: /\x41B\u0043[\x44]/)"), "ABCD"));
+  // Lark decodes \x2e to '.' before Python's re reads it: any character.
+  EXPECT_TRUE(g.Matches(LarkToEbnf(R"(start: /a\x2e/)"), "ab"));
+  // In a class, \b is a backspace, in Python as in XGrammar.
+  EXPECT_TRUE(g.Matches(LarkToEbnf(R"(start: /[\b]\d\.\/\\/)"), "\b1./\\"));
+  const auto error = [](const std::string& lark) { return ErrorOf([&] { LarkToEbnf(lark); }); };
+  for (const char* anchor : {R"(\A)", R"(\Z)", R"(\z)", R"(\G)", R"(\b)", R"(\B)"}) {
+    EXPECT_EQ(error(std::string("start: /a") + anchor + "/"),
+              std::string("structured_outputs.grammar line 1: the escape ") + anchor + " in /a" +
+                  anchor + "/ (an anchor or word boundary) is not supported");
+  }
+  EXPECT_EQ(error(R"(start: /(a)\1/)"),
+            R"(structured_outputs.grammar line 1: the escape \1 in /(a)\1/ (an octal escape or a )"
+            "backreference) is not supported");
+  EXPECT_EQ(error(R"(start: /\e/)"),
+            R"(structured_outputs.grammar line 1: the escape \e in /\e/ is not an escape of )"
+            "Python's re");
+  EXPECT_THAT(error(R"(start: /\N{DASH}/)"), HasSubstr("(a character by its name) is not"));
+  EXPECT_THAT(error(R"(start: /\x4/)"), HasSubstr(R"(the escape \x in /\x4/ needs 2 hex digits)"));
+}
+
+// Valid Lark: signed priorities, and one name imported twice from the same place.
+TEST(LarkGrammar, SignedPrioritiesAndRepeatedImportsAreLark) {
+  ByteGrammar g;
+  const std::string ebnf = LarkToEbnf("start.2: B C INT\nB.-1: \"b\"\nC.+1: \"c\"\n"
+                                      "%import common.INT\n%import common (INT)");
+  EXPECT_TRUE(g.Matches(ebnf, "bc12")) << ebnf;
+  const std::string clash = "start: INT\n%import common.INT\n%import common.WORD -> INT";
+  EXPECT_EQ(ErrorOf([&] { LarkToEbnf(clash); }),
+            "structured_outputs.grammar line 3: 'INT' is defined twice (first on line 2)");
+  EXPECT_EQ(ErrorOf([] { LarkToEbnf("start: \"a\"~-1"); }),
+            "structured_outputs.grammar line 1: '~' takes an item before it and a count after it "
+            "(item~3, item~1..3)");
+}
+
+// XGrammar's flag i folds ASCII only: other letters become a class of both their cases.
+TEST(LarkGrammar, CaseInsensitiveStringsFoldLettersBeyondAscii) {
+  ByteGrammar g;
+  const std::string ebnf = LarkToEbnf("start: \"éΩя.ž\"i");
+  for (const char* ok : {"éΩя.ž", "ÉωЯ.Ž", "éωя.ž"}) {
+    EXPECT_TRUE(g.Matches(ebnf, ok)) << ok << "\n" << ebnf;
+  }
+  EXPECT_FALSE(g.Matches(ebnf, "eΩя.ž"));
+  EXPECT_FALSE(g.Matches(ebnf, "éΩяxž"));
+  EXPECT_TRUE(g.Matches(LarkToEbnf("start: \"ÿ-x\"i"), "Ÿ-X"));
 }
 
 TEST(LarkGrammar, BadGrammarsAreRefusedNamingTheLine) {
@@ -219,8 +310,6 @@ TEST(LarkGrammar, BadGrammarsAreRefusedNamingTheLine) {
             "structured_outputs.grammar line 1: '(' is not closed");
   EXPECT_EQ(error("start: \"a\"]"), "structured_outputs.grammar line 1: ']' closes no '['");
   EXPECT_EQ(error("start: \"a"), "structured_outputs.grammar line 1: string not closed with \"");
-  EXPECT_EQ(error("start: \"\\d\""),
-            "structured_outputs.grammar line 1: unknown escape \\d in a string");
   EXPECT_EQ(error("start: /a/m"),
             "structured_outputs.grammar line 1: regular expression flag 'm' is not supported");
   EXPECT_EQ(error("start: sep{\"a\"}\nsep{x}: x"),
