@@ -260,6 +260,8 @@ void ParseResponseFormat(const Json& body, std::string_view text, structured::Ou
     try {
       out.schema = structured::ParseStructuralTag(
           ParseOrdered(text, {"response_format"})["response_format"], "response_format");
+    } catch (const InternalError&) {
+      throw;  // a bug in latent (a 500), not a bad field
     } catch (const Error& e) {
       BadField("response_format", e.what());
     }
@@ -297,6 +299,8 @@ void ParseStructuredOutputs(const Json& body, std::string_view text, GenerationR
   try {
     r.output = structured::ParseStructuredOutputs(
         ParseOrdered(text, {"structured_outputs"})["structured_outputs"]);
+  } catch (const InternalError&) {
+    throw;  // a bug in latent (a 500), not a bad field
   } catch (const Error& e) {
     BadField("structured_outputs", e.what());
   }

@@ -13,6 +13,7 @@
 #include <xgrammar/xgrammar.h>
 
 #include "base/error.h"
+#include "base/error_context.h"
 #include "structured/json_schema_check.h"
 #include "structured/structural_tag.h"
 
@@ -254,7 +255,7 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constrai
         try {
           CheckJsonSchemaSupported(schema);
         } catch (const Error& e) {
-          Fail("the structural tag's schema at ", where, ": ", e.what());
+          FailLike(e, "the structural tag's schema at ", where, ": ", e.what());
         }
       });
       CheckStructuralTagTriggerTokens(
