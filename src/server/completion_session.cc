@@ -434,6 +434,7 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
 void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
   c.reasoning += parsed.reasoning;
   c.text += parsed.content;
+  c.unfinished_call = c.unfinished_call || parsed.unfinished_call;
   for (const ToolCallDelta& call : parsed.tool_calls) {
     if (!call.id.empty()) {
       c.tool_calls.push_back({call.index, call.id, call.name, call.arguments});
@@ -462,10 +463,11 @@ void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
   }
   // A turn that ends by calling tools finishes "tool_calls", but only when every call is complete
   // (its end marker came): a call cut by a stop string keeps "stop", as one cut by max_tokens
-  // keeps "length", so that a client does not run a call with half its arguments. (vLLM says
-  // "tool_calls" whenever its parser found a call, however the output ended.)
-  const bool calls_complete =
-      !c.tool_calls.empty() && c.complete_calls == c.tool_calls.size();
+  // keeps "length", so that a client does not run a call with half its arguments, nor the first
+  // calls of a turn whose next call was cut before its name came out (unfinished_call). (vLLM
+  // says "tool_calls" whenever its parser found a call, however the output ended.)
+  const bool calls_complete = !c.tool_calls.empty() && !c.unfinished_call &&
+                              c.complete_calls == c.tool_calls.size();
   c.finish_reason = reason == "stop" && calls_complete ? "tool_calls" : reason;
   context_.metrics->CountFinished(c.finish_reason);
   CheckDone();

@@ -107,6 +107,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     std::string reasoning;
     std::vector<ToolCallOutput> tool_calls;
     size_t complete_calls = 0;  // Calls whose parser saw them close (ToolCallDelta::closed).
+    bool unfinished_call = false;  // The output ended inside a call (ParsedDelta::unfinished_call).
     // Streams: how many calls went out (id and name), and how much of each one's arguments.
     size_t sent_calls = 0;
     std::vector<size_t> sent_arguments;

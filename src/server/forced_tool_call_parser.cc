@@ -1,5 +1,6 @@
 #include "server/forced_tool_call_parser.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -128,15 +129,23 @@ class RequiredCallsParser : public OutputParser {
       // A value that ended before this character leaves it to the next state.
       while (!Step(text[i]) && state_ != State::kMalformed) {
       }
-      // All the text while no call went out, else from this character on.
+      // All the text while no call went out, else from where it stopped fitting.
       if (state_ == State::kMalformed) {
-        out.content += calls_ == 0 ? raw_ : raw_.substr(raw_.size() - 1);
+        out.content += calls_ == 0 ? raw_ : raw_.substr(std::min(malformed_at_, raw_.size() - 1));
       }
     }
     out_ = nullptr;
     return out;
   }
-  ParsedDelta Finish() override { return {}; }
+  // Cut short (max_tokens, a stop string) inside an element, or after a "," that begins another:
+  // a call was under way, maybe one not out yet (its name cut), so the choice must not finish
+  // "tool_calls". Its text stays neither content nor a call.
+  ParsedDelta Finish() override {
+    ParsedDelta out;
+    out.unfinished_call = state_ != State::kArray && state_ != State::kAfterElement &&
+                          state_ != State::kDone && state_ != State::kMalformed;
+    return out;
+  }
 
  private:
   enum class State {
@@ -172,7 +181,10 @@ class RequiredCallsParser : public OutputParser {
       } else if (c == '\\') {
         escape_ = true;
       } else if (c == '"') {
-        state_ = State::kColon;
+        // A second "name" or "parameters" would give the call two names, or arguments that are
+        // two objects one after the other: not a call. From the key on, the text is content.
+        state_ = SeenKey() ? State::kMalformed : State::kColon;
+        if (state_ == State::kMalformed) malformed_at_ = key_at_;
       } else if (key_.size() > kMaxKey) {
         state_ = State::kMalformed;
       }
@@ -197,6 +209,7 @@ class RequiredCallsParser : public OutputParser {
       case State::kKeyStart:
         if (c == '"') {
           key_ = "\"";
+          key_at_ = raw_.size() - 1;
           state_ = State::kKey;
         } else {
           state_ = c == '}' && state_ == State::kKeyOrEnd ? EndElement() : State::kMalformed;
@@ -222,16 +235,27 @@ class RequiredCallsParser : public OutputParser {
     name_.reset();
     pending_arguments_.clear();
     parameters_ = false;
+    name_seen_ = false;
     call_out_ = false;
     state_ = State::kKeyOrEnd;
   }
-  void StartValue() {
+  Member KeyMember() const {
     const nlohmann::json key = nlohmann::json::parse(key_, nullptr, false);
-    member_ = !key.is_string()                 ? Member::kOther
-              : key.get<std::string>() == "name" ? Member::kName
-              : key.get<std::string>() == "parameters" ? Member::kParameters
-                                                       : Member::kOther;
+    return !key.is_string()                         ? Member::kOther
+           : key.get<std::string>() == "name"       ? Member::kName
+           : key.get<std::string>() == "parameters" ? Member::kParameters
+                                                    : Member::kOther;
+  }
+  // Whether the element already has the key just read ("name" or "parameters").
+  bool SeenKey() const {
+    const Member member = KeyMember();
+    return (member == Member::kName && name_seen_) ||
+           (member == Member::kParameters && parameters_);
+  }
+  void StartValue() {
+    member_ = KeyMember();
     if (member_ == Member::kParameters) parameters_ = true;
+    if (member_ == Member::kName) name_seen_ = true;
     value_ = JsonValueText();
     value_text_.clear();
     state_ = State::kValue;
@@ -283,15 +307,18 @@ class RequiredCallsParser : public OutputParser {
 
   State state_ = State::kArray;
   std::string raw_;  // Every character read, for content once the text stops fitting.
+  size_t malformed_at_ = std::string::npos;  // Where in raw_ it stopped fitting, if not its end.
   int32_t calls_ = 0;
   // The element being read.
   std::string key_;
+  size_t key_at_ = 0;  // Where in raw_ key_ began.
   Member member_ = Member::kOther;
   JsonValueText value_;
   std::string value_text_;         // The name's JSON text.
   std::optional<std::string> name_;
   std::string pending_arguments_;  // Parameters not yet out (the name not yet whole).
   bool parameters_ = false;
+  bool name_seen_ = false;  // name_ is set only once the name is whole.
   bool call_out_ = false;
   bool escape_ = false;
   ParsedDelta* out_ = nullptr;

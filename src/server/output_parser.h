@@ -36,11 +36,18 @@ struct ParsedDelta {
   std::string reasoning;  // -> message.reasoning_content / delta.reasoning_content
   std::string content;    // -> message.content / delta.content
   std::vector<ToolCallDelta> tool_calls;  // -> message.tool_calls / delta.tool_calls
+  // The output ended inside a call that never went out, or that is not whole (a tool-call
+  // parser's Finish: markup cut before the call's name, a forced array cut after a ","): a call
+  // was under way, so the choice does not finish "tool_calls" even if every call out is complete.
+  bool unfinished_call = false;
 
-  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+  bool empty() const {
+    return reasoning.empty() && content.empty() && tool_calls.empty() && !unfinished_call;
+  }
   void Append(const ParsedDelta& more) {
     reasoning += more.reasoning;
     content += more.content;
+    unfinished_call = unfinished_call || more.unfinished_call;
     for (const ToolCallDelta& call : more.tool_calls) AppendToolCall(call);
   }
   // Merges more arguments of the last call into its delta; a new call gets its own.
@@ -91,6 +98,7 @@ class ParserChain : public OutputParser {
     if (finish) rest.Append(second_->Finish());
     out.content = std::move(rest.content);
     out.reasoning += rest.reasoning;
+    out.unfinished_call = out.unfinished_call || rest.unfinished_call;
     for (const ToolCallDelta& call : rest.tool_calls) out.AppendToolCall(call);
     return out;
   }

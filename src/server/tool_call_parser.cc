@@ -281,13 +281,16 @@ ParsedDelta ToolCallParser::Finish() {
   ParsedDelta out;
   out_ = &out;
   if (in_section_) {
-    // The output ended inside the markup: an open call stays; unparsed text is content.
+    // The output ended inside the markup (max_tokens, a stop string): an open call stays as it
+    // stands. The unparsed rest is the markup of a call cut short (its opening before the name,
+    // half an argument): dropped, not content, as vLLM drops it; and a call was under way, so
+    // the choice must not finish "tool_calls" (then the calls out need not be all there were).
     const std::string rest = pending_raw_ + buf_;
+    out.unfinished_call = call_open_ || rest.find_first_not_of(kSpace) != std::string::npos;
     CloseCall(/*complete=*/false);
     Commit();
     buf_.clear();
     in_section_ = false;
-    EmitContent(rest);
   } else {
     EmitContent(buf_);
     buf_.clear();

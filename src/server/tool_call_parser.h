@@ -24,7 +24,9 @@
 // Whitespace between the content and the markup, between calls and after them is dropped.
 // Markup that does not parse falls back to content: from where it stops parsing, the rest of the
 // output is content (a call whose name was already out stays as it stands). An output that ends
-// inside a call keeps the call with the arguments so far. Either such call is not complete
+// inside the markup keeps an open call with the arguments so far; the unparsed rest (a call's
+// opening cut before its name, half an argument) is dropped, not content, as vLLM drops it, and
+// Finish says a call was under way (ParsedDelta::unfinished_call). Neither such call is complete
 // (ToolCallDelta::closed): only a call whose end marker came is.
 #pragma once
 

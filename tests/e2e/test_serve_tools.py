@@ -405,20 +405,64 @@ def test_unknown_parser_is_refused_before_loading(chat_model):
 def test_call_cut_short_does_not_finish_tool_calls(family, tokenizer):
     """finish_reason "tool_calls" says every call is complete (its end marker came): a call cut by
     a stop string finishes "stop", as one cut by max_tokens finishes "length", streamed and not,
-    keeping the arguments so far; a stop string after a complete call still gives "tool_calls"."""
+    keeping the arguments so far. Cut inside the second call's markup before its name ("search"),
+    the first call is complete but the turn is not: "stop", and the cut markup is not content. A
+    stop string between the calls still gives "tool_calls"."""
     _, srv, _ = family
     pieces = FAMILIES["deepseek_v3"][2]
     cut_args = '{"city": "Paris", "days": 3'  # V3 closes its arguments with "}\n```".
-    max_tokens = sum(len(tokenizer.encode(p, add_special_tokens=False).ids) for p in pieces[:2])
+    first = ("get_weather", cut_args + "}")
+
+    def tokens(n):
+        return sum(len(tokenizer.encode(p, add_special_tokens=False).ids) for p in pieces[:n])
+
     cases = [({"stop": ["}\n```"]}, "stop", [("get_weather", cut_args)]),
-             ({"max_completion_tokens": max_tokens}, "length",
+             ({"max_completion_tokens": tokens(2)}, "length",
               [("get_weather", '{"city": "Paris",')]),
-             ({"stop": ["search"]}, "tool_calls", [("get_weather", cut_args + "}")])]
+             ({"stop": ["search"]}, "stop", [first]),
+             ({"max_completion_tokens": tokens(4) + 1}, "length", [first]),
+             ({"stop": ["\n<｜tool▁call▁begin｜>"]}, "tool_calls", [first])]
     for kwargs, finish, calls in cases:
         resp = create(srv, False, **kwargs).choices[0]
         assert resp.finish_reason == finish, kwargs
         assert [(c.function.name, c.function.arguments) for c in resp.message.tool_calls] == \
             calls, kwargs
-        _, _, s_calls, s_finish, _ = streamed(srv, **kwargs)
+        assert resp.message.content is None, kwargs
+        content, _, s_calls, s_finish, _ = streamed(srv, **kwargs)
         assert s_finish == finish, kwargs
         assert [c[1:] for c in s_calls] == calls, kwargs
+        assert content == "", kwargs
+
+
+def test_required_calls_cut_or_repeating_a_key_do_not_finish_tool_calls(chat_model, tokenizer,
+                                                                         tmp_path):
+    """tool_choice "required" (the model replays the array, not sampled under the grammar): cut
+    by a stop string before the second call's name, the first call stays but the turn did not
+    end with its calls complete: "stop", not "tool_calls" with the second call silently dropped.
+    An element with a second "parameters" is malformed (its arguments would be two objects): the
+    call stays as it stands, not complete, and the text from the second key on is content."""
+    text = ('[{"name":"search","parameters":{"query":"x"}},\n {"name":"get_weather",'
+            '"parameters":{"city":"Paris"},"parameters":{"city":"Oslo"}}]')
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    assert tokenizer.decode(ids, skip_special_tokens=False) == text
+    (tmp_path / "replay.json").write_text(json.dumps(ids))
+    srv = LatentServer(chat_model, tmp_path / "serve.log", *SERVER_FLAGS, "--debug-replay",
+                       str(tmp_path / "replay.json"))
+    search = ("search", '{"query": "x"}')
+    cases = [({"stop": ['"get_weather",']}, "stop", [search], None),
+             ({}, "stop", [search, ("get_weather", '{"city": "Paris"}')],
+              '"parameters":{"city":"Oslo"}}]')]
+    try:
+        for kwargs, finish, calls, content in cases:
+            kwargs = dict(kwargs, tool_choice="required")
+            resp = create(srv, False, **kwargs).choices[0]
+            assert resp.finish_reason == finish, kwargs
+            assert [(c.function.name, c.function.arguments)
+                    for c in resp.message.tool_calls] == calls, kwargs
+            assert resp.message.content == content, kwargs
+            s_content, _, s_calls, s_finish, _ = streamed(srv, **kwargs)
+            assert s_finish == finish, kwargs
+            assert [c[1:] for c in s_calls] == calls, kwargs
+            assert s_content == (content or ""), kwargs
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -28,12 +28,14 @@ struct Call {
 struct Assembled {
   std::string reasoning, content;
   std::vector<Call> calls;
+  bool unfinished = false;  // A delta said a call was cut under way (ParsedDelta::unfinished_call).
   // The content as it grew: each step's total, to check it only ever grows by certain text.
   std::vector<std::string> content_steps;
 
   void Add(const ParsedDelta& d) {
     reasoning += d.reasoning;
     content += d.content;
+    unfinished = unfinished || d.unfinished_call;
     content_steps.push_back(content);
     for (const ToolCallDelta& c : d.tool_calls) {
       if (!c.id.empty()) {
@@ -97,6 +99,7 @@ void ExpectSplitInvariant(const std::string& parser, const std::string& text) {
     EXPECT_EQ(a.content, whole.content) << how;
     EXPECT_EQ(a.reasoning, whole.reasoning) << how;
     EXPECT_EQ(a.calls, whole.calls) << how;
+    EXPECT_EQ(a.unfinished, whole.unfinished) << how;
     for (const std::string& step : a.content_steps) {
       EXPECT_EQ(whole.content.compare(0, step.size(), step), 0) << how << ": leaked " << step;
     }
@@ -264,11 +267,66 @@ TEST(ToolCallParserTest, ForcedCallsCutShort) {
   const Assembled early = Forced(required, {R"([{"name":"sea)"});
   EXPECT_TRUE(early.calls.empty());
   EXPECT_EQ(early.content, "");
+  EXPECT_TRUE(early.unfinished);
   // The parameters' end at the array's end, with the element's "}" cut: not complete.
   const Assembled open = Forced(required, {R"([{"name":"search","parameters":{})"});
   ASSERT_EQ(open.calls.size(), 1u);
   EXPECT_EQ(open.calls[0].arguments, "{}");
   EXPECT_FALSE(open.calls[0].closed);
+}
+
+// "required" cut after a complete call, in the next one before its name came out (here by the
+// stop string `"get_weather",`) or right after the "," that begins it: the complete call stays,
+// and the parser says a call was under way, so the choice does not finish "tool_calls" with the
+// second call silently missing. Cut between the last call and the "]", nothing was under way.
+TEST(ToolCallParserTest, RequiredCallCutBeforeItsNameIsUnfinished) {
+  const ToolChoice required{ToolChoice::Mode::kRequired, ""};
+  const std::string first = R"([{"name":"search","parameters":{"query":"a"}})";
+  for (const std::string tail : {",\n {\"name\":", ",", ",{", R"(,{"parameters":{"k":1},)"}) {
+    const Assembled a = Forced(required, Bytes(first + tail));
+    ASSERT_EQ(a.calls.size(), 1u) << tail;
+    EXPECT_EQ(a.calls[0].arguments, R"({"query": "a"})");
+    EXPECT_TRUE(a.calls[0].closed) << tail;
+    EXPECT_TRUE(a.unfinished) << tail;
+    EXPECT_EQ(a.content, "") << tail;
+  }
+  for (const std::string& text : {first, first + "\n", first + "]"}) {
+    const Assembled a = Forced(required, {text});
+    ASSERT_EQ(a.calls.size(), 1u) << text;
+    EXPECT_TRUE(a.calls[0].closed) << text;
+    EXPECT_FALSE(a.unfinished) << text;
+  }
+  EXPECT_FALSE(Forced(required, {}).unfinished);
+}
+
+// A second "parameters" (or "name") in one element would make the arguments two objects in a
+// row (`{"q": "x"}{"q": "y"}`, not JSON) or the call two names: the element is malformed, the
+// call out so far not complete, and the text from the second key on is content.
+TEST(ToolCallParserTest, RequiredCallWithARepeatedKeyIsMalformed) {
+  const ToolChoice required{ToolChoice::Mode::kRequired, ""};
+  const Assembled params = Forced(
+      required, Bytes(R"([{"name":"search","parameters":{"q":"x"},"parameters":{"q":"y"}}])"));
+  ASSERT_EQ(params.calls.size(), 1u);
+  EXPECT_EQ(params.calls[0].arguments, R"({"q": "x"})");
+  EXPECT_FALSE(params.calls[0].closed);
+  EXPECT_EQ(params.content, R"("parameters":{"q":"y"}}])");
+  const Assembled name =
+      Forced(required, {R"([{"name":"search","parameters":{},"name":"get_weather"}])"});
+  ASSERT_EQ(name.calls.size(), 1u);
+  EXPECT_EQ(name.calls[0].name, "search");
+  EXPECT_FALSE(name.calls[0].closed);
+  EXPECT_EQ(name.content, R"("name":"get_weather"}])");
+  // Before the call went out: no call, all of the text is content.
+  for (const std::string text : {R"([{"name":"a","name":"b","parameters":{}}])",
+                                 R"([{"parameters":{},"parameters":{},"name":"a"}])"}) {
+    const Assembled a = Forced(required, Bytes(text));
+    EXPECT_TRUE(a.calls.empty()) << text;
+    EXPECT_EQ(a.content, text);
+  }
+  // Other keys may repeat (the grammar allows none; they are skipped).
+  const Assembled other = Forced(required, {R"([{"x":1,"name":"a","x":2,"parameters":{}}])"});
+  ASSERT_EQ(other.calls.size(), 1u);
+  EXPECT_TRUE(other.calls[0].closed);
 }
 
 // Text that is not the forced JSON (no grammar allows it) is content: all of it before any call
@@ -428,16 +486,59 @@ TEST(ToolCallParserTest, OutputEndingInsideACall) {
   EXPECT_EQ(a.calls[0].arguments, "{\"ci");
   EXPECT_EQ(a.content, "");
   EXPECT_FALSE(a.calls[0].closed);
-  // Key/value calls are ended; a half-read argument is content.
+  // Key/value calls are ended; a half-read argument is the markup of a cut call: dropped.
   const Assembled g =
       Whole("glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Os");
   ASSERT_EQ(g.calls.size(), 1u);
   EXPECT_EQ(g.calls[0].arguments, "{}");
-  EXPECT_EQ(g.content, "<arg_key>city</arg_key><arg_value>Os");
+  EXPECT_EQ(g.content, "");
   EXPECT_FALSE(g.calls[0].closed);
-  // Before any name: the markup is content.
-  EXPECT_EQ(Whole("kimi_k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge").content,
-            "<|tool_calls_section_begin|><|tool_call_begin|>functions.ge");
+  EXPECT_TRUE(g.unfinished);
+  // Before any name: no call, and the markup is not content either (as vLLM drops it).
+  const Assembled k =
+      Whole("kimi_k2", "Hm.<|tool_calls_section_begin|><|tool_call_begin|>functions.ge");
+  EXPECT_TRUE(k.calls.empty());
+  EXPECT_EQ(k.content, "Hm.");
+  EXPECT_TRUE(k.unfinished);
+}
+
+// An output cut (a stop string, max_tokens) after a complete call, inside the next call's markup
+// before its name came out: the complete call stays, the cut call's markup is dropped (not
+// content), and the parser says a call was under way, so the choice does not finish "tool_calls"
+// with the calls that were to follow silently missing. Whitespace after a complete call is no
+// call under way.
+TEST(ToolCallParserTest, CallCutBeforeItsNameIsUnfinished) {
+  struct Case {
+    std::string parser, text;
+    size_t cut;           // Where the output ends: before the second call's name.
+    std::string content;  // The content before the markup.
+  };
+  const Case cases[] = {
+      {"deepseek_v3", kV3, kV3.find("search"), ""},
+      {"deepseek_v31", kV31, kV31.find("search"), "Let me check."},
+      {"deepseek_v32", kDsml, kDsml.find("search"), "Checking."},
+      {"kimi_k2", kKimi, kKimi.find("functions.search"), "I'll look."},
+      {"glm45", kGlm, kGlm.find("<tool_call>search") + 11, ""},
+  };
+  for (const auto& [name, text, cut, content] : cases) {
+    const Assembled whole = Whole(name, text);
+    EXPECT_FALSE(whole.unfinished) << name;
+    const std::string head = text.substr(0, cut);
+    const Assembled a = Whole(name, head);
+    ASSERT_EQ(a.calls.size(), 1u) << name;
+    EXPECT_EQ(a.calls[0], whole.calls[0]) << name;
+    EXPECT_TRUE(a.calls[0].closed) << name;
+    EXPECT_TRUE(a.unfinished) << name;
+    EXPECT_EQ(a.content, content) << name << ": no markup in content";
+    ExpectSplitInvariant(name, head);
+  }
+  const std::string end = "<｜tool▁call▁end｜>\n";
+  const std::string after_first = kV3.substr(0, kV3.find(end) + end.size());
+  const Assembled a = Whole("deepseek_v3", after_first);
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_TRUE(a.calls[0].closed);
+  EXPECT_FALSE(a.unfinished);
+  EXPECT_EQ(a.content, "");
 }
 
 TEST(ToolCallParserTest, ChainsAfterTheReasoningParser) {
