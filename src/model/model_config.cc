@@ -60,7 +60,8 @@ double RequiredFactor(const ConfigReader& rope, const std::string& type) {
 void ParseLlama3Rope(const ConfigReader& rope, ModelConfig& config) {
   config.rope.type = RopeType::kLlama3;
   config.rope.factor = RequiredFactor(rope, "llama3");
-  for (const char* key : {"original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}) {
+  for (const char* key :
+       {"original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}) {
     if (!rope.Has(key)) Fail(rope.source(), ": llama3 needs '", key, "'");
   }
   config.rope.original_max_position_embeddings = rope.Int("original_max_position_embeddings");

@@ -1,7 +1,7 @@
 // Rotary position embedding: default, linear, llama3, YaRN and LongRoPE frequencies, applied to
 // pairs of a head's rotary part. The pairing is either adjacent (2i, 2i+1) — DeepSeek V3's
-// interleaved layout and V2's complex form — or split in halves (i, i + d/2). Queries and keys use the same pairing, so q.k
-// equals transformers' whatever order it writes the rotated values in.
+// interleaved layout and V2's complex form — or split in halves (i, i + d/2). Queries and keys use
+// the same pairing, so q.k equals transformers' whatever order it writes the rotated values in.
 #pragma once
 
 #include <cstdint>

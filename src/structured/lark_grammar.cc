@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "structured/output_spec.h"
 
 namespace latent::structured {
 namespace {
@@ -140,26 +141,6 @@ std::vector<uint32_t> CaseVariants(uint32_t cp) {
     }
   }
   return {cp};
-}
-
-// `text` as an XGrammar string literal: quotes and backslashes escaped, control characters as
-// \u with its fixed 4 digits (XGrammar's \x would take every hex digit that follows).
-std::string EbnfString(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (byte < 0x20 || byte == 0x7f) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // One code point inside an XGrammar character class.
@@ -640,13 +621,13 @@ class Converter {
             }
             AppendUtf8(cp, &pattern);
           }
-          Item(out, "Regex(" + EbnfString(pattern) + ", flags=\"i\")");
+          Item(out, "Regex(" + EbnfStringLiteral(pattern) + ", flags=\"i\")");
         } else {
-          Item(out, EbnfString(tok.text));
+          Item(out, EbnfStringLiteral(tok.text));
         }
         return;
       case Token::Kind::kRegex:
-        Item(out, "Regex(" + EbnfString(tok.text) + ", flags=\"" + tok.flags + "\")");
+        Item(out, "Regex(" + EbnfStringLiteral(tok.text) + ", flags=\"" + tok.flags + "\")");
         return;
       case Token::Kind::kNumber:
       case Token::Kind::kDirective:

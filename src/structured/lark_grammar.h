@@ -1,6 +1,7 @@
 // Grammars written in Lark (https://lark-parser.readthedocs.io/en/latest/grammar.html) for
 // structured_outputs.grammar, as vLLM's xgrammar backend takes them: a grammar is read as Lark
-// when no line of it defines a rule with `::=` (vLLM's grammar_is_likely_lark), and is converted
+// when no line of it defines a rule with `::=` (vLLM's grammar_is_likely_lark, except that a
+// `::=` inside a string or a comment does not count here), and is converted
 // to XGrammar's EBNF (vLLM's convert_lark_to_ebnf) before it is compiled.
 #pragma once
 

@@ -94,26 +94,31 @@ OutputSpec ParseStructuredOutputs(const OrderedJson& value) {
   return spec;
 }
 
+std::string EbnfStringLiteral(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      // \u with its fixed 4 digits: XGrammar's \x takes every hex digit that follows, so "\n1"
+      // written \xa1 would read as one character.
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
+      out += escaped;
+    } else {
+      out += c;  // UTF-8 bytes stand for themselves inside a literal.
+    }
+  }
+  return out + '"';
+}
+
 std::string ChoiceGrammar(const std::vector<std::string>& choices) {
   std::string out = "root ::=";
   for (size_t i = 0; i < choices.size(); ++i) {
-    out += i == 0 ? " \"" : " | \"";
-    for (const char c : choices[i]) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (byte < 0x20 || byte == 0x7f) {
-        // \u with its fixed 4 digits: XGrammar's \x takes every hex digit that follows, so "\n1"
-        // written \xa1 would read as one character.
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\u%04x", byte);
-        out += escaped;
-      } else {
-        out += c;  // UTF-8 bytes stand for themselves inside a literal.
-      }
-    }
-    out += '"';
+    out += i == 0 ? " " : " | ";
+    out += EbnfStringLiteral(choices[i]);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace latent::structured {
@@ -38,6 +39,10 @@ struct OutputSpec {
 // levels. Throws latent::Error naming the key at fault (messages start "structured_outputs"; they
 // quote at most a few hundred characters of the value).
 OutputSpec ParseStructuredOutputs(const nlohmann::ordered_json& value);
+
+// `text` as an XGrammar EBNF string literal standing for exactly itself: quotes and backslashes
+// escaped, control characters as \u00XX.
+std::string EbnfStringLiteral(std::string_view text);
 
 // The EBNF grammar whose language is `choices`: root ::= "a" | "b", every literal escaped (quotes,
 // backslashes and control characters) so that any string stands for itself.

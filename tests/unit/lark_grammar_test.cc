@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "structured/output_spec.h"
 #include "structured/structured_output.h"
+#include "error_of.h"
 
 namespace latent {
 namespace {
@@ -21,15 +22,7 @@ using ::testing::HasSubstr;
 using structured::GrammarIsLikelyLark;
 using structured::LarkToEbnf;
 
-template <typename F>
-std::string ErrorOf(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::ErrorOf;
 
 // vLLM's SQL grammar from its structured output tests (sample_sql_lark), which it expects to give
 // "SELECT col_1 from table_1 where col_1 = 1" with the spaces taken out.

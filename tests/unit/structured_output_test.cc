@@ -28,6 +28,7 @@
 #include "structured/structural_tag.h"
 #include "structured/tool_choice.h"
 #include "favoured_token_model.h"
+#include "error_of.h"
 
 namespace latent {
 namespace {
@@ -36,15 +37,7 @@ using engine::BitmaskWords;
 using ::testing::HasSubstr;
 using OJson = nlohmann::ordered_json;
 
-template <typename F>
-std::string ErrorOf(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::ErrorOf;
 
 std::vector<uint32_t> MaskOf(int64_t vocab, const std::set<int32_t>& allowed) {
   std::vector<uint32_t> mask(BitmaskWords(vocab), 0);
@@ -278,9 +271,9 @@ structured::GrammarVocabulary SmallVocabulary(std::map<std::string, int32_t>* id
   structured::GrammarVocabulary v;
   v.token_bytes.push_back(std::nullopt);  // 0: EOS (a special token)
   v.token_bytes.push_back(std::nullopt);  // 1: another special token
-  const std::vector<std::string> pieces = {"{", "}", "[", "]", "\"", ":", ",", " ", "a", "b", "c", "n",
-                                           "0", "1", "2", "-", "true", "false", "\"a\"", "\":", "red", "blue", "é",
-                                           "<", "x", ">", "<x>", "</x>"};
+  const std::vector<std::string> pieces = {
+      "{", "}",    "[",     "]",     "\"",  ":",   ",",    " ", "a", "b", "c",   "n",    "0",   "1",
+      "2", "-", "true", "false", "\"a\"", "\":", "red", "blue", "é", "<", "x", ">", "<x>", "</x>"};
   for (const std::string& p : pieces) {
     (*ids)[p] = static_cast<int32_t>(v.token_bytes.size());
     v.token_bytes.push_back(p);

@@ -24,6 +24,7 @@
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/unicode.h"
+#include "error_of.h"
 
 namespace latent::tokenizer {
 namespace {
@@ -52,16 +53,7 @@ std::string Decoded(const char* decoder_json, std::vector<std::string> tokens) {
   return out;
 }
 
-// The message of the latent::Error `fn` throws ("" if none).
-template <typename Fn>
-std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::ErrorOf;
 
 // ---- Normalizers (expected values from HF's normalize_str) ----
 

@@ -117,7 +117,7 @@ class StructuredOutputsParams:
     choice: Optional[list[str]] = None
     grammar: Optional[str] = None
     json_object: Optional[bool] = None
-    structural_tag: Optional[str] = None
+    structural_tag: Optional[Union[str, dict]] = None
     disable_any_whitespace: bool = False
     disable_additional_properties: bool = False
     disable_fallback: bool = False
