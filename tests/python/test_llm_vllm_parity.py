@@ -154,6 +154,14 @@ def test_none_is_refused_where_it_means_nothing(name):
         latent.SamplingParams(**{name: None})
 
 
+@pytest.mark.parametrize("n", [2.0, "2", True])
+def test_n_must_be_an_int(n):
+    """vLLM's _verify_args refuses an n that is not an int; 2.0 went through as the number 2."""
+    with pytest.raises(ValueError, match="SamplingParams: n must be an int, but is of type"):
+        latent.SamplingParams(n=n)
+    assert latent.SamplingParams(n=3).n == 3
+
+
 def test_none_is_the_default_where_it_means_none():
     params = latent.SamplingParams(seed=None, stop=None, stop_token_ids=None, logprobs=None,
                                    prompt_logprobs=None, logit_bias=None, allowed_token_ids=None,

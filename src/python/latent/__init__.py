@@ -212,6 +212,9 @@ class SamplingParams:
         for f in dataclasses.fields(self):
             if getattr(self, f.name) is None and f.name in _NOT_NONE:
                 raise TypeError(f"SamplingParams: {f.name} must not be None (its default is {f.default!r})")
+        # As vLLM's _verify_args: n is an int (2.0 would otherwise pass as the JSON number 2).
+        if not isinstance(self.n, int) or isinstance(self.n, bool):
+            raise ValueError(f"SamplingParams: n must be an int, but is of type {type(self.n).__name__}")
         # Listed once here, as vLLM's list(...) does: an iterator would be empty when read again.
         for name, expected in _LIST_FIELDS.items():
             value = getattr(self, name)
