@@ -10,6 +10,8 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "server/openai_schema.h"
+#include "server/tool_request.h"
+#include "server/tool_template.h"
 
 namespace latent::generate {
 namespace {
@@ -128,7 +130,12 @@ const tokenizer::Tokenizer& TextTools::Tokenizer() {
 }
 
 const tokenizer::ChatTemplate& TextTools::Template() {
-  if (!template_) template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer::ChatTemplate::FromTokenizerDir(dir_));
+  if (!template_) {
+    auto loaded = std::make_unique<tokenizer::ChatTemplate>(
+        tokenizer::ChatTemplate::FromTokenizerDir(dir_));
+    tool_arguments_as_objects_ = server::ProbeToolTemplate(*loaded).arguments_as_objects;
+    template_ = std::move(loaded);
+  }
   return *template_;
 }
 
@@ -141,13 +148,20 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text, std::string* c
   if (line.contains("messages")) {
     tokenizer::ChatRequest chat;
     chat.messages = line["messages"];
+    const tokenizer::ChatTemplate& chat_template = text.Template();
+    try {
+      server::ShapeToolCallTurns(chat.messages, text.ToolArgumentsAsObjects(),
+                                 chat_template.tool_call_content_none());
+    } catch (const server::ApiError& e) {
+      Fail(e.what());
+    }
     if (line.contains("tools")) chat.tools = line["tools"];
     if (line.contains("chat_template_kwargs")) chat.kwargs = line["chat_template_kwargs"];
     // As the server: continuing the final message turns the generation prompt off unless set.
     chat.continue_final_message = Field<bool>(line, "continue_final_message", false);
     chat.add_generation_prompt =
         Field<bool>(line, "add_generation_prompt", !chat.continue_final_message);
-    const std::string rendered = text.Template().Render(chat);
+    const std::string rendered = chat_template.Render(chat);
     std::vector<int32_t> ids = text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
     if (chat_prompt) *chat_prompt = rendered;
     return ids;

@@ -28,13 +28,21 @@ class TextTools {
  public:
   explicit TextTools(std::string dir) : dir_(std::move(dir)) {}
   const tokenizer::Tokenizer& Tokenizer();
+  // The chat template, probed on load for how it reads tool-call turns, as the server's
+  // (server/tool_template.h).
   const tokenizer::ChatTemplate& Template();
+  // Whether Template() reads tool-call arguments as objects (else JSON text).
+  bool ToolArgumentsAsObjects() {
+    Template();
+    return tool_arguments_as_objects_;
+  }
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
  private:
   std::string dir_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> template_;
+  bool tool_arguments_as_objects_ = false;
 };
 
 struct RequestLine {
@@ -81,8 +89,9 @@ RequestLine ParseRequestLine(const RequestJson& line, TextTools& text,
 
 // The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
 // transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
-// special tokens: the template writes them). `chat_prompt`, when given, gets a "messages" line's
-// rendered text.
+// special tokens: the template writes them; assistant turns with tool calls shaped as the
+// server shapes them, server::ShapeToolCallTurns). `chat_prompt`, when given, gets a "messages"
+// line's rendered text.
 std::vector<int32_t> PromptIds(const RequestJson& line, TextTools& text,
                                std::string* chat_prompt = nullptr);
 

@@ -29,6 +29,7 @@
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "model/model.h"
+#include "server/tool_request.h"
 #include "tokenizer/tokenizer.h"
 #if LATENT_WITH_XGRAMMAR
 #include "structured/structured_output.h"
@@ -324,13 +325,21 @@ class PyEngine {
     tokenizer::ChatRequest chat;
     // Depth-checked: deep JSON would overflow the stack where nlohmann copies it.
     chat.messages = tokenizer::ParseChatJson(messages_json, "messages");
+    // Tool-call turns as chat() (a request line) and the server shape them.
+    const tokenizer::ChatTemplate& chat_template = text_.Template();
+    try {
+      server::ShapeToolCallTurns(chat.messages, text_.ToolArgumentsAsObjects(),
+                                 chat_template.tool_call_content_none());
+    } catch (const server::ApiError& e) {
+      throw Error(e.what());
+    }
     if (!tools_json.empty()) chat.tools = tokenizer::ParseChatJson(tools_json, "tools");
     if (!kwargs_json.empty()) {
       chat.kwargs = tokenizer::ParseChatJson(kwargs_json, "chat_template_kwargs");
     }
     chat.add_generation_prompt = add_generation_prompt;
     chat.continue_final_message = continue_final_message;
-    return text_.Template().Render(chat);
+    return chat_template.Render(chat);
   }
 
   nb::dict Metrics() {

@@ -217,11 +217,15 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   std::string tool_call_parser = ResolveToolCallParser(
       o.tool_call_parser, model::ToolCallFormatFor(config.model_type),
       [chat](std::string_view text) { return chat != nullptr && chat->SourceMentions(text); });
-  const bool arguments_as_objects = chat != nullptr && TemplateReadsArgumentsAsObject(*chat);
+  // Before the template is shared: the probe sets how it renders a tool-call turn's null content.
+  const ToolTemplateShape tool_shape =
+      loaded->chat_template ? ProbeToolTemplate(*loaded->chat_template) : ToolTemplateShape{};
+  const bool arguments_as_objects = tool_shape.arguments_as_objects;
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
       o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
       "; the template reads tool-call arguments as ",
-      arguments_as_objects ? "objects" : "JSON text");
+      arguments_as_objects ? "objects" : "JSON text", " and a null content beside them as ",
+      tool_shape.content_none ? "none" : "\"\"");
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);

@@ -155,14 +155,16 @@ void ValidateToolFields(const Json& m, size_t index) {
   }
 }
 
-void ShapeToolCallTurns(OrderedJson& messages, bool as_objects) {
+void ShapeToolCallTurns(OrderedJson& messages, bool as_objects, bool content_none) {
   if (!messages.is_array()) return;
   for (size_t i = 0; i < messages.size(); ++i) {
     OrderedJson& m = messages[i];
     if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
     // Before taking a reference into m: adding "content" may grow m's ordered map and move its
     // elements.
-    if (!m.contains("content") || m["content"].is_null()) m["content"] = "";
+    if (!m.contains("content") || m["content"].is_null()) {
+      m["content"] = content_none ? OrderedJson(nullptr) : OrderedJson("");
+    }
     OrderedJson& calls = m["tool_calls"];
     for (size_t j = 0; j < calls.size(); ++j) {
       if (!calls[j].is_object() || !calls[j].contains("function")) continue;

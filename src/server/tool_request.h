@@ -31,9 +31,11 @@ void ValidateToolFields(const Json& message, size_t index);
 //   text is parsed into an object (a 400 naming the field when it is not a JSON object or nests
 //   deeper than kMaxJsonDepth; "" gives {}); otherwise objects are written as JSON text
 //   (json.dumps).
-// - A null (or absent) content becomes "": OpenAI clients send null beside tool calls, and
-//   transformers drops null keys before rendering, on which DeepSeek's and Kimi's templates fail
-//   ('dict object' has no attribute 'content'); the empty string is what they mean.
-void ShapeToolCallTurns(OrderedJson& messages, bool as_objects);
+// - A null (or absent) content: OpenAI clients send null beside tool calls, and transformers
+//   drops null keys before rendering, on which DeepSeek's and Kimi's templates fail ('dict
+//   object' has no attribute 'content'). `content_none`: it stays null (the template keeps it
+//   as none, ChatTemplate::set_tool_call_content_none: DeepSeek V3 writes the calls only then);
+//   otherwise it becomes "", what the other templates mean (server/tool_template.h).
+void ShapeToolCallTurns(OrderedJson& messages, bool as_objects, bool content_none);
 
 }  // namespace latent::server

@@ -1,5 +1,6 @@
 #include "server/tool_template.h"
 
+#include <optional>
 #include <string>
 
 #include "base/error.h"
@@ -10,15 +11,17 @@ namespace {
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr const char* kKey = "latent_probe_key";
+constexpr const char* kValue = "latent_probe_value";
 
-// A user turn, an assistant turn calling one tool with `arguments`, and the tool's result.
-OrderedJson ProbeMessages(const OrderedJson& arguments) {
+// A user turn, an assistant turn (`content`) calling one tool with `arguments`, and the tool's
+// result.
+OrderedJson ProbeMessages(const OrderedJson& content, const OrderedJson& arguments) {
   OrderedJson call = {{"id", "call_probe"},
                       {"type", "function"},
                       {"function", {{"name", "latent_probe"}, {"arguments", arguments}}}};
   return OrderedJson::array(
       {{{"role", "user"}, {"content", "probe"}},
-       {{"role", "assistant"}, {"content", ""}, {"tool_calls", OrderedJson::array({call})}},
+       {{"role", "assistant"}, {"content", content}, {"tool_calls", OrderedJson::array({call})}},
        {{"role", "tool"}, {"tool_call_id", "call_probe"}, {"content", "probe result"}}});
 }
 
@@ -31,26 +34,70 @@ OrderedJson ProbeTools() {
          {{"name", "latent_probe"}, {"description", "probe"}, {"parameters", params}}}}});
 }
 
+OrderedJson ProbeArguments(bool as_object) {
+  OrderedJson object = {{kKey, kValue}};
+  return as_object ? object : OrderedJson(object.dump());
+}
+
+// The probe's rendering, or nothing when the template fails on it.
+std::optional<std::string> TryRender(const tokenizer::ChatTemplate& chat_template,
+                                     const OrderedJson& messages) {
+  try {
+    return chat_template.Render(messages, ProbeTools(), /*add_generation_prompt=*/true);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// The call's argument value is in the rendering (the tools list never holds it).
+bool ShowsCall(const std::optional<std::string>& text) {
+  return text && text->find(kValue) != std::string::npos;
+}
+
 }  // namespace
 
-bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template) {
-  std::string text;
-  try {
-    text = chat_template.Render(ProbeMessages({{kKey, "latent_probe_value"}}), ProbeTools(),
-                                /*add_generation_prompt=*/true);
-  } catch (const Error&) {
-    return false;  // Objects break it (DeepSeek's string concatenation): JSON text it is.
+bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template) {
+  tokenizer::ChatTemplate keeping = chat_template;
+  keeping.set_tool_call_content_none(true);
+  // JSON text first, as clients send it; objects for a template that fails on text.
+  for (bool as_object : {false, true}) {
+    const OrderedJson arguments = ProbeArguments(as_object);
+    const std::optional<std::string> none = TryRender(keeping, ProbeMessages(nullptr, arguments));
+    const std::optional<std::string> empty =
+        TryRender(chat_template, ProbeMessages("", arguments));
+    if (!none && !empty) continue;
+    // None only where "" loses the call and none keeps it: everywhere else "" (as vLLM and
+    // transformers' users send), which no template fails on for being none.
+    return ShowsCall(none) && !ShowsCall(empty);
   }
+  return false;
+}
+
+bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template) {
+  const OrderedJson content =
+      chat_template.tool_call_content_none() ? OrderedJson(nullptr) : OrderedJson("");
+  const std::optional<std::string> text =
+      TryRender(chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)));
+  // Objects break it (DeepSeek's string concatenation): JSON text it is.
+  if (!text) return false;
   // The tools list (tojson) shows the key quoted; only a template that took the arguments apart
   // shows it bare.
   const std::string key = kKey;
   size_t bare = 0;
-  for (size_t p = text.find(key); p != std::string::npos; p = text.find(key, p + 1)) {
-    const bool quoted = p > 0 && text[p - 1] == '"' && p + key.size() < text.size() &&
-                        text[p + key.size()] == '"';
+  for (size_t p = text->find(key); p != std::string::npos; p = text->find(key, p + 1)) {
+    const bool quoted = p > 0 && (*text)[p - 1] == '"' && p + key.size() < text->size() &&
+                        (*text)[p + key.size()] == '"';
     if (!quoted) ++bare;
   }
-  return bare > 0 && text.find("latent_probe_value") != std::string::npos;
+  return bare > 0 && ShowsCall(text);
+}
+
+ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {
+  ToolTemplateShape shape;
+  shape.content_none = TemplateWantsToolCallContentNone(chat_template);
+  chat_template.set_tool_call_content_none(shape.content_none);
+  shape.arguments_as_objects = TemplateReadsArgumentsAsObject(chat_template);
+  return shape;
 }
 
 }  // namespace latent::server

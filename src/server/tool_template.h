@@ -1,18 +1,36 @@
-// How a chat template reads tool-call arguments. OpenAI clients send an assistant turn's
-// tool-call arguments as JSON text; templates differ in what they expect there: DeepSeek's
-// concatenate the text into the prompt (an object would fail), Kimi K2's print text as is and
-// objects through tojson, GLM-4.5's iterate over an object's items (text would come out as a
-// single "raw_arguments" entry). The server finds out once, at start-up, by rendering a probe
-// conversation with the arguments as an object: a template that shows the argument's key without
-// its JSON quotes took the object apart, so arguments reach it as objects
-// (ShapeToolCallTurns); every other template gets JSON text, as transformers would from an
-// OpenAI client.
+// How a chat template reads an assistant turn with tool calls, found once per template (at server
+// start-up, or when request lines first need the template) by rendering probe conversations:
+// - The arguments. OpenAI clients send them as JSON text; DeepSeek's templates concatenate the
+//   text into the prompt (an object would fail), Kimi K2's print text as is and objects through
+//   tojson, GLM-4.5's iterate over an object's items (text would come out as a single
+//   "raw_arguments" entry). A template that shows the probe argument's key without its JSON
+//   quotes took an object apart, so arguments reach it as objects; every other template gets
+//   JSON text, as transformers would from an OpenAI client.
+// - A null content beside the calls (what OpenAI clients send). transformers drops null keys,
+//   on which DeepSeek's and Kimi's templates fail; "" is what most mean (DeepSeek V3.1 renders ""
+//   and none alike, GLM-4.5 writes "None" for none, Qwen3 and Kimi K2 fail on none:
+//   `'</think>' in message.content`). DeepSeek V3's template writes the calls only under
+//   `message['content'] is none`: with "" the model would see tool outputs without the call. So
+//   content stays none exactly where the call shows in the rendering with none and not with "".
+// ShapeToolCallTurns applies the answers to each request's messages.
 #pragma once
 
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace latent::server {
 
+struct ToolTemplateShape {
+  bool arguments_as_objects = false;  // else JSON text
+  bool content_none = false;          // a tool-call turn's null content stays none, else ""
+};
+
+// Probes `chat_template` and turns its set_tool_call_content_none on where the template needs a
+// null content kept.
+ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template);
+
+// The two probes alone. TemplateReadsArgumentsAsObject renders the tool-call turn's content as
+// chat_template.tool_call_content_none() says.
+bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template);
 bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template);
 
 }  // namespace latent::server

@@ -7,7 +7,9 @@ and GLM's are split over several). Per family and chat template:
   `delta.tool_calls` (id and name first, then argument pieces), no markup in `content`;
 - sending the calls and the tools' results back renders the next prompt exactly as transformers'
   apply_chat_template does (compared token for token through return_token_ids), with the
-  arguments as the template reads them (JSON text for DeepSeek and Kimi, an object for GLM-4.5).
+  arguments as the template reads them (JSON text for DeepSeek and Kimi, an object for GLM-4.5)
+  and the null content beside the calls as the template reads it (none for DeepSeek V3, whose
+  template writes the calls only then; "" for the others).
 Also: tool_choice "none" and requests without tools leave the markup in content, auto-selection
 of the parser from the template, and bad tools / tool_choice / tool-call messages are 400s naming
 the field. DeepSeek V3.2 ships no chat template (its DSML format is checked on the output side)."""
@@ -80,6 +82,17 @@ def tokenizer(chat_model):
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(chat_model / "tokenizer.json"))
+
+
+def none_kept_rendering(hf, conversation: list[dict], tools, add_generation_prompt=True) -> str:
+    """The conversation rendered by hf's chat template in transformers' own jinja2 environment, but
+    with null values kept as none (apply_chat_template drops them), as jinja2 renders an OpenAI
+    message: what DeepSeek V3's template was written for."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    return _compile_jinja_template(hf.chat_template).render(
+        messages=conversation, tools=tools, add_generation_prompt=add_generation_prompt,
+        **hf.special_tokens_map)
 
 
 def model_with_template(chat_model: Path, template: str | None, out: Path) -> Path:
@@ -215,24 +228,26 @@ def test_round_trip_renders_as_transformers(family):
     prompt_ids = resp.model_extra["prompt_token_ids"]
 
     reference = copy.deepcopy(conversation)
-    # transformers drops the null content, on which these templates fail: latent renders it as
-    # "" (ShapeToolCallTurns), and so does the reference.
-    if reference[len(MESSAGES)]["content"] is None:
-        reference[len(MESSAGES)]["content"] = ""
     for call in reference[len(MESSAGES)]["tool_calls"]:
         assert isinstance(call["function"]["arguments"], str)  # as OpenAI sends them
         if as_objects:
             call["function"]["arguments"] = json.loads(call["function"]["arguments"])
     hf = AutoTokenizer.from_pretrained(str(model))
-    text = hf.apply_chat_template(reference, tools=TOOLS, add_generation_prompt=True,
-                                  tokenize=False)
+    if reference[len(MESSAGES)]["content"] is None and name != "deepseek_v3":
+        # transformers drops the null content, on which these templates fail: latent renders it
+        # as "" (ShapeToolCallTurns), and so does the reference.
+        reference[len(MESSAGES)]["content"] = ""
+    # DeepSeek V3's template writes the calls only beside a null content, which latent keeps for
+    # it: the reference renders the conversation as sent (none_kept_rendering).
+    text = (none_kept_rendering(hf, reference, TOOLS) if name == "deepseek_v3" else
+            hf.apply_chat_template(reference, tools=TOOLS, add_generation_prompt=True,
+                                   tokenize=False))
     assert hf.decode(prompt_ids, skip_special_tokens=False) == text
     assert prompt_ids == hf.encode(text, add_special_tokens=False)
-    # The rendered prompt holds the results and (where the template writes them) the calls.
+    # The rendered prompt holds the results and (where the template writes them) the calls: the
+    # shared Kimi K2 template predates tool calls in history.
     assert RESULTS[0] in text
-    # The shared Kimi K2 template predates tool calls in history; DeepSeek V3's writes them only
-    # beside a null content, which transformers drops.
-    if name in ("deepseek_v31", "glm45"):
+    if name != "kimi_k2":
         assert "get_weather" in text.split(MESSAGES[1]["content"])[-1]
     if as_objects:
         assert "<arg_value>Paris</arg_value>" in text and "raw_arguments" not in text
@@ -363,6 +378,70 @@ def test_glm_arguments_must_be_an_object(chat_model, tmp_path):
         assert "JSON object" in error["message"]
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+# A round trip as OpenAI clients send it: the assistant turn's content null beside its call.
+NULL_CONTENT_TURNS = [
+    {"role": "user", "content": "Weather in Z?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+     "function": {"name": "get_weather", "arguments": '{"city": "Z"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+
+
+def served_prompt(srv, messages) -> str:
+    """The prompt the server renders for `messages` (with TOOLS), through /tokenize and
+    /detokenize."""
+    status, out = srv.post("/tokenize", {"model": MODEL_NAME, "messages": messages, "tools": TOOLS,
+                                         "add_generation_prompt": True,
+                                         "add_special_tokens": False})
+    assert status == 200, out
+    status, out = srv.post("/detokenize", {"model": MODEL_NAME, "tokens": out["tokens"]})
+    assert status == 200, out
+    return out["prompt"]
+
+
+def test_null_content_beside_calls_renders_as_each_template_wants(chat_model, tmp_path):
+    """DeepSeek V3's template writes an assistant turn's calls only under `content is none`: the
+    server keeps the null content for it (found by probing the template at start-up), so the call
+    precedes its output, as jinja2 renders the conversation. Qwen3's fails on none (`'</think>' in
+    content`): it gets "", as transformers' users send."""
+    from transformers import AutoTokenizer
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    absent = copy.deepcopy(NULL_CONTENT_TURNS)
+    del absent[1]["content"]
+    qwen3 = json.loads((REPO.parent / "shared" / "tokenizers" / "qwen3" /
+                        "tokenizer_config.json").read_text())["chat_template"]
+    for name, template in (("deepseek_v3", None), ("qwen3", qwen3)):
+        model = tmp_path / name
+        model.mkdir()
+        for item in chat_model.iterdir():
+            (model / item.name).symlink_to(item)
+        if template:
+            (model / "chat_template.jinja").write_text(template)
+        hf = AutoTokenizer.from_pretrained(str(model))
+        srv = LatentServer(model, tmp_path / f"{name}.log", *SERVER_FLAGS)
+        try:
+            text = served_prompt(srv, NULL_CONTENT_TURNS)
+            assert served_prompt(srv, absent) == text  # no content key: the same
+            if name == "deepseek_v3":
+                assert text == none_kept_rendering(hf, NULL_CONTENT_TURNS, TOOLS)
+                assert ("<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+                        "<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Z\"}\n```"
+                        "<｜tool▁call▁end｜>") in text
+                assert "<｜Assistant｜><｜end▁of▁sentence｜>" not in text
+                assert 'a null content beside them as none' in srv.log()
+            else:
+                reference = copy.deepcopy(NULL_CONTENT_TURNS)
+                reference[1]["content"] = ""
+                assert text == hf.apply_chat_template(reference, tools=TOOLS, tokenize=False,
+                                                      add_generation_prompt=True)
+                assert ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Z"}}\n'
+                        '</tool_call>') in text
+                assert 'a null content beside them as ""' in srv.log()
+            assert "<tool_response>\nsunny" in text or "sunny<｜tool▁output▁end｜>" in text
+        finally:
+            assert srv.stop() == 0, srv.log()
 
 
 def test_deeply_nested_arguments_are_a_400(chat_model, tmp_path):

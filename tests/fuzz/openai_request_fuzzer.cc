@@ -133,7 +133,7 @@ void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector)
     // The conversation as the template gets it, and its text as if the model had written it.
     latent::server::OrderedJson messages = r.messages;
     try {
-      latent::server::ShapeToolCallTurns(messages, (selector & 4) != 0);
+      latent::server::ShapeToolCallTurns(messages, (selector & 4) != 0, (selector & 8) != 0);
     } catch (const ApiError& e) {
       FUZZ_CHECK(e.status() == 400);
     }

@@ -107,6 +107,30 @@ def test_chat_uses_the_checkpoint_template(llm, model_dir, tmp_path):
     assert llm.chat(conversations[0], params)[0].outputs[0].token_ids == results[0].outputs[0].token_ids
 
 
+def test_chat_shapes_tool_call_turns_as_the_server(llm, model_dir, tmp_path):
+    """An assistant turn with content null beside its call, as OpenAI clients send it back:
+    apply_chat_template(), chat() and `latent generate` shape it as the server does. DeepSeek V3's
+    template writes the call only under `content is none`, so the call precedes its output (with
+    the null dropped, as transformers does, the template failed)."""
+    conversation = [
+        {"role": "user", "content": "Weather in Z?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Z"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    rendered = llm.apply_chat_template(conversation)
+    assert ("<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+            'get_weather\n```json\n{"city": "Z"}\n```<｜tool▁call▁end｜><｜tool▁outputs▁begin｜>'
+            "<｜tool▁output▁begin｜>sunny") in rendered
+    params = latent.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
+    result = llm.chat(conversation, params)[0]
+    assert result.prompt == rendered
+    assert result.prompt_token_ids == llm.encode(rendered, add_special_tokens=False)
+    expected = cli_generate(model_dir, [dict({"messages": conversation}, **params._line())],
+                            tmp_path)[0]
+    assert "error" not in expected, expected
+    assert [e["token"] for e in expected["prompt_logprobs"][1:]] == result.prompt_token_ids[1:]
+
+
 def test_apply_chat_template_continue_final_message(llm, model_dir):
     """As transformers' apply_chat_template(continue_final_message=True); add_generation_prompt
     then defaults to False, and both True raise."""

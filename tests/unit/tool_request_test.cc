@@ -121,7 +121,7 @@ TEST(ToolRequestTest, ShapesToolCallTurnsWithoutAContentKey) {
     message["tool_calls"] = nlohmann::ordered_json::parse(
         R"([{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}])");
     nlohmann::ordered_json messages = nlohmann::ordered_json::array({message});
-    ShapeToolCallTurns(messages, /*as_objects=*/true);
+    ShapeToolCallTurns(messages, /*as_objects=*/true, false);
     EXPECT_EQ(messages[0]["content"], "");
     EXPECT_EQ(messages[0]["tool_calls"][0]["function"]["arguments"],
               nlohmann::ordered_json::parse(R"({"x": 1})"));
@@ -130,34 +130,87 @@ TEST(ToolRequestTest, ShapesToolCallTurnsWithoutAContentKey) {
 
 TEST(ToolRequestTest, ShapesToolCallTurnsForTheTemplate) {
   auto messages = Turns(R"("{\"city\": \"Paris\", \"n\": [1, 2]}")");
-  ShapeToolCallTurns(messages, /*as_objects=*/true);
+  ShapeToolCallTurns(messages, /*as_objects=*/true, false);
   EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
             nlohmann::ordered_json::parse(R"({"city": "Paris", "n": [1, 2]})"));
   EXPECT_EQ(messages[1]["content"], "");  // null beside tool calls renders as ""
   EXPECT_EQ(messages[0]["content"], "q");
   // Objects become JSON text for templates that print the arguments.
   messages = Turns(R"({"city": "Paris", "n": [1, 2]})");
-  ShapeToolCallTurns(messages, /*as_objects=*/false);
+  ShapeToolCallTurns(messages, /*as_objects=*/false, false);
   EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
             "{\"city\": \"Paris\", \"n\": [1, 2]}");
   // Text stays text there.
   messages = Turns(R"("{\"a\":1}")");
-  ShapeToolCallTurns(messages, false);
+  ShapeToolCallTurns(messages, false, false);
   EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
   // Empty text is {}; text that is no JSON object is refused, naming the field.
   messages = Turns(R"("")");
-  ShapeToolCallTurns(messages, true);
+  ShapeToolCallTurns(messages, true, false);
   EXPECT_EQ(messages[1]["tool_calls"][0]["function"]["arguments"],
             nlohmann::ordered_json::object());
   for (const char* bad : {R"("[1]")", R"("{oops")", R"("3")"}) {
     messages = Turns(bad);
     try {
-      ShapeToolCallTurns(messages, true);
+      ShapeToolCallTurns(messages, true, false);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const ApiError& e) {
       EXPECT_EQ(e.param(), "messages[1].tool_calls[0].function.arguments");
     }
   }
+}
+
+// With a template that keeps none (DeepSeek V3), a null or absent content stays null, and the
+// template sees none where transformers' rendering would have dropped the key.
+TEST(ToolRequestTest, KeepsANullContentForTemplatesThatWantNone) {
+  auto messages = Turns(R"("{\"a\": 1}")");
+  messages[1].erase("content");
+  ShapeToolCallTurns(messages, /*as_objects=*/false, /*content_none=*/true);
+  EXPECT_TRUE(messages[1].contains("content") && messages[1]["content"].is_null());
+  EXPECT_EQ(messages[0]["content"], "q");
+  messages = Turns(R"("{\"a\": 1}")");
+  ShapeToolCallTurns(messages, false, /*content_none=*/false);
+  EXPECT_EQ(messages[1]["content"], "");
+
+  auto chat = tokenizer::ChatTemplate::FromString(
+      "{% for m in messages %}[{{ m.content is none }}|{{ m.content is defined }}]{% endfor %}");
+  const auto none = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": null}, {"role": "assistant", "content": null,
+          "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}])");
+  EXPECT_EQ(chat.Render(none, nullptr, false), "[False|False][False|False]");  // transformers
+  chat.set_tool_call_content_none(true);
+  // Only the tool-call turn keeps its null content.
+  EXPECT_EQ(chat.Render(none, nullptr, false), "[False|False][True|True]");
+}
+
+// DeepSeek V3's way: the calls only under `content is none`.
+constexpr const char* kCallsUnderNone =
+    "{% for m in messages %}{% if m.role == 'assistant' and m.content is none %}"
+    "{% for t in m.tool_calls %}<call>{{ t.function.name + t.function.arguments }}{% endfor %}"
+    "{% elif m.role == 'assistant' %}<a>{{ m.content }}{% else %}<{{ m.role }}>{{ m.content }}"
+    "{% endif %}{% endfor %}";
+
+TEST(ToolRequestTest, ProbesWhetherTheTemplateWantsANoneContent) {
+  using tokenizer::ChatTemplate;
+  ChatTemplate deepseek = ChatTemplate::FromString(kCallsUnderNone);
+  EXPECT_TRUE(TemplateWantsToolCallContentNone(deepseek));
+  ToolTemplateShape shape = ProbeToolTemplate(deepseek);
+  EXPECT_TRUE(shape.content_none && deepseek.tool_call_content_none());
+  EXPECT_FALSE(shape.arguments_as_objects);  // objects fail its concatenation
+  // Writes the calls either way (Qwen3, DeepSeek V3.1): "".
+  EXPECT_FALSE(TemplateWantsToolCallContentNone(ChatTemplate::FromString(
+      "{% for m in messages %}{{ m.content or '' }}{% for t in m.tool_calls or [] %}"
+      "{{ t.function.arguments }}{% endfor %}{% endfor %}")));
+  // Fails on none (`'x' in message.content`, Qwen3's reasoning check): "".
+  ChatTemplate trims = ChatTemplate::FromString(
+      "{% for m in messages %}{% if '</think>' in m.content %}r{% endif %}"
+      "{% for t in m.tool_calls or [] %}"
+      "{{ t.function.arguments }}{% endfor %}{% endfor %}");
+  EXPECT_FALSE(TemplateWantsToolCallContentNone(trims));
+  EXPECT_FALSE(ProbeToolTemplate(trims).content_none);
+  // Ignores tool calls: "".
+  EXPECT_FALSE(TemplateWantsToolCallContentNone(
+      ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}")));
 }
 
 TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {

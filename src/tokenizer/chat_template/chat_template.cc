@@ -150,15 +150,18 @@ std::string CutAtMark(const std::string& rendered, const std::string& final_text
   return jinja::Strip(std::string_view(rendered).substr(0, at), std::nullopt, false, true);
 }
 
-// What transformers does to messages before rendering: drop keys whose value is null, and copy
-// the reasoning under both "thinking" (first) and "reasoning_content" (last).
-nlohmann::ordered_json PrepareMessage(const nlohmann::ordered_json& message, size_t index) {
+// What transformers does to messages before rendering: drop keys whose value is null (but, with
+// `tool_call_content_none`, a tool-call turn's null content), and copy the reasoning under both
+// "thinking" (first) and "reasoning_content" (last).
+nlohmann::ordered_json PrepareMessage(const nlohmann::ordered_json& message, size_t index,
+                                      bool tool_call_content_none) {
   if (!message.is_object()) {
     Fail("chat request: message ", index, " is not an object (got ", message.type_name(), ")");
   }
+  const bool calls = message.contains("tool_calls") && !message["tool_calls"].is_null();
   nlohmann::ordered_json m = nlohmann::ordered_json::object();
   for (const auto& [key, value] : message.items()) {
-    if (!value.is_null()) m[key] = value;
+    if (!value.is_null() || (tool_call_content_none && calls && key == "content")) m[key] = value;
   }
   const nlohmann::ordered_json* reasoning = nullptr;
   for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
@@ -340,7 +343,7 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
     }
     std::vector<Value> messages;
     for (size_t i = 0; i < request.messages.size(); ++i) {
-      nlohmann::ordered_json m = PrepareMessage(request.messages[i], i);
+      nlohmann::ordered_json m = PrepareMessage(request.messages[i], i, tool_call_content_none_);
       if (request.continue_final_message && i + 1 == request.messages.size()) {
         final_text = MarkFinalMessage(m, compiled->source);
       }

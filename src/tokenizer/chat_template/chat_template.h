@@ -75,6 +75,13 @@ class ChatTemplate {
                      const nlohmann::ordered_json& extra_kwargs = nullptr) const;
 
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
+  // Whether an assistant turn with tool calls keeps a null "content" (as none) instead of losing
+  // the key as transformers drops every null key: DeepSeek V3's template writes the calls only
+  // under `message['content'] is none` (raw jinja2 rendering of an OpenAI message). Off by
+  // default (transformers' rendering); the server and request lines turn it on for templates that
+  // need it (server::ProbeToolTemplate).
+  void set_tool_call_content_none(bool on) { tool_call_content_none_ = on; }
+  bool tool_call_content_none() const { return tool_call_content_none_; }
   const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
   std::vector<std::string> template_names() const;
   // Whether any of the templates' source text contains `text` (e.g. a reasoning marker, to pick
@@ -89,6 +96,7 @@ class ChatTemplate {
   std::map<std::string, std::shared_ptr<const Compiled>> templates_;
   std::map<std::string, std::string> special_tokens_;
   ChatTemplateLimits limits_;
+  bool tool_call_content_none_ = false;
 };
 
 }  // namespace latent::tokenizer
