@@ -148,14 +148,14 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text, std::string* c
   if (line.contains("messages")) {
     tokenizer::ChatRequest chat;
     chat.messages = line["messages"];
+    if (line.contains("tools")) chat.tools = line["tools"];
     const tokenizer::ChatTemplate& chat_template = text.Template();
     try {
       server::ShapeToolCallTurns(chat.messages, text.ToolArgumentsAsObjects(),
-                                 chat_template.tool_call_content_none());
+                                 chat_template.tool_call_content_none(!chat.tools.is_null()));
     } catch (const server::ApiError& e) {
       Fail(e.what());
     }
-    if (line.contains("tools")) chat.tools = line["tools"];
     if (line.contains("chat_template_kwargs")) chat.kwargs = line["chat_template_kwargs"];
     // As the server: continuing the final message turns the generation prompt off unless set.
     chat.continue_final_message = Field<bool>(line, "continue_final_message", false);

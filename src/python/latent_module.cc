@@ -326,14 +326,14 @@ class PyEngine {
     // Depth-checked: deep JSON would overflow the stack where nlohmann copies it.
     chat.messages = tokenizer::ParseChatJson(messages_json, "messages");
     // Tool-call turns as chat() (a request line) and the server shape them.
+    if (!tools_json.empty()) chat.tools = tokenizer::ParseChatJson(tools_json, "tools");
     const tokenizer::ChatTemplate& chat_template = text_.Template();
     try {
       server::ShapeToolCallTurns(chat.messages, text_.ToolArgumentsAsObjects(),
-                                 chat_template.tool_call_content_none());
+                                 chat_template.tool_call_content_none(!chat.tools.is_null()));
     } catch (const server::ApiError& e) {
       throw Error(e.what());
     }
-    if (!tools_json.empty()) chat.tools = tokenizer::ParseChatJson(tools_json, "tools");
     if (!kwargs_json.empty()) {
       chat.kwargs = tokenizer::ParseChatJson(kwargs_json, "chat_template_kwargs");
     }

@@ -221,11 +221,20 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   const ToolTemplateShape tool_shape =
       loaded->chat_template ? ProbeToolTemplate(*loaded->chat_template) : ToolTemplateShape{};
   const bool arguments_as_objects = tool_shape.arguments_as_objects;
+  // Per named template when there are several (server/tool_template.h).
+  std::string null_content = tool_shape.content_none_templates.empty() ? "\"\"" : "none";
+  if (!tool_shape.content_none_templates.empty() && chat->template_names().size() > 1) {
+    null_content += " in template";
+    for (const std::string& name : tool_shape.content_none_templates) {
+      null_content += " '" + name + "'";
+    }
+    null_content += ", \"\" in the others";
+  }
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
       o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
       "; the template reads tool-call arguments as ",
       arguments_as_objects ? "objects" : "JSON text", " and a null content beside them as ",
-      tool_shape.content_none ? "none" : "\"\"");
+      null_content);
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);

@@ -160,10 +160,15 @@ void ShapeToolCallTurns(OrderedJson& messages, bool as_objects, bool content_non
   for (size_t i = 0; i < messages.size(); ++i) {
     OrderedJson& m = messages[i];
     if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    // None only for an assistant turn that calls something (the template keeps it only there,
+    // ChatTemplate::set_tool_call_content_none): elsewhere a template would lose the turn or
+    // fail on none.
+    const bool calls_turn =
+        m.contains("role") && m["role"] == "assistant" && !m["tool_calls"].empty();
     // Before taking a reference into m: adding "content" may grow m's ordered map and move its
     // elements.
     if (!m.contains("content") || m["content"].is_null()) {
-      m["content"] = content_none ? OrderedJson(nullptr) : OrderedJson("");
+      m["content"] = content_none && calls_turn ? OrderedJson(nullptr) : OrderedJson("");
     }
     OrderedJson& calls = m["tool_calls"];
     for (size_t j = 0; j < calls.size(); ++j) {

@@ -33,9 +33,10 @@ void ValidateToolFields(const Json& message, size_t index);
 //   (json.dumps).
 // - A null (or absent) content: OpenAI clients send null beside tool calls, and transformers
 //   drops null keys before rendering, on which DeepSeek's and Kimi's templates fail ('dict
-//   object' has no attribute 'content'). `content_none`: it stays null (the template keeps it
-//   as none, ChatTemplate::set_tool_call_content_none: DeepSeek V3 writes the calls only then);
-//   otherwise it becomes "", what the other templates mean (server/tool_template.h).
+//   object' has no attribute 'content'). `content_none` (the template Render picks for this
+//   request keeps none, ChatTemplate::tool_call_content_none: DeepSeek V3 writes the calls only
+//   then): an assistant turn with a non-empty tool_calls list keeps it null; every other null
+//   becomes "", what the other templates mean (server/tool_template.h).
 void ShapeToolCallTurns(OrderedJson& messages, bool as_objects, bool content_none);
 
 }  // namespace latent::server

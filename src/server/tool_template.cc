@@ -1,6 +1,7 @@
 #include "server/tool_template.h"
 
 #include <optional>
+#include <set>
 #include <string>
 
 #include "base/error.h"
@@ -39,11 +40,13 @@ OrderedJson ProbeArguments(bool as_object) {
   return as_object ? object : OrderedJson(object.dump());
 }
 
-// The probe's rendering, or nothing when the template fails on it.
+// The probe's rendering (with the probe tool or no tools: the template Render picks for that),
+// or nothing when the template fails on it.
 std::optional<std::string> TryRender(const tokenizer::ChatTemplate& chat_template,
-                                     const OrderedJson& messages) {
+                                     const OrderedJson& messages, bool with_tools) {
   try {
-    return chat_template.Render(messages, ProbeTools(), /*add_generation_prompt=*/true);
+    return chat_template.Render(messages, with_tools ? ProbeTools() : OrderedJson(),
+                                /*add_generation_prompt=*/true);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -56,15 +59,21 @@ bool ShowsCall(const std::optional<std::string>& text) {
 
 }  // namespace
 
-bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template) {
+bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template,
+                                      bool with_tools) {
+  const std::string name = chat_template.TemplateFor(with_tools);
+  if (name.empty()) return false;
   tokenizer::ChatTemplate keeping = chat_template;
-  keeping.set_tool_call_content_none(true);
+  keeping.set_tool_call_content_none(name, true);
+  tokenizer::ChatTemplate dropping = chat_template;
+  dropping.set_tool_call_content_none(name, false);
   // JSON text first, as clients send it; objects for a template that fails on text.
   for (bool as_object : {false, true}) {
     const OrderedJson arguments = ProbeArguments(as_object);
-    const std::optional<std::string> none = TryRender(keeping, ProbeMessages(nullptr, arguments));
+    const std::optional<std::string> none =
+        TryRender(keeping, ProbeMessages(nullptr, arguments), with_tools);
     const std::optional<std::string> empty =
-        TryRender(chat_template, ProbeMessages("", arguments));
+        TryRender(dropping, ProbeMessages("", arguments), with_tools);
     if (!none && !empty) continue;
     // None only where "" loses the call and none keeps it: everywhere else "" (as vLLM and
     // transformers' users send), which no template fails on for being none.
@@ -75,9 +84,10 @@ bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_templa
 
 bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template) {
   const OrderedJson content =
-      chat_template.tool_call_content_none() ? OrderedJson(nullptr) : OrderedJson("");
-  const std::optional<std::string> text =
-      TryRender(chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)));
+      chat_template.tool_call_content_none(/*with_tools=*/true) ? OrderedJson(nullptr)
+                                                                 : OrderedJson("");
+  const std::optional<std::string> text = TryRender(
+      chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), true);
   // Objects break it (DeepSeek's string concatenation): JSON text it is.
   if (!text) return false;
   // The tools list (tojson) shows the key quoted; only a template that took the arguments apart
@@ -94,8 +104,16 @@ bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template
 
 ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {
   ToolTemplateShape shape;
-  shape.content_none = TemplateWantsToolCallContentNone(chat_template);
-  chat_template.set_tool_call_content_none(shape.content_none);
+  // Each template Render can pick, as it picks it: a tokenizer's "tool_use" template with tools,
+  // its "default" one without (and with, when there is no "tool_use").
+  std::set<std::string> probed;
+  for (bool with_tools : {true, false}) {
+    const std::string name = chat_template.TemplateFor(with_tools);
+    if (name.empty() || !probed.insert(name).second) continue;
+    const bool none = TemplateWantsToolCallContentNone(chat_template, with_tools);
+    chat_template.set_tool_call_content_none(name, none);
+    if (none) shape.content_none_templates.push_back(name);
+  }
   shape.arguments_as_objects = TemplateReadsArgumentsAsObject(chat_template);
   return shape;
 }

@@ -12,25 +12,33 @@
 //   `'</think>' in message.content`). DeepSeek V3's template writes the calls only under
 //   `message['content'] is none`: with "" the model would see tool outputs without the call. So
 //   content stays none exactly where the call shows in the rendering with none and not with "".
+//   A tokenizer with several named templates gets one answer per template Render can pick
+//   ("tool_use" probed with tools, "default" without), applied by the template a request uses.
 // ShapeToolCallTurns applies the answers to each request's messages.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace latent::server {
 
 struct ToolTemplateShape {
-  bool arguments_as_objects = false;  // else JSON text
-  bool content_none = false;          // a tool-call turn's null content stays none, else ""
+  bool arguments_as_objects = false;  // else JSON text (probed with tools)
+  // The templates whose tool-call turns keep a null content as none (the others get "").
+  std::vector<std::string> content_none_templates;
 };
 
-// Probes `chat_template` and turns its set_tool_call_content_none on where the template needs a
-// null content kept.
+// Probes `chat_template` and turns its set_tool_call_content_none on for each template that needs
+// a null content kept.
 ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template);
 
-// The two probes alone. TemplateReadsArgumentsAsObject renders the tool-call turn's content as
-// chat_template.tool_call_content_none() says.
-bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template);
+// The two probes alone. TemplateWantsToolCallContentNone probes the template Render picks for a
+// request with (without) tools; TemplateReadsArgumentsAsObject the one it picks with tools,
+// rendering the tool-call turn's content as that template's tool_call_content_none says.
+bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template,
+                                      bool with_tools = true);
 bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template);
 
 }  // namespace latent::server

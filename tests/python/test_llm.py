@@ -131,6 +131,54 @@ def test_chat_shapes_tool_call_turns_as_the_server(llm, model_dir, tmp_path):
     assert [e["token"] for e in expected["prompt_logprobs"][1:]] == result.prompt_token_ids[1:]
 
 
+def test_only_an_assistant_turn_calling_something_keeps_none(llm):
+    """DeepSeek V3 keeps a null content beside calls as none; an empty tool_calls list (the turn
+    vanished) or a continued final call turn (an error: no text to continue) get "" as before."""
+    user = {"role": "user", "content": "Weather in Z?"}
+    empty_calls = [user, {"role": "assistant", "content": None, "tool_calls": []},
+                   {"role": "user", "content": "again"}]
+    as_empty = [dict(m, content=m["content"] or "") for m in empty_calls]
+    assert llm.apply_chat_template(empty_calls) == llm.apply_chat_template(as_empty)
+    assert "<｜Assistant｜><｜end▁of▁sentence｜>" in llm.apply_chat_template(empty_calls)
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Z"}'}}
+    final_call = [user, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    continued = llm.apply_chat_template(final_call, continue_final_message=True)
+    assert continued == llm.apply_chat_template(
+        [user, dict(final_call[1], content="")], continue_final_message=True)
+    assert continued.endswith("<｜Assistant｜>")
+
+
+def test_each_named_template_keeps_none_for_itself(model_dir, tmp_path):
+    """A tokenizer whose default template is Qwen3's (fails on none) and whose tool_use one is
+    DeepSeek V3's (writes the calls only under none): each is probed as it is picked, so a
+    tool-call history renders its call with tools and without (one answer for both failed the
+    request without tools on none)."""
+    model = tmp_path / "two_templates"
+    model.mkdir()
+    for item in model_dir.iterdir():
+        (model / item.name).symlink_to(item)
+    qwen3 = json.loads((REPO.parent / "shared" / "tokenizers" / "qwen3" /
+                        "tokenizer_config.json").read_text())["chat_template"]
+    deepseek = json.loads((model_dir / "tokenizer_config.json").read_text())["chat_template"]
+    (model / "chat_template.jinja").write_text(qwen3)
+    (model / "additional_chat_templates").mkdir()
+    (model / "additional_chat_templates" / "tool_use.jinja").write_text(deepseek)
+    conversation = [
+        {"role": "user", "content": "Weather in Z?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Z"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    with latent.LLM(str(model), block_tokens=16) as two:
+        with_tools = two.apply_chat_template(conversation, tools=tools)
+        assert ('<｜tool▁sep｜>get_weather\n```json\n{"city": "Z"}\n```<｜tool▁call▁end｜>'
+                in with_tools)
+        without = two.apply_chat_template(conversation)
+        assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Z"}}' in without
+
+
 def test_apply_chat_template_continue_final_message(llm, model_dir):
     """As transformers' apply_chat_template(continue_final_message=True); add_generation_prompt
     then defaults to False, and both True raise."""

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "server/tool_template.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -178,9 +181,54 @@ TEST(ToolRequestTest, KeepsANullContentForTemplatesThatWantNone) {
       R"([{"role": "user", "content": null}, {"role": "assistant", "content": null,
           "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}])");
   EXPECT_EQ(chat.Render(none, nullptr, false), "[False|False][False|False]");  // transformers
-  chat.set_tool_call_content_none(true);
+  chat.set_tool_call_content_none("default", true);
   // Only the tool-call turn keeps its null content.
   EXPECT_EQ(chat.Render(none, nullptr, false), "[False|False][True|True]");
+}
+
+// Only an assistant turn with a non-empty tool_calls list keeps none: an empty list (DeepSeek V3
+// lost the turn) or a user turn's calls (its template concatenated none) get "" as before.
+TEST(ToolRequestTest, KeepsNoneOnlyBesideAnAssistantTurnsCalls) {
+  auto messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": null, "tool_calls": [{"function": {"name": "f"}}]},
+          {"role": "assistant", "content": null, "tool_calls": []},
+          {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}])");
+  const auto sent = messages;
+  ShapeToolCallTurns(messages, /*as_objects=*/false, /*content_none=*/true);
+  EXPECT_EQ(messages[0]["content"], "");
+  EXPECT_EQ(messages[1]["content"], "");
+  EXPECT_TRUE(messages[2]["content"].is_null());
+
+  auto chat = tokenizer::ChatTemplate::FromString(
+      "{% for m in messages %}[{{ m.content is none }}|{{ m.content is defined }}]{% endfor %}");
+  chat.set_tool_call_content_none("default", true);
+  auto unshaped = sent;
+  unshaped[2]["content"] = nullptr;
+  EXPECT_EQ(chat.Render(unshaped, nullptr, false), "[False|False][False|False][True|True]");
+}
+
+// continue_final_message on a final tool-call turn: the continued text is "" (a none has no
+// text to continue), as before the null was kept.
+TEST(ToolRequestTest, ContinuesAFinalToolCallTurnFromEmptyContent) {
+  auto messages = Turns(R"("{\"a\": 1}")");
+  messages.erase(2);  // ends in the assistant's call turn
+  tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromString(
+      "{% for m in messages %}{% if m.role == 'assistant' and m.content is none %}<call>"
+      "{% elif m.role == 'assistant' %}<a>{{ m.content }}<end>{% else %}<{{ m.role }}>"
+      "{{ m.content }}{% endif %}{% endfor %}");
+  tokenizer::ChatRequest request;
+  request.continue_final_message = true;
+  request.messages = messages;
+  ShapeToolCallTurns(request.messages, false, /*content_none=*/false);
+  const std::string as_empty = chat.Render(request);
+  EXPECT_EQ(as_empty, "<user>q<a>");
+  chat.set_tool_call_content_none("default", true);
+  request.messages = messages;
+  ShapeToolCallTurns(request.messages, false, /*content_none=*/true);
+  EXPECT_EQ(chat.Render(request), as_empty);
+  // Not continued, the none stays.
+  request.continue_final_message = false;
+  EXPECT_EQ(chat.Render(request), "<user>q<call>");
 }
 
 // DeepSeek V3's way: the calls only under `content is none`.
@@ -195,7 +243,8 @@ TEST(ToolRequestTest, ProbesWhetherTheTemplateWantsANoneContent) {
   ChatTemplate deepseek = ChatTemplate::FromString(kCallsUnderNone);
   EXPECT_TRUE(TemplateWantsToolCallContentNone(deepseek));
   ToolTemplateShape shape = ProbeToolTemplate(deepseek);
-  EXPECT_TRUE(shape.content_none && deepseek.tool_call_content_none());
+  EXPECT_EQ(shape.content_none_templates, std::vector<std::string>{"default"});
+  EXPECT_TRUE(deepseek.tool_call_content_none(true) && deepseek.tool_call_content_none(false));
   EXPECT_FALSE(shape.arguments_as_objects);  // objects fail its concatenation
   // Writes the calls either way (Qwen3, DeepSeek V3.1): "".
   EXPECT_FALSE(TemplateWantsToolCallContentNone(ChatTemplate::FromString(
@@ -207,10 +256,53 @@ TEST(ToolRequestTest, ProbesWhetherTheTemplateWantsANoneContent) {
       "{% for t in m.tool_calls or [] %}"
       "{{ t.function.arguments }}{% endfor %}{% endfor %}");
   EXPECT_FALSE(TemplateWantsToolCallContentNone(trims));
-  EXPECT_FALSE(ProbeToolTemplate(trims).content_none);
+  EXPECT_TRUE(ProbeToolTemplate(trims).content_none_templates.empty());
   // Ignores tool calls: "".
   EXPECT_FALSE(TemplateWantsToolCallContentNone(
       ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}")));
+}
+
+// Fails on none (Qwen3's `'</think>' in message.content`), writes the calls beside any content.
+constexpr const char* kFailsOnNone =
+    "{% for m in messages %}{% if '</think>' in m.content %}r{% endif %}<{{ m.role }}>"
+    "{{ m.content }}{% for t in m.tool_calls or [] %}<call>{{ t.function.arguments }}{% endfor %}"
+    "{% endfor %}";
+
+// A tokenizer with a "default" and a "tool_use" template: each is probed as Render picks it
+// ("tool_use" with tools, "default" without) and answers for itself. One answer for both lost
+// the calls of requests without tools, or failed them on none ("argument of type 'NoneType' is
+// not iterable").
+TEST(ToolRequestTest, ProbesEachNamedTemplateAsRenderPicksIt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_templates";
+  for (bool none_in_default : {false, true}) {
+    fs::remove_all(dir);
+    fs::create_directories(dir / "additional_chat_templates");
+    std::ofstream(dir / "chat_template.jinja")
+        << (none_in_default ? kCallsUnderNone : kFailsOnNone);
+    std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja")
+        << (none_in_default ? kFailsOnNone : kCallsUnderNone);
+    tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+    const ToolTemplateShape shape = ProbeToolTemplate(chat);
+    EXPECT_EQ(shape.content_none_templates,
+              std::vector<std::string>{none_in_default ? "default" : "tool_use"});
+    EXPECT_EQ(chat.tool_call_content_none(/*with_tools=*/true), !none_in_default);
+    EXPECT_EQ(chat.tool_call_content_none(/*with_tools=*/false), none_in_default);
+    for (bool with_tools : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "none in default " << none_in_default << ", tools "
+                                      << with_tools);
+      auto messages = Turns(R"("{\"a\": 7}")");
+      ShapeToolCallTurns(messages, false, chat.tool_call_content_none(with_tools));
+      const auto tools = with_tools ? nlohmann::ordered_json::parse(R"([{"type": "function",
+          "function": {"name": "f"}}])")
+                                    : nlohmann::ordered_json();
+      std::string text;
+      EXPECT_NO_THROW(text = chat.Render(messages, tools, false));
+      EXPECT_NE(text.find("<call>"), std::string::npos) << text;
+      EXPECT_NE(text.find(R"({"a": 7})"), std::string::npos) << text;
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {

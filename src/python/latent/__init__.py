@@ -537,6 +537,12 @@ class LLM:
         `continue_final_message`: the prompt ends inside the final message, for the model to
         continue it (as transformers' apply_chat_template). `add_generation_prompt` defaults to
         True, or to False with continue_final_message; both True raises.
+
+        Assistant turns with tool calls are shaped as the server shapes them, so the text can
+        differ from transformers' apply_chat_template: the arguments reach the template as JSON
+        text or, for templates that read them key by key (GLM-4.5), parsed into objects, and a
+        null content beside the calls stays none where the template writes the calls only then
+        (DeepSeek V3), else becomes "".
         """
         if add_generation_prompt is None:
             add_generation_prompt = not continue_final_message

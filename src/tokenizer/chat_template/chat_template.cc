@@ -150,18 +150,35 @@ std::string CutAtMark(const std::string& rendered, const std::string& final_text
   return jinja::Strip(std::string_view(rendered).substr(0, at), std::nullopt, false, true);
 }
 
-// What transformers does to messages before rendering: drop keys whose value is null (but, with
-// `tool_call_content_none`, a tool-call turn's null content), and copy the reasoning under both
+// What an assistant turn's null content beside a non-empty tool_calls list becomes.
+enum class ToolCallNullContent {
+  kDrop,   // dropped with the other null keys (transformers)
+  kNone,   // kept as none (ChatTemplate::set_tool_call_content_none)
+  kEmpty,  // "" (kNone's continued final message: the prompt ends in its text)
+};
+
+// What transformers does to messages before rendering: drop keys whose value is null (but a
+// tool-call turn's null content as `null_content` says), and copy the reasoning under both
 // "thinking" (first) and "reasoning_content" (last).
 nlohmann::ordered_json PrepareMessage(const nlohmann::ordered_json& message, size_t index,
-                                      bool tool_call_content_none) {
+                                      ToolCallNullContent null_content) {
   if (!message.is_object()) {
     Fail("chat request: message ", index, " is not an object (got ", message.type_name(), ")");
   }
-  const bool calls = message.contains("tool_calls") && !message["tool_calls"].is_null();
+  // Only an assistant turn that calls something: an empty list or another role's calls are no
+  // call turn, and a template would lose the turn or fail on none there.
+  const auto role = message.find("role");
+  const auto tool_calls = message.find("tool_calls");
+  const bool calls = role != message.end() && *role == "assistant" &&
+                     tool_calls != message.end() && tool_calls->is_array() &&
+                     !tool_calls->empty();
   nlohmann::ordered_json m = nlohmann::ordered_json::object();
   for (const auto& [key, value] : message.items()) {
-    if (!value.is_null() || (tool_call_content_none && calls && key == "content")) m[key] = value;
+    if (!value.is_null()) {
+      m[key] = value;
+    } else if (calls && key == "content" && null_content != ToolCallNullContent::kDrop) {
+      m[key] = null_content == ToolCallNullContent::kNone ? value : nlohmann::ordered_json("");
+    }
   }
   const nlohmann::ordered_json* reasoning = nullptr;
   for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
@@ -283,6 +300,24 @@ std::vector<std::string> ChatTemplate::template_names() const {
   return names;
 }
 
+std::string ChatTemplate::TemplateFor(bool with_tools) const {
+  if (templates_.size() == 1) return templates_.begin()->first;
+  if (with_tools && templates_.count("tool_use")) return "tool_use";
+  return templates_.count("default") ? "default" : "";
+}
+
+void ChatTemplate::set_tool_call_content_none(const std::string& name, bool on) {
+  if (on) {
+    tool_call_content_none_.insert(name);
+  } else {
+    tool_call_content_none_.erase(name);
+  }
+}
+
+bool ChatTemplate::tool_call_content_none(bool with_tools) const {
+  return tool_call_content_none_.count(TemplateFor(with_tools)) > 0;
+}
+
 bool ChatTemplate::SourceMentions(std::string_view text) const {
   for (const auto& [name, compiled] : templates_) {
     if (compiled->source.find(text) != std::string::npos) return true;
@@ -315,22 +350,14 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
          "continue_final_message continues the final message, add_generation_prompt starts a new "
          "assistant message");
   }
-  const Compiled* compiled = nullptr;
-  if (templates_.size() == 1) {
-    compiled = templates_.begin()->second.get();
-  } else {
-    auto pick = [&](const char* name) -> const Compiled* {
-      auto it = templates_.find(name);
-      return it == templates_.end() ? nullptr : it->second.get();
-    };
-    if (!request.tools.is_null()) compiled = pick("tool_use");
-    if (!compiled) compiled = pick("default");
-    if (!compiled) {
-      std::string names;
-      for (const auto& [name, c] : templates_) names += (names.empty() ? "" : ", ") + name;
-      Fail("this tokenizer has several chat templates (", names, ") and none named 'default'");
-    }
+  const std::string name = TemplateFor(!request.tools.is_null());
+  if (name.empty()) {
+    std::string names;
+    for (const auto& [n, c] : templates_) names += (names.empty() ? "" : ", ") + n;
+    Fail("this tokenizer has several chat templates (", names, ") and none named 'default'");
   }
+  const Compiled* compiled = templates_.at(name).get();
+  const bool keep_none = tool_call_content_none_.count(name) > 0;
 
   std::vector<std::pair<std::string, Value>> vars;
   std::string final_text;  // continue_final_message: the text the prompt ends in
@@ -343,8 +370,12 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
     }
     std::vector<Value> messages;
     for (size_t i = 0; i < request.messages.size(); ++i) {
-      nlohmann::ordered_json m = PrepareMessage(request.messages[i], i, tool_call_content_none_);
-      if (request.continue_final_message && i + 1 == request.messages.size()) {
+      const bool continued = request.continue_final_message && i + 1 == request.messages.size();
+      const ToolCallNullContent null_content =
+          !keep_none ? ToolCallNullContent::kDrop
+                     : (continued ? ToolCallNullContent::kEmpty : ToolCallNullContent::kNone);
+      nlohmann::ordered_json m = PrepareMessage(request.messages[i], i, null_content);
+      if (continued) {
         final_text = MarkFinalMessage(m, compiled->source);
       }
       messages.push_back(jinja::FromJson(m));

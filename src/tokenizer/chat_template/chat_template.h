@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -75,13 +76,18 @@ class ChatTemplate {
                      const nlohmann::ordered_json& extra_kwargs = nullptr) const;
 
   void set_limits(const ChatTemplateLimits& limits) { limits_ = limits; }
-  // Whether an assistant turn with tool calls keeps a null "content" (as none) instead of losing
-  // the key as transformers drops every null key: DeepSeek V3's template writes the calls only
-  // under `message['content'] is none` (raw jinja2 rendering of an OpenAI message). Off by
-  // default (transformers' rendering); the server and request lines turn it on for templates that
-  // need it (server::ProbeToolTemplate).
-  void set_tool_call_content_none(bool on) { tool_call_content_none_ = on; }
-  bool tool_call_content_none() const { return tool_call_content_none_; }
+  // The name of the template Render uses for a request with (or without) tools; "" when none
+  // fits (Render then fails).
+  std::string TemplateFor(bool with_tools) const;
+  // Whether the template `name` keeps an assistant turn's null "content" beside a non-empty
+  // tool_calls list (as none) instead of losing the key as transformers drops every null key:
+  // DeepSeek V3's template writes the calls only under `message['content'] is none` (raw jinja2
+  // rendering of an OpenAI message). Off by default (transformers' rendering); the server and
+  // request lines turn it on per template where it is needed (server::ProbeToolTemplate). A
+  // continued final message (continue_final_message) gets "" instead: the prompt ends in its text.
+  void set_tool_call_content_none(const std::string& name, bool on);
+  // The setting of the template Render uses for a request with (or without) tools.
+  bool tool_call_content_none(bool with_tools) const;
   const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
   std::vector<std::string> template_names() const;
   // Whether any of the templates' source text contains `text` (e.g. a reasoning marker, to pick
@@ -96,7 +102,7 @@ class ChatTemplate {
   std::map<std::string, std::shared_ptr<const Compiled>> templates_;
   std::map<std::string, std::string> special_tokens_;
   ChatTemplateLimits limits_;
-  bool tool_call_content_none_ = false;
+  std::set<std::string> tool_call_content_none_;  // template names
 };
 
 }  // namespace latent::tokenizer
