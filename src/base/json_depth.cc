@@ -4,20 +4,16 @@ namespace latent {
 
 bool JsonNestsDeeperThan(std::string_view text, int max_depth) {
   int depth = 0;
-  bool in_string = false, escaped = false;
+  bool in_string = false;
+  JsonStringScan string;
   for (char c : text) {
     if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+      in_string = !string.Closes(c);
       continue;
     }
     if (c == '"') {
       in_string = true;
+      string = JsonStringScan();
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) return true;
     } else if ((c == ']' || c == '}') && depth > 0) {

@@ -13,6 +13,23 @@ namespace latent {
 // see into.
 inline constexpr int kMaxJsonDepth = 64;
 
+// Follows a JSON string's characters after its opening quote, so that scanners of JSON text
+// can skip strings without parsing them: Closes(c) is true for the unescaped closing quote.
+class JsonStringScan {
+ public:
+  bool Closes(char c) {
+    if (escaped_) {
+      escaped_ = false;
+      return false;
+    }
+    escaped_ = c == '\\';
+    return c == '"';
+  }
+
+ private:
+  bool escaped_ = false;
+};
+
 // Whether `text` nests arrays and objects more than `max_depth` levels deep. Brackets inside
 // strings do not count; the text need not be valid JSON (the parser judges that after).
 bool JsonNestsDeeperThan(std::string_view text, int max_depth);

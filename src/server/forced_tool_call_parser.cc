@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "base/json_depth.h"
 #include "server/tool_call_parser.h"
 
 namespace latent::server {
@@ -25,11 +26,7 @@ class JsonValueText {
     if (complete_) return false;
     if (in_string_) {
       out += c;
-      if (escape_) {
-        escape_ = false;
-      } else if (c == '\\') {
-        escape_ = true;
-      } else if (c == '"') {
+      if (string_.Closes(c)) {
         in_string_ = false;
         complete_ = depth_ == 0;
       }
@@ -50,6 +47,7 @@ class JsonValueText {
     }
     if (c == '"') {
       in_string_ = true;
+      string_ = JsonStringScan();
     } else if (c == '{' || c == '[') {
       ++depth_;
     } else if (depth_ == 0) {
@@ -64,7 +62,8 @@ class JsonValueText {
 
  private:
   int64_t depth_ = 0;
-  bool in_string_ = false, escape_ = false, scalar_ = false, complete_ = false;
+  JsonStringScan string_;
+  bool in_string_ = false, scalar_ = false, complete_ = false;
 };
 
 // tool_choice {"type": "function", "function": {"name": NAME}}: the output is NAME's arguments.
@@ -176,11 +175,8 @@ class RequiredCallsParser : public OutputParser {
     }
     if (state_ == State::kKey) {
       key_ += c;
-      if (escape_) {
-        escape_ = false;
-      } else if (c == '\\') {
-        escape_ = true;
-      } else if (c == '"') {
+      if (key_string_.Closes(c)) {
+        member_ = KeyMember();
         // A second "name" or "parameters" would give the call two names, or arguments that are
         // two objects one after the other: not a call. From the key on, the text is content.
         state_ = SeenKey() ? State::kMalformed : State::kColon;
@@ -209,6 +205,7 @@ class RequiredCallsParser : public OutputParser {
       case State::kKeyStart:
         if (c == '"') {
           key_ = "\"";
+          key_string_ = JsonStringScan();
           key_at_ = raw_.size() - 1;
           state_ = State::kKey;
         } else {
@@ -248,12 +245,10 @@ class RequiredCallsParser : public OutputParser {
   }
   // Whether the element already has the key just read ("name" or "parameters").
   bool SeenKey() const {
-    const Member member = KeyMember();
-    return (member == Member::kName && name_seen_) ||
-           (member == Member::kParameters && parameters_);
+    return (member_ == Member::kName && name_seen_) ||
+           (member_ == Member::kParameters && parameters_);
   }
   void StartValue() {
-    member_ = KeyMember();
     if (member_ == Member::kParameters) parameters_ = true;
     if (member_ == Member::kName) name_seen_ = true;
     value_ = JsonValueText();
@@ -320,7 +315,7 @@ class RequiredCallsParser : public OutputParser {
   bool parameters_ = false;
   bool name_seen_ = false;  // name_ is set only once the name is whole.
   bool call_out_ = false;
-  bool escape_ = false;
+  JsonStringScan key_string_;  // Follows key_'s string.
   ParsedDelta* out_ = nullptr;
 };
 
