@@ -9,8 +9,10 @@
 
 #include "base/error.h"
 #include "base/json_depth.h"
+#include "base/error_context.h"
+#include "server/chat_prompt.h"
+#include "server/chat_request.h"
 #include "server/openai_schema.h"
-#include "server/tool_request.h"
 #include "server/tool_template.h"
 
 namespace latent::generate {
@@ -139,6 +141,27 @@ const tokenizer::ChatTemplate& TextTools::Template() {
   return *template_;
 }
 
+std::string RenderChatLine(const Json& line, TextTools& text) {
+  // The server's checks and shaping (server/chat_request.h), on the chat members only: the line's
+  // other members need no unordered copy.
+  server::Json body = server::Json::object();
+  for (const char* key : {"messages", "tools", "chat_template_kwargs", "add_generation_prompt",
+                          "continue_final_message"}) {
+    if (line.contains(key)) body[key] = server::Json(line[key]);
+  }
+  try {
+    const server::ChatFields chat = server::ParseChatFields(body, line);
+    const tokenizer::ChatTemplate& chat_template = text.Template();
+    try {
+      return server::RenderChatFields(chat_template, text.ToolArgumentsAsObjects(), chat);
+    } catch (const Error& e) {
+      FailLike(e, server::kChatTemplateFailed, e.what());
+    }
+  } catch (const server::ApiError& e) {
+    Fail(e.what());
+  }
+}
+
 std::vector<int32_t> PromptIds(const Json& line, TextTools& text, std::string* chat_prompt) {
   if (line.contains("ids")) return Field<std::vector<int32_t>>(line, "ids", {});
   if (line.contains("prompt")) {
@@ -146,22 +169,7 @@ std::vector<int32_t> PromptIds(const Json& line, TextTools& text, std::string* c
     return text.Tokenizer().Encode(line["prompt"].get<std::string>(), /*add_special_tokens=*/true);
   }
   if (line.contains("messages")) {
-    tokenizer::ChatRequest chat;
-    chat.messages = line["messages"];
-    if (line.contains("tools")) chat.tools = line["tools"];
-    const tokenizer::ChatTemplate& chat_template = text.Template();
-    try {
-      server::ShapeToolCallTurns(chat.messages, text.ToolArgumentsAsObjects(),
-                                 chat_template.tool_call_content_none(!chat.tools.is_null()));
-    } catch (const server::ApiError& e) {
-      Fail(e.what());
-    }
-    if (line.contains("chat_template_kwargs")) chat.kwargs = line["chat_template_kwargs"];
-    // As the server: continuing the final message turns the generation prompt off unless set.
-    chat.continue_final_message = Field<bool>(line, "continue_final_message", false);
-    chat.add_generation_prompt =
-        Field<bool>(line, "add_generation_prompt", !chat.continue_final_message);
-    const std::string rendered = chat_template.Render(chat);
+    const std::string rendered = RenderChatLine(line, text);
     std::vector<int32_t> ids = text.Tokenizer().Encode(rendered, /*add_special_tokens=*/false);
     if (chat_prompt) *chat_prompt = rendered;
     return ids;

@@ -87,11 +87,17 @@ void CheckLengthAndStopFields(const RequestJson& line);
 RequestLine ParseRequestLine(const RequestJson& line, TextTools& text,
                              int64_t default_max_tokens, bool default_ignore_eos = false);
 
+// A "messages" line's prompt text: its chat fields ("messages", "tools", "chat_template_kwargs",
+// "add_generation_prompt", "continue_final_message") checked and shaped as the server's
+// (server::ParseChatFields: "developer" is "system", text parts are joined; tool-call turns as
+// server::ShapeToolCallTurns shapes them), then rendered by the chat template. latent::Error
+// with the server's message otherwise (the template's prefixed as the server's 400 is).
+std::string RenderChatLine(const RequestJson& line, TextTools& text);
+
 // The prompt token ids of a request line: "ids", "prompt" (text, encoded with special tokens as
-// transformers' tokenizer(text) does) or "messages" (chat template, then encoded without adding
-// special tokens: the template writes them; assistant turns with tool calls shaped as the
-// server shapes them, server::ShapeToolCallTurns). `chat_prompt`, when given, gets a "messages"
-// line's rendered text.
+// transformers' tokenizer(text) does) or "messages" (RenderChatLine, then encoded without adding
+// special tokens: the template writes them). `chat_prompt`, when given, gets a "messages" line's
+// rendered text.
 std::vector<int32_t> PromptIds(const RequestJson& line, TextTools& text,
                                std::string* chat_prompt = nullptr);
 

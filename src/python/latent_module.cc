@@ -29,7 +29,6 @@
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "model/model.h"
-#include "server/tool_request.h"
 #include "tokenizer/tokenizer.h"
 #if LATENT_WITH_XGRAMMAR
 #include "structured/structured_output.h"
@@ -318,28 +317,14 @@ class PyEngine {
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) {
     return Tokenizer().Decode(ids, skip_special_tokens);
   }
-  std::string RenderChat(const std::string& messages_json, bool add_generation_prompt,
-                         const std::string& tools_json, const std::string& kwargs_json,
-                         bool continue_final_message) {
-    std::lock_guard<std::mutex> parse_lock(parse_mutex_);
-    tokenizer::ChatRequest chat;
+  // A chat request line's prompt text, as chat() renders it (generate::RenderChatLine: the
+  // server's checks of the messages, tools, kwargs and prompt end).
+  std::string RenderChat(const std::string& line_json) {
     // Depth-checked: deep JSON would overflow the stack where nlohmann copies it.
-    chat.messages = tokenizer::ParseChatJson(messages_json, "messages");
-    // Tool-call turns as chat() (a request line) and the server shape them.
-    if (!tools_json.empty()) chat.tools = tokenizer::ParseChatJson(tools_json, "tools");
-    const tokenizer::ChatTemplate& chat_template = text_.Template();
-    try {
-      server::ShapeToolCallTurns(chat.messages, text_.ToolArgumentsAsObjects(),
-                                 chat_template.tool_call_content_none(!chat.tools.is_null()));
-    } catch (const server::ApiError& e) {
-      throw Error(e.what());
-    }
-    if (!kwargs_json.empty()) {
-      chat.kwargs = tokenizer::ParseChatJson(kwargs_json, "chat_template_kwargs");
-    }
-    chat.add_generation_prompt = add_generation_prompt;
-    chat.continue_final_message = continue_final_message;
-    return chat_template.Render(chat);
+    const generate::RequestJson line = generate::ParseRequestLineJson(line_json);
+    if (!line.is_object()) Fail("not a JSON object");
+    std::lock_guard<std::mutex> parse_lock(parse_mutex_);  // The chat template loads on first use.
+    return generate::RenderChatLine(line, text_);
   }
 
   nb::dict Metrics() {
@@ -570,8 +555,7 @@ NB_MODULE(_latent, m) {
       .def("release", &PyEngine::Release, "handle"_a)
       .def("encode", &PyEngine::Encode, "text"_a, "add_special_tokens"_a)
       .def("decode", &PyEngine::Decode, "ids"_a, "skip_special_tokens"_a)
-      .def("render_chat", &PyEngine::RenderChat, "messages_json"_a, "add_generation_prompt"_a,
-           "tools_json"_a, "kwargs_json"_a, "continue_final_message"_a = false)
+      .def("render_chat", &PyEngine::RenderChat, "line_json"_a)
       .def("metrics", &PyEngine::Metrics)
       .def("config", &PyEngine::Config)
       .def_prop_ro("has_tokenizer", &PyEngine::has_tokenizer);

@@ -1,4 +1,5 @@
-// A chat request's prompt as the server renders it, for /v1/chat/completions and /tokenize alike.
+// A chat request's prompt as the server renders it, for /v1/chat/completions and /tokenize alike,
+// and as request lines (generate/request_line.h) and the Python module render theirs.
 #pragma once
 
 #include <string>
@@ -10,13 +11,17 @@
 
 namespace latent::server {
 
+// What the chat template failed with is prefixed by this (its message, and the 400's).
+inline constexpr const char* kChatTemplateFailed = "the chat template failed on these messages: ";
+
 // The messages (tool-call turns shaped as the template reads them: the arguments as
 // `tool_arguments_as_objects` says, a null content as tool_call_content_none says for the
 // template this request picks; server/tool_template.h), tools, prompt end and template kwargs
-// of `r` rendered by `chat_template`; the template's error is a 400 naming
-// "messages". `Request`: a parsed chat completion or /tokenize request (the same field names).
+// of `r` rendered by `chat_template`. `Request`: a parsed chat completion or /tokenize request,
+// or ChatFields (chat_request.h): the same field names. The template's error is thrown as it is
+// (a latent::Error); ShapeToolCallTurns' as an ApiError naming the field.
 template <class Request>
-std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template,
+std::string RenderChatFields(const tokenizer::ChatTemplate& chat_template,
                              bool tool_arguments_as_objects, const Request& r) {
   tokenizer::ChatRequest chat;
   chat.messages = r.messages;
@@ -26,10 +31,17 @@ std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template,
   chat.add_generation_prompt = r.add_generation_prompt;
   chat.continue_final_message = r.continue_final_message;
   chat.kwargs = r.chat_template_kwargs;
+  return chat_template.Render(chat);
+}
+
+// RenderChatFields for the server: the template's error is a 400 naming "messages".
+template <class Request>
+std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template,
+                             bool tool_arguments_as_objects, const Request& r) {
   try {
-    return chat_template.Render(chat);
-  } catch (const Error& e) {
-    throw RequestError(e, "the chat template failed on these messages: ", "messages");
+    return RenderChatFields(chat_template, tool_arguments_as_objects, r);
+  } catch (const Error& e) {  // (an ApiError is no latent::Error: it passes)
+    throw RequestError(e, kChatTemplateFailed, "messages");
   }
 }
 

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "base/saturating.h"
+#include "server/chat_request.h"
 #include "server/tool_request.h"
 #include "structured/structural_tag.h"
 
@@ -126,30 +127,6 @@ std::vector<PromptSpec> ParsePrompt(const Json& body, const ServingLimits& limit
   return prompts;
 }
 
-// Chat content: a string, null, or a list of {"type": "text", "text": ...} parts (joined with
-// newlines, as vLLM does).
-OrderedJson FlattenContent(const Json& content, size_t index) {
-  const std::string field = StrCat("messages[", index, "].content");
-  if (content.is_null()) return nullptr;
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) WrongType(field, "a string or a list of content parts");
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const Json& part = content[i];
-    if (!part.is_object()) WrongType(field, "a string or a list of content parts");
-    const std::optional<std::string> type = GetString(part, "type");
-    if (type != "text") {
-      BadField(field, StrCat("content part type '", type.value_or(""),
-                             "' is not supported (only 'text')"));
-    }
-    const std::optional<std::string> part_text = GetString(part, "text");
-    if (!part_text) BadField(field, "a text content part needs 'text'");
-    if (i > 0) text += "\n";
-    text += *part_text;
-  }
-  return text;
-}
-
 // The body `text` parsed again keeping key order (which templates may show, and which orders a
 // schema's properties), with only the top-level members named in `keys`. nlohmann's ordered_json
 // finds each key by a linear scan, so a whole body's ignored 60k-key object would take seconds;
@@ -166,55 +143,9 @@ OrderedJson ParseOrdered(std::string_view text, std::initializer_list<std::strin
   return OrderedJson::parse(text.begin(), text.end(), keep);
 }
 
-// `ordered` is the same body parsed keeping key order, which templates may show (tojson).
-OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
-  const Json* messages = Find(body, "messages");
-  if (!messages) BadField("messages", "'messages' is required", "missing_required_parameter");
-  if (!messages->is_array()) WrongType("messages", "a list of messages");
-  if (messages->empty()) BadField("messages", "'messages' is empty");
-  OrderedJson out = OrderedJson::array();
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& m = (*messages)[i];
-    const std::string field = StrCat("messages[", i, "]");
-    if (!m.is_object()) WrongType(field, "an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) {
-      BadField(field + ".role", StrCat("'", field, ".role' must be a string"), "invalid_type");
-    }
-    OrderedJson message = ordered["messages"][i];
-    if (role->get_ref<const std::string&>() == "developer") message["role"] = "system";
-    if (m.contains("content")) message["content"] = FlattenContent(m["content"], i);
-    ValidateToolFields(m, i);
-    out.push_back(std::move(message));
-  }
-  return out;
-}
-
-// The chat fields shared by /v1/chat/completions and /tokenize.
-void ParseChatFields(const Json& body, std::string_view text, OrderedJson* messages,
-                     OrderedJson* tools, OrderedJson* kwargs) {
-  const OrderedJson ordered = ParseOrdered(text, {"messages", "tools", "chat_template_kwargs"});
-  *messages = ParseMessages(body, ordered);
-  *tools = ParseTools(body, ordered);
-  if (const Json* k = Find(body, "chat_template_kwargs")) {
-    if (!k->is_object()) WrongType("chat_template_kwargs", "an object");
-    *kwargs = ordered["chat_template_kwargs"];
-  }
-}
-
-// add_generation_prompt and continue_final_message, the ends a chat prompt can have: a new
-// assistant turn's header (the default), or the final message left open for the model to continue
-// (vLLM's and transformers' continue_final_message). add_generation_prompt defaults to false when
-// continuing; both true is a 400, as transformers refuses them together. The final message may
-// have any role, as in transformers and vLLM (a user's text can be continued too).
-void ParsePromptEnd(const Json& body, bool* add_generation_prompt, bool* continue_final_message) {
-  *continue_final_message = GetBool(body, "continue_final_message", false);
-  *add_generation_prompt = GetBool(body, "add_generation_prompt", !*continue_final_message);
-  if (*continue_final_message && *add_generation_prompt) {
-    BadField("continue_final_message",
-             "'continue_final_message' and 'add_generation_prompt' cannot both be true: one "
-             "continues the final message, the other starts a new assistant message");
-  }
+// The chat fields shared by /v1/chat/completions and /tokenize (chat_request.h).
+ChatFields ParseChat(const Json& body, std::string_view text) {
+  return ParseChatFields(body, ParseOrdered(text, {"messages", "tools", "chat_template_kwargs"}));
 }
 
 // Rejects fields whose meaning latent cannot honour, rather than silently ignoring them.
@@ -571,9 +502,13 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   if (endpoint == Endpoint::kCompletions) {
     r.prompts = ParsePrompt(body, limits);
   } else {
-    ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
+    ChatFields chat = ParseChat(body, body_text);
+    r.messages = std::move(chat.messages);
+    r.tools = std::move(chat.tools);
+    r.chat_template_kwargs = std::move(chat.chat_template_kwargs);
+    r.add_generation_prompt = chat.add_generation_prompt;
+    r.continue_final_message = chat.continue_final_message;
     r.tool_choice = ParseToolChoice(body, r.tools);
-    ParsePromptEnd(body, &r.add_generation_prompt, &r.continue_final_message);
   }
 
   r.stream = GetBool(body, "stream", false);
@@ -682,8 +617,12 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body_text, const ServingLi
     r.add_special_tokens = GetBool(body, "add_special_tokens", true);
   } else {
     r.is_chat = true;
-    ParseChatFields(body, body_text, &r.messages, &r.tools, &r.chat_template_kwargs);
-    ParsePromptEnd(body, &r.add_generation_prompt, &r.continue_final_message);
+    ChatFields chat = ParseChat(body, body_text);
+    r.messages = std::move(chat.messages);
+    r.tools = std::move(chat.tools);
+    r.chat_template_kwargs = std::move(chat.chat_template_kwargs);
+    r.add_generation_prompt = chat.add_generation_prompt;
+    r.continue_final_message = chat.continue_final_message;
     r.add_special_tokens = GetBool(body, "add_special_tokens", false);
   }
   r.return_token_strs = GetBool(body, "return_token_strs", false);

@@ -188,7 +188,7 @@ def test_apply_chat_template_continue_final_message(llm, model_dir):
     expected = AutoTokenizer.from_pretrained(str(model_dir)).apply_chat_template(
         messages, continue_final_message=True, tokenize=False)
     assert llm.apply_chat_template(messages, continue_final_message=True) == expected
-    with pytest.raises(latent.LatentError, match="not compatible"):
+    with pytest.raises(latent.LatentError, match="cannot both be true"):
         llm.apply_chat_template(messages, add_generation_prompt=True, continue_final_message=True)
     # chat (through a request line, as `generate --prompts` takes it) continues the message too.
     params = latent.SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
@@ -200,10 +200,11 @@ def test_render_chat_refuses_deep_json(llm):
     """JSON nested 500,000 deep overflowed the stack where it was copied for the template. Through
     the binding itself: Python's json.dumps cannot write it (RecursionError)."""
     deep = "[" * 500000 + "]" * 500000
-    with pytest.raises(latent.LatentError, match="messages: JSON nests more than 256 levels deep"):
-        llm._engine.render_chat('[{"role": "user", "content": ' + deep + "}]", True, "", "")
-    with pytest.raises(latent.LatentError, match="tools: JSON nests more than 256 levels deep"):
-        llm._engine.render_chat('[{"role": "user", "content": "hi"}]', True, deep, "")
+    with pytest.raises(latent.LatentError, match="the request nests more than 256 levels deep"):
+        llm._engine.render_chat('{"messages": [{"role": "user", "content": ' + deep + "}]}")
+    with pytest.raises(latent.LatentError, match="the request nests more than 256 levels deep"):
+        llm._engine.render_chat('{"messages": [{"role": "user", "content": "hi"}], "tools": '
+                                + deep + "}")
     assert llm.apply_chat_template([{"role": "user", "content": "hi"}])  # still usable
 
 

@@ -469,26 +469,22 @@ class LLM:
     ) -> list[RequestOutput]:
         """Renders each conversation with the checkpoint's chat template and generates a reply.
 
-        `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them.
+        `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them;
+        each is checked and shaped as the server's chat requests are (a "developer" message is a
+        system one, text content parts are joined; no role, or no messages, raises LatentError).
         `continue_final_message`: the model continues the final message (a prefilled reply), as
         in apply_chat_template; `add_generation_prompt` defaults to True, or to False with it.
         Each RequestOutput's `prompt` is the rendered prompt text, as vLLM's. `use_tqdm` changes
         nothing (latent shows no progress bar), as in generate().
         """
         _check_use_tqdm(use_tqdm)
-        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        lines = []
-        for conversation in conversations:
-            # add_generation_prompt unset: the request line's default (off when continuing).
-            line: dict[str, Any] = {"messages": list(conversation),
-                                    "continue_final_message": continue_final_message}
-            if add_generation_prompt is not None:
-                line["add_generation_prompt"] = add_generation_prompt
-            if tools is not None:
-                line["tools"] = tools
-            if chat_template_kwargs:
-                line["chat_template_kwargs"] = chat_template_kwargs
-            lines.append(line)
+        # [] is one conversation, with no messages (refused as the server refuses it), as vLLM
+        # reads it; a list of lists is several.
+        messages = list(messages)
+        one = not messages or not isinstance(messages[0], (list, tuple))
+        conversations = [messages] if one else messages
+        lines = [_chat_line(c, add_generation_prompt, chat_template_kwargs, tools,
+                            continue_final_message) for c in conversations]
         return self._run(lines, [None] * len(lines), sampling_params, "chat")
 
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]:
@@ -544,13 +540,9 @@ class LLM:
         null content beside the calls stays none where the template writes the calls only then
         (DeepSeek V3), else becomes "".
         """
-        if add_generation_prompt is None:
-            add_generation_prompt = not continue_final_message
-        return self._engine.render_chat(
-            json.dumps(list(messages)), add_generation_prompt,
-            json.dumps(tools) if tools is not None else "",
-            json.dumps(chat_template_kwargs) if chat_template_kwargs else "",
-            continue_final_message)
+        line = _chat_line(messages, add_generation_prompt, chat_template_kwargs, tools,
+                          continue_final_message)
+        return self._engine.render_chat(json.dumps(line))
 
     # -- state ------------------------------------------------------------------------------
 
@@ -698,6 +690,23 @@ def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[
         raise TypeError(f"{where} is a list holding {_describe(bad)}, not only int token ids: a "
                         f"prompt is {_PROMPTS_ACCEPTED}")
     raise TypeError(f"{where} is {_describe(prompt)}: a prompt is {_PROMPTS_ACCEPTED}")
+
+
+def _chat_line(messages, add_generation_prompt: Optional[bool], chat_template_kwargs: Optional[dict],
+               tools: Optional[list[dict]], continue_final_message: bool) -> dict[str, Any]:
+    """A conversation's request line: its messages are checked, shaped and rendered by the
+    server's code (an OpenAI "developer" message is a system one, text content parts are joined,
+    a message without a role or an empty conversation is refused, by the server's messages)."""
+    line: dict[str, Any] = {"messages": list(messages) if isinstance(messages, (list, tuple)) else messages,
+                            "continue_final_message": continue_final_message}
+    # Unset: the request line's default (off when continuing).
+    if add_generation_prompt is not None:
+        line["add_generation_prompt"] = add_generation_prompt
+    if tools is not None:
+        line["tools"] = tools
+    if chat_template_kwargs is not None:
+        line["chat_template_kwargs"] = chat_template_kwargs
+    return line
 
 
 def _params_list(sampling_params, count: int, call: str) -> list[SamplingParams]:
