@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "base/error.h"
@@ -60,7 +61,7 @@ struct Tracked {
 };
 
 // Submit's default_max_tokens for "as many as the context leaves after the prompt" (vLLM's
-// max_tokens=None).
+// max_tokens=None); a line's own max_tokens is then capped at that room (vLLM's LLM).
 constexpr int64_t kMaxTokensToContext = -1;
 
 class PyEngine {
@@ -122,7 +123,7 @@ class PyEngine {
 
   // Parses and submits one request line; returns its handle. `default_max_tokens` applies to a
   // line without max_tokens; kMaxTokensToContext: as many as the context leaves (the server's
-  // default for chat completions).
+  // default for chat completions), and a line's max_tokens capped at that (MaxTokensToContext).
   int64_t Submit(const std::string& line_json, int64_t default_max_tokens, bool stream_text) {
     // Held under the GIL to the end, as engine_ is, so Close cannot take it away meanwhile.
     engine::Engine& engine = Engine();
@@ -132,8 +133,13 @@ class PyEngine {
     const bool to_context = default_max_tokens == kMaxTokensToContext;
     generate::RequestLine parsed =
         generate::ParseRequestLine(line, text_, to_context ? 0 : default_max_tokens);
-    if (to_context && (!line.contains("max_tokens") || line["max_tokens"].is_null())) {
-      parsed.request.max_tokens = MaxTokensToContext(parsed.request.prompt.size());
+    if (to_context) {
+      const bool given = line.contains("max_tokens") && !line["max_tokens"].is_null();
+      engine::Request& r = parsed.request;
+      // min_tokens is checked against what max_tokens came to (Engine::Submit), as for None.
+      const std::optional<int64_t> asked =
+          given ? std::optional<int64_t>(r.max_tokens) : std::nullopt;
+      r.max_tokens = MaxTokensToContext(r.prompt.size(), asked);
     }
     tracked->job = std::make_unique<generate::RequestJob>(std::move(parsed), text_,
                                                           stream_text && has_tokenizer_);
@@ -371,18 +377,23 @@ class PyEngine {
 
   model::Precision precision_ = model::Precision::kF32;
 
-  // max_tokens for a prompt of `n` tokens under kMaxTokensToContext: what the context and the
-  // cache leave after it, as the server's default; a prompt that leaves none is refused here,
-  // naming both limits, rather than scored with max_tokens 0.
-  int64_t MaxTokensToContext(size_t prompt_tokens) const {
+  // max_tokens for a prompt of `n` tokens under kMaxTokensToContext, as vLLM's LLM: what the
+  // context and the cache leave after it (`asked` absent: max_tokens=None), or `asked` capped at
+  // that, so the sample ends there with finish_reason "length" (vLLM's scheduler ends a request
+  // at max_model_len). A prompt that leaves no room is refused here, naming both limits, as vLLM
+  // refuses a prompt of max_model_len tokens or more, rather than scored with max_tokens 0; only
+  // max_tokens=0 (scoring) asks for no room, and Engine::Submit checks that the prompt fits.
+  int64_t MaxTokensToContext(size_t prompt_tokens, std::optional<int64_t> asked) const {
+    if (asked == 0) return 0;
     const auto n = static_cast<int64_t>(prompt_tokens);
     const int64_t room = std::min(context_tokens_, cache_tokens_);
     if (n > 0 && n >= room) {
-      Fail("max_tokens=None: the prompt is ", n,
+      Fail(asked ? "" : "max_tokens=None: ", "the prompt is ", n,
            " tokens, which leaves no room for a completion (the model's maximum context length is ",
            context_tokens_, " tokens and the cache holds ", cache_tokens_, ")");
     }
-    return std::max<int64_t>(room - n, 0);
+    const int64_t left = std::max<int64_t>(room - n, 0);
+    return asked ? std::min(*asked, left) : left;
   }
 
   engine::Engine& Engine() {

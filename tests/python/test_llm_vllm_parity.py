@@ -6,10 +6,12 @@ refuses by name, when made or before anything is submitted. On the committed dem
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from conftest import BUILD_PYTHON, REPO
+from conftest import BUILD_PYTHON, REPO, run_latent
 
 try:
     import latent
@@ -69,6 +71,29 @@ def test_max_tokens_none_refuses_a_prompt_that_leaves_no_room(llm):
     with pytest.raises(latent.LatentError, match="min_tokens must be in \\[0, max_tokens \\(4\\)\\], got 10"):
         llm.generate([[5] * 1020], latent.SamplingParams(max_tokens=None, min_tokens=10))
     usable(llm)
+
+
+def test_max_tokens_past_the_context_ends_the_output_there(llm, tmp_path):
+    """As vLLM's LLM.generate: a max_tokens longer than the context leaves ends the sample at the
+    context's end with finish_reason "length" (it failed the whole call, every prompt's results
+    lost); only a prompt that leaves no room is refused. `latent generate` lines keep the server's
+    rule: such a line gets its own error and the others run."""
+    params = latent.SamplingParams(max_tokens=100, **GREEDY)
+    long, short = llm.generate([[5] * 1000, "ROMEO."], params)
+    assert len(long.outputs[0].token_ids) == CONTEXT - 1000
+    assert long.outputs[0].finish_reason == "length"
+    assert len(short.outputs[0].token_ids) == 100
+    chunks = list(llm.stream([9] * 1016, params))
+    assert sum(len(c.token_ids) for c in chunks) == CONTEXT - 1016
+    assert chunks[-1].finish_reason == "length"
+    with pytest.raises(latent.LatentError,
+                       match="prompt 0: the prompt is 1024 tokens, which leaves no room"):
+        llm.generate([[5] * CONTEXT], params)
+    usable(llm)
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps({"ids": [5] * 1000, "max_tokens": 100}) + "\n")
+    out = json.loads(run_latent("generate", "--model", str(DEMO), "--prompts", str(lines)).stdout)
+    assert "max_tokens (100) exceeds the model's max_position_embeddings (1024)" in out["error"], out
 
 
 def test_max_tokens_none_fits_a_sliding_window_cache(tiny_models):
