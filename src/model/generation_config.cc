@@ -1,6 +1,7 @@
 #include "model/generation_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,43 @@ std::vector<int32_t> GenerationConfig::EndIds(int64_t vocab_size) const {
   return ids;
 }
 
+namespace {
+
+// The number `key` of generation_config.json, when set (not absent or null).
+std::optional<double> Number(const nlohmann::json& json, const char* key, const std::string& path) {
+  if (!json.contains(key) || json[key].is_null()) return std::nullopt;
+  const nlohmann::json& v = json[key];
+  if (!v.is_number()) Fail(path, ": ", key, " must be a number, got ", v.dump());
+  return v.get<double>();
+}
+
+// The integer `key` (16.0 counts, as Python writes some), when set.
+std::optional<int64_t> Integer(const nlohmann::json& json, const char* key,
+                               const std::string& path) {
+  const std::optional<double> v = Number(json, key, path);
+  if (!v) return std::nullopt;
+  if (json[key].is_number_integer() && !json[key].is_number_unsigned()) {
+    return json[key].get<int64_t>();
+  }
+  if (!(*v == std::floor(*v) && std::abs(*v) < 9.0e18)) {
+    Fail(path, ": ", key, " must be an integer, got ", json[key].dump());
+  }
+  return static_cast<int64_t>(*v);
+}
+
+SamplingDefaults ReadSamplingDefaults(const nlohmann::json& json, const std::string& path) {
+  SamplingDefaults s;
+  s.temperature = Number(json, "temperature", path);
+  s.top_p = Number(json, "top_p", path);
+  s.top_k = Integer(json, "top_k", path);
+  s.min_p = Number(json, "min_p", path);
+  s.repetition_penalty = Number(json, "repetition_penalty", path);
+  s.max_new_tokens = Integer(json, "max_new_tokens", path);
+  return s;
+}
+
+}  // namespace
+
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config) {
   GenerationConfig gen;
   const auto path = std::filesystem::path(dir) / "generation_config.json";
@@ -42,7 +80,9 @@ GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig&
   }
   // The file replaces config.json's ids even when it names none: vLLM reads only the file's
   // fields then, and stops on the tokenizer's EOS alone.
-  if (!json.is_object() || !json.contains("eos_token_id")) return gen;
+  if (!json.is_object()) return gen;
+  gen.sampling = ReadSamplingDefaults(json, path.string());
+  if (!json.contains("eos_token_id")) return gen;
   const auto& eos = json["eos_token_id"];
   if (eos.is_null()) return gen;
   gen.eos_token_ids = ParseEosTokenIds(eos, path.string(), config.vocab_size);

@@ -10,6 +10,18 @@
 
 namespace latent::model {
 
+// generation_config.json's sampling fields, which vLLM's LLM.generate/chat (sampling_params=None:
+// LLM.get_default_sampling_params) take as their defaults (ModelConfig.get_diff_sampling_param:
+// each of these the file sets; max_new_tokens is vLLM's max_tokens). Absent or null: unset.
+struct SamplingDefaults {
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+};
+
 struct GenerationConfig {
   // generation_config.json's eos_token_id (config.json's when that file is absent). Each ends a
   // sample unless ignore_eos; vLLM's SamplingParams.update_from_generation_config moves those
@@ -21,6 +33,9 @@ struct GenerationConfig {
   // K2's tokenizer ends on [EOS], its generation_config.json lists another id). nullopt without
   // a tokenizer or when it names no EOS: then every EOS id is an extra one, as in vLLM.
   std::optional<int64_t> primary_eos_id;
+  // Only from generation_config.json (vLLM also reads config.json's when that file is absent,
+  // where transformers 4 wrote its own defaults; latent does not).
+  SamplingDefaults sampling;
 
   // Whether `token` ends a sample as one of the extra EOS ids: an EOS id other than the
   // primary one, which vLLM reports as the (int) stop_reason.
@@ -31,7 +46,9 @@ struct GenerationConfig {
 };
 
 // Reads DIR/generation_config.json when present, and then only its eos_token_id (int or list;
-// missing or null: none), as vLLM (transformers' GenerationConfig.from_pretrained) does; without
+// missing or null: none) and sampling fields (a number each, top_k and max_new_tokens integers:
+// latent::Error naming the file and field otherwise), as vLLM (transformers'
+// GenerationConfig.from_pretrained) does; without
 // that file, config.json's eos ids (vLLM's GenerationConfig.from_model_config). So a
 // generation_config.json without eos_token_id leaves the tokenizer's EOS the only one. No
 // primary EOS until SetTokenizerEos.

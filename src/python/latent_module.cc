@@ -88,6 +88,7 @@ class PyEngine {
       has_tokenizer_ = tokenizer::Tokenizer::DirHasTokenizer(tok_dir);  // tokenizer.json, tiktoken
       model::SetTokenizerEos(gen, has_tokenizer_ ? text_.Tokenizer().eos_id() : std::nullopt);
       eos_ids_ = gen.EndIds(vocab_size_);
+      sampling_defaults_ = gen.sampling;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
       // The server's limits (server.cc): prompt + completion fit both.
       context_tokens_ = engine_->config().max_position_embeddings;
@@ -372,6 +373,20 @@ class PyEngine {
 
   bool has_tokenizer() const { return has_tokenizer_; }
 
+  // generation_config.json's sampling fields under vLLM's SamplingParams names (max_new_tokens
+  // as max_tokens), those the file sets: LLM.get_default_sampling_params.
+  nb::dict DefaultSampling() const {
+    const model::SamplingDefaults& s = sampling_defaults_;
+    nb::dict d;
+    if (s.temperature) d["temperature"] = *s.temperature;
+    if (s.top_p) d["top_p"] = *s.top_p;
+    if (s.top_k) d["top_k"] = *s.top_k;
+    if (s.min_p) d["min_p"] = *s.min_p;
+    if (s.repetition_penalty) d["repetition_penalty"] = *s.repetition_penalty;
+    if (s.max_new_tokens) d["max_tokens"] = *s.max_new_tokens;
+    return d;
+  }
+
  private:
   static std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s < 0 ? 0 : s); }
 
@@ -457,6 +472,7 @@ class PyEngine {
   generate::TextTools text_;
   bool has_tokenizer_ = false;
   std::vector<int32_t> eos_ids_;  // the ids that end a sample unless ignore_eos
+  model::SamplingDefaults sampling_defaults_;
   int64_t vocab_size_ = 0;
   int64_t context_tokens_ = 0;  // max_position_embeddings
   int64_t cache_tokens_ = 0;    // Engine::capacity_tokens: what Submit takes
@@ -569,5 +585,6 @@ NB_MODULE(_latent, m) {
       .def("render_chat", &PyEngine::RenderChat, "line_json"_a)
       .def("metrics", &PyEngine::Metrics)
       .def("config", &PyEngine::Config)
+      .def("default_sampling", &PyEngine::DefaultSampling)
       .def_prop_ro("has_tokenizer", &PyEngine::has_tokenizer);
 }

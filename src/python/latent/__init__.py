@@ -445,7 +445,7 @@ class LLM:
         `prompts`: a string, a list of int token ids (or a numpy int array), a dict
         {"prompt": str} or {"prompt_token_ids": [...]}, or a list of these; anything else raises
         TypeError before any is submitted. `sampling_params`: one for all prompts or one per prompt
-        (default SamplingParams()). `use_tqdm` (vLLM's: a bool or a tqdm-like callable) is
+        (default: get_default_sampling_params(), generation_config.json's). `use_tqdm` (vLLM's: a bool or a tqdm-like callable) is
         accepted so that vLLM code runs, and changes nothing: latent shows no progress bar.
         Ctrl-C cancels the requests and raises KeyboardInterrupt; the LLM stays usable.
         """
@@ -492,7 +492,7 @@ class LLM:
 
         Leaving the loop early (break, an exception, Ctrl-C) cancels the request.
         """
-        params = _params_list(sampling_params, 1, "stream")[0]
+        params = _params_list(sampling_params, 1, "stream", self.get_default_sampling_params)[0]
         if params.n != 1:
             raise ValueError(f"stream() generates one sample; SamplingParams.n is {params.n}")
         if params.prompt_logprobs is not None:
@@ -513,6 +513,16 @@ class LLM:
                     return
         finally:
             self._engine.release(handle)
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The SamplingParams that generate(), chat() and stream() use when given none, as vLLM's:
+        the model's generation_config.json sets temperature, top_p, top_k, min_p and
+        repetition_penalty (and max_new_tokens, as max_tokens) where it lists them; the rest are
+        SamplingParams()'s defaults."""
+        try:
+            return SamplingParams(**self._engine.default_sampling())
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{self.model}: generation_config.json's sampling defaults: {e}") from None
 
     # -- tokenizer and template -------------------------------------------------------------
 
@@ -572,7 +582,7 @@ class LLM:
     # -- internals --------------------------------------------------------------------------
 
     def _run(self, lines: list[dict], texts: list[Optional[str]], sampling_params, call: str) -> list[RequestOutput]:
-        params = _params_list(sampling_params, len(lines), call)
+        params = _params_list(sampling_params, len(lines), call, self.get_default_sampling_params)
         handles: list[int] = []
         try:
             for i, (line, p) in enumerate(zip(lines, params)):
@@ -709,10 +719,12 @@ def _chat_line(messages, add_generation_prompt: Optional[bool], chat_template_kw
     return line
 
 
-def _params_list(sampling_params, count: int, call: str) -> list[SamplingParams]:
-    """One SamplingParams per prompt: None (the defaults), one for all, or a list of `count`."""
+def _params_list(sampling_params, count: int, call: str,
+                 default: Callable[[], SamplingParams]) -> list[SamplingParams]:
+    """One SamplingParams per prompt: None (`default()`, the model's defaults), one for all, or a
+    list of `count`."""
     if sampling_params is None:
-        return [SamplingParams()] * count
+        return [default()] * count
     if isinstance(sampling_params, SamplingParams):
         return [sampling_params] * count
     if isinstance(sampling_params, (list, tuple)) and call != "stream":

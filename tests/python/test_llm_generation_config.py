@@ -1,0 +1,78 @@
+"""sampling_params=None takes generation_config.json's sampling fields, as vLLM's LLM.generate and
+LLM.chat do (LLM.get_default_sampling_params: temperature, top_p, top_k, min_p,
+repetition_penalty, and max_new_tokens as max_tokens); it used SamplingParams()'s defaults. On
+copies of the committed demo model with their own generation_config.json. A few seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD_PYTHON, REPO
+
+try:
+    import latent
+except ImportError as e:
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
+                       "in .venv (requirements-dev.txt)") from e
+
+DEMO = REPO / "models" / "demo"
+
+
+def demo_with(tmp_path: Path, **fields) -> Path:
+    """The demo model with `fields` added to its generation_config.json."""
+    model = tmp_path / "demo_gc"
+    model.mkdir()
+    for item in DEMO.iterdir():
+        if item.name != "generation_config.json":
+            (model / item.name).symlink_to(item)
+    config = json.loads((DEMO / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
+    return model
+
+
+def test_none_uses_the_generation_config(tmp_path):
+    # top_k 1: every draw is the most likely token, whatever the temperature; 7 tokens at most.
+    model = demo_with(tmp_path, temperature=0.6, top_p=0.95, top_k=1, min_p=0.01,
+                      repetition_penalty=1.0, max_new_tokens=7, do_sample=True)
+    with latent.LLM(str(model), block_tokens=16) as llm:
+        defaults = llm.get_default_sampling_params()
+        assert (defaults.temperature, defaults.top_p, defaults.top_k, defaults.min_p,
+                defaults.repetition_penalty, defaults.max_tokens) == (0.6, 0.95, 1, 0.01, 1.0, 7)
+        assert defaults.seed is None and defaults.n == 1  # the rest are SamplingParams()'s
+        greedy = llm.generate("ROMEO.", latent.SamplingParams(temperature=0, max_tokens=7))[0]
+        for _ in range(3):
+            assert llm.generate("ROMEO.")[0].outputs[0].token_ids == greedy.outputs[0].token_ids
+        chat = [{"role": "user", "content": "What say you?"}]
+        assert (llm.chat(chat)[0].outputs[0].token_ids ==
+                llm.chat(chat, latent.SamplingParams(temperature=0, max_tokens=7))[0].outputs[0].token_ids)
+        streamed = [t for c in llm.stream("ROMEO.") for t in c.token_ids]
+        assert streamed == greedy.outputs[0].token_ids
+        # Given SamplingParams are used as they are.
+        assert len(llm.generate("ROMEO.", latent.SamplingParams(max_tokens=9, temperature=0,
+                                                                ignore_eos=True))[0].outputs[0].token_ids) == 9
+
+
+def test_without_sampling_fields_the_defaults_are_sampling_params(tmp_path):
+    with latent.LLM(str(DEMO), block_tokens=16) as llm:
+        assert llm.get_default_sampling_params() == latent.SamplingParams()
+
+
+@pytest.mark.parametrize("fields, error, message", [
+    ({"temperature": "hot"}, latent.LatentError,
+     "generation_config.json: temperature must be a number, got \"hot\""),
+    ({"top_k": 1.5}, latent.LatentError, "generation_config.json: top_k must be an integer, got 1.5"),
+])
+def test_a_bad_sampling_field_is_named_at_load(tmp_path, fields, error, message):
+    with pytest.raises(error, match=message):
+        latent.LLM(str(demo_with(tmp_path, **fields)), block_tokens=16)
+
+
+def test_a_sampling_default_out_of_range_is_named_when_used(tmp_path):
+    with latent.LLM(str(demo_with(tmp_path, top_p=1.5)), block_tokens=16) as llm:
+        with pytest.raises(ValueError, match="generation_config.json's sampling defaults: "
+                                             "SamplingParams: .*top_p"):
+            llm.generate("ROMEO.")
+        llm.generate("ROMEO.", latent.SamplingParams(max_tokens=2))  # still usable
