@@ -295,6 +295,22 @@ def test_what_is_not_a_prompt_is_a_type_error_naming_prompts(llm, prompts, messa
     usable(llm)
 
 
+@pytest.mark.parametrize("key, message", [
+    ("multi_modal_data", "'multi_modal_data' is one of vLLM's that latent does not support"),
+    ("cache_salt", "'cache_salt' is one of vLLM's that latent does not support"),
+    ("bogus", "'bogus' is not a prompt key"),
+])
+def test_a_prompt_dict_key_latent_does_not_take_is_named(llm, key, message):
+    """They were ignored: an image or a cache salt silently did nothing."""
+    for prompt in ({"prompt": "ROMEO.", key: 1}, {"prompt_token_ids": [5, 6], key: 1}):
+        with pytest.raises(ValueError, match=f"prompt 1: {message} \\(a prompt dict takes "
+                                             "'prompt' and 'prompt_token_ids'\\)"):
+            llm.generate(["ROMEO.", prompt], latent.SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match=f"the prompt: {message}"):
+        next(llm.stream({"prompt": "ROMEO.", key: 1}, latent.SamplingParams(max_tokens=2)))
+    usable(llm)
+
+
 def test_stream_names_what_is_not_a_prompt(llm):
     with pytest.raises(TypeError, match="the prompt is a list holding str 'a'"):
         next(llm.stream(["a", "b"], latent.SamplingParams(max_tokens=2)))

@@ -674,6 +674,14 @@ def _as_prompt_list(prompts) -> list:
     return prompts
 
 
+# The keys of a prompt dict (vLLM's TextPrompt and TokensPrompt) latent takes, and vLLM's others,
+# refused by name rather than ignored: multimodal data, a prefix-cache salt (which the server
+# does not take either), prompt embeddings.
+_PROMPT_KEYS = frozenset({"prompt", "prompt_token_ids"})
+_VLLM_PROMPT_KEYS = frozenset({"multi_modal_data", "mm_processor_kwargs", "multi_modal_uuids",
+                               "cache_salt", "token_type_ids", "prompt_embeds"})
+
+
 def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[str, Any], Optional[str]]:
     """The request line of one prompt (generate()'s `index`-th), and its text; TypeError naming
     what a prompt is otherwise."""
@@ -681,6 +689,12 @@ def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[
     if isinstance(prompt, str):
         return {"prompt": prompt}, prompt
     if isinstance(prompt, dict):
+        for key in prompt:
+            if key not in _PROMPT_KEYS:
+                what = ("is one of vLLM's that latent does not support" if key in _VLLM_PROMPT_KEYS
+                        else "is not a prompt key")
+                raise ValueError(f"{where}: {key!r} {what} (a prompt dict takes 'prompt' and "
+                                 "'prompt_token_ids')")
         if "prompt_token_ids" in prompt:
             ids = _json_list(prompt["prompt_token_ids"], f"{where}: 'prompt_token_ids'")
             if not isinstance(ids, list) or not all(_is_token_id(t) for t in ids):
