@@ -702,7 +702,7 @@ def test_logit_bias_key_is_a_canonical_integer(key):
     ({"top_p": 0}, "top_p must be in"),
     ({"n": 0}, "n must be in"),
     ({"repetition_penalty": 1e-9}, "repetition_penalty must be in"),
-    ({"temperature": float("nan")}, "Out of range float"),
+    ({"temperature": float("nan")}, "temperature must be finite, got nan"),
     ({"seed": 1.5}, "'seed' must be an integer"),
     ({"prompt_logprobs": 21}, "prompt_logprobs must be in \\[0, 20\\], got 21"),
     ({"prompt_logprobs": -2}, "prompt_logprobs must be in \\[0, 20\\] or None, got -2"),

@@ -356,6 +356,11 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
 
 
 @pytest.mark.parametrize("option,value,error,message", [
+    ("prefix_caching", 0, TypeError, "prefix_caching must be a bool \\(True or False\\), got 0"),
+    ("check_invariants", "yes", TypeError, "check_invariants must be a bool"),
+    ("quantize", None, TypeError, 'quantize must be a str \\("none", "int8" or "w8a8"\\), got None'),
+    ("cache_dtype", 8, TypeError, "cache_dtype must be a str .*, got 8"),
+    ("attention", b"auto", TypeError, "attention must be a str"),
     ("num_blocks", -5, ValueError, "num_blocks must be in \\[0, 2147483647\\], got -5"),
     ("block_tokens", -1, ValueError, "block_tokens must be in \\[1, 4294967295\\], got -1"),
     ("block_tokens", 0, ValueError, "block_tokens must be in \\[1,"),
@@ -365,8 +370,52 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
     ("cache_memory_gib", 0, ValueError, "cache_memory_gib must be positive, got 0"),
 ])
 def test_engine_options_out_of_range_are_value_errors(option, value, error, message):
-    with pytest.raises(error, match=message):
+    """A wrong type was nanobind's "incompatible function arguments" listing every signature."""
+    with pytest.raises(error, match=f"LLM\\(\\): {message}"):
         latent.LLM(str(DEMO), **{option: value})
+
+
+def test_numpy_numbers_are_engine_options():
+    with latent.LLM(str(DEMO), num_blocks=np.int64(32), block_tokens=np.int32(16),
+                    cache_memory_gib=np.float32(0.5)) as llm:
+        assert llm.metrics()["total_blocks"] == 32
+        usable(llm)
+
+
+# -- numpy numbers, NaN ---------------------------------------------------------------------------
+
+
+def test_numpy_numbers_are_sampling_numbers(llm):
+    """As vLLM takes them: seed, max_tokens and logit_bias keys of numpy's integer types were
+    "not JSON serializable"."""
+    fields = dict(seed=3, max_tokens=5, top_k=40, temperature=0.5, logit_bias={5: 2.5}, n=1,
+                  ignore_eos=True)
+    as_numpy = dict(fields, seed=np.int64(3), max_tokens=np.int64(5), top_k=np.int32(40),
+                    temperature=np.float32(0.5), logit_bias={np.int64(5): np.float32(2.5)})
+    want = llm.generate("ROMEO.", latent.SamplingParams(**fields))[0].outputs[0].token_ids
+    assert len(want) == 5
+    assert llm.generate("ROMEO.", latent.SamplingParams(**as_numpy))[0].outputs[0].token_ids == want
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(temperature=float("nan")), "temperature must be finite, got nan"),
+    (dict(top_p=float("inf")), "top_p must be finite, got inf"),
+    (dict(presence_penalty=np.float32("nan")), "presence_penalty must be finite"),
+    (dict(logit_bias={5: float("nan")}), "logit_bias must be finite, got {5: nan}"),
+])
+def test_nan_is_refused_by_name(fields, message):
+    """It was "Out of range float values are not JSON compliant", naming no field."""
+    with pytest.raises(ValueError, match=f"SamplingParams: {message}"):
+        latent.SamplingParams(**fields)
+
+
+def test_nan_set_after_construction_is_refused_by_the_json_writer(llm):
+    """It reached the engine as the text NaN: nlohmann's parse error."""
+    params = latent.SamplingParams(max_tokens=2)
+    params.temperature = float("nan")
+    with pytest.raises(ValueError, match="a value JSON cannot hold \\(NaN or infinity\\)"):
+        llm.generate("ROMEO.", params)
+    usable(llm)
 
 
 # -- a named tokenizer directory, and a bug told apart from bad input ------------------------------

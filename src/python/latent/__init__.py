@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import math
 import numbers
 import threading
 import time
@@ -68,20 +69,39 @@ _ENGINE_INT_RANGES = {
 }
 
 
-def _check_engine_option(key: str, value: Any) -> None:
-    """A ValueError (TypeError for the wrong type) naming an engine option out of range, rather
-    than nanobind's unreadable TypeError or a cache of -5 blocks taken for 'from cache_memory_gib'."""
+# The engine options that take a string, and those that take a bool.
+_ENGINE_STR_OPTIONS = {"quantize": '"none", "int8" or "w8a8"', "precision": '"auto", "bf16" or "f32"',
+                       "attention": '"auto", "absorbed" or "expanded"',
+                       "cache_dtype": '"auto", "f32", "bf16" or "fp8"'}
+_ENGINE_BOOL_OPTIONS = frozenset({"prefix_caching", "check_invariants"})
+
+
+def _check_engine_option(key: str, value: Any) -> Any:
+    """The value for EngineArgs (numpy's numbers as Python's), or a ValueError (TypeError for the
+    wrong type) naming the option, rather than nanobind's unreadable "incompatible function
+    arguments" or a cache of -5 blocks taken for 'from cache_memory_gib'."""
     if key in _ENGINE_INT_RANGES:
         least, most = _ENGINE_INT_RANGES[key]
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
             raise TypeError(f"LLM(): {key} must be an integer, got {value!r}")
         if not least <= value <= most:
             raise ValueError(f"LLM(): {key} must be in [{least}, {most}], got {value}")
-    elif key == "cache_memory_gib":
+        return int(value)
+    if key == "cache_memory_gib":
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise TypeError(f"LLM(): cache_memory_gib must be a number, got {value!r}")
         if not value > 0:
             raise ValueError(f"LLM(): cache_memory_gib must be positive, got {value}")
+        return float(value)
+    if key in _ENGINE_STR_OPTIONS:
+        if not isinstance(value, str):
+            raise TypeError(f"LLM(): {key} must be a str ({_ENGINE_STR_OPTIONS[key]}), got {value!r}")
+        return value
+    if key in _ENGINE_BOOL_OPTIONS:
+        if not isinstance(value, bool):
+            raise TypeError(f"LLM(): {key} must be a bool (True or False), got {value!r}")
+        return value
+    raise AssertionError(f"engine option {key} has no check")  # every option in _ENGINE_OPTIONS has one
 
 
 @dataclass
@@ -224,12 +244,19 @@ class SamplingParams:
         # which latent does not offer: refused rather than silently giving none.
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
-            if isinstance(value, int) and value < 0:
+            if _is_token_id(value) and value < 0:
                 raise ValueError(f"SamplingParams: {name} must be in [0, 20] or None, got {value}")
+        line = self._line()
+        # NaN and infinity have no JSON form: named here, not left to the JSON writer's message.
+        for name, value in line.items():
+            values = value.values() if name == "logit_bias" else [value]
+            if any(_is_real(v) and not isinstance(v, numbers.Integral) and not math.isfinite(v)
+                   for v in values):
+                raise ValueError(f"SamplingParams: {name} must be finite, got {value!r}")
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
         # rules, not a LatentError from generate() (a field changed later is still checked there).
         try:
-            _latent.check_sampling(json.dumps(self._line(), allow_nan=False))
+            _latent.check_sampling(_dumps(line))
         except LatentInternalError:
             raise  # a bug in latent, not a bad field
         except (LatentError, ValueError) as e:
@@ -266,8 +293,10 @@ class SamplingParams:
         if self.skip_special_tokens is not True:  # False, None (vLLM's false) or a bad value
             line["skip_special_tokens"] = _flag(self.skip_special_tokens)
         if self.logit_bias:
-            # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take.
-            line["logit_bias"] = dict(self.logit_bias)
+            # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take
+            # (numpy's integers too); a key JSON has no form for goes repr'd, for the engine to name.
+            line["logit_bias"] = {int(k) if _is_token_id(k) else k if _is_json_key(k) else repr(k): v
+                                  for k, v in dict(self.logit_bias).items()}
         if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
             line["allowed_token_ids"] = _json_list(self.allowed_token_ids,
                                                    "SamplingParams: allowed_token_ids")
@@ -316,6 +345,33 @@ def _json_list(value: Any, what: str, expected: str = "an iterable of int token 
 
 def _is_json_value(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+def _is_json_key(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _json_default(value: Any) -> Any:
+    """What json.dumps writes for a value it has no form for: numpy's (any numbers.Integral or
+    Real) numbers as the number, as vLLM takes them; anything else repr'd, for the engine's check
+    to refuse by the field's name."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return repr(value)
+
+
+def _dumps(line: dict[str, Any]) -> str:
+    """A request line's JSON text (NaN and infinity refused: JSON has no form for them)."""
+    try:
+        return json.dumps(line, allow_nan=False, default=_json_default)
+    except ValueError as e:
+        raise ValueError(f"a value JSON cannot hold (NaN or infinity): {e}") from None
 
 
 @dataclass
@@ -424,8 +480,7 @@ class LLM:
         for key, value in engine_options.items():
             if key not in _ENGINE_OPTIONS:
                 raise TypeError(f"LLM() got an unknown engine option '{key}' (known: {', '.join(_ENGINE_OPTIONS)})")
-            _check_engine_option(key, value)
-            setattr(args, key, value)
+            setattr(args, key, _check_engine_option(key, value))
         self.model = str(model)
         self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
         self._next_id = 0
@@ -500,7 +555,7 @@ class LLM:
             raise ValueError("stream() does not return prompt_logprobs; use generate()")
         line, _ = _prompt_line(prompt)
         line.update(params._line())
-        handle = self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, True)
+        handle = self._engine.submit(_dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, True)
         try:
             while True:
                 ids, logprobs, text, finish, stop_reason = self._engine.poll(handle, _WAIT_SLICE_S)
@@ -552,7 +607,7 @@ class LLM:
         """
         line = _chat_line(messages, add_generation_prompt, chat_template_kwargs, tools,
                           continue_final_message)
-        return self._engine.render_chat(json.dumps(line))
+        return self._engine.render_chat(_dumps(line))
 
     # -- state ------------------------------------------------------------------------------
 
@@ -588,7 +643,7 @@ class LLM:
             for i, (line, p) in enumerate(zip(lines, params)):
                 line = dict(line, **p._line())
                 try:
-                    handles.append(self._engine.submit(json.dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, False))
+                    handles.append(self._engine.submit(_dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, False))
                 except LatentError as e:
                     raise type(e)(f"prompt {i}: {e}") from None
             while not self._engine.wait(handles, _WAIT_SLICE_S):
