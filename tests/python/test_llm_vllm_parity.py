@@ -409,12 +409,31 @@ def test_nan_is_refused_by_name(fields, message):
         latent.SamplingParams(**fields)
 
 
-def test_nan_set_after_construction_is_refused_by_the_json_writer(llm):
-    """It reached the engine as the text NaN: nlohmann's parse error."""
+# -- fields set after construction ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value, message", [
+    # -1 (newer vLLM's "the whole vocabulary") silently gave no logprobs.
+    ("logprobs", -1, "logprobs must be in \\[0, 20\\] or None, got -1"),
+    ("prompt_logprobs", -1, "prompt_logprobs must be in \\[0, 20\\] or None, got -1"),
+    # NaN reached the engine as the text NaN: nlohmann's parse error.
+    ("temperature", float("nan"), "temperature must be finite, got nan"),
+    ("temperature", None, "temperature must not be None"),
+    ("n", 2.0, "n must be an int"),
+])
+def test_a_field_set_after_construction_is_checked_when_submitted(llm, name, value, message):
+    """SamplingParams' checks run again when a request is submitted, as when it was made, and
+    are a LatentError there, as the engine's refusals are."""
     params = latent.SamplingParams(max_tokens=2)
-    params.temperature = float("nan")
-    with pytest.raises(ValueError, match="a value JSON cannot hold \\(NaN or infinity\\)"):
-        llm.generate("ROMEO.", params)
+    setattr(params, name, value)
+    match = f"SamplingParams: {message}"
+    with pytest.raises(latent.LatentError, match=match):
+        llm.generate(["ROMEO.", "ROMEO."], [latent.SamplingParams(max_tokens=2), params])
+    with pytest.raises(latent.LatentError, match=match):
+        next(llm.stream("ROMEO.", params))
+    with pytest.raises(latent.LatentError, match=match):
+        llm.chat([{"role": "user", "content": "hi"}], params)
+    assert llm.metrics()["running"] == 0 and llm.metrics()["waiting"] == 0  # nothing submitted
     usable(llm)
 
 

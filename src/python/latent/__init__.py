@@ -227,6 +227,12 @@ class SamplingParams:
     list of only EOS and stop_token_ids ids (which min_tokens holds off) is refused."""
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Every check of the fields, TypeError or ValueError naming the one that is wrong: run
+        when made (as vLLM's SamplingParams checks itself) and again when a request is submitted
+        (_submit_check), so that a field set after construction is refused as one given to it."""
         # None where vLLM's SamplingParams takes no None either (its from_optional(), which maps
         # None to the default, is the server's): refused rather than quietly meaning a default.
         for f in dataclasses.fields(self):
@@ -254,13 +260,21 @@ class SamplingParams:
                    for v in values):
                 raise ValueError(f"SamplingParams: {name} must be finite, got {value!r}")
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
-        # rules, not a LatentError from generate() (a field changed later is still checked there).
+        # rules, not a LatentError from generate().
         try:
             _latent.check_sampling(_dumps(line))
         except LatentInternalError:
             raise  # a bug in latent, not a bad field
         except (LatentError, ValueError) as e:
             raise ValueError(f"SamplingParams: {e}") from None
+
+    def _submit_check(self) -> None:
+        """_check when a request is submitted: a field set after construction that is wrong is a
+        LatentError from generate(), chat() or stream(), as the engine's refusals are."""
+        try:
+            self._check()
+        except (TypeError, ValueError) as e:
+            raise LatentError(str(e)) from None
 
     def _line(self) -> dict[str, Any]:
         line: dict[str, Any] = {
@@ -548,6 +562,7 @@ class LLM:
         Leaving the loop early (break, an exception, Ctrl-C) cancels the request.
         """
         params = _params_list(sampling_params, 1, "stream", self.get_default_sampling_params)[0]
+        params._submit_check()
         if params.n != 1:
             raise ValueError(f"stream() generates one sample; SamplingParams.n is {params.n}")
         if params.prompt_logprobs is not None:
@@ -638,6 +653,8 @@ class LLM:
 
     def _run(self, lines: list[dict], texts: list[Optional[str]], sampling_params, call: str) -> list[RequestOutput]:
         params = _params_list(sampling_params, len(lines), call, self.get_default_sampling_params)
+        for p in {id(p): p for p in params}.values():  # each once, before anything is submitted
+            p._submit_check()
         handles: list[int] = []
         try:
             for i, (line, p) in enumerate(zip(lines, params)):
