@@ -140,7 +140,6 @@ def test_max_tokens_that_is_not_an_int_is_refused_when_made(value, message):
     ({"stop_token_ids": ["5"]}, "field 'stop_token_ids' has the wrong type"),
     ({"stop_token_ids": "56"}, "field 'stop_token_ids' has the wrong type: \"56\""),
     ({"stop_token_ids": {1.5}}, "field 'stop_token_ids' must be an integer, not 1.5"),
-    ({"stop_token_ids": [object()]}, "field 'stop_token_ids' has the wrong type: \"<object object"),
     ({"allowed_token_ids": "ab"}, "field 'allowed_token_ids' has the wrong type: \"ab\""),
     ({"allowed_token_ids": 5}, "field 'allowed_token_ids' has the wrong type: 5"),
     ({"allowed_token_ids": {True}}, "field 'allowed_token_ids' has the wrong type: true"),
@@ -407,6 +406,53 @@ def test_nan_is_refused_by_name(fields, message):
     """It was "Out of range float values are not JSON compliant", naming no field."""
     with pytest.raises(ValueError, match=f"SamplingParams: {message}"):
         latent.SamplingParams(**fields)
+
+
+class SubmitSpy:
+    """An LLM's engine that counts what is submitted to it."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.submitted = 0
+
+    def submit(self, *args):
+        self.submitted += 1
+        return self._engine.submit(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+@pytest.fixture
+def spy(llm, monkeypatch) -> SubmitSpy:
+    spy = SubmitSpy(llm._engine)
+    monkeypatch.setattr(llm, "_engine", spy)
+    return spy
+
+
+# -- values JSON has no form for ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields", [
+    dict(stop=[b"x"]),  # was the stop string "b'x'"
+    dict(stop=["a", object()]),
+    dict(stop_token_ids=[object()]),  # was the engine's "has the wrong type: \"<object object..."
+    dict(structured_outputs=latent.StructuredOutputsParams(choice=[b"a"])),
+])
+def test_a_sampling_value_json_has_no_form_for_is_a_type_error(fields):
+    with pytest.raises(TypeError, match=r"SamplingParams: (bytes b'x'|object <object|bytes b'a').* "
+                                        r"has no JSON form"):
+        latent.SamplingParams(**fields)
+
+
+def test_a_message_value_json_has_no_form_for_is_a_type_error(llm, spy):
+    """content=b"hi" was rendered as the text "b'hi'"; now nothing is submitted."""
+    chat = [{"role": "user", "content": "hi"}]
+    with pytest.raises(TypeError, match=r"prompt 1: bytes b'hi' has no JSON form"):
+        llm.chat([chat, [{"role": "user", "content": b"hi"}]], latent.SamplingParams(max_tokens=1))
+    assert spy.submitted == 0
+    with pytest.raises(TypeError, match=r"bytes b'hi' has no JSON form"):
+        llm.apply_chat_template([{"role": "user", "content": b"hi"}])
 
 
 # -- fields set after construction ----------------------------------------------------------------

@@ -262,7 +262,11 @@ class SamplingParams:
         # As vLLM's SamplingParams: a value out of range is a ValueError here, by the engine's own
         # rules, not a LatentError from generate().
         try:
-            _latent.check_sampling(_dumps(line))
+            text = _dumps(line)
+        except TypeError as e:
+            raise TypeError(f"SamplingParams: {e}") from None
+        try:
+            _latent.check_sampling(text)
         except LatentInternalError:
             raise  # a bug in latent, not a bad field
         except (LatentError, ValueError) as e:
@@ -343,9 +347,9 @@ def _from_array(value: Any) -> Any:
 def _json_list(value: Any, what: str, expected: str = "an iterable of int token ids") -> Any:
     """Any iterable (a list, tuple, set, range, dict keys; a numpy array through tolist()) as a
     JSON list, its integers (numpy's too) as ints, as vLLM's list(...) takes them; a str or
-    non-iterable as it is, and other elements as they are (repr'd if JSON has no form for them),
-    for the engine's check to refuse by the field's name. Bytes, which JSON has no form for and
-    which would iterate as token ids (b"ab": 97, 98), are a TypeError naming `what`."""
+    non-iterable as it is, and other elements as they are, for the engine's check to refuse by
+    the field's name (one JSON has no form for is _dumps' TypeError). Bytes, which JSON has no
+    form for and which would iterate as token ids (b"ab": 97, 98), are a TypeError naming `what`."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         raise TypeError(f"{what} must be {expected}, not {_describe(value)}")
     if isinstance(value, str) or not hasattr(value, "__iter__"):
@@ -354,11 +358,7 @@ def _json_list(value: Any, what: str, expected: str = "an iterable of int token 
     if array is not value and not isinstance(array, list):  # a 0-d array's one value
         return array
     value = array
-    return [int(t) if _is_token_id(t) else t if _is_json_value(t) else repr(t) for t in value]
-
-
-def _is_json_value(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+    return [int(t) if _is_token_id(t) else t for t in value]
 
 
 def _is_json_key(value: Any) -> bool:
@@ -371,17 +371,20 @@ def _is_real(value: Any) -> bool:
 
 def _json_default(value: Any) -> Any:
     """What json.dumps writes for a value it has no form for: numpy's (any numbers.Integral or
-    Real) numbers as the number, as vLLM takes them; anything else repr'd, for the engine's check
-    to refuse by the field's name."""
+    Real) numbers as the number, as vLLM takes them. Anything else is a TypeError naming its
+    type: its repr would be a string the engine takes (stop=[b"x"] stopped on the text "b'x'",
+    content=b"hi" was rendered as "b'hi'")."""
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    return repr(value)
+    raise TypeError(f"{type(value).__name__} {value!r:.60} has no JSON form (a str, number, bool, "
+                    "None, list or dict is)")
 
 
 def _dumps(line: dict[str, Any]) -> str:
-    """A request line's JSON text (NaN and infinity refused: JSON has no form for them)."""
+    """A request line's JSON text (NaN and infinity refused: JSON has no form for them; a value
+    of another type a TypeError, _json_default)."""
     try:
         return json.dumps(line, allow_nan=False, default=_json_default)
     except ValueError as e:
@@ -655,12 +658,18 @@ class LLM:
         params = _params_list(sampling_params, len(lines), call, self.get_default_sampling_params)
         for p in {id(p): p for p in params}.values():  # each once, before anything is submitted
             p._submit_check()
+        # Every line written before any is submitted: a value JSON has no form for submits none.
+        texts_json: list[str] = []
+        for i, (line, p) in enumerate(zip(lines, params)):
+            try:
+                texts_json.append(_dumps(dict(line, **p._line())))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"prompt {i}: {e}") from None
         handles: list[int] = []
         try:
-            for i, (line, p) in enumerate(zip(lines, params)):
-                line = dict(line, **p._line())
+            for i, text_json in enumerate(texts_json):
                 try:
-                    handles.append(self._engine.submit(_dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, False))
+                    handles.append(self._engine.submit(text_json, _latent.MAX_TOKENS_TO_CONTEXT, False))
                 except LatentError as e:
                     raise type(e)(f"prompt {i}: {e}") from None
             while not self._engine.wait(handles, _WAIT_SLICE_S):
