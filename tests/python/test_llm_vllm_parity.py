@@ -467,9 +467,10 @@ def test_a_message_value_json_has_no_form_for_is_a_type_error(llm, spy):
     ("temperature", None, "temperature must not be None"),
     ("n", 2.0, "n must be an int"),
 ])
-def test_a_field_set_after_construction_is_checked_when_submitted(llm, name, value, message):
+def test_a_field_set_after_construction_is_checked_when_submitted(llm, spy, name, value,
+                                                                  message):
     """SamplingParams' checks run again when a request is submitted, as when it was made, and
-    are a LatentError there, as the engine's refusals are."""
+    are a LatentError there, as the engine's refusals are; nothing is submitted."""
     params = latent.SamplingParams(max_tokens=2)
     setattr(params, name, value)
     match = f"SamplingParams: {message}"
@@ -479,7 +480,7 @@ def test_a_field_set_after_construction_is_checked_when_submitted(llm, name, val
         next(llm.stream("ROMEO.", params))
     with pytest.raises(latent.LatentError, match=match):
         llm.chat([{"role": "user", "content": "hi"}], params)
-    assert llm.metrics()["running"] == 0 and llm.metrics()["waiting"] == 0  # nothing submitted
+    assert spy.submitted == 0
     usable(llm)
 
 
