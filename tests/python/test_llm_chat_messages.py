@@ -1,7 +1,8 @@
 """LLM.chat, LLM.apply_chat_template and `latent generate` "messages" lines check and shape a
 conversation with the server's code (server/chat_request.h): an OpenAI "developer" message is a
-system one, text content parts are joined as vLLM joins them, and a message without a role or an
-empty conversation is refused with the server's message, the same on all three paths. On the
+system one, text content parts are joined as vLLM joins them, and a message without a role or a
+conversation without messages is refused with the server's message, the same on all three
+paths. LLM.chat reads its argument as vLLM does: [] is no conversations. On the
 committed demo model, whose template writes each role as it is (<|role|>content<|end|>). A few
 seconds."""
 
@@ -68,20 +69,39 @@ def test_messages_are_shaped_as_the_server_shapes_them(llm, tmp_path, messages, 
     ([{"content": "hi"}], "'messages\\[0\\].role' must be a string"),
     ([{"role": "user", "content": "hi"}, {"role": 5, "content": "x"}],
      "'messages\\[1\\].role' must be a string"),
-    ([], "'messages' is empty"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
      "content part type 'image_url' is not supported \\(only 'text'\\)"),
     ([{"role": "user", "content": 5}], "'messages\\[0\\].content' must be a string or a list of "
                                        "content parts"),
 ])
 def test_bad_messages_are_refused_as_the_server_refuses_them(llm, tmp_path, messages, message):
-    """A message without a role rendered as nothing, and chat([]) returned []."""
+    """A message without a role rendered as nothing."""
     with pytest.raises(latent.LatentError, match=message):
         llm.apply_chat_template(messages)
     with pytest.raises(latent.LatentError, match="prompt 0: " + message):
         llm.chat(messages, GREEDY)
     output = cli_lines([{"messages": messages}], tmp_path)[0]
     assert re.search(message, output["error"]), output
+
+
+def test_a_conversation_without_messages_is_refused_as_the_server_refuses_it(llm, tmp_path):
+    with pytest.raises(latent.LatentError, match="'messages' is empty"):
+        llm.apply_chat_template([])
+    with pytest.raises(latent.LatentError, match="prompt 1: 'messages' is empty"):
+        llm.chat([[{"role": "user", "content": "hi"}], []], GREEDY)
+    assert "'messages' is empty" in cli_lines([{"messages": []}], tmp_path)[0]["error"]
+
+
+def test_conversations_are_told_apart_as_vllm_tells_them(llm):
+    """vLLM's is_list_of(messages, list): chat([]) is no conversations and returns [] (it was
+    refused as one empty conversation); a tuple of lists is one conversation, whose messages
+    are then not objects (it was taken as two conversations)."""
+    assert llm.chat([], GREEDY) == []
+    hi = [{"role": "user", "content": "hi"}]
+    assert len(llm.chat([hi, hi], GREEDY)) == 2
+    assert len(llm.chat(tuple(hi), GREEDY)) == 1  # a tuple of messages: one conversation
+    with pytest.raises(latent.LatentError, match="'messages\\[0\\]' must be an object"):
+        llm.chat((hi, hi), GREEDY)
 
 
 def test_chat_fields_are_checked_as_the_server_checks_them(llm, tmp_path):

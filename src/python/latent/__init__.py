@@ -541,8 +541,10 @@ class LLM:
     ) -> list[RequestOutput]:
         """Renders each conversation with the checkpoint's chat template and generates a reply.
 
-        `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them;
-        each is checked and shaped as the server's chat requests are (a "developer" message is a
+        `messages`: one conversation (a list of {"role", "content"} dicts) or a list of them,
+        read as vLLM reads them: a list whose first item is a list, and [], are lists of
+        conversations ([] gives []); anything else (a tuple of lists too) is one conversation.
+        Each is checked and shaped as the server's chat requests are (a "developer" message is a
         system one, text content parts are joined; no role, or no messages, raises LatentError).
         `continue_final_message`: the model continues the final message (a prefilled reply), as
         in apply_chat_template; `add_generation_prompt` defaults to True, or to False with it.
@@ -550,11 +552,10 @@ class LLM:
         nothing (latent shows no progress bar), as in generate().
         """
         _check_use_tqdm(use_tqdm)
-        # [] is one conversation, with no messages (refused as the server refuses it), as vLLM
-        # reads it; a list of lists is several.
-        messages = list(messages)
-        one = not messages or not isinstance(messages[0], (list, tuple))
-        conversations = [messages] if one else messages
+        # vLLM's is_list_of(messages, list): true for [] (no conversations, so no outputs) and
+        # for a list whose first item is a list; a tuple of lists is one conversation there.
+        several = isinstance(messages, list) and (not messages or isinstance(messages[0], list))
+        conversations = messages if several else [messages]
         lines = [_chat_line(c, add_generation_prompt, chat_template_kwargs, tools,
                             continue_final_message) for c in conversations]
         return self._run(lines, [None] * len(lines), sampling_params, "chat")
