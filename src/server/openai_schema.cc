@@ -8,34 +8,12 @@
 #include "base/json_depth.h"
 #include "base/saturating.h"
 #include "server/chat_request.h"
+#include "server/field_errors.h"
 #include "server/tool_request.h"
 #include "structured/structural_tag.h"
 
 namespace latent::server {
 namespace {
-
-[[noreturn]] void BadField(const std::string& field, const std::string& message,
-                           const std::string& code = "invalid_value") {
-  throw ApiError(400, message, field, code);
-}
-
-[[noreturn]] void WrongType(const std::string& field, const char* expected) {
-  BadField(field, StrCat("'", field, "' must be ", expected), "invalid_type");
-}
-
-// The value of `key`, or nullptr when it is absent or null (null means "default" in OpenAI's API).
-const Json* Find(const Json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-bool GetBool(const Json& object, const char* key, bool fallback) {
-  const Json* v = Find(object, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) WrongType(key, "a boolean");
-  return v->get<bool>();
-}
 
 // An integer (IntegralNumber).
 std::optional<int64_t> GetInt(const Json& object, const char* key) {
