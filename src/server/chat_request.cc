@@ -20,16 +20,22 @@ OrderedJson FlattenContent(const Json& content, size_t index) {
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
-    if (!part.is_object()) WrongType(field, "a string or a list of content parts");
+    // Each part's errors name it: messages[0].content[1].type.
+    const std::string part_field = StrCat(field, "[", i, "]");
+    if (!part.is_object()) WrongType(part_field, "a content part (an object)");
     const Json* type = Find(part, "type");
-    if (type && !type->is_string()) WrongType(field + ".type", "a string");
+    if (type && !type->is_string()) WrongType(part_field + ".type", "a string");
     if (!type || *type != "text") {
-      BadField(field, StrCat("content part type '", type ? type->get<std::string>() : "",
-                             "' is not supported (only 'text')"));
+      BadField(part_field + ".type",
+               StrCat("content part type '", type ? type->get<std::string>() : "",
+                      "' is not supported (only 'text')"));
     }
     const Json* part_text = Find(part, "text");
-    if (!part_text) BadField(field, "a text content part needs 'text'");
-    if (!part_text->is_string()) WrongType(field + ".text", "a string");
+    if (!part_text) {
+      BadField(part_field + ".text", "a text content part needs 'text'",
+               "missing_required_parameter");
+    }
+    if (!part_text->is_string()) WrongType(part_field + ".text", "a string");
     if (i > 0) text += "\n";
     text += part_text->get_ref<const std::string&>();
   }
