@@ -8,8 +8,8 @@
 #include <type_traits>
 
 #include "base/error.h"
-#include "base/json_depth.h"
 #include "base/error_context.h"
+#include "base/json_depth.h"
 #include "server/chat_prompt.h"
 #include "server/chat_request.h"
 #include "server/openai_schema.h"
@@ -144,6 +144,10 @@ const tokenizer::ChatTemplate& TextTools::Template() {
 std::string RenderChatLine(const Json& line, TextTools& text) {
   // The server's checks and shaping (server/chat_request.h), on the chat members only: the line's
   // other members need no unordered copy.
+  // The prompt-end flags' types first, in request lines' own words ("field '...' has the wrong
+  // type", as for every other field of a line), before the server's checks see them.
+  Field<bool>(line, "continue_final_message", false);
+  Field<bool>(line, "add_generation_prompt", true);
   server::Json body = server::Json::object();
   for (const char* key : {"messages", "tools", "chat_template_kwargs", "add_generation_prompt",
                           "continue_final_message"}) {

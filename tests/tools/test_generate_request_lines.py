@@ -74,6 +74,15 @@ def test_integer_fields_refuse_fractions_and_take_integral_floats(model, tmp_pat
     assert "error" not in ok and len(ok["ids"]) == 2, ok
 
 
+@pytest.mark.parametrize("field", ["continue_final_message", "add_generation_prompt"])
+def test_a_mistyped_prompt_end_flag_is_named_as_every_line_field(tmp_path, field):
+    """A "messages" line's flags are refused in request lines' words, as they were before the
+    server's chat checks took the line's chat fields (which say "'field' must be a boolean")."""
+    line = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, field: "yes"}
+    (bad,) = generate(REPO / "models" / "demo", tmp_path, [line])
+    assert f"field '{field}' has the wrong type: \"yes\"" in bad.get("error", ""), bad
+
+
 @pytest.mark.parametrize("seed", [1.5, True, 1e30])
 def test_seed_must_be_an_integer(model, tmp_path, seed):
     """As the server's parser: a float or a bool seed is refused, not cast; a negative integer
