@@ -137,10 +137,13 @@ class PyEngine {
     if (to_context) {
       const bool given = line.contains("max_tokens") && !line["max_tokens"].is_null();
       engine::Request& r = parsed.request;
-      // min_tokens is checked against what max_tokens came to (Engine::Submit), as for None.
       const std::optional<int64_t> asked =
           given ? std::optional<int64_t>(r.max_tokens) : std::nullopt;
       r.max_tokens = MaxTokensToContext(r.prompt.size(), asked);
+      // The context's end wins over min_tokens, as in vLLM, whose check_stop ends a sample at
+      // max_model_len before it looks at min_tokens: a min_tokens past the room left is the
+      // room, not a refusal of the request (SamplingParams checked it against max_tokens).
+      r.min_tokens = std::min(r.min_tokens, r.max_tokens);
     }
     tracked->job = std::make_unique<generate::RequestJob>(std::move(parsed), text_,
                                                           stream_text && has_tokenizer_);

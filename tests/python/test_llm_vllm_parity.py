@@ -67,10 +67,21 @@ def test_max_tokens_none_generates_up_to_the_context(llm):
 def test_max_tokens_none_refuses_a_prompt_that_leaves_no_room(llm):
     with pytest.raises(latent.LatentError, match="max_tokens=None: the prompt is 1024 tokens.*1024"):
         llm.generate([[5] * CONTEXT], latent.SamplingParams(max_tokens=None))
-    # min_tokens is checked against what None came to.
-    with pytest.raises(latent.LatentError, match="min_tokens must be in \\[0, max_tokens \\(4\\)\\], got 10"):
-        llm.generate([[5] * 1020], latent.SamplingParams(max_tokens=None, min_tokens=10))
     usable(llm)
+
+
+@pytest.mark.parametrize("max_tokens", [100, None])
+def test_min_tokens_past_the_room_left_ends_the_output_at_the_context(llm, max_tokens):
+    """vLLM's check_stop ends a sample at max_model_len before it looks at min_tokens: a
+    min_tokens the room left cannot hold ends the output there (it failed the whole call with
+    "min_tokens must be in [0, max_tokens (24)]")."""
+    params = latent.SamplingParams(max_tokens=max_tokens, min_tokens=50, temperature=0)
+    long, short = llm.generate([[5] * 1000, "ROMEO."], params)
+    assert len(long.outputs[0].token_ids) == CONTEXT - 1000
+    assert long.outputs[0].finish_reason == "length"
+    assert len(short.outputs[0].token_ids) >= 50
+    chunks = list(llm.stream([9] * 1016, params))
+    assert sum(len(c.token_ids) for c in chunks) == CONTEXT - 1016
 
 
 def test_max_tokens_past_the_context_ends_the_output_there(llm, tmp_path):

@@ -194,7 +194,7 @@ class SamplingParams:
     min_tokens: int = 0
     """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
     (vLLM's min_tokens; at most max_tokens), unless a structured_outputs grammar allows only
-    them (the grammar wins)."""
+    them (the grammar wins). The context's end still ends a sample before it, as in vLLM."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
     include_stop_str_in_output: Optional[bool] = False
