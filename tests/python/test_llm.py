@@ -339,9 +339,11 @@ def test_bad_requests_raise_with_latent_messages(llm, model_dir):
         llm.generate("x", params)
     with pytest.raises(latent.LatentError, match="outside the vocabulary"):
         llm.generate([[1, 2, 10**6]])
-    # A max_tokens past the context is capped there (vLLM's LLM); a prompt that leaves no room is not.
+    # A max_tokens past the context is capped there (vLLM's LLM); a prompt that leaves no room is
+    # not.
     with pytest.raises(latent.LatentError, match="leaves no room for a completion"):
-        llm.generate([[1] * llm.config["max_position_embeddings"]], latent.SamplingParams(max_tokens=10**7))
+        llm.generate([[1] * llm.config["max_position_embeddings"]],
+                     latent.SamplingParams(max_tokens=10**7))
     with pytest.raises(ValueError, match="2 prompts but 1 SamplingParams"):
         llm.generate(["a", "b"], [latent.SamplingParams()])
     with pytest.raises(latent.LatentError, match="unknown mode"):

@@ -19,8 +19,8 @@ from conftest import BUILD_PYTHON, REPO, run_latent
 try:
     import latent
 except ImportError as e:
-    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
-                       "in .venv (requirements-dev.txt)") from e
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` "
+                       "with nanobind in .venv (requirements-dev.txt)") from e
 
 DEMO = REPO / "models" / "demo"
 GREEDY = latent.SamplingParams(temperature=0, max_tokens=1)
@@ -38,7 +38,8 @@ def cli_lines(lines: list[dict], tmp_path: Path) -> list[dict]:
     path = tmp_path / "requests.jsonl"
     path.write_text("".join(json.dumps(dict(l, max_tokens=1, prompt_logprobs=0)) + "\n"
                             for l in lines))
-    out = run_latent("generate", "--model", str(DEMO), "--prompts", str(path), "--block-tokens", "16")
+    out = run_latent("generate", "--model", str(DEMO), "--prompts", str(path),
+                     "--block-tokens", "16")
     return [json.loads(l) for l in out.stdout.splitlines()]
 
 
@@ -51,7 +52,8 @@ def cli_prompt_ids(output: dict) -> list[int]:
     ([{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
      "<|system|>Be brief.<|end|><|user|>hi<|end|><|assistant|>"),
     # Text parts, as OpenAI's clients send content: joined with newlines.
-    ([{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]}],
+    ([{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                   {"type": "text", "text": "there"}]}],
      "<|user|>hi\nthere<|end|><|assistant|>"),
 ])
 def test_messages_are_shaped_as_the_server_shapes_them(llm, tmp_path, messages, as_server):

@@ -15,8 +15,8 @@ from conftest import BUILD_PYTHON, REPO
 try:
     import latent
 except ImportError as e:
-    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` with nanobind "
-                       "in .venv (requirements-dev.txt)") from e
+    raise RuntimeError(f"{BUILD_PYTHON}/latent is missing or broken ({e}): run `make build` "
+                       "with nanobind in .venv (requirements-dev.txt)") from e
 
 DEMO = REPO / "models" / "demo"
 
@@ -46,13 +46,13 @@ def test_none_uses_the_generation_config(tmp_path):
         for _ in range(3):
             assert llm.generate("ROMEO.")[0].outputs[0].token_ids == greedy.outputs[0].token_ids
         chat = [{"role": "user", "content": "What say you?"}]
-        assert (llm.chat(chat)[0].outputs[0].token_ids ==
-                llm.chat(chat, latent.SamplingParams(temperature=0, max_tokens=7))[0].outputs[0].token_ids)
+        greedy_chat = llm.chat(chat, latent.SamplingParams(temperature=0, max_tokens=7))[0]
+        assert llm.chat(chat)[0].outputs[0].token_ids == greedy_chat.outputs[0].token_ids
         streamed = [t for c in llm.stream("ROMEO.") for t in c.token_ids]
         assert streamed == greedy.outputs[0].token_ids
         # Given SamplingParams are used as they are.
-        assert len(llm.generate("ROMEO.", latent.SamplingParams(max_tokens=9, temperature=0,
-                                                                ignore_eos=True))[0].outputs[0].token_ids) == 9
+        given = latent.SamplingParams(max_tokens=9, temperature=0, ignore_eos=True)
+        assert len(llm.generate("ROMEO.", given)[0].outputs[0].token_ids) == 9
 
 
 def test_without_sampling_fields_the_defaults_are_sampling_params(tmp_path):
@@ -63,7 +63,8 @@ def test_without_sampling_fields_the_defaults_are_sampling_params(tmp_path):
 @pytest.mark.parametrize("fields, error, message", [
     ({"temperature": "hot"}, latent.LatentError,
      "generation_config.json: temperature must be a number, got \"hot\""),
-    ({"top_k": 1.5}, latent.LatentError, "generation_config.json: top_k must be an integer, got 1.5"),
+    ({"top_k": 1.5}, latent.LatentError,
+     "generation_config.json: top_k must be an integer, got 1.5"),
 ])
 def test_a_bad_sampling_field_is_named_at_load(tmp_path, fields, error, message):
     with pytest.raises(error, match=message):

@@ -104,7 +104,8 @@ def test_max_tokens_past_the_context_ends_the_output_there(llm, tmp_path):
     lines = tmp_path / "lines.jsonl"
     lines.write_text(json.dumps({"ids": [5] * 1000, "max_tokens": 100}) + "\n")
     out = json.loads(run_latent("generate", "--model", str(DEMO), "--prompts", str(lines)).stdout)
-    assert "max_tokens (100) exceeds the model's max_position_embeddings (1024)" in out["error"], out
+    assert ("max_tokens (100) exceeds the model's max_position_embeddings (1024)"
+            in out["error"]), out
 
 
 def test_max_tokens_none_fits_a_sliding_window_cache(tiny_models):
@@ -368,7 +369,8 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
 @pytest.mark.parametrize("option,value,error,message", [
     ("prefix_caching", 0, TypeError, "prefix_caching must be a bool \\(True or False\\), got 0"),
     ("check_invariants", "yes", TypeError, "check_invariants must be a bool"),
-    ("quantize", None, TypeError, 'quantize must be a str \\("none", "int8" or "w8a8"\\), got None'),
+    ("quantize", None, TypeError,
+     'quantize must be a str \\("none", "int8" or "w8a8"\\), got None'),
     ("cache_dtype", 8, TypeError, "cache_dtype must be a str .*, got 8"),
     ("attention", b"auto", TypeError, "attention must be a str"),
     ("num_blocks", -5, ValueError, "num_blocks must be in \\[0, 2147483647\\], got -5"),

@@ -70,7 +70,8 @@ _ENGINE_INT_RANGES = {
 
 
 # The engine options that take a string, and those that take a bool.
-_ENGINE_STR_OPTIONS = {"quantize": '"none", "int8" or "w8a8"', "precision": '"auto", "bf16" or "f32"',
+_ENGINE_STR_OPTIONS = {"quantize": '"none", "int8" or "w8a8"',
+                       "precision": '"auto", "bf16" or "f32"',
                        "attention": '"auto", "absorbed" or "expanded"',
                        "cache_dtype": '"auto", "f32", "bf16" or "fp8"'}
 _ENGINE_BOOL_OPTIONS = frozenset({"prefix_caching", "check_invariants"})
@@ -95,13 +96,15 @@ def _check_engine_option(key: str, value: Any) -> Any:
         return float(value)
     if key in _ENGINE_STR_OPTIONS:
         if not isinstance(value, str):
-            raise TypeError(f"LLM(): {key} must be a str ({_ENGINE_STR_OPTIONS[key]}), got {value!r}")
+            raise TypeError(f"LLM(): {key} must be a str ({_ENGINE_STR_OPTIONS[key]}), "
+                            f"got {value!r}")
         return value
     if key in _ENGINE_BOOL_OPTIONS:
         if not isinstance(value, bool):
             raise TypeError(f"LLM(): {key} must be a bool (True or False), got {value!r}")
         return value
-    raise AssertionError(f"engine option {key} has no check")  # every option in _ENGINE_OPTIONS has one
+    # Every option in _ENGINE_OPTIONS has one.
+    raise AssertionError(f"engine option {key} has no check")
 
 
 @dataclass
@@ -500,6 +503,13 @@ class LLM:
             setattr(args, key, _check_engine_option(key, value))
         self.model = str(model)
         self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
+        # generation_config.json's sampling defaults, read and checked once, as the server and
+        # `latent generate` check them when they load: a bad one refuses the model.
+        try:
+            self._default_sampling = SamplingParams(**json.loads(self._engine.default_sampling()))
+        except (TypeError, ValueError) as e:
+            self._engine.close()
+            raise ValueError(f"{self.model}/generation_config.json: {e}") from None
         self._next_id = 0
         self._id_lock = threading.Lock()
         _open_llms.add(self)
@@ -592,11 +602,8 @@ class LLM:
         """The SamplingParams that generate(), chat() and stream() use when given none, as vLLM's:
         the model's generation_config.json sets temperature, top_p, top_k, min_p and
         repetition_penalty (and max_new_tokens, as max_tokens) where it lists them; the rest are
-        SamplingParams()'s defaults."""
-        try:
-            return SamplingParams(**self._engine.default_sampling())
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{self.model}: generation_config.json's sampling defaults: {e}") from None
+        SamplingParams()'s defaults. A copy of what LLM() read: changing it changes no other."""
+        return copy.copy(self._default_sampling)
 
     # -- tokenizer and template -------------------------------------------------------------
 
@@ -798,13 +805,15 @@ def _prompt_line(prompt: PromptType, index: Optional[int] = None) -> tuple[dict[
     raise TypeError(f"{where} is {_describe(prompt)}: a prompt is {_PROMPTS_ACCEPTED}")
 
 
-def _chat_line(messages, add_generation_prompt: Optional[bool], chat_template_kwargs: Optional[dict],
-               tools: Optional[list[dict]], continue_final_message: bool) -> dict[str, Any]:
+def _chat_line(messages, add_generation_prompt: Optional[bool],
+               chat_template_kwargs: Optional[dict], tools: Optional[list[dict]],
+               continue_final_message: bool) -> dict[str, Any]:
     """A conversation's request line: its messages are checked, shaped and rendered by the
     server's code (an OpenAI "developer" message is a system one, text content parts are joined,
     a message without a role or an empty conversation is refused, by the server's messages)."""
-    line: dict[str, Any] = {"messages": list(messages) if isinstance(messages, (list, tuple)) else messages,
-                            "continue_final_message": continue_final_message}
+    if isinstance(messages, (list, tuple)):
+        messages = list(messages)
+    line: dict[str, Any] = {"messages": messages, "continue_final_message": continue_final_message}
     # Unset: the request line's default (off when continuing).
     if add_generation_prompt is not None:
         line["add_generation_prompt"] = add_generation_prompt
