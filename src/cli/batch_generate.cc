@@ -2,6 +2,8 @@
 // (chat, rendered with the checkpoint's chat template; optional "tools", "chat_template_kwargs",
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
 // ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
+// where generation_config.json sets none of temperature, top_p, top_k, min_p and
+// repetition_penalty: a line that leaves one out takes the file's, as the server's requests do;
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
 // token's only), "n", "logit_bias" ({"5": 2.5}: token ids as strings, biases in [-100, 100]),
 // "allowed_token_ids" (a non-empty list)), "prompt_logprobs" (the same for every prompt token:
@@ -84,6 +86,16 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     } catch (const Error&) {
     }
   }
+  // generation_config.json's sampling fields fill those a line leaves out, as the server's
+  // requests; checked once, so a bad one stops the command before any line runs.
+  const model::SamplingDefaults defaults = model::LoadSamplingDefaults(options.model_dir);
+  const generate::RequestJson sampling_defaults = defaults.AsFields();
+  try {
+    generate::CheckSamplingDefaults(sampling_defaults);
+  } catch (const Error& e) {
+    Fail(options.model_dir, "/generation_config.json: ", e.what());
+  }
+  const int64_t max_tokens = options.max_tokens.value_or(defaults.max_new_tokens.value_or(16));
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {
@@ -109,8 +121,8 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     job.line = i + 1;
     try {
       job.job = std::make_unique<generate::RequestJob>(
-          generate::ParseRequestLine(generate::ParseRequestLineJson(text), text_tools,
-                                     options.max_tokens, options.ignore_eos),
+          generate::ParseRequestLine(generate::ParseRequestLineJson(text), text_tools, max_tokens,
+                                     options.ignore_eos, sampling_defaults),
           text_tools, /*stream_text=*/false);
     } catch (const Json::exception& e) {
       job.error = StrCat(source, ":", job.line, ": invalid JSON: ", e.what());

@@ -1,6 +1,8 @@
 // `latent generate --prompts FILE.jsonl`: many requests at once through the engine.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -14,7 +16,9 @@ struct BatchGenerateOptions {
   std::string prompts_path;   // JSONL requests; or:
   std::string prompt_text;    // one text prompt (--prompt)
   bool chat = false;          // --prompt is a user message rendered with the chat template
-  int64_t max_tokens = 16;    // Default for requests that do not say.
+  // --max-tokens: the default for requests that do not say; unset, generation_config.json's
+  // max_new_tokens where it has one (as vLLM's LLM takes it), else 16.
+  std::optional<int64_t> max_tokens;
   bool ignore_eos = false;    // Default for requests that do not say (--ignore-eos).
   engine::EngineOptions engine;
   model::LoadOptions load;    // --quantize

@@ -72,7 +72,11 @@ Runner RegisterGenerate(CLI::App& app) {
     ids->excludes(engine_only);
   }
   chat->excludes(prompts);  // --chat renders --prompt's text; --prompts lines say it themselves
-  sub->add_option("--max-tokens", opt->max_tokens, "Tokens to generate")->check(CLI::NonNegativeNumber);
+  CLI::Option* max_tokens =
+      sub->add_option("--max-tokens", opt->max_tokens,
+                      "Tokens to generate (with --prompts: for lines without their own "
+                      "\"max_tokens\"; unset, generation_config.json's max_new_tokens, else 16)")
+          ->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos,
                 "Do not stop at EOS (with --prompts: for lines without their own \"ignore_eos\")");
@@ -81,7 +85,7 @@ Runner RegisterGenerate(CLI::App& app) {
                   "in FILE (as latent serve's --debug-replay) instead of sampling")
       ->option_text("FILE");
   AddLoadOptions(sub, opt->load_flags);
-  return [opt] {
+  return [opt, max_tokens] {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     if (!opt->prompts.empty() || !opt->prompt.empty()) {
@@ -91,7 +95,7 @@ Runner RegisterGenerate(CLI::App& app) {
       batch.prompts_path = opt->prompts;
       batch.prompt_text = opt->prompt;
       batch.chat = opt->chat;
-      batch.max_tokens = opt->max_tokens;
+      if (max_tokens->count() > 0) batch.max_tokens = opt->max_tokens;
       batch.ignore_eos = opt->ignore_eos;
       batch.engine = opt->engine;
       batch.load = load;
@@ -150,7 +154,8 @@ Runner RegisterGenerate(CLI::App& app) {
       const int32_t token =
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       generated.push_back(token);
-      if (!opt->ignore_eos && std::count(gen.eos_token_ids.begin(), gen.eos_token_ids.end(), token)) break;
+      if (!opt->ignore_eos && std::count(gen.eos_token_ids.begin(), gen.eos_token_ids.end(), token))
+        break;
       step = {token};
     }
     table.Free(cache.pool());

@@ -231,9 +231,24 @@ void CheckLengthAndStopFields(const Json& line) {
   }
 }
 
-RequestLine ParseRequestLine(const Json& line, TextTools& text, int64_t default_max_tokens,
-                             bool default_ignore_eos) {
-  if (!line.is_object()) Fail("not a JSON object");
+void CheckSamplingDefaults(const Json& sampling_defaults) {
+  ParseSamplingFields(sampling_defaults);
+  if (sampling_defaults.contains("max_tokens")) {
+    engine::ValidateTokenCounts(Field<int64_t>(sampling_defaults, "max_tokens", 0), 0);
+  }
+}
+
+RequestLine ParseRequestLine(const Json& given, TextTools& text, int64_t default_max_tokens,
+                             bool default_ignore_eos, const Json& sampling_defaults) {
+  if (!given.is_object()) Fail("not a JSON object");
+  // The line with the default of each sampling field it leaves out, copied only when it does.
+  Json merged;
+  for (const auto& [key, value] : sampling_defaults.items()) {
+    if (key == "max_tokens" || (given.contains(key) && !given[key].is_null())) continue;
+    if (merged.is_null()) merged = given;
+    merged[key] = value;
+  }
+  const Json& line = merged.is_null() ? given : merged;
   RequestLine out;
   engine::Request& r = out.request;
   r.prompt = PromptIds(line, text, &out.chat_prompt);

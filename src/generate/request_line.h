@@ -83,9 +83,16 @@ void CheckLengthAndStopFields(const RequestJson& line);
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent
-// generate --max-tokens, --ignore-eos`).
-RequestLine ParseRequestLine(const RequestJson& line, TextTools& text,
-                             int64_t default_max_tokens, bool default_ignore_eos = false);
+// generate --max-tokens, --ignore-eos`); so do `sampling_defaults`' fields (generation_config's,
+// model::SamplingDefaults::AsFields, as the server applies them; "max_tokens" is left to
+// `default_max_tokens`) to a line that leaves them out or null.
+RequestLine ParseRequestLine(const RequestJson& line, TextTools& text, int64_t default_max_tokens,
+                             bool default_ignore_eos = false,
+                             const RequestJson& sampling_defaults = RequestJson::object());
+
+// Checks `sampling_defaults` (model::SamplingDefaults::AsFields) as a line's fields are checked
+// (max_tokens, when there, at least 0): latent::Error naming the field otherwise.
+void CheckSamplingDefaults(const RequestJson& sampling_defaults);
 
 // A "messages" line's prompt text: its chat fields ("messages", "tools", "chat_template_kwargs",
 // "add_generation_prompt", "continue_final_message") checked and shaped as the server's

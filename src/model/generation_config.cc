@@ -62,22 +62,46 @@ SamplingDefaults ReadSamplingDefaults(const nlohmann::json& json, const std::str
   return s;
 }
 
+// The file at `path` parsed; nullopt when there is none to read.
+std::optional<nlohmann::json> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    Fail(path.string(), ": invalid JSON: ", e.what());
+  }
+}
+
 }  // namespace
+
+nlohmann::json SamplingDefaults::AsFields() const {
+  nlohmann::json fields = nlohmann::json::object();
+  if (temperature) fields["temperature"] = *temperature;
+  if (top_p) fields["top_p"] = *top_p;
+  if (top_k) fields["top_k"] = *top_k;
+  if (min_p) fields["min_p"] = *min_p;
+  if (repetition_penalty) fields["repetition_penalty"] = *repetition_penalty;
+  if (max_new_tokens) fields["max_tokens"] = *max_new_tokens;
+  return fields;
+}
+
+SamplingDefaults LoadSamplingDefaults(const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "generation_config.json";
+  const std::optional<nlohmann::json> json = ReadFile(path);
+  return json && json->is_object() ? ReadSamplingDefaults(*json, path.string())
+                                   : SamplingDefaults{};
+}
 
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config) {
   GenerationConfig gen;
   const auto path = std::filesystem::path(dir) / "generation_config.json";
-  std::ifstream in(path);
-  if (!in) {
+  const std::optional<nlohmann::json> file = ReadFile(path);
+  if (!file) {
     gen.eos_token_ids = config.eos_token_ids;
     return gen;
   }
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    Fail(path.string(), ": invalid JSON: ", e.what());
-  }
+  const nlohmann::json& json = *file;
   // The file replaces config.json's ids even when it names none: vLLM reads only the file's
   // fields then, and stops on the tokenizer's EOS alone.
   if (!json.is_object()) return gen;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,9 +11,15 @@
 
 namespace latent::model {
 
-// generation_config.json's sampling fields, which vLLM's LLM.generate/chat (sampling_params=None:
-// LLM.get_default_sampling_params) take as their defaults (ModelConfig.get_diff_sampling_param:
-// each of these the file sets; max_new_tokens is vLLM's max_tokens). Absent or null: unset.
+// generation_config.json's sampling fields, which vLLM takes as the defaults of the fields a
+// request leaves out: LLM.generate/chat with sampling_params=None (get_default_sampling_params)
+// and, under `vllm serve`'s default --generation-config auto, every OpenAI request
+// (default_sampling_params; max_new_tokens is the default max_tokens of a chat completion).
+// Those are ModelConfig.get_diff_sampling_param's fields: each of these the file sets. Absent or
+// null: unset. latent takes every field the file sets, which is what vLLM takes under
+// transformers 5; under transformers 4, GenerationConfig.to_diff_dict drops a value equal to
+// transformers' own default (top_k 50, temperature 1.0, top_p 1.0, repetition_penalty 1.0), so
+// vLLM there would leave a file's top_k 50 unapplied.
 struct SamplingDefaults {
   std::optional<double> temperature;
   std::optional<double> top_p;
@@ -20,6 +27,10 @@ struct SamplingDefaults {
   std::optional<double> min_p;
   std::optional<double> repetition_penalty;
   std::optional<int64_t> max_new_tokens;
+
+  // The fields that are set, under vLLM's SamplingParams and the request fields' names
+  // (max_new_tokens as "max_tokens"): what every front merges into the requests that omit them.
+  nlohmann::json AsFields() const;
 };
 
 struct GenerationConfig {
@@ -53,6 +64,10 @@ struct GenerationConfig {
 // generation_config.json without eos_token_id leaves the tokenizer's EOS the only one. No
 // primary EOS until SetTokenizerEos.
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config);
+
+// Only the sampling fields of DIR/generation_config.json (none without the file), read as
+// LoadGenerationConfig reads them: for a front that needs them before the model is loaded.
+SamplingDefaults LoadSamplingDefaults(const std::string& dir);
 
 // The tokenizer's EOS, latent's stand-in for vLLM's tokenizer.eos_token_id: the id of
 // tokenizer_config.json's eos_token (Kimi's tiktoken tokenizer: its eos_token, else "[EOS]"),

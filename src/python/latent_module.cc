@@ -377,18 +377,9 @@ class PyEngine {
   bool has_tokenizer() const { return has_tokenizer_; }
 
   // generation_config.json's sampling fields under vLLM's SamplingParams names (max_new_tokens
-  // as max_tokens), those the file sets: LLM.get_default_sampling_params.
-  nb::dict DefaultSampling() const {
-    const model::SamplingDefaults& s = sampling_defaults_;
-    nb::dict d;
-    if (s.temperature) d["temperature"] = *s.temperature;
-    if (s.top_p) d["top_p"] = *s.top_p;
-    if (s.top_k) d["top_k"] = *s.top_k;
-    if (s.min_p) d["min_p"] = *s.min_p;
-    if (s.repetition_penalty) d["repetition_penalty"] = *s.repetition_penalty;
-    if (s.max_new_tokens) d["max_tokens"] = *s.max_new_tokens;
-    return d;
-  }
+  // as max_tokens), those the file sets, as JSON (model::SamplingDefaults::AsFields, as the
+  // server and request lines take them): LLM reads them once, for get_default_sampling_params.
+  std::string DefaultSampling() const { return sampling_defaults_.AsFields().dump(); }
 
  private:
   static std::chrono::duration<double> Seconds(double s) { return std::chrono::duration<double>(s < 0 ? 0 : s); }

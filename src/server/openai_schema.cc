@@ -361,6 +361,14 @@ void ParseStop(const Json& body, const ServingLimits& limits, GenerationRequest&
   }
 }
 
+// `body` with the default of each sampling field it leaves out (absent or null): vLLM's
+// to_sampling_params takes a request's value, else the server default, else OpenAI's.
+void MergeSamplingDefaults(const Json& defaults, Json& body) {
+  for (const auto& [key, value] : defaults.items()) {
+    if (key != "max_tokens" && !Find(body, key.c_str())) body[key] = value;
+  }
+}
+
 void ParseMaxTokens(const Json& body, GenerationRequest& r) {
   std::optional<int64_t> max_tokens;
   const char* field = "max_tokens";
@@ -471,7 +479,7 @@ Json ParseJsonObject(std::string_view body) {
 
 GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint endpoint,
                                          const ServingLimits& limits) {
-  const Json body = ParseJsonObject(body_text);
+  Json body = ParseJsonObject(body_text);
   GenerationRequest r;
   r.endpoint = endpoint;
   CheckModel(body, limits, &r.model);
@@ -498,6 +506,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   }
   if (endpoint == Endpoint::kCompletions) r.echo = GetBool(body, "echo", false);
   ParseMaxTokens(body, r);
+  MergeSamplingDefaults(limits.sampling_defaults, body);
   ParseSampling(body, limits, r);
   RejectUnsupported(body, endpoint, r.sampling.n);
   ParseResponseFormat(body, body_text, r.output);
@@ -518,6 +527,17 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   // Engine::Submit validates the sampling fields again (SamplingParams::Validate); its errors
   // become 400 too.
   return r;
+}
+
+void CheckSamplingDefaults(const Json& defaults) {
+  GenerationRequest r;
+  r.endpoint = Endpoint::kChatCompletions;
+  Json fields = defaults;
+  fields.erase("max_tokens");
+  ParseSampling(fields, ServingLimits{}, r);
+  if (auto v = GetInt(defaults, "max_tokens"); v && *v < 1) {
+    BadField("max_tokens", StrCat("'max_tokens' (max_new_tokens) must be at least 1, got ", *v));
+  }
 }
 
 engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
@@ -545,8 +565,14 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
                     " tokens: no room for a completion"),
              "context_length_exceeded");
   }
-  int64_t max_tokens = request.max_tokens.value_or(
-      request.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, room - n) : room - n);
+  int64_t fallback =
+      request.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, room - n) : room - n;
+  // vLLM's get_max_tokens: the smallest of the room left and generation_config's max_new_tokens.
+  if (const Json* most = Find(limits.sampling_defaults, "max_tokens");
+      most && request.endpoint == Endpoint::kChatCompletions) {
+    fallback = std::min(fallback, most->get<int64_t>());
+  }
+  int64_t max_tokens = request.max_tokens.value_or(fallback);
   // Saturating: a max_tokens near INT64_MAX would wrap the sum negative and pass both checks.
   const int64_t requested = SaturatingAdd(n, max_tokens);
   if (requested > limits.context_tokens) {

@@ -106,6 +106,12 @@ struct ServingLimits {
   int32_t max_stop = 16;       // Stop strings per request.
   size_t max_stop_bytes = 1024;
   int32_t max_top_logprobs = 20;
+  // generation_config.json's sampling fields (model::SamplingDefaults::AsFields, checked at
+  // start-up by CheckSamplingDefaults), as vLLM's default_sampling_params under its default
+  // --generation-config auto: each fills the field a request leaves out or null (temperature,
+  // top_p, top_k, min_p, repetition_penalty); "max_tokens" caps a chat completion's default
+  // max_tokens (the rest of the context), not a completion's (16, as vLLM's CompletionRequest).
+  Json sampling_defaults = Json::object();
 };
 
 // One prompt of a completions request: text to tokenize, or token ids.
@@ -161,6 +167,10 @@ struct GenerationRequest {
 // limits.model_name.
 GenerationRequest ParseGenerationRequest(std::string_view body, Endpoint endpoint,
                                          const ServingLimits& limits);
+
+// Checks ServingLimits::sampling_defaults as a request's fields are checked (max_tokens at least
+// 1): ApiError 400 naming the field otherwise. The server refuses to start on it.
+void CheckSamplingDefaults(const Json& defaults);
 
 // The engine request for one tokenized prompt, with max_tokens resolved (the default, and a check
 // that prompt + completion fits the context and the cache) and, for echo with logprobs, prompt

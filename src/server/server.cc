@@ -184,6 +184,17 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       model::PrecisionName(o.load.precision), "), kernels ", kernels::BestKernelsName());
   const model::ModelConfig config = m->config();
   model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
+  // Computed and checked once: every request that leaves one of these out takes it.
+  Json sampling_defaults = generation.sampling.AsFields();
+  try {
+    CheckSamplingDefaults(sampling_defaults);
+  } catch (const ApiError& e) {
+    Fail(o.model_dir, "/generation_config.json: ", e.what());
+  }
+  if (!sampling_defaults.empty()) {
+    Log("sampling defaults from generation_config.json (for the fields a request leaves out): ",
+        sampling_defaults.dump());
+  }
   Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,
       " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ", context ",
       config.max_position_embeddings, " tokens), served as '", name, "'");
@@ -312,6 +323,7 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   // default max_tokens sized by the blocks would be refused as never fitting.
   ctx.limits.cache_tokens = loaded->engine->capacity_tokens();
   ctx.limits.vocab_size = config.vocab_size;
+  ctx.limits.sampling_defaults = std::move(sampling_defaults);
   loaded->engine->Start();
   return loaded;
 }

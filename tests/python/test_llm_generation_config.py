@@ -71,9 +71,31 @@ def test_a_bad_sampling_field_is_named_at_load(tmp_path, fields, error, message)
         latent.LLM(str(demo_with(tmp_path, **fields)), block_tokens=16)
 
 
-def test_a_sampling_default_out_of_range_is_named_when_used(tmp_path):
-    with latent.LLM(str(demo_with(tmp_path, top_p=1.5)), block_tokens=16) as llm:
-        with pytest.raises(ValueError, match="generation_config.json's sampling defaults: "
-                                             "SamplingParams: .*top_p"):
-            llm.generate("ROMEO.")
-        llm.generate("ROMEO.", latent.SamplingParams(max_tokens=2))  # still usable
+def test_a_sampling_default_out_of_range_is_named_at_load(tmp_path):
+    """It was named only when a call used it; the server and `latent generate` refuse such a
+    file when they load too."""
+    with pytest.raises(ValueError, match="generation_config.json: SamplingParams: .*top_p"):
+        latent.LLM(str(demo_with(tmp_path, top_p=1.5)), block_tokens=16)
+
+
+class NoDefaultSampling:
+    """An engine whose default_sampling may not be called again."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def default_sampling(self):
+        raise AssertionError("default_sampling read again")
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_the_defaults_are_read_once_and_given_as_copies(tmp_path, monkeypatch):
+    model = demo_with(tmp_path, temperature=0.6, top_k=1, max_new_tokens=3)
+    with latent.LLM(str(model), block_tokens=16) as llm:
+        monkeypatch.setattr(llm, "_engine", NoDefaultSampling(llm._engine))
+        first = llm.get_default_sampling_params()
+        first.temperature = 0.1
+        assert llm.get_default_sampling_params().temperature == 0.6
+        assert len(llm.generate("ROMEO.")[0].outputs[0].token_ids) <= 3

@@ -10,6 +10,7 @@ Run: .venv/bin/python -m pytest -q tests/tools/test_generate_request_lines.py
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -81,6 +82,55 @@ def test_a_mistyped_prompt_end_flag_is_named_as_every_line_field(tmp_path, field
     line = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, field: "yes"}
     (bad,) = generate(REPO / "models" / "demo", tmp_path, [line])
     assert f"field '{field}' has the wrong type: \"yes\"" in bad.get("error", ""), bad
+
+
+def demo_with(tmp_path, **fields):
+    """The demo model with `fields` added to its generation_config.json."""
+    demo = REPO / "models" / "demo"
+    model = tmp_path / "demo_gc"
+    model.mkdir(parents=True)
+    for item in demo.iterdir():
+        if item.name != "generation_config.json":
+            (model / item.name).symlink_to(item)
+    config = json.loads((demo / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
+    return model
+
+
+def test_the_generation_configs_sampling_fields_are_a_lines_defaults(tmp_path):
+    """As the server's requests (and vLLM's): a line that leaves temperature, top_p, top_k, min_p
+    or repetition_penalty out takes generation_config.json's, and max_new_tokens is its
+    max_tokens unless --max-tokens says; they were ignored (greedy, 16 tokens)."""
+    base = {"prompt": "ROMEO.", "ignore_eos": True}
+    seeded = [dict(base, seed=s) for s in range(6)]
+    # The file's temperature: a line without one samples (a line's default was greedy).
+    sampled = generate(demo_with(tmp_path / "t", temperature=1.5, max_new_tokens=5), tmp_path,
+                       seeded + [dict(base, temperature=0)])
+    assert all(len(r["ids"]) == 5 for r in sampled)
+    assert len({tuple(r["ids"]) for r in sampled[:-1]}) > 1
+    # top_k 1: every draw is the most likely token, whatever the temperature or seed.
+    model = demo_with(tmp_path / "k", temperature=1.5, top_k=1, max_new_tokens=5)
+    lines = [dict(base, temperature=0, max_tokens=5)] + seeded[:3]
+    lines.append(dict(base, seed=1, top_k=None))  # null is left out too
+    lines.append(dict(base, max_tokens=7, temperature=0))  # a line's own values win
+    greedy, *defaulted, own = generate(model, tmp_path, lines)
+    assert len(greedy["ids"]) == 5
+    assert [r["ids"] for r in defaulted] == [greedy["ids"]] * 4
+    assert len(own["ids"]) == 7
+    (flagged,) = generate(model, tmp_path, [dict(base, seed=1)], "--max-tokens", "3")
+    assert flagged["ids"] == greedy["ids"][:3]
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(top_p=1.5), "generation_config.json: top_p must be in \\(0, 1\\]"),
+    (dict(top_k="1"), "generation_config.json: top_k must be a number, got \"1\""),
+])
+def test_a_bad_sampling_field_stops_the_command(tmp_path, fields, message):
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps({"prompt": "ROMEO."}) + "\n")
+    proc = run_latent("generate", "--model", str(demo_with(tmp_path, **fields)), "--prompts",
+                      str(lines), check=False)
+    assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr
 
 
 @pytest.mark.parametrize("seed", [1.5, True, 1e30])

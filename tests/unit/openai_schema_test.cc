@@ -8,6 +8,8 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "server/metrics.h"
@@ -125,6 +127,55 @@ TEST(OpenAiSchemaTest, ChatFields) {
   GenerationRequest open =
       Parse(R"({"messages": [{"role": "user", "content": "x"}]})", Endpoint::kChatCompletions);
   EXPECT_EQ(MakeEngineRequest(open, std::vector<int32_t>(56, 1), Limits()).max_tokens, 200);
+}
+
+// generation_config.json's sampling fields fill those a request leaves out or null, as vLLM's
+// default_sampling_params; its max_tokens caps a chat completion's default only.
+TEST(OpenAiSchemaTest, SamplingDefaultsFillTheFieldsARequestLeavesOut) {
+  ServingLimits limits = Limits();
+  limits.sampling_defaults = Json::parse(R"({"temperature": 0.6, "top_p": 0.9, "top_k": 20,
+      "min_p": 0.05, "repetition_penalty": 1.1, "max_tokens": 7})");
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}])";
+  const GenerationRequest omitted =
+      ParseGenerationRequest(chat + "}", Endpoint::kChatCompletions, limits);
+  EXPECT_FLOAT_EQ(omitted.sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(omitted.sampling.top_p, 0.9f);
+  EXPECT_EQ(omitted.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(omitted.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(omitted.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(MakeEngineRequest(omitted, {1, 2}, limits).max_tokens, 7);
+  // Near the end of the room, the room wins (vLLM's get_max_tokens takes the smallest).
+  EXPECT_EQ(MakeEngineRequest(omitted, std::vector<int32_t>(252, 1), limits).max_tokens, 4);
+  const GenerationRequest given =
+      ParseGenerationRequest(chat + R"(, "temperature": 0, "top_k": null, "max_tokens": 30})",
+                             Endpoint::kChatCompletions, limits);
+  EXPECT_EQ(given.sampling.temperature, 0.0f);
+  EXPECT_EQ(given.sampling.top_k, 20);  // null: the default, as an absent field
+  EXPECT_EQ(MakeEngineRequest(given, {1, 2}, limits).max_tokens, 30);
+  // A completion's max_tokens default stays 16, as vLLM's CompletionRequest's.
+  const GenerationRequest completion =
+      ParseGenerationRequest(R"({"prompt": "x"})", Endpoint::kCompletions, limits);
+  EXPECT_FLOAT_EQ(completion.sampling.temperature, 0.6f);
+  EXPECT_EQ(MakeEngineRequest(completion, {1, 2}, limits).max_tokens, 16);
+  // Without defaults, OpenAI's.
+  EXPECT_EQ(Parse(chat + "}", Endpoint::kChatCompletions).sampling.temperature, 1.0f);
+}
+
+TEST(OpenAiSchemaTest, SamplingDefaultsAreCheckedAsARequestsFields) {
+  CheckSamplingDefaults(Json::parse(R"({"temperature": 0.6, "top_k": 16, "max_tokens": 1})"));
+  for (const auto& [defaults, param] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"top_p": 1.5})", "top_p"},
+           {R"({"temperature": -1})", "temperature"},
+           {R"({"repetition_penalty": 0})", "repetition_penalty"},
+           {R"({"top_k": -2})", "top_k"},
+           {R"({"max_tokens": 0})", "max_tokens"}}) {
+    try {
+      CheckSamplingDefaults(Json::parse(defaults));
+      ADD_FAILURE() << defaults << " was taken";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), param) << defaults;
+    }
+  }
 }
 
 // The fields whose key order matters (messages, tools, chat_template_kwargs, a response_format or

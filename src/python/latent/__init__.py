@@ -16,6 +16,7 @@ raise `latent.LatentError` with latent's own message.
 from __future__ import annotations
 
 import atexit
+import copy
 import dataclasses
 import json
 import math
@@ -315,9 +316,11 @@ class SamplingParams:
             line["skip_special_tokens"] = _flag(self.skip_special_tokens)
         if self.logit_bias:
             # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take
-            # (numpy's integers too); a key JSON has no form for goes repr'd, for the engine to name.
-            line["logit_bias"] = {int(k) if _is_token_id(k) else k if _is_json_key(k) else repr(k): v
-                                  for k, v in dict(self.logit_bias).items()}
+            # (numpy's integers too); a key JSON has no form for goes repr'd, for the engine to
+            # name.
+            line["logit_bias"] = {
+                int(k) if _is_token_id(k) else k if _is_json_key(k) else repr(k): v
+                for k, v in dict(self.logit_bias).items()}
         if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
             line["allowed_token_ids"] = _json_list(self.allowed_token_ids,
                                                    "SamplingParams: allowed_token_ids")
@@ -527,8 +530,9 @@ class LLM:
         `prompts`: a string, a list of int token ids (or a numpy int array), a dict
         {"prompt": str} or {"prompt_token_ids": [...]}, or a list of these; anything else raises
         TypeError before any is submitted. `sampling_params`: one for all prompts or one per prompt
-        (default: get_default_sampling_params(), generation_config.json's). `use_tqdm` (vLLM's: a bool or a tqdm-like callable) is
-        accepted so that vLLM code runs, and changes nothing: latent shows no progress bar.
+        (default: get_default_sampling_params(), generation_config.json's). `use_tqdm` (vLLM's: a
+        bool or a tqdm-like callable) is accepted so that vLLM code runs, and changes nothing:
+        latent shows no progress bar.
         Ctrl-C cancels the requests and raises KeyboardInterrupt; the LLM stays usable.
         """
         _check_use_tqdm(use_tqdm)
@@ -677,7 +681,8 @@ class LLM:
         try:
             for i, text_json in enumerate(texts_json):
                 try:
-                    handles.append(self._engine.submit(text_json, _latent.MAX_TOKENS_TO_CONTEXT, False))
+                    handles.append(self._engine.submit(text_json, _latent.MAX_TOKENS_TO_CONTEXT,
+                                                       False))
                 except LatentError as e:
                     raise type(e)(f"prompt {i}: {e}") from None
             while not self._engine.wait(handles, _WAIT_SLICE_S):

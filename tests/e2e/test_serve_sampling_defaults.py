@@ -1,0 +1,85 @@
+"""generation_config.json's sampling fields over the OpenAI API: as `vllm serve`'s default
+--generation-config auto (default_sampling_params), temperature, top_p, top_k, min_p and
+repetition_penalty fill the fields a request leaves out, and max_new_tokens caps a chat
+completion's default max_tokens (a completion's stays 16); a field the file gets wrong stops the
+server at start-up, naming it. The server ignored them. On copies of the committed demo model.
+A few seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from e2e_harness import MODEL_NAME, REPO, LatentServer
+
+DEMO = REPO / "models" / "demo"
+CHAT = "/v1/chat/completions"
+FLAGS = ("--block-tokens", "16", "--check-invariants")
+MESSAGES = [{"role": "user", "content": "What say you?"}]
+
+
+def demo_with(tmp_path: Path, **fields) -> Path:
+    """The demo model with `fields` added to its generation_config.json."""
+    model = tmp_path / "demo_gc"
+    model.mkdir()
+    for item in DEMO.iterdir():
+        if item.name != "generation_config.json":
+            (model / item.name).symlink_to(item)
+    config = json.loads((DEMO / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
+    return model
+
+
+@pytest.fixture
+def serve(tmp_path):
+    servers = []
+
+    def start(model: Path) -> LatentServer:
+        srv = LatentServer(model, tmp_path / f"serve{len(servers)}.log", *FLAGS)
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        if srv.proc.poll() is None:
+            assert srv.stop() == 0, srv.log()
+
+
+def ids(srv: LatentServer, path: str = CHAT, **fields) -> tuple[list[int], str]:
+    body = {"model": MODEL_NAME, "ignore_eos": True, "return_token_ids": True, **fields}
+    body.update({"messages": MESSAGES} if path == CHAT else {"prompt": "ROMEO."})
+    status, out = srv.post(path, body)
+    assert status == 200, out
+    choice = out["choices"][0]
+    return choice["token_ids"], choice["finish_reason"]
+
+
+def test_the_files_sampling_fields_fill_what_a_request_leaves_out(serve, tmp_path):
+    # top_k 1: every draw is the most likely token, whatever the temperature or seed.
+    srv = serve(demo_with(tmp_path, temperature=0.7, top_k=1, top_p=0.9, max_new_tokens=5))
+    assert "sampling defaults from generation_config.json" in srv.log()
+    greedy, finish = ids(srv, temperature=0, max_tokens=5)
+    assert len(greedy) == 5 and finish == "length"
+    for seed in (1, 2, 3):  # no max_tokens: max_new_tokens; no top_k: the file's 1
+        assert ids(srv, seed=seed) == (greedy, "length")
+    assert ids(srv, seed=1, top_k=None) == (greedy, "length")  # null is left out too
+    # A request's own values win.
+    assert len(ids(srv, max_tokens=8, temperature=0)[0]) == 8
+    sampled = {tuple(ids(srv, seed=seed, top_k=0, temperature=1.0, top_p=1.0)[0])
+               for seed in range(6)}
+    assert len(sampled) > 1
+    # A completion's default max_tokens stays 16, as vLLM's CompletionRequest's.
+    assert len(ids(srv, "/v1/completions")[0]) == 16
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(top_p=1.5), "generation_config.json: 'top_p' must be in \\(0, 1\\], got 1.5"),
+    (dict(temperature="hot"), "generation_config.json: temperature must be a number, got \"hot\""),
+    (dict(max_new_tokens=0),
+     "generation_config.json: 'max_tokens' \\(max_new_tokens\\) must be at least 1, got 0"),
+])
+def test_a_bad_sampling_field_stops_the_server_at_start_up(serve, tmp_path, fields, message):
+    with pytest.raises(AssertionError, match=message):
+        serve(demo_with(tmp_path, **fields))
