@@ -45,9 +45,8 @@ std::optional<int64_t> Integer(const nlohmann::json& json, const char* key,
   if (json[key].is_number_integer() && !json[key].is_number_unsigned()) {
     return json[key].get<int64_t>();
   }
-  if (!(*v == std::floor(*v) && std::abs(*v) < 9.0e18)) {
-    Fail(path, ": ", key, " must be an integer, got ", json[key].dump());
-  }
+  if (*v != std::floor(*v)) Fail(path, ": ", key, " must be an integer, got ", json[key].dump());
+  if (!(std::abs(*v) < 9.0e18)) Fail(path, ": ", key, " is out of range: ", json[key].dump());
   return static_cast<int64_t>(*v);
 }
 

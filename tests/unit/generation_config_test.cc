@@ -9,7 +9,10 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "base/error.h"
 
 namespace latent::model {
 namespace {
@@ -94,6 +97,50 @@ TEST_F(GenerationConfigTest, AFileWithoutEosTokenIdHasNone) {
   std::filesystem::remove(dir_ / "generation_config.json");
   EXPECT_EQ(LoadGenerationConfig(dir_.string(), WithEos({7, 1})).eos_token_ids,
             (std::vector<int64_t>{7, 1}));
+}
+
+// The sampling fields every front takes as its defaults (vLLM's get_diff_sampling_param).
+TEST_F(GenerationConfigTest, SamplingFieldsAreReadAsVllmNamesThem) {
+  Write(R"({"temperature": 0.6, "top_p": 0.95, "top_k": 16.0, "min_p": null,
+            "repetition_penalty": 1, "max_new_tokens": 64, "eos_token_id": 1})");
+  const SamplingDefaults s = LoadGenerationConfig(dir_.string(), WithEos({})).sampling;
+  EXPECT_EQ(s.temperature, 0.6);
+  EXPECT_EQ(s.top_p, 0.95);
+  EXPECT_EQ(s.top_k, 16);             // 16.0: an integer, as Python writes some
+  EXPECT_FALSE(s.min_p.has_value());  // null: unset
+  EXPECT_EQ(s.repetition_penalty, 1.0);
+  EXPECT_EQ(s.max_new_tokens, 64);
+  EXPECT_EQ(s.AsFields().dump(),
+            R"({"max_tokens":64,"repetition_penalty":1.0,"temperature":0.6,"top_k":16,)"
+            R"("top_p":0.95})");
+  // The same without the model's config, for a front that reads them before the model.
+  EXPECT_EQ(LoadSamplingDefaults(dir_.string()).AsFields(), s.AsFields());
+  std::filesystem::remove(dir_ / "generation_config.json");
+  EXPECT_TRUE(LoadSamplingDefaults(dir_.string()).AsFields().empty());
+}
+
+TEST_F(GenerationConfigTest, AMistypedSamplingFieldIsNamed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"temperature": "0.6"})", "temperature must be a number, got \"0.6\""},
+      {R"({"top_p": true})", "top_p must be a number, got true"},
+      {R"({"top_k": 1.5})", "top_k must be an integer, got 1.5"},
+      {R"({"max_new_tokens": 18446744073709551615})",
+       "max_new_tokens is out of range: 18446744073709551615"},
+      {R"({"top_k": -1e30})", "top_k is out of range"},
+  };
+  for (const auto& [json, message] : cases) {
+    Write(json);
+    for (int front = 0; front < 2; ++front) {
+      try {
+        if (front == 0) LoadGenerationConfig(dir_.string(), WithEos({}));
+        if (front == 1) LoadSamplingDefaults(dir_.string());
+        ADD_FAILURE() << json << " was taken";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("generation_config.json: "), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace
