@@ -87,15 +87,19 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     }
   }
   // generation_config.json's sampling fields fill those a line leaves out, as the server's
-  // requests; checked once, so a bad one stops the command before any line runs.
+  // requests; read and checked (SamplingDefaults::Check) before the weights, so a bad one stops
+  // the command before any line runs.
   const model::SamplingDefaults defaults = model::LoadSamplingDefaults(options.model_dir);
   const generate::RequestJson sampling_defaults = defaults.AsFields();
-  try {
-    generate::CheckSamplingDefaults(sampling_defaults);
-  } catch (const Error& e) {
-    Fail(options.model_dir, "/generation_config.json: ", e.what());
-  }
   const int64_t max_tokens = options.max_tokens.value_or(defaults.max_new_tokens.value_or(16));
+  // Said once, as `latent serve` says it: a line without "temperature" then samples, not greedy.
+  generate::RequestJson taken = sampling_defaults;
+  if (options.max_tokens) taken.erase("max_tokens");  // --max-tokens wins
+  if (!taken.empty() && parallel::World().rank() == 0) {
+    std::cerr << "latent generate: sampling defaults from generation_config.json (for the fields "
+                 "a line leaves out): "
+              << taken.dump() << "\n";
+  }
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {

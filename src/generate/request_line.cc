@@ -231,13 +231,6 @@ void CheckLengthAndStopFields(const Json& line) {
   }
 }
 
-void CheckSamplingDefaults(const Json& sampling_defaults) {
-  ParseSamplingFields(sampling_defaults);
-  if (sampling_defaults.contains("max_tokens")) {
-    engine::ValidateTokenCounts(Field<int64_t>(sampling_defaults, "max_tokens", 0), 0);
-  }
-}
-
 RequestLine ParseRequestLine(const Json& given, TextTools& text, int64_t default_max_tokens,
                              bool default_ignore_eos, const Json& sampling_defaults) {
   if (!given.is_object()) Fail("not a JSON object");

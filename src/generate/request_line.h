@@ -90,10 +90,6 @@ RequestLine ParseRequestLine(const RequestJson& line, TextTools& text, int64_t d
                              bool default_ignore_eos = false,
                              const RequestJson& sampling_defaults = RequestJson::object());
 
-// Checks `sampling_defaults` (model::SamplingDefaults::AsFields) as a line's fields are checked
-// (max_tokens, when there, at least 0): latent::Error naming the field otherwise.
-void CheckSamplingDefaults(const RequestJson& sampling_defaults);
-
 // A "messages" line's prompt text: its chat fields ("messages", "tools", "chat_template_kwargs",
 // "add_generation_prompt", "continue_final_message") checked and shaped as the server's
 // (server::ParseChatFields: "developer" is "system", text parts are joined; tool-call turns as

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "base/error.h"
 #include "model/config_reader.h"
@@ -58,7 +60,17 @@ SamplingDefaults ReadSamplingDefaults(const nlohmann::json& json, const std::str
   s.min_p = Number(json, "min_p", path);
   s.repetition_penalty = Number(json, "repetition_penalty", path);
   s.max_new_tokens = Integer(json, "max_new_tokens", path);
+  s.Check(path);
   return s;
+}
+
+// `value` of field `key` as a 32-bit float, as the fronts keep it: refused where that makes it
+// infinite or flushes a non-zero value to 0.
+void CheckFloat(const std::string& path, const char* key, double value) {
+  const float f = static_cast<float>(value);
+  if (std::isinf(f) || (value != 0 && f == 0)) {
+    Fail(path, ": ", key, " is ", value, ", outside the range of a 32-bit float");
+  }
 }
 
 // The file at `path` parsed; nullopt when there is none to read.
@@ -83,6 +95,33 @@ nlohmann::json SamplingDefaults::AsFields() const {
   if (repetition_penalty) fields["repetition_penalty"] = *repetition_penalty;
   if (max_new_tokens) fields["max_tokens"] = *max_new_tokens;
   return fields;
+}
+
+void SamplingDefaults::Check(const std::string& path) {
+  if (temperature && !(*temperature >= 0)) {
+    Fail(path, ": temperature must be >= 0, got ", *temperature);
+  }
+  if (top_p && !(*top_p > 0 && *top_p <= 1)) Fail(path, ": top_p must be in (0, 1], got ", *top_p);
+  if (min_p && !(*min_p >= 0 && *min_p <= 1)) Fail(path, ": min_p must be in [0, 1], got ", *min_p);
+  if (repetition_penalty && !(*repetition_penalty >= 0.01 && *repetition_penalty <= 100)) {
+    Fail(path, ": repetition_penalty must be in [0.01, 100], got ", *repetition_penalty);
+  }
+  const std::pair<const char*, const std::optional<double>&> floats[] = {
+      {"temperature", temperature},
+      {"top_p", top_p},
+      {"min_p", min_p},
+      {"repetition_penalty", repetition_penalty}};
+  for (const auto& [key, value] : floats) {
+    if (value) CheckFloat(path, key, *value);
+  }
+  if (top_k) {
+    if (*top_k < -1) Fail(path, ": top_k must be -1 (off), 0 (off) or positive, got ", *top_k);
+    // -1 is vLLM's spelling of off; request lines know only 0.
+    top_k = std::clamp<int64_t>(*top_k, 0, std::numeric_limits<int32_t>::max());
+  }
+  if (max_new_tokens && *max_new_tokens < 1) {
+    Fail(path, ": max_new_tokens must be at least 1, got ", *max_new_tokens);
+  }
 }
 
 SamplingDefaults LoadSamplingDefaults(const std::string& dir) {

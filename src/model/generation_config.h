@@ -31,6 +31,14 @@ struct SamplingDefaults {
   // The fields that are set, under vLLM's SamplingParams and the request fields' names
   // (max_new_tokens as "max_tokens"): what every front merges into the requests that omit them.
   nlohmann::json AsFields() const;
+
+  // The one range check of these fields, so that `latent serve`, `latent generate` and
+  // latent.LLM refuse the same files: temperature >= 0, top_p in (0, 1], top_k -1 (off, made 0)
+  // or more (past int32: made int32's most, as the server reads a request's), min_p in [0, 1],
+  // repetition_penalty in [0.01, 100], each a 32-bit float; max_new_tokens at least 1 (0 would
+  // make every default request generate nothing). latent::Error naming `path`, the field and the
+  // value otherwise. LoadGenerationConfig and LoadSamplingDefaults run it.
+  void Check(const std::string& path);
 };
 
 struct GenerationConfig {
@@ -57,16 +65,16 @@ struct GenerationConfig {
 };
 
 // Reads DIR/generation_config.json when present, and then only its eos_token_id (int or list;
-// missing or null: none) and sampling fields (a number each, top_k and max_new_tokens integers:
-// latent::Error naming the file and field otherwise), as vLLM (transformers'
-// GenerationConfig.from_pretrained) does; without
-// that file, config.json's eos ids (vLLM's GenerationConfig.from_model_config). So a
-// generation_config.json without eos_token_id leaves the tokenizer's EOS the only one. No
-// primary EOS until SetTokenizerEos.
+// missing or null: none) and sampling fields (a number each, top_k and max_new_tokens integers, in
+// the ranges of SamplingDefaults::Check: latent::Error naming the file and field otherwise), as
+// vLLM (transformers' GenerationConfig.from_pretrained) does; without that file, config.json's
+// eos ids (vLLM's GenerationConfig.from_model_config). So a generation_config.json without
+// eos_token_id leaves the tokenizer's EOS the only one. No primary EOS until SetTokenizerEos.
 GenerationConfig LoadGenerationConfig(const std::string& dir, const ModelConfig& config);
 
-// Only the sampling fields of DIR/generation_config.json (none without the file), read as
-// LoadGenerationConfig reads them: for a front that needs them before the model is loaded.
+// Only the sampling fields of DIR/generation_config.json (none without the file), read and checked
+// as LoadGenerationConfig reads them: every front calls it before it loads the weights, so a bad
+// field is named at once, whatever the state of the rest of the checkpoint.
 SamplingDefaults LoadSamplingDefaults(const std::string& dir);
 
 // The tokenizer's EOS, latent's stand-in for vLLM's tokenizer.eos_token_id: the id of

@@ -71,6 +71,9 @@ class PyEngine {
     const std::string tok_dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
     if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
     if (!tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(tokenizer_dir);
+    // Read and checked (SamplingDefaults::Check) before the weights, as the server and `latent
+    // generate` do: a bad field is named at once, not after the model has loaded.
+    sampling_defaults_ = model::LoadSamplingDefaults(model_dir);
     model::LoadOptions load;
     load.quantize = model::ParseWeightQuantization(args.quantize);
     load.precision = model::ParsePrecision(args.precision);
@@ -88,7 +91,6 @@ class PyEngine {
       has_tokenizer_ = tokenizer::Tokenizer::DirHasTokenizer(tok_dir);  // tokenizer.json, tiktoken
       model::SetTokenizerEos(gen, has_tokenizer_ ? text_.Tokenizer().eos_id() : std::nullopt);
       eos_ids_ = gen.EndIds(vocab_size_);
-      sampling_defaults_ = gen.sampling;
       engine_ = std::make_unique<engine::Engine>(std::move(m), std::move(gen), options);
       // The server's limits (server.cc): prompt + completion fit both.
       context_tokens_ = engine_->config().max_position_embeddings;
@@ -140,9 +142,10 @@ class PyEngine {
       const std::optional<int64_t> asked =
           given ? std::optional<int64_t>(r.max_tokens) : std::nullopt;
       r.max_tokens = MaxTokensToContext(r.prompt.size(), asked);
-      // The context's end wins over min_tokens, as in vLLM, whose check_stop ends a sample at
-      // max_model_len before it looks at min_tokens: a min_tokens past the room left is the
-      // room, not a refusal of the request (SamplingParams checked it against max_tokens).
+      // The context's end wins over min_tokens, by latent's choice: a min_tokens past the room
+      // left is the room, not a refusal of the request (SamplingParams checked it against
+      // max_tokens). vLLM since PR #26317 (v1/core/sched/utils.py check_stop) looks at min_tokens
+      // first, so such a request there may run on without an end; latent ends it at the context.
       r.min_tokens = std::min(r.min_tokens, r.max_tokens);
     }
     tracked->job = std::make_unique<generate::RequestJob>(std::move(parsed), text_,

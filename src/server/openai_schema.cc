@@ -393,6 +393,7 @@ void ParseMaxTokens(const Json& body, GenerationRequest& r) {
              StrCat("'max_tokens' must be at least ", least, zero_note, ", got ", *v));
   }
   r.max_tokens = max_tokens;
+  r.max_tokens_null = body.contains("max_tokens") && body["max_tokens"].is_null();
   if (auto v = GetInt(body, "min_tokens")) {
     if (*v < 0) BadField("min_tokens", StrCat("'min_tokens' must be >= 0, got ", *v));
     if (max_tokens && *v > *max_tokens) {
@@ -529,17 +530,6 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   return r;
 }
 
-void CheckSamplingDefaults(const Json& defaults) {
-  GenerationRequest r;
-  r.endpoint = Endpoint::kChatCompletions;
-  Json fields = defaults;
-  fields.erase("max_tokens");
-  ParseSampling(fields, ServingLimits{}, r);
-  if (auto v = GetInt(defaults, "max_tokens"); v && *v < 1) {
-    BadField("max_tokens", StrCat("'max_tokens' (max_new_tokens) must be at least 1, got ", *v));
-  }
-}
-
 engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
                                   const ServingLimits& limits) {
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -565,11 +555,14 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
                     " tokens: no room for a completion"),
              "context_length_exceeded");
   }
-  int64_t fallback =
-      request.endpoint == Endpoint::kCompletions ? std::min<int64_t>(16, room - n) : room - n;
-  // vLLM's get_max_tokens: the smallest of the room left and generation_config's max_new_tokens.
-  if (const Json* most = Find(limits.sampling_defaults, "max_tokens");
-      most && request.endpoint == Endpoint::kChatCompletions) {
+  // A completion that leaves max_tokens out has CompletionRequest's 16. Otherwise vLLM's
+  // get_max_tokens with None: the smallest of the room left and generation_config's
+  // max_new_tokens.
+  const bool sixteen = request.endpoint == Endpoint::kCompletions && !request.max_tokens_null;
+  int64_t fallback = room - n;
+  if (sixteen) {
+    fallback = std::min<int64_t>(16, fallback);
+  } else if (const Json* most = Find(limits.sampling_defaults, "max_tokens")) {
     fallback = std::min(fallback, most->get<int64_t>());
   }
   int64_t max_tokens = request.max_tokens.value_or(fallback);

@@ -106,11 +106,12 @@ struct ServingLimits {
   int32_t max_stop = 16;       // Stop strings per request.
   size_t max_stop_bytes = 1024;
   int32_t max_top_logprobs = 20;
-  // generation_config.json's sampling fields (model::SamplingDefaults::AsFields, checked at
-  // start-up by CheckSamplingDefaults), as vLLM's default_sampling_params under its default
+  // generation_config.json's sampling fields (model::SamplingDefaults::AsFields, checked when
+  // read by SamplingDefaults::Check), as vLLM's default_sampling_params under its default
   // --generation-config auto: each fills the field a request leaves out or null (temperature,
-  // top_p, top_k, min_p, repetition_penalty); "max_tokens" caps a chat completion's default
-  // max_tokens (the rest of the context), not a completion's (16, as vLLM's CompletionRequest).
+  // top_p, top_k, min_p, repetition_penalty); "max_tokens" caps the default max_tokens of a chat
+  // completion and of a completion that sends "max_tokens": null (the rest of the context), not
+  // a completion's that leaves it out (16, as vLLM's CompletionRequest).
   Json sampling_defaults = Json::object();
 };
 
@@ -134,8 +135,12 @@ struct GenerationRequest {
   bool continue_final_message = false;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage.
-  std::optional<int64_t> max_tokens;  // nullopt: 16 (completions) or the rest of the context;
-                                      // 0 only with echo (score the prompt).
+  // nullopt: the rest of the context (capped by generation_config's max_new_tokens), or 16 for
+  // a completion that leaves the field out; 0 only with echo (score the prompt).
+  std::optional<int64_t> max_tokens;
+  // A completion's "max_tokens": null, which vLLM passes to get_max_tokens as None (the default
+  // above without the 16), where leaving it out is CompletionRequest's 16.
+  bool max_tokens_null = false;
   // vLLM's min_tokens: EOS and stop_token_ids are held off, and stop strings not matched, until
   // this many tokens are generated (engine::Request::min_tokens); at most the resolved max_tokens.
   int64_t min_tokens = 0;
@@ -167,10 +172,6 @@ struct GenerationRequest {
 // limits.model_name.
 GenerationRequest ParseGenerationRequest(std::string_view body, Endpoint endpoint,
                                          const ServingLimits& limits);
-
-// Checks ServingLimits::sampling_defaults as a request's fields are checked (max_tokens at least
-// 1): ApiError 400 naming the field otherwise. The server refuses to start on it.
-void CheckSamplingDefaults(const Json& defaults);
 
 // The engine request for one tokenized prompt, with max_tokens resolved (the default, and a check
 // that prompt + completion fits the context and the cache) and, for echo with logprobs, prompt

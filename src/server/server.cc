@@ -174,6 +174,14 @@ struct Loaded {
 std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
                              ServerMetrics& metrics) {
   auto loaded = std::make_unique<Loaded>();
+  // generation_config.json's sampling fields, read and checked (SamplingDefaults::Check) before
+  // the weights: a bad one is named at once, not after minutes of loading. Every request that
+  // leaves one of them out takes it.
+  Json sampling_defaults = model::LoadSamplingDefaults(o.model_dir).AsFields();
+  if (!sampling_defaults.empty()) {
+    Log("sampling defaults from generation_config.json (for the fields a request leaves out): ",
+        sampling_defaults.dump());
+  }
   // --quantize int8 reads every converted tensor once at load and drops its pages: no preload.
   // Under mpirun each rank reads only its own experts' pages, as the forward touches them.
   if (o.load.quantize == model::WeightQuantization::kNone && parallel::World().size() == 1) {
@@ -184,17 +192,6 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
       model::PrecisionName(o.load.precision), "), kernels ", kernels::BestKernelsName());
   const model::ModelConfig config = m->config();
   model::GenerationConfig generation = model::LoadGenerationConfig(o.model_dir, config);
-  // Computed and checked once: every request that leaves one of these out takes it.
-  Json sampling_defaults = generation.sampling.AsFields();
-  try {
-    CheckSamplingDefaults(sampling_defaults);
-  } catch (const ApiError& e) {
-    Fail(o.model_dir, "/generation_config.json: ", e.what());
-  }
-  if (!sampling_defaults.empty()) {
-    Log("sampling defaults from generation_config.json (for the fields a request leaves out): ",
-        sampling_defaults.dump());
-  }
   Log("model: ", o.model_dir, " (", config.model_type, ", ", config.num_hidden_layers,
       " layers, hidden ", config.hidden_size, ", vocab ", config.vocab_size, ", context ",
       config.max_position_embeddings, " tokens), served as '", name, "'");

@@ -21,12 +21,15 @@ except ImportError as e:
 DEMO = REPO / "models" / "demo"
 
 
-def demo_with(tmp_path: Path, **fields) -> Path:
-    """The demo model with `fields` added to its generation_config.json."""
+def demo_with(tmp_path: Path, weights: bool = True, **fields) -> Path:
+    """The demo model with `fields` added to its generation_config.json; without `weights`, its
+    model.safetensors is a few bytes of garbage that no load survives."""
     model = tmp_path / "demo_gc"
     model.mkdir()
     for item in DEMO.iterdir():
-        if item.name != "generation_config.json":
+        if item.name == "model.safetensors" and not weights:
+            (model / item.name).write_bytes(b"not safetensors")
+        elif item.name != "generation_config.json":
             (model / item.name).symlink_to(item)
     config = json.loads((DEMO / "generation_config.json").read_text())
     (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
@@ -60,22 +63,29 @@ def test_without_sampling_fields_the_defaults_are_sampling_params(tmp_path):
         assert llm.get_default_sampling_params() == latent.SamplingParams()
 
 
-@pytest.mark.parametrize("fields, error, message", [
-    ({"temperature": "hot"}, latent.LatentError,
-     "generation_config.json: temperature must be a number, got \"hot\""),
-    ({"top_k": 1.5}, latent.LatentError,
-     "generation_config.json: top_k must be an integer, got 1.5"),
+@pytest.mark.parametrize("fields, message", [
+    ({"temperature": "hot"}, "generation_config.json: temperature must be a number, got \"hot\""),
+    ({"top_k": 1.5}, "generation_config.json: top_k must be an integer, got 1.5"),
+    # The same check as the server's and `latent generate`'s (SamplingDefaults::Check).
+    ({"top_p": 1.5}, "generation_config.json: top_p must be in \\(0, 1\\], got 1.5"),
+    # Taken before, after which every call with sampling_params=None made no token.
+    ({"max_new_tokens": 0}, "generation_config.json: max_new_tokens must be at least 1, got 0"),
 ])
-def test_a_bad_sampling_field_is_named_at_load(tmp_path, fields, error, message):
-    with pytest.raises(error, match=message):
-        latent.LLM(str(demo_with(tmp_path, **fields)), block_tokens=16)
+@pytest.mark.parametrize("weights", [True, False])
+def test_a_bad_sampling_field_is_named_at_load(tmp_path, fields, message, weights):
+    """Before the weights are read: with weights that do not load, the file's field is still what
+    the error names (LLM read it once the engine ran)."""
+    with pytest.raises(latent.LatentError, match=message):
+        latent.LLM(str(demo_with(tmp_path, weights=weights, **fields)), block_tokens=16)
 
 
-def test_a_sampling_default_out_of_range_is_named_at_load(tmp_path):
-    """It was named only when a call used it; the server and `latent generate` refuse such a
-    file when they load too."""
-    with pytest.raises(ValueError, match="generation_config.json: SamplingParams: .*top_p"):
-        latent.LLM(str(demo_with(tmp_path, top_p=1.5)), block_tokens=16)
+def test_top_k_minus_one_in_the_file_is_off(tmp_path):
+    """vLLM's spelling of off, as the server and request lines take it in the file."""
+    with latent.LLM(str(demo_with(tmp_path, top_k=-1, temperature=0)), block_tokens=16) as llm:
+        assert llm.get_default_sampling_params().top_k == 0
+        greedy = latent.SamplingParams(temperature=0, top_k=0)
+        assert (llm.generate("ROMEO.")[0].outputs[0].token_ids
+                == llm.generate("ROMEO.", greedy)[0].outputs[0].token_ids)
 
 
 class NoDefaultSampling:

@@ -72,9 +72,9 @@ def test_max_tokens_none_refuses_a_prompt_that_leaves_no_room(llm):
 
 @pytest.mark.parametrize("max_tokens", [100, None])
 def test_min_tokens_past_the_room_left_ends_the_output_at_the_context(llm, max_tokens):
-    """vLLM's check_stop ends a sample at max_model_len before it looks at min_tokens: a
-    min_tokens the room left cannot hold ends the output there (it failed the whole call with
-    "min_tokens must be in [0, max_tokens (24)]")."""
+    """latent lets the context's end win over min_tokens on purpose: a min_tokens the room left
+    cannot hold ends the output there (it failed the whole call with "min_tokens must be in
+    [0, max_tokens (24)]"). vLLM since PR #26317 checks min_tokens first in check_stop."""
     params = latent.SamplingParams(max_tokens=max_tokens, min_tokens=50, temperature=0)
     long, short = llm.generate([[5] * 1000, "ROMEO."], params)
     assert len(long.outputs[0].token_ids) == CONTEXT - 1000

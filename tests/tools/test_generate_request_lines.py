@@ -84,13 +84,16 @@ def test_a_mistyped_prompt_end_flag_is_named_as_every_line_field(tmp_path, field
     assert f"field '{field}' has the wrong type: \"yes\"" in bad.get("error", ""), bad
 
 
-def demo_with(tmp_path, **fields):
-    """The demo model with `fields` added to its generation_config.json."""
+def demo_with(tmp_path, weights=True, **fields):
+    """The demo model with `fields` added to its generation_config.json; without `weights`, its
+    model.safetensors is a few bytes of garbage that no load survives."""
     demo = REPO / "models" / "demo"
     model = tmp_path / "demo_gc"
     model.mkdir(parents=True)
     for item in demo.iterdir():
-        if item.name != "generation_config.json":
+        if item.name == "model.safetensors" and not weights:
+            (model / item.name).write_bytes(b"not safetensors")
+        elif item.name != "generation_config.json":
             (model / item.name).symlink_to(item)
     config = json.loads((demo / "generation_config.json").read_text())
     (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
@@ -122,15 +125,48 @@ def test_the_generation_configs_sampling_fields_are_a_lines_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(top_p=1.5), "generation_config.json: top_p must be in \\(0, 1\\]"),
+    (dict(top_p=1.5), "generation_config.json: top_p must be in \\(0, 1\\], got 1.5"),
     (dict(top_k="1"), "generation_config.json: top_k must be a number, got \"1\""),
+    # The server refused it, lines took it: every line without max_tokens then made no token.
+    (dict(max_new_tokens=0), "generation_config.json: max_new_tokens must be at least 1, got 0"),
 ])
-def test_a_bad_sampling_field_stops_the_command(tmp_path, fields, message):
+@pytest.mark.parametrize("weights", [True, False])
+def test_a_bad_sampling_field_stops_the_command(tmp_path, fields, message, weights):
+    """Before the weights are read: with weights that do not load, the file is what is named."""
     lines = tmp_path / "lines.jsonl"
     lines.write_text(json.dumps({"prompt": "ROMEO."}) + "\n")
-    proc = run_latent("generate", "--model", str(demo_with(tmp_path, **fields)), "--prompts",
-                      str(lines), check=False)
+    model = demo_with(tmp_path, weights=weights, **fields)
+    proc = run_latent("generate", "--model", str(model), "--prompts", str(lines), check=False)
     assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr
+
+
+def test_top_k_minus_one_in_the_file_is_off(tmp_path):
+    """vLLM's spelling of off, which the server and LLM took in the file and lines refused."""
+    line = {"prompt": "ROMEO.", "max_tokens": 4, "ignore_eos": True}
+    model = demo_with(tmp_path, top_k=-1, temperature=0)
+    defaulted, off = generate(model, tmp_path, [line, dict(line, top_k=0)])
+    assert "error" not in defaulted, defaulted
+    assert defaulted["ids"] == off["ids"]
+
+
+def test_the_defaults_are_said_once_on_stderr(tmp_path):
+    """As `latent serve` logs them: a line without "temperature" samples at the file's, where it
+    was greedy, and the command said nothing of it. --max-tokens wins over max_new_tokens, so the
+    line says what the lines take."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "ROMEO.", "max_tokens": 2}) + "\n")
+    model = demo_with(tmp_path, temperature=0.6, top_p=0.95, max_new_tokens=5)
+    said = "latent generate: sampling defaults from generation_config.json"
+    proc = run_latent("generate", "--model", str(model), "--prompts", str(prompts))
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith(said)]
+    assert line.endswith('{"max_tokens":5,"temperature":0.6,"top_p":0.95}'), line
+    proc = run_latent("generate", "--model", str(model), "--prompts", str(prompts),
+                      "--max-tokens", "3")
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith(said)]
+    assert line.endswith('{"temperature":0.6,"top_p":0.95}'), line
+    proc = run_latent("generate", "--model", str(REPO / "models" / "demo"), "--prompts",
+                      str(prompts))
+    assert said not in proc.stderr
 
 
 @pytest.mark.parametrize("seed", [1.5, True, 1e30])

@@ -143,5 +143,47 @@ TEST_F(GenerationConfigTest, AMistypedSamplingFieldIsNamed) {
   }
 }
 
+// One range check for every front (SamplingDefaults::Check): the server refused max_new_tokens 0
+// that request lines and LLM took (every default request then made no token), and request lines
+// refused the top_k -1 (off) that the other two took.
+TEST_F(GenerationConfigTest, SamplingFieldsOutOfRangeAreRefusedByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"max_new_tokens": 0})", "max_new_tokens must be at least 1, got 0"},
+      {R"({"temperature": -0.5})", "temperature must be >= 0, got -0.5"},
+      {R"({"temperature": 1e39})", "temperature is 1e+39, outside the range of a 32-bit float"},
+      {R"({"min_p": 1e-50})", "min_p is 1e-50, outside the range of a 32-bit float"},
+      {R"({"top_p": 0})", "top_p must be in (0, 1], got 0"},
+      {R"({"top_p": 1.5})", "top_p must be in (0, 1], got 1.5"},
+      {R"({"min_p": 2})", "min_p must be in [0, 1], got 2"},
+      {R"({"repetition_penalty": 0})", "repetition_penalty must be in [0.01, 100], got 0"},
+      {R"({"top_k": -2})", "top_k must be -1 (off), 0 (off) or positive, got -2"},
+  };
+  for (const auto& [json, message] : cases) {
+    Write(json);
+    for (int front = 0; front < 2; ++front) {
+      try {
+        if (front == 0) LoadGenerationConfig(dir_.string(), WithEos({}));
+        if (front == 1) LoadSamplingDefaults(dir_.string());
+        ADD_FAILURE() << json << " was taken";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("generation_config.json: " + std::string(message)),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
+// What Check lets through, every front takes as it is: top_k -1 (vLLM's off) as 0, and one past
+// int32 as int32's most, which request lines and SamplingParams hold.
+TEST_F(GenerationConfigTest, TopKIsGivenAsEveryFrontTakesIt) {
+  Write(R"({"top_k": -1, "max_new_tokens": 1, "temperature": 0, "min_p": 0})");
+  EXPECT_EQ(LoadSamplingDefaults(dir_.string()).AsFields().dump(),
+            R"({"max_tokens":1,"min_p":0.0,"temperature":0.0,"top_k":0})");
+  Write(R"({"top_k": 4294967297})");
+  EXPECT_EQ(LoadSamplingDefaults(dir_.string()).top_k, 2147483647);
+  EXPECT_EQ(LoadGenerationConfig(dir_.string(), WithEos({})).sampling.top_k, 2147483647);
+}
+
 }  // namespace
 }  // namespace latent::model

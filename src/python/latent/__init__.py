@@ -198,7 +198,8 @@ class SamplingParams:
     min_tokens: int = 0
     """Until a sample has this many tokens, EOS, stop_token_ids and stop strings do not end it
     (vLLM's min_tokens; at most max_tokens), unless a structured_outputs grammar allows only
-    them (the grammar wins). The context's end still ends a sample before it, as in vLLM."""
+    them (the grammar wins). The context's end still ends a sample before it: latent lets it win
+    on purpose (current vLLM checks min_tokens first, where such a request may never end)."""
     stop: Optional[Union[str, list[str]]] = None
     """Stop strings, matched on the text; the text ends before the one that matched."""
     include_stop_str_in_output: Optional[bool] = False
@@ -506,13 +507,14 @@ class LLM:
             setattr(args, key, _check_engine_option(key, value))
         self.model = str(model)
         self._engine = _latent.Engine(self.model, "" if tokenizer is None else str(tokenizer), args)
-        # generation_config.json's sampling defaults, read and checked once, as the server and
-        # `latent generate` check them when they load: a bad one refuses the model.
+        # generation_config.json's sampling defaults, read once. The engine checked them before
+        # it loaded the weights (SamplingDefaults::Check, the server's and `latent generate`'s
+        # check too), so a failure here is latent's own: the engine is stopped all the same.
         try:
             self._default_sampling = SamplingParams(**json.loads(self._engine.default_sampling()))
-        except (TypeError, ValueError) as e:
+        except BaseException:
             self._engine.close()
-            raise ValueError(f"{self.model}/generation_config.json: {e}") from None
+            raise
         self._next_id = 0
         self._id_lock = threading.Lock()
         _open_llms.add(self)
