@@ -16,7 +16,10 @@ tokens over the engine's busy time (latent generate's summary), best of --rounds
 and one JSON line per point.
 
 With --prompts FILE (latent generate's JSONL requests, e.g. text prompts to a trained model) the
-requests are run as they are, without a replay: the model's own output decides what repeats."""
+requests are run without a replay: the model's own output decides what repeats. A request without
+"temperature" is run greedy ("temperature": 0 is added), as lines were by default before they took
+generation_config.json's sampling defaults: the points in docs/performance.md are greedy, and a
+sampled run's drafts depend on the draws. Every request the script makes states it too."""
 
 from __future__ import annotations
 
@@ -79,10 +82,14 @@ def main() -> None:
                   f"steps {best['steps']:5d}  drafts {best['draft_tokens']:6d} "
                   f"accepted {best['accepted_draft_tokens']:6d}", flush=True)
 
-    if args.prompts:
-        batch = sum(1 for line in Path(args.prompts).read_text().splitlines() if line.strip())
-        point("prompts", batch, Path(args.prompts), None)
     with tempfile.TemporaryDirectory() as tmp:
+        if args.prompts:
+            given = [json.loads(line) for line in Path(args.prompts).read_text().splitlines()
+                     if line.strip()]
+            requests = Path(tmp) / "prompts.jsonl"
+            requests.write_text("".join(json.dumps({"temperature": 0, **line}) + "\n"
+                                        for line in given))
+            point("prompts", len(given), requests, None)
         for kind in ([] if args.prompts else args.kinds.split(",")):
             replay = Path(tmp) / f"{kind}.json"
             replay.write_text(json.dumps(replay_ids(kind, args.max_tokens, rng)))
@@ -90,7 +97,8 @@ def main() -> None:
                 requests = Path(tmp) / f"b{batch}.jsonl"
                 requests.write_text("".join(
                     json.dumps({"ids": [rng.randrange(1000, 30000) for _ in range(16)],
-                                "max_tokens": args.max_tokens, "ignore_eos": True}) + "\n"
+                                "max_tokens": args.max_tokens, "ignore_eos": True,
+                                "temperature": 0}) + "\n"
                     for _ in range(batch)))
                 point(kind, batch, requests, replay)
     for row in rows:
