@@ -104,6 +104,26 @@ def parity_tests(lengths: list[int], forms: list[str] = FORMS):
     return test_logits_match_transformers, test_greedy_continuation_matches_transformers
 
 
+def assert_variant_matches(model_dir, class_name: str = "AutoModelForCausalLM", length: int = 64):
+    """latent's logits in both MLA forms against transformers' (`class_name`) on one `length`-token
+    prompt: a config variant of a family's tiny model. Returns the reference model."""
+    reference = load_reference(model_dir, class_name)
+    ids = prompt(reference.config.get_text_config().vocab_size, length)
+    with torch.no_grad():
+        ref = reference(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    for form in FORMS:
+        assert_logits_match(latent_logits(model_dir, ids, form), ref)
+    return reference
+
+
+def as_index_topk_pattern(config):
+    """The config with its IndexShare layers as index_topk_pattern ("FS...") instead of
+    indexer_types, as GLM-5's released config states them."""
+    types = config.pop("indexer_types")
+    config["index_topk_pattern"] = "".join("F" if t == "full" else "S" for t in types)
+    assert "S" in config["index_topk_pattern"]
+
+
 def info(model_dir, *extra) -> dict:
     """`latent info --json` of `model_dir`."""
     return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)

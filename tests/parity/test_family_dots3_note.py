@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import run_latent
-from family_reference import (assert_selections_match, indexer_selections, info, info_text,
-                              latent_selections, parity_tests, prompt, reference_case,
-                              reference_greedy)
+from family_reference import (assert_selections_match, assert_variant_matches,
+                              indexer_selections, info, info_text, latent_selections,
+                              parity_tests, prompt, reference_case, reference_greedy,
+                              rewrite_config)
 
 PRESET = "dots3_note"
 WINDOW = 16  # the preset's sliding_window
@@ -130,3 +132,25 @@ def test_window_blocks_stay_bounded_over_a_long_decode(case, tmp_path):
     bound = -(-(WINDOW + chunk) // per_block) + 2  # a step reads its window and its chunk
     assert 0 < summary["peak_window_blocks"] <= bound < -(-context // per_block)
     assert summary["used_blocks_at_end"] == 0
+
+
+def as_released(config):
+    """The released checkpoint's form of the config: no per_layer_config but swa_* keys for the
+    sliding layers' shape, and the DSA layers named "full_attention" (no use_dsa)."""
+    swa = config.pop("per_layer_config")["2"]
+    for key, value in swa.items():
+        config["swa_" + key] = value
+    config["layer_types"] = ["full_attention" if t == "indexed_attention" else t
+                             for t in config["layer_types"]]
+    config.pop("use_dsa", None)
+
+
+def test_released_form_runs_dsa_as_transformers_does(tiny_models, tmp_path):
+    """transformers reads use_dsa as true without per_layer_config, so the released form's
+    "full_attention" layers are DSA layers: on a 64-token prompt (past index_topk 8, where DSA
+    and dense attention differ)."""
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", as_released)
+    reference = assert_variant_matches(model_dir, "Dots3NoteForCausalLM")
+    kinds = [t for t in reference.config.layer_types if t != "sliding_attention"]
+    assert kinds == ["indexed_attention"] * 3
+

@@ -11,9 +11,13 @@
 //    before rope (k_rope_only_layernorm), norms at rms_norm_eps, scale qk_head_dim^-0.5, and a
 //    per-head output gate sigmoid(g_proj(x)) on each head's attention output;
 //  - shared experts of shared_experts_intermediate_size.
-// "full_attention" layers (use_dsa false) attend densely with the top-level dims.
+// "full_attention" layers attend densely with the top-level dims. As in transformers, use_dsa
+// renames one kind to the other: true (the default of a config without per_layer_config, such as
+// the released checkpoint's, whose DSA layers are named "full_attention") makes every
+// "full_attention" layer "indexed_attention", false the reverse.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "base/dump.h"
 #include "base/profile.h"
@@ -38,9 +42,22 @@ constexpr const char* kSlidingRopeKey = "latent_sliding_rope_parameters";
 //  - mlp_layer_types from first_k_dense_replace (1) and moe_layer_freq (a number or a per-layer
 //    list), when not given;
 //  - layer_types from use_sliding_window / use_dsa (DSA at l < 2 or l % 4 == 1), when not given;
+//    then use_dsa's renaming of full_attention / indexed_attention (UseDsa);
 //  - rope_parameters per layer type ({"indexed_attention": {...}, "sliding_attention": {...}}),
 //    or rope_theta (8e7) and swa_rope_theta (5e4): the DSA layers' settings become the model's
 //    rope_parameters, the sliding layers' go to kSlidingRopeKey for Parse.
+// Dots3NoteTextConfig's use_dsa: the stated value (null: none); unstated, true when the config
+// has no per_layer_config (the released form, whose DSA layers are named "full_attention"), else
+// none (transformers' own form, which names them "indexed_attention").
+std::optional<bool> UseDsa(const ConfigReader& top) {
+  if (top.Present("use_dsa")) {
+    if (!top.Has("use_dsa")) return std::nullopt;
+    return top.BoolOr("use_dsa", true);
+  }
+  if (top.Present("per_layer_config")) return std::nullopt;
+  return true;
+}
+
 void Prepare(Json& json, const std::string& source) {
   if (!json.is_object()) return;  // the common parser names the problem
   const ConfigReader top(json, source);
@@ -68,15 +85,24 @@ void Prepare(Json& json, const std::string& source) {
   }
   json.erase("moe_layer_freq");
   json.erase("first_k_dense_replace");
+  const std::optional<bool> use_dsa = UseDsa(top);
   if (!top.Has("layer_types")) {
     const bool sliding = top.BoolOr("use_sliding_window", true);
-    const bool dsa = top.BoolOr("use_dsa", true);
+    const char* full_kind = use_dsa == false ? "full_attention" : "indexed_attention";
     Json types = Json::array();
     for (int64_t l = 0; l < layers; ++l) {
       const bool full = !sliding || l < 2 || l % 4 == 1;
-      types.push_back(full ? (dsa ? "indexed_attention" : "full_attention") : "sliding_attention");
+      types.push_back(full ? full_kind : "sliding_attention");
     }
     json["layer_types"] = std::move(types);
+  }
+  if (use_dsa && json["layer_types"].is_array()) {
+    // Dots3NoteTextConfig renames after deriving or reading the list: given layer_types too.
+    const char* from = *use_dsa ? "full_attention" : "indexed_attention";
+    const char* to = *use_dsa ? "indexed_attention" : "full_attention";
+    for (Json& kind : json["layer_types"]) {
+      if (kind == from) kind = to;
+    }
   }
   const Json* params = top.Has("rope_parameters") ? &json["rope_parameters"]
                        : top.Has("rope_scaling")  ? &json["rope_scaling"]
