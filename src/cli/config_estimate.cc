@@ -171,6 +171,23 @@ const char* RetentionName(cache::Retention retention) {
   return "?";
 }
 
+nlohmann::json ResolvedConfigJson(const model::ModelConfig& c) {
+  nlohmann::json mlp = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    mlp.push_back(c.IsMoeLayer(l) ? "sparse" : "dense");
+  }
+  return {{"rms_norm_eps", c.rms_norm_eps},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"mlp_layer_types", std::move(mlp)},
+          {"n_shared_experts", c.n_shared_experts},
+          {"routed_scaling_factor", c.routed_scaling_factor},
+          {"norm_topk_prob", c.norm_topk_prob},
+          {"n_group", c.n_group},
+          {"topk_group", c.topk_group},
+          {"bos_token_id", c.bos_token_id ? nlohmann::json(*c.bos_token_id) : nlohmann::json()},
+          {"eos_token_id", c.eos_token_ids}};
+}
+
 nlohmann::json LayersJson(const model::ModelConfig& c, const cache::ModelCacheRows& rows,
                           const cache::CacheLayout& layout) {
   nlohmann::json layers = nlohmann::json::array();
@@ -276,6 +293,7 @@ nlohmann::json ConfigInfo(const model::ModelConfig& c, const std::string& dir,
                          {"mla", c.num_hidden_layers - linear},
                          {"dsa_indexer", indexer}};
   info["max_position_embeddings"] = c.max_position_embeddings;
+  info["config"] = ResolvedConfigJson(c);
   info["num_parameters"] = model::CountParameters(weights);
   info["config_dtype"] = c.dtype;
   info["moe"] = {{"routed_experts", c.n_routed_experts},

@@ -39,6 +39,10 @@ nlohmann::json ConfigInfo(const model::ModelConfig& config, const std::string& d
 // Text form of ConfigInfo's JSON.
 void PrintConfigInfo(const nlohmann::json& info);
 
+// The values latent runs the model with where config.json may omit them (the family's defaults,
+// transformers' class defaults, filled in): `latent info`'s "config" object, in both forms.
+nlohmann::json ResolvedConfigJson(const model::ModelConfig& c);
+
 // Each layer's cache rows as `latent info` prints them (checkpoint and config-only forms alike):
 // name, values, bytes per token or per sequence, retention, block offset, window, KV source.
 nlohmann::json LayersJson(const model::ModelConfig& c, const cache::ModelCacheRows& rows,

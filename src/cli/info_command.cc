@@ -163,6 +163,7 @@ nlohmann::json BuildInfo(const InfoOptions& opt) {
   // A vision-language checkpoint's language model (mistral3 around mistral4).
   if (!config.wrapper_model_type.empty()) info["wrapper_model_type"] = config.wrapper_model_type;
   info["num_layers"] = config.num_hidden_layers;
+  info["config"] = ResolvedConfigJson(config);
   info["num_parameters"] = model::CountParameters(report.weights);
   info["expert_layout"] = report.expert_layout == model::ExpertLayout::kFused ? "fused" : "per_expert";
   nlohmann::json dtypes = nlohmann::json::array();

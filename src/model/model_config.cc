@@ -523,7 +523,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
     Fail(source, ": 'max_position_embeddings' is ", config.max_position_embeddings,
          ", larger than any model (at most ", kMaxConfigSize, ")");
   }
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-6);
+  config.rms_norm_eps = top.NumberOr("rms_norm_eps", d.rms_norm_eps);
   if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   config.tie_word_embeddings = top.BoolOr("tie_word_embeddings", false);
   config.hidden_act = top.StringOr("hidden_act", "silu");

@@ -15,7 +15,8 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1,  // AXK1Config.__post_init__'s legacy default
           .n_group = 8, .topk_group = 4, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
-          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 32768, .bos = 163691,
+          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 32768,
+          .rms_norm_eps = 1e-6, .bos = 163691,
           .eos = 163691};
 }
 

@@ -22,7 +22,8 @@ ArchDefaults Defaults() {
           .n_group = 1,  // null (no groups): one group of all experts routes the same
           .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
-          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 131072, .bos = 163691,
+          .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 131072,
+          .rms_norm_eps = 1e-6, .bos = 163691,
           .eos = 163691};
 }
 

@@ -35,7 +35,8 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 2, .n_group = 8, .topk_group = 4, .n_shared_experts = 1,
           .routed_scaling_factor = 2.5, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
-          .max_position_embeddings = 262144, .bos = std::nullopt, .eos = 156895};
+          .max_position_embeddings = 262144,
+          .rms_norm_eps = 1e-6, .bos = std::nullopt, .eos = 156895};
 }
 
 constexpr double kDefaultRopeTheta = 6000000.0;

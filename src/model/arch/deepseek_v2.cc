@@ -16,7 +16,8 @@ ArchDefaults Defaults() {
           .topk_group = std::nullopt, .n_shared_experts = 2, .routed_scaling_factor = 1.0,
           .norm_topk_prob = false,
           .topk_methods = {TopkMethod::kGreedy, TopkMethod::kGroupLimitedGreedy},
-          .scoring = ScoringFunc::kSoftmax, .max_position_embeddings = 2048, .bos = 1, .eos = 2};
+          .scoring = ScoringFunc::kSoftmax, .max_position_embeddings = 2048,
+          .rms_norm_eps = 1e-6, .bos = 1, .eos = 2};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {

@@ -17,14 +17,12 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 1.8, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
-          .max_position_embeddings = 202752, .bos = 0, .eos = 1};
+          .max_position_embeddings = 202752, .rms_norm_eps = 1e-5, .bos = 0, .eos = 1};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   config.rope_interleave = top.BoolOr("rope_interleave", true);
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
-  if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   // Without mlp_layer_types transformers makes layer 0 dense and every later one MoE, whatever
   // first_k_dense_replace says (Glm4MoeLiteConfig has no such field).
   if (!top.Has("mlp_layer_types")) {

@@ -31,6 +31,7 @@ ArchDefaults Defaults() {
           .n_group = 1, .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
           .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 1048576,
+          .rms_norm_eps = 1e-5,
           .rope_dims_may_be_zero = true};
 }
 
@@ -59,8 +60,6 @@ std::vector<bool> ParseLayerTypes(const ConfigReader& top, int64_t layers) {
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   const int64_t layers = config.num_hidden_layers;
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
-  if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   if (config.qk_rope_head_dim != 0) {
     Fail(source, ": glm5_next's attention is NoPE: qk_rope_head_dim must be 0, got ", config.qk_rope_head_dim);
   }

@@ -16,7 +16,7 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 3, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 2.5, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
-          .max_position_embeddings = 202752, .bos = 0, .eos = 1};
+          .max_position_embeddings = 202752, .rms_norm_eps = 1e-5, .bos = 0, .eos = 1};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {

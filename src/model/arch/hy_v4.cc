@@ -25,15 +25,13 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 2.827, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
-          .max_position_embeddings = 262144, .bos = 120000, .eos = 120025};
+          .max_position_embeddings = 262144, .rms_norm_eps = 1e-5, .bos = 120000, .eos = 120025};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   const int64_t layers = config.num_hidden_layers;
   config.rope_interleave = false;  // rotate-half, in attention and indexer alike
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
-  if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   // Without mlp_layer_types transformers makes layer 0 dense and every later one MoE.
   if (!top.Has("mlp_layer_types")) {
     for (int64_t l = 0; l < layers; ++l) config.moe_layers[l] = l >= 1;

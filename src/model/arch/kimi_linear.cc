@@ -28,7 +28,7 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 0,
           .routed_scaling_factor = 2.446, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
-          .max_position_embeddings = 1048576, .bos = 163584, .eos = 163586};
+          .max_position_embeddings = 1048576, .rms_norm_eps = 1e-5, .bos = 163584, .eos = 163586};
 }
 
 // Kimi's names for the common keys (transformers' attribute_map), read as the DeepSeek ones; a
@@ -85,8 +85,6 @@ std::vector<bool> ParseLayerTypes(const ConfigReader& top, const Json* linear, i
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
-  if (!(config.rms_norm_eps > 0)) Fail(source, ": 'rms_norm_eps' must be positive");
   if (config.hidden_act != "silu") Fail(source, ": kimi_linear needs hidden_act silu, got ", config.hidden_act);
   const Json* linear = nullptr;
   if (top.Has("linear_attn_config")) {

@@ -29,7 +29,7 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 0, .n_group = std::nullopt, .topk_group = std::nullopt,
           .n_shared_experts = 0, .routed_scaling_factor = 6.0, .norm_topk_prob = false,
           .topk_methods = {TopkMethod::kGreedy}, .scoring = ScoringFunc::kSoftmax,
-          .max_position_embeddings = 131072, .bos = 1, .eos = 2};
+          .max_position_embeddings = 131072, .rms_norm_eps = 1e-5, .bos = 1, .eos = 2};
 }
 
 // LongCat's names for the common keys (transformers' attribute_map), copied to the common names
@@ -70,7 +70,6 @@ bool StatesRopeTheta(const ConfigReader& top) {
 void Parse(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   // Class defaults that differ from the common parser's.
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
   if (!StatesRopeTheta(top)) config.rope.theta = 1e7;
   config.rope_interleave = true;  // apply_rotary_pos_emb_interleave, always
 

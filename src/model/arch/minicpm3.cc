@@ -16,7 +16,8 @@ namespace {
 // transformers' MiniCPM3Config defaults (MiniCPM3-4B).
 ArchDefaults Defaults() {
   // No experts: a config that states some still parses far enough for Parse to refuse it.
-  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768, .bos = 1,
+  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768,
+          .rms_norm_eps = 1e-5, .bos = 1,
           .eos = 2, .v_head_dim_from_heads = true};
 }
 
@@ -39,8 +40,6 @@ void ParseScalings(const ConfigReader& top, ModelConfig& config) {
 void Parse(const ConfigReader& top, ModelConfig& config) {
   // transformers' apply_rotary_pos_emb: the rotary part split in halves.
   config.rope_interleave = false;
-  config.rms_norm_eps = top.NumberOr("rms_norm_eps", 1e-5);
-  if (!(config.rms_norm_eps > 0)) Fail(top.source(), ": 'rms_norm_eps' must be positive");
   config.tie_word_embeddings = top.BoolOr("tie_word_embeddings", true);
   if (config.n_routed_experts > 0) {
     Fail(top.source(), ": minicpm3 has no experts, but n_routed_experts is ", config.n_routed_experts);

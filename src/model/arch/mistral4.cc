@@ -20,7 +20,7 @@ ArchDefaults Defaults() {
   return {.first_k_dense_replace = 0, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 1.0, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kGroupTop2}, .scoring = ScoringFunc::kSoftmax,
-          .max_position_embeddings = 1048576, .bos = 1, .eos = 2};
+          .max_position_embeddings = 1048576, .rms_norm_eps = 1e-6, .bos = 1, .eos = 2};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {

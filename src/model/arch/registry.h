@@ -34,6 +34,7 @@ struct ArchDefaults {
   std::vector<TopkMethod> topk_methods{};  // The ones it routes with; the first is the default.
   ScoringFunc scoring = ScoringFunc::kSoftmax;
   int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
   std::optional<int64_t> bos{}, eos{};
   // v_head_dim may be omitted, meaning hidden_size / num_attention_heads (MiniCPM3).
   bool v_head_dim_from_heads = false;

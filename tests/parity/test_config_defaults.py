@@ -1,0 +1,111 @@
+"""What latent reads where config.json omits a field, against transformers: for one tiny config
+per model_type (the presets of tools/make_tiny_model.py, as transformers' configuration class
+saves them), each field with a family default (model/arch ArchDefaults: rms_norm_eps, the router's
+settings, the layer kinds, the context, the token ids) is deleted in turn, and the value
+`latent info --json` says the model runs with ("config") must equal the one transformers'
+class resolves. Config only (no weights, no forward pass): a few seconds for every family."""
+
+from __future__ import annotations
+
+import json
+
+import make_tiny_model as mtm  # tools/, on the path through conftest
+import pytest
+
+from conftest import run_latent
+
+# One preset per model_type latent reads (kimi_k2 and deepseek_v3 share transformers' class).
+PRESETS = ["deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "axk1",
+           "mistral4", "longcat_flash", "axk2", "mistral_large4", "dots3_note", "kimi_linear",
+           "glm5_next", "bailing_hybrid", "youtu", "glm4_moe_lite", "minicpm3", "hy_v4"]
+
+# A field latent reports (info's "config") and the keys config.json may state it under
+# (transformers' name first, then the aliases latent also reads); all of them are deleted.
+FIELDS = {
+    "rms_norm_eps": ["rms_norm_eps"],
+    "max_position_embeddings": ["max_position_embeddings", "model_max_length"],
+    "routed_scaling_factor": ["routed_scaling_factor"],
+    "norm_topk_prob": ["norm_topk_prob", "moe_renormalize"],
+    "bos_token_id": ["bos_token_id"],
+    "eos_token_id": ["eos_token_id"],
+    # The layer kinds from the class's own derivation, and from first_k_dense_replace's default.
+    "mlp_layer_types": ["mlp_layer_types"],
+    "first_k_dense_replace": ["first_k_dense_replace", "mlp_layer_types"],
+}
+# Past every family's default token ids, so that they name tokens (latent checks they do).
+VOCAB = 200_000
+
+
+def saved_config(preset_name: str):
+    """(config.json as transformers saves the preset's config, the configuration class)."""
+    preset = mtm.PRESETS[preset_name]
+    config = mtm.build_config(preset["arch"], mtm.assemble_config_kwargs(preset, {}, None))
+    saved = config.to_dict()
+    if preset.get("saved_model_type"):
+        saved["model_type"] = preset["saved_model_type"]
+    if preset["arch"] == "longcat_flash":
+        saved["num_hidden_layers"] = config.num_hidden_layers  # as make_tiny_model states it
+    saved["vocab_size"] = VOCAB
+    return saved, type(config)
+
+
+def reference_value(config, field: str):
+    """What transformers' resolved `config` runs with for `field`, in info's form; None where
+    the class has no such field."""
+    if field in ("mlp_layer_types", "first_k_dense_replace"):
+        if getattr(config, "mlp_layer_types", None) is not None:
+            return list(config.mlp_layer_types)
+        if getattr(config, "first_k_dense_replace", None) is None:
+            return None
+        # DeepseekV2/V3 and Mistral4 decoder layers: MoE from first_k_dense_replace on.
+        return ["sparse" if l >= config.first_k_dense_replace else "dense"
+                for l in range(config.num_hidden_layers)]
+    if not hasattr(config, field):
+        return None
+    value = getattr(config, field)
+    if field == "eos_token_id":
+        return [] if value is None else value if isinstance(value, list) else [value]
+    if field in ("n_group", "topk_group") and value is None:
+        return "none"  # no groups (axk2), or none given (deepseek_v2's grouped router fails)
+    return value
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_omitted_fields_resolve_as_in_transformers(preset, tmp_path):
+    saved, config_class = saved_config(preset)
+    compared, wrong = [], []
+    for field, keys in FIELDS.items():
+        if not any(k in saved for k in keys):
+            continue
+        edited = {k: v for k, v in saved.items() if k not in keys}
+        model_dir = tmp_path / field
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(edited))
+        try:
+            want = reference_value(config_class.from_pretrained(model_dir), field)
+        except Exception as e:  # transformers refuses the config without it: so must latent
+            proc = run_latent("info", "--model", str(model_dir), check=False)
+            compared.append(field)
+            if proc.returncode != 2:
+                wrong.append(f"{field}: latent reads it, transformers refuses ({e})")
+            continue
+        if want is None:
+            continue
+        proc = run_latent("info", "--model", str(model_dir), "--json", check=False)
+        if want == "none":
+            # One group of every expert (axk2's routing without groups), or a clear refusal.
+            want = 1
+            if proc.returncode == 2 and f"needs '{field}'" in proc.stderr:
+                continue
+        got = json.loads(proc.stdout) if proc.returncode == 0 else None
+        if got is None:
+            wrong.append(f"{field}: latent refuses ({proc.stderr.strip()})")
+            continue
+        if field in ("n_group", "topk_group") and got["moe"]["topk_method"] == "greedy":
+            continue  # greedy routing has no groups: latent holds one, unused
+        name = "mlp_layer_types" if field == "first_k_dense_replace" else field
+        compared.append(field)
+        if got["config"][name] != (pytest.approx(want, rel=1e-12) if isinstance(want, float) else want):
+            wrong.append(f"{field}: latent {got['config'][name]}, transformers {want}")
+    assert "rms_norm_eps" in compared
+    assert not wrong, f"{preset} without: " + "; ".join(wrong)
