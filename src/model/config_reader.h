@@ -120,6 +120,13 @@ std::vector<int64_t> ParseEosTokenIds(const Json& value, const std::string& file
 // stating both must agree. For a family's Arch::prepare.
 void ReadMoeKeyAliases(Json& json, const std::string& source);
 
+// AXK1Config's and AXK2Config's legacy layer kinds, for a family's Arch::prepare: without
+// mlp_layer_types, layer l is "sparse" when l >= first_k_dense_replace (default
+// `default_first_dense`) and l % moe_layer_freq == 0, written as mlp_layer_types; beside an
+// explicit list moe_layer_freq is ignored. Either way moe_layer_freq is then dropped, since the
+// common parser refuses it for the families that ignore it.
+void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense);
+
 // Per-layer list of `no` / `yes` strings -> bools (true for `yes`), one entry per layer.
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,
                                   const char* no, const char* yes);

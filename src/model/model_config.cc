@@ -337,6 +337,24 @@ void ReadMoeKeyAliases(Json& json, const std::string& source) {
   }
 }
 
+void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense) {
+  if (!json.is_object()) return;  // the common parser names the problem
+  const ConfigReader top(json, source);
+  if (!top.Has("mlp_layer_types") && top.Has("moe_layer_freq")) {
+    const int64_t layers = top.PositiveInt("num_hidden_layers");
+    if (layers > kMaxConfigLayers) return;  // the common parser names the problem
+    const int64_t first_dense = top.IntOr("first_k_dense_replace", default_first_dense);
+    const int64_t freq = top.Int("moe_layer_freq");
+    if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
+    Json kinds = Json::array();
+    for (int64_t l = 0; l < layers; ++l) {
+      kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
+    }
+    json["mlp_layer_types"] = std::move(kinds);
+  }
+  json.erase("moe_layer_freq");
+}
+
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,
                                   const char* no, const char* yes) {
   const Json& list = top[key];

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import latent_generate, latent_logits, load_reference, run_latent
+from family_reference import assert_variant_matches, rewrite_config
 from test_dsa_parity import check_selection
 
 LENGTHS = [1, 7, 64, 300]
@@ -239,3 +240,17 @@ def test_checkpoint_needs_the_hub_names(cases, tmp_path, rename, message):
     proc = run_latent("info", "--model", str(dst), check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+def test_layer_kinds_from_moe_layer_freq(tiny_models, tmp_path):
+    """AXK2Config builds mlp_layer_types from first_k_dense_replace and moe_layer_freq when the
+    list is absent: here layers 0, 1 and 3 dense, layer 2 sparse."""
+    model_dir = tiny_models.get("axk2", config={"mlp_layer_types": None, "moe_layer_freq": 2})
+    kinds = ["dense", "dense", "sparse", "dense"]
+
+    def legacy(config):
+        assert config.pop("mlp_layer_types") == kinds
+        config.update(first_k_dense_replace=1, moe_layer_freq=2)
+
+    reference = assert_variant_matches(rewrite_config(model_dir, tmp_path / "legacy", legacy))
+    assert reference.config.mlp_layer_types == kinds

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import latent_generate, latent_logits, load_reference, run_latent
+from family_reference import assert_variant_matches, rewrite_config
 
 LENGTHS = [1, 7, 64, 300]
 FORMS = ["absorbed", "expanded"]
@@ -240,3 +241,16 @@ def test_bad_mistral4_checkpoint_gets_a_clear_error(tiny_models, tmp_path, confi
     proc = run_latent("info", "--model", str(model_dir), check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+def test_axk1_derives_the_layer_kinds_from_moe_layer_freq(tiny_models, tmp_path):
+    """AXK1Config builds mlp_layer_types from first_k_dense_replace and moe_layer_freq when the
+    list is absent (the legacy form): here layer 1 dense, layer 2 sparse."""
+    model_dir = tiny_models.get("axk1", config={"mlp_layer_types": None, "moe_layer_freq": 2})
+
+    def legacy(config):
+        assert config.pop("mlp_layer_types") == ["dense", "dense", "sparse"]
+        config.update(first_k_dense_replace=1, moe_layer_freq=2)
+
+    reference = assert_variant_matches(rewrite_config(model_dir, tmp_path / "legacy", legacy))
+    assert reference.config.mlp_layer_types == ["dense", "dense", "sparse"]

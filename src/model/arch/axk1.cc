@@ -20,6 +20,11 @@ ArchDefaults Defaults() {
           .eos = 163691};
 }
 
+// AXK1Config honours moe_layer_freq when it derives mlp_layer_types, as AXK2Config does.
+void Prepare(Json& json, const std::string& source) {
+  DeriveMlpLayerTypes(json, source, Defaults().first_k_dense_replace);
+}
+
 void Parse(const ConfigReader& top, ModelConfig& config) {
   config.rope_interleave = top.BoolOr("rope_interleave", true);
   // AXK1Attention always builds q_a_proj / q_b_proj.
@@ -83,8 +88,8 @@ class Axk1 final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<Axk1, ForEachTensor>(
-      {.name = "axk1", .model_types = {"axk1"}, .defaults = Defaults(), .parse = Parse,
-       .cache_rows = CacheRows});
+      {.name = "axk1", .model_types = {"axk1"}, .defaults = Defaults(), .prepare = Prepare,
+       .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -28,10 +28,7 @@ ArchDefaults Defaults() {
 }
 
 // Rewrites what the common parser would read differently from AXK2Config:
-//  - moe_layer_freq: AXK2Config honours it when it derives mlp_layer_types (layer l is sparse when
-//    l >= first_k_dense_replace and l % moe_layer_freq == 0) and ignores it beside an explicit list,
-//    while the common parser refuses it for the DeepSeek families that ignore it: derive the list
-//    here, then drop the key;
+//  - moe_layer_freq: honoured when AXK2Config derives mlp_layer_types (DeriveMlpLayerTypes);
 //  - n_group / topk_group: both null (no groups) or both set, checked before the common parser
 //    fills a missing one with the default.
 void Prepare(Json& json, const std::string& source) {
@@ -41,20 +38,7 @@ void Prepare(Json& json, const std::string& source) {
     Fail(source, ": n_group and topk_group must be set together (both null for routing without "
          "expert groups)");
   }
-  if (!top.Present("moe_layer_freq")) return;
-  if (!top.Has("mlp_layer_types") && top.Has("moe_layer_freq")) {
-    const int64_t layers = top.PositiveInt("num_hidden_layers");
-    if (layers > kMaxConfigLayers) return;  // the common parser names the problem
-    const int64_t first_dense = top.IntOr("first_k_dense_replace", 1);
-    const int64_t freq = top.Int("moe_layer_freq");
-    if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
-    Json kinds = Json::array();
-    for (int64_t l = 0; l < layers; ++l) {
-      kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
-    }
-    json["mlp_layer_types"] = std::move(kinds);
-  }
-  json.erase("moe_layer_freq");
+  DeriveMlpLayerTypes(json, source, Defaults().first_k_dense_replace);
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
