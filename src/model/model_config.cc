@@ -214,9 +214,11 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
 
   config.num_experts_per_tok = top.PositiveInt("num_experts_per_tok");
   config.moe_intermediate_size = top.PositiveInt("moe_intermediate_size");
-  if (config.moe_layer_freq != 1) {
+  if (config.moe_layer_freq != 1 && !top.Has("mlp_layer_types")) {
     // transformers makes every layer past first_k_dense_replace MoE whatever this says, and
-    // every released checkpoint uses 1; refuse rather than silently disagree with it.
+    // every released checkpoint uses 1; refuse rather than silently disagree with it. Beside
+    // mlp_layer_types the list alone decides, in transformers as here (families that honour
+    // moe_layer_freq derive the list in their Arch::prepare).
     Fail(source, ": moe_layer_freq ", config.moe_layer_freq,
          " is not supported (transformers ignores it; released checkpoints use 1)");
   }

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import latent_generate, latent_logits, load_reference, run_latent
+from family_reference import assert_variant_matches, rewrite_config
 
 PRESETS = ["deepseek_v32", "glm_moe_dsa"]
 LENGTHS = [32, 100, 300]
@@ -202,3 +203,13 @@ def test_info_shows_both_rows(tiny_models, preset):
         assert names == (["mla.latent"] if shared else ["mla.latent", "dsa.index_k"])
         if not shared:
             assert layer["rows"][1]["bytes_per_token"] == 4 * config["index_head_dim"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_moe_layer_freq_beside_mlp_layer_types_is_ignored(tiny_models, tmp_path, preset):
+    """transformers reads the layer kinds from mlp_layer_types alone (these classes never read
+    moe_layer_freq); a stated moe_layer_freq beside the list changes nothing."""
+    model_dir = rewrite_config(tiny_models.get(preset), tmp_path / "model",
+                               lambda c: c.update(moe_layer_freq=2))
+    assert "mlp_layer_types" in json.loads((model_dir / "config.json").read_text())
+    assert_variant_matches(model_dir)
