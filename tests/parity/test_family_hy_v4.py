@@ -118,6 +118,10 @@ def test_dsa_selection_matches_transformers(case):
      "but every hy_v4 layer is \"indexed_attention\""),
     (lambda c: c.update(hc_mult=4),
      "tensor 'model.layers.0.hc_pre.hc_attn_layer.hc_fn' has shape [6, 180] but config.json implies [8, 240]"),
-], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch"])
+    # transformers' docstring says these disable the clamp; its experts clamp at them anyway.
+    (lambda c: c.update(swiglu_limit=0), "'swiglu_limit' must be positive, got 0 (transformers'"),
+    (lambda c: c.update(swiglu_limit=-1.5), "'swiglu_limit' must be positive, got -1.5"),
+], ids=["shared_first_indexer", "hc_mult_zero", "layer_types", "hc_mult_mismatch",
+        "swiglu_limit_zero", "swiglu_limit_negative"])
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
     assert_info_fails(rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit), message)

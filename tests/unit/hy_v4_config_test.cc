@@ -63,14 +63,14 @@ TEST(HyV4ConfigTest, StatedFields) {
   j["indexer_types"] = {"full", "shared", "full", "shared", "shared", "full", "shared"};
   j["hc_mult"] = 3;
   j["hc_magnitude"] = 1.5;
-  j["swiglu_limit"] = -1.0;  // at or below zero: no clamp
+  j["swiglu_limit"] = 7.5;
   j["rms_norm_eps"] = 1e-6;
   j["mlp_layer_types"] = {"dense", "dense", "sparse", "sparse", "dense", "sparse", "sparse"};
   const ModelConfig c = Parse(j);
   EXPECT_EQ(c.indexer_layers, (std::vector<bool>{true, false, true, false, false, true, false}));
   EXPECT_EQ(c.hc_mult, 3);
   EXPECT_DOUBLE_EQ(c.hc_magnitude, 1.5);
-  EXPECT_DOUBLE_EQ(c.swiglu_limit, 0.0);
+  EXPECT_DOUBLE_EQ(c.swiglu_limit, 7.5);
   EXPECT_DOUBLE_EQ(c.index_k_norm_eps, 1e-6);
   EXPECT_EQ(c.moe_layers, (std::vector<bool>{false, false, true, true, false, true, true}));
 }
@@ -86,6 +86,8 @@ TEST(HyV4ConfigTest, Refusals) {
   EXPECT_CONFIG_ERROR(j, "'layer_types' entry 0 is \"sliding_attention\", but every hy_v4 layer "
                          "is \"indexed_attention\"");
   EXPECT_CONFIG_ERROR(With(TinyHyV4(), "q_lora_rank", nullptr), "needs q_lora_rank");
+  // transformers' docstring says <= 0 disables the clamp; its experts clamp there anyway.
+  EXPECT_CONFIG_ERROR(With(TinyHyV4(), "swiglu_limit", 0.0), "'swiglu_limit' must be positive");
 }
 
 TEST(HyV4ConfigTest, TensorNames) {

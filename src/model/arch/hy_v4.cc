@@ -53,8 +53,15 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   if (config.hc_mult <= 0) Fail(source, ": 'hc_mult' must be positive, got ", config.hc_mult);
   config.hc_magnitude = top.NumberOr("hc_magnitude", 2.0);
   config.hc_eps = top.NumberOr("hc_eps", 1e-6);
-  // Values at or below zero disable the clamp, as in transformers.
-  config.swiglu_limit = std::max(0.0, top.NumberOr("swiglu_limit", 10.0));
+  // HYV4Config's docstring says values at or below zero disable the clamp, but HYV4Experts
+  // clamps at the value whatever it is (at zero every routed expert outputs zeros): refuse what
+  // the two disagree on rather than pick one.
+  config.swiglu_limit = top.NumberOr("swiglu_limit", 10.0);
+  if (!(config.swiglu_limit > 0)) {
+    Fail(source, ": 'swiglu_limit' must be positive, got ", config.swiglu_limit,
+         " (transformers' HYV4Config documents values <= 0 as disabling the clamp, but its "
+         "experts clamp at them anyway)");
+  }
 }
 
 // linear_gate (gate_proj), up_proj, down_proj under `p`.
