@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from conftest import latent_generate, latent_logits, load_reference, run_latent
+from family_reference import assert_variant_matches
 
 FAMILIES = ["youtu", "glm4_moe_lite", "minicpm3"]
 LENGTHS = [1, 7, 64, 300]
@@ -202,3 +203,10 @@ def test_minicpm3_prefix_cache_keeps_long_and_short_prompts_apart(tiny_models, t
     # Only the long prompts share: the third reuses the second's two full blocks, the fourth
     # (short) the first's one.
     assert summary["prefix_hit_tokens"] == 32 + 16
+
+
+def test_glm4_moe_lite_rotate_half_rope(tiny_models):
+    """rope_interleave false: the rotary part rotated in halves (the preset interleaves)."""
+    reference = assert_variant_matches(tiny_models.get("glm4_moe_lite",
+                                                       config={"rope_interleave": False}))
+    assert reference.config.rope_interleave is False

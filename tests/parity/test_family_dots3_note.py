@@ -154,3 +154,13 @@ def test_released_form_runs_dsa_as_transformers_does(tiny_models, tmp_path):
     kinds = [t for t in reference.config.layer_types if t != "sliding_attention"]
     assert kinds == ["indexed_attention"] * 3
 
+
+def test_sliding_window_size_is_the_window(tiny_models, tmp_path):
+    """The released config's sliding_window_size, read where sliding_window is absent."""
+    def edit(config):
+        config.pop("sliding_window")
+        config["sliding_window_size"] = 24
+
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
+    reference = assert_variant_matches(model_dir, "Dots3NoteForCausalLM")
+    assert reference.config.sliding_window == 24

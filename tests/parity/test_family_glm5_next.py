@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from family_reference import (assert_state_row, info, info_text, kda_rows, parity_tests,
-                              reference_case)
+from family_reference import (as_index_topk_pattern, assert_state_row, assert_variant_matches,
+                              info, info_text, kda_rows, parity_tests, reference_case,
+                              rewrite_config)
 
 PRESET = "glm5_next"
 LENGTHS = [1, 7, 64, 300]
@@ -77,3 +78,9 @@ def test_info_rows_and_state_per_layer(case):
     text = info_text(model_dir)
     assert "layer 0: kda.state" in text and "bytes/sequence (state)" in text, text
     assert "layer 3: mla.latent" in text and "dsa.kpool" in text, text
+
+
+def test_index_topk_pattern_places_the_shared_indexers(tiny_models, tmp_path):
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", as_index_topk_pattern,
+                               text_config=True)
+    assert_variant_matches(model_dir, "Glm5NextForConditionalGeneration")

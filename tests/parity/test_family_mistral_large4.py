@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from family_reference import (assert_info_fails, assert_selections_match, indexer_selections, info,
-                              info_text, latent_selections, parity_tests, reference_case,
-                              rewrite_config)
+from family_reference import (as_index_topk_pattern, assert_info_fails, assert_selections_match,
+                              assert_variant_matches, indexer_selections, info, info_text,
+                              latent_selections, parity_tests, reference_case, rewrite_config)
 
 PRESET = "mistral_large4"
 LENGTHS = [1, 7, 64, 300]
@@ -99,3 +99,9 @@ def test_dsa_selection_matches_transformers(case):
 def test_bad_config_gets_a_clear_error(tiny_models, tmp_path, edit, message):
     assert_info_fails(rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit, text_config=True),
                       message)
+
+
+def test_index_topk_pattern_places_the_shared_indexers(tiny_models, tmp_path):
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", as_index_topk_pattern,
+                               text_config=True)
+    assert_variant_matches(model_dir, "MistralLarge4ForConditionalGeneration")

@@ -29,6 +29,9 @@ CASES = [
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64, "rope_theta": 10000.0}}, 100),
     ("kimi_k2", "kimi_k2", (), None, 24),
+    ("kimi_k2_no_interleave", "kimi_k2", (), {"rope_interleave": False}, 24),
+    # The sigmoid router's top-k weights as scored (times routed_scaling_factor), not renormalised.
+    ("v3_no_norm_topk", "deepseek_v3", (), {"norm_topk_prob": False}, 24),
     ("v3_fp8_blocks", "deepseek_v3", ("--fp8", "--fp8-block", "16", "--dtype", "float32"), None, 24),
 ]
 FORMS = ["absorbed", "expanded"]
