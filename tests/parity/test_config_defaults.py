@@ -26,6 +26,7 @@ FIELDS = {
     "max_position_embeddings": ["max_position_embeddings", "model_max_length"],
     "routed_scaling_factor": ["routed_scaling_factor"],
     "norm_topk_prob": ["norm_topk_prob", "moe_renormalize"],
+    "n_shared_experts": ["n_shared_experts", "num_shared_experts"],
     "bos_token_id": ["bos_token_id"],
     "eos_token_id": ["eos_token_id"],
     # The layer kinds from the class's own derivation, and from first_k_dense_replace's default.
