@@ -120,6 +120,12 @@ std::vector<int64_t> ParseEosTokenIds(const Json& value, const std::string& file
 // stating both must agree. For a family's Arch::prepare.
 void ReadMoeKeyAliases(Json& json, const std::string& source);
 
+// An Arch::prepare for the families whose transformers classes never read mlp_layer_types
+// (DeepSeek V2/V3 and Mistral 4 take MoE from first_k_dense_replace on, LongCat Flash has its
+// MoE in every layer, MiniCPM3 and Youtu a dense MLP in every layer): drops a stated list, so
+// that the layer kinds come from the family's own fields as in transformers.
+void IgnoreMlpLayerTypes(Json& json, const std::string& source);
+
 // AXK1Config's and AXK2Config's legacy layer kinds, for a family's Arch::prepare: without
 // mlp_layer_types, layer l is "sparse" when l >= first_k_dense_replace (default
 // `default_first_dense`) and l % moe_layer_freq == 0, written as mlp_layer_types; beside an

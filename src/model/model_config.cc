@@ -339,6 +339,10 @@ void ReadMoeKeyAliases(Json& json, const std::string& source) {
   }
 }
 
+void IgnoreMlpLayerTypes(Json& json, const std::string& /*source*/) {
+  json.erase("mlp_layer_types");
+}
+
 void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense) {
   if (!json.is_object()) return;  // the common parser names the problem
   const ConfigReader top(json, source);

@@ -59,7 +59,7 @@ class DeepseekV2 final : public DeepseekModel {
 Arch Make() {
   return WithModel<DeepseekV2, ForEachTensor>(
       {.name = "deepseek_v2", .model_types = {"deepseek_v2"}, .defaults = Defaults(),
-       .parse = Parse, .cache_rows = CacheRows});
+       .prepare = IgnoreMlpLayerTypes, .parse = Parse, .cache_rows = CacheRows});
 }
 
 }  // namespace

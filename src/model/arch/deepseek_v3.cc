@@ -54,7 +54,8 @@ Arch Make() {
   return WithModel<DeepseekV3, ForEachTensor>(
       {.name = "deepseek_v3", .model_types = {"deepseek_v3", "kimi_k2"},
        // V3 and R1 write V3's or V3.1's markup: their chat template tells which.
-       .tool_call_formats = {{"kimi_k2", "kimi_k2"}}, .defaults = Defaults(), .parse = Parse,
+       .tool_call_formats = {{"kimi_k2", "kimi_k2"}}, .defaults = Defaults(),
+       .prepare = IgnoreMlpLayerTypes, .parse = Parse,
        .cache_rows = CacheRows});
 }
 

@@ -43,6 +43,7 @@ void Prepare(Json& json, const std::string& source) {
          ") must be 2 * num_layers (", 2 * layers, ") for longcat_flash");
   }
   json["num_hidden_layers"] = layers;
+  IgnoreMlpLayerTypes(json, source);
   const std::pair<const char*, const char*> aliases[] = {
       {"ffn_hidden_size", "intermediate_size"},
       {"expert_ffn_hidden_size", "moe_intermediate_size"},

@@ -103,7 +103,8 @@ class MiniCpm3 final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<MiniCpm3, ForEachTensor>(
-      {.name = "minicpm3", .model_types = {"minicpm3"}, .defaults = Defaults(), .parse = Parse,
+      {.name = "minicpm3", .model_types = {"minicpm3"}, .defaults = Defaults(),
+       .prepare = IgnoreMlpLayerTypes, .parse = Parse,
        .cache_rows = CacheRows});
 }
 

@@ -112,7 +112,8 @@ class Mistral4 final : public DeepseekModel {
 Arch Make() {
   return WithModel<Mistral4, ForEachTensor>(
       {.name = "mistral4", .model_types = {"mistral4"}, .defaults = Defaults(),
-       .wrapper_model_types = {"mistral3"}, .parse = Parse, .cache_rows = CacheRows});
+       .wrapper_model_types = {"mistral3"}, .prepare = IgnoreMlpLayerTypes, .parse = Parse,
+       .cache_rows = CacheRows});
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ class Youtu final : public DeepseekModel {
 
 Arch Make() {
   return WithModel<Youtu, ForEachTensor>(
-      {.name = "youtu", .model_types = {"youtu"}, .defaults = Defaults(), .parse = Parse,
+      {.name = "youtu", .model_types = {"youtu"}, .defaults = Defaults(),
+       .prepare = IgnoreMlpLayerTypes, .parse = Parse,
        .cache_rows = CacheRows});
 }
 
