@@ -149,8 +149,8 @@ void ParseDsaIndexer(const ConfigReader& top, ModelConfig& config, int64_t defau
 void ParseIndexedLayerTypes(const ConfigReader& top, const ModelConfig& config);
 // IndexShare (GLM-5, mistral_large4): which layers run their own indexer ("full") and which
 // reuse the selection of the last one that did ("shared"), from indexer_types, else
-// index_topk_pattern ("FSS..."), else index_topk_freq / index_skip_topk_offset, as transformers
-// derives them. Layer 0 must be full.
+// index_topk_pattern ("FSS...", or a list read as indexer_types), else index_topk_freq /
+// index_skip_topk_offset, as transformers derives them. Layer 0 must be full.
 void ParseIndexShare(const ConfigReader& top, ModelConfig& config);
 
 }  // namespace latent::model

@@ -439,6 +439,9 @@ void ParseIndexShare(const ConfigReader& top, ModelConfig& config) {
   config.indexer_layers.clear();
   if (top.Has("indexer_types")) {
     config.indexer_layers = ParseLayerKinds(top, "indexer_types", layers, "shared", "full");
+  } else if (top.Has("index_topk_pattern") && top["index_topk_pattern"].is_array()) {
+    // transformers' classes take a list as indexer_types itself.
+    config.indexer_layers = ParseLayerKinds(top, "index_topk_pattern", layers, "shared", "full");
   } else if (top.Has("index_topk_pattern")) {
     const std::string pattern = top.StringOr("index_topk_pattern", "");
     if (static_cast<int64_t>(pattern.size()) != layers || pattern.find_first_not_of("FS") != std::string::npos) {

@@ -124,6 +124,13 @@ def as_index_topk_pattern(config):
     assert "S" in config["index_topk_pattern"]
 
 
+def as_index_topk_list(config):
+    """The config with its IndexShare layers as an index_topk_pattern list (["full", "shared",
+    ...]), which transformers' classes take as indexer_types itself."""
+    config["index_topk_pattern"] = config.pop("indexer_types")
+    assert "shared" in config["index_topk_pattern"]
+
+
 def info(model_dir, *extra) -> dict:
     """`latent info --json` of `model_dir`."""
     return json.loads(run_latent("info", "--model", str(model_dir), "--json", *extra).stdout)

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import latent_generate, latent_logits, load_reference, run_latent
-from family_reference import as_index_topk_pattern, assert_variant_matches, rewrite_config
+from family_reference import (as_index_topk_list, as_index_topk_pattern, assert_variant_matches,
+                              rewrite_config)
 
 PRESETS = ["deepseek_v32", "glm_moe_dsa"]
 LENGTHS = [32, 100, 300]
@@ -205,9 +206,11 @@ def test_info_shows_both_rows(tiny_models, preset):
             assert layer["rows"][1]["bytes_per_token"] == 4 * config["index_head_dim"]
 
 
-def test_glm_index_topk_pattern_places_the_shared_indexers(tiny_models, tmp_path):
-    model_dir = rewrite_config(tiny_models.get("glm_moe_dsa"), tmp_path / "model",
-                               as_index_topk_pattern)
+@pytest.mark.parametrize("edit", [as_index_topk_pattern, as_index_topk_list])
+def test_glm_index_topk_pattern_places_the_shared_indexers(tiny_models, tmp_path, edit):
+    """index_topk_pattern as GLM-5's string ("FS...") and as the list of indexer types that
+    transformers also takes."""
+    model_dir = rewrite_config(tiny_models.get("glm_moe_dsa"), tmp_path / "model", edit)
     assert_variant_matches(model_dir)
 
 

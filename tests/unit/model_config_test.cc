@@ -671,6 +671,10 @@ TEST(ModelConfigTest, ParsesGlmIndexShare) {
   j["index_topk_pattern"] = "FSFSFSFS";
   EXPECT_EQ(Parse(j.dump()).indexer_layers,
             (std::vector<bool>{true, false, true, false, true, false, true, false}));
+  // transformers takes a list as indexer_types itself.
+  j["index_topk_pattern"] = {"full", "full", "shared", "full", "shared", "shared", "full", "full"};
+  EXPECT_EQ(Parse(j.dump()).indexer_layers,
+            (std::vector<bool>{true, true, false, true, false, false, true, true}));
   j.erase("index_topk_pattern");
   j["indexer_types"] = {"full", "shared", "shared", "full", "full", "full", "full", "shared"};
   EXPECT_EQ(Parse(j.dump()).indexer_layers[2], false);
@@ -688,6 +692,9 @@ TEST(ModelConfigTest, RejectsBadDsa) {
   j["indexer_types"] = {"full"};
   EXPECT_CONFIG_ERROR(j, "'indexer_types' must list one entry per layer (3)");
   j.erase("indexer_types");
+  j["index_topk_pattern"] = {"F", "S", "S"};  // a list holds indexer types, not letters
+  EXPECT_CONFIG_ERROR(j, "'index_topk_pattern' entries must be \"shared\" or \"full\"");
+  j.erase("index_topk_pattern");
   j["q_lora_rank"] = nullptr;
   EXPECT_CONFIG_ERROR(j, "glm_moe_dsa needs q_lora_rank");
   j["q_lora_rank"] = 32;
