@@ -126,12 +126,19 @@ void ReadMoeKeyAliases(Json& json, const std::string& source);
 // that the layer kinds come from the family's own fields as in transformers.
 void IgnoreMlpLayerTypes(Json& json, const std::string& source);
 
-// AXK1Config's and AXK2Config's legacy layer kinds, for a family's Arch::prepare: without
-// mlp_layer_types, layer l is "sparse" when l >= first_k_dense_replace (default
-// `default_first_dense`) and l % moe_layer_freq == 0, written as mlp_layer_types; beside an
-// explicit list moe_layer_freq is ignored. Either way moe_layer_freq is then dropped, since the
-// common parser refuses it for the families that ignore it.
-void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense);
+// How a family's configuration class reads moe_layer_freq: a number (every k-th layer is MoE),
+// or also a per-layer list of truthy entries (Dots3NoteTextConfig).
+enum class MoeLayerFreq { kNumber, kNumberOrList };
+
+// The legacy layer kinds of AXK1Config, AXK2Config and Dots3NoteTextConfig, for a family's
+// Arch::prepare: without mlp_layer_types, layer l is "sparse" when l >= first_k_dense_replace
+// (default `default_first_dense`) and l % moe_layer_freq == 0 (or moe_layer_freq[l], a list,
+// is truthy), written as mlp_layer_types; a stated null for either key is refused, as
+// transformers fails on it. Beside an explicit list moe_layer_freq is ignored. Either way
+// moe_layer_freq is then dropped, since the common parser refuses it for the families that
+// ignore it.
+void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense,
+                         MoeLayerFreq form = MoeLayerFreq::kNumber);
 
 // Per-layer list of `no` / `yes` strings -> bools (true for `yes`), one entry per layer.
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,

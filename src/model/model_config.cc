@@ -343,18 +343,48 @@ void IgnoreMlpLayerTypes(Json& json, const std::string& /*source*/) {
   json.erase("mlp_layer_types");
 }
 
-void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense) {
+void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense,
+                         MoeLayerFreq form) {
   if (!json.is_object()) return;  // the common parser names the problem
   const ConfigReader top(json, source);
-  if (!top.Has("mlp_layer_types") && top.Has("moe_layer_freq")) {
+  if (!top.Has("mlp_layer_types")) {
     const int64_t layers = top.PositiveInt("num_hidden_layers");
     if (layers > kMaxConfigLayers) return;  // the common parser names the problem
+    // The classes default a missing key only: a stated null reaches their comparison and
+    // raises TypeError, so it is refused here rather than read as the default.
+    for (const char* key : {"first_k_dense_replace", "moe_layer_freq"}) {
+      if (top.Present(key) && !top.Has(key)) {
+        Fail(source, ": '", key, "' is null (transformers fails on it): state it or leave it out");
+      }
+    }
     const int64_t first_dense = top.IntOr("first_k_dense_replace", default_first_dense);
-    const int64_t freq = top.Int("moe_layer_freq");
-    if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
+    const bool per_layer = form == MoeLayerFreq::kNumberOrList && top.Has("moe_layer_freq") &&
+                           top["moe_layer_freq"].is_array();
+    int64_t every = 1;
+    if (!per_layer) {
+      every = top.IntOr("moe_layer_freq", 1);
+      // transformers raises ZeroDivisionError at 0 (where a layer reaches it) but takes a
+      // negative -k as k (l % -k == 0 where k divides l); latent refuses both, which no
+      // checkpoint states.
+      if (every <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", every);
+    } else if (const int64_t n = static_cast<int64_t>(top["moe_layer_freq"].size());
+               n < layers && first_dense < layers) {
+      // transformers indexes the list at every layer from first_k_dense_replace on.
+      Fail(source, ": 'moe_layer_freq' lists ", n, " entries for ", layers, " layers");
+    }
     Json kinds = Json::array();
     for (int64_t l = 0; l < layers; ++l) {
-      kinds.push_back(l >= first_dense && l % freq == 0 ? "sparse" : "dense");
+      bool moe = l >= first_dense;
+      if (moe && per_layer) {
+        const Json& on = top["moe_layer_freq"][l];  // truthy as Python's bool() reads it
+        if (!on.is_boolean() && !on.is_number()) {
+          Fail(source, ": 'moe_layer_freq' entries must be numbers or booleans, got ", on.dump());
+        }
+        moe = on.is_boolean() ? on.get<bool>() : on.get<double>() != 0;
+      } else if (moe) {
+        moe = l % every == 0;
+      }
+      kinds.push_back(moe ? "sparse" : "dense");
     }
     json["mlp_layer_types"] = std::move(kinds);
   }

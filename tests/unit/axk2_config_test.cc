@@ -88,6 +88,20 @@ TEST(Axk2ConfigTest, MoeLayerFreqPicksTheSparseLayers) {
   j.erase("mlp_layer_types");
   j["moe_layer_freq"] = 0;
   EXPECT_CONFIG_ERROR(j, "'moe_layer_freq' must be positive");
+  j["moe_layer_freq"] = -2;  // transformers reads -2 as 2; no checkpoint states it
+  EXPECT_CONFIG_ERROR(j, "'moe_layer_freq' must be positive");
+  // A stated null is no default to AXK2Config: its comparison with the layer index fails.
+  j["moe_layer_freq"] = nullptr;
+  EXPECT_CONFIG_ERROR(j, "'moe_layer_freq' is null (transformers fails on it)");
+  j["moe_layer_freq"] = 2;
+  j["first_k_dense_replace"] = nullptr;
+  EXPECT_CONFIG_ERROR(j, "'first_k_dense_replace' is null (transformers fails on it)");
+  j.erase("moe_layer_freq");
+  EXPECT_CONFIG_ERROR(j, "'first_k_dense_replace' is null (transformers fails on it)");
+  // Beside an explicit list the class reads neither.
+  j["mlp_layer_types"] = {"sparse", "sparse", "dense", "dense"};
+  j["moe_layer_freq"] = nullptr;
+  EXPECT_EQ(Parse(j).moe_layers, (std::vector<bool>{true, true, false, false}));
 }
 
 TEST(Axk2ConfigTest, RefusesWhatTransformersRefuses) {

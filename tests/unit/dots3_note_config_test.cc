@@ -80,6 +80,32 @@ TEST(Dots3NoteConfigTest, PerLayerConfigAndNestedRope) {
   EXPECT_DOUBLE_EQ(c.sliding_rope.theta, 500.0);
 }
 
+TEST(Dots3NoteConfigTest, MoeLayerFreqAsANumberOrAList) {
+  // Dots3NoteTextConfig: sparse from first_k_dense_replace on where moe_layer_freq divides l,
+  // or, a list, where its entry is truthy (entries before first_k_dense_replace unread).
+  Json j = TinyDots3();
+  j["moe_layer_freq"] = 2;
+  EXPECT_EQ(Parse(j).moe_layers, (std::vector<bool>{false, false, true, false, true, false}));
+  j["moe_layer_freq"] = {1, 0, true, false, 2.5, 1};
+  EXPECT_EQ(Parse(j).moe_layers, (std::vector<bool>{false, false, true, false, true, true}));
+  j["first_k_dense_replace"] = 6;
+  j["moe_layer_freq"] = Json::array();  // never indexed: every layer is dense
+  EXPECT_EQ(Parse(j).moe_layers, std::vector<bool>(6, false));
+  j["first_k_dense_replace"] = 3;
+  EXPECT_NE(ErrorFor(j).find("'moe_layer_freq' lists 0 entries for 6 layers"), std::string::npos)
+      << ErrorFor(j);
+  j["moe_layer_freq"] = {1, 1, 1, "yes", 1, 1};
+  EXPECT_NE(ErrorFor(j).find("'moe_layer_freq' entries must be numbers or booleans, got \"yes\""),
+            std::string::npos) << ErrorFor(j);
+  j["moe_layer_freq"] = nullptr;
+  EXPECT_NE(ErrorFor(j).find("'moe_layer_freq' is null (transformers fails on it)"),
+            std::string::npos) << ErrorFor(j);
+  j.erase("moe_layer_freq");
+  j["first_k_dense_replace"] = nullptr;
+  EXPECT_NE(ErrorFor(j).find("'first_k_dense_replace' is null (transformers fails on it)"),
+            std::string::npos) << ErrorFor(j);
+}
+
 TEST(Dots3NoteConfigTest, Refusals) {
   Json j = TinyDots3();
   j["swa_num_key_value_heads"] = 1;

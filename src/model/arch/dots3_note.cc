@@ -40,7 +40,7 @@ constexpr const char* kSlidingRopeKey = "latent_sliding_rope_parameters";
 
 // What Dots3NoteTextConfig derives before the common keys are read:
 //  - mlp_layer_types from first_k_dense_replace (1) and moe_layer_freq (a number or a per-layer
-//    list), when not given;
+//    list), when not given (DeriveMlpLayerTypes);
 //  - layer_types from use_sliding_window / use_dsa (DSA at l < 2 or l % 4 == 1), when not given;
 //    then use_dsa's renaming of full_attention / indexed_attention (UseDsa);
 //  - rope_parameters per layer type ({"indexed_attention": {...}, "sliding_attention": {...}}),
@@ -63,27 +63,8 @@ void Prepare(Json& json, const std::string& source) {
   const ConfigReader top(json, source);
   const int64_t layers = top.PositiveInt("num_hidden_layers");
   if (layers > kMaxConfigLayers) return;  // the common parser names the problem
-  if (!top.Has("mlp_layer_types")) {
-    const int64_t first_dense = top.IntOr("first_k_dense_replace", 1);
-    Json kinds = Json::array();
-    for (int64_t l = 0; l < layers; ++l) {
-      bool moe = l >= first_dense;
-      if (top.Has("moe_layer_freq") && json["moe_layer_freq"].is_array()) {
-        const Json& freq = json["moe_layer_freq"];
-        if (static_cast<int64_t>(freq.size()) <= l) {
-          Fail(source, ": 'moe_layer_freq' lists fewer entries than the ", layers, " layers");
-        }
-        moe = moe && (freq[l].is_boolean() ? freq[l].get<bool>() : freq[l].get<double>() != 0);
-      } else {
-        const int64_t freq = top.IntOr("moe_layer_freq", 1);
-        if (freq <= 0) Fail(source, ": 'moe_layer_freq' must be positive, got ", freq);
-        moe = moe && l % freq == 0;
-      }
-      kinds.push_back(moe ? "sparse" : "dense");
-    }
-    json["mlp_layer_types"] = std::move(kinds);
-  }
-  json.erase("moe_layer_freq");
+  DeriveMlpLayerTypes(json, source, Defaults().first_k_dense_replace,
+                      MoeLayerFreq::kNumberOrList);
   json.erase("first_k_dense_replace");
   const std::optional<bool> use_dsa = UseDsa(top);
   if (!top.Has("layer_types")) {
@@ -96,7 +77,7 @@ void Prepare(Json& json, const std::string& source) {
     }
     json["layer_types"] = std::move(types);
   }
-  if (use_dsa && json["layer_types"].is_array()) {
+  if (use_dsa.has_value() && json["layer_types"].is_array()) {
     // Dots3NoteTextConfig renames after deriving or reading the list: given layer_types too.
     const char* from = *use_dsa ? "full_attention" : "indexed_attention";
     const char* to = *use_dsa ? "indexed_attention" : "full_attention";
