@@ -292,7 +292,6 @@ nlohmann::json ConfigInfo(const model::ModelConfig& c, const std::string& dir,
                          {"linear_attention", linear},
                          {"mla", c.num_hidden_layers - linear},
                          {"dsa_indexer", indexer}};
-  info["max_position_embeddings"] = c.max_position_embeddings;
   info["config"] = ResolvedConfigJson(c);
   info["num_parameters"] = model::CountParameters(weights);
   info["config_dtype"] = c.dtype;

@@ -155,6 +155,38 @@ def test_released_form_runs_dsa_as_transformers_does(tiny_models, tmp_path):
     assert kinds == ["indexed_attention"] * 3
 
 
+def rope_as_thetas(config):
+    """The rope settings as rope_theta / swa_rope_theta (the released config's keys), which
+    transformers applies to whatever the layer kinds are named; its nested rope_parameters have
+    no entry for "full_attention", which transformers would look up once use_dsa renames."""
+    rope = config.pop("rope_parameters")
+    config["rope_theta"] = rope["indexed_attention"]["rope_theta"]
+    config["swa_rope_theta"] = rope["sliding_attention"]["rope_theta"]
+
+
+@pytest.mark.parametrize("form", ["canonical", "released"])
+@pytest.mark.parametrize("use_dsa", [False, None])
+def test_use_dsa_false_or_null_as_transformers_reads_it(tiny_models, tmp_path, form, use_dsa):
+    """use_dsa false names every DSA layer "full_attention" (dense attention, indexer weights
+    unused); null renames nothing, so the canonical form keeps its "indexed_attention" layers
+    and the released form its "full_attention" ones. On a 64-token prompt (past index_topk 8,
+    where DSA and dense attention differ), against transformers."""
+    def edit(config):
+        if form == "released":
+            as_released(config)
+        config["use_dsa"] = use_dsa
+        rope_as_thetas(config)
+
+    model_dir = rewrite_config(tiny_models.get(PRESET), tmp_path / "model", edit)
+    reference = assert_variant_matches(model_dir, "Dots3NoteForCausalLM")
+    dsa = use_dsa is None and form == "canonical"
+    kinds = [t for t in reference.config.layer_types if t != "sliding_attention"]
+    assert kinds == ["indexed_attention" if dsa else "full_attention"] * 3
+    indexed = [any(row["name"] == "dsa.index_k" for row in layer["rows"])
+               for layer in info(model_dir)["cache_layers"]]
+    assert sum(indexed) == (3 if dsa else 0)
+
+
 def test_sliding_window_size_is_the_window(tiny_models, tmp_path):
     """The released config's sliding_window_size, read where sliding_window is absent."""
     def edit(config):

@@ -76,6 +76,9 @@ def test_cache_bytes_per_token_by_hand(name, dtype):
     assert got["cache_bytes_per_token"] == CACHE_PER_TOKEN[name][dtype]
     config = json.loads((CONFIGS / name / "config.json").read_text())
     context = config.get("max_position_embeddings", config.get("model_max_length"))
+    # Once, with the other resolved values, as the checkpoint form reports it.
+    assert got["config"]["max_position_embeddings"] == context
+    assert "max_position_embeddings" not in got
     at = got["cache_at_context"]
     assert at["context"] == context and at["sequences"] == 1  # the defaults
     # Whole 16-token blocks; these contexts are multiples of 16.

@@ -16,8 +16,7 @@ ArchDefaults Defaults() {
           .n_group = 8, .topk_group = 4, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
           .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 32768,
-          .rms_norm_eps = 1e-6, .bos = 163691,
-          .eos = 163691};
+          .rms_norm_eps = 1e-6, .bos = 163691, .eos = 163691};
 }
 
 // AXK1Config honours moe_layer_freq when it derives mlp_layer_types, as AXK2Config does.

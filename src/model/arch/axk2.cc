@@ -23,8 +23,7 @@ ArchDefaults Defaults() {
           .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
           .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 131072,
-          .rms_norm_eps = 1e-6, .bos = 163691,
-          .eos = 163691};
+          .rms_norm_eps = 1e-6, .bos = 163691, .eos = 163691};
 }
 
 // Rewrites what the common parser would read differently from AXK2Config:

@@ -17,8 +17,7 @@ namespace {
 ArchDefaults Defaults() {
   // No experts: a config that states some still parses far enough for Parse to refuse it.
   return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768,
-          .rms_norm_eps = 1e-5, .bos = 1,
-          .eos = 2, .v_head_dim_from_heads = true};
+          .rms_norm_eps = 1e-5, .bos = 1, .eos = 2, .v_head_dim_from_heads = true};
 }
 
 // The muP scalings; a null scale_depth or dim_model_base means no scaling (transformers:

@@ -13,8 +13,7 @@ namespace {
 ArchDefaults Defaults() {
   // No experts: a config that states some still parses far enough for Parse to refuse it.
   return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 131072,
-          .rms_norm_eps = 1e-6, .bos = 128000,
-          .eos = 128001};
+          .rms_norm_eps = 1e-6, .bos = 128000, .eos = 128001};
 }
 
 void Parse(const ConfigReader& top, ModelConfig& config) {
