@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "engine/cache_manager.h"
+#include "engine/rank_check.h"
 #include "model/cache_rows.h"
 
 namespace latent::engine {
@@ -194,8 +195,14 @@ std::unique_ptr<model::Model> LoadRankedModel(const std::string& dir, model::Loa
   if (world.size() == 1) return model::LoadModel(dir, options);
   // Every rank reads the test hook before it loads, so a malformed value ends the job there.
   const std::optional<InjectedCheck> injected = ReadInjectedCheck();
+  // Every rank must compute the same model: compared before the load, so that another layer
+  // count is named here rather than dying mid-step in a collective of another size, and the
+  // precision the load resolved after it (--precision auto and f32 agree on an f32 checkpoint).
+  // The second check also holds rank 0 (and serve's /health) until every rank has loaded.
+  CheckRanksAgree(world, ItemsBeforeLoading(dir, options));
   options.communicator = &world;
   std::unique_ptr<model::Model> m = model::LoadModel(dir, options);
+  CheckRanksAgree(world, {{"precision", model::PrecisionName(m->precision())}});
   if (world.rank() == 0) return std::make_unique<StepBroadcaster>(std::move(m), world, injected);
   RunWorker(*m, world, injected);
   throw WorkerFinished{};

@@ -25,6 +25,9 @@ struct WorkerFinished {};
 
 // Loads the model in `dir` for this process's part of the job (parallel::World()):
 //  - one process: model::LoadModel, unchanged;
+//  - N > 1: every rank first compares what it would compute with rank 0 (engine/rank_check.h:
+//    build, --quantize, kernels, checkpoint; after the load the resolved precision), and a rank
+//    that differs ends the job before a step;
 //  - rank 0 of N: its experts' shard, wrapped so that Forward broadcasts each step;
 //  - rank r > 0: its experts' shard; then serves rank 0's steps until rank 0 is done and throws
 //    WorkerFinished (never returns).

@@ -35,6 +35,10 @@ class Communicator {
   // bytes_moved and seconds_in_collectives nor recorded by RecordCalls: it carries the step
   // timing's own figures (engine/distributed_model.h).
   virtual void AllGather(const double* mine, int64_t n, double* all) = 0;
+  // all [size, bytes] = every rank's `bytes` bytes at `mine`, in rank order, on every rank; not
+  // counted either (the start-up checks of engine/rank_check.h). `wait_forever`: no step timeout
+  // on any rank, rank 0 included (ranks load their shards at their own pace).
+  virtual void AllGatherBytes(const void* mine, int64_t bytes, void* all, bool wait_forever) = 0;
 
   // While `calls` is not null, every Broadcast and SumInRankOrder also appends the seconds it
   // took on this rank to it (null stops).
@@ -55,6 +59,9 @@ class SingleProcess final : public Communicator {
   double seconds_in_collectives() const override { return 0; }
   void AllGather(const double* mine, int64_t n, double* all) override {
     if (n > 0) std::memcpy(all, mine, n * sizeof(double));
+  }
+  void AllGatherBytes(const void* mine, int64_t bytes, void* all, bool) override {
+    if (bytes > 0) std::memcpy(all, mine, bytes);
   }
 };
 

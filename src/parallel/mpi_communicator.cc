@@ -109,6 +109,14 @@ class MpiCommunicator final : public Communicator {
     Wait(&request, "the step timing (all-gather)", false);
   }
 
+  void AllGatherBytes(const void* mine, int64_t bytes, void* all, bool wait_forever) override {
+    MPI_Request request;
+    const int count = Count(bytes, "a start-up check");
+    Check(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &request),
+          "all-gather");
+    Wait(&request, "the ranks' start-up check (all-gather)", wait_forever);
+  }
+
  private:
   void Took(Clock::time_point start) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -1,0 +1,74 @@
+"""A scale-out job's start-up (docs/scale-out.md, "Same model on every rank"): ranks that would
+compute different things are refused before they load, naming the rank and what differs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from test_mpi_ranks import (LATENT, MPIRUN, mpi_env, need_mpirun,  # noqa: F401 (fixture)
+                            run_failing_job)
+
+
+def mpmd(rank_args: list[list[str]]) -> list[str]:
+    """mpirun's MPMD form: one rank per entry of `rank_args`, each its own command line."""
+    argv = [MPIRUN, "--oversubscribe", "--bind-to", "none"]
+    for rank, args in enumerate(rank_args):
+        argv += ([":"] if rank else []) + ["-np", "1", *args]
+    return argv
+
+
+def generate(model, *flags: str) -> list[str]:
+    return [str(LATENT), "--threads", "1", "generate", "--model", str(model), "--ids", "3,17,29",
+            "--max-tokens", "4", "--ignore-eos", *flags]
+
+
+@pytest.mark.parametrize("difference", ["weights", "quantize", "layers", "precision"])
+def test_ranks_that_would_compute_different_models_are_refused(tiny_models, difference):
+    """Rank 1 started on the same shapes with other weights (another seed), with --quantize int8
+    or --precision bf16 where rank 0 has neither, ran to exit 0 with other tokens than either
+    model alone; on another layer count it died mid-step with MPI_ERR_TRUNCATE ("a rank has
+    probably died"). The ranks compare what they would compute before loading: the job ends at
+    once, exit 2, with one line from rank 0 naming rank 1 and the difference."""
+    model = tiny_models.get("deepseek_v3")
+    other, flags = model, []
+    if difference == "weights":
+        other = tiny_models.get("deepseek_v3", seed=1)
+    elif difference == "layers":
+        other = tiny_models.get("deepseek_v3", config={"num_hidden_layers": 2})
+    elif difference == "quantize":
+        flags = ["--quantize", "int8"]
+    else:
+        flags = ["--precision", "bf16"]
+    env = mpi_env()
+    env["LATENT_STEP_TIMEOUT"] = "30"
+    proc, took = run_failing_job(mpmd([generate(model), generate(other, *flags)]), env)
+    assert proc.returncode == 2, proc.stderr
+    assert took < 20, f"the job took {took:.1f} s to end:\n{proc.stderr}"
+    expected = {
+        "weights": r"model\.safetensors: its data differs \(other weights of the same shapes\)",
+        "layers": r"config\.json differs",
+        "quantize": r"--quantize int8 on rank 1, none on rank 0",
+        "precision": r"precision bf16 on rank 1, f32 on rank 0",
+    }[difference]
+    lines = [l for l in proc.stderr.splitlines()
+             if "the ranks would not compute the same model" in l]
+    assert len(lines) == 1, proc.stderr
+    assert re.search(r"^latent: error: rank 0 of 2: the ranks would not compute the same model: "
+                     r"rank 1: " + expected, lines[0]), proc.stderr
+    assert "MPI_ERR_TRUNCATE" not in proc.stderr, proc.stderr
+    assert proc.stdout == "", proc.stdout  # no token was generated
+
+
+def test_ranks_of_the_same_model_start(tiny_models, tmp_path):
+    """The same checkpoint on both ranks through two directory paths (a copy), and --precision
+    f32 beside auto on an f32 checkpoint (the same arithmetic): the comparison reads contents
+    and the precision the load resolved, not paths or flags, and the job runs."""
+    model = tiny_models.get("deepseek_v3")
+    copy = shutil.copytree(model, tmp_path / "copy")
+    proc, _ = run_failing_job(mpmd([generate(model), generate(copy, "--precision", "f32")]))
+    assert proc.returncode == 0, proc.stderr
+    assert "would not compute the same model" not in proc.stderr
+
