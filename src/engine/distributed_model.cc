@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -178,6 +179,23 @@ StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
   return decoding == seqs ? stats.decode : stats.mixed;
 }
 
+// After a kCache message: every rank's failure to allocate its replica ("": none; rank 0's is
+// always "", its cache exists), gathered on every rank, each cut to kFailureBytes.
+constexpr int64_t kFailureBytes = 400;
+std::vector<std::string> GatherCacheFailures(parallel::Communicator& comm,
+                                             const std::string& mine) {
+  std::string padded = mine.substr(0, kFailureBytes);
+  padded.resize(kFailureBytes, '\0');
+  std::vector<char> all(static_cast<size_t>(comm.size()) * kFailureBytes);  // [ranks, bytes]
+  comm.AllGatherBytes(padded.data(), kFailureBytes, all.data(), /*wait_forever=*/false);
+  std::vector<std::string> failures(comm.size());
+  for (int r = 0; r < comm.size(); ++r) {
+    const char* text = all.data() + static_cast<size_t>(r) * kFailureBytes;
+    failures[r].assign(text, strnlen(text, kFailureBytes));
+  }
+  return failures;
+}
+
 model::CacheDType CacheDTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kF32: return model::CacheDType::kF32;
@@ -231,6 +249,16 @@ void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
   w.Scalar<uint32_t>(static_cast<uint32_t>(rows.dtype));
   w.Scalar<int32_t>(rows.states.num_slots);  // 0: the model keeps no per-sequence state
   Send(comm_, Message::kCache, w.bytes);
+  const std::vector<std::string> failures = GatherCacheFailures(comm_, "");
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (failures[r].empty()) continue;
+    const uint64_t bytes =
+        rows.block_bytes * static_cast<uint64_t>(rows.num_blocks) +
+        rows.states.slot_bytes * static_cast<uint64_t>(std::max(rows.states.num_slots, 0));
+    Fail("rank ", r, " of ", comm_.size(), " cannot hold its replica of the cache (", bytes,
+         " bytes; every rank holds the whole cache): ", failures[r],
+         "; give that rank more memory, or lower --num-blocks or --cache-memory");
+  }
 }
 
 void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::AttentionForm form,
@@ -341,7 +369,17 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm,
         if (state_slots > 0) options.state_slots = state_slots;
         options.prefix_caching = false;  // block ids come from rank 0
         cache.reset();
-        cache = std::make_unique<CacheManager>(model.config(), options);
+        // A failure is reported to rank 0, which ends the job naming this rank; this rank goes
+        // on waiting (with no cache: rank 0 sends no step).
+        std::string failure;
+        try {
+          cache = std::make_unique<CacheManager>(model.config(), options);
+        } catch (const std::bad_alloc&) {
+          failure = "out of memory";
+        } catch (const Error& e) {
+          failure = e.what();
+        }
+        GatherCacheFailures(comm, failure);
         break;
       }
       case Message::kCopyBlock: {

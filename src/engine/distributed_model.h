@@ -1,11 +1,12 @@
 // One model over the ranks of an MPI job (docs/scale-out.md). Rank 0 runs the command (the
 // engine, its scheduler, the server, sampling); each of its Forward calls first broadcasts the
 // batch (token ids, positions, block tables, state slots, forms) and, when its cache is new, the
-// cache's geometry (blocks and per-sequence state slots), so every other rank runs the same
-// forward on its own replica of the cache (attention, linear attention included, is replicated,
-// so every rank holds the same rows and the same recurrent state; the block and slot ids all come
-// from rank 0's scheduler). Routed experts are split across the ranks (model::ExpertShard), whose
-// partial MoE outputs are summed inside the forward.
+// cache's geometry (blocks and per-sequence state slots; the engine sends it as it starts, through
+// Model::AttachCache, and every rank reports whether it could allocate its replica), so every
+// other rank runs the same forward on its own replica of the cache (attention, linear attention
+// included, is replicated, so every rank holds the same rows and the same recurrent state; the
+// block and slot ids all come from rank 0's scheduler). Routed experts are split across the ranks
+// (model::ExpertShard), whose partial MoE outputs are summed inside the forward.
 #pragma once
 
 #include <memory>
@@ -63,6 +64,9 @@ class StepBroadcaster final : public model::Model {
     return model_->PrefixCacheSalt(prompt_len);
   }
   void Reserve(int64_t max_tokens) override { model_->Reserve(max_tokens); }
+  // Sends the workers the cache's layout now, at start-up; throws latent::Error naming the rank
+  // and the bytes when one cannot hold its replica.
+  void AttachCache(const cache::PagedRows& rows) const override { SendCacheIfNew(rows); }
   void Forward(const model::ForwardBatch& batch, model::AttentionForm form, float* logits,
                model::ForwardTrace* trace = nullptr) const override;
   void CopyCacheBlock(const cache::PagedRows& rows, cache::BlockId from, cache::BlockId to,

@@ -58,6 +58,7 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
   // The model's working memory for the largest step, once (a step holds at most
   // max_batch_tokens tokens, so no step allocates it again).
   model_->Reserve(options_.max_batch_tokens);
+  model_->AttachCache(cache_->rows());
   seed_base_ = std::random_device{}();
   metrics_.cache_bytes_per_token = cache_->bytes_per_token();
   metrics_.cache_layer_bytes_per_token = cache_->layer_bytes_per_token();

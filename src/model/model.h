@@ -88,6 +88,12 @@ class Model {
   // calls it at start with its token budget); every step then reuses it. A larger step still
   // runs (growing it), so a tool that never calls this works too.
   virtual void Reserve(int64_t max_tokens) { (void)max_tokens; }
+  // The engine's cache, once built and before any step (Engine's constructor). A scale-out job's
+  // rank 0 sends its layout to the other ranks here, which build their replicas and report back,
+  // so that a rank that cannot hold one stops start-up instead of the first request
+  // (engine/distributed_model.h). Tools that build their own cache skip it: their first step
+  // sends it.
+  virtual void AttachCache(const cache::PagedRows& rows) const { (void)rows; }
   // Runs `batch`, writing and reading cache rows through batch.rows; writes logits
   // [R, vocab_size] for batch.logits_rows. One call at a time per model: the steps share the
   // model's working memory (Reserve).

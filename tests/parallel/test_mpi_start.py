@@ -1,10 +1,13 @@
-"""A scale-out job's start-up (docs/scale-out.md, "Same model on every rank"): ranks that would
-compute different things are refused before they load, naming the rank and what differs."""
+"""A scale-out job's start-up (docs/scale-out.md, "Same model on every rank" and "Failures"):
+ranks that would compute different things are refused before they load, naming the rank and
+what differs; a rank that cannot hold its replica of the cache stops the start-up, before the
+server says it is ready."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -72,3 +75,30 @@ def test_ranks_of_the_same_model_start(tiny_models, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "would not compute the same model" not in proc.stderr
 
+
+def test_worker_that_cannot_hold_the_cache_stops_start_up(tiny_models, tmp_path):
+    """`serve` with rank 1 under a virtual-memory limit too small for a 3 GiB cache: rank 1 built
+    its replica only at the first request, after rank 0 had said ready and /health answered 200,
+    so the first completion ended the job and its client saw the connection drop. The engine now
+    sends the cache's layout as it starts and every rank reports back: the job ends before
+    ready, with rank 0 naming rank 1 and the bytes."""
+    model = tiny_models.get("deepseek_v3")
+    serve = [str(LATENT), "--threads", "1", "serve", "--model", str(model), "--host",
+             "127.0.0.1", "--port", "0", "--cache-memory", "3"]
+    limited = ["bash", "-c", "ulimit -v 2500000 && exec \"$@\"", "limited", *serve]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(mpmd([serve, limited]), stdout=subprocess.DEVNULL, stderr=f,
+                                env=mpi_env())
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"the server started:\n{log.read_text()}")
+    text = log.read_text()
+    assert code == 2, text
+    assert "ready:" not in text, text
+    assert re.search(r"latent: error: rank 0 of 2: rank 1 of 2 cannot hold its replica of the "
+                     r"cache \(\d+ bytes; every rank holds the whole cache\): cannot allocate "
+                     r"\d+ bytes of cache", text), text
