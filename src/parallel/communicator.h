@@ -8,6 +8,8 @@
 // do not vary from run to run.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -78,6 +80,16 @@ void InitWorld(int* argc, char*** argv);
 Communicator& World();
 // MPI_Finalize under mpirun; nothing otherwise.
 void FinalizeWorld();
+// Under mpirun: whether a signal from process `sender` came from this rank's launcher (mpirun, or
+// its daemon on another machine: the parent process), which sends SIGTERM to end the job when
+// another rank has exited or the job is interrupted, rather than from an operator's kill.
+bool SentByLauncher(pid_t sender);
+// "latent: error: rank R of N: ended by mpirun (SIG): another rank has exited or the job was
+// interrupted": what a rank prints when its launcher ends it.
+std::string LauncherSignalLine(int rank, int size, int sig);
+// Prints LauncherSignalLine for this process and exits 128 + sig at once: the job is ending, and
+// neither a drain nor MPI_Finalize could complete.
+[[noreturn]] void EndedByLauncher(int sig);
 // Ends every rank of the job at once after printing `message` (MPI_Abort under mpirun, exit
 // otherwise): a rank that cannot go on must not leave the others waiting in a collective.
 [[noreturn]] void AbortWorld(const std::string& message, int code = 1);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <thread>
@@ -169,12 +170,28 @@ class MpiCommunicator final : public Communicator {
 };
 
 // mpirun ends the other ranks with SIGTERM when one exits abnormally (or the job is
-// interrupted): say so on this rank's stderr before going, so rank 0's log tells why it ended.
-char sigterm_message[160];
-size_t sigterm_message_length = 0;
+// interrupted): say so on this rank's stderr before going, so rank 0's log tells why it ended. A
+// SIGTERM from anyone else (an operator's kill) says that instead, with the sender's pid: the
+// other ranks then get mpirun's. Both texts are made at start: a handler may not allocate.
+char launcher_message[200];
+size_t launcher_message_length = 0;
+char other_message[120];  // followed by the sender's pid and other_message_end
+size_t other_message_length = 0;
+constexpr char kOtherMessageEnd[] = ": ending this rank (mpirun then ends the others)\n";
 
-void OnSigterm(int) {
-  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, sigterm_message, sigterm_message_length);
+void OnSigterm(int, siginfo_t* info, void*) {
+  if (info == nullptr || SentByLauncher(info->si_pid)) {
+    [[maybe_unused]] ssize_t n = write(STDERR_FILENO, launcher_message, launcher_message_length);
+  } else {
+    char pid[24];
+    int at = sizeof pid;
+    for (long value = info->si_pid; at > 0 && (value > 0 || at == sizeof pid); value /= 10) {
+      pid[--at] = static_cast<char>('0' + value % 10);
+    }
+    [[maybe_unused]] ssize_t n = write(STDERR_FILENO, other_message, other_message_length);
+    n = write(STDERR_FILENO, pid + at, sizeof pid - at);
+    n = write(STDERR_FILENO, kOtherMessageEnd, sizeof kOtherMessageEnd - 1);
+  }
   _exit(128 + SIGTERM);
 }
 
@@ -207,13 +224,18 @@ std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
     }
   }
   auto world = std::make_unique<MpiCommunicator>(timeout_s);
-  const int length = std::snprintf(
-      sigterm_message, sizeof sigterm_message,
-      "latent: error: rank %d of %d: ended by mpirun (SIGTERM): another rank has exited or the "
-      "job was interrupted\n",
-      world->rank(), world->size());
-  sigterm_message_length = std::min(sizeof sigterm_message - 1, static_cast<size_t>(length));
-  ::signal(SIGTERM, OnSigterm);
+  const std::string launcher = LauncherSignalLine(world->rank(), world->size(), SIGTERM) + "\n";
+  launcher_message_length = std::min(sizeof launcher_message - 1, launcher.size());
+  std::memcpy(launcher_message, launcher.data(), launcher_message_length);
+  const int length = std::snprintf(other_message, sizeof other_message,
+                                   "latent: error: rank %d of %d: received SIGTERM from pid ",
+                                   world->rank(), world->size());
+  other_message_length = std::min(sizeof other_message - 1, static_cast<size_t>(length));
+  struct sigaction action = {};
+  action.sa_sigaction = OnSigterm;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
   std::fprintf(stderr, "latent: rank %d of %d (pid %d)\n", world->rank(), world->size(),
                static_cast<int>(getpid()));
   return world;

@@ -1,4 +1,8 @@
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 
@@ -48,6 +52,20 @@ void FinalizeWorld() {
   FinalizeMpiWorld();
 #endif
   mpi_started = false;
+}
+
+bool SentByLauncher(pid_t sender) { return sender > 0 && sender == getppid(); }
+
+std::string LauncherSignalLine(int rank, int size, int sig) {
+  return StrCat("latent: error: rank ", rank, " of ", size, ": ended by mpirun (",
+                sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : strsignal(sig),
+                "): another rank has exited or the job was interrupted");
+}
+
+void EndedByLauncher(int sig) {
+  const std::string line = LauncherSignalLine(World().rank(), World().size(), sig) + "\n";
+  [[maybe_unused]] ssize_t n = write(STDERR_FILENO, line.data(), line.size());
+  _exit(128 + sig);
 }
 
 void AbortWorld(const std::string& message, int code) {

@@ -76,7 +76,11 @@ SignalState& Signals() {
 
 // Blocks SIGINT and SIGTERM in this thread and every thread started after, and handles them on a
 // thread of their own: the first starts the drain, a second cuts it short. While the model loads,
-// there is nothing to drain: the process exits at once.
+// there is nothing to drain: the process exits at once (under mpirun it ends the job through
+// MPI_Abort: the workers wait for its steps, and a rank that exits without finalizing MPI earns a
+// page of mpirun's notices). Under mpirun a signal from mpirun itself means another rank has
+// exited or the job was interrupted: nothing can run a step any more, so rank 0 goes at once too,
+// saying so, as the workers do (parallel::EndedByLauncher).
 void HandleSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -86,12 +90,19 @@ void HandleSignals() {
   ::signal(SIGPIPE, SIG_IGN);  // A client gone mid-write is an error code, not a signal.
   std::thread([set] {
     for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
+      siginfo_t info{};
+      const int sig = sigwaitinfo(&set, &info);
+      if (sig < 0) continue;
+      const bool ranks = parallel::World().size() > 1;
+      if (ranks && parallel::SentByLauncher(info.si_pid)) parallel::EndedByLauncher(sig);
       SignalState& s = Signals();
       std::lock_guard<std::mutex> lock(s.mutex);
+      const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      if (s.loading && ranks) {
+        parallel::AbortWorld(StrCat(name, " while loading the model: ending the job"), 128 + sig);
+      }
       if (s.loading) {
-        Log(sig == SIGINT ? "SIGINT" : "SIGTERM", " while loading the model: exiting");
+        Log(name, " while loading the model: exiting");
         std::_Exit(0);
       }
       ++s.count;
