@@ -179,23 +179,6 @@ StepTimes& KindOf(const model::ForwardBatch& batch, StepCommStats& stats) {
   return decoding == seqs ? stats.decode : stats.mixed;
 }
 
-// After a kCache message: every rank's failure to allocate its replica ("": none; rank 0's is
-// always "", its cache exists), gathered on every rank, each cut to kFailureBytes.
-constexpr int64_t kFailureBytes = 400;
-std::vector<std::string> GatherCacheFailures(parallel::Communicator& comm,
-                                             const std::string& mine) {
-  std::string padded = mine.substr(0, kFailureBytes);
-  padded.resize(kFailureBytes, '\0');
-  std::vector<char> all(static_cast<size_t>(comm.size()) * kFailureBytes);  // [ranks, bytes]
-  comm.AllGatherBytes(padded.data(), kFailureBytes, all.data(), /*wait_forever=*/false);
-  std::vector<std::string> failures(comm.size());
-  for (int r = 0; r < comm.size(); ++r) {
-    const char* text = all.data() + static_cast<size_t>(r) * kFailureBytes;
-    failures[r].assign(text, strnlen(text, kFailureBytes));
-  }
-  return failures;
-}
-
 model::CacheDType CacheDTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kF32: return model::CacheDType::kF32;
@@ -249,7 +232,10 @@ void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
   w.Scalar<uint32_t>(static_cast<uint32_t>(rows.dtype));
   w.Scalar<int32_t>(rows.states.num_slots);  // 0: the model keeps no per-sequence state
   Send(comm_, Message::kCache, w.bytes);
-  const std::vector<std::string> failures = GatherCacheFailures(comm_, "");
+  // Every rank's failure to allocate its replica ("": none; rank 0's is always "", its cache
+  // exists).
+  const std::vector<std::string> failures =
+      parallel::AllGatherStrings(comm_, "", /*wait_forever=*/false);
   for (size_t r = 0; r < failures.size(); ++r) {
     if (failures[r].empty()) continue;
     const uint64_t bytes =
@@ -379,7 +365,7 @@ void RunWorker(const model::Model& model, parallel::Communicator& comm,
         } catch (const Error& e) {
           failure = e.what();
         }
-        GatherCacheFailures(comm, failure);
+        parallel::AllGatherStrings(comm, failure, /*wait_forever=*/false);
         break;
       }
       case Message::kCopyBlock: {

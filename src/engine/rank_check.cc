@@ -169,9 +169,8 @@ std::string Serialize(const RankItems& items) {
   return text;
 }
 
-RankItems Parse(const char* data, size_t n) {
+RankItems Parse(const std::string& text) {
   RankItems items;
-  const std::string text(data, n);
   size_t at = 0;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
@@ -240,18 +239,11 @@ std::string DescribeDifferences(const RankItems& rank0, const RankItems& mine, i
 
 void CheckRanksAgree(parallel::Communicator& comm, const RankItems& mine) {
   const int ranks = comm.size();
-  const std::string text = Serialize(mine);
-  const int64_t length = static_cast<int64_t>(text.size());
-  std::vector<int64_t> lengths(ranks);
-  comm.AllGatherBytes(&length, sizeof length, lengths.data(), /*wait_forever=*/true);
-  const int64_t width = *std::max_element(lengths.begin(), lengths.end());
-  std::string padded = text;
-  padded.resize(width, '\0');
-  std::vector<char> all(static_cast<size_t>(ranks) * width);  // [ranks, width]
-  comm.AllGatherBytes(padded.data(), width, all.data(), /*wait_forever=*/true);
+  const std::vector<std::string> texts =
+      parallel::AllGatherStrings(comm, Serialize(mine), /*wait_forever=*/true);
   std::vector<RankItems> items(ranks);
   for (int r = 0; r < ranks; ++r) {
-    items[r] = Parse(all.data() + static_cast<size_t>(r) * width, lengths[r]);
+    items[r] = Parse(texts[r]);
     // Unreadable: that rank's load fails next and names the file; not judged here.
     if (const std::string* config = Find(items[r], kConfig); config && config->empty()) return;
   }

@@ -67,6 +67,12 @@ class SingleProcess final : public Communicator {
   }
 };
 
+// Every rank's `mine`, in rank order, on every rank, of any lengths (parallel/gather.cc: the
+// lengths, then the strings padded to the longest, through AllGatherBytes). `wait_forever` as for
+// AllGatherBytes.
+std::vector<std::string> AllGatherStrings(Communicator& comm, const std::string& mine,
+                                          bool wait_forever);
+
 // Whether this process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE, or a PMI/PMIx
 // launcher's size variable) with more than nothing to say: then InitWorld initializes MPI.
 bool LaunchedByMpi();
