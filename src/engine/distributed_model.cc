@@ -221,11 +221,6 @@ void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
       rows.states.num_slots == state_slots_) {
     return;
   }
-  cache_base_ = rows.base;
-  cache_blocks_ = rows.num_blocks;
-  cache_block_tokens_ = rows.block_tokens;
-  state_base_ = rows.states.base;
-  state_slots_ = rows.states.num_slots;
   Writer w;
   w.Scalar<uint32_t>(rows.block_tokens);
   w.Scalar<int32_t>(rows.num_blocks);
@@ -245,6 +240,13 @@ void StepBroadcaster::SendCacheIfNew(const cache::PagedRows& rows) const {
          " bytes; every rank holds the whole cache): ", failures[r],
          "; give that rank more memory, or lower --num-blocks or --cache-memory");
   }
+  // Only now that every rank holds its replica: after a failure, the next call sends the layout
+  // again rather than taking it for announced.
+  cache_base_ = rows.base;
+  cache_blocks_ = rows.num_blocks;
+  cache_block_tokens_ = rows.block_tokens;
+  state_base_ = rows.states.base;
+  state_slots_ = rows.states.num_slots;
 }
 
 void StepBroadcaster::Forward(const model::ForwardBatch& batch, model::AttentionForm form,
