@@ -99,5 +99,11 @@ std::string LauncherSignalLine(int rank, int size, int sig);
 // Ends every rank of the job at once after printing `message` (MPI_Abort under mpirun, exit
 // otherwise): a rank that cannot go on must not leave the others waiting in a collective.
 [[noreturn]] void AbortWorld(const std::string& message, int code = 1);
+// AbortWorld for a thread other than the one that runs the collectives (serve's signal thread).
+// MPI runs at MPI_THREAD_SERIALIZED, so this thread may not call MPI_Abort while that one is
+// inside MPI: it sets a flag that the collectives' waiting loop checks between its tests, and
+// that thread ends the job; when that thread is outside MPI (loading, computing), this one
+// ends it, holding the lock every MPI call takes. One line either way.
+[[noreturn]] void AbortWorldFromAnotherThread(const std::string& message, int code);
 
 }  // namespace latent::parallel

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,15 +27,47 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// MPI is initialised at MPI_THREAD_SERIALIZED: threads may call it, never two at once. Every MPI
+// call of this file holds this lock for that one call (never across a wait), so that another
+// thread (serve's signal thread) may end the job while the engine's thread waits in a
+// collective: RequestMpiAbort.
+std::mutex mpi_mutex;
+
+template <typename Call>
+int Locked(Call call) {
+  std::lock_guard<std::mutex> lock(mpi_mutex);
+  return call();
+}
+
+// An abort another thread asked for (RequestMpiAbort): its line and exit code, written before
+// abort_requested is set. The waiting loop of the engine's thread checks the flag between tests.
+std::atomic<bool> abort_requested{false};
+std::string requested_line;
+int requested_code = 1;
+
+// Prints the requested line and ends the job; on whichever thread sees the request first (the
+// lock keeps the other out of MPI until the process ends).
+[[noreturn]] void AbortAsRequested() {
+  std::lock_guard<std::mutex> lock(mpi_mutex);
+  std::fputs(requested_line.c_str(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, requested_code);
+  std::_Exit(requested_code);
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+    std::lock_guard<std::mutex> lock(mpi_mutex);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
-  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+  ~MpiCommunicator() override {
+    std::lock_guard<std::mutex> lock(mpi_mutex);
+    MPI_Comm_free(&comm_);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -52,7 +86,8 @@ class MpiCommunicator final : public Communicator {
   void Broadcast(void* data, int64_t bytes, bool wait_forever) override {
     const auto start = Clock::now();
     MPI_Request request;
-    Check(MPI_Ibcast(data, Count(bytes, "a step broadcast"), MPI_BYTE, 0, comm_, &request),
+    const int count = Count(bytes, "a step broadcast");
+    Check(Locked([&] { return MPI_Ibcast(data, count, MPI_BYTE, 0, comm_, &request); }),
           "broadcast");
     Wait(&request, "the step broadcast", wait_forever && rank_ != 0);
     moved_ += rank_ == 0 ? bytes * (size_ - 1) : bytes;
@@ -79,8 +114,11 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> recv_counts(size_, mine), recv_displs(size_);
     for (int r = 0; r < size_; ++r) recv_displs[r] = r * mine;
     MPI_Request request;
-    Check(MPI_Ialltoallv(data, counts.data(), displs.data(), MPI_FLOAT, slices_.data(),
-                         recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm_, &request),
+    Check(Locked([&] {
+            return MPI_Ialltoallv(data, counts.data(), displs.data(), MPI_FLOAT, slices_.data(),
+                                  recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm_,
+                                  &request);
+          }),
           "all-to-all");
     Wait(&request, "the MoE partial sums (all-to-all)", false);
     float* sum = data + displs[rank_];
@@ -89,8 +127,10 @@ class MpiCommunicator final : public Communicator {
       for (int r = 1; r < size_; ++r) s += slices_[static_cast<size_t>(r) * mine + i];
       sum[i] = s;
     }
-    Check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, data, counts.data(), displs.data(), MPI_FLOAT,
-                          comm_, &request),
+    Check(Locked([&] {
+            return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, data, counts.data(), displs.data(),
+                                   MPI_FLOAT, comm_, &request);
+          }),
           "all-gather");
     Wait(&request, "the MoE partial sums (all-gather)", false);
     const int64_t others = n - mine;
@@ -105,7 +145,9 @@ class MpiCommunicator final : public Communicator {
   void AllGather(const double* mine, int64_t n, double* all) override {
     MPI_Request request;
     const int count = Count(n, "the step timing");
-    Check(MPI_Iallgather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, comm_, &request),
+    Check(Locked([&] {
+            return MPI_Iallgather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, comm_, &request);
+          }),
           "all-gather");
     Wait(&request, "the step timing (all-gather)", false);
   }
@@ -113,7 +155,9 @@ class MpiCommunicator final : public Communicator {
   void AllGatherBytes(const void* mine, int64_t bytes, void* all, bool wait_forever) override {
     MPI_Request request;
     const int count = Count(bytes, "a start-up check");
-    Check(MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &request),
+    Check(Locked([&] {
+            return MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &request);
+          }),
           "all-gather");
     Wait(&request, "the ranks' start-up check (all-gather)", wait_forever);
   }
@@ -129,20 +173,22 @@ class MpiCommunicator final : public Communicator {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
-    MPI_Error_string(code, text, &length);
+    Locked([&] { return MPI_Error_string(code, text, &length); });
     AbortWorld(std::string("MPI ") + what + " failed: " + std::string(text, length) +
                " (a rank has probably died)");
   }
 
   // Drives `request` to completion, yielding the CPU between tests (ranks may share cores:
   // mpirun --oversubscribe), after a few milliseconds sleeping a little so an idle worker costs
-  // nothing. Past the step timeout, ends the job.
+  // nothing. Past the step timeout, ends the job. Between tests, ends the job when another thread
+  // asked to (RequestMpiAbort).
   void Wait(MPI_Request* request, const char* what, bool forever) {
     const auto start = Clock::now();
     for (int64_t i = 0;; ++i) {
       int done = 0;
-      Check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+      Check(Locked([&] { return MPI_Test(request, &done, MPI_STATUS_IGNORE); }), what);
       if (done) return;
+      if (abort_requested.load()) AbortAsRequested();
       if (i < 2000) {
         sched_yield();
         continue;
@@ -241,9 +287,25 @@ std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv) {
   return world;
 }
 
-void FinalizeMpiWorld() { MPI_Finalize(); }
+void FinalizeMpiWorld() {
+  std::lock_guard<std::mutex> lock(mpi_mutex);
+  MPI_Finalize();
+}
+
+void RequestMpiAbort(const std::string& line, int code) {
+  static std::atomic<bool> requested{false};
+  if (!requested.exchange(true)) {
+    requested_line = line;
+    requested_code = code;
+    abort_requested.store(true);
+  }
+  // Here when the engine's thread is outside MPI (loading, computing); else it takes the request
+  // at its next test and this waits for the lock until the process ends.
+  AbortAsRequested();
+}
 
 void AbortMpiWorld(int code) {
+  std::lock_guard<std::mutex> lock(mpi_mutex);
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

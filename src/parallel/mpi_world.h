@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "parallel/communicator.h"
 
@@ -10,5 +11,7 @@ namespace latent::parallel {
 std::unique_ptr<Communicator> MakeMpiWorld(int* argc, char*** argv);
 void FinalizeMpiWorld();
 [[noreturn]] void AbortMpiWorld(int code);
+// Prints `line` and ends the job, from any thread, never inside MPI beside another thread's call.
+[[noreturn]] void RequestMpiAbort(const std::string& line, int code);
 
 }  // namespace latent::parallel

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "base/error.h"
 #include "parallel/communicator.h"
@@ -68,14 +69,30 @@ void EndedByLauncher(int sig) {
   _exit(128 + sig);
 }
 
+namespace {
+
+// "latent: error: rank R of N: MESSAGE\n".
+std::string AbortLine(const std::string& message) {
+  return StrCat("latent: error: rank ", World().rank(), " of ", World().size(), ": ", message,
+                "\n");
+}
+
+}  // namespace
+
 void AbortWorld(const std::string& message, int code) {
-  std::fprintf(stderr, "latent: error: rank %d of %d: %s\n", World().rank(), World().size(),
-               message.c_str());
+  std::fputs(AbortLine(message).c_str(), stderr);
   std::fflush(stderr);
 #ifdef LATENT_HAVE_MPI
   if (mpi_started) AbortMpiWorld(code);
 #endif
   std::_Exit(code);
+}
+
+void AbortWorldFromAnotherThread(const std::string& message, int code) {
+#ifdef LATENT_HAVE_MPI
+  if (mpi_started) RequestMpiAbort(AbortLine(message), code);
+#endif
+  AbortWorld(message, code);
 }
 
 }  // namespace latent::parallel

@@ -78,9 +78,11 @@ SignalState& Signals() {
 // thread of their own: the first starts the drain, a second cuts it short. While the model loads,
 // there is nothing to drain: the process exits at once (under mpirun it ends the job through
 // MPI_Abort: the workers wait for its steps, and a rank that exits without finalizing MPI earns a
-// page of mpirun's notices). Under mpirun a signal from mpirun itself means another rank has
-// exited or the job was interrupted: nothing can run a step any more, so rank 0 goes at once too,
-// saying so, as the workers do (parallel::EndedByLauncher).
+// page of mpirun's notices; never from this thread while the main thread is inside MPI, which
+// runs at MPI_THREAD_SERIALIZED: parallel::AbortWorldFromAnotherThread). Under mpirun a signal
+// from mpirun itself means another rank has exited or the job was interrupted: nothing can run a
+// step any more, so rank 0 goes at once too, saying so, as the workers do
+// (parallel::EndedByLauncher).
 void HandleSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -99,7 +101,8 @@ void HandleSignals() {
       std::lock_guard<std::mutex> lock(s.mutex);
       const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
       if (s.loading && ranks) {
-        parallel::AbortWorld(StrCat(name, " while loading the model: ending the job"), 128 + sig);
+        parallel::AbortWorldFromAnotherThread(
+            StrCat(name, " while loading the model: ending the job"), 128 + sig);
       }
       if (s.loading) {
         Log(name, " while loading the model: exiting");
