@@ -55,6 +55,11 @@ int requested_code = 1;
   std::_Exit(requested_code);
 }
 
+// How often a wait without a timeout (the start-up checks) says it still waits.
+constexpr double kNoticeSeconds = 60;
+// The point-to-point messages by which ranks tell rank 0 they reached a start-up check.
+constexpr int kArrivalTag = 1;
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
@@ -155,11 +160,36 @@ class MpiCommunicator final : public Communicator {
   void AllGatherBytes(const void* mine, int64_t bytes, void* all, bool wait_forever) override {
     MPI_Request request;
     const int count = Count(bytes, "a start-up check");
+    // Without a timeout, rank 0 learns which ranks have arrived (each sends it a byte first), so
+    // that its log names the ranks it still waits for (a rank stuck loading, on a hung file
+    // system, would otherwise leave every rank waiting silently).
+    std::vector<MPI_Request> arrivals;  // rank 0: [size] (its own null); others: [1]
+    char arrived = 1;
+    std::vector<char> arrived_from(size_);
+    if (wait_forever && rank_ == 0) {
+      arrivals.assign(size_, MPI_REQUEST_NULL);
+      for (int r = 1; r < size_; ++r) {
+        Check(Locked([&] {
+                return MPI_Irecv(&arrived_from[r], 1, MPI_BYTE, r, kArrivalTag, comm_,
+                                 &arrivals[r]);
+              }),
+              "receive");
+      }
+    } else if (wait_forever) {
+      arrivals.assign(1, MPI_REQUEST_NULL);
+      Check(Locked([&] {
+              return MPI_Isend(&arrived, 1, MPI_BYTE, 0, kArrivalTag, comm_, &arrivals[0]);
+            }),
+            "send");
+    }
     Check(Locked([&] {
             return MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, comm_, &request);
           }),
           "all-gather");
-    Wait(&request, "the ranks' start-up check (all-gather)", wait_forever);
+    Wait(&request, "the ranks' start-up check (all-gather)", wait_forever,
+         wait_forever ? &arrivals : nullptr);
+    // Every rank has arrived (its byte was sent before its all-gather began): these complete.
+    for (MPI_Request& arrival : arrivals) WaitShort(&arrival, "the ranks' start-up check");
   }
 
  private:
@@ -180,10 +210,15 @@ class MpiCommunicator final : public Communicator {
 
   // Drives `request` to completion, yielding the CPU between tests (ranks may share cores:
   // mpirun --oversubscribe), after a few milliseconds sleeping a little so an idle worker costs
-  // nothing. Past the step timeout, ends the job. Between tests, ends the job when another thread
-  // asked to (RequestMpiAbort).
-  void Wait(MPI_Request* request, const char* what, bool forever) {
+  // nothing. Past the step timeout, ends the job, unless `forever` (a worker idle between steps,
+  // the start-up checks). With `arrivals` (the start-up checks: AllGatherBytes), says every
+  // kNoticeSeconds (or the step timeout, if shorter) that this rank still waits; rank 0 names
+  // the ranks whose arrivals have not completed.
+  void Wait(MPI_Request* request, const char* what, bool forever,
+            std::vector<MPI_Request>* arrivals = nullptr) {
     const auto start = Clock::now();
+    const double notice_s = std::min(kNoticeSeconds, timeout_s_);
+    double next_notice = notice_s;
     for (int64_t i = 0;; ++i) {
       int done = 0;
       Check(Locked([&] { return MPI_Test(request, &done, MPI_STATUS_IGNORE); }), what);
@@ -194,9 +229,13 @@ class MpiCommunicator final : public Communicator {
         continue;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(i < 20000 ? 20 : 500));
-      if (forever || (i & 63) != 0) continue;
+      if ((i & 63) != 0) continue;
       const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-      if (waited > timeout_s_) {
+      if (arrivals != nullptr && waited >= next_notice) {
+        next_notice += notice_s;
+        StillWaiting(waited, arrivals);
+      }
+      if (!forever && waited > timeout_s_) {
         char message[256];
         std::snprintf(message, sizeof message,
                       "%s did not complete within the step timeout (%.0f s, LATENT_STEP_TIMEOUT): "
@@ -204,6 +243,37 @@ class MpiCommunicator final : public Communicator {
                       what, timeout_s_);
         AbortWorld(message, 3);
       }
+    }
+  }
+
+  // "latent: rank 0 of 4: still waiting for rank(s) 2, 3 at the start-up check (60 s): ...".
+  void StillWaiting(double waited, std::vector<MPI_Request>* arrivals) {
+    std::string missing;
+    if (rank_ == 0 && arrivals != nullptr) {
+      for (int r = 1; r < static_cast<int>(arrivals->size()); ++r) {
+        int done = 0;
+        MPI_Request* arrival = &(*arrivals)[r];
+        Check(Locked([&] { return MPI_Test(arrival, &done, MPI_STATUS_IGNORE); }),
+              "the ranks' start-up check");
+        if (!done) missing += StrCat(missing.empty() ? "" : ", ", r);
+      }
+    }
+    const std::string whom = missing.empty() ? "the other ranks" : "rank(s) " + missing;
+    std::fprintf(stderr,
+                 "latent: rank %d of %d: still waiting for %s at the start-up check (%.0f s): a "
+                 "rank that has not arrived is still loading, or hangs (a stuck file system?); "
+                 "this wait has no timeout\n",
+                 rank_, size_, whom.c_str(), waited);
+    std::fflush(stderr);
+  }
+
+  // Completes `request`, which needs no other rank to act any more.
+  void WaitShort(MPI_Request* request, const char* what) {
+    for (;;) {
+      int done = 0;
+      Check(Locked([&] { return MPI_Test(request, &done, MPI_STATUS_IGNORE); }), what);
+      if (done) return;
+      sched_yield();
     }
   }
 

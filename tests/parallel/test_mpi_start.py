@@ -5,6 +5,7 @@ server says it is ready."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -102,3 +103,29 @@ def test_worker_that_cannot_hold_the_cache_stops_start_up(tiny_models, tmp_path)
     assert re.search(r"latent: error: rank 0 of 2: rank 1 of 2 cannot hold its replica of the "
                      r"cache \(\d+ bytes; every rank holds the whole cache\): cannot allocate "
                      r"\d+ bytes of cache", text), text
+
+
+def test_start_up_check_names_the_ranks_it_waits_for(tiny_models, tmp_path):
+    """Rank 1 stuck before the first start-up check (its config.json a FIFO nobody writes, as a
+    read from a hung file system stays): the check waits without the step timeout (ranks load at
+    their own pace), and every rank waited for rank 1 without a word, forever. Rank 0 now names
+    the rank it still waits for every 60 s, or every LATENT_STEP_TIMEOUT if shorter (1 s here)."""
+    from test_mpi_signals import Job
+
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    os.mkfifo(blocked / "config.json")
+    env = mpi_env()
+    env["LATENT_STEP_TIMEOUT"] = "1"
+    job = Job(mpmd([generate(tiny_models.get("deepseek_v3")), generate(blocked)]),
+              tmp_path / "job.log", env)
+    pids = []
+    try:
+        pids = [job.pid(0), job.pid(1)]
+        pattern = (r"latent: rank 0 of 2: still waiting for rank\(s\) 1 at the start-up check "
+                   r"\((\d+) s\): a rank that has not arrived is still loading, or hangs")
+        job.wait_for(pattern, timeout=30)
+        job.wait_for(pattern + r"(.|\n)*" + pattern, timeout=30)  # and again
+    finally:
+        job.close(pids)
+    assert "did not complete within the step timeout" not in job.log(), job.log()
