@@ -198,6 +198,9 @@ RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& o
       {"latent build", BuildId()},
       {"--quantize", model::WeightQuantizationName(options.quantize)},
       {"kernels", kernels::BestKernelsName()},
+      // Not implied by the kernels' name: the AVX-512 tables multiply bf16 with vdpbf16ps where
+      // the CPU has AVX512_BF16, in f32 FMAs elsewhere, which round differently.
+      {"bf16 products", kernels::BestBf16ProductsName()},
       {"LATENT_KEY_FOLD", fold != nullptr ? fold : ""},
       {kConfig, FileHash(fs::path(dir) / kConfig)},
   };
@@ -259,8 +262,8 @@ void CheckRanksAgree(parallel::Communicator& comm, const RankItems& mine) {
   if (comm.rank() == 0) {
     parallel::AbortWorld(
         StrCat("the ranks would not compute the same model: ", differences, ". Start every rank "
-               "with the same latent build, checkpoint, --quantize and --precision "
-               "(docs/scale-out.md)"),
+               "with the same latent build, checkpoint, --quantize and --precision, on CPUs "
+               "given the same kernels (docs/scale-out.md)"),
         2);
   }
   // Rank 0 ends the job; should its abort not reach this rank, it ends itself.

@@ -19,7 +19,8 @@ namespace latent::engine {
 using RankItems = std::vector<std::pair<std::string, std::string>>;
 
 // Before loading: the latent build (the executable's GNU build id), --quantize, the kernels
-// chosen for this CPU (LATENT_GEMM and LATENT_KERNELS included), LATENT_KEY_FOLD, config.json's
+// chosen for this CPU (LATENT_GEMM and LATENT_KERNELS included, and what multiplies bf16 in
+// them, which their name does not imply), LATENT_KEY_FOLD, config.json's
 // bytes, model.safetensors.index.json's bytes, and for every *.safetensors file in `dir` its size,
 // header and a few samples of its data (what tells two checkpoints of the same shapes apart
 // without reading hundreds of GB). A config.json that cannot be read gives the item

@@ -1,0 +1,52 @@
+// The items a scale-out job's ranks compare before loading (engine/rank_check.h).
+#include "engine/rank_check.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+#include "model/load_options.h"
+
+namespace latent::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string* Item(const RankItems& items, const std::string& what) {
+  for (const auto& [w, value] : items) {
+    if (w == what) return &value;
+  }
+  return nullptr;
+}
+
+RankItems ItemsOfAModel() {
+  const fs::path dir = fs::path(::testing::TempDir()) / "rank_check_model";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << "{}";
+  return ItemsBeforeLoading(dir.string(), model::LoadOptions{});
+}
+
+// Two CPUs given the same AVX-512 kernels multiply bf16 differently (vdpbf16ps with
+// AVX512_BF16, f32 FMAs without), which "kernels" does not tell apart.
+TEST(RankCheck, ItemsNameTheBf16Products) {
+  const RankItems items = ItemsOfAModel();
+  ASSERT_NE(Item(items, "kernels"), nullptr);
+  const std::string* products = Item(items, "bf16 products");
+  ASSERT_NE(products, nullptr);
+  EXPECT_EQ(*products, kernels::BestBf16ProductsName());
+
+  RankItems other = items;
+  for (auto& [what, value] : other) {
+    if (what == "bf16 products") value = *products == "vdpbf16ps" ? "f32 fma" : "vdpbf16ps";
+  }
+  const std::string expected = StrCat("bf16 products ", *Item(other, "bf16 products"),
+                                      " on rank 1, ", *products, " on rank 0");
+  EXPECT_EQ(DescribeDifferences(items, other, 1), expected);
+}
+
+}  // namespace
+}  // namespace latent::engine
