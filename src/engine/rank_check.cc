@@ -1,21 +1,18 @@
 #include "engine/rank_check.h"
 
-#include <elf.h>
-#include <link.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "base/error.h"
+#include "build_numerics.h"
 #include "kernels/kernel_table.h"
+#include "source_state.h"
 
 namespace latent::engine {
 namespace {
@@ -47,39 +44,12 @@ class Hash {
   uint64_t h_ = 14695981039346656037ull;
 };
 
-// The GNU build id of the executable (ld --build-id, the default on Debian and most
-// toolchains): the same source, compiler and flags give the same id. "unknown" without one.
-std::string BuildId() {
-  std::string id;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) -> int {
-        // The first object is the executable itself.
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_NOTE) continue;
-          const auto* at = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
-          const uint8_t* end = at + ph.p_memsz;
-          while (at + sizeof(ElfW(Nhdr)) <= end) {
-            const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(at);
-            const uint8_t* name = at + sizeof(ElfW(Nhdr));
-            const uint8_t* desc = name + ((note->n_namesz + 3) & ~3u);
-            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
-                std::memcmp(name, "GNU", 4) == 0 && desc + note->n_descsz <= end) {
-              auto& text = *static_cast<std::string*>(out);
-              for (uint32_t b = 0; b < note->n_descsz; ++b) {
-                char hex[3];
-                std::snprintf(hex, sizeof hex, "%02x", desc[b]);
-                text += hex;
-              }
-              return 1;
-            }
-            at = desc + ((note->n_descsz + 3) & ~3u);
-          }
-        }
-        return 1;
-      },
-      &id);
-  return id.empty() ? "unknown" : id;
+// The source latent was built from: its commit, and a hash of its uncommitted changes to tracked
+// files when there are any (source_state.h).
+std::string SourceState() {
+  const std::string changes = LATENT_SOURCE_CHANGES;
+  return changes.empty() ? LATENT_SOURCE_COMMIT
+                         : StrCat(LATENT_SOURCE_COMMIT, " with uncommitted changes ", changes);
 }
 
 // A hash of the whole file, "" when it cannot be read.
@@ -195,7 +165,10 @@ const std::string* Find(const RankItems& items, const std::string& what) {
 RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& options) {
   const char* fold = std::getenv("LATENT_KEY_FOLD");
   RankItems items = {
-      {"latent build", BuildId()},
+      {"latent source", SourceState()},
+      {"compiler", LATENT_COMPILER},
+      {"build type", LATENT_BUILD_TYPE},
+      {"compiler flags", LATENT_COMPILE_FLAGS},
       {"--quantize", model::WeightQuantizationName(options.quantize)},
       {"kernels", kernels::BestKernelsName()},
       // Not implied by the kernels' name: the AVX-512 tables multiply bf16 with vdpbf16ps where

@@ -18,9 +18,11 @@ namespace latent::engine {
 // (what, value): "--quantize" -> "int8", "config.json" -> a hash of its bytes, ...
 using RankItems = std::vector<std::pair<std::string, std::string>>;
 
-// Before loading: the latent build (the executable's GNU build id), --quantize, the kernels
-// chosen for this CPU (LATENT_GEMM and LATENT_KERNELS included, and what multiplies bf16 in
-// them, which their name does not imply), LATENT_KEY_FOLD, config.json's
+// Before loading: what decides this build's numerics ("latent source": the commit, with a hash of
+// its uncommitted changes; "compiler", "build type", "compiler flags": without debug-info and
+// path-map flags; none holds a path, so builds of one source in two directories agree), the
+// kernels chosen for this CPU ("kernels", LATENT_GEMM and LATENT_KERNELS included, and "bf16
+// products", which the kernels' name does not imply), --quantize, LATENT_KEY_FOLD, config.json's
 // bytes, model.safetensors.index.json's bytes, and for every *.safetensors file in `dir` its size,
 // header and a few samples of its data (what tells two checkpoints of the same shapes apart
 // without reading hundreds of GB). A config.json that cannot be read gives the item

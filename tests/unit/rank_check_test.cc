@@ -30,6 +30,24 @@ RankItems ItemsOfAModel() {
   return ItemsBeforeLoading(dir.string(), model::LoadOptions{});
 }
 
+// The build is described by what decides its numerics, none of it a path: a GNU build id
+// differed between two builds of one source in two directories (debug info, __FILE__).
+TEST(RankCheck, BuildItemsAreWhatDecidesTheNumerics) {
+  const RankItems items = ItemsOfAModel();
+  const std::string build_dir = fs::path(LATENT_TEST_DATA_DIR).parent_path().string();
+  EXPECT_EQ(Item(items, "latent build"), nullptr);
+  for (const char* what : {"latent source", "compiler", "build type", "compiler flags"}) {
+    const std::string* value = Item(items, what);
+    ASSERT_NE(value, nullptr) << what;
+    EXPECT_EQ(value->find(build_dir), std::string::npos) << what << ": " << *value;
+  }
+  EXPECT_FALSE(Item(items, "latent source")->empty());
+  EXPECT_FALSE(Item(items, "compiler")->empty());
+  // Debug info changes no instruction: LATENT_DEBUG_INFO=ON and OFF builds agree.
+  EXPECT_EQ(Item(items, "compiler flags")->find("-g"), std::string::npos)
+      << *Item(items, "compiler flags");
+}
+
 // Two CPUs given the same AVX-512 kernels multiply bf16 differently (vdpbf16ps with
 // AVX512_BF16, f32 FMAs without), which "kernels" does not tell apart.
 TEST(RankCheck, ItemsNameTheBf16Products) {
