@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kConfig = "config.json";
 // Data samples per safetensors file, of kSampleBytes each, spread evenly over its data: two
-// checkpoints of the same shapes (another seed, another fine-tune) differ in every sample.
+// checkpoints of the same shapes (another seed, a fine-tune of every tensor) likely differ in
+// some sample; one that changed a few tensors (the attention alone) may pass unseen.
 constexpr int kSamples = 9;
 constexpr int64_t kSampleBytes = 4096;
 // A header longer than this is not read (the load names the file as malformed).
