@@ -89,7 +89,10 @@ int64_t CountParameters(const std::vector<ExpectedWeight>& weights) {
   return total;
 }
 
-weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir) {
+namespace {
+
+// The checkpoint in `dir` under the text model's names (OpenCheckpoint, before the tie).
+weights::Checkpoint OpenLanguageModel(const ModelConfig& config, const std::string& dir) {
   weights::Checkpoint ckpt = weights::Checkpoint::Open(dir);
   if (config.wrapper_model_type.empty()) return ckpt;
   // save_pretrained writes the hub's names (language_model.model.*, language_model.lm_head.*);
@@ -132,6 +135,26 @@ weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string&
     if (starts(name, "model.language_model.")) return "model." + name.substr(21);
     return starts(name, "lm_head.") ? name : "";
   });
+  return ckpt;
+}
+
+}  // namespace
+
+weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir) {
+  weights::Checkpoint ckpt = OpenLanguageModel(config, dir);
+  if (!config.tie_word_embeddings) return ckpt;
+  // Tied, with only the LM head stored: transformers ties the pair all the same (tie_weights
+  // points the embedding at the head it loaded), so the stored head is the embedding too.
+  // Under the embedding's name it is a stored copy of it, which ValidateCheckpoint takes as the
+  // tie: loaded once as the embedding, counted once, and --quantize converts a copy for the head.
+  std::string embedding, head;  // The family's first kEmbedding entry and its kTiedHead one.
+  for (const ExpectedWeight& w : ExpectedWeights(config, ExpertLayout::kPerExpert)) {
+    if (w.kind == WeightKind::kEmbedding && embedding.empty()) embedding = w.name;
+    if (w.presence == Presence::kTiedHead) head = w.name;
+  }
+  if (!embedding.empty() && !head.empty() && !ckpt.Has(embedding) && ckpt.Has(head)) {
+    ckpt.Alias(embedding, head);
+  }
   return ckpt;
 }
 

@@ -58,7 +58,8 @@ enum class Presence : uint8_t {
   // The LM head of a config with tie_word_embeddings: the embedding serves as the head unless the
   // checkpoint stores a head with values of its own, which is then loaded and counted, as
   // transformers' tie_weights unties a stored pair that differs. Absent, or a byte-for-byte copy
-  // of the embedding: not listed in the report (LmHeadTied), nor by ConfigWeights.
+  // of the embedding: not listed in the report (LmHeadTied), nor by ConfigWeights. A head stored
+  // without the embedding is the embedding (OpenCheckpoint), so the pair is tied.
   kTiedHead,
 };
 
@@ -126,7 +127,9 @@ std::string UnusedTensorsWarning(const CheckpointReport& report, const std::stri
 // The checkpoint in `dir` as `config` reads it: for a vision-language wrapper (config.
 // wrapper_model_type), only its language model's tensors, under the text model's names
 // (language_model.model.* or model.language_model.* as model.*, language_model.lm_head.* or
-// lm_head.* as lm_head.*). Throws latent::Error when it holds neither form.
+// lm_head.* as lm_head.*). With tie_word_embeddings and only the LM head stored, the head is the
+// embedding too (as transformers ties them): held under the embedding's name as well.
+// Throws latent::Error when it holds neither form.
 weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string& dir);
 
 // Checks that `ckpt` holds every expected tensor (report.weights: those it holds and latent loads,

@@ -135,6 +135,15 @@ void Checkpoint::Rename(const std::function<std::string(const std::string&)>& re
   stored_name_ = std::move(stored_name);
 }
 
+void Checkpoint::Alias(const std::string& alias, const std::string& name) {
+  auto it = where_.find(name);
+  LATENT_CHECK(it != where_.end() && where_.count(alias) == 0);
+  const SafetensorsFile* file = it->second;
+  auto stored = stored_name_.find(name);
+  stored_name_.emplace(alias, stored != stored_name_.end() ? stored->second : name);
+  where_.emplace(alias, file);
+}
+
 std::vector<std::string> Checkpoint::Names() const {
   std::vector<std::string> names;
   names.reserve(where_.size());

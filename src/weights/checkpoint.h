@@ -37,6 +37,9 @@ class Checkpoint {
   // Keeps only the tensors `rename` gives a (non-empty) name, under that name: the text model of a
   // vision-language checkpoint (language_model.model.* as model.*), without its vision tower.
   void Rename(const std::function<std::string(const std::string&)>& rename);
+  // Makes `alias` a second name of the held tensor `name` (`alias` must not be held): a tied
+  // checkpoint's embedding when only its LM head is stored (OpenCheckpoint).
+  void Alias(const std::string& alias, const std::string& name);
 
  private:
   std::string dir_;

@@ -1,7 +1,8 @@
 """tie_word_embeddings against what the checkpoint stores, as transformers 5 decides it
 (PreTrainedModel.tie_weights at from_pretrained): with the head and the embedding both stored and
 different, it warns and does NOT tie them, so the stored lm_head is the head; an lm_head equal to
-the embedding, or none, is tied (one tensor, counted once). latent follows the same rule
+the embedding, or none, is tied (one tensor, counted once); an lm_head stored without the
+embedding is tied too, the stored head serving as the embedding. latent follows the same rule
 (Presence::kTiedHead in src/model/weight_table.h): logits and `latent info`'s parameter count
 against transformers' on tiny random models (f32), a plain one and a Mistral 3 vision-language
 wrapper (whose own tie_word_embeddings decides).
@@ -17,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import latent_logits
+from conftest import latent_logits, run_latent
 from family_reference import assert_logits_match, info, load_reference, prompt
 
 LENGTH = 7
@@ -26,7 +27,7 @@ LENGTH = 7
 def tied_copy(src, dst, head: str, text_config: bool = False):
     """A copy of `src` whose config.json says tie_word_embeddings true (at the top: for a wrapper
     that is the one transformers reads), its stored lm_head kept ("distinct"), replaced by the
-    embedding's values ("copy") or removed ("absent")."""
+    embedding's values ("copy") or removed ("absent"), or the embedding removed ("only")."""
     shutil.copytree(src, dst)
     config = json.loads((dst / "config.json").read_text())
     config["tie_word_embeddings"] = True
@@ -36,6 +37,8 @@ def tied_copy(src, dst, head: str, text_config: bool = False):
         tensors = load_file(dst / "model.safetensors")
         if head == "copy":
             tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        elif head == "only":
+            del tensors["model.embed_tokens.weight"]
         else:
             del tensors["lm_head.weight"]
         save_file(tensors, dst / "model.safetensors", metadata={"format": "pt"})
@@ -47,7 +50,7 @@ def reference_logits(reference, ids):
         return reference(input_ids=torch.tensor([ids])).logits[0].float().numpy()
 
 
-@pytest.mark.parametrize("head", ["distinct", "copy", "absent"])
+@pytest.mark.parametrize("head", ["distinct", "copy", "absent", "only"])
 def test_tied_config_follows_the_stored_head(tiny_models, tmp_path, head):
     model = tied_copy(tiny_models.get("deepseek_v3"), tmp_path / "model", head)
     reference = load_reference(model)
@@ -65,6 +68,36 @@ def test_tied_config_follows_the_stored_head(tiny_models, tmp_path, head):
             embed_logits = (hidden @ embed.T).numpy()
         assert np.abs(embed_logits - ref).max() > 0.5
     assert info(model)["num_parameters"] == reference.num_parameters()
+
+
+def test_tied_head_stored_alone_is_the_embedding(tiny_models, tmp_path):
+    """Only lm_head stored: transformers loads it as the embedding too (one tensor). latent's
+    logits, `latent info` and `--quantize int8` (whose int8 copy for the head is the embedding's)
+    equal those of the same tensor stored as the embedding alone."""
+    only = tied_copy(tiny_models.get("deepseek_v3"), tmp_path / "only", "only")
+    head = load_file(only / "model.safetensors")["lm_head.weight"]
+    reference = load_reference(only)
+    assert torch.equal(reference.model.embed_tokens.weight, head)
+    assert reference.lm_head.weight.data_ptr() == reference.model.embed_tokens.weight.data_ptr()
+
+    # The same values stored as the embedding, without a head.
+    embedded = tied_copy(tiny_models.get("deepseek_v3"), tmp_path / "embedded", "absent")
+    tensors = load_file(embedded / "model.safetensors")
+    tensors["model.embed_tokens.weight"] = head.clone()
+    save_file(tensors, embedded / "model.safetensors", metadata={"format": "pt"})
+
+    ids = prompt(reference.config.vocab_size, LENGTH)
+    assert_logits_match(latent_logits(only, ids), reference_logits(reference, ids))
+    for extra in [(), ("--quantize", "int8")]:
+        ours, theirs = info(only, *extra), info(embedded, *extra)
+        assert ours["num_parameters"] == theirs["num_parameters"] == reference.num_parameters()
+        assert ours["weights"] == theirs["weights"]
+        assert ours.get("unused_tensors", []) == []
+    for mode in ["int8", "w8a8"]:
+        args = ("--ids", ",".join(map(str, ids)), "--quantize", mode)
+        ours = json.loads(run_latent("logits", "--model", str(only), *args).stdout)["logits"]
+        theirs = json.loads(run_latent("logits", "--model", str(embedded), *args).stdout)["logits"]
+        assert ours == theirs
 
 
 def test_tied_wrapper_config_loads_the_stored_head(tiny_models, tmp_path):
