@@ -90,13 +90,15 @@ bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template
       chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), true);
   // Objects break it (DeepSeek's string concatenation): JSON text it is.
   if (!text) return false;
-  // The tools list (tojson) shows the key quoted; only a template that took the arguments apart
-  // shows it bare.
+  // The tools list (tojson) shows the key in double quotes, an object printed whole (Python's
+  // repr, as `{{ arguments }}` prints a dict) in single ones: JSON text is what such a template
+  // prints as it comes. Only a template that took the arguments apart shows the key bare.
   const std::string key = kKey;
   size_t bare = 0;
   for (size_t p = text->find(key); p != std::string::npos; p = text->find(key, p + 1)) {
-    const bool quoted = p > 0 && (*text)[p - 1] == '"' && p + key.size() < text->size() &&
-                        (*text)[p + key.size()] == '"';
+    const char open = p > 0 ? (*text)[p - 1] : '\0';
+    const bool quoted = (open == '"' || open == '\'') && p + key.size() < text->size() &&
+                        (*text)[p + key.size()] == open;
     if (!quoted) ++bare;
   }
   return bare > 0 && ShowsCall(text);

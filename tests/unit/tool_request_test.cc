@@ -316,6 +316,10 @@ TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {
       "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
       "{% if t.function.arguments is string %}{{ t.function.arguments }}{% else %}"
       "{{ t.function.arguments | tojson }}{% endif %}{% endfor %}{% endfor %}")));
+  // Prints them as they come: JSON text (an object would print as Python's repr).
+  EXPECT_FALSE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{% for m in messages %}{% for t in m.tool_calls or [] %}[{{ t.function.arguments }}]"
+      "{% endfor %}{% endfor %}")));
   // Iterates over them (GLM-4.5): objects.
   EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
       "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
