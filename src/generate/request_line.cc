@@ -135,7 +135,7 @@ const tokenizer::ChatTemplate& TextTools::Template() {
   if (!template_) {
     auto loaded = std::make_unique<tokenizer::ChatTemplate>(
         tokenizer::ChatTemplate::FromTokenizerDir(dir_));
-    tool_arguments_as_objects_ = server::ProbeToolTemplate(*loaded).arguments_as_objects;
+    server::ProbeToolTemplate(*loaded);
     template_ = std::move(loaded);
   }
   return *template_;
@@ -157,7 +157,7 @@ std::string RenderChatLine(const Json& line, TextTools& text) {
     const server::ChatFields chat = server::ParseChatFields(body, line);
     const tokenizer::ChatTemplate& chat_template = text.Template();
     try {
-      return server::RenderChatFields(chat_template, text.ToolArgumentsAsObjects(), chat);
+      return server::RenderChatFields(chat_template, chat);
     } catch (const Error& e) {
       FailLike(e, server::kChatTemplateFailed, e.what());
     }

@@ -31,18 +31,12 @@ class TextTools {
   // The chat template, probed on load for how it reads tool-call turns, as the server's
   // (server/tool_template.h).
   const tokenizer::ChatTemplate& Template();
-  // Whether Template() reads tool-call arguments as objects (else JSON text).
-  bool ToolArgumentsAsObjects() {
-    Template();
-    return tool_arguments_as_objects_;
-  }
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
 
  private:
   std::string dir_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> template_;
-  bool tool_arguments_as_objects_ = false;
 };
 
 struct RequestLine {

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "server/openai_schema.h"
-#include "server/tool_request.h"
+#include "server/tool_template.h"
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace latent::server {
@@ -14,20 +14,17 @@ namespace latent::server {
 // What the chat template failed with is prefixed by this (its message, and the 400's).
 inline constexpr const char* kChatTemplateFailed = "the chat template failed on these messages: ";
 
-// The messages (tool-call turns shaped as the template reads them: the arguments as
-// `tool_arguments_as_objects` says, a null content as tool_call_content_none says for the
-// template this request picks; server/tool_template.h), tools, prompt end and template kwargs
-// of `r` rendered by `chat_template`. `Request`: a parsed chat completion or /tokenize request,
-// or ChatFields (chat_request.h): the same field names. The template's error is thrown as it is
-// (a latent::Error); ShapeToolCallTurns' as an ApiError naming the field.
+// The messages (tool-call turns shaped as the template this request picks reads them:
+// ShapeForTemplate, server/tool_template.h), tools, prompt end and template kwargs of `r`
+// rendered by `chat_template`. `Request`: a parsed chat completion or /tokenize request, or
+// ChatFields (chat_request.h): the same field names. The template's error is thrown as it is
+// (a latent::Error); ShapeForTemplate's as an ApiError naming the field.
 template <class Request>
-std::string RenderChatFields(const tokenizer::ChatTemplate& chat_template,
-                             bool tool_arguments_as_objects, const Request& r) {
+std::string RenderChatFields(const tokenizer::ChatTemplate& chat_template, const Request& r) {
   tokenizer::ChatRequest chat;
   chat.messages = r.messages;
   chat.tools = r.tools;
-  ShapeToolCallTurns(chat.messages, tool_arguments_as_objects,
-                     chat_template.tool_call_content_none(!chat.tools.is_null()));
+  ShapeForTemplate(chat_template, !chat.tools.is_null(), chat.messages);
   chat.add_generation_prompt = r.add_generation_prompt;
   chat.continue_final_message = r.continue_final_message;
   chat.kwargs = r.chat_template_kwargs;
@@ -36,10 +33,9 @@ std::string RenderChatFields(const tokenizer::ChatTemplate& chat_template,
 
 // RenderChatFields for the server: the template's error is a 400 naming "messages".
 template <class Request>
-std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template,
-                             bool tool_arguments_as_objects, const Request& r) {
+std::string RenderChatPrompt(const tokenizer::ChatTemplate& chat_template, const Request& r) {
   try {
-    return RenderChatFields(chat_template, tool_arguments_as_objects, r);
+    return RenderChatFields(chat_template, r);
   } catch (const Error& e) {  // (an ApiError is no latent::Error: it passes)
     throw RequestError(e, kChatTemplateFailed, "messages");
   }

@@ -57,7 +57,7 @@ std::vector<int32_t> CompletionSession::RenderChat(std::string* rendered) const 
     throw ApiError(400, "this model has no chat template: use /v1/completions", "messages");
   }
   *rendered =
-      RenderChatPrompt(*context_.chat_template, context_.tool_arguments_as_objects, request_);
+      RenderChatPrompt(*context_.chat_template, request_);
   // The template writes the special tokens (BOS) itself.
   return context_.tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
 }

@@ -951,7 +951,7 @@ Reply HttpServer::Impl::Tokenize(const std::string& body) const {
   std::string text = r.prompt;
   if (r.is_chat) {
     if (!ctx.chat_template) throw ApiError(400, "this model has no chat template", "messages");
-    text = RenderChatPrompt(*ctx.chat_template, ctx.tool_arguments_as_objects, r);
+    text = RenderChatPrompt(*ctx.chat_template, r);
   }
   const std::vector<int32_t> ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
   OrderedJson out;

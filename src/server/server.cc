@@ -239,24 +239,28 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   std::string tool_call_parser = ResolveToolCallParser(
       o.tool_call_parser, model::ToolCallFormatFor(config.model_type),
       [chat](std::string_view text) { return chat != nullptr && chat->SourceMentions(text); });
-  // Before the template is shared: the probe sets how it renders a tool-call turn's null content.
+  // Before the template is shared: the probe sets how each named template reads tool-call turns.
   const ToolTemplateShape tool_shape =
       loaded->chat_template ? ProbeToolTemplate(*loaded->chat_template) : ToolTemplateShape{};
-  const bool arguments_as_objects = tool_shape.arguments_as_objects;
-  // Per named template when there are several (server/tool_template.h).
-  std::string null_content = tool_shape.content_none_templates.empty() ? "\"\"" : "none";
-  if (!tool_shape.content_none_templates.empty() && chat->template_names().size() > 1) {
-    null_content += " in template";
-    for (const std::string& name : tool_shape.content_none_templates) {
-      null_content += " '" + name + "'";
+  // Per named template when there are several (server/tool_template.h): `yes` in the templates
+  // `names` lists, `no` in the others.
+  const auto per_template = [chat](const std::vector<std::string>& names, const char* yes,
+                                   const char* no) {
+    if (names.empty()) return std::string(no);
+    std::string text = yes;
+    if (chat->template_names().size() > 1) {
+      text += " in template";
+      for (const std::string& name : names) text += " '" + name + "'";
+      text += StrCat(", ", no, " in the others");
     }
-    null_content += ", \"\" in the others";
-  }
+    return text;
+  };
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
       o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
       "; the template reads tool-call arguments as ",
-      arguments_as_objects ? "objects" : "JSON text", " and a null content beside them as ",
-      null_content);
+      per_template(tool_shape.arguments_object_templates, "objects", "JSON text"),
+      " and a null content beside them as ",
+      per_template(tool_shape.content_none_templates, "none", "\"\""));
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);
@@ -293,7 +297,6 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   ctx.metrics = &metrics;
   ctx.reasoning_parser = std::move(reasoning_parser);
   ctx.tool_call_parser = std::move(tool_call_parser);
-  ctx.tool_arguments_as_objects = arguments_as_objects;
   if (loaded->tokenizer && !ctx.reasoning_parser.empty()) {
     const auto marker_token = [&](std::string_view marker, int32_t* token) {
       const std::vector<int32_t> ids = loaded->tokenizer->Encode(marker, false);

@@ -32,8 +32,6 @@ struct ServerContext {
   int32_t reasoning_start_token = -1;
   // The resolved --tool-call-parser; empty: none (tool markup stays content).
   std::string tool_call_parser;
-  // Whether the chat template reads tool-call arguments as an object (tool_template.h).
-  bool tool_arguments_as_objects = false;
   // The tokens of the tool-call parser's markers that the tokenizer marks special, sorted: a
   // request with tools decodes them even under skip_special_tokens.
   std::vector<int32_t> tool_marker_tokens;

@@ -5,11 +5,10 @@
 #include <string>
 
 #include "base/error.h"
+#include "server/tool_request.h"
 
 namespace latent::server {
 namespace {
-
-using OrderedJson = nlohmann::ordered_json;
 
 constexpr const char* kKey = "latent_probe_key";
 constexpr const char* kValue = "latent_probe_value";
@@ -82,12 +81,13 @@ bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_templa
   return false;
 }
 
-bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template) {
+bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template,
+                                    bool with_tools) {
+  if (chat_template.TemplateFor(with_tools).empty()) return false;
   const OrderedJson content =
-      chat_template.tool_call_content_none(/*with_tools=*/true) ? OrderedJson(nullptr)
-                                                                 : OrderedJson("");
+      chat_template.tool_call_content_none(with_tools) ? OrderedJson(nullptr) : OrderedJson("");
   const std::optional<std::string> text = TryRender(
-      chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), true);
+      chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), with_tools);
   // Objects break it (DeepSeek's string concatenation): JSON text it is.
   if (!text) return false;
   // The tools list (tojson) shows the key in double quotes, an object printed whole (Python's
@@ -115,9 +115,18 @@ ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {
     const bool none = TemplateWantsToolCallContentNone(chat_template, with_tools);
     chat_template.set_tool_call_content_none(name, none);
     if (none) shape.content_none_templates.push_back(name);
+    // After the content: the arguments probe renders the content as this template keeps it.
+    const bool objects = TemplateReadsArgumentsAsObject(chat_template, with_tools);
+    chat_template.set_tool_call_arguments_as_objects(name, objects);
+    if (objects) shape.arguments_object_templates.push_back(name);
   }
-  shape.arguments_as_objects = TemplateReadsArgumentsAsObject(chat_template);
   return shape;
+}
+
+void ShapeForTemplate(const tokenizer::ChatTemplate& chat_template, bool with_tools,
+                      OrderedJson& messages) {
+  ShapeToolCallTurns(messages, chat_template.tool_call_arguments_as_objects(with_tools),
+                     chat_template.tool_call_content_none(with_tools));
 }
 
 }  // namespace latent::server

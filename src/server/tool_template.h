@@ -13,33 +13,42 @@
 //   `'</think>' in message.content`). DeepSeek V3's template writes the calls only under
 //   `message['content'] is none`: with "" the model would see tool outputs without the call. So
 //   content stays none exactly where the call shows in the rendering with none and not with "".
-//   A tokenizer with several named templates gets one answer per template Render can pick
-//   ("tool_use" probed with tools, "default" without), applied by the template a request uses.
-// ShapeToolCallTurns applies the answers to each request's messages.
+// A tokenizer with several named templates gets both answers per template Render can pick
+// ("tool_use" probed with tools, "default" without), stored in the ChatTemplate and applied by the
+// template a request uses: ShapeForTemplate (ShapeToolCallTurns) shapes each request's messages.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "server/openai_schema.h"
 #include "tokenizer/chat_template/chat_template.h"
 
 namespace latent::server {
 
+// The probes' answers, by template name (for the start-up log).
 struct ToolTemplateShape {
-  bool arguments_as_objects = false;  // else JSON text (probed with tools)
+  // The templates that read arguments as objects (the others get JSON text).
+  std::vector<std::string> arguments_object_templates;
   // The templates whose tool-call turns keep a null content as none (the others get "").
   std::vector<std::string> content_none_templates;
 };
 
-// Probes `chat_template` and turns its set_tool_call_content_none on for each template that needs
-// a null content kept.
+// Probes each template of `chat_template` Render can pick and sets its
+// set_tool_call_content_none and set_tool_call_arguments_as_objects.
 ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template);
 
-// The two probes alone. TemplateWantsToolCallContentNone probes the template Render picks for a
-// request with (without) tools; TemplateReadsArgumentsAsObject the one it picks with tools,
-// rendering the tool-call turn's content as that template's tool_call_content_none says.
+// The two probes alone, of the template Render picks for a request with (without) tools.
+// TemplateReadsArgumentsAsObject renders the tool-call turn's content as that template's
+// tool_call_content_none says.
 bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template,
                                       bool with_tools = true);
-bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template);
+bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template,
+                                    bool with_tools = true);
+
+// ShapeToolCallTurns as the template Render picks for a request with (without) tools reads
+// tool-call turns (its two probed settings).
+void ShapeForTemplate(const tokenizer::ChatTemplate& chat_template, bool with_tools,
+                      OrderedJson& messages);
 
 }  // namespace latent::server

@@ -179,6 +179,61 @@ def test_each_named_template_keeps_none_for_itself(model_dir, tmp_path):
         assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Z"}}' in without
 
 
+# Reads a tool call's arguments key by key (GLM-4.5's way), or prints them as they come.
+ITERATES_ARGUMENTS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for t in m.tool_calls or [] %}"
+    "{% for k, v in t.function.arguments.items() %}[{{ k }}={{ v }}]{% endfor %}"
+    "{% endfor %}{% endfor %}")
+PRINTS_ARGUMENTS = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for t in m.tool_calls or [] %}"
+    "({{ t.function.arguments }}){% endfor %}{% endfor %}")
+
+
+@pytest.mark.parametrize("objects_in_default", [False, True])
+def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, objects_in_default):
+    """tokenizer_config.json with a "default" and a "tool_use" template that read arguments
+    differently: each is probed as it is picked, so with tools and without the prompt equals
+    transformers' with the arguments as that template reads them (one answer for both failed the
+    iterating template on text, or printed Python's repr of an object)."""
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "two_templates"
+    model.mkdir()
+    for item in model_dir.iterdir():
+        if item.name not in ("tokenizer_config.json", "chat_template.jinja",
+                             "additional_chat_templates"):
+            (model / item.name).symlink_to(item)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    default, tool_use = ((ITERATES_ARGUMENTS, PRINTS_ARGUMENTS) if objects_in_default
+                         else (PRINTS_ARGUMENTS, ITERATES_ARGUMENTS))
+    config["chat_template"] = [{"name": "default", "template": default},
+                               {"name": "tool_use", "template": tool_use}]
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    hf = AutoTokenizer.from_pretrained(str(model))
+
+    def conversation(arguments):
+        return [{"role": "user", "content": "Weather in Z?"},
+                {"role": "assistant", "content": "", "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    text, parsed = '{"city": "Z"}', {"city": "Z"}
+    with latent.LLM(str(model), block_tokens=16) as two:
+        for with_tools in (True, False):
+            reads_objects = objects_in_default != with_tools
+            expected = hf.apply_chat_template(
+                conversation(parsed if reads_objects else text), tools=tools if with_tools else None,
+                tokenize=False, add_generation_prompt=True)
+            assert ("[city=Z]" if reads_objects else '({"city": "Z"})') in expected
+            # As clients send the arguments (JSON text), and as an object: the same prompt.
+            for arguments in (text, parsed):
+                assert two.apply_chat_template(
+                    conversation(arguments), tools=tools if with_tools else None) == expected
+
+
 def test_apply_chat_template_continue_final_message(llm, model_dir):
     """As transformers' apply_chat_template(continue_final_message=True); add_generation_prompt
     then defaults to False, and both True raise."""

@@ -245,7 +245,7 @@ TEST(ToolRequestTest, ProbesWhetherTheTemplateWantsANoneContent) {
   ToolTemplateShape shape = ProbeToolTemplate(deepseek);
   EXPECT_EQ(shape.content_none_templates, std::vector<std::string>{"default"});
   EXPECT_TRUE(deepseek.tool_call_content_none(true) && deepseek.tool_call_content_none(false));
-  EXPECT_FALSE(shape.arguments_as_objects);  // objects fail its concatenation
+  EXPECT_TRUE(shape.arguments_object_templates.empty());  // objects fail its concatenation
   // Writes the calls either way (Qwen3, DeepSeek V3.1): "".
   EXPECT_FALSE(TemplateWantsToolCallContentNone(ChatTemplate::FromString(
       "{% for m in messages %}{{ m.content or '' }}{% for t in m.tool_calls or [] %}"
@@ -329,6 +329,54 @@ TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {
   // Ignores tool calls: JSON text.
   EXPECT_FALSE(TemplateReadsArgumentsAsObject(
       ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}")));
+}
+
+// Iterates over the arguments' items (GLM-4.5), or prints them as they come.
+constexpr const char* kIteratesArguments =
+    "{% for m in messages %}{% for t in m.tool_calls or [] %}"
+    "{% for k, v in t.function.arguments.items() %}<{{ k }}={{ v }}>{% endfor %}"
+    "{% endfor %}{% endfor %}";
+constexpr const char* kPrintsArguments =
+    "{% for m in messages %}{% for t in m.tool_calls or [] %}[{{ t.function.arguments }}]"
+    "{% endfor %}{% endfor %}";
+
+// A "default" and a "tool_use" template that read arguments differently: each is probed as
+// Render picks it and its requests get the arguments as it reads them. One answer (the tool_use
+// template's) for both failed the other's requests without tools, or printed Python's repr of
+// an object.
+TEST(ToolRequestTest, ProbesEachNamedTemplatesArgumentsAsRenderPicksIt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_arguments";
+  for (bool objects_in_default : {false, true}) {
+    fs::remove_all(dir);
+    fs::create_directories(dir / "additional_chat_templates");
+    std::ofstream(dir / "chat_template.jinja")
+        << (objects_in_default ? kIteratesArguments : kPrintsArguments);
+    std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja")
+        << (objects_in_default ? kPrintsArguments : kIteratesArguments);
+    tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+    const ToolTemplateShape shape = ProbeToolTemplate(chat);
+    EXPECT_EQ(shape.arguments_object_templates,
+              std::vector<std::string>{objects_in_default ? "default" : "tool_use"});
+    EXPECT_EQ(chat.tool_call_arguments_as_objects(/*with_tools=*/true), !objects_in_default);
+    EXPECT_EQ(chat.tool_call_arguments_as_objects(/*with_tools=*/false), objects_in_default);
+    for (bool with_tools : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "objects in default " << objects_in_default
+                                      << ", tools " << with_tools);
+      const auto tools = with_tools ? nlohmann::ordered_json::parse(R"([{"type": "function",
+          "function": {"name": "f"}}])")
+                                    : nlohmann::ordered_json();
+      // JSON text as clients send it, and an object: the same prompt.
+      for (const char* arguments : {R"("{\"a\": 7}")", R"({"a": 7})"}) {
+        auto messages = Turns(arguments);
+        ShapeForTemplate(chat, with_tools, messages);
+        std::string text;
+        EXPECT_NO_THROW(text = chat.Render(messages, tools, false));
+        EXPECT_EQ(text, objects_in_default != with_tools ? "<a=7>" : R"([{"a": 7}])");
+      }
+    }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {

@@ -306,16 +306,33 @@ std::string ChatTemplate::TemplateFor(bool with_tools) const {
   return templates_.count("default") ? "default" : "";
 }
 
-void ChatTemplate::set_tool_call_content_none(const std::string& name, bool on) {
+namespace {
+
+// A per-template tool-call setting: `name` in `names` or not.
+void SetTemplateFlag(std::set<std::string>& names, const std::string& name, bool on) {
   if (on) {
-    tool_call_content_none_.insert(name);
+    names.insert(name);
   } else {
-    tool_call_content_none_.erase(name);
+    names.erase(name);
   }
+}
+
+}  // namespace
+
+void ChatTemplate::set_tool_call_content_none(const std::string& name, bool on) {
+  SetTemplateFlag(tool_call_content_none_, name, on);
 }
 
 bool ChatTemplate::tool_call_content_none(bool with_tools) const {
   return tool_call_content_none_.count(TemplateFor(with_tools)) > 0;
+}
+
+void ChatTemplate::set_tool_call_arguments_as_objects(const std::string& name, bool on) {
+  SetTemplateFlag(tool_call_arguments_as_objects_, name, on);
+}
+
+bool ChatTemplate::tool_call_arguments_as_objects(bool with_tools) const {
+  return tool_call_arguments_as_objects_.count(TemplateFor(with_tools)) > 0;
 }
 
 bool ChatTemplate::SourceMentions(std::string_view text) const {

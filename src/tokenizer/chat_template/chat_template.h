@@ -88,6 +88,12 @@ class ChatTemplate {
   void set_tool_call_content_none(const std::string& name, bool on);
   // The setting of the template Render uses for a request with (or without) tools.
   bool tool_call_content_none(bool with_tools) const;
+  // Whether the template `name` reads a tool call's arguments as an object (GLM-4.5 iterates over
+  // its items) rather than as JSON text, as server::ProbeToolTemplate found it. Render does not
+  // apply it: the caller shapes the messages first (server::ShapeToolCallTurns).
+  void set_tool_call_arguments_as_objects(const std::string& name, bool on);
+  // The setting of the template Render uses for a request with (or without) tools.
+  bool tool_call_arguments_as_objects(bool with_tools) const;
   const std::map<std::string, std::string>& special_tokens() const { return special_tokens_; }
   std::vector<std::string> template_names() const;
   // Whether any of the templates' source text contains `text` (e.g. a reasoning marker, to pick
@@ -102,7 +108,9 @@ class ChatTemplate {
   std::map<std::string, std::shared_ptr<const Compiled>> templates_;
   std::map<std::string, std::string> special_tokens_;
   ChatTemplateLimits limits_;
-  std::set<std::string> tool_call_content_none_;  // template names
+  // Template names, per tool-call setting above.
+  std::set<std::string> tool_call_content_none_;
+  std::set<std::string> tool_call_arguments_as_objects_;
 };
 
 }  // namespace latent::tokenizer
