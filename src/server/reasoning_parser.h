@@ -14,7 +14,11 @@
 // Unless the prompt closed it, a <think> at the very start of the output (after whitespace only)
 // opens the reasoning and is dropped with that whitespace; the first </think> closes it for good
 // (later markers are content, as vLLM does). An output that never closes its reasoning is all
-// reasoning.
+// reasoning. vLLM's non-streamed extract_reasoning drops whatever precedes the first <think>,
+// wherever it is, while its streamed deltas send that text on (as content, or as reasoning for
+// deepseek_r1); a stream cannot take back text it sent, so here a <think> after other text is
+// text, streamed or not, and the two always agree. Leading whitespace alone is dropped as vLLM's
+// non-streamed split drops it.
 #pragma once
 
 #include <memory>
