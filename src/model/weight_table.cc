@@ -45,6 +45,15 @@ bool NeverRead(const ModelConfig& config, const std::string& name) {
          name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0;
 }
 
+// `name` quoted for an error about the tensor's stored values: under the name the checkpoint
+// stores it by, with the name it serves as when that differs (a tied checkpoint's LM head stored
+// alone, held as the embedding too), so the user looks for the tensor the file holds.
+std::string StoredName(const weights::Checkpoint& ckpt, const std::string& name) {
+  const std::string& origin = ckpt.Origin(name);
+  if (origin == name) return StrCat("'", name, "'");
+  return StrCat("'", origin, "' (serving as '", name, "')");
+}
+
 // Whether `a` and `b` are both stored, with the same dtype, shape and bytes.
 bool SameStoredTensor(const weights::Checkpoint& ckpt, const std::string& a, const std::string& b) {
   if (!ckpt.Has(a) || !ckpt.Has(b)) return false;
@@ -182,8 +191,8 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
       // Accepted and explained, but neither loaded nor counted (transformers drops it).
       explained.insert(w.name);
       if (!(ckpt.Get(w.name).shape == w.shape)) {
-        Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", ckpt.Get(w.name).shape.ToString(),
-             " but config.json implies ", w.shape.ToString());
+        Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " has shape ",
+             ckpt.Get(w.name).shape.ToString(), " but config.json implies ", w.shape.ToString());
       }
       continue;
     }
@@ -195,12 +204,12 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
     if (!ckpt.Has(w.name)) Fail(ckpt.dir(), ": checkpoint is missing tensor '", w.name, "'");
     TensorView t = ckpt.Get(w.name);
     if (!(t.shape == w.shape)) {
-      Fail(ckpt.dir(), ": tensor '", w.name, "' has shape ", t.shape.ToString(), " but config.json implies ",
-           w.shape.ToString());
+      Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " has shape ", t.shape.ToString(),
+           " but config.json implies ", w.shape.ToString());
     }
     if (IsFloat8(t.dtype)) {
       if (!config.quantization.fp8 || !Fp8Eligible(w)) {
-        Fail(ckpt.dir(), ": tensor '", w.name, "' is ", DTypeName(t.dtype),
+        Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " is ", DTypeName(t.dtype),
              " but config.json has no fp8 quantization_config for it");
       }
       const std::string scale_name = w.name + "_scale_inv";
@@ -225,7 +234,7 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
       }
       explained.insert(scale_name);
     } else if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
-      Fail(ckpt.dir(), ": tensor '", w.name, "' has dtype ", DTypeName(t.dtype),
+      Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " has dtype ", DTypeName(t.dtype),
            " (expected F32, BF16 or F16)");
     }
   }

@@ -133,6 +133,13 @@ void Checkpoint::Rename(const std::function<std::string(const std::string&)>& re
   }
   where_ = std::move(where);
   stored_name_ = std::move(stored_name);
+  // An alias stands for its tensor under that tensor's new name (both kept, or the alias dropped).
+  std::unordered_map<std::string, std::string> origin;
+  for (const auto& [alias, name] : origin_) {
+    const std::string renamed_alias = rename(alias), renamed = rename(name);
+    if (!renamed_alias.empty() && !renamed.empty()) origin.emplace(renamed_alias, renamed);
+  }
+  origin_ = std::move(origin);
 }
 
 void Checkpoint::Alias(const std::string& alias, const std::string& name) {
@@ -142,6 +149,12 @@ void Checkpoint::Alias(const std::string& alias, const std::string& name) {
   auto stored = stored_name_.find(name);
   stored_name_.emplace(alias, stored != stored_name_.end() ? stored->second : name);
   where_.emplace(alias, file);
+  origin_.emplace(alias, Origin(name));
+}
+
+const std::string& Checkpoint::Origin(const std::string& name) const {
+  auto it = origin_.find(name);
+  return it != origin_.end() ? it->second : name;
 }
 
 std::vector<std::string> Checkpoint::Names() const {

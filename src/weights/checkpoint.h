@@ -40,12 +40,16 @@ class Checkpoint {
   // Makes `alias` a second name of the held tensor `name` (`alias` must not be held): a tied
   // checkpoint's embedding when only its LM head is stored (OpenCheckpoint).
   void Alias(const std::string& alias, const std::string& name);
+  // The held name `name` stands for: the tensor an alias was made of, else `name` itself. Errors
+  // about a tensor's values name what the checkpoint stores (lm_head.weight, not the embedding).
+  const std::string& Origin(const std::string& name) const;
 
  private:
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unordered_map<std::string, const SafetensorsFile*> where_;
   std::unordered_map<std::string, std::string> stored_name_;  // After Rename: name -> name in file
+  std::unordered_map<std::string, std::string> origin_;  // Alias: alias -> the name it stands for
 };
 
 }  // namespace latent::weights

@@ -100,6 +100,24 @@ def test_tied_head_stored_alone_is_the_embedding(tiny_models, tmp_path):
         assert ours == theirs
 
 
+@pytest.mark.parametrize("fault", ["shape", "dtype"])
+def test_tied_head_stored_alone_is_named_in_errors(tiny_models, tmp_path, fault):
+    """Only lm_head stored, of the wrong shape or dtype: latent refuses it under the name the
+    checkpoint stores (transformers' lm_head.weight), not the embedding's it serves as."""
+    model = tied_copy(tiny_models.get("deepseek_v3"), tmp_path / "model", "only")
+    tensors = load_file(model / "model.safetensors")
+    head = tensors["lm_head.weight"]
+    tensors["lm_head.weight"] = head[1:].clone() if fault == "shape" else head.to(torch.int32)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    proc = run_latent("info", "--model", str(model), "--json", check=False)
+    assert proc.returncode != 0
+    vocab, hidden = head.shape
+    wrong = (f"has shape [{vocab - 1}, {hidden}] but config.json implies [{vocab}, {hidden}]"
+             if fault == "shape" else "has dtype I32 (expected F32, BF16 or F16)")
+    assert (f"tensor 'lm_head.weight' (serving as 'model.embed_tokens.weight') {wrong}"
+            in proc.stderr), proc.stderr
+
+
 def test_tied_wrapper_config_loads_the_stored_head(tiny_models, tmp_path):
     """mistral3 around mistral4: the wrapper's tie_word_embeddings true, both stored and
     different (vl_tie_true in the checkpoint audit)."""

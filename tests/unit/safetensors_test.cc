@@ -268,6 +268,24 @@ TEST(SafetensorsFileTest, RejectsEveryMalformedFileWithAClearError) {
   }
 }
 
+// An alias reads its tensor's bytes and remembers what it stands for (errors name the stored
+// tensor), across a Rename too.
+TEST(CheckpointTest, AnAliasKnowsTheTensorItStandsFor) {
+  Json manifest = LoadManifest();
+  ASSERT_FALSE(manifest["checkpoints"].empty());
+  const std::string dir = kFixtureDir + "/" + manifest["checkpoints"][0]["dir"].get<std::string>();
+  Checkpoint ckpt = Checkpoint::Open(dir);
+  const std::string name = ckpt.Names().front();
+  ckpt.Alias("alias.weight", name);
+  EXPECT_EQ(ckpt.Get("alias.weight").data, ckpt.Get(name).data);
+  EXPECT_EQ(ckpt.Origin("alias.weight"), name);
+  EXPECT_EQ(ckpt.Origin(name), name);
+  EXPECT_EQ(ckpt.Origin("no.such.tensor"), "no.such.tensor");
+  ckpt.Rename([](const std::string& n) { return "renamed." + n; });
+  EXPECT_EQ(ckpt.Origin("renamed.alias.weight"), "renamed." + name);
+  EXPECT_EQ(ckpt.Get("renamed.alias.weight").data, ckpt.Get("renamed." + name).data);
+}
+
 TEST(CheckpointTest, RejectsEveryMalformedCheckpointWithAClearError) {
   Json manifest = LoadManifest();
   ASSERT_TRUE(manifest.contains("malformed_checkpoints"));
