@@ -58,8 +58,23 @@ std::string StoredName(const weights::Checkpoint& ckpt, const std::string& name)
 bool SameStoredTensor(const weights::Checkpoint& ckpt, const std::string& a, const std::string& b) {
   if (!ckpt.Has(a) || !ckpt.Has(b)) return false;
   const TensorView x = ckpt.Get(a), y = ckpt.Get(b);
-  return x.dtype == y.dtype && x.shape == y.shape &&
-         std::memcmp(x.data, y.data, x.NumBytes()) == 0;
+  if (x.dtype != y.dtype || !(x.shape == y.shape)) return false;
+  // An alias (a tied head stored alone, held as the embedding too) is one tensor: no bytes to read.
+  return x.data == y.data || std::memcmp(x.data, y.data, x.NumBytes()) == 0;
+}
+
+// The names of the family's embedding (its tensor list's first kEmbedding entry) and tied LM
+// head (its kTiedHead entry), each empty when the list has none.
+struct TiedPair {
+  std::string embedding, head;
+};
+TiedPair TiedNames(const std::vector<ExpectedWeight>& weights) {
+  TiedPair names;
+  for (const ExpectedWeight& w : weights) {
+    if (w.kind == WeightKind::kEmbedding && names.embedding.empty()) names.embedding = w.name;
+    if (w.presence == Presence::kTiedHead) names.head = w.name;
+  }
+  return names;
 }
 
 }  // namespace
@@ -156,11 +171,7 @@ weights::Checkpoint OpenCheckpoint(const ModelConfig& config, const std::string&
   // points the embedding at the head it loaded), so the stored head is the embedding too.
   // Under the embedding's name it is a stored copy of it, which ValidateCheckpoint takes as the
   // tie: loaded once as the embedding, counted once, and --quantize converts a copy for the head.
-  std::string embedding, head;  // The family's first kEmbedding entry and its kTiedHead one.
-  for (const ExpectedWeight& w : ExpectedWeights(config, ExpertLayout::kPerExpert)) {
-    if (w.kind == WeightKind::kEmbedding && embedding.empty()) embedding = w.name;
-    if (w.presence == Presence::kTiedHead) head = w.name;
-  }
+  const auto [embedding, head] = TiedNames(ExpectedWeights(config, ExpertLayout::kPerExpert));
   if (!embedding.empty() && !head.empty() && !ckpt.Has(embedding) && ckpt.Has(head)) {
     ckpt.Alias(embedding, head);
   }
@@ -177,9 +188,9 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
     break;
   }
   std::set<std::string> explained;
-  std::string embedding;  // The family's embedding: its list's first kEmbedding entry.
-  for (ExpectedWeight& w : ExpectedWeights(config, report.expert_layout)) {
-    if (w.kind == WeightKind::kEmbedding && embedding.empty()) embedding = w.name;
+  std::vector<ExpectedWeight> expected = ExpectedWeights(config, report.expert_layout);
+  const std::string embedding = TiedNames(expected).embedding;
+  for (ExpectedWeight& w : expected) {
     const bool held = ckpt.Has(w.name);
     if (w.presence != Presence::kRequired && !held) continue;
     if (w.presence == Presence::kTiedHead && SameStoredTensor(ckpt, w.name, embedding)) {
