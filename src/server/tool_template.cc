@@ -12,6 +12,9 @@ namespace {
 
 constexpr const char* kKey = "latent_probe_key";
 constexpr const char* kValue = "latent_probe_value";
+// The probe tool's parameter: a name of its own, so that a template printing the tools schema
+// key by key shows nothing the arguments probe reads as the call's arguments taken apart.
+constexpr const char* kParameter = "latent_probe_parameter";
 
 // A user turn, an assistant turn (`content`) calling one tool with `arguments`, and the tool's
 // result.
@@ -27,7 +30,7 @@ OrderedJson ProbeMessages(const OrderedJson& content, const OrderedJson& argumen
 
 OrderedJson ProbeTools() {
   OrderedJson params = {{"type", "object"},
-                        {"properties", {{kKey, {{"type", "string"}}}}}};
+                        {"properties", {{kParameter, {{"type", "string"}}}}}};
   return OrderedJson::array(
       {{{"type", "function"},
         {"function",
@@ -90,9 +93,10 @@ bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template
       chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), with_tools);
   // Objects break it (DeepSeek's string concatenation): JSON text it is.
   if (!text) return false;
-  // The tools list (tojson) shows the key in double quotes, an object printed whole (Python's
-  // repr, as `{{ arguments }}` prints a dict) in single ones: JSON text is what such a template
-  // prints as it comes. Only a template that took the arguments apart shows the key bare.
+  // An object printed whole shows the key in quotes: double ones through tojson, single ones as
+  // Python's repr (`{{ arguments }}` prints a dict that way): JSON text is what such a template
+  // prints as it comes. Only a template that took the arguments apart shows the key bare (the
+  // tools list never holds it).
   const std::string key = kKey;
   size_t bare = 0;
   for (size_t p = text->find(key); p != std::string::npos; p = text->find(key, p + 1)) {

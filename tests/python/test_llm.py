@@ -179,22 +179,37 @@ def test_each_named_template_keeps_none_for_itself(model_dir, tmp_path):
         assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Z"}}' in without
 
 
-# Reads a tool call's arguments key by key (GLM-4.5's way), or prints them as they come.
-ITERATES_ARGUMENTS = (
-    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for t in m.tool_calls or [] %}"
-    "{% for k, v in t.function.arguments.items() %}[{{ k }}={{ v }}]{% endfor %}"
-    "{% endfor %}{% endfor %}")
-PRINTS_ARGUMENTS = (
-    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for t in m.tool_calls or [] %}"
-    "({{ t.function.arguments }}){% endfor %}{% endfor %}")
+# Templates that read a tool call's arguments key by key, by what one writes for {"city": "Z"}:
+# GLM-4.5's way.
+ITERATES_ARGUMENTS = {
+    "items": ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+              "{% for t in m.tool_calls or [] %}"
+              "{% for k, v in t.function.arguments.items() %}[{{ k }}={{ v }}]{% endfor %}"
+              "{% endfor %}{% endfor %}", "[city=Z]"),
+}
+# Templates that print the arguments as they come (JSON text gives '({"city": "Z"})'): plainly,
+# or after the tools schema printed key by key.
+PRINTS_ARGUMENTS = {
+    "whole": ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+              "{% for t in m.tool_calls or [] %}({{ t.function.arguments }}){% endfor %}"
+              "{% endfor %}"),
+    "tool_keys": ("{% for t in tools or [] %}{% for k in t.function.parameters.properties %}"
+                  "<{{ k }}>{% endfor %}{% endfor %}"
+                  "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                  "{% for t in m.tool_calls or [] %}({{ t.function.arguments }}){% endfor %}"
+                  "{% endfor %}"),
+}
 
 
+@pytest.mark.parametrize("iterates,prints", [("items", "whole"), ("items", "tool_keys")])
 @pytest.mark.parametrize("objects_in_default", [False, True])
-def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, objects_in_default):
+def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, objects_in_default,
+                                                     iterates, prints):
     """tokenizer_config.json with a "default" and a "tool_use" template that read arguments
     differently: each is probed as it is picked, so with tools and without the prompt equals
     transformers' with the arguments as that template reads them (one answer for both failed the
-    iterating template on text, or printed Python's repr of an object)."""
+    iterating template on text, or printed Python's repr of an object; a tools schema printed key
+    by key was taken for the arguments taken apart)."""
     from transformers import AutoTokenizer
 
     model = tmp_path / "two_templates"
@@ -204,8 +219,9 @@ def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, object
                              "additional_chat_templates"):
             (model / item.name).symlink_to(item)
     config = json.loads((model_dir / "tokenizer_config.json").read_text())
-    default, tool_use = ((ITERATES_ARGUMENTS, PRINTS_ARGUMENTS) if objects_in_default
-                         else (PRINTS_ARGUMENTS, ITERATES_ARGUMENTS))
+    iterating, shown = ITERATES_ARGUMENTS[iterates]
+    printing = PRINTS_ARGUMENTS[prints]
+    default, tool_use = ((iterating, printing) if objects_in_default else (printing, iterating))
     config["chat_template"] = [{"name": "default", "template": default},
                                {"name": "tool_use", "template": tool_use}]
     (model / "tokenizer_config.json").write_text(json.dumps(config))
@@ -225,9 +241,9 @@ def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, object
         for with_tools in (True, False):
             reads_objects = objects_in_default != with_tools
             expected = hf.apply_chat_template(
-                conversation(parsed if reads_objects else text), tools=tools if with_tools else None,
-                tokenize=False, add_generation_prompt=True)
-            assert ("[city=Z]" if reads_objects else '({"city": "Z"})') in expected
+                conversation(parsed if reads_objects else text),
+                tools=tools if with_tools else None, tokenize=False, add_generation_prompt=True)
+            assert (shown if reads_objects else '({"city": "Z"})') in expected
             # As clients send the arguments (JSON text), and as an object: the same prompt.
             for arguments in (text, parsed):
                 assert two.apply_chat_template(

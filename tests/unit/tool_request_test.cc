@@ -320,6 +320,12 @@ TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {
   EXPECT_FALSE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
       "{% for m in messages %}{% for t in m.tool_calls or [] %}[{{ t.function.arguments }}]"
       "{% endfor %}{% endfor %}")));
+  // Prints the tools schema key by key and the arguments as they come: JSON text (the schema's
+  // keys are not the call's).
+  EXPECT_FALSE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{% for t in tools %}{% for k in t.function.parameters.properties %}<{{ k }}>{% endfor %}"
+      "{% endfor %}{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "[{{ t.function.arguments }}]{% endfor %}{% endfor %}")));
   // Iterates over them (GLM-4.5): objects.
   EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
       "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
