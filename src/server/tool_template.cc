@@ -1,6 +1,7 @@
 #include "server/tool_template.h"
 
 #include <optional>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -12,8 +13,8 @@ namespace {
 
 constexpr const char* kKey = "latent_probe_key";
 constexpr const char* kValue = "latent_probe_value";
-// The probe tool's parameter: a name of its own, so that a template printing the tools schema
-// key by key shows nothing the arguments probe reads as the call's arguments taken apart.
+// The probe tool's parameter: a name of its own, so that only the call's rendering tells how a
+// template reads the arguments (one printing the tools schema key by key shows this one).
 constexpr const char* kParameter = "latent_probe_parameter";
 
 // A user turn, an assistant turn (`content`) calling one tool with `arguments`, and the tool's
@@ -59,6 +60,14 @@ bool ShowsCall(const std::optional<std::string>& text) {
   return text && text->find(kValue) != std::string::npos;
 }
 
+// Whether `text` shows the argument value other than inside the arguments printed whole: `{`, the
+// key and the value in double quotes (tojson) or single ones (Python's repr), `}`.
+bool TakesApart(const std::string& text) {
+  static const std::regex kWhole(std::string(R"re(\{\s*(["']))re") + kKey +
+                                 R"re(\1\s*:\s*\1)re" + kValue + R"re(\1\s*\})re");
+  return std::regex_replace(text, kWhole, "").find(kValue) != std::string::npos;
+}
+
 }  // namespace
 
 bool TemplateWantsToolCallContentNone(const tokenizer::ChatTemplate& chat_template,
@@ -89,23 +98,19 @@ bool TemplateReadsArgumentsAsObject(const tokenizer::ChatTemplate& chat_template
   if (chat_template.TemplateFor(with_tools).empty()) return false;
   const OrderedJson content =
       chat_template.tool_call_content_none(with_tools) ? OrderedJson(nullptr) : OrderedJson("");
-  const std::optional<std::string> text = TryRender(
-      chat_template, ProbeMessages(content, ProbeArguments(/*as_object=*/true)), with_tools);
-  // Objects break it (DeepSeek's string concatenation): JSON text it is.
-  if (!text) return false;
-  // An object printed whole shows the key in quotes: double ones through tojson, single ones as
-  // Python's repr (`{{ arguments }}` prints a dict that way): JSON text is what such a template
-  // prints as it comes. Only a template that took the arguments apart shows the key bare (the
-  // tools list never holds it).
-  const std::string key = kKey;
-  size_t bare = 0;
-  for (size_t p = text->find(key); p != std::string::npos; p = text->find(key, p + 1)) {
-    const char open = p > 0 ? (*text)[p - 1] : '\0';
-    const bool quoted = (open == '"' || open == '\'') && p + key.size() < text->size() &&
-                        (*text)[p + key.size()] == open;
-    if (!quoted) ++bare;
-  }
-  return bare > 0 && ShowsCall(text);
+  const auto render = [&](bool as_object) {
+    return TryRender(chat_template, ProbeMessages(content, ProbeArguments(as_object)), with_tools);
+  };
+  const std::optional<std::string> object = render(/*as_object=*/true);
+  // Objects break it (DeepSeek's string concatenation) or lose the call: JSON text it is.
+  if (!ShowsCall(object)) return false;
+  // Text breaks it or loses the call (an items loop: "'str object' has no attribute 'items'"),
+  // however it prints the keys it took apart (bare, `<parameter name="{{ k }}">`, in quotes).
+  if (!ShowsCall(render(/*as_object=*/false))) return true;
+  // Both show the call: objects where the template took the object apart (GLM-4.5's items loop,
+  // whose fallback prints text whole), JSON text where it printed the object whole (tojson, or
+  // Python's repr as `{{ arguments }}` prints a dict): such a template prints text as it comes.
+  return TakesApart(*object);
 }
 
 ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {

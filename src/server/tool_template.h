@@ -3,10 +3,13 @@
 // - The arguments. OpenAI clients send them as JSON text; DeepSeek's templates concatenate the
 //   text into the prompt (an object would fail), Kimi K2's print text as is and objects through
 //   tojson, GLM-4.5's iterate over an object's items (text would come out as a single
-//   "raw_arguments" entry). A template that shows the probe argument's key without quotes
-//   (JSON's double ones, or the single ones of Python's repr, which `{{ arguments }}` prints for
-//   an object) took an object apart, so arguments reach it as objects; every other template gets
-//   JSON text, as transformers would from an OpenAI client.
+//   "raw_arguments" entry). The probe call is rendered with its arguments as an object and as
+//   JSON text. A template that shows the call only from an object (an items loop fails on text,
+//   however it quotes the keys: `{'{{ k }}': ...}`, `<parameter name="{{ k }}">`) gets objects,
+//   and so does one that shows both but took the object apart (GLM-4.5, whose fallback prints
+//   text whole); one that printed the object whole (tojson, or Python's repr, which
+//   `{{ arguments }}` prints for a dict), fails on it or loses the call gets JSON text, as
+//   transformers would from an OpenAI client.
 // - A null content beside the calls (what OpenAI clients send). transformers drops null keys,
 //   on which DeepSeek's and Kimi's templates fail; "" is what most mean (DeepSeek V3.1 renders ""
 //   and none alike, GLM-4.5 writes "None" for none, Qwen3 and Kimi K2 fail on none:

@@ -186,6 +186,16 @@ ITERATES_ARGUMENTS = {
               "{% for t in m.tool_calls or [] %}"
               "{% for k, v in t.function.arguments.items() %}[{{ k }}={{ v }}]{% endfor %}"
               "{% endfor %}{% endfor %}", "[city=Z]"),
+    # Keys in quotes: single ones, as Python's repr would print them, and double ones.
+    "quoted": ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+               "{% for t in m.tool_calls or [] %}"
+               "{% for k, v in t.function.arguments.items() %}{'{{ k }}': '{{ v }}'}{% endfor %}"
+               "{% endfor %}{% endfor %}", "{'city': 'Z'}"),
+    "parameter": ("{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                  "{% for t in m.tool_calls or [] %}"
+                  "{% for k, v in t.function.arguments.items() %}"
+                  '<parameter name="{{ k }}">{{ v }}</parameter>{% endfor %}'
+                  "{% endfor %}{% endfor %}", '<parameter name="city">Z</parameter>'),
 }
 # Templates that print the arguments as they come (JSON text gives '({"city": "Z"})'): plainly,
 # or after the tools schema printed key by key.
@@ -201,7 +211,8 @@ PRINTS_ARGUMENTS = {
 }
 
 
-@pytest.mark.parametrize("iterates,prints", [("items", "whole"), ("items", "tool_keys")])
+@pytest.mark.parametrize("iterates,prints", [("items", "whole"), ("items", "tool_keys"),
+                                             ("quoted", "whole"), ("parameter", "tool_keys")])
 @pytest.mark.parametrize("objects_in_default", [False, True])
 def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, objects_in_default,
                                                      iterates, prints):
@@ -209,7 +220,8 @@ def test_each_named_template_reads_arguments_its_way(model_dir, tmp_path, object
     differently: each is probed as it is picked, so with tools and without the prompt equals
     transformers' with the arguments as that template reads them (one answer for both failed the
     iterating template on text, or printed Python's repr of an object; a tools schema printed key
-    by key was taken for the arguments taken apart)."""
+    by key was taken for the arguments taken apart; keys printed in quotes were taken for the
+    arguments printed whole)."""
     from transformers import AutoTokenizer
 
     model = tmp_path / "two_templates"

@@ -332,6 +332,21 @@ TEST(ToolRequestTest, ProbesHowTheTemplateReadsArguments) {
       "{% if t.function.arguments is mapping %}{% for k, v in t.function.arguments.items() %}"
       "<k>{{ k }}</k><v>{{ v }}</v>{% endfor %}{% else %}raw {{ t.function.arguments }}"
       "{% endif %}{% endfor %}{% endfor %}")));
+  // Iterates over them and quotes each key (fails on text): objects, in single quotes as in
+  // double ones.
+  EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{% for k, v in t.function.arguments.items() %}{'{{ k }}': '{{ v }}'}{% endfor %}"
+      "{% endfor %}{% endfor %}")));
+  EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{{ tools | tojson }}{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{% for k, v in t.function.arguments.items() %}<parameter name=\"{{ k }}\">{{ v }}"
+      "</parameter>{% endfor %}{% endfor %}{% endfor %}")));
+  // Prints objects through tojson and fails on text: objects (the only way the call shows).
+  EXPECT_TRUE(TemplateReadsArgumentsAsObject(ChatTemplate::FromString(
+      "{% for m in messages %}{% for t in m.tool_calls or [] %}"
+      "{{ t.function.arguments.items() | list | length }}{{ t.function.arguments | tojson }}"
+      "{% endfor %}{% endfor %}")));
   // Ignores tool calls: JSON text.
   EXPECT_FALSE(TemplateReadsArgumentsAsObject(
       ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}")));
