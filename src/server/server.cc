@@ -242,25 +242,9 @@ std::unique_ptr<Loaded> Load(const ServeOptions& o, const std::string& name,
   // Before the template is shared: the probe sets how each named template reads tool-call turns.
   const ToolTemplateShape tool_shape =
       loaded->chat_template ? ProbeToolTemplate(*loaded->chat_template) : ToolTemplateShape{};
-  // Per named template when there are several (server/tool_template.h): `yes` in the templates
-  // `names` lists, `no` in the others.
-  const auto per_template = [chat](const std::vector<std::string>& names, const char* yes,
-                                   const char* no) {
-    if (names.empty()) return std::string(no);
-    std::string text = yes;
-    if (chat->template_names().size() > 1) {
-      text += " in template";
-      for (const std::string& name : names) text += " '" + name + "'";
-      text += StrCat(", ", no, " in the others");
-    }
-    return text;
-  };
   Log("tool-call parser: ", tool_call_parser.empty() ? "none" : tool_call_parser,
       o.tool_call_parser == "auto" ? " (auto, from the chat template and model type)" : "",
-      "; the template reads tool-call arguments as ",
-      per_template(tool_shape.arguments_object_templates, "objects", "JSON text"),
-      " and a null content beside them as ",
-      per_template(tool_shape.content_none_templates, "none", "\"\""));
+      "; the template reads tool-call arguments as ", ToolTemplateShapeText(tool_shape));
   engine::EngineOptions engine_options = o.engine;
   if (!o.debug_replay_path.empty()) {
     engine_options.debug_replay = engine::LoadDebugReplay(o.debug_replay_path, config.vocab_size);

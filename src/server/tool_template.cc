@@ -121,6 +121,7 @@ ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {
   for (bool with_tools : {true, false}) {
     const std::string name = chat_template.TemplateFor(with_tools);
     if (name.empty() || !probed.insert(name).second) continue;
+    shape.templates.push_back(name);
     const bool none = TemplateWantsToolCallContentNone(chat_template, with_tools);
     chat_template.set_tool_call_content_none(name, none);
     if (none) shape.content_none_templates.push_back(name);
@@ -130,6 +131,22 @@ ToolTemplateShape ProbeToolTemplate(tokenizer::ChatTemplate& chat_template) {
     if (objects) shape.arguments_object_templates.push_back(name);
   }
   return shape;
+}
+
+std::string ToolTemplateShapeText(const ToolTemplateShape& shape) {
+  // `yes` in the templates `names` lists, `no` in the others; one word when it holds for all.
+  const auto per_template = [&](const std::vector<std::string>& names, const char* yes,
+                                const char* no) {
+    if (names.empty()) return std::string(no);
+    std::string text = yes;
+    if (names.size() == shape.templates.size()) return text;
+    text += " in template";
+    for (const std::string& name : names) text += " '" + name + "'";
+    return StrCat(text, ", ", no, " in the others");
+  };
+  return StrCat(per_template(shape.arguments_object_templates, "objects", "JSON text"),
+                " and a null content beside them as ",
+                per_template(shape.content_none_templates, "none", "\"\""));
 }
 
 void ShapeForTemplate(const tokenizer::ChatTemplate& chat_template, bool with_tools,

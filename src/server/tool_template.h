@@ -35,7 +35,14 @@ struct ToolTemplateShape {
   std::vector<std::string> arguments_object_templates;
   // The templates whose tool-call turns keep a null content as none (the others get "").
   std::vector<std::string> content_none_templates;
+  // The templates probed: those Render can pick.
+  std::vector<std::string> templates;
 };
+
+// The answers for the start-up log: "objects" or "JSON text", then " and a null content beside
+// them as ", "none" or "\"\"", each naming the templates it holds for when the templates probed
+// differ ("objects in template 'tool_use', JSON text in the others").
+std::string ToolTemplateShapeText(const ToolTemplateShape& shape);
 
 // Probes each template of `chat_template` Render can pick and sets its
 // set_tool_call_content_none and set_tool_call_arguments_as_objects.

@@ -400,6 +400,38 @@ TEST(ToolRequestTest, ProbesEachNamedTemplatesArgumentsAsRenderPicksIt) {
   fs::remove_all(dir);
 }
 
+// The start-up log names the templates an answer holds for only when the probed ones differ:
+// ", JSON text in the others" beside every template reading objects named no template at all.
+TEST(ToolRequestTest, DescribesTheProbesAnswersPerTemplateOnlyWhereTheyDiffer) {
+  ToolTemplateShape shape;
+  EXPECT_EQ(ToolTemplateShapeText(shape), "JSON text and a null content beside them as \"\"");
+  shape.templates = {"tool_use", "default"};
+  shape.arguments_object_templates = {"tool_use", "default"};
+  EXPECT_EQ(ToolTemplateShapeText(shape), "objects and a null content beside them as \"\"");
+  shape.arguments_object_templates = {"tool_use"};
+  shape.content_none_templates = {"tool_use", "default"};
+  EXPECT_EQ(ToolTemplateShapeText(shape),
+            "objects in template 'tool_use', JSON text in the others and a null content beside "
+            "them as none");
+  shape.templates = {"default"};
+  shape.arguments_object_templates = {"default"};
+  shape.content_none_templates = {};
+  EXPECT_EQ(ToolTemplateShapeText(shape), "objects and a null content beside them as \"\"");
+
+  // Two templates that both read objects, as the probe finds them.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_shape_text";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "chat_template.jinja") << kIteratesArguments;
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << kIteratesArguments;
+  tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+  const ToolTemplateShape probed = ProbeToolTemplate(chat);
+  EXPECT_EQ(probed.templates, (std::vector<std::string>{"tool_use", "default"}));
+  EXPECT_EQ(ToolTemplateShapeText(probed), "objects and a null content beside them as \"\"");
+  fs::remove_all(dir);
+}
+
 TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {
   ResponseMeta meta;
   meta.endpoint = Endpoint::kChatCompletions;
