@@ -87,7 +87,7 @@ RequestLine ParseRequestLine(const RequestJson& line, TextTools& text, int64_t d
 // A "messages" line's prompt text: its chat fields ("messages", "tools", "chat_template_kwargs",
 // "add_generation_prompt", "continue_final_message") checked and shaped as the server's
 // (server::ParseChatFields: "developer" is "system", text parts are joined; tool-call turns as
-// server::ShapeToolCallTurns shapes them), then rendered by the chat template. latent::Error
+// server::ShapeForTemplate shapes them), then rendered by the chat template. latent::Error
 // with the server's message otherwise (the template's prefixed as the server's 400 is).
 std::string RenderChatLine(const RequestJson& line, TextTools& text);
 

@@ -90,7 +90,7 @@ class ChatTemplate {
   bool tool_call_content_none(bool with_tools) const;
   // Whether the template `name` reads a tool call's arguments as an object (GLM-4.5 iterates over
   // its items) rather than as JSON text, as server::ProbeToolTemplate found it. Render does not
-  // apply it: the caller shapes the messages first (server::ShapeToolCallTurns).
+  // apply it: the caller shapes the messages first (server::ShapeForTemplate).
   void set_tool_call_arguments_as_objects(const std::string& name, bool on);
   // The setting of the template Render uses for a request with (or without) tools.
   bool tool_call_arguments_as_objects(bool with_tools) const;
