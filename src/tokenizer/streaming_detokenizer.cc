@@ -1,23 +1,29 @@
 #include "tokenizer/streaming_detokenizer.h"
 
+#include <optional>
 #include <span>
+
+#include "tokenizer/utf8.h"
 
 namespace latent::tokenizer {
 
 namespace {
 
+constexpr std::string_view kReplacement = "\xef\xbf\xbd";  // U+FFFD
+
 bool EndsWithReplacementChar(const std::string& s) {
-  return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xef\xbf\xbd") == 0;
+  return s.size() >= kReplacement.size() &&
+         s.compare(s.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
 }
 
-size_t CharCount(const std::string& s) {
+size_t CharCount(std::string_view s) {
   size_t n = 0;
   for (char c : s) n += (static_cast<uint8_t>(c) & 0xc0) != 0x80;
   return n;
 }
 
 // Enough characters that no start-of-text rule reaches past the context (Strip's start is 1 in
-// practice).
+// practice, Metaspace's is the first token).
 constexpr size_t kMinContextChars = 8;
 
 }  // namespace
@@ -25,43 +31,89 @@ constexpr size_t kMinContextChars = 8;
 StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
+std::string StreamingDetokenizer::DecodeFrom(size_t start) {
+  last_decoded_tokens_ += window_.size() - start;
+  return tokenizer_.Decode(std::span(window_).subspan(start), false);
+}
+
+size_t StreamingDetokenizer::HeldBytes() const {
+  // The last 3 bytes decide; a token may hold none (an empty token string).
+  std::string tail;
+  for (size_t i = bytes_.size(); i > 0 && tail.size() < 3; --i) tail.insert(0, bytes_[i - 1]);
+  return IncompleteUtf8Suffix(tail);
+}
+
 std::string StreamingDetokenizer::Push(int32_t id) {
+  last_decoded_tokens_ = 0;
   // Decode drops these before any decoder sees them, so they must not serve as context either.
-  if (!tokenizer_.IdToToken(id)) return {};
+  std::optional<std::string> token = tokenizer_.IdToToken(id);
+  if (!token) return {};
   if (skip_special_tokens_ && tokenizer_.IsSpecial(id)) return {};
   window_.push_back(id);
+  // A special token's text goes into the decoded text as it is.
+  bytes_.push_back(tokenizer_.TokenBytes(id).value_or(*token));
   if (tokenizer_.IsByteFallbackToken(id)) return {};  // the run's text depends on its end
 
-  std::string text = tokenizer_.Decode(window_, false);
-  if (text.size() <= context_text_.size() || EndsWithReplacementChar(text)) return {};
+  const std::string text = DecodeFrom(0);
+  const size_t held = HeldBytes();
+  size_t final_size = text.size();
+  if (held > 0) {
+    // Held bytes decode as one U+FFFD at the end; a decoder that renders them otherwise makes
+    // the step wait for more tokens, which is always safe.
+    if (!EndsWithReplacementChar(text)) return {};
+    final_size -= kReplacement.size();
+  }
+  if (final_size <= context_text_.size()) return {};
   // The window's text extends the context's text for every decoder latent supports; if some
   // decoder ever broke that, holding back until Finish() is the safe answer.
   if (text.compare(0, context_text_.size(), context_text_) != 0) return {};
-  std::string piece = text.substr(context_text_.size());
-  // The tokens just emitted become the next context, reaching further back while their text is
-  // short: rules for the start of the text (Metaspace's first token, Strip's start) then apply
-  // inside the context, in the window's decoding and the context's alike.
-  size_t start = context_size_;
-  std::string context = tokenizer_.Decode(std::span(window_).subspan(start), false);
-  while (start > 0 && CharCount(context) < kMinContextChars) {
-    --start;
-    context = tokenizer_.Decode(std::span(window_).subspan(start), false);
+  std::string piece = text.substr(context_text_.size(), final_size - context_text_.size());
+  Trim(held, text, final_size);
+  return piece;
+}
+
+void StreamingDetokenizer::Trim(size_t held, const std::string& text, size_t final_size) {
+  // The held bytes' tokens stay: the bytes that complete their character decode with them.
+  size_t first_held = window_.size();
+  for (size_t covered = 0; covered < held && first_held > 0;) {
+    covered += bytes_[--first_held].size();
+  }
+  // Back from there, doubling, until the context's final text has enough characters. Context
+  // decoding starts at any token: a decoder's output for the tokens before the window's end
+  // does not depend on what follows, but the start of a text may (Metaspace, Strip).
+  std::string context;
+  size_t start = first_held;
+  for (size_t extra = 1;; extra *= 2) {
+    start = first_held > extra ? first_held - extra : 0;
+    if (start == 0) break;
+    context = DecodeFrom(start);
+    if (held > 0) {
+      if (!EndsWithReplacementChar(context)) {
+        start = 0;  // rendered otherwise: keep the whole window, whose final part is known
+        break;
+      }
+      context.resize(context.size() - kReplacement.size());
+    }
+    if (CharCount(context) >= kMinContextChars) break;
+  }
+  if (start == 0) {
+    context_text_ = text.substr(0, final_size);
+    return;
   }
   window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(start));
-  context_size_ = window_.size();
+  bytes_.erase(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(start));
   context_text_ = std::move(context);
-  return piece;
 }
 
 std::string StreamingDetokenizer::Finish() {
   std::string piece;
-  const std::string text = tokenizer_.Decode(window_, false);
+  const std::string text = DecodeFrom(0);
   if (text.size() > context_text_.size() &&
       text.compare(0, context_text_.size(), context_text_) == 0) {
     piece = text.substr(context_text_.size());
   }
   window_.clear();
-  context_size_ = 0;
+  bytes_.clear();
   context_text_.clear();
   return piece;
 }

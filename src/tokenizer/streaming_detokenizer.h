@@ -3,11 +3,17 @@
 //
 // Decoding is not per token (byte-level tokens carry parts of characters; Metaspace and Strip
 // treat the first token differently; ByteFallback decides a whole run of <0xAB> tokens at once),
-// so each step decodes a short window: the tokens of the previous emitted piece (as context, with
-// at least a few characters of text) plus the new ones, and emits what the window's text adds
-// beyond the context's text. Text is held
-// back while it ends in U+FFFD (an incomplete character, as lossy decoding renders it) or while a
-// ByteFallback run is open. Finish() releases what is left, exactly as Decode would render it.
+// so each step decodes a short window: context tokens whose text came out already (at least a
+// few characters, so that rules for the start of a text apply inside it) plus the new ones, and
+// emits what the window's text adds beyond the context's.
+//
+// What is held back is decided from the tokens' raw bytes (Tokenizer::TokenBytes), not from the
+// decoded text: only a character the bytes end in the middle of (at most 3 bytes, rendered as
+// one U+FFFD until more bytes come) and an open ByteFallback run wait. Text that really holds
+// U+FFFD, or bytes that can never become a character, come out at once. So the window stays a
+// few tokens long and a step costs the same however long the stream is (window_size(),
+// last_decoded_tokens()), a ByteFallback run aside: its text waits for its end. Finish()
+// releases what is left, exactly as Decode would render it.
 #pragma once
 
 #include <cstdint>
@@ -28,12 +34,29 @@ class StreamingDetokenizer {
   // Ends the stream: returns the held-back rest and resets for a new stream.
   std::string Finish();
 
+  // The bound on a step's cost, for tests: tokens in the window now, and tokens the last Push
+  // passed to Decode (all calls together).
+  size_t window_size() const { return window_.size(); }
+  size_t last_decoded_tokens() const { return last_decoded_tokens_; }
+
  private:
+  // Decodes window_[start, end) and counts the tokens into last_decoded_tokens_.
+  std::string DecodeFrom(size_t start);
+  // Bytes at the end of the window that begin a character still incomplete (0 to 3).
+  size_t HeldBytes() const;
+  // Keeps the window's last tokens as the next context: those holding `held` bytes, and before
+  // them enough for kMinContextChars characters. `text` decodes the whole window; `final_size`
+  // of it is final.
+  void Trim(size_t held, const std::string& text, size_t final_size);
+
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
-  std::vector<int32_t> window_;  // context tokens, then tokens not yet emitted
-  size_t context_size_ = 0;      // window_[0, context_size_) was emitted already
-  std::string context_text_;     // Decode(window_[0, context_size_))
+  std::vector<int32_t> window_;     // context tokens, then tokens not yet emitted
+  std::vector<std::string> bytes_;  // each window token's raw bytes (TokenBytes)
+  // The final part of Decode(window_'s context tokens), all emitted already: a U+FFFD that
+  // renders held bytes is not in it.
+  std::string context_text_;
+  size_t last_decoded_tokens_ = 0;
 };
 
 }  // namespace latent::tokenizer

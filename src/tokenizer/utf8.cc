@@ -41,6 +41,39 @@ size_t CompleteUtf8Prefix(std::string_view s) {
   return pos;
 }
 
+size_t IncompleteUtf8Suffix(std::string_view s) {
+  // The last byte that is not a continuation byte starts the last unit (a lead byte always does,
+  // even after an unfinished sequence); only a lead of a longer sequence can be unfinished.
+  for (size_t k = 1; k <= 3 && k <= s.size(); ++k) {
+    const auto lead = static_cast<uint8_t>(s[s.size() - k]);
+    if ((lead & 0xc0) == 0x80) continue;
+    // The second byte's range excludes overlong forms, surrogates and code points above
+    // U+10FFFF.
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      need = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      need = 3;
+      if (lead == 0xe0) lo = 0xa0;
+      if (lead == 0xed) hi = 0x9f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      need = 4;
+      if (lead == 0xf0) lo = 0x90;
+      if (lead == 0xf4) hi = 0x8f;
+    } else {
+      return 0;  // ASCII, or a byte that never starts a character
+    }
+    if (k >= need) return 0;
+    for (size_t i = 1; i < k; ++i) {
+      const auto c = static_cast<uint8_t>(s[s.size() - k + i]);
+      if (i == 1 ? (c < lo || c > hi) : (c & 0xc0) != 0x80) return 0;  // already invalid
+    }
+    return k;
+  }
+  return 0;
+}
+
 void AppendUtf8(uint32_t cp, std::string& out) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

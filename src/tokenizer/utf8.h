@@ -15,6 +15,12 @@ size_t ValidUtf8CharLength(std::string_view s);
 // now without splitting a character.
 size_t CompleteUtf8Prefix(std::string_view s);
 
+// Length (0 to 3) of the character `s` ends in the middle of: its last bytes start a valid
+// character that more bytes could still complete. Lossy decoding renders those bytes as one
+// U+FFFD at the end, but as the character, or as U+FFFD and what follows, once more bytes come;
+// everything before them decodes the same whatever follows.
+size_t IncompleteUtf8Suffix(std::string_view s);
+
 // Appends the UTF-8 encoding of code point `cp` (must be a valid scalar value).
 void AppendUtf8(uint32_t cp, std::string& out);
 

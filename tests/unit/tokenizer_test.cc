@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -546,6 +547,18 @@ json ByteLevelTokenizer() {
   return j;
 }
 
+// The byte-level tokenizer plus multi-byte tokens: 258 is U+FFFD itself (real text, as in
+// Qwen's and DeepSeek's vocabularies), 259 the end of 你 then the start of another character.
+json ByteLevelWithMultiByteTokens() {
+  json j = ByteLevelTokenizer();
+  std::string fffd, straddle;
+  AppendByteLevel("\xef\xbf\xbd", fffd);
+  AppendByteLevel("\xbd\xa0\xe4", straddle);
+  j["model"]["vocab"][fffd] = 258;
+  j["model"]["vocab"][straddle] = 259;
+  return j;
+}
+
 TEST(TokenizerStreaming, NeverSplitsAByteLevelCharacter) {
   const Tokenizer tok = Load(ByteLevelTokenizer());
   const std::vector<int32_t> ids = tok.Encode("中 x😀<|end|>", false);
@@ -576,7 +589,8 @@ TEST(TokenizerStreaming, WaitsForTheEndOfAByteFallbackRun) {
 TEST(TokenizerStreaming, EqualsOneShotDecodingOnRandomIds) {
   std::mt19937 rng(3);
   const Tokenizer byte_level = Load(ByteLevelTokenizer());
-  for (const Tokenizer* tok : {&Named("sp"), &Named("chars"), &byte_level}) {
+  const Tokenizer multi_byte = Load(ByteLevelWithMultiByteTokens());
+  for (const Tokenizer* tok : {&Named("sp"), &Named("chars"), &byte_level, &multi_byte}) {
     for (int i = 0; i < 300; ++i) {
       std::vector<int32_t> ids(1 + rng() % 30);
       for (int32_t& id : ids) id = static_cast<int32_t>(rng() % 270);
@@ -589,6 +603,56 @@ TEST(TokenizerStreaming, EqualsOneShotDecodingOnRandomIds) {
         EXPECT_EQ(joined, tok->Decode(ids, skip));
       }
     }
+  }
+}
+
+TEST(TokenizerStreaming, TextThatHoldsTheReplacementCharacterComesOutAtOnce) {
+  const Tokenizer tok = Load(ByteLevelWithMultiByteTokens());
+  StreamingDetokenizer stream(tok, false);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(stream.Push(258), "\ufffd") << "token " << i;
+  EXPECT_EQ(stream.Push('a'), "a");
+  EXPECT_EQ(stream.Finish(), "");
+}
+
+TEST(TokenizerStreaming, BytesThatCanNeverEndACharacterComeOutAtOnce) {
+  const Tokenizer tok = Load(ByteLevelTokenizer());
+  // A lone 0xF0 waits for its next byte; another 0xF0 makes it U+FFFD for good.
+  StreamingDetokenizer stream(tok, false);
+  EXPECT_EQ(stream.Push(0xf0), "");
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(stream.Push(0xf0), "\ufffd") << "token " << i;
+  EXPECT_EQ(stream.Finish(), "\ufffd");
+  // A stray continuation byte never starts a character.
+  EXPECT_EQ(stream.Push(0x80), "\ufffd");
+  EXPECT_EQ(stream.Push(0xe4), "");
+  EXPECT_EQ(stream.Push(0xbd), "");
+  EXPECT_EQ(stream.Push('a'), "\ufffda");  // E4 BD is one maximal subpart: one U+FFFD
+}
+
+TEST(TokenizerStreaming, TheWindowStaysShortHoweverLongTheStream) {
+  // Each step decodes a few tokens, whatever the stream's length: text that really holds
+  // U+FFFD, lone lead bytes, stray continuation bytes, and tokens that each end one character
+  // and start the next (no token boundary falls between characters).
+  const Tokenizer tok = Load(ByteLevelWithMultiByteTokens());
+  const std::vector<std::vector<int32_t>> streams = {
+      std::vector<int32_t>(2000, 258), std::vector<int32_t>(2000, 0xf0),
+      std::vector<int32_t>(2000, 0x80), [] {
+        std::vector<int32_t> ids(2000, 259);
+        ids[0] = 0xe4;
+        return ids;
+      }()};
+  for (const std::vector<int32_t>& ids : streams) {
+    StreamingDetokenizer stream(tok, false);
+    std::string joined;
+    size_t most_window = 0, most_decoded = 0;
+    for (int32_t id : ids) {
+      joined += stream.Push(id);
+      most_window = std::max(most_window, stream.window_size());
+      most_decoded = std::max(most_decoded, stream.last_decoded_tokens());
+    }
+    joined += stream.Finish();
+    EXPECT_EQ(joined, tok.Decode(ids, false)) << ids[1];
+    EXPECT_LE(most_window, 20u) << ids[1];
+    EXPECT_LE(most_decoded, 60u) << ids[1];
   }
 }
 
