@@ -3,7 +3,9 @@
 // throughput (one thread) over FILE's texts as JSON (bench/tokenizer_bench.py).
 // `latent detokenize --tokenizer DIR (--ids 1,2,3 | --jsonl FILE) [--skip-special-tokens]
 // [--stream]` prints {"text": ...} per input ({"ids": [...]} lines in FILE); --stream decodes
-// token by token with the streaming detokenizer and also prints the pieces.
+// token by token with the streaming detokenizer and also prints the pieces. A line's optional
+// "prompt_ids" make "ids" an output after that prompt: the text is what the ids add to the
+// prompt's, as the server and `latent generate` give an output's text (DecodeAfter).
 // --tokenizer defaults to --model, so a checkpoint directory works as well as a directory with
 // only tokenizer files.
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,9 +162,16 @@ struct DetokenizeOptions : TokenizerDirOptions {
 };
 
 json DecodeToJson(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& ids,
+                  const std::optional<std::vector<int32_t>>& prompt,
                   const DetokenizeOptions& opt) {
-  if (!opt.stream) return {{"text", tok.Decode(ids, opt.skip_special_tokens)}};
+  if (!opt.stream) {
+    if (prompt) {
+      return {{"text", tokenizer::DecodeAfter(tok, *prompt, ids, opt.skip_special_tokens)}};
+    }
+    return {{"text", tok.Decode(ids, opt.skip_special_tokens)}};
+  }
   tokenizer::StreamingDetokenizer stream(tok, opt.skip_special_tokens);
+  if (prompt) stream.Prime(*prompt);
   std::string text;
   json pieces = json::array();
   const auto add = [&](std::string piece) {
@@ -207,13 +217,18 @@ Runner RegisterDetokenize(CLI::App& app) {
     if (!opt->jsonl.empty()) {
       ForEachJsonLine(opt->jsonl, [&](size_t number, const json& object) {
         const std::string where = opt->jsonl + ":" + std::to_string(number);
-        std::cout << Dump(DecodeToJson(tok, IdsFromJson(object.value("ids", json()), where), *opt))
+        std::optional<std::vector<int32_t>> prompt;
+        if (object.contains("prompt_ids")) {
+          prompt = IdsFromJson(object["prompt_ids"], where + ": prompt_ids");
+        }
+        std::cout << Dump(DecodeToJson(tok, IdsFromJson(object.value("ids", json()), where),
+                                       prompt, *opt))
                   << "\n";
       });
       return 0;
     }
     if (opt->ids.empty()) Fail("detokenize needs --ids or --jsonl");
-    std::cout << Dump(DecodeToJson(tok, ParseTokenIds(opt->ids), *opt)) << "\n";
+    std::cout << Dump(DecodeToJson(tok, ParseTokenIds(opt->ids), std::nullopt, *opt)) << "\n";
     return 0;
   };
 }

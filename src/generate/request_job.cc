@@ -51,6 +51,9 @@ RequestJob::RequestJob(RequestLine line, TextTools& text, bool stream_text)
     if (with_text) {
       sample.detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
           text_.Tokenizer(), line_.skip_special_tokens);
+      // As vLLM: the output's text is what it adds after the prompt's (a SentencePiece token's
+      // leading space, a character the prompt's last bytes began).
+      sample.detokenizer->Prime(line_.request.prompt);
     }
     if (!line_.stop.empty()) {
       sample.matcher = std::make_unique<server::StopStringMatcher>(line_.stop, line_.include_stop);
@@ -142,7 +145,9 @@ std::string RequestJob::Text(const Sample& sample) const {
   if (sample.matcher) return sample.text;
   std::span<const int32_t> ids = sample.ids;
   if (sample.last_text_dropped) ids = ids.first(ids.size() - 1);
-  return text_.Tokenizer().Decode(ids, line_.skip_special_tokens);
+  // The streamed text's rule, so that streaming or not gives the same text.
+  return tokenizer::DecodeAfter(text_.Tokenizer(), line_.request.prompt, ids,
+                                line_.skip_special_tokens);
 }
 
 nlohmann::ordered_json RequestJob::SampleJson(const Sample& s) const {

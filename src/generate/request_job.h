@@ -68,8 +68,9 @@ class RequestJob {
   // The same as `latent generate` writes them (vLLM's form): null for the first prompt token,
   // then {token, logprob, top_logprobs} per prompt token.
   nlohmann::ordered_json PromptLogprobsJson() const;
-  // A sample's text: the streamed text with stop strings, else its ids decoded (special tokens
-  // skipped unless the line's "skip_special_tokens" is false). Needs a tokenizer.
+  // A sample's text: the streamed text with stop strings, else its ids decoded after the prompt
+  // as they stream (tokenizer::DecodeAfter; special tokens skipped unless the line's
+  // "skip_special_tokens" is false). Needs a tokenizer.
   std::string Text(const Sample& sample) const;
   // `latent generate`'s output for one sample: ids, text (with a tokenizer), finish_reason,
   // stop_reason, logprobs, error.

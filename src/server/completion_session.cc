@@ -172,14 +172,21 @@ void CompletionSession::Start() {
         prompts_[p].echo_logprobs.push_back(std::move(first));
       }
     }
+    const bool keep_markers_only = request_.skip_special_tokens && !kept_markers_.empty();
+    // The output's text is what it adds after the prompt's, as vLLM's detokenizer gives it (a
+    // SentencePiece token's leading space, a character the prompt's last bytes began); so the
+    // prompt primes each choice's detokenizer, without the tokens Apply would not push.
+    std::vector<int32_t> context = prompts_[p].ids;
+    if (keep_markers_only) std::erase_if(context, [&](int32_t id) { return Skipped(id); });
     for (int32_t s = 0; s < n; ++s) {
       Choice& c = choices_.emplace_back(request_.stop, request_.include_stop_str_in_output);
       c.index = static_cast<int32_t>(p) * n + s;
       if (request_.endpoint == Endpoint::kChatCompletions) c.parser = MakeParser(chat_prompt);
-      c.keep_markers_only = request_.skip_special_tokens && !kept_markers_.empty();
+      c.keep_markers_only = keep_markers_only;
       if (context_.tokenizer) {
         c.detokenizer.emplace(*context_.tokenizer,
                               request_.skip_special_tokens && !c.keep_markers_only);
+        c.detokenizer->Prime(context);
       }
     }
     // Without logprobs (or with a one-token prompt) there is nothing to wait for.
@@ -233,6 +240,11 @@ bool CompletionSession::Wait(std::chrono::milliseconds timeout) {
   }
   if (!done_) CancelEngineRequests(/*all=*/false);
   return !events.empty();
+}
+
+bool CompletionSession::Skipped(int32_t token) const {
+  return context_.tokenizer->IsSpecial(token) &&
+         !std::binary_search(kept_markers_.begin(), kept_markers_.end(), token);
 }
 
 LogprobEntry CompletionSession::MakeLogprob(const engine::RequestOutput& out,
@@ -330,9 +342,7 @@ void CompletionSession::Apply(const Event& event) {
     ++c.tokens;
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
     if (request_.logprobs) c.logprobs.push_back(MakeLogprob(out, c.text_bytes));
-    const bool skipped = c.keep_markers_only && context_.tokenizer->IsSpecial(out.token) &&
-                         !std::binary_search(kept_markers_.begin(), kept_markers_.end(),
-                                             out.token);
+    const bool skipped = c.keep_markers_only && Skipped(out.token);
     // vLLM's detokenizer (update(new_token_ids, stop_terminated)): the EOS or stop id that ended
     // the choice is in token_ids, logprobs and usage, but its text is neither output nor
     // searched for stop strings unless include_stop_str_in_output, where it is output, still

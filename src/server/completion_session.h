@@ -158,6 +158,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // Puts prompt `p`'s text (and logprobs) before each of its choices, once.
   void Echo(int32_t p);
   void EndChoice(Choice& choice, const std::string& reason);
+  // Under keep_markers_only: a special token the parsers do not read, which decoding drops.
+  bool Skipped(int32_t token) const;
   LogprobEntry MakeLogprob(const engine::RequestOutput& output, int64_t text_offset) const;
   std::string TokenText(int32_t token) const;
   // Cancels engine requests whose choices have all ended (stop strings) or, with `all`, every one

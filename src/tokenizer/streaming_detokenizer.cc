@@ -26,10 +26,37 @@ size_t CharCount(std::string_view s) {
 // practice, Metaspace's is the first token).
 constexpr size_t kMinContextChars = 8;
 
+// Prompt tokens that Prime decodes: enough for kMinContextChars in any real text.
+constexpr size_t kPrimeTokens = 8;
+
 }  // namespace
 
 StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
+
+void StreamingDetokenizer::Prime(std::span<const int32_t> prompt) {
+  // Tokens Push drops do not count towards the context.
+  size_t start = prompt.size();
+  for (size_t kept = 0; start > 0 && kept < kPrimeTokens; --start) {
+    const int32_t id = prompt[start - 1];
+    kept += tokenizer_.IdToToken(id) && !(skip_special_tokens_ && tokenizer_.IsSpecial(id));
+  }
+  // Nor in a ByteFallback run: its bytes decode together (one not valid UTF-8 makes all U+FFFD),
+  // and the output may go on with it.
+  while (start > 0 && tokenizer_.IsByteFallbackToken(prompt[start]) &&
+         tokenizer_.IsByteFallbackToken(prompt[start - 1])) {
+    --start;
+  }
+  for (int32_t id : prompt.subspan(start)) Push(id);
+  // A ByteFallback run at the prompt's end waits for its end. Where its bytes are whole
+  // characters they are the prompt's text (vLLM's detokenizer emits them while priming); a run
+  // that is not valid UTF-8 stays held, as in vLLM, and its U+FFFDs come out with the output.
+  if (window_.empty() || !tokenizer_.IsByteFallbackToken(window_.back())) return;
+  std::string text = DecodeFrom(0);
+  if (!EndsWithReplacementChar(text) && text.compare(0, context_text_.size(), context_text_) == 0) {
+    context_text_ = std::move(text);
+  }
+}
 
 std::string StreamingDetokenizer::DecodeFrom(size_t start) {
   last_decoded_tokens_ += window_.size() - start;
@@ -116,6 +143,15 @@ std::string StreamingDetokenizer::Finish() {
   bytes_.clear();
   context_text_.clear();
   return piece;
+}
+
+std::string DecodeAfter(const Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                        std::span<const int32_t> ids, bool skip_special_tokens) {
+  StreamingDetokenizer stream(tokenizer, skip_special_tokens);
+  stream.Prime(prompt);
+  std::string text;
+  for (int32_t id : ids) text += stream.Push(id);
+  return text + stream.Finish();
 }
 
 }  // namespace latent::tokenizer

@@ -14,9 +14,17 @@
 // few tokens long and a step costs the same however long the stream is (window_size(),
 // last_decoded_tokens()), a ByteFallback run aside: its text waits for its end. Finish()
 // releases what is left, exactly as Decode would render it.
+//
+// Prime() starts a stream after a prompt, as vLLM's detokenizer does: the output's text is what
+// decoding the prompt's last tokens and the output together adds to the prompt's own text, so a
+// SentencePiece token's leading space stays (HF decodes "Hello" + "▁provin" as "Hello provin")
+// and a character the prompt's last bytes began comes out with the output bytes that end it.
+// Since holding back is decided from bytes, U+FFFD in the prompt's text needs no rule of its own
+// (vLLM looks for a prompt suffix without one, else primes with the whole prompt).
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,9 +37,12 @@ class StreamingDetokenizer {
   // `tokenizer` must outlive this object.
   StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens);
 
+  // Makes the last tokens of `prompt` the context of the first Push; their own text is not
+  // returned. Call before any Push. The caller leaves out prompt tokens it would not Push.
+  void Prime(std::span<const int32_t> prompt);
   // Adds one token; returns the text that became final (often empty).
   std::string Push(int32_t id);
-  // Ends the stream: returns the held-back rest and resets for a new stream.
+  // Ends the stream: returns the held-back rest and resets for a new stream (unprimed).
   std::string Finish();
 
   // The bound on a step's cost, for tests: tokens in the window now, and tokens the last Push
@@ -58,5 +69,10 @@ class StreamingDetokenizer {
   std::string context_text_;
   size_t last_decoded_tokens_ = 0;
 };
+
+// The text `ids` add after `prompt`: what a StreamingDetokenizer primed with `prompt` streams
+// in all. The one-shot form, so that a non-streamed output's text equals the streamed one.
+std::string DecodeAfter(const Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                        std::span<const int32_t> ids, bool skip_special_tokens);
 
 }  // namespace latent::tokenizer

@@ -1,5 +1,8 @@
 """An output's text as vLLM's detokenizer gives it, on tiny models with real tokenizers and
 replayed outputs (--debug-replay):
+- the text is what the output adds after the prompt's text (the detokenizer is primed with the
+  prompt): a SentencePiece (llama2) completion keeps the leading space of its first token, as HF
+  decodes prompt + output, and stop strings see that space;
 - text that really holds U+FFFD (DeepSeek's token "����") comes out token by token, so a stop
   string made of it ends the choice where it completes."""
 
@@ -14,7 +17,21 @@ from e2e_harness import (MODEL_NAME, REPO, SERVER_FLAGS, LatentServer, chat_mode
                          sse_events)
 
 C = "/v1/completions"
+LLAMA2 = REPO.parent / "shared" / "tokenizers" / "llama2"
 FFFD_TOKEN = 10878  # DeepSeek V3's "����": the bytes EF BF BD four times, real text
+
+
+@pytest.fixture(scope="module")
+def llama2_model(tiny_models) -> Path:
+    return tiny_models.get("deepseek_v3", "--tokenizer", str(LLAMA2))
+
+
+@pytest.fixture(scope="module")
+def hf_llama2():
+    from transformers import AutoTokenizer
+
+    # transformers 5's pipeline for llama2, as tests/tokenizer/test_tokenizer_parity.py uses.
+    return AutoTokenizer.from_pretrained(str(LLAMA2)).backend_tokenizer
 
 
 def replay_server(model: Path, tmp: Path, ids: list[int]) -> LatentServer:
@@ -35,6 +52,44 @@ def stream(srv, path: str, body: dict) -> list[dict]:
                                              "stream": True, **body})
     assert status == 200, raw
     return [c for e in sse_events(raw) if e != "[DONE]" for c in json.loads(e)["choices"]]
+
+
+# What the llama2 model replays: "▁provin", "り", "▁buffer".
+LLAMA2_OUTPUT = [24899, 29516, 5496]
+
+
+@pytest.fixture(scope="module")
+def llama2_server(llama2_model, tmp_path_factory):
+    srv = replay_server(llama2_model, tmp_path_factory.mktemp("llama2"), LLAMA2_OUTPUT)
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def test_a_sentencepiece_completion_keeps_its_leading_space(llama2_server, hf_llama2):
+    prompt_ids = hf_llama2.encode("Hello").ids
+    whole = hf_llama2.decode(prompt_ids + LLAMA2_OUTPUT, skip_special_tokens=True)
+    prompt_text = hf_llama2.decode(prompt_ids, skip_special_tokens=True)
+    assert whole == "Hello provinり buffer" and whole.startswith(prompt_text)
+    expected = whole[len(prompt_text):]
+    body = {"prompt": "Hello", "max_tokens": 3, "return_token_ids": True}
+    choice = post(llama2_server, C, body)["choices"][0]
+    assert choice["token_ids"] == LLAMA2_OUTPUT
+    assert choice["text"] == expected == " provinり buffer"
+    assert "".join(c["text"] for c in stream(llama2_server, C, body)) == expected
+    echoed = post(llama2_server, C, {**body, "echo": True})["choices"][0]
+    assert echoed["text"] == whole
+    # Token-id prompts too, and a stop string that holds the space.
+    assert post(llama2_server, C, {**body, "prompt": prompt_ids})["choices"][0]["text"] == expected
+    for chunks in (None, True):
+        stop = {**body, "stop": [" provin"]}
+        if chunks:
+            got = stream(llama2_server, C, stop)
+            text, finish = "".join(c["text"] for c in got), got[-1]["finish_reason"]
+            stop_reason = got[-1]["stop_reason"]
+        else:
+            got = post(llama2_server, C, stop)["choices"][0]
+            text, finish, stop_reason = got["text"], got["finish_reason"], got["stop_reason"]
+        assert (text, finish, stop_reason) == ("", "stop", " provin")
 
 
 def test_text_of_replacement_characters_reaches_a_stop_string(chat_model, tmp_path):

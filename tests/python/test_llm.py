@@ -800,3 +800,29 @@ def test_sampling_params_are_checked_when_made(fields, message):
         latent.SamplingParams(**fields)
     assert latent.SamplingParams(temperature=0, top_k=-1, n=3, seed=7).n == 3
     assert latent.SamplingParams(prompt_logprobs=20).prompt_logprobs == 20
+
+
+def test_a_sentencepiece_output_keeps_its_leading_space(tiny_models):
+    """As vLLM's detokenizer (primed with the prompt), LLM.generate and LLM.stream give the text
+    an output adds after its prompt's: with Llama 2's tokenizer a first token "▁x" keeps its
+    space, as HF decodes prompt + output ("Hello" then "▁x" is "Hello x")."""
+    from transformers import AutoTokenizer
+
+    llama2 = REPO.parent / "shared" / "tokenizers" / "llama2"
+    hf = AutoTokenizer.from_pretrained(str(llama2)).backend_tokenizer
+    prompt = hf.encode("Hello").ids
+
+    def after_prompt(ids):
+        whole = hf.decode(prompt + ids, skip_special_tokens=True)
+        assert whole.startswith("Hello")
+        return whole[len("Hello"):]
+
+    model = tiny_models.get("deepseek_v3", "--tokenizer", str(llama2))
+    with latent.LLM(str(model), block_tokens=16) as llm:
+        params = latent.SamplingParams(temperature=1.0, seed=3, n=8, max_tokens=3, ignore_eos=True)
+        outputs = llm.generate("Hello", params)[0].outputs
+        assert [o.text for o in outputs] == [after_prompt(o.token_ids) for o in outputs]
+        assert any(o.text.startswith(" ") for o in outputs)  # the case this is about came up
+        one = latent.SamplingParams(temperature=1.0, seed=3, max_tokens=3, ignore_eos=True)
+        chunks = list(llm.stream("Hello", one))
+        assert "".join(c.text for c in chunks) == after_prompt([t for c in chunks for t in c.token_ids])

@@ -363,3 +363,19 @@ def test_a_stop_tokens_text_is_not_output(tmp_path, flags):
     assert [r["text"] for r in out[:4]] == [prefixes[at]] * 2 + [prefixes[at + 1]] * 2, (out, at)
     # Without the stop id the same text completes the stop string.
     assert out[4]["stop_reason"] == stop and out[4]["text"] == prefixes[at + 1][:-len(stop)]
+
+
+def test_a_sentencepiece_output_keeps_its_leading_space(tiny_models, tmp_path):
+    """The text is what the output adds after the prompt's, as vLLM's detokenizer (primed with
+    the prompt) gives it and HF decodes prompt + output: "Hello" then "▁provin" is " provin",
+    with stop strings or not (the text is then streamed), and a stop string sees the space."""
+    llama2 = REPO.parent / "shared" / "tokenizers" / "llama2"
+    model = tiny_models.get("deepseek_v3", "--tokenizer", str(llama2))
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([24899, 29516, 5496]))  # "▁provin", "り", "▁buffer"
+    lines = [{"prompt": "Hello", "max_tokens": 3},
+             {"prompt": "Hello", "max_tokens": 3, "stop": ["xyz"]},
+             {"prompt": "Hello", "max_tokens": 3, "stop": [" provin"]}]
+    results = generate(model, tmp_path, lines, "--debug-replay", str(replay))
+    assert [r["text"] for r in results] == [" provinり buffer", " provinり buffer", ""]
+    assert results[2]["stop_reason"] == " provin"

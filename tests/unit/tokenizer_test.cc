@@ -656,6 +656,36 @@ TEST(TokenizerStreaming, TheWindowStaysShortHoweverLongTheStream) {
   }
 }
 
+TEST(TokenizerStreaming, AfterAPromptTheOutputIsWhatItAddsToThePromptsText) {
+  const Tokenizer& tok = Named("sp");
+  const int32_t bos = 1, space_a = 263, ab = 264, space_ab = 265;
+  const auto byte = [](int b) { return 3 + b; };  // <0xAB> tokens
+  // Alone, the output's first space goes (Strip at the start of a text); after the prompt it
+  // stays, as decoding both together gives it (vLLM primes its detokenizer with the prompt).
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{space_a, ab}, true), "aab");
+  EXPECT_EQ(tok.Decode(std::vector<int32_t>{bos, space_ab, space_a, ab}, true), "ab aab");
+  const std::vector<int32_t> prompt = {bos, space_ab};
+  StreamingDetokenizer stream(tok, true);
+  stream.Prime(prompt);
+  EXPECT_EQ(stream.Push(space_a), " a");
+  EXPECT_EQ(stream.Push(ab), "ab");
+  EXPECT_EQ(stream.Finish(), "");
+  EXPECT_EQ(DecodeAfter(tok, prompt, std::vector<int32_t>{space_a, ab}, true), " aab");
+  // A ByteFallback run ending the prompt: bytes that begin a character come out with the
+  // output's bytes that end it; whole characters are the prompt's text.
+  EXPECT_EQ(DecodeAfter(tok, std::vector<int32_t>{bos, space_a, byte(0xc3)},
+                        std::vector<int32_t>{byte(0xa9), space_a}, true),
+            "\u00e9 a");
+  EXPECT_EQ(DecodeAfter(tok, std::vector<int32_t>{bos, space_a, byte(0xc3), byte(0xa9)},
+                        std::vector<int32_t>{space_a}, true),
+            " a");
+  // Byte-level: the same for a character the prompt's last bytes began.
+  const Tokenizer byte_level = Load(ByteLevelTokenizer());
+  EXPECT_EQ(DecodeAfter(byte_level, std::vector<int32_t>{'x', 0xe4, 0xbd},
+                        std::vector<int32_t>{0xa0, 'a'}, false),
+            "\u4f60a");
+}
+
 // ---- TokenBytes: each token's bytes in running text, for structured-output grammars ----
 
 TEST(TokenizerTokenBytes, ByteLevelTokensGiveTheirRawBytes) {
