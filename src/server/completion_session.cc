@@ -13,6 +13,7 @@
 #include "server/tool_request.h"
 #include "structured/after_reasoning.h"
 #include "structured/tool_choice.h"
+#include "tokenizer/utf8.h"
 
 namespace latent::server {
 namespace {
@@ -295,15 +296,19 @@ void CompletionSession::Echo(int32_t p) {
   if (prompt.echoed) return;
   prompt.echoed = true;
   if (!prompt.echo_logprobs.empty()) {
-    // text_offset: where each token's text starts in the echoed text, from detokenizing the
-    // prompt as the output is; clamped, since a text prompt is echoed as given (no BOS text).
+    // text_offset: where each token's text starts in the echoed text, in characters (as
+    // vLLM's len() and OpenAI count), from detokenizing the prompt as the output is; clamped,
+    // since a text prompt is echoed as given (no BOS text).
     std::optional<tokenizer::StreamingDetokenizer> detokenizer;
     if (context_.tokenizer) detokenizer.emplace(*context_.tokenizer, request_.skip_special_tokens);
+    const auto echo_chars = static_cast<int64_t>(tokenizer::Utf8CharCount(prompt.echo_text));
     int64_t offset = 0;
     for (size_t i = 0; i < prompt.echo_logprobs.size(); ++i) {
-      prompt.echo_logprobs[i].text_offset =
-          std::min<int64_t>(offset, static_cast<int64_t>(prompt.echo_text.size()));
-      if (detokenizer) offset += static_cast<int64_t>(detokenizer->Push(prompt.ids[i]).size());
+      prompt.echo_logprobs[i].text_offset = std::min(offset, echo_chars);
+      if (detokenizer) {
+        offset += static_cast<int64_t>(
+            tokenizer::Utf8CharCount(detokenizer->Push(prompt.ids[i])));
+      }
     }
   }
   const int32_t n = request_.sampling.n;
@@ -311,7 +316,9 @@ void CompletionSession::Echo(int32_t p) {
     Choice& c = choices_[static_cast<size_t>(p) * n + s];
     // Before any of the choice's tokens: the engine reports the whole prompt first.
     c.text.insert(0, prompt.echo_text);
-    c.text_bytes += static_cast<int64_t>(prompt.echo_text.size());
+    const auto echo_chars = static_cast<int64_t>(tokenizer::Utf8CharCount(prompt.echo_text));
+    c.text_chars += echo_chars;
+    c.given_chars += echo_chars;
     c.logprobs.insert(c.logprobs.begin(), prompt.echo_logprobs.begin(), prompt.echo_logprobs.end());
   }
   prompt.echo_logprobs.clear();
@@ -341,7 +348,7 @@ void CompletionSession::Apply(const Event& event) {
     c.last_token = event.at;
     ++c.tokens;
     if (request_.return_token_ids) c.token_ids.push_back(out.token);
-    if (request_.logprobs) c.logprobs.push_back(MakeLogprob(out, c.text_bytes));
+    if (request_.logprobs) c.logprobs.push_back(MakeLogprob(out, c.given_chars));
     const bool skipped = c.keep_markers_only && Skipped(out.token);
     // vLLM's detokenizer (update(new_token_ids, stop_terminated)): the EOS or stop id that ended
     // the choice is in token_ids, logprobs and usage, but its text is neither output nor
@@ -351,7 +358,7 @@ void CompletionSession::Apply(const Event& event) {
     const bool dropped = stop_terminated && !request_.include_stop_str_in_output;
     const std::string piece = c.detokenizer && !skipped && !dropped
                                   ? c.detokenizer->Push(out.token) : std::string();
-    c.text_bytes += static_cast<int64_t>(piece.size());
+    c.given_chars += static_cast<int64_t>(tokenizer::Utf8CharCount(piece));
     if (stop_terminated) {
       if (!dropped) Emit(c, c.stop.PushUnmatched(piece));
     } else {
@@ -443,7 +450,7 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
 
 void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
   c.reasoning += parsed.reasoning;
-  c.text += parsed.content;
+  AppendText(c, parsed.content);
   c.unfinished_call = c.unfinished_call || parsed.unfinished_call;
   for (const ToolCallDelta& call : parsed.tool_calls) {
     if (!call.id.empty()) {
@@ -457,10 +464,15 @@ void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
 
 void CompletionSession::Emit(Choice& c, std::string_view text) {
   if (!c.parser) {
-    c.text += text;
+    AppendText(c, text);
     return;
   }
   AddParsed(c, c.parser->Push(text));
+}
+
+void CompletionSession::AppendText(Choice& c, std::string_view text) {
+  c.text += text;
+  c.text_chars += static_cast<int64_t>(tokenizer::Utf8CharCount(text));
 }
 
 void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
@@ -469,7 +481,7 @@ void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
   c.ended = true;
   // A stop string cut the text where it began, maybe before the text of the tokens it spans.
   for (LogprobEntry& e : c.logprobs) {
-    e.text_offset = std::min(e.text_offset, static_cast<int64_t>(c.text.size()));
+    e.text_offset = std::min(e.text_offset, c.text_chars);
   }
   // A turn that ends by calling tools finishes "tool_calls", but only when every call is complete
   // (its end marker came): a call cut by a stop string keeps "stop", as one cut by max_tokens
@@ -589,7 +601,7 @@ std::string CompletionSession::TakeStream() {
     size_t logprobs_to = c.logprobs.size();
     if (!c.ended && request_.endpoint == Endpoint::kCompletions) {
       while (logprobs_to > c.sent_logprobs &&
-             c.logprobs[logprobs_to - 1].text_offset > static_cast<int64_t>(c.text.size())) {
+             c.logprobs[logprobs_to - 1].text_offset > c.text_chars) {
         --logprobs_to;
       }
     }

@@ -98,9 +98,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     bool keep_markers_only = false;
     StopStringMatcher stop;
     std::string text;  // Emitted text (what stop strings let through); with a parser, content.
-    // Bytes of text the echo and the choice's tokens gave so far, whether a partial stop string
-    // holds them back or not: where the next token's text starts (its text_offset).
-    int64_t text_bytes = 0;
+    int64_t text_chars = 0;  // Characters (code points) in text.
+    // Characters of text the echo and the choice's tokens gave so far, whether a partial stop
+    // string holds them back or not: where the next token's text starts (its text_offset).
+    int64_t given_chars = 0;
     // Chat with a reasoning and/or tool-call parser: it splits the emitted text into reasoning,
     // text and tool calls.
     std::unique_ptr<OutputParser> parser;
@@ -147,6 +148,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::optional<ContinuedMessage> Continued() const;
   // Appends text that stop strings let through to the choice (through its parser, if any).
   void Emit(Choice& choice, std::string_view text);
+  // Appends to the choice's text, counting its characters.
+  static void AppendText(Choice& choice, std::string_view text);
   void AddParsed(Choice& choice, const ParsedDelta& parsed);
   // Whether this request's output is searched for tool calls.
   bool ToolCallsParsed() const;

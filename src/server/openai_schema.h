@@ -218,7 +218,9 @@ struct LogprobEntry {
   float logprob = 0;
   bool null_logprob = false;  // An echoed prompt's first token: logprob and top_logprobs null.
   std::vector<std::pair<std::string, float>> top;  // Best first.
-  int64_t text_offset = 0;  // Completions: where the token's text starts in the choice's text.
+  // Completions: where the token's text starts in the choice's text, in characters (code
+  // points: vLLM's len() of a Python str, OpenAI's count).
+  int64_t text_offset = 0;
 };
 
 // One tool call of a chat choice: whole (a response), or the part new since the last chunk (a

@@ -41,6 +41,12 @@ size_t CompleteUtf8Prefix(std::string_view s) {
   return pos;
 }
 
+size_t Utf8CharCount(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<uint8_t>(c) & 0xc0) != 0x80;
+  return n;
+}
+
 size_t IncompleteUtf8Suffix(std::string_view s) {
   // The last byte that is not a continuation byte starts the last unit (a lead byte always does,
   // even after an unfinished sequence); only a lead of a longer sequence can be unfinished.

@@ -21,6 +21,9 @@ size_t CompleteUtf8Prefix(std::string_view s);
 // everything before them decodes the same whatever follows.
 size_t IncompleteUtf8Suffix(std::string_view s);
 
+// Number of characters (code points) in valid UTF-8 text: a Python str's len().
+size_t Utf8CharCount(std::string_view s);
+
 // Appends the UTF-8 encoding of code point `cp` (must be a valid scalar value).
 void AppendUtf8(uint32_t cp, std::string& out);
 

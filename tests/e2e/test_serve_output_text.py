@@ -4,7 +4,8 @@ replayed outputs (--debug-replay):
   prompt): a SentencePiece (llama2) completion keeps the leading space of its first token, as HF
   decodes prompt + output, and stop strings see that space;
 - text that really holds U+FFFD (DeepSeek's token "����") comes out token by token, so a stop
-  string made of it ends the choice where it completes."""
+  string made of it ends the choice where it completes;
+- completions' logprobs.text_offset counts characters (vLLM's len() of Python strings), echo too."""
 
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ def hf_llama2():
 
     # transformers 5's pipeline for llama2, as tests/tokenizer/test_tokenizer_parity.py uses.
     return AutoTokenizer.from_pretrained(str(LLAMA2)).backend_tokenizer
+
+
+@pytest.fixture(scope="module")
+def hf_deepseek(chat_model):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(chat_model / "tokenizer.json"))
 
 
 def replay_server(model: Path, tmp: Path, ids: list[int]) -> LatentServer:
@@ -107,6 +115,39 @@ def test_text_of_replacement_characters_reaches_a_stop_string(chat_model, tmp_pa
         # Without the stop string, the text is every token's.
         resp = post(srv, C, {"prompt": "Hi", "max_tokens": 7})
         assert resp["choices"][0]["text"] == "\ufffd" * 28
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+# Pieces whose tokens are whole characters, with characters of 2 and 3 UTF-8 bytes.
+PIECES = ["Hello", " wörld", " 中文", " Grüße", "!"]
+
+
+def test_text_offsets_count_characters(chat_model, hf_deepseek, tmp_path):
+    ids = []
+    for piece in PIECES:
+        ids += hf_deepseek.encode(piece, add_special_tokens=False).ids
+    starts = [len(hf_deepseek.decode(ids[:i])) for i in range(len(ids))]
+    assert all("\ufffd" not in hf_deepseek.decode(ids[:i]) for i in range(len(ids) + 1))
+    srv = replay_server(chat_model, tmp_path, ids)
+    try:
+        body = {"prompt": "Hi", "max_tokens": len(ids), "logprobs": 0}
+        choice = post(srv, C, body)["choices"][0]
+        assert choice["text"] == "".join(PIECES)
+        assert choice["logprobs"]["text_offset"] == starts
+        streamed = [o for c in stream(srv, C, body) if c["logprobs"]
+                    for o in c["logprobs"]["text_offset"]]
+        assert streamed == starts
+        # Echo: the prompt's tokens from 0, the output's after the prompt's characters.
+        prompt = "Grüße, 世界"
+        prompt_ids = hf_deepseek.encode(prompt, add_special_tokens=False).ids
+        echoed = post(srv, C, {**body, "prompt": prompt_ids, "echo": True})["choices"][0]
+        prompt_text = hf_deepseek.decode(prompt_ids)
+        assert echoed["text"] == prompt_text + "".join(PIECES)
+        offsets = echoed["logprobs"]["text_offset"]
+        assert offsets[:len(prompt_ids)] == [len(hf_deepseek.decode(prompt_ids[:i]))
+                                            for i in range(len(prompt_ids))]
+        assert offsets[len(prompt_ids):] == [len(prompt_text) + s for s in starts]
     finally:
         assert srv.stop() == 0, srv.log()
 

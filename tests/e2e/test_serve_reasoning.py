@@ -202,7 +202,7 @@ def test_completion_text_offsets_count_held_back_text(chat_model, tokenizer, tmp
     pieces = ["Hello", ",", " world", ",", " x", "yz", " abc", " de", "f"]
     ids = encode_pieces(tokenizer, pieces)
     texts = [tokenizer.decode([i]) for i in ids]
-    starts = [len("".join(texts[:i]).encode()) for i in range(len(ids))]
+    starts = [len("".join(texts[:i])) for i in range(len(ids))]
     srv = start(chat_model, tmp_path, ids)
     try:
         client = srv.client()

@@ -117,8 +117,8 @@ def test_score_token_ids_chunked(scoring, hf_tokenizer):
     assert len(logprobs["tokens"]) == len(ids)
     assert logprobs["tokens"] == [hf_tokenizer.decode([t]) for t in ids]
     offsets = logprobs["text_offset"]
-    # Byte offsets into the UTF-8 text, as for generated tokens.
-    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] < len(choice["text"].encode())
+    # Character offsets into the text, as for generated tokens.
+    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] < len(choice["text"])
     check_prompt_logprobs(logprobs, ids, reference)
     assert resp["usage"]["prompt_tokens"] == len(ids)
     assert resp["usage"]["completion_tokens"] == 0
@@ -161,8 +161,8 @@ def test_echo_with_a_completion(scoring):
     check_prompt_logprobs(logprobs, ids, reference)
     for key in ("tokens", "token_logprobs", "top_logprobs"):
         assert logprobs[key][len(ids):] == plain["logprobs"][key]
-    prompt_bytes = len(prompt_text.encode())
-    assert [o - prompt_bytes for o in logprobs["text_offset"][len(ids):]] == plain["logprobs"]["text_offset"]
+    prompt_chars = len(prompt_text)
+    assert [o - prompt_chars for o in logprobs["text_offset"][len(ids):]] == plain["logprobs"]["text_offset"]
     assert resp["usage"]["completion_tokens"] == 3
 
 

@@ -193,7 +193,8 @@ def test_a_stop_tokens_text_is_not_output(server, path):
 
 def test_echo_and_logprobs_agree_with_the_text(server):
     """/v1/completions with echo and logprobs: the stop id has its logprob entry, at the end of
-    the text (whose bytes its text_offset counts), with the text left out; streamed the same."""
+    the text (whose characters its text_offset counts), with the text left out; streamed the
+    same."""
     prompt = "The quick brown fox"
     prefixes = [""] + [respond(server, C, max_tokens=k)[0]["text"] for k in range(1, 13)]
     ids = respond(server, C)[0]["token_ids"]
@@ -205,7 +206,7 @@ def test_echo_and_logprobs_agree_with_the_text(server):
     n = len(logprobs["tokens"])
     assert n == len(respond(server, C, echo=True, logprobs=1, max_tokens=at + 1)[0]["logprobs"]
                     ["tokens"]), logprobs
-    end = len(c["text"].encode())
+    end = len(c["text"])
     assert logprobs["text_offset"][-1] == end and max(logprobs["text_offset"]) == end, logprobs
     chunks = stream(server, C, **fields)
     assert "".join(ch["text"] for ch in chunks) == c["text"]
