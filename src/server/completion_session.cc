@@ -252,6 +252,10 @@ LogprobEntry CompletionSession::MakeLogprob(const engine::RequestOutput& out,
                                             int64_t offset) const {
   LogprobEntry e;
   e.token = TokenText(out.token);
+  if (request_.return_tokens_as_token_ids && context_.tokenizer) {
+    const int32_t ids[1] = {out.token};
+    e.bytes = context_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
+  }
   e.logprob = out.logprob;
   e.text_offset = offset;
   for (const engine::TokenLogprob& alt : out.top_logprobs) {
@@ -262,7 +266,9 @@ LogprobEntry CompletionSession::MakeLogprob(const engine::RequestOutput& out,
 }
 
 std::string CompletionSession::TokenText(int32_t token) const {
-  if (!context_.tokenizer) return StrCat("token_id:", token);
+  if (!context_.tokenizer || request_.return_tokens_as_token_ids) {
+    return StrCat("token_id:", token);
+  }
   const int32_t ids[1] = {token};
   return context_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
 }

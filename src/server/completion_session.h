@@ -164,6 +164,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // Under keep_markers_only: a special token the parsers do not read, which decoding drops.
   bool Skipped(int32_t token) const;
   LogprobEntry MakeLogprob(const engine::RequestOutput& output, int64_t text_offset) const;
+  // A logprob entry's token: its text, or "token_id:N" under return_tokens_as_token_ids (or
+  // without a tokenizer).
   std::string TokenText(int32_t token) const;
   // Cancels engine requests whose choices have all ended (stop strings) or, with `all`, every one
   // still running.

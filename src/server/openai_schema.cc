@@ -524,6 +524,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   r.ignore_eos = GetBool(body, "ignore_eos", false);
   r.skip_special_tokens = GetBool(body, "skip_special_tokens", true);
   r.return_token_ids = GetBool(body, "return_token_ids", false);
+  r.return_tokens_as_token_ids = GetBool(body, "return_tokens_as_token_ids", false);
   r.user = GetString(body, "user").value_or("");
   // Engine::Submit validates the sampling fields again (SamplingParams::Validate); its errors
   // become 400 too.
@@ -692,7 +693,7 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
     }
     content.push_back({{"token", e.token},
                        {"logprob", LogprobValue(e.logprob)},
-                       {"bytes", Bytes(e.token)},
+                       {"bytes", Bytes(e.bytes.value_or(e.token))},
                        {"top_logprobs", top}});
   }
   return {{"content", content}};

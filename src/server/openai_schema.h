@@ -6,8 +6,9 @@
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
 // ignore_eos, stop_token_ids, min_tokens, allowed_token_ids, skip_special_tokens,
 // return_token_ids (the choice's "token_ids" and the response's "prompt_token_ids"),
-// add_generation_prompt, continue_final_message and chat_template_kwargs. logit_bias (token id
-// strings to biases in [-100, 100]) is honoured. Fields latent does not know are ignored;
+// return_tokens_as_token_ids (logprob tokens as "token_id:N"), add_generation_prompt,
+// continue_final_message and chat_template_kwargs. logit_bias (token id strings to biases in
+// [-100, 100]) is honoured. Fields latent does not know are ignored;
 // known ones it cannot honour (echo for chat, best_of other than n, suffix, top_logprobs for
 // completions, a response_format type other than text, json_object, json_schema and
 // structural_tag) are rejected. response_format json_object, json_schema and vLLM's structural_tag
@@ -155,6 +156,9 @@ struct GenerationRequest {
                              // tokens' logprobs too).
   bool skip_special_tokens = true;
   bool return_token_ids = false;
+  // vLLM's: each logprob's token (and top_logprobs' keys or tokens) is "token_id:N", which a
+  // client maps back exactly where a token is no whole character.
+  bool return_tokens_as_token_ids = false;
   std::string user;
   // What the output is constrained to (structured output), from response_format or
   // structured_outputs: output_field names which, for errors.
@@ -214,7 +218,11 @@ OrderedJson UsageJson(const Usage& usage);
 
 // The logprob of one generated (or, with echo, prompt) token and its best alternatives.
 struct LogprobEntry {
-  std::string token;  // The token's text.
+  std::string token;  // The token's text, or "token_id:N" (return_tokens_as_token_ids).
+  // Chat's "bytes" where they are not token's: the token's text under
+  // return_tokens_as_token_ids (vLLM gives the sampled token's text bytes, an alternative's the
+  // bytes of its "token_id:N").
+  std::optional<std::string> bytes;
   float logprob = 0;
   bool null_logprob = false;  // An echoed prompt's first token: logprob and top_logprobs null.
   std::vector<std::pair<std::string, float>> top;  // Best first.

@@ -5,7 +5,10 @@ replayed outputs (--debug-replay):
   decodes prompt + output, and stop strings see that space;
 - text that really holds U+FFFD (DeepSeek's token "����") comes out token by token, so a stop
   string made of it ends the choice where it completes;
-- completions' logprobs.text_offset counts characters (vLLM's len() of Python strings), echo too."""
+- completions' logprobs.text_offset counts characters (vLLM's len() of Python strings), echo too;
+- return_tokens_as_token_ids: logprob tokens and top_logprobs as "token_id:N" (completions and
+  chat, streamed or not); chat's "bytes" of the sampled token are its text's, of an alternative
+  its "token_id:N"'s, as vLLM gives them."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from e2e_harness import (MODEL_NAME, REPO, SERVER_FLAGS, LatentServer, chat_mode
                          sse_events)
 
 C = "/v1/completions"
+CHAT = "/v1/chat/completions"
 LLAMA2 = REPO.parent / "shared" / "tokenizers" / "llama2"
 FFFD_TOKEN = 10878  # DeepSeek V3's "����": the bytes EF BF BD four times, real text
 
@@ -151,3 +155,47 @@ def test_text_offsets_count_characters(chat_model, hf_deepseek, tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
 
+
+def test_return_tokens_as_token_ids(chat_model, hf_deepseek, tmp_path):
+    ids = hf_deepseek.encode("Hello wörld", add_special_tokens=False).ids
+    names = [f"token_id:{i}" for i in ids]
+    srv = replay_server(chat_model, tmp_path, ids)
+    try:
+        body = {"prompt": "Hi", "max_tokens": len(ids), "logprobs": 2,
+                "return_tokens_as_token_ids": True}
+        for chunks in (False, True):
+            if chunks:
+                entries = [c["logprobs"] for c in stream(srv, C, body) if c["logprobs"]]
+                logprobs = {k: [v for e in entries for v in e[k]] for k in entries[0]}
+            else:
+                logprobs = post(srv, C, body)["choices"][0]["logprobs"]
+            assert logprobs["tokens"] == names
+            for top in logprobs["top_logprobs"]:
+                assert top and all(k.startswith("token_id:") for k in top), top
+            # text_offset stays where each token's text starts in the text.
+            assert logprobs["text_offset"] == [len(hf_deepseek.decode(ids[:i]))
+                                               for i in range(len(ids))]
+        # Echoed prompt tokens too (vLLM builds the prompt's entries the same way).
+        prompt_ids = hf_deepseek.encode("Hi there", add_special_tokens=False).ids
+        echoed = post(srv, C, {**body, "prompt": prompt_ids, "echo": True})["choices"][0]
+        assert echoed["logprobs"]["tokens"] == [f"token_id:{i}" for i in prompt_ids] + names
+        plain = post(srv, C, {**body, "return_tokens_as_token_ids": False})["choices"][0]
+        assert plain["logprobs"]["tokens"] == [hf_deepseek.decode([i]) for i in ids]
+
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": len(ids),
+                "logprobs": True, "top_logprobs": 2, "return_tokens_as_token_ids": True}
+        for chunks in (False, True):
+            if chunks:
+                content = [e for c in stream(srv, CHAT, chat) if c.get("logprobs")
+                           for e in c["logprobs"]["content"]]
+            else:
+                content = post(srv, CHAT, chat)["choices"][0]["logprobs"]["content"]
+            assert [e["token"] for e in content] == names
+            for entry, token in zip(content, ids):
+                assert entry["bytes"] == list(hf_deepseek.decode([token]).encode())
+                assert len(entry["top_logprobs"]) == 2
+                for alt in entry["top_logprobs"]:
+                    assert alt["token"].startswith("token_id:")
+                    assert alt["bytes"] == list(alt["token"].encode())
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -309,6 +309,30 @@ TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
   EXPECT_EQ(lp["text_offset"], OrderedJson({0, 1}));
 }
 
+TEST(OpenAiSchemaTest, ReturnTokensAsTokenIds) {
+  EXPECT_FALSE(Parse(R"({"prompt": "x"})").return_tokens_as_token_ids);
+  EXPECT_TRUE(Parse(R"({"prompt": "x", "return_tokens_as_token_ids": true})")
+                  .return_tokens_as_token_ids);
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "return_tokens_as_token_ids": 1})"),
+            std::make_pair(400, std::string("return_tokens_as_token_ids")));
+  // Chat: the sampled token's "bytes" are its text's, an alternative's its own token's (vLLM).
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChatCompletions;
+  meta.logprobs = true;
+  ChoiceOutput c;
+  LogprobEntry e;
+  e.token = "token_id:7";
+  e.bytes = "\xc3\xa9";
+  e.top = {{"token_id:7", -0.1f}};
+  c.logprobs = {e};
+  const OrderedJson j = ResponseJson(meta, {c}, {}, {});
+  const OrderedJson& entry = j["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(entry["token"], "token_id:7");
+  EXPECT_EQ(entry["bytes"], OrderedJson({0xc3, 0xa9}));
+  EXPECT_EQ(entry["top_logprobs"][0]["bytes"], OrderedJson({'t', 'o', 'k', 'e', 'n', '_', 'i',
+                                                            'd', ':', '7'}));
+}
+
 TEST(OpenAiSchemaTest, MinTokens) {
   GenerationRequest r = Parse(R"({"prompt": "x", "max_tokens": 9, "min_tokens": 4})");
   EXPECT_EQ(r.min_tokens, 4);
