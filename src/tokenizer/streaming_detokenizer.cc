@@ -35,27 +35,38 @@ StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 void StreamingDetokenizer::Prime(std::span<const int32_t> prompt) {
-  // Tokens Push drops do not count towards the context.
-  size_t start = prompt.size();
-  for (size_t kept = 0; start > 0 && kept < kPrimeTokens; --start) {
-    const int32_t id = prompt[start - 1];
-    kept += tokenizer_.IdToToken(id) && !(skip_special_tokens_ && tokenizer_.IsSpecial(id));
+  const auto kept = [&](int32_t id) {
+    return tokenizer_.IdToToken(id) && !(skip_special_tokens_ && tokenizer_.IsSpecial(id));
+  };
+  // The ByteFallback run the prompt ends with (tokens Push drops do not end it: Decode drops
+  // them before the decoder joins the run's bytes): prompt[run_start, size).
+  size_t run_start = prompt.size();
+  std::string run;
+  for (size_t i = prompt.size(); i > 0; --i) {
+    const int32_t id = prompt[i - 1];
+    if (!kept(id)) continue;
+    if (!tokenizer_.IsByteFallbackToken(id)) break;
+    run_start = i - 1;
+    run.insert(0, tokenizer_.TokenBytes(id).value_or(""));
   }
-  // Nor in a ByteFallback run: its bytes decode together (one not valid UTF-8 makes all U+FFFD),
-  // and the output may go on with it.
-  while (start > 0 && tokenizer_.IsByteFallbackToken(prompt[start]) &&
-         tokenizer_.IsByteFallbackToken(prompt[start - 1])) {
-    --start;
+  // The run's whole characters are closed: the prompt's text shows them, and the output's bytes
+  // start a new run rather than join them (joined, bytes that are no valid UTF-8 turn the whole
+  // run, prompt part included, into U+FFFDs, and the text no longer extends the prompt's). Like
+  // vLLM, which streams the prompt's characters as they complete. What follows them (an
+  // incomplete character, bytes that are no UTF-8) stays open: it is not the prompt's text yet
+  // (it shows as U+FFFD) and decodes with the output's first bytes.
+  const size_t closed = CompleteUtf8Prefix(run);
+  std::vector<int32_t> context(prompt.begin(), prompt.begin() + run_start);
+  // Only the last tokens decode: enough for kMinContextChars in any real text.
+  size_t start = context.size();
+  for (size_t n = 0; start > 0 && n < kPrimeTokens; --start) n += kept(context[start - 1]);
+  context.erase(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(start));
+  for (size_t i = run_start, byte = 0; i < prompt.size(); ++i) {
+    if (!kept(prompt[i])) continue;
+    if (byte++ >= closed) context.push_back(prompt[i]);
   }
-  for (int32_t id : prompt.subspan(start)) Push(id);
-  // A ByteFallback run at the prompt's end waits for its end. Where its bytes are whole
-  // characters they are the prompt's text (vLLM's detokenizer emits them while priming); a run
-  // that is not valid UTF-8 stays held, as in vLLM, and its U+FFFDs come out with the output.
-  if (window_.empty() || !tokenizer_.IsByteFallbackToken(window_.back())) return;
-  std::string text = DecodeFrom(0);
-  if (!EndsWithReplacementChar(text) && text.compare(0, context_text_.size(), context_text_) == 0) {
-    context_text_ = std::move(text);
-  }
+  for (int32_t id : context) Push(id);
+  pushed_ = 0;
 }
 
 std::string StreamingDetokenizer::DecodeFrom(size_t start) {
@@ -76,11 +87,15 @@ std::string StreamingDetokenizer::Push(int32_t id) {
   std::optional<std::string> token = tokenizer_.IdToToken(id);
   if (!token) return {};
   if (skip_special_tokens_ && tokenizer_.IsSpecial(id)) return {};
+  ++pushed_;
   window_.push_back(id);
   // A special token's text goes into the decoded text as it is.
   bytes_.push_back(tokenizer_.TokenBytes(id).value_or(*token));
   if (tokenizer_.IsByteFallbackToken(id)) return {};  // the run's text depends on its end
+  return Emit();
+}
 
+std::string StreamingDetokenizer::Emit() {
   const std::string text = DecodeFrom(0);
   const size_t held = HeldBytes();
   size_t final_size = text.size();
@@ -90,13 +105,24 @@ std::string StreamingDetokenizer::Push(int32_t id) {
     if (!EndsWithReplacementChar(text)) return {};
     final_size -= kReplacement.size();
   }
+  // The window's text extends the context's text for every decoder latent supports. Should some
+  // decoder ever break that, the tokens not yet out start afresh (vLLM resets its decode
+  // stream): their text comes out, decoded without the context, rather than never.
+  if (text.compare(0, context_text_.size(), context_text_) != 0) {
+    DropContext();
+    return Emit();
+  }
   if (final_size <= context_text_.size()) return {};
-  // The window's text extends the context's text for every decoder latent supports; if some
-  // decoder ever broke that, holding back until Finish() is the safe answer.
-  if (text.compare(0, context_text_.size(), context_text_) != 0) return {};
   std::string piece = text.substr(context_text_.size(), final_size - context_text_.size());
   Trim(held, text, final_size);
   return piece;
+}
+
+void StreamingDetokenizer::DropContext() {
+  window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(pending_));
+  bytes_.erase(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(pending_));
+  pending_ = 0;
+  context_text_.clear();
 }
 
 void StreamingDetokenizer::Trim(size_t held, const std::string& text, size_t final_size) {
@@ -123,6 +149,7 @@ void StreamingDetokenizer::Trim(size_t held, const std::string& text, size_t fin
     }
     if (CharCount(context) >= kMinContextChars) break;
   }
+  pending_ = first_held - start;
   if (start == 0) {
     context_text_ = text.substr(0, final_size);
     return;
@@ -134,14 +161,20 @@ void StreamingDetokenizer::Trim(size_t held, const std::string& text, size_t fin
 
 std::string StreamingDetokenizer::Finish() {
   std::string piece;
-  const std::string text = DecodeFrom(0);
-  if (text.size() > context_text_.size() &&
-      text.compare(0, context_text_.size(), context_text_) == 0) {
+  // An output of no tokens has no text, though the prompt may end in held bytes (as vLLM).
+  if (pushed_ > 0) {
+    std::string text = DecodeFrom(0);
+    if (text.compare(0, context_text_.size(), context_text_) != 0) {  // as in Emit()
+      DropContext();
+      text = DecodeFrom(0);
+    }
     piece = text.substr(context_text_.size());
   }
   window_.clear();
   bytes_.clear();
   context_text_.clear();
+  pending_ = 0;
+  pushed_ = 0;
   return piece;
 }
 

@@ -16,11 +16,15 @@
 // releases what is left, exactly as Decode would render it.
 //
 // Prime() starts a stream after a prompt, as vLLM's detokenizer does: the output's text is what
-// decoding the prompt's last tokens and the output together adds to the prompt's own text, so a
+// decoding the prompt's last tokens and the output together adds to their own text, so a
 // SentencePiece token's leading space stays (HF decodes "Hello" + "▁provin" as "Hello provin")
 // and a character the prompt's last bytes began comes out with the output bytes that end it.
-// Since holding back is decided from bytes, U+FFFD in the prompt's text needs no rule of its own
-// (vLLM looks for a prompt suffix without one, else primes with the whole prompt).
+// The whole characters of a ByteFallback run the prompt ends with are closed: the output's
+// bytes start a new run (else bytes that are no UTF-8 would turn the prompt's characters into
+// U+FFFDs too). What the prompt's text shows as U+FFFD at its end (an incomplete character, an
+// open run) is held, and comes out with the output's first text, completed or still U+FFFD, as
+// in vLLM; an output with no tokens has no text. Should the window's text ever stop extending
+// the text already out, the tokens not yet out start afresh (vLLM resets its decode stream).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +55,10 @@ class StreamingDetokenizer {
   size_t last_decoded_tokens() const { return last_decoded_tokens_; }
 
  private:
+  // Emits the window's text beyond the context's that is final, and trims the window.
+  std::string Emit();
+  // Makes the tokens not yet out the whole window, with no context.
+  void DropContext();
   // Decodes window_[start, end) and counts the tokens into last_decoded_tokens_.
   std::string DecodeFrom(size_t start);
   // Bytes at the end of the window that begin a character still incomplete (0 to 3).
@@ -67,6 +75,8 @@ class StreamingDetokenizer {
   // The final part of Decode(window_'s context tokens), all emitted already: a U+FFFD that
   // renders held bytes is not in it.
   std::string context_text_;
+  size_t pending_ = 0;  // window_[pending_, end) holds text not yet out (held bytes' tokens)
+  size_t pushed_ = 0;   // tokens kept since the stream started or was primed
   size_t last_decoded_tokens_ = 0;
 };
 

@@ -3,8 +3,8 @@ replayed outputs (--debug-replay):
 - the text is what the output adds after the prompt's text (the detokenizer is primed with the
   prompt): a SentencePiece (llama2) completion keeps the leading space of its first token, as HF
   decodes prompt + output, and stop strings see that space;
-- text that really holds U+FFFD (DeepSeek's token "����") comes out token by token, so a stop
-  string made of it ends the choice where it completes;
+- text that really holds U+FFFD (DeepSeek's token "����") comes out token by token, so a
+  stop string made of it ends the choice where it completes;
 - completions' logprobs.text_offset counts characters (vLLM's len() of Python strings), echo too;
 - return_tokens_as_token_ids: logprob tokens and top_logprobs as "token_id:N" (completions and
   chat, streamed or not); chat's "bytes" of the sampled token are its text's, of an alternative
@@ -199,3 +199,34 @@ def test_return_tokens_as_token_ids(chat_model, hf_deepseek, tmp_path):
                     assert alt["bytes"] == list(alt["token"].encode())
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_a_prompts_byte_characters_stay_its_own(llama2_model, hf_llama2, tmp_path):
+    """A prompt ending in "ꙮ" (<0xEA><0x99><0xAE>), an output starting with a lone <0xE4>:
+    joined, the run is no UTF-8 and all U+FFFD; the output's text is its own decoding (it used
+    to be lost). And an output of EOS alone after a cut character has no text (the prompt's
+    U+FFFD does not come out)."""
+    prompt = [1, 4335, 10020, 28747, 28705, 237, 156, 177]
+    output = [231, 304, 868, 264, 1043, 4372]
+    assert hf_llama2.decode(prompt, skip_special_tokens=True).endswith("\ua66e")
+    srv = replay_server(llama2_model, tmp_path, output)
+    try:
+        body = {"prompt": prompt, "max_tokens": len(output)}
+        expected = hf_llama2.decode(output, skip_special_tokens=True)
+        assert expected.startswith("\ufffd and")
+        assert post(srv, C, body)["choices"][0]["text"] == expected
+        assert "".join(c["text"] for c in stream(srv, C, body)) == expected
+    finally:
+        assert srv.stop() == 0, srv.log()
+    (tmp_path / "eos").mkdir()
+    eos = replay_server(llama2_model, tmp_path / "eos", [2])
+    try:
+        cut = [1, 22557, 231, 187]  # "Hello" and two of 中's three bytes
+        body = {"prompt": cut, "max_tokens": 3, "stop": ["\ufffd"]}
+        for echo in (False, True):
+            choice = post(eos, C, {**body, "echo": echo})["choices"][0]
+            prompt_text = hf_llama2.decode(cut, skip_special_tokens=True) if echo else ""
+            assert (choice["text"], choice["finish_reason"]) == (prompt_text, "stop")
+        assert "".join(c["text"] for c in stream(eos, C, body)) == ""
+    finally:
+        assert eos.stop() == 0, eos.log()

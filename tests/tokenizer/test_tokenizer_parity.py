@@ -205,13 +205,23 @@ def byte_level_table() -> dict[str, int]:
     return table
 
 
-def after_prompt_reference(ref: Reference, prompt: list[int], output: list[int]) -> str:
-    """vLLM's text for `output` after `prompt` (its detokenizer primed with the prompt), special
-    tokens skipped. Byte-level vocabularies: an incremental UTF-8 decoder fed the prompt's bytes
-    first, so a character the prompt's last bytes began comes out with the output's. Otherwise
-    (llama2): HF's decoding of both past that of the prompt, less a ByteFallback run the prompt
-    ends with that is no valid UTF-8 (it waits for the output, as in vLLM)."""
+def after_prompt_reference(ref: Reference, prompt: list[int], output: list[int],
+                           skip_special_tokens: bool = True) -> str:
+    """vLLM's text for `output` after `prompt` (its detokenizer primed with the prompt), as
+    latent's rule states it (src/tokenizer/streaming_detokenizer.h). Tokens decoding drops
+    (special ones when skipped) are left out first; an output with none left has no text.
+    Byte-level vocabularies: an incremental UTF-8 decoder fed the prompt's bytes first, so the
+    bytes of a character the prompt's last bytes began (U+FFFD in the prompt's text) come out
+    with the output's. Otherwise (llama2): P' is the prompt without the ByteFallback run it ends
+    with; the run's whole characters are closed, its rest (an incomplete character, bytes that
+    are no UTF-8) stays open; the text is HF's decoding of P' + open rest + output beyond that of
+    P'."""
     specials = {i for i, t in ref.hf.get_added_tokens_decoder().items() if t.special}
+    skip = specials if skip_special_tokens else set()
+    kept = lambda i: i not in skip and ref.hf.id_to_token(i) is not None  # noqa: E731
+    prompt, output = [i for i in prompt if kept(i)], [i for i in output if kept(i)]
+    if not output:
+        return ""
     if ref.name != "llama2":
         table = byte_level_table()
 
@@ -219,24 +229,30 @@ def after_prompt_reference(ref: Reference, prompt: list[int], output: list[int])
             out = b""
             for i in ids:
                 token = ref.hf.id_to_token(i)
-                if i in specials or token is None:
-                    continue
                 out += bytes(table[c] for c in token) if all(c in table for c in token) \
-                    else token.encode()
+                    and i not in specials else token.encode()
             return out
 
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         decoder.decode(raw(prompt))
         return decoder.decode(raw(output), final=True)
-    kept = [i for i in prompt if i not in specials]
-    before = ref.hf.decode(kept, skip_special_tokens=True)
-    if before.endswith("\ufffd"):
-        while kept and re.fullmatch(r"<0x[0-9A-F]{2}>", ref.hf.id_to_token(kept[-1]) or ""):
-            kept.pop()
-        before = ref.hf.decode(kept, skip_special_tokens=True)
-    whole = ref.hf.decode(prompt + output, skip_special_tokens=True)
-    assert whole.startswith(before), (prompt, output)
+    run = []
+    while prompt and re.fullmatch(r"<0x[0-9A-F]{2}>", ref.hf.id_to_token(prompt[-1]) or ""):
+        run.insert(0, prompt.pop())
+    closed = whole_characters(bytes(int(ref.hf.id_to_token(i)[3:5], 16) for i in run))
+    decode = lambda ids: ref.hf.decode(ids, skip_special_tokens=skip_special_tokens)  # noqa: E731
+    before, whole = decode(prompt), decode(prompt + run[closed:] + output)
+    assert whole.startswith(before), (prompt, run, output)
     return whole[len(before):]
+
+
+def whole_characters(data: bytes) -> int:
+    """How many bytes at the start of `data` are whole, valid UTF-8 characters."""
+    try:
+        data.decode()
+        return len(data)
+    except UnicodeDecodeError as e:
+        return e.start
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -269,6 +285,76 @@ def test_output_after_a_prompt_decodes_as_vllm(name, stream, tmp_path):
         assert sum(w.startswith(" ") for w in want) > 10
     else:
         assert any(ref.hf.decode(p).endswith("\ufffd") for p, _ in cases)
+
+
+def random_prompt_output_pairs(ref: Reference, n: int, seed: int):
+    """Short random prompts and outputs that often cut characters: special tokens, <0xAB>
+    tokens, tokens with bytes of non-ASCII characters, any tokens."""
+    rng = random.Random(seed)
+    vocab = ref.hf.get_vocab()
+    specials = sorted(i for i, t in ref.hf.get_added_tokens_decoder().items() if t.special)
+    byte_ids = sorted(i for t, i in vocab.items() if re.fullmatch(r"<0x[0-9A-F]{2}>", t))
+    non_ascii = sorted(i for t, i in vocab.items() if not t.isascii() and not t.startswith("▁"))
+
+    def token():
+        r = rng.random()
+        if r < 0.05:
+            return rng.choice(specials)
+        if r < 0.35 and byte_ids:
+            return rng.choice(byte_ids)
+        if r < 0.55:
+            return rng.choice(non_ascii)
+        return rng.randrange(32000)
+
+    return [([token() for _ in range(rng.choice([0, 1, 2, 3, 5, 9, 12]))],
+             [token() for _ in range(rng.randrange(10))]) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_random_outputs_after_random_prompts(name, skip_special_tokens, tmp_path):
+    """Streamed text equals the non-streamed one and after_prompt_reference's rule. Against
+    HF's text of prompt + output beyond the prompt's (where it extends it), each case is one of:
+    - "extends": the same text;
+    - "held": the prompt's text ends in k U+FFFD for bytes still open (a character its last
+      bytes began; llama2: an open ByteFallback run); they come out again with the output, as
+      what the output's bytes make of them: HF's text of prompt + output past the prompt's
+      text less its last k characters (so a stop string may match them; vLLM does the same);
+    - "closed" (llama2): the prompt ends in a ByteFallback run with whole characters, which the
+      output's bytes would join (and make U+FFFD, or other characters); the output's text is
+      its decoding after the prompt's last other token and the run's open rest.
+    An output with no tokens left after skipping has no text, whatever the prompt held."""
+    ref = reference(name)
+    seed = NAMES.index(name) * 2 + skip_special_tokens
+    cases = random_prompt_output_pairs(ref, 300, seed)
+    args = ["detokenize", "--tokenizer", str(ref.dir)]
+    if skip_special_tokens:
+        args.append("--skip-special-tokens")
+    lines = [{"prompt_ids": p, "ids": o} for p, o in cases]
+    plain = [o["text"] for o in run_jsonl(args, lines, tmp_path)]
+    streamed = run_jsonl([*args, "--stream"], lines, tmp_path)
+    assert all("".join(o["pieces"]) == o["text"] for o in streamed)
+    assert [o["text"] for o in streamed] == plain
+    classes = {"extends": 0, "held": 0, "closed": 0, "empty": 0}
+    for (prompt, output), got in zip(cases, plain):
+        want = after_prompt_reference(ref, prompt, output, skip_special_tokens)
+        assert got == want, (prompt, output)
+        decode = lambda ids: ref.hf.decode(ids, skip_special_tokens=skip_special_tokens)  # noqa
+        before, whole = decode(prompt), decode(prompt + output)
+        held = len(before) - len(before.rstrip("\ufffd"))
+        if got == "" and decode(output) == "":
+            classes["empty"] += 1
+        elif whole.startswith(before) and got == whole[len(before):]:
+            classes["extends"] += 1
+        elif any(got == whole[len(before) - k:] for k in range(1, held + 1)):
+            classes["held"] += 1
+        else:
+            assert name == "llama2" and re.fullmatch(r"<0x..>", ref.hf.id_to_token(
+                prompt[-1]) or ""), (prompt, output, before, whole, got)
+            classes["closed"] += 1
+    assert classes["held"] > 0 and classes["extends"] > 200, classes
+    if name == "llama2":
+        assert classes["closed"] > 0, classes
 
 
 INVALID_UTF8 = [b"\xff", b"abc\xffdef", b"\xe4\xb8", b"x\xe4\xb8", b"\xed\xa0\x80 surrogate",

@@ -686,6 +686,71 @@ TEST(TokenizerStreaming, AfterAPromptTheOutputIsWhatItAddsToThePromptsText) {
             "\u4f60a");
 }
 
+TEST(TokenizerStreaming, APromptsWholeByteRunCharactersAreClosed) {
+  const Tokenizer& tok = Named("sp");
+  const int32_t bos = 1, space_a = 263;
+  const auto byte = [](int b) { return 3 + b; };  // <0xAB> tokens
+  // "ꙮ" as Llama encodes it, then an output whose first byte 0xE4 joined to the run would make
+  // it no valid UTF-8: all U+FFFD, prompt part included, and no text extending the prompt's.
+  const std::vector<int32_t> prompt = {bos, space_a, byte(0xea), byte(0x99), byte(0xae)};
+  const std::vector<int32_t> output = {byte(0xe4), space_a, space_a};
+  ASSERT_EQ(tok.Decode(prompt, true), "a\ua66e");
+  ASSERT_EQ(tok.Decode(std::vector<int32_t>{bos, space_a, byte(0xea), byte(0x99), byte(0xae),
+                                            byte(0xe4), space_a},
+                       true),
+            "a\ufffd\ufffd\ufffd\ufffd a");
+  // The output's text is its own decoding after the prompt's last non-byte token.
+  EXPECT_EQ(DecodeAfter(tok, prompt, output, true), "\ufffd a a");
+  StreamingDetokenizer stream(tok, true);
+  stream.Prime(prompt);
+  EXPECT_EQ(stream.Push(output[0]), "");
+  EXPECT_EQ(stream.Push(output[1]), "\ufffd a");
+  EXPECT_EQ(stream.Push(output[2]), " a");
+  EXPECT_EQ(stream.Finish(), "");
+  // Output bytes that go on with valid characters come out as themselves.
+  EXPECT_EQ(DecodeAfter(tok, prompt, std::vector<int32_t>{byte(0xc3), byte(0xa9)}, true),
+            "\u00e9");
+  // After the whole characters, an incomplete one stays open: the output's bytes end it.
+  EXPECT_EQ(DecodeAfter(tok, std::vector<int32_t>{bos, space_a, byte(0xea), byte(0x99),
+                                                  byte(0xae), byte(0xc3)},
+                        std::vector<int32_t>{byte(0xa9), space_a}, true),
+            "\u00e9 a");
+}
+
+TEST(TokenizerStreaming, AnOutputWithoutTokensHasNoText) {
+  // The prompt's held bytes (shown as U+FFFD in its text) do not come out on their own.
+  const Tokenizer& tok = Named("sp");
+  const int32_t bos = 1, eos = 2, space_a = 263;
+  const std::vector<int32_t> prompt = {bos, space_a, 3 + 0xc3};
+  EXPECT_EQ(DecodeAfter(tok, prompt, std::vector<int32_t>{}, true), "");
+  EXPECT_EQ(DecodeAfter(tok, prompt, std::vector<int32_t>{eos}, true), "");  // skipped EOS
+  // An open invalid run too; with an output, its U+FFFDs come out with the output's text.
+  const std::vector<int32_t> invalid = {bos, space_a, 3 + 0xff};
+  EXPECT_EQ(DecodeAfter(tok, invalid, std::vector<int32_t>{eos}, true), "");
+  EXPECT_EQ(DecodeAfter(tok, invalid, std::vector<int32_t>{space_a}, true), "\ufffd a");
+  const Tokenizer byte_level = Load(ByteLevelTokenizer());
+  const std::vector<int32_t> cut = {'x', 0xe4, 0xbd};
+  EXPECT_EQ(DecodeAfter(byte_level, cut, std::vector<int32_t>{}, false), "");
+  EXPECT_EQ(DecodeAfter(byte_level, cut, std::vector<int32_t>{257}, true), "");
+  EXPECT_EQ(DecodeAfter(byte_level, cut, std::vector<int32_t>{'a'}, true), "\ufffda");
+}
+
+TEST(TokenizerStreaming, TextThatStopsExtendingTheContextStillComesOut) {
+  // Replace after Fuse rewrites across tokens: "a" then "ab" decodes as "X", which does not
+  // extend the "a" already out. The tokens not yet out start afresh, rather than never coming
+  // out (vLLM resets its decode stream).
+  json j = SpTokenizer(true);
+  j["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [
+      {"type": "ByteFallback"}, {"type": "Fuse"},
+      {"type": "Replace", "pattern": {"String": "ab"}, "content": "X"}]})");
+  const Tokenizer tok = Load(j);
+  const int32_t a = 260, b = 261, c = 262, byte_b = 3 + 'b';
+  ASSERT_EQ(tok.Decode(std::vector<int32_t>{a, b, c}, true), "Xc");
+  EXPECT_THAT(Stream(tok, {a, b, c}, true), ElementsAre("a", "b", "c", ""));
+  // At Finish() too: the <0x62> token waits for the run's end.
+  EXPECT_THAT(Stream(tok, {a, byte_b}, true), ElementsAre("a", "", "b"));
+}
+
 // ---- TokenBytes: each token's bytes in running text, for structured-output grammars ----
 
 TEST(TokenizerTokenBytes, ByteLevelTokensGiveTheirRawBytes) {
