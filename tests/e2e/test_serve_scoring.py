@@ -162,7 +162,8 @@ def test_echo_with_a_completion(scoring):
     for key in ("tokens", "token_logprobs", "top_logprobs"):
         assert logprobs[key][len(ids):] == plain["logprobs"][key]
     prompt_chars = len(prompt_text)
-    assert [o - prompt_chars for o in logprobs["text_offset"][len(ids):]] == plain["logprobs"]["text_offset"]
+    offsets = [o - prompt_chars for o in logprobs["text_offset"][len(ids):]]
+    assert offsets == plain["logprobs"]["text_offset"]
     assert resp["usage"]["completion_tokens"] == 3
 
 

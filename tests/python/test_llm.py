@@ -825,4 +825,5 @@ def test_a_sentencepiece_output_keeps_its_leading_space(tiny_models):
         assert any(o.text.startswith(" ") for o in outputs)  # the case this is about came up
         one = latent.SamplingParams(temperature=1.0, seed=3, max_tokens=3, ignore_eos=True)
         chunks = list(llm.stream("Hello", one))
-        assert "".join(c.text for c in chunks) == after_prompt([t for c in chunks for t in c.token_ids])
+        streamed_ids = [t for c in chunks for t in c.token_ids]
+        assert "".join(c.text for c in chunks) == after_prompt(streamed_ids)
