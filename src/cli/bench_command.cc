@@ -21,7 +21,7 @@
 #include "cli/load_options.h"
 #include "cli/speculative_options.h"
 #include "engine/engine.h"
-#include "git_commit.h"  // generated: LATENT_GIT_COMMIT
+#include "engine/rank_check.h"
 #include "kernels/kernel_table.h"
 #include "model/generation_config.h"
 #include "threads/thread_pool.h"
@@ -283,7 +283,7 @@ Runner RegisterBench(CLI::App& app) {
 
     nlohmann::ordered_json context;
     context["machine"] = {{"cpu", CpuName()}, {"cores", std::thread::hardware_concurrency()}};
-    context["commit"] = LATENT_GIT_COMMIT;
+    context["commit"] = engine::SourceState();  // what the ranks compare
     context["model"] = opt->model_dir;
     context["flags"] = {{"max_batch_tokens", opt->engine.max_batch_tokens},
                         {"block_tokens", opt->engine.block_tokens},

@@ -45,14 +45,6 @@ class Hash {
   uint64_t h_ = 14695981039346656037ull;
 };
 
-// The source latent was built from: its commit, and a hash of its uncommitted changes to tracked
-// files when there are any (source_state.h).
-std::string SourceState() {
-  const std::string changes = LATENT_SOURCE_CHANGES;
-  return changes.empty() ? LATENT_SOURCE_COMMIT
-                         : StrCat(LATENT_SOURCE_COMMIT, " with uncommitted changes ", changes);
-}
-
 // A hash of the whole file, "" when it cannot be read.
 std::string FileHash(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -162,6 +154,12 @@ const std::string* Find(const RankItems& items, const std::string& what) {
 }
 
 }  // namespace
+
+std::string SourceState() {
+  const std::string changes = LATENT_SOURCE_CHANGES;
+  return changes.empty() ? LATENT_SOURCE_COMMIT
+                         : StrCat(LATENT_SOURCE_COMMIT, " with uncommitted changes ", changes);
+}
 
 RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& options) {
   const char* fold = std::getenv("LATENT_KEY_FOLD");

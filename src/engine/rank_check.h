@@ -18,6 +18,13 @@ namespace latent::engine {
 // (what, value): "--quantize" -> "int8", "config.json" -> a hash of its bytes, ...
 using RankItems = std::vector<std::pair<std::string, std::string>>;
 
+// The source latent was built from: its commit (12 hex digits, "unknown" outside git), and when
+// tracked files have uncommitted changes, a hash of them ("... with uncommitted changes H"), from
+// source_state.h, which source_state.cmake rewrites at every build. The "latent source" item
+// the ranks compare and the commit `latent bench` reports, so the two always name one source; a
+// function, so an edit recompiles rank_check.cc alone, not the command.
+std::string SourceState();
+
 // Before loading: what decides this build's numerics ("latent source": the commit, with a hash of
 // its uncommitted changes; "compiler", "build type", "compiler flags": without debug-info and
 // path-map flags; none holds a path, so builds of one source in two directories agree), the

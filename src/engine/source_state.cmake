@@ -1,7 +1,7 @@
 # Writes OUT (source_state.h) with the source commit latent is built from and a hash of its
 # uncommitted changes to tracked files ("" when none): what the ranks of a scale-out job compare
-# (engine/rank_check.cc). Runs at every build; rewrites OUT only when the text changes, so only
-# its includer recompiles.
+# and `latent bench` reports (engine::SourceState, engine/rank_check.cc). Runs at every build;
+# rewrites OUT only when the text changes, so only its includer recompiles.
 execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SRC}
                 OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 set(changes "")

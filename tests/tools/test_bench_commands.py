@@ -26,6 +26,10 @@ def test_bench_sweep_points(tiny_models):
         assert [(p["pp"], p["tg"], p["batch"]) for p in points] == [
             (16, 3, 1), (16, 3, 3), (40, 3, 1), (40, 3, 3)]
         for p in points:
+            # The source the ranks of a scale-out job compare (engine::SourceState): one script
+            # makes both, so the commit a result names is the one the rank check names.
+            assert re.fullmatch(r"[0-9a-f]{12}( with uncommitted changes [0-9a-f]{12})?|unknown",
+                                p["commit"]), p["commit"]
             assert p["flags"]["attention"] == form
             assert p["flags"]["threads"] >= 1
             assert p["flags"]["kernels"] in ("avx512-amx", "avx512-packed", "avx512",

@@ -41,7 +41,8 @@ TEST(RankCheck, BuildItemsAreWhatDecidesTheNumerics) {
     ASSERT_NE(value, nullptr) << what;
     EXPECT_EQ(value->find(build_dir), std::string::npos) << what << ": " << *value;
   }
-  EXPECT_FALSE(Item(items, "latent source")->empty());
+  // The same string `latent bench` reports as its commit.
+  EXPECT_EQ(*Item(items, "latent source"), SourceState());
   EXPECT_FALSE(Item(items, "compiler")->empty());
   // Debug info changes no instruction: LATENT_DEBUG_INFO=ON and OFF builds agree.
   EXPECT_EQ(Item(items, "compiler flags")->find("-g"), std::string::npos)
