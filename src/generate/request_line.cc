@@ -236,10 +236,10 @@ RequestLine ParseRequestLine(const Json& given, TextTools& text, int64_t default
   if (!given.is_object()) Fail("not a JSON object");
   // The line with the default of each sampling field it leaves out, copied only when it does.
   Json merged;
-  for (const auto& [key, value] : sampling_defaults.items()) {
-    if (key == "max_tokens" || (given.contains(key) && !given[key].is_null())) continue;
-    if (merged.is_null()) merged = given;
-    merged[key] = value;
+  const Json left_out = server::SamplingDefaultsLeftOut(sampling_defaults, given);
+  if (!left_out.empty()) {
+    merged = given;
+    merged.update(left_out);
   }
   const Json& line = merged.is_null() ? given : merged;
   RequestLine out;

@@ -364,9 +364,7 @@ void ParseStop(const Json& body, const ServingLimits& limits, GenerationRequest&
 // `body` with the default of each sampling field it leaves out (absent or null): vLLM's
 // to_sampling_params takes a request's value, else the server default, else OpenAI's.
 void MergeSamplingDefaults(const Json& defaults, Json& body) {
-  for (const auto& [key, value] : defaults.items()) {
-    if (key != "max_tokens" && !Find(body, key.c_str())) body[key] = value;
-  }
+  body.update(SamplingDefaultsLeftOut(defaults, body));
 }
 
 void ParseMaxTokens(const Json& body, GenerationRequest& r) {

@@ -116,6 +116,22 @@ struct ServingLimits {
   Json sampling_defaults = Json::object();
 };
 
+// The fields of `defaults` (ServingLimits::sampling_defaults) that `request` leaves out, absent
+// or null, as an object: vLLM's to_sampling_params takes a request's value, else the default.
+// Never max_tokens, whose default each front sets itself. The server and request lines (latent
+// generate, LLM) merge these, so one rule fills both. A template for their two JSON types
+// (Json, request lines' ordered one).
+template <typename AnyJson>
+AnyJson SamplingDefaultsLeftOut(const AnyJson& defaults, const AnyJson& request) {
+  AnyJson left_out = AnyJson::object();
+  for (const auto& [key, value] : defaults.items()) {
+    if (key == "max_tokens") continue;
+    const auto given = request.find(key);
+    if (given == request.end() || given->is_null()) left_out[key] = value;
+  }
+  return left_out;
+}
+
 // One prompt of a completions request: text to tokenize, or token ids.
 struct PromptSpec {
   bool is_text = false;

@@ -166,6 +166,23 @@ TEST(OpenAiSchemaTest, SamplingDefaultsFillTheFieldsARequestLeavesOut) {
   EXPECT_EQ(Parse(chat + "}", Endpoint::kChatCompletions).sampling.temperature, 1.0f);
 }
 
+// The one rule the server and request lines fill sampling defaults by: each field the request
+// leaves out or sends null, never max_tokens, for either JSON type (request lines keep key order).
+TEST(OpenAiSchemaTest, SamplingDefaultsLeftOutAreTheAbsentAndNullFieldsButMaxTokens) {
+  const std::string defaults = R"({"temperature": 0.6, "top_k": 20, "min_p": 0.05,
+      "max_tokens": 7})";
+  const std::string request = R"({"temperature": 0, "top_k": null, "prompt": "x"})";
+  EXPECT_EQ(SamplingDefaultsLeftOut(Json::parse(defaults), Json::parse(request)),
+            Json::parse(R"({"top_k": 20, "min_p": 0.05})"));
+  const OrderedJson left_out =
+      SamplingDefaultsLeftOut(OrderedJson::parse(defaults), OrderedJson::parse(request));
+  EXPECT_EQ(left_out.dump(), R"({"top_k":20,"min_p":0.05})");
+  EXPECT_TRUE(SamplingDefaultsLeftOut(Json::parse(defaults),
+                                      Json::parse(R"({"temperature": 1, "top_k": 5,
+                                          "min_p": 0, "max_tokens": null})"))
+                  .empty());
+}
+
 // The fields whose key order matters (messages, tools, chat_template_kwargs, a response_format or
 // structured_outputs schema) are parsed again keeping it, and only they: nlohmann's ordered_json
 // inserts each key by a linear scan, so a body re-parsed whole with a 60k-key object beside them
