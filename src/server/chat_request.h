@@ -5,6 +5,8 @@
 // So one conversation gives the same prompt everywhere and is refused with the same message.
 #pragma once
 
+#include <utility>
+
 #include "server/openai_schema.h"
 
 namespace latent::server {
@@ -27,5 +29,16 @@ struct ChatFields {
 // the same request parsed keeping key order (which templates may show), of which only the
 // "messages", "tools" and "chat_template_kwargs" members are read.
 ChatFields ParseChatFields(const Json& body, const OrderedJson& ordered);
+
+// Moves `chat` into the members of the same names of `request` (a GenerationRequest or a
+// TokenizeRequest, openai_schema.h), so the endpoints that take a chat copy the same fields.
+template <typename ChatRequest>
+void TakeChatFields(ChatFields chat, ChatRequest& request) {
+  request.messages = std::move(chat.messages);
+  request.tools = std::move(chat.tools);
+  request.chat_template_kwargs = std::move(chat.chat_template_kwargs);
+  request.add_generation_prompt = chat.add_generation_prompt;
+  request.continue_final_message = chat.continue_final_message;
+}
 
 }  // namespace latent::server

@@ -487,12 +487,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   if (endpoint == Endpoint::kCompletions) {
     r.prompts = ParsePrompt(body, limits);
   } else {
-    ChatFields chat = ParseChat(body, body_text);
-    r.messages = std::move(chat.messages);
-    r.tools = std::move(chat.tools);
-    r.chat_template_kwargs = std::move(chat.chat_template_kwargs);
-    r.add_generation_prompt = chat.add_generation_prompt;
-    r.continue_final_message = chat.continue_final_message;
+    TakeChatFields(ParseChat(body, body_text), r);
     r.tool_choice = ParseToolChoice(body, r.tools);
   }
 
@@ -613,12 +608,7 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body_text, const ServingLi
     r.add_special_tokens = GetBool(body, "add_special_tokens", true);
   } else {
     r.is_chat = true;
-    ChatFields chat = ParseChat(body, body_text);
-    r.messages = std::move(chat.messages);
-    r.tools = std::move(chat.tools);
-    r.chat_template_kwargs = std::move(chat.chat_template_kwargs);
-    r.add_generation_prompt = chat.add_generation_prompt;
-    r.continue_final_message = chat.continue_final_message;
+    TakeChatFields(ParseChat(body, body_text), r);
     r.add_special_tokens = GetBool(body, "add_special_tokens", false);
   }
   r.return_token_strs = GetBool(body, "return_token_strs", false);

@@ -95,5 +95,29 @@ TEST(ChatRequestTest, EachRefusalNamesTheField) {
   }
 }
 
+// TakeChatFields moves every chat field into a request of either endpoint that takes a chat.
+TEST(ChatRequestTest, TakeChatFieldsFillsBothEndpointsRequests) {
+  const std::string text = R"({"messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}],
+      "chat_template_kwargs": {"thinking": true}, "add_generation_prompt": false,
+      "continue_final_message": true})";
+  const ChatFields chat = ParseChat(text);
+  GenerationRequest generation;
+  TokenizeRequest tokenize;
+  TakeChatFields(chat, generation);
+  TakeChatFields(chat, tokenize);
+  for (const auto& [messages, tools, kwargs, add_prompt, continue_final] :
+       {std::tie(generation.messages, generation.tools, generation.chat_template_kwargs,
+                 generation.add_generation_prompt, generation.continue_final_message),
+        std::tie(tokenize.messages, tokenize.tools, tokenize.chat_template_kwargs,
+                 tokenize.add_generation_prompt, tokenize.continue_final_message)}) {
+    EXPECT_EQ(messages, chat.messages);
+    EXPECT_EQ(tools, chat.tools);
+    EXPECT_EQ(kwargs, chat.chat_template_kwargs);
+    EXPECT_FALSE(add_prompt);
+    EXPECT_TRUE(continue_final);
+  }
+}
+
 }  // namespace
 }  // namespace latent::server
