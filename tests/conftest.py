@@ -200,3 +200,20 @@ def copy_without_tokenizer(model: Path, out: Path) -> Path:
         if f.name in ("config.json", "generation_config.json") or f.suffix == ".safetensors":
             shutil.copy(f, out / f.name)
     return out
+
+
+def demo_with(tmp_path: Path, weights: bool = True, **fields) -> Path:
+    """The committed demo model in tmp_path/demo_gc with `fields` added to its
+    generation_config.json (the rest linked); without `weights`, its model.safetensors is a few
+    bytes of garbage that no load survives."""
+    demo = REPO / "models" / "demo"
+    model = tmp_path / "demo_gc"
+    model.mkdir(parents=True)
+    for item in demo.iterdir():
+        if item.name == "model.safetensors" and not weights:
+            (model / item.name).write_bytes(b"not safetensors")
+        elif item.name != "generation_config.json":
+            (model / item.name).symlink_to(item)
+    config = json.loads((demo / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
+    return model

@@ -7,11 +7,11 @@ A few seconds."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from conftest import demo_with
 from e2e_harness import MODEL_NAME, REPO, LatentServer
 
 DEMO = REPO / "models" / "demo"
@@ -19,20 +19,6 @@ CHAT = "/v1/chat/completions"
 FLAGS = ("--block-tokens", "16", "--check-invariants")
 MESSAGES = [{"role": "user", "content": "What say you?"}]
 
-
-def demo_with(tmp_path: Path, weights: bool = True, **fields) -> Path:
-    """The demo model with `fields` added to its generation_config.json; without `weights`, its
-    model.safetensors is a few bytes of garbage that no load survives."""
-    model = tmp_path / "demo_gc"
-    model.mkdir()
-    for item in DEMO.iterdir():
-        if item.name == "model.safetensors" and not weights:
-            (model / item.name).write_bytes(b"not safetensors")
-        elif item.name != "generation_config.json":
-            (model / item.name).symlink_to(item)
-    config = json.loads((DEMO / "generation_config.json").read_text())
-    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
-    return model
 
 
 @pytest.fixture

@@ -5,12 +5,9 @@ copies of the committed demo model with their own generation_config.json. A few 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from conftest import BUILD_PYTHON, REPO
+from conftest import BUILD_PYTHON, REPO, demo_with
 
 try:
     import latent
@@ -20,20 +17,6 @@ except ImportError as e:
 
 DEMO = REPO / "models" / "demo"
 
-
-def demo_with(tmp_path: Path, weights: bool = True, **fields) -> Path:
-    """The demo model with `fields` added to its generation_config.json; without `weights`, its
-    model.safetensors is a few bytes of garbage that no load survives."""
-    model = tmp_path / "demo_gc"
-    model.mkdir()
-    for item in DEMO.iterdir():
-        if item.name == "model.safetensors" and not weights:
-            (model / item.name).write_bytes(b"not safetensors")
-        elif item.name != "generation_config.json":
-            (model / item.name).symlink_to(item)
-    config = json.loads((DEMO / "generation_config.json").read_text())
-    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
-    return model
 
 
 def test_none_uses_the_generation_config(tmp_path):

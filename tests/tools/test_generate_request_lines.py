@@ -16,7 +16,8 @@ import shutil
 import pytest
 
 from conftest import (DEEPSEEK_TOKENIZER, EXTRA_EOS, REPO, TOKENIZER_EOS, copy_without_tokenizer,
-                      run_latent, stop_token_case, two_eos_model, unlisted_eos_model)
+                      demo_with, run_latent, stop_token_case, two_eos_model,
+                      unlisted_eos_model)
 
 
 @pytest.fixture(scope="module")
@@ -83,21 +84,6 @@ def test_a_mistyped_prompt_end_flag_is_named_as_every_line_field(tmp_path, field
     (bad,) = generate(REPO / "models" / "demo", tmp_path, [line])
     assert f"field '{field}' has the wrong type: \"yes\"" in bad.get("error", ""), bad
 
-
-def demo_with(tmp_path, weights=True, **fields):
-    """The demo model with `fields` added to its generation_config.json; without `weights`, its
-    model.safetensors is a few bytes of garbage that no load survives."""
-    demo = REPO / "models" / "demo"
-    model = tmp_path / "demo_gc"
-    model.mkdir(parents=True)
-    for item in demo.iterdir():
-        if item.name == "model.safetensors" and not weights:
-            (model / item.name).write_bytes(b"not safetensors")
-        elif item.name != "generation_config.json":
-            (model / item.name).symlink_to(item)
-    config = json.loads((demo / "generation_config.json").read_text())
-    (model / "generation_config.json").write_text(json.dumps(dict(config, **fields)))
-    return model
 
 
 def test_the_generation_configs_sampling_fields_are_a_lines_defaults(tmp_path):

@@ -17,6 +17,13 @@
 namespace latent::model {
 namespace {
 
+ModelConfig WithEos(std::vector<int64_t> eos) {
+  ModelConfig c;
+  c.vocab_size = 100;
+  c.eos_token_ids = std::move(eos);
+  return c;
+}
+
 class GenerationConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -28,16 +35,25 @@ class GenerationConfigTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   void Write(const std::string& json) { std::ofstream(dir_ / "generation_config.json") << json; }
+  // What each front that reads the sampling fields throws for a file holding `json`
+  // (LoadGenerationConfig, then LoadSamplingDefaults); a front that takes it adds a failure.
+  std::vector<std::string> Refusals(const char* json) {
+    Write(json);
+    std::vector<std::string> refusals;
+    for (int front = 0; front < 2; ++front) {
+      try {
+        if (front == 0) LoadGenerationConfig(dir_.string(), WithEos({}));
+        if (front == 1) LoadSamplingDefaults(dir_.string());
+        ADD_FAILURE() << json << " was taken";
+      } catch (const Error& e) {
+        refusals.push_back(e.what());
+      }
+    }
+    return refusals;
+  }
 
   std::filesystem::path dir_;
 };
-
-ModelConfig WithEos(std::vector<int64_t> eos) {
-  ModelConfig c;
-  c.vocab_size = 100;
-  c.eos_token_ids = std::move(eos);
-  return c;
-}
 
 TEST_F(GenerationConfigTest, ThePrimaryEosIsTheTokenizers) {
   Write(R"({"eos_token_id": [7, 1, 9]})");
@@ -129,16 +145,9 @@ TEST_F(GenerationConfigTest, AMistypedSamplingFieldIsNamed) {
       {R"({"top_k": -1e30})", "top_k is out of range"},
   };
   for (const auto& [json, message] : cases) {
-    Write(json);
-    for (int front = 0; front < 2; ++front) {
-      try {
-        if (front == 0) LoadGenerationConfig(dir_.string(), WithEos({}));
-        if (front == 1) LoadSamplingDefaults(dir_.string());
-        ADD_FAILURE() << json << " was taken";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("generation_config.json: "), std::string::npos);
-        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-      }
+    for (const std::string& refusal : Refusals(json)) {
+      EXPECT_NE(refusal.find("generation_config.json: "), std::string::npos);
+      EXPECT_NE(refusal.find(message), std::string::npos) << refusal;
     }
   }
 }
@@ -159,17 +168,9 @@ TEST_F(GenerationConfigTest, SamplingFieldsOutOfRangeAreRefusedByName) {
       {R"({"top_k": -2})", "top_k must be -1 (off), 0 (off) or positive, got -2"},
   };
   for (const auto& [json, message] : cases) {
-    Write(json);
-    for (int front = 0; front < 2; ++front) {
-      try {
-        if (front == 0) LoadGenerationConfig(dir_.string(), WithEos({}));
-        if (front == 1) LoadSamplingDefaults(dir_.string());
-        ADD_FAILURE() << json << " was taken";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("generation_config.json: " + std::string(message)),
-                  std::string::npos)
-            << e.what();
-      }
+    for (const std::string& refusal : Refusals(json)) {
+      EXPECT_NE(refusal.find("generation_config.json: " + std::string(message)), std::string::npos)
+          << refusal;
     }
   }
 }

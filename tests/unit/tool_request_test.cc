@@ -268,6 +268,17 @@ constexpr const char* kFailsOnNone =
     "{{ m.content }}{% for t in m.tool_calls or [] %}<call>{{ t.function.arguments }}{% endfor %}"
     "{% endfor %}";
 
+// The templates of a tokenizer directory `dir` (made afresh) with a "default" template
+// (chat_template.jinja) and a "tool_use" one (additional_chat_templates/tool_use.jinja).
+tokenizer::ChatTemplate TwoTemplates(const std::filesystem::path& dir, const char* default_text,
+                                     const char* tool_use_text) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "chat_template.jinja") << default_text;
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << tool_use_text;
+  return tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+}
+
 // A tokenizer with a "default" and a "tool_use" template: each is probed as Render picks it
 // ("tool_use" with tools, "default" without) and answers for itself. One answer for both lost
 // the calls of requests without tools, or failed them on none ("argument of type 'NoneType' is
@@ -276,13 +287,9 @@ TEST(ToolRequestTest, ProbesEachNamedTemplateAsRenderPicksIt) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_templates";
   for (bool none_in_default : {false, true}) {
-    fs::remove_all(dir);
-    fs::create_directories(dir / "additional_chat_templates");
-    std::ofstream(dir / "chat_template.jinja")
-        << (none_in_default ? kCallsUnderNone : kFailsOnNone);
-    std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja")
-        << (none_in_default ? kFailsOnNone : kCallsUnderNone);
-    tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+    tokenizer::ChatTemplate chat =
+        none_in_default ? TwoTemplates(dir, kCallsUnderNone, kFailsOnNone)
+                        : TwoTemplates(dir, kFailsOnNone, kCallsUnderNone);
     const ToolTemplateShape shape = ProbeToolTemplate(chat);
     EXPECT_EQ(shape.content_none_templates,
               std::vector<std::string>{none_in_default ? "default" : "tool_use"});
@@ -292,7 +299,7 @@ TEST(ToolRequestTest, ProbesEachNamedTemplateAsRenderPicksIt) {
       SCOPED_TRACE(testing::Message() << "none in default " << none_in_default << ", tools "
                                       << with_tools);
       auto messages = Turns(R"("{\"a\": 7}")");
-      ShapeToolCallTurns(messages, false, chat.tool_call_content_none(with_tools));
+      ShapeForTemplate(chat, with_tools, messages);
       const auto tools = with_tools ? nlohmann::ordered_json::parse(R"([{"type": "function",
           "function": {"name": "f"}}])")
                                     : nlohmann::ordered_json();
@@ -369,13 +376,9 @@ TEST(ToolRequestTest, ProbesEachNamedTemplatesArgumentsAsRenderPicksIt) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_arguments";
   for (bool objects_in_default : {false, true}) {
-    fs::remove_all(dir);
-    fs::create_directories(dir / "additional_chat_templates");
-    std::ofstream(dir / "chat_template.jinja")
-        << (objects_in_default ? kIteratesArguments : kPrintsArguments);
-    std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja")
-        << (objects_in_default ? kPrintsArguments : kIteratesArguments);
-    tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+    tokenizer::ChatTemplate chat =
+        objects_in_default ? TwoTemplates(dir, kIteratesArguments, kPrintsArguments)
+                           : TwoTemplates(dir, kPrintsArguments, kIteratesArguments);
     const ToolTemplateShape shape = ProbeToolTemplate(chat);
     EXPECT_EQ(shape.arguments_object_templates,
               std::vector<std::string>{objects_in_default ? "default" : "tool_use"});
@@ -421,11 +424,7 @@ TEST(ToolRequestTest, DescribesTheProbesAnswersPerTemplateOnlyWhereTheyDiffer) {
   // Two templates that both read objects, as the probe finds them.
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "latent_tool_request_test_shape_text";
-  fs::remove_all(dir);
-  fs::create_directories(dir / "additional_chat_templates");
-  std::ofstream(dir / "chat_template.jinja") << kIteratesArguments;
-  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << kIteratesArguments;
-  tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir.string());
+  tokenizer::ChatTemplate chat = TwoTemplates(dir, kIteratesArguments, kIteratesArguments);
   const ToolTemplateShape probed = ProbeToolTemplate(chat);
   EXPECT_EQ(probed.templates, (std::vector<std::string>{"tool_use", "default"}));
   EXPECT_EQ(ToolTemplateShapeText(probed), "objects and a null content beside them as \"\"");
