@@ -27,10 +27,11 @@ void ValidateToolFields(const Json& message, size_t index);
 
 // Assistant turns with tool calls as the chat template reads them:
 // - The arguments: OpenAI sends them as JSON text, which templates that print them (DeepSeek,
-//   Kimi) want; templates that iterate over them (GLM-4.5) need an object. `as_objects`: JSON
-//   text is parsed into an object (a 400 naming the field when it is not a JSON object or nests
-//   deeper than kMaxJsonDepth; "" gives {}); otherwise objects are written as JSON text
-//   (json.dumps).
+//   Kimi) want; templates that iterate over them (GLM-4.5) need an object. `as_objects` (the
+//   template Render picks for this request reads objects: ChatTemplate::
+//   tool_call_arguments_as_objects, set by ProbeToolTemplate, server/tool_template.h): JSON text
+//   is parsed into an object (a 400 naming the field when it is not a JSON object or nests deeper
+//   than kMaxJsonDepth; "" gives {}); otherwise objects are written as JSON text (json.dumps).
 // - A null (or absent) content: OpenAI clients send null beside tool calls, and transformers
 //   drops null keys before rendering, on which DeepSeek's and Kimi's templates fail ('dict
 //   object' has no attribute 'content'). `content_none` (the template Render picks for this
