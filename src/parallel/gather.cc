@@ -15,6 +15,9 @@ std::vector<std::string> AllGatherStrings(Communicator& comm, const std::string&
   comm.AllGatherBytes(&length, sizeof length, lengths.data(), wait_forever);
   // Every rank computes the same width from the same lengths, so every rank moves as many bytes.
   const int64_t width = *std::max_element(lengths.begin(), lengths.end());
+  // All empty: no second collective (every rank sees the same width, so all skip it), and no
+  // null buffer of an empty vector handed on.
+  if (width == 0) return std::vector<std::string>(ranks);
   std::string padded = mine;
   padded.resize(width, '\0');
   std::vector<char> all(static_cast<size_t>(ranks) * width);  // [ranks, width]
