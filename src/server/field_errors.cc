@@ -18,6 +18,14 @@ const Json* Find(const Json& object, const char* key) {
   return &*it;
 }
 
+const Json& RequiredObject(const Json& object, const std::string& field, const char* key) {
+  const std::string path = StrCat(field, ".", key);
+  const Json* value = Find(object, key);
+  if (!value) BadField(path, StrCat("'", path, "' is required"), "missing_required_parameter");
+  if (!value->is_object()) WrongType(path, "an object");
+  return *value;
+}
+
 bool GetBool(const Json& object, const char* key, bool fallback) {
   const Json* v = Find(object, key);
   if (!v) return fallback;

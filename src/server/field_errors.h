@@ -19,6 +19,10 @@ namespace latent::server {
 // The value of `key`, or nullptr when it is absent or null (null means "default" in OpenAI's API).
 const Json* Find(const Json& object, const char* key);
 
+// The object `key` of `object` (whose field name is `field`): a 400 naming `field`.`key` when it
+// is absent or null (missing_required_parameter) or not an object.
+const Json& RequiredObject(const Json& object, const std::string& field, const char* key);
+
 // The boolean `key`, `fallback` when absent or null; WrongType otherwise.
 bool GetBool(const Json& object, const char* key, bool fallback);
 

@@ -38,11 +38,7 @@ OrderedJson ParseTools(const Json& body, const OrderedJson& ordered) {
       BadField(field + ".type",
                StrCat("'", field, ".type' must be \"function\", got ", type->dump()));
     }
-    const Json* fn = Find(tool, "function");
-    if (!fn)
-      BadField(field + ".function", StrCat("'", field, ".function' is required"),
-               "missing_required_parameter");
-    if (!fn->is_object()) WrongType(field + ".function", "an object");
+    const Json* fn = &RequiredObject(tool, field, "function");
     const Json* name = Find(*fn, "name");
     if (!name)
       BadField(field + ".function.name", StrCat("'", field, ".function.name' is required"),
@@ -136,11 +132,7 @@ void ValidateToolFields(const Json& m, size_t index) {
     if (const Json* type = Find(call, "type"); type && *type != "function") {
       BadField(cf + ".type", StrCat("'", cf, ".type' must be \"function\""));
     }
-    const Json* fn = Find(call, "function");
-    if (!fn)
-      BadField(cf + ".function", StrCat("'", cf, ".function' is required"),
-               "missing_required_parameter");
-    if (!fn->is_object()) WrongType(cf + ".function", "an object");
+    const Json* fn = &RequiredObject(call, cf, "function");
     const Json* name = Find(*fn, "name");
     if (!name || !name->is_string()) WrongType(cf + ".function.name", "a string");
     const Json* args = Find(*fn, "arguments");
