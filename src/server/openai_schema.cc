@@ -105,22 +105,6 @@ std::vector<PromptSpec> ParsePrompt(const Json& body, const ServingLimits& limit
   return prompts;
 }
 
-// The body `text` parsed again keeping key order (which templates may show, and which orders a
-// schema's properties), with only the top-level members named in `keys`. nlohmann's ordered_json
-// finds each key by a linear scan, so a whole body's ignored 60k-key object would take seconds;
-// the members left out here are never built. `text` has been parsed as the object `body` already.
-OrderedJson ParseOrdered(std::string_view text, std::initializer_list<std::string_view> keys) {
-  const OrderedJson::parser_callback_t keep =
-      [keys](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) {
-        // A key event's depth is the object's depth plus one: 1 for the body's own members.
-        // Refusing the key drops its member, value and all.
-        if (depth != 1 || event != OrderedJson::parse_event_t::key) return true;
-        const std::string& key = parsed.get_ref<const std::string&>();
-        return std::find(keys.begin(), keys.end(), key) != keys.end();
-      };
-  return OrderedJson::parse(text.begin(), text.end(), keep);
-}
-
 // The chat fields shared by /v1/chat/completions and /tokenize (chat_request.h).
 ChatFields ParseChat(const Json& body, std::string_view text) {
   return ParseChatFields(body, ParseOrdered(text, {"messages", "tools", "chat_template_kwargs"}));
@@ -403,6 +387,18 @@ void ParseMaxTokens(const Json& body, GenerationRequest& r) {
 }
 
 }  // namespace
+
+OrderedJson ParseOrdered(std::string_view text, std::initializer_list<std::string_view> keys) {
+  const OrderedJson::parser_callback_t keep =
+      [keys](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) {
+        // A key event's depth is the object's depth plus one: 1 for the body's own members.
+        // Refusing the key drops its member, value and all.
+        if (depth != 1 || event != OrderedJson::parse_event_t::key) return true;
+        const std::string& key = parsed.get_ref<const std::string&>();
+        return std::find(keys.begin(), keys.end(), key) != keys.end();
+      };
+  return OrderedJson::parse(text.begin(), text.end(), keep);
+}
 
 std::string ApiError::type() const {
   return status_ >= 500 ? "server_error" : "invalid_request_error";

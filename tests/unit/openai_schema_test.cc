@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -186,45 +185,39 @@ TEST(OpenAiSchemaTest, SamplingDefaultsLeftOutAreTheAbsentAndNullFieldsButMaxTok
 // The fields whose key order matters (messages, tools, chat_template_kwargs, a response_format or
 // structured_outputs schema) are parsed again keeping it, and only they: nlohmann's ordered_json
 // inserts each key by a linear scan, so a body re-parsed whole with a 60k-key object beside them
-// took 12 s. Their own keys keep their order, however deep.
+// took 12 s. What is checked is what makes it linear, that the re-parse builds only the members
+// it is asked for (a time bound failed under ASan on a loaded machine: no timing in tests). Their
+// own keys keep their order, however deep.
 TEST(OpenAiSchemaTest, OrderedFieldsAreParsedWithoutTheRestOfTheBody) {
   std::string big = R"("ignored": {)";
-  for (int i = 0; i < 60000; ++i) big += StrCat(i ? ", " : "", "\"key", i, "\": ", i);
+  for (int i = 0; i < 2000; ++i) big += StrCat(i ? ", " : "", "\"key", i, "\": {\"v\": ", i, "}");
   big += "}";
   const std::string schema =
       R"({"type": "object", "properties": {"z": {}, "a": {"y": 1, "b": 2}}})";
-  const auto seconds = [](auto f) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
+  const std::string structured =
+      StrCat(R"({"prompt": "hi", )", big, R"(, "structured_outputs": {"json": )", schema, "}}");
+  const OrderedJson kept = ParseOrdered(structured, {"structured_outputs", "messages"});
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept.begin().key(), "structured_outputs");
+  EXPECT_EQ(kept["structured_outputs"]["json"].dump(),
+            R"({"type":"object","properties":{"z":{},"a":{"y":1,"b":2}}})");
+  EXPECT_TRUE(ParseOrdered(structured, {"tools"}).empty());
+
   const auto check = [](const structured::OutputSpec& output) {
     EXPECT_EQ(output.kind, structured::OutputSpec::Kind::kJsonSchema);
     EXPECT_EQ(output.schema.dump(), R"({"type":"object","properties":{"z":{},"a":{"y":1,"b":2}}})");
   };
-  GenerationRequest r;
-  // 12 s each before; well under 0.1 s now.
-  EXPECT_LT(seconds([&] {
-              r = Parse(StrCat(R"({"prompt": "hi", )", big, R"(, "structured_outputs": {"json": )",
-                               schema, "}}"));
-            }),
-            3.0);
-  check(r.output);
-  EXPECT_LT(seconds([&] {
-              r = Parse(StrCat(R"({"prompt": "hi", )", big,
-                               R"(, "response_format": {"type": "json_schema", "json_schema": )",
-                               R"({"name": "x", "schema": )", schema, "}}}"));
-            }),
-            3.0);
-  check(r.output);
-  EXPECT_LT(seconds([&] {
-              r = Parse(StrCat(R"({"messages": [{"role": "user", "name": "n", "content": "x"}], )",
-                               big, R"(, "chat_template_kwargs": {"z": 1, "a": 2}, "tools": )",
-                               R"([{"type": "function", "function": {"name": "f", )",
-                               R"("parameters": )", schema, "}}]}"),
-                        Endpoint::kChatCompletions);
-            }),
-            3.0);
+  check(Parse(structured).output);
+  check(Parse(StrCat(R"({"prompt": "hi", )", big,
+                     R"(, "response_format": {"type": "json_schema", "json_schema": )",
+                     R"({"name": "x", "schema": )", schema, "}}}"))
+            .output);
+  const GenerationRequest r =
+      Parse(StrCat(R"({"messages": [{"role": "user", "name": "n", "content": "x"}], )", big,
+                   R"(, "chat_template_kwargs": {"z": 1, "a": 2}, "tools": )",
+                   R"([{"type": "function", "function": {"name": "f", )", R"("parameters": )",
+                   schema, "}}]}"),
+            Endpoint::kChatCompletions);
   EXPECT_EQ(r.messages.dump(), R"([{"role":"user","name":"n","content":"x"}])");
   EXPECT_EQ(r.chat_template_kwargs.dump(), R"({"z":1,"a":2})");
   EXPECT_EQ(r.tools[0]["function"]["parameters"].dump(),
