@@ -1,7 +1,7 @@
 // Input: one JSON object per line: {"ids": [...]}, {"prompt": "text"} or {"messages": [...]}
 // (chat, rendered with the checkpoint's chat template; optional "tools", "chat_template_kwargs",
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
-// ("temperature" (default 0: greedy), "top_k", "top_p", "min_p", "seed", "repetition_penalty",
+// ("temperature" (default 0: greedy), "top_k" (-1 or 0: off), "top_p", "min_p", "seed", "repetition_penalty",
 // where generation_config.json sets none of temperature, top_p, top_k, min_p and
 // repetition_penalty: a line that leaves one out takes the file's, as the server's requests do;
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled

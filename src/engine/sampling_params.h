@@ -6,7 +6,9 @@
 // can differ.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -40,6 +42,18 @@ struct SamplingParams {
   // Engine::Submit, which knows the vocabulary, checks their upper bound.
   void Validate() const;
 };
+
+// A request's top_k as every front takes it (the server's requests and request lines, so also
+// latent.LLM): -1 (vLLM's spelling of off) and 0 are off, 0 here; a positive k past int32's range
+// is int32's most, which keeps every token of any vocabulary as k itself would. nullopt below -1,
+// which the front refuses in its own words with kTopKRange. (generation_config.json's top_k,
+// read in model/, below this header's layer, is held to the same rule by SamplingDefaults::Check.)
+inline constexpr const char* kTopKRange = "must be -1 (off), 0 (off) or positive";
+inline std::optional<int32_t> TopKFromRequest(int64_t top_k) {
+  if (top_k < -1) return std::nullopt;
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(top_k, 0, std::numeric_limits<int32_t>::max()));
+}
 
 // logit_bias and allowed_token_ids in the form a draw reads them (BuildSamplingTables), built once
 // per request by Engine::Submit: walking a map and a list of ids (of any length: a client may

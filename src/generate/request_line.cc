@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/error_context.h"
 #include "base/json_depth.h"
+#include "engine/sampling_params.h"
 #include "server/chat_prompt.h"
 #include "server/chat_request.h"
 #include "server/openai_schema.h"
@@ -191,7 +192,11 @@ Json ParseRequestLineJson(std::string_view text) {
 engine::SamplingParams ParseSamplingFields(const Json& line) {
   engine::SamplingParams s;
   s.temperature = Field<float>(line, "temperature", 0.0f);
-  s.top_k = Field<int32_t>(line, "top_k", 0);
+  // Parsed as the server parses it: -1 is off, as generation_config.json's -1 already was.
+  const int64_t top_k = Field<int64_t>(line, "top_k", 0);
+  const std::optional<int32_t> k = engine::TopKFromRequest(top_k);
+  if (!k) Fail("field 'top_k' ", engine::kTopKRange, ", got ", top_k);
+  s.top_k = *k;
   s.top_p = Field<float>(line, "top_p", 1.0f);
   s.min_p = Field<float>(line, "min_p", 0.0f);
   s.repetition_penalty = Field<float>(line, "repetition_penalty", 1.0f);

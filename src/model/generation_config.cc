@@ -116,7 +116,8 @@ void SamplingDefaults::Check(const std::string& path) {
   }
   if (top_k) {
     if (*top_k < -1) Fail(path, ": top_k must be -1 (off), 0 (off) or positive, got ", *top_k);
-    // -1 is vLLM's spelling of off; request lines know only 0.
+    // -1 is vLLM's spelling of off. The rule of engine::TopKFromRequest, which the server and
+    // request lines share (this layer is below the engine's headers).
     top_k = std::clamp<int64_t>(*top_k, 0, std::numeric_limits<int32_t>::max());
   }
   if (max_new_tokens && *max_new_tokens < 1) {

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "base/saturating.h"
+#include "engine/sampling_params.h"
 #include "server/chat_request.h"
 #include "server/field_errors.h"
 #include "server/tool_request.h"
@@ -222,11 +223,9 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
     s.top_p = SamplingFloat("top_p", *v);
   }
   if (auto v = GetInt(body, "top_k")) {
-    if (*v < -1)
-      BadField("top_k", StrCat("'top_k' must be -1 (off), 0 (off) or positive, got ", *v));
-    s.top_k =
-        *v <= 0 ? 0
-                : static_cast<int32_t>(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
+    const std::optional<int32_t> k = engine::TopKFromRequest(*v);
+    if (!k) BadField("top_k", StrCat("'top_k' ", engine::kTopKRange, ", got ", *v));
+    s.top_k = *k;
   }
   if (auto v = GetNumber(body, "min_p")) {
     if (!(*v >= 0 && *v <= 1)) BadField("min_p", StrCat("'min_p' must be in [0, 1], got ", *v));

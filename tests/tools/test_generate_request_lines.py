@@ -57,7 +57,6 @@ def test_ignore_eos_flag_is_the_default_of_a_line(model, tmp_path):
     ("ids", [7, 2**64 + 5]),
     ("stop_token_ids", [4294967297]),
     ("n", 4294967297),
-    ("top_k", 4294967297),
     ("logprobs", 4294967296),
     ("prompt_logprobs", -4294967295),
     ("max_tokens", 2**64 - 1),
@@ -124,6 +123,18 @@ def test_a_bad_sampling_field_stops_the_command(tmp_path, fields, message, weigh
     model = demo_with(tmp_path, weights=weights, **fields)
     proc = run_latent("generate", "--model", str(model), "--prompts", str(lines), check=False)
     assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr
+
+
+def test_a_lines_top_k_is_read_as_the_servers(model, tmp_path):
+    """-1 (vLLM's off), which the server and generation_config.json took and lines refused; past
+    int32 it keeps every token, as the server's; below -1 it is refused in the server's words."""
+    line = {"ids": [3, 17, 29], "max_tokens": 4, "ignore_eos": True, "temperature": 1.0}
+    lines = [dict(line, seed=5, top_k=k) for k in (-1, 0, 4294967297)]
+    lines.append(dict(line, top_k=-2))
+    minus_one, off, huge, bad = generate(model, tmp_path, lines)
+    assert "error" not in minus_one, minus_one
+    assert minus_one["ids"] == off["ids"] == huge["ids"]
+    assert "field 'top_k' must be -1 (off), 0 (off) or positive, got -2" in bad.get("error", ""), bad
 
 
 def test_top_k_minus_one_in_the_file_is_off(tmp_path):

@@ -290,7 +290,7 @@ class SamplingParams:
             "n": self.n,
             "temperature": self.temperature,
             "top_p": self.top_p,
-            "top_k": 0 if self.top_k == -1 else self.top_k,
+            "top_k": self.top_k,  # -1: off, as request lines take it
             "min_p": self.min_p,
             "repetition_penalty": self.repetition_penalty,
             "presence_penalty": self.presence_penalty,
