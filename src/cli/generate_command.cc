@@ -2,6 +2,10 @@
 // continuation of one prompt, as JSON {"ids": [...]}, computed directly on the model (no
 // engine): the prompt as one chunk, then one token per step. It is the "alone" reference that
 // batched runs are tested against. Stops at an EOS id (generation_config.json).
+// Raw greedy on purpose: the argmax of the model's logits, with none of generation_config.json's
+// sampling defaults (temperature, top_k, top_p, min_p, repetition_penalty) nor its
+// max_new_tokens, which --prompt, --prompts, the server and latent.LLM apply. A reference must
+// not move when a checkpoint's file changes, and it has no sampler or seed to honour them with.
 // `latent generate --model DIR --prompts FILE.jsonl [engine flags]`: many requests at once
 // through the engine (batch_generate.cc).
 #include <algorithm>
@@ -37,9 +41,13 @@ Runner RegisterGenerate(CLI::App& app) {
     LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("generate", "Greedy generation for one prompt");
+  CLI::App* sub = app.add_subcommand(
+      "generate", "Generate from --ids (raw greedy, on the model alone) or through the engine");
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
-  auto* ids = sub->add_option("--ids", opt->ids, "One prompt's token ids, e.g. 1,2,3");
+  auto* ids = sub->add_option(
+      "--ids", opt->ids,
+      "One prompt's token ids, e.g. 1,2,3, decoded raw greedy (argmax) without the engine: "
+      "generation_config.json's sampling defaults and max_new_tokens do not apply");
   auto* prompts = sub->add_option("--prompts", opt->prompts, "JSONL requests run through the engine");
   auto* prompt = sub->add_option("--prompt", opt->prompt, "One text prompt, run through the engine");
   ids->excludes(prompts)->excludes(prompt);
@@ -75,7 +83,8 @@ Runner RegisterGenerate(CLI::App& app) {
   CLI::Option* max_tokens =
       sub->add_option("--max-tokens", opt->max_tokens,
                       "Tokens to generate (with --prompts: for lines without their own "
-                      "\"max_tokens\"; unset, generation_config.json's max_new_tokens, else 16)")
+                      "\"max_tokens\"; unset, generation_config.json's max_new_tokens, else 16; "
+                      "with --ids: 16 unset)")
           ->check(CLI::NonNegativeNumber);
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_latent
+from conftest import demo_with, run_latent
 
 
 def test_generate_refuses_max_tokens_past_the_positions(tiny_models):
@@ -52,3 +52,28 @@ def test_generate_refuses_a_named_tokenizer_directory_without_one(tiny_models, t
                      "hi", "--max-tokens", "1", check=False)
     assert out.returncode == 2
     assert f"tokenizer directory {tmp_path}: no tokenizer.json or tiktoken.model" in out.stderr
+
+
+def test_ids_is_raw_greedy_whatever_generation_config_says(tmp_path):
+    """--ids is the "alone" reference: the argmax of the logits, 16 tokens unless --max-tokens
+    says, with none of generation_config.json's sampling defaults or max_new_tokens, which every
+    other entry point applies; its --help says so, as it did not."""
+    ids = "3,17,29"
+    plain = json.loads(run_latent("generate", "--model", str(demo_with(tmp_path / "p")), "--ids",
+                                  ids, "--ignore-eos").stdout)["ids"]
+    assert len(plain) == 16
+    sampled = demo_with(tmp_path / "s", temperature=1.5, top_k=50, min_p=0.0,
+                        repetition_penalty=1.3, max_new_tokens=5)
+    assert json.loads(run_latent("generate", "--model", str(sampled), "--ids", ids,
+                                 "--ignore-eos").stdout)["ids"] == plain
+    # What the engine makes of the same file: a greedy line of 16 tokens is the reference; the
+    # file's defaults give it 5 tokens and a repetition penalty.
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps({"ids": [3, 17, 29], "ignore_eos": True, "temperature": 0,
+                                 "repetition_penalty": 1.0, "max_tokens": 16}) + "\n")
+    (line,) = [json.loads(l) for l in run_latent("generate", "--model", str(sampled), "--prompts",
+                                                 str(lines)).stdout.splitlines()]
+    assert line["ids"] == plain
+    helped = run_latent("generate", "--help").stdout
+    assert "raw greedy" in helped and "sampling defaults and max_new_tokens do not apply" in \
+        " ".join(helped.split())
