@@ -174,6 +174,13 @@ struct ModelConfig {
 
   QuantizationConfig quantization;
   std::string dtype;  // torch_dtype / dtype: "float32", "bfloat16", ...
+  // config.json's bos_token_id (the family's class default where it is absent), as transformers'
+  // config class holds it; `latent info` reports it and nothing generates from it.
+  // generation_config.json's bos_token_id is deliberately not read: transformers' generate() uses
+  // it only to start a sequence that has no input ids (and encoder-decoder decoding), and every
+  // latent front refuses an empty prompt (Engine::Submit); the BOS a prompt starts with comes from
+  // the tokenizer (tokenizer_config.json's bos_token and add_bos_token) and the chat template's
+  // bos_token, as vLLM's does; vLLM reads generation_config.json for its sampling fields only.
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
 
