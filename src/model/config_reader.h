@@ -135,8 +135,8 @@ enum class MoeLayerFreq { kNumber, kNumberOrList };
 // (default `default_first_dense`) and l % moe_layer_freq == 0 (or moe_layer_freq[l], a list,
 // is truthy), written as mlp_layer_types; a stated null for either key is refused, as
 // transformers fails on it. Beside an explicit list moe_layer_freq is ignored. Either way
-// moe_layer_freq is then dropped, since the common parser refuses it for the families that
-// ignore it.
+// moe_layer_freq is then dropped: the common parser never reads it, as the other families'
+// classes ignore it.
 void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense,
                          MoeLayerFreq form = MoeLayerFreq::kNumber);
 

@@ -205,7 +205,12 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
   const std::string& source = top.source();
   config.n_routed_experts = top.SizeOr("n_routed_experts", 0, /*min=*/0);
   config.first_k_dense_replace = top.IntOr("first_k_dense_replace", d.first_k_dense_replace);
-  config.moe_layer_freq = top.IntOr("moe_layer_freq", 1);
+  // moe_layer_freq is not read: of transformers' classes only AXK1's, AXK2's and Dots3 Note's
+  // take it, when they derive mlp_layer_types (DeriveMlpLayerTypes, in their Arch::prepare);
+  // every other class ignores it (DeepseekV2/V3 and Mistral4 decoder layers are MoE from
+  // first_k_dense_replace on), and so does latent. (vLLM's DeepSeek model honours it; a
+  // checkpoint made that way lacks the expert tensors of the layers it skips, which the weight
+  // table then names.)
   // Checked here, before a dense config returns: a negative count is wrong whatever the layers.
   config.n_shared_experts = top.SizeOr("n_shared_experts", d.n_shared_experts, /*min=*/0);
   config.routed_scaling_factor = top.NumberOr("routed_scaling_factor", d.routed_scaling_factor);
@@ -214,14 +219,6 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
 
   config.num_experts_per_tok = top.PositiveInt("num_experts_per_tok");
   config.moe_intermediate_size = top.PositiveInt("moe_intermediate_size");
-  if (config.moe_layer_freq != 1 && !top.Has("mlp_layer_types")) {
-    // transformers makes every layer past first_k_dense_replace MoE whatever this says, and
-    // every released checkpoint uses 1; refuse rather than silently disagree with it. Beside
-    // mlp_layer_types the list alone decides, in transformers as here (families that honour
-    // moe_layer_freq derive the list in their Arch::prepare).
-    Fail(source, ": moe_layer_freq ", config.moe_layer_freq,
-         " is not supported (transformers ignores it; released checkpoints use 1)");
-  }
   if (config.num_experts_per_tok > config.n_routed_experts) {
     Fail(source, ": num_experts_per_tok (", config.num_experts_per_tok,
          ") exceeds n_routed_experts (", config.n_routed_experts, ")");
@@ -418,8 +415,7 @@ void ParseLayerTypes(const ConfigReader& top, ModelConfig& config) {
     config.moe_layers = ParseLayerKinds(top, "mlp_layer_types", layers, "dense", "sparse");
   } else {
     for (int64_t l = 0; l < layers; ++l) {
-      config.moe_layers.push_back(config.n_routed_experts > 0 && l >= config.first_k_dense_replace &&
-                                  l % config.moe_layer_freq == 0);
+      config.moe_layers.push_back(config.n_routed_experts > 0 && l >= config.first_k_dense_replace);
     }
   }
   for (int64_t l = 0; l < layers; ++l) {

@@ -78,7 +78,6 @@ struct ModelConfig {
   int64_t n_group = 1;
   int64_t topk_group = 1;
   int64_t first_k_dense_replace = 0;
-  int64_t moe_layer_freq = 1;
   TopkMethod topk_method = TopkMethod::kGreedy;
   ScoringFunc scoring_func = ScoringFunc::kSoftmax;
   bool norm_topk_prob = false;

@@ -125,3 +125,33 @@ def test_omitted_fields_resolve_as_in_transformers(preset, tmp_path):
             wrong.append(f"{field}: latent {got['config'][name]}, transformers {want}")
     assert "rms_norm_eps" in compared
     assert not wrong, f"{preset} without: " + "; ".join(wrong)
+
+
+def transformers_layer_kinds(config) -> list[str]:
+    """Each decoder layer of the model transformers builds from `config` (on the meta device: no
+    weights), "sparse" where its MLP holds experts, as latent info's mlp_layer_types says."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        except ValueError:  # a text config without a causal-LM mapping: its base model
+            model = transformers.AutoModel.from_config(config)
+    layers = model.model.layers if hasattr(model, "model") else model.layers
+    return ["sparse" if hasattr(layer.mlp, "experts") else "dense" for layer in layers]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_moe_layer_freq_is_read_as_in_transformers(preset, tmp_path):
+    """moe_layer_freq 2 without mlp_layer_types: AXK1's, AXK2's and Dots3 Note's classes make
+    every other layer from first_k_dense_replace on MoE, every other class ignores the field.
+    latent refused it (any value but 1) for every family but those three."""
+    saved, config_class = saved_config(preset)
+    edited = {k: v for k, v in saved.items() if k != "mlp_layer_types"}
+    edited["moe_layer_freq"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(edited))
+    want = transformers_layer_kinds(config_class.from_pretrained(tmp_path))
+    proc = run_latent("info", "--model", str(tmp_path), "--json", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["config"]["mlp_layer_types"] == want

@@ -282,6 +282,17 @@ TEST(ModelConfigTest, GreedyRoutingIgnoresGroupFields) {
   EXPECT_EQ(c.topk_group, 1);
 }
 
+// DeepseekV2/V3 (and Mistral4) decoder layers are MoE from first_k_dense_replace on whatever
+// moe_layer_freq says, a number, a list or null: latent refused any number but 1.
+TEST(ModelConfigTest, MoeLayerFreqIsIgnoredWhereTransformersIgnoresIt) {
+  for (Json j : {TinyV3(), TinyV2()}) {
+    for (const Json& freq : {Json(2), Json(0), Json::array({1, 0, 1}), Json()}) {
+      j["moe_layer_freq"] = freq;
+      EXPECT_EQ(Parse(j.dump()).moe_layers, (std::vector<bool>{false, true, true})) << j.dump();
+    }
+  }
+}
+
 TEST(ModelConfigTest, KimiK2IsTheDeepseekV3Architecture) {
   ModelConfig c = Parse(kKimiK2);
   EXPECT_EQ(c.model_type, "kimi_k2");
@@ -394,9 +405,6 @@ TEST(ModelConfigTest, RejectsInconsistentMoe) {
   j["n_group"] = 8;
   j["topk_group"] = 2;
   EXPECT_CONFIG_ERROR(j, "noaux_tc needs at least 2 experts per group, got 1");
-  j = TinyV3();
-  j["moe_layer_freq"] = 2;
-  EXPECT_CONFIG_ERROR(j, "moe_layer_freq 2 is not supported");
   j = TinyV3();
   j.erase("moe_intermediate_size");
   EXPECT_CONFIG_ERROR(j, "missing required field 'moe_intermediate_size'");
