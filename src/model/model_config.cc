@@ -204,6 +204,14 @@ std::vector<int64_t> ParseEos(const ConfigReader& top, std::optional<int64_t> fa
 void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& config) {
   const std::string& source = top.source();
   config.n_routed_experts = top.SizeOr("n_routed_experts", 0, /*min=*/0);
+  if (top.Present("first_k_dense_replace") && !top.Has("first_k_dense_replace") &&
+      (d.null_first_dense == NullFirstDense::kFails ||
+       (d.null_first_dense == NullFirstDense::kFailsWithoutLayerTypes &&
+        !top.Has("mlp_layer_types")))) {
+    // Not the default: transformers cannot build such a model (ArchDefaults::null_first_dense).
+    Fail(source, ": 'first_k_dense_replace' is null (transformers fails on it): state it or "
+         "leave it out");
+  }
   config.first_k_dense_replace = top.IntOr("first_k_dense_replace", d.first_k_dense_replace);
   // moe_layer_freq is not read: of transformers' classes only AXK1's, AXK2's and Dots3 Note's
   // take it, when they derive mlp_layer_types (DeriveMlpLayerTypes, in their Arch::prepare);

@@ -155,3 +155,31 @@ def test_moe_layer_freq_is_read_as_in_transformers(preset, tmp_path):
     proc = run_latent("info", "--model", str(tmp_path), "--json", check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["config"]["mlp_layer_types"] == want
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_null_first_k_dense_replace_is_read_as_in_transformers(preset, tmp_path):
+    """"first_k_dense_replace": null, with and (where the class has one) without mlp_layer_types.
+    Where transformers cannot build the model from it (a strictly typed field, or one its decoder
+    layers compare: DeepSeek V2/V3, Mistral 4, ...; or, for the classes that read it only to
+    derive mlp_layer_types, without that list), latent refuses it by name; elsewhere the class
+    never reads it and the layers are the same. latent read it as the family's default."""
+    saved, config_class = saved_config(preset)
+    variants = [dict(saved, first_k_dense_replace=None)]
+    variants[0].pop("mlp_layer_types", None)
+    if "mlp_layer_types" in saved:
+        variants.append(dict(saved, first_k_dense_replace=None))
+    for i, edited in enumerate(variants):
+        model_dir = tmp_path / str(i)
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(edited))
+        proc = run_latent("info", "--model", str(model_dir), "--json", check=False)
+        lists = "mlp_layer_types" in edited
+        try:
+            want = transformers_layer_kinds(config_class.from_pretrained(model_dir))
+        except Exception as e:  # strict validation, or a comparison with None
+            assert proc.returncode == 2, f"list {lists}: transformers fails ({e}), latent reads it"
+            assert "'first_k_dense_replace' is null (transformers fails on it)" in proc.stderr
+            continue
+        assert proc.returncode == 0, f"list {lists}: {proc.stderr}"
+        assert json.loads(proc.stdout)["config"]["mlp_layer_types"] == want, f"list {lists}"

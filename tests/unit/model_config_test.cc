@@ -293,6 +293,17 @@ TEST(ModelConfigTest, MoeLayerFreqIsIgnoredWhereTransformersIgnoresIt) {
   }
 }
 
+// DeepseekV2Config refuses a null first_k_dense_replace, and DeepseekV3's decoder layers compare
+// it with the layer index (TypeError): latent read it as the class default.
+TEST(ModelConfigTest, NullFirstKDenseReplaceIsRefusedWhereTransformersFails) {
+  for (Json j : {TinyV3(), TinyV2()}) {
+    j["first_k_dense_replace"] = nullptr;
+    EXPECT_CONFIG_ERROR(j, "'first_k_dense_replace' is null (transformers fails on it)");
+    j["mlp_layer_types"] = Json::array({"dense", "sparse", "sparse"});  // ignored by these classes
+    EXPECT_CONFIG_ERROR(j, "'first_k_dense_replace' is null (transformers fails on it)");
+  }
+}
+
 TEST(ModelConfigTest, KimiK2IsTheDeepseekV3Architecture) {
   ModelConfig c = Parse(kKimiK2);
   EXPECT_EQ(c.model_type, "kimi_k2");

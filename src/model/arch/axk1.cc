@@ -13,6 +13,8 @@ namespace {
 // transformers' AXK1Config defaults (DeepseekV3Config's, with its own sizes and token ids).
 ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1,  // AXK1Config.__post_init__'s legacy default
+          // Null fails there only without mlp_layer_types (DeriveMlpLayerTypes refuses it).
+          .null_first_dense = NullFirstDense::kFailsWithoutLayerTypes,
           .n_group = 8, .topk_group = 4, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
           .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 32768,

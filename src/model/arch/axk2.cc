@@ -19,6 +19,8 @@ namespace {
 // transformers' AXK2Config defaults.
 ArchDefaults Defaults() {
   return {.first_k_dense_replace = 1,  // AXK2Config.__post_init__'s legacy default
+          // Null fails there only without mlp_layer_types (DeriveMlpLayerTypes refuses it).
+          .null_first_dense = NullFirstDense::kFailsWithoutLayerTypes,
           .n_group = 1,  // null (no groups): one group of all experts routes the same
           .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},

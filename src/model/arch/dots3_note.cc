@@ -30,7 +30,10 @@ namespace {
 
 // transformers' Dots3NoteTextConfig defaults (DeepseekV32Config's where it has none).
 ArchDefaults Defaults() {
-  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+  // Null: refused by DeriveMlpLayerTypes without mlp_layer_types; the key is then dropped.
+  return {.first_k_dense_replace = 1,
+          .null_first_dense = NullFirstDense::kFailsWithoutLayerTypes,
+          .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 1.0, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
           .max_position_embeddings = 524288, .rms_norm_eps = 1e-5, .bos = 151643, .eos = 151668};

@@ -14,7 +14,9 @@ namespace {
 
 // transformers' Glm4MoeLiteConfig defaults (GLM-4.7-Flash).
 ArchDefaults Defaults() {
-  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+  return {.first_k_dense_replace = 1,
+          .null_first_dense = NullFirstDense::kIgnored,  // the class never reads it
+          .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 1.8, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
           .max_position_embeddings = 202752, .rms_norm_eps = 1e-5, .bos = 0, .eos = 1};

@@ -28,6 +28,7 @@ namespace {
 // transformers' Glm5NextTextConfig defaults.
 ArchDefaults Defaults() {
   return {.first_k_dense_replace = 3,  // mlp_layer_types' default: the first 3 layers dense
+          .null_first_dense = NullFirstDense::kIgnored,  // the class never reads it
           .n_group = 1, .topk_group = 1, .n_shared_experts = 1, .routed_scaling_factor = 2.5,
           .norm_topk_prob = true, .topk_methods = {TopkMethod::kNoauxTc},
           .scoring = ScoringFunc::kSigmoid, .max_position_embeddings = 1048576,

@@ -25,7 +25,10 @@ namespace {
 
 // transformers' KimiLinearConfig defaults.
 ArchDefaults Defaults() {
-  return {.first_k_dense_replace = 1, .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
+  return {.first_k_dense_replace = 1,
+          // Read only to derive mlp_layer_types.
+          .null_first_dense = NullFirstDense::kFailsWithoutLayerTypes,
+          .n_group = 1, .topk_group = 1, .n_shared_experts = 1,
           .routed_scaling_factor = 2.446, .norm_topk_prob = true,
           .topk_methods = {TopkMethod::kNoauxTc}, .scoring = ScoringFunc::kSigmoid,
           .max_position_embeddings = 1048576, .rms_norm_eps = 1e-5, .bos = 163584, .eos = 163586};

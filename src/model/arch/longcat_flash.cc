@@ -26,7 +26,9 @@ constexpr int kSublayers = 2;
 
 // transformers' LongcatFlashConfig defaults.
 ArchDefaults Defaults() {
-  return {.first_k_dense_replace = 0, .n_group = std::nullopt, .topk_group = std::nullopt,
+  return {.first_k_dense_replace = 0,
+          .null_first_dense = NullFirstDense::kIgnored,  // the class never reads it
+          .n_group = std::nullopt, .topk_group = std::nullopt,
           .n_shared_experts = 0, .routed_scaling_factor = 6.0, .norm_topk_prob = false,
           .topk_methods = {TopkMethod::kGreedy}, .scoring = ScoringFunc::kSoftmax,
           .max_position_embeddings = 131072, .rms_norm_eps = 1e-5, .bos = 1, .eos = 2};

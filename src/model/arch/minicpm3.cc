@@ -16,7 +16,8 @@ namespace {
 // transformers' MiniCPM3Config defaults (MiniCPM3-4B).
 ArchDefaults Defaults() {
   // No experts: a config that states some still parses far enough for Parse to refuse it.
-  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768,
+  return {.null_first_dense = NullFirstDense::kIgnored,  // every layer dense
+          .topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 32768,
           .rms_norm_eps = 1e-5, .bos = 1, .eos = 2, .v_head_dim_from_heads = true};
 }
 

@@ -23,10 +23,18 @@
 
 namespace latent::model {
 
+// What a family's transformers class makes of `"first_k_dense_replace": null`: it fails (a
+// strictly typed int field, or one its decoder layers compare with the layer index: TypeError),
+// fails only where it derives mlp_layer_types from it (none stated), or never reads it.
+enum class NullFirstDense { kFails, kFailsWithoutLayerTypes, kIgnored };
+
 // transformers' class defaults of a family, used when config.json omits a non-dimension field,
 // so that latent reads a checkpoint exactly as transformers does.
 struct ArchDefaults {
   int64_t first_k_dense_replace = 0;
+  // A stated null is refused where the class fails on it (model_config.cc's ParseMoe); where it
+  // does not, it is read as absent (the default above).
+  NullFirstDense null_first_dense = NullFirstDense::kFails;
   std::optional<int64_t> n_group{}, topk_group{};  // nullopt: required by grouped routers
   int64_t n_shared_experts = 0;
   double routed_scaling_factor = 1.0;

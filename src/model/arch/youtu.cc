@@ -12,7 +12,8 @@ namespace {
 // transformers' YoutuConfig defaults (Youtu-LLM-2B).
 ArchDefaults Defaults() {
   // No experts: a config that states some still parses far enough for Parse to refuse it.
-  return {.topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 131072,
+  return {.null_first_dense = NullFirstDense::kIgnored,  // every layer dense
+          .topk_methods = {TopkMethod::kGreedy}, .max_position_embeddings = 131072,
           .rms_norm_eps = 1e-6, .bos = 128000, .eos = 128001};
 }
 
