@@ -1,21 +1,21 @@
-// Input: one JSON object per line: {"ids": [...]}, {"prompt": "text"} or {"messages": [...]}
-// (chat, rendered with the checkpoint's chat template; optional "tools", "chat_template_kwargs",
+// Input: one JSON object per line: {"ids": [...]}, {"prompt": "text"} or {"messages": [...]} (chat,
+// rendered with the checkpoint's chat template; optional "tools", "chat_template_kwargs",
 // "add_generation_prompt" (default true)), plus optional "max_tokens", sampling fields
-// ("temperature" (default 0: greedy), "top_k" (-1 or 0: off), "top_p", "min_p", "seed", "repetition_penalty",
-// where generation_config.json sets none of temperature, top_p, top_k, min_p and
-// repetition_penalty: a line that leaves one out takes the file's, as the server's requests do;
-// "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled
-// token's only), "n", "logit_bias" ({"5": 2.5}: token ids as strings, biases in [-100, 100]),
+// ("temperature" (default 0: greedy), "top_k" (-1 or 0: off), "top_p", "min_p", "seed",
+// "repetition_penalty", where generation_config.json sets none of temperature, top_p, top_k, min_p
+// and repetition_penalty: a line that leaves one out takes the file's, as the server's requests do;
+// "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled token's
+// only), "n", "logit_bias" ({"5": 2.5}: token ids as strings, biases in [-100, 100]),
 // "allowed_token_ids" (a non-empty list)), "prompt_logprobs" (the same for every prompt token:
-// scoring; with "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a
-// list of strings, matched on the detokenized text; "include_stop_str_in_output": true keeps the
-// one that matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens
-// out, as the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string
-// ends a sample before it has that many tokens; at most max_tokens), "structured_outputs"
-// (vLLM's object: one of "json", "regex", "choice", "grammar", "json_object"; the output is
-// constrained to it, structured/output_spec.h), "arrival_step" (submit the
-// request when the engine reaches that step; for tests of requests arriving mid-flight) and
-// "cancel_step" (cancel it when the engine reaches that step).
+// scoring; with "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list
+// of strings, matched on the detokenized text; "include_stop_str_in_output": true keeps the one
+// that matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens out,
+// as the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string ends a sample
+// before it has that many tokens; at most max_tokens), "structured_outputs" (vLLM's object: one of
+// "json", "regex", "choice", "grammar", "json_object"; the output is constrained to it,
+// structured/output_spec.h), "arrival_step" (submit the request when the engine reaches that step;
+// for tests of requests arriving mid-flight) and "cancel_step" (cancel it when the engine reaches
+// that step).
 // Output, in input order: {"index": i, "ids": [...], "text": ... (when the model or --tokenizer
 // directory has a tokenizer),
 // "finish_reason": "stop"|"length", ...; "stop_reason" (vLLM's): the stop string that ended it,
