@@ -1366,14 +1366,20 @@ def rewrite_shards(src: Path, dst: Path, transform) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+# Kept in full precision, as DeepSeek's fp8 releases store them and as latent reads them only:
+# embeddings, output heads (Mistral's native `output.weight` too), routers (`mlp.gate`, Kimi
+# Linear's `block_sparse_moe.gate`, Mistral's native `layers.N.gate`, `router.classifier`) and
+# the DSA indexer's `weights_proj`.
+FP8_KEPT_SUFFIXES = ("embed_tokens.weight", "word_embeddings.weight", "tok_embeddings.weight",
+                     "lm_head.weight", ".gate.weight", "router.classifier.weight",
+                     "indexer.weights_proj.weight")
+
+
 def is_fp8_quantized_weight(name: str, tensor: torch.Tensor) -> bool:
-    """Every Linear weight except embeddings, lm_head and the router (norms are 1-D)."""
+    """Every Linear weight except those of FP8_KEPT_SUFFIXES (norms are 1-D)."""
     if tensor.ndim != 2 or not name.endswith(".weight"):
         return False
-    return not (
-        name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight") or name.endswith("mlp.gate.weight")
-        or name.endswith("router.classifier.weight")
-    )
+    return not (name == "output.weight" or name.endswith(FP8_KEPT_SUFFIXES))
 
 
 def quantize_fp8_block(weight: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -515,7 +515,10 @@ void CheckDerivedSizes(const std::string& source, const ModelConfig& c) {
 
 // A vision-language config (mistral3) holding the text model's config under text_config: that
 // config, for a family that reads this wrapper. The wrapper's own tie_word_embeddings decides
-// tying, as in transformers (True by default in Mistral3Config).
+// tying, as in transformers (True by default in Mistral3Config). Its quantization_config too:
+// save_pretrained writes it at the top level, and transformers reads the text config's only
+// when the wrapper states none (the wrapper's wins when both do, so the text config's is then
+// not read at all).
 ModelConfig FromWrapperJson(const ConfigReader& top) {
   const std::string wrapper = top.StringOr("model_type", "");
   if (!top.Has("text_config") || !top["text_config"].is_object()) {
@@ -528,7 +531,10 @@ ModelConfig FromWrapperJson(const ConfigReader& top) {
     Fail(top.source(), ": text_config is itself a ", text["model_type"].get<std::string>(),
          " (vision-language) config");
   }
-  ModelConfig config = ModelConfig::FromJson(text.dump(), top.source() + " text_config");
+  const bool wrapper_quantized = top.Has("quantization_config");
+  Json text_fields = text;
+  if (wrapper_quantized) text_fields.erase("quantization_config");
+  ModelConfig config = ModelConfig::FromJson(text_fields.dump(), top.source() + " text_config");
   const std::vector<std::string>& wrappers = ArchOf(config).wrapper_model_types;
   if (std::find(wrappers.begin(), wrappers.end(), wrapper) == wrappers.end()) {
     Fail(top.source(), ": a ", wrapper, " checkpoint of a ", config.model_type,
@@ -536,6 +542,7 @@ ModelConfig FromWrapperJson(const ConfigReader& top) {
   }
   config.wrapper_model_type = wrapper;
   config.tie_word_embeddings = top.BoolOr("tie_word_embeddings", true);
+  if (wrapper_quantized) ParseQuantization(top, config);
   return config;
 }
 

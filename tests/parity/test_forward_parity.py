@@ -115,3 +115,29 @@ def test_router_picks_the_same_experts(cases, case_id):
         assert len({tuple(r) for r in ref}) > 1, f"layer {layer}: every token picks the same experts"
     for layer, choice in enumerate(experts):
         assert (choice is None) == (layer not in captured)
+
+
+# fp8 checkpoints of the vision-language wrappers: save_pretrained writes quantization_config at
+# the wrapper's top level, not in text_config, and transformers reads it there. The reference is
+# transformers on the dequantized copy, as for v3_fp8_blocks; each wrapper loads through its own
+# class (AutoModelForCausalLM maps none of them).
+FP8_WRAPPERS = {"mistral4_vl": "Mistral3ForConditionalGeneration",
+                "glm5_next": "Glm5NextForConditionalGeneration",
+                "mistral_large4": "MistralLarge4ForConditionalGeneration"}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("preset", sorted(FP8_WRAPPERS))
+def test_fp8_wrapper_logits_match_transformers(tiny_models, tmp_path, preset, form):
+    from conftest import reference_dir
+    from family_reference import assert_logits_match, load_reference
+
+    model_dir = tiny_models.get(preset, "--fp8", "--fp8-block", "16", "--dtype", "float32")
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["quantization_config"]["weight_block_size"] == [16, 16]
+    assert "quantization_config" not in config["text_config"]
+    reference = load_reference(reference_dir(model_dir, tmp_path), FP8_WRAPPERS[preset])
+    ids = prompt(reference.config.get_text_config().vocab_size, 24)
+    with torch.no_grad():
+        ref = reference(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    assert_logits_match(latent_logits(model_dir, ids, form, precision="f32"), ref)

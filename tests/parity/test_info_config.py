@@ -200,6 +200,17 @@ def test_config_only_lists_what_the_checkpoint_holds(tiny_models, tmp_path, pres
         assert cfg[key] == ckpt[key], key
 
 
+@pytest.mark.parametrize("preset", ["mistral4_vl", "mistral_large4"])
+def test_config_only_fp8_wrapper_states_its_blocks(tiny_models, tmp_path, preset):
+    """A wrapper's quantization_config is at its top level (save_pretrained's place): the
+    config-only figures use its blocks, not DeepSeek's 128 x 128 default."""
+    model_dir = tiny_models.get(preset, "--fp8", "--fp8-block", "16")
+    ckpt = info(model_dir)
+    cfg = info(config_only(model_dir, tmp_path))
+    assert ckpt["quantization"]["weight_block_size"] == [16, 16]
+    assert cfg["weights"]["fp8"]["block"] == [16, 16]
+
+
 V3 = json.loads((CONFIGS / "deepseek_v3" / "config.json").read_text())
 
 

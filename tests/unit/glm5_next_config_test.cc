@@ -84,6 +84,31 @@ TEST(Glm5NextConfigTest, StatedFieldsAndTheWrapper) {
   EXPECT_FALSE(Parse(text).linear_gate_lower_bound.has_value());
 }
 
+// save_pretrained writes quantization_config at the wrapper's top level; transformers reads the
+// text config's only when the wrapper states none, and the wrapper's when both do.
+TEST(Glm5NextConfigTest, TheWrappersQuantizationConfig) {
+  const auto fp8 = [](int64_t block) {
+    return Json{{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {block, block}}};
+  };
+  Json wrapper = {{"model_type", "glm5_next"}, {"text_config", TinyText()},
+                  {"quantization_config", fp8(16)}};
+  ModelConfig c = Parse(wrapper);
+  EXPECT_TRUE(c.quantization.fp8);
+  EXPECT_EQ(c.quantization.block_n, 16);
+  EXPECT_EQ(c.quantization.block_k, 16);
+  wrapper["text_config"]["quantization_config"] = fp8(32);
+  EXPECT_EQ(Parse(wrapper).quantization.block_n, 16);
+  // The text config's is not read at all beside the wrapper's, as in transformers.
+  wrapper["text_config"]["quantization_config"] = {{"quant_method", "awq"}};
+  EXPECT_EQ(Parse(wrapper).quantization.block_k, 16);
+  wrapper.erase("quantization_config");
+  EXPECT_CONFIG_ERROR(wrapper, "unsupported quant_method 'awq'");
+  wrapper["text_config"]["quantization_config"] = fp8(32);
+  EXPECT_EQ(Parse(wrapper).quantization.block_n, 32);
+  wrapper["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {0, 16}}};
+  EXPECT_CONFIG_ERROR(wrapper, "'weight_block_size' entries must be positive");
+}
+
 TEST(Glm5NextConfigTest, Refusals) {
   EXPECT_CONFIG_ERROR(With(TinyText(), "qk_rope_head_dim", 8), "qk_rope_head_dim must be 0");
   EXPECT_CONFIG_ERROR(With(TinyText(), "index_topk", 40), "must be divisible by index_kpool");
