@@ -219,9 +219,18 @@ CheckpointReport ValidateCheckpoint(const ModelConfig& config, const weights::Ch
            " but config.json implies ", w.shape.ToString());
     }
     if (IsFloat8(t.dtype)) {
-      if (!config.quantization.fp8 || !Fp8Eligible(w)) {
+      // Embeddings, the output head, routers, norms and the DSA indexer's weights_proj are read
+      // in full precision only, as DeepSeek's fp8 releases store them and as transformers' fp8
+      // layers leave them (its CPU fallback dequantizes every weight, these too). Refused
+      // rather than dequantized at load: no released checkpoint stores them so.
+      if (!Fp8Eligible(w)) {
         Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " is ", DTypeName(t.dtype),
-             " but config.json has no fp8 quantization_config for it");
+             ", but fp8 is read only for linear and expert weights: this tensor (an embedding, "
+             "output head, router, norm or indexer weights_proj) must be F32, BF16 or F16");
+      }
+      if (!config.quantization.fp8) {
+        Fail(ckpt.dir(), ": tensor ", StoredName(ckpt, w.name), " is ", DTypeName(t.dtype),
+             " but config.json has no fp8 quantization_config");
       }
       const std::string scale_name = w.name + "_scale_inv";
       if (!ckpt.Has(scale_name)) {

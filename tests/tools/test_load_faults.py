@@ -382,6 +382,57 @@ def test_config_with_impossible_nested_settings(model, mutate, message):
     assert_load_error(run("generate", model), "config.json", message)
 
 
+# -- fp8 faults -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def base_fp8_model(tmp_path_factory) -> Path:
+    from conftest import make_tiny_model
+
+    out = tmp_path_factory.mktemp("faults-fp8") / "base"
+    make_tiny_model(out, "deepseek_v3", "--fp8", "--fp8-block", "16")
+    return out
+
+
+@pytest.fixture
+def fp8_model(base_fp8_model, tmp_path) -> Path:
+    out = tmp_path / "model"
+    shutil.copytree(base_fp8_model, out)
+    return out
+
+
+def test_the_undamaged_fp8_model_loads(fp8_model):
+    proc = run("generate", fp8_model)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_fp8_output_head(fp8_model):
+    """lm_head stored as fp8 blocks with its scales, in a checkpoint whose config.json has an fp8
+    quantization_config: the error named the config as if it had none."""
+    import torch
+    from make_tiny_model import quantize_fp8_block
+    from safetensors.torch import load_file, save_file
+
+    (shard,) = shards(fp8_model)
+    tensors = load_file(shard)
+    tensors["lm_head.weight"], tensors["lm_head.weight_scale_inv"] = quantize_fp8_block(
+        tensors["lm_head.weight"].to(torch.float32), 16)
+    save_file(tensors, shard, metadata={"format": "pt"})
+    error = assert_load_error(
+        run("generate", fp8_model), "tensor 'lm_head.weight' is F8_E4M3",
+        "fp8 is read only for linear and expert weights",
+        "(an embedding, output head, router, norm or indexer weights_proj) must be F32, BF16 or F16")
+    assert "quantization_config" not in error
+
+
+def test_fp8_weights_without_a_quantization_config(fp8_model):
+    config_path = fp8_model / "config.json"
+    config = json.loads(config_path.read_text())
+    del config["quantization_config"]
+    config_path.write_text(json.dumps(config))
+    assert_load_error(run("generate", fp8_model), "is F8_E4M3 but config.json has no fp8 "
+                      "quantization_config")
+
+
 @pytest.mark.parametrize("eos,message", [
     (-1, "'eos_token_id' -1 is not a token id"),
     ([1, 257], "'eos_token_id' 257 is not a token id (vocab_size 257: ids are 0 to 256)"),
