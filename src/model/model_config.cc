@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -170,8 +171,28 @@ void ParseQuantization(const ConfigReader& top, ModelConfig& config) {
   std::string fmt = quant.StringOr("fmt", "e4m3");
   if (fmt != "e4m3") Fail(quant.source(), ": unsupported fp8 fmt '", fmt, "' (supported: e4m3)");
   config.quantization.fp8 = true;
-  config.quantization.activation_scheme = quant.StringOr("activation_scheme", "dynamic");
+  // transformers lowercases the scheme and takes "dynamic" or "static"; static means one stored
+  // activation scale per tensor, which latent does not read (it scales activations per token
+  // group at run time), so it is refused rather than ignored, as vLLM refuses it with blocks.
+  std::string scheme = quant.StringOr("activation_scheme", "dynamic");
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (scheme == "static") {
+    Fail(quant.source(), ": activation_scheme 'static' is not supported: latent quantizes "
+         "activations at run time (dynamic) and does not read stored activation scales");
+  }
+  if (scheme != "dynamic") {
+    Fail(quant.source(), ": unknown activation_scheme '", quant.StringOr("activation_scheme", ""),
+         "' (supported: dynamic)");
+  }
+  config.quantization.activation_scheme = scheme;
+  // transformers' FineGrainedFP8Config takes "float" (its default) or "ue8m0"; null or absent is
+  // the default here. The scales' stored dtype is what latent reads either way.
   config.quantization.scale_fmt = quant.StringOr("scale_fmt", "");
+  const std::string& scale_fmt = config.quantization.scale_fmt;
+  if (!scale_fmt.empty() && scale_fmt != "float" && scale_fmt != "ue8m0") {
+    Fail(quant.source(), ": unknown scale_fmt '", scale_fmt, "' (supported: float, ue8m0)");
+  }
   if (!quant.Has("weight_block_size") || !q["weight_block_size"].is_array() ||
       q["weight_block_size"].size() != 2 || !q["weight_block_size"][0].is_number_integer() ||
       !q["weight_block_size"][1].is_number_integer()) {

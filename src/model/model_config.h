@@ -24,8 +24,8 @@ using ops::TopkMethodName;
 struct QuantizationConfig {
   bool fp8 = false;                  // quant_method "fp8", fmt e4m3
   int64_t block_n = 0, block_k = 0;  // weight_block_size: scales cover block_n rows x block_k cols
-  std::string activation_scheme;     // "dynamic"
-  std::string scale_fmt;             // "" (fp32 scales) or "ue8m0"
+  std::string activation_scheme;     // "dynamic" (the only one accepted)
+  std::string scale_fmt;             // "" (absent or null), "float" or "ue8m0"
 };
 
 // One layer's MLA shape where it differs from the model's (dots3_note's sliding-window layers have

@@ -373,6 +373,17 @@ def test_config_with_impossible_sizes(model, field, value, message, command):
     (lambda c: c.update(quantization_config={"quant_method": "fp8",
                                              "weight_block_size": [2**63 - 1, 16]}),
      "'weight_block_size' entries must be positive and at most 2147483647"),
+    # Once accepted unread: static activation scales would have been ignored, a misspelt
+    # scheme or scale format taken for the default.
+    (lambda c: c.update(quantization_config={"quant_method": "fp8", "weight_block_size": [16, 16],
+                                             "activation_scheme": "static"}),
+     "quantization_config: activation_scheme 'static' is not supported"),
+    (lambda c: c.update(quantization_config={"quant_method": "fp8", "weight_block_size": [16, 16],
+                                             "activation_scheme": "foo"}),
+     "quantization_config: unknown activation_scheme 'foo' (supported: dynamic)"),
+    (lambda c: c.update(quantization_config={"quant_method": "fp8", "weight_block_size": [16, 16],
+                                             "scale_fmt": "bogus"}),
+     "quantization_config: unknown scale_fmt 'bogus' (supported: float, ue8m0)"),
 ])
 def test_config_with_impossible_nested_settings(model, mutate, message):
     config_path = model / "config.json"

@@ -502,6 +502,23 @@ TEST(ModelConfigTest, RejectsUnsupportedQuantization) {
   ModelConfig c = Parse(j.dump());
   EXPECT_EQ(c.quantization.scale_fmt, "ue8m0");
   EXPECT_EQ(c.quantization.activation_scheme, "dynamic");
+  // transformers' FineGrainedFP8Config: the scheme lowercased, "dynamic" or "static" (static
+  // activation scales latent does not read); scale_fmt "float" or "ue8m0".
+  j["quantization_config"]["activation_scheme"] = "Dynamic";
+  EXPECT_EQ(Parse(j.dump()).quantization.activation_scheme, "dynamic");
+  j["quantization_config"]["activation_scheme"] = "static";
+  EXPECT_CONFIG_ERROR(j, "activation_scheme 'static' is not supported");
+  j["quantization_config"]["activation_scheme"] = "per_tensor";
+  EXPECT_CONFIG_ERROR(j, "unknown activation_scheme 'per_tensor' (supported: dynamic)");
+  j["quantization_config"]["activation_scheme"] = "dynamic";
+  for (const char* ok : {"float", "ue8m0"}) {
+    j["quantization_config"]["scale_fmt"] = ok;
+    EXPECT_EQ(Parse(j.dump()).quantization.scale_fmt, ok);
+  }
+  j["quantization_config"]["scale_fmt"] = nullptr;
+  EXPECT_EQ(Parse(j.dump()).quantization.scale_fmt, "");
+  j["quantization_config"]["scale_fmt"] = "e8m0";
+  EXPECT_CONFIG_ERROR(j, "unknown scale_fmt 'e8m0' (supported: float, ue8m0)");
 }
 
 TEST(ModelConfigTest, RejectsUnsupportedLayers) {
