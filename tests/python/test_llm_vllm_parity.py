@@ -372,6 +372,13 @@ def test_stop_token_ids_outside_the_vocabulary_are_refused_at_submit(llm):
     ("quantize", None, TypeError,
      'quantize must be a str \\("none", "int8" or "w8a8"\\), got None'),
     ("cache_dtype", 8, TypeError, "cache_dtype must be a str .*, got 8"),
+    # Not the engine's LatentError naming the command line's flag ("--quantize: unknown mode").
+    ("quantize", "int4", ValueError, 'quantize must be "none", "int8" or "w8a8", got \'int4\''),
+    ("attention", "bogus", ValueError,
+     'attention must be "auto", "absorbed" or "expanded", got \'bogus\''),
+    ("precision", "fp16", ValueError, 'precision must be "auto", "bf16" or "f32", got \'fp16\''),
+    ("cache_dtype", "int8", ValueError,
+     'cache_dtype must be "auto", "f32", "bf16" or "fp8", got \'int8\''),
     ("attention", b"auto", TypeError, "attention must be a str"),
     ("num_blocks", -5, ValueError, "num_blocks must be in \\[0, 2147483647\\], got -5"),
     ("block_tokens", -1, ValueError, "block_tokens must be in \\[1, 4294967295\\], got -1"),

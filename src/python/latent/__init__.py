@@ -75,6 +75,14 @@ _ENGINE_STR_OPTIONS = {"quantize": '"none", "int8" or "w8a8"',
                        "precision": '"auto", "bf16" or "f32"',
                        "attention": '"auto", "absorbed" or "expanded"',
                        "cache_dtype": '"auto", "f32", "bf16" or "fp8"'}
+# The values each takes, as the engine parses them (cache_dtype also takes the long names):
+# checked here so that a wrong one is a ValueError naming the keyword, not the engine's
+# LatentError naming latent's command-line flag.
+_ENGINE_STR_VALUES = {"quantize": ("none", "int8", "w8a8"),
+                      "precision": ("auto", "bf16", "f32"),
+                      "attention": ("auto", "absorbed", "expanded"),
+                      "cache_dtype": ("auto", "f32", "float32", "bf16", "bfloat16", "fp8",
+                                      "fp8_e4m3")}
 _ENGINE_BOOL_OPTIONS = frozenset({"prefix_caching", "check_invariants"})
 
 
@@ -99,6 +107,8 @@ def _check_engine_option(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise TypeError(f"LLM(): {key} must be a str ({_ENGINE_STR_OPTIONS[key]}), "
                             f"got {value!r}")
+        if value not in _ENGINE_STR_VALUES[key]:
+            raise ValueError(f"LLM(): {key} must be {_ENGINE_STR_OPTIONS[key]}, got {value!r}")
         return value
     if key in _ENGINE_BOOL_OPTIONS:
         if not isinstance(value, bool):
