@@ -1,5 +1,6 @@
 // `latent serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]
-// [--served-model-name NAME] [engine flags]`: the OpenAI-compatible HTTP server (src/server/).
+// [--allowed-origins '*'] [--served-model-name NAME] [engine flags]`: the OpenAI-compatible HTTP
+// server (src/server/).
 #include <memory>
 
 #include "generate/attention_form.h"
@@ -7,6 +8,7 @@
 #include "cli/load_options.h"
 #include "cli/speculative_options.h"
 #include "base/error.h"
+#include "server/cors.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_call_parser.h"
 #include "server/server.h"
@@ -21,6 +23,7 @@ Runner RegisterServe(CLI::App& app) {
     bool no_prefix_cache = false;
     double max_body_mib = 8;
     double max_header_kib = 64;
+    std::string allowed_origins = "*";
     LoadFlags load_flags;  // --quantize, --precision
   };
   auto opt = std::make_shared<Options>();
@@ -33,6 +36,10 @@ Runner RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", s.http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 and /tokenize");
+  sub->add_option("--allowed-origins", opt->allowed_origins,
+                  "Web page origins a browser may call the API from (CORS): comma-separated, "
+                  "e.g. https://app.example.com; '*': any; '': none")
+      ->capture_default_str();
   sub->add_option("--served-model-name", s.served_model_name,
                   "The model name clients use (default: --model as given)");
   sub->add_option("--max-batch-tokens", s.engine.max_batch_tokens, "Token budget per step")
@@ -132,6 +139,7 @@ Runner RegisterServe(CLI::App& app) {
     serve.engine.prefix_caching = !opt->no_prefix_cache;
     serve.http.max_body_bytes = static_cast<size_t>(opt->max_body_mib * (1 << 20));
     serve.http.max_header_bytes = static_cast<size_t>(opt->max_header_kib * (1 << 10));
+    serve.http.cors.allowed_origins = server::ParseAllowedOrigins(opt->allowed_origins);
     return server::RunServer(serve);
   };
 }

@@ -268,6 +268,16 @@ struct HttpServer::Impl {
     return *c;
   }
 
+  // The CORS header lines of a response to `req` (a preflight's come with its reply).
+  std::string CorsHead(const HttpRequest& req) const {
+    std::string lines;
+    if (IsCorsPreflight(req)) return lines;
+    for (const auto& [name, value] : CorsResponseHeaders(options.cors, req)) {
+      lines += StrCat(name, ": ", value, "\r\n");
+    }
+    return lines;
+  }
+
   std::string TooLargeMessage() const {
     return StrCat("the request body is larger than the limit of ", options.max_body_bytes,
                   " bytes");
@@ -721,6 +731,7 @@ void HttpServer::Impl::Respond(Conn& c, const Reply& reply, bool close) {
                             "\r\nContent-Type: ", reply.content_type,
                             "\r\nContent-Length: ", reply.body.size(), "\r\n");
   for (const auto& [name, value] : reply.headers) head += StrCat(name, ": ", value, "\r\n");
+  head += CorsHead(req);
   if (c.close_after_write) {
     head += "Connection: close\r\n";
   } else if (req.minor_version == 0) {
@@ -740,6 +751,17 @@ void HttpServer::Impl::Dispatch(Conn& c) {
   const bool post = req.method == "POST";
   const bool get = req.method == "GET";
   try {
+    // Before routing and the API key: a browser asks on any path, and without credentials.
+    if (IsCorsPreflight(req)) {
+      CorsPreflightReply preflight = CorsPreflight(options.cors, req);
+      Reply r;
+      r.status = preflight.status;
+      r.body = std::move(preflight.body);
+      r.content_type = "text/plain; charset=utf-8";
+      r.headers = std::move(preflight.headers);
+      Respond(c, r);
+      return;
+    }
     if (path == "/health") {
       if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
                                "method_not_allowed");
@@ -893,7 +915,7 @@ void HttpServer::Impl::OnGenerationStarted(uint64_t id, std::shared_ptr<Completi
     c->linger = c->close_after_write;
     c->out += StrCat(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "X-Accel-Buffering: no\r\n",
+        "X-Accel-Buffering: no\r\n", CorsHead(c->parser.request()),
         c->chunked_stream ? "Transfer-Encoding: chunked\r\n" : "",
         c->close_after_write ? "Connection: close\r\n" : "", "\r\n");
     c->last_stream_write = c->last_write_progress = Clock::now();

@@ -4,7 +4,8 @@
 // at shutdown.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
-// POST /detokenize (these need the API key when one is set), GET /health, GET /metrics.
+// POST /detokenize (these need the API key when one is set), GET /health, GET /metrics; CORS
+// preflights (OPTIONS) on any path, answered before the API key check (cors.h).
 //
 // A connection needs no thread: the loop reads requests, answers the quick routes (/health,
 // /v1/models, errors) itself, hands parsing, tokenization and submission to the workers, and
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "server/server_context.h"
 
@@ -30,6 +32,7 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;      // 0: any free port (Bind() returns it).
   std::string api_key;  // Empty: no authentication.
+  CorsPolicy cors;      // Which web pages' origins may call the API from a browser.
   size_t max_body_bytes = size_t{8} << 20;
   size_t max_header_bytes = size_t{64} << 10;  // Request line and headers (larger: 431).
   int threads = 0;  // Worker threads (JSON, tokenization, submission); 0: one per core, >= 2.

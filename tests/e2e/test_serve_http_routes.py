@@ -1,0 +1,138 @@
+"""What a browser and the HTTP conventions ask of the server beyond the OpenAI routes, as vLLM's
+server (Starlette) answers them: CORS (Access-Control-Allow-Origin on every response to a request
+with an allowed Origin, errors and streams included; preflights answered before routing and the
+API key)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+
+from e2e_harness import (HOST, LATENT, MODEL_NAME, chat_model, server,  # noqa: F401
+                         start_server)
+
+C = "/v1/completions"
+CHAT = "/v1/chat/completions"
+OK = {"model": MODEL_NAME, "prompt": "hi", "max_tokens": 2}
+PAGE = "https://app.example.com"
+ALL_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+
+
+def call(srv, method: str, path: str, body=None, headers: dict | None = None):
+    """One request; returns (status, headers as a lower-cased dict, body)."""
+    conn = http.client.HTTPConnection(HOST, srv.port, timeout=60)
+    try:
+        all_headers = {}
+        if body is not None:
+            body = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            all_headers["Content-Type"] = "application/json"
+        all_headers.update(headers or {})
+        conn.request(method, path, body=body, headers=all_headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def preflight(srv, path: str, origin: str = PAGE, method: str = "POST", asked: str | None = None):
+    headers = {"Origin": origin, "Access-Control-Request-Method": method}
+    if asked is not None:
+        headers["Access-Control-Request-Headers"] = asked
+    return call(srv, "OPTIONS", path, headers=headers)
+
+
+# -- CORS --
+
+def test_every_response_to_an_origin_allows_it(server):
+    origin = {"Origin": PAGE}
+    for method, path, body, status in [("GET", "/health", None, 200),
+                                       ("GET", "/v1/models", None, 200),
+                                       ("GET", "/metrics", None, 200),
+                                       ("POST", C, OK, 200),
+                                       ("POST", "/tokenize", {"prompt": "hi"}, 200),
+                                       ("POST", C, "{", 400),  # an error
+                                       ("GET", "/v2/nothing", None, 404),
+                                       ("GET", C, None, 405)]:
+        got, headers, data = call(server, method, path, body, origin)
+        assert got == status, (path, data)
+        assert headers.get("access-control-allow-origin") == "*", (path, headers)
+        assert "vary" not in headers, path
+        # Not a CORS request: nothing added.
+        got, headers, _ = call(server, method, path, body)
+        assert got == status and "access-control-allow-origin" not in headers, path
+
+
+def test_a_stream_allows_the_origin(server):
+    status, headers, data = call(server, "POST", C, dict(OK, stream=True), {"Origin": PAGE})
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert headers.get("access-control-allow-origin") == "*"
+    assert data.rstrip().endswith(b"data: [DONE]")
+
+
+def test_a_request_with_cookies_gets_its_own_origin_back(server):
+    # Browsers refuse "*" on a request that carries credentials.
+    _, headers, _ = call(server, "GET", "/v1/models", headers={"Origin": PAGE, "Cookie": "a=b"})
+    assert headers.get("access-control-allow-origin") == PAGE and headers.get("vary") == "Origin"
+
+
+def test_preflight_on_any_path(server):
+    for path in (CHAT, C, "/v1/models", "/no/such/route"):
+        status, headers, data = preflight(server, path, asked="authorization, content-type")
+        assert (status, data) == (200, b"OK"), path
+        assert headers["access-control-allow-origin"] == "*"
+        assert headers["access-control-allow-methods"] == ALL_METHODS
+        assert headers["access-control-allow-headers"] == "authorization, content-type"
+        assert headers["access-control-max-age"] == "600"
+        assert headers["content-type"].startswith("text/plain")
+    # No headers asked: none echoed.
+    status, headers, _ = preflight(server, CHAT)
+    assert status == 200 and "access-control-allow-headers" not in headers
+    # A method nobody serves.
+    status, headers, data = preflight(server, CHAT, method="BREW")
+    assert (status, data) == (400, b"Disallowed CORS method")
+    # OPTIONS without Access-Control-Request-Method is no preflight: the route's 405.
+    status, _, data = call(server, "OPTIONS", CHAT, headers={"Origin": PAGE})
+    assert status == 405 and json.loads(data)["error"]["code"] == "method_not_allowed"
+
+
+def test_allowed_origins_and_the_api_key(start_server):
+    srv = start_server("--allowed-origins", f" {PAGE}, http://localhost:3000 ", "--api-key",
+                       "sekret", "--block-tokens", "16", "--num-blocks", "64")
+    key = {"Authorization": "Bearer sekret"}
+    # Browsers send no credentials on a preflight: it must pass without the key.
+    for origin in (PAGE, "http://localhost:3000"):
+        status, headers, data = preflight(srv, CHAT, origin=origin, asked="authorization")
+        assert (status, data) == (200, b"OK")
+        assert headers["access-control-allow-origin"] == origin and headers["vary"] == "Origin"
+        assert headers["access-control-allow-headers"] == "authorization"
+    status, headers, data = preflight(srv, CHAT, origin="https://evil.example.com")
+    assert (status, data) == (400, b"Disallowed CORS origin")
+    assert "access-control-allow-origin" not in headers and headers["vary"] == "Origin"
+    status, _, data = preflight(srv, CHAT, origin="https://evil.example.com", method="BREW")
+    assert (status, data) == (400, b"Disallowed CORS origin, method")
+    # The allowed page gets its origin back, on the 401 too (so that it can read why).
+    status, headers, _ = call(srv, "GET", "/v1/models", headers={"Origin": PAGE, **key})
+    assert status == 200 and headers["access-control-allow-origin"] == PAGE
+    assert headers["vary"] == "Origin"
+    status, headers, data = call(srv, "POST", C, OK, {"Origin": PAGE})
+    assert status == 401 and json.loads(data)["error"]["code"] == "invalid_api_key"
+    assert headers["access-control-allow-origin"] == PAGE
+    # Another page gets nothing.
+    status, headers, _ = call(srv, "GET", "/v1/models", headers={"Origin": "https://x.org", **key})
+    assert status == 200 and "access-control-allow-origin" not in headers
+
+
+def test_no_allowed_origins(start_server):
+    srv = start_server("--allowed-origins", "", "--block-tokens", "16", "--num-blocks", "64")
+    status, headers, _ = call(srv, "GET", "/health", headers={"Origin": PAGE})
+    assert status == 200 and "access-control-allow-origin" not in headers
+    assert preflight(srv, CHAT)[0] == 400
+
+
+def test_an_origin_with_a_path_is_refused(tmp_path):
+    # No Origin header has a path: such an entry would silently allow nothing.
+    proc = subprocess.run([str(LATENT), "serve", "--model", str(tmp_path), "--allowed-origins",
+                           f"{PAGE}/"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert f"'{PAGE}/' is not an origin" in proc.stderr, proc.stderr
