@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -83,6 +84,27 @@ Reply ErrorReply(int status, const std::string& message, const std::string& code
   Reply r = JsonReply(status, ErrorJson(status, message, code));
   if (status == 503) r.headers.emplace_back("Retry-After", std::to_string(kRetryAfterSeconds));
   return r;
+}
+
+// The methods a route answers, as a 405's Allow header lists them; null where no route is. Every
+// GET route answers HEAD too (RFC 9110 9.3.2: its headers without the body), as Starlette's do.
+const char* RouteMethods(std::string_view path) {
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+      path == "/detokenize") {
+    return "POST";
+  }
+  return nullptr;
+}
+
+// Whether `method` is one of `methods` ("GET, HEAD"); methods are case-sensitive.
+bool MethodIn(std::string_view method, std::string_view methods) {
+  while (!methods.empty()) {
+    const size_t comma = methods.find(", ");
+    if (methods.substr(0, comma) == method) return true;
+    methods = comma == std::string_view::npos ? std::string_view() : methods.substr(comma + 2);
+  }
+  return false;
 }
 
 // Raises the open-file limit to its hard maximum: every connection is a descriptor.
@@ -739,7 +761,9 @@ void HttpServer::Impl::Respond(Conn& c, const Reply& reply, bool close) {
   }
   head += "\r\n";
   c.out += head;
-  c.out += reply.body;
+  // A HEAD's response is a GET's without the body: the same status and headers, Content-Length
+  // included (RFC 9110 9.3.2). So are its errors.
+  if (req.method != "HEAD") c.out += reply.body;
   c.state = State::kWrite;
   c.last_write_progress = Clock::now();
   Flush(c);
@@ -748,8 +772,6 @@ void HttpServer::Impl::Respond(Conn& c, const Reply& reply, bool close) {
 void HttpServer::Impl::Dispatch(Conn& c) {
   HttpRequest& req = c.parser.request();
   const std::string& path = req.path;
-  const bool post = req.method == "POST";
-  const bool get = req.method == "GET";
   try {
     // Before routing and the API key: a browser asks on any path, and without credentials.
     if (IsCorsPreflight(req)) {
@@ -762,9 +784,19 @@ void HttpServer::Impl::Dispatch(Conn& c) {
       Respond(c, r);
       return;
     }
+    const char* methods = RouteMethods(path);
+    if (!methods) {
+      throw ApiError(404, StrCat("no route for ", req.method, " ", path), "", "not_found");
+    }
+    if (!MethodIn(req.method, methods)) {
+      Reply r = ErrorReply(405, StrCat("method ", req.method, " is not allowed on ", path),
+                           "method_not_allowed");
+      r.headers.emplace_back("Allow", methods);  // RFC 9110 15.5.6
+      Respond(c, r);
+      return;
+    }
+    // From here a HEAD is served as a GET; Respond leaves its body out.
     if (path == "/health") {
-      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
-                               "method_not_allowed");
       if (draining) {
         Respond(c, JsonReply(503, {{"status", "shutting down"}}));
       } else if (!context.load()) {
@@ -775,39 +807,27 @@ void HttpServer::Impl::Dispatch(Conn& c) {
       return;
     }
     if (path == "/metrics") {
-      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
-                               "method_not_allowed");
       RunJob(c, [this] { return Metrics(); });
       return;
     }
     if (path == "/v1/models") {
-      if (!get) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
-                               "method_not_allowed");
       CheckAuth(req);
       const ServerContext& ctx = Ready();
       Respond(c, JsonReply(200, ModelsJson(model_name, started, ctx.limits.context_tokens)));
       return;
     }
-    const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
-    if (generation || path == "/tokenize" || path == "/detokenize") {
-      if (!post) throw ApiError(405, StrCat("method ", req.method, " is not allowed on ", path), "",
-                                "method_not_allowed");
-      if (generation) {
-        StartGeneration(c,
-                        path == "/v1/completions" ? Endpoint::kCompletions
-                                                  : Endpoint::kChatCompletions,
-                        req);
-        return;
-      }
-      CheckAuth(req);
-      Ready();
-      const bool tokenize = path == "/tokenize";
-      RunJob(c, [this, tokenize, body = std::move(req.body)] {
-        return tokenize ? Tokenize(body) : Detokenize(body);
-      });
+    if (path == "/v1/completions" || path == "/v1/chat/completions") {
+      StartGeneration(
+          c, path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions, req);
       return;
     }
-    throw ApiError(404, StrCat("no route for ", req.method, " ", path), "", "not_found");
+    // /tokenize, /detokenize
+    CheckAuth(req);
+    Ready();
+    const bool tokenize = path == "/tokenize";
+    RunJob(c, [this, tokenize, body = std::move(req.body)] {
+      return tokenize ? Tokenize(body) : Detokenize(body);
+    });
   } catch (const ApiError& e) {
     Respond(c, ErrorReply(e));
   }

@@ -4,8 +4,9 @@
 // at shutdown.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
-// POST /detokenize (these need the API key when one is set), GET /health, GET /metrics; CORS
-// preflights (OPTIONS) on any path, answered before the API key check (cors.h).
+// POST /detokenize (these need the API key when one is set), GET /health, GET /metrics; HEAD on
+// every GET route; CORS preflights (OPTIONS) on any path, answered before the API key check
+// (cors.h).
 //
 // A connection needs no thread: the loop reads requests, answers the quick routes (/health,
 // /v1/models, errors) itself, hands parsing, tokenization and submission to the workers, and

@@ -1,16 +1,18 @@
 """What a browser and the HTTP conventions ask of the server beyond the OpenAI routes, as vLLM's
 server (Starlette) answers them: CORS (Access-Control-Allow-Origin on every response to a request
 with an allowed Origin, errors and streams included; preflights answered before routing and the
-API key)."""
+API key), and HEAD on every GET route (the GET's status and headers, no body), with a 405 that
+names the allowed methods."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import subprocess
 
-from e2e_harness import (HOST, LATENT, MODEL_NAME, chat_model, server,  # noqa: F401
-                         start_server)
+from e2e_harness import (HOST, LATENT, MODEL_NAME, chat_model, read_until,  # noqa: F401
+                         server, start_server)
 
 C = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -136,3 +138,36 @@ def test_an_origin_with_a_path_is_refused(tmp_path):
                            f"{PAGE}/"], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert f"'{PAGE}/' is not an origin" in proc.stderr, proc.stderr
+
+
+# -- HEAD --
+
+def test_head_is_get_without_the_body(server):
+    for path in ("/health", "/v1/models", "/metrics"):
+        get_status, get_headers, get_body = call(server, "GET", path)
+        status, headers, body = call(server, "HEAD", path)
+        assert (status, body) == (get_status, b"") and status == 200, path
+        assert headers["content-type"] == get_headers["content-type"], path
+        if path != "/metrics":  # its counters move between the two requests
+            assert headers["content-length"] == get_headers["content-length"] == str(len(get_body))
+    # On the wire: no body bytes, or the pipelined GET behind it would be misread.
+    sock = socket.create_connection((HOST, server.port), timeout=60)
+    sock.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                 b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    raw = read_until(sock, b'{"status":"ok"}')
+    sock.close()
+    head, rest = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: 15" in head
+    assert rest.startswith(b"HTTP/1.1 200 OK") and rest.endswith(b"\r\n\r\n" + b'{"status":"ok"}')
+
+
+def test_head_errors_have_no_body_and_405_names_the_methods(server):
+    status, headers, body = call(server, "HEAD", "/v2/nothing")
+    assert (status, body) == (404, b"") and int(headers["content-length"]) > 0
+    for method in ("HEAD", "GET"):
+        status, headers, body = call(server, method, C)
+        assert status == 405 and headers["allow"] == "POST", method
+        assert (body == b"") == (method == "HEAD")
+    status, headers, body = call(server, "POST", "/health", {})
+    assert status == 405 and headers["allow"] == "GET, HEAD"
+    assert json.loads(body)["error"]["code"] == "method_not_allowed"
