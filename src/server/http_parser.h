@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -92,6 +93,10 @@ class HttpRequestParser {
   int error_status_ = 0;
   std::string error_message_;
 };
+
+// A path segment with its %XX escapes decoded ("deepseek-ai%2FDeepSeek-V3" ->
+// "deepseek-ai/DeepSeek-V3"); '+' stays '+', as in a path. Null for a '%' without two hex digits.
+std::optional<std::string> PercentDecode(std::string_view text);
 
 // The reason phrase of a status code ("OK", "Not Found", ...).
 const char* StatusReason(int status);

@@ -86,10 +86,22 @@ Reply ErrorReply(int status, const std::string& message, const std::string& code
   return r;
 }
 
+// GET /v1/models/{id}: the model's object; the id is percent-decoded, and may hold '/'
+// ("deepseek-ai/DeepSeek-V3", sent as is or as %2F).
+constexpr std::string_view kModelPrefix = "/v1/models/";
+
+bool IsModelPath(std::string_view path) {
+  return path.size() > kModelPrefix.size() && path.substr(0, kModelPrefix.size()) == kModelPrefix;
+}
+
 // The methods a route answers, as a 405's Allow header lists them; null where no route is. Every
 // GET route answers HEAD too (RFC 9110 9.3.2: its headers without the body), as Starlette's do.
 const char* RouteMethods(std::string_view path) {
-  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET, HEAD";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models" || path == "/version" ||
+      IsModelPath(path)) {
+    return "GET, HEAD";
+  }
+  if (path == "/ping") return "GET, HEAD, POST";  // SageMaker's health check, as vLLM's
   if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
       path == "/detokenize") {
     return "POST";
@@ -796,7 +808,7 @@ void HttpServer::Impl::Dispatch(Conn& c) {
       return;
     }
     // From here a HEAD is served as a GET; Respond leaves its body out.
-    if (path == "/health") {
+    if (path == "/health" || path == "/ping") {
       if (draining) {
         Respond(c, JsonReply(503, {{"status", "shutting down"}}));
       } else if (!context.load()) {
@@ -810,10 +822,27 @@ void HttpServer::Impl::Dispatch(Conn& c) {
       RunJob(c, [this] { return Metrics(); });
       return;
     }
-    if (path == "/v1/models") {
+    if (path == "/version") {
+      Respond(c, JsonReply(200, {{"version", LATENT_VERSION}}));
+      return;
+    }
+    if (path == "/v1/models" || IsModelPath(path)) {
       CheckAuth(req);
       const ServerContext& ctx = Ready();
-      Respond(c, JsonReply(200, ModelsJson(model_name, started, ctx.limits.context_tokens)));
+      OrderedJson models = ModelsJson(model_name, started, ctx.limits.context_tokens);
+      if (path == "/v1/models") {
+        Respond(c, JsonReply(200, models));
+        return;
+      }
+      const std::string_view asked = std::string_view(path).substr(kModelPrefix.size());
+      const std::optional<std::string> id = PercentDecode(asked);
+      if (id != model_name) {
+        throw ApiError(404,
+                       StrCat("The model '", id ? *id : std::string(asked),
+                              "' does not exist; this server serves '", model_name, "'"),
+                       "model", "model_not_found");
+      }
+      Respond(c, JsonReply(200, models["data"][0]));
       return;
     }
     if (path == "/v1/completions" || path == "/v1/chat/completions") {

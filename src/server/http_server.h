@@ -3,8 +3,9 @@
 // body size limit, OpenAI-style JSON errors for everything refused, SSE streaming, and the drain
 // at shutdown.
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
-// POST /detokenize (these need the API key when one is set), GET /health, GET /metrics; HEAD on
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id},
+// POST /tokenize, POST /detokenize (these need the API key when one is set), GET /health,
+// GET and POST /ping (the same as /health, for SageMaker), GET /version, GET /metrics; HEAD on
 // every GET route; CORS preflights (OPTIONS) on any path, answered before the API key check
 // (cors.h).
 //

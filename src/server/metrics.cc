@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 namespace latent::server {
 namespace {
@@ -34,7 +35,9 @@ void Metric(std::string& out, const std::string& name, const char* type, const c
 
 constexpr std::array kKnownPaths = {
     "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-    "/tokenize",       "/detokenize"};
+    "/tokenize",       "/detokenize",          "/ping",      "/version"};
+// Every model id's path counts under one label (a label per id would let clients grow /metrics).
+constexpr std::string_view kModelIdPrefix = "/v1/models/";
 
 }  // namespace
 
@@ -100,8 +103,9 @@ void ServerMetrics::CountFinished(const std::string& reason) {
 
 void ServerMetrics::CountResponse(const std::string& path, int status) {
   const bool known = std::find(kKnownPaths.begin(), kKnownPaths.end(), path) != kKnownPaths.end();
+  const bool model = path.size() > kModelIdPrefix.size() && path.starts_with(kModelIdPrefix);
   std::lock_guard<std::mutex> lock(mutex_);
-  ++responses_[{known ? path : "other", status}];
+  ++responses_[{known ? path : model ? "/v1/models/{id}" : "other", status}];
 }
 
 void ServerMetrics::AddInFlight(int delta) {

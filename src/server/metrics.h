@@ -42,7 +42,8 @@ class ServerMetrics {
   void ObserveRequestLatency(double seconds) { e2e_.Observe(seconds); }
   // A choice ended: "stop", "length", "abort" or "error".
   void CountFinished(const std::string& reason);
-  // An HTTP response was sent. Unknown paths count as "other".
+  // An HTTP response was sent. /v1/models/{id} counts under that label, unknown paths as
+  // "other".
   void CountResponse(const std::string& path, int status);
   void AddInFlight(int delta);
 

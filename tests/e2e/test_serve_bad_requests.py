@@ -171,6 +171,7 @@ CASES = [
     ("get-on-post-route", "GET", C, None, 405, None, "not allowed"),
     ("unknown-route", "POST", "/v1/engines", OK, 404, None, "no route"),
     ("unknown-get", "GET", "/v2/models", None, 404, None, "no route"),
+    ("unknown-model-id", "GET", "/v1/models/nope", None, 404, "model", "does not exist"),
 ]
 
 
@@ -256,10 +257,13 @@ def test_api_key(start_server):
                            ({"Authorization": "Basic c2VrcmV0"}, "missing API key"),
                            ({"Authorization": "sekret"}, "missing API key")]:
         for method, path, body in [("POST", C, OK), ("POST", CHAT, MSG), ("GET", "/v1/models", None),
+                                   ("GET", f"/v1/models/{MODEL_NAME}", None),
+                                   ("GET", "/v1/models/other", None),
                                    ("POST", "/tokenize", {"prompt": "hi"})]:
             status, data = srv.request(method, path, body, headers)
             check_error(status, data, 401, None, words, f"{path} {headers}")
             assert json.loads(data)["error"]["code"] == "invalid_api_key"
+        assert srv.request("HEAD", f"/v1/models/{MODEL_NAME}", headers=headers) == (401, b"")
     # The openai client sends the key as a bearer token.
     import openai
 
@@ -268,9 +272,10 @@ def test_api_key(start_server):
     resp = srv.client(api_key="sekret").completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2)
     assert resp.usage.completion_tokens >= 1
     assert srv.request("GET", "/v1/models", headers=good)[0] == 200
-    # Health and metrics stay open (load balancers, Prometheus).
-    assert srv.request("GET", "/health")[0] == 200
-    assert srv.request("GET", "/metrics")[0] == 200
+    assert srv.request("GET", f"/v1/models/{MODEL_NAME}", headers=good)[0] == 200
+    # Health, metrics and the version stay open (load balancers, Prometheus), as in vLLM.
+    for path in ("/health", "/ping", "/metrics", "/version"):
+        assert srv.request("GET", path)[0] == 200, path
 
 
 def check_cache_limit(srv, capacity: int, long_prompt: int, prompt: int, max_tokens: int,

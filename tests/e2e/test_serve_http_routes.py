@@ -1,18 +1,23 @@
 """What a browser and the HTTP conventions ask of the server beyond the OpenAI routes, as vLLM's
 server (Starlette) answers them: CORS (Access-Control-Allow-Origin on every response to a request
 with an allowed Origin, errors and streams included; preflights answered before routing and the
-API key), and HEAD on every GET route (the GET's status and headers, no body), with a 405 that
-names the allowed methods."""
+API key), HEAD on every GET route (the GET's status and headers, no body), with a 405 that
+names the allowed methods, and vLLM's routes beside the OpenAI ones: /v1/models/{id}, /version,
+/ping."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import subprocess
 
-from e2e_harness import (HOST, LATENT, MODEL_NAME, chat_model, read_until,  # noqa: F401
-                         server, start_server)
+import openai
+import pytest
+
+from e2e_harness import (HOST, LATENT, MODEL_NAME, REPO, LatentServer, chat_model,  # noqa: F401
+                         read_until, server, start_server)
 
 C = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -171,3 +176,60 @@ def test_head_errors_have_no_body_and_405_names_the_methods(server):
     status, headers, body = call(server, "POST", "/health", {})
     assert status == 405 and headers["allow"] == "GET, HEAD"
     assert json.loads(body)["error"]["code"] == "method_not_allowed"
+
+
+# -- vLLM's other routes --
+
+def test_a_model_by_id(server):
+    listed = json.loads(call(server, "GET", "/v1/models")[2])["data"][0]
+    for path in (f"/v1/models/{MODEL_NAME}", "/v1/models/ti%6Ey"):  # percent-decoded
+        status, _, data = call(server, "GET", path)
+        assert status == 200 and json.loads(data) == listed, path
+    assert server.client().models.retrieve(MODEL_NAME).id == MODEL_NAME
+    status, headers, body = call(server, "HEAD", f"/v1/models/{MODEL_NAME}")
+    assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+    for asked in ("other", "%zz"):
+        status, _, data = call(server, "GET", f"/v1/models/{asked}")
+        error = json.loads(data)["error"]
+        assert status == 404 and error == {
+            "message": f"The model '{asked}' does not exist; this server serves '{MODEL_NAME}'",
+            "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.NotFoundError):
+        server.client().models.retrieve("other")
+    status, _, data = call(server, "GET", "/v1/models/")
+    assert status == 404 and json.loads(data)["error"]["code"] == "not_found"
+    # Every id's responses count under one label.
+    m = server.metrics()
+    assert m['latent_http_responses_total{path="/v1/models/{id}",status="404"}'] >= 3
+    assert not [k for k in m if "/v1/models/other" in k]
+
+
+def test_a_model_name_with_a_slash(chat_model, tmp_path):
+    srv = LatentServer(chat_model, tmp_path / "serve.log", "--block-tokens", "16", "--num-blocks",
+                       "64", "--api-key", "sekret", name="org/tiny")
+    try:
+        key = {"Authorization": "Bearer sekret"}
+        for path in ("/v1/models/org/tiny", "/v1/models/org%2Ftiny"):
+            status, _, data = call(srv, "GET", path, headers=key)
+            assert status == 200 and json.loads(data)["id"] == "org/tiny", path
+        assert srv.client(api_key="sekret").models.retrieve("org/tiny").id == "org/tiny"
+    finally:
+        assert srv.stop() == 0
+
+
+def test_version(server):
+    version = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    for method in ("GET", "HEAD"):
+        status, headers, data = call(server, method, "/version")
+        assert status == 200 and headers["content-type"] == "application/json"
+        if method == "GET":
+            assert json.loads(data) == {"version": version.group(1)}
+
+
+def test_ping(server):
+    # SageMaker's health check; vLLM answers it on GET and POST.
+    for method, body in (("GET", None), ("POST", b""), ("POST", b"{}"), ("HEAD", None)):
+        status, _, data = call(server, method, "/ping", body)
+        assert status == 200 and data == (b"" if method == "HEAD" else b'{"status":"ok"}')
+    status, headers, _ = call(server, "PUT", "/ping", b"")
+    assert status == 405 and headers["allow"] == "GET, HEAD, POST"
