@@ -405,7 +405,7 @@ std::string ApiError::type() const {
 
 OrderedJson ErrorJson(const ApiError& error) {
   OrderedJson e;
-  e["message"] = error.what();
+  e["message"] = error.message();
   e["type"] = error.type();
   e["param"] = error.param().empty() ? OrderedJson(nullptr) : OrderedJson(error.param());
   e["code"] = error.code().empty() ? OrderedJson(nullptr) : OrderedJson(error.code());

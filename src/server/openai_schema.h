@@ -53,9 +53,12 @@ class ApiError : public std::runtime_error {
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
       : std::runtime_error(message),
         status_(status),
+        message_(message),
         param_(std::move(param)),
         code_(std::move(code)) {}
   int status() const { return status_; }
+  // The whole message: what() stops at a NUL, which a client's text echoed in it may hold.
+  const std::string& message() const { return message_; }
   const std::string& param() const { return param_; }  // The offending field, or "".
   const std::string& code() const { return code_; }    // e.g. "model_not_found", or "".
   // OpenAI's error type for the status: invalid_request_error (4xx), server_error (5xx).
@@ -63,6 +66,7 @@ class ApiError : public std::runtime_error {
 
  private:
   int status_;
+  std::string message_;
   std::string param_;
   std::string code_;
 };

@@ -136,6 +136,9 @@ CASES = [
     ("unknown-model", "POST", C, with_(OK, model="gpt-4"), 404, "model", "does not exist"),
     ("model-number", "POST", C, with_(OK, model=5), 400, "model", "string"),
     ("chat-unknown-model", "POST", CHAT, with_(MSG, model="nope"), 404, "model", "does not exist"),
+    # The message names the model whole: not cut at a NUL.
+    ("model-with-nul", "POST", C, with_(OK, model="ti\0ny"), 404, "model",
+     "The model 'ti\0ny' does not exist"),
     # Chat.
     ("chat-no-messages", "POST", CHAT, with_(MSG, messages=...), 400, "messages", "required"),
     ("chat-empty-messages", "POST", CHAT, with_(MSG, messages=[]), 400, "messages", "empty"),

@@ -188,11 +188,13 @@ def test_a_model_by_id(server):
     assert server.client().models.retrieve(MODEL_NAME).id == MODEL_NAME
     status, headers, body = call(server, "HEAD", f"/v1/models/{MODEL_NAME}")
     assert status == 200 and body == b"" and int(headers["content-length"]) > 0
-    for asked in ("other", "%zz"):
+    # The id as decoded (a NUL kept: the message is not cut there), or as sent if it cannot be.
+    for asked, named in (("other", "other"), ("%zz", "%zz"),
+                         (f"{MODEL_NAME}%00", f"{MODEL_NAME}\0")):
         status, _, data = call(server, "GET", f"/v1/models/{asked}")
         error = json.loads(data)["error"]
         assert status == 404 and error == {
-            "message": f"The model '{asked}' does not exist; this server serves '{MODEL_NAME}'",
+            "message": f"The model '{named}' does not exist; this server serves '{MODEL_NAME}'",
             "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
     with pytest.raises(openai.NotFoundError):
         server.client().models.retrieve("other")
@@ -200,7 +202,7 @@ def test_a_model_by_id(server):
     assert status == 404 and json.loads(data)["error"]["code"] == "not_found"
     # Every id's responses count under one label.
     m = server.metrics()
-    assert m['latent_http_responses_total{path="/v1/models/{id}",status="404"}'] >= 3
+    assert m['latent_http_responses_total{path="/v1/models/{id}",status="404"}'] >= 4
     assert not [k for k in m if "/v1/models/other" in k]
 
 
