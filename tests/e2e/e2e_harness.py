@@ -219,6 +219,47 @@ def read_until(sock: socket.socket, marker: bytes, limit: int = 1 << 20) -> byte
     return data
 
 
+def raw_exchange(port: int, requests: bytes, timeout: float = 60) -> bytes:
+    """Sends pipelined `requests` on one connection, the last with "Connection: close", and
+    returns every byte the server sends until it closes: what http.client hides (it reads no
+    body after a HEAD whatever the server sends)."""
+    sock = socket.create_connection((HOST, port), timeout=timeout * SLOWDOWN)
+    try:
+        sock.sendall(requests)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+    finally:
+        sock.close()
+
+
+def split_responses(data: bytes) -> list[tuple[bytes, bytes]]:
+    """Pipelined responses framed by Content-Length, as (head with its blank line, body)."""
+    out = []
+    while data:
+        head, sep, data = data.partition(b"\r\n\r\n")
+        assert sep, f"no end of head in {head[:300]!r}"
+        length = re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n")
+        assert length, head
+        size = int(length.group(1))
+        out.append((head + sep, data[:size]))
+        data = data[size:]
+    return out
+
+
+def split_head_responses(data: bytes, statuses: list[int]) -> tuple[list[bytes], bytes]:
+    """The bytes answering len(statuses) pipelined HEADs and then one more request: each HEAD's
+    response must be its head alone, with the status given, the next response right behind it (a
+    body there would be read as the next response). Returns the heads and what follows them."""
+    heads = []
+    for status in statuses:
+        head, sep, data = data.partition(b"\r\n\r\n")
+        assert sep and head.startswith(f"HTTP/1.1 {status} ".encode()), (status, head[:300])
+        heads.append(head + sep)
+    return heads, data
+
+
 # -- fixtures --
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ import socket
 import pytest
 
 from e2e_harness import (CONTEXT, HOST, MODEL_NAME, TOKENIZER_DIR, chat_model,  # noqa: F401
-                         read_until, server, start_server)
+                         raw_exchange, read_until, server, split_head_responses, split_responses,
+                         start_server)
 
 C = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -266,7 +267,15 @@ def test_api_key(start_server):
             status, data = srv.request(method, path, body, headers)
             check_error(status, data, 401, None, words, f"{path} {headers}")
             assert json.loads(data)["error"]["code"] == "invalid_api_key"
-        assert srv.request("HEAD", f"/v1/models/{MODEL_NAME}", headers=headers) == (401, b"")
+        # A HEAD's 401 is the GET's head alone, on the wire: http.client would read no body
+        # after a HEAD whatever the server sent. A GET pipelined behind it must come next.
+        lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode()
+        ask = f" /v1/models/{MODEL_NAME} HTTP/1.1\r\nHost: x\r\n".encode() + lines + b"\r\n"
+        last = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        (get_head, get_body), health = split_responses(raw_exchange(srv.port, b"GET" + ask + last))
+        assert get_head.startswith(b"HTTP/1.1 401 ") and get_body
+        heads, rest = split_head_responses(raw_exchange(srv.port, b"HEAD" + ask + last), [401])
+        assert heads == [get_head] and rest == b"".join(health), headers
     # The openai client sends the key as a bearer token.
     import openai
 
