@@ -37,8 +37,8 @@ Runner RegisterServe(CLI::App& app) {
   sub->add_option("--api-key", s.http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1 and /tokenize");
   sub->add_option("--allowed-origins", opt->allowed_origins,
-                  "Web page origins a browser may call the API from (CORS): comma-separated, "
-                  "e.g. https://app.example.com; '*': any; '': none")
+                  "Web page origins a browser may call the API from (CORS): comma-separated or "
+                  "a JSON list, e.g. https://app.example.com; '*': any; '': none")
       ->capture_default_str();
   sub->add_option("--served-model-name", s.served_model_name,
                   "The model name clients use (default: --model as given)");

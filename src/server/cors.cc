@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 
@@ -21,12 +24,97 @@ std::string_view TrimBlanks(std::string_view s) {
   return s;
 }
 
+bool IsLower(char c) { return c >= 'a' && c <= 'z'; }
+bool IsUpper(char c) { return c >= 'A' && c <= 'Z'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Browsers serialize an Origin as "null" or scheme://host[:port]: ASCII (a host in punycode),
+// lower case, no path, query, fragment or user info, and no port when it is the scheme's default.
+// Why `entry` can never equal one, or nullopt when it can.
+std::optional<std::string> WhyNotAnOrigin(std::string_view entry) {
+  if (entry == "*" || entry == "null") return std::nullopt;
+  for (const char c : entry) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) return "whitespace, a control character or non-ASCII";
+    if (c == '"' || c == '\'') return "quotes";
+  }
+  const size_t scheme_end = entry.find("://");
+  if (scheme_end == std::string_view::npos || scheme_end == 0) return "no scheme://";
+  const std::string_view scheme = entry.substr(0, scheme_end);
+  for (const char c : scheme) {
+    if (IsUpper(c)) return "upper case in the scheme";
+    if (!IsLower(c) && !IsDigit(c) && c != '+' && c != '-' && c != '.') {
+      return StrCat("'", std::string_view(&c, 1), "' in the scheme");
+    }
+  }
+  std::string_view host = entry.substr(scheme_end + 3);
+  const size_t authority_end = host.find_first_of("/?#");
+  if (authority_end != std::string_view::npos) {
+    const char c = host[authority_end];
+    return c == '/' ? "a path" : c == '?' ? "a query" : "a fragment";
+  }
+  std::optional<std::string_view> port;  // after a ':'
+  if (!host.empty() && host.front() == '[') {  // an IPv6 address: [::1]
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return "an unclosed '['";
+    const std::string_view after = host.substr(close + 1);
+    if (!after.empty() && after.front() != ':') return "text after ']'";
+    if (!after.empty()) port = after.substr(1);
+    for (const char c : host.substr(1, close - 1)) {
+      if (IsUpper(c)) return "upper case in the host";
+      if (!IsDigit(c) && !(c >= 'a' && c <= 'f') && c != ':' && c != '.') {
+        return StrCat("'", std::string_view(&c, 1), "' in an IPv6 address");
+      }
+    }
+    if (close == 1) return "no host";
+  } else {
+    const size_t colon = host.find(':');
+    if (colon != std::string_view::npos) {
+      port = host.substr(colon + 1);
+      host = host.substr(0, colon);
+    }
+    if (host.empty()) return "no host";
+    for (const char c : host) {
+      if (IsUpper(c)) return "upper case in the host";
+      if (c == '[' || c == ']') return "brackets";
+      if (c == '@') return "user info";
+      if (!IsLower(c) && !IsDigit(c) && c != '-' && c != '.' && c != '_') {
+        return StrCat("'", std::string_view(&c, 1), "' in the host");
+      }
+    }
+  }
+  if (port) {
+    // Browsers write the port in decimal, without leading zeros.
+    if (port->empty() || port->size() > 5 || port->front() == '0' ||
+        !std::all_of(port->begin(), port->end(), IsDigit) ||
+        std::stoi(std::string(*port)) > 65535) {
+      return "a port that is not a number from 1 to 65535";
+    }
+    if (((scheme == "http" || scheme == "ws") && *port == "80") ||
+        ((scheme == "https" || scheme == "wss") && *port == "443")) {
+      return "the scheme's default port, which browsers leave out";
+    }
+  }
+  return std::nullopt;
+}
+
+// An Origin header no browser sends (control characters, DEL, non-ASCII, blanks inside): h11,
+// under vLLM, refuses control characters in a header; such an origin is never allowed, so that it
+// is never echoed into a response header.
+bool IsOriginText(std::string_view origin) {
+  return !origin.empty() && std::all_of(origin.begin(), origin.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u < 0x7f;
+  });
+}
+
 bool AllowsAll(const CorsPolicy& policy) {
   return std::find(policy.allowed_origins.begin(), policy.allowed_origins.end(), "*") !=
          policy.allowed_origins.end();
 }
 
 bool Allows(const CorsPolicy& policy, const std::string& origin) {
+  if (!IsOriginText(origin)) return false;
   return AllowsAll(policy) || std::find(policy.allowed_origins.begin(),
                                         policy.allowed_origins.end(),
                                         origin) != policy.allowed_origins.end();
@@ -36,24 +124,32 @@ bool Allows(const CorsPolicy& policy, const std::string& origin) {
 
 std::vector<std::string> ParseAllowedOrigins(std::string_view text) {
   std::vector<std::string> origins;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    const std::string_view entry = TrimBlanks(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-    if (entry.empty()) continue;
-    // An Origin header is "null" or scheme://host[:port], never with a path.
-    const size_t scheme_end = entry.find("://");
-    const bool origin_shape =
-        scheme_end != std::string_view::npos && scheme_end > 0 &&
-        scheme_end + 3 < entry.size() &&
-        entry.find_first_of("/ \t", scheme_end + 3) == std::string_view::npos &&
-        entry.substr(0, scheme_end).find_first_of(" \t") == std::string_view::npos;
-    if (entry != "*" && entry != "null" && !origin_shape) {
-      Fail("--allowed-origins: '", entry,
-           "' is not an origin: give '*' or scheme://host[:port] as a browser sends it, without "
-           "a path (e.g. https://app.example.com)");
+  if (!TrimBlanks(text).empty() && TrimBlanks(text).front() == '[') {
+    // vLLM's flag takes a JSON list ('["https://app.example.com"]'); so does this one.
+    const nlohmann::json list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_array()) {
+      Fail("--allowed-origins: '", text, "' starts with '[' but is not a JSON list of strings");
     }
-    origins.emplace_back(entry);
+    for (const nlohmann::json& entry : list) {
+      if (!entry.is_string()) {
+        Fail("--allowed-origins: the JSON list's entry ", entry.dump(), " is not a string");
+      }
+      origins.push_back(entry.get<std::string>());
+    }
+  } else {
+    while (!text.empty()) {
+      const size_t comma = text.find(',');
+      const std::string_view entry = TrimBlanks(text.substr(0, comma));
+      text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+      if (!entry.empty()) origins.emplace_back(entry);
+    }
+  }
+  for (const std::string& origin : origins) {
+    if (const std::optional<std::string> why = WhyNotAnOrigin(origin)) {
+      Fail("--allowed-origins: '", origin, "' is not an origin as a browser sends it (", *why,
+           "): give '*' or scheme://host[:port] in lower case, without a path, query or fragment "
+           "(e.g. https://app.example.com)");
+    }
   }
   return origins;
 }
@@ -76,15 +172,11 @@ CorsPreflightReply CorsPreflight(const CorsPolicy& policy, const HttpRequest& re
   const std::string& method = *req.Header("access-control-request-method");
   CorsPreflightReply r;
   std::vector<std::string_view> refused;
-  if (AllowsAll(policy)) {
-    r.headers.emplace_back("Access-Control-Allow-Origin", "*");
+  if (!AllowsAll(policy)) r.headers.emplace_back("Vary", "Origin");
+  if (!Allows(policy, origin)) {
+    refused.push_back("origin");
   } else {
-    r.headers.emplace_back("Vary", "Origin");
-    if (Allows(policy, origin)) {
-      r.headers.emplace_back("Access-Control-Allow-Origin", origin);
-    } else {
-      refused.push_back("origin");
-    }
+    r.headers.emplace_back("Access-Control-Allow-Origin", AllowsAll(policy) ? "*" : origin);
   }
   if (std::find(kMethods.begin(), kMethods.end(), method) == kMethods.end()) {
     refused.push_back("method");

@@ -12,6 +12,8 @@
 //   the allowed methods, the requested headers echoed, and Max-Age 600; 400 "Disallowed CORS
 //   origin" (or method) with the same headers when the origin or the method is not allowed.
 // - A request without Origin is not a CORS request: nothing is added.
+// - An Origin no browser sends (control characters, blanks, non-ASCII) is never allowed, even
+//   under "*", so that it is never echoed into a header: no CORS headers, and a preflight's 400.
 #pragma once
 
 #include <optional>
@@ -31,9 +33,11 @@ struct CorsPolicy {
   std::vector<std::string> allowed_origins = {"*"};
 };
 
-// --allowed-origins' comma-separated list, entries trimmed ("" and "," allow no origin). An
-// entry with a path, or with whitespace inside, can never equal an Origin header: refused with
-// latent::Error naming it.
+// --allowed-origins: a JSON list of strings when it starts with '[' (vLLM's syntax:
+// '["https://app.example.com"]'), else a comma-separated list, entries trimmed ("", "," and "[]"
+// allow no origin). An entry that can never equal an Origin header as browsers serialize it
+// (quotes, blanks, control characters or non-ASCII, upper case in the scheme or host, a path,
+// query, fragment or user info, a bad or default port) is refused with latent::Error naming it.
 std::vector<std::string> ParseAllowedOrigins(std::string_view text);
 
 // True for a preflight request (answered by CorsPreflight, not by a route).

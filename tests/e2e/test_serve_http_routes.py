@@ -107,9 +107,12 @@ def test_preflight_on_any_path(server):
     assert status == 405 and json.loads(data)["error"]["code"] == "method_not_allowed"
 
 
-def test_allowed_origins_and_the_api_key(start_server):
-    srv = start_server("--allowed-origins", f" {PAGE}, http://localhost:3000 ", "--api-key",
-                       "sekret", "--block-tokens", "16", "--num-blocks", "64")
+@pytest.mark.parametrize("origins", [f" {PAGE}, http://localhost:3000 ",
+                                     json.dumps([PAGE, "http://localhost:3000"])],  # vLLM's
+                         ids=["comma-separated", "json-list"])
+def test_allowed_origins_and_the_api_key(start_server, origins):
+    srv = start_server("--allowed-origins", origins, "--api-key", "sekret", "--block-tokens", "16",
+                       "--num-blocks", "64")
     key = {"Authorization": "Bearer sekret"}
     # Browsers send no credentials on a preflight: it must pass without the key.
     for origin in (PAGE, "http://localhost:3000"):
@@ -141,12 +144,41 @@ def test_no_allowed_origins(start_server):
     assert preflight(srv, CHAT)[0] == 400
 
 
-def test_an_origin_with_a_path_is_refused(tmp_path):
-    # No Origin header has a path: such an entry would silently allow nothing.
+def test_an_entry_no_origin_can_equal_is_refused(tmp_path):
+    # Browsers send "null" or scheme://host[:port], lower-cased, with nothing after: an entry that
+    # no Origin header can equal would silently allow nothing.
+    for origins, entry, why in [(f"{PAGE}/", f"{PAGE}/", "a path"),
+                                (f"{PAGE}?x=1", f"{PAGE}?x=1", "a query"),
+                                (f"{PAGE}#top", f"{PAGE}#top", "a fragment"),
+                                ("HTTPS://app.example.com", "HTTPS://app.example.com",
+                                 "upper case in the scheme"),
+                                ("http://localhost:3000,https://App.example.com",
+                                 "https://App.example.com", "upper case in the host"),
+                                (f'"{PAGE}"', f'"{PAGE}"', "quotes"),
+                                (f'["{PAGE}/"]', f"{PAGE}/", "a path")]:
+        proc = subprocess.run([str(LATENT), "serve", "--model", str(tmp_path), "--allowed-origins",
+                               origins], capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0, origins
+        assert f"'{entry}' is not an origin as a browser sends it ({why})" in proc.stderr, (
+            origins, proc.stderr)
+    # vLLM's JSON list, mistyped: not read as one origin named '["...'.
     proc = subprocess.run([str(LATENT), "serve", "--model", str(tmp_path), "--allowed-origins",
-                           f"{PAGE}/"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert f"'{PAGE}/' is not an origin" in proc.stderr, proc.stderr
+                           f'["{PAGE}"'], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "not a JSON list of strings" in proc.stderr, proc.stderr
+
+
+def test_an_origin_no_browser_sends_is_never_echoed(server):
+    # Under "*" a request with a Cookie gets its Origin back; one with control characters or
+    # non-ASCII (h11, under vLLM, refuses the control characters) is not allowed at all.
+    for origin in (b"https://a\x0bX", b"https://a\x85", b"https://a\x7f"):
+        reply = raw_exchange(server.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: " +
+                             origin + b"\r\nCookie: a=b\r\nConnection: close\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 200 ") and b"Access-Control" not in reply, reply
+        reply = raw_exchange(server.port, b"OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: " +
+                             origin + b"\r\nAccess-Control-Request-Method: GET\r\n"
+                             b"Connection: close\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 400 ") and b"Access-Control-Allow-Origin" not in reply
+        assert reply.endswith(b"\r\n\r\nDisallowed CORS origin"), reply
 
 
 # -- HEAD --
