@@ -153,7 +153,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:log_path=$(CURDI
   LATENT_TEST_SLOWDOWN=10
 # What each runs, trimmed for CI time (docs/reliability.md has the durations and the reasons).
 # ASan: all unit and kernel tests; the server paths that own memory across threads and requests
-# (64 concurrent streams, disconnects, shutdown, backpressure, 83 malformed requests, HTTP
+# (64 concurrent streams, disconnects, shutdown, backpressure, every malformed request case, HTTP
 # framing: 20,000 pipelined requests, HTTP/1.0 streams, chunked-body timeouts); the load
 # faults (every damaged-file parser path); the engine property tests that move blocks between
 # requests (batching, preemption, prefix hits, cancellation, seeded sampling, a request that can
