@@ -206,9 +206,9 @@ void Engine::Finish(Sequence& seq, FinishReason reason, const std::string& error
   if (seq.status == SequenceStatus::kFinished) return;
   scheduler_->Remove(&seq);
   seq.status = SequenceStatus::kFinished;
-  PublishGauges();  // Whoever hears of the end sees its blocks released.
   auto it = requests_.find(seq.request_id);
   RequestState& state = *it->second;
+  PublishEnd(state);  // Whoever hears of the end sees its blocks released.
   RequestOutput out;
   out.request_id = seq.request_id;
   out.sample = seq.sample;
@@ -361,23 +361,31 @@ void Engine::AcceptToken(Sequence& seq, const float* logits, const Drawn* drawn)
   // Release the sequence, then report the token and the end in one event.
   scheduler_->Remove(&seq);
   seq.status = SequenceStatus::kFinished;
-  PublishGauges();
+  PublishEnd(state);
   if (state.on_output) state.on_output(out);
   --state.live;
 }
 
+void Engine::PublishEnd(const RequestState& state) {
+  PublishGauges();
+  // The request's last sample has just ended: count it now, before its end is reported, so that
+  // whoever hears of it (LLM.generate returning, a client reading /metrics) finds it counted.
+  for (const auto& sample : state.samples) {
+    if (sample->status != SequenceStatus::kFinished) return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++metrics_.requests_finished;
+}
+
 void Engine::RetireFinished() {
-  int64_t retired = 0;
+  // Counted in requests_finished already (PublishEnd).
   for (auto it = requests_.begin(); it != requests_.end();) {
     if (it->second->live > 0) {
       ++it;
       continue;
     }
     it = requests_.erase(it);
-    ++retired;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  metrics_.requests_finished += retired;
 }
 
 void Engine::ForkSamples(RequestState& state, Sequence& first, const float* logits) {
@@ -548,19 +556,26 @@ bool Engine::Step() {
     PublishGauges();
     return true;
   }
+  // The step counts before Commit reports its tokens and ends, so that whoever hears of them finds
+  // it in steps and its time up to here in busy_seconds; the time Commit takes is added after.
+  auto now = std::chrono::steady_clock::now();
+  AddBusyTime(start, now, /*new_step=*/true);
   scope.emplace(profile::Op::kSampling);
   Commit(plan, batch_, logits);
   scope.reset();
   RetireFinished();
   if (options_.check_invariants) CheckInvariants();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++metrics_.steps;
-    metrics_.busy_seconds += seconds;
-  }
+  AddBusyTime(now, std::chrono::steady_clock::now(), /*new_step=*/false);
   PublishGauges();
   return true;
+}
+
+void Engine::AddBusyTime(std::chrono::steady_clock::time_point from,
+                         std::chrono::steady_clock::time_point to, bool new_step) {
+  const double seconds = std::chrono::duration<double>(to - from).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (new_step) ++metrics_.steps;
+  metrics_.busy_seconds += seconds;
 }
 
 void Engine::CheckInvariants() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -31,7 +32,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 2048;
   int32_t max_seqs = 256;
   int64_t max_prompt_logits_rows = 512;  // Prompt-logprob logits rows per step (SchedulerOptions).
-  uint32_t block_tokens = 64;  // FlashMLA's page size.
+  uint32_t block_tokens = cache::kDefaultBlockTokens;
   int32_t num_blocks = 0;      // 0: from cache_memory_gib.
   double cache_memory_gib = 1.0;
   bool prefix_caching = true;
@@ -68,6 +69,8 @@ struct EngineMetrics {
   // dtype ("f32", "bf16" or "fp8": model::CacheDTypeName).
   uint64_t cache_layer_bytes_per_token = 0;
   const char* cache_dtype = "";
+  // The counters include a request's end, and the step that produced it, before its callback
+  // hears of the end (busy_seconds adds the rest of that step's time after).
   int64_t requests_finished = 0;
   int64_t prompt_tokens = 0, prefix_hit_tokens = 0, generated_tokens = 0;
   int64_t preemptions = 0, steps = 0;
@@ -150,8 +153,14 @@ class Engine {
   void CheckInvariants() const;
   // Publishes the scheduler's and the pool's gauges for Metrics().
   void PublishGauges();
-  // Drops requests whose samples have all finished.
+  // Publishes the gauges after one of `state`'s samples has ended, and counts the request in
+  // requests_finished when that was its last; called before the end is reported.
+  void PublishEnd(const RequestState& state);
+  // Drops requests whose samples have all finished and whose ends have been reported.
   void RetireFinished();
+  // Adds to() - from() to busy_seconds (and one to steps when new_step) under the lock.
+  void AddBusyTime(std::chrono::steady_clock::time_point from,
+                   std::chrono::steady_clock::time_point to, bool new_step);
 
   std::unique_ptr<model::Model> model_;
   model::GenerationConfig generation_;

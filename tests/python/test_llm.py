@@ -310,6 +310,19 @@ def test_64_concurrent_requests(llm, model_dir, tmp_path):
     assert llm.metrics()["running"] == 0
 
 
+def test_metrics_count_what_generate_returned_at_once(llm):
+    # The engine counts a request's end before reporting it, so metrics() read as generate
+    # returns, with no sleep, already holds the requests, their tokens and the steps they took.
+    before = llm.metrics()
+    params = [latent.SamplingParams(temperature=0, max_tokens=k, ignore_eos=True) for k in (1, 4, 9)]
+    results = llm.generate([[5, 6, 7], [8, 9], [10]], params)
+    after = llm.metrics()
+    assert after["requests_finished"] - before["requests_finished"] == 3
+    assert after["generated_tokens"] - before["generated_tokens"] == sum(
+        len(r.outputs[0].token_ids) for r in results) == 14
+    assert after["steps"] - before["steps"] >= 9
+
+
 def test_threads_calling_generate_at_once(llm):
     requests = concurrent_requests(24)
     alone = [llm.generate([p], s)[0].outputs[0].token_ids for p, s in requests]
