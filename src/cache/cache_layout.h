@@ -10,6 +10,10 @@
 
 namespace latent::cache {
 
+// Tokens per cache block unless a flag or an option says otherwise (FlashMLA's page size): what
+// the engine runs with (EngineOptions) and what `latent info` sizes the cache by.
+inline constexpr uint32_t kDefaultBlockTokens = 64;
+
 struct CacheLayout {
   uint32_t block_tokens = 0;
   uint64_t block_bytes = 0;                       // Bytes of one block, all slabs, aligned.

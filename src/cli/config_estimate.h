@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "cache/cache_layout.h"
+#include "cache/cache_layout.h"  // kDefaultBlockTokens
 #include "cache/cache_row_spec.h"
 #include "model/model_config.h"
 
@@ -18,7 +18,7 @@ namespace latent::cli {
 
 struct ConfigInfoOptions {
   std::string cache_dtype = "auto";
-  uint32_t block_tokens = 16;
+  uint32_t block_tokens = cache::kDefaultBlockTokens;
   int64_t context = 0;    // tokens per sequence; 0: the config's max_position_embeddings
   int64_t sequences = 1;  // sequences held at once
   int ranks = 1;          // expert-parallel ranks (1: one process)

@@ -34,7 +34,7 @@ struct InfoOptions {
   std::string model_dir;
   bool json = false;
   std::string cache_dtype = "auto";
-  uint32_t block_tokens = 16;
+  uint32_t block_tokens = cache::kDefaultBlockTokens;  // as the engine's
   LoadFlags load_flags;  // --quantize, --precision
   int ranks = 0;         // 0: the ranks of this job (1 without mpirun)
   int64_t context = 0;   // 0: max_position_embeddings
@@ -352,7 +352,9 @@ Runner RegisterInfo(CLI::App& app) {
       ->required();
   sub->add_flag("--json", opt->json, "Print JSON");
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
-  sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+  sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block, as serve's")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--ranks", opt->ranks,
                   "Show each rank's share for an expert-parallel job of this many ranks (default: "
                   "this job's, under mpirun)")

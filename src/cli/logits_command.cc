@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
+#include "cache/cache_layout.h"
 #include "engine/cache_manager.h"
 #include "model/cache_rows.h"
 
@@ -58,7 +59,7 @@ Runner RegisterLogits(CLI::App& app) {
     bool experts = false;
     bool selected = false;
     int64_t chunk_tokens = 0;
-    uint32_t block_tokens = 16;
+    uint32_t block_tokens = cache::kDefaultBlockTokens;  // as the engine's
     std::string cache_dtype = "auto";
     LoadFlags load_flags;  // --quantize, --precision
     std::string f32_out;
@@ -78,6 +79,7 @@ Runner RegisterLogits(CLI::App& app) {
                   "(0: one chunk, f32 rows unless --cache-dtype names f32, bf16 or fp8)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   AddLoadOptions(sub, opt->load_flags);

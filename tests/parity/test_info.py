@@ -109,6 +109,23 @@ def test_deepseek_v3_dims_cache_576_values(tiny_models, tmp_path):
     assert all(layer["rows"][0]["bytes_per_token"] == 656 for layer in fp8["cache_layers"])
 
 
+def test_cache_blocks_default_to_the_engines(tiny_models, tmp_path):
+    # info sizes the cache as serve and generate run it: 64-token blocks unless --block-tokens.
+    model_dir = tiny_models.get("deepseek_v3")
+    got = info(model_dir)
+    assert got["cache_block"]["tokens"] == 64
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text('{"ids": [1, 2], "max_tokens": 1}\n')
+    ran = run_latent("generate", "--model", str(model_dir), "--prompts", str(lines))
+    summary = json.loads(ran.stderr.split("latent: summary ", 1)[1].splitlines()[0])
+    assert summary["block_tokens"] == got["cache_block"]["tokens"]
+    config_dir = tmp_path / "config-only"
+    config_dir.mkdir()
+    (config_dir / "config.json").write_text((model_dir / "config.json").read_text())
+    assert info(config_dir)["cache_block"] == got["cache_block"]  # tokens and bytes
+    assert info(model_dir, "--block-tokens", "16")["cache_block"]["tokens"] == 16
+
+
 def test_attention_kernels_follow_the_cpu_rows_and_precision(tiny_models):
     """`latent info` names what runs the attention's products. DeepSeek V3.2's dims (a latent of
     512 and value heads of 128: whole tiles; index keys of 128) in bf16: the absorbed decode over

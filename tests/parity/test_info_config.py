@@ -81,7 +81,7 @@ def test_cache_bytes_per_token_by_hand(name, dtype):
     assert "max_position_embeddings" not in got
     at = got["cache_at_context"]
     assert at["context"] == context and at["sequences"] == 1  # the defaults
-    # Whole 16-token blocks; these contexts are multiples of 16.
+    # Whole 64-token blocks (the default); these contexts are multiples of 64.
     assert at["bytes"] == context * CACHE_PER_TOKEN[name][dtype] + got["cache_bytes_per_sequence"]
 
 
