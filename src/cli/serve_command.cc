@@ -35,7 +35,7 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", s.http.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1 and /tokenize");
+                  "Require 'Authorization: Bearer KEY' on /v1/..., /tokenize and /detokenize");
   sub->add_option("--allowed-origins", opt->allowed_origins,
                   "Web page origins a browser may call the API from (CORS): comma-separated or "
                   "a JSON list, e.g. https://app.example.com; '*': any; '': none")

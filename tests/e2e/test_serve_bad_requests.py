@@ -290,6 +290,17 @@ def test_api_key(start_server):
         assert srv.request("GET", path)[0] == 200, path
 
 
+def test_api_key_help_names_the_routes_it_guards():
+    # test_api_key's routes, and /detokenize beside /tokenize.
+    import subprocess
+
+    from e2e_harness import LATENT
+
+    helped = " ".join(subprocess.run([str(LATENT), "serve", "--help"], capture_output=True,
+                                     text=True, check=True).stdout.split())
+    assert "Bearer KEY' on /v1/..., /tokenize and /detokenize" in helped
+
+
 def check_cache_limit(srv, capacity: int, long_prompt: int, prompt: int, max_tokens: int,
                       label: str) -> None:
     """The server's cache limit is `capacity` tokens: a `long_prompt` is refused, so is `prompt`
