@@ -11,10 +11,14 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
+// Kimi K2 may start its tool calls without closing the reasoning: the tool-call section's start
+// (both spellings the kimi_k2 tool parser reads) ends it too, and stays for the tool parser, as
+// vLLM's kimi_k2 reasoning parser does.
+constexpr std::array<std::string_view, 2> kKimiToolSection = {"<|tool_calls_section_begin|>",
+                                                              "<|tool_call_section_begin|>"};
 
 // The names that use ThinkParser with the start decided by the prompt.
-constexpr std::array<std::string_view, 4> kPromptStartNames = {"think", "deepseek_v3", "glm45",
-                                                               "kimi_k2"};
+constexpr std::array<std::string_view, 3> kPromptStartNames = {"think", "deepseek_v3", "glm45"};
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -29,9 +33,10 @@ size_t PartialMarkerSuffix(std::string_view text, std::string_view marker) {
 
 }  // namespace
 
-ThinkParser::ThinkParser(ThinkStart start)
+ThinkParser::ThinkParser(ThinkStart start, std::vector<std::string_view> content_starts)
     : state_(start == ThinkStart::kContent ? State::kContent : State::kStart),
-      starts_in_reasoning_(start == ThinkStart::kReasoning) {}
+      starts_in_reasoning_(start == ThinkStart::kReasoning),
+      content_starts_(std::move(content_starts)) {}
 
 ParsedDelta ThinkParser::Push(std::string_view text) {
   held_.append(text);
@@ -52,14 +57,20 @@ ParsedDelta ThinkParser::Push(std::string_view text) {
         continue;
       }
       case State::kReasoning: {
-        const size_t close = held_.find(kClose);
-        if (close != std::string::npos) {
-          out.reasoning.append(held_, 0, close);
-          held_.erase(0, close + kClose.size());
+        // The first of </think> (dropped) and a content start (kept) ends the reasoning.
+        size_t end = held_.find(kClose), end_size = kClose.size();
+        size_t keep = PartialMarkerSuffix(held_, kClose);
+        for (std::string_view marker : content_starts_) {
+          const size_t at = held_.find(marker);
+          if (at < end) end = at, end_size = 0;
+          keep = std::max(keep, PartialMarkerSuffix(held_, marker));
+        }
+        if (end != std::string::npos) {
+          out.reasoning.append(held_, 0, end);
+          held_.erase(0, end + end_size);
           state_ = State::kContent;
           continue;
         }
-        const size_t keep = PartialMarkerSuffix(held_, kClose);
         out.reasoning.append(held_, 0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
         return out;
@@ -81,12 +92,12 @@ ParsedDelta ThinkParser::Finish() {
   return out;
 }
 
-const char* ReasoningParserNames() { return "deepseek_r1, think, deepseek_v3, glm45, kimi_k2"; }
+const char* ReasoningParserNames() { return "deepseek_r1, kimi_k2, think, deepseek_v3, glm45"; }
 
 std::string ResolveReasoningParser(const std::string& flag, bool template_mentions_think) {
   if (flag == "none") return "";
   if (flag == "auto") return template_mentions_think ? "think" : "";
-  if (flag == "deepseek_r1") return flag;
+  if (flag == "deepseek_r1" || flag == "kimi_k2") return flag;
   for (std::string_view name : kPromptStartNames) {
     if (flag == name) return flag;
   }
@@ -143,7 +154,12 @@ std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_vi
   // output, whatever the parser: vLLM too ends the reasoning on the prompt's ids
   // (is_reasoning_end), and a grammar waiting for a </think> that never comes would never apply.
   if (EndsWith(rendered_prompt, kClose)) return ThinkStart::kContent;
-  if (name == "deepseek_r1" || EndsWith(rendered_prompt, kOpen)) return ThinkStart::kReasoning;
+  // vLLM's deepseek_r1 and kimi_k2 parsers start inside the reasoning whatever the prompt: Kimi
+  // K2's templates end the prompt with the assistant tag, and an output that closes reasoning it
+  // never opened ("r</think>c") is reasoning then content, not text holding a </think>.
+  if (name == "deepseek_r1" || name == "kimi_k2" || EndsWith(rendered_prompt, kOpen)) {
+    return ThinkStart::kReasoning;
+  }
   return ThinkStart::kMayOpen;
 }
 
@@ -152,7 +168,9 @@ std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   const ContinuedMessage* continued) {
   const std::optional<ThinkStart> start = ReasoningStart(name, rendered_prompt, continued);
   if (!start) return nullptr;
-  return std::make_unique<ThinkParser>(*start);
+  std::vector<std::string_view> content_starts;
+  if (name == "kimi_k2") content_starts.assign(kKimiToolSection.begin(), kKimiToolSection.end());
+  return std::make_unique<ThinkParser>(*start, std::move(content_starts));
 }
 
 std::string_view ReasoningEndMarker() { return kClose; }

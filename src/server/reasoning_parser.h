@@ -6,7 +6,11 @@
 // - "deepseek_r1" (vLLM's deepseek_r1): the output starts inside the reasoning (R1's template
 //   ends the prompt with "<think>\n"; older R1 outputs repeat the <think> themselves), unless
 //   the prompt closed it (ends with </think>, as Qwen3's with enable_thinking=false): content.
-// - "think" (and its aliases deepseek_v3, glm45, kimi_k2): from the end of the rendered prompt.
+// - "kimi_k2" (vLLM's kimi_k2): starts as deepseek_r1 does (Kimi's templates end the prompt with
+//   the assistant tag, and vLLM's parser starts inside the reasoning); the start of a tool-call
+//   section (<|tool_calls_section_begin|> or <|tool_call_section_begin|>) ends the reasoning as
+//   </think> does, and is kept as content for the tool parser.
+// - "think" (and its aliases deepseek_v3, glm45): from the end of the rendered prompt.
 //   <think> (DeepSeek V3.1 with thinking=true): inside the reasoning. </think> (V3.1 without
 //   thinking, GLM-4.5 with enable_thinking=false): the template closed the reasoning, so all the
 //   output is content. Otherwise the model may open the reasoning itself (GLM-4.5, Kimi K2
@@ -25,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/output_parser.h"
 
@@ -35,7 +40,9 @@ enum class ThinkStart { kReasoning, kMayOpen, kContent };
 
 class ThinkParser : public OutputParser {
  public:
-  explicit ThinkParser(ThinkStart start);
+  // `content_starts`: markers that also end the reasoning, unlike </think> kept as the start of
+  // the content (Kimi K2's tool-call section, for the tool parser).
+  explicit ThinkParser(ThinkStart start, std::vector<std::string_view> content_starts = {});
   ParsedDelta Push(std::string_view text) override;
   ParsedDelta Finish() override;
 
@@ -43,8 +50,9 @@ class ThinkParser : public OutputParser {
   enum class State { kStart, kReasoning, kContent };
   State state_ = State::kStart;
   bool starts_in_reasoning_;  // In kStart: where text that is not <think> goes.
+  std::vector<std::string_view> content_starts_;
   // Text not yet assigned: at the start, leading whitespace and a possible partial <think>; in
-  // the reasoning, a possible partial </think>.
+  // the reasoning, a possible partial </think> (or content start).
   std::string held_;
 };
 

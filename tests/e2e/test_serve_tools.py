@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from openai import NOT_GIVEN
 
 from e2e_harness import MODEL_NAME, REPO, SERVER_FLAGS, LatentServer, chat_model  # noqa: F401
 
@@ -545,3 +546,46 @@ def test_required_calls_cut_or_repeating_a_key_do_not_finish_tool_calls(chat_mod
             assert s_content == (content or ""), kwargs
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def serve_pieces(chat_model, tokenizer, tmp_path, template, pieces, *flags) -> LatentServer:
+    """A server with `template` whose model writes the pieces (each tokenized on its own)."""
+    model = model_with_template(chat_model, template, tmp_path / "model")
+    ids = [i for piece in pieces for i in tokenizer.encode(piece, add_special_tokens=False).ids]
+    assert tokenizer.decode(ids, skip_special_tokens=False) == "".join(pieces)
+    (tmp_path / "replay.json").write_text(json.dumps(ids))
+    return LatentServer(model, tmp_path / "serve.log", *SERVER_FLAGS, "--debug-replay",
+                        str(tmp_path / "replay.json"), *flags)
+
+
+def both_ways(srv, **kwargs):
+    """(content, reasoning, [(name, arguments)], finish_reason), non-streamed and streamed alike
+    (a stream's empty content is a null message content)."""
+    resp = create(srv, False, **kwargs).choices[0]
+    whole = (resp.message.content, extra(resp.message, "reasoning_content"),
+             [(c.function.name, c.function.arguments) for c in resp.message.tool_calls or []],
+             resp.finish_reason)
+    content, reasoning, calls, finish, _ = streamed(srv, **kwargs)
+    assert (content, reasoning, [c[1:] for c in calls], finish) == \
+        (whole[0] or "", whole[1] or "", whole[2], whole[3])
+    return whole
+
+
+def test_kimi_calls_inside_unclosed_reasoning(chat_model, tokenizer, tmp_path):
+    """Kimi K2 may open its tool-call section inside reasoning it never closed: under
+    `--reasoning-parser kimi_k2` the section's start (split over tokens here) ends the reasoning
+    and goes on to the tool parser, as vLLM's kimi_k2 does, streamed and not; without tools the
+    section is content after the reasoning."""
+    section = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.search:0'
+               '<|tool_call_argument_begin|>{"query": "x"}<|tool_call_end|>'
+               '<|tool_calls_section_end|>')
+    pieces = ["<think>I should search.", section[:12], section[12:30], section[30:]]
+    srv = serve_pieces(chat_model, tokenizer, tmp_path, "kimi-k2.jinja", pieces,
+                       "--reasoning-parser", "kimi_k2")
+    try:
+        assert both_ways(srv) == (None, "I should search.", [("search", '{"query": "x"}')],
+                                  "tool_calls")
+        assert both_ways(srv, tools=NOT_GIVEN) == (section, "I should search.", [], "stop")
+    finally:
+        assert srv.stop() == 0, srv.log()
+

@@ -128,6 +128,7 @@ TEST(ReasoningParserTest, ResolveNamesAndAuto) {
   EXPECT_EQ(ResolveReasoningParser("none", true), "");
   EXPECT_EQ(ResolveReasoningParser("deepseek_r1", false), "deepseek_r1");
   EXPECT_EQ(ResolveReasoningParser("glm45", false), "glm45");
+  EXPECT_EQ(ResolveReasoningParser("kimi_k2", false), "kimi_k2");
   EXPECT_THROW(ResolveReasoningParser("qwen3", true), Error);
 }
 
@@ -150,6 +151,51 @@ TEST(ReasoningParserTest, StartFollowsTheRenderedPrompt) {
   auto r1 = MakeReasoningParser("deepseek_r1", "<｜Assistant｜>");
   EXPECT_EQ(Feed(*r1, {"r</think>c"}).reasoning, "r");
   EXPECT_EQ(MakeReasoningParser("", "x"), nullptr);
+}
+
+// Kimi K2 may start its tool calls inside an unclosed reasoning: the tool-call section's start
+// ends the reasoning and stays for the tool parser (vLLM's kimi_k2), whichever spelling, however
+// the marker is split; the reasoning starts without a <think> (vLLM's kimi_k2 starts inside it).
+TEST(ReasoningParserTest, KimiToolSectionEndsTheReasoning) {
+  const std::string prompt = "<|im_assistant|>assistant<|im_middle|>";
+  EXPECT_EQ(ReasoningStart("kimi_k2", prompt), ThinkStart::kReasoning);
+  for (const std::string marker :
+       {"<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"}) {
+    const std::string calls = marker + "<|tool_call_begin|>functions.search:0<|tool_call_end|>";
+    for (const std::string& text :
+         {"<think>I should search." + calls, "I should search." + calls}) {
+      for (size_t i = 0; i <= text.size(); ++i) {
+        for (size_t j = i; j <= text.size(); j += 7) {
+          std::vector<ParsedDelta> steps;
+          const ParsedDelta got = Feed(*MakeReasoningParser("kimi_k2", prompt),
+                                       {text.substr(0, i), text.substr(i, j - i), text.substr(j)},
+                                       &steps);
+          EXPECT_EQ(got.reasoning, "I should search.") << text << " cut at " << i << ", " << j;
+          EXPECT_EQ(got.content, calls) << text << " cut at " << i << ", " << j;
+        }
+      }
+    }
+  }
+  // An output that closes the reasoning it never opened: reasoning, then content.
+  const ParsedDelta closed = Feed(*MakeReasoningParser("kimi_k2", prompt), {"r</think>c"});
+  EXPECT_EQ(closed.reasoning, "r");
+  EXPECT_EQ(closed.content, "c");
+  // After </think> the marker is plain content; under "think" it never ends the reasoning.
+  EXPECT_EQ(Feed(*MakeReasoningParser("kimi_k2", prompt),
+                 {"r</think>a<|tool_calls_section_begin|>"}).content,
+            "a<|tool_calls_section_begin|>");
+  EXPECT_EQ(Feed(*MakeReasoningParser("think", prompt + "<think>"),
+                 {"r<|tool_calls_section_begin|>x"}).reasoning,
+            "r<|tool_calls_section_begin|>x");
+  // A prompt that closed the reasoning (thinking off) leaves all to the content.
+  EXPECT_EQ(ReasoningStart("kimi_k2", prompt + "<think></think>"), ThinkStart::kContent);
+  // A partial marker is held back, then released as reasoning when it is not one.
+  std::vector<ParsedDelta> steps;
+  const ParsedDelta partial =
+      Feed(*MakeReasoningParser("kimi_k2", prompt), {"a<|tool_ca", "t|>b"}, &steps);
+  EXPECT_EQ(steps[0].reasoning, "a");
+  EXPECT_EQ(partial.reasoning, "a<|tool_cat|>b");
+  EXPECT_EQ(partial.content, "");
 }
 
 // continue_final_message: the output goes on with the final message, so only that message
