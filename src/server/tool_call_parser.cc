@@ -237,8 +237,10 @@ void ToolCallParser::Run() {
         return;
       }
       EmitContent(std::string_view(buf_).substr(0, at));
-      held_space_.clear();  // Whitespace before the markup is dropped.
       Commit();
+      // Whitespace before the markup is dropped, unless the markup does not parse (kMalformed).
+      section_space_ = std::move(held_space_);
+      held_space_.clear();
       Consume(at + marker_size);
       pending_raw_.erase(0, at);  // Only the marker is raw markup.
       in_section_ = true;
@@ -255,7 +257,9 @@ void ToolCallParser::Run() {
         in_section_ = false;
         continue;
       case Step::kMalformed: {
-        const std::string rest = pending_raw_ + buf_;
+        // Back to content exactly as written: with the whitespace before the section when none
+        // of it parsed (no call event committed any of it).
+        const std::string rest = section_space_ + pending_raw_ + buf_;
         CloseCall(/*complete=*/false);
         Commit();
         buf_.clear();
@@ -295,7 +299,8 @@ ParsedDelta ToolCallParser::Finish() {
     EmitContent(buf_);
     buf_.clear();
   }
-  if (calls_ == 0) out.content += held_space_;
+  // Trailing whitespace after calls is dropped, but not after text that is content again.
+  if (calls_ == 0 || passthrough_) out.content += held_space_;
   held_space_.clear();
   out_ = nullptr;
   return out;

@@ -23,8 +23,9 @@
 //
 // Whitespace between the content and the markup, between calls and after them is dropped.
 // Markup that does not parse falls back to content: from where it stops parsing, the rest of the
-// output is content (a call whose name was already out stays as it stands). An output that ends
-// inside the markup keeps an open call with the arguments so far; the unparsed rest (a call's
+// output is content, byte for byte (a call whose name was already out stays as it stands; when
+// nothing of the section parsed, the whitespace before it is content again too). An output that
+// ends inside the markup keeps an open call with the arguments so far; the unparsed rest (a call's
 // opening cut before its name, half an argument) is dropped, not content, as vLLM drops it, and
 // Finish says a call was under way (ParsedDelta::unfinished_call). Neither such call is complete
 // (ToolCallDelta::closed): only a call whose end marker came is.
@@ -106,7 +107,11 @@ class ToolCallParser : public OutputParser {
 
  private:
   void Consume(size_t n);
-  void Commit() { pending_raw_.clear(); }
+  // A call event: what was consumed is markup that parsed.
+  void Commit() {
+    pending_raw_.clear();
+    section_space_.clear();
+  }
   void EmitContent(std::string_view text);
   void AddArgumentText(const std::string& text);
   // Closes the open call; `complete`: its end marker came (else the output or the markup stopped
@@ -120,6 +125,9 @@ class ToolCallParser : public OutputParser {
   bool passthrough_ = false;  // After malformed markup: everything is content.
   std::string pending_raw_;   // Consumed in a section since the last call event.
   std::string held_space_;    // Content whitespace that may precede markup.
+  // The whitespace before the open section, while nothing in it parsed: content again if the
+  // section does not parse.
+  std::string section_space_;
   int32_t calls_ = 0;
   bool call_open_ = false;
   bool arguments_started_ = false;  // Some argument text went out for the open call.

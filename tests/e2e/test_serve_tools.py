@@ -589,3 +589,14 @@ def test_kimi_calls_inside_unclosed_reasoning(chat_model, tokenizer, tmp_path):
     finally:
         assert srv.stop() == 0, srv.log()
 
+
+def test_markup_that_does_not_parse_is_content_byte_for_byte(chat_model, tokenizer, tmp_path):
+    """A section marker followed by no call: the whole text is content as the model wrote it,
+    the whitespace before and after the markup included, streamed and not."""
+    text = "Hi <｜tool▁calls▁begin｜>oops not a call \n"
+    srv = serve_pieces(chat_model, tokenizer, tmp_path, "deepseek-v3.1.jinja", [text])
+    try:
+        assert both_ways(srv) == (text, None, [], "stop")
+    finally:
+        assert srv.stop() == 0, srv.log()
+

@@ -450,6 +450,27 @@ TEST(ToolCallParserTest, MalformedMarkupFallsBackToContent) {
   ExpectSplitInvariant("glm45", bad_name);
 }
 
+// Markup that does not parse is content byte for byte: the whitespace before it (dropped before
+// markup that parses) and after it too, however the text is split.
+TEST(ToolCallParserTest, MalformedMarkupKeepsItsWhitespace) {
+  const std::map<std::string, std::string> outputs = {
+      {"deepseek_v31", "Hi <｜tool▁calls▁begin｜>oops not a call"},
+      {"deepseek_v3", "Hi \n\n<｜tool▁calls▁begin｜>oops \n"},
+      {"kimi_k2", "Hi\t<|tool_calls_section_begin|>nope"},
+      {"glm45", "Hi \n<tool_call>not a name\n<arg_key>k</arg_key></tool_call> \n"},
+      {"deepseek_v32", "Hi \n<｜DSML｜function_calls><｜DSML｜invoke>x"},
+  };
+  for (const auto& [name, text] : outputs) {
+    EXPECT_EQ(Whole(name, text).content, text) << name;
+    ExpectSplitInvariant(name, text);
+  }
+  // After a call that parsed, the malformed rest keeps its own trailing whitespace.
+  const Assembled a = Whole(
+      "glm45", "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value>junk \n");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.content, "junk \n");
+}
+
 // A call is complete once its end marker came, in every family, however the text is split; a
 // call whose arguments were cut (here as a stop string "}\n```" cuts V3's) is not: the choice
 // must not finish "tool_calls" on it.
