@@ -5,6 +5,7 @@
 
 #include "base/json_depth.h"
 #include "server/openai_schema.h"
+#include "server/python_literal.h"
 
 namespace latent::server {
 namespace {
@@ -23,14 +24,22 @@ std::string Trim(std::string_view s) {
 
 std::string JsonString(const std::string& text) { return PythonJsonDumps(OrderedJson(text)); }
 
-// A value written as text: a JSON string when `is_string`, else the JSON it parses as (a string
-// when it does not, or when it nests deeper than a request may: the model's text is not trusted
-// to be shallow, and a value thousands of levels deep overflows the stack when dumped).
-std::string ValueJson(const std::string& text, bool is_string) {
-  if (!is_string && !JsonNestsDeeperThan(text, kMaxJsonDepth)) {
-    const std::string trimmed = Trim(text);
+// A value written as text: a JSON string when `is_string`, else the JSON it parses as, else
+// (`python_literals`, GLM's as vLLM's ast.literal_eval fallback) the Python literal it reads as;
+// a string when it is neither, or when it nests deeper than a request may: the model's text is
+// not trusted to be shallow, and a value thousands of levels deep overflows the stack when
+// dumped.
+std::string ValueJson(const std::string& text, bool is_string, bool python_literals) {
+  if (is_string) return JsonString(text);
+  const std::string trimmed = Trim(text);
+  if (!JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     OrderedJson parsed = OrderedJson::parse(trimmed, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) return PythonJsonDumps(parsed);
+  }
+  if (python_literals) {
+    if (const std::optional<OrderedJson> literal = ParsePythonLiteral(trimmed, kMaxJsonDepth)) {
+      return PythonJsonDumps(*literal);
+    }
   }
   return JsonString(text);
 }
@@ -251,7 +260,8 @@ class Glm45Parser : public ToolCallParser {
       case State::kValue: {
         const std::optional<std::string> value = ReadUntil(kValueEnd);
         if (!value) return Step::kWait;
-        AddArgument(key_, ValueJson(*value, schemas_.IsString(current_call_name(), key_)));
+        AddArgument(key_, ValueJson(*value, schemas_.IsString(current_call_name(), key_),
+                                    /*python_literals=*/true));
         state_ = State::kKeyOrEnd;
         return Step::kProgress;
       }
@@ -333,7 +343,7 @@ class DsmlParser : public ToolCallParser {
       case State::kValue: {
         const std::optional<std::string> value = ReadUntil(kParameterEnd);
         if (!value) return Step::kWait;
-        AddArgument(key_, ValueJson(*value, is_string_));
+        AddArgument(key_, ValueJson(*value, is_string_, /*python_literals=*/false));
         state_ = State::kParameterOrEnd;
         return Step::kProgress;
       }

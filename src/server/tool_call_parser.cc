@@ -182,20 +182,35 @@ void ToolCallParser::StartCall(std::string id, std::string name) {
   out_->tool_calls.push_back({calls_++, std::move(id), std::move(name), ""});
   call_open_ = true;
   arguments_started_ = false;
+  key_values_.clear();
   leading_space_done_ = false;
   Commit();
 }
 
 void ToolCallParser::AddArgument(const std::string& key, const std::string& json_value) {
-  AddArgumentText((arguments_started_ ? ", " : "{") + PythonJsonDumps(key) + ": " + json_value);
+  // A repeated key keeps its first place and takes the last value, as vLLM's dict does.
+  auto same = std::find_if(key_values_.begin(), key_values_.end(),
+                           [&](const auto& kv) { return kv.first == key; });
+  if (same != key_values_.end()) {
+    same->second = json_value;
+  } else {
+    key_values_.emplace_back(key, json_value);
+  }
+  Commit();
 }
 
 void ToolCallParser::CloseCall(bool complete) {
   if (!call_open_) return;
-  if (!arguments_started_) {
+  if (key_value_) {
+    std::string object = "{";
+    for (const auto& [key, value] : key_values_) {
+      if (object.size() > 1) object += ", ";
+      object += PythonJsonDumps(key) + ": " + value;
+    }
+    AddArgumentText(object + "}");
+    key_values_.clear();
+  } else if (!arguments_started_) {
     AddArgumentText("{}");
-  } else if (key_value_) {
-    AddArgumentText("}");
   }
   if (complete) out_->AppendToolCall({calls_ - 1, "", "", "", /*closed=*/true});
   call_open_ = false;

@@ -18,8 +18,10 @@
 //   <arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call>; a value is a string when the
 //   tool's JSON schema says so, else JSON if it parses as JSON
 // Key/value arguments (DSML, GLM) become a JSON object written as Python's json.dumps does
-// ({"k": "v", "n": 1}), streamed one argument at a time; JSON arguments (the others) stream as the
-// model writes them, less surrounding whitespace (and V3's code fence).
+// ({"k": "v", "n": 1}), sent whole when the call closes: a repeated key keeps its first place and
+// its last value (vLLM builds a dict), which a stream that had sent the first value could not
+// take back; JSON arguments (the others) stream as the model writes them, less surrounding
+// whitespace (and V3's code fence).
 //
 // Whitespace between the content and the markup, between calls and after them is dropped.
 // Markup that does not parse falls back to content: from where it stops parsing, the rest of the
@@ -40,6 +42,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/output_parser.h"
@@ -94,7 +97,7 @@ class ToolCallParser : public OutputParser {
   bool StreamArgumentsUntil(std::string_view end, std::string_view trailing_trim);
   // Opens a call (an empty id gets a fresh "call_..." one).
   void StartCall(std::string id, std::string name);
-  // Key/value arguments: one more, its value as JSON text.
+  // Key/value arguments: one more, its value as JSON text (held until the call closes).
   void AddArgument(const std::string& key, const std::string& json_value);
   // Closes the open call ("{}" when it got no arguments): its end marker came, so it is complete
   // (ToolCallDelta::closed).
@@ -133,6 +136,8 @@ class ToolCallParser : public OutputParser {
   bool arguments_started_ = false;  // Some argument text went out for the open call.
   bool leading_space_done_ = false;  // StreamArgumentsUntil skipped the leading whitespace.
   std::string call_name_;
+  // Key/value families: the open call's arguments so far (key, value as JSON text), in order.
+  std::vector<std::pair<std::string, std::string>> key_values_;
   ParsedDelta* out_ = nullptr;
 };
 

@@ -600,3 +600,21 @@ def test_markup_that_does_not_parse_is_content_byte_for_byte(chat_model, tokeniz
     finally:
         assert srv.stop() == 0, srv.log()
 
+
+def test_glm_repeated_key_and_python_literals(chat_model, tokenizer, tmp_path):
+    """GLM's key/value arguments as vLLM reads them: a repeated key's last value wins (valid JSON,
+    the key in its first place), and a value that is not JSON is read as a Python literal
+    (`True`, `{'n': None}`) unless the schema says string; streamed and not alike."""
+    tools = TOOLS + [{"type": "function", "function": {
+        "name": "lookup", "parameters": {"type": "object", "properties": {
+            "query": {"type": "string"}, "safe": {"type": "boolean"}, "note": {"type": "string"}}}}}]
+    pieces = ["<tool_call>lookup\n<arg_key>query</arg_key>\n<arg_value>a</arg_value>\n",
+              "<arg_key>safe</arg_key>\n<arg_value>True</arg_value>\n<arg_key>query</arg_key>\n",
+              "<arg_value>b</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{'n': None}</arg_value>",
+              "\n<arg_key>note</arg_key>\n<arg_value>None</arg_value>\n</tool_call>"]
+    srv = serve_pieces(chat_model, tokenizer, tmp_path, "glm-4.5.jinja", pieces)
+    try:
+        arguments = '{"query": "b", "safe": true, "opts": {"n": null}, "note": "None"}'
+        assert both_ways(srv, tools=tools) == (None, None, [("lookup", arguments)], "tool_calls")
+    finally:
+        assert srv.stop() == 0, srv.log()

@@ -395,16 +395,63 @@ TEST(ToolCallParserTest, ArgumentsStreamIncrementally) {
   const ParsedDelta d = p->Push("{\"city\": \"Pa");
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"city\": \"Pa");
-  // Key/value arguments go out one by one.
+  // Key/value arguments: the id and name go out at once, the object when the call closes (a
+  // later argument may repeat a key, whose last value wins).
   std::unique_ptr<OutputParser> g = MakeToolCallParser("glm45", Tools());
   const ParsedDelta first = g->Push("<tool_call>get_weather\n<arg_key>city</arg_key>");
   ASSERT_EQ(first.tool_calls.size(), 1u);
   EXPECT_EQ(first.tool_calls[0].name, "get_weather");
   EXPECT_EQ(first.tool_calls[0].arguments, "");
-  const ParsedDelta second = g->Push("<arg_value>Paris</arg_value>");
-  ASSERT_EQ(second.tool_calls.size(), 1u);
-  EXPECT_EQ(second.tool_calls[0].arguments, "{\"city\": \"Paris\"");
-  EXPECT_EQ(g->Push("</tool_call>").tool_calls.at(0).arguments, "}");
+  EXPECT_TRUE(g->Push("<arg_value>Paris</arg_value>").tool_calls.empty());
+  EXPECT_EQ(g->Push("</tool_call>").tool_calls.at(0).arguments, "{\"city\": \"Paris\"}");
+}
+
+// A repeated key gives valid JSON: its first place, its last value (vLLM builds a dict), in both
+// key/value families, however the text is split.
+TEST(ToolCallParserTest, RepeatedKeyKeepsTheLastValue) {
+  const std::string glm =
+      "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>a</arg_value>\n"
+      "<arg_key>filters</arg_key><arg_value>{}</arg_value><arg_key>query</arg_key>\n"
+      "<arg_value>b</arg_value>\n</tool_call>";
+  const Assembled g = Whole("glm45", glm);
+  ASSERT_EQ(g.calls.size(), 1u);
+  EXPECT_EQ(g.calls[0].arguments, "{\"query\": \"b\", \"filters\": {}}");
+  ExpectSplitInvariant("glm45", glm);
+  const std::string dsml =
+      "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"search\">\n"
+      "<｜DSML｜parameter name=\"q\" string=\"true\">a</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"q\" string=\"false\">2</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜function_calls>";
+  const Assembled d = Whole("deepseek_v32", dsml);
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].arguments, "{\"q\": 2}");
+  ExpectSplitInvariant("deepseek_v32", dsml);
+}
+
+// GLM's values that are not JSON are read as Python literals (vLLM's ast.literal_eval fallback);
+// a declared string stays the text, and what is neither stays a string.
+TEST(ToolCallParserTest, GlmReadsPythonLiterals) {
+  const std::string glm =
+      "<tool_call>get_weather\n<arg_key>days</arg_key><arg_value>True</arg_value>"
+      "<arg_key>a</arg_key><arg_value> None </arg_value>"
+      "<arg_key>b</arg_key><arg_value>{'k': [1, (2, 3)], 'f': False,}</arg_value>"
+      "<arg_key>c</arg_key><arg_value>'it\\'s'</arg_value>"
+      "<arg_key>d</arg_key><arg_value>+.5</arg_value>"
+      "<arg_key>e</arg_key><arg_value>true_ish</arg_value>"
+      "<arg_key>code</arg_key><arg_value>True</arg_value></tool_call>";
+  const Assembled g = Whole("glm45", glm);
+  ASSERT_EQ(g.calls.size(), 1u);
+  EXPECT_EQ(g.calls[0].arguments,
+            "{\"days\": true, \"a\": null, \"b\": {\"k\": [1, [2, 3]], \"f\": false}, "
+            "\"c\": \"it's\", \"d\": 0.5, \"e\": \"true_ish\", \"code\": \"True\"}");
+  EXPECT_TRUE(OrderedJson::accept(g.calls[0].arguments));
+  // DSML's string="false" values are JSON only (vLLM's DSML parser has no such fallback).
+  const Assembled d = Whole("deepseek_v32",
+                            "<｜DSML｜function_calls><｜DSML｜invoke name=\"f\">"
+                            "<｜DSML｜parameter name=\"x\" string=\"false\">True"
+                            "</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].arguments, "{\"x\": \"True\"}");
 }
 
 TEST(ToolCallParserTest, WithoutMarkupEverythingIsContent) {
