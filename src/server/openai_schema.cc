@@ -731,7 +731,9 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
     if (meta.endpoint == Endpoint::kCompletions) {
       choice["text"] = c.text;
     } else {
-      const bool null_content = c.text.empty() && !c.tool_calls.empty();
+      // Empty content is null beside tool calls, and under a reasoning parser (vLLM's parsers
+      // return None for it, and its serving_chat passes that on); without one it stays "".
+      const bool null_content = c.text.empty() && (!c.tool_calls.empty() || meta.reasoning);
       choice["message"] = {{"role", "assistant"},
                            {"content", null_content ? OrderedJson(nullptr) : OrderedJson(c.text)}};
       if (meta.reasoning) {

@@ -282,8 +282,8 @@ struct ChoiceOutput {
   // Chat with a reasoning parser: message.reasoning_content (null when empty) /
   // delta.reasoning_content (only when not empty).
   std::string reasoning;
-  // Chat with a tool-call parser: message.tool_calls (then content is null when empty) /
-  // delta.tool_calls.
+  // Chat with a tool-call parser: message.tool_calls (then content is null when empty, as it is
+  // under a reasoning parser) / delta.tool_calls.
   std::vector<ToolCallOutput> tool_calls;
 };
 

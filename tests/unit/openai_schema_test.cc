@@ -539,6 +539,27 @@ TEST(OpenAiSchemaTest, ResponseAndChunks) {
   EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {}, {})));
 }
 
+// Empty content: "" from a plain chat, null under a reasoning parser (a reply that is only
+// reasoning, or nothing at all), as vLLM's parsers return None for it.
+TEST(OpenAiSchemaTest, EmptyContentIsNullUnderAReasoningParser) {
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChatCompletions;
+  ChoiceOutput c;
+  c.finish_reason = "length";
+  EXPECT_EQ(ResponseJson(meta, {c}, {}, {})["choices"][0]["message"]["content"], "");
+  meta.reasoning = true;
+  c.reasoning = "thinking";
+  OrderedJson message = ResponseJson(meta, {c}, {}, {})["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null()) << message;
+  EXPECT_EQ(message["reasoning_content"], "thinking");
+  c.reasoning.clear();
+  message = ResponseJson(meta, {c}, {}, {})["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null()) << message;
+  EXPECT_TRUE(message["reasoning_content"].is_null()) << message;
+  c.text = "4";
+  EXPECT_EQ(ResponseJson(meta, {c}, {}, {})["choices"][0]["message"]["content"], "4");
+}
+
 TEST(OpenAiSchemaTest, StopReasonBesideFinishReason) {
   // vLLM's shape: every response choice and completions chunk carries stop_reason (null, a stop
   // string, or a stop token id as a JSON int); a chat chunk only with its finish_reason.
