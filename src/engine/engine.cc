@@ -423,6 +423,9 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
       PromptTokenLogprob& e = out.prompt_logprobs[r];
       e.token = seq.tokens[rows.first_position + 1 + r];
       e.logprob = row[e.token] - log_z;
+      int64_t more_likely = 0;
+      for (int64_t v = 0; v < vocab; ++v) more_likely += row[v] > row[e.token] ? 1 : 0;
+      e.rank = more_likely + 1;
       TopLogprobs(row, vocab, top, log_z, e.top);
     }
   });

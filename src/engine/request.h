@@ -56,6 +56,7 @@ struct TokenLogprob {
 struct PromptTokenLogprob {
   int32_t token;
   float logprob;
+  int64_t rank = 0;  // 1 + the tokens more likely than it (vLLM's Logprob.rank).
   std::vector<TokenLogprob> top;  // Best first, with prompt_logprobs > 0.
 };
 

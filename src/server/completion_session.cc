@@ -125,13 +125,17 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::AfterRe
 void CompletionSession::Start() {
   // Tokenize and check every prompt before submitting any.
   std::vector<engine::Request> requests;
+  std::vector<bool> truncated;  // Completions: truncate_prompt_tokens cut prompt p.
   std::string chat_prompt;
   if (request_.endpoint == Endpoint::kChatCompletions) {
     requests.push_back(MakeEngineRequest(request_, RenderChat(&chat_prompt), context_.limits));
     meta_.reasoning = !context_.reasoning_parser.empty();
   } else {
     for (const PromptSpec& prompt : request_.prompts) {
-      requests.push_back(MakeEngineRequest(request_, Tokenize(prompt), context_.limits));
+      std::vector<int32_t> ids = Tokenize(prompt);
+      const size_t given = ids.size();
+      requests.push_back(MakeEngineRequest(request_, std::move(ids), context_.limits));
+      truncated.push_back(requests.back().prompt.size() < given);
     }
   }
   std::shared_ptr<const engine::TokenConstraintFactory> constraint;
@@ -160,11 +164,13 @@ void CompletionSession::Start() {
     prompts_[p].ids = requests[p].prompt;
     if (request_.echo) {
       // The text as given; token-id prompts decoded as the output is (skip_special_tokens).
+      // (A prompt that truncate_prompt_tokens cut is echoed as what is left of it, decoded.)
       const PromptSpec& spec = request_.prompts[p];
-      if (spec.is_text) {
+      if (spec.is_text && !truncated[p]) {
         prompts_[p].echo_text = spec.text;
       } else if (context_.tokenizer) {
-        prompts_[p].echo_text = context_.tokenizer->Decode(spec.ids, request_.skip_special_tokens);
+        prompts_[p].echo_text =
+            context_.tokenizer->Decode(prompts_[p].ids, request_.skip_special_tokens);
       }
       if (request_.logprobs) {
         LogprobEntry first;
@@ -275,6 +281,24 @@ std::string CompletionSession::TokenText(int32_t token) const {
 
 void CompletionSession::AddPromptLogprobs(int32_t p, const engine::RequestOutput& out) {
   Prompt& prompt = prompts_[p];
+  if (request_.prompt_logprobs >= 0) {
+    // vLLM's prompt_logprobs: the token itself, then its best alternatives (ranked 1, 2, ...).
+    auto decoded = [&](int32_t token) -> std::optional<std::string> {
+      if (!context_.tokenizer) return std::nullopt;
+      const int32_t ids[1] = {token};
+      return context_.tokenizer->Decode(ids, /*skip_special_tokens=*/false);
+    };
+    for (const engine::PromptTokenLogprob& token : out.prompt_logprobs) {
+      std::vector<RankedLogprob> listed = {
+          {token.token, token.logprob, token.rank, decoded(token.token)}};
+      for (size_t i = 0; i < token.top.size() && i < static_cast<size_t>(request_.prompt_logprobs);
+           ++i) {
+        const engine::TokenLogprob& alt = token.top[i];
+        listed.push_back({alt.token, alt.logprob, static_cast<int64_t>(i) + 1, decoded(alt.token)});
+      }
+      prompt.prompt_logprobs.push_back(std::move(listed));
+    }
+  }
   if (prompt.echoed || !request_.echo || !request_.logprobs) return;
   // The engine reports each prompt token once, in order, from token 1.
   if (out.prompt_logprobs_start != static_cast<int64_t>(prompt.echo_logprobs.size())) {
@@ -579,9 +603,13 @@ std::string CompletionSession::TakeStream() {
   if (!stream_opened_) {
     stream_opened_ = true;
     if (request_.endpoint == Endpoint::kChatCompletions) {
-      for (const Choice& c : choices_) {
+      for (Choice& c : choices_) {
         ChoiceOutput role;
         role.index = c.index;
+        // The opening chunk is each choice's first: vLLM puts prompt_token_ids there.
+        if (request_.return_token_ids) role.prompt_token_ids = PromptOf(c).ids;
+        c.sent_prompt_ids = true;
+        role.usage = ChunkUsage(c);
         out += SseData(ChunkJson(meta_, role, /*role_only=*/true));
       }
     }
@@ -627,6 +655,9 @@ std::string CompletionSession::TakeStream() {
       delta.finish_reason = c.finish_reason;
       delta.stop_reason = c.stop_reason;
     }
+    if (request_.return_token_ids && !c.sent_prompt_ids) delta.prompt_token_ids = PromptOf(c).ids;
+    c.sent_prompt_ids = true;
+    delta.usage = ChunkUsage(c);
     c.sent_text = c.text.size();
     c.sent_reasoning = c.reasoning.size();
     c.sent_ids = c.token_ids.size();
@@ -651,14 +682,36 @@ std::pair<int, std::string> CompletionSession::Response() const {
   std::vector<ChoiceOutput> choices;
   choices.reserve(choices_.size());
   for (const Choice& c : choices_) {
-    choices.push_back({c.index, c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason,
-                       c.reasoning, c.tool_calls});
+    ChoiceOutput& out = choices.emplace_back();
+    out.index = c.index;
+    out.text = c.text;
+    out.token_ids = c.token_ids;
+    out.logprobs = c.logprobs;
+    out.finish_reason = c.finish_reason;
+    out.stop_reason = c.stop_reason;
+    out.reasoning = c.reasoning;
+    out.tool_calls = c.tool_calls;
+    if (request_.return_token_ids) out.prompt_token_ids = PromptOf(c).ids;
+    if (request_.prompt_logprobs >= 0) {
+      out.prompt_logprobs = PromptLogprobsJson(PromptOf(c).prompt_logprobs);
+    }
   }
-  std::vector<std::vector<int32_t>> prompt_ids;
-  if (request_.return_token_ids) {
-    for (const Prompt& p : prompts_) prompt_ids.push_back(p.ids);
-  }
-  return {200, Dump(ResponseJson(meta_, choices, TotalUsage(), prompt_ids))};
+  return {200, Dump(ResponseJson(meta_, choices, TotalUsage()))};
+}
+
+const CompletionSession::Prompt& CompletionSession::PromptOf(const Choice& c) const {
+  return prompts_[static_cast<size_t>(c.index) / request_.sampling.n];
+}
+
+std::optional<Usage> CompletionSession::ChunkUsage(const Choice& c) const {
+  if (!request_.continuous_usage) return std::nullopt;
+  // vLLM's continuous usage: the choice's prompt and its completion tokens so far.
+  const Prompt& prompt = PromptOf(c);
+  Usage usage;
+  usage.prompt_tokens = static_cast<int64_t>(prompt.ids.size());
+  usage.cached_tokens = prompt.cached_tokens;
+  usage.completion_tokens = c.tokens;
+  return usage;
 }
 
 }  // namespace latent::server

@@ -82,6 +82,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     std::string echo_text;
     std::vector<LogprobEntry> echo_logprobs;
     bool echoed = false;
+    // With prompt_logprobs: each prompt token's after the first (PromptLogprobsJson).
+    std::vector<std::vector<RankedLogprob>> prompt_logprobs;
     int64_t engine_id = -1;
     int64_t cached_tokens = 0;
     int32_t samples_ended = 0;  // Samples whose end the engine reported.
@@ -122,6 +124,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
     // How much of text / token_ids / logprobs went out in chunks, and whether the end did.
     size_t sent_text = 0, sent_reasoning = 0, sent_ids = 0, sent_logprobs = 0;
     bool sent_end = false;
+    bool sent_prompt_ids = false;  // Its first chunk, which carries prompt_token_ids, went out.
   };
 
   std::vector<int32_t> Tokenize(const PromptSpec& prompt) const;
@@ -156,7 +159,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // The chat choice's parser (reasoning, then tool calls), or null.
   std::unique_ptr<OutputParser> MakeParser(const std::string& rendered_prompt) const;
   void Apply(const Event& event);
-  // Takes prompt logprobs from the engine; echoes the prompt once they are complete.
+  // Takes prompt logprobs from the engine (for prompt_logprobs, and echo's); echoes the prompt once
+  // they are complete.
   void AddPromptLogprobs(int32_t prompt, const engine::RequestOutput& output);
   // Puts prompt `p`'s text (and logprobs) before each of its choices, once.
   void Echo(int32_t p);
@@ -173,6 +177,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   void Fail(int status, const std::string& message, const std::string& code);
   void CheckDone();
   Usage TotalUsage() const;
+  // The prompt choice `c` samples.
+  const Prompt& PromptOf(const Choice& c) const;
+  // A stream chunk's usage for choice `c` under continuous_usage_stats; nullopt without.
+  std::optional<Usage> ChunkUsage(const Choice& c) const;
 
   const ServerContext& context_;
   const GenerationRequest request_;

@@ -119,6 +119,23 @@ void RejectUnsupported(const Json& body, Endpoint endpoint, int32_t n) {
   if (const std::optional<int64_t> best_of = GetInt(body, "best_of"); best_of && *best_of != n) {
     BadField("best_of", "'best_of' other than n is not supported", "unsupported_parameter");
   }
+  // vLLM's fields for what latent does not implement.
+  if (GetBool(body, "use_beam_search", false)) {
+    BadField("use_beam_search", "'use_beam_search' is not supported: latent has no beam search",
+             "unsupported_parameter");
+  }
+  if (const Json* words = Find(body, "bad_words")) {
+    if (!words->is_array()) WrongType("bad_words", "a list of strings");
+    if (!words->empty()) {
+      BadField("bad_words", "'bad_words' is not supported (allowed_token_ids and logit_bias are)",
+               "unsupported_parameter");
+    }
+  }
+  if (const std::optional<int64_t> priority = GetInt(body, "priority"); priority && *priority) {
+    BadField("priority",
+             "'priority' other than 0 is not supported: latent serves requests in arrival order",
+             "unsupported_parameter");
+  }
   if (endpoint == Endpoint::kCompletions && Find(body, "suffix")) {
     BadField("suffix", "'suffix' is not supported", "unsupported_parameter");
   }
@@ -492,8 +509,31 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
     if (!r.stream)
       BadField("stream_options", "'stream_options' is only allowed with 'stream': true");
     r.include_usage = GetBool(*options, "include_usage", false);
+    // vLLM's: only with include_usage (include_usage and continuous_usage_stats).
+    r.continuous_usage = GetBool(*options, "continuous_usage_stats", false) && r.include_usage;
   }
   if (endpoint == Endpoint::kCompletions) r.echo = GetBool(body, "echo", false);
+  if (const std::optional<int64_t> k = GetInt(body, "prompt_logprobs")) {
+    // vLLM's -1 (the whole vocabulary) is past the limit, as past vLLM's default max_logprobs.
+    if (*k < 0 || *k > limits.max_top_logprobs) {
+      BadField("prompt_logprobs", StrCat("'prompt_logprobs' must be in [0, ",
+                                         limits.max_top_logprobs, "], got ", *k));
+    }
+    // vLLM streams none either (it refuses them above 0 and drops them at 0).
+    if (r.stream) {
+      BadField("prompt_logprobs", "'prompt_logprobs' are not available with 'stream': true",
+               "unsupported_parameter");
+    }
+    r.prompt_logprobs = static_cast<int32_t>(*k);
+  }
+  if (const std::optional<int64_t> k = GetInt(body, "truncate_prompt_tokens")) {
+    if (*k < 1 && *k != -1) {
+      BadField("truncate_prompt_tokens",
+               StrCat("'truncate_prompt_tokens' must be -1 (as many as the context leaves) or a "
+                      "positive number of tokens, got ", *k));
+    }
+    r.truncate_prompt_tokens = *k;
+  }
   ParseMaxTokens(body, r);
   MergeSamplingDefaults(limits.sampling_defaults, body);
   ParseSampling(body, limits, r);
@@ -521,6 +561,25 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
 
 engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<int32_t> prompt,
                                   const ServingLimits& limits) {
+  if (request.truncate_prompt_tokens) {
+    // vLLM's: the prompt's last k tokens (its default left truncation). The room is the context
+    // less max_tokens as vLLM counts it here (a completion's 16 when left out or null, 0 for a
+    // chat's); -1 takes all of it, and a k past it is refused, as vLLM refuses it.
+    const int64_t most = request.max_tokens.value_or(
+        request.endpoint == Endpoint::kCompletions ? 16 : 0);
+    const int64_t room = limits.context_tokens - std::min(most, limits.context_tokens);
+    const int64_t k =
+        *request.truncate_prompt_tokens == -1 ? room : *request.truncate_prompt_tokens;
+    if (k > room) {
+      BadField("truncate_prompt_tokens",
+               StrCat("'truncate_prompt_tokens' is ", k, ", more than the ", room,
+                      " tokens this model's context (", limits.context_tokens,
+                      ") leaves beside max_tokens (", most, ")"));
+    }
+    if (k > 0 && static_cast<int64_t>(prompt.size()) > k) {
+      prompt.erase(prompt.begin(), prompt.end() - k);
+    }
+  }
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) BadField("prompt", "the prompt is empty (no tokens)");
   const int64_t room = std::min(limits.context_tokens, limits.cache_tokens);
@@ -585,6 +644,7 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   r.stop_token_ids = request.stop_token_ids;
   r.ignore_eos = request.ignore_eos;
   if (request.echo && request.logprobs) r.prompt_logprobs = request.top_logprobs;
+  r.prompt_logprobs = std::max(r.prompt_logprobs, request.prompt_logprobs);
   return r;
 }
 
@@ -721,8 +781,7 @@ OrderedJson Envelope(const ResponseMeta& meta, bool chunk) {
 }  // namespace
 
 OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                         const Usage& usage,
-                         const std::vector<std::vector<int32_t>>& prompt_token_ids) {
+                         const Usage& usage) {
   OrderedJson j = Envelope(meta, false);
   OrderedJson list = OrderedJson::array();
   for (const ChoiceOutput& c : choices) {
@@ -748,17 +807,24 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
         meta.logprobs ? LogprobsJson(meta.endpoint, c.logprobs) : OrderedJson(nullptr);
     choice["finish_reason"] = FinishReason(c.finish_reason);
     choice["stop_reason"] = c.stop_reason;
-    if (meta.return_token_ids) choice["token_ids"] = c.token_ids;
+    if (meta.return_token_ids) {
+      choice["token_ids"] = c.token_ids;
+      if (meta.endpoint == Endpoint::kCompletions) choice["prompt_token_ids"] = c.prompt_token_ids;
+    }
+    if (meta.endpoint == Endpoint::kCompletions && !c.prompt_logprobs.is_null()) {
+      choice["prompt_logprobs"] = c.prompt_logprobs;
+    }
     list.push_back(std::move(choice));
   }
   j["choices"] = std::move(list);
   j["usage"] = UsageJson(usage);
-  if (meta.return_token_ids) {
-    if (meta.endpoint == Endpoint::kChatCompletions && prompt_token_ids.size() == 1) {
-      j["prompt_token_ids"] = prompt_token_ids[0];
-    } else {
-      j["prompt_token_ids"] = prompt_token_ids;
-    }
+  if (meta.return_token_ids && meta.endpoint == Endpoint::kChatCompletions) {
+    j["prompt_token_ids"] =
+        choices.empty() ? OrderedJson::array() : OrderedJson(choices[0].prompt_token_ids);
+  }
+  if (meta.endpoint == Endpoint::kChatCompletions && !choices.empty() &&
+      !choices[0].prompt_logprobs.is_null()) {
+    j["prompt_logprobs"] = choices[0].prompt_logprobs;
   }
   return j;
 }
@@ -789,9 +855,32 @@ OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role
     choice["stop_reason"] = c.stop_reason;
   }
   if (meta.return_token_ids && !role_only) choice["token_ids"] = c.token_ids;
+  const bool prompt_ids = meta.return_token_ids && !c.prompt_token_ids.empty();
+  if (prompt_ids && meta.endpoint == Endpoint::kCompletions) {
+    choice["prompt_token_ids"] = c.prompt_token_ids;
+  }
   j["choices"] = OrderedJson::array({std::move(choice)});
-  if (meta.include_usage) j["usage"] = nullptr;
+  if (meta.include_usage) j["usage"] = c.usage ? UsageJson(*c.usage) : OrderedJson(nullptr);
+  if (prompt_ids && meta.endpoint == Endpoint::kChatCompletions) {
+    j["prompt_token_ids"] = c.prompt_token_ids;
+  }
   return j;
+}
+
+OrderedJson PromptLogprobsJson(const std::vector<std::vector<RankedLogprob>>& positions) {
+  OrderedJson list = OrderedJson::array({nullptr});
+  for (const std::vector<RankedLogprob>& listed : positions) {
+    OrderedJson entry = OrderedJson::object();
+    for (const RankedLogprob& e : listed) {
+      const std::string key = std::to_string(e.token);
+      if (entry.contains(key)) continue;  // The token among its own alternatives.
+      entry[key] = {{"logprob", LogprobValue(e.logprob)},
+                    {"rank", e.rank},
+                    {"decoded_token", e.decoded ? OrderedJson(*e.decoded) : OrderedJson(nullptr)}};
+    }
+    list.push_back(std::move(entry));
+  }
+  return list;
 }
 
 OrderedJson UsageChunkJson(const ResponseMeta& meta, const Usage& usage) {

@@ -5,7 +5,8 @@
 //
 // Besides OpenAI's fields, requests accept vLLM's extensions: top_k, min_p, repetition_penalty,
 // ignore_eos, stop_token_ids, min_tokens, allowed_token_ids, skip_special_tokens,
-// return_token_ids (the choice's "token_ids" and the response's "prompt_token_ids"),
+// return_token_ids (the choice's "token_ids"; "prompt_token_ids" in each completions choice and at
+// the top of a chat response), stream_options.continuous_usage_stats (every chunk's usage),
 // return_tokens_as_token_ids (logprob tokens as "token_id:N"), add_generation_prompt,
 // continue_final_message and chat_template_kwargs. logit_bias (token id strings to biases in
 // [-100, 100]) is honoured. Fields latent does not know are ignored;
@@ -163,6 +164,8 @@ struct GenerationRequest {
   bool continue_final_message = false;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage.
+  // stream_options.continuous_usage_stats, with include_usage (as vLLM): every chunk's usage.
+  bool continuous_usage = false;
   // nullopt: the rest of the context (capped by generation_config's max_new_tokens), or 16 for
   // a completion that leaves the field out; 0 only with echo (score the prompt).
   std::optional<int64_t> max_tokens;
@@ -181,6 +184,12 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;  // Alternatives per token with logprobs.
   bool echo = false;         // Completions: the prompt before each choice (with logprobs: its
                              // tokens' logprobs too).
+  // vLLM's prompt_logprobs: -1 none; k: each prompt token's logprob and rank with its k best
+  // alternatives (PromptLogprobsJson). Not with stream.
+  int32_t prompt_logprobs = -1;
+  // vLLM's truncate_prompt_tokens: keep the prompt's last k tokens; -1: as many as the context
+  // leaves beside max_tokens; nullopt: off (MakeEngineRequest).
+  std::optional<int64_t> truncate_prompt_tokens;
   bool skip_special_tokens = true;
   bool return_token_ids = false;
   // vLLM's: each logprob's token (and top_logprobs' keys or tokens) is "token_id:N", which a
@@ -285,7 +294,29 @@ struct ChoiceOutput {
   // Chat with a tool-call parser: message.tool_calls (then content is null when empty, as it is
   // under a reasoning parser) / delta.tool_calls.
   std::vector<ToolCallOutput> tool_calls;
+  // With return_token_ids, where vLLM puts them: completions, the choice's "prompt_token_ids" (its
+  // prompt's); chat, the response's top-level one (from the first choice). A stream carries them
+  // in each choice's first chunk only (chat: its opening chunk, top level); empty: left out.
+  std::vector<int32_t> prompt_token_ids;
+  // vLLM's continuous_usage_stats: this chunk's "usage" (its prompt's tokens and the choice's
+  // completion tokens so far) instead of null. Streams only.
+  std::optional<Usage> usage;
+  // With prompt_logprobs (PromptLogprobsJson): completions, the choice's "prompt_logprobs"; chat,
+  // the response's top-level one (from the first choice). Null: left out.
+  OrderedJson prompt_logprobs;
 };
+
+// One entry of vLLM's prompt_logprobs: a token id with its logprob, rank and text.
+struct RankedLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  int64_t rank = 0;                    // 1: the most likely token.
+  std::optional<std::string> decoded;  // Its text; null without a tokenizer.
+};
+// vLLM's prompt_logprobs: null for the first prompt token (nothing comes before it), then for
+// each later one {"<id>": {"logprob", "rank", "decoded_token"}, ...}: the token itself first,
+// then its best alternatives. `positions[i]` lists prompt token i + 1's.
+OrderedJson PromptLogprobsJson(const std::vector<std::vector<RankedLogprob>>& positions);
 
 // What every response and chunk of one request shares.
 struct ResponseMeta {
@@ -297,13 +328,14 @@ struct ResponseMeta {
   bool return_token_ids = false;
   bool include_usage = false;  // Streams: every chunk carries "usage": null, then a usage chunk.
   bool reasoning = false;      // Chat messages carry "reasoning_content" (a reasoning parser runs).
+  // tool_choice "required" or a named function: message.content is "" beside the calls, not
+  // null (vLLM's `content or ""` for forced calls).
+  bool forced_tool_call = false;
 };
 
-// The non-streaming response. `prompt_token_ids` (one list per prompt) appears with
-// return_token_ids.
+// The non-streaming response.
 OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
-                         const Usage& usage,
-                         const std::vector<std::vector<int32_t>>& prompt_token_ids);
+                         const Usage& usage);
 // A stream chunk with one choice. `role_only`: chat's opening chunk (delta {"role": "assistant",
 // "content": ""}).
 OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& choice, bool role_only = false);

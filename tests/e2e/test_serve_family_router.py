@@ -41,7 +41,7 @@ def test_chat_and_completion_over_openai_api(tiny_models, tmp_path, preset):
         resp = client.completions.create(model=MODEL_NAME, prompt="The capital of France is",
                                          max_tokens=MAX_TOKENS, temperature=0,
                                          extra_body={"return_token_ids": True, "ignore_eos": True})
-        prompt_ids = resp.model_extra["prompt_token_ids"][0]
+        prompt_ids = resp.choices[0].model_extra["prompt_token_ids"]
         ids = resp.choices[0].model_extra["token_ids"]
         out = run_latent("generate", "--model", str(model), "--ids", ",".join(map(str, prompt_ids)),
                          "--max-tokens", str(MAX_TOKENS), "--ignore-eos")

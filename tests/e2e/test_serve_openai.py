@@ -6,12 +6,13 @@ continue_final_message."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from conftest import latent_generate
-from e2e_harness import CONTEXT, MODEL_NAME, chat_model, server  # noqa: F401 (fixtures)
+from e2e_harness import CONTEXT, MODEL_NAME, chat_model, server, sse_events  # noqa: F401 (fixtures)
 
 PROMPTS = [
     "The capital of France is",
@@ -50,9 +51,11 @@ def test_health_and_models(server, client):
 def test_completion_equals_generate(server, client, chat_model, hf_tokenizer, prompt):
     resp = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
                                      temperature=0, extra_body={"return_token_ids": True})
-    prompt_ids = extra(resp, "prompt_token_ids")[0]
-    assert prompt_ids == hf_tokenizer(prompt)["input_ids"]
     choice = resp.choices[0]
+    # vLLM's place: the choice's prompt_token_ids, a flat list (none at the top level).
+    prompt_ids = extra(choice, "prompt_token_ids")
+    assert prompt_ids == hf_tokenizer(prompt)["input_ids"]
+    assert "prompt_token_ids" not in resp.model_extra
     ids = extra(choice, "token_ids")
     expected = latent_generate(chat_model, prompt_ids, MAX_TOKENS)
     assert ids == expected
@@ -82,6 +85,95 @@ def test_completion_stream_equals_non_stream(client):
     assert not chunks[-1].choices and chunks[-1].usage is not None
     assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
     assert len({c.id for c in chunks}) == 1
+
+
+def streamed(server, path: str, body: dict) -> list[dict]:
+    status, raw = server.request("POST", path, body)
+    assert status == 200, raw
+    return [json.loads(e) for e in sse_events(raw) if e != "[DONE]"]
+
+
+def test_streamed_prompt_token_ids_and_continuous_usage(server, hf_tokenizer):
+    """return_token_ids streamed: each choice's first chunk carries its prompt's ids (completions:
+    in the choice; chat: the opening chunk's top level), as vLLM. continuous_usage_stats (with
+    include_usage): every chunk's usage is its prompt's tokens and the choice's completion tokens
+    so far; without it, null."""
+    prompts = [PROMPTS[0], PROMPTS[1]]
+    body = {"model": MODEL_NAME, "prompt": prompts, "n": 2, "max_tokens": 4, "temperature": 0,
+            "ignore_eos": True, "stream": True, "return_token_ids": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chunks = streamed(server, "/v1/completions", body)
+    choices = [c for c in chunks if c["choices"]]
+    seen: set[int] = set()
+    made: dict[int, int] = {}
+    for chunk in choices:
+        choice = chunk["choices"][0]
+        i = choice["index"]
+        prompt_ids = hf_tokenizer(prompts[i // 2])["input_ids"]
+        if i in seen:
+            assert "prompt_token_ids" not in choice, chunk
+        else:
+            assert choice["prompt_token_ids"] == prompt_ids, chunk
+            seen.add(i)
+        made[i] = made.get(i, 0) + len(choice["token_ids"])
+        assert chunk["usage"]["prompt_tokens"] == len(prompt_ids), chunk
+        assert chunk["usage"]["completion_tokens"] == made[i], chunk
+        assert chunk["usage"]["total_tokens"] == len(prompt_ids) + made[i], chunk
+        assert "prompt_token_ids" not in chunk
+    assert seen == {0, 1, 2, 3} and made == {i: 4 for i in range(4)}
+    # The usage chunk: the totals.
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 16
+    for options in ({"include_usage": True},
+                    {"include_usage": True, "continuous_usage_stats": False},
+                    {"continuous_usage_stats": True}):
+        body.update(stream_options=options)
+        chunks = streamed(server, "/v1/completions", body)
+        assert all(c.get("usage") is None for c in chunks if c["choices"]), options
+
+    messages = [{"role": "user", "content": "Name a prime number."}]
+    text = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt_ids = hf_tokenizer(text, add_special_tokens=False)["input_ids"]
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 3, "temperature": 0,
+            "ignore_eos": True, "stream": True, "return_token_ids": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chunks = streamed(server, "/v1/chat/completions", body)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[0]["prompt_token_ids"] == prompt_ids
+    assert "prompt_token_ids" not in chunks[0]["choices"][0]
+    assert all("prompt_token_ids" not in c for c in chunks[1:])
+    made = 0
+    for chunk in chunks[:-1]:
+        made += len(chunk["choices"][0].get("token_ids", []))
+        assert chunk["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": made,
+                                  "total_tokens": len(prompt_ids) + made,
+                                  "prompt_tokens_details": chunk["usage"]["prompt_tokens_details"]}
+    assert made == 3 and chunks[-1]["usage"]["completion_tokens"] == 3
+
+
+def test_truncate_prompt_tokens(server, hf_tokenizer):
+    """vLLM's truncate_prompt_tokens keeps the prompt's last N tokens: the output, usage and
+    prompt_token_ids are those of sending them, and echo shows what is left; -1 keeps a prompt
+    that fits the context beside max_tokens."""
+    full = hf_tokenizer(PROMPTS[1])["input_ids"]
+    assert len(full) > 3
+    base = {"model": MODEL_NAME, "max_tokens": 4, "temperature": 0, "return_token_ids": True}
+    status, cut = server.post("/v1/completions", {**base, "prompt": PROMPTS[1], "echo": True,
+                                                  "truncate_prompt_tokens": 3})
+    assert status == 200, cut
+    status, sent = server.post("/v1/completions", {**base, "prompt": full[-3:]})
+    assert status == 200, sent
+    choice = cut["choices"][0]
+    assert choice["prompt_token_ids"] == full[-3:] and cut["usage"]["prompt_tokens"] == 3
+    assert choice["token_ids"] == sent["choices"][0]["token_ids"]
+    assert choice["text"] == hf_tokenizer.decode(full[-3:], skip_special_tokens=True) + \
+        sent["choices"][0]["text"]
+    status, kept = server.post("/v1/completions", {**base, "prompt": PROMPTS[1],
+                                                   "truncate_prompt_tokens": -1})
+    assert status == 200 and kept["choices"][0]["prompt_token_ids"] == full, kept
+    status, chat = server.post("/v1/chat/completions", {
+        **base, "messages": [{"role": "user", "content": PROMPTS[1]}], "truncate_prompt_tokens": 2})
+    assert status == 200 and len(chat["prompt_token_ids"]) == 2, chat
+    assert chat["usage"]["prompt_tokens"] == 2
 
 
 def test_stream_without_usage(client):

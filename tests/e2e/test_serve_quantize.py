@@ -18,7 +18,7 @@ def test_serve_int8_equals_generate_int8(start_server, chat_model):
     for prompt in ["The capital of France is", "def fibonacci(n):"]:
         resp = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
                                          temperature=0, extra_body={"return_token_ids": True})
-        prompt_ids = resp.model_extra["prompt_token_ids"][0]
+        prompt_ids = resp.choices[0].model_extra["prompt_token_ids"]
         ids = resp.choices[0].model_extra["token_ids"]
         out = run_latent("generate", "--model", str(chat_model), "--ids",
                          ",".join(map(str, prompt_ids)), "--max-tokens", str(MAX_TOKENS),

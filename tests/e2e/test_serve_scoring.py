@@ -192,10 +192,13 @@ def test_text_and_list_prompts(scoring, hf_tokenizer):
     srv, _, reference = scoring
     text = "The capital of France is Paris, and the capital of Italy is Rome."
     resp = score(srv, [text, "Hello"], n=2, return_token_ids=True, max_tokens=1)
-    prompt_ids = resp["prompt_token_ids"]
-    assert prompt_ids[0] == hf_tokenizer(text)["input_ids"]
     choices = sorted(resp["choices"], key=lambda c: c["index"])
     assert len(choices) == 4
+    # Each choice carries its own prompt's ids (vLLM's choices[i].prompt_token_ids).
+    prompt_ids = [choices[0]["prompt_token_ids"], choices[2]["prompt_token_ids"]]
+    assert [c["prompt_token_ids"] for c in choices] == [prompt_ids[0]] * 2 + [prompt_ids[1]] * 2
+    assert prompt_ids[0] == hf_tokenizer(text)["input_ids"]
+    assert "prompt_token_ids" not in resp
     for c in choices:
         p = c["index"] // 2
         assert c["text"].startswith([text, "Hello"][p])
@@ -204,6 +207,50 @@ def test_text_and_list_prompts(scoring, hf_tokenizer):
     for c in resp["choices"]:
         check_prompt_logprobs(c["logprobs"], [random_prompt(6, 20), random_prompt(7, 70)][c["index"]],
                               reference)
+
+
+def test_prompt_logprobs(scoring, hf_tokenizer):
+    """vLLM's prompt_logprobs: null for the first token, then each token's own logprob, rank (1 +
+    the tokens more likely) and text, followed by its k best alternatives ranked 1..k, as
+    transformers scores them; in the completions choice beside echo's logprobs (the engine
+    computes the larger count once), at the top level of a chat response."""
+    srv, model_dir, reference = scoring
+    _, model, scratch = reference
+    ids = random_prompt(8, 40)
+    k = 3
+    resp = score(srv, ids, logprobs=1, prompt_logprobs=k)
+    (choice,) = resp["choices"]
+    check_prompt_logprobs(choice["logprobs"], ids, reference, top=1)
+    listed = choice["prompt_logprobs"]
+    assert len(listed) == len(ids) and listed[0] is None
+    expected = reference_logprobs(model, ids)
+    one_shot, cut = one_shot_and_cut(model_dir, ids, expected, scratch)
+    for i in range(1, len(ids)):
+        row = expected[i - 1] if i - 1 < cut else one_shot[i - 1]
+        best = torch.topk(row, k).indices.tolist()
+        entry = listed[i]
+        assert list(entry) == [str(t) for t in [ids[i]] + [t for t in best if t != ids[i]]], i
+        own = entry[str(ids[i])]
+        lp = row[ids[i]].item()
+        assert abs(own["logprob"] - lp) < TOLERANCE, (i, own, lp)
+        # Tokens within the tolerance of it may order either way.
+        least, most = (int((row > lp + d).sum()) + 1 for d in (TOLERANCE, -TOLERANCE))
+        assert least <= own["rank"] <= most, (i, own, least, most)
+        for r, t in enumerate(best, start=1):
+            alt = entry[str(t)]
+            assert abs(alt["logprob"] - row[t].item()) < TOLERANCE, (i, t, alt)
+            assert alt["rank"] == r or t == ids[i], (i, t, alt)
+            assert alt["decoded_token"] == hf_tokenizer.decode([t]), (i, t, alt)
+    # Chat: at the top level, one entry per prompt token.
+    status, resp = srv.post("/v1/chat/completions", {
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": "Score me."}],
+        "max_tokens": 1, "prompt_logprobs": 0, "return_token_ids": True})
+    assert status == 200, resp
+    prompt_ids = resp["prompt_token_ids"]
+    assert "prompt_logprobs" not in resp["choices"][0]
+    assert resp["prompt_logprobs"][0] is None and len(resp["prompt_logprobs"]) == len(prompt_ids)
+    for token, entry in zip(prompt_ids[1:], resp["prompt_logprobs"][1:]):
+        assert list(entry) == [str(token)] and entry[str(token)]["rank"] >= 1
 
 
 def test_one_token_prompt_and_refusals(scoring):

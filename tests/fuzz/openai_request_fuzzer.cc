@@ -161,7 +161,9 @@ void CheckGeneration(std::string_view body, Endpoint endpoint, uint8_t selector)
   entry.top = {{text_seen, -0.5f}, {"b", -1.0f}};
   choice.logprobs.push_back(entry);
   choice.finish_reason = "stop";
-  latent::server::Dump(latent::server::ResponseJson(meta, {choice}, {3, 2, 1}, {{1, 2, 3}}));
+  choice.prompt_token_ids = {1, 2, 3};
+  if (r.continuous_usage) choice.usage = latent::server::Usage{3, 2, 1};
+  latent::server::Dump(latent::server::ResponseJson(meta, {choice}, {3, 2, 1}));
   latent::server::SseData(latent::server::ChunkJson(meta, choice, selector & 1));
   latent::server::SseData(latent::server::UsageChunkJson(meta, {3, 2, 1}));
 }

@@ -309,7 +309,7 @@ TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
   second.top = {{"c", -0.5f}};
   second.text_offset = 1;
   c.logprobs = {first, second};
-  const OrderedJson j = ResponseJson(meta, {c}, {}, {});
+  const OrderedJson j = ResponseJson(meta, {c}, {});
   const OrderedJson& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], OrderedJson({"a", "b"}));
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
@@ -335,7 +335,7 @@ TEST(OpenAiSchemaTest, ReturnTokensAsTokenIds) {
   e.bytes = "\xc3\xa9";
   e.top = {{"token_id:7", -0.1f}};
   c.logprobs = {e};
-  const OrderedJson j = ResponseJson(meta, {c}, {}, {});
+  const OrderedJson j = ResponseJson(meta, {c}, {});
   const OrderedJson& entry = j["choices"][0]["logprobs"]["content"][0];
   EXPECT_EQ(entry["token"], "token_id:7");
   EXPECT_EQ(entry["bytes"], OrderedJson({0xc3, 0xa9}));
@@ -469,11 +469,11 @@ TEST(OpenAiSchemaTest, MinusInfinityLogprobsAreNumbers) {
   c.logprobs = {e};
   ResponseMeta meta;
   meta.logprobs = true;
-  OrderedJson lp = ResponseJson(meta, {c}, {}, {})["choices"][0]["logprobs"];
+  OrderedJson lp = ResponseJson(meta, {c}, {})["choices"][0]["logprobs"];
   EXPECT_EQ(lp["token_logprobs"][0], -9999.0f);
   EXPECT_EQ(lp["top_logprobs"][0]["a"], -9999.0f);
   meta.endpoint = Endpoint::kChatCompletions;
-  lp = ResponseJson(meta, {c}, {}, {})["choices"][0]["logprobs"];
+  lp = ResponseJson(meta, {c}, {})["choices"][0]["logprobs"];
   EXPECT_EQ(lp["content"][0]["logprob"], -9999.0f);
   EXPECT_EQ(lp["content"][0]["top_logprobs"][0]["logprob"], -9999.0f);
 }
@@ -523,7 +523,7 @@ TEST(OpenAiSchemaTest, ResponseAndChunks) {
   ChoiceOutput c;
   c.text = "hi";
   c.finish_reason = "length";
-  const OrderedJson whole = ResponseJson(meta, {c}, {5, 2, 3}, {});
+  const OrderedJson whole = ResponseJson(meta, {c}, {5, 2, 3});
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "hi");
   EXPECT_EQ(whole["usage"]["total_tokens"], 7);
@@ -536,7 +536,165 @@ TEST(OpenAiSchemaTest, ResponseAndChunks) {
   EXPECT_EQ(SseData(OrderedJson{{"a", 1}}), "data: {\"a\":1}\n\n");
   // Invalid UTF-8 is replaced, never thrown.
   c.text = "\xff";
-  EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {}, {})));
+  EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {})));
+}
+
+TEST(OpenAiSchemaTest, ContinuousUsageStats) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], "stream": true, )";
+  auto parse = [&](const std::string& options) {
+    return Parse(chat + R"("stream_options": )" + options + "}", Endpoint::kChatCompletions);
+  };
+  EXPECT_TRUE(parse(R"({"include_usage": true, "continuous_usage_stats": true})").continuous_usage);
+  // vLLM's include_usage and continuous_usage_stats: without include_usage, no usage at all.
+  EXPECT_FALSE(parse(R"({"continuous_usage_stats": true})").continuous_usage);
+  EXPECT_FALSE(
+      parse(R"({"include_usage": true, "continuous_usage_stats": false})").continuous_usage);
+  EXPECT_FALSE(parse(R"({"include_usage": true})").continuous_usage);
+  EXPECT_EQ(Refusal(chat + R"("stream_options": {"continuous_usage_stats": 1}})",
+                    Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("continuous_usage_stats")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "stream_options": {"include_usage": true,
+                       "continuous_usage_stats": true}})"),
+            std::make_pair(400, std::string("stream_options")));
+  ResponseMeta meta;
+  meta.include_usage = true;
+  ChoiceOutput c;
+  c.text = "a";
+  EXPECT_TRUE(ChunkJson(meta, c)["usage"].is_null());
+  c.usage = Usage{4, 2, 1};
+  const OrderedJson usage = ChunkJson(meta, c)["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 4);
+  EXPECT_EQ(usage["completion_tokens"], 2);
+  EXPECT_EQ(usage["total_tokens"], 6);
+}
+
+TEST(OpenAiSchemaTest, PromptTokenIdsWhereVllmPutsThem) {
+  ResponseMeta meta;
+  meta.return_token_ids = true;
+  ChoiceOutput c;
+  c.token_ids = {7};
+  c.prompt_token_ids = {1, 2};
+  // Completions: in each choice (its prompt's), none at the top level.
+  OrderedJson whole = ResponseJson(meta, {c}, {});
+  EXPECT_EQ(whole["choices"][0]["prompt_token_ids"], OrderedJson({1, 2}));
+  EXPECT_FALSE(whole.contains("prompt_token_ids"));
+  EXPECT_EQ(ChunkJson(meta, c)["choices"][0]["prompt_token_ids"], OrderedJson({1, 2}));
+  ChoiceOutput later = c;  // A later chunk leaves them out.
+  later.prompt_token_ids.clear();
+  EXPECT_FALSE(ChunkJson(meta, later)["choices"][0].contains("prompt_token_ids"));
+  // Chat: at the top level, flat.
+  meta.endpoint = Endpoint::kChatCompletions;
+  whole = ResponseJson(meta, {c}, {});
+  EXPECT_EQ(whole["prompt_token_ids"], OrderedJson({1, 2}));
+  EXPECT_FALSE(whole["choices"][0].contains("prompt_token_ids"));
+  const OrderedJson role = ChunkJson(meta, c, /*role_only=*/true);
+  EXPECT_EQ(role["prompt_token_ids"], OrderedJson({1, 2}));
+  EXPECT_FALSE(role["choices"][0].contains("prompt_token_ids"));
+  EXPECT_FALSE(ChunkJson(meta, later).contains("prompt_token_ids"));
+}
+
+TEST(OpenAiSchemaTest, VllmFieldsLatentDoesNotImplementAreRefused) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  for (const std::string& field : {std::string(R"("use_beam_search": true)"),
+                                   std::string(R"("bad_words": ["x"])"),
+                                   std::string(R"("priority": 3)")}) {
+    SCOPED_TRACE(field);
+    const std::string name = field.substr(1, field.find('"', 1) - 1);
+    EXPECT_EQ(Refusal(R"({"prompt": "x", )" + field + "}"), std::make_pair(400, name));
+    EXPECT_EQ(Refusal(chat + field + "}", Endpoint::kChatCompletions), std::make_pair(400, name));
+    try {
+      Parse(R"({"prompt": "x", )" + field + "}");
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.code(), "unsupported_parameter");
+    }
+  }
+  // Their defaults are no change.
+  EXPECT_NO_THROW(Parse(R"({"prompt": "x", "use_beam_search": false, "bad_words": [],
+                            "priority": 0})"));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "bad_words": "x"})"),
+            std::make_pair(400, std::string("bad_words")));
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "priority": "high"})"),
+            std::make_pair(400, std::string("priority")));
+}
+
+TEST(OpenAiSchemaTest, PromptLogprobs) {
+  EXPECT_EQ(Parse(R"({"prompt": "x"})").prompt_logprobs, -1);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "prompt_logprobs": null})").prompt_logprobs, -1);
+  const GenerationRequest r = Parse(R"({"prompt": "x", "prompt_logprobs": 3})");
+  EXPECT_EQ(r.prompt_logprobs, 3);
+  EXPECT_EQ(MakeEngineRequest(r, {1, 2}, Limits()).prompt_logprobs, 3);
+  // With echo's logprobs the engine computes the larger count once.
+  EXPECT_EQ(MakeEngineRequest(Parse(R"({"prompt": "x", "prompt_logprobs": 1, "echo": true,
+                                        "logprobs": 4})"),
+                              {1, 2}, Limits())
+                .prompt_logprobs,
+            4);
+  EXPECT_EQ(MakeEngineRequest(Parse(R"({"prompt": "x", "prompt_logprobs": 5, "echo": true,
+                                        "logprobs": 0})"),
+                              {1, 2}, Limits())
+                .prompt_logprobs,
+            5);
+  EXPECT_EQ(Parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0})",
+                  Endpoint::kChatCompletions)
+                .prompt_logprobs,
+            0);
+  for (const char* body : {R"({"prompt": "x", "prompt_logprobs": -1})",
+                           R"({"prompt": "x", "prompt_logprobs": 21})",
+                           R"({"prompt": "x", "prompt_logprobs": true})",
+                           R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})"}) {
+    EXPECT_EQ(Refusal(body), std::make_pair(400, std::string("prompt_logprobs"))) << body;
+  }
+  const OrderedJson j = PromptLogprobsJson(
+      {{{5, -1.5f, 7, "a"}, {9, -0.25f, 1, "b"}, {5, -1.5f, 2, "a"}},
+       {{6, -0.5f, 1, std::nullopt}, {6, -0.5f, 1, std::nullopt}}});
+  EXPECT_EQ(j.dump(),
+            R"([null,{"5":{"logprob":-1.5,"rank":7,"decoded_token":"a"},)"
+            R"("9":{"logprob":-0.25,"rank":1,"decoded_token":"b"}},)"
+            R"({"6":{"logprob":-0.5,"rank":1,"decoded_token":null}}])");
+  // In the completions choice; at the top level of a chat response.
+  ResponseMeta meta;
+  ChoiceOutput c;
+  c.prompt_logprobs = j;
+  EXPECT_EQ(ResponseJson(meta, {c}, {})["choices"][0]["prompt_logprobs"], j);
+  meta.endpoint = Endpoint::kChatCompletions;
+  const OrderedJson chat = ResponseJson(meta, {c}, {});
+  EXPECT_EQ(chat["prompt_logprobs"], j);
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_logprobs"));
+  c.prompt_logprobs = nullptr;
+  EXPECT_FALSE(ResponseJson(meta, {c}, {}).contains("prompt_logprobs"));
+}
+
+TEST(OpenAiSchemaTest, TruncatePromptTokens) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ServingLimits limits = Limits();
+  limits.cache_tokens = 1024;  // The context (512) is the bound here.
+  auto kept = [&](const std::string& body, Endpoint e = Endpoint::kCompletions) {
+    return MakeEngineRequest(Parse(body, e), prompt, limits).prompt;
+  };
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": 3})"),
+            std::vector<int32_t>({8, 9, 10}));
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": 30})"), prompt);
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": null})"), prompt);
+  // -1: the context (512) less max_tokens (as vLLM counts it: 16 left out, 0 for chat).
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": -1, "max_tokens": 505})"),
+            std::vector<int32_t>({4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": -1})"), prompt);
+  EXPECT_EQ(kept(R"({"messages": [{"role": "user", "content": "x"}], "truncate_prompt_tokens": 4})",
+                 Endpoint::kChatCompletions),
+            std::vector<int32_t>({7, 8, 9, 10}));
+  for (const char* body : {R"({"prompt": "x", "truncate_prompt_tokens": 0})",
+                           R"({"prompt": "x", "truncate_prompt_tokens": -2})",
+                           R"({"prompt": "x", "truncate_prompt_tokens": "3"})"}) {
+    EXPECT_EQ(Refusal(body), std::make_pair(400, std::string("truncate_prompt_tokens"))) << body;
+  }
+  // Past the room (512 - 16): refused, as vLLM refuses it.
+  try {
+    kept(R"({"prompt": "x", "truncate_prompt_tokens": 497})");
+    ADD_FAILURE() << "not refused";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "truncate_prompt_tokens");
+  }
+  EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": 496})"), prompt);
 }
 
 // Empty content: "" from a plain chat, null under a reasoning parser (a reply that is only
@@ -576,9 +734,9 @@ TEST(OpenAiSchemaTest, StopReasonBesideFinishReason) {
       EXPECT_TRUE(chunk["stop_reason"].is_null());
     }
     c.finish_reason = "stop";
-    EXPECT_TRUE(ResponseJson(meta, {c}, {}, {})["choices"][0]["stop_reason"].is_null());
+    EXPECT_TRUE(ResponseJson(meta, {c}, {})["choices"][0]["stop_reason"].is_null());
     c.stop_reason = 7;
-    const OrderedJson choice = ResponseJson(meta, {c}, {}, {})["choices"][0];
+    const OrderedJson choice = ResponseJson(meta, {c}, {})["choices"][0];
     EXPECT_EQ(Dump(choice["stop_reason"]), "7");
     // Right after finish_reason, as vLLM's models order their fields.
     auto after = std::next(choice.find("finish_reason"));

@@ -439,7 +439,7 @@ TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {
   ChoiceOutput c;
   c.finish_reason = "tool_calls";
   c.tool_calls = {{0, "call_a", "get_weather", "{\"city\": \"Paris\"}"}};
-  const OrderedJson r = ResponseJson(meta, {c}, Usage{}, {});
+  const OrderedJson r = ResponseJson(meta, {c}, Usage{});
   const OrderedJson& message = r["choices"][0]["message"];
   EXPECT_TRUE(message["content"].is_null());
   EXPECT_EQ(message["tool_calls"][0]["id"], "call_a");
@@ -463,7 +463,7 @@ TEST(ToolRequestTest, ResponseAndChunksCarryToolCalls) {
             R"({"content":"x","tool_calls":[{"index":1,"function":{"arguments":"\"a\"}"}}]})");
   // Without tool calls a message keeps its content string.
   ChoiceOutput plain;
-  EXPECT_EQ(ResponseJson(meta, {plain}, Usage{}, {})["choices"][0]["message"].dump(),
+  EXPECT_EQ(ResponseJson(meta, {plain}, Usage{})["choices"][0]["message"].dump(),
             R"({"role":"assistant","content":""})");
 }
 
