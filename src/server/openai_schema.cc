@@ -717,10 +717,20 @@ OrderedJson LogprobsJson(Endpoint endpoint, const std::vector<LogprobEntry>& ent
         continue;
       }
       logprobs.push_back(LogprobValue(e.logprob));
+      // The token itself first, then its alternatives: up to logprobs + 1 entries (OpenAI; vLLM's
+      // _create_completion_logprobs), so "logprobs": 0 still gives {token: logprob}. Keyed by
+      // text, ids of one text share a key, which keeps the better logprob.
       OrderedJson alternatives = OrderedJson::object();
-      for (const auto& [token, lp] : e.top) {
-        if (!alternatives.contains(token)) alternatives[token] = LogprobValue(lp);
-      }
+      auto add = [&](const std::string& token, float lp) {
+        const auto it = alternatives.find(token);
+        if (it == alternatives.end()) {
+          alternatives[token] = LogprobValue(lp);
+        } else if (LogprobValue(lp).get<float>() > it->get<float>()) {
+          *it = LogprobValue(lp);
+        }
+      };
+      add(e.token, e.logprob);
+      for (const auto& [token, lp] : e.top) add(token, lp);
       top.push_back(std::move(alternatives));
     }
     return {{"tokens", tokens},

@@ -21,7 +21,8 @@
 //
 // Scoring (completions): "echo": true puts the prompt's text before each choice's text; with
 // "logprobs": N the choice's logprobs then start with the prompt's tokens (the first with null
-// logprob and top_logprobs, as OpenAI and vLLM give it), and "max_tokens": 0 scores the prompt
+// logprob and top_logprobs, as OpenAI and vLLM give it; each other's top_logprobs lists the
+// prompt token itself, as a generated token's does), and "max_tokens": 0 scores the prompt
 // without generating (finish_reason "length"). That is what lm-evaluation-harness's
 // local-completions model sends for loglikelihood tasks.
 #pragma once
@@ -261,7 +262,8 @@ struct LogprobEntry {
   std::optional<std::string> bytes;
   float logprob = 0;
   bool null_logprob = false;  // An echoed prompt's first token: logprob and top_logprobs null.
-  std::vector<std::pair<std::string, float>> top;  // Best first.
+  // Best first. Completions' top_logprobs put the token itself before these; chat's do not.
+  std::vector<std::pair<std::string, float>> top;
   // Completions: where the token's text starts in the choice's text, in characters (code
   // points: vLLM's len() of a Python str, OpenAI's count).
   int64_t text_offset = 0;

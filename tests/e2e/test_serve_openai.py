@@ -234,11 +234,18 @@ def test_completion_logprobs(client):
     lp = resp.choices[0].logprobs
     n = resp.usage.completion_tokens
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == n
-    for logprob, top in zip(lp.token_logprobs, lp.top_logprobs):
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
         assert logprob <= 0 and 1 <= len(top) <= 3
-        # Greedy: the sampled token is the most likely one.
+        # Greedy: the sampled token is the most likely one, listed among its alternatives.
         assert math.isclose(logprob, max(top.values()), abs_tol=1e-5)
+        assert top[token] == logprob
     assert lp.text_offset == sorted(lp.text_offset)
+    # "logprobs": 0 (sampled, so not the best): each position lists only the sampled token, as
+    # OpenAI's up to logprobs + 1 entries and vLLM give it.
+    resp = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=6,
+                                     temperature=1.5, seed=3, logprobs=0)
+    lp = resp.choices[0].logprobs
+    assert lp.top_logprobs == [{t: v} for t, v in zip(lp.tokens, lp.token_logprobs)]
 
 
 def test_chat_logprobs_streaming(client):

@@ -8,6 +8,7 @@ and without a completion after the prompt."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -41,6 +42,13 @@ def hf_tokenizer(scoring):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(scoring[1])
+
+
+@functools.cache
+def tokenizer_of(model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def reference_logprobs(reference, ids: list[int]) -> torch.Tensor:
@@ -77,9 +85,11 @@ def one_shot_and_cut(model_dir, ids, expected, scratch):
 
 def check_prompt_logprobs(logprobs: dict, ids: list[int], reference, top: int = TOP) -> None:
     """The first len(ids) entries of a completions `logprobs` object score `ids` as transformers
-    does: token 0 null, token i log p(ids[i] | ids[:i]), and the `top` best alternatives
+    does: token 0 null, token i log p(ids[i] | ids[:i]), and in top_logprobs token i itself with
+    the `top` best alternatives
     (`reference`: model dir, transformers model, scratch dir)."""
     model_dir, model, scratch = reference
+    decode = tokenizer_of(model_dir).decode
     expected = reference_logprobs(model, ids)
     one_shot, cut = one_shot_and_cut(model_dir, ids, expected, scratch)
     assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
@@ -87,15 +97,19 @@ def check_prompt_logprobs(logprobs: dict, ids: list[int], reference, top: int = 
         row = expected[i - 1] if i - 1 < cut else one_shot[i - 1]
         got = logprobs["token_logprobs"][i]
         assert abs(got - row[ids[i]].item()) < TOLERANCE, f"token {i}: {got} vs {row[ids[i]].item()}"
-        alternatives = logprobs["top_logprobs"][i]
-        best = torch.topk(row, top).values.tolist()
-        # Keyed by token text: ids of one text (byte pieces shown as U+FFFD) merge into one key,
+        # The prompt token and its `top` best alternatives (OpenAI's up to logprobs + 1 entries),
+        # keyed by token text: ids of one text (byte pieces shown as U+FFFD) merge into one key,
         # which keeps the better logprob.
-        assert 1 <= len(alternatives) <= top, f"token {i}: {alternatives}"
-        values = sorted(alternatives.values(), reverse=True)
-        assert abs(values[0] - best[0]) < TOLERANCE, f"token {i}: best {values[0]} vs {best[0]}"
-        for got_lp in values:
-            assert min(abs(got_lp - want_lp) for want_lp in best) < TOLERANCE, f"token {i}: {got_lp} vs {best}"
+        listed = [ids[i]] + torch.topk(row, top).indices.tolist()
+        want: dict[str, float] = {}
+        for t in listed:
+            text = decode([t])
+            want[text] = max(want.get(text, -float("inf")), row[t].item())
+        alternatives = logprobs["top_logprobs"][i]
+        assert set(alternatives) == set(want), f"token {i}: {alternatives} vs {want}"
+        for text, want_lp in want.items():
+            assert abs(alternatives[text] - want_lp) < TOLERANCE, \
+                f"token {i} {text!r}: {alternatives[text]} vs {want_lp}"
 
 
 def score(srv, prompt, **fields):

@@ -315,8 +315,43 @@ TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
   EXPECT_EQ(lp["token_logprobs"][1], -1.5f);
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
-  EXPECT_EQ(lp["top_logprobs"][1]["c"], -0.5f);
+  // The prompt token itself, then its alternative.
+  EXPECT_EQ(lp["top_logprobs"][1], OrderedJson({{"b", -1.5f}, {"c", -0.5f}}));
   EXPECT_EQ(lp["text_offset"], OrderedJson({0, 1}));
+}
+
+TEST(OpenAiSchemaTest, CompletionTopLogprobsIncludeTheToken) {
+  ResponseMeta meta;
+  meta.logprobs = true;
+  LogprobEntry alone;  // "logprobs": 0
+  alone.token = "a";
+  alone.logprob = -0.25f;
+  LogprobEntry best;  // Sampled the best token: its entry is not repeated.
+  best.token = "b";
+  best.logprob = -0.5f;
+  best.top = {{"b", -0.5f}, {"c", -1.0f}};
+  LogprobEntry outside;  // Sampled outside the alternatives: logprobs + 1 entries.
+  outside.token = "d";
+  outside.logprob = -3.0f;
+  outside.top = {{"b", -0.5f}, {"c", -1.0f}};
+  LogprobEntry shared;  // Two ids of one text share a key, with the better logprob.
+  shared.token = "e";
+  shared.logprob = -2.0f;
+  shared.top = {{"e", -0.75f}, {"f", -1.0f}};
+  ChoiceOutput c;
+  c.text = "abde";
+  c.logprobs = {alone, best, outside, shared};
+  const OrderedJson j = ResponseJson(meta, {c}, {});
+  const OrderedJson& top = j["choices"][0]["logprobs"]["top_logprobs"];
+  EXPECT_EQ(top[0], OrderedJson({{"a", -0.25f}}));
+  EXPECT_EQ(top[1], OrderedJson({{"b", -0.5f}, {"c", -1.0f}}));
+  EXPECT_EQ(top[2], OrderedJson({{"d", -3.0f}, {"b", -0.5f}, {"c", -1.0f}}));
+  EXPECT_EQ(top[3], OrderedJson({{"e", -0.75f}, {"f", -1.0f}}));
+  // Chat lists the token and its top_logprobs apart, as before.
+  meta.endpoint = Endpoint::kChatCompletions;
+  const OrderedJson chat = ResponseJson(meta, {c}, {})["choices"][0]["logprobs"]["content"];
+  EXPECT_TRUE(chat[0]["top_logprobs"].empty());
+  EXPECT_EQ(chat[2]["top_logprobs"].size(), 2u);
 }
 
 TEST(OpenAiSchemaTest, ReturnTokensAsTokenIds) {
