@@ -481,8 +481,10 @@ std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& p
 void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
   c.reasoning += parsed.reasoning;
   AppendText(c, parsed.content);
-  c.unfinished_call = c.unfinished_call || parsed.unfinished_call;
   for (const ToolCallDelta& call : parsed.tool_calls) {
+    // parallel_tool_calls false: only the first call, as vLLM's
+    // maybe_filter_parallel_tool_calls keeps (tool_calls[:1], index-0 deltas).
+    if (!request_.parallel_tool_calls && call.index > 0) continue;
     if (!call.id.empty()) {
       c.tool_calls.push_back({call.index, call.id, call.name, call.arguments});
     } else if (call.index >= 0 && static_cast<size_t>(call.index) < c.tool_calls.size()) {
@@ -490,6 +492,9 @@ void CompletionSession::AddParsed(Choice& c, const ParsedDelta& parsed) {
     }
     if (call.closed) ++c.complete_calls;
   }
+  // A further call cut short matters only where it would have been kept.
+  const bool kept_more = request_.parallel_tool_calls || c.tool_calls.empty();
+  c.unfinished_call = c.unfinished_call || (parsed.unfinished_call && kept_more);
 }
 
 void CompletionSession::Emit(Choice& c, std::string_view text) {

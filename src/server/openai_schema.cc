@@ -501,6 +501,7 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   } else {
     TakeChatFields(ParseChat(body, body_text), r);
     r.tool_choice = ParseToolChoice(body, r.tools);
+    r.parallel_tool_calls = GetBool(body, "parallel_tool_calls", true);
   }
 
   r.stream = GetBool(body, "stream", false);

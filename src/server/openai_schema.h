@@ -159,6 +159,8 @@ struct GenerationRequest {
   OrderedJson messages;               // Chat: the conversation, content parts flattened.
   OrderedJson tools;                  // Chat: null or the tools array, for the template.
   ToolChoice tool_choice;             // Chat: tools/tool_choice (tool_request.h).
+  // Chat: false keeps only the model's first tool call (vLLM's maybe_filter_parallel_tool_calls).
+  bool parallel_tool_calls = true;
   OrderedJson chat_template_kwargs;   // Chat: null or an object of template variables.
   bool add_generation_prompt = true;  // Chat.
   // Chat: the prompt ends inside the final (assistant) message, for the model to continue it.

@@ -481,6 +481,32 @@ def test_unknown_parser_is_refused_before_loading(chat_model):
     assert "deepseek_v32 (DSML)" in bad.stderr
 
 
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm45"], indirect=True)
+def test_parallel_tool_calls_false_keeps_the_first_call(family):
+    """parallel_tool_calls false: the model writes two calls, the response keeps the first (vLLM's
+    maybe_filter_parallel_tool_calls: tool_calls[:1] whole, only index-0 deltas streamed), with
+    the content and finish_reason "tool_calls" as before; a second call cut short no longer holds
+    the finish back, since it would not be kept."""
+    name, srv, _ = family
+    content = FAMILIES[name][3]
+    resp = create(srv, False, parallel_tool_calls=False).choices[0]
+    assert resp.finish_reason == "tool_calls"
+    assert resp.message.content == content
+    assert [(c.function.name, json.loads(c.function.arguments))
+            for c in resp.message.tool_calls] == CALLS[:1]
+    s_content, _, s_calls, finish, deltas = streamed(srv, parallel_tool_calls=False)
+    assert finish == "tool_calls" and s_content == (content or "")
+    assert [(n, json.loads(a)) for _, n, a in s_calls] == CALLS[:1]
+    assert deltas and all(d.index == 0 for d in deltas)
+    # Cut inside the second call's markup, before its name.
+    resp = create(srv, False, parallel_tool_calls=False, stop=["search"]).choices[0]
+    assert resp.finish_reason == "tool_calls"
+    assert [c.function.name for c in resp.message.tool_calls] == ["get_weather"]
+    # true (the default) keeps both.
+    both = create(srv, False, parallel_tool_calls=True).choices[0].message.tool_calls
+    assert [c.function.name for c in both] == ["get_weather", "search"]
+
+
 @pytest.mark.parametrize("family", ["deepseek_v3"], indirect=True)
 def test_call_cut_short_does_not_finish_tool_calls(family, tokenizer):
     """finish_reason "tool_calls" says every call is complete (its end marker came): a call cut by

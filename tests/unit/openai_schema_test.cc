@@ -295,6 +295,17 @@ TEST(OpenAiSchemaTest, EchoScoresThePrompt) {
             std::make_pair(400, std::string("echo")));
 }
 
+TEST(OpenAiSchemaTest, ParallelToolCalls) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}])";
+  EXPECT_TRUE(Parse(chat + "}", Endpoint::kChatCompletions).parallel_tool_calls);
+  EXPECT_TRUE(Parse(chat + R"(, "parallel_tool_calls": null})", Endpoint::kChatCompletions)
+                  .parallel_tool_calls);
+  EXPECT_FALSE(Parse(chat + R"(, "parallel_tool_calls": false})", Endpoint::kChatCompletions)
+                   .parallel_tool_calls);
+  EXPECT_EQ(Refusal(chat + R"(, "parallel_tool_calls": 0})", Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("parallel_tool_calls")));
+}
+
 TEST(OpenAiSchemaTest, EchoedFirstTokenHasNullLogprobs) {
   ResponseMeta meta;
   meta.logprobs = true;
