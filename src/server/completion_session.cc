@@ -43,6 +43,7 @@ CompletionSession::CompletionSession(const ServerContext& context, GenerationReq
   meta_.logprobs = request_.logprobs;
   meta_.return_token_ids = request_.return_token_ids;
   meta_.include_usage = request_.include_usage;
+  meta_.forced_tool_call = ToolCallForced();
 }
 
 std::vector<int32_t> CompletionSession::Tokenize(const PromptSpec& prompt) const {
@@ -522,10 +523,13 @@ void CompletionSession::EndChoice(Choice& c, const std::string& reason) {
   // (its end marker came): a call cut by a stop string keeps "stop", as one cut by max_tokens
   // keeps "length", so that a client does not run a call with half its arguments, nor the first
   // calls of a turn whose next call was cut before its name came out (unfinished_call). (vLLM
-  // says "tool_calls" whenever its parser found a call, however the output ended.)
+  // says "tool_calls" whenever its parser found a call, however the output ended.) A named
+  // tool_choice finishes "stop" all the same, as OpenAI and vLLM ("tool_calls" for auto or
+  // required, "stop" for a named function).
   const bool calls_complete = !c.tool_calls.empty() && !c.unfinished_call &&
                               c.complete_calls == c.tool_calls.size();
-  c.finish_reason = reason == "stop" && calls_complete ? "tool_calls" : reason;
+  const bool named = ToolCallForced() && request_.tool_choice.mode == ToolChoice::Mode::kFunction;
+  c.finish_reason = reason == "stop" && calls_complete && !named ? "tool_calls" : reason;
   context_.metrics->CountFinished(c.finish_reason);
   CheckDone();
 }

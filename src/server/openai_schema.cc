@@ -802,8 +802,10 @@ OrderedJson ResponseJson(const ResponseMeta& meta, const std::vector<ChoiceOutpu
       choice["text"] = c.text;
     } else {
       // Empty content is null beside tool calls, and under a reasoning parser (vLLM's parsers
-      // return None for it, and its serving_chat passes that on); without one it stays "".
-      const bool null_content = c.text.empty() && (!c.tool_calls.empty() || meta.reasoning);
+      // return None for it, and its serving_chat passes that on); without one it stays "". A
+      // forced call (named or required tool_choice) has "", as vLLM's forced paths write it.
+      const bool null_content = c.text.empty() && !meta.forced_tool_call &&
+                                (!c.tool_calls.empty() || meta.reasoning);
       choice["message"] = {{"role", "assistant"},
                            {"content", null_content ? OrderedJson(nullptr) : OrderedJson(c.text)}};
       if (meta.reasoning) {

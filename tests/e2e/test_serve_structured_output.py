@@ -416,8 +416,10 @@ def test_named_tool_choice_forces_that_call_streamed_and_not(server):
     r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=60,
                                        temperature=1.0, seed=7, n=4, tools=TOOLS, tool_choice=choice)
     for c in r.choices:
-        assert c.finish_reason == "tool_calls", c
-        assert c.message.content is None
+        # A named function finishes "stop" (OpenAI and vLLM: "tool_calls" is for auto and
+        # required), with content "" beside the call (vLLM's, for forced calls).
+        assert c.finish_reason == "stop", c
+        assert c.message.content == ""
         (call,) = c.message.tool_calls
         assert call.type == "function" and call.function.name == "get_weather"
         assert call.id.startswith("call_")
@@ -431,7 +433,7 @@ def test_named_tool_choice_forces_that_call_streamed_and_not(server):
     assert all(d.index == 0 and d.id is None for d in deltas[1:])
     assert "".join(d.function.arguments or "" for d in deltas) == \
         r.choices[0].message.tool_calls[0].function.arguments
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
 
 
 def test_required_tool_choice_gives_at_least_one_valid_call(server):
@@ -442,7 +444,7 @@ def test_required_tool_choice_gives_at_least_one_valid_call(server):
             seed=seed or None, tools=TOOLS, tool_choice="required")
         c = r.choices[0]
         assert c.finish_reason == "tool_calls", c
-        assert c.message.content is None and len(c.message.tool_calls) >= 1
+        assert c.message.content == "" and len(c.message.tool_calls) >= 1
         for call in c.message.tool_calls:
             jsonschema.validate(json.loads(call.function.arguments), TOOL_SCHEMAS[call.function.name])
         assert len({call.id for call in c.message.tool_calls}) == len(c.message.tool_calls)
@@ -499,6 +501,7 @@ def test_required_tool_choice_streams_and_keeps_calls_cut_short(server, chat_mod
     named = client.chat.completions.create(
         max_tokens=160, **dict(base, tool_choice={"type": "function",
                                                   "function": {"name": "get_weather"}}))
+    assert named.choices[0].finish_reason == "stop"
     arguments = named.choices[0].message.tool_calls[0].function.arguments
     assert arguments == json.dumps(json.loads(arguments), ensure_ascii=False)
 
@@ -509,7 +512,7 @@ def test_required_tool_choice_streams_and_keeps_calls_cut_short(server, chat_mod
                  if '"parameters":{' in tokenizer.decode(ids[:k], skip_special_tokens=False))
     cut = client.chat.completions.create(max_tokens=begun + 2, **base).choices[0]
     assert cut.finish_reason == "length"
-    assert cut.message.content is None
+    assert cut.message.content == ""
     (call,) = cut.message.tool_calls
     assert call.function.name == calls[0][0] and call.id.startswith("call_")
     assert calls[0][1].startswith(call.function.arguments) and call.function.arguments

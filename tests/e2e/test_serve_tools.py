@@ -555,7 +555,8 @@ def test_required_calls_cut_or_repeating_a_key_do_not_finish_tool_calls(chat_mod
     srv = LatentServer(chat_model, tmp_path / "serve.log", *SERVER_FLAGS, "--debug-replay",
                        str(tmp_path / "replay.json"))
     search = ("search", '{"query": "x"}')
-    cases = [({"stop": ['"get_weather",']}, "stop", [search], None),
+    # Content beside forced calls is "", not null (vLLM's `content or ""`).
+    cases = [({"stop": ['"get_weather",']}, "stop", [search], ""),
              ({}, "stop", [search, ("get_weather", '{"city": "Paris"}')],
               '"parameters":{"city":"Oslo"}}]')]
     try:

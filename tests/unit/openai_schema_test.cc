@@ -585,6 +585,18 @@ TEST(OpenAiSchemaTest, ResponseAndChunks) {
   EXPECT_NO_THROW(Dump(ResponseJson(meta, {c}, {})));
 }
 
+TEST(OpenAiSchemaTest, ForcedToolCallsHaveEmptyContent) {
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChatCompletions;
+  ChoiceOutput c;
+  c.tool_calls = {{0, "call_1", "f", "{}"}};
+  c.finish_reason = "stop";
+  // auto: null beside the calls; a forced call (required, named): "" (vLLM's `content or ""`).
+  EXPECT_TRUE(ResponseJson(meta, {c}, {})["choices"][0]["message"]["content"].is_null());
+  meta.forced_tool_call = true;
+  EXPECT_EQ(ResponseJson(meta, {c}, {})["choices"][0]["message"]["content"], "");
+}
+
 TEST(OpenAiSchemaTest, ContinuousUsageStats) {
   const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], "stream": true, )";
   auto parse = [&](const std::string& options) {
