@@ -618,7 +618,9 @@ std::string CompletionSession::TakeStream() {
         // The opening chunk is each choice's first: vLLM puts prompt_token_ids there.
         if (request_.return_token_ids) role.prompt_token_ids = PromptOf(c).ids;
         c.sent_prompt_ids = true;
-        role.usage = ChunkUsage(c);
+        // No completion tokens yet, as vLLM's, though some may have come before the stream
+        // opened: they go out (and are counted) in the choice's next chunk.
+        role.usage = ChunkUsage(c, 0);
         out += SseData(ChunkJson(meta_, role, /*role_only=*/true));
       }
     }
@@ -666,7 +668,7 @@ std::string CompletionSession::TakeStream() {
     }
     if (request_.return_token_ids && !c.sent_prompt_ids) delta.prompt_token_ids = PromptOf(c).ids;
     c.sent_prompt_ids = true;
-    delta.usage = ChunkUsage(c);
+    delta.usage = ChunkUsage(c, c.tokens);
     c.sent_text = c.text.size();
     c.sent_reasoning = c.reasoning.size();
     c.sent_ids = c.token_ids.size();
@@ -712,14 +714,14 @@ const CompletionSession::Prompt& CompletionSession::PromptOf(const Choice& c) co
   return prompts_[static_cast<size_t>(c.index) / request_.sampling.n];
 }
 
-std::optional<Usage> CompletionSession::ChunkUsage(const Choice& c) const {
+std::optional<Usage> CompletionSession::ChunkUsage(const Choice& c,
+                                                  int64_t completion_tokens) const {
   if (!request_.continuous_usage) return std::nullopt;
-  // vLLM's continuous usage: the choice's prompt and its completion tokens so far.
-  const Prompt& prompt = PromptOf(c);
+  // vLLM's continuous usage: the choice's prompt and its completion tokens so far (no
+  // prompt_tokens_details: ChunkJson leaves them out, as vLLM's chunks do).
   Usage usage;
-  usage.prompt_tokens = static_cast<int64_t>(prompt.ids.size());
-  usage.cached_tokens = prompt.cached_tokens;
-  usage.completion_tokens = c.tokens;
+  usage.prompt_tokens = static_cast<int64_t>(PromptOf(c).ids.size());
+  usage.completion_tokens = completion_tokens;
   return usage;
 }
 

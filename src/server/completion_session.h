@@ -179,8 +179,9 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   Usage TotalUsage() const;
   // The prompt choice `c` samples.
   const Prompt& PromptOf(const Choice& c) const;
-  // A stream chunk's usage for choice `c` under continuous_usage_stats; nullopt without.
-  std::optional<Usage> ChunkUsage(const Choice& c) const;
+  // A stream chunk's usage for choice `c` under continuous_usage_stats, with the completion
+  // tokens that have gone out with this chunk; nullopt without.
+  std::optional<Usage> ChunkUsage(const Choice& c, int64_t completion_tokens) const;
 
   const ServerContext& context_;
   const GenerationRequest request_;

@@ -684,12 +684,12 @@ DetokenizeRequest ParseDetokenizeRequest(std::string_view body_text, const Servi
 
 // ---- Responses ----
 
-OrderedJson UsageJson(const Usage& usage) {
+OrderedJson UsageJson(const Usage& usage, bool details) {
   OrderedJson u;
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
-  u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  if (details) u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
   return u;
 }
 
@@ -873,7 +873,10 @@ OrderedJson ChunkJson(const ResponseMeta& meta, const ChoiceOutput& c, bool role
     choice["prompt_token_ids"] = c.prompt_token_ids;
   }
   j["choices"] = OrderedJson::array({std::move(choice)});
-  if (meta.include_usage) j["usage"] = c.usage ? UsageJson(*c.usage) : OrderedJson(nullptr);
+  // vLLM's continuous usage has no prompt_tokens_details (only the final usage may).
+  if (meta.include_usage) {
+    j["usage"] = c.usage ? UsageJson(*c.usage, /*details=*/false) : OrderedJson(nullptr);
+  }
   if (prompt_ids && meta.endpoint == Endpoint::kChatCompletions) {
     j["prompt_token_ids"] = c.prompt_token_ids;
   }

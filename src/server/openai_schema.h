@@ -253,7 +253,8 @@ struct Usage {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // Prompt tokens served from the prefix cache.
 };
-OrderedJson UsageJson(const Usage& usage);
+// `details`: with prompt_tokens_details (cached_tokens).
+OrderedJson UsageJson(const Usage& usage, bool details = true);
 
 // The logprob of one generated (or, with echo, prompt) token and its best alternatives.
 struct LogprobEntry {
@@ -303,7 +304,7 @@ struct ChoiceOutput {
   // in each choice's first chunk only (chat: its opening chunk, top level); empty: left out.
   std::vector<int32_t> prompt_token_ids;
   // vLLM's continuous_usage_stats: this chunk's "usage" (its prompt's tokens and the choice's
-  // completion tokens so far) instead of null. Streams only.
+  // completion tokens so far, no prompt_tokens_details) instead of null. Streams only.
   std::optional<Usage> usage;
   // With prompt_logprobs (PromptLogprobsJson): completions, the choice's "prompt_logprobs"; chat,
   // the response's top-level one (from the first choice). Null: left out.

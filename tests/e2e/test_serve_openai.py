@@ -97,7 +97,7 @@ def test_streamed_prompt_token_ids_and_continuous_usage(server, hf_tokenizer):
     """return_token_ids streamed: each choice's first chunk carries its prompt's ids (completions:
     in the choice; chat: the opening chunk's top level), as vLLM. continuous_usage_stats (with
     include_usage): every chunk's usage is its prompt's tokens and the choice's completion tokens
-    so far; without it, null."""
+    sent so far (chat's opening chunk: none), without prompt_tokens_details; without it, null."""
     prompts = [PROMPTS[0], PROMPTS[1]]
     body = {"model": MODEL_NAME, "prompt": prompts, "n": 2, "max_tokens": 4, "temperature": 0,
             "ignore_eos": True, "stream": True, "return_token_ids": True,
@@ -119,6 +119,7 @@ def test_streamed_prompt_token_ids_and_continuous_usage(server, hf_tokenizer):
         assert chunk["usage"]["prompt_tokens"] == len(prompt_ids), chunk
         assert chunk["usage"]["completion_tokens"] == made[i], chunk
         assert chunk["usage"]["total_tokens"] == len(prompt_ids) + made[i], chunk
+        assert "prompt_tokens_details" not in chunk["usage"], chunk  # as vLLM's chunks
         assert "prompt_token_ids" not in chunk
     assert seen == {0, 1, 2, 3} and made == {i: 4 for i in range(4)}
     # The usage chunk: the totals.
@@ -144,9 +145,9 @@ def test_streamed_prompt_token_ids_and_continuous_usage(server, hf_tokenizer):
     made = 0
     for chunk in chunks[:-1]:
         made += len(chunk["choices"][0].get("token_ids", []))
+        # The opening chunk counts none, even when tokens came before the stream opened.
         assert chunk["usage"] == {"prompt_tokens": len(prompt_ids), "completion_tokens": made,
-                                  "total_tokens": len(prompt_ids) + made,
-                                  "prompt_tokens_details": chunk["usage"]["prompt_tokens_details"]}
+                                  "total_tokens": len(prompt_ids) + made}, chunk
     assert made == 3 and chunks[-1]["usage"]["completion_tokens"] == 3
 
 
