@@ -423,9 +423,10 @@ void Engine::ReportPromptLogprobs(Sequence& seq, const PromptLogitsRows& rows, c
       PromptTokenLogprob& e = out.prompt_logprobs[r];
       e.token = seq.tokens[rows.first_position + 1 + r];
       e.logprob = row[e.token] - log_z;
-      int64_t more_likely = 0;
-      for (int64_t v = 0; v < vocab; ++v) more_likely += row[v] > row[e.token] ? 1 : 0;
-      e.rank = more_likely + 1;
+      if (seq.request->prompt_ranks) {
+        e.rank = 0;
+        for (int64_t v = 0; v < vocab; ++v) e.rank += row[v] >= row[e.token] ? 1 : 0;
+      }
       TopLogprobs(row, vocab, top, log_z, e.top);
     }
   });

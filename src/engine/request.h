@@ -30,6 +30,10 @@ struct Request {
   // alternatives (<= 20). Computed from the logits of the prompt positions during prefill; such a
   // request gets no prefix-cache hit (cached blocks have no logits), it recomputes its prompt.
   int32_t prompt_logprobs = -1;
+  // With prompt_logprobs: also each prompt token's rank (PromptTokenLogprob::rank), a pass over
+  // the vocabulary per token, which only vLLM's prompt_logprobs field shows (echo's logprobs
+  // do not); otherwise rank stays 0.
+  bool prompt_ranks = false;
   // Structured output: when set, each sample draws only tokens its constraint allows (the mask is
   // applied before penalties and sampling, and before logprobs, as vLLM: they are of the raw row
   // renormalised over the allowed tokens) and ends with kStop once the constraint is terminated.
@@ -56,7 +60,9 @@ struct TokenLogprob {
 struct PromptTokenLogprob {
   int32_t token;
   float logprob;
-  int64_t rank = 0;  // 1 + the tokens more likely than it (vLLM's Logprob.rank).
+  // With Request::prompt_ranks, vLLM's Logprob.rank (batched_count_greater_than): the tokens
+  // whose logit is at least its own, itself included (ties rank it behind them); else 0.
+  int64_t rank = 0;
   std::vector<TokenLogprob> top;  // Best first, with prompt_logprobs > 0.
 };
 

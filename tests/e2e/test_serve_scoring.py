@@ -224,8 +224,8 @@ def test_text_and_list_prompts(scoring, hf_tokenizer):
 
 
 def test_prompt_logprobs(scoring, hf_tokenizer):
-    """vLLM's prompt_logprobs: null for the first token, then each token's own logprob, rank (1 +
-    the tokens more likely) and text, followed by its k best alternatives ranked 1..k, as
+    """vLLM's prompt_logprobs: null for the first token, then each token's own logprob, rank (the
+    tokens at least as likely, itself included) and text, followed by its k best alternatives ranked 1..k, as
     transformers scores them; in the completions choice beside echo's logprobs (the engine
     computes the larger count once), at the top level of a chat response."""
     srv, model_dir, reference = scoring
@@ -248,7 +248,7 @@ def test_prompt_logprobs(scoring, hf_tokenizer):
         lp = row[ids[i]].item()
         assert abs(own["logprob"] - lp) < TOLERANCE, (i, own, lp)
         # Tokens within the tolerance of it may order either way.
-        least, most = (int((row > lp + d).sum()) + 1 for d in (TOLERANCE, -TOLERANCE))
+        least, most = int((row > lp + TOLERANCE).sum()) + 1, int((row > lp - TOLERANCE).sum())
         assert least <= own["rank"] <= most, (i, own, least, most)
         for r, t in enumerate(best, start=1):
             alt = entry[str(t)]
