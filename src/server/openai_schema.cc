@@ -520,12 +520,13 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
       BadField("prompt_logprobs", StrCat("'prompt_logprobs' must be in [0, ",
                                          limits.max_top_logprobs, "], got ", *k));
     }
-    // vLLM streams none either (it refuses them above 0 and drops them at 0).
-    if (r.stream) {
-      BadField("prompt_logprobs", "'prompt_logprobs' are not available with 'stream': true",
+    // vLLM streams none either: it refuses them above 0 and sends none at 0 (so none are
+    // computed here).
+    if (r.stream && *k > 0) {
+      BadField("prompt_logprobs", "'prompt_logprobs' above 0 are not available with 'stream': true",
                "unsupported_parameter");
     }
-    r.prompt_logprobs = static_cast<int32_t>(*k);
+    if (!r.stream) r.prompt_logprobs = static_cast<int32_t>(*k);
   }
   if (const std::optional<int64_t> k = GetInt(body, "truncate_prompt_tokens")) {
     if (*k < 1 && *k != -1) {
@@ -564,10 +565,11 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
                                   const ServingLimits& limits) {
   if (request.truncate_prompt_tokens) {
     // vLLM's: the prompt's last k tokens (its default left truncation). The room is the context
-    // less max_tokens as vLLM counts it here (a completion's 16 when left out or null, 0 for a
-    // chat's); -1 takes all of it, and a k past it is refused, as vLLM refuses it.
-    const int64_t most = request.max_tokens.value_or(
-        request.endpoint == Endpoint::kCompletions ? 16 : 0);
+    // less max_tokens as vLLM counts it here (`max_tokens or 0`: a completion's 16 when left out,
+    // 0 when null and for a chat's); -1 takes all of it, and a k past it is refused, as vLLM
+    // refuses it.
+    const bool sixteen = request.endpoint == Endpoint::kCompletions && !request.max_tokens_null;
+    const int64_t most = request.max_tokens.value_or(sixteen ? 16 : 0);
     const int64_t room = limits.context_tokens - std::min(most, limits.context_tokens);
     const int64_t k =
         *request.truncate_prompt_tokens == -1 ? room : *request.truncate_prompt_tokens;
@@ -646,6 +648,7 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   r.ignore_eos = request.ignore_eos;
   if (request.echo && request.logprobs) r.prompt_logprobs = request.top_logprobs;
   r.prompt_logprobs = std::max(r.prompt_logprobs, request.prompt_logprobs);
+  r.prompt_ranks = request.prompt_logprobs >= 0;  // Echo's logprobs show no rank.
   return r;
 }
 

@@ -151,6 +151,17 @@ def test_streamed_prompt_token_ids_and_continuous_usage(server, hf_tokenizer):
     assert made == 3 and chunks[-1]["usage"]["completion_tokens"] == 3
 
 
+def test_streamed_prompt_logprobs_zero_sends_none(server):
+    """vLLM takes prompt_logprobs 0 with stream (it refuses only more) and streams none."""
+    body = {"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 2, "stream": True,
+            "prompt_logprobs": 0}
+    chunks = streamed(server, "/v1/completions", body)
+    assert chunks and all("prompt_logprobs" not in c and "prompt_logprobs" not in c["choices"][0]
+                          for c in chunks)
+    status, err = server.request("POST", "/v1/completions", dict(body, prompt_logprobs=1))
+    assert status == 400, err
+
+
 def test_truncate_prompt_tokens(server, hf_tokenizer):
     """vLLM's truncate_prompt_tokens keeps the prompt's last N tokens: the output, usage and
     prompt_token_ids are those of sending them, and echo shows what is left; -1 keeps a prompt

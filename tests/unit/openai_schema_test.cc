@@ -662,6 +662,7 @@ TEST(OpenAiSchemaTest, VllmFieldsLatentDoesNotImplementAreRefused) {
     EXPECT_EQ(Refusal(chat + field + "}", Endpoint::kChatCompletions), std::make_pair(400, name));
     try {
       Parse(R"({"prompt": "x", )" + field + "}");
+      ADD_FAILURE() << "not refused";
     } catch (const ApiError& e) {
       EXPECT_EQ(e.code(), "unsupported_parameter");
     }
@@ -699,9 +700,17 @@ TEST(OpenAiSchemaTest, PromptLogprobs) {
   for (const char* body : {R"({"prompt": "x", "prompt_logprobs": -1})",
                            R"({"prompt": "x", "prompt_logprobs": 21})",
                            R"({"prompt": "x", "prompt_logprobs": true})",
-                           R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})"}) {
+                           R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})"}) {
     EXPECT_EQ(Refusal(body), std::make_pair(400, std::string("prompt_logprobs"))) << body;
   }
+  // vLLM takes 0 with stream, and streams none: none are computed.
+  EXPECT_EQ(Parse(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").prompt_logprobs, -1);
+  // Ranks only for prompt_logprobs: echo's logprobs show none.
+  EXPECT_TRUE(MakeEngineRequest(r, {1, 2}, Limits()).prompt_ranks);
+  const engine::Request echo =
+      MakeEngineRequest(Parse(R"({"prompt": "x", "echo": true, "logprobs": 2})"), {1, 2}, Limits());
+  EXPECT_EQ(echo.prompt_logprobs, 2);
+  EXPECT_FALSE(echo.prompt_ranks);
   const OrderedJson j = PromptLogprobsJson(
       {{{5, -1.5f, 7, "a"}, {9, -0.25f, 1, "b"}, {5, -1.5f, 2, "a"}},
        {{6, -0.5f, 1, std::nullopt}, {6, -0.5f, 1, std::nullopt}}});
@@ -753,6 +762,13 @@ TEST(OpenAiSchemaTest, TruncatePromptTokens) {
     EXPECT_EQ(e.param(), "truncate_prompt_tokens");
   }
   EXPECT_EQ(kept(R"({"prompt": "x", "truncate_prompt_tokens": 496})"), prompt);
+  // max_tokens null: vLLM's `max_tokens or 0` leaves the whole context; the completion still
+  // gets the rest of it.
+  const engine::Request null_max = MakeEngineRequest(
+      Parse(R"({"prompt": "x", "truncate_prompt_tokens": 512, "max_tokens": null})"), prompt,
+      limits);
+  EXPECT_EQ(null_max.prompt, prompt);
+  EXPECT_EQ(null_max.max_tokens, 502);
 }
 
 // Empty content: "" from a plain chat, null under a reasoning parser (a reply that is only
