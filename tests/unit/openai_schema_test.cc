@@ -778,18 +778,23 @@ TEST(OpenAiSchemaTest, EmptyContentIsNullUnderAReasoningParser) {
   meta.endpoint = Endpoint::kChatCompletions;
   ChoiceOutput c;
   c.finish_reason = "length";
-  EXPECT_EQ(ResponseJson(meta, {c}, {}, {})["choices"][0]["message"]["content"], "");
+  EXPECT_EQ(ResponseJson(meta, {c}, {})["choices"][0]["message"]["content"], "");
   meta.reasoning = true;
   c.reasoning = "thinking";
-  OrderedJson message = ResponseJson(meta, {c}, {}, {})["choices"][0]["message"];
+  OrderedJson message = ResponseJson(meta, {c}, {})["choices"][0]["message"];
   EXPECT_TRUE(message["content"].is_null()) << message;
   EXPECT_EQ(message["reasoning_content"], "thinking");
   c.reasoning.clear();
-  message = ResponseJson(meta, {c}, {}, {})["choices"][0]["message"];
+  message = ResponseJson(meta, {c}, {})["choices"][0]["message"];
   EXPECT_TRUE(message["content"].is_null()) << message;
   EXPECT_TRUE(message["reasoning_content"].is_null()) << message;
   c.text = "4";
-  EXPECT_EQ(ResponseJson(meta, {c}, {}, {})["choices"][0]["message"]["content"], "4");
+  EXPECT_EQ(ResponseJson(meta, {c}, {})["choices"][0]["message"]["content"], "4");
+  // A forced call keeps "" under a reasoning parser too, as vLLM's forced paths write it.
+  c.text.clear();
+  c.tool_calls.push_back({});
+  meta.forced_tool_call = true;
+  EXPECT_EQ(ResponseJson(meta, {c}, {})["choices"][0]["message"]["content"], "");
 }
 
 TEST(OpenAiSchemaTest, StopReasonBesideFinishReason) {
