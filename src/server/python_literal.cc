@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tokenizer/utf8.h"
+
 namespace latent::server {
 namespace {
 
@@ -22,24 +24,6 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // A recursive-descent reader over the text; every method returns nullopt (or false) on text that
@@ -191,7 +175,7 @@ class Reader {
       for (int i = 0; i < 2 && pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '7'; ++i) {
         cp = cp * 8 + (s_[pos_++] - '0');
       }
-      AppendUtf8(cp, out);
+      tokenizer::AppendUtf8(cp, out);
       return true;
     }
     out += '\\';  // An unknown escape keeps its backslash.
@@ -207,7 +191,7 @@ class Reader {
     }
     // A lone surrogate is a Python str but no UTF-8 text; past 0x10FFFF is no code point.
     if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
-    AppendUtf8(cp, out);
+    tokenizer::AppendUtf8(cp, out);
     return true;
   }
 

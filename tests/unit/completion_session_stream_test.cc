@@ -75,7 +75,9 @@ TEST(CompletionSessionStream, ContinuousUsageCountsOnlyTokensSent) {
     const OJson& choice = events[i]["choices"][0];
     if (choice.contains("token_ids")) sent += static_cast<int64_t>(choice["token_ids"].size());
     EXPECT_EQ(events[i]["usage"],
-              OJson({{"prompt_tokens", 3}, {"completion_tokens", sent}, {"total_tokens", 3 + sent}}))
+              OJson({{"prompt_tokens", 3},
+                     {"completion_tokens", sent},
+                     {"total_tokens", 3 + sent}}))
         << events[i].dump();
   }
   EXPECT_EQ(sent, 3);

@@ -36,8 +36,8 @@ TEST(PythonLiteralTest, Numbers) {
   EXPECT_EQ(Read("-.5e1"), "-5.0");
   EXPECT_EQ(Read("1_0.2_5"), "10.25");
   // Not Python literals, or not what json.dumps can write.
-  for (const char* bad : {"007", "1__0", "1_", "0x", "1e", "1j", "1e999", "--1", "99999999999999999999",
-                          "0xg", ".", "+", "1abc"}) {
+  for (const char* bad : {"007", "1__0", "1_", "0x", "1e", "1j", "1e999", "--1",
+                          "99999999999999999999", "0xg", ".", "+", "1abc"}) {
     EXPECT_EQ(Read(bad), "-") << bad;
   }
 }
