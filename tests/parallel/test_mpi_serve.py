@@ -60,7 +60,7 @@ def test_completions_equal_generate(mpi_server, chat_model):
     for prompt in PROMPTS:
         resp = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=MAX_TOKENS,
                                          temperature=0, extra_body={"return_token_ids": True})
-        prompt_ids = resp.model_extra["prompt_token_ids"][0]
+        prompt_ids = resp.choices[0].model_extra["prompt_token_ids"]
         ids = resp.choices[0].model_extra["token_ids"]
         assert ids == latent_generate(chat_model, prompt_ids, MAX_TOKENS)
     stream = client.completions.create(model=MODEL_NAME, prompt=PROMPTS[0], max_tokens=MAX_TOKENS,

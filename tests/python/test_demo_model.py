@@ -87,7 +87,7 @@ def test_chat_answers_in_the_corpus_voice_and_stops():
 
 def test_precision_option_reaches_the_engine():
     """The demo's weights are bf16: the default is bf16 compute; precision="f32" gives exactly the
-    CLI's `--precision f32` tokens; an unknown precision is refused with latent's message."""
+    CLI's `--precision f32` tokens; an unknown precision is a ValueError naming the option."""
     ids = [5, 6, 7, 8, 9]
     params = latent.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     with latent.LLM(str(DEMO)) as llm:
@@ -100,5 +100,5 @@ def test_precision_option_reaches_the_engine():
                                     "--max-tokens", "12", "--ignore-eos", "--precision",
                                     precision).stdout)["ids"]
         assert got == cli, precision
-    with pytest.raises(latent.LatentError, match="--precision: unknown precision 'fp16'"):
+    with pytest.raises(ValueError, match="precision must be .* got 'fp16'"):
         latent.LLM(str(DEMO), precision="fp16")
