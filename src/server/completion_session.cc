@@ -95,7 +95,7 @@ std::optional<ThinkStart> CompletionSession::OutputStart(const std::string& chat
   if (request_.endpoint != Endpoint::kChatCompletions) return std::nullopt;
   const std::optional<ContinuedMessage> continued = Continued();
   return ReasoningStart(context_.reasoning_parser, chat_prompt,
-                        continued ? &*continued : nullptr);
+                        continued ? &*continued : nullptr, &request_.chat_template_kwargs);
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::AfterReasoning(
@@ -463,8 +463,9 @@ std::optional<ContinuedMessage> CompletionSession::Continued() const {
 
 std::unique_ptr<OutputParser> CompletionSession::MakeParser(const std::string& prompt) const {
   const std::optional<ContinuedMessage> continued = Continued();
-  std::unique_ptr<OutputParser> reasoning = MakeReasoningParser(
-      context_.reasoning_parser, prompt, continued ? &*continued : nullptr);
+  std::unique_ptr<OutputParser> reasoning =
+      MakeReasoningParser(context_.reasoning_parser, prompt, continued ? &*continued : nullptr,
+                          &request_.chat_template_kwargs);
   // A forced call's grammar starts after the reasoning (AfterReasoning), so the reasoning parser
   // runs first and its content is the call's JSON, as vLLM parses forced calls; no markup parser
   // runs (the grammar allows no markup).

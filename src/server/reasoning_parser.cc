@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 
 #include "base/error.h"
@@ -139,11 +140,34 @@ std::optional<ThinkStart> ContinuedStart(std::string_view prompt, const Continue
   return EndsWith(before, kOpen) ? ThinkStart::kReasoning : ThinkStart::kContent;
 }
 
+// Python's bool() of a JSON value, as vLLM reads a chat_template_kwargs switch.
+bool PythonTruth(const nlohmann::ordered_json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) return v.get<int64_t>() != 0;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() != 0;
+  if (v.is_number_float()) return v.get<double>() != 0.0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return !v.empty();  // lists and dicts: non-empty
+}
+
+// vLLM's kimi_k2 parser: `bool(chat_template_kwargs.get("thinking", True))`.
+bool KimiThinkingOff(const nlohmann::ordered_json* template_kwargs) {
+  if (template_kwargs == nullptr || !template_kwargs->is_object()) return false;
+  const auto it = template_kwargs->find("thinking");
+  return it != template_kwargs->end() && !PythonTruth(*it);
+}
+
 }  // namespace
 
 std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_view rendered_prompt,
-                                         const ContinuedMessage* continued) {
+                                         const ContinuedMessage* continued,
+                                         const nlohmann::ordered_json* template_kwargs) {
   if (name.empty()) return std::nullopt;
+  // Thinking off, vLLM's kimi_k2 becomes its identity parser: nothing is reasoning, whatever the
+  // prompt or a continued message holds, and is_reasoning_end holds from the start (the grammar
+  // applies at once).
+  if (name == "kimi_k2" && KimiThinkingOff(template_kwargs)) return ThinkStart::kContent;
   if (continued != nullptr) {
     if (const std::optional<ThinkStart> start = ContinuedStart(rendered_prompt, *continued)) {
       return start;
@@ -165,8 +189,10 @@ std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_vi
 
 std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
                                                   std::string_view rendered_prompt,
-                                                  const ContinuedMessage* continued) {
-  const std::optional<ThinkStart> start = ReasoningStart(name, rendered_prompt, continued);
+                                                  const ContinuedMessage* continued,
+                                                  const nlohmann::ordered_json* template_kwargs) {
+  const std::optional<ThinkStart> start =
+      ReasoningStart(name, rendered_prompt, continued, template_kwargs);
   if (!start) return nullptr;
   std::vector<std::string_view> content_starts;
   if (name == "kimi_k2") content_starts.assign(kKimiToolSection.begin(), kKimiToolSection.end());

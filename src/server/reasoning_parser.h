@@ -9,7 +9,11 @@
 // - "kimi_k2" (vLLM's kimi_k2): starts as deepseek_r1 does (Kimi's templates end the prompt with
 //   the assistant tag, and vLLM's parser starts inside the reasoning); the start of a tool-call
 //   section (<|tool_calls_section_begin|> or <|tool_call_section_begin|>) ends the reasoning as
-//   </think> does, and is kept as content for the tool parser.
+//   </think> does, and is kept as content for the tool parser. A request whose
+//   chat_template_kwargs turn "thinking" off (Python's truth, as vLLM's bool(): false, null, 0,
+//   "", [] and {} are off; left out is on; "enable_thinking" is not read) has no reasoning: vLLM
+//   then parses with its identity parser, so all of the output is content, markers included,
+//   and a grammar applies from the first token.
 // - "think" (and its aliases deepseek_v3, glm45): from the end of the rendered prompt.
 //   <think> (DeepSeek V3.1 with thinking=true): inside the reasoning. </think> (V3.1 without
 //   thinking, GLM-4.5 with enable_thinking=false): the template closed the reasoning, so all the
@@ -26,6 +30,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,16 +81,21 @@ struct ContinuedMessage {
 // prompt or the history): another role's message is content; the last marker in the message's
 // text decides (a continued "<think>Let me" is reasoning); without one, a marker the template
 // wrote right before the text (Qwen3's empty <think></think>), else content (mid-message, the
-// model opens no block). An empty text is a fresh reply, decided as above.
-std::unique_ptr<OutputParser> MakeReasoningParser(const std::string& name,
-                                                  std::string_view rendered_prompt,
-                                                  const ContinuedMessage* continued = nullptr);
+// model opens no block). An empty text is a fresh reply, decided as above. `template_kwargs`:
+// the request's chat_template_kwargs (null or an object), for kimi_k2's "thinking" switch, which
+// decides before all of that.
+std::unique_ptr<OutputParser> MakeReasoningParser(
+    const std::string& name, std::string_view rendered_prompt,
+    const ContinuedMessage* continued = nullptr,
+    const nlohmann::ordered_json* template_kwargs = nullptr);
 
 // Where MakeReasoningParser's parser starts for this request (the rule above); nullopt for none.
 // Structured output applies its grammar only after the reasoning unless this is kContent; with
 // kMayOpen, only when the first token is <think> (AfterReasoning).
-std::optional<ThinkStart> ReasoningStart(const std::string& name, std::string_view rendered_prompt,
-                                         const ContinuedMessage* continued = nullptr);
+std::optional<ThinkStart> ReasoningStart(
+    const std::string& name, std::string_view rendered_prompt,
+    const ContinuedMessage* continued = nullptr,
+    const nlohmann::ordered_json* template_kwargs = nullptr);
 
 // The text that closes the reasoning ("</think>"), whose token id starts a grammar.
 std::string_view ReasoningEndMarker();

@@ -2,9 +2,9 @@
 response_format, a structural tag, a forced tool call) applies only after the reasoning's end token, so the model
 thinks freely, the reasoning goes to reasoning_content and the constrained answer to content (or
 the tool call), streamed and not. A prompt that closed the reasoning (Qwen3's enable_thinking=false
-writes <think></think>) is constrained from its first token; an output that never ends its
-reasoning is all reasoning, finish_reason "length". A tokenizer with no single </think> token
-cannot have both: a 400 names why.
+writes <think></think>), or a kimi_k2 request with "thinking" off, is constrained from its first
+token; an output that never ends its reasoning is all reasoning, finish_reason "length". A
+tokenizer with no single </think> token cannot have both: a 400 names why.
 
 The model is a random tiny DeepSeek V3 with the real Qwen3 tokenizer (</think> is one token) and
 its chat template. A random model never writes </think> by chance, so logit_bias makes it: the
@@ -383,3 +383,41 @@ def test_split_end_marker_refuses_a_grammar(chat_model, tmp_path):
         assert chat(srv.client(), False, max_completion_tokens=4)[2] == "length"
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+@pytest.fixture(scope="module")
+def kimi_server(qwen3_model, tmp_path_factory):
+    """vLLM's kimi_k2 parser on Qwen3's template: the prompt ends at "assistant\n", so by default
+    the output starts inside the reasoning (this model never writes </think>: all reasoning)."""
+    srv = serve(qwen3_model, tmp_path_factory.mktemp("kimi"), "--reasoning-parser", "kimi_k2")
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_kimi_thinking_off_is_plain_content(kimi_server, stream):
+    # vLLM's kimi_k2 reads chat_template_kwargs' "thinking" (Python truth: null and 0 are off
+    # too) and then parses nothing: all of the output is content. "enable_thinking" is not its
+    # switch (Qwen3's template closes no reasoning for it here, as it renders no block).
+    client = kimi_server.client()
+    reasoning, content, finish, _ = chat(client, stream, max_completion_tokens=6)
+    assert reasoning and not content and finish == "length"
+    for off in (False, None, 0):
+        body = {"chat_template_kwargs": {"thinking": off}}
+        got = chat(client, stream, max_completion_tokens=6, extra_body=body)
+        assert not got[0] and got[1] == reasoning and got[2] == "length", (off, got)
+    body = {"chat_template_kwargs": {"thinking": True}}
+    on = chat(client, stream, max_completion_tokens=6, extra_body=body)
+    assert on[0] == reasoning and not on[1], on
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_kimi_thinking_off_is_constrained_at_once(kimi_server, stream):
+    # With thinking on, the grammar waits for a </think> this model never writes: all reasoning.
+    reasoning, content, finish, _ = chat(kimi_server.client(), stream, max_completion_tokens=6,
+                                         extra_body=CHOICE)
+    assert reasoning and not content and finish == "length"
+    # Off, there is no reasoning to wait for: the grammar applies from the first token.
+    body = dict(CHOICE, chat_template_kwargs={"thinking": False})
+    reasoning, content, finish, _ = chat(kimi_server.client(), stream, extra_body=body)
+    assert not reasoning and content in ("yes", "no") and finish == "stop"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -196,6 +197,45 @@ TEST(ReasoningParserTest, KimiToolSectionEndsTheReasoning) {
   EXPECT_EQ(steps[0].reasoning, "a");
   EXPECT_EQ(partial.reasoning, "a<|tool_cat|>b");
   EXPECT_EQ(partial.content, "");
+}
+
+// vLLM's kimi_k2 reads chat_template_kwargs' "thinking" as Python's bool() (left out: on); off, it
+// is its identity parser: all of the output is content, markers included, and the start is
+// kContent, so a grammar applies from the first token. Only kimi_k2 reads it, and not
+// "enable_thinking".
+TEST(ReasoningParserTest, KimiThinkingOffIsAllContent) {
+  using OrderedJson = nlohmann::ordered_json;
+  const std::string prompt = "<|im_assistant|>assistant<|im_middle|>";
+  const std::string text = " <think>r</think>c<|tool_calls_section_begin|>x";
+  for (const char* off :
+       {R"({"thinking": false})", R"({"thinking": null})", R"({"thinking": 0})",
+        R"({"thinking": 0.0})", R"({"thinking": ""})", R"({"thinking": []})",
+        R"({"thinking": {}})", R"({"enable_thinking": true, "thinking": false})"}) {
+    const OrderedJson kwargs = OrderedJson::parse(off);
+    EXPECT_EQ(ReasoningStart("kimi_k2", prompt, nullptr, &kwargs), ThinkStart::kContent) << off;
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      const ParsedDelta d = Feed(*MakeReasoningParser("kimi_k2", prompt, nullptr, &kwargs),
+                                 {text.substr(0, cut), text.substr(cut)});
+      EXPECT_EQ(d.reasoning, "") << off << " cut at " << cut;
+      EXPECT_EQ(d.content, text) << off << " cut at " << cut;
+    }
+    // Over a continued message's own markers too: the identity parser reads none.
+    const ContinuedMessage m{"assistant", "<think>Let me"};
+    EXPECT_EQ(ReasoningStart("kimi_k2", prompt + m.text, &m, &kwargs), ThinkStart::kContent);
+  }
+  for (const char* on : {"null", "{}", R"({"thinking": true})", R"({"thinking": 1})",
+                         R"({"thinking": "false"})", R"({"thinking": [0]})",
+                         R"({"enable_thinking": false})"}) {
+    const OrderedJson kwargs = OrderedJson::parse(on);
+    EXPECT_EQ(ReasoningStart("kimi_k2", prompt, nullptr, &kwargs), ThinkStart::kReasoning) << on;
+    EXPECT_EQ(Feed(*MakeReasoningParser("kimi_k2", prompt, nullptr, &kwargs), {"r</think>c"})
+                  .reasoning,
+              "r")
+        << on;
+  }
+  const OrderedJson off = {{"thinking", false}};
+  EXPECT_EQ(ReasoningStart("deepseek_r1", prompt, nullptr, &off), ThinkStart::kReasoning);
+  EXPECT_EQ(ReasoningStart("think", prompt, nullptr, &off), ThinkStart::kMayOpen);
 }
 
 // continue_final_message: the output goes on with the final message, so only that message
