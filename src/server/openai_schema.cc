@@ -539,6 +539,12 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   ParseMaxTokens(body, r);
   MergeSamplingDefaults(limits.sampling_defaults, body);
   ParseSampling(body, limits, r);
+  // vLLM's to_sampling_params: echo with logprobs computes the prompt's logprobs too
+  // (prompt_logprobs = logprobs when not asked), and each non-streamed choice carries them as if
+  // asked; its stream chunks have no such field (echo's logprobs stream as ever).
+  if (r.echo && r.logprobs && r.prompt_logprobs < 0 && !r.stream) {
+    r.prompt_logprobs = r.top_logprobs;
+  }
   RejectUnsupported(body, endpoint, r.sampling.n);
   ParseResponseFormat(body, body_text, r.output);
   ParseStructuredOutputs(body, body_text, r);
@@ -648,7 +654,7 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
   r.ignore_eos = request.ignore_eos;
   if (request.echo && request.logprobs) r.prompt_logprobs = request.top_logprobs;
   r.prompt_logprobs = std::max(r.prompt_logprobs, request.prompt_logprobs);
-  r.prompt_ranks = request.prompt_logprobs >= 0;  // Echo's logprobs show no rank.
+  r.prompt_ranks = request.prompt_logprobs >= 0;  // A streamed echo's logprobs show no rank.
   return r;
 }
 

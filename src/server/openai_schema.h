@@ -188,7 +188,8 @@ struct GenerationRequest {
   bool echo = false;         // Completions: the prompt before each choice (with logprobs: its
                              // tokens' logprobs too).
   // vLLM's prompt_logprobs: -1 none; k: each prompt token's logprob and rank with its k best
-  // alternatives (PromptLogprobsJson). Not with stream.
+  // alternatives (PromptLogprobsJson). Not with stream. A completion with echo and logprobs that
+  // leaves it out gets the logprobs' k, as vLLM's.
   int32_t prompt_logprobs = -1;
   // vLLM's truncate_prompt_tokens: keep the prompt's last k tokens; -1: as many as the context
   // leaves beside max_tokens; nullopt: off (MakeEngineRequest).

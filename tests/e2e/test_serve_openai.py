@@ -162,6 +162,44 @@ def test_streamed_prompt_logprobs_zero_sends_none(server):
     assert status == 400, err
 
 
+def test_echo_with_logprobs_gives_prompt_logprobs(server):
+    """vLLM computes prompt logprobs for echo with logprobs (prompt_logprobs = logprobs when not
+    asked), so each completions choice carries them as if prompt_logprobs were asked: null for the
+    first token, then the token's own entry (logprob, rank, decoded_token) and its best
+    alternatives; echo's token_logprobs are those entries' logprobs, the first null. Streamed,
+    vLLM's chunks have no prompt_logprobs (echo's logprobs are streamed)."""
+    body = {"model": MODEL_NAME, "prompt": PROMPTS[2], "echo": True, "max_tokens": 2,
+            "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    for k in (0, 2):
+        status, implicit = server.request("POST", "/v1/completions", dict(body, logprobs=k))
+        status2, explicit = server.request("POST", "/v1/completions",
+                                           dict(body, logprobs=k, prompt_logprobs=k))
+        assert status == status2 == 200, (implicit, explicit)
+        (choice,) = json.loads(implicit)["choices"]
+        (asked,) = json.loads(explicit)["choices"]
+        assert choice == asked, k
+        ids = choice["prompt_token_ids"]
+        listed = choice["prompt_logprobs"]
+        assert len(listed) == len(ids) and listed[0] is None
+        token_logprobs = choice["logprobs"]["token_logprobs"]
+        assert token_logprobs[0] is None and choice["logprobs"]["top_logprobs"][0] is None
+        for i in range(1, len(ids)):
+            entry = listed[i]
+            assert next(iter(entry)) == str(ids[i]) and len(entry) in (k, k + 1), (i, entry)
+            assert entry[str(ids[i])]["rank"] >= 1
+            assert token_logprobs[i] == entry[str(ids[i])]["logprob"], i
+        stream = streamed(server, "/v1/completions", dict(body, logprobs=k, stream=True))
+        assert all("prompt_logprobs" not in c["choices"][0] for c in stream if c["choices"])
+        streamed_lps = [v for c in stream if c["choices"] and c["choices"][0]["logprobs"]
+                        for v in c["choices"][0]["logprobs"]["token_logprobs"]]
+        assert streamed_lps == token_logprobs, k
+    # Without logprobs, or without echo: none.
+    for fields in ({}, {"echo": False, "logprobs": 1}):
+        status, raw = server.request("POST", "/v1/completions", dict(body, **fields))
+        choice = json.loads(raw)["choices"][0]
+        assert status == 200 and choice.get("prompt_logprobs") is None, fields
+
+
 def test_truncate_prompt_tokens(server, hf_tokenizer):
     """vLLM's truncate_prompt_tokens keeps the prompt's last N tokens: the output, usage and
     prompt_token_ids are those of sending them, and echo shows what is left; -1 keeps a prompt

@@ -705,12 +705,25 @@ TEST(OpenAiSchemaTest, PromptLogprobs) {
   }
   // vLLM takes 0 with stream, and streams none: none are computed.
   EXPECT_EQ(Parse(R"({"prompt": "x", "prompt_logprobs": 0, "stream": true})").prompt_logprobs, -1);
-  // Ranks only for prompt_logprobs: echo's logprobs show none.
+  // Ranks only for prompt_logprobs. Echo with logprobs asks for them as vLLM does (prompt_logprobs
+  // = logprobs when left out), not streamed: a streamed echo's logprobs show no rank.
   EXPECT_TRUE(MakeEngineRequest(r, {1, 2}, Limits()).prompt_ranks);
-  const engine::Request echo =
-      MakeEngineRequest(Parse(R"({"prompt": "x", "echo": true, "logprobs": 2})"), {1, 2}, Limits());
+  const GenerationRequest echoed = Parse(R"({"prompt": "x", "echo": true, "logprobs": 2})");
+  EXPECT_EQ(echoed.prompt_logprobs, 2);
+  const engine::Request echo = MakeEngineRequest(echoed, {1, 2}, Limits());
   EXPECT_EQ(echo.prompt_logprobs, 2);
-  EXPECT_FALSE(echo.prompt_ranks);
+  EXPECT_TRUE(echo.prompt_ranks);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "echo": true, "logprobs": 2, "prompt_logprobs": 0})")
+                .prompt_logprobs,
+            0);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "echo": true})").prompt_logprobs, -1);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "logprobs": 2})").prompt_logprobs, -1);
+  const GenerationRequest streamed =
+      Parse(R"({"prompt": "x", "echo": true, "logprobs": 2, "stream": true})");
+  EXPECT_EQ(streamed.prompt_logprobs, -1);
+  const engine::Request streamed_echo = MakeEngineRequest(streamed, {1, 2}, Limits());
+  EXPECT_EQ(streamed_echo.prompt_logprobs, 2);
+  EXPECT_FALSE(streamed_echo.prompt_ranks);
   const OrderedJson j = PromptLogprobsJson(
       {{{5, -1.5f, 7, "a"}, {9, -0.25f, 1, "b"}, {5, -1.5f, 2, "a"}},
        {{6, -0.5f, 1, std::nullopt}, {6, -0.5f, 1, std::nullopt}}});
