@@ -108,6 +108,17 @@ bool IsOriginText(std::string_view origin) {
   });
 }
 
+// An Access-Control-Request-Headers value a browser sends: header names (visible ASCII) with
+// blanks and tabs between. vLLM's HTTP layer (h11 or httptools) refuses a request with control
+// characters in a header and never writes them into a response; this one is echoed, so such a
+// value (or DEL, or non-ASCII, which no header name holds) is refused instead.
+bool IsHeaderListText(std::string_view asked) {
+  return std::all_of(asked.begin(), asked.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return (u >= 0x20 && u < 0x7f) || c == '\t';
+  });
+}
+
 bool AllowsAll(const CorsPolicy& policy) {
   return std::find(policy.allowed_origins.begin(), policy.allowed_origins.end(), "*") !=
          policy.allowed_origins.end();
@@ -183,9 +194,14 @@ CorsPreflightReply CorsPreflight(const CorsPolicy& policy, const HttpRequest& re
   }
   r.headers.emplace_back("Access-Control-Allow-Methods", std::string(kMethodList));
   r.headers.emplace_back("Access-Control-Max-Age", std::string(kMaxAge));
-  // Every header is allowed: the ones asked for are echoed.
+  // Every header is allowed: the ones asked for are echoed, unless no browser would send them
+  // (then refused as Starlette refuses headers it does not allow, and never echoed).
   if (const std::string* asked = req.Header("access-control-request-headers")) {
-    r.headers.emplace_back("Access-Control-Allow-Headers", *asked);
+    if (IsHeaderListText(*asked)) {
+      r.headers.emplace_back("Access-Control-Allow-Headers", *asked);
+    } else {
+      refused.push_back("headers");
+    }
   }
   if (refused.empty()) {
     r.body = "OK";

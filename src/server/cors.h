@@ -14,6 +14,9 @@
 // - A request without Origin is not a CORS request: nothing is added.
 // - An Origin no browser sends (control characters, blanks, non-ASCII) is never allowed, even
 //   under "*", so that it is never echoed into a header: no CORS headers, and a preflight's 400.
+//   Likewise an Access-Control-Request-Headers holding control characters, DEL or non-ASCII is
+//   not echoed: the preflight's 400 "Disallowed CORS headers" (Starlette's words when it refuses
+//   headers).
 #pragma once
 
 #include <optional>
@@ -48,8 +51,8 @@ bool IsCorsPreflight(const HttpRequest& req);
 HeaderList CorsResponseHeaders(const CorsPolicy& policy, const HttpRequest& req);
 
 struct CorsPreflightReply {
-  int status = 200;  // 200, or 400 when the origin or method is not allowed.
-  std::string body;  // Plain text: "OK", or "Disallowed CORS origin, method".
+  int status = 200;  // 200, or 400 when the origin, method or asked headers are not allowed.
+  std::string body;  // Plain text: "OK", or "Disallowed CORS origin, method, headers".
   HeaderList headers;
 };
 

@@ -181,6 +181,30 @@ def test_an_origin_no_browser_sends_is_never_echoed(server):
         assert reply.endswith(b"\r\n\r\nDisallowed CORS origin"), reply
 
 
+def test_requested_headers_no_browser_sends_are_never_echoed(server):
+    # A preflight's Access-Control-Request-Headers is echoed (every header is allowed), but not
+    # one holding control characters, DEL or non-ASCII, which vLLM's HTTP layer never lets through:
+    # the preflight is refused as Starlette refuses headers it does not allow, nothing echoed.
+    def ask(headers: bytes, origin: bytes = PAGE.encode()) -> bytes:
+        return raw_exchange(server.port, b"OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: " +
+                            origin + b"\r\nAccess-Control-Request-Method: GET\r\n"
+                            b"Access-Control-Request-Headers: " + headers +
+                            b"\r\nConnection: close\r\n\r\n")
+    for asked in (b"x-a\x0bx-b", b"x-a\x01", b"x-a\x1b[2J", b"x-a\x7f", b"x-\xc3\xa4"):
+        reply = ask(asked)
+        assert reply.startswith(b"HTTP/1.1 400 "), reply
+        assert reply.endswith(b"\r\n\r\nDisallowed CORS headers"), reply
+        head = reply.partition(b"\r\n\r\n")[0]
+        assert b"Access-Control-Allow-Headers" not in head and asked not in head, reply
+        assert b"Access-Control-Allow-Origin: *" in head, reply
+    reply = ask(b"x-a\x0b", origin=b"https://a\x7f")
+    assert reply.endswith(b"\r\n\r\nDisallowed CORS origin, headers"), reply
+    # Blanks and tabs between names are a header's own: echoed as sent.
+    reply = ask(b"authorization,\tcontent-type")
+    assert reply.startswith(b"HTTP/1.1 200 "), reply
+    assert b"\r\nAccess-Control-Allow-Headers: authorization,\tcontent-type\r\n" in reply, reply
+
+
 # -- HEAD --
 
 def raw_request(method: str, path: str, headers: bytes = b"") -> bytes:

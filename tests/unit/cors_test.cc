@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,40 @@ TEST(CorsHeaders, AnOriginNoBrowserSendsIsNeverEchoed) {
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(ok.headers.front(), (std::pair<std::string, std::string>{
                                     "Access-Control-Allow-Origin", "*"}));
+}
+
+// Access-Control-Request-Headers is echoed as sent, unless it holds a byte no browser sends
+// (control characters, DEL, non-ASCII): then the preflight is refused for its headers, as
+// Starlette refuses headers it does not allow, and nothing of it is echoed.
+TEST(CorsHeaders, RequestedHeadersNoBrowserSendsAreNeverEchoed) {
+  const CorsPolicy all;  // "*"
+  auto asking = [](const std::string& origin, const std::string& asked) {
+    HttpRequest req = WithOrigin(origin, false, true);
+    req.headers.emplace_back("access-control-request-headers", asked);
+    return req;
+  };
+  auto allow_headers = [](const CorsPreflightReply& reply) -> std::optional<std::string> {
+    for (const auto& [name, value] : reply.headers) {
+      if (name == "Access-Control-Allow-Headers") return value;
+    }
+    return std::nullopt;
+  };
+  const std::vector<std::string> bad = {"x-a\x0bx-b", std::string("x-a\0", 4), "x-a\x1b[2J",
+                                        "x-a\x7f", "x-\xc3\xa4", "x-a\r\nSet-Cookie: s=1"};
+  for (const std::string& asked : bad) {
+    const CorsPreflightReply reply = CorsPreflight(all, asking("https://a.example", asked));
+    EXPECT_EQ(reply.status, 400) << asked;
+    EXPECT_EQ(reply.body, "Disallowed CORS headers") << asked;
+    EXPECT_EQ(allow_headers(reply), std::nullopt) << asked;
+    EXPECT_EQ(reply.headers.front(), (std::pair<std::string, std::string>{
+                                         "Access-Control-Allow-Origin", "*"}));
+  }
+  const CorsPreflightReply both = CorsPreflight(all, asking("https://a\x7f", "x\x01"));
+  EXPECT_EQ(both.body, "Disallowed CORS origin, headers");
+  const CorsPreflightReply ok =
+      CorsPreflight(all, asking("https://a.example", "authorization,\tcontent-type"));
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(allow_headers(ok), "authorization,\tcontent-type");
 }
 
 }  // namespace
