@@ -1,11 +1,13 @@
 #include "server/tool_call_formats.h"
 
+#include <algorithm>
 #include <cctype>
 #include <utility>
 
 #include "base/json_depth.h"
 #include "server/openai_schema.h"
 #include "server/python_literal.h"
+#include "tokenizer/chat_template/pystr.h"
 
 namespace latent::server {
 namespace {
@@ -24,14 +26,31 @@ std::string Trim(std::string_view s) {
 
 std::string JsonString(const std::string& text) { return PythonJsonDumps(OrderedJson(text)); }
 
+// Python's str.strip(): Unicode whitespace too (U+00A0, U+3000, ...), as vLLM's glm4_moe strips
+// keys and values. The bytes between are kept as they are.
+std::string PythonStrip(std::string_view s) {
+  namespace py = tokenizer::jinja;
+  size_t begin = s.size(), end = 0;  // the first and past the last non-space character
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = py::CharLen(s.substr(i));
+    if (!py::IsSpace(py::Decode(s.substr(i, n)).front())) {
+      begin = std::min(begin, i);
+      end = i + n;
+    }
+    i += n;
+  }
+  return begin < end ? std::string(s.substr(begin, end - begin)) : std::string();
+}
+
 // A value written as text: a JSON string when `is_string`, else the JSON it parses as, else
 // (`python_literals`, GLM's as vLLM's ast.literal_eval fallback) the Python literal it reads as;
 // a string when it is neither, or when it nests deeper than a request may: the model's text is
 // not trusted to be shallow, and a value thousands of levels deep overflows the stack when
-// dumped.
+// dumped. GLM's (`python_literals`) is read and kept stripped as Python strips it (vLLM's
+// glm4_moe deserializes value.strip()); DSML's is read trimmed and kept as written.
 std::string ValueJson(const std::string& text, bool is_string, bool python_literals) {
   if (is_string) return JsonString(text);
-  const std::string trimmed = Trim(text);
+  const std::string trimmed = python_literals ? PythonStrip(text) : Trim(text);
   if (!JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     OrderedJson parsed = OrderedJson::parse(trimmed, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) return PythonJsonDumps(parsed);
@@ -40,6 +59,7 @@ std::string ValueJson(const std::string& text, bool is_string, bool python_liter
     if (const std::optional<OrderedJson> literal = ParsePythonLiteral(trimmed, kMaxJsonDepth)) {
       return PythonJsonDumps(*literal);
     }
+    return JsonString(trimmed);
   }
   return JsonString(text);
 }
@@ -243,7 +263,7 @@ class Glm45Parser : public ToolCallParser {
       case State::kKey: {
         const std::optional<std::string> key = ReadUntil(kKeyEnd);
         if (!key) return WaitedTooLong(kMaxHeader) ? Step::kMalformed : Step::kWait;
-        key_ = Trim(*key);
+        key_ = PythonStrip(*key);
         if (key_.empty() || key_.find('<') != std::string::npos) return Step::kMalformed;
         state_ = State::kValueBegin;
         return Step::kProgress;

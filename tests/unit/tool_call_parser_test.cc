@@ -454,6 +454,22 @@ TEST(ToolCallParserTest, GlmReadsPythonLiterals) {
   EXPECT_EQ(d.calls[0].arguments, "{\"x\": \"True\"}");
 }
 
+// vLLM's glm4_moe strips a value that is not a declared string (Python's str.strip: Unicode
+// whitespace too) before it reads it, and keeps it stripped when it is neither JSON nor a Python
+// literal; keys are stripped the same way. A declared string is the text as written.
+TEST(ToolCallParserTest, GlmStripsValuesItCannotRead) {
+  const std::string glm =
+      "<tool_call>get_weather\n<arg_key>e</arg_key><arg_value>\n  two words \t\n</arg_value>"
+      "<arg_key>f</arg_key><arg_value>\u00a0\u30005\u2003</arg_value>"
+      "<arg_key>\u2003g\u0085</arg_key><arg_value>\x0c\x1fmaybe\u0085\u2028</arg_value>"
+      "<arg_key>city</arg_key><arg_value>\n Paris \u3000</arg_value></tool_call>";
+  const Assembled g = Whole("glm45", glm);
+  ASSERT_EQ(g.calls.size(), 1u);
+  EXPECT_EQ(g.calls[0].arguments,
+            "{\"e\": \"two words\", \"f\": 5, \"g\": \"maybe\", \"city\": \"\\n Paris \u3000\"}");
+  ExpectSplitInvariant("glm45", glm);
+}
+
 TEST(ToolCallParserTest, WithoutMarkupEverythingIsContent) {
   for (const std::string name :
        {"deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2", "glm45"}) {
