@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "base/saturating.h"
+#include "engine/request_fields.h"
 #include "engine/sampling_params.h"
 #include "server/chat_request.h"
 #include "server/field_errors.h"
@@ -218,55 +219,37 @@ void ParseStructuredOutputs(const Json& body, std::string_view text, GenerationR
   r.output_field = "structured_outputs";
 }
 
-// A sampling value as the engine's float, refused when a float cannot hold it: 1e300 would become
-// inf and 1e-300 zero, which the engine's checks then reject under a misleading message.
-float SamplingFloat(const char* key, double v) {
-  const float f = static_cast<float>(v);
-  if (std::isinf(f) || (v != 0 && f == 0)) {
-    BadField(key, StrCat("'", key, "' is ", v, ", outside the range of a 32-bit float"));
+// A float sampling field, checked on the request's double by the rule every front shares
+// (engine::SamplingNumberError).
+std::optional<float> GetSamplingNumber(const Json& body, const char* key) {
+  const std::optional<double> v = GetNumber(body, key);
+  if (!v) return std::nullopt;
+  if (const std::optional<std::string> error = engine::SamplingNumberError(key, *v)) {
+    BadField(key, StrCat("'", key, "' ", *error));
   }
-  return f;
+  return static_cast<float>(*v);
 }
 
 void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequest& r) {
   engine::SamplingParams& s = r.sampling;
-  s.temperature = 1.0f;  // OpenAI's default; the engine's struct defaults to greedy.
-  if (auto v = GetNumber(body, "temperature")) {
-    if (*v < 0) BadField("temperature", StrCat("'temperature' must be >= 0, got ", *v));
-    s.temperature = SamplingFloat("temperature", *v);
-  }
-  if (auto v = GetNumber(body, "top_p")) {
-    if (!(*v > 0 && *v <= 1)) BadField("top_p", StrCat("'top_p' must be in (0, 1], got ", *v));
-    s.top_p = SamplingFloat("top_p", *v);
-  }
+  s.temperature = GetSamplingNumber(body, "temperature").value_or(1.0f);  // OpenAI's default
+  s.top_p = GetSamplingNumber(body, "top_p").value_or(s.top_p);
   if (auto v = GetInt(body, "top_k")) {
     const std::optional<int32_t> k = engine::TopKFromRequest(*v);
     if (!k) BadField("top_k", StrCat("'top_k' ", engine::kTopKRange, ", got ", *v));
     s.top_k = *k;
   }
-  if (auto v = GetNumber(body, "min_p")) {
-    if (!(*v >= 0 && *v <= 1)) BadField("min_p", StrCat("'min_p' must be in [0, 1], got ", *v));
-    s.min_p = SamplingFloat("min_p", *v);
-  }
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (auto v = GetNumber(body, key)) {
-      if (!(*v >= -2 && *v <= 2)) BadField(key, StrCat("'", key, "' must be in [-2, 2], got ", *v));
-      (key[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = static_cast<float>(*v);
-    }
-  }
-  if (auto v = GetNumber(body, "repetition_penalty")) {
-    // A floor mirroring the ceiling: a logit divided by a subnormal penalty overflows to inf.
-    if (!(*v >= 0.01 && *v <= 100)) {
-      BadField("repetition_penalty",
-               StrCat("'repetition_penalty' must be in [0.01, 100], got ", *v));
-    }
-    s.repetition_penalty = SamplingFloat("repetition_penalty", *v);
+  for (auto [key, field] : {std::pair{"min_p", &s.min_p},
+                            {"presence_penalty", &s.presence_penalty},
+                            {"frequency_penalty", &s.frequency_penalty},
+                            {"repetition_penalty", &s.repetition_penalty}}) {
+    *field = GetSamplingNumber(body, key).value_or(*field);
   }
   if (const Json* seed = Find(body, "seed")) {
     if (seed->is_number_unsigned()) {
       s.seed = seed->get<uint64_t>();
     } else if (seed->is_number_integer()) {
-      s.seed = static_cast<uint64_t>(seed->get<int64_t>());
+      s.seed = engine::SeedFromRequest(seed->get<int64_t>());  // -1: none, as vLLM
     } else {
       WrongType("seed", "an integer");
     }
@@ -275,6 +258,9 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
     if (*v < 1 || *v > limits.max_n)
       BadField("n", StrCat("'n' must be in [1, ", limits.max_n, "], got ", *v));
     s.n = static_cast<int32_t>(*v);
+  }
+  if (const std::optional<std::string> error = engine::GreedySamplesError(s.temperature, s.n)) {
+    BadField("n", *error);
   }
 
   // OpenAI's logit_bias: JSON keys are strings, so token ids come as "50256".
@@ -529,10 +515,9 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
     if (!r.stream) r.prompt_logprobs = static_cast<int32_t>(*k);
   }
   if (const std::optional<int64_t> k = GetInt(body, "truncate_prompt_tokens")) {
-    if (*k < 1 && *k != -1) {
-      BadField("truncate_prompt_tokens",
-               StrCat("'truncate_prompt_tokens' must be -1 (as many as the context leaves) or a "
-                      "positive number of tokens, got ", *k));
+    if (!engine::TruncatePromptTokensValid(*k)) {
+      BadField("truncate_prompt_tokens", StrCat("'truncate_prompt_tokens' ",
+                                                engine::kTruncatePromptTokensRange, ", got ", *k));
     }
     r.truncate_prompt_tokens = *k;
   }
@@ -576,17 +561,9 @@ engine::Request MakeEngineRequest(const GenerationRequest& request, std::vector<
     // refuses it.
     const bool sixteen = request.endpoint == Endpoint::kCompletions && !request.max_tokens_null;
     const int64_t most = request.max_tokens.value_or(sixteen ? 16 : 0);
-    const int64_t room = limits.context_tokens - std::min(most, limits.context_tokens);
-    const int64_t k =
-        *request.truncate_prompt_tokens == -1 ? room : *request.truncate_prompt_tokens;
-    if (k > room) {
-      BadField("truncate_prompt_tokens",
-               StrCat("'truncate_prompt_tokens' is ", k, ", more than the ", room,
-                      " tokens this model's context (", limits.context_tokens,
-                      ") leaves beside max_tokens (", most, ")"));
-    }
-    if (k > 0 && static_cast<int64_t>(prompt.size()) > k) {
-      prompt.erase(prompt.begin(), prompt.end() - k);
+    if (const std::optional<std::string> error = engine::TruncatePrompt(
+            prompt, *request.truncate_prompt_tokens, most, limits.context_tokens)) {
+      BadField("truncate_prompt_tokens", StrCat("'truncate_prompt_tokens' ", *error));
     }
   }
   const int64_t n = static_cast<int64_t>(prompt.size());

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,10 +66,10 @@ TEST(OpenAiSchemaTest, PromptForms) {
 
 TEST(OpenAiSchemaTest, SamplingFields) {
   const GenerationRequest r = Parse(
-      R"({"prompt": "x", "temperature": 0, "top_p": 0.5, "top_k": -1, "min_p": 0.2, "seed": -3,
+      R"({"prompt": "x", "temperature": 0.25, "top_p": 0.5, "top_k": -1, "min_p": 0.2, "seed": -3,
           "n": 2, "logprobs": 4, "presence_penalty": 1, "frequency_penalty": -1,
           "repetition_penalty": 1.2, "stop": "\n", "max_tokens": 7.0, "ignore_eos": true})");
-  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.25f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
   EXPECT_EQ(r.sampling.top_k, 0);
   EXPECT_EQ(*r.sampling.seed, static_cast<uint64_t>(-3));
@@ -78,6 +79,55 @@ TEST(OpenAiSchemaTest, SamplingFields) {
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n"}));
   EXPECT_EQ(*r.max_tokens, 7);
   EXPECT_TRUE(r.ignore_eos);
+}
+
+// The message of the ApiError `body` raises.
+std::string RefusalMessage(const std::string& body) {
+  try {
+    Parse(body);
+  } catch (const ApiError& err) {
+    return err.message();
+  }
+  return "";
+}
+
+// vLLM's SamplingParams maps seed -1 to None: no seed, an unseeded draw (not the seed 2^64 - 1).
+// Other negative seeds are their bits, as before.
+TEST(OpenAiSchemaTest, SeedMinusOneIsNoSeed) {
+  EXPECT_FALSE(Parse(R"({"prompt": "x", "seed": -1})").sampling.seed.has_value());
+  EXPECT_EQ(Parse(R"({"prompt": "x", "seed": -2})").sampling.seed,
+            std::optional<uint64_t>(static_cast<uint64_t>(-2)));
+  EXPECT_EQ(Parse(R"({"prompt": "x", "seed": 18446744073709551615})").sampling.seed,
+            std::optional<uint64_t>(std::numeric_limits<uint64_t>::max()));
+}
+
+// vLLM's _verify_greedy_sampling: n > 1 with temperature 0 is refused, in its words; also when
+// the temperature 0 is generation_config's default.
+TEST(OpenAiSchemaTest, SeveralGreedySamplesAreRefused) {
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "temperature": 0, "n": 2})"),
+            std::make_pair(400, std::string("n")));
+  EXPECT_EQ(RefusalMessage(R"({"prompt": "x", "temperature": 0, "n": 2})"),
+            "n must be 1 when using greedy sampling, got 2.");
+  ServingLimits greedy = Limits();
+  greedy.sampling_defaults = {{"temperature", 0.0}};
+  EXPECT_THROW(ParseGenerationRequest(R"({"prompt": "x", "n": 3})", Endpoint::kCompletions, greedy),
+               ApiError);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "temperature": 0.5, "n": 2})").sampling.n, 2);
+}
+
+// The float fields are checked on the request's doubles, and the message shows the value as it
+// was sent (1.0000000001, not an ostream's "1").
+TEST(OpenAiSchemaTest, FloatFieldsAreCheckedOnTheirDoubles) {
+  EXPECT_EQ(RefusalMessage(R"({"prompt": "x", "top_p": 1.0000000001})"),
+            "'top_p' must be in (0, 1], got 1.0000000001");
+  EXPECT_EQ(RefusalMessage(R"({"prompt": "x", "repetition_penalty": 100.000001})"),
+            "'repetition_penalty' must be in [0.01, 100], got 100.000001");
+  EXPECT_EQ(RefusalMessage(R"({"prompt": "x", "presence_penalty": 2.00000001})"),
+            "'presence_penalty' must be in [-2, 2], got 2.00000001");
+  EXPECT_EQ(RefusalMessage(R"({"prompt": "x", "temperature": 1e300})"),
+            "'temperature' is 1e+300, outside the range of a 32-bit float");
+  EXPECT_EQ(Refusal(R"({"prompt": "x", "temperature": true})"),
+            std::make_pair(400, std::string("temperature")));
 }
 
 // OpenAI's logit_bias (token ids as string keys) and vLLM's allowed_token_ids reach the engine's
