@@ -124,10 +124,16 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
     Job& job = jobs.emplace_back();
     job.line = i + 1;
     try {
-      job.job = std::make_unique<generate::RequestJob>(
+      generate::RequestLine parsed =
           generate::ParseRequestLine(generate::ParseRequestLineJson(text), text_tools, max_tokens,
-                                     options.ignore_eos, sampling_defaults),
-          text_tools, /*stream_text=*/false);
+                                     options.ignore_eos, sampling_defaults);
+      // It needs the model's context, and lines are parsed before the model loads.
+      if (parsed.truncate_prompt_tokens) {
+        Fail("field 'truncate_prompt_tokens' is not taken by `latent generate` (latent.LLM and "
+             "`latent serve` take it)");
+      }
+      job.job = std::make_unique<generate::RequestJob>(std::move(parsed), text_tools,
+                                                       /*stream_text=*/false);
     } catch (const Json::exception& e) {
       job.error = StrCat(source, ":", job.line, ": invalid JSON: ", e.what());
     } catch (const InternalError& e) {

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/error_context.h"
 #include "base/json_depth.h"
+#include "engine/request_fields.h"
 #include "engine/sampling_params.h"
 #include "server/chat_prompt.h"
 #include "server/chat_request.h"
@@ -59,13 +60,39 @@ T Field(const Json& line, const char* key, T fallback) {
   } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
     return Integer<T>(v, key);
   } else {
-    // bool, float, and the seed (uint64_t: a negative seed wraps, as the server's does).
+    static_assert(std::is_same_v<T, bool>, "floats are SamplingNumber's, the seed Seed's");
     try {
       return v.get<T>();
     } catch (const Json::exception&) {
       Fail("field '", key, "' has the wrong type: ", v.dump());
     }
   }
+}
+
+// A float sampling field (temperature, top_p, min_p, the penalties): a number, not a bool (which
+// nlohmann's get<float> casts to 1), checked on its double as the server checks it
+// (engine::SamplingNumberError).
+float SamplingNumber(const Json& line, const char* key, float fallback) {
+  if (!line.contains(key) || line[key].is_null()) return fallback;
+  const Json& v = line[key];
+  if (!v.is_number()) {
+    Fail("field '", key, "' has the wrong type: ", v.dump(), " (expected a number)");
+  }
+  const double d = v.get<double>();
+  if (const std::optional<std::string> error = engine::SamplingNumberError(key, d)) {
+    Fail("field '", key, "' ", *error);
+  }
+  return static_cast<float>(d);
+}
+
+// "seed": an integer, as the server takes it (-1: none, engine::SeedFromRequest; another negative
+// one wraps); not a float or a bool, which get<uint64_t> would cast.
+std::optional<uint64_t> Seed(const Json& line) {
+  if (!line.contains("seed") || line["seed"].is_null()) return std::nullopt;
+  const Json& seed = line["seed"];
+  if (!seed.is_number_integer()) Fail("field 'seed' must be an integer, got ", seed.dump());
+  if (seed.is_number_unsigned()) return seed.get<uint64_t>();
+  return engine::SeedFromRequest(seed.get<int64_t>());
 }
 
 // "stop": a string or a list of non-empty strings.
@@ -123,6 +150,20 @@ std::map<int32_t, float> LogitBias(const Json& line) {
     out[static_cast<int32_t>(*id)] = static_cast<float>(b);
   }
   return out;
+}
+
+// "truncate_prompt_tokens" (nullopt when absent): -1 or positive, as the server takes it
+// (engine::TruncatePromptTokensValid); whoever knows the context applies it
+// (engine::TruncatePrompt).
+std::optional<int64_t> TruncatePromptTokens(const Json& line) {
+  if (!line.contains("truncate_prompt_tokens") || line["truncate_prompt_tokens"].is_null()) {
+    return std::nullopt;
+  }
+  const auto k = Field<int64_t>(line, "truncate_prompt_tokens", 0);
+  if (!engine::TruncatePromptTokensValid(k)) {
+    Fail("field 'truncate_prompt_tokens' ", engine::kTruncatePromptTokensRange, ", got ", k);
+  }
+  return k;
 }
 
 }  // namespace
@@ -191,31 +232,33 @@ Json ParseRequestLineJson(std::string_view text) {
 
 engine::SamplingParams ParseSamplingFields(const Json& line) {
   engine::SamplingParams s;
-  s.temperature = Field<float>(line, "temperature", 0.0f);
+  s.temperature = SamplingNumber(line, "temperature", 0.0f);
   // Parsed as the server parses it: -1 is off, as generation_config.json's -1 already was.
   const int64_t top_k = Field<int64_t>(line, "top_k", 0);
   const std::optional<int32_t> k = engine::TopKFromRequest(top_k);
   if (!k) Fail("field 'top_k' ", engine::kTopKRange, ", got ", top_k);
   s.top_k = *k;
-  s.top_p = Field<float>(line, "top_p", 1.0f);
-  s.min_p = Field<float>(line, "min_p", 0.0f);
-  s.repetition_penalty = Field<float>(line, "repetition_penalty", 1.0f);
-  s.presence_penalty = Field<float>(line, "presence_penalty", 0.0f);
-  s.frequency_penalty = Field<float>(line, "frequency_penalty", 0.0f);
-  if (line.contains("seed") && !line["seed"].is_null()) {
-    // An integer, as the server takes it (a negative one wraps); not a float or a bool, which
-    // get<uint64_t> would cast.
-    const Json& seed = line["seed"];
-    if (!seed.is_number_integer()) Fail("field 'seed' must be an integer, got ", seed.dump());
-    s.seed = seed.get<uint64_t>();
-  }
+  s.top_p = SamplingNumber(line, "top_p", 1.0f);
+  s.min_p = SamplingNumber(line, "min_p", 0.0f);
+  s.repetition_penalty = SamplingNumber(line, "repetition_penalty", 1.0f);
+  s.presence_penalty = SamplingNumber(line, "presence_penalty", 0.0f);
+  s.frequency_penalty = SamplingNumber(line, "frequency_penalty", 0.0f);
+  s.seed = Seed(line);
+  // Named here: SamplingParams::Validate would name its own field, top_logprobs.
   s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
+  if (s.top_logprobs < -1 || s.top_logprobs > 20) {
+    Fail("field 'logprobs' must be in [0, 20], got ", s.top_logprobs);
+  }
   s.n = Field<int32_t>(line, "n", 1);
   s.logit_bias = LogitBias(line);
   if (line.contains("allowed_token_ids") && !line["allowed_token_ids"].is_null()) {
     s.allowed_token_ids = Field<std::vector<int32_t>>(line, "allowed_token_ids", {});
   }
   s.Validate();
+  // After n's range, as vLLM's _verify_args comes before its _verify_greedy_sampling.
+  if (const std::optional<std::string> error = engine::GreedySamplesError(s.temperature, s.n)) {
+    Fail(*error);
+  }
   return s;
 }
 
@@ -225,7 +268,7 @@ int32_t ParsePromptLogprobs(const Json& line) {
   return prompt_logprobs;
 }
 
-void CheckLengthAndStopFields(const Json& line) {
+void CheckFieldsWithoutPrompt(const Json& line) {
   // Absent, max_tokens is the submitter's default: min_tokens is then checked for sign only.
   const auto max_tokens =
       Field<int64_t>(line, "max_tokens", std::numeric_limits<int64_t>::max());
@@ -233,6 +276,11 @@ void CheckLengthAndStopFields(const Json& line) {
   StopStrings(line);
   for (int32_t id : Field<std::vector<int32_t>>(line, "stop_token_ids", {})) {
     if (id < 0) Fail("stop_token_ids token id ", id, " is outside the vocabulary");
+  }
+  TruncatePromptTokens(line);
+  // ParseRequestLine reads these as it reads them here.
+  for (const char* flag : {"ignore_eos", "include_stop_str_in_output", "skip_special_tokens"}) {
+    Field<bool>(line, flag, false);
   }
 }
 
@@ -261,6 +309,7 @@ RequestLine ParseRequestLine(const Json& given, TextTools& text, int64_t default
   out.stop = StopStrings(line);
   out.include_stop = Field<bool>(line, "include_stop_str_in_output", false);
   out.skip_special_tokens = Field<bool>(line, "skip_special_tokens", true);
+  out.truncate_prompt_tokens = TruncatePromptTokens(line);
   if (!out.stop.empty()) text.Tokenizer();  // Stop strings need the text: fail now if it can't be had.
   if (line.contains("structured_outputs") && !line["structured_outputs"].is_null()) {
     out.output = structured::ParseStructuredOutputs(line["structured_outputs"]);

@@ -50,6 +50,9 @@ struct RequestLine {
   // needs the model's vocabulary.
   structured::OutputSpec output;
   bool skip_special_tokens = true; // The samples' text leaves special tokens out (the server's).
+  // vLLM's truncate_prompt_tokens (-1 or k >= 1), not yet applied: it needs the model's context
+  // (engine::TruncatePrompt; latent.LLM applies it, `latent generate` refuses it).
+  std::optional<int64_t> truncate_prompt_tokens;
   std::string chat_prompt;  // A "messages" line's prompt as the chat template rendered it.
 };
 
@@ -59,8 +62,10 @@ struct RequestLine {
 RequestJson ParseRequestLineJson(std::string_view text);
 
 // A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n,
-// logit_bias, allowed_token_ids; temperature 0 when absent), checked as the engine checks them
-// (SamplingParams::Validate; token ids for sign only): latent::Error naming the field otherwise.
+// logit_bias, allowed_token_ids; temperature 0 when absent), checked as the server checks them
+// (engine/request_fields.h: the float fields on their doubles, seed -1 as none, n > 1 refused
+// with temperature 0) and as the engine does (SamplingParams::Validate; token ids for sign
+// only): latent::Error naming the field otherwise.
 engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 
 // A line's "prompt_logprobs" (-1 when absent), checked as the engine checks it
@@ -68,12 +73,14 @@ engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 // sample's (engine::Request, not SamplingParams).
 int32_t ParsePromptLogprobs(const RequestJson& line);
 
-// A line's max_tokens, min_tokens, stop and stop_token_ids, checked where there is no prompt yet
-// (the Python SamplingParams): their types; max_tokens >= 0 and 0 <= min_tokens <= max_tokens
-// (engine::ValidateTokenCounts, min_tokens against no bound when max_tokens is absent); stop
-// strings not empty; stop token ids not negative (the vocabulary's bound is Engine::Submit's).
-// latent::Error naming the field otherwise, as ParseRequestLine and Engine::Submit would.
-void CheckLengthAndStopFields(const RequestJson& line);
+// A line's fields besides the sampling ones and the prompt, checked where there is no prompt yet
+// (the Python SamplingParams, when made): their types; max_tokens >= 0 and 0 <= min_tokens <=
+// max_tokens (engine::ValidateTokenCounts, min_tokens against no bound when max_tokens is
+// absent); stop strings not empty; stop token ids not negative (the vocabulary's bound is
+// Engine::Submit's); truncate_prompt_tokens -1 or positive; ignore_eos,
+// include_stop_str_in_output and skip_special_tokens booleans. latent::Error naming the field
+// otherwise, as ParseRequestLine and Engine::Submit would.
+void CheckFieldsWithoutPrompt(const RequestJson& line);
 
 // Throws latent::Error naming the field that is wrong (nlohmann's exceptions for bad JSON).
 // `default_max_tokens` and `default_ignore_eos` apply to a line that does not say (`latent

@@ -26,6 +26,7 @@
 #include "base/error.h"
 #include "generate/attention_form.h"
 #include "engine/engine.h"
+#include "engine/request_fields.h"
 #include "generate/request_job.h"
 #include "generate/request_line.h"
 #include "model/generation_config.h"
@@ -136,11 +137,21 @@ class PyEngine {
     const bool to_context = default_max_tokens == kMaxTokensToContext;
     generate::RequestLine parsed =
         generate::ParseRequestLine(line, text_, to_context ? 0 : default_max_tokens);
+    const bool max_tokens_given = line.contains("max_tokens") && !line["max_tokens"].is_null();
+    if (parsed.truncate_prompt_tokens) {
+      // The server's rule (MakeEngineRequest): the room is the context less max_tokens, 0 for
+      // max_tokens=None (vLLM's `max_tokens or 0`).
+      const int64_t most = max_tokens_given ? parsed.request.max_tokens : 0;
+      if (const std::optional<std::string> error =
+              engine::TruncatePrompt(parsed.request.prompt, *parsed.truncate_prompt_tokens, most,
+                                     context_tokens_)) {
+        Fail("field 'truncate_prompt_tokens' ", *error);
+      }
+    }
     if (to_context) {
-      const bool given = line.contains("max_tokens") && !line["max_tokens"].is_null();
       engine::Request& r = parsed.request;
       const std::optional<int64_t> asked =
-          given ? std::optional<int64_t>(r.max_tokens) : std::nullopt;
+          max_tokens_given ? std::optional<int64_t>(r.max_tokens) : std::nullopt;
       r.max_tokens = MaxTokensToContext(r.prompt.size(), asked);
       // The context's end wins over min_tokens, by latent's choice: a min_tokens past the room
       // left is the room, not a refusal of the request (SamplingParams checked it against
@@ -148,6 +159,8 @@ class PyEngine {
       // first, so such a request there may run on without an end; latent ends it at the context.
       r.min_tokens = std::min(r.min_tokens, r.max_tokens);
     }
+    // Ranked as the server ranks its prompt_logprobs (vLLM's Logprob.rank).
+    parsed.request.prompt_ranks = parsed.request.prompt_logprobs >= 0;
     tracked->job = std::make_unique<generate::RequestJob>(std::move(parsed), text_,
                                                           stream_text && has_tokenizer_);
     if (tracked->job->line().output.active()) {
@@ -262,7 +275,8 @@ class PyEngine {
   }
 
   // The finished request's prompt logprobs (vLLM's form): None without "prompt_logprobs", else
-  // None for the first prompt token, then (token, logprob, [(token, logprob), ...]) per token.
+  // None for the first prompt token, then (token, logprob, [(token, logprob), ...], rank, text)
+  // per token.
   nb::object PromptLogprobs(int64_t handle) {
     std::shared_ptr<Tracked> t;
     {
@@ -274,7 +288,7 @@ class PyEngine {
     nb::list out;
     out.append(nb::none());
     for (const engine::PromptTokenLogprob& p : t->job->prompt_logprobs()) {
-      out.append(nb::make_tuple(p.token, p.logprob, TopList(p.top)));
+      out.append(nb::make_tuple(p.token, p.logprob, TopList(p.top), p.rank, TokenText(p.token)));
     }
     return out;
   }
@@ -438,10 +452,21 @@ class PyEngine {
     return nb::none();
   }
 
-  static nb::list LogprobList(const std::vector<engine::RequestOutput>& events) {
+  // A token's text alone (special tokens kept), as vLLM's Logprob.decoded_token and the server's
+  // prompt_logprobs give it; None without a tokenizer.
+  nb::object TokenText(int32_t token) {
+    if (!has_tokenizer_) return nb::none();
+    const int32_t ids[1] = {token};
+    return nb::cast(text_.Tokenizer().Decode(ids, /*skip_special_tokens=*/false));
+  }
+
+  // Generated tokens' logprob entries: (token, logprob, top, rank: None (the engine ranks prompt
+  // tokens only), text).
+  nb::list LogprobList(const std::vector<engine::RequestOutput>& events) {
     nb::list out;
     for (const auto& e : events) {
-      out.append(nb::make_tuple(e.token, e.logprob, TopList(e.top_logprobs)));
+      out.append(nb::make_tuple(e.token, e.logprob, TopList(e.top_logprobs), nb::none(),
+                                TokenText(e.token)));
     }
     return out;
   }
@@ -517,7 +542,7 @@ NB_MODULE(_latent, m) {
             latent::generate::ParseRequestLineJson(line_json);
         latent::generate::ParseSamplingFields(line);
         latent::generate::ParsePromptLogprobs(line);
-        latent::generate::CheckLengthAndStopFields(line);
+        latent::generate::CheckFieldsWithoutPrompt(line);
       },
       "line_json"_a,
       "Raises LatentError naming the field when a request line's sampling fields (prompt_logprobs, "

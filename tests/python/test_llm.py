@@ -794,10 +794,10 @@ def test_logit_bias_key_is_a_canonical_integer(key):
     ({"logit_bias": {5: "x"}}, "the bias of token id 5 must be a number"),
     ({"allowed_token_ids": []}, "allowed_token_ids must not be empty"),
     ({"allowed_token_ids": [3, -4]}, "allowed_token_ids token id -4"),
-    ({"temperature": -1}, "temperature must be >= 0"),
-    ({"top_p": 0}, "top_p must be in"),
+    ({"temperature": -1}, "temperature' must be >= 0, got -1"),
+    ({"top_p": 0}, "top_p' must be in \\(0, 1\\], got 0"),
     ({"n": 0}, "n must be in"),
-    ({"repetition_penalty": 1e-9}, "repetition_penalty must be in"),
+    ({"repetition_penalty": 1e-9}, "repetition_penalty' must be in \\[0.01, 100\\], got 1e-09"),
     ({"temperature": float("nan")}, "temperature must be finite, got nan"),
     ({"seed": 1.5}, "'seed' must be an integer"),
     ({"prompt_logprobs": 21}, "prompt_logprobs must be in \\[0, 20\\], got 21"),
@@ -809,7 +809,7 @@ def test_sampling_params_are_checked_when_made(fields, message):
     """As vLLM's SamplingParams: a ValueError at construction, by the engine's own rules."""
     with pytest.raises(ValueError, match=message):
         latent.SamplingParams(**fields)
-    assert latent.SamplingParams(temperature=0, top_k=-1, n=3, seed=7).n == 3
+    assert latent.SamplingParams(temperature=0.5, top_k=-1, n=3, seed=7).n == 3
     assert latent.SamplingParams(prompt_logprobs=20).prompt_logprobs == 20
 
 

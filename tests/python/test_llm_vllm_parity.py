@@ -215,9 +215,13 @@ def test_none_is_false_for_the_flags(llm):
     want = latent.SamplingParams(max_tokens=3, temperature=0, **{name: False for name in flags})
     got, expected = llm.generate([[5, 6], [8]], [params, want]), llm.generate([[5, 6], [8]], want)
     assert [o.outputs[0].token_ids for o in got] == [o.outputs[0].token_ids for o in expected]
-    for name in flags:  # what is neither a bool nor None is still refused, by name
-        with pytest.raises(latent.LatentError, match=f"field '{name}' has the wrong type: \"yes\""):
-            llm.generate([[5, 6]], latent.SamplingParams(max_tokens=1, **{name: "yes"}))
+    for name in flags:  # what is neither a bool nor None is refused by name, when made
+        with pytest.raises(TypeError, match=f"SamplingParams: {name} must be a bool .* str 'yes'"):
+            latent.SamplingParams(max_tokens=1, **{name: "yes"})
+        params = latent.SamplingParams(max_tokens=1)
+        setattr(params, name, "yes")  # or when submitted, set after
+        with pytest.raises(latent.LatentError, match=f"SamplingParams: {name} must be a bool"):
+            llm.generate([[5, 6]], params)
 
 
 # -- id lists: any iterable of ints, as vLLM's list(...) --------------------------------------------

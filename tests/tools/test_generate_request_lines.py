@@ -233,8 +233,10 @@ def test_stop_reason_is_the_stop_token_id(model, tmp_path):
     ids = plain["ids"]
     assert plain["finish_reason"] == "length" and "stop_reason" not in plain, plain
     at = next(i for i in range(2, len(ids)) if ids[i] not in ids[:i])
-    stopped, both = generate(model, tmp_path, [dict(line, stop_token_ids=[ids[at]]),
-                                               dict(line, stop_token_ids=[ids[at]], n=2)])
+    # n > 1 needs a temperature (vLLM's rule); allowed_token_ids makes both samples draw the id.
+    stopped, both = generate(model, tmp_path, [
+        dict(line, stop_token_ids=[ids[at]]),
+        dict(line, stop_token_ids=[ids[at]], n=2, temperature=1.0, allowed_token_ids=[ids[at]])])
     assert stopped["ids"] == ids[:at + 1] and stopped["finish_reason"] == "stop", stopped
     assert stopped["stop_reason"] == ids[at] and type(stopped["stop_reason"]) is int, stopped
     assert [s.get("stop_reason") for s in both["samples"]] == [ids[at], ids[at]], both
@@ -376,3 +378,13 @@ def test_a_sentencepiece_output_keeps_its_leading_space(tiny_models, tmp_path):
     results = generate(model, tmp_path, lines, "--debug-replay", str(replay))
     assert [r["text"] for r in results] == [" provinり buffer", " provinり buffer", ""]
     assert results[2]["stop_reason"] == " provin"
+
+
+def test_truncate_prompt_tokens_is_refused_by_name(model, tmp_path):
+    """latent.LLM and the server take it; lines are read before the model, whose context it needs,
+    so a line asking for it is refused rather than run on its whole prompt."""
+    line = {"ids": [3, 17, 29], "max_tokens": 2}
+    bad, ok = generate(model, tmp_path, [dict(line, truncate_prompt_tokens=2), line])
+    refusal = "field 'truncate_prompt_tokens' is not taken by `latent generate`"
+    assert refusal in bad.get("error", ""), bad
+    assert "error" not in ok and len(ok["ids"]) == 2, ok

@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _latent
 
@@ -200,6 +200,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: Optional[int] = None
+    """None (or -1, as vLLM maps it to None): an unseeded draw."""
     max_tokens: Optional[int] = 16
     """Tokens to generate at most per sample; 0 scores the prompt (with prompt_logprobs) without
     generating. None (vLLM's): as many as the context leaves, the model's max_position_embeddings
@@ -221,25 +222,33 @@ class SamplingParams:
     include_stop_str_in_output), nor searched for stop strings."""
     ignore_eos: Optional[bool] = False
     logprobs: Optional[int] = None
-    """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'."""
+    """None: no logprobs; 0: the sampled token's; k: and the k most likely tokens'. A bool is an
+    int, as in vLLM: True is 1, False 0."""
     structured_outputs: Optional[StructuredOutputsParams] = None
     """Constrains the output to JSON, a regex, a choice, a grammar or a structural tag
     (StructuredOutputsParams)."""
     prompt_logprobs: Optional[int] = None
     """None: none; 0: each prompt token's logprob; k (at most 20): and the k most likely tokens'
     at its position (`RequestOutput.prompt_logprobs`). A request asking for them computes its
-    whole prompt: it takes no prefix-cache hit."""
+    whole prompt: it takes no prefix-cache hit. True is 1 and False 0, as logprobs'."""
     skip_special_tokens: Optional[bool] = True
     """The text leaves special tokens out (token_ids keep them). vLLM's
     spaces_between_special_tokens is not offered: latent decodes as transformers' decode does."""
     logit_bias: Optional[dict[int, float]] = None
     """Token id -> bias in [-100, 100], added to the token's logit before sampling (OpenAI's
-    logit_bias). The logprobs stay those of the model's raw distribution, as vLLM's."""
+    logit_bias). The logprobs stay those of the model's raw distribution, as vLLM's. A key is
+    taken as vLLM's int(key) takes it where that is exact: 5, 5.0 and "5" are token 5."""
     allowed_token_ids: Optional[Iterable[int]] = None
     """When set (non-empty), only these tokens can be drawn (vLLM's allowed_token_ids), with one
     exception: under structured_outputs the grammar's end (EOS, which it allows only where its
     text may end) stays drawable, so a list without EOS still ends there. With min_tokens > 0, a
     list of only EOS and stop_token_ids ids (which min_tokens holds off) is refused."""
+    truncate_prompt_tokens: Optional[int] = None
+    """k >= 1: only the prompt's last k tokens are used (vLLM's left truncation); -1: as many as
+    the context leaves beside max_tokens (the context, with max_tokens None); None: the whole
+    prompt. A k larger than that room is refused when the request is submitted. The server's
+    rule (`truncate_prompt_tokens` of its requests), by the same code. RequestOutput's
+    prompt_token_ids are the tokens kept; its prompt stays the text given."""
 
     def __post_init__(self) -> None:
         self._check()
@@ -256,6 +265,33 @@ class SamplingParams:
         # As vLLM's _verify_args: n is an int (2.0 would otherwise pass as the JSON number 2).
         if not isinstance(self.n, int) or isinstance(self.n, bool):
             raise ValueError(f"SamplingParams: n must be an int, but is of type {type(self.n).__name__}")
+        # A bool is a number to Python but not a sampling value: temperature=True is no 1.0.
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if not _is_real(value):
+                raise TypeError(f"SamplingParams: {name} must be a number, not {_describe(value)}")
+        for name in _FLAG_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"SamplingParams: {name} must be a bool (True or False), not "
+                                f"{_describe(value)}")
+        # As vLLM's __post_init__: a bool is an int there, and True is 1.
+        for name in ("logprobs", "prompt_logprobs"):
+            if isinstance(getattr(self, name), bool):
+                setattr(self, name, int(getattr(self, name)))
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs,
+                                                                  StructuredOutputsParams):
+            # vLLM's SamplingParams takes no dict either (its server's pydantic model converts one).
+            hint = (" (StructuredOutputsParams(**d) makes one from a dict)"
+                    if isinstance(self.structured_outputs, dict) else "")
+            raise TypeError("SamplingParams: structured_outputs must be a StructuredOutputsParams, "
+                            f"not {_describe(self.structured_outputs)}{hint}")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, Mapping):
+                raise TypeError("SamplingParams: logit_bias must be a dict of token ids to biases, "
+                                f"not {_describe(self.logit_bias)}")
+            for key in self.logit_bias:
+                _bias_key(key)
         # Listed once here, as vLLM's list(...) does: an iterator would be empty when read again.
         for name, expected in _LIST_FIELDS.items():
             value = getattr(self, name)
@@ -327,14 +363,13 @@ class SamplingParams:
             line["skip_special_tokens"] = _flag(self.skip_special_tokens)
         if self.logit_bias:
             # JSON keys are strings: the ids go as "5", the form request lines and OpenAI take
-            # (numpy's integers too); a key JSON has no form for goes repr'd, for the engine to
-            # name.
-            line["logit_bias"] = {
-                int(k) if _is_token_id(k) else k if _is_json_key(k) else repr(k): v
-                for k, v in dict(self.logit_bias).items()}
+            # (numpy's integers too); a str key as it is, for the engine to read.
+            line["logit_bias"] = {_bias_key(k): v for k, v in dict(self.logit_bias).items()}
         if self.allowed_token_ids is not None:  # [] too: the engine refuses it by name
             line["allowed_token_ids"] = _json_list(self.allowed_token_ids,
                                                    "SamplingParams: allowed_token_ids")
+        if self.truncate_prompt_tokens is not None:
+            line["truncate_prompt_tokens"] = self.truncate_prompt_tokens
         return line
 
 
@@ -342,15 +377,37 @@ class SamplingParams:
 _LIST_FIELDS = {"stop": "a str or a list of str", "stop_token_ids": "an iterable of int token ids",
                 "allowed_token_ids": "an iterable of int token ids"}
 
+# The SamplingParams fields that take a float (an int too, not a bool), and those that take a
+# bool (None too: vLLM tests them by truth value).
+_FLOAT_FIELDS = ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty")
+_FLAG_FIELDS = ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens")
+
 # The SamplingParams fields for which None means nothing (vLLM's are not Optional either).
 _NOT_NONE = frozenset({"n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                        "presence_penalty", "frequency_penalty", "min_tokens"})
 
 
 def _flag(value: Any) -> Any:
-    """A bool field's request-line value: None is False (vLLM tests these by truth value); any
-    other non-bool goes as it is, for the engine's check to refuse by the field's name."""
+    """A bool field's request-line value: None is False (vLLM tests these by truth value)."""
     return False if value is None else value
+
+
+def _bias_key(key: Any) -> Any:
+    """A logit_bias key as its request line takes it: an int for vLLM's int(key) where that is
+    exact (5, numpy's integers, 5.0); a str as it is, for the engine to read as a token id; a
+    ValueError (TypeError for another type) naming the key otherwise (vLLM's int(5.5) would
+    quietly be token 5)."""
+    if _is_token_id(key):
+        return int(key)
+    if isinstance(key, str):
+        return key
+    if _is_real(key):
+        if math.isfinite(key) and key == int(key):
+            return int(key)
+        raise ValueError(f"SamplingParams: logit_bias key {key!r} is not a token id (an integer)")
+    raise TypeError(f"SamplingParams: logit_bias key {_describe(key)} is not a token id (an "
+                    "integer)")
 
 
 def _from_array(value: Any) -> Any:
@@ -376,10 +433,6 @@ def _json_list(value: Any, what: str, expected: str = "an iterable of int token 
         return array
     value = array
     return [int(t) if _is_token_id(t) else t for t in value]
-
-
-def _is_json_key(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _is_real(value: Any) -> bool:
@@ -417,7 +470,14 @@ class TokenLogprob:
     logprob: float
     top_logprobs: list[tuple[int, float]] = field(default_factory=list)
     """(token id, logprob) of the `SamplingParams.logprobs` (for a prompt token,
-    `SamplingParams.prompt_logprobs`) most likely tokens, best first."""
+    `SamplingParams.prompt_logprobs`) most likely tokens, best first: the i-th has rank i + 1."""
+    rank: Optional[int] = None
+    """vLLM's Logprob.rank: 1 + the number of tokens more likely than this one (ties count), for a
+    prompt token (the server's prompt_logprobs ranks); None for a generated token, which the
+    engine does not rank."""
+    decoded_token: Optional[str] = None
+    """vLLM's Logprob.decoded_token: the token's text alone (special tokens kept); None without a
+    tokenizer."""
 
 
 @dataclass
@@ -488,7 +548,9 @@ PromptType = Union[str, Sequence[int], dict]
 
 
 def _logprobs(entries) -> list[TokenLogprob]:
-    return [TokenLogprob(token, logprob, [tuple(t) for t in top]) for token, logprob, top in entries]
+    """TokenLogprobs from the engine's (token, logprob, top, rank or None, text or None)."""
+    return [TokenLogprob(token, logprob, [tuple(t) for t in top], rank, text)
+            for token, logprob, top, rank, text in entries]
 
 
 class LLM:
@@ -589,7 +651,9 @@ class LLM:
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> Iterator[StreamChunk]:
         """Generates for one prompt (n must be 1), yielding chunks as the tokens come.
 
-        Leaving the loop early (break, an exception, Ctrl-C) cancels the request.
+        The prompt and the parameters are checked when stream() is called (the errors
+        generate() would raise); the request is submitted at the first next(). Leaving the loop
+        early (break, an exception, Ctrl-C) cancels the request.
         """
         params = _params_list(sampling_params, 1, "stream", self.get_default_sampling_params)[0]
         params._submit_check()
@@ -600,14 +664,17 @@ class LLM:
             raise ValueError("stream() does not return prompt_logprobs; use generate()")
         line, _ = _prompt_line(prompt)
         line.update(params._line())
-        handle = self._engine.submit(_dumps(line), _latent.MAX_TOKENS_TO_CONTEXT, True)
+        return self._stream(_dumps(line), params.logprobs is not None)
+
+    def _stream(self, line_json: str, logprobs: bool) -> Iterator[StreamChunk]:
+        handle = self._engine.submit(line_json, _latent.MAX_TOKENS_TO_CONTEXT, True)
         try:
             while True:
-                ids, logprobs, text, finish, stop_reason = self._engine.poll(handle, _WAIT_SLICE_S)
+                ids, entries, text, finish, stop_reason = self._engine.poll(handle, _WAIT_SLICE_S)
                 if finish.startswith("error: "):
                     raise _engine_error(finish[len("error: "):])
                 if ids or text or finish:
-                    yield StreamChunk(text, list(ids), _logprobs(logprobs) if params.logprobs is not None else None,
+                    yield StreamChunk(text, list(ids), _logprobs(entries) if logprobs else None,
                                       finish or None, stop_reason)
                 if finish:
                     return

@@ -45,12 +45,15 @@ class SamplingParams:
     skip_special_tokens: Optional[bool] = True
     logit_bias: Optional[dict[int, float]] = None
     allowed_token_ids: Optional[Iterable[int]] = None
+    truncate_prompt_tokens: Optional[int] = None
 
 @dataclass
 class TokenLogprob:
     token_id: int
     logprob: float
     top_logprobs: list[tuple[int, float]] = ...
+    rank: Optional[int] = None
+    decoded_token: Optional[str] = None
 
 @dataclass
 class CompletionOutput:
