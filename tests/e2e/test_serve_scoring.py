@@ -205,7 +205,9 @@ def test_text_and_list_prompts(scoring, hf_tokenizer):
     prompt's text and logprobs."""
     srv, _, reference = scoring
     text = "The capital of France is Paris, and the capital of Italy is Rome."
-    resp = score(srv, [text, "Hello"], n=2, return_token_ids=True, max_tokens=1)
+    # n > 1 needs a temperature (vLLM's rule); the one token generated is not looked at.
+    resp = score(srv, [text, "Hello"], n=2, temperature=1.0, seed=0, return_token_ids=True,
+                 max_tokens=1)
     choices = sorted(resp["choices"], key=lambda c: c["index"])
     assert len(choices) == 4
     # Each choice carries its own prompt's ids (vLLM's choices[i].prompt_token_ids).

@@ -111,15 +111,15 @@ def test_a_stop_string_is_the_stop_reason(server, path):
 
 
 def test_each_choice_has_its_own(server):
-    """Two prompts, n = 2 each (greedy): a stop id from the first prompt's output ends its two
-    choices with it; the second prompt's, which never draw it, end at max_tokens with null."""
+    """Two prompts, n = 2 each (seeded: n > 1 needs a temperature, as in vLLM): a stop id from
+    the first prompt's first choice ends each choice that draws it with it; a choice that never
+    draws it (the second prompt's) ends at max_tokens with null."""
     prompts = ["The quick brown fox", "Once upon a time"]
-    outputs = [respond(server, C, prompt=p)[0]["token_ids"] for p in prompts]
-    at = next(i for i in range(2, len(outputs[0]))
-              if outputs[0][i] not in outputs[0][:i] + outputs[1])
-    stop = outputs[0][at]
-    body = dict(prompt=prompts, n=2, stop_token_ids=[stop])
-    want = [("stop", stop), ("stop", stop), ("length", None), ("length", None)]
+    sampled = dict(prompt=prompts, n=2, temperature=1.0, seed=11)
+    outputs = [c["token_ids"] for c in respond(server, C, **sampled)]
+    stop = next(t for t in outputs[0][2:] if t not in outputs[2] + outputs[3])
+    body = dict(sampled, stop_token_ids=[stop])
+    want = [("stop", stop) if stop in ids else ("length", None) for ids in outputs]
     choices = respond(server, C, **body)
     assert [(c["finish_reason"], c["stop_reason"]) for c in choices] == want, choices
     streamed: dict[int, list[dict]] = {}
