@@ -7,7 +7,6 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 #include "server/completion_session.h"
 #include "server/constant_time.h"
 #include "server/engine_metrics_reader.h"
+#include "server/file_limit.h"
 #include "server/http_parser.h"
 #include "server/tool_request.h"
 #include "server/worker_pool.h"
@@ -53,6 +53,9 @@ constexpr size_t kReadChunk = 64 << 10;
 // Reads per wake-up on one connection, so one fast sender cannot hold the loop.
 constexpr size_t kMaxReadPerEvent = 1 << 20;
 constexpr int kRetryAfterSeconds = 1;
+// While accept() keeps failing for want of descriptors (or memory), one line says so at most this
+// often: the loop retries every sweep, and a server at its limit runs out again and again.
+constexpr auto kShortageLogInterval = std::chrono::seconds(60);
 
 Clock::duration Seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
@@ -117,15 +120,6 @@ bool MethodIn(std::string_view method, std::string_view methods) {
     methods = comma == std::string_view::npos ? std::string_view() : methods.substr(comma + 2);
   }
   return false;
-}
-
-// Raises the open-file limit to its hard maximum: every connection is a descriptor.
-void RaiseFileLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-  }
 }
 
 }  // namespace
@@ -208,6 +202,10 @@ struct HttpServer::Impl {
   int epoll_fd = -1;
   int wake_fd = -1;  // eventfd: the engine's callbacks and the workers wake the loop through it.
   bool listening = false;  // listen_fd is in the epoll set.
+  SpareFile spare;  // Given up for a moment to answer 503 when descriptors run out.
+  // accept() failed for want of descriptors or memory, and no accept has worked since.
+  bool short_of_files = false;
+  std::optional<Clock::time_point> shortage_logged;  // When the last line about it went out.
   uint64_t next_id = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
   Clock::time_point last_sweep;
@@ -321,6 +319,9 @@ struct HttpServer::Impl {
 
   void Loop();
   void Accept();
+  void Refuse(int fd, const std::string& message);
+  void NoteShortage(int error);
+  void PauseAccepting();
   void SetEvents(Conn& c, uint32_t events);
   void WantEvents(Conn& c);
   void Close(Conn& c);
@@ -410,29 +411,36 @@ void HttpServer::Impl::Accept() {
   for (int i = 0; i < 256; ++i) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        // Out of descriptors: stop accepting until the next sweep instead of spinning.
-        ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
-        listening = false;
-        std::fprintf(stderr, "latent serve: cannot accept a connection: %s\n",
-                     std::strerror(errno));
+      const int error = errno;
+      if (error == EMFILE || error == ENFILE) {
+        NoteShortage(error);
+        // The spare's slot takes the connection off the queue, to be answered and closed,
+        // rather than left waiting there unanswered.
+        if (!spare.held()) return PauseAccepting();
+        spare.Release();
+        const int refused = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        const int refused_error = errno;
+        if (refused >= 0) {
+          Refuse(refused, "too many connections (the server is out of file descriptors)");
+        }
+        spare.Take();
+        if (refused >= 0) continue;
+        if (refused_error == EMFILE || refused_error == ENFILE) return PauseAccepting();
+        if (refused_error == EAGAIN || refused_error == EWOULDBLOCK) return;
+        continue;  // That connection failed (aborted by its client, say).
+      }
+      if (error == ENOBUFS || error == ENOMEM) {
+        NoteShortage(error);
+        return PauseAccepting();
       }
       return;  // EAGAIN: none left; other errors concern that one connection.
     }
+    short_of_files = false;
+    if (!spare.held()) spare.Take();
     const int yes = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     if (static_cast<int>(conns.size()) >= options.max_connections) {
-      // Best effort: one write of a short answer, then the close.
-      const Reply r = ErrorReply(503, StrCat("too many connections (the limit is ",
-                                             options.max_connections, ")"),
-                                 "too_many_connections");
-      const std::string text =
-          StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n",
-                 "Retry-After: ", kRetryAfterSeconds, "\r\nConnection: close\r\nContent-Length: ",
-                 r.body.size(), "\r\n\r\n", r.body);
-      [[maybe_unused]] const ssize_t n = ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
-      metrics.CountResponse("", 503);
-      ::close(fd);
+      Refuse(fd, StrCat("too many connections (the limit is ", options.max_connections, ")"));
       continue;
     }
     auto conn = std::make_unique<Conn>(parse_limits);
@@ -449,6 +457,41 @@ void HttpServer::Impl::Accept() {
     conn->events = ev.events;
     conns.emplace(conn->id, std::move(conn));
   }
+}
+
+// Answers a new connection 503 and closes it: best effort, one write of a short answer.
+void HttpServer::Impl::Refuse(int fd, const std::string& message) {
+  const Reply r = ErrorReply(503, message, "too_many_connections");
+  const std::string text =
+      StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n",
+             "Retry-After: ", kRetryAfterSeconds, "\r\nConnection: close\r\nContent-Length: ",
+             r.body.size(), "\r\n\r\n", r.body);
+  [[maybe_unused]] const ssize_t n = ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+  metrics.CountResponse("", 503);
+  ::close(fd);
+}
+
+// accept() failed with `error` for want of descriptors or memory: one line when that starts,
+// not one per retry, and not more than one a kShortageLogInterval.
+void HttpServer::Impl::NoteShortage(int error) {
+  if (short_of_files) return;
+  short_of_files = true;
+  const Clock::time_point now = Clock::now();
+  if (shortage_logged && now - *shortage_logged < kShortageLogInterval) return;
+  shortage_logged = now;
+  const bool files = error == EMFILE || error == ENFILE;
+  std::fprintf(stderr,
+               "latent serve: cannot accept a connection: %s: %s; said once a minute at most\n",
+               std::strerror(error),
+               files ? "new connections get 503 until some close (raise the open-file limit, or "
+                       "lower --max-connections)"
+                     : "accepting paused, retried every 100 ms");
+}
+
+// Stops watching the listening socket until the next sweep, instead of spinning on it.
+void HttpServer::Impl::PauseAccepting() {
+  ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+  listening = false;
 }
 
 void HttpServer::Impl::Loop() {
@@ -689,7 +732,8 @@ void HttpServer::Impl::AfterFlush(Conn& c) {
 
 void HttpServer::Impl::Sweep(Clock::time_point now) {
   if (!listening && !draining && listen_fd >= 0) {
-    // Accepting stopped when descriptors ran out; try again.
+    // Accepting paused when descriptors ran out; try again (quietly: NoteShortage logs once).
+    spare.Take();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = 0;
@@ -1067,7 +1111,6 @@ HttpServer::~HttpServer() = default;
 
 int HttpServer::Bind() {
   Impl& m = *impl_;
-  RaiseFileLimit();
   auto fail = [&m] {
     Fail("cannot listen on ", m.options.host, ":", m.options.port,
          " (the port is in use, or the host is not an address of this machine)");
@@ -1110,6 +1153,9 @@ int HttpServer::Bind() {
   m.listening = true;
   ev.data.u64 = ~uint64_t{0};
   ::epoll_ctl(m.epoll_fd, EPOLL_CTL_ADD, m.wake_fd, &ev);
+  if (!m.spare.Take()) Fail("cannot open /dev/null: ", std::strerror(errno));
+  // Last, so that the descriptors above count as the server's own.
+  m.options.max_connections = FitConnectionsToFileLimit(m.options.max_connections);
   return port;
 }
 

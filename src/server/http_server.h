@@ -16,7 +16,9 @@
 // keep-alive and write timeouts; a client that hangs up is seen at once (EPOLLRDHUP), and its
 // engine requests are cancelled. Back-pressure: past max_waiting generation requests without a
 // first token, or max_pending requests waiting for a worker, or max_connections open sockets,
-// new requests get 503 with Retry-After at once.
+// new requests get 503 with Retry-After at once. Every connection is a descriptor: Bind() fits
+// max_connections under the open-file limit (file_limit.h), and a connection that finds the
+// descriptors gone anyway is still answered 503 and closed, through a spare descriptor.
 #pragma once
 
 #include <atomic>
@@ -39,7 +41,9 @@ struct HttpOptions {
   size_t max_header_bytes = size_t{64} << 10;  // Request line and headers (larger: 431).
   int threads = 0;  // Worker threads (JSON, tokenization, submission); 0: one per core, >= 2.
   int listen_backlog = 1024;
-  int max_connections = 4096;  // Open connections at most; past it, 503 and close.
+  // Open connections at most; past it, 503 and close. Bind() lowers it, with a warning, where the
+  // open-file limit has no room for that many.
+  int max_connections = 4096;
   int max_pending = 1024;      // Requests waiting for a worker thread; past it, 503.
   int max_waiting = 1024;      // Generation requests admitted without a first token; past it, 503.
   double header_timeout_s = 10;      // From a request's first byte to the end of its headers.
@@ -54,7 +58,8 @@ class HttpServer {
   HttpServer(HttpOptions options, std::string model_name, ServerMetrics& metrics);
   ~HttpServer();
 
-  // Binds host:port; returns the port. Throws latent::Error when it cannot.
+  // Binds host:port; returns the port. Throws latent::Error when it cannot, or when the open-file
+  // limit leaves no room for a connection.
   int Bind();
   // Runs the event loop: accepts and serves connections until Stop(), or after StopAccepting()
   // until every connection is closed. Run it on its own thread.
