@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -47,8 +48,9 @@ class LatentServer:
     """One `latent serve` process; its stderr goes to a log file."""
 
     def __init__(self, model_dir: Path, log_path: Path, *flags: str, name: str = MODEL_NAME,
-                 env: dict[str, str] | None = None):
-        """env: variables set for the server on top of this process's environment."""
+                 env: dict[str, str] | None = None, file_limit: int | None = None):
+        """env: variables set for the server on top of this process's environment. file_limit:
+        its open-file limit, soft and hard (so that the server cannot raise it)."""
         if not LATENT.exists():
             raise RuntimeError(f"{LATENT} is missing: run `make build` first")
         self.log_path = log_path
@@ -58,7 +60,8 @@ class LatentServer:
             [str(LATENT), "serve", "--model", str(model_dir), "--host", HOST, "--port", "0",
              "--served-model-name", name, *flags],
             stdout=subprocess.DEVNULL, stderr=self._log,
-            env=None if env is None else {**os.environ, **env})
+            env=None if env is None else {**os.environ, **env},
+            preexec_fn=None if file_limit is None else lambda: set_file_limit(file_limit))
         self.port = self._wait_for_port(timeout=30 * SLOWDOWN)
         self.wait_ready(timeout=60 * SLOWDOWN)
 
@@ -164,6 +167,11 @@ class LatentServer:
         status, data = self.request("GET", "/metrics")
         assert status == 200
         return parse_metrics(data.decode())
+
+
+def set_file_limit(limit: int) -> None:
+    """Sets this process's open-file limit, soft and hard (a child's, in preexec_fn)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 def parse_metrics(text: str) -> dict[str, float]:
