@@ -3,8 +3,10 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
+#include <unicode/uniset.h>
 
 #include <cstring>
+#include <memory>
 
 #include "base/error.h"
 #include "tokenizer/utf8.h"
@@ -148,6 +150,48 @@ bool IsWordChar(uint32_t cp) {
          u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL);
 }
 
+namespace {
+
+// HF tokenizers normalizes with Unicode 9.0 data (the unicode-normalization-alignments crate),
+// while ICU carries a newer Unicode: characters assigned since 9.0 (combining marks such as
+// U+1DF8, compositions such as U+11935 U+11930) would otherwise be reordered or composed where HF
+// leaves them alone. A FilteredNormalizer2 over [:age=9.0:] passes those characters through
+// untouched, as 9.0 data does. Built once per form; ICU's frozen sets and normalizers are
+// thread-safe for reading.
+const icu::Normalizer2& Unicode9Normalizer(NormalForm form) {
+  struct Filtered {
+    icu::UnicodeSet age9;
+    std::unique_ptr<icu::FilteredNormalizer2> forms[4];
+  };
+  static const Filtered* const filtered = [] {
+    UErrorCode ec = U_ZERO_ERROR;
+    auto* f = new Filtered{icu::UnicodeSet(icu::UnicodeString(u"[:age=9.0:]"), ec), {}};
+    if (U_FAILURE(ec)) Fail("tokenizer: ICU Unicode 9.0 set unavailable: ", u_errorName(ec));
+    f->age9.freeze();
+    const icu::Normalizer2* base[4] = {
+        icu::Normalizer2::getNFCInstance(ec), icu::Normalizer2::getNFDInstance(ec),
+        icu::Normalizer2::getNFKCInstance(ec), icu::Normalizer2::getNFKDInstance(ec)};
+    if (U_FAILURE(ec)) Fail("tokenizer: ICU normalizer unavailable: ", u_errorName(ec));
+    for (int i = 0; i < 4; ++i) {
+      f->forms[i] = std::make_unique<icu::FilteredNormalizer2>(*base[i], f->age9);
+    }
+    return f;
+  }();
+  switch (form) {
+    case NormalForm::kNfc:
+      return *filtered->forms[0];
+    case NormalForm::kNfd:
+      return *filtered->forms[1];
+    case NormalForm::kNfkc:
+      return *filtered->forms[2];
+    case NormalForm::kNfkd:
+      return *filtered->forms[3];
+  }
+  Fail("tokenizer: unknown normal form");
+}
+
+}  // namespace
+
 std::string Normalize(std::string_view s, NormalForm form) {
   bool ascii = true;
   for (char c : s) {
@@ -157,29 +201,14 @@ std::string Normalize(std::string_view s, NormalForm form) {
     }
   }
   if (ascii) return std::string(s);  // ASCII is invariant under all four forms
+  const icu::Normalizer2& norm = Unicode9Normalizer(form);
   UErrorCode ec = U_ZERO_ERROR;
-  const icu::Normalizer2* norm = nullptr;
-  switch (form) {
-    case NormalForm::kNfc:
-      norm = icu::Normalizer2::getNFCInstance(ec);
-      break;
-    case NormalForm::kNfd:
-      norm = icu::Normalizer2::getNFDInstance(ec);
-      break;
-    case NormalForm::kNfkc:
-      norm = icu::Normalizer2::getNFKCInstance(ec);
-      break;
-    case NormalForm::kNfkd:
-      norm = icu::Normalizer2::getNFKDInstance(ec);
-      break;
-  }
-  if (U_FAILURE(ec)) Fail("tokenizer: ICU normalizer unavailable: ", u_errorName(ec));
   const icu::StringPiece piece(s.data(), static_cast<int32_t>(s.size()));
-  if (norm->isNormalizedUTF8(piece, ec) && U_SUCCESS(ec)) return std::string(s);
+  if (norm.isNormalizedUTF8(piece, ec) && U_SUCCESS(ec)) return std::string(s);
   ec = U_ZERO_ERROR;
   std::string out;
   icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(s.size()));
-  norm->normalizeUTF8(0, piece, sink, nullptr, ec);
+  norm.normalizeUTF8(0, piece, sink, nullptr, ec);
   if (U_FAILURE(ec)) Fail("tokenizer: Unicode normalization failed: ", u_errorName(ec));
   return out;
 }
