@@ -1,6 +1,11 @@
 #include "tokenizer/chat_template/pystr.h"
 
+#include <unicode/uchar.h>
+#include <unicode/uniset.h>
+
 #include <algorithm>
+
+#include "base/error.h"
 
 namespace latent::tokenizer::jinja {
 
@@ -480,19 +485,24 @@ std::string Pad(std::string_view s, int64_t width, std::string_view fill, int al
 
 namespace {
 
+// Python's str.isprintable, which repr() follows: a character is printable unless its general
+// category is Cc, Cf, Cs, Co, Cn, Zl, Zp, or Zs other than the ASCII space. transformers renders
+// templates under CPython 3.11, whose unicodedata is Unicode 14.0, so characters assigned later
+// count as unassigned (Cn) there; ICU's newer data is cut back to 14.0 by age.
 bool Printable(char32_t c) {
-  if (c < 0x20 || c == 0x7F) return false;
-  if (c >= 0x80 && c <= 0xA0) return false;
-  if (c == 0xAD || c == 0x1680 || c == 0x180E) return false;
-  if (c >= 0x2000 && c <= 0x200F) return false;
-  if (c >= 0x2028 && c <= 0x202F) return false;
-  if (c >= 0x205F && c <= 0x206F) return false;
-  if (c == 0x3000 || c == 0xFEFF) return false;
-  if (c >= 0xD800 && c <= 0xF8FF) return false;  // surrogates, private use
-  if (c >= 0xFFF0 && c <= 0xFFFB) return false;
-  if (c == 0xFFFE || c == 0xFFFF) return false;
-  if (c >= 0xE0000) return false;
-  return true;
+  if (c < 0x7F) return c >= 0x20;
+  static const icu::UnicodeSet* const age14 = [] {
+    UErrorCode ec = U_ZERO_ERROR;
+    auto* set = new icu::UnicodeSet(icu::UnicodeString(u"[:age=14.0:]"), ec);
+    if (U_FAILURE(ec)) Fail("chat template: ICU Unicode 14.0 set unavailable: ", u_errorName(ec));
+    set->freeze();
+    return set;
+  }();
+  const auto u = static_cast<UChar32>(c);
+  if (!age14->contains(u)) return false;
+  constexpr uint32_t kNonPrintable = U_GC_CC_MASK | U_GC_CF_MASK | U_GC_CS_MASK | U_GC_CO_MASK |
+                                     U_GC_CN_MASK | U_GC_ZL_MASK | U_GC_ZP_MASK | U_GC_ZS_MASK;
+  return (U_GET_GC_MASK(u) & kNonPrintable) == 0;
 }
 
 }  // namespace
