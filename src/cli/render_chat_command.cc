@@ -3,10 +3,11 @@
 // tokenize=False) renders it. `--model DIR` is accepted for --tokenizer.
 //
 // A request is a JSON object: "messages" (required), "tools", "documents",
-// "add_generation_prompt" (default false), "continue_final_message" (default false: end the prompt
-// inside the final message, as transformers does), and template variables under
-// "chat_template_kwargs" (as in OpenAI-compatible servers) or as any other top-level key
-// (enable_thinking, ...). A request may nest tokenizer::kMaxChatJsonDepth levels deep.
+// "add_generation_prompt" (default false; null: the default), "continue_final_message" (default
+// false: end the prompt inside the final message, as transformers does), and template variables
+// under "chat_template_kwargs" (as in OpenAI-compatible servers; an add_generation_prompt there
+// wins, as in vLLM) or as any other top-level key (enable_thinking, ...). A request may nest
+// tokenizer::kMaxChatJsonDepth levels deep; an integer past the 64-bit range is refused by place.
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
 // prompt as a JSON string, or {"error": "..."}; it exits 2 (bad input) if any failed.
 #include <fstream>
@@ -43,8 +44,8 @@ std::string ReadAll(const std::string& path) {
 }
 
 tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
-  if (!j.is_object()) Fail("a chat request must be a JSON object");
-  if (!j.contains("messages")) Fail("the chat request has no \"messages\"");
+  if (!j.is_object()) Fail("chat request: must be a JSON object");
+  if (!j.contains("messages")) Fail("chat request: no \"messages\"");
   tokenizer::ChatRequest request;
   request.kwargs = nlohmann::ordered_json::object();
   for (const auto& [key, value] : j.items()) {
@@ -55,10 +56,16 @@ tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
     } else if (key == "documents") {
       request.documents = value;
     } else if (key == "add_generation_prompt") {
-      if (!value.is_boolean()) Fail("\"add_generation_prompt\" must be true or false");
+      if (value.is_null()) continue;  // the default, as the server takes null
+      if (!value.is_boolean()) {
+        Fail("chat request: \"add_generation_prompt\" must be true or false");
+      }
       request.add_generation_prompt = value.get<bool>();
     } else if (key == "continue_final_message") {
-      if (!value.is_boolean()) Fail("\"continue_final_message\" must be true or false");
+      if (value.is_null()) continue;
+      if (!value.is_boolean()) {
+        Fail("chat request: \"continue_final_message\" must be true or false");
+      }
       request.continue_final_message = value.get<bool>();
     } else if (key != "chat_template_kwargs") {
       request.kwargs[key] = value;
@@ -66,7 +73,7 @@ tokenizer::ChatRequest ParseRequest(const nlohmann::ordered_json& j) {
   }
   if (j.contains("chat_template_kwargs") && !j["chat_template_kwargs"].is_null()) {
     const auto& extra = j["chat_template_kwargs"];
-    if (!extra.is_object()) Fail("\"chat_template_kwargs\" must be an object");
+    if (!extra.is_object()) Fail("chat request: \"chat_template_kwargs\" must be an object");
     for (const auto& [key, value] : extra.items()) request.kwargs[key] = value;
   }
   return request;

@@ -16,6 +16,7 @@
 #include "server/chat_request.h"
 #include "server/openai_schema.h"
 #include "server/tool_template.h"
+#include "tokenizer/chat_template/exact_json.h"
 
 namespace latent::generate {
 namespace {
@@ -227,7 +228,9 @@ Json ParseRequestLineJson(std::string_view text) {
   if (JsonNestsDeeperThan(text, tokenizer::kMaxChatJsonDepth)) {
     Fail("the request nests more than ", tokenizer::kMaxChatJsonDepth, " levels deep");
   }
-  return Json::parse(text);
+  // The chat members' integers exact, as the server's (server/openai_schema.cc ParseChat).
+  return tokenizer::ParseJsonExactIntegers(text, {},
+                                           {"messages", "tools", "chat_template_kwargs"});
 }
 
 engine::SamplingParams ParseSamplingFields(const Json& line) {

@@ -58,7 +58,9 @@ struct RequestLine {
 
 // A request line's text parsed: a latent::Error when it nests deeper than
 // tokenizer::kMaxChatJsonDepth (its messages are copied on their way to the chat template, and
-// nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON.
+// nlohmann's copies recurse once per level), nlohmann's exception when it is not JSON, and
+// tokenizer::JsonIntegerRangeError (a latent::Error naming where) for an integer past the 64-bit
+// range in its messages, tools or chat_template_kwargs.
 RequestJson ParseRequestLineJson(std::string_view text);
 
 // A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n,

@@ -13,6 +13,7 @@
 #include "server/field_errors.h"
 #include "server/tool_request.h"
 #include "structured/structural_tag.h"
+#include "tokenizer/chat_template/exact_json.h"
 
 namespace latent::server {
 namespace {
@@ -108,8 +109,17 @@ std::vector<PromptSpec> ParsePrompt(const Json& body, const ServingLimits& limit
 }
 
 // The chat fields shared by /v1/chat/completions and /tokenize (chat_request.h).
+// The chat members are parsed again keeping key order, and their integers exact: one past the
+// 64-bit range is refused rather than reaching the template as a float (exact_json.h).
 ChatFields ParseChat(const Json& body, std::string_view text) {
-  return ParseChatFields(body, ParseOrdered(text, {"messages", "tools", "chat_template_kwargs"}));
+  OrderedJson ordered;
+  try {
+    ordered = tokenizer::ParseJsonExactIntegers(text, {"messages", "tools", "chat_template_kwargs"},
+                                                {"messages", "tools", "chat_template_kwargs"});
+  } catch (const tokenizer::JsonIntegerRangeError& e) {
+    BadField(e.path(), e.what());
+  }
+  return ParseChatFields(body, ordered);
 }
 
 // Rejects fields whose meaning latent cannot honour, rather than silently ignoring them.

@@ -181,6 +181,25 @@ CASES = [
          "name": "x", "schema": {"type": "array", "uniqueItems": True}}}),
      400, "response_format", "unsupported JSON schema keyword 'uniqueItems' at #"),
     ("chat-logprobs-number", "POST", CHAT, with_(MSG, logprobs=3), 400, "logprobs", "boolean"),
+    # A chat's integers reach the template exact: past the 64-bit range, refused by place (not
+    # turned into floats).
+    ("chat-integer-past-64-bits", "POST", CHAT,
+     with_(MSG, messages=[{"role": "user", "content": "hi", "x": [-9223372036854775809]}]), 400,
+     "messages[0].x[0]", "integer -9223372036854775809 at messages[0].x[0] is too large"),
+    ("chat-kwarg-integer-past-64-bits", "POST", CHAT,
+     with_(MSG, chat_template_kwargs={"k": 2**64}), 400, "chat_template_kwargs.k",
+     "integer 18446744073709551616 at chat_template_kwargs.k is too large (64-bit limit)"),
+    ("tokenize-chat-integer-past-64-bits", "POST", "/tokenize",
+     {"messages": [{"role": "user", "content": "hi", "n": 10**30}]}, 400, "messages[0].n",
+     "too large (64-bit limit)"),
+    # add_generation_prompt is a bool, top-level or among the template kwargs (where it wins, as
+    # in vLLM).
+    ("chat-add-generation-prompt-string", "POST", CHAT, with_(MSG, add_generation_prompt="yes"),
+     400, "add_generation_prompt", "boolean"),
+    ("chat-kwarg-add-generation-prompt-string", "POST", CHAT,
+     with_(MSG, chat_template_kwargs={"add_generation_prompt": "yes"}), 400, None,
+     "'add_generation_prompt' in the template kwargs must be true or false"),
+
     # Tokenizer endpoints.
     ("tokenize-nothing", "POST", "/tokenize", {}, 400, "prompt", "either"),
     ("tokenize-prompt-number", "POST", "/tokenize", {"prompt": 3}, 400, "prompt", "string"),

@@ -388,3 +388,21 @@ def test_truncate_prompt_tokens_is_refused_by_name(model, tmp_path):
     refusal = "field 'truncate_prompt_tokens' is not taken by `latent generate`"
     assert refusal in bad.get("error", ""), bad
     assert "error" not in ok and len(ok["ids"]) == 2, ok
+
+
+def test_a_chat_integer_past_64_bits_is_refused_by_place(tmp_path):
+    """A "messages" line's integers reach the template exact, as the server's and render-chat's:
+    one past the 64-bit range is refused naming its place (it used to become a float), while the
+    line's own fields parse as before (a uint64 seed)."""
+    chat = {"messages": [{"role": "user", "content": "hi", "x": [-9223372036854775809]}],
+            "max_tokens": 1}
+    kwarg = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+             "chat_template_kwargs": {"k": 2**64}}
+    ok = {"messages": [{"role": "user", "content": "hi", "x": [-9223372036854775808]}],
+          "max_tokens": 1, "seed": 2**64 - 1, "temperature": 1.0}
+    bad, bad_kwarg, good = generate(REPO / "models" / "demo", tmp_path, [chat, kwarg, ok])
+    assert ("integer -9223372036854775809 at messages[0].x[0] is too large (64-bit limit)"
+            in bad.get("error", "")), bad
+    assert ("integer 18446744073709551616 at chat_template_kwargs.k is too large"
+            in bad_kwarg.get("error", "")), bad_kwarg
+    assert "error" not in good and len(good["ids"]) == 1, good

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -394,6 +395,62 @@ TEST(ChatTemplateInputs, TransformersInputPreparation) {
   EXPECT_EQ(tools.Render(OneMessage(), ordered_json::parse(R"([{"name": "f", "x": 1.0}])"), true,
                          {{"enable_thinking", false}}),
             R"([{"name": "f", "x": 1.0}]|False)");
+}
+
+// A chat request's integers reach the template exact or not at all: one past the 64-bit range
+// (which nlohmann would have made a float, printed as -9.223372036854776e+18) is refused by place.
+TEST(ChatTemplateInputs, IntegersPastSixtyFourBitsAreRefused) {
+  ChatTemplate t = ChatTemplate::FromString("{{ messages[0].x | tojson }}|{{ messages[0].x }}");
+  const ordered_json edge = ParseChatJson(
+      R"({"messages": [{"role": "user", "x": [-9223372036854775808, 9223372036854775807]}]})",
+      "chat request");
+  EXPECT_EQ(t.Render(edge["messages"], nullptr, false),
+            "[-9223372036854775808, 9223372036854775807]|[-9223372036854775808, "
+            "9223372036854775807]");
+  for (const std::string& big : std::vector<std::string>{
+           "-9223372036854775809", "9223372036854775808", "1" + std::string(30, '0')}) {
+    const std::string text = R"({"messages": [{"role": "user", "x": {"y": )" + big + "}}]}";
+    EXPECT_THAT(
+        [&] {
+          try {
+            ParseChatJson(text, "chat request");
+          } catch (const Error& e) {
+            return std::string(e.what());
+          }
+          return std::string("taken");
+        }(),
+        HasSubstr(std::string("chat request: integer ") + big +
+                  " at messages[0].x.y is too large (64-bit limit)"));
+  }
+}
+
+// vLLM updates apply_chat_template's arguments with chat_template_kwargs, so an
+// add_generation_prompt there wins; like the request's own switch, it must be a bool.
+TEST(ChatTemplateInputs, AddGenerationPromptAmongTheKwargs) {
+  ChatTemplate t = ChatTemplate::FromString("{{ add_generation_prompt }}");
+  EXPECT_EQ(t.Render(OneMessage(), nullptr, false, {{"add_generation_prompt", true}}), "True");
+  EXPECT_EQ(t.Render(OneMessage(), nullptr, true, {{"add_generation_prompt", false}}), "False");
+  EXPECT_EQ(t.Render(OneMessage(), nullptr, true, nullptr), "True");
+  for (const ordered_json& bad : {ordered_json("yes"), ordered_json(nullptr), ordered_json(1)}) {
+    EXPECT_THAT(RenderError("{{ add_generation_prompt }}", {{"add_generation_prompt", bad}}),
+                HasSubstr("chat request: 'add_generation_prompt' in the template kwargs must be "
+                          "true or false (got " +
+                          std::string(bad.type_name()) + ")"));
+  }
+  ChatRequest cont;
+  cont.messages = OneMessage();
+  cont.continue_final_message = true;
+  cont.kwargs = {{"add_generation_prompt", true}};
+  EXPECT_THAT(
+      [&] {
+        try {
+          ChatTemplate::FromString("{{ messages[0].content }}").Render(cont);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string("taken");
+      }(),
+      HasSubstr("continue_final_message and add_generation_prompt are not compatible"));
 }
 
 TEST(ChatTemplateInputs, FromTokenizerDir) {

@@ -274,6 +274,32 @@ TEST(OpenAiSchemaTest, OrderedFieldsAreParsedWithoutTheRestOfTheBody) {
             R"({"type":"object","properties":{"z":{},"a":{"y":1,"b":2}}})");
 }
 
+// A chat's messages, tools and template kwargs reach the template with their integers exact: one
+// past the 64-bit range is a 400 naming its place, not a float. The body's other integers parse
+// as before (a seed of 2^64 - 1 is good).
+TEST(OpenAiSchemaTest, ChatIntegersPastSixtyFourBitsAreRefused) {
+  const std::string head = R"({"messages": [{"role": "user", "content": "x", "n": )";
+  EXPECT_EQ(Refusal(head + "-9223372036854775809}]}", Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("messages[0].n")));
+  EXPECT_EQ(Refusal(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs":)"
+                    R"( {"k": [18446744073709551616]}})",
+                    Endpoint::kChatCompletions),
+            std::make_pair(400, std::string("chat_template_kwargs.k[0]")));
+  try {
+    ParseTokenizeRequest(head + "9223372036854775808}]}", Limits());
+    ADD_FAILURE() << "taken";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "messages[0].n");
+    EXPECT_EQ(e.message(),
+              "integer 9223372036854775808 at messages[0].n is too large (64-bit limit)");
+  }
+  const GenerationRequest r =
+      Parse(head + R"(-9223372036854775808}], "seed": 18446744073709551615})",
+            Endpoint::kChatCompletions);
+  EXPECT_EQ(r.messages[0]["n"].get<int64_t>(), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(*r.sampling.seed, 18446744073709551615u);
+}
+
 TEST(OpenAiSchemaTest, RefusalsNameTheField) {
   EXPECT_EQ(Refusal("{"), std::make_pair(400, std::string()));
   EXPECT_EQ(Refusal("[1]"), std::make_pair(400, std::string()));

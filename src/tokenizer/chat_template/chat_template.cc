@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/json_depth.h"
 #include "tokenizer/chat_template/ast.h"
+#include "tokenizer/chat_template/exact_json.h"
 #include "tokenizer/chat_template/interpreter.h"
 #include "tokenizer/chat_template/lexer.h"
 #include "tokenizer/chat_template/parser.h"
@@ -214,9 +215,11 @@ nlohmann::ordered_json ParseChatJson(std::string_view text, const std::string& w
     Fail(what, ": JSON nests more than ", kMaxChatJsonDepth, " levels deep");
   }
   try {
-    return nlohmann::ordered_json::parse(text);
+    return ParseJsonExactIntegers(text);
   } catch (const nlohmann::json::exception& e) {
     Fail(what, ": invalid JSON: ", e.what());
+  } catch (const JsonIntegerRangeError& e) {
+    Fail(what, ": ", e.what());
   }
 }
 
@@ -362,7 +365,18 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
   CheckDepth(request.tools, "tools");
   CheckDepth(request.documents, "documents");
   CheckDepth(request.kwargs, "template kwargs");
-  if (request.continue_final_message && request.add_generation_prompt) {
+  // An add_generation_prompt among the template kwargs wins, as vLLM updates apply_chat_template's
+  // arguments with chat_template_kwargs; a bool, as the request's own switch must be.
+  bool add_generation_prompt = request.add_generation_prompt;
+  if (request.kwargs.is_object() && request.kwargs.contains("add_generation_prompt")) {
+    const auto& v = request.kwargs["add_generation_prompt"];
+    if (!v.is_boolean()) {
+      Fail("chat request: 'add_generation_prompt' in the template kwargs must be true or false "
+           "(got ", v.type_name(), ")");
+    }
+    add_generation_prompt = v.get<bool>();
+  }
+  if (request.continue_final_message && add_generation_prompt) {
     Fail("chat request: continue_final_message and add_generation_prompt are not compatible: "
          "continue_final_message continues the final message, add_generation_prompt starts a new "
          "assistant message");
@@ -400,15 +414,15 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
     vars.emplace_back("messages", Value::List(std::move(messages)));
     vars.emplace_back("tools", ListOfObjects(request.tools, "tools"));
     vars.emplace_back("documents", ListOfObjects(request.documents, "documents"));
-    vars.emplace_back("add_generation_prompt", Value::Bool(request.add_generation_prompt));
+    vars.emplace_back("add_generation_prompt", Value::Bool(add_generation_prompt));
     std::map<std::string, Value> kwargs;
     for (const auto& [name, text] : special_tokens_) kwargs[name] = Value::String(text);
     if (!request.kwargs.is_null()) {
       if (!request.kwargs.is_object())
         Fail("chat request: extra template kwargs must be an object");
       for (const auto& [key, value] : request.kwargs.items()) {
-        if (key == "messages" || key == "tools" || key == "documents" ||
-            key == "add_generation_prompt") {
+        if (key == "add_generation_prompt") continue;  // taken above
+        if (key == "messages" || key == "tools" || key == "documents") {
           Fail("chat request: '", key, "' cannot be passed as an extra template kwarg");
         }
         kwargs[key] = jinja::FromJson(value);
