@@ -7,11 +7,13 @@
 // "prompt_ids" make "ids" an output after that prompt: the text is what the ids add to the
 // prompt's, as the server and `latent generate` give an output's text (DecodeAfter).
 // --tokenizer defaults to --model, so a checkpoint directory works as well as a directory with
-// only tokenizer files.
+// only tokenizer files. With --jsonl, a bad line prints {"error": "..."} in its place and the
+// other lines go on; the command then exits 2.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -49,9 +51,13 @@ void AddDirOptions(CLI::App* sub, TokenizerDirOptions& opt) {
                   "Checkpoint directory, used when --tokenizer is absent");
 }
 
-// Calls `fn(line_number, object)` for each non-blank JSON line of `path` ("-": stdin).
+// Calls `fn(line_number, object)` for each non-blank JSON line of `path` ("-": stdin). A line
+// that is not a JSON object, or whose `fn` throws a latent::Error, stops the loop with that
+// error; or, given `on_error`, is reported to it and the loop goes on (the lines are
+// independent: one bad text need not lose a batch's other results).
 template <typename Fn>
-void ForEachJsonLine(const std::string& path, Fn fn) {
+void ForEachJsonLine(const std::string& path, Fn fn,
+                     const std::function<void(const Error&)>& on_error = nullptr) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
@@ -64,16 +70,35 @@ void ForEachJsonLine(const std::string& path, Fn fn) {
   while (std::getline(*in, line)) {
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json object;
     try {
-      object = json::parse(line);
-    } catch (const json::exception& e) {
-      Fail(path, ":", number, ": not valid JSON: ", e.what());
+      json object;
+      try {
+        object = json::parse(line);
+      } catch (const json::exception& e) {
+        Fail(path, ":", number, ": not valid JSON: ", e.what());
+      }
+      if (!object.is_object()) Fail(path, ":", number, ": expected a JSON object");
+      fn(number, object);
+    } catch (const Error& e) {
+      if (!on_error) throw;
+      on_error(e);
     }
-    if (!object.is_object()) Fail(path, ":", number, ": expected a JSON object");
-    fn(number, object);
   }
 }
+
+// --jsonl's failed lines: each printed in its place as {"error": "..."}, as render-chat
+// --requests does; the command exits 2 (bad input) after the last line when any failed.
+struct LineErrors {
+  size_t failed = 0;
+  std::function<void(const Error&)> Reporter() {
+    return [this](const Error& e) {
+      ++failed;
+      std::cout << json({{"error", e.what()}}).dump(-1, ' ', false, json::error_handler_t::replace)
+                << "\n";
+    };
+  }
+  int ExitCode() const { return failed ? 2 : 0; }
+};
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -126,7 +151,9 @@ Runner RegisterTokenize(CLI::App& app) {
   AddDirOptions(sub, *opt);
   auto* text = sub->add_option("--text", opt->text, "Text to encode");
   auto* jsonl =
-      sub->add_option("--jsonl", opt->jsonl, "File of {\"text\": ...} lines (- for stdin)");
+      sub->add_option("--jsonl", opt->jsonl,
+                      "File of {\"text\": ...} lines (- for stdin); a bad line prints "
+                      "{\"error\": ...} and the rest go on (exit 2 after)");
   auto* bench = sub->add_option("--bench", opt->bench,
                                 "Time encoding each {\"text\": ...} line of FILE; prints JSON");
   text->excludes(jsonl)->excludes(bench);
@@ -140,14 +167,19 @@ Runner RegisterTokenize(CLI::App& app) {
     const bool add_special = !opt->no_special_tokens;
     if (!opt->bench.empty()) return RunBench(tok, *opt);
     if (!opt->jsonl.empty()) {
-      ForEachJsonLine(opt->jsonl, [&](size_t number, const json& object) {
-        auto it = object.find("text");
-        if (it == object.end() || !it->is_string()) {
-          Fail(opt->jsonl, ":", number, ": expected {\"text\": \"...\"}");
-        }
-        std::cout << Dump({{"ids", tok.Encode(it->get<std::string>(), add_special)}}) << "\n";
-      });
-      return 0;
+      LineErrors errors;
+      ForEachJsonLine(
+          opt->jsonl,
+          [&](size_t number, const json& object) {
+            auto it = object.find("text");
+            if (it == object.end() || !it->is_string()) {
+              Fail(opt->jsonl, ":", number, ": expected {\"text\": \"...\"}");
+            }
+            std::cout << Dump({{"ids", tok.Encode(it->get<std::string>(), add_special)}})
+                      << "\n";
+          },
+          errors.Reporter());
+      return errors.ExitCode();
     }
     if (text->count() == 0) Fail("tokenize needs --text, --jsonl or --bench");
     std::cout << Dump({{"ids", tok.Encode(opt->text, add_special)}}) << "\n";
@@ -207,7 +239,9 @@ Runner RegisterDetokenize(CLI::App& app) {
   AddDirOptions(sub, *opt);
   auto* ids = sub->add_option("--ids", opt->ids, "Token ids, e.g. 1,2,3");
   auto* jsonl =
-      sub->add_option("--jsonl", opt->jsonl, "File of {\"ids\": [...]} lines (- for stdin)");
+      sub->add_option("--jsonl", opt->jsonl,
+                      "File of {\"ids\": [...]} lines (- for stdin); a bad line prints "
+                      "{\"error\": ...} and the rest go on (exit 2 after)");
   ids->excludes(jsonl);
   sub->add_flag("--skip-special-tokens", opt->skip_special_tokens, "Leave out special tokens");
   sub->add_flag("--stream", opt->stream,
@@ -215,17 +249,21 @@ Runner RegisterDetokenize(CLI::App& app) {
   return [opt] {
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::FromDir(opt->Dir());
     if (!opt->jsonl.empty()) {
-      ForEachJsonLine(opt->jsonl, [&](size_t number, const json& object) {
-        const std::string where = opt->jsonl + ":" + std::to_string(number);
-        std::optional<std::vector<int32_t>> prompt;
-        if (object.contains("prompt_ids")) {
-          prompt = IdsFromJson(object["prompt_ids"], where + ": prompt_ids");
-        }
-        std::cout << Dump(DecodeToJson(tok, IdsFromJson(object.value("ids", json()), where),
-                                       prompt, *opt))
-                  << "\n";
-      });
-      return 0;
+      LineErrors errors;
+      ForEachJsonLine(
+          opt->jsonl,
+          [&](size_t number, const json& object) {
+            const std::string where = opt->jsonl + ":" + std::to_string(number);
+            std::optional<std::vector<int32_t>> prompt;
+            if (object.contains("prompt_ids")) {
+              prompt = IdsFromJson(object["prompt_ids"], where + ": prompt_ids");
+            }
+            std::cout << Dump(DecodeToJson(tok, IdsFromJson(object.value("ids", json()), where),
+                                           prompt, *opt))
+                      << "\n";
+          },
+          errors.Reporter());
+      return errors.ExitCode();
     }
     if (opt->ids.empty()) Fail("detokenize needs --ids or --jsonl");
     std::cout << Dump(DecodeToJson(tok, ParseTokenIds(opt->ids), std::nullopt, *opt)) << "\n";

@@ -394,7 +394,11 @@ def test_unreadable_input_is_a_clean_error(tmp_path):
     proc = subprocess.run([str(LATENT), "tokenize", "--tokenizer", str(ref.dir), "--jsonl", str(bad)],
                           capture_output=True, text=True, errors="replace")
     assert proc.returncode == 2
-    assert "bad.jsonl:2" in proc.stderr
+    # Each bad line's error in its place; the good line is still tokenized.
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert out[0] == {"ids": ref.hf.encode("ok").ids}
+    assert "bad.jsonl:2: not valid JSON" in out[1]["error"]
+    assert "bad.jsonl:3: not valid JSON" in out[2]["error"]
 
 
 SEEDS = REPO / "tests" / "fuzz" / "tokenizer_seeds"
@@ -426,3 +430,28 @@ def test_component_tokenizers_match_hf(seed, tmp_path):
                     + (["--stream"] if stream else []))
             got = [o["text"] for o in run_jsonl(args, [{"ids": s} for s in seqs], tmp_path)]
             assert got == want, first_mismatch(seqs, got, want)
+
+
+@pytest.mark.parametrize("command,good,bad", [
+    ("tokenize", [{"text": "hello"}, {"text": "world"}],
+     ['{"text": 5}', "not json", "[1]", '{"txt": "x"}']),
+    ("detokenize", [{"ids": [1, 2]}, {"ids": [3]}],
+     ['{"ids": [-1]}', "{", '{"ids": "1"}', '{"ids": [1], "prompt_ids": 2}']),
+])
+def test_jsonl_bad_lines_are_reported_in_place(command, good, bad, tmp_path):
+    """A bad --jsonl line prints {"error": ...} where its result would be and the other lines go
+    on (as render-chat --requests); the command exits 2 after the last line."""
+    path = tmp_path / "lines.jsonl"
+    lines = [json.dumps(good[0]), *bad, json.dumps(good[1])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = [str(LATENT), command, "--tokenizer", str(tokenizer_dir("qwen3")), "--jsonl"]
+    proc = subprocess.run([*args, str(path)], capture_output=True)
+    assert proc.returncode == 2, proc.stderr.decode(errors="replace")
+    out = [json.loads(line) for line in proc.stdout.decode().split("\n")[:-1]]
+    assert len(out) == len(lines)
+    alone = [json.loads(subprocess.run([*args, "-"], input=(json.dumps(g) + "\n").encode(),
+                                       capture_output=True, check=True).stdout) for g in good]
+    assert [out[0], out[-1]] == alone
+    for i, result in enumerate(out[1:-1], start=2):
+        assert set(result) == {"error"}, result
+        assert result["error"].startswith(f"{path}:{i}: "), result
