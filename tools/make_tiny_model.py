@@ -975,7 +975,34 @@ def parse_config_json(text: str | None) -> dict[str, Any]:
         raise UsageError(f"--config-json is not valid JSON: {e}") from e
     if not isinstance(overrides, dict):
         raise UsageError("--config-json must be a JSON object")
+    for key, value in overrides.items():
+        # Counts and sizes: transformers takes a negative one and fails later building the model
+        # (a traceback), so it is refused here with its name.
+        is_count = key.startswith(("num_", "n_")) or key.endswith(
+            ("_size", "_dim", "_layers", "_heads", "_experts", "_topk")
+        )
+        if is_count and isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise UsageError(f"--config-json: {key} must not be negative, got {value}")
     return overrides
+
+
+def check_max_shard_size(value: str | None) -> None:
+    """save_pretrained's size syntax ("20KB", "1GiB"), checked before anything is written."""
+    if value is None:
+        return
+    from transformers.utils.hub import convert_file_size_to_int
+
+    try:
+        size = convert_file_size_to_int(value)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise UsageError(f"--max-shard-size {value!r}: expected a positive size such as 20KB, 5MB or 1GiB")
+
+
+def check_out_dir(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
 
 
 def read_tokenizer_info(tok_dir: Path) -> dict[str, Any]:
@@ -1534,6 +1561,8 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
 
     hf_logging.disable_progress_bar()  # keep stderr readable
     preset = PRESETS[args.preset]
+    check_out_dir(args.out)
+    check_max_shard_size(args.max_shard_size)
     overrides = parse_config_json(args.config_json)
     tok_info = None
     if args.tokenizer is not None:
@@ -1544,12 +1573,16 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
     config = build_config(preset["arch"], kwargs)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
 
-    if preset.get("wrapper") == "mistral_large4":
-        model = build_mistral_large4(config, args.seed, dtype)
-    elif preset.get("wrapper") == "glm5_next":
-        model = build_glm5_next(config, args.seed, dtype)
-    else:
-        model = build_model(preset["arch"], config, args.seed, dtype)
+    try:
+        if preset.get("wrapper") == "mistral_large4":
+            model = build_mistral_large4(config, args.seed, dtype)
+        elif preset.get("wrapper") == "glm5_next":
+            model = build_glm5_next(config, args.seed, dtype)
+        else:
+            model = build_model(preset["arch"], config, args.seed, dtype)
+    except (ValueError, TypeError, RuntimeError, IndexError) as e:
+        # A config transformers accepted but cannot build (a zero or inconsistent size).
+        raise UsageError(f"transformers cannot build the model from this config: {e}") from e
     num_parameters = model.num_parameters()  # parameters only: no buffers, no fp8 scales
     std = logit_std(model, config.vocab_size, args.seed)
     if std <= 1.0:

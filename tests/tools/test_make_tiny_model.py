@@ -582,6 +582,8 @@ def test_read_tokenizer_info_qwen3():
         (["--config-json", '{"qk_rope_head_dim": 7}'], "must be even"),
         (["--tokenizer", "/nonexistent/tokenizer/dir"], "not a directory"),
         (["--config-json", '{"n_routed_experts": 13}'], "cannot be split into n_group 4"),
+        (["--config-json", '{"num_hidden_layers": -1}'], "num_hidden_layers must not be negative"),
+        (["--max-shard-size", "bogus"], "--max-shard-size 'bogus': expected a positive size"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, extra, message):
@@ -590,6 +592,14 @@ def test_usage_errors_exit_2(tmp_path, capsys, extra, message):
     captured = capsys.readouterr()
     assert message in captured.err and captured.out == ""
     assert not out.exists()
+
+
+def test_out_naming_a_file_exits_2(tmp_path, capsys):
+    out = tmp_path / "file"
+    out.write_text("keep me")
+    assert mtm.main(["--preset", "deepseek_v3", "--out", str(out)]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+    assert out.read_text() == "keep me"
 
 
 def test_v2_odd_rope_row_is_rejected(tmp_path, capsys):
