@@ -8,24 +8,29 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
+
+#include "base/error.h"
 
 namespace latent::server {
 
 class WorkerPool {
  public:
+  // Throws latent::Error when the system refuses a thread, once those already started have
+  // stopped (an exception leaving joinable threads behind would end the process).
   WorkerPool(int threads, size_t max_queued) : max_queued_(max_queued) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+    try {
+      for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+    } catch (const std::system_error& e) {
+      const size_t started = threads_.size();
+      Stop();
+      Fail("cannot start ", threads, " HTTP worker threads (--http-threads): the system refused "
+           "thread ", started + 1, ": ", e.what());
     }
-    wake_.notify_all();
-    for (std::thread& t : threads_) t.join();
   }
+  ~WorkerPool() { Stop(); }
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -41,6 +46,16 @@ class WorkerPool {
   }
 
  private:
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
   void Run() {
     for (;;) {
       std::function<void()> job;

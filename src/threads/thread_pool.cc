@@ -4,6 +4,8 @@
 #include "threads/thread_pool.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +17,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -22,6 +26,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "base/env.h"
+#include "base/error.h"
 
 namespace latent::threads {
 namespace {
@@ -44,11 +51,10 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
           nullptr, 0);
 }
 
+// LATENT_SPIN_US, read once by CheckThreadEnvironment (main) or the first pool; at most 10 s.
+constexpr int64_t kMaxSpinMicros = 10'000'000;
 int64_t SpinMicros() {
-  static const int64_t micros = [] {
-    const char* env = std::getenv("LATENT_SPIN_US");
-    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{300};
-  }();
+  static const int64_t micros = EnvInteger("LATENT_SPIN_US", 0, kMaxSpinMicros).value_or(300);
   return micros;
 }
 
@@ -69,8 +75,7 @@ std::vector<int> AllowedCpus() {
 // thread waits for its core instead of moving to an idle one.
 bool PinThreads() {
   static const bool pin = [] {
-    const char* env = std::getenv("LATENT_PIN_THREADS");
-    return env != nullptr && std::atoi(env) != 0;
+    return EnvBool("LATENT_PIN_THREADS").value_or(false);
   }();
   return pin;
 }
@@ -86,21 +91,37 @@ void PinCurrentThread(int index) {
 
 class Pool {
  public:
+  // Throws latent::Error when the system refuses a thread (ulimit -u, memory for the stacks),
+  // once the workers already started have been stopped: an exception escaping with joinable
+  // threads in workers_ would end the process in std::terminate.
   explicit Pool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-    for (int i = 1; i < num_threads_; ++i) {
-      workers_.emplace_back([this, i] {
-        if (PinThreads()) PinCurrentThread(i);
-        WorkerLoop();
-      });
+    // The settings the workers read, read here first: a bad one throws on this thread.
+    SpinMicros();
+    PinThreads();
+    // Workers start with every signal blocked (a thread inherits its creator's mask): a
+    // SIGTERM meant for the server's signal thread (server.cc, HandleSignals) would otherwise
+    // be delivered to a worker of a pool made before it, and kill the process.
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    try {
+      for (int i = 1; i < num_threads_; ++i) {
+        workers_.emplace_back([this, i] {
+          if (PinThreads()) PinCurrentThread(i);
+          WorkerLoop();
+        });
+      }
+    } catch (const std::system_error& e) {
+      pthread_sigmask(SIG_SETMASK, &before, nullptr);
+      const size_t started = workers_.size() + 1;
+      StopWorkers();
+      Fail("cannot start ", num_threads_, " compute threads (--threads or LATENT_THREADS): the "
+           "system refused thread ", started + 1, ": ", e.what());
     }
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
 
-  ~Pool() {
-    stop_.store(true, std::memory_order_seq_cst);
-    epoch_.fetch_add(1, std::memory_order_seq_cst);
-    FutexWakeAll(&epoch_);
-    for (std::thread& t : workers_) t.join();
-  }
+  ~Pool() { StopWorkers(); }
 
   int num_threads() const { return num_threads_; }
 
@@ -247,6 +268,14 @@ class Pool {
     }
   }
 
+  void StopWorkers() {
+    stop_.store(true, std::memory_order_seq_cst);
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    FutexWakeAll(&epoch_);
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+  }
+
   // The chunk index of a finished job's state: no claim on it can succeed.
   static constexpr int64_t kClosed = 0xffffffff;
 
@@ -271,13 +300,13 @@ std::mutex g_pool_mutex;
 std::atomic<Pool*> g_pool{nullptr};
 
 int DefaultThreads() {
-  if (const char* env = std::getenv("LATENT_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
+  if (const std::optional<int64_t> n = EnvInteger("LATENT_THREADS", 1, kMaxThreads)) {
+    return static_cast<int>(*n);
   }
   // The CPUs the affinity mask allows (a container's share), else what the hardware has.
   const size_t allowed = AllowedCpus().size();
-  return allowed > 0 ? static_cast<int>(allowed) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t cpus = allowed > 0 ? allowed : std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::min<size_t>(cpus, kMaxThreads));
 }
 
 Pool& GlobalPool() {
@@ -294,7 +323,14 @@ Pool& GlobalPool() {
 
 }  // namespace
 
+void CheckThreadEnvironment() {
+  DefaultThreads();
+  SpinMicros();
+  PinThreads();
+}
+
 void SetNumThreads(int n) {
+  if (n > kMaxThreads) Fail("--threads ", n, ": at most ", kMaxThreads, " compute threads");
   if (n <= 0) n = DefaultThreads();
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   Pool* old = g_pool.load(std::memory_order_relaxed);

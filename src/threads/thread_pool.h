@@ -45,8 +45,18 @@ class RangeFn {
 // start-up (the CLI's --threads), not while kernels run. The default: LATENT_THREADS, else the
 // CPUs the process's affinity mask allows. LATENT_PIN_THREADS=1 pins thread i to the i-th of
 // those CPUs (the thread issuing ParallelFor is thread 0).
+// Throws latent::Error for n > kMaxThreads, for a bad LATENT_THREADS (not an integer from 1 to
+// kMaxThreads) and when the system refuses a thread, with the workers started so far stopped.
 void SetNumThreads(int n);
 int NumThreads();
+// A bound checked where the count is read, so a typo fails with a message rather than with
+// thousands of threads; the default (the CPUs allowed) is capped at it too.
+inline constexpr int kMaxThreads = 1024;
+
+// Reads LATENT_THREADS, LATENT_SPIN_US and LATENT_PIN_THREADS, throwing latent::Error that names
+// the variable when one is not a number in range (the CLI calls it at start-up: a bad setting
+// must not fail the first request that runs a kernel).
+void CheckThreadEnvironment();
 
 // Runs fn(begin, end) over [0, n) in chunks of `grain` items on the process-wide pool.
 void ParallelFor(int64_t n, int64_t grain, RangeFn fn);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "weights/checkpoint.h"
 
@@ -96,9 +97,7 @@ std::optional<NonFinite> FindNonFinite(const TensorView& tensor) {
 }
 
 bool ShouldCheckWeights(const Checkpoint& ckpt) {
-  if (const char* env = std::getenv("LATENT_CHECK_WEIGHTS"); env != nullptr && *env != '\0') {
-    return std::string(env) != "0";
-  }
+  if (const std::optional<bool> forced = EnvBool("LATENT_CHECK_WEIGHTS")) return *forced;
   uint64_t floating_bytes = 0;
   for (const auto& file : ckpt.files())
     for (const SafetensorsEntry& e : file->entries())
