@@ -1,0 +1,28 @@
+#include "base/input_file.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace latent {
+
+void CheckInputFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) Fail(path, ": cannot open: ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) Fail(path, ": is a directory, not a file");
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+    Fail(path, ": not a file that can be read (a socket or a block device)");
+  }
+}
+
+std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode) {
+  CheckInputFile(path);
+  std::ifstream in(path, mode);
+  if (!in) Fail(path, ": cannot open: ", std::strerror(errno));
+  return in;
+}
+
+}  // namespace latent
