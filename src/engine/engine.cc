@@ -5,9 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/profile.h"
@@ -16,6 +18,7 @@
 #include "engine/debug_replay.h"
 #include "engine/ngram_draft.h"
 #include "engine/sampler.h"
+#include "kernels/kernel_table.h"
 #include "threads/thread_pool.h"
 
 namespace latent::engine {
@@ -44,6 +47,14 @@ Engine::Engine(std::unique_ptr<model::Model> model, model::GenerationConfig gene
     Fail("speculative decoding is not supported for ", config.model_type,
          ": its linear-attention layers keep a per-sequence state, which cannot drop a rejected "
          "draft token");
+  }
+  if (options_.speculative_tokens > 0 &&
+      std::string_view(kernels::BestKernelsName()).find("onednn") != std::string_view::npos) {
+    // The promise of identical output rests on batch-invariant kernels; oneDNN's GEMM picks its
+    // summation order by the rows it gets (docs/architecture.md), and a draft adds rows.
+    std::cerr << "latent: warning: LATENT_GEMM=onednn is not batch invariant: with "
+                 "--speculative-tokens, logprobs may differ from a run without drafts in their "
+                 "last bits (and, rarely, a token where two are close)\n";
   }
   pool_ = &cache_->pool();
   batch_.forward.rows = &cache_->rows();
@@ -489,10 +500,13 @@ void Engine::VerifyDraft(Sequence& seq, int64_t draft, const float* rows,
   // Row i holds the logits after draft token i - 1 (row 0: after the pending token), computed as
   // that token's own decode step would compute them (the kernels give every row the same bits
   // whatever else the step runs). So while the token drawn from row i equals draft token i, the
-  // draft token's row is the sequence's and the draw from row i + 1 is its next one.
-  while (accepted < draft && seq.status != SequenceStatus::kFinished &&
-         seq.tokens.back() == seq.draft[accepted]) {
+  // draft token's row is the sequence's and the draw from row i + 1 is its next one. A drawn
+  // token that ends the sample (EOS, a stop id, the grammar's end) and equals its draft token
+  // proved that draft right too: it counts, as vLLM counts every matched draft token before its
+  // stop check, and nothing is drawn after it.
+  while (accepted < draft && seq.tokens.back() == seq.draft[accepted]) {
     ++accepted;
+    if (seq.status == SequenceStatus::kFinished) break;
     const size_t row = static_cast<size_t>(accepted);
     AcceptToken(seq, rows + accepted * vocab, row < drawn.size() ? &drawn[row] : nullptr);
   }

@@ -183,5 +183,20 @@ TEST(EngineStopToken, FromADraftsVerificationRow) {
   EXPECT_GE(run.metrics.accepted_draft_tokens, 1);  // 10 came from a draft's row
 }
 
+TEST(EngineStopToken, ADraftTokenThatEndsTheSampleCountsAsAccepted) {
+  // The decode step drafts 12, 10, ...: 12 is drawn from the pending token's row and matches
+  // draft token 0; 10 is drawn from draft token 0's row, matches draft token 1 and ends the
+  // sample. Both drafts proved right (vLLM counts every matched draft token before its stop
+  // check); the stop used to leave the second out of accepted_draft_tokens.
+  const StopRun run = GenerateScripted({10}, {}, /*ignore_eos=*/false, /*speculative_tokens=*/4);
+  ASSERT_EQ(run.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
+  EXPECT_GE(run.metrics.draft_tokens, 2);
+  EXPECT_EQ(run.metrics.accepted_draft_tokens, 2);
+  // The same where EOS ends it.
+  const StopRun eos = GenerateScripted({}, {10}, /*ignore_eos=*/false, 4);
+  ASSERT_EQ(eos.outcome.tokens, (std::vector<int32_t>{11, 12, 10}));
+  EXPECT_EQ(eos.metrics.accepted_draft_tokens, 2);
+}
+
 }  // namespace
 }  // namespace latent::engine

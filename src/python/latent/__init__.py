@@ -563,7 +563,9 @@ class LLM:
     attention ("auto", "absorbed", "expanded"),
     max_batch_tokens, max_seqs, block_tokens, num_blocks, cache_memory_gib, prefix_caching,
     cache_dtype ("auto", "f32", "bf16", "fp8"), speculative_tokens (prompt-lookup draft tokens per
-    sequence and step, 0: off; the output is the same either way), speculative_ngram_max,
+    sequence and step, 0: off; the output is the same either way on latent's own kernels;
+    LATENT_GEMM=onednn is not batch invariant, and its logprobs may differ in their last bits),
+    speculative_ngram_max,
     speculative_ngram_min, check_invariants.
 
     Thread-safe: several threads may call generate/chat/stream at once; their requests share the
