@@ -27,6 +27,8 @@
 // "prompt_logprobs": "prompt_logprobs": [null, {"token", "logprob", "top_logprobs"}, ...], one
 // per prompt token, null for the first, as vLLM's};
 // with n > 1, "samples": [{"ids", "finish_reason"}, ...]; a bad line gets {"index": i, "error"}.
+// The exit code is 0 when a line ran, 2 when --prompt's request or every line of --prompts failed
+// (their error lines are printed first), 1 when a line met an internal error.
 #include "engine/distributed_model.h"
 #include "engine/debug_replay.h"
 #include "cli/batch_generate.h"
@@ -41,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "generate/request_job.h"
 #include "generate/request_line.h"
 #include "model/generation_config.h"
@@ -103,8 +106,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {
-    std::ifstream in(options.prompts_path);
-    if (!in) Fail(options.prompts_path, ": cannot open");
+    std::ifstream in = OpenInputFile(options.prompts_path);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   } else {
     // --prompt TEXT [--chat]: one request.
@@ -264,6 +266,22 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
   if (internal_errors) {
     std::cerr << "latent: internal error: a line failed a check in latent (its error line)\n";
     return 1;
+  }
+  // Nothing generated: --prompt's one request failed, or every line of --prompts did. Their
+  // error lines are out; the exit says it too, as for any bad input.
+  const auto failed = [](const Job& job) {
+    if (!job.error.empty()) return true;
+    const auto& samples = job.job->samples();
+    return !samples.empty() && std::all_of(samples.begin(), samples.end(),
+                       [](const auto& sample) { return !sample.error.empty(); });
+  };
+  if (!jobs.empty() && std::all_of(jobs.begin(), jobs.end(), failed)) {
+    if (options.prompts_path.empty()) {
+      const Job& job = jobs.front();
+      Fail(!job.error.empty() ? job.error : StrCat(source, ": ", job.job->samples().front().error));
+    }
+    Fail(options.prompts_path, ": every line failed (", jobs.size(), " error line",
+         jobs.size() == 1 ? "" : "s", " on stdout)");
   }
   return 0;
 }

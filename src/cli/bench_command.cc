@@ -16,8 +16,10 @@
 #include "engine/distributed_model.h"
 #include "parallel/communicator.h"
 #include "base/error.h"
+#include "base/saturating.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/load_options.h"
 #include "cli/speculative_options.h"
 #include "engine/engine.h"
@@ -31,6 +33,11 @@ namespace latent::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Concurrent requests a point may submit: each holds its prompt and timings before the engine
+// runs any, so a typo's billions would end in bad_alloc rather than a message.
+constexpr int64_t kMaxBenchBatch = 1 << 16;
+constexpr int64_t kMaxPointTokens = int64_t{1} << 30;  // 4 GiB of prompt ids
 
 std::vector<int64_t> ParseList(const std::string& text, const char* flag) {
   std::vector<int64_t> values;
@@ -231,29 +238,35 @@ Runner RegisterBench(CLI::App& app) {
   auto opt = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("bench", "Throughput/latency sweep through the engine");
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
-  sub->add_option("--pp", opt->pp, "Prompt lengths, e.g. 128,512");
-  sub->add_option("--tg", opt->tg, "Generated tokens per request, e.g. 32");
-  sub->add_option("--batch", opt->batch, "Concurrent requests, e.g. 1,4,16,64");
+  sub->add_option("--pp", opt->pp, "Prompt lengths, a list: e.g. 128,512")->capture_default_str();
+  sub->add_option("--tg", opt->tg, "Generated tokens per request, a list")->capture_default_str();
+  sub->add_option("--batch", opt->batch, "Concurrent requests, a list: e.g. 1,4,16,64")
+      ->capture_default_str();
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
   sub->add_option("--seed", opt->seed, "Prompt token seed");
   sub->add_option("--warmup", opt->warmup,
                   "Untimed points before the sweep (default 1, as llama-bench's warm-up run): "
                   "the first point's PP and batch, 2 tokens each")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative(opt->warmup));
   sub->add_option("--repetitions", opt->repetitions,
                   "Runs of each point, with fresh prompts (default 1, as llama-bench's -r): the "
                   "rates reported are their mean, each run's are listed in the JSON")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->repetitions));
   sub->add_option("--temperature", opt->sampling.temperature,
                   "Sample at this temperature (default 0: greedy), each request seeded");
   sub->add_option("--top-k", opt->sampling.top_k, "Top-k filter when sampling (0: off)");
   sub->add_option("--top-p", opt->sampling.top_p, "Top-p filter when sampling (1: off)");
   sub->add_option("--min-p", opt->sampling.min_p, "Min-p filter when sampling (0: off)");
-  sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")->check(CLI::PositiveNumber);
-  sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")->check(CLI::PositiveNumber);
-  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
-  sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks")->check(CLI::PositiveNumber);
-  sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")->check(CLI::PositiveNumber);
+  sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens, "Token budget per step")
+      ->check(Positive(opt->engine.max_batch_tokens));
+  sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")
+      ->check(Positive(opt->engine.max_seqs));
+  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")
+      ->check(Positive(opt->engine.block_tokens));
+  sub->add_option("--num-blocks", opt->engine.num_blocks, "Cache blocks")
+      ->check(Positive(opt->engine.num_blocks));
+  sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")
+      ->check(Positive(opt->engine.cache_memory_gib));
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse cached prompt blocks");
   AddSpeculativeOptions(sub, opt->engine);
@@ -271,12 +284,32 @@ Runner RegisterBench(CLI::App& app) {
     const auto pps = ParseList(opt->pp, "--pp");
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
+    for (int64_t b : batches) {
+      if (b > kMaxBenchBatch) Fail("--batch ", b, ": at most ", kMaxBenchBatch, " requests a point");
+    }
     opt->engine.prefix_caching = !opt->no_prefix_cache;
     std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);
     // Under mpirun, rank 0's model broadcasts the steps and times them (the engine owns it).
     auto* broadcaster = dynamic_cast<engine::StepBroadcaster*>(m.get());
     if (broadcaster != nullptr) broadcaster->set_comm_detail(opt->comm_detail);
     const int64_t vocab = m->config().vocab_size;
+    // Checked before any prompt is built: a --pp past the model's positions would first allocate
+    // its tokens (2e9 of them: bad_alloc, or minutes of filling) and only then be refused.
+    const int64_t positions = m->config().max_position_embeddings;
+    for (int64_t pp : pps) {
+      for (int64_t tg : tgs) {
+        if (SaturatingAdd(pp, tg) > positions) {
+          Fail("--pp ", pp, " + --tg ", tg, " exceeds the model's max_position_embeddings (",
+               positions, ")");
+        }
+      }
+      for (int64_t b : batches) {
+        if (SaturatingMul(pp, b) > kMaxPointTokens) {
+          Fail("--pp ", pp, " with --batch ", b, ": a point's prompts hold at most ",
+               kMaxPointTokens, " tokens");
+        }
+      }
+    }
     const model::Precision precision = m->precision();
     model::GenerationConfig gen = model::LoadGenerationConfig(opt->model_dir, m->config());
     engine::Engine engine(std::move(m), std::move(gen), opt->engine);

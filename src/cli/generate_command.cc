@@ -16,6 +16,7 @@
 #include "generate/attention_form.h"
 #include "cli/batch_generate.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/load_options.h"
 #include "cli/speculative_options.h"
 #include "cli/token_ids.h"
@@ -58,16 +59,17 @@ Runner RegisterGenerate(CLI::App& app) {
       sub->add_option("--tokenizer", opt->tokenizer, "Tokenizer directory (default: --model)");
   auto* budget = sub->add_option("--max-batch-tokens", opt->engine.max_batch_tokens,
                                  "Token budget per step")
-                     ->check(CLI::PositiveNumber);
+                     ->check(Positive(opt->engine.max_batch_tokens));
   auto* seqs = sub->add_option("--max-seqs", opt->engine.max_seqs, "Sequences per step at most")
-                   ->check(CLI::PositiveNumber);
-  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")->check(CLI::PositiveNumber);
+                   ->check(Positive(opt->engine.max_seqs));
+  sub->add_option("--block-tokens", opt->engine.block_tokens, "Tokens per cache block")
+      ->check(Positive(opt->engine.block_tokens));
   auto* blocks = sub->add_option("--num-blocks", opt->engine.num_blocks,
                                  "Cache blocks (default: from --cache-memory)")
-                     ->check(CLI::PositiveNumber);
+                     ->check(Positive(opt->engine.num_blocks));
   auto* memory =
       sub->add_option("--cache-memory", opt->engine.cache_memory_gib, "Cache size in GiB")
-          ->check(CLI::PositiveNumber);
+          ->check(Positive(opt->engine.cache_memory_gib));
   sub->add_option("--cache-dtype", opt->engine.cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   auto* no_prefix = sub->add_flag("--no-prefix-cache", opt->no_prefix_cache,
                                   "Do not reuse cached prompt blocks");
@@ -85,7 +87,7 @@ Runner RegisterGenerate(CLI::App& app) {
                       "Tokens to generate (with --prompts: for lines without their own "
                       "\"max_tokens\"; unset, generation_config.json's max_new_tokens, else 16; "
                       "with --ids: 16 unset)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(NonNegative(opt->max_tokens));
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
   sub->add_flag("--ignore-eos", opt->ignore_eos,
                 "Do not stop at EOS (with --prompts: for lines without their own \"ignore_eos\")");
@@ -94,9 +96,11 @@ Runner RegisterGenerate(CLI::App& app) {
                   "in FILE (as latent serve's --debug-replay) instead of sampling")
       ->option_text("FILE");
   AddLoadOptions(sub, opt->load_flags);
-  return [opt, max_tokens] {
+  return [opt, max_tokens, prompt, prompts] {
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
+    if (prompt->count() > 0 && opt->prompt.empty()) Fail("--prompt is empty: give it the text");
+    if (prompts->count() > 0 && opt->prompts.empty()) Fail("--prompts is empty: give it a file");
     if (!opt->prompts.empty() || !opt->prompt.empty()) {
       BatchGenerateOptions batch;
       batch.model_dir = opt->model_dir;

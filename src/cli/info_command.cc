@@ -15,6 +15,7 @@
 
 #include "cache/cache_layout.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/config_estimate.h"
 #include "cli/load_options.h"
 #include "model/cache_rows.h"
@@ -354,18 +355,18 @@ Runner RegisterInfo(CLI::App& app) {
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8");
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block, as serve's")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->block_tokens));
   sub->add_option("--ranks", opt->ranks,
                   "Show each rank's share for an expert-parallel job of this many ranks (default: "
                   "this job's, under mpirun)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->ranks));
   sub->add_option("--context", opt->context,
                   "Tokens per sequence for the cache bytes at context (default: the config's "
                   "max_position_embeddings)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->context));
   sub->add_option("--sequences", opt->sequences, "Sequences for the cache bytes at context")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->sequences));
   AddLoadOptions(sub, opt->load_flags);
   return [opt] {
     // Under mpirun every rank could answer; rank 0 prints for all of them.

@@ -9,6 +9,7 @@
 #include "engine/distributed_model.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/load_options.h"
 #include "cli/token_ids.h"
 #include "cache/cache_layout.h"
@@ -69,23 +70,33 @@ Runner RegisterLogits(CLI::App& app) {
   sub->add_option("--model", opt->model_dir, "Hugging Face checkpoint directory")->required();
   sub->add_option("--ids", opt->ids, "Prompt token ids, e.g. 1,2,3")->required();
   sub->add_option("--attention", opt->attention, "auto, absorbed or expanded");
-  sub->add_flag("--experts", opt->experts,
-                "Also print the routed experts of every MoE layer and token (\"experts\")");
-  sub->add_flag("--selected", opt->selected,
-                "Also print the key positions DSA selected per layer and token (\"selected\"; "
-                "[] where the token attended densely)");
-  sub->add_option("--chunk-tokens", opt->chunk_tokens,
-                  "Run the prompt in chunks of N tokens through the paged cache in --cache-dtype "
-                  "(0: one chunk, f32 rows unless --cache-dtype names f32, bf16 or fp8)")
-      ->check(CLI::NonNegativeNumber);
+  auto* experts = sub->add_flag(
+      "--experts", opt->experts,
+      "Also print the routed experts of every MoE layer and token (\"experts\"; one chunk only)");
+  sub->add_flag(
+      "--selected", opt->selected,
+      "Also print the key positions DSA selected per layer and token (\"selected\"; [] where "
+      "the token attended densely; one chunk only)");
+  auto* chunks =
+      sub->add_option("--chunk-tokens", opt->chunk_tokens,
+                      "Run the prompt in chunks of N tokens through the paged cache in "
+                      "--cache-dtype (0: one chunk, f32 rows unless --cache-dtype names f32, "
+                      "bf16 or fp8)")
+          ->check(NonNegative(opt->chunk_tokens));
   sub->add_option("--block-tokens", opt->block_tokens, "Paged cache block size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->block_tokens));
   sub->add_option("--cache-dtype", opt->cache_dtype, "Paged cache rows: auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   AddLoadOptions(sub, opt->load_flags);
   sub->add_option("--f32-out", opt->f32_out,
                   "Write the logits as raw little-endian f32 [tokens, vocab] to this file");
-  return [opt] {
+  return [opt, experts, chunks] {
+    // The trace is of one forward: chunks would print "experts": [] (an empty trace), not the
+    // routing of the chunked run.
+    if (opt->chunk_tokens > 0 && (opt->experts || opt->selected)) {
+      Fail(experts->count() > 0 ? "--experts" : "--selected", " traces the prompt as one chunk: ",
+           "leave out ", chunks->get_name(), " (", opt->chunk_tokens, ")");
+    }
     const model::AttentionForm form = generate::ParseAttentionForm(opt->attention);
     const model::LoadOptions load = ParseLoadOptions(opt->load_flags);
     const std::vector<int32_t> ids = ParseTokenIds(opt->ids);

@@ -3,9 +3,16 @@
 // (bad input: a checkpoint, config, tokenizer, flag or request latent cannot use; the message
 // names the file and the problem) and for a command line CLI11 cannot parse (CLI11 prints its own
 // message; --help exits 0), 1 for anything else (a bug in latent: a failed LATENT_CHECK, any
-// InternalError; or the system refusing memory).
+// InternalError; or the system refusing memory). A command that ran but could not write its
+// standard output (a full disk, a closed pipe) exits 2 too, with
+// `latent: error: writing standard output: ...`: a truncated result must not look like success.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -15,6 +22,8 @@
 #include "base/error.h"
 #include "base/exit_code.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "cli/version.h"
 #include "engine/distributed_model.h"
 #include "parallel/communicator.h"
 #include "threads/thread_pool.h"
@@ -32,6 +41,35 @@ namespace {
 
 int Run(int argc, char** argv);
 
+// A standard stream closed at start (`latent ... >&-`) would be taken by the next file latent
+// opens, and the command's output written into it. Holding /dev/null there, opened read-only,
+// keeps the descriptor taken and every write failing (EBADF), which CheckStdout reports.
+void HoldClosedStdStreams() {
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int held = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (held >= 0 && held != fd) {
+      dup2(held, fd);
+      close(held);
+    }
+  }
+}
+
+// Flushes stdout and throws latent::Error if any write to it failed: a full disk, a closed
+// descriptor, a pipe whose reader left while SIGPIPE is ignored.
+// The reason is known when the failing write is this flush's; one that failed earlier, while the
+// command ran (more output than the buffer), left only the stream's error flag.
+void CheckStdout() {
+  errno = 0;
+  std::cout.flush();  // with stdio in sync: fflush(stdout), where the error shows
+  int error = errno;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (error == 0) error = errno;
+  if (flushed && std::cout.good() && !std::ferror(stdout)) return;
+  latent::Fail("writing standard output: ",
+               error != 0 ? std::strerror(error) : "a write failed (the output is incomplete)");
+}
+
 }  // namespace
 
 // Under mpirun (and only then) MPI is initialized first, and no rank may leave the others
@@ -41,6 +79,7 @@ int Run(int argc, char** argv);
 // serve on a busy port), in a step's collectives (up to LATENT_STEP_TIMEOUT), or in MPI_Finalize,
 // which waits for every rank.
 int main(int argc, char** argv) {
+  HoldClosedStdStreams();
   try {
     latent::parallel::InitWorld(&argc, &argv);
   } catch (const latent::Error& e) {
@@ -51,6 +90,7 @@ int main(int argc, char** argv) {
   std::string error;  // what failed, printed after "latent: "
   try {
     code = Run(argc, argv);
+    if (code == 0) CheckStdout();
   } catch (const latent::engine::WorkerFinished&) {
     code = 0;  // a rank > 0 served rank 0's steps to the end
   } catch (...) {
@@ -79,8 +119,10 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   int threads = 0;
   app.add_option("--threads", threads,
-                 "Compute threads (default: LATENT_THREADS, else the CPUs this process may use)")
-      ->check(CLI::NonNegativeNumber);
+                 latent::StrCat("Compute threads, at most ", latent::threads::kMaxThreads,
+                                " (default: LATENT_THREADS, else the CPUs this process may use)"))
+      ->check(latent::cli::NonNegative(threads, latent::threads::kMaxThreads));
+  app.set_version_flag("--version", latent::cli::VersionText());
   app.fallthrough();  // `latent generate --threads 2 ...` works too
   auto registry = latent::cli::CommandRegistry();
   std::sort(registry.begin(), registry.end(),
@@ -94,12 +136,25 @@ int Run(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RequiredError& e) {
+    // `latent bogus`: CLI11 says only "A subcommand is required"; name the word it did not know.
+    const std::vector<std::string> extra = app.remaining();
+    if (app.get_subcommands().empty() && !extra.empty() && !extra.front().starts_with("-")) {
+      std::string names;
+      for (const auto& [sub, run] : commands) names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::cerr << "latent: error: unknown command '" << extra.front() << "' (commands: " << names
+                << "; see latent --help)\n";
+      return 2;
+    }
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message (or the help, which is not an error); a command line latent cannot
     // use is bad input like any other: exit 2, not CLI11's own codes (105, 106, ...).
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (threads > 0) latent::threads::SetNumThreads(threads);
+  latent::threads::CheckThreadEnvironment();  // a bad LATENT_THREADS fails here, named
+  // The pool starts now, so that a system refusing its threads fails here, naming --threads.
+  if (threads > 0) latent::threads::SetNumThreads(threads); else latent::threads::NumThreads();
   for (auto& [sub, run] : commands)
     if (sub->parsed()) return run();  // main turns what it throws into the exit code
   return 1;

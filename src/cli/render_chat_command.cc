@@ -19,6 +19,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "cli/commands.h"
 #include "tokenizer/chat_template/chat_template.h"
 
@@ -36,8 +37,7 @@ std::string ReadAll(const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot read ", path);
+  std::ifstream in = OpenInputFile(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -126,12 +126,15 @@ Runner RegisterRenderChat(CLI::App& app) {
   sub->add_option("--model", opt->model_dir,
                   "Checkpoint directory, used when --tokenizer is not given");
   sub->add_option(
-      "--request", opt->request_file,
-      "JSON request: messages, tools, add_generation_prompt, continue_final_message, template "
-      "kwargs ('-': stdin)");
+         "--request", opt->request_file,
+         "File holding one JSON request: messages, tools, add_generation_prompt, "
+         "continue_final_message, template kwargs ('-': stdin)")
+      ->option_text("FILE");
   sub->add_option(
-      "--requests", opt->requests_file,
-      "JSON Lines, one request per line; prints one JSON string (or {\"error\"}) per line");
+         "--requests", opt->requests_file,
+         "File of JSON Lines, one request per line; prints one JSON string (or {\"error\"}) "
+         "per line ('-': stdin)")
+      ->option_text("FILE");
   return [opt] { return Run(*opt); };
 }
 

@@ -15,13 +15,17 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "engine/distributed_model.h"
 #include "base/error.h"
+#include "base/error_context.h"
+#include "base/saturating.h"
 #include "cache/block_table.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/load_options.h"
 #include "engine/cache_manager.h"
 #include "kernels/kernel_table.h"
@@ -32,6 +36,10 @@ namespace latent::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Sequences one timed step may hold: each has its block tables and a logits row (a vocabulary of
+// floats), so a typo's billions would end in bad_alloc rather than a message.
+constexpr int64_t kMaxStepBatch = 4096;
 
 std::vector<std::string> SplitCommas(const std::string& text) {
   std::vector<std::string> items;
@@ -62,10 +70,11 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
                       uint64_t seed) {
   const model::ModelConfig& config = m.config();
   const int64_t tokens = context + steps + 1;  // One untimed warm-up step first.
-  const int32_t per_sequence = static_cast<int32_t>((tokens + block_tokens - 1) / block_tokens);
+  const int64_t per_sequence = (tokens + block_tokens - 1) / block_tokens;
   // Window rows (sliding-window layers) sit in blocks of their own, addressed by a second table
   // per sequence; the bench keeps every position's (nothing is released between its steps).
-  int32_t num_blocks = per_sequence * static_cast<int32_t>(batch);
+  // int64, saturating: --batch 1500000000 used to wrap the int32 count into a bad_alloc.
+  int64_t num_blocks = SaturatingMul(per_sequence, batch);
   {
     engine::CacheOptions probe;
     probe.block_tokens = block_tokens;
@@ -75,16 +84,33 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
     const engine::CacheManager sizing(config, probe);
     if (sizing.has_window()) {
       const uint32_t w = sizing.window_block_tokens();
-      num_blocks += static_cast<int32_t>((tokens + w - 1) / w) * static_cast<int32_t>(batch);
+      num_blocks = SaturatingAdd(num_blocks, SaturatingMul((tokens + w - 1) / w, batch));
     }
+  }
+  if (num_blocks > INT32_MAX) {
+    Fail("--context ", context, " with --batch ", batch, " needs ", num_blocks,
+         " cache blocks of ", block_tokens, " tokens, more than a cache holds (", INT32_MAX,
+         "): lower --context or --batch, or raise --block-tokens");
   }
   engine::CacheOptions options;
   options.block_tokens = block_tokens;
-  options.num_blocks = num_blocks;
+  options.num_blocks = static_cast<int32_t>(num_blocks);
   options.prefix_caching = false;
   options.dtype = dtype;
   options.state_slots = static_cast<int32_t>(batch);  // hybrid models: one state per sequence
-  engine::CacheManager cache(config, options);
+  std::optional<engine::CacheManager> made;
+  try {
+    made.emplace(config, options);
+  } catch (const Error& e) {
+    // The cache's own message advises the engine's flags, which bench-step has not.
+    std::string why = e.what();
+    const std::string engine_advice = "lower --num-blocks or --cache-memory";
+    if (const size_t at = why.find(engine_advice); at != std::string::npos) {
+      why.replace(at, engine_advice.size(), "lower --context or --batch");
+    }
+    FailLike(e, "--context ", context, " with --batch ", batch, ": ", why);
+  }
+  engine::CacheManager& cache = *made;
   std::vector<cache::BlockTable> tables(batch, cache.NewTable());  // table i: sequence i
   for (cache::BlockTable& table : tables) LATENT_CHECK(table.Grow(cache.pool(), tokens));
   std::vector<cache::BlockTable> window_tables;  // window_tables[i]: sequence i's window rows
@@ -167,9 +193,9 @@ Runner RegisterStepBench(CLI::App& app) {
   sub->add_option("--batch", opt->batch,
                   "Concurrent sequences, each at the context, decoded in one step, e.g. 1,8");
   sub->add_option("--steps", opt->steps, "Decode steps per point (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->steps));
   sub->add_option("--block-tokens", opt->block_tokens, "Tokens per cache block")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->block_tokens));
   sub->add_option("--cache-dtype", opt->cache_dtype, "auto, f32, bf16 or fp8 (FlashMLA's e4m3 latent rows)");
   sub->add_option("--seed", opt->seed, "Seed of the random rows and tokens");
   sub->add_flag("--json", opt->json, "Also print one JSON line per point");
@@ -180,8 +206,12 @@ Runner RegisterStepBench(CLI::App& app) {
     for (const std::string& item : SplitCommas(opt->context))
       contexts.push_back(ParsePositive(item, "--context"));
     std::vector<int64_t> batches;
-    for (const std::string& item : SplitCommas(opt->batch))
+    for (const std::string& item : SplitCommas(opt->batch)) {
       batches.push_back(ParsePositive(item, "--batch"));
+      if (batches.back() > kMaxStepBatch) {
+        Fail("--batch ", batches.back(), ": at most ", kMaxStepBatch, " sequences a step");
+      }
+    }
     std::vector<std::pair<std::string, model::AttentionForm>> forms;
     for (const std::string& item : SplitCommas(opt->attention))
       forms.emplace_back(item, generate::ParseAttentionForm(item));
@@ -193,7 +223,7 @@ Runner RegisterStepBench(CLI::App& app) {
     const model::Precision precision = m->precision();
     const model::CacheDType dtype = model::ParseCacheDType(opt->cache_dtype, config);
     for (int64_t context : contexts) {
-      if (context + opt->steps + 1 > config.max_position_embeddings) {
+      if (SaturatingAdd(SaturatingAdd(context, opt->steps), 1) > config.max_position_embeddings) {
         Fail("--context ", context, " + --steps ", opt->steps, " exceeds max_position_embeddings (",
              config.max_position_embeddings, ")");
       }

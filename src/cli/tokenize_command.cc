@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "cli/token_ids.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -61,8 +63,7 @@ void ForEachJsonLine(const std::string& path, Fn fn,
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
-    file.open(path, std::ios::binary);
-    if (!file) Fail("cannot read ", path);
+    file = OpenInputFile(path, std::ios::binary);
     in = &file;
   }
   std::string line;
@@ -159,7 +160,7 @@ Runner RegisterTokenize(CLI::App& app) {
   text->excludes(jsonl)->excludes(bench);
   jsonl->excludes(bench);
   sub->add_option("--repeat", opt->repeat, "--bench: passes over the file (the best counts)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive(opt->repeat));
   sub->add_flag("--no-special-tokens", opt->no_special_tokens,
                 "Do not add BOS/EOS (add_special_tokens=False)");
   return [opt, text] {

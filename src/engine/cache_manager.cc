@@ -66,9 +66,11 @@ CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions&
       if (fit < slots) slots = static_cast<int32_t>(fit);
       bytes -= static_cast<double>(slots) * static_cast<double>(bytes_per_sequence_);
     }
+    // Clamped: a double past 2^64 (--cache-memory 2e10 GiB) converts to anything, often 0.
+    const uint64_t whole_bytes = bytes >= 0x1p64 ? UINT64_MAX : static_cast<uint64_t>(bytes);
     num_blocks = groups.has_window
-                     ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, static_cast<uint64_t>(bytes) / groups.block_bytes))
-                     : cache::CacheStorage::BlocksForBytes(rows, block_tokens_, static_cast<uint64_t>(bytes));
+                     ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, whole_bytes / groups.block_bytes))
+                     : cache::CacheStorage::BlocksForBytes(rows, block_tokens_, whole_bytes);
     if (num_blocks == 0) Fail("--cache-memory ", options.memory_gib, " GiB holds no cache block");
   }
   // Prefix caching is refused on models with per-sequence state: a hit would need the state at

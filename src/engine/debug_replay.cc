@@ -5,11 +5,13 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "engine/logprobs.h"
 
 namespace latent::engine {
 
 std::vector<int32_t> LoadDebugReplay(const std::string& path, int64_t vocab) {
+  CheckInputFile(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) Fail("--debug-replay ", path, ": cannot open the file");
   std::stringstream text;

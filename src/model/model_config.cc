@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "base/saturating.h"
 #include "model/arch/registry.h"
 #include "model/config_reader.h"
@@ -670,6 +671,7 @@ ModelConfig ModelConfig::Load(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream in(path);
   if (!in) Fail(path, ": cannot open (is ", dir, " a Hugging Face checkpoint directory?)");
+  CheckInputFile(path);  // opened, yet a directory: named as one, not as "invalid JSON"
   std::stringstream text;
   text << in.rdbuf();
   return FromJson(text.str(), path);

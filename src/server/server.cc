@@ -105,8 +105,10 @@ void HandleSignals() {
             StrCat(name, " while loading the model: ending the job"), 128 + sig);
       }
       if (s.loading) {
+        // 128 + the signal, as a shell reports a process the signal ended (and as the MPI path
+        // above): the server never became ready, which must not read as a clean stop.
         Log(name, " while loading the model: exiting");
-        std::_Exit(0);
+        std::_Exit(128 + sig);
       }
       ++s.count;
       s.last = sig;

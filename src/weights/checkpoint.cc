@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "weights/finite_check.h"
 
 namespace latent::weights {
@@ -20,8 +21,7 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 Json ReadJsonFile(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) Fail(path.string(), ": cannot open");
+  std::ifstream in = OpenInputFile(path.string());
   std::stringstream text;
   text << in.rdbuf();
   try {

@@ -1,0 +1,237 @@
+"""The `latent` command refuses what it cannot do with exit 2 and one message naming the flag,
+variable or file, where it used to crash, exit 0, or print a message about something else:
+thread counts past a bound, output it could not write, a --prompt that failed, serve's sizes and
+timeouts out of range, bench sizes that overflowed, directories given as files, flags that would
+be ignored, and environment variables it could not read.
+
+Run: .venv/bin/python -m pytest -q tests/tools/test_cli_errors.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LATENT, REPO, run_latent
+
+DEMO = REPO / "models" / "demo"
+IDS = ["generate", "--model", str(DEMO), "--ids", "1,2,3", "--max-tokens", "2"]
+
+
+def run_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LATENT), *args], capture_output=True, text=True,
+                          env=dict(os.environ, **env))
+
+
+def run_bounded(*args: str) -> subprocess.CompletedProcess:
+    """For commands that, accepting what they should refuse, would serve or compute for long:
+    the timeout fails the test instead of hanging it."""
+    return subprocess.run([str(LATENT), *args], capture_output=True, text=True, timeout=120)
+
+
+def refused(out: subprocess.CompletedProcess, *needles: str) -> None:
+    """Exit 2, no crash, and every needle in the message."""
+    text = (out.stderr or "") + (out.stdout or "")
+    assert out.returncode == 2, (out.returncode, text)
+    assert "terminate called" not in text and "internal error" not in text, text
+    for needle in needles:
+        assert needle in text, (needle, text)
+
+
+def test_thread_counts_past_the_bound_are_refused_by_name():
+    """100000 threads ended in std::terminate (exit 134) when the system refused one; the bound
+    (1024) is checked as the count is read, before any thread starts."""
+    refused(run_latent("--threads", "100000", *IDS, check=False), "--threads", "1024")
+    refused(run_env({"LATENT_THREADS": "100000"}, *IDS), "LATENT_THREADS='100000'", "1 to 1024")
+    refused(run_bounded("serve", "--model", str(DEMO), "--http-threads", "100000"),
+            "--http-threads", "1024")
+
+
+@pytest.mark.parametrize("env", [{"LATENT_THREADS": "abc"}, {"LATENT_THREADS": "-3"},
+                                 {"LATENT_SPIN_US": "abc"}, {"LATENT_PIN_THREADS": "maybe"},
+                                 {"LATENT_CHECK_WEIGHTS": "sometimes"}])
+def test_unreadable_environment_variables_are_refused_by_name(env):
+    (name, value), = env.items()
+    refused(run_env(env, *IDS), f"{name}='{value}'")
+
+
+def test_boolean_variables_take_the_usual_spellings():
+    for value in ("false", "0", "off", "TRUE", "1", "yes"):
+        out = run_env({"LATENT_CHECK_WEIGHTS": value, "LATENT_PIN_THREADS": value}, *IDS)
+        assert out.returncode == 0, (value, out.stderr)
+
+
+def write_to(stdout, args, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LATENT), *args], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, preexec_fn=preexec)
+
+
+@pytest.mark.parametrize("args", [
+    IDS,
+    ["tokenize", "--tokenizer", str(DEMO), "--text", "hello"],
+    ["info", "--model", str(DEMO)],
+    ["logits", "--model", str(DEMO), "--ids", "1,2"],
+])
+def test_output_that_cannot_be_written_exits_2(args):
+    """A full disk, a closed stdout and a pipe whose reader left (SIGPIPE ignored) used to exit 0
+    with the output lost."""
+    # The reason where the failing write is the last flush's: outputs smaller than the buffer.
+    small = args[0] in ("generate", "tokenize")
+    with open("/dev/full", "w") as full:
+        out = write_to(full, args)
+    refused(out, "latent: error: writing standard output: ",
+            "No space left on device" if small else "")
+    closed = subprocess.run(["bash", "-c", '"$0" "$@" >&-', str(LATENT), *args],
+                            capture_output=True, text=True)
+    refused(closed, "writing standard output: ", "Bad file descriptor" if small else "")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = write_to(write, args, lambda: signal.signal(signal.SIGPIPE, signal.SIG_IGN))
+    finally:
+        os.close(write)
+    refused(out, "writing standard output: ", "Broken pipe" if small else "")
+
+
+def test_output_that_is_written_exits_0(tmp_path):
+    with open(tmp_path / "out", "w") as f:
+        assert write_to(f, IDS).returncode == 0
+    assert json.loads((tmp_path / "out").read_text())["ids"]
+
+
+def no_tokenizer(tmp_path: Path) -> Path:
+    model = tmp_path / "no_tokenizer"
+    model.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (model / name).symlink_to(DEMO / name)
+    return model
+
+
+def test_a_prompt_that_fails_exits_2(tmp_path):
+    """--prompt's one request failing (no tokenizer, too long) printed its error line and
+    exited 0."""
+    model = no_tokenizer(tmp_path)
+    out = run_latent("generate", "--model", str(model), "--prompt", "hi", check=False)
+    refused(out, "--prompt")
+    assert json.loads(out.stdout.splitlines()[0])["error"]
+    positions = json.loads((DEMO / "config.json").read_text())["max_position_embeddings"]
+    long = " ".join(["hello"] * (positions + 8))
+    refused(run_latent("generate", "--model", str(DEMO), "--prompt", long, check=False),
+            "max_position_embeddings")
+    refused(run_latent("generate", "--model", str(DEMO), "--prompt", "", check=False),
+            "--prompt is empty")
+
+
+def test_prompts_exit_2_only_when_every_line_fails(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": 5}\nnot json\n')
+    out = run_latent("generate", "--model", str(DEMO), "--prompts", str(bad), check=False)
+    refused(out, f"{bad}: every line failed (2 error lines on stdout)")
+    assert [("error" in json.loads(l)) for l in out.stdout.splitlines()] == [True, True]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"prompt": 5}\n{"ids": [1, 2], "max_tokens": 2}\n')
+    out = run_latent("generate", "--model", str(DEMO), "--prompts", str(mixed), check=False)
+    assert out.returncode == 0, out.stderr
+    assert [("error" in json.loads(l)) for l in out.stdout.splitlines()] == [True, False]
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--max-request-mib", "1e300", "must be at most 1048576"),
+    ("--max-request-mib", "1e-9", "must be at least 0.0009765625"),
+    ("--max-header-kib", "1e-9", "must be at least 1"),
+    ("--shutdown-timeout", "1e300", "must be at most 10000000"),
+    ("--shutdown-timeout", "nan", "must be a finite number"),
+    ("--header-timeout", "inf", "must be a finite number"),
+    ("--max-seqs", "0", "must be a positive integer, got 0"),
+    ("--port", "70000", "must be at most 65535"),
+])
+def test_serve_sizes_and_times_are_checked_as_read(flag, value, needle):
+    """Out of range they answered every POST 413 or 414, or cancelled requests at once."""
+    refused(run_bounded("serve", "--model", str(DEMO), flag, value), flag, needle)
+
+
+def test_serve_signalled_while_loading_exits_128_plus_the_signal(tmp_path):
+    """It exited 0, which reads as a clean stop of a server that never became ready. config.json
+    is a FIFO nobody writes, so the load waits."""
+    model = tmp_path / "blocked"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    proc = subprocess.Popen([str(LATENT), "serve", "--model", str(model), "--port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "listening on" not in seen and time.monotonic() < deadline:
+            seen += proc.stderr.readline()
+        assert "listening on" in seen, seen
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, seen + err
+    assert "SIGTERM while loading the model" in seen + err
+
+
+def test_bench_sizes_are_checked_before_allocating():
+    steps = ["bench-step", "--model", str(DEMO)]
+    refused(run_bounded(*steps, "--context", str(2**63 - 1)), "exceeds max_position_embeddings")
+    refused(run_bounded(*steps, "--context", "16", "--steps", str(2**63 - 1)),
+            "exceeds max_position_embeddings")
+    refused(run_bounded(*steps, "--context", "16", "--batch", "1500000000"),
+            "--batch 1500000000: at most 4096")
+    bench = ["bench", "--model", str(DEMO), "--tg", "1", "--batch", "1", "--warmup", "0"]
+    refused(run_bounded(*bench, "--pp", "2000000000"), "--pp 2000000000 + --tg 1 exceeds")
+    refused(run_bounded("bench", "--model", str(DEMO), "--batch", "1500000000"),
+            "--batch 1500000000: at most 65536")
+
+
+def test_directories_are_not_input_files(tmp_path):
+    refused(run_latent("generate", "--model", str(DEMO), "--prompts", str(tmp_path), check=False),
+            f"{tmp_path}: is a directory, not a file")
+    for flag in ("--jsonl", "--bench"):
+        refused(run_latent("tokenize", "--tokenizer", str(DEMO), flag, str(tmp_path),
+                           check=False), f"{tmp_path}: is a directory, not a file")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").mkdir()
+    refused(run_latent(*IDS[:2], str(model), *IDS[3:], check=False),
+            "config.json: is a directory, not a file")
+
+
+def test_flags_that_would_be_ignored_are_refused():
+    refused(run_latent("logits", "--model", str(DEMO), "--ids", "1,2,3", "--experts",
+                       "--chunk-tokens", "2", check=False), "--experts", "--chunk-tokens")
+    refused(run_latent(*IDS, "--speculative-ngram-max", "3", check=False),
+            "--speculative-ngram-max requires --speculative-tokens")
+    refused(run_latent("generate", "--model", str(DEMO), "--prompt", "hi",
+                       "--speculative-ngram-min", "2", check=False),
+            "--speculative-ngram-min requires --speculative-tokens")
+
+
+def test_messages_name_what_is_wrong():
+    refused(run_latent(*IDS[:-1], "99999999999999999999", check=False),
+            "--max-tokens", "must be at most 9223372036854775807")
+    refused(run_latent("bogus", check=False), "unknown command 'bogus'", "generate")
+    out = run_latent("generate", "--model", str(DEMO), "--prompt", "hi", "--cache-memory", "2e10",
+                     check=False)
+    refused(out, "KV cache needs")
+    assert "holds no cache block" not in out.stderr
+
+
+def test_version_and_help_texts():
+    out = run_latent("--version")
+    pyproject = (REPO / "pyproject.toml").read_text()
+    version = next(l.split('"')[1] for l in pyproject.splitlines() if l.startswith("version = "))
+    assert out.stdout.startswith(f"latent {version} (source "), out.stdout
+    serve = run_latent("serve", "--help").stdout
+    assert "one per core, at least 2 and at most 16" in " ".join(serve.split())
+    bench = " ".join(run_latent("bench", "--help").stdout.split())
+    assert "1,4,16" in bench and "128" in bench
+    render = " ".join(run_latent("render-chat", "--help").stdout.split())
+    assert "--request FILE" in render
