@@ -98,11 +98,13 @@ class Pool {
     // The settings the workers read, read here first: a bad one throws on this thread.
     SpinMicros();
     PinThreads();
-    // Workers start with every signal blocked (a thread inherits its creator's mask): a
+    // Workers start with the asynchronous signals blocked (a thread inherits its creator's mask): a
     // SIGTERM meant for the server's signal thread (server.cc, HandleSignals) would otherwise
     // be delivered to a worker of a pool made before it, and kill the process.
+    // The faults a worker itself raises stay deliverable, to a sanitizer's or debugger's handler.
     sigset_t all, before;
     sigfillset(&all);
+    for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&all, fault);
     pthread_sigmask(SIG_BLOCK, &all, &before);
     try {
       for (int i = 1; i < num_threads_; ++i) {

@@ -80,7 +80,8 @@ def test_a_mistyped_prompt_end_flag_is_named_as_every_line_field(tmp_path, field
     """A "messages" line's flags are refused in request lines' words, as they were before the
     server's chat checks took the line's chat fields (which say "'field' must be a boolean")."""
     line = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, field: "yes"}
-    (bad,) = generate(REPO / "models" / "demo", tmp_path, [line])
+    # With a line that runs: a file whose every line fails exits 2 (test_cli_errors.py).
+    bad, _ = generate(REPO / "models" / "demo", tmp_path, [line, {"ids": [3], "max_tokens": 1}])
     assert f"field '{field}' has the wrong type: \"yes\"" in bad.get("error", ""), bad
 
 
@@ -208,7 +209,8 @@ def test_a_broken_tokenizer_stops_only_the_lines_that_need_it(tmp_path):
 def test_n_out_of_range_is_refused_before_anything_is_allocated(model, tmp_path, n):
     """n = 10**7 allocated its samples (about 1.7 GB) before the engine refused it; -1 failed as
     an internal error."""
-    (bad,) = generate(model, tmp_path, [{"ids": [3, 17, 29], "max_tokens": 2, "n": n}])
+    bad, _ = generate(model, tmp_path, [{"ids": [3, 17, 29], "max_tokens": 2, "n": n},
+                                         {"ids": [3], "max_tokens": 1}])
     assert "n must be in [1, 128]" in bad.get("error", ""), bad
 
 
