@@ -108,5 +108,7 @@ def test_stop_strings_wait_for_min_tokens(early_eos, tmp_path):
     ({"repetition_penalty": 0.001}, "repetition_penalty must be in [0.01, 100]"),
 ])
 def test_bad_lines_are_refused(tmp_path, line, words):
-    results, _ = run(DEMO, tmp_path, [{"ids": [5, 6, 7], **line}], name="bad")
+    # Beside a line that runs: a file whose every line fails exits 2 (test_cli_errors.py).
+    results, _ = run(DEMO, tmp_path, [{"ids": [5, 6, 7], **line}, {"ids": [5], "max_tokens": 1}],
+                     name="bad")
     assert words in results[0].get("error", ""), results
