@@ -105,7 +105,7 @@ def test_stop_strings_wait_for_min_tokens(early_eos, tmp_path):
 @pytest.mark.parametrize("line,words", [
     ({"max_tokens": 3, "min_tokens": 4}, "min_tokens must be in [0, max_tokens (3)], got 4"),
     ({"min_tokens": -1}, "min_tokens must be in"),
-    ({"repetition_penalty": 0.001}, "repetition_penalty must be in [0.01, 100]"),
+    ({"repetition_penalty": 0.001}, "'repetition_penalty' must be in [0.01, 100]"),
 ])
 def test_bad_lines_are_refused(tmp_path, line, words):
     # Beside a line that runs: a file whose every line fails exits 2 (test_cli_errors.py).
