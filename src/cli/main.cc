@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +115,9 @@ int main(int argc, char** argv) {
 
 namespace {
 
+// Commands that run no model: they start no compute threads.
+const std::set<std::string> kLightCommands = {"detokenize", "info", "render-chat", "tokenize"};
+
 int Run(int argc, char** argv) {
   CLI::App app{"latent: an inference engine for multi-head latent attention models"};
   app.require_subcommand(1);
@@ -153,10 +157,16 @@ int Run(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   latent::threads::CheckThreadEnvironment();  // a bad LATENT_THREADS fails here, named
-  // The pool starts now, so that a system refusing its threads fails here, naming --threads.
-  if (threads > 0) latent::threads::SetNumThreads(threads); else latent::threads::NumThreads();
-  for (auto& [sub, run] : commands)
-    if (sub->parsed()) return run();  // main turns what it throws into the exit code
+  for (auto& [sub, run] : commands) {
+    if (!sub->parsed()) continue;
+    // A command that computes starts the pool now, so that a system refusing its threads fails
+    // before a model loads, naming --threads. The others (tokenize, info, ...) run no model and
+    // hold no threads; a pool started lazily would fail with the same named error.
+    if (!kLightCommands.contains(sub->get_name())) {
+      if (threads > 0) latent::threads::SetNumThreads(threads); else latent::threads::NumThreads();
+    }
+    return run();  // main turns what it throws into the exit code
+  }
   return 1;
 }
 

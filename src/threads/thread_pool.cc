@@ -98,14 +98,15 @@ class Pool {
     // The settings the workers read, read here first: a bad one throws on this thread.
     SpinMicros();
     PinThreads();
-    // Workers start with the asynchronous signals blocked (a thread inherits its creator's mask): a
-    // SIGTERM meant for the server's signal thread (server.cc, HandleSignals) would otherwise
-    // be delivered to a worker of a pool made before it, and kill the process.
-    // The faults a worker itself raises stay deliverable, to a sanitizer's or debugger's handler.
-    sigset_t all, before;
-    sigfillset(&all);
-    for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&all, fault);
-    pthread_sigmask(SIG_BLOCK, &all, &before);
+    // Workers start with the process-directed stop and user signals blocked (a thread inherits
+    // its creator's mask): a SIGTERM meant for the server's signal thread (server.cc,
+    // HandleSignals) would otherwise be delivered to a worker of a pool made before it, and kill
+    // the process. Only these: a profiler's SIGPROF, the faults a worker raises, a debugger's
+    // SIGTRAP must still reach the worker.
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&stops, sig);
+    pthread_sigmask(SIG_BLOCK, &stops, &before);
     try {
       for (int i = 1; i < num_threads_; ++i) {
         workers_.emplace_back([this, i] {
@@ -302,9 +303,9 @@ std::mutex g_pool_mutex;
 std::atomic<Pool*> g_pool{nullptr};
 
 int DefaultThreads() {
-  if (const std::optional<int64_t> n = EnvInteger("LATENT_THREADS", 1, kMaxThreads)) {
-    return static_cast<int>(*n);
-  }
+  // 0 means the default, as --threads 0 does.
+  const std::optional<int64_t> n = EnvInteger("LATENT_THREADS", 0, kMaxThreads);
+  if (n.has_value() && *n > 0) return static_cast<int>(*n);
   // The CPUs the affinity mask allows (a container's share), else what the hardware has.
   const size_t allowed = AllowedCpus().size();
   const size_t cpus = allowed > 0 ? allowed : std::max(1u, std::thread::hardware_concurrency());

@@ -43,9 +43,9 @@ class RangeFn {
 
 // Sets the process-wide thread count (the caller included); n <= 0 means the default. Call it at
 // start-up (the CLI's --threads), not while kernels run. The default: LATENT_THREADS, else the
-// CPUs the process's affinity mask allows. LATENT_PIN_THREADS=1 pins thread i to the i-th of
-// those CPUs (the thread issuing ParallelFor is thread 0).
-// Throws latent::Error for n > kMaxThreads, for a bad LATENT_THREADS (not an integer from 1 to
+// CPUs the process's affinity mask allows (LATENT_THREADS=0 too). LATENT_PIN_THREADS=1 pins
+// thread i to the i-th of those CPUs (the thread issuing ParallelFor is thread 0).
+// Throws latent::Error for n > kMaxThreads, for a bad LATENT_THREADS (not an integer from 0 to
 // kMaxThreads) and when the system refuses a thread, with the workers started so far stopped.
 void SetNumThreads(int n);
 int NumThreads();

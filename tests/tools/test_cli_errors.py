@@ -48,9 +48,34 @@ def test_thread_counts_past_the_bound_are_refused_by_name():
     """100000 threads ended in std::terminate (exit 134) when the system refused one; the bound
     (1024) is checked as the count is read, before any thread starts."""
     refused(run_latent("--threads", "100000", *IDS, check=False), "--threads", "1024")
-    refused(run_env({"LATENT_THREADS": "100000"}, *IDS), "LATENT_THREADS='100000'", "1 to 1024")
+    refused(run_env({"LATENT_THREADS": "100000"}, *IDS), "LATENT_THREADS='100000'", "0 to 1024")
     refused(run_bounded("serve", "--model", str(DEMO), "--http-threads", "100000"),
             "--http-threads", "1024")
+
+
+def test_zero_threads_means_the_default():
+    """--threads 0 is the default; LATENT_THREADS=0 was refused."""
+    assert run_env({"LATENT_THREADS": "0"}, *IDS).returncode == 0
+    assert run_latent("--threads", "0", *IDS, check=False).returncode == 0
+
+
+def test_commands_that_run_no_model_start_no_compute_threads():
+    """Every command started the whole pool at start: tokenize held LATENT_THREADS threads."""
+    proc = subprocess.Popen([str(LATENT), "tokenize", "--tokenizer", str(DEMO), "--jsonl", "-"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, LATENT_THREADS="64"))
+    try:
+        proc.stdin.write(json.dumps({"text": "hello"}) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["ids"]  # it has read and answered a line
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        threads = int(next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("Threads:")))
+        assert threads == 1, status
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
 
 
 @pytest.mark.parametrize("env", [{"LATENT_THREADS": "abc"}, {"LATENT_THREADS": "-3"},
