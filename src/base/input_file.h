@@ -6,15 +6,18 @@
 
 #include <fstream>
 #include <string>
+#include <string_view>
 
 namespace latent {
 
-// Throws latent::Error "PATH: cannot open: REASON" or "PATH: is a directory, not a file" unless
-// `path` is a file that can be read: a regular file, or a pipe or character device
-// (/dev/stdin, a process substitution).
-void CheckInputFile(const std::string& path);
+// Throws latent::Error "LABEL PATH: cannot open: REASON" or "LABEL PATH: is a directory, not a
+// file" unless `path` is a file that can be read: a regular file, or a pipe or character device
+// (/dev/stdin, a process substitution). `label` names where the path came from: the flag
+// ("--prompts"), or what the file is ("model") where no one flag gave it.
+void CheckInputFile(std::string_view label, const std::string& path);
 
 // CheckInputFile, then the open stream (failing as it does if the open fails).
-std::ifstream OpenInputFile(const std::string& path, std::ios::openmode mode = std::ios::in);
+std::ifstream OpenInputFile(std::string_view label, const std::string& path,
+                            std::ios::openmode mode = std::ios::in);
 
 }  // namespace latent

@@ -106,7 +106,7 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
   std::vector<std::string> lines;
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {
-    std::ifstream in = OpenInputFile(options.prompts_path);
+    std::ifstream in = OpenInputFile("--prompts", options.prompts_path);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
   } else {
     // --prompt TEXT [--chat]: one request.

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/input_file.h"
@@ -33,11 +34,11 @@ struct RenderChatOptions {
   std::string requests_file;
 };
 
-std::string ReadAll(const std::string& path) {
+std::string ReadAll(std::string_view flag, const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  std::ifstream in = OpenInputFile(path, std::ios::binary);
+  std::ifstream in = OpenInputFile(flag, path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -91,11 +92,11 @@ int Run(const RenderChatOptions& opt) {
   }
   const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir);
   if (!opt.request_file.empty()) {
-    std::cout << chat.Render(ParseRequestText(ReadAll(opt.request_file), opt.request_file));
+    std::cout << chat.Render(ParseRequestText(ReadAll("--request", opt.request_file), opt.request_file));
     std::cout.flush();
     return 0;
   }
-  std::istringstream lines(ReadAll(opt.requests_file));
+  std::istringstream lines(ReadAll("--requests", opt.requests_file));
   std::string line;
   int failed = 0;
   for (size_t n = 1; std::getline(lines, line); ++n) {

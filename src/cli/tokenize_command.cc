@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/error.h"
@@ -53,17 +54,17 @@ void AddDirOptions(CLI::App* sub, TokenizerDirOptions& opt) {
                   "Checkpoint directory, used when --tokenizer is absent");
 }
 
-// Calls `fn(line_number, object)` for each non-blank JSON line of `path` ("-": stdin). A line
-// that is not a JSON object, or whose `fn` throws a latent::Error, stops the loop with that
-// error; or, given `on_error`, is reported to it and the loop goes on (the lines are
+// Calls `fn(line_number, object)` for each non-blank JSON line of `path` ("-": stdin), given by
+// `flag`. A line that is not a JSON object, or whose `fn` throws a latent::Error, stops the loop
+// with that error; or, given `on_error`, is reported to it and the loop goes on (the lines are
 // independent: one bad text need not lose a batch's other results).
 template <typename Fn>
-void ForEachJsonLine(const std::string& path, Fn fn,
+void ForEachJsonLine(std::string_view flag, const std::string& path, Fn fn,
                      const std::function<void(const Error&)>& on_error = nullptr) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (path != "-") {
-    file = OpenInputFile(path, std::ios::binary);
+    file = OpenInputFile(flag, path, std::ios::binary);
     in = &file;
   }
   std::string line;
@@ -114,7 +115,7 @@ struct TokenizeOptions : TokenizerDirOptions {
 int RunBench(const tokenizer::Tokenizer& tok, const TokenizeOptions& opt) {
   std::vector<std::string> texts;
   size_t bytes = 0;
-  ForEachJsonLine(opt.bench, [&](size_t number, const json& object) {
+  ForEachJsonLine("--bench", opt.bench, [&](size_t number, const json& object) {
     auto it = object.find("text");
     if (it == object.end() || !it->is_string())
       Fail(opt.bench, ":", number, ": expected {\"text\": ...}");
@@ -170,7 +171,7 @@ Runner RegisterTokenize(CLI::App& app) {
     if (!opt->jsonl.empty()) {
       LineErrors errors;
       ForEachJsonLine(
-          opt->jsonl,
+          "--jsonl", opt->jsonl,
           [&](size_t number, const json& object) {
             auto it = object.find("text");
             if (it == object.end() || !it->is_string()) {
@@ -252,7 +253,7 @@ Runner RegisterDetokenize(CLI::App& app) {
     if (!opt->jsonl.empty()) {
       LineErrors errors;
       ForEachJsonLine(
-          opt->jsonl,
+          "--jsonl", opt->jsonl,
           [&](size_t number, const json& object) {
             const std::string where = opt->jsonl + ":" + std::to_string(number);
             std::optional<std::vector<int32_t>> prompt;

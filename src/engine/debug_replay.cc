@@ -11,9 +11,7 @@
 namespace latent::engine {
 
 std::vector<int32_t> LoadDebugReplay(const std::string& path, int64_t vocab) {
-  CheckInputFile(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("--debug-replay ", path, ": cannot open the file");
+  std::ifstream in = OpenInputFile("--debug-replay", path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json json;

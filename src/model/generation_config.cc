@@ -78,7 +78,7 @@ void CheckFloat(const std::string& path, const char* key, double value) {
 std::optional<nlohmann::json> ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  CheckInputFile(path.string());  // a directory named so, not "invalid JSON"
+  CheckInputFile("model", path.string());  // a directory named so, not "invalid JSON"
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {

@@ -671,7 +671,7 @@ ModelConfig ModelConfig::Load(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream in(path);
   if (!in) Fail(path, ": cannot open (is ", dir, " a Hugging Face checkpoint directory?)");
-  CheckInputFile(path);  // opened, yet a directory: named as one, not as "invalid JSON"
+  CheckInputFile("model", path);  // opened, yet a directory: named as one, not as "invalid JSON"
   std::stringstream text;
   text << in.rdbuf();
   return FromJson(text.str(), path);

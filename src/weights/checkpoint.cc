@@ -21,7 +21,7 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 Json ReadJsonFile(const fs::path& path) {
-  std::ifstream in = OpenInputFile(path.string());
+  std::ifstream in = OpenInputFile("model", path.string());
   std::stringstream text;
   text << in.rdbuf();
   try {

@@ -218,15 +218,27 @@ def test_bench_sizes_are_checked_before_allocating():
 
 def test_directories_are_not_input_files(tmp_path):
     refused(run_latent("generate", "--model", str(DEMO), "--prompts", str(tmp_path), check=False),
-            f"{tmp_path}: is a directory, not a file")
+            f"--prompts {tmp_path}: is a directory, not a file")
     for flag in ("--jsonl", "--bench"):
         refused(run_latent("tokenize", "--tokenizer", str(DEMO), flag, str(tmp_path),
-                           check=False), f"{tmp_path}: is a directory, not a file")
+                           check=False), f"{flag} {tmp_path}: is a directory, not a file")
+    for flag in ("--request", "--requests"):
+        refused(run_latent("render-chat", "--tokenizer", str(DEMO), flag, str(tmp_path),
+                           check=False), f"{flag} {tmp_path}: is a directory, not a file")
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").mkdir()
     refused(run_latent(*IDS[:2], str(model), *IDS[3:], check=False),
             "config.json: is a directory, not a file")
+
+
+def test_missing_input_files_name_their_flag(tmp_path):
+    missing = str(tmp_path / "missing")
+    refused(run_latent("generate", "--model", str(DEMO), "--prompt", "hi", "--debug-replay", missing,
+                       check=False),
+            f"--debug-replay {missing}: cannot open: No such file")
+    refused(run_latent("generate", "--model", str(DEMO), "--prompts", missing, check=False),
+            f"--prompts {missing}: cannot open: No such file")
 
 
 def test_flags_that_would_be_ignored_are_refused():
