@@ -34,6 +34,18 @@ std::optional<int64_t> EnvInteger(const char* name, int64_t lo, int64_t hi) {
   return ParseEnvInteger(name, value, lo, hi);
 }
 
+std::optional<std::string> EnvChoice(const char* name,
+                                     std::initializer_list<std::string_view> choices) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  std::string listed;
+  for (const std::string_view choice : choices) {
+    if (choice == value) return std::string(value);
+    listed += StrCat(listed.empty() ? "" : ", ", choice);
+  }
+  Fail(name, "='", value, "': expected one of ", listed);
+}
+
 std::optional<bool> EnvBool(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace latent {
 
@@ -17,6 +19,11 @@ std::optional<int64_t> EnvInteger(const char* name, int64_t lo, int64_t hi);
 // The boolean in `name`, unset (or empty) -> nullopt: 1, true, yes, on / 0, false, no, off (any
 // case). Throws latent::Error for anything else.
 std::optional<bool> EnvBool(const char* name);
+
+// The value of `name`, unset (or empty) -> nullopt. Throws latent::Error naming the variable and
+// the choices when it is none of `choices`.
+std::optional<std::string> EnvChoice(const char* name,
+                                     std::initializer_list<std::string_view> choices);
 
 // The same readings of a given text (for tests and callers that hold the value).
 int64_t ParseEnvInteger(const char* name, const std::string& value, int64_t lo, int64_t hi);

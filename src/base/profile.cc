@@ -4,6 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "base/env.h"
+#include "base/error.h"
 
 namespace latent::profile {
 namespace {
@@ -29,9 +33,21 @@ Totals& totals() {
 
 std::atomic<int> g_phase{0};
 
+// What made LATENT_PROFILE unreadable; empty when it was read. Read during static
+// initialization, where an exception would end the process (or a Python interpreter importing
+// latent), so the error waits for CheckEnvironment.
+std::string& ReadError() {
+  static std::string error;
+  return error;
+}
+
 bool ReadEnabled() {
-  const char* env = std::getenv("LATENT_PROFILE");
-  const bool on = env != nullptr && *env != '\0' && std::strcmp(env, "0") != 0;
+  bool on = false;
+  try {
+    on = EnvBool("LATENT_PROFILE").value_or(false);
+  } catch (const Error& e) {
+    ReadError() = e.what();
+  }
   if (on) {
     totals();  // constructed before the handler, so destroyed after it runs
     std::atexit(Print);
@@ -43,6 +59,14 @@ bool ReadEnabled() {
 
 namespace internal {
 const bool g_enabled = ReadEnabled();
+}  // namespace internal
+
+void CheckEnvironment() {
+  (void)internal::g_enabled;  // read by now
+  if (!ReadError().empty()) Fail(ReadError());
+}
+
+namespace internal {
 
 void Add(Op op, int64_t ns) {
   const int p = g_phase.load(std::memory_order_relaxed);

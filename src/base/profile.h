@@ -1,6 +1,6 @@
 // Cheap per-op wall-time accounting for finding where a step spends its time.
 //
-// LATENT_PROFILE=1 in the environment turns it on: every LATENT_PROFILE_SCOPE(op) adds its wall
+// LATENT_PROFILE=1 (or true, yes, on) in the environment turns it on: every LATENT_PROFILE_SCOPE(op) adds its wall
 // time and one call to that op's row of the current phase (prefill or decode, set by the engine
 // per step), and the table is printed to stderr at exit. Off (the default), a scope is one
 // predictable branch on a global read once at start-up: no clock reads, no atomics.
@@ -41,6 +41,10 @@ void Add(Op op, int64_t ns);
 }  // namespace internal
 
 inline bool Enabled() { return internal::g_enabled; }
+
+// Throws latent::Error naming LATENT_PROFILE when it is not a boolean (1/true/yes/on,
+// 0/false/no/off): the CLI calls it at start-up, where a typo must stop the command.
+void CheckEnvironment();
 
 // The phase later scopes are charged to (the engine sets it per step; prefill by default).
 void SetPhase(Phase phase);

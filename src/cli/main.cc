@@ -22,10 +22,13 @@
 
 #include "base/error.h"
 #include "base/exit_code.h"
+#include "base/profile.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "cli/version.h"
 #include "engine/distributed_model.h"
+#include "kernels/kernel_table.h"
+#include "ops/attended_rows.h"
 #include "parallel/communicator.h"
 #include "threads/thread_pool.h"
 
@@ -156,7 +159,12 @@ int Run(int argc, char** argv) {
     // use is bad input like any other: exit 2, not CLI11's own codes (105, 106, ...).
     return app.exit(e) == 0 ? 0 : 2;
   }
-  latent::threads::CheckThreadEnvironment();  // a bad LATENT_THREADS fails here, named
+  // Settings read where they are first used, read now: a bad one (LATENT_THREADS=abc,
+  // LATENT_GEMM=bogus, ...) stops the command here, named, not its first request.
+  latent::threads::CheckThreadEnvironment();
+  latent::profile::CheckEnvironment();
+  latent::kernels::CheckKernelEnvironment();
+  latent::ops::RowsGatherForced();
   for (auto& [sub, run] : commands) {
     if (!sub->parsed()) continue;
     // A command that computes starts the pool now, so that a system refusing its threads fails

@@ -2,8 +2,11 @@
 // LATENT_GEMM).
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "base/cpu_features.h"
+#include "base/env.h"
 #include "kernels/amx/amx_kernels.h"
 #include "kernels/avx2/avx2_kernels.h"
 #include "kernels/avx512/avx512_kernels.h"
@@ -141,10 +144,13 @@ bool ForceRef() {
   return env != nullptr && std::strcmp(env, "ref") == 0;
 }
 
-bool GemmIs(const char* name) {
-  const char* env = std::getenv("LATENT_GEMM");
-  return env != nullptr && std::strcmp(env, name) == 0;
+// LATENT_GEMM, read strictly: a misspelt GEMM must not run the default unnoticed.
+std::optional<std::string> Gemm() {
+  return EnvChoice("LATENT_GEMM", {"amx", "avx512", "avx512-packed", "avx2", "avx2-packed",
+                                   "onednn"});
 }
+
+bool GemmIs(const char* name) { return Gemm() == name; }
 
 bool UseOnednn() { return GemmIs("onednn"); }
 
@@ -153,8 +159,7 @@ bool UseOnednn() { return GemmIs("onednn"); }
 // as stored, which packing would release); LATENT_GEMM=amx asks for it.
 bool UseAmx() {
   if (AmxKernels() == nullptr) return false;
-  const char* gemm = std::getenv("LATENT_GEMM");
-  if (gemm != nullptr && *gemm != '\0') return std::strcmp(gemm, "amx") == 0;
+  if (const std::optional<std::string> gemm = Gemm()) return *gemm == "amx";
   return kAmxByDefault;
 }
 
@@ -163,8 +168,7 @@ bool UseAmx() {
 // another GEMM; LATENT_GEMM=avx512-packed asks for it (on AMX CPUs too).
 bool UseBf16Packed() {
   if (Bf16PackedKernels() == nullptr) return false;
-  const char* gemm = std::getenv("LATENT_GEMM");
-  if (gemm != nullptr && *gemm != '\0') return std::strcmp(gemm, "avx512-packed") == 0;
+  if (const std::optional<std::string> gemm = Gemm()) return *gemm == "avx512-packed";
   return kBf16PackedByDefault;
 }
 
@@ -275,6 +279,13 @@ const KernelTable& BestKernels() {
   static const KernelTable& table =
       UseOnednn() && OnednnKernels() != nullptr ? *OnednnKernels() : OwnKernels();
   return table;
+}
+
+void CheckKernelEnvironment() {
+  Gemm();
+#if LATENT_HAVE_ONEDNN
+  onednn::MinRows();
+#endif
 }
 
 const char* BestKernelsName() {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/env.h"
 #include "cache/fp8_rows.h"
 
 namespace latent::ops {
@@ -12,8 +13,7 @@ namespace {
 
 std::atomic<bool>& GatherForced() {
   static std::atomic<bool> forced = [] {
-    const char* v = std::getenv("LATENT_ROWS_GATHER");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return EnvBool("LATENT_ROWS_GATHER").value_or(false);
   }();
   return forced;
 }

@@ -80,10 +80,20 @@ def test_commands_that_run_no_model_start_no_compute_threads():
 
 @pytest.mark.parametrize("env", [{"LATENT_THREADS": "abc"}, {"LATENT_THREADS": "-3"},
                                  {"LATENT_SPIN_US": "abc"}, {"LATENT_PIN_THREADS": "maybe"},
-                                 {"LATENT_CHECK_WEIGHTS": "sometimes"}])
+                                 {"LATENT_CHECK_WEIGHTS": "sometimes"},
+                                 {"LATENT_PROFILE": "maybe"}, {"LATENT_ROWS_GATHER": "2"},
+                                 {"LATENT_GEMM_MIN_ROWS": "abc"}, {"LATENT_GEMM": "bogus"}])
 def test_unreadable_environment_variables_are_refused_by_name(env):
     (name, value), = env.items()
     refused(run_env(env, *IDS), f"{name}='{value}'")
+
+
+def test_profile_false_is_off():
+    """LATENT_PROFILE=false turned the profile on (anything but 0 did)."""
+    out = run_env({"LATENT_PROFILE": "false"}, *IDS)
+    assert out.returncode == 0 and "prefill" not in out.stderr, out.stderr
+    out = run_env({"LATENT_PROFILE": "true"}, *IDS)
+    assert out.returncode == 0 and "prefill" in out.stderr, out.stderr
 
 
 def test_boolean_variables_take_the_usual_spellings():

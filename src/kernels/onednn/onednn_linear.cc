@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/env.h"
 #include "kernels/onednn/onednn_cache.h"
 #include "tensor/dtype.h"
 #include "threads/thread_pool.h"
@@ -134,9 +135,7 @@ bool Linear(const float* x, int64_t m, const WeightRef& w, float* y) {
 
 int64_t MinRows() {
   static const int64_t rows = [] {
-    const char* env = std::getenv("LATENT_GEMM_MIN_ROWS");
-    const long long v = env != nullptr ? std::atoll(env) : 0;
-    return v >= 1 ? static_cast<int64_t>(v) : int64_t{32};
+    return EnvInteger("LATENT_GEMM_MIN_ROWS", 1, int64_t{1} << 40).value_or(32);
   }();
   return rows;
 }
