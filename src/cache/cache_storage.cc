@@ -51,9 +51,9 @@ CacheStorage::CacheStorage(ModelCacheRows rows, uint32_t block_tokens, int32_t n
   // process would be killed mid-serving once the cache filled; refuse at start-up instead.
   const uint64_t memory = MemoryLimitBytes();
   if (memory > 0 && total_bytes() > memory) {
-    Fail("the KV cache needs ", GiB(total_bytes()), " (", num_blocks, " blocks of ",
-         layout_.block_bytes, " bytes) but this machine has only ", GiB(memory),
-         " of memory: lower --num-blocks or --cache-memory");
+    throw CacheTooLarge(StrCat("the KV cache needs ", GiB(total_bytes()), " (", num_blocks,
+                               " blocks of ", layout_.block_bytes,
+                               " bytes) but this machine has only ", GiB(memory), " of memory"));
   }
   // calloc: zeroed (a bug reading an unwritten row sees zeros, not garbage) yet lazily, page by
   // page, so a large cache costs nothing until used.

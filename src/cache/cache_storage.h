@@ -4,11 +4,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "base/error.h"
 #include "cache/cache_layout.h"
 #include "cache/paged_rows.h"
 
 namespace latent::cache {
+
+// A cache larger than the machine's memory. what() advises the engine's flags (--num-blocks,
+// --cache-memory); a tool that sizes the cache by other flags builds its own advice from
+// shortfall(), the sizes alone.
+class CacheTooLarge : public Error {
+ public:
+  explicit CacheTooLarge(const std::string& shortfall)
+      : Error(shortfall + ": lower --num-blocks or --cache-memory"), shortfall_(shortfall) {}
+  const std::string& shortfall() const { return shortfall_; }
+
+ private:
+  std::string shortfall_;
+};
 
 class CacheStorage {
  public:

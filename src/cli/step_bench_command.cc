@@ -23,6 +23,7 @@
 #include "base/error_context.h"
 #include "base/saturating.h"
 #include "cache/block_table.h"
+#include "cache/cache_storage.h"
 #include "generate/attention_form.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
@@ -101,14 +102,12 @@ StepResult RunContext(const model::Model& m, int64_t context, int64_t batch, int
   std::optional<engine::CacheManager> made;
   try {
     made.emplace(config, options);
+  } catch (const cache::CacheTooLarge& e) {
+    // The cache's own advice names the engine's flags, which bench-step has not.
+    Fail("--context ", context, " with --batch ", batch, ": ", e.shortfall(),
+         ": lower --context or --batch");
   } catch (const Error& e) {
-    // The cache's own message advises the engine's flags, which bench-step has not.
-    std::string why = e.what();
-    const std::string engine_advice = "lower --num-blocks or --cache-memory";
-    if (const size_t at = why.find(engine_advice); at != std::string::npos) {
-      why.replace(at, engine_advice.size(), "lower --context or --batch");
-    }
-    FailLike(e, "--context ", context, " with --batch ", batch, ": ", why);
+    FailLike(e, "--context ", context, " with --batch ", batch, ": ", e.what());
   }
   engine::CacheManager& cache = *made;
   std::vector<cache::BlockTable> tables(batch, cache.NewTable());  // table i: sequence i
