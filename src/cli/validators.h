@@ -7,12 +7,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 
 namespace latent::cli {
@@ -31,10 +33,39 @@ inline std::string NumberText(long double v) {
 
 // A check that the text is a finite number in [lo, hi] (lo excluded where `open_low`), and an
 // integer where T is one.
+// The integer in `text` as a long double, or the message saying why it is not one. Digits only
+// (an optional '-'): CLI11 converts integers so, and would refuse 1e3 or 5.0 after a check that
+// read them as numbers, with its own "Could not convert".
+inline std::string ReadInteger(const std::string& text, long double hi, long double* value) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  long long n = 0;
+  std::from_chars_result read = std::from_chars(begin, end, n);
+  *value = static_cast<long double>(n);
+  if (read.ec == std::errc::result_out_of_range && !text.starts_with("-")) {
+    unsigned long long u = 0;
+    read = std::from_chars(begin, end, u);
+    *value = static_cast<long double>(u);
+  }
+  if (read.ec == std::errc::result_out_of_range) {
+    if (text.starts_with("-")) return "'" + text + "' is below every value allowed";
+    return "must be at most " + NumberText(hi) + ", got " + text;
+  }
+  if (read.ec != std::errc() || read.ptr != end) return "'" + text + "' is not an integer";
+  return "";
+}
+
 template <typename T>
 CLI::Validator NumberCheck(long double lo, long double hi, bool open_low, std::string what) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
+        if constexpr (std::is_integral_v<T>) {
+          long double v = 0;
+          if (std::string error = ReadInteger(text, hi, &v); !error.empty()) return error;
+          if (v < lo || (open_low && v == lo)) return "must be " + what + ", got " + text;
+          if (v > hi) return "must be at most " + NumberText(hi) + ", got " + text;
+          return "";
+        }
         const char* begin = text.c_str();
         char* end = nullptr;
         errno = 0;
@@ -42,9 +73,6 @@ CLI::Validator NumberCheck(long double lo, long double hi, bool open_low, std::s
         if (end == begin || *end != '\0') return "'" + text + "' is not a number";
         if (!std::isfinite(v) || (errno == ERANGE && v != 0)) {
           return "must be a finite number at most " + NumberText(hi) + ", got " + text;
-        }
-        if constexpr (std::is_integral_v<T>) {
-          if (v != std::floor(v)) return "'" + text + "' must be an integer";
         }
         if (v < lo || (open_low && v == lo)) return "must be " + what + ", got " + text;
         if (v > hi) return "must be at most " + NumberText(hi) + ", got " + text;

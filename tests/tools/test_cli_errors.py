@@ -213,6 +213,14 @@ def test_serve_signalled_while_loading_exits_128_plus_the_signal(tmp_path):
     assert "SIGTERM while loading the model" in seen + err
 
 
+@pytest.mark.parametrize("value", ["1e3", "5.0", "0x10", " 7"])
+def test_integer_flags_take_digits_only(value):
+    """1e3 and 5.0 passed the check as numbers, then CLI11 said "Could not convert"."""
+    out = run_latent(*IDS[:-1], value, check=False)
+    refused(out, f"--max-tokens: '{value}' is not an integer")
+    assert "Could not convert" not in out.stderr
+
+
 def test_bench_sizes_are_checked_before_allocating():
     steps = ["bench-step", "--model", str(DEMO)]
     refused(run_bounded(*steps, "--context", str(2**63 - 1)), "exceeds max_position_embeddings")
