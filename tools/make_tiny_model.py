@@ -997,7 +997,8 @@ def check_max_shard_size(value: str | None) -> None:
     except ValueError:
         size = 0
     if size <= 0:
-        raise UsageError(f"--max-shard-size {value!r}: expected a positive size such as 20KB, 5MB or 1GiB")
+        raise UsageError(f"--max-shard-size {value!r}: expected a positive size such as 20KB, "
+                         "5MB or 1GiB")
 
 
 def check_out_dir(out: Path) -> None:
@@ -1580,8 +1581,10 @@ def make_tiny_model(args: argparse.Namespace) -> dict[str, Any]:
             model = build_glm5_next(config, args.seed, dtype)
         else:
             model = build_model(preset["arch"], config, args.seed, dtype)
-    except (ValueError, TypeError, RuntimeError, IndexError) as e:
-        # A config transformers accepted but cannot build (a zero or inconsistent size).
+    except ValueError as e:
+        # A config transformers refuses as it builds (its strict field checks raise ValueError).
+        # Anything else (RuntimeError, IndexError, ...) is a bug here or in transformers and
+        # keeps its traceback rather than passing for a usage error.
         raise UsageError(f"transformers cannot build the model from this config: {e}") from e
     num_parameters = model.num_parameters()  # parameters only: no buffers, no fp8 scales
     std = logit_std(model, config.vocab_size, args.seed)

@@ -285,7 +285,9 @@ Runner RegisterBench(CLI::App& app) {
     const auto tgs = ParseList(opt->tg, "--tg");
     const auto batches = ParseList(opt->batch, "--batch");
     for (int64_t b : batches) {
-      if (b > kMaxBenchBatch) Fail("--batch ", b, ": at most ", kMaxBenchBatch, " requests a point");
+      if (b > kMaxBenchBatch) {
+        Fail("--batch ", b, ": at most ", kMaxBenchBatch, " requests a point");
+      }
     }
     opt->engine.prefix_caching = !opt->no_prefix_cache;
     std::unique_ptr<model::Model> m = engine::LoadRankedModel(opt->model_dir, load);

@@ -148,7 +148,9 @@ int Run(int argc, char** argv) {
     const std::vector<std::string> extra = app.remaining();
     if (app.get_subcommands().empty() && !extra.empty() && !extra.front().starts_with("-")) {
       std::string names;
-      for (const auto& [sub, run] : commands) names += (names.empty() ? "" : ", ") + sub->get_name();
+      for (const auto& [sub, run] : commands) {
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
       std::cerr << "latent: error: unknown command '" << extra.front() << "' (commands: " << names
                 << "; see latent --help)\n";
       return 2;

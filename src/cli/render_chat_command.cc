@@ -92,7 +92,8 @@ int Run(const RenderChatOptions& opt) {
   }
   const tokenizer::ChatTemplate chat = tokenizer::ChatTemplate::FromTokenizerDir(dir);
   if (!opt.request_file.empty()) {
-    std::cout << chat.Render(ParseRequestText(ReadAll("--request", opt.request_file), opt.request_file));
+    const std::string text = ReadAll("--request", opt.request_file);
+    std::cout << chat.Render(ParseRequestText(text, opt.request_file));
     std::cout.flush();
     return 0;
   }

@@ -79,8 +79,9 @@ Runner RegisterServe(CLI::App& app) {
       ->capture_default_str()
       ->check(Between(opt->max_body_mib, kMinBodyMib, kMaxBodyMib));
   sub->add_option("--http-threads", s.http.threads,
-                  "Worker threads that parse, tokenize and submit requests (connections need no "
-                  "thread; 0: one per core, at least 2 and at most 16)")
+                  StrCat("Worker threads that parse, tokenize and submit requests, at most ",
+                         kMaxHttpThreads, " (connections need no thread; 0: one per core, at "
+                         "least 2 and at most 16)"))
       ->capture_default_str()
       ->check(NonNegative(s.http.threads, kMaxHttpThreads));
   sub->add_option("--max-connections", s.http.max_connections,

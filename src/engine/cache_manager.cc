@@ -68,8 +68,9 @@ CacheManager::CacheManager(const model::ModelConfig& config, const CacheOptions&
     }
     // Clamped: a double past 2^64 (--cache-memory 2e10 GiB) converts to anything, often 0.
     const uint64_t whole_bytes = bytes >= 0x1p64 ? UINT64_MAX : static_cast<uint64_t>(bytes);
+    const uint64_t window_blocks = whole_bytes / groups.block_bytes;
     num_blocks = groups.has_window
-                     ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, whole_bytes / groups.block_bytes))
+                     ? static_cast<int32_t>(std::min<uint64_t>(INT32_MAX, window_blocks))
                      : cache::CacheStorage::BlocksForBytes(rows, block_tokens_, whole_bytes);
     if (num_blocks == 0) Fail("--cache-memory ", options.memory_gib, " GiB holds no cache block");
   }

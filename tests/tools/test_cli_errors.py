@@ -252,8 +252,8 @@ def test_directories_are_not_input_files(tmp_path):
 
 def test_missing_input_files_name_their_flag(tmp_path):
     missing = str(tmp_path / "missing")
-    refused(run_latent("generate", "--model", str(DEMO), "--prompt", "hi", "--debug-replay", missing,
-                       check=False),
+    refused(run_latent("generate", "--model", str(DEMO), "--prompt", "hi",
+                       "--debug-replay", missing, check=False),
             f"--debug-replay {missing}: cannot open: No such file")
     refused(run_latent("generate", "--model", str(DEMO), "--prompts", missing, check=False),
             f"--prompts {missing}: cannot open: No such file")
