@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -199,18 +201,39 @@ def test_serve_signalled_while_loading_exits_128_plus_the_signal(tmp_path):
     os.mkfifo(model / "config.json")
     proc = subprocess.Popen([str(LATENT), "serve", "--model", str(model), "--port", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # A thread reads stderr, so that a server that never says "listening on" fails the test at
+    # the deadline instead of blocking it in readline().
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)  # end of stderr
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    seen = ""
     try:
         deadline = time.monotonic() + 60
-        seen = ""
-        while "listening on" not in seen and time.monotonic() < deadline:
-            seen += proc.stderr.readline()
+        while "listening on" not in seen:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            seen += line
         assert "listening on" in seen, seen
         proc.send_signal(signal.SIGTERM)
-        err = proc.communicate(timeout=60)[1]
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, seen + err
-    assert "SIGTERM while loading the model" in seen + err
+        proc.wait()
+    while not lines.empty():
+        seen += lines.get() or ""
+    assert proc.returncode == 128 + signal.SIGTERM, seen
+    assert "SIGTERM while loading the model" in seen
 
 
 @pytest.mark.parametrize("value", ["1e3", "5.0", "0x10", " 7"])
