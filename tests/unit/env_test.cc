@@ -54,5 +54,20 @@ TEST(Env, UnsetOrEmptyIsTheDefault) {
   ::unsetenv("LATENT_ENV_TEST");
 }
 
+TEST(Env, ChoiceIsOneOfItsNames) {
+  ::unsetenv("LATENT_ENV_TEST");
+  EXPECT_FALSE(EnvChoice("LATENT_ENV_TEST", {"a", "b"}).has_value());
+  ::setenv("LATENT_ENV_TEST", "b", 1);
+  EXPECT_EQ(EnvChoice("LATENT_ENV_TEST", {"a", "b"}), "b");
+  ::setenv("LATENT_ENV_TEST", "B", 1);  // names are exact, as the kernels compare them
+  try {
+    EnvChoice("LATENT_ENV_TEST", {"a", "b"});
+    ADD_FAILURE() << "B accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "LATENT_ENV_TEST='B': expected one of a, b");
+  }
+  ::unsetenv("LATENT_ENV_TEST");
+}
+
 }  // namespace
 }  // namespace latent
