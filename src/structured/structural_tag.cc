@@ -87,10 +87,10 @@ void CheckTriggersStartABegin(const std::vector<std::string>& triggers,
 
 // XGrammar compiles about 400 tags a second, holding a server worker: a list past the cap is
 // refused before anything else is done with it.
-void CheckCount(size_t count, const std::string& where, const char* what) {
-  if (count > kMaxStructuralTagItems) {
-    Fail(where, " holds more than ", kMaxStructuralTagItems, " ", what,
-         ", the most a structural tag may have");
+void CheckCount(size_t count, const std::string& where, const char* what,
+                size_t cap = kMaxStructuralTagItems) {
+  if (count > cap) {
+    Fail(where, " holds more than ", cap, " ", what, ", the most a structural tag may have");
   }
 }
 
@@ -230,9 +230,12 @@ void ForEachFormat(
 void CheckFormat(const OrderedJson& format, const std::string& where) {
   size_t tags = 0;
   size_t triggers = 0;
+  size_t formats = 0;
   ForEachFormat(format, where, [&](const OrderedJson& f, const std::string& type,
                                    const std::string& at) {
-    // Counted over the whole tag, wherever they are.
+    // Counted over the whole tag, wherever they are. Every format counts ("sequence" and "or"
+    // elements, tags' contents, ...): the walk stops at the first past the cap.
+    CheckCount(++formats, where, "formats in all", kMaxStructuralTagFormats);
     if (const OrderedJson* t = Member(f, "tags"); t != nullptr && t->is_array()) tags += t->size();
     for (const char* key : {"triggers", "trigger_tokens"}) {
       if (const OrderedJson* t = Member(f, key); t != nullptr && t->is_array()) {

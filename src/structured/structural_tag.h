@@ -16,6 +16,12 @@ namespace latent::structured {
 // The most structures (tags) and the most triggers one structural tag may have, in all: real tool
 // lists are tens, and XGrammar compiles about 400 tags a second on the request's worker.
 inline constexpr size_t kMaxStructuralTagItems = 1024;
+// The most format objects (every object of the tag's format, nested at any depth, outside
+// schemas) one structural tag may have: XGrammar compiled a "sequence" of 10k const_strings in
+// 10 s and half a GiB, of 20k in 32 s and 1.4 GiB (the square of its length), an "or" of 100k in
+// 29 s, each holding a server worker; 4096 took 1.5 s. About twice what kMaxStructuralTagItems
+// tags with a content each need (a legacy tag at that cap has 2049).
+inline constexpr size_t kMaxStructuralTagFormats = 4 * kMaxStructuralTagItems;
 
 // `value` as XGrammar's structural tag, {"type": "structural_tag", "format": {...}}. vLLM's two
 // forms (an optional "type" must be "structural_tag"):
@@ -28,8 +34,9 @@ inline constexpr size_t kMaxStructuralTagItems = 1024;
 //   tags cannot make it compact, and unbounded whitespace lets a weak model loop on it.
 // - {"format": {...}}: XGrammar's format, as given. Only what XGrammar refuses without naming it
 //   is refused here (a "triggered_tags" trigger that starts none of its tags' begins, typed so or
-//   with no type where XGrammar would infer it), and more than kMaxStructuralTagItems tags or
-//   triggers; XGrammar judges the rest when it compiles.
+//   with no type where XGrammar would infer it), more than kMaxStructuralTagItems tags or
+//   triggers and more than kMaxStructuralTagFormats formats; XGrammar judges the rest when it
+//   compiles.
 // As vLLM, the legacy form is taken whenever "structures" is there, else the format; other
 // members are ignored.
 // `field` names the value in errors ("response_format", "structured_outputs.structural_tag").

@@ -398,6 +398,20 @@ def test_a_huge_structural_tag_is_refused_at_once(server):
     assert "more than 1024 structures" in str(e.value), str(e.value)
 
 
+def test_a_structural_tag_of_too_many_formats_is_refused_at_once(server):
+    """A "sequence" of ten thousand strings (in the server's 1 MiB body limit) was 10 s and half
+    a GiB of XGrammar's compiling; every format in the tag is counted, and past the cap the tag is
+    refused before it is compiled."""
+    elements = [{"type": "const_string", "value": f"v{i}"} for i in range(10_000)]
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+            response_format={"type": "structural_tag",
+                             "format": {"type": "sequence", "elements": elements}})
+    assert ("response_format.format holds more than 4096 formats in all, the most a structural "
+            "tag may have") in str(e.value), str(e.value)
+
+
 # Forced tool calls: tool_choice "required" or a named function constrains the output to the
 # call's JSON (structured::ToolCallSchema), read back into tool_calls (forced_tool_call_parser.h).
 WEATHER = {"type": "object",

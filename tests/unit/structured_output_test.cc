@@ -999,6 +999,52 @@ TEST(StructuredOutputsSpec, StructuralTagsPastTheCapAreRefusedNamingIt) {
               HasSubstr(".format holds more than 1024 triggers in all"));
 }
 
+// XGrammar compiled a "sequence" of 10k const_strings in 10 s and half a GiB (the square of its
+// length) and an "or" of 100k in half a minute: every format object is counted over the whole
+// tag, "sequence" and "or" elements, tags and their contents alike, and past the cap refused.
+TEST(StructuredOutputsSpec, StructuralTagFormatsPastTheCapAreRefusedNamingIt) {
+  const auto parse = [](const OJson& value) {
+    return structured::ParseStructuredOutputs(OJson{{"structural_tag", value}});
+  };
+  // `type` of `n` const_strings: n + 1 formats.
+  const auto list = [](const char* type, size_t n) {
+    OJson elements = OJson::array();
+    for (size_t i = 0; i < n; ++i) elements.push_back({{"type", "const_string"}, {"value", "x"}});
+    return OJson{{"type", type}, {"elements", std::move(elements)}};
+  };
+  const size_t cap = structured::kMaxStructuralTagFormats;
+  EXPECT_EQ(cap, 4096u);
+  const std::string field = "structured_outputs.structural_tag";
+  const std::string past_the_cap =
+      field + ".format holds more than 4096 formats in all, the most a structural tag may have";
+  for (const char* type : {"sequence", "or"}) {
+    EXPECT_EQ(parse(OJson{{"format", list(type, cap - 1)}}).kind,
+              structured::OutputSpec::Kind::kStructuralTag)
+        << type;
+    EXPECT_EQ(ErrorOf([&] { parse(OJson{{"format", list(type, cap)}}); }), past_the_cap) << type;
+  }
+  // However they are nested: an "or" of two sequences, the cap in all, then one format more.
+  const OJson nested = {{"type", "or"},
+                        {"elements", {list("sequence", cap / 2), list("sequence", cap / 2 - 3)}}};
+  EXPECT_EQ(parse(OJson{{"format", nested}}).kind, structured::OutputSpec::Kind::kStructuralTag);
+  OJson one_more = nested;
+  one_more["elements"][1]["elements"].push_back({{"type", "const_string"}, {"value", "y"}});
+  EXPECT_EQ(ErrorOf([&] { parse(OJson{{"format", one_more}}); }), past_the_cap);
+  // Tags' contents count too: kMaxStructuralTagItems tags, a content each, are in.
+  OJson tags = OJson::array();
+  for (size_t i = 0; i < structured::kMaxStructuralTagItems; ++i) {
+    tags.push_back({{"begin", StrCat("<f", i, ">")}, {"content", list("sequence", 1)},
+                    {"end", "</f>"}});
+  }
+  OJson triggered = {{"type", "triggered_tags"}, {"triggers", {"<f"}}, {"tags", tags}};
+  EXPECT_EQ(parse(OJson{{"format", triggered}}).kind,
+            structured::OutputSpec::Kind::kStructuralTag);
+  triggered["tags"][0]["content"] = list("sequence", cap);
+  EXPECT_EQ(ErrorOf([&] { parse(OJson{{"format", triggered}}); }), past_the_cap);
+  // A list 25 times the cap (a 100k-element "or", 29 s to compile) is refused as soon.
+  EXPECT_EQ(ErrorOf([&] { parse(OJson{{"format", list("or", 25 * cap)}}); }), past_the_cap);
+}
+
 // XGrammar infers a format's type when it has none (trying tag, const_string, json_schema, ...
 // in turn) and takes qwen_xml_parameter's schema too: their schemas are checked as
 // json_schema's, and an untyped triggered_tags' triggers as a typed one's.
