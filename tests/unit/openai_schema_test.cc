@@ -300,6 +300,39 @@ TEST(OpenAiSchemaTest, ChatIntegersPastSixtyFourBitsAreRefused) {
   EXPECT_EQ(*r.sampling.seed, 18446744073709551615u);
 }
 
+// The kept members are built as nlohmann's own parser builds them (a repeated key keeps its first
+// place and takes the last value), however they nest, and whatever the dropped members hold. The
+// builder is linear: a long list of objects and a wide object, each quadratic in nlohmann's
+// builders (a 300 KB list took 6 s), are here only to be built right (no timing in tests).
+TEST(OpenAiSchemaTest, OrderedFieldsAreBuiltAsNlohmannBuildsThem) {
+  std::string list = "[";
+  for (int i = 0; i < 20000; ++i) list += i ? ", {}" : "{}";
+  list += "]";
+  std::string wide = "{";
+  for (int i = 0; i < 4000; ++i) wide += StrCat(i ? ", " : "", "\"k", 3999 - i, "\": ", i);
+  wide += "}";
+  const std::string kept_members =
+      StrCat(R"("messages": [{"z": [1, [2, {"y": null}], "s"], "a": {"b": {}, "c": []}}, 1.5,)",
+             R"( -7, 18446744073709551615, true, "t"], "tools": {"d": 1, "e": [{"f": 2}], "d": )",
+             R"({"g": [3]}, "h": {}}, "list": )", list, R"(, "wide": )", wide);
+  const std::string dropped_members =
+      StrCat(R"("n": 1, "o": [[{"p": [1, {"q": {}}]}], 2], "r": {"s": {"t": [[]]}, "u": "v"},)",
+             R"( "w": null, "x": [], "y": {}, "big": )", list);
+  for (const std::string& text :
+       {StrCat("{", kept_members, ", ", dropped_members, "}"),
+        StrCat("{", dropped_members, ", ", kept_members, "}")}) {
+    OrderedJson expected = OrderedJson::parse(text);
+    for (const char* dropped : {"n", "o", "r", "w", "x", "y", "big"}) expected.erase(dropped);
+    const OrderedJson kept = ParseOrdered(text, {"messages", "tools", "list", "wide", "absent"});
+    EXPECT_EQ(kept.dump(), expected.dump());
+    EXPECT_EQ(kept["tools"].dump(), R"({"d":{"g":[3]},"e":[{"f":2}],"h":{}})");
+    EXPECT_EQ(kept["wide"].begin().key(), "k3999");
+    EXPECT_EQ(kept["list"].size(), 20000u);
+  }
+  EXPECT_TRUE(ParseOrdered(R"({"a": {"b": [1]}, "c": 2})", {}).empty());
+  EXPECT_EQ(ParseOrdered(R"({"a": {"b": [1]}, "c": 2})", {"c"}).dump(), R"({"c":2})");
+}
+
 TEST(OpenAiSchemaTest, RefusalsNameTheField) {
   EXPECT_EQ(Refusal("{"), std::make_pair(400, std::string()));
   EXPECT_EQ(Refusal("[1]"), std::make_pair(400, std::string()));
