@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
@@ -403,110 +402,9 @@ void ParseMaxTokens(const Json& body, GenerationRequest& r) {
 
 }  // namespace
 
-namespace {
-
-// Builds an OrderedJson from nlohmann's SAX events in time linear in the text, keeping only the
-// top-level members named in `keys`. nlohmann's own builders are quadratic twice over here: the
-// callback parser scans an array for a dropped value at the end of each object in it (a body with
-// 100k `{}` in a list, 300 KB, took 6 s), and ordered_json finds each key by a linear scan
-// (quadratic in a wide object). Keys go straight into the object's vector, indexed in a hash map
-// while it is open; a repeated key sets the first one's value, as nlohmann does.
-class OrderedBuilder {
- public:
-  explicit OrderedBuilder(std::initializer_list<std::string_view> keys) : keys_(keys) {}
-
-  OrderedJson Take() { return std::move(root_); }
-
-  bool null() { return Value(nullptr); }
-  bool boolean(bool v) { return Value(v); }
-  bool number_integer(OrderedJson::number_integer_t v) { return Value(v); }
-  bool number_unsigned(OrderedJson::number_unsigned_t v) { return Value(v); }
-  bool number_float(OrderedJson::number_float_t v, const std::string& /*text*/) {
-    return Value(v);
-  }
-  bool string(std::string& v) { return Value(std::move(v)); }
-  bool binary(OrderedJson::binary_t& v) { return Value(OrderedJson::binary(std::move(v))); }
-  bool start_object(size_t /*size*/) { return Open(OrderedJson::object()); }
-  bool start_array(size_t /*size*/) { return Open(OrderedJson::array()); }
-  bool end_object() { return Close(); }
-  bool end_array() { return Close(); }
-
-  bool key(std::string& key) {
-    if (skipping_) return true;
-    if (open_.size() == 1 && std::find(keys_.begin(), keys_.end(), key) == keys_.end()) {
-      skipping_ = true;  // this member's value, nested values and all
-      return true;
-    }
-    Frame& frame = open_.back();
-    auto& members = frame.value->get_ref<OrderedJson::object_t&>();
-    const auto [at, added] = frame.index.emplace(key, members.size());
-    if (added) members.emplace_back(std::move(key), nullptr);
-    slot_ = &members.begin()[at->second].second;  // ordered_map hides the vector's []
-    return true;
-  }
-
-  template <class Exception>
-  bool parse_error(size_t /*position*/, const std::string& /*token*/, const Exception& e) {
-    throw e;
-  }
-
- private:
-  struct Frame {
-    OrderedJson* value;
-    std::unordered_map<std::string, size_t> index;  // an object's keys: their places in it
-  };
-
-  // Where the next value goes: the root, the end of the open array, or the last key's slot.
-  OrderedJson* Place(OrderedJson&& v) {
-    if (open_.empty()) return &(root_ = std::move(v));
-    OrderedJson& top = *open_.back().value;
-    if (top.is_array()) {
-      auto& items = top.get_ref<OrderedJson::array_t&>();
-      items.push_back(std::move(v));
-      return &items.back();
-    }
-    return &(*slot_ = std::move(v));
-  }
-  bool Value(OrderedJson&& v) {
-    if (skipping_) {
-      skipping_ = skip_depth_ != 0;
-      return true;
-    }
-    Place(std::move(v));
-    return true;
-  }
-  // Only the innermost open container grows, so the pointers to those around it stay valid.
-  bool Open(OrderedJson&& container) {
-    if (skipping_) {
-      ++skip_depth_;
-      return true;
-    }
-    open_.push_back({Place(std::move(container)), {}});
-    return true;
-  }
-  bool Close() {
-    if (skipping_) {
-      skipping_ = --skip_depth_ != 0;
-      return true;
-    }
-    open_.pop_back();
-    return true;
-  }
-
-  std::initializer_list<std::string_view> keys_;
-  OrderedJson root_;
-  std::vector<Frame> open_;
-  OrderedJson* slot_ = nullptr;
-  bool skipping_ = false;
-  size_t skip_depth_ = 0;  // containers open inside the member being skipped
-};
-
-}  // namespace
-
 OrderedJson ParseOrdered(std::string_view text, std::initializer_list<std::string_view> keys) {
-  OrderedBuilder builder(keys);
-  OrderedJson::sax_parse(text.begin(), text.end(), &builder);
-  return builder.Take();
+  if (keys.size() == 0) return OrderedJson::object();  // (ParseJsonKeeping keeps all then)
+  return tokenizer::ParseJsonKeeping(text, keys);
 }
 
 std::string ApiError::type() const {

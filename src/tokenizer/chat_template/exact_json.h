@@ -36,4 +36,10 @@ nlohmann::ordered_json ParseJsonExactIntegers(std::string_view text,
                                               std::initializer_list<std::string_view> keep = {},
                                               std::initializer_list<std::string_view> checked = {});
 
+// As ParseJsonExactIntegers, with no integer checked: nlohmann's values, built in time linear in
+// the text (a long list of objects, a wide object), keeping only `keep`'s top-level members
+// (all when empty).
+nlohmann::ordered_json ParseJsonKeeping(std::string_view text,
+                                        std::initializer_list<std::string_view> keep = {});
+
 }  // namespace latent::tokenizer
