@@ -2,8 +2,9 @@
 //
 // LATENT_PROFILE=1 (or true, yes, on) in the environment turns it on: every
 // LATENT_PROFILE_SCOPE(op) adds its wall time and one call to that op's row of the current phase
-// (prefill or decode, set by the engine per step), and the table is printed to stderr at exit. Off (the default), a scope is one
-// predictable branch on a global read once at start-up: no clock reads, no atomics.
+// (prefill or decode, set by the engine per step), and the table is printed to stderr at exit.
+// Off (the default), a scope is one predictable branch on a global read once at start-up: no
+// clock reads, no atomics.
 //
 // Scopes should not nest inside scopes of another op (the table adds them up as disjoint); the
 // "step" row is the whole forward pass, so step minus the rest is what no scope covers.
