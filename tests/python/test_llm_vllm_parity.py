@@ -103,7 +103,9 @@ def test_max_tokens_past_the_context_ends_the_output_there(llm, tmp_path):
     usable(llm)
     lines = tmp_path / "lines.jsonl"
     lines.write_text(json.dumps({"ids": [5] * 1000, "max_tokens": 100}) + "\n")
-    out = json.loads(run_latent("generate", "--model", str(DEMO), "--prompts", str(lines)).stdout)
+    proc = run_latent("generate", "--model", str(DEMO), "--prompts", str(lines), check=False)
+    assert proc.returncode == 2, proc.stderr  # its only line failed
+    out = json.loads(proc.stdout)
     assert ("max_tokens (100) exceeds the model's max_position_embeddings (1024)"
             in out["error"]), out
 
