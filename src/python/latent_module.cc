@@ -24,6 +24,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/profile.h"
 #include "generate/attention_form.h"
 #include "engine/engine.h"
 #include "engine/request_fields.h"
@@ -31,6 +32,7 @@
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "model/model.h"
+#include "threads/thread_pool.h"
 #include "tokenizer/tokenizer.h"
 #if LATENT_WITH_XGRAMMAR
 #include "structured/structured_output.h"
@@ -70,6 +72,10 @@ class PyEngine {
   PyEngine(const std::string& model_dir, const std::string& tokenizer_dir, const EngineArgs& args)
       : text_(tokenizer_dir.empty() ? model_dir : tokenizer_dir) {
     const std::string tok_dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
+    // The environment's settings, read strictly as `latent`'s main reads them: LATENT_PROFILE was
+    // read when the module loaded, where an error could not be raised.
+    profile::CheckEnvironment();
+    threads::CheckThreadEnvironment();
     if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
     if (!tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(tokenizer_dir);
     // Read and checked (SamplingDefaults::Check) before the weights, as the server and `latent

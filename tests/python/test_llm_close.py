@@ -1,14 +1,18 @@
 """LLM.close() while other threads use the LLM: no crash, and their calls raise LatentError (a
 submit racing the close), or their generate() and stream() end with LatentError at once instead
 of waiting forever. Each case runs in a child process: the failures these guard against are a
-segfault and a thread that never returns. On the trained demo model (about a second)."""
+segfault and a thread that never returns. On the trained demo model (about a second). Also:
+an unreadable LATENT_ setting is named when an LLM is made, in a child with that environment."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from conftest import BUILD_PYTHON, REPO
 
@@ -147,3 +151,24 @@ EXIT_WHILE_WAITING = """
 def test_exit_with_daemon_threads_waiting_does_not_abort():
     for _ in range(3):
         assert run_child(EXIT_WHILE_WAITING) == ["exiting"]
+
+
+UNREADABLE_ENV = """
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import latent
+    try:
+        latent.LLM(sys.argv[1], block_tokens=16)
+    except latent.LatentError as e:
+        print(e)
+"""
+
+
+@pytest.mark.parametrize("env", [{"LATENT_PROFILE": "maybe"}, {"LATENT_THREADS": "abc"}])
+def test_an_unreadable_setting_is_named_when_the_llm_is_made(env):
+    """As `latent` refuses them at start (an unreadable LATENT_PROFILE was silently off here)."""
+    args = [sys.executable, "-c", textwrap.dedent(UNREADABLE_ENV), str(DEMO), str(BUILD_PYTHON)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **env))
+    assert proc.returncode == 0, proc.stderr
+    assert next(iter(env)) in proc.stdout, proc.stdout
