@@ -1,6 +1,5 @@
 #include "server/tool_call_formats.h"
 
-#include <algorithm>
 #include <cctype>
 #include <utility>
 
@@ -27,19 +26,9 @@ std::string Trim(std::string_view s) {
 std::string JsonString(const std::string& text) { return PythonJsonDumps(OrderedJson(text)); }
 
 // Python's str.strip(): Unicode whitespace too (U+00A0, U+3000, ...), as vLLM's glm4_moe strips
-// keys and values. The bytes between are kept as they are.
+// keys and values (the chat templates' str.strip).
 std::string PythonStrip(std::string_view s) {
-  namespace py = tokenizer::jinja;
-  size_t begin = s.size(), end = 0;  // the first and past the last non-space character
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = py::CharLen(s.substr(i));
-    if (!py::IsSpace(py::Decode(s.substr(i, n)).front())) {
-      begin = std::min(begin, i);
-      end = i + n;
-    }
-    i += n;
-  }
-  return begin < end ? std::string(s.substr(begin, end - begin)) : std::string();
+  return tokenizer::jinja::Strip(s, std::nullopt, /*left=*/true, /*right=*/true);
 }
 
 // A value written as text: a JSON string when `is_string`, else the JSON it parses as, else
