@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <unordered_set>
 
 #include "base/error.h"
 #include "tokenizer/chat_template/builtins.h"
@@ -9,23 +11,37 @@
 
 namespace latent::tokenizer::jinja {
 
+size_t Frame::PlaceOf(const std::string& name) const {
+  if (!index_.empty()) {
+    auto it = index_.find(name);
+    return it == index_.end() ? kAbsent : it->second;
+  }
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    if (vars_[i].first == name) return i;
+  }
+  return kAbsent;
+}
+
 const Value* Frame::Lookup(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent.get()) {
-    for (const auto& [key, value] : f->vars) {
-      if (key == name) return &value;
-    }
+    const size_t at = f->PlaceOf(name);
+    if (at != kAbsent) return &f->vars_[at].second;
   }
   return nullptr;
 }
 
 void Frame::Set(const std::string& name, Value value) {
-  for (auto& [key, v] : vars) {
-    if (key == name) {
-      v = std::move(value);
-      return;
-    }
+  const size_t at = PlaceOf(name);
+  if (at != kAbsent) {
+    vars_[at].second = std::move(value);
+    return;
   }
-  vars.emplace_back(name, std::move(value));
+  vars_.emplace_back(name, std::move(value));
+  if (!index_.empty()) {
+    index_.emplace(name, vars_.size() - 1);
+  } else if (vars_.size() > kIndexFrom) {
+    for (size_t i = 0; i < vars_.size(); ++i) index_.emplace(vars_[i].first, i);
+  }
 }
 
 std::string Namespace::Repr() const {
@@ -888,11 +904,12 @@ void Interpreter::EvalArgs(const Node& node, size_t first, const FramePtr& frame
       args.kwargs.emplace_back(key.AsString(), value);
     }
   }
-  // Python rejects a keyword given twice.
-  for (size_t i = 0; i < args.kwargs.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (args.kwargs[i].first == args.kwargs[j].first) {
-        Throw("got multiple values for keyword argument '" + args.kwargs[i].first + "'");
+  // Python rejects a keyword given twice. Through a set: `**d` can bring a dict's every key.
+  if (args.kwargs.size() > 1) {
+    std::unordered_set<std::string_view> seen;
+    for (const auto& [key, value] : args.kwargs) {
+      if (!seen.insert(key).second) {
+        Throw("got multiple values for keyword argument '" + key + "'");
       }
     }
   }

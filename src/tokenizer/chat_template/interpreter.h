@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -17,13 +18,27 @@ namespace latent::tokenizer::jinja {
 
 using Limits = ChatTemplateLimits;
 
-struct Frame {
-  std::shared_ptr<Frame> parent;
-  std::vector<std::pair<std::string, Value>> vars;
-
+// One scope's variables, over its parent's. Small scopes are scanned; past kIndexFrom names they
+// are found through an index, as chat_template_kwargs can put tens of thousands of names in one
+// scope (setting each by a scan made a 50,000-key request take seconds to render).
+class Frame {
+ public:
   explicit Frame(std::shared_ptr<Frame> p) : parent(std::move(p)) {}
+  // The innermost binding of `name`, or nullptr.
   const Value* Lookup(const std::string& name) const;
+  // Binds `name` in this scope; an existing binding here is overwritten in place.
   void Set(const std::string& name, Value value);
+
+  const std::shared_ptr<Frame> parent;
+
+ private:
+  static constexpr size_t kIndexFrom = 16;
+  static constexpr size_t kAbsent = static_cast<size_t>(-1);
+  // The place of `name` in this scope's vars_, or kAbsent.
+  size_t PlaceOf(const std::string& name) const;
+
+  std::vector<std::pair<std::string, Value>> vars_;  // in the order first set
+  std::unordered_map<std::string, size_t> index_;    // name -> place in vars_, once indexed
 };
 using FramePtr = std::shared_ptr<Frame>;
 

@@ -7,6 +7,8 @@
 #include <ctime>
 #include <functional>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include "tokenizer/chat_template/builtins.h"
 #include "tokenizer/chat_template/interpreter.h"
@@ -665,6 +667,9 @@ std::string FormatValue(const Value& v, const std::string& spec_text) {
 std::string StrFormat(Interpreter& interp, const std::string& format, const CallArgs& args) {
   std::string out;
   size_t auto_index = 0;
+  // Named fields through a map: `**d` can bring a dict's every key, and the format many fields.
+  std::unordered_map<std::string_view, const Value*> named;
+  for (const auto& [key, value] : args.kwargs) named[key] = &value;
   for (size_t i = 0; i < format.size();) {
     char c = format[i];
     if (c == '}') {
@@ -710,14 +715,9 @@ std::string StrFormat(Interpreter& interp, const std::string& format, const Call
         Throw("Replacement index " + std::to_string(idx) + " out of range");
       v = args.args[idx];
     } else {
-      bool found = false;
-      for (const auto& [key, value] : args.kwargs) {
-        if (key == first) {
-          v = value;
-          found = true;
-        }
-      }
-      if (!found) Throw("KeyError: '" + first + "'");
+      auto it = named.find(first);
+      if (it == named.end()) Throw("KeyError: '" + first + "'");
+      v = *it->second;
     }
     for (size_t k = name_end; k != std::string::npos && k < field.size();) {
       if (field[k] == '.') {
