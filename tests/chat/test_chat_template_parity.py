@@ -176,6 +176,36 @@ def test_top_level_kwargs(tmp_path):
     assert expected.endswith("<think>\n\n</think>\n\n")
 
 
+def test_many_kwargs_top_level_and_in_chat_template_kwargs(tmp_path):
+    """Thousands of template variables, as top-level keys and under chat_template_kwargs, where
+    the latter win for a name given both ways (as transformers gets them merged): each reaches the
+    template under its own name."""
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    _require_latent()
+    names = [f"t{i}" for i in range(2000)]
+    top = {name: f"top{i}" for i, name in enumerate(names[:1500])}
+    extra = {name: f"extra{i}" for i, name in enumerate(names[1000:], start=1000)}
+    tdir = tmp_path / "many"
+    tdir.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZERS / "qwen3" / f, tdir / f)
+    (tdir / "chat_template.jinja").write_text(
+        "".join("{{ %s }}," % name for name in names), encoding="utf-8")
+    messages = [{"role": "user", "content": "hi"}]
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps({"messages": messages, **top, "chat_template_kwargs": extra}),
+                   encoding="utf-8")
+    proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--request",
+                           str(req)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    expected = "".join(f"top{i}," if i < 1000 else f"extra{i}," for i in range(2000))
+    assert proc.stdout.decode("utf-8") == expected
+    assert AutoTokenizer.from_pretrained(str(tdir)).apply_chat_template(
+        messages, tokenize=False, **{**top, **extra}) == expected
+
+
 def test_named_templates(tmp_path):
     """A chat_template list in tokenizer_config.json: "tool_use" when tools are given, else
     "default", as transformers picks."""
