@@ -22,13 +22,11 @@
 
 #include "base/error.h"
 #include "base/exit_code.h"
-#include "base/profile.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "cli/version.h"
 #include "engine/distributed_model.h"
-#include "kernels/kernel_table.h"
-#include "ops/attended_rows.h"
+#include "engine/environment_check.h"
 #include "parallel/communicator.h"
 #include "threads/thread_pool.h"
 
@@ -163,10 +161,7 @@ int Run(int argc, char** argv) {
   }
   // Settings read where they are first used, read now: a bad one (LATENT_THREADS=abc,
   // LATENT_GEMM=bogus, ...) stops the command here, named, not its first request.
-  latent::threads::CheckThreadEnvironment();
-  latent::profile::CheckEnvironment();
-  latent::kernels::CheckKernelEnvironment();
-  latent::ops::RowsGatherForced();
+  latent::engine::CheckEnvironment();
   for (auto& [sub, run] : commands) {
     if (!sub->parsed()) continue;
     // A command that computes starts the pool now, so that a system refusing its threads fails

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "build_numerics.h"
 #include "kernels/kernel_table.h"
+#include "model/deepseek_weights.h"
 #include "source_state.h"
 
 namespace latent::engine {
@@ -162,7 +163,6 @@ std::string SourceState() {
 }
 
 RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& options) {
-  const char* fold = std::getenv("LATENT_KEY_FOLD");
   RankItems items = {
       {"latent source", SourceState()},
       {"compiler", LATENT_COMPILER},
@@ -173,7 +173,7 @@ RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& o
       // Not implied by the kernels' name: the AVX-512 tables multiply bf16 with vdpbf16ps where
       // the CPU has AVX512_BF16, in f32 FMAs elsewhere, which round differently.
       {"bf16 products", kernels::BestBf16ProductsName()},
-      {"LATENT_KEY_FOLD", fold != nullptr ? fold : ""},
+      {"LATENT_KEY_FOLD", model::KeyFoldTransposed() ? "transposed" : ""},
       {kConfig, FileHash(fs::path(dir) / kConfig)},
   };
   std::vector<std::string> files;

@@ -1,7 +1,5 @@
 // Picks the kernel table once from the CPU's features (and LATENT_KERNELS, LATENT_BF16_DOT,
 // LATENT_GEMM).
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 
@@ -134,15 +132,11 @@ const KernelTable* MakeBf16Packed() {
 #endif
 }
 
-bool UseBf16Dot() {
-  const char* env = std::getenv("LATENT_BF16_DOT");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
+// LATENT_BF16_DOT and LATENT_KERNELS, read strictly as LATENT_GEMM is: LATENT_BF16_DOT=true
+// once kept the default kernels (only "1" switched), and LATENT_KERNELS=REF ran the vector ones.
+bool UseBf16Dot() { return EnvBool("LATENT_BF16_DOT").value_or(false); }
 
-bool ForceRef() {
-  const char* env = std::getenv("LATENT_KERNELS");
-  return env != nullptr && std::strcmp(env, "ref") == 0;
-}
+bool ForceRef() { return EnvChoice("LATENT_KERNELS", {"ref"}).has_value(); }
 
 // LATENT_GEMM, read strictly: a misspelt GEMM must not run the default unnoticed.
 std::optional<std::string> Gemm() {
@@ -282,6 +276,10 @@ const KernelTable& BestKernels() {
 }
 
 void CheckKernelEnvironment() {
+  // Each read whatever the others say: OwnKernels reads LATENT_BF16_DOT and LATENT_GEMM only
+  // where LATENT_KERNELS and the CPU leave them a choice.
+  ForceRef();
+  UseBf16Dot();
   Gemm();
 #if LATENT_HAVE_ONEDNN
   onednn::MinRows();

@@ -167,9 +167,9 @@ const KernelTable* Bf16PackedKernels();
 // AVX-512 kernels on an AMX CPU; LATENT_GEMM=onednn picks OnednnKernels() (over the AVX-512
 // kernels); LATENT_GEMM=avx2 or avx2-packed picks the AVX2 family on any CPU with AVX2.
 const KernelTable& BestKernels();
-// Reads LATENT_GEMM (and LATENT_GEMM_MIN_ROWS where oneDNN is built in), throwing latent::Error
-// naming the variable when a value is not one latent knows: the CLI calls it at start-up, before
-// the kernels are chosen where they are first used.
+// Reads LATENT_KERNELS, LATENT_BF16_DOT, LATENT_GEMM (and LATENT_GEMM_MIN_ROWS where oneDNN is
+// built in), throwing latent::Error naming the variable when a value is not one latent knows:
+// the CLI calls it at start-up, before the kernels are chosen where they are first used.
 void CheckKernelEnvironment();
 // "avx512", "avx512-bf16dot", "avx512-amx", any of them with "+onednn", "avx2-packed", "avx2" or
 // "ref": what

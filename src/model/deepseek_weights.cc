@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 #include <set>
-#include <string_view>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/mapped_file.h"
 #include "kernels/kernel_table.h"
@@ -198,10 +198,7 @@ std::unique_ptr<uint8_t[]> TransposedKeyScales(const kernels::WeightRef& kv_b, i
 // transposed copies and their scales. LATENT_KEY_FOLD=transposed skips them all (the fold over
 // kv_b's rows as stored, for tests and A/B runs).
 int64_t AddKeyFolds(const ModelConfig& config, DeepseekWeights& w, Packer& pack) {
-  if (const char* fold = std::getenv("LATENT_KEY_FOLD");
-      fold != nullptr && std::string_view(fold) == "transposed") {
-    return 0;
-  }
+  if (KeyFoldTransposed()) return 0;
   int64_t bytes = 0;
   for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
     ops::AttentionWeights& a = w.layers[l].attention;
@@ -345,5 +342,7 @@ DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Ch
   }
   return w;
 }
+
+bool KeyFoldTransposed() { return EnvChoice("LATENT_KEY_FOLD", {"transposed"}).has_value(); }
 
 }  // namespace latent::model

@@ -68,4 +68,9 @@ using DeepseekTensorList = void (*)(const ModelConfig& config, ExpertLayout layo
 DeepseekWeights LoadDeepseekWeights(const ModelConfig& config, const weights::Checkpoint& ckpt,
                                     DeepseekTensorList tensors, const LoadOptions& options = {});
 
+// LATENT_KEY_FOLD=transposed: the loader makes no transposed, packed copies of W_UK (the absorbed
+// form folds over kv_b's rows as stored; for tests and A/B runs). Unset or empty: false; any
+// other value throws latent::Error naming the variable (main reads it at start).
+bool KeyFoldTransposed();
+
 }  // namespace latent::model

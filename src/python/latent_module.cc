@@ -24,15 +24,14 @@
 #include <string>
 
 #include "base/error.h"
-#include "base/profile.h"
 #include "generate/attention_form.h"
 #include "engine/engine.h"
+#include "engine/environment_check.h"
 #include "engine/request_fields.h"
 #include "generate/request_job.h"
 #include "generate/request_line.h"
 #include "model/generation_config.h"
 #include "model/model.h"
-#include "threads/thread_pool.h"
 #include "tokenizer/tokenizer.h"
 #if LATENT_WITH_XGRAMMAR
 #include "structured/structured_output.h"
@@ -72,10 +71,10 @@ class PyEngine {
   PyEngine(const std::string& model_dir, const std::string& tokenizer_dir, const EngineArgs& args)
       : text_(tokenizer_dir.empty() ? model_dir : tokenizer_dir) {
     const std::string tok_dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
-    // The environment's settings, read strictly as `latent`'s main reads them: LATENT_PROFILE was
-    // read when the module loaded, where an error could not be raised.
-    profile::CheckEnvironment();
-    threads::CheckThreadEnvironment();
+    // The environment's settings, read strictly as `latent`'s main reads them (the same list):
+    // LATENT_PROFILE was read when the module loaded, where an error could not be raised, and
+    // LATENT_ROWS_GATHER would be read at the first request.
+    engine::CheckEnvironment();
     if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
     if (!tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(tokenizer_dir);
     // Read and checked (SamplingDefaults::Check) before the weights, as the server and `latent

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
@@ -27,6 +28,10 @@ class ThreadCount {
  private:
   int saved_;
 };
+
+// LATENT_BF16_DOT and LATENT_KERNELS=ref as the kernel choice reads them (dispatch.cc).
+inline bool Bf16DotAsked() { return EnvBool("LATENT_BF16_DOT").value_or(false); }
+inline bool RefForced() { return EnvChoice("LATENT_KERNELS", {"ref"}).has_value(); }
 
 // n floats drawn uniformly from [lo, hi).
 inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = -1.0f,

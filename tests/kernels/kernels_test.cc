@@ -26,7 +26,9 @@
 namespace latent::kernels {
 namespace {
 
+using testing::Bf16DotAsked;
 using testing::RandomFloats;
+using testing::RefForced;
 using testing::ThreadCount;
 
 const KernelTable& Ref() { return RefKernels(); }
@@ -171,23 +173,20 @@ std::vector<WeightCase> WeightCases() {
 
 TEST(KernelDispatch, BestKernelsIsAmxElsePackedElseAvx512ElseAvx2ElseRef) {
   if (std::getenv("LATENT_GEMM") != nullptr) GTEST_SKIP() << "LATENT_GEMM: see OnednnDispatch";
-  const char* env = std::getenv("LATENT_KERNELS");
-  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
-  if (env != nullptr && std::string(env) == "ref") {
+  const bool bf16_dot = Bf16DotAsked();
+  if (RefForced()) {
     EXPECT_STREQ(BestKernelsName(), "ref");
-  } else if (AmxKernels() != nullptr && (bf16_dot == nullptr || std::string(bf16_dot) != "1")) {
+  } else if (AmxKernels() != nullptr && !bf16_dot) {
     EXPECT_STREQ(BestKernelsName(), "avx512-amx");
     EXPECT_EQ(&BestKernels(), AmxKernels());
-  } else if (Bf16PackedKernels() != nullptr && (bf16_dot == nullptr || std::string(bf16_dot) != "1")) {
+  } else if (Bf16PackedKernels() != nullptr && !bf16_dot) {
     EXPECT_STREQ(BestKernelsName(), "avx512-packed");
     EXPECT_EQ(&BestKernels(), Bf16PackedKernels());
-  } else if (Avx512Kernels() != nullptr && (bf16_dot == nullptr || Bf16DotKernels() == nullptr)) {
+  } else if (Avx512Kernels() != nullptr && (!bf16_dot || Bf16DotKernels() == nullptr)) {
     EXPECT_STREQ(BestKernelsName(), "avx512");
     EXPECT_EQ(&BestKernels(), Avx512Kernels());
   } else if (Avx512Kernels() != nullptr) {
-    EXPECT_EQ(&BestKernels(), std::string(std::getenv("LATENT_BF16_DOT")) == "1"
-                                  ? Bf16DotKernels()
-                                  : Avx512Kernels());
+    EXPECT_EQ(&BestKernels(), Bf16DotKernels());
   } else if (Avx2PackedKernels() != nullptr) {
     EXPECT_STREQ(BestKernelsName(), "avx2-packed");
     EXPECT_EQ(&BestKernels(), Avx2PackedKernels());

@@ -176,10 +176,8 @@ TEST(OnednnLinear, CallsFromInsideParallelFor) {
 // the kernels it wraps.
 TEST(OnednnLinear, TableSendsOnlyLargeBf16LinearsToOnednn) {
   REQUIRE_ONEDNN();
-  const char* dot = std::getenv("LATENT_BF16_DOT");
-  const KernelTable& own = dot != nullptr && std::string(dot) == "1" && Bf16DotKernels()
-                               ? *Bf16DotKernels()
-                               : *Avx512Kernels();
+  const KernelTable& own =
+      testing::Bf16DotAsked() && Bf16DotKernels() ? *Bf16DotKernels() : *Avx512Kernels();
   const KernelTable& table = *OnednnKernels();
   std::mt19937 rng(14);
   const int64_t n = 70, k = 45, big = onednn::MinRows(), small = big - 1;

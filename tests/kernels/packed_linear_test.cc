@@ -28,6 +28,8 @@ namespace {
 using testing::RandomFloats;
 using testing::RunEachRowAlone;
 using testing::RunLinear;
+using testing::Bf16DotAsked;
+using testing::RefForced;
 using testing::ThreadCount;
 
 class PackedLinear : public ::testing::TestWithParam<testing::FastTable> {};
@@ -86,11 +88,8 @@ bool PacksBf16Weights(const KernelTable& table) {
 // then does the loader pack bf16 weights.
 TEST(AmxDispatch, BestKernelsUseAmxByDefaultWhereTheCpuHasIt) {
   const char* gemm = std::getenv("LATENT_GEMM");
-  const char* kernels = std::getenv("LATENT_KERNELS");
-  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
   const bool other_gemm = gemm != nullptr && *gemm != '\0' && std::string(gemm) != "amx";
-  const bool overridden = (kernels != nullptr && std::string(kernels) == "ref") ||
-                          (bf16_dot != nullptr && std::string(bf16_dot) == "1");
+  const bool overridden = RefForced() || Bf16DotAsked();
   if (AmxKernels() != nullptr && !other_gemm && !overridden) {
     EXPECT_EQ(&BestKernels(), AmxKernels());
     EXPECT_STREQ(BestKernelsName(), "avx512-amx");
@@ -110,10 +109,7 @@ TEST(AmxDispatch, BestKernelsUseAmxByDefaultWhereTheCpuHasIt) {
 // too): the row-major kernel and the packed default.
 TEST(Bf16PackedDispatch, BestKernelsFollowLatentGemm) {
   const char* gemm = std::getenv("LATENT_GEMM");
-  const char* kernels = std::getenv("LATENT_KERNELS");
-  const char* bf16_dot = std::getenv("LATENT_BF16_DOT");
-  const bool overridden = (kernels != nullptr && std::string(kernels) == "ref") ||
-                          (bf16_dot != nullptr && std::string(bf16_dot) == "1");
+  const bool overridden = RefForced() || Bf16DotAsked();
   if (overridden || gemm == nullptr) GTEST_SKIP() << "no LATENT_GEMM (or overridden)";
   if (std::string(gemm) == "avx512-packed" && Bf16PackedKernels() != nullptr) {
     EXPECT_EQ(&BestKernels(), Bf16PackedKernels());

@@ -164,9 +164,12 @@ UNREADABLE_ENV = """
 """
 
 
-@pytest.mark.parametrize("env", [{"LATENT_PROFILE": "maybe"}, {"LATENT_THREADS": "abc"}])
+@pytest.mark.parametrize("env", [{"LATENT_PROFILE": "maybe"}, {"LATENT_THREADS": "abc"},
+                                 {"LATENT_ROWS_GATHER": "2"}, {"LATENT_BF16_DOT": "x"},
+                                 {"LATENT_KERNELS": "REF"}, {"LATENT_KEY_FOLD": "foo"}])
 def test_an_unreadable_setting_is_named_when_the_llm_is_made(env):
-    """As `latent` refuses them at start (an unreadable LATENT_PROFILE was silently off here)."""
+    """As `latent` refuses them at start, from the same list (an unreadable LATENT_PROFILE was
+    silently off here, and LATENT_ROWS_GATHER waited for the first request)."""
     args = [sys.executable, "-c", textwrap.dedent(UNREADABLE_ENV), str(DEMO), str(BUILD_PYTHON)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, **env))

@@ -84,10 +84,35 @@ def test_commands_that_run_no_model_start_no_compute_threads():
                                  {"LATENT_SPIN_US": "abc"}, {"LATENT_PIN_THREADS": "maybe"},
                                  {"LATENT_CHECK_WEIGHTS": "sometimes"},
                                  {"LATENT_PROFILE": "maybe"}, {"LATENT_ROWS_GATHER": "2"},
-                                 {"LATENT_GEMM_MIN_ROWS": "abc"}, {"LATENT_GEMM": "bogus"}])
+                                 {"LATENT_GEMM_MIN_ROWS": "abc"}, {"LATENT_GEMM": "bogus"},
+                                 # These three ran with the default (exit 0) on any other value.
+                                 {"LATENT_BF16_DOT": "x"}, {"LATENT_KERNELS": "REF"},
+                                 {"LATENT_KERNELS": "foo"}, {"LATENT_KEY_FOLD": "foo"}])
 def test_unreadable_environment_variables_are_refused_by_name(env):
     (name, value), = env.items()
     refused(run_env(env, *IDS), f"{name}='{value}'")
+
+
+def test_kernel_variables_are_read_whatever_the_others_say():
+    """LATENT_KERNELS=ref decides alone, but a bad LATENT_BF16_DOT or LATENT_GEMM beside it is
+    still refused (the choice reads LATENT_BF16_DOT only where LATENT_KERNELS leaves it a say)."""
+    for name, value in (("LATENT_BF16_DOT", "x"), ("LATENT_GEMM", "bogus")):
+        refused(run_env({"LATENT_KERNELS": "ref", name: value}, *IDS), f"{name}='{value}'")
+
+
+def kernels_under(env: dict[str, str]) -> str:
+    out = run_env(env, "info", "--model", str(DEMO), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["precision"]["kernels"]
+
+
+def test_bf16_dot_takes_the_usual_boolean_spellings():
+    """LATENT_BF16_DOT=true kept the default kernels: only "1" switched to avx512-bf16dot."""
+    def dot(value: str) -> str:
+        return kernels_under({"LATENT_BF16_DOT": value})
+    assert dot("true") == dot("YES") == dot("1")
+    assert dot("false") == dot("0") == kernels_under({})
+    assert kernels_under({"LATENT_KERNELS": "ref"}) == "ref"
 
 
 def test_profile_false_is_off():
