@@ -11,7 +11,7 @@ CacheDType ParseCacheDType(const std::string& name, const ModelConfig& config) {
   if (name == "f32" || name == "float32") return CacheDType::kF32;
   if (name == "bf16" || name == "bfloat16") return CacheDType::kBF16;
   if (name == "fp8" || name == "fp8_e4m3") return CacheDType::kFP8;
-  Fail("unknown cache dtype '", name, "' (supported: auto, f32, bf16, fp8)");
+  Fail("--cache-dtype: unknown cache dtype '", name, "' (supported: auto, f32, bf16, fp8)");
 }
 
 const char* CacheDTypeName(CacheDType dtype) {

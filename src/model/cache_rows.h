@@ -21,7 +21,9 @@ enum class CacheDType : uint8_t {
 };
 
 // "auto" follows the checkpoint: f32 checkpoints cache f32 (exact parity with the reference),
-// everything else caches bf16. Throws latent::Error for an unknown name.
+// everything else caches bf16. Throws latent::Error for an unknown name, named as the flag every
+// command takes ("--cache-dtype: unknown cache dtype ..."); latent.LLM checks its cache_dtype
+// keyword before, in its own name.
 CacheDType ParseCacheDType(const std::string& name, const ModelConfig& config);
 const char* CacheDTypeName(CacheDType dtype);
 

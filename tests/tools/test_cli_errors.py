@@ -327,6 +327,16 @@ def test_messages_name_what_is_wrong():
     assert "holds no cache block" not in out.stderr
 
 
+@pytest.mark.parametrize("args", [IDS, ["info", "--model", str(DEMO)],
+                                  ["logits", "--model", str(DEMO), "--ids", "1,2"]])
+def test_an_unknown_cache_dtype_names_the_flag(args):
+    """As --precision, --quantize and --attention name theirs (it said only "unknown cache
+    dtype")."""
+    refused(run_latent(*args, "--cache-dtype", "fp16", check=False),
+            "latent: error: --cache-dtype: unknown cache dtype 'fp16' (supported: auto, f32, bf16, "
+            "fp8)")
+
+
 def test_version_and_help_texts():
     out = run_latent("--version")
     pyproject = (REPO / "pyproject.toml").read_text()
