@@ -9,7 +9,7 @@
 // wins, as in vLLM) or as any other top-level key (enable_thinking, ...). A request may nest
 // tokenizer::kMaxChatJsonDepth levels deep; an integer past the 64-bit range is refused by place.
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
-// prompt as a JSON string, or {"error": "..."}; it exits 2 (bad input) if any failed.
+// prompt as a JSON string, or {"error": "FILE:LINE: ..."}; it exits 2 (bad input) if any failed.
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/error_context.h"
 #include "base/input_file.h"
 #include "cli/commands.h"
 #include "tokenizer/chat_template/chat_template.h"
@@ -107,6 +108,18 @@ tokenizer::ChatRequest ParseRequestText(const std::string& text, const std::stri
   return ParseRequest(tokenizer::ParseChatJson(text, where));
 }
 
+// One --requests line rendered, or its error prefixed by FILE:LINE (as tokenize --jsonl's are):
+// the JSON's errors name the place themselves, the request's and the template's do not.
+std::string RenderLine(const tokenizer::ChatTemplate& chat, const std::string& line,
+                       const std::string& where) {
+  const nlohmann::ordered_json request = tokenizer::ParseChatJson(line, where);
+  try {
+    return chat.Render(ParseRequest(request));
+  } catch (const Error& e) {
+    FailLike(e, where, ": ", e.what());
+  }
+}
+
 int Run(const RenderChatOptions& opt) {
   const std::string dir = !opt.tokenizer_dir.empty() ? opt.tokenizer_dir : opt.model_dir;
   if (dir.empty()) Fail("render-chat needs --tokenizer DIR (or --model DIR)");
@@ -127,8 +140,7 @@ int Run(const RenderChatOptions& opt) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::ordered_json result;
     try {
-      result =
-          chat.Render(ParseRequestText(line, opt.requests_file + " line " + std::to_string(n)));
+      result = RenderLine(chat, line, StrCat(opt.requests_file, ":", n));
     } catch (const Error& e) {
       result = {{"error", e.what()}};
       ++failed;

@@ -95,7 +95,14 @@ def _render_batch(tokenizer_dir: Path, requests: list[dict], scratch: Path) -> l
                            "--requests", str(path)], capture_output=True)
     lines = proc.stdout.decode("utf-8").splitlines()
     assert len(lines) == len(requests), proc.stderr.decode()
-    return [json.loads(line) for line in lines]
+    results = [json.loads(line) for line in lines]
+    for number, result in enumerate(results, 1):
+        # Every error says its line, as tokenize --jsonl's do; the rest is the error itself.
+        if isinstance(result, dict):
+            where = f"{path}:{number}: "
+            assert result["error"].startswith(where), result
+            result["error"] = result["error"][len(where):]
+    return results
 
 
 @pytest.fixture(scope="module")

@@ -129,3 +129,23 @@ def test_add_generation_prompt_must_be_a_bool(value, tmp_path):
     assert inner.returncode == 2
     assert (b"latent: error: chat request: 'add_generation_prompt' in the template kwargs must be "
             b"true or false" in inner.stderr), inner.stderr
+
+
+def test_requests_errors_name_their_line(tmp_path):
+    """render-chat --requests: every failed line's error starts FILE:LINE:, the template's and
+    the request's as well as the JSON's (only those said where, as "FILE line N")."""
+    tdir = tmp_path / "tok"
+    tdir.mkdir()
+    (tdir / "chat_template.jinja").write_text("{{ messages[0].content }}", encoding="utf-8")
+    path = tmp_path / "requests.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": []}\n'
+                    '{"messages": \n\n{"tools": []}\n', encoding="utf-8")
+    proc = subprocess.run([str(LATENT), "render-chat", "--tokenizer", str(tdir), "--requests",
+                           str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0] == "hi"
+    assert lines[1] == {"error": f"{path}:2: chat request: cannot apply a chat template to an "
+                                 "empty conversation"}
+    assert lines[2]["error"].startswith(f"{path}:3: invalid JSON: "), lines[2]
+    assert lines[3] == {"error": f'{path}:5: chat request: no "messages"'}
