@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "server/field_errors.h"
 #include "server/tool_request.h"
+#include "tokenizer/chat_template/chat_template.h"
 
 namespace latent::server {
 namespace {
@@ -65,18 +66,34 @@ OrderedJson ParseMessages(const Json& body, const OrderedJson& ordered) {
   return out;
 }
 
+void RefuseBoth(bool add_generation_prompt, bool continue_final_message) {
+  if (continue_final_message && add_generation_prompt) {
+    BadField("continue_final_message",
+             "'continue_final_message' and 'add_generation_prompt' cannot both be true: one "
+             "continues the final message, the other starts a new assistant message");
+  }
+}
+
 // add_generation_prompt and continue_final_message, the ends a chat prompt can have: a new
 // assistant turn's header (the default), or the final message left open for the model to continue
 // (vLLM's and transformers' continue_final_message). add_generation_prompt defaults to false when
 // continuing; both true is a 400, as transformers refuses them together. The final message may
-// have any role, as in transformers and vLLM (a user's text can be continued too).
+// have any role, as in transformers and vLLM (a user's text can be continued too). An
+// add_generation_prompt among the template kwargs wins, as vLLM updates apply_chat_template's
+// arguments with them: checked here as the top-level one is (a bool, named by its place; with
+// continue_final_message, the same 400), not left to fail at render as the template's error.
 void ParsePromptEnd(const Json& body, bool* add_generation_prompt, bool* continue_final_message) {
   *continue_final_message = GetBool(body, "continue_final_message", false);
   *add_generation_prompt = GetBool(body, "add_generation_prompt", !*continue_final_message);
-  if (*continue_final_message && *add_generation_prompt) {
-    BadField("continue_final_message",
-             "'continue_final_message' and 'add_generation_prompt' cannot both be true: one "
-             "continues the final message, the other starts a new assistant message");
+  // Both true at the top level is refused whatever the kwargs say, as vLLM's request validator
+  // refuses it.
+  RefuseBoth(*add_generation_prompt, *continue_final_message);
+  if (const Json* kwargs = Find(body, "chat_template_kwargs")) {
+    if (auto it = kwargs->find("add_generation_prompt"); it != kwargs->end()) {
+      if (!it->is_boolean()) WrongType(tokenizer::kKwargsAddGenerationPrompt, "a boolean");
+      *add_generation_prompt = it->get<bool>();
+      RefuseBoth(*add_generation_prompt, *continue_final_message);
+    }
   }
 }
 

@@ -17,14 +17,16 @@ struct ChatFields {
   OrderedJson messages;
   OrderedJson tools;                  // null, or the tools array (tool_request.h).
   OrderedJson chat_template_kwargs;   // null, or an object of template variables.
-  bool add_generation_prompt = true;  // Defaults to false with continue_final_message.
+  // Defaults to false with continue_final_message; chat_template_kwargs' own wins.
+  bool add_generation_prompt = true;
   bool continue_final_message = false;
 };
 
 // Throws ApiError 400 naming the field: 'messages' absent, not a list or empty; a message not
 // an object or without a string role; a content not a string, null or a list of {"type":
 // "text", "text"} parts (joined with newlines, as vLLM joins them); bad tool-call fields
-// (ValidateToolFields), tools (ParseTools) or chat_template_kwargs (not an object);
+// (ValidateToolFields), tools (ParseTools) or chat_template_kwargs (not an object, or an
+// add_generation_prompt in it not a bool: it wins over the top-level one, as in vLLM);
 // add_generation_prompt and continue_final_message both true. `body` is the request; `ordered`
 // the same request parsed keeping key order (which templates may show), of which only the
 // "messages", "tools" and "chat_template_kwargs" members are read.

@@ -127,8 +127,9 @@ def test_add_generation_prompt_must_be_a_bool(value, tmp_path):
                    {"messages": messages, "chat_template_kwargs": {"add_generation_prompt": value}},
                    tmp_path)
     assert inner.returncode == 2
-    assert (b"latent: error: chat request: 'add_generation_prompt' in the template kwargs must be "
-            b"true or false" in inner.stderr), inner.stderr
+    # In the server's words for it (and Python's LLM.chat's): one message wherever kwargs go.
+    assert (b"latent: error: chat request: 'chat_template_kwargs.add_generation_prompt' must be a "
+            b"boolean\n" in inner.stderr), inner.stderr
 
 
 def test_requests_errors_name_their_line(tmp_path):

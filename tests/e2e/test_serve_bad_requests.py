@@ -196,9 +196,18 @@ CASES = [
     # in vLLM).
     ("chat-add-generation-prompt-string", "POST", CHAT, with_(MSG, add_generation_prompt="yes"),
      400, "add_generation_prompt", "boolean"),
+    # (The kwargs' one failed at render: param "messages", "the chat template failed ...".)
     ("chat-kwarg-add-generation-prompt-string", "POST", CHAT,
-     with_(MSG, chat_template_kwargs={"add_generation_prompt": "yes"}), 400, None,
-     "'add_generation_prompt' in the template kwargs must be true or false"),
+     with_(MSG, chat_template_kwargs={"add_generation_prompt": "yes"}), 400,
+     "chat_template_kwargs.add_generation_prompt",
+     "'chat_template_kwargs.add_generation_prompt' must be a boolean"),
+    ("chat-kwarg-add-generation-prompt-continuing", "POST", CHAT,
+     with_(MSG, continue_final_message=True, chat_template_kwargs={"add_generation_prompt": True}),
+     400, "continue_final_message",
+     "'continue_final_message' and 'add_generation_prompt' cannot both be true"),
+    ("tokenize-kwarg-add-generation-prompt-string", "POST", "/tokenize",
+     {"messages": MSG["messages"], "chat_template_kwargs": {"add_generation_prompt": 1}}, 400,
+     "chat_template_kwargs.add_generation_prompt", "must be a boolean"),
 
     # Tokenizer endpoints.
     ("tokenize-nothing", "POST", "/tokenize", {}, 400, "prompt", "either"),
@@ -233,6 +242,18 @@ def test_malformed_request(server, case):
     name, method, path, body, status, param, words = case
     got, data = server.request(method, path, body)
     check_error(got, data, status, param, words, name)
+
+
+def test_add_generation_prompt_is_refused_alike_in_either_place(server):
+    """Top-level or among the template kwargs (where it wins), a non-bool is invalid_type named by
+    its place; the kwargs' one was a 400 naming "messages" with no code."""
+    for body, param in [(with_(MSG, add_generation_prompt="yes"), "add_generation_prompt"),
+                        (with_(MSG, chat_template_kwargs={"add_generation_prompt": "yes"}),
+                         "chat_template_kwargs.add_generation_prompt")]:
+        status, data = server.request("POST", CHAT, body)
+        error = json.loads(data)["error"]
+        assert (status, error["param"], error["code"]) == (400, param, "invalid_type"), error
+        assert error["message"] == f"'{param}' must be a boolean", error
 
 
 def test_server_still_serves(server):

@@ -123,4 +123,16 @@ def test_chat_fields_are_checked_as_the_server_checks_them(llm, tmp_path):
                          {"messages": messages, "tools": [5]}], tmp_path)
     assert both in outputs[0]["error"]
     assert "'tools[0]' must be an object" in outputs[1]["error"]
+    # The template kwargs' add_generation_prompt (which wins) is checked as the top-level one:
+    # it failed at render, as "the chat template failed on these messages: ...".
+    kwarg = "'chat_template_kwargs.add_generation_prompt' must be a boolean"
+    with pytest.raises(latent.LatentError) as raised:
+        llm.chat(messages, GREEDY, chat_template_kwargs={"add_generation_prompt": "yes"})
+    assert str(raised.value) == f"prompt 0: {kwarg}"
+    with pytest.raises(latent.LatentError, match=both):
+        llm.apply_chat_template(messages, continue_final_message=True,
+                                chat_template_kwargs={"add_generation_prompt": True})
+    outputs = cli_lines([{"messages": messages,
+                          "chat_template_kwargs": {"add_generation_prompt": "yes"}}], tmp_path)
+    assert outputs[0]["error"].endswith(kwarg), outputs[0]
     assert llm.apply_chat_template(messages) == "<|user|>hi<|end|><|assistant|>"  # still usable

@@ -51,6 +51,15 @@ TEST(ChatRequestTest, ThePromptEndDefaultsAsVllms) {
       "chat_template_kwargs": {"b": 1, "a": 2}, "tools": null})");
   EXPECT_FALSE(off.add_generation_prompt);
   EXPECT_EQ(off.chat_template_kwargs.dump(), R"({"b":1,"a":2})");  // key order kept
+  // The template kwargs' add_generation_prompt wins, as vLLM updates apply_chat_template's
+  // arguments with them.
+  EXPECT_FALSE(ParseChat("{" + messages + R"(, "add_generation_prompt": true,
+      "chat_template_kwargs": {"add_generation_prompt": false}})").add_generation_prompt);
+  EXPECT_FALSE(ParseChat("{" + messages + R"(, "continue_final_message": true,
+      "chat_template_kwargs": {"add_generation_prompt": false}})").add_generation_prompt);
+  EXPECT_EQ(std::get<2>(Refusal("{" + messages +
+                                R"(, "chat_template_kwargs": {"add_generation_prompt": 1}})")),
+            "'chat_template_kwargs.add_generation_prompt' must be a boolean");
   EXPECT_EQ(Refusal("{" + messages +
                     R"(, "continue_final_message": true, "add_generation_prompt": true})"),
             std::make_tuple(std::string("continue_final_message"), std::string("invalid_value"),
@@ -87,6 +96,21 @@ TEST(ChatRequestTest, EachRefusalNamesTheField) {
        "invalid_type"},
       {R"({"messages": [)" + hi + R"(], "continue_final_message": 1})", "continue_final_message",
        "invalid_type"},
+      // The template kwargs' add_generation_prompt, which wins (as in vLLM), as its own field
+      // (it failed at render: a 400 naming "messages", no code). With continue_final_message:
+      // the top-level pair's 400.
+      {R"({"messages": [)" + hi + R"(], "chat_template_kwargs": {"add_generation_prompt": "yes"}})",
+       "chat_template_kwargs.add_generation_prompt", "invalid_type"},
+      {R"({"messages": [)" + hi + R"(], "chat_template_kwargs": {"add_generation_prompt": null}})",
+       "chat_template_kwargs.add_generation_prompt", "invalid_type"},
+      {R"({"messages": [)" + hi + R"(], "continue_final_message": true,
+          "chat_template_kwargs": {"add_generation_prompt": true}})",
+       "continue_final_message", "invalid_value"},
+      // Both true at the top level, as vLLM's validator refuses it, whatever the kwargs say.
+      {R"({"messages": [)" + hi + R"(], "continue_final_message": true,
+          "add_generation_prompt": true,
+          "chat_template_kwargs": {"add_generation_prompt": false}})",
+       "continue_final_message", "invalid_value"},
   };
   for (const auto& [text, param, code] : cases) {
     const auto [got_param, got_code, message] = Refusal(text);

@@ -432,10 +432,10 @@ TEST(ChatTemplateInputs, AddGenerationPromptAmongTheKwargs) {
   EXPECT_EQ(t.Render(OneMessage(), nullptr, true, {{"add_generation_prompt", false}}), "False");
   EXPECT_EQ(t.Render(OneMessage(), nullptr, true, nullptr), "True");
   for (const ordered_json& bad : {ordered_json("yes"), ordered_json(nullptr), ordered_json(1)}) {
+    // The place and words the server and request lines give as they parse a request.
     EXPECT_THAT(RenderError("{{ add_generation_prompt }}", {{"add_generation_prompt", bad}}),
-                HasSubstr("chat request: 'add_generation_prompt' in the template kwargs must be "
-                          "true or false (got " +
-                          std::string(bad.type_name()) + ")"));
+                HasSubstr("chat request: 'chat_template_kwargs.add_generation_prompt' must be a "
+                          "boolean"));
   }
   ChatRequest cont;
   cont.messages = OneMessage();

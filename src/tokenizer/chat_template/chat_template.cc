@@ -370,10 +370,7 @@ std::string ChatTemplate::Render(const ChatRequest& request) const {
   bool add_generation_prompt = request.add_generation_prompt;
   if (request.kwargs.is_object() && request.kwargs.contains("add_generation_prompt")) {
     const auto& v = request.kwargs["add_generation_prompt"];
-    if (!v.is_boolean()) {
-      Fail("chat request: 'add_generation_prompt' in the template kwargs must be true or false "
-           "(got ", v.type_name(), ")");
-    }
+    if (!v.is_boolean()) Fail("chat request: '", kKwargsAddGenerationPrompt, "' must be a boolean");
     add_generation_prompt = v.get<bool>();
   }
   if (request.continue_final_message && add_generation_prompt) {

@@ -57,6 +57,13 @@ struct ChatRequest {
   nlohmann::ordered_json kwargs;
 };
 
+// Where a request's template kwargs set add_generation_prompt, which wins over the request's own
+// (as vLLM updates apply_chat_template's arguments with them): the place every front names when
+// it is not a bool, "'chat_template_kwargs.add_generation_prompt' must be a boolean" (the server
+// and request lines as they parse a request, Render for render-chat's).
+inline constexpr const char* kKwargsAddGenerationPrompt =
+    "chat_template_kwargs.add_generation_prompt";
+
 class ChatTemplate {
  public:
   // The template of a Hugging Face tokenizer directory: chat_template.jinja (with
