@@ -5,9 +5,10 @@
 // "repetition_penalty", where generation_config.json sets none of temperature, top_p, top_k, min_p
 // and repetition_penalty: a line that leaves one out takes the file's, as the server's requests do;
 // "presence_penalty", "frequency_penalty", "logprobs" (top-n alternatives, 0: the sampled token's
-// only), "n", "logit_bias" ({"5": 2.5}: token ids as strings, biases in [-100, 100]),
-// "allowed_token_ids" (a non-empty list)), "prompt_logprobs" (the same for every prompt token:
-// scoring; with "max_tokens": 0 nothing is generated), "stop_token_ids", "stop" (a string or a list
+// only; at most 20, and -1 is refused, as the server's), "n", "logit_bias" ({"5": 2.5}: token
+// ids as strings, biases in [-100, 100]), "allowed_token_ids" (a non-empty list)),
+// "prompt_logprobs" (the same for every prompt token: scoring; with "max_tokens": 0 nothing is
+// generated), "stop_token_ids", "stop" (a string or a list
 // of strings, matched on the detokenized text; "include_stop_str_in_output": true keeps the one
 // that matched in "text"), "skip_special_tokens" (default true: "text" leaves special tokens out,
 // as the server's field), "ignore_eos", "min_tokens" (no EOS, stop id or stop string ends a sample

@@ -60,6 +60,20 @@ inline std::optional<std::string> SamplingNumberError(std::string_view key, doub
   return std::nullopt;
 }
 
+// The most alternatives per token a request may ask for: vLLM's default max_logprobs.
+inline constexpr int64_t kMaxLogprobs = 20;
+
+// A request's logprobs (completions; top_logprobs in chat) or prompt_logprobs, when it gives
+// one (absent or null is none): in [0, kMaxLogprobs]. vLLM's -1 (the whole vocabulary) is past
+// that limit, as past vLLM's default max_logprobs. Request lines hold an absent count as -1
+// (SamplingParams::top_logprobs, Request::prompt_logprobs); a -1 they are given is refused here,
+// not taken for absent. nullopt when `k` is in range; else what is wrong, to follow the field's
+// name.
+inline std::optional<std::string> LogprobsCountError(int64_t k) {
+  if (k >= 0 && k <= kMaxLogprobs) return std::nullopt;
+  return StrCat("must be in [0, ", kMaxLogprobs, "], got ", k);
+}
+
 // A request's integer seed: -1 is no seed, an unseeded draw, as vLLM's SamplingParams maps
 // seed=-1 to None (its OpenAI server passes the request's seed there); any other negative seed
 // is its two's-complement bits.

@@ -167,6 +167,18 @@ std::optional<int64_t> TruncatePromptTokens(const Json& line) {
   return k;
 }
 
+// "logprobs" or "prompt_logprobs": -1 (none) when absent or null, as the engine holds none;
+// a count given is in the server's range (engine::LogprobsCountError), so a -1 given is refused
+// as the server and latent.LLM refuse it, not taken for absent.
+int32_t LogprobsCount(const Json& line, const char* key) {
+  if (!line.contains(key) || line[key].is_null()) return -1;
+  const auto k = Field<int32_t>(line, key, -1);
+  if (const std::optional<std::string> error = engine::LogprobsCountError(k)) {
+    Fail("field '", key, "' ", *error);
+  }
+  return k;
+}
+
 }  // namespace
 
 const tokenizer::Tokenizer& TextTools::Tokenizer() {
@@ -247,11 +259,7 @@ engine::SamplingParams ParseSamplingFields(const Json& line) {
   s.presence_penalty = SamplingNumber(line, "presence_penalty", 0.0f);
   s.frequency_penalty = SamplingNumber(line, "frequency_penalty", 0.0f);
   s.seed = Seed(line);
-  // Named here: SamplingParams::Validate would name its own field, top_logprobs.
-  s.top_logprobs = Field<int32_t>(line, "logprobs", -1);
-  if (s.top_logprobs < -1 || s.top_logprobs > 20) {
-    Fail("field 'logprobs' must be in [0, 20], got ", s.top_logprobs);
-  }
+  s.top_logprobs = LogprobsCount(line, "logprobs");
   s.n = Field<int32_t>(line, "n", 1);
   s.logit_bias = LogitBias(line);
   if (line.contains("allowed_token_ids") && !line["allowed_token_ids"].is_null()) {
@@ -265,11 +273,7 @@ engine::SamplingParams ParseSamplingFields(const Json& line) {
   return s;
 }
 
-int32_t ParsePromptLogprobs(const Json& line) {
-  const auto prompt_logprobs = Field<int32_t>(line, "prompt_logprobs", -1);
-  engine::ValidatePromptLogprobs(prompt_logprobs);
-  return prompt_logprobs;
-}
+int32_t ParsePromptLogprobs(const Json& line) { return LogprobsCount(line, "prompt_logprobs"); }
 
 void CheckFieldsWithoutPrompt(const Json& line) {
   // Absent, max_tokens is the submitter's default: min_tokens is then checked for sign only.

@@ -65,14 +65,14 @@ RequestJson ParseRequestLineJson(std::string_view text);
 
 // A line's sampling fields (temperature, top_k, top_p, min_p, the penalties, seed, logprobs, n,
 // logit_bias, allowed_token_ids; temperature 0 when absent), checked as the server checks them
-// (engine/request_fields.h: the float fields on their doubles, seed -1 as none, n > 1 refused
-// with temperature 0) and as the engine does (SamplingParams::Validate; token ids for sign
-// only): latent::Error naming the field otherwise.
+// (engine/request_fields.h: the float fields on their doubles, seed -1 as none, logprobs in
+// [0, 20] when given, n > 1 refused with temperature 0) and as the engine does
+// (SamplingParams::Validate; token ids for sign only): latent::Error naming the field otherwise.
 engine::SamplingParams ParseSamplingFields(const RequestJson& line);
 
-// A line's "prompt_logprobs" (-1 when absent), checked as the engine checks it
-// (engine::ValidatePromptLogprobs). Separate from ParseSamplingFields: it is the request's, not a
-// sample's (engine::Request, not SamplingParams).
+// A line's "prompt_logprobs" (-1 when absent or null), checked as the server checks it
+// (engine::LogprobsCountError: a -1 given is refused). Separate from ParseSamplingFields: it is
+// the request's, not a sample's (engine::Request, not SamplingParams).
 int32_t ParsePromptLogprobs(const RequestJson& line);
 
 // A line's fields besides the sampling ones and the prompt, checked where there is no prompt yet

@@ -315,9 +315,8 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
     if (const Json* lp = Find(body, "logprobs")) {
       if (lp->is_boolean()) WrongType("logprobs", "an integer (the number of alternatives)");
       const int64_t k = *GetInt(body, "logprobs");
-      if (k < 0 || k > limits.max_top_logprobs) {
-        BadField("logprobs",
-                 StrCat("'logprobs' must be in [0, ", limits.max_top_logprobs, "], got ", k));
+      if (const std::optional<std::string> error = engine::LogprobsCountError(k)) {
+        BadField("logprobs", StrCat("'logprobs' ", *error));
       }
       r.logprobs = true;
       r.top_logprobs = static_cast<int32_t>(k);
@@ -325,9 +324,8 @@ void ParseSampling(const Json& body, const ServingLimits& limits, GenerationRequ
   } else {
     r.logprobs = GetBool(body, "logprobs", false);
     if (auto k = GetInt(body, "top_logprobs")) {
-      if (*k < 0 || *k > limits.max_top_logprobs) {
-        BadField("top_logprobs",
-                 StrCat("'top_logprobs' must be in [0, ", limits.max_top_logprobs, "], got ", *k));
+      if (const std::optional<std::string> error = engine::LogprobsCountError(*k)) {
+        BadField("top_logprobs", StrCat("'top_logprobs' ", *error));
       }
       if (*k > 0 && !r.logprobs) BadField("top_logprobs", "'top_logprobs' needs 'logprobs': true");
       r.top_logprobs = static_cast<int32_t>(*k);
@@ -506,10 +504,8 @@ GenerationRequest ParseGenerationRequest(std::string_view body_text, Endpoint en
   }
   if (endpoint == Endpoint::kCompletions) r.echo = GetBool(body, "echo", false);
   if (const std::optional<int64_t> k = GetInt(body, "prompt_logprobs")) {
-    // vLLM's -1 (the whole vocabulary) is past the limit, as past vLLM's default max_logprobs.
-    if (*k < 0 || *k > limits.max_top_logprobs) {
-      BadField("prompt_logprobs", StrCat("'prompt_logprobs' must be in [0, ",
-                                         limits.max_top_logprobs, "], got ", *k));
+    if (const std::optional<std::string> error = engine::LogprobsCountError(*k)) {
+      BadField("prompt_logprobs", StrCat("'prompt_logprobs' ", *error));
     }
     // vLLM streams none either: it refuses them above 0 and sends none at 0 (so none are
     // computed here).

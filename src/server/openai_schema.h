@@ -121,7 +121,6 @@ struct ServingLimits {
   int32_t max_choices = 1024;  // Prompts x n per request.
   int32_t max_stop = 16;       // Stop strings per request.
   size_t max_stop_bytes = 1024;
-  int32_t max_top_logprobs = 20;
   // generation_config.json's sampling fields (model::SamplingDefaults::AsFields, checked when
   // read by SamplingDefaults::Check), as vLLM's default_sampling_params under its default
   // --generation-config auto: each fills the field a request leaves out or null (temperature,

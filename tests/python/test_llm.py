@@ -800,7 +800,7 @@ def test_logit_bias_key_is_a_canonical_integer(key):
     ({"repetition_penalty": 1e-9}, "repetition_penalty' must be in \\[0.01, 100\\], got 1e-09"),
     ({"temperature": float("nan")}, "temperature must be finite, got nan"),
     ({"seed": 1.5}, "'seed' must be an integer"),
-    ({"prompt_logprobs": 21}, "prompt_logprobs must be in \\[0, 20\\], got 21"),
+    ({"prompt_logprobs": 21}, "field 'prompt_logprobs' must be in \\[0, 20\\], got 21"),
     ({"prompt_logprobs": -2}, "prompt_logprobs must be in \\[0, 20\\] or None, got -2"),
     ({"prompt_logprobs": -1}, "prompt_logprobs must be in \\[0, 20\\] or None, got -1"),
     ({"logprobs": -1}, "logprobs must be in \\[0, 20\\] or None, got -1"),

@@ -167,6 +167,19 @@ def test_the_defaults_are_said_once_on_stderr(tmp_path):
     assert said not in proc.stderr
 
 
+@pytest.mark.parametrize("field", ["logprobs", "prompt_logprobs"])
+def test_logprobs_below_zero_are_refused_as_the_server_refuses_them(model, tmp_path, field):
+    """An explicit -1 ran with no logprobs (the parser's "absent"), where the server answers
+    400 and latent.LLM a ValueError; null is still "none", as the server takes it."""
+    line = {"ids": [3, 17, 29], "max_tokens": 2}
+    minus_one, minus_two, null = generate(
+        model, tmp_path, [dict(line, **{field: -1}), dict(line, **{field: -2}),
+                          dict(line, **{field: None})])
+    for bad, value in ((minus_one, -1), (minus_two, -2)):
+        assert f"field '{field}' must be in [0, 20], got {value}" in bad.get("error", ""), bad
+    assert "error" not in null and field not in null and len(null["ids"]) == 2, null
+
+
 @pytest.mark.parametrize("seed", [1.5, True, 1e30])
 def test_seed_must_be_an_integer(model, tmp_path, seed):
     """As the server's parser: a float or a bool seed is refused, not cast; a negative integer

@@ -297,8 +297,9 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, _json_list(value, f"SamplingParams: {name}", expected))
-        # -1 is the request lines' "none"; newer vLLM reads it as "every token of the vocabulary",
-        # which latent does not offer: refused rather than silently giving none.
+        # Newer vLLM reads -1 as "every token of the vocabulary", which latent does not offer:
+        # refused (as the request lines and the server refuse it), in words that say None is
+        # "none" here.
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if _is_token_id(value) and value < 0:
