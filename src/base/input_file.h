@@ -5,15 +5,31 @@
 #pragma once
 
 #include <fstream>
+#include <istream>
 #include <string>
 #include <string_view>
 
 namespace latent {
 
+// Throws "LABEL PATH: standard input is not open for reading (closed, or open only for
+// writing)" unless descriptor 0 can be read. `path` is "-" or a path naming it (/dev/stdin).
+// The CLI holds a stdin closed at start open on a write-only /dev/null (so that no file latent
+// opens takes descriptor 0), which this refuses as it refuses a closed one: either would read
+// as an empty input, and a command reading it print nothing and exit 0.
+void CheckStandardInput(std::string_view label, const std::string& path);
+
+// After `in` has been read until a read stopped it: throws "LABEL PATH: reading failed: REASON"
+// (for std::cin, "reading standard input failed") when that read failed rather than met the end
+// of the input, which std::getline and istreambuf_iterator do not tell apart. A failed read is
+// std::ifstream's badbit, or, for std::cin (in sync with stdio, as latent leaves it), stdin's
+// error flag. REASON is errno's, as the failed read left it.
+void CheckReadToEnd(std::istream& in, std::string_view label, const std::string& path);
+
 // Throws latent::Error "LABEL PATH: cannot open: REASON" or "LABEL PATH: is a directory, not a
 // file" unless `path` is a file that can be read: a regular file, or a pipe or character device
-// (/dev/stdin, a process substitution). `label` names where the path came from: the flag
-// ("--prompts"), or what the file is ("model") where no one flag gave it.
+// (/dev/stdin, checked as CheckStandardInput checks it; a process substitution). `label` names
+// where the path came from: the flag ("--prompts"), or what the file is ("model") where no one
+// flag gave it.
 void CheckInputFile(std::string_view label, const std::string& path);
 
 // CheckInputFile, then the open stream (failing as it does if the open fails).

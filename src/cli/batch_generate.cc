@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -108,7 +109,9 @@ int RunBatchGenerate(const BatchGenerateOptions& options) {
   std::string source = options.prompts_path;
   if (!options.prompts_path.empty()) {
     std::ifstream in = OpenInputFile("--prompts", options.prompts_path);
+    errno = 0;  // so that a read that fails names its own reason (CheckReadToEnd)
     for (std::string line; std::getline(in, line);) lines.push_back(line);
+    CheckReadToEnd(in, "--prompts", options.prompts_path);
   } else {
     // --prompt TEXT [--chat]: one request.
     Json line = options.chat ? Json{{"messages", {{{"role", "user"}, {"content", options.prompt_text}}}}}

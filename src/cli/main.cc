@@ -43,13 +43,15 @@ namespace {
 
 int Run(int argc, char** argv);
 
-// A standard stream closed at start (`latent ... >&-`) would be taken by the next file latent
-// opens, and the command's output written into it. Holding /dev/null there, opened read-only,
-// keeps the descriptor taken and every write failing (EBADF), which CheckStdout reports.
+// A standard stream closed at start (`latent ... >&-`, `<&-`) would be taken by the next file
+// latent opens: the command's output written into it, or its input read from it. Holding
+// /dev/null there, open the other way (read-only for stdout and stderr, write-only for stdin),
+// keeps the descriptor taken and every write or read failing (EBADF): CheckStdout reports the
+// writes, and CheckStandardInput refuses stdin to whatever would read it.
 void HoldClosedStdStreams() {
-  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+  for (const int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) {
     if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
-    const int held = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int held = open("/dev/null", (fd == STDIN_FILENO ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
     if (held >= 0 && held != fd) {
       dup2(held, fd);
       close(held);

@@ -10,9 +10,9 @@
 // tokenizer::kMaxChatJsonDepth levels deep; an integer past the 64-bit range is refused by place.
 // `--requests FILE.jsonl` renders one request per line and prints one JSON line per request: the
 // prompt as a JSON string, or {"error": "FILE:LINE: ..."}; it exits 2 (bad input) if any failed.
+#include <cerrno>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -38,13 +38,22 @@ struct RenderChatOptions {
 };
 
 std::string ReadAll(std::string_view flag, const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
   if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    CheckStandardInput(flag, path);
+  } else {
+    file = OpenInputFile(flag, path, std::ios::binary);
+    in = &file;
   }
-  std::ifstream in = OpenInputFile(flag, path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // istream::read, which records a failed read (CheckReadToEnd): an ostream's << rdbuf() and
+  // istreambuf_iterator end as at the end of the input, or throw past the stream.
+  std::string text;
+  char chunk[1 << 16];
+  errno = 0;  // so that a read that fails names its own reason
+  while (in->read(chunk, sizeof(chunk)) || in->gcount() > 0) text.append(chunk, in->gcount());
+  CheckReadToEnd(*in, flag, path);
+  return text;
 }
 
 // A JSON object set member by member, a key set again keeping its place, in time linear in the

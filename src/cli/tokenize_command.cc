@@ -10,6 +10,7 @@
 // only tokenizer files. With --jsonl, a bad line prints {"error": "..."} in its place and the
 // other lines go on; the command then exits 2.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -63,13 +64,17 @@ void ForEachJsonLine(std::string_view flag, const std::string& path, Fn fn,
                      const std::function<void(const Error&)>& on_error = nullptr) {
   std::ifstream file;
   std::istream* in = &std::cin;
-  if (path != "-") {
+  if (path == "-") {
+    CheckStandardInput(flag, path);
+  } else {
     file = OpenInputFile(flag, path, std::ios::binary);
     in = &file;
   }
   std::string line;
   size_t number = 0;
-  while (std::getline(*in, line)) {
+  for (;;) {
+    errno = 0;  // so that a read that fails names its own reason (CheckReadToEnd)
+    if (!std::getline(*in, line)) break;
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
@@ -86,6 +91,7 @@ void ForEachJsonLine(std::string_view flag, const std::string& path, Fn fn,
       on_error(e);
     }
   }
+  CheckReadToEnd(*in, flag, path);
 }
 
 // --jsonl's failed lines: each printed in its place as {"error": "..."}, as render-chat

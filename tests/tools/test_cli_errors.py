@@ -1,8 +1,9 @@
 """The `latent` command refuses what it cannot do with exit 2 and one message naming the flag,
 variable or file, where it used to crash, exit 0, or print a message about something else:
 thread counts past a bound, output it could not write, a --prompt that failed, serve's sizes and
-timeouts out of range, bench sizes that overflowed, directories given as files, flags that would
-be ignored, and environment variables it could not read.
+timeouts out of range, bench sizes that overflowed, directories given as files, input (stdin
+closed or unreadable, a file whose read fails) that read as empty, flags that would be ignored,
+and environment variables it could not read.
 
 Run: .venv/bin/python -m pytest -q tests/tools/test_cli_errors.py
 """
@@ -296,6 +297,67 @@ def test_directories_are_not_input_files(tmp_path):
     (model / "config.json").mkdir()
     refused(run_latent(*IDS[:2], str(model), *IDS[3:], check=False),
             "config.json: is a directory, not a file")
+
+
+STDIN_READERS = [
+    ["tokenize", "--tokenizer", str(DEMO), "--jsonl", "-"],
+    ["tokenize", "--tokenizer", str(DEMO), "--bench", "-"],
+    ["detokenize", "--tokenizer", str(DEMO), "--jsonl", "-"],
+    ["render-chat", "--tokenizer", str(DEMO), "--request", "-"],
+    ["render-chat", "--tokenizer", str(DEMO), "--requests", "-"],
+]
+
+
+@pytest.mark.parametrize("args", STDIN_READERS, ids=lambda a: f"{a[0]}{a[3]}")
+def test_a_closed_or_unreadable_stdin_is_refused(args):
+    """A read error looked like the end of the input: with stdin closed, write-only or a
+    directory, these printed nothing and exited 0."""
+    flag = f"{args[3]} -: "
+    closed = subprocess.run(["bash", "-c", '"$0" "$@" <&-', str(LATENT), *args],
+                            capture_output=True, text=True)
+    refused(closed, flag, "standard input is not open for reading")
+    with open(os.devnull, "w") as write_only:
+        refused(subprocess.run([str(LATENT), *args], stdin=write_only, capture_output=True,
+                               text=True), flag, "standard input is not open for reading")
+    directory = os.open("/", os.O_RDONLY)
+    try:
+        out = subprocess.run([str(LATENT), *args], stdin=directory, capture_output=True,
+                             text=True)
+    finally:
+        os.close(directory)
+    refused(out, flag, "reading standard input failed: Is a directory")
+
+
+def test_a_closed_stdin_is_refused_by_its_path_too(tmp_path):
+    """Held open on /dev/null when closed (so no file latent opens takes descriptor 0),
+    /dev/stdin would read as an empty file."""
+    for path in ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"):
+        closed = subprocess.run(["bash", "-c", '"$0" "$@" <&-', str(LATENT), "generate",
+                                 "--model", str(DEMO), "--prompts", path],
+                                capture_output=True, text=True)
+        refused(closed, f"--prompts {path}: standard input is not open for reading")
+
+
+def test_a_file_that_fails_to_read_is_refused():
+    """Reading /proc/self/mem from its start fails (EIO): that too looked like an empty file."""
+    refused(run_latent("tokenize", "--tokenizer", str(DEMO), "--jsonl", "/proc/self/mem",
+                       check=False), "--jsonl /proc/self/mem: reading failed: Input/output error")
+    refused(run_latent("generate", "--model", str(DEMO), "--prompts", "/proc/self/mem",
+                       check=False), "--prompts /proc/self/mem: reading failed: Input/output error")
+
+
+def test_stdin_is_read(tmp_path):
+    """The checks leave a readable stdin (a file, a pipe) alone."""
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text('{"text": "hello"}\n')
+    with open(lines) as f:
+        out = subprocess.run([str(LATENT), *STDIN_READERS[0]], stdin=f, capture_output=True,
+                             text=True)
+    assert out.returncode == 0 and json.loads(out.stdout)["ids"], out.stderr
+    chat = '{"messages": [{"role": "user", "content": "hi"}]}\n'
+    out = subprocess.run([str(LATENT), *STDIN_READERS[4]], input=chat, capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and json.loads(out.stdout).endswith("hi<|end|>"), out.stderr
 
 
 def test_missing_input_files_name_their_flag(tmp_path):
