@@ -22,6 +22,13 @@ constexpr int64_t kMaxConfigLayers = 1 << 16;
 // Routed expert MLPs (n_routed_experts x MoE layers) a config may imply: far above any model's
 // (Kimi K2: 384 x 60 = 23,040), low enough that listing and holding their tensors is cheap.
 constexpr int64_t kMaxExpertMlps = int64_t{1} << 20;
+// Linear attention's heads, head dim and convolution taps, each: far above any model's (Kimi
+// Linear 48B: 32 heads of 128, 4 taps; GLM-5-Next: 64 heads), low enough that the state (heads x
+// head_dim^2 f32 per layer) and every product of them with a size fits in int64.
+constexpr int64_t kMaxLinearSize = 4096;
+// Hyper-connection residual streams (hc_mult): Hy4 and GLM-5-Next use 4; each stream is a copy
+// of the hidden state per token, and the gates grow as hc_mult^2.
+constexpr int64_t kMaxHyperStreams = 64;
 
 // Reads typed fields from one JSON object and names `source` and the field in every error.
 class ConfigReader {
@@ -139,6 +146,13 @@ enum class MoeLayerFreq { kNumber, kNumberOrList };
 // classes ignore it.
 void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_first_dense,
                          MoeLayerFreq form = MoeLayerFreq::kNumber);
+
+// The linear-attention dims a hybrid family read into `config` (linear_num_heads,
+// linear_head_dim, linear_conv_kernel): positive, at least 2 taps, each at most kMaxLinearSize.
+void CheckLinearAttentionDims(const std::string& source, const ModelConfig& config);
+
+// hc_mult (default 4, 1 to kMaxHyperStreams) and hc_eps of a family with hyper-connections.
+void ParseHyperStreams(const ConfigReader& top, ModelConfig& config);
 
 // Per-layer list of `no` / `yes` strings -> bools (true for `yes`), one entry per layer.
 std::vector<bool> ParseLayerKinds(const ConfigReader& top, const char* key, int64_t layers,

@@ -512,6 +512,30 @@ void ParseIndexShare(const ConfigReader& top, ModelConfig& config) {
   if (!config.indexer_layers[0]) Fail(source, ": layer 0 is a shared indexer layer, but no earlier layer selects for it");
 }
 
+void CheckLinearAttentionDims(const std::string& source, const ModelConfig& config) {
+  const int64_t heads = config.linear_num_heads, dim = config.linear_head_dim;
+  const int64_t taps = config.linear_conv_kernel;
+  if (dim <= 0 || heads <= 0 || taps < 2) {
+    Fail(source, ": linear attention needs positive head_dim and num_heads and a kernel of at ",
+         "least 2 taps, got ", dim, ", ", heads, ", ", taps);
+  }
+  if (dim > kMaxLinearSize || heads > kMaxLinearSize || taps > kMaxLinearSize) {
+    Fail(source, ": linear attention head_dim (", dim, "), num_heads (", heads,
+         ") and conv kernel taps (", taps, ") must each be at most ", kMaxLinearSize,
+         ", larger than any model");
+  }
+}
+
+void ParseHyperStreams(const ConfigReader& top, ModelConfig& config) {
+  config.hc_mult = top.IntOr("hc_mult", 4);
+  if (config.hc_mult <= 0) Fail(top.source(), ": 'hc_mult' must be positive, got ", config.hc_mult);
+  if (config.hc_mult > kMaxHyperStreams) {
+    Fail(top.source(), ": 'hc_mult' is ", config.hc_mult, ", more residual streams than any model ",
+         "has (at most ", kMaxHyperStreams, ")");
+  }
+  config.hc_eps = top.NumberOr("hc_eps", 1e-6);
+}
+
 namespace {
 
 // Weight dimensions that are products of config sizes, each bounded like a size (see
@@ -533,6 +557,8 @@ void CheckDerivedSizes(const std::string& source, const ModelConfig& c) {
                    SaturatingMul(c.n_shared_experts, shared));
   CheckDerivedSize(source, "index_n_heads x index_head_dim",
                    SaturatingMul(c.index_n_heads, c.index_head_dim));
+  // The hyper-connections' gate input: every stream of a token side by side.
+  CheckDerivedSize(source, "hc_mult x hidden_size", SaturatingMul(c.hc_mult, c.hidden_size));
 }
 
 // A vision-language config (mistral3) holding the text model's config under text_config: that

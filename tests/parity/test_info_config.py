@@ -241,7 +241,7 @@ def test_bad_linear_attention_sizes_get_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     proc = run_latent("info", "--model", str(tmp_path), check=False)
     assert proc.returncode == 2
-    assert "linear attention head_dim (1000000), num_heads (32) and short_conv_kernel_size (4) " \
+    assert "linear attention head_dim (1000000), num_heads (32) and conv kernel taps (4) " \
            "must each be at most 4096" in proc.stderr, proc.stderr
     config["linear_attn_config"]["kda_layers"][0] = 0
     config["linear_attn_config"]["head_dim"] = 128

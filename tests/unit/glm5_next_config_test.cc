@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -121,7 +122,18 @@ TEST(Glm5NextConfigTest, Refusals) {
                            std::vector<std::string>(8, "sliding_attention")),
                       "'layer_types' entry 0 must be");
   EXPECT_CONFIG_ERROR(With(TinyText(), "hc_sinkhorn_iters", 0),
-                      "'hc_sinkhorn_iters' must be at least 1");
+                      "'hc_sinkhorn_iters' must be from 1 to 10000, got 0");
+  // Run per block per token: 2^31 iterations stalled every step.
+  EXPECT_CONFIG_ERROR(With(TinyText(), "hc_sinkhorn_iters", int64_t{1} << 31),
+                      "'hc_sinkhorn_iters' must be from 1 to 10000, got 2147483648");
+  // Huge sizes once wrapped the expected tensor shapes into negative dims.
+  EXPECT_CONFIG_ERROR(With(TinyText(), "hc_mult", int64_t{1} << 62),
+                      "'hc_mult' is 4611686018427387904, more residual streams than any model");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "linear_num_heads", INT64_MAX),
+                      "linear attention head_dim (8), num_heads (9223372036854775807) and conv "
+                      "kernel taps (4) must each be at most 4096");
+  EXPECT_CONFIG_ERROR(With(TinyText(), "linear_head_dim", 0),
+                      "linear attention needs positive head_dim");
   EXPECT_CONFIG_ERROR(With(TinyText(), "linear_lower_bound", 1.0),
                       "'linear_lower_bound' must be negative");
 }

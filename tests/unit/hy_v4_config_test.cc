@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -79,6 +80,11 @@ TEST(HyV4ConfigTest, Refusals) {
   Json j = TinyHyV4();
   j["hc_mult"] = 0;
   EXPECT_CONFIG_ERROR(j, "'hc_mult' must be positive");
+  // A huge stream count once wrapped the expected gate shapes into negative dims.
+  EXPECT_CONFIG_ERROR(With(TinyHyV4(), "hc_mult", int64_t{1} << 62),
+                      "'hc_mult' is 4611686018427387904, more residual streams than any model has "
+                      "(at most 64)");
+  EXPECT_EQ(Parse(With(TinyHyV4(), "hc_mult", 64)).hc_mult, 64);
   EXPECT_CONFIG_ERROR(With(TinyHyV4(), "indexer_types", std::vector<std::string>(7, "shared")),
                       "layer 0 is a shared indexer layer");
   j = TinyHyV4();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -891,6 +892,14 @@ TEST(ModelConfigTest, RejectsBadBailingHybridConfigs) {
   j = Json::parse(kBailingHybrid);
   j["short_conv_kernel_size"] = 1;
   EXPECT_CONFIG_ERROR(j, "a kernel of at least 2 taps");
+  // Huge dims once wrapped the expected tensor shapes into negative dims.
+  j = Json::parse(kBailingHybrid);
+  j["linear_num_heads"] = int64_t{1} << 62;
+  EXPECT_CONFIG_ERROR(j, "num_heads (4611686018427387904) and conv kernel taps (4) must each be "
+                         "at most 4096");
+  j = Json::parse(kBailingHybrid);
+  j["linear_head_dim"] = INT64_MAX;
+  EXPECT_CONFIG_ERROR(j, "linear attention head_dim (9223372036854775807)");
 }
 
 }  // namespace

@@ -67,12 +67,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   config.linear_head_dim = top.IntOr("linear_head_dim", top.IntOr("head_dim", 128));
   config.linear_conv_kernel =
       top.IntOr("linear_conv_kernel_dim", top.IntOr("short_conv_kernel_size", 4));
-  if (config.linear_head_dim <= 0 || config.linear_num_heads <= 0 ||
-      config.linear_conv_kernel < 2) {
-    Fail(source, ": linear attention needs positive head_dim and num_heads and a kernel of at ",
-         "least 2 taps, got ",
-         config.linear_head_dim, ", ", config.linear_num_heads, ", ", config.linear_conv_kernel);
-  }
+  CheckLinearAttentionDims(source, config);
   if (top.BoolOr("kda_safe_gate", true)) {
     const double bound = top.NumberOr("kda_lower_bound", -5.0);
     if (!(bound < 0)) {

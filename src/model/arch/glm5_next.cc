@@ -84,10 +84,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
     }
     if (!lower_bound && l.BoolOr("safe_gate", true)) lower_bound = -5.0;
   }
-  if (config.linear_head_dim <= 0 || config.linear_num_heads <= 0 || config.linear_conv_kernel < 2) {
-    Fail(source, ": linear attention needs positive head_dim and num_heads and a kernel of at least 2 taps, got ",
-         config.linear_head_dim, ", ", config.linear_num_heads, ", ", config.linear_conv_kernel);
-  }
+  CheckLinearAttentionDims(source, config);
   if (lower_bound && !(*lower_bound < 0)) {
     Fail(source, ": 'linear_lower_bound' must be negative (the forget gate's log-decay floor), got ", *lower_bound);
   }
@@ -114,13 +111,15 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
     }
   }
   // mHC.
-  config.hc_mult = top.IntOr("hc_mult", 4);
-  if (config.hc_mult <= 0) Fail(source, ": 'hc_mult' must be positive, got ", config.hc_mult);
-  config.hc_eps = top.NumberOr("hc_eps", 1e-6);
+  ParseHyperStreams(top, config);
   config.hc_magnitude = 2.0;
   config.hc_sinkhorn_iters = top.IntOr("hc_sinkhorn_iters", 20);
-  if (config.hc_sinkhorn_iters < 1) {
-    Fail(source, ": 'hc_sinkhorn_iters' must be at least 1, got ", config.hc_sinkhorn_iters);
+  // Every block of every token runs the iterations: bounded so that a typo cannot stall each
+  // step (GLM-5-Next runs 20; the normalisation has converged long before the bound).
+  constexpr int64_t kMaxSinkhornIters = 10000;
+  if (config.hc_sinkhorn_iters < 1 || config.hc_sinkhorn_iters > kMaxSinkhornIters) {
+    Fail(source, ": 'hc_sinkhorn_iters' must be from 1 to ", kMaxSinkhornIters, ", got ",
+         config.hc_sinkhorn_iters);
   }
   config.swiglu_limit = top.NumberOr("swiglu_limit", 10.0);
   if (!(config.swiglu_limit > 0)) Fail(source, ": 'swiglu_limit' must be positive, got ", config.swiglu_limit);

@@ -51,10 +51,8 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
   }
   config.index_rope_last = true;
   config.index_k_norm_eps = config.rms_norm_eps;
-  config.hc_mult = top.IntOr("hc_mult", 4);
-  if (config.hc_mult <= 0) Fail(source, ": 'hc_mult' must be positive, got ", config.hc_mult);
+  ParseHyperStreams(top, config);
   config.hc_magnitude = top.NumberOr("hc_magnitude", 2.0);
-  config.hc_eps = top.NumberOr("hc_eps", 1e-6);
   // HYV4Config's docstring says values at or below zero disable the clamp, but HYV4Experts
   // clamps at the value whatever it is (at zero every routed expert outputs zeros): refuse what
   // the two disagree on rather than pick one.

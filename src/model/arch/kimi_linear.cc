@@ -104,18 +104,7 @@ void Parse(const ConfigReader& top, ModelConfig& config) {
     config.linear_num_heads = l.IntOr("num_heads", config.linear_num_heads);
     config.linear_conv_kernel = l.IntOr("short_conv_kernel_size", config.linear_conv_kernel);
   }
-  if (config.linear_head_dim <= 0 || config.linear_num_heads <= 0 || config.linear_conv_kernel < 2) {
-    Fail(source, ": linear attention needs positive head_dim and num_heads and a kernel of at least 2 taps, got ",
-         config.linear_head_dim, ", ", config.linear_num_heads, ", ", config.linear_conv_kernel);
-  }
-  // The state is heads x head_dim^2 f32 per layer: bounded so that no count of it overflows.
-  constexpr int64_t kMaxLinearSize = 4096;  // Kimi Linear 48B: 32 heads of 128, 4 taps
-  if (config.linear_head_dim > kMaxLinearSize || config.linear_num_heads > kMaxLinearSize ||
-      config.linear_conv_kernel > kMaxLinearSize) {
-    Fail(source, ": linear attention head_dim (", config.linear_head_dim, "), num_heads (",
-         config.linear_num_heads, ") and short_conv_kernel_size (", config.linear_conv_kernel,
-         ") must each be at most ", kMaxLinearSize, ", larger than any model");
-  }
+  CheckLinearAttentionDims(source, config);
   config.linear_attention_layers = ParseLayerTypes(top, linear, config.num_hidden_layers);
 }
 
