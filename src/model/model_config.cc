@@ -79,6 +79,16 @@ void ParseLlama3Rope(const ConfigReader& rope, ModelConfig& config) {
   }
 }
 
+// YaRN's beta_fast or beta_slow: a number of rotations, `fallback` when 0 or unstated.
+double YarnBeta(const ConfigReader& rope, const char* key, double fallback) {
+  const double beta = rope.NumberOr(key, 0.0);
+  if (beta < 0) {
+    Fail(rope.source(), ": yarn '", key, "' must be positive (0 or unstated: ", fallback,
+         "), got ", beta);
+  }
+  return beta == 0 ? fallback : beta;
+}
+
 void ParseRope(const ConfigReader& top, ModelConfig& config) {
   const std::string& source = top.source();
   // transformers 5 writes `rope_parameters` (with rope_theta inside); older checkpoints write
@@ -144,11 +154,11 @@ void ParseRope(const ConfigReader& top, ModelConfig& config) {
     if (config.rope.original_max_position_embeddings <= 0) {
       Fail(rope.source(), ": 'original_max_position_embeddings' must be positive");
     }
-    // transformers reads `beta_fast or 32` and `beta_slow or 1`: zero means the default.
-    config.rope.beta_fast = rope.NumberOr("beta_fast", 0.0);
-    if (config.rope.beta_fast == 0) config.rope.beta_fast = 32.0;
-    config.rope.beta_slow = rope.NumberOr("beta_slow", 0.0);
-    if (config.rope.beta_slow == 0) config.rope.beta_slow = 1.0;
+    // transformers reads `beta_fast or 32` and `beta_slow or 1`: zero means the default. A
+    // negative one is refused there (math.log of a negative number of rotations); here it made
+    // every frequency NaN.
+    config.rope.beta_fast = YarnBeta(rope, "beta_fast", 32.0);
+    config.rope.beta_slow = YarnBeta(rope, "beta_slow", 1.0);
     config.rope.mscale = rope.NumberOr("mscale", 0.0);
     if (rope.Has("attention_factor")) config.rope.attention_factor = rope.NumberOr("attention_factor", 1.0);
     config.rope.truncate = rope.BoolOr("truncate", true);

@@ -478,6 +478,15 @@ TEST(ModelConfigTest, RejectsBadRope) {
   EXPECT_CONFIG_ERROR(j, "config.json rope_scaling: yarn needs 'factor'");
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 0}};
   EXPECT_CONFIG_ERROR(j, "yarn 'factor' must be positive");
+  // A negative number of rotations made every rotary frequency NaN (transformers' math.log
+  // raises on it); 0 is the default, as transformers' `beta_fast or 32` reads it.
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}, {"beta_fast", -1}};
+  EXPECT_CONFIG_ERROR(j, "yarn 'beta_fast' must be positive (0 or unstated: 32), got -1");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}, {"beta_slow", -0.5}};
+  EXPECT_CONFIG_ERROR(j, "yarn 'beta_slow' must be positive (0 or unstated: 1), got -0.5");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}, {"beta_fast", 0}, {"beta_slow", 0}};
+  EXPECT_DOUBLE_EQ(Parse(j).rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(Parse(j).rope.beta_slow, 1.0);
   j["rope_scaling"] = "yarn";
   EXPECT_CONFIG_ERROR(j, "'rope_scaling' must be an object");
 }
