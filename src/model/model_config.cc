@@ -244,7 +244,10 @@ void ParseMoe(const ConfigReader& top, const ArchDefaults& d, ModelConfig& confi
     Fail(source, ": 'first_k_dense_replace' is null (transformers fails on it): state it or "
          "leave it out");
   }
-  config.first_k_dense_replace = top.IntOr("first_k_dense_replace", d.first_k_dense_replace);
+  // Negative, every layer would be MoE, the first ones' missing router then named as a missing
+  // tensor rather than the field; past the layers, every layer is dense (transformers' reading).
+  config.first_k_dense_replace =
+      top.SizeOr("first_k_dense_replace", d.first_k_dense_replace, /*min=*/0);
   // moe_layer_freq is not read: of transformers' classes only AXK1's, AXK2's and Dots3 Note's
   // take it, when they derive mlp_layer_types (DeriveMlpLayerTypes, in their Arch::prepare);
   // every other class ignores it (DeepseekV2/V3 and Mistral4 decoder layers are MoE from
@@ -394,7 +397,7 @@ void DeriveMlpLayerTypes(Json& json, const std::string& source, int64_t default_
         Fail(source, ": '", key, "' is null (transformers fails on it): state it or leave it out");
       }
     }
-    const int64_t first_dense = top.IntOr("first_k_dense_replace", default_first_dense);
+    const int64_t first_dense = top.SizeOr("first_k_dense_replace", default_first_dense, 0);
     const bool per_layer = form == MoeLayerFreq::kNumberOrList && top.Has("moe_layer_freq") &&
                            top["moe_layer_freq"].is_array();
     int64_t every = 1;

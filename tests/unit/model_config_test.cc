@@ -305,6 +305,17 @@ TEST(ModelConfigTest, NullFirstKDenseReplaceIsRefusedWhereTransformersFails) {
   }
 }
 
+// A negative count made every layer MoE, and the load then named the first layer's router as a
+// missing tensor; past the layers, every layer is dense, as transformers reads it.
+TEST(ModelConfigTest, NegativeFirstKDenseReplaceIsRefusedByName) {
+  EXPECT_CONFIG_ERROR(With(TinyV3(), "first_k_dense_replace", -1),
+                      "field 'first_k_dense_replace' must be non-negative, got -1");
+  EXPECT_EQ(Parse(With(TinyV3(), "first_k_dense_replace", 0)).moe_layers,
+            (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(Parse(With(TinyV3(), "first_k_dense_replace", 5)).moe_layers,
+            (std::vector<bool>{false, false, false}));
+}
+
 TEST(ModelConfigTest, KimiK2IsTheDeepseekV3Architecture) {
   ModelConfig c = Parse(kKimiK2);
   EXPECT_EQ(c.model_type, "kimi_k2");
