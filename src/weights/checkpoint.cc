@@ -35,8 +35,11 @@ Json ReadJsonFile(const fs::path& path) {
 std::map<std::string, std::string> ReadWeightMap(const fs::path& index_path) {
   Json index = ReadJsonFile(index_path);
   const std::string where = index_path.string();
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    Fail(where, ": missing object 'weight_map'");
+  if (!index.is_object()) Fail(where, ": not a JSON object, but ", index.type_name());
+  if (!index.contains("weight_map")) Fail(where, ": missing object 'weight_map'");
+  if (!index["weight_map"].is_object()) {
+    Fail(where, ": 'weight_map' must be an object (tensor name -> shard file), got ",
+         index["weight_map"].type_name());
   }
   std::map<std::string, std::string> weight_map;
   for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <iterator>
 #include <set>
+#include <string_view>
 
 #include "base/error.h"
 
@@ -15,6 +17,16 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100u * 1000u * 1000u;
 // A valid header nests objects/arrays at most three deep: top, entry, shape/offsets.
 constexpr int kMaxDepth = 3;
+
+// Every dtype the safetensors format defines: one latent does not read is "unsupported", any
+// other name "unknown".
+bool IsSafetensorsDType(std::string_view name) {
+  static constexpr std::string_view kFormatDTypes[] = {
+      "BOOL", "U8",  "I8",  "I16", "U16",     "F16",     "BF16",    "I32",     "U32",     "F32",
+      "F64",  "I64", "U64", "C64", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4"};
+  return std::find(std::begin(kFormatDTypes), std::end(kFormatDTypes), name) !=
+         std::end(kFormatDTypes);
+}
 
 uint64_t ReadU64LE(const uint8_t* p) {
   uint64_t v = 0;
@@ -87,13 +99,14 @@ SafetensorsEntry ParseEntry(const std::string& name, const Json& desc, uint64_t 
   const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
   auto dtype = ParseSafetensorsDType(dtype_name);
   if (!dtype) {
-    Fail(where, ": unknown dtype '", dtype_name, "' (supported: ", SupportedSafetensorsDTypes(),
-         ")");
+    Fail(where, ": ", IsSafetensorsDType(dtype_name) ? "unsupported" : "unknown", " dtype '",
+         dtype_name, "' (supported: ", SupportedSafetensorsDTypes(), ")");
   }
   entry.dtype = *dtype;
 
   auto shape_it = desc.find("shape");
-  if (shape_it == desc.end() || !shape_it->is_array()) Fail(where, ": missing array 'shape'");
+  if (shape_it == desc.end()) Fail(where, ": missing array 'shape'");
+  if (!shape_it->is_array()) Fail(where, ": 'shape' must be an array, got ", shape_it->dump());
   if (shape_it->size() > static_cast<size_t>(kMaxDims)) {
     Fail(where, ": shape has ", shape_it->size(), " dims, more than ", kMaxDims);
   }
@@ -147,6 +160,12 @@ SafetensorsHeader ParseSafetensorsHeader(const uint8_t* bytes, size_t size,
     Fail(file, ": header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes);
   }
   std::string_view text(reinterpret_cast<const char*>(bytes + 8), header_len);
+  // nlohmann's parser stops at a NUL as at the end of input, so `{...}\0garbage` would load; the
+  // safetensors package refuses the trailing bytes (its padding is spaces, which stay accepted).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    Fail(file, ": invalid safetensors header: a NUL byte at byte ", nul, " of its ", header_len,
+         " (the header is JSON text, padded with spaces)");
+  }
   Json json = ParseJsonRejectingDuplicates(text, file);
   if (!json.is_object()) Fail(file, ": safetensors header is not a JSON object");
 

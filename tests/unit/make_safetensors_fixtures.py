@@ -247,8 +247,9 @@ def malformed_files(out):
          ["4 trailing bytes not covered by any tensor"]),
         ("size_mismatch", raw({"w": entry("F32", [3], 0, 8)}, bytes(8)),
          ["tensor 'w'", "size mismatch: shape [3] x F32 needs 12 bytes but data_offsets span 8"]),
-        ("unknown_dtype_f64", raw({"w": entry("F64", [1], 0, 8)}, bytes(8)),
-         ["tensor 'w'", "unknown dtype 'F64'", "supported: F32"]),
+        # F64 is a safetensors dtype latent does not read, Q4 no safetensors dtype at all.
+        ("unsupported_dtype_f64", raw({"w": entry("F64", [1], 0, 8)}, bytes(8)),
+         ["tensor 'w'", "unsupported dtype 'F64'", "supported: F32"]),
         ("unknown_dtype_q4", raw({"w": entry("Q4", [2], 0, 1)}, bytes(1)),
          ["tensor 'w'", "unknown dtype 'Q4'"]),
         ("dtype_not_string", raw({"w": entry(32, [2], 0, 8)}, bytes(8)),
@@ -270,6 +271,13 @@ def malformed_files(out):
          ["tensor 'w'", "shape entries must be non-negative integers"]),
         ("missing_shape", raw({"w": {"dtype": "F32", "data_offsets": [0, 8]}}, bytes(8)),
          ["tensor 'w'", "missing array 'shape'"]),
+        ("shape_is_a_string", raw({"w": entry("F32", "2", 0, 8)}, bytes(8)),
+         ["tensor 'w'", "'shape' must be an array, got \"2\""]),
+        # nlohmann's parser ends the input at a NUL: what follows was ignored. The safetensors
+        # package refuses it (its padding is spaces).
+        ("nul_after_the_json",
+         raw(json.dumps({"w": f32x2}).encode() + b"\0garbage", bytes(8)),
+         ["invalid safetensors header: a NUL byte at byte"]),
         ("shape_too_many_dims", raw({"w": entry("F32", [1] * 7, 0, 4)}, bytes(4)),
          ["tensor 'w'", "shape has 7 dims, more than 6"]),
         ("shape_overflows_u64", raw({"w": entry("I8", [2**40, 2**40], 0, 0)}),
@@ -376,6 +384,9 @@ def malformed_checkpoints(out):
          {s1: one()}, {"a": 1})
     case("sharded_no_weight_map", [INDEX, "missing object 'weight_map'"], {s1: one()},
          index_text='{"metadata": {"total_size": 8}}')
+    case("sharded_weight_map_is_a_list",
+         [INDEX, "'weight_map' must be an object (tensor name -> shard file), got array"],
+         {s1: one()}, index_text='{"weight_map": [["a", "' + s1 + '"]]}')
     case("sharded_empty_weight_map", [INDEX, "weight_map is empty"], {}, {})
     case("sharded_invalid_index_json", [INDEX, "invalid JSON"], {s1: one()},
          index_text='{"weight_map": ')
