@@ -22,6 +22,7 @@
 #include "cli/token_ids.h"
 #include "base/saturating.h"
 #include "engine/cache_manager.h"
+#include "engine/sampler.h"
 #include "model/generation_config.h"
 #include "model/cache_rows.h"
 
@@ -164,6 +165,9 @@ Runner RegisterGenerate(CLI::App& app) {
       if (cache.has_window()) batch.AddWindowTable(window_table.blocks());
       m->Forward(batch, form, logits.data());
       position += static_cast<int64_t>(step.size());
+      // The argmax of a row holding NaN is whatever max_element's comparisons make of it (token
+      // 0, often): refused as the engine refuses to draw from it.
+      if (engine::HasNanOrPosInf(logits.data(), vocab)) Fail(engine::kNonFiniteLogitsError);
       const int32_t token =
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       generated.push_back(token);

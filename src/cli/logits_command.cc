@@ -1,7 +1,11 @@
 // `latent logits --model DIR --ids 1,2,3 [--attention auto|absorbed|expanded]
 // [--quantize none|int8|w8a8] [--cache-dtype f32|bf16|fp8] [--f32-out PATH]`: f32 logits of every position of one prompt, as JSON
 // {"logits": [[...], ...]}; with --f32-out, as raw little-endian f32 [tokens, vocab] in PATH
-// (large vocabularies), the JSON then giving "tokens" and "vocab" instead.
+// (large vocabularies), the JSON then giving "tokens" and "vocab" instead. JSON has no NaN or
+// infinity: a non-finite logit (an overflow in the model) fails the JSON form with the engine's
+// message and the first position and token holding one; --f32-out writes them as they are.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +18,7 @@
 #include "cli/token_ids.h"
 #include "cache/cache_layout.h"
 #include "engine/cache_manager.h"
+#include "engine/sampler.h"
 #include "model/cache_rows.h"
 
 namespace latent::cli {
@@ -52,6 +57,17 @@ void RunPrompt(const model::Model& m, const std::vector<int32_t>& ids, int64_t c
   }
   table.Free(cache.pool());
   window_table.Free(cache.pool());
+}
+
+// JSON cannot hold NaN or inf ("nan" would make the output unreadable to every JSON parser), and
+// null would pass for a value a consumer then computes with: the first non-finite logit fails.
+void FailOnNonFiniteLogits(const std::vector<float>& logits, int64_t vocab) {
+  const auto bad =
+      std::find_if(logits.begin(), logits.end(), [](float x) { return !std::isfinite(x); });
+  if (bad == logits.end()) return;
+  const int64_t at = bad - logits.begin();
+  Fail(engine::kNonFiniteLogitsError, ": position ", at / vocab, ", token ", at % vocab, " is ",
+       *bad, " (--f32-out writes the logits as they are)");
 }
 
 Runner RegisterLogits(CLI::App& app) {
@@ -125,6 +141,7 @@ Runner RegisterLogits(CLI::App& app) {
       if (std::fclose(f) != 0 || written != logits.size()) Fail("--f32-out: cannot write ", opt->f32_out);
       out = "{\"tokens\": " + std::to_string(ids.size()) + ", \"vocab\": " + std::to_string(vocab);
     } else {
+      FailOnNonFiniteLogits(logits, vocab);
       // %.9g prints every f32 exactly enough to round-trip.
       out = "{\"logits\": [";
       char buf[32];

@@ -318,15 +318,44 @@ def test_non_finite_weight_is_reported(model, value, kind, command):
 
 def test_non_finite_scan_can_be_turned_off(model):
     """LATENT_CHECK_WEIGHTS=0 skips the scan (for a huge checkpoint known to be good); the
-    damaged weight is then served, which is what the scan is there to prevent."""
+    damaged weight is then loaded, and only the NaN logits it makes stop the run, with no word of
+    the tensor: what the scan is there to prevent."""
     shard, name, entry = float_tensor(model)
     header, data = read_safetensors(shard)
     begin, _ = header[name]["data_offsets"]
     data = data[:begin] + struct.pack("<f", float("nan")) + data[begin + 4:]
     write_safetensors(shard, header, data)
-    assert run("generate", model).returncode == 2
+    assert_load_error(run("generate", model), f"tensor '{name}'", "NaN or infinite value")
     proc = run("generate", model, env={"LATENT_CHECK_WEIGHTS": "0"})
-    assert proc.returncode == 0, proc.stderr
+    assert_load_error(proc, "the model produced non-finite logits (NaN/inf)")
+    assert name not in proc.stderr
+
+
+def poison_final_norm(model: Path) -> None:
+    """A NaN in model.norm.weight: every logit NaN, the scan turned off to let it through."""
+    for shard in shards(model):
+        header, data = read_safetensors(shard)
+        if "model.norm.weight" in header:
+            begin, _ = header["model.norm.weight"]["data_offsets"]
+            write_safetensors(shard, header,
+                              data[:begin] + struct.pack("<f", float("nan")) + data[begin + 4:])
+            return
+    raise AssertionError(f"no model.norm.weight in {model}")
+
+
+def test_non_finite_logits_fail_generate_ids_and_logits(model):
+    """generate --ids took the argmax of NaN logits (token 0, exit 0) where the engine path
+    fails; `latent logits` printed `nan`, which no JSON parser reads."""
+    poison_final_norm(model)
+    unchecked = {"LATENT_CHECK_WEIGHTS": "0"}
+    assert_load_error(run("generate", model, env=unchecked),
+                      "the model produced non-finite logits (NaN/inf)")
+    proc = subprocess.run([str(LATENT), "logits", "--model", str(model), "--ids", "1,2"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **unchecked})
+    assert_load_error(proc, "the model produced non-finite logits (NaN/inf)",
+                      ": position 0, token 0 is nan (--f32-out writes the logits as they are)")
+    assert proc.stdout == ""
 
 
 # -- config faults --------------------------------------------------------------------------------
