@@ -4,8 +4,10 @@
 // through OpenInputFile, which refuses what is not a file with the path and the reason.
 #pragma once
 
+#include <cstddef>
 #include <fstream>
 #include <istream>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,5 +37,25 @@ void CheckInputFile(std::string_view label, const std::string& path);
 // CheckInputFile, then the open stream (failing as it does if the open fails).
 std::ifstream OpenInputFile(std::string_view label, const std::string& path,
                             std::ios::openmode mode = std::ios::in);
+
+// The most a model directory's JSON file (config.json, the index, generation_config.json,
+// tokenizer_config.json) may hold: the largest real ones (a per-expert index) are near 10 MiB.
+inline constexpr size_t kMaxModelJsonBytes = size_t{64} << 20;
+
+// The whole of `path`, a file latent finds in a model or tokenizer directory, or nullopt when
+// nothing is there. Unlike CheckInputFile's command-line inputs it must be a regular file: a FIFO
+// there would block every command at open (it is opened without blocking, then refused), and a
+// link to /dev/zero would be read until memory ran out. Throws latent::Error "LABEL PATH: REASON"
+// when it cannot be opened (a symlink loop, no permission), is not a regular file, or holds more
+// than `max_bytes`.
+std::optional<std::string> ReadModelFile(std::string_view label, const std::string& path,
+                                         size_t max_bytes);
+
+// Whether anything is at `path`, and whether it is a directory: std::filesystem's exists and
+// is_directory, but a path whose status cannot be read (a symlink loop, a directory that cannot
+// be searched) throws latent::Error "LABEL PATH: cannot read: REASON" rather than
+// std::filesystem::filesystem_error.
+bool PathExists(std::string_view label, const std::string& path);
+bool IsDirectory(std::string_view label, const std::string& path);
 
 }  // namespace latent

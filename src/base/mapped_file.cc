@@ -14,7 +14,8 @@
 namespace latent {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO otherwise waits for a writer before the check below can refuse it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) Fail(path, ": cannot open: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -46,8 +46,16 @@ class Hash {
   uint64_t h_ = 14695981039346656037ull;
 };
 
+// Only a regular file is opened: a FIFO would block the open, /dev/zero never end. The load
+// that follows names what is wrong with anything else (ReadModelFile, MappedFile).
+bool IsRegularFile(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
 // A hash of the whole file, "" when it cannot be read.
 std::string FileHash(const fs::path& path) {
+  if (!IsRegularFile(path)) return "";
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
   Hash hash;
@@ -59,6 +67,7 @@ std::string FileHash(const fs::path& path) {
 // "SIZE bytes, header HASH, data HASH": the header (tensor names, dtypes, shapes, offsets) and
 // kSamples samples of the data; "unreadable" when it cannot be opened.
 std::string SafetensorsItem(const fs::path& path) {
+  if (!IsRegularFile(path)) return "unreadable";
   std::ifstream in(path, std::ios::binary);
   std::error_code error;
   const uintmax_t size = fs::file_size(path, error);

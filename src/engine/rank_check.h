@@ -32,8 +32,9 @@ std::string SourceState();
 // products", which the kernels' name does not imply), --quantize, LATENT_KEY_FOLD, config.json's
 // bytes, model.safetensors.index.json's bytes, and for every *.safetensors file in `dir` its size,
 // header and a few samples of its data (what tells two checkpoints of the same shapes apart
-// without reading hundreds of GB). A config.json that cannot be read gives the item
-// "config.json" -> "" (the load then says why).
+// without reading hundreds of GB). A config.json that cannot be read or is not a regular file (a
+// FIFO would block, /dev/zero never end) gives the item "config.json" -> "" (the load then says
+// why).
 RankItems ItemsBeforeLoading(const std::string& dir, const model::LoadOptions& options);
 
 // How rank `rank`'s `mine` differs from `rank0`, in words ("--quantize int8 on rank 1, none on

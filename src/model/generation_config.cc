@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -76,11 +75,10 @@ void CheckFloat(const std::string& path, const char* key, double value) {
 
 // The file at `path` parsed; nullopt when there is none to read.
 std::optional<nlohmann::json> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  CheckInputFile("model", path.string());  // a directory named so, not "invalid JSON"
+  const std::optional<std::string> text = ReadModelFile("model", path.string(), kMaxModelJsonBytes);
+  if (!text) return std::nullopt;
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     Fail(path.string(), ": invalid JSON: ", e.what());
   }

@@ -4,9 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "base/error.h"
 #include "base/input_file.h"
@@ -708,12 +707,9 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
 
 ModelConfig ModelConfig::Load(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) Fail(path, ": cannot open (is ", dir, " a Hugging Face checkpoint directory?)");
-  CheckInputFile("model", path);  // opened, yet a directory: named as one, not as "invalid JSON"
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromJson(text.str(), path);
+  const std::optional<std::string> text = ReadModelFile("model", path, kMaxModelJsonBytes);
+  if (!text) Fail(path, ": cannot open (is ", dir, " a Hugging Face checkpoint directory?)");
+  return FromJson(*text, path);
 }
 
 }  // namespace latent::model

@@ -16,7 +16,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +23,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "generate/attention_form.h"
 #include "engine/engine.h"
 #include "engine/environment_check.h"
@@ -75,7 +75,7 @@ class PyEngine {
     // LATENT_PROFILE was read when the module loaded, where an error could not be raised, and
     // LATENT_ROWS_GATHER would be read at the first request.
     engine::CheckEnvironment();
-    if (!std::filesystem::is_directory(model_dir)) Fail(model_dir, ": not a directory");
+    if (!IsDirectory("model", model_dir)) Fail(model_dir, ": not a directory");
     if (!tokenizer_dir.empty()) tokenizer::Tokenizer::CheckNamedDir(tokenizer_dir);
     // Read and checked (SamplingDefaults::Check) before the weights, as the server and `latent
     // generate` do: a bad field is named at once, not after the model has loaded.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "kernels/kernel_table.h"
 #include "model/arch/registry.h"
 #include "model/cache_rows.h"
@@ -336,7 +337,7 @@ int RunServer(const ServeOptions& o) {
     name = o.model_dir;
     while (name.size() > 1 && name.back() == '/') name.pop_back();
   }
-  if (!fs::is_directory(o.model_dir)) Fail("--model ", o.model_dir, ": no such directory");
+  if (!IsDirectory("--model", o.model_dir)) Fail("--model ", o.model_dir, ": no such directory");
   // Under mpirun only rank 0 serves HTTP; the others run its steps (and never return here).
   if (parallel::World().rank() != 0) engine::LoadRankedModel(o.model_dir, o.load);
   HandleSignals();

@@ -1,11 +1,12 @@
 #include "tokenizer/tokenizer.h"
 
+#include <cstddef>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include "base/error.h"
 #include "base/error_context.h"
+#include "base/input_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoders.h"
@@ -40,12 +41,13 @@ struct Tokenizer::Impl {
 
 namespace {
 
-std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("tokenizer: cannot read ", path.string());
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
+// tokenizer.json and tiktoken.model hold the vocabulary and merges: tens of MiB for the largest
+// vocabularies, so their bound is above the one on the small JSON files.
+constexpr size_t kMaxVocabBytes = size_t{1} << 30;
+
+// The file at `path`, or nullopt when there is none; an error when it is not a regular file.
+std::optional<std::string> ReadIfPresent(const std::filesystem::path& path, size_t max_bytes) {
+  return ReadModelFile("tokenizer", path.string(), max_bytes);
 }
 
 Json ParseJson(std::string_view text, std::string_view name) {
@@ -81,12 +83,14 @@ Tokenizer::~Tokenizer() = default;
 
 bool Tokenizer::DirHasTokenizer(const std::string& dir) {
   const std::filesystem::path root(dir);
-  return std::filesystem::exists(root / "tokenizer.json") ||
-         std::filesystem::exists(root / "tiktoken.model");
+  return PathExists("tokenizer", (root / "tokenizer.json").string()) ||
+         PathExists("tokenizer", (root / "tiktoken.model").string());
 }
 
 void Tokenizer::CheckNamedDir(const std::string& dir) {
-  if (!std::filesystem::is_directory(dir)) Fail("tokenizer directory ", dir, ": not a directory");
+  if (!IsDirectory("tokenizer directory", dir)) {
+    Fail("tokenizer directory ", dir, ": not a directory");
+  }
   if (!DirHasTokenizer(dir)) {
     Fail("tokenizer directory ", dir, ": no tokenizer.json or tiktoken.model in it");
   }
@@ -96,28 +100,29 @@ Tokenizer Tokenizer::FromDir(const std::string& dir) {
   const std::filesystem::path root(dir);
   const auto tokenizer_path = root / "tokenizer.json";
   const auto config_path = root / "tokenizer_config.json";
-  if (!std::filesystem::exists(tokenizer_path)) {
+  const std::optional<std::string> tokenizer = ReadIfPresent(tokenizer_path, kMaxVocabBytes);
+  const std::optional<std::string> config = ReadIfPresent(config_path, kMaxModelJsonBytes);
+  if (!tokenizer) {
     const auto tiktoken_path = root / "tiktoken.model";
-    if (!std::filesystem::exists(tiktoken_path)) {
+    const std::optional<std::string> tiktoken = ReadIfPresent(tiktoken_path, kMaxVocabBytes);
+    if (!tiktoken) {
       Fail("tokenizer: ", tokenizer_path.string(),
            " not found, nor tiktoken.model (latent reads Hugging Face tokenizer.json tokenizers "
            "and Kimi's tiktoken.model with tokenizer_config.json)");
     }
-    if (!std::filesystem::exists(config_path)) {
+    if (!config) {
       Fail("tokenizer: ", config_path.string(),
            " not found (tiktoken.model needs it: its added_tokens_decoder names the special "
            "tokens)");
     }
     try {
-      return FromTiktoken(ReadFile(tiktoken_path), ReadFile(config_path), tiktoken_path.string());
+      return FromTiktoken(*tiktoken, *config, tiktoken_path.string());
     } catch (const Error& e) {
       FailLike(e, e.what(), " (in ", dir, ")");
     }
   }
-  const std::string config =
-      std::filesystem::exists(config_path) ? ReadFile(config_path) : std::string();
   try {
-    return FromJson(ReadFile(tokenizer_path), config);
+    return FromJson(*tokenizer, config.value_or(std::string()));
   } catch (const Error& e) {
     FailLike(e, e.what(), " (in ", dir, ")");
   }

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "base/error.h"
 #include "base/input_file.h"
@@ -20,12 +19,13 @@ using Json = nlohmann::json;
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
+bool Exists(const fs::path& path) { return PathExists("model", path.string()); }
+
 Json ReadJsonFile(const fs::path& path) {
-  std::ifstream in = OpenInputFile("model", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::optional<std::string> text = ReadModelFile("model", path.string(), kMaxModelJsonBytes);
+  if (!text) Fail(path.string(), ": cannot open: no such file");  // removed since it was found
   try {
-    return Json::parse(text.str());
+    return Json::parse(*text);
   } catch (const Json::exception& e) {
     Fail(path.string(), ": invalid JSON: ", e.what());
   }
@@ -59,7 +59,7 @@ std::map<std::string, std::string> ReadWeightMap(const fs::path& index_path) {
 
 bool Checkpoint::Present(const std::string& dir) {
   const fs::path root(dir);
-  if (fs::exists(root / kIndexFile) || fs::exists(root / kSingleFile)) return true;
+  if (Exists(root / kIndexFile) || Exists(root / kSingleFile)) return true;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(root, error)) {
     if (entry.path().extension() == ".safetensors") return true;
@@ -71,7 +71,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
   Checkpoint ckpt;
   ckpt.dir_ = dir;
   const fs::path root(dir);
-  if (!fs::is_directory(root)) Fail(dir, ": not a directory");
+  if (!IsDirectory("model", dir)) Fail(dir, ": not a directory");
 
   auto add_file = [&](const std::string& name) -> SafetensorsFile* {
     ckpt.files_.push_back(std::make_unique<SafetensorsFile>((root / name).string()));
@@ -85,12 +85,12 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
     }
   };
 
-  if (fs::exists(root / kIndexFile)) {
+  if (Exists(root / kIndexFile)) {
     const auto weight_map = ReadWeightMap(root / kIndexFile);
     std::map<std::string, SafetensorsFile*> shards;
     for (const auto& [name, shard] : weight_map) {
       if (!shards.count(shard)) {
-        if (!fs::exists(root / shard)) {
+        if (!Exists(root / shard)) {
           Fail((root / kIndexFile).string(), ": shard '", shard, "' (holding '", name,
                "') does not exist");
         }
@@ -105,7 +105,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
     }
     for (const auto& [shard, file] : shards)
       for (const auto& e : file->entries()) claim(e.name, file);
-  } else if (fs::exists(root / kSingleFile)) {
+  } else if (Exists(root / kSingleFile)) {
     SafetensorsFile* file = add_file(kSingleFile);
     for (const auto& e : file->entries()) claim(e.name, file);
   } else {

@@ -401,6 +401,18 @@ def test_bad_model_dir_raises(tmp_path):
         latent.LLM(str(tmp_path / "empty"), max_batch=3)
 
 
+def test_a_symlink_loop_in_the_model_dir_raises_latent_error(model_dir, tmp_path):
+    """std::filesystem's own exception reached Python as a RuntimeError."""
+    import shutil
+
+    looped = tmp_path / "looped"
+    shutil.copytree(model_dir, looped)
+    (looped / "model.safetensors.index.json").symlink_to("model.safetensors.index.json")
+    with pytest.raises(latent.LatentError, match="index.json: cannot read: Too many levels of "
+                                                 "symbolic links"):
+        latent.LLM(str(looped))
+
+
 def test_a_stray_checkpoint_tensor_warns_at_load(model_dir, tmp_path, capfd):
     """As `latent generate` and `latent serve` do: one line on stderr naming the tensor that
     config.json does not describe, which is not loaded; a normal checkpoint loads without one."""

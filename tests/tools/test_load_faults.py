@@ -57,7 +57,8 @@ def float_tensor(model: Path, min_dims: int = 1) -> tuple[Path, str, dict]:
 
 # -- running latent -------------------------------------------------------------------------------
 
-def run(command: str, model: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(command: str, model: Path, *extra: str, env: dict | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
     if not LATENT.exists():
         raise RuntimeError(f"{LATENT} is missing: run `make build` first")
     args = [str(LATENT), command, "--model", str(model)]
@@ -67,7 +68,7 @@ def run(command: str, model: Path, *extra: str, env: dict | None = None) -> subp
         args += ["--host", "127.0.0.1", "--port", "0"]
     elif command == "tokenize":
         args += ["--text", "Hello"]
-    return subprocess.run(args + list(extra), capture_output=True, text=True, timeout=120,
+    return subprocess.run(args + list(extra), capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
 
 
@@ -356,6 +357,59 @@ def test_non_finite_logits_fail_generate_ids_and_logits(model):
     assert_load_error(proc, "the model produced non-finite logits (NaN/inf)",
                       ": position 0, token 0 is nan (--f32-out writes the logits as they are)")
     assert proc.stdout == ""
+
+
+# -- files in the model directory that are not regular files --------------------------------------
+
+# A FIFO blocked every command at open (or at the read); /dev/zero was read until memory ran out.
+# A hang here would fail by the timeout, well above a load's second or two.
+SPECIAL_FILE_TIMEOUT = 60
+
+
+def special_file(model: Path, name: str) -> Path:
+    return shards(model)[0] if name == "SHARD" else model / name
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json",
+                                  "generation_config.json", "SHARD"])
+def test_a_fifo_in_the_model_directory_is_refused(model, name):
+    path = special_file(model, name)
+    path.unlink()
+    os.mkfifo(path)
+    assert_load_error(run("generate", model, timeout=SPECIAL_FILE_TIMEOUT), str(path),
+                      "not a regular file")
+
+
+def test_a_fifo_tokenizer_is_refused(model):
+    path = model / "tokenizer.json"  # the fixture has none: the tokenizer tests write one
+    os.mkfifo(path)
+    assert_load_error(run("tokenize", model, timeout=SPECIAL_FILE_TIMEOUT), str(path),
+                      "not a regular file (a FIFO)")
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])
+def test_a_link_to_dev_zero_is_refused(model, name):
+    path = special_file(model, name)
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    assert_load_error(run("generate", model, timeout=SPECIAL_FILE_TIMEOUT), str(path),
+                      "not a regular file (a character device)")
+
+
+def test_a_json_file_over_the_size_cap_is_refused(model):
+    path = model / "generation_config.json"
+    with open(path, "r+b") as f:
+        f.truncate(65 << 20)  # sparse: nothing is written
+    assert_load_error(run("generate", model), str(path), "is 68157440 bytes, more than the 64 MiB")
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "SHARD"])
+def test_a_symlink_loop_in_the_model_directory_is_named(model, name):
+    """std::filesystem threw its own error (exit 1, "internal error"; RuntimeError in Python)."""
+    path = special_file(model, name)
+    path.unlink()
+    path.symlink_to(path.name)
+    assert_load_error(run("generate", model), str(path), "Too many levels of symbolic links")
 
 
 # -- config faults --------------------------------------------------------------------------------

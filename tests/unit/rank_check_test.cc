@@ -2,6 +2,7 @@
 #include "engine/rank_check.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -65,6 +66,22 @@ TEST(RankCheck, ItemsNameTheBf16Products) {
   const std::string expected = StrCat("bf16 products ", *Item(other, "bf16 products"),
                                       " on rank 1, ", *products, " on rank 0");
   EXPECT_EQ(DescribeDifferences(items, other, 1), expected);
+}
+
+// A config.json or index that is a FIFO blocked every rank at open, and one linked to /dev/zero
+// was hashed forever: only regular files are read, the load then naming what is wrong.
+TEST(RankCheck, SpecialFilesAreNotRead) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "rank_check_special";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/zero", dir / "config.json");
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors.index.json").c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir / "model-00001-of-00001.safetensors").c_str(), 0600), 0);
+  const RankItems items = ItemsBeforeLoading(dir.string(), model::LoadOptions{});
+  EXPECT_EQ(*Item(items, "config.json"), "");
+  EXPECT_EQ(*Item(items, "model.safetensors.index.json"), "");
+  EXPECT_EQ(*Item(items, "model-00001-of-00001.safetensors"), "unreadable");
+  fs::remove_all(dir);
 }
 
 }  // namespace

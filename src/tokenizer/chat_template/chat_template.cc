@@ -1,10 +1,12 @@
 #include "tokenizer/chat_template/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <optional>
+#include <system_error>
+#include <utility>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "base/json_depth.h"
 #include "tokenizer/chat_template/ast.h"
 #include "tokenizer/chat_template/exact_json.h"
@@ -28,12 +30,12 @@ namespace fs = std::filesystem;
 using jinja::Value;
 
 std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot read ", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::optional<std::string> text = ReadModelFile("tokenizer", path.string(), kMaxModelJsonBytes);
+  if (!text) Fail("cannot read ", path.string(), ": no such file");
+  return std::move(*text);
 }
+
+bool Exists(const fs::path& path) { return PathExists("tokenizer", path.string()); }
 
 nlohmann::ordered_json ReadJson(const fs::path& path) {
   try {
@@ -247,21 +249,26 @@ ChatTemplate ChatTemplate::FromString(const std::string& source,
 
 ChatTemplate ChatTemplate::FromTokenizerDir(const std::string& dir) {
   const fs::path root(dir);
-  if (!fs::is_directory(root)) Fail("tokenizer directory ", dir, " does not exist");
+  if (!IsDirectory("tokenizer directory", dir)) {
+    Fail("tokenizer directory ", dir, " does not exist");
+  }
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   const fs::path config_path = root / "tokenizer_config.json";
-  if (fs::exists(config_path)) config = ReadJson(config_path);
+  if (Exists(config_path)) config = ReadJson(config_path);
 
   std::map<std::string, std::string> sources;
-  if (fs::exists(root / "chat_template.jinja")) {
+  if (Exists(root / "chat_template.jinja")) {
     sources["default"] = ReadFile(root / "chat_template.jinja");
   }
-  if (fs::is_directory(root / "additional_chat_templates")) {
-    for (const auto& entry : fs::directory_iterator(root / "additional_chat_templates")) {
+  const fs::path more = root / "additional_chat_templates";
+  if (IsDirectory("tokenizer", more.string())) {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(more, error)) {
       if (entry.path().extension() == ".jinja") {
         sources[entry.path().stem().string()] = ReadFile(entry.path());
       }
     }
+    if (error) Fail("tokenizer ", more.string(), ": cannot read: ", error.message());
   }
   if (sources.empty() && config.is_object() && config.contains("chat_template")) {
     const auto& ct = config["chat_template"];
@@ -291,7 +298,7 @@ ChatTemplate ChatTemplate::FromTokenizerDir(const std::string& dir) {
   // added_tokens_decoder, as transformers reads it.
   CollectSpecialTokens(config, t.special_tokens_);
   const fs::path map_path = root / "special_tokens_map.json";
-  if (fs::exists(map_path) && !(config.is_object() && config.contains("added_tokens_decoder"))) {
+  if (Exists(map_path) && !(config.is_object() && config.contains("added_tokens_decoder"))) {
     CollectSpecialTokens(ReadJson(map_path), t.special_tokens_);
   }
   return t;
