@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/error.h"
+#include "structured/json_schema_keywords.h"
 
 namespace latent::structured {
 namespace {
@@ -17,14 +18,6 @@ namespace {
 constexpr std::array<std::string_view, 10> kUnsupported = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "uniqueItems", "contains", "minContains", "maxContains"};
-
-// Keywords whose value is one subschema / an array of them / an object of them.
-constexpr std::array<std::string_view, 8> kSchemaValued = {
-    "items", "additionalProperties", "propertyNames", "unevaluatedProperties",
-    "unevaluatedItems", "additionalItems", "contentSchema", "not"};
-constexpr std::array<std::string_view, 4> kSchemaArrays = {"anyOf", "oneOf", "allOf", "prefixItems"};
-constexpr std::array<std::string_view, 5> kSchemaMaps = {"properties", "patternProperties", "$defs",
-                                                         "definitions", "dependentSchemas"};
 
 // XGrammar takes the first of these an object has and ignores every other constraining keyword
 // of the object (GenerateFromSpec's order).
@@ -51,14 +44,6 @@ constexpr std::array<std::string_view, 15> kTypeSpecific = {
 constexpr std::array<std::string_view, 13> kTyping = {
     "type",  "properties", "additionalProperties", "unevaluatedProperties", "items",
     "prefixItems", "unevaluatedItems", "$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
-
-template <size_t N>
-bool In(const std::array<std::string_view, N>& names, std::string_view key) {
-  for (std::string_view n : names) {
-    if (n == key) return true;
-  }
-  return false;
-}
 
 // JSON Pointer escaping of one path segment.
 std::string Escape(const std::string& key) {

@@ -9,6 +9,8 @@
 
 #include "base/error.h"
 #include "structured/echo.h"
+#include "structured/json_schema_size.h"
+#include "structured/output_spec.h"
 
 namespace latent::structured {
 namespace {
@@ -231,11 +233,22 @@ void CheckFormat(const OrderedJson& format, const std::string& where) {
   size_t tags = 0;
   size_t triggers = 0;
   size_t formats = 0;
+  size_t grammar_bytes = 0;
   ForEachFormat(format, where, [&](const OrderedJson& f, const std::string& type,
                                    const std::string& at) {
     // Counted over the whole tag, wherever they are. Every format counts ("sequence" and "or"
     // elements, tags' contents, ...): the walk stops at the first past the cap.
     CheckCount(++formats, where, "formats in all", kMaxStructuralTagFormats);
+    // A regex's pattern and a grammar's text, as a plain regex or grammar is bounded.
+    for (const char* key : {"pattern", "grammar"}) {
+      if (const OrderedJson* text = Member(f, key); text != nullptr && text->is_string()) {
+        grammar_bytes += text->get_ref<const std::string&>().size();
+      }
+    }
+    if (grammar_bytes > kMaxGrammarBytes) {
+      Fail(where, "'s regexes and grammars are too long: ", grammar_bytes,
+           " bytes in all, more than the ", kMaxGrammarBytes, " allowed");
+    }
     if (const OrderedJson* t = Member(f, "tags"); t != nullptr && t->is_array()) tags += t->size();
     for (const char* key : {"triggers", "trigger_tokens"}) {
       if (const OrderedJson* t = Member(f, key); t != nullptr && t->is_array()) {
@@ -257,6 +270,26 @@ void CheckFormat(const OrderedJson& format, const std::string& where) {
     }
     CheckTriggersStartABegin(trigger_list->get<std::vector<std::string>>(), begins, at);
   });
+}
+
+// XGrammar compiles each different schema of a tag on its own: their number, their values in all
+// and each one's optional properties are bounded.
+void CheckSchemas(const OrderedJson& tag, const std::string& field) {
+  std::unordered_set<std::string> schemas;
+  JsonSchemaSize in_all;
+  ForEachStructuralTagSchema(tag, [&](const OrderedJson& schema, const std::string& where) {
+    if (!schemas.insert(schema.dump()).second) return;
+    const JsonSchemaSize size = MeasureJsonSchema(schema);
+    CheckJsonSchemaSize(size, StrCat(field, "'s schema at ", where), SIZE_MAX,
+                        kMaxStructuralTagOptionalProperties);
+    in_all.values += size.values;
+  });
+  if (schemas.size() > kMaxStructuralTagSchemas) {
+    Fail(field, " holds ", schemas.size(), " different JSON schemas, more than the ",
+         kMaxStructuralTagSchemas, " a structural tag may have");
+  }
+  CheckJsonSchemaSize(in_all, StrCat(field, "'s schemas in all"), kMaxStructuralTagSchemaValues,
+                      SIZE_MAX);
 }
 
 // A token as a token_triggered_tags format gives it (an id or the token's text) as its id, or
@@ -283,17 +316,21 @@ OrderedJson ParseStructuralTag(const OrderedJson& value, std::string_view field_
     Fail(field, ".type must be \"structural_tag\", got ", Echo(*type));
   }
   // As vLLM: the legacy form whenever "structures" is there, else the format; other keys ignored.
+  OrderedJson tag;
   if (Member(value, "structures") != nullptr) {
-    return {{"type", "structural_tag"}, {"format", LegacyFormat(value, field)}};
+    tag = {{"type", "structural_tag"}, {"format", LegacyFormat(value, field)}};
+  } else {
+    const OrderedJson* format = Member(value, "format");
+    if (format == nullptr) {
+      Fail(field, " needs 'format' (XGrammar's structural tag format) or 'structures' and "
+           "'triggers'");
+    }
+    if (!format->is_object()) Fail(field, ".format must be an object, got ", Echo(*format));
+    CheckFormat(*format, field + ".format");
+    tag = {{"type", "structural_tag"}, {"format", *format}};
   }
-  const OrderedJson* format = Member(value, "format");
-  if (format == nullptr) {
-    Fail(field, " needs 'format' (XGrammar's structural tag format) or 'structures' and "
-         "'triggers'");
-  }
-  if (!format->is_object()) Fail(field, ".format must be an object, got ", Echo(*format));
-  CheckFormat(*format, field + ".format");
-  return {{"type", "structural_tag"}, {"format", *format}};
+  CheckSchemas(tag, field);
+  return tag;
 }
 
 void ForEachStructuralTagSchema(

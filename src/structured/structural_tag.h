@@ -14,7 +14,7 @@
 namespace latent::structured {
 
 // The most structures (tags) and the most triggers one structural tag may have, in all: real tool
-// lists are tens, and XGrammar compiles about 400 tags a second on the request's worker.
+// lists are tens (their schemas are bounded apart: kMaxStructuralTagSchemas).
 inline constexpr size_t kMaxStructuralTagItems = 1024;
 // The most format objects (every object of the tag's format, nested at any depth, outside
 // schemas) one structural tag may have: XGrammar compiled a "sequence" of 10k const_strings in
@@ -22,6 +22,17 @@ inline constexpr size_t kMaxStructuralTagItems = 1024;
 // 29 s, each holding a server worker; 4096 took 1.5 s. About twice what kMaxStructuralTagItems
 // tags with a content each need (a legacy tag at that cap has 2049).
 inline constexpr size_t kMaxStructuralTagFormats = 4 * kMaxStructuralTagItems;
+// The most different JSON schemas one structural tag may have (of legacy structures, json_schema
+// and qwen_xml_parameter formats; the same schema twice counts once, as XGrammar compiles it
+// once), the most values (json_schema_size.h) they may have in all, and the most optional
+// properties one of them may have. XGrammar compiles each schema on its own, with rules of its
+// own and whitespace between tokens: far slower than one plain schema of the same size. Here a
+// tag of 64 different schemas of 8 string properties (7 optional) compiled in 1.6 s, of 1,024 of
+// 4 in 38 s; one schema of 1,000 required string properties in 0.9 s (a plain schema: 0.1 s), of
+// 250 optional ones in 0.7 s, 500 in 2.8 s, 1,000 in 18 s.
+inline constexpr size_t kMaxStructuralTagSchemas = 64;
+inline constexpr size_t kMaxStructuralTagSchemaValues = 2000;
+inline constexpr size_t kMaxStructuralTagOptionalProperties = 250;
 
 // `value` as XGrammar's structural tag, {"type": "structural_tag", "format": {...}}. vLLM's two
 // forms (an optional "type" must be "structural_tag"):
@@ -37,6 +48,7 @@ inline constexpr size_t kMaxStructuralTagFormats = 4 * kMaxStructuralTagItems;
 //   with no type where XGrammar would infer it), more than kMaxStructuralTagItems tags or
 //   triggers and more than kMaxStructuralTagFormats formats; XGrammar judges the rest when it
 //   compiles.
+// Either form's schemas are bounded by kMaxStructuralTagSchemas and the limits beside it.
 // As vLLM, the legacy form is taken whenever "structures" is there, else the format; other
 // members are ignored.
 // `field` names the value in errors ("response_format", "structured_outputs.structural_tag").

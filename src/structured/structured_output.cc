@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/error_context.h"
 #include "structured/json_schema_check.h"
+#include "structured/json_schema_size.h"
 #include "structured/structural_tag.h"
 
 namespace latent::structured {
@@ -58,6 +59,14 @@ class GrammarConstraintFactory final : public engine::TokenConstraintFactory {
   xgrammar::CompiledGrammar grammar_;
   int64_t vocab_size_;
 };
+
+// Refuses `text` (of `what`) past kMaxGrammarBytes.
+void CheckGrammarBytes(const std::string& text, const char* what) {
+  if (text.size() > kMaxGrammarBytes) {
+    Fail(what, " is too long: ", text.size(), " bytes, more than the ", kMaxGrammarBytes,
+         " allowed");
+  }
+}
 
 xgrammar::TokenizerInfo MakeTokenizerInfo(const GrammarVocabulary& v) {
   std::vector<std::string> encoded(v.token_bytes.size());
@@ -207,6 +216,8 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonObje
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonSchema(const nlohmann::ordered_json& schema) {
+  CheckJsonSchemaSize(MeasureJsonSchema(schema), "the JSON schema", kMaxJsonSchemaValues,
+                      kMaxJsonSchemaOptionalProperties);
   CheckJsonSchemaSupported(schema);
   const std::string text = schema.dump();
   return impl_->Cached("json_schema:" + text, [&] { return impl_->CompileSchema(text); });
@@ -222,12 +233,14 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Structur
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Regex(
     const std::string& pattern) {
+  CheckGrammarBytes(pattern, "the regex");
   return impl_->Cached("regex:" + pattern, [&] { return impl_->compiler.CompileRegex(pattern); },
                        "the regex");
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Grammar(
     const std::string& ebnf) {
+  CheckGrammarBytes(ebnf, "the grammar");
   return impl_->Cached("ebnf:" + ebnf, [&] {
     return impl_->compiler.CompileGrammar(ebnf, /*root_rule_name=*/"root");
   });
@@ -244,12 +257,16 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constrai
       return JsonSchema(spec.schema);
     case OutputSpec::Kind::kRegex:
       return Regex(spec.text);
-    case OutputSpec::Kind::kChoice:
-      return Grammar(ChoiceGrammar(spec.choices));
+    case OutputSpec::Kind::kChoice: {
+      const std::string grammar = ChoiceGrammar(spec.choices);
+      CheckGrammarBytes(grammar, "the choice's grammar (root ::= \"a\" | \"b\" ...)");
+      return Grammar(grammar);
+    }
     case OutputSpec::Kind::kGrammar:
       return Grammar(spec.text);
     case OutputSpec::Kind::kStructuralTag:
       // XGrammar compiles a tag's schemas as loosely as response_format's (json_schema_check.h).
+      // (ParseStructuralTag bounded their size.)
       ForEachStructuralTagSchema(spec.schema, [](const nlohmann::ordered_json& schema,
                                                  const std::string& where) {
         try {

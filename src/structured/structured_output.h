@@ -8,6 +8,10 @@
 // whitespace) and strict (no properties or items beyond the schema's).
 //
 // Thread-safe: requests compile from any worker thread.
+//
+// What XGrammar is given is bounded first (json_schema_size.h, output_spec.h's kMaxGrammarBytes
+// and the structural tag's limits): its compile time grows faster than its input (25,000
+// properties took minutes).
 #pragma once
 
 #include <memory>
@@ -35,21 +39,23 @@ class StructuredOutput {
   // response_format {"type": "json_object"}: any JSON object.
   std::shared_ptr<const engine::TokenConstraintFactory> JsonObject();
   // response_format {"type": "json_schema"}: text fitting `schema`. Throws latent::Error naming
-  // the problem for an invalid schema or one using a feature the grammar cannot enforce
-  // (json_schema_check.h).
+  // the problem for an invalid schema, one past the limits of json_schema_size.h or one using a
+  // feature the grammar cannot enforce (json_schema_check.h).
   std::shared_ptr<const engine::TokenConstraintFactory> JsonSchema(const nlohmann::ordered_json& schema);
 
   // An XGrammar structural tag (its JSON format: e.g. {"type": "structural_tag", "format":
   // {"type": "triggered_tags", ...}}: structural_tag.h). Throws latent::Error naming the problem
   // for an invalid tag ("the structural tag cannot be compiled: ...").
   std::shared_ptr<const engine::TokenConstraintFactory> StructuralTag(const std::string& structural_tag_json);
-  // Output matching the regular expression `pattern` (XGrammar's regex: the whole output).
+  // Output matching the regular expression `pattern` (XGrammar's regex: the whole output), of at
+  // most kMaxGrammarBytes.
   std::shared_ptr<const engine::TokenConstraintFactory> Regex(const std::string& pattern);
-  // Output in the language of an EBNF grammar (XGrammar's EBNF, from rule `root`).
+  // Output in the language of an EBNF grammar (XGrammar's EBNF, from rule `root`), of at most
+  // kMaxGrammarBytes.
   std::shared_ptr<const engine::TokenConstraintFactory> Grammar(const std::string& ebnf);
   // Whichever of the above `spec` asks for (choice: Grammar(ChoiceGrammar)); null when it asks for
-  // nothing. A structural tag's JSON schemas are checked as JsonSchema's are. Throws latent::Error
-  // as they do.
+  // nothing. A structural tag's JSON schemas are checked as JsonSchema's are, and bounded in all
+  // (structural_tag.h). Throws latent::Error as they do.
   std::shared_ptr<const engine::TokenConstraintFactory> Constraint(const OutputSpec& spec);
 
   int64_t vocab_size() const;

@@ -412,6 +412,48 @@ def test_a_structural_tag_of_too_many_formats_is_refused_at_once(server):
             "tag may have") in str(e.value), str(e.value)
 
 
+def test_a_huge_json_schema_is_refused_at_once(server):
+    """25,000 properties ran XGrammar's compiler for minutes; past the schema's limits it is a 400
+    naming the limit and the count, before anything is compiled (response_format, structured_outputs
+    and a forced tool call's schema alike)."""
+    names = [f"p{i}" for i in range(25_000)]
+    schema = {"type": "object", "properties": {n: {"type": "string"} for n in names},
+              "required": names}
+    too_many = ("too many values in the JSON schema: 75004 at any depth (objects, arrays, strings, "
+                "numbers, booleans and nulls), more than the 10000 allowed")
+    client = server.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "big", "schema": schema}})
+    assert f"response_format: {too_many}" in str(e.value), str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=8,
+                                  extra_body={"structured_outputs": {"json": schema}})
+    assert f"structured_outputs: {too_many}" in str(e.value), str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8, tool_choice="required",
+            tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    assert "tool_choice: too many values in the JSON schema" in str(e.value), str(e.value)
+
+
+def test_a_structural_tag_of_too_many_schemas_is_refused_at_once(server):
+    """XGrammar compiles each different schema of a tag on its own: a legacy tag of 1,024 took
+    tens of seconds. Past 64 different schemas it is a 400 before anything is compiled."""
+    structures = [{"begin": f"<f{i}>", "end": "</f>",
+                   "schema": {"type": "object", "properties": {f"a{i}": {"type": "string"}}}}
+                  for i in range(1024)]
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().chat.completions.create(
+            model=MODEL_NAME, messages=MESSAGES, max_tokens=8,
+            response_format={"type": "structural_tag", "structures": structures,
+                             "triggers": ["<f"]})
+    assert ("response_format holds 1024 different JSON schemas, more than the 64 a structural tag "
+            "may have") in str(e.value), str(e.value)
+
+
 # Forced tool calls: tool_choice "required" or a named function constrains the output to the
 # call's JSON (structured::ToolCallSchema), read back into tool_calls (forced_tool_call_parser.h).
 WEATHER = {"type": "object",
