@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/detached_threads.h"
 #include "base/error.h"
 #include "base/exit_code.h"
 #include "cli/commands.h"
@@ -113,6 +115,13 @@ int main(int argc, char** argv) {
   }
   if (!error.empty()) std::cerr << "latent: " << error << "\n";
   latent::parallel::FinalizeWorld();
+  if (latent::DetachedThreadsRunning() > 0) {
+    // A grammar compile a shut-down server stopped waiting for: the static destructors must not
+    // run under it (base/detached_threads.h).
+    std::cout.flush();
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   return code;
 }
 

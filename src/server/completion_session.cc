@@ -26,6 +26,12 @@ std::string RandomId(const char* prefix) {
   return buf;
 }
 
+// The server stopped waiting for the request's grammar to compile (HttpServer::AbortAll): a 503,
+// as the requests it cancels get.
+ApiError ShuttingDown(const structured::CompileAbandoned& e) {
+  return ApiError(503, e.what(), "", "server_shutting_down");
+}
+
 double Seconds(CompletionSession::Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -68,6 +74,8 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::Respons
   try {
     if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
     return context_.structured->Get().Constraint(request_.output);
+  } catch (const structured::CompileAbandoned& e) {
+    throw ShuttingDown(e);
   } catch (const Error& e) {
     throw RequestError(e, StrCat(request_.output_field, ": "), request_.output_field);
   }
@@ -86,6 +94,8 @@ std::shared_ptr<const engine::TokenConstraintFactory> CompletionSession::ForcedT
   try {
     if (context_.structured == nullptr) latent::Fail("structured output is not available in this server");
     return context_.structured->Get().JsonSchema(structured::ToolCallSchema(request_.tools, choice));
+  } catch (const structured::CompileAbandoned& e) {
+    throw ShuttingDown(e);
   } catch (const Error& e) {
     throw RequestError(e, "tool_choice: ", "tool_choice");
   }

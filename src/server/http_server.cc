@@ -1172,9 +1172,15 @@ void HttpServer::StopAccepting() {
 int HttpServer::InFlight() const { return impl_->admitted.load(); }
 
 void HttpServer::AbortAll(const std::string& message) {
-  std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
-  impl_->abort_message = message;
-  for (const auto& session : impl_->sessions) session->Abort(message);
+  {
+    std::lock_guard<std::mutex> lock(impl_->sessions_mutex);
+    impl_->abort_message = message;
+    for (const auto& session : impl_->sessions) session->Abort(message);
+  }
+  // A request whose grammar is compiling has no session yet, and XGrammar cannot be interrupted:
+  // it stops waiting (a 503) and the compile runs on unwaited for.
+  const ServerContext* context = impl_->context.load();
+  if (context != nullptr && context->structured != nullptr) context->structured->Abandon(message);
 }
 
 void HttpServer::Stop() {

@@ -74,7 +74,8 @@ class HttpServer {
   // Generation requests in flight (admitted, from parsing to the end of the response).
   int InFlight() const;
   // Ends every generation request in flight with a 503 error (their engine requests are
-  // cancelled), and those that start later as they start; they finish within moments.
+  // cancelled, those waiting for their grammar's compile stop waiting), and those that start
+  // later as they start; they finish within moments.
   void AbortAll(const std::string& message);
   // Stops the accept loop at once (only when StopAccepting() was not used).
   void Stop();

@@ -3,8 +3,10 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -12,6 +14,7 @@
 #include <unordered_map>
 #include <xgrammar/xgrammar.h>
 
+#include "base/detached_threads.h"
 #include "base/error.h"
 #include "base/error_context.h"
 #include "structured/json_schema_check.h"
@@ -58,6 +61,25 @@ class GrammarConstraintFactory final : public engine::TokenConstraintFactory {
  private:
   xgrammar::CompiledGrammar grammar_;
   int64_t vocab_size_;
+};
+
+// What compiles a grammar, given the compiler (on the compile's own thread: it must own what it
+// reads).
+using CompileFn = std::function<xgrammar::CompiledGrammar(xgrammar::GrammarCompiler&)>;
+
+// The state the callers waiting for compiles share with the compiles' threads, which may outlive
+// the StructuredOutput (Abandon).
+struct CompileWaits {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::optional<std::string> abandoned;  // Abandon's reason.
+};
+
+// One compile's outcome, written by its thread under CompileWaits::mutex.
+struct CompileJob {
+  bool done = false;
+  std::optional<xgrammar::CompiledGrammar> grammar;
+  std::exception_ptr error;
 };
 
 // Refuses `text` (of `what`) past kMaxGrammarBytes.
@@ -115,17 +137,18 @@ struct StructuredOutput::Impl {
   Impl(const GrammarVocabulary& v, size_t max_cached)
       : vocab_size(static_cast<int64_t>(v.token_bytes.size())),
         tokenizer_info(MakeTokenizerInfo(v)),
-        // One compile thread (requests compile side by side on the server's workers); XGrammar's
-        // own cache off: ours below holds the constraint factories by schema text.
-        compiler(tokenizer_info, /*max_threads=*/1, /*cache_enabled=*/false),
+        // One compile thread per grammar (requests compile side by side); XGrammar's own cache
+        // off: ours below holds the constraint factories by schema text.
+        compiler(std::make_shared<xgrammar::GrammarCompiler>(tokenizer_info, /*max_threads=*/1,
+                                                             /*cache_enabled=*/false)),
+        waits(std::make_shared<CompileWaits>()),
         max_cached(max_cached) {}
 
   // Compiles (or finds) the grammar for `key` with `compile`, keeping at most max_cached.
   // `what` names the grammar in the error when it does not compile ("the regex") or admits no
   // output.
-  template <typename Compile>
   std::shared_ptr<const engine::TokenConstraintFactory> Cached(const std::string& key,
-                                                               Compile compile,
+                                                               CompileFn compile,
                                                                const char* what = "the grammar") {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -134,8 +157,12 @@ struct StructuredOutput::Impl {
     }
     Entry entry;
     try {
-      entry.factory = std::make_shared<GrammarConstraintFactory>(compile(), vocab_size);
+      entry.factory =
+          std::make_shared<GrammarConstraintFactory>(CompileOffThread(std::move(compile)),
+                                                     vocab_size);
     } catch (const Error&) {
+      throw;
+    } catch (const CompileAbandoned&) {
       throw;
     } catch (const std::exception& e) {
       Fail(what, " cannot be compiled: ", XGrammarErrorText(e.what()));
@@ -153,6 +180,35 @@ struct StructuredOutput::Impl {
       }
     }
     return Checked(entry);
+  }
+
+  // Runs `compile` on a thread of its own and waits for it, or for Abandon(): XGrammar cannot be
+  // interrupted. Rethrows what the compile threw.
+  xgrammar::CompiledGrammar CompileOffThread(CompileFn compile) {
+    auto job = std::make_shared<CompileJob>();
+    {
+      std::lock_guard<std::mutex> lock(waits->mutex);
+      if (waits->abandoned) throw CompileAbandoned(*waits->abandoned);
+    }
+    RunDetached([job, waits = waits, compiler = compiler, compile = std::move(compile)] {
+      std::optional<xgrammar::CompiledGrammar> grammar;
+      std::exception_ptr error;
+      try {
+        grammar = compile(*compiler);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(waits->mutex);
+      job->grammar = std::move(grammar);
+      job->error = error;
+      job->done = true;
+      waits->changed.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(waits->mutex);
+    waits->changed.wait(lock, [&] { return job->done || waits->abandoned; });
+    if (!job->done) throw CompileAbandoned(*waits->abandoned);
+    if (job->error) std::rethrow_exception(job->error);
+    return std::move(*job->grammar);
   }
 
   // Whether a sample could draw a first token: one is allowed, or the grammar is complete already.
@@ -175,10 +231,13 @@ struct StructuredOutput::Impl {
     return entry.factory;
   }
 
-  xgrammar::CompiledGrammar CompileSchema(const std::string& text) {
-    return compiler.CompileJSONSchema(text, /*any_whitespace=*/false, /*indent=*/std::nullopt,
-                                      /*separators=*/std::make_pair(std::string(","), std::string(":")),
-                                      /*strict_mode=*/true);
+  static CompileFn CompileSchema(std::string text) {
+    return [text = std::move(text)](xgrammar::GrammarCompiler& compiler) {
+      return compiler.CompileJSONSchema(
+          text, /*any_whitespace=*/false, /*indent=*/std::nullopt,
+          /*separators=*/std::make_pair(std::string(","), std::string(":")),
+          /*strict_mode=*/true);
+    };
   }
 
   // The id of the token whose text is `text`, the first as XGrammar resolves a token's text.
@@ -196,7 +255,9 @@ struct StructuredOutput::Impl {
 
   int64_t vocab_size;
   xgrammar::TokenizerInfo tokenizer_info;
-  xgrammar::GrammarCompiler compiler;
+  // Shared with the compiles' threads, which may outlive this object.
+  std::shared_ptr<xgrammar::GrammarCompiler> compiler;
+  std::shared_ptr<CompileWaits> waits;
   // Token texts' ids, built the first time a structural tag names a token by its text.
   std::once_flag token_ids_built;
   std::unordered_map<std::string, int32_t> token_ids;
@@ -212,7 +273,7 @@ StructuredOutput::StructuredOutput(const GrammarVocabulary& vocabulary, size_t m
 StructuredOutput::~StructuredOutput() = default;
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonObject() {
-  return impl_->Cached("json_object", [&] { return impl_->CompileSchema(R"({"type":"object"})"); });
+  return impl_->Cached("json_object", Impl::CompileSchema(R"({"type":"object"})"));
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonSchema(const nlohmann::ordered_json& schema) {
@@ -220,30 +281,40 @@ std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::JsonSche
                       kMaxJsonSchemaOptionalProperties);
   CheckJsonSchemaSupported(schema);
   const std::string text = schema.dump();
-  return impl_->Cached("json_schema:" + text, [&] { return impl_->CompileSchema(text); });
+  return impl_->Cached("json_schema:" + text, Impl::CompileSchema(text));
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::StructuralTag(
     const std::string& structural_tag_json) {
   return impl_->Cached(
       "structural_tag:" + structural_tag_json,
-      [&] { return impl_->compiler.CompileStructuralTag(structural_tag_json); },
+      [structural_tag_json](xgrammar::GrammarCompiler& compiler) {
+        return compiler.CompileStructuralTag(structural_tag_json);
+      },
       "the structural tag");
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Regex(
     const std::string& pattern) {
   CheckGrammarBytes(pattern, "the regex");
-  return impl_->Cached("regex:" + pattern, [&] { return impl_->compiler.CompileRegex(pattern); },
-                       "the regex");
+  return impl_->Cached(
+      "regex:" + pattern,
+      [pattern](xgrammar::GrammarCompiler& compiler) { return compiler.CompileRegex(pattern); },
+      "the regex");
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Grammar(
     const std::string& ebnf) {
   CheckGrammarBytes(ebnf, "the grammar");
-  return impl_->Cached("ebnf:" + ebnf, [&] {
-    return impl_->compiler.CompileGrammar(ebnf, /*root_rule_name=*/"root");
+  return impl_->Cached("ebnf:" + ebnf, [ebnf](xgrammar::GrammarCompiler& compiler) {
+    return compiler.CompileGrammar(ebnf, /*root_rule_name=*/"root");
   });
+}
+
+void StructuredOutput::Abandon(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(impl_->waits->mutex);
+  impl_->waits->abandoned = reason;
+  impl_->waits->changed.notify_all();
 }
 
 std::shared_ptr<const engine::TokenConstraintFactory> StructuredOutput::Constraint(
@@ -287,8 +358,15 @@ StructuredOutput& LazyStructuredOutput::Get() {
   if (!output_) {
     if (tokenizer_ == nullptr) Fail("structured output needs the model's tokenizer, and this model has none");
     output_ = std::make_unique<StructuredOutput>(BuildGrammarVocabulary(*tokenizer_, vocab_size_, stop_token_ids_));
+    if (abandoned_) output_->Abandon(*abandoned_);
   }
   return *output_;
+}
+
+void LazyStructuredOutput::Abandon(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  abandoned_ = reason;
+  if (output_) output_->Abandon(reason);
 }
 
 int64_t StructuredOutput::vocab_size() const { return impl_->vocab_size; }

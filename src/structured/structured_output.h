@@ -7,7 +7,9 @@
 // The JSON produced is compact (no whitespace between tokens: a weak model cannot loop on
 // whitespace) and strict (no properties or items beyond the schema's).
 //
-// Thread-safe: requests compile from any worker thread.
+// Thread-safe: requests compile from any worker thread. Each compile runs on a thread of its own
+// while the caller waits for it: XGrammar cannot be interrupted, and Abandon() lets the callers
+// stop waiting (a server shutting down).
 //
 // What XGrammar is given is bounded first (json_schema_size.h, output_spec.h's kMaxGrammarBytes
 // and the structural tag's limits): its compile time grows faster than its input (25,000
@@ -16,6 +18,8 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +31,13 @@
 #include "structured/output_spec.h"
 
 namespace latent::structured {
+
+// Thrown to a caller waiting for a compile when StructuredOutput::Abandon is called; what() is
+// Abandon's reason.
+class CompileAbandoned : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class StructuredOutput {
  public:
@@ -58,6 +69,11 @@ class StructuredOutput {
   // (structural_tag.h). Throws latent::Error as they do.
   std::shared_ptr<const engine::TokenConstraintFactory> Constraint(const OutputSpec& spec);
 
+  // From now on every call that would compile throws CompileAbandoned(reason) instead, and so do
+  // those waiting for a compile now: their compiles run on to their end, unwaited for (the process
+  // may exit under them: base/detached_threads.h). Grammars already compiled are still given.
+  void Abandon(const std::string& reason);
+
   int64_t vocab_size() const;
   // Compiled grammars held in the cache (for tests).
   size_t cached_grammars() const;
@@ -82,6 +98,9 @@ class LazyStructuredOutput {
       : tokenizer_(tokenizer), vocab_size_(vocab_size), stop_token_ids_(std::move(stop_token_ids)) {}
   // Throws latent::Error when the model has no tokenizer or no EOS id (and again on the next call).
   StructuredOutput& Get();
+  // StructuredOutput::Abandon, now or once it is built (it waits while Get builds it: about a
+  // second).
+  void Abandon(const std::string& reason);
 
  private:
   const tokenizer::Tokenizer* tokenizer_;
@@ -89,6 +108,7 @@ class LazyStructuredOutput {
   std::vector<int32_t> stop_token_ids_;
   std::mutex mutex_;
   std::unique_ptr<StructuredOutput> output_;
+  std::optional<std::string> abandoned_;
 };
 
 }  // namespace latent::structured

@@ -85,3 +85,42 @@ def test_requests_past_the_bound_are_cancelled(start_server):
     status, body = blocking["result"]
     assert status == 503 and "shutting down" in json.loads(body)["error"]["message"]
     assert "cancelling the requests still in flight" in srv.log()
+
+
+def test_a_grammar_still_compiling_is_abandoned_past_the_bound(start_server):
+    """XGrammar cannot be interrupted, and it compiled this small schema (400 strings of a
+    bounded pattern, each unzipped into 100 optional characters: well inside the schema limits)
+    for minutes. Past --shutdown-timeout the server stops waiting for the compile: the request
+    gets a 503 and the process exits 0, the compile unfinished, where it used to wait for it."""
+    srv = start_server(*FLAGS, "--shutdown-timeout", "0.5")
+    # The first grammar builds the vocabulary's grammar view (a second): done beforehand.
+    status, body = srv.post("/v1/completions", {"model": MODEL_NAME, "prompt": "x", "max_tokens": 1,
+                                                "structured_outputs": {"regex": "a"}})
+    assert status == 200, body
+    names = [f"p{i}" for i in range(400)]
+    schema = {"type": "object", "required": names,
+              "properties": {n: {"type": "string", "pattern": "[a-z]{0,100}"} for n in names}}
+    result: dict = {}
+
+    def compiling():
+        result["reply"] = srv.request(
+            "POST", "/v1/completions",
+            {"model": MODEL_NAME, "prompt": "x", "max_tokens": 1,
+             "response_format": {"type": "json_schema",
+                                 "json_schema": {"name": "slow", "schema": schema}}},
+            timeout=120)
+
+    thread = threading.Thread(target=compiling)
+    thread.start()
+    time.sleep(0.3)  # The request reaches its compile.
+    srv.signal(signal.SIGTERM)
+    # Liveness, not speed: the bound and the cancelling take a second or two; the compile, minutes.
+    assert srv.wait_exit(timeout=30) == 0, srv.log()
+    thread.join(timeout=30)
+    status, body = result["reply"]
+    assert status == 503, body
+    error = json.loads(body)["error"]
+    assert error["message"] == "the server is shutting down"
+    assert error["code"] == "server_shutting_down"
+    # It was in flight (compiling) when the bound passed.
+    assert "cancelling the requests still in flight (1)" in srv.log()

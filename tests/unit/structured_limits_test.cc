@@ -1,13 +1,20 @@
 // What XGrammar is given is bounded before it compiles, since its compile time grows faster than
 // its input and cannot be interrupted: a JSON schema's values and optional properties
 // (json_schema_size.h), a regex's or grammar's bytes (kMaxGrammarBytes), a structural tag's
-// different schemas and their size in all.
+// different schemas and their size in all. And a caller waiting for a compile can be let go
+// (StructuredOutput::Abandon, for a server shutting down).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/detached_threads.h"
 #include "base/error.h"
 #include "error_of.h"
 #include "structured/json_schema_size.h"
@@ -186,6 +193,58 @@ TEST(StructuredLimits, AStructuralTagsSchemasAreBoundedInNumberAndSize) {
   EXPECT_EQ(ErrorOf([&] { parse(texts(16384, 16385)); }),
             field + ".format's regexes and grammars are too long: 32769 bytes in all, more than "
             "the 32768 allowed");
+}
+
+// A server shutting down stops waiting for a compile, which XGrammar cannot interrupt: the caller
+// gets CompileAbandoned, and every later compile too; what is compiled is still given.
+TEST(StructuredLimits, AbandonLetsTheCallersOfACompileGo) {
+  structured::StructuredOutput output(TinyVocabulary());
+  const auto compiled = output.Regex("ab");
+  // A tenth of a second's work here (optional properties cost the cube of their number), far
+  // longer than this thread takes to see it start.
+  const OJson slow = Properties(500, 0);
+  std::string error;
+  std::atomic<bool> returned{false};
+  // Earlier compiles' threads are gone (their callers had their grammars).
+  while (DetachedThreadsRunning() > 0) std::this_thread::yield();
+  std::thread waiting([&] {
+    try {
+      output.JsonSchema(slow);
+    } catch (const structured::CompileAbandoned& e) {
+      error = e.what();
+    }
+    returned = true;
+  });
+  // Abandoned once its compile has started (its thread is running), before it can end.
+  while (DetachedThreadsRunning() == 0 && !returned) std::this_thread::yield();
+  output.Abandon("the server is shutting down");
+  waiting.join();
+  EXPECT_EQ(error, "the server is shutting down");
+  try {
+    output.Regex("ba");
+    ADD_FAILURE() << "compiled after Abandon";
+  } catch (const structured::CompileAbandoned& e) {
+    EXPECT_STREQ(e.what(), "the server is shutting down");
+  }
+  EXPECT_EQ(output.Regex("ab"), compiled);
+  // The compile runs on unwaited for; this process waits for it before it exits.
+  while (DetachedThreadsRunning() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+TEST(DetachedThreads, CountedUntilTheirWorkAndWhatItHeldAreGone) {
+  const size_t before = DetachedThreadsRunning();
+  std::mutex mutex;
+  std::unique_lock<std::mutex> hold(mutex);
+  auto held = std::make_shared<int>(1);
+  RunDetached([&mutex, held] { std::lock_guard<std::mutex> wait(mutex); });
+  EXPECT_EQ(DetachedThreadsRunning(), before + 1);
+  std::weak_ptr<int> gone = held;
+  held.reset();
+  hold.unlock();
+  while (DetachedThreadsRunning() > before) std::this_thread::yield();
+  EXPECT_TRUE(gone.expired());
 }
 
 }  // namespace
