@@ -12,6 +12,7 @@
 #include "base/saturating.h"
 #include "model/arch/registry.h"
 #include "model/config_reader.h"
+#include "model/injected_stall.h"
 
 namespace latent::model {
 namespace {
@@ -706,6 +707,7 @@ ModelConfig ModelConfig::FromJson(const std::string& text, const std::string& so
 }
 
 ModelConfig ModelConfig::Load(const std::string& dir) {
+  StallWhileMarked(dir);  // test-only: a load that lasts (injected_stall.h)
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   const std::optional<std::string> text = ReadModelFile("model", path, kMaxModelJsonBytes);
   if (!text) Fail(path, ": cannot open (is ", dir, " a Hugging Face checkpoint directory?)");

@@ -76,17 +76,19 @@ def test_sigterm_to_rank_0_while_loading_ends_the_job_in_one_line(tiny_models, t
     reach MPI would last as long as the read)."""
     blocked = tmp_path / "blocked"
     blocked.mkdir()
-    os.mkfifo(blocked / "config.json")
+    (blocked / "stall").touch()  # the load waits while this is here (model/injected_stall.h)
+    env = mpi_env()
+    env["LATENT_TEST_STALL_LOAD"] = "stall"
     model = tiny_models.get("deepseek_v3")
     dirs = [blocked if rank == blocked_rank else model for rank in range(2)]
     job = Job([MPIRUN, "--oversubscribe", "--bind-to", "none",
                "-np", "1", *serve(dirs[0]), ":", "-np", "1", *serve(dirs[1])],
-              tmp_path / "job.log")
+              tmp_path / "job.log", env)
     pids = []
     try:
         pids = [job.pid(0), job.pid(1)]
         job.wait_for(r"listening on http://")
-        time.sleep(0.5)  # into the start-up check, or the read of the FIFO
+        time.sleep(0.5)  # into the start-up check, or the stalled load
         os.kill(pids[0], signal.SIGTERM)
         code = job.wait_exit()
     finally:

@@ -106,17 +106,18 @@ def test_worker_that_cannot_hold_the_cache_stops_start_up(tiny_models, tmp_path)
 
 
 def test_start_up_check_names_the_ranks_it_waits_for(tiny_models, tmp_path):
-    """Rank 1 stuck before the first start-up check (its config.json a FIFO nobody writes, as a
-    read from a hung file system stays): the check waits without the step timeout (ranks load at
+    """Rank 1 stuck before the first start-up check (its load stalled by LATENT_TEST_STALL_LOAD, as
+    a read from a hung file system stays): the check waits without the step timeout (ranks load at
     their own pace), and every rank waited for rank 1 without a word, forever. Rank 0 now names
     the rank it still waits for every 60 s, or every LATENT_STEP_TIMEOUT if shorter (1 s here)."""
     from test_mpi_signals import Job
 
     blocked = tmp_path / "blocked"
     blocked.mkdir()
-    os.mkfifo(blocked / "config.json")
+    (blocked / "stall").touch()  # the load waits while this is here (model/injected_stall.h)
     env = mpi_env()
     env["LATENT_STEP_TIMEOUT"] = "1"
+    env["LATENT_TEST_STALL_LOAD"] = "stall"
     job = Job(mpmd([generate(tiny_models.get("deepseek_v3")), generate(blocked)]),
               tmp_path / "job.log", env)
     pids = []

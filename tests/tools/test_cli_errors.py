@@ -220,13 +220,15 @@ def test_serve_sizes_and_times_are_checked_as_read(flag, value, needle):
 
 
 def test_serve_signalled_while_loading_exits_128_plus_the_signal(tmp_path):
-    """It exited 0, which reads as a clean stop of a server that never became ready. config.json
-    is a FIFO nobody writes, so the load waits."""
+    """It exited 0, which reads as a clean stop of a server that never became ready. The load
+    stalls (LATENT_TEST_STALL_LOAD) while the marker file is there."""
     model = tmp_path / "blocked"
     model.mkdir()
-    os.mkfifo(model / "config.json")
+    (model / "stall").touch()
+    env = dict(os.environ, LATENT_TEST_STALL_LOAD="stall")
     proc = subprocess.Popen([str(LATENT), "serve", "--model", str(model), "--port", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     # A thread reads stderr, so that a server that never says "listening on" fails the test at
     # the deadline instead of blocking it in readline().
     lines: queue.Queue[str | None] = queue.Queue()
@@ -260,6 +262,13 @@ def test_serve_signalled_while_loading_exits_128_plus_the_signal(tmp_path):
         seen += lines.get() or ""
     assert proc.returncode == 128 + signal.SIGTERM, seen
     assert "SIGTERM while loading the model" in seen
+
+
+def test_stall_hook_refuses_a_path():
+    """The test-only load stall takes a file name in the model directory, nothing else."""
+    out = subprocess.run([str(LATENT), "info", "--model", str(DEMO)], capture_output=True,
+                         text=True, env=dict(os.environ, LATENT_TEST_STALL_LOAD="../x"))
+    refused(out, "LATENT_TEST_STALL_LOAD: '../x' is not a file name")
 
 
 @pytest.mark.parametrize("value", ["1e3", "5.0", "0x10", " 7"])
